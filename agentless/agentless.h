@@ -1,0 +1,134 @@
+/* agentless: the host side of the exec protocol (wire format in wire.h)
+ * over a struct sbx_channel that vmm/ provides. Never sees a libvirt type.
+ *
+ * One struct agentless_conn per guest. It is multiplexed: many execs may be
+ * in flight, each tagged with an id the host picks; frames from the guest
+ * are matched to in-flight execs by id and anything else (unknown id,
+ * unsolicited type, oversized or malformed frame) is a protocol violation
+ * that breaks the connection. The guest is hostile: every length is checked
+ * before allocation, and each exec's buffered output never exceeds the caps
+ * the host asked for (bytes beyond are a violation too).
+ *
+ * Threads: agentless_conn_recv() runs on the channel provider's thread;
+ * everything else may be called from any thread. Completion callbacks run on
+ * the recv thread, or on the thread that calls agentless_conn_tick() or
+ * agentless_conn_free(), never with an internal lock held.
+ */
+#ifndef SBX_AGENTLESS_H
+#define SBX_AGENTLESS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../util/util.h"
+
+struct agentless_conn;
+
+struct agentless_limits {
+	/* Extra time the host waits past an exec's timeout_ms before it gives
+	 * up on the guest (sends KILL, then fails the exec with
+	 * SBX_E_SANDBOX_ERROR). ms. */
+	uint32_t backstop_grace_ms;
+	/* Max execs in flight on this connection; more -> SBX_E_RATE_LIMITED. */
+	uint32_t max_inflight;
+};
+
+/* Called once, on the recv thread, when the channel breaks (EOF, I/O error)
+ * or the guest violates the protocol, after every in-flight exec was failed
+ * with SBX_E_SANDBOX_ERROR. `why` is for the log. Must not free the conn. */
+typedef void (*agentless_broken_fn)(void *opaque, const char *why);
+
+/* Create a connection object. The channel is attached later (the channel
+ * needs the conn as its recv target). `on_broken` may be NULL. Never NULL
+ * (aborts on ENOMEM). */
+struct agentless_conn *agentless_conn_new(const struct agentless_limits *lim,
+					  agentless_broken_fn on_broken, void *opaque);
+
+/* Give the conn its channel; the conn owns it from now on and closes it in
+ * agentless_conn_free() (or at once when the channel broke). Resets any
+ * previous handshake state: the host waits for a fresh HELLO, or, when
+ * `reattach` is set (reconnecting to a guest that already said HELLO to a
+ * previous daemon or channel), sends WELCOME right away. */
+void agentless_conn_attach(struct agentless_conn *c, struct sbx_channel ch, bool reattach);
+
+/* The sbx_recv_fn to hand to vmm/ with the conn as opaque. */
+void agentless_conn_recv(void *conn, const void *buf, size_t len);
+
+/* Block until the guest's HELLO was received and answered with WELCOME
+ * (which carries the host's wall clock), or until the monotonic deadline
+ * (ms, sbx_mono_ms()). 0, or -1 with SBX_E_SANDBOX_ERROR (channel broke,
+ * bad version) / SBX_E_SERVICE_UNAVAILABLE (deadline). */
+int agentless_conn_wait_hello(struct agentless_conn *c, int64_t deadline_ms,
+			      struct sbx_error *err);
+
+/* Round trip of a PING with `len` bytes of payload (the raw echo floor).
+ * Returns the round trip in microseconds, or -1. */
+int64_t agentless_conn_ping(struct agentless_conn *c, size_t len, int64_t deadline_ms,
+			    struct sbx_error *err);
+
+/* Send the host's wall clock (WIRE_TIME). 0 or -1. */
+int agentless_conn_send_time(struct agentless_conn *c, struct sbx_error *err);
+
+/* True while the channel works and the handshake is done. */
+bool agentless_conn_alive(struct agentless_conn *c);
+
+struct agentless_exec_req {
+	const char *command; /* bytes, not NUL-terminated necessarily */
+	size_t command_len;
+	const char *cwd;        /* NUL-terminated absolute path */
+	const char *const *env; /* "KEY=VALUE" strings, validated by the caller */
+	size_t n_env;
+	uint32_t timeout_ms;    /* >= 1 */
+	uint32_t stdout_cap;    /* bytes kept per stream */
+	uint32_t stderr_cap;
+};
+
+/* The outcome of one exec. Buffers are owned by the result: free with
+ * agentless_exec_result_release(). stdout/stderr hold the kept head of
+ * each stream (raw bytes, may contain NUL, NUL-terminated for
+ * convenience). */
+struct agentless_exec_result {
+	char *stdout_buf;
+	size_t stdout_len;
+	char *stderr_buf;
+	size_t stderr_len;
+	int exit_code;        /* status, or 128+signal; 137 on timeout */
+	uint32_t duration_ms; /* measured in the guest */
+	bool timed_out;
+	bool truncated;       /* either stream was cut at its cap */
+	uint64_t stdout_total;/* bytes the command wrote, kept or not */
+	uint64_t stderr_total;
+};
+void agentless_exec_result_release(struct agentless_exec_result *r);
+
+/* Called exactly once per started exec. On success `err` is NULL and the
+ * callback takes ownership of *res (move it out, then release it). On
+ * failure `res` is NULL and err says why: SBX_E_INVALID_REQUEST (+param,
+ * e.g. "cwd") when the guest refused the request, SBX_E_SANDBOX_ERROR when
+ * the guest died or broke the protocol or missed the backstop deadline. */
+typedef void (*agentless_exec_done_fn)(void *opaque, struct agentless_exec_result *res,
+				       const struct sbx_error *err);
+
+/* Start an exec. Returns 0 and later calls done exactly once (possibly
+ * before this returns, on another thread); or returns -1 with err filled
+ * (SBX_E_RATE_LIMITED at max_inflight, SBX_E_SANDBOX_ERROR when the channel
+ * is down) and never calls done. */
+int agentless_exec_start(struct agentless_conn *c, const struct agentless_exec_req *req,
+			 agentless_exec_done_fn done, void *opaque, struct sbx_error *err);
+
+/* Synchronous wrapper for tools and tests. 0 and fills *res, or -1. */
+int agentless_exec(struct agentless_conn *c, const struct agentless_exec_req *req,
+		   struct agentless_exec_result *res, struct sbx_error *err);
+
+/* Enforce host backstop deadlines (timeout_ms + backstop_grace_ms) at
+ * monotonic time now_ms: KILL and fail overdue execs. Call every ~250 ms. */
+void agentless_conn_tick(struct agentless_conn *c, int64_t now_ms);
+
+/* Number of execs in flight. */
+unsigned agentless_conn_inflight(struct agentless_conn *c);
+
+/* Close the channel, fail every in-flight exec with SBX_E_SANDBOX_ERROR
+ * (message given), and free the conn. */
+void agentless_conn_free(struct agentless_conn *c, const char *why);
+
+#endif

@@ -1,0 +1,150 @@
+/* The exec channel's wire format, shared by the host (agentless.c) and the
+ * guest init (guest/init.c). Pure encode/decode: no I/O, no allocation
+ * beyond what the caller passes, no dependency but libc, so the static
+ * guest init links it too.
+ *
+ * A frame is a 12-byte header followed by `len` payload bytes:
+ *
+ *     u8  type        (enum wire_type)
+ *     u8  flags       (0; receivers ignore unknown bits)
+ *     u16 reserved    (0)
+ *     u32 id          (exec id; 0 for connection-level frames)
+ *     u32 len         (payload bytes, <= WIRE_MAX_PAYLOAD)
+ *
+ * All integers are big-endian. A payload is a sequence of TLV fields:
+ *
+ *     u16 tag, u32 len, len bytes of value
+ *
+ * Integers inside values are big-endian u32/u64 (exit code: u32 holding an
+ * int32). Strings are raw bytes without NUL (a receiver must reject NUL in
+ * cwd and env). Unknown tags are skipped, so a newer peer may add fields.
+ *
+ * Versions: the guest sends HELLO with its version and the oldest it can
+ * speak; the host answers WELCOME with the version it picked. A host speaks
+ * [WIRE_VERSION_MIN, WIRE_VERSION] so guests booted by the previous daemon
+ * keep working after an upgrade.
+ */
+#ifndef SBX_WIRE_H
+#define SBX_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define WIRE_VERSION 1
+#define WIRE_VERSION_MIN 1
+#define WIRE_PORT_NAME "org.sandboxd.exec.0"
+
+#define WIRE_HEADER_LEN 12
+/* Largest payload either side may send (an EXEC carries a command of up to
+ * the configured cap, default 256 KiB, plus env). Receivers check the
+ * header's len against their own limit before allocating. */
+#define WIRE_MAX_PAYLOAD (1024 * 1024)
+/* The guest ships output in chunks of at most this many bytes, and the host
+ * refuses any guest frame longer than WIRE_MAX_GUEST_PAYLOAD. */
+#define WIRE_MAX_CHUNK (60 * 1024)
+#define WIRE_MAX_GUEST_PAYLOAD (64 * 1024)
+
+enum wire_type {
+	/* guest -> host, id 0: {VERSION, VERSION_MIN, BOOT_MS} once at start */
+	WIRE_HELLO = 1,
+	/* host -> guest, id 0: {VERSION, TIME_NS}: version picked, wall clock */
+	WIRE_WELCOME = 2,
+	/* host -> guest, id 0: {TIME_NS}: periodic wall clock */
+	WIRE_TIME = 3,
+	/* host -> guest: payload echoed back verbatim as PONG (same id) */
+	WIRE_PING = 4,
+	WIRE_PONG = 5,
+	/* host -> guest, id = exec id (non-zero, unique per connection):
+	 * {COMMAND, CWD, ENV*, TIMEOUT_MS, STDOUT_CAP, STDERR_CAP} */
+	WIRE_EXEC = 10,
+	/* guest -> host: raw bytes of the stream, <= WIRE_MAX_CHUNK, only the
+	 * first STDOUT_CAP/STDERR_CAP bytes of each stream are ever shipped */
+	WIRE_STDOUT = 11,
+	WIRE_STDERR = 12,
+	/* guest -> host, ends an exec: {EXIT_CODE, DURATION_MS, TIMED_OUT,
+	 * STDOUT_TOTAL, STDERR_TOTAL} (totals count dropped bytes too) */
+	WIRE_EXIT = 13,
+	/* guest -> host, ends an exec that could not start:
+	 * {ERROR_KIND, PARAM?, MESSAGE} */
+	WIRE_ERROR = 14,
+	/* host -> guest: kill the exec's whole cgroup now (host backstop);
+	 * the guest still answers with EXIT (timed_out = 1) */
+	WIRE_KILL = 15,
+};
+
+enum wire_tag {
+	WIRE_T_VERSION = 1,      /* u32 */
+	WIRE_T_VERSION_MIN = 2,  /* u32 */
+	WIRE_T_TIME_NS = 3,      /* u64, ns since the epoch, UTC */
+	WIRE_T_BOOT_MS = 4,      /* u32, guest uptime at HELLO */
+	WIRE_T_COMMAND = 10,     /* bytes, run as /bin/sh -c COMMAND */
+	WIRE_T_CWD = 11,         /* bytes, absolute path */
+	WIRE_T_ENV = 12,         /* bytes "KEY=VALUE", repeatable, merged over defaults */
+	WIRE_T_TIMEOUT_MS = 13,  /* u32 */
+	WIRE_T_STDOUT_CAP = 14,  /* u32 bytes */
+	WIRE_T_STDERR_CAP = 15,  /* u32 bytes */
+	WIRE_T_EXIT_CODE = 20,   /* u32 holding int32: status, or 128+signal */
+	WIRE_T_DURATION_MS = 21, /* u32, measured in the guest */
+	WIRE_T_TIMED_OUT = 22,   /* u32, 0 or 1 */
+	WIRE_T_STDOUT_TOTAL = 23,/* u64 bytes the command wrote to stdout */
+	WIRE_T_STDERR_TOTAL = 24,/* u64 */
+	WIRE_T_ERROR_KIND = 30,  /* u32, enum wire_error_kind */
+	WIRE_T_PARAM = 31,       /* bytes, the request field to blame */
+	WIRE_T_MESSAGE = 32,     /* bytes, one sentence */
+};
+
+enum wire_error_kind {
+	WIRE_ERR_BAD_REQUEST = 1, /* malformed EXEC; PARAM names the field */
+	WIRE_ERR_CWD = 2,         /* cwd missing or not a directory */
+	WIRE_ERR_BUSY = 3,        /* guest at its own in-flight limit */
+	WIRE_ERR_SPAWN = 4,       /* fork/exec/cgroup failed in the guest */
+};
+
+struct wire_header {
+	uint8_t type;
+	uint8_t flags;
+	uint32_t id;
+	uint32_t len;
+};
+
+/* Encode a header into out[WIRE_HEADER_LEN]. */
+void wire_header_encode(const struct wire_header *h, uint8_t out[WIRE_HEADER_LEN]);
+/* Decode in[WIRE_HEADER_LEN]. Returns 0, or -1 when len > max_payload
+ * (the caller's own limit) or reserved bits are set. */
+int wire_header_decode(const uint8_t in[WIRE_HEADER_LEN], uint32_t max_payload,
+		       struct wire_header *h);
+
+/* A payload under construction in a caller-owned buffer. Appends that do
+ * not fit set `overflow` and are dropped; check it before sending. */
+struct wire_writer {
+	uint8_t *buf;
+	size_t cap;
+	size_t len;
+	int overflow;
+};
+void wire_writer_init(struct wire_writer *w, uint8_t *buf, size_t cap);
+void wire_put_bytes(struct wire_writer *w, uint16_t tag, const void *v, size_t len);
+void wire_put_str(struct wire_writer *w, uint16_t tag, const char *s);
+void wire_put_u32(struct wire_writer *w, uint16_t tag, uint32_t v);
+void wire_put_u64(struct wire_writer *w, uint16_t tag, uint64_t v);
+
+/* Iterate the TLV fields of a received payload. */
+struct wire_reader {
+	const uint8_t *buf;
+	size_t len;
+	size_t off;
+};
+struct wire_field {
+	uint16_t tag;
+	uint32_t len;
+	const uint8_t *value; /* points into the payload */
+};
+void wire_reader_init(struct wire_reader *r, const void *payload, size_t len);
+/* 1 and fills f when a field was read; 0 at the clean end; -1 when the
+ * payload is malformed (a field runs past the end). */
+int wire_next(struct wire_reader *r, struct wire_field *f);
+/* Value of an integer field; -1 when the field's length is wrong. */
+int wire_field_u32(const struct wire_field *f, uint32_t *v);
+int wire_field_u64(const struct wire_field *f, uint64_t *v);
+
+#endif

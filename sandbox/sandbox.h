@@ -1,0 +1,265 @@
+/* sandbox: the use cases (create, get, list, exec, extend, destroy, expire,
+ * reconcile, usage, keys, admin). The only module that calls more than one
+ * of billing/, store/, vmm/ and agentless/, and the only place that knows
+ * the order of the steps (reserve -> boot -> wait for HELLO -> record).
+ *
+ * api/ calls it with plain structs; it never sees HTTP or JSON.
+ * Every function is thread-safe. Errors come back in struct sbx_error with
+ * the API.md code to answer with.
+ */
+#ifndef SBX_SANDBOX_H
+#define SBX_SANDBOX_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../util/util.h"
+
+#define SANDBOX_ID_MAX 40
+#define SANDBOX_MAX_SIZES 8
+
+/* ---------------------------------------------------------------- config */
+
+struct sandbox_size {
+	char name[16];
+	unsigned vcpus;
+	uint64_t memory_mib;
+	uint64_t disk_gib;
+	int64_t price_micro_per_hour;
+};
+
+/* Every knob of the daemon; docs/configuration.md lists each key of the
+ * JSON config file with its default. Paths are absolute. */
+struct sandbox_config {
+	char mode[16];           /* "development" | "production" */
+	char listen[64];         /* "127.0.0.1:8080" */
+	char db_path[PATH_MAX];
+	char state_dir[PATH_MAX];/* kernel, images, overlays, sockets; qemu-readable */
+	char libvirt_uri[256];
+	char domain_prefix[32];  /* "sbx-" */
+	char accel[8];           /* "auto" | "kvm" | "tcg" */
+	bool allow_tcg;
+	char kernel[PATH_MAX];
+	char initrd[PATH_MAX];
+	char base_image[PATH_MAX];/* "" = initramfs only (tiny image) */
+	char kernel_cmdline[256];
+	char transport[16];      /* "stream" | "socket" */
+	unsigned tb_cache_mib;
+
+	struct sandbox_size sizes[SANDBOX_MAX_SIZES];
+	size_t n_sizes;
+	char default_size[16];
+	int default_timeout_minutes; /* 15 */
+	int max_timeout_minutes;     /* 1440 */
+	int max_lifetime_minutes;    /* 1440: 24 h from created_at */
+
+	int max_sandboxes_per_account;  /* 20 */
+	int max_execs_per_sandbox;      /* 64 */
+	size_t max_body_bytes;          /* HTTP request body cap, 1 MiB */
+	size_t max_command_bytes;       /* 256 KiB */
+	size_t output_cap_bytes;        /* per stream, 1 MiB */
+	uint32_t default_exec_timeout_ms; /* 60000 */
+	uint32_t boot_timeout_ms;       /* create -> HELLO deadline, 60000 */
+	uint32_t exec_backstop_grace_ms;/* 10000 */
+
+	int max_guests;              /* host capacity */
+	double memory_overcommit;    /* guest memory <= ratio * host RAM */
+	int max_concurrent_boots;
+	uint64_t min_free_disk_mib;
+
+	bool destroy_on_exit;        /* destroy guests when the daemon stops */
+	int http_threads;            /* libmicrohttpd thread pool size */
+};
+
+/* Built-in defaults (API.md tables). */
+void sandbox_config_defaults(struct sandbox_config *cfg);
+/* Fill what derives from others when left empty: db_path =
+ * state_dir/sandboxd.db, kernel/initrd = state_dir/images/tiny/{vmlinux,
+ * initramfs.cpio.gz}. Call after the file and the flags were applied. */
+void sandbox_config_resolve(struct sandbox_config *cfg);
+/* Check a filled config (sizes sane, production refusals). 0 or -1 with
+ * SBX_E_INVALID_REQUEST naming the key in param. */
+int sandbox_config_validate(const struct sandbox_config *cfg, struct sbx_error *err);
+/* The size entry by name, or NULL (borrowed). */
+const struct sandbox_size *sandbox_config_size(const struct sandbox_config *cfg,
+					       const char *name);
+
+/* ----------------------------------------------------------- the service */
+
+struct sandbox_svc;
+
+enum sandbox_svc_flags {
+	SANDBOX_SVC_FULL = 0,  /* store + libvirt + timers: `serve` */
+	SANDBOX_SVC_ADMIN = 1, /* store only: `admin ...` commands */
+};
+
+/* Open the store, and unless ADMIN connect to libvirt, reconcile domains
+ * with the database and start the timer thread. The config is copied. */
+struct sandbox_svc *sandbox_svc_new(const struct sandbox_config *cfg, int flags,
+				    struct sbx_error *err);
+/* Stop timers, fail in-flight execs, free. With destroy_on_exit, destroys
+ * the guests of running sandboxes and ends them as `destroyed`. */
+void sandbox_svc_free(struct sandbox_svc *svc);
+/* The config in force (borrowed). */
+const struct sandbox_config *sandbox_svc_config(const struct sandbox_svc *svc);
+
+/* ------------------------------------------------------------- accounts */
+
+/* Bearer token -> account id. SBX_E_AUTHENTICATION for missing, malformed,
+ * unknown or revoked keys. */
+int sandbox_authenticate(struct sandbox_svc *svc, const char *token,
+			 char account_id[SANDBOX_ID_MAX], struct sbx_error *err);
+
+struct sandbox_key {
+	char id[SANDBOX_ID_MAX];
+	char account_id[SANDBOX_ID_MAX];
+	char prefix[24];
+	int64_t created_at_ms;
+	int64_t revoked_at_ms; /* 0 = valid */
+};
+
+/* A new API key "aas_sk_" + 64 hex (32 random bytes); the secret is shown
+ * only here. secret must hold >= 80 bytes. */
+int sandbox_key_create(struct sandbox_svc *svc, const char *account_id,
+		       struct sandbox_key *key, char secret[static 80], struct sbx_error *err);
+int sandbox_key_list(struct sandbox_svc *svc, const char *account_id, struct sandbox_key **out,
+		     size_t *n, struct sbx_error *err);
+/* account_id NULL = admin (any account). */
+int sandbox_key_revoke(struct sandbox_svc *svc, const char *account_id, const char *key_id,
+		       struct sbx_error *err);
+
+struct sandbox_account {
+	char id[SANDBOX_ID_MAX];
+	char name[128];
+	int64_t created_at_ms;
+	int64_t balance_micro;
+	int64_t available_micro;
+};
+/* New account with credit and a first key. */
+int sandbox_account_create(struct sandbox_svc *svc, const char *name, int64_t credit_micro,
+			   struct sandbox_account *acct, struct sandbox_key *key,
+			   char secret[static 80], struct sbx_error *err);
+int sandbox_account_add_credit(struct sandbox_svc *svc, const char *account_id,
+			       int64_t amount_micro, struct sandbox_account *acct,
+			       struct sbx_error *err);
+int sandbox_account_list(struct sandbox_svc *svc, struct sandbox_account **out, size_t *n,
+			 struct sbx_error *err);
+
+/* ------------------------------------------------------------ sandboxes */
+
+/* The API's sandbox object (API.md). Times are epoch ms, 0 = null. */
+struct sandbox_view {
+	char id[SANDBOX_ID_MAX];
+	char status[16]; /* running | destroyed | expired | failed */
+	char size[16];
+	int64_t created_at_ms;
+	int64_t expires_at_ms;
+	int64_t ended_at_ms;
+	int64_t cost_micro; /* so far, or final */
+};
+
+struct sandbox_create_req {
+	const char *size;    /* NULL = default */
+	int timeout_minutes; /* 0 = default; else 1..max_timeout_minutes */
+};
+
+/* Reserve, boot, wait for the guest's HELLO, record. Returns when the
+ * sandbox accepts commands. Errors in API.md's order: SBX_E_INVALID_REQUEST
+ * (param size/timeout_minutes), SBX_E_CONCURRENCY_LIMIT (+retry_after),
+ * SBX_E_INSUFFICIENT_CREDIT, SBX_E_SERVICE_UNAVAILABLE (+retry_after),
+ * SBX_E_SANDBOX_ERROR. A failed create leaves no guest, hold or charge. */
+int sandbox_create(struct sandbox_svc *svc, const char *account_id,
+		   const struct sandbox_create_req *req, struct sandbox_view *out,
+		   struct sbx_error *err);
+
+int sandbox_get(struct sandbox_svc *svc, const char *account_id, const char *id,
+		struct sandbox_view *out, struct sbx_error *err);
+
+/* status NULL = all; limit 1..100; starting_after NULL = from the newest.
+ * *out malloc'd. */
+int sandbox_list(struct sandbox_svc *svc, const char *account_id, const char *status, int limit,
+		 const char *starting_after, struct sandbox_view **out, size_t *n, bool *has_more,
+		 struct sbx_error *err);
+
+/* Destroy and settle; repeats return the same final object. */
+int sandbox_destroy(struct sandbox_svc *svc, const char *account_id, const char *id,
+		    struct sandbox_view *out, struct sbx_error *err);
+
+/* expires_at = max(expires_at, now + minutes), lifetime capped; hold for
+ * the added time. */
+int sandbox_extend(struct sandbox_svc *svc, const char *account_id, const char *id,
+		   int timeout_minutes, struct sandbox_view *out, struct sbx_error *err);
+
+/* ------------------------------------------------------------------ exec */
+
+struct sandbox_exec_req {
+	const char *command; /* NUL-terminated; api/ checked non-empty and cap */
+	size_t command_len;
+	bool has_timeout;
+	uint32_t timeout_ms; /* when has_timeout: 1..time left in the session */
+	const char *cwd;     /* NULL = /home/sandbox */
+	const char *const *env; /* "KEY=VALUE", keys already validated */
+	size_t n_env;
+};
+
+/* Raw result; api/ encodes stdout/stderr (UTF-8 sanitised or base64). */
+struct sandbox_exec_result {
+	char *stdout_buf;
+	size_t stdout_len;
+	char *stderr_buf;
+	size_t stderr_len;
+	int exit_code;
+	uint32_t duration_ms;
+	bool timed_out;
+	bool truncated;
+};
+void sandbox_exec_result_release(struct sandbox_exec_result *r);
+
+/* Called exactly once per started exec, from any thread. On success err is
+ * NULL and the callback owns *res; on failure res is NULL. */
+typedef void (*sandbox_exec_done_fn)(void *opaque, struct sandbox_exec_result *res,
+				     const struct sbx_error *err);
+
+/* Start an exec. 0 (done will be called, maybe before this returns), or -1
+ * with err (404, 410, 400 timeout_ms, 429 per-sandbox cap, 500) and done is
+ * never called. */
+int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const char *id,
+		       const struct sandbox_exec_req *req, sandbox_exec_done_fn done,
+		       void *opaque, struct sbx_error *err);
+
+/* ----------------------------------------------------------------- usage */
+
+struct sandbox_usage_size {
+	char size[16];
+	int64_t seconds;
+	int64_t cost_micro;
+};
+struct sandbox_usage_bucket {
+	int64_t start_ms;
+	int64_t seconds;
+	int64_t cost_micro;
+};
+struct sandbox_usage {
+	int64_t balance_micro;
+	int64_t reserved_micro;
+	int64_t available_micro;
+	int64_t consumed_micro;
+	struct sandbox_usage_size by_size[SANDBOX_MAX_SIZES];
+	size_t n_sizes;
+	int running;
+	int limit;
+	int64_t from_ms;
+	int64_t to_ms;
+	struct sandbox_usage_bucket *buckets; /* NULL unless granularity set */
+	size_t n_buckets;
+};
+/* from_ms/to_ms 0 = the current UTC month; granularity NULL, "day" or
+ * "hour" (SBX_E_INVALID_REQUEST otherwise, or when the range would give
+ * more than 10000 buckets). */
+int sandbox_usage(struct sandbox_svc *svc, const char *account_id, int64_t from_ms,
+		  int64_t to_ms, const char *granularity, struct sandbox_usage *out,
+		  struct sbx_error *err);
+void sandbox_usage_release(struct sandbox_usage *u);
+
+#endif

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Install the Debian packages sandboxd needs, skipping what is present.
+#   scripts/deps.sh        build, run and test dependencies
+#   scripts/deps.sh fuzz   plus clang and its fuzzer runtime
+set -euo pipefail
+pkgs=(build-essential pkg-config libvirt-daemon-system libvirt-dev qemu-system-x86 qemu-utils
+      linux-image-cloud-amd64 busybox-static libmicrohttpd-dev libjson-c-dev libsqlite3-dev
+      libssl-dev libcmocka-dev e2fsprogs cpio lz4 curl jq procps)
+[ "${1:-}" = fuzz ] && pkgs+=(clang libclang-rt-14-dev)
+[ "${1:-}" = image ] && pkgs+=(mmdebstrap)
+missing=()
+for p in "${pkgs[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" -ne 0 ]; then
+	echo "deps: missing packages ${missing[*]}; run as root or install them" >&2
+	exit 1
+fi
+echo "deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q
+apt-get install -y -q --no-install-recommends "${missing[@]}"

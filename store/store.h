@@ -1,0 +1,207 @@
+/* store: the only code that speaks SQL (sqlite3). Accounts, API keys,
+ * sandboxes and the append-only ledger, in one SQLite file.
+ *
+ * The database runs in WAL mode with synchronous=FULL, busy_timeout and
+ * foreign_keys=ON; every write is one BEGIN IMMEDIATE transaction; the schema
+ * is versioned (PRAGMA user_version) and migrated at open.
+ *
+ * Money is integer micro-USD (int64_t). The ledger holds four kinds of
+ * entries, each tied to an account and, where it applies, a sandbox:
+ *   credit  +amount to the balance                     (admin add-credit)
+ *   hold    reserves amount for a sandbox               (create, extend)
+ *   release returns unused reserve                     (sandbox end, failed create)
+ *   charge  consumes amount: leaves the balance and the reserve
+ * so that, per account:
+ *   balance  = credits - charges      consumed = charges
+ *   reserved = holds - releases - charges
+ *   available = balance - reserved    (never negative: checked at hold time)
+ * A sandbox's holds are settled (charge + release of the rest) exactly once,
+ * in the same transaction that ends it.
+ *
+ * Every query that touches tenant data takes the account id. Functions are
+ * thread-safe (one connection behind a mutex). Errors: SBX_E_INTERNAL for
+ * database failures (details logged), or the code named per function.
+ */
+#ifndef SBX_STORE_H
+#define SBX_STORE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../util/util.h"
+
+#define STORE_ID_MAX 40
+
+struct store;
+
+/* Open (creating if needed) and migrate the database at path. */
+struct store *store_open(const char *path, struct sbx_error *err);
+void store_close(struct store *s);
+
+/* --------------------------------------------------- accounts and keys */
+
+struct store_account {
+	char id[STORE_ID_MAX]; /* "acct_" + 24 hex */
+	char name[128];
+	int64_t created_at_ms;
+};
+
+/* New account with an opening credit (micro-USD, >= 0; a credit entry is
+ * written when > 0). Fills acct. */
+int store_account_create(struct store *s, const char *name, int64_t credit_micro,
+			 struct store_account *acct, struct sbx_error *err);
+/* SBX_E_NOT_FOUND when there is no such account. */
+int store_account_get(struct store *s, const char *account_id, struct store_account *acct,
+		      struct sbx_error *err);
+/* Add credit (> 0) to an account. SBX_E_NOT_FOUND, SBX_E_INVALID_REQUEST. */
+int store_credit_add(struct store *s, const char *account_id, int64_t amount_micro,
+		     struct sbx_error *err);
+/* All accounts, oldest first. *out is malloc'd (free it); *n the count. */
+int store_account_list(struct store *s, struct store_account **out, size_t *n,
+		       struct sbx_error *err);
+
+struct store_key {
+	char id[STORE_ID_MAX];      /* "key_" + 24 hex, not a secret */
+	char account_id[STORE_ID_MAX];
+	char prefix[24];            /* first characters of the secret, for display */
+	int64_t created_at_ms;
+	int64_t revoked_at_ms;      /* 0 while valid */
+};
+
+/* Store a key by its SHA-256 digest (64 hex). */
+int store_key_insert(struct store *s, const struct store_key *key, const char *digest_hex,
+		     struct sbx_error *err);
+/* The key whose digest matches (compared in constant time against the
+ * stored digest), valid and not revoked; SBX_E_AUTHENTICATION otherwise. */
+int store_key_find(struct store *s, const char *digest_hex, struct store_key *key,
+		   struct sbx_error *err);
+/* Revoke; account_id NULL means any account (admin). SBX_E_NOT_FOUND. */
+int store_key_revoke(struct store *s, const char *account_id, const char *key_id,
+		     struct sbx_error *err);
+/* Keys of an account (including revoked), newest first. */
+int store_key_list(struct store *s, const char *account_id, struct store_key **out, size_t *n,
+		   struct sbx_error *err);
+
+/* ------------------------------------------------------------ sandboxes */
+
+enum store_status {
+	STORE_CREATING,  /* intent written, hold placed, guest not ready */
+	STORE_RUNNING,
+	STORE_DESTROYED,
+	STORE_EXPIRED,
+	STORE_FAILED,
+	STORE_ABORTED,   /* create rolled back: hidden from tenants */
+};
+/* "creating", "running", ... (borrowed); parse returns -1 if unknown. */
+const char *store_status_name(enum store_status st);
+int store_status_parse(const char *name, enum store_status *st);
+
+struct store_sandbox {
+	char id[STORE_ID_MAX];         /* "sbx_" + 24 hex */
+	char account_id[STORE_ID_MAX];
+	char size[16];
+	char domain[64];               /* libvirt domain name, "" until known */
+	enum store_status status;
+	int timeout_minutes;
+	int64_t price_micro_per_hour;  /* snapshot at create */
+	int64_t requested_at_ms;       /* request received */
+	int64_t created_at_ms;         /* guest ready: billing starts (0 while creating) */
+	int64_t expires_at_ms;         /* 0 while creating */
+	int64_t ended_at_ms;           /* 0 while live */
+	int64_t last_seen_at_ms;       /* heartbeat */
+	int64_t hold_micro;            /* total reserved for it (create + extends) */
+	int64_t charge_micro;          /* final charge, once ended */
+};
+
+/* Write a create's intent in one transaction: the row (status CREATING)
+ * and a hold of hold_micro. Refuses with SBX_E_CONCURRENCY_LIMIT when the
+ * account already has max_live sandboxes that are CREATING or RUNNING, and
+ * with SBX_E_INSUFFICIENT_CREDIT (message names needed and available, in
+ * USD) when available < hold_micro. row->status and ->hold_micro are set
+ * by the call. */
+int store_sandbox_reserve(struct store *s, struct store_sandbox *row, int64_t hold_micro,
+			  int max_live, struct sbx_error *err);
+
+/* CREATING -> RUNNING with the guest's domain, created_at and expires_at.
+ * SBX_E_NOT_FOUND if the row is not CREATING. */
+int store_sandbox_activate(struct store *s, const char *id, const char *domain,
+			   int64_t created_at_ms, int64_t expires_at_ms, struct sbx_error *err);
+
+/* CREATING -> ABORTED and release the whole hold, one transaction.
+ * Returns 1 if it did, 0 if the row was not CREATING. */
+int store_sandbox_abort(struct store *s, const char *id, struct sbx_error *err);
+
+/* Computes a live sandbox's final charge inside the ending transaction
+ * (so a concurrent extend cannot slip between read and write). */
+typedef int64_t (*store_charge_fn)(const struct store_sandbox *row, int64_t ended_at_ms);
+
+/* End a RUNNING sandbox exactly once: set status (DESTROYED, EXPIRED or
+ * FAILED) and ended_at, post charge = charge_fn(row, ended_at) (capped at
+ * the row's hold) and release hold - charge, all in one transaction.
+ * Returns 1 if this call ended it, 0 if it had already ended (nothing
+ * written). *out (may be NULL) gets the final row either way. */
+int store_sandbox_end(struct store *s, const char *id, enum store_status status,
+		      int64_t ended_at_ms, store_charge_fn charge_fn, struct store_sandbox *out,
+		      struct sbx_error *err);
+
+/* Add a hold for an extension and move expires_at, one transaction; only
+ * while RUNNING (SBX_E_SANDBOX_NOT_RUNNING otherwise). Refuses with
+ * SBX_E_INSUFFICIENT_CREDIT like reserve. */
+int store_sandbox_extend(struct store *s, const char *account_id, const char *id,
+			 int64_t new_expires_at_ms, int64_t extra_hold_micro,
+			 struct sbx_error *err);
+
+/* One sandbox. account_id NULL = any account (internal use only).
+ * SBX_E_NOT_FOUND when missing, ABORTED, or of another account. */
+int store_sandbox_get(struct store *s, const char *account_id, const char *id,
+		      struct store_sandbox *out, struct sbx_error *err);
+
+/* An account's sandboxes, newest first (created_at, then id), ABORTED
+ * hidden; `status` filter may be NULL; at most `limit` rows after the row
+ * `starting_after` (NULL = from the newest; unknown id -> SBX_E_NOT_FOUND
+ * with param "starting_after"). *out malloc'd; *has_more set. */
+int store_sandbox_list(struct store *s, const char *account_id, const enum store_status *status,
+		       int limit, const char *starting_after, struct store_sandbox **out,
+		       size_t *n, bool *has_more, struct sbx_error *err);
+
+/* Every CREATING or RUNNING row of any account (reconcile, expiry). */
+int store_sandbox_list_live(struct store *s, struct store_sandbox **out, size_t *n,
+			    struct sbx_error *err);
+
+/* Heartbeat: last_seen_at = now_ms for a RUNNING row. */
+int store_sandbox_touch(struct store *s, const char *id, int64_t now_ms, struct sbx_error *err);
+
+/* An account's sandboxes (not ABORTED) that were ready (created_at > 0)
+ * and whose runtime [created_at, ended_at or now] overlaps [from_ms, to_ms),
+ * for usage reports. *out malloc'd. */
+int store_sandbox_list_overlapping(struct store *s, const char *account_id, int64_t from_ms,
+				   int64_t to_ms, struct store_sandbox **out, size_t *n,
+				   struct sbx_error *err);
+
+/* Count of CREATING or RUNNING sandboxes of an account. */
+int store_sandbox_count_live(struct store *s, const char *account_id, int *n,
+			     struct sbx_error *err);
+
+/* --------------------------------------------------------------- ledger */
+
+struct store_balance {
+	int64_t credits_micro;
+	int64_t consumed_micro;  /* sum of charges */
+	int64_t balance_micro;   /* credits - consumed */
+	int64_t reserved_micro;  /* holds - releases - charges */
+	int64_t available_micro; /* balance - reserved */
+};
+/* Ledger totals of an account (settled entries only; cost accrued by
+ * running sandboxes is billing/'s to add). */
+int store_balance_get(struct store *s, const char *account_id, struct store_balance *out,
+		      struct sbx_error *err);
+
+/* Check the ledger invariants of one account (NULL = every account):
+ * balance = credits - consumed, available >= 0, every ended or aborted
+ * sandbox's holds settled exactly once (charges + releases = holds), no
+ * sandbox with more than one charge, live sandboxes unsettled. 0, or -1
+ * with SBX_E_INTERNAL and the first violation in the message. For tests
+ * and `admin check-ledger`. */
+int store_ledger_check(struct store *s, const char *account_id, struct sbx_error *err);
+
+#endif

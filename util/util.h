@@ -1,0 +1,196 @@
+/* util: errors, logging, time, bounded buffers, random ids, text encodings
+ * and the byte-channel vocabulary shared by vmm/ and agentless/.
+ *
+ * Depends on nothing in the project (libc and OpenSSL's RAND/EVP only).
+ * Every function here is thread-safe unless it says otherwise.
+ */
+#ifndef SBX_UTIL_H
+#define SBX_UTIL_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+/* ---------------------------------------------------------------- errors */
+
+/* One table: code, HTTP status, stable `type` string (API.md "Conventions").
+ * Only api/ turns a code into a response; everything else just fills
+ * struct sbx_error. */
+#define SBX_FOR_EACH_ERROR(X)                                                  \
+	X(SBX_OK, 200, "ok")                                                   \
+	X(SBX_E_INVALID_REQUEST, 400, "invalid_request")                       \
+	X(SBX_E_AUTHENTICATION, 401, "authentication_error")                   \
+	X(SBX_E_INSUFFICIENT_CREDIT, 402, "insufficient_credit")               \
+	X(SBX_E_PERMISSION, 403, "permission_error")                           \
+	X(SBX_E_NOT_FOUND, 404, "not_found")                                   \
+	X(SBX_E_METHOD_NOT_ALLOWED, 405, "method_not_allowed")                 \
+	X(SBX_E_IDEMPOTENCY_CONFLICT, 409, "idempotency_conflict")             \
+	X(SBX_E_SANDBOX_NOT_RUNNING, 410, "sandbox_not_running")               \
+	X(SBX_E_PAYLOAD_TOO_LARGE, 413, "payload_too_large")                   \
+	X(SBX_E_UNSUPPORTED_MEDIA_TYPE, 415, "unsupported_media_type")         \
+	X(SBX_E_IDEMPOTENCY_MISMATCH, 422, "idempotency_mismatch")             \
+	X(SBX_E_RATE_LIMITED, 429, "rate_limited")                             \
+	X(SBX_E_CONCURRENCY_LIMIT, 429, "concurrency_limit")                   \
+	X(SBX_E_INTERNAL, 500, "api_error")                                    \
+	X(SBX_E_SANDBOX_ERROR, 500, "sandbox_error")                           \
+	X(SBX_E_SERVICE_UNAVAILABLE, 503, "service_unavailable")
+
+enum sbx_code {
+#define SBX_X_ENUM(code, status, type) code,
+	SBX_FOR_EACH_ERROR(SBX_X_ENUM)
+#undef SBX_X_ENUM
+	SBX_CODE_COUNT
+};
+
+/* An error travels up as the last argument of every fallible call.
+ * `message` is one lowercase sentence safe to show a tenant (no host paths,
+ * SQL or XML); details for operators go to the log instead. */
+struct sbx_error {
+	enum sbx_code code;
+	char message[256];
+	char param[64];     /* field to blame, "" when none */
+	int retry_after_s;  /* for 429/503, 0 when none */
+};
+
+/* HTTP status / stable type string of a code. */
+int sbx_code_status(enum sbx_code code);
+const char *sbx_code_type(enum sbx_code code);
+
+/* Fill `err` (which may be NULL) and return -1, so callers can write
+ * `return sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such sandbox '%s'", id);`.
+ * `param` may be NULL. */
+int sbx_error_set(struct sbx_error *err, enum sbx_code code, const char *param, const char *fmt,
+		  ...) __attribute__((format(printf, 4, 5)));
+/* Reset to SBX_OK. */
+void sbx_error_clear(struct sbx_error *err);
+
+/* --------------------------------------------------------------- logging */
+
+enum sbx_log_level { SBX_LOG_DEBUG, SBX_LOG_INFO, SBX_LOG_WARN, SBX_LOG_ERROR };
+/* Lines go to stderr as "2026-11-29T19:40:00.123Z level module: message". */
+void sbx_log_set_level(enum sbx_log_level level);
+void sbx_log(enum sbx_log_level level, const char *module, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+#define sbx_debug(mod, ...) sbx_log(SBX_LOG_DEBUG, mod, __VA_ARGS__)
+#define sbx_info(mod, ...) sbx_log(SBX_LOG_INFO, mod, __VA_ARGS__)
+#define sbx_warn(mod, ...) sbx_log(SBX_LOG_WARN, mod, __VA_ARGS__)
+#define sbx_err(mod, ...) sbx_log(SBX_LOG_ERROR, mod, __VA_ARGS__)
+
+/* ------------------------------------------------------------------ time */
+
+/* Milliseconds: monotonic clock (deadlines, durations). */
+int64_t sbx_mono_ms(void);
+/* Milliseconds since the Unix epoch, UTC wall clock. */
+int64_t sbx_wall_ms(void);
+/* "2026-08-22T14:31:00Z" (seconds precision, UTC) into buf (>= 21 bytes). */
+void sbx_rfc3339(int64_t epoch_ms, char buf[static 32]);
+/* Parse an RFC 3339 timestamp ("...Z" or with numeric offset, optional
+ * fraction) into epoch ms. Returns 0, or -1 when malformed. */
+int sbx_rfc3339_parse(const char *s, int64_t *epoch_ms);
+
+/* --------------------------------------------------------------- cleanup */
+
+static inline void sbx_freep(void *p)
+{
+	free(*(void **)p);
+}
+static inline void sbx_closep(int *fd)
+{
+	if (*fd >= 0)
+		close(*fd);
+}
+#define _cleanup_(f) __attribute__((cleanup(f)))
+#define _cleanup_free_ _cleanup_(sbx_freep)
+#define _cleanup_close_ _cleanup_(sbx_closep)
+/* Hand ownership on: returns the pointer and NULLs the variable. */
+#define TAKE_PTR(p)                                                            \
+	({                                                                     \
+		__typeof__(p) take_ptr_tmp_ = (p);                             \
+		(p) = NULL;                                                    \
+		take_ptr_tmp_;                                                 \
+	})
+
+/* ------------------------------------------------------- bounded buffers */
+
+/* A growable byte buffer that never grows past `max` bytes (curl dynbuf).
+ * The data is always followed by a NUL that `len` does not count. */
+struct sbx_buf {
+	char *data;
+	size_t len;
+	size_t cap;
+	size_t max;
+};
+void sbx_buf_init(struct sbx_buf *b, size_t max);
+/* Append; returns 0, or -1 (nothing appended) if it would exceed max or
+ * memory runs out. */
+int sbx_buf_append(struct sbx_buf *b, const void *data, size_t len);
+int sbx_buf_printf(struct sbx_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Give the caller the data (free() it); the buffer is empty afterwards. */
+char *sbx_buf_steal(struct sbx_buf *b, size_t *len);
+void sbx_buf_release(struct sbx_buf *b);
+
+/* --------------------------------------------------------- random & ids */
+
+/* Cryptographically random bytes (OpenSSL RAND_bytes). 0 or -1. */
+int sbx_random_bytes(void *out, size_t len);
+/* `prefix` followed by 2*nbytes lowercase hex digits into out (size outlen).
+ * e.g. sbx_random_id("sbx_", 12, buf, sizeof buf) -> "sbx_1f..(24 hex)". */
+int sbx_random_id(const char *prefix, size_t nbytes, char *out, size_t outlen);
+/* Lowercase hex of `len` bytes into out (2*len+1 bytes). */
+void sbx_hex(const void *in, size_t len, char *out);
+/* SHA-256 of data as 64 lowercase hex digits + NUL. */
+void sbx_sha256_hex(const void *data, size_t len, char out[static 65]);
+/* Constant-time comparison of two equal-length byte strings. */
+bool sbx_ct_equal(const void *a, const void *b, size_t len);
+
+/* ------------------------------------------------------------- encodings */
+
+/* Copy `len` bytes as valid UTF-8 into a new NUL-terminated string:
+ * each byte that is not part of a well-formed sequence (RFC 3629) becomes
+ * U+FFFD; NUL bytes are kept (so use *out_len, not strlen). When
+ * `cut_tail` is set, an incomplete sequence at the very end (a cap that cut
+ * a character) is dropped instead of replaced. Returns NULL on ENOMEM. */
+char *sbx_utf8_sanitize(const char *in, size_t len, bool cut_tail, size_t *out_len);
+/* Standard base64 (RFC 4648, with padding) as a new NUL-terminated string. */
+char *sbx_base64_encode(const void *in, size_t len);
+
+/* ------------------------------------------------------ the byte channel */
+
+/* A byte pipe to one guest's exec port. vmm/ provides it (a libvirt stream
+ * or a unix socket); agentless/ speaks the protocol over it and never sees
+ * what is underneath.
+ *
+ * Inbound bytes are pushed: the provider calls `sbx_recv_fn` from its own
+ * thread with each chunk it reads (len > 0), in order, never concurrently,
+ * and once with len == 0 when the channel is closed or broken (EOF). After
+ * the EOF call, or after `close` returns, it is never called again. */
+typedef void (*sbx_recv_fn)(void *opaque, const void *buf, size_t len);
+
+struct sbx_channel {
+	void *ctx;
+	/* Write all `len` bytes, blocking as needed. 0, or -1 on a broken
+	 * channel. Callers serialise sends themselves. */
+	int (*send)(void *ctx, const void *buf, size_t len);
+	/* Stop delivery, wait until no recv callback is running, free ctx.
+	 * Must not be called from inside the recv callback. */
+	void (*close)(void *ctx);
+};
+
+/* ---------------------------------------------------------------- misc */
+
+#define SBX_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define SBX_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define SBX_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* Create a directory and its parents with `mode`; existing is fine. */
+int sbx_mkdir_p(const char *path, unsigned mode);
+/* Read a whole small file (up to max bytes) into a new NUL-terminated
+ * string. NULL with errno on failure or when larger than max. */
+char *sbx_read_file(const char *path, size_t max, size_t *len);
+/* Write data to path atomically (tmp + rename) with `mode`. 0 or -1. */
+int sbx_write_file(const char *path, const void *data, size_t len, unsigned mode);
+
+#endif

@@ -1,0 +1,138 @@
+/* vmm: the only code that speaks libvirt. Knows guests, domains, overlays
+ * and channels; knows nothing of accounts, money or the exec protocol.
+ *
+ * A guest is a transient libvirt domain (virDomainCreateXML) with a
+ * daemon-chosen name "<prefix><12 hex>" (a warm pool hands out pre-booted
+ * domains, so the name is not the sandbox id); the sandbox id, when the
+ * guest has one, lives in the domain's <metadata> (namespace
+ * VMM_METADATA_NS) so a restarted daemon can reconcile.
+ *
+ * Threads: vmm_new() starts one thread running libvirt's default event
+ * loop (lifecycle events, stream callbacks). All functions are thread-safe.
+ */
+#ifndef SBX_VMM_H
+#define SBX_VMM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../util/util.h"
+
+#define VMM_METADATA_NS "https://sandboxd.dev/xmlns/domain/1"
+
+struct vmm;
+struct vmm_vm;
+
+enum vmm_accel {
+	VMM_ACCEL_AUTO, /* kvm when /dev/kvm exists, else tcg if allowed */
+	VMM_ACCEL_KVM,
+	VMM_ACCEL_TCG,
+};
+
+enum vmm_transport {
+	/* virDomainOpenChannel(): a virStream through libvirt's connection,
+	 * driven by the event loop; works for remote hosts too. */
+	VMM_TRANSPORT_STREAM,
+	/* The daemon connect()s to the channel's unix socket itself
+	 * (local hosts only), one reader thread per guest. */
+	VMM_TRANSPORT_SOCKET,
+};
+
+struct vmm_config {
+	const char *uri;         /* "qemu:///system" */
+	const char *name_prefix; /* domain names start with it, e.g. "sbx-" */
+	enum vmm_accel accel;
+	bool allow_tcg;          /* TCG is no security boundary: off in production */
+	const char *kernel;      /* path to the guest kernel (PVH vmlinux or bzImage) */
+	const char *initrd;      /* path to the initramfs */
+	const char *base_image;  /* qcow2 base for root disks; NULL/"" = no disk */
+	const char *cmdline;     /* extra kernel command-line words, may be NULL */
+	const char *run_dir;     /* overlays, channel sockets, console logs; must
+				  * be readable by qemu (libvirt-qemu), not /root */
+	enum vmm_transport transport;
+	unsigned tb_cache_mib;   /* TCG translation cache, 0 = qemu default */
+	uint64_t console_log_max;/* bytes of guest console kept per domain */
+};
+
+/* What one guest looks like. */
+struct vmm_guest_spec {
+	unsigned vcpus;
+	uint64_t memory_mib;
+	uint64_t disk_gib;      /* virtual size of the overlay; 0 = no disk */
+	const char *sandbox_id; /* for <metadata>; NULL or "" for none */
+};
+
+/* Connect to libvirt and start the event-loop thread. NULL with
+ * SBX_E_SERVICE_UNAVAILABLE (libvirt unreachable) or SBX_E_INTERNAL (bad
+ * config: TCG needed but not allowed, kernel missing). */
+struct vmm *vmm_new(const struct vmm_config *cfg, struct sbx_error *err);
+/* Stop the event loop and disconnect. Guests keep running. Call after every
+ * vmm_vm was freed. */
+void vmm_free(struct vmm *v);
+
+/* The accelerator vmm_new() settled on: "kvm" or "tcg" (borrowed). */
+const char *vmm_accel_name(const struct vmm *v);
+
+/* The domain XML for `name` (pure function, for tests and the bench).
+ * `kvm` picks <domain type='kvm'> vs 'qemu'. Caller frees. NULL on ENOMEM
+ * or an invalid name. */
+char *vmm_domain_xml(const struct vmm_config *cfg, const char *name,
+		     const struct vmm_guest_spec *spec, bool kvm);
+
+/* Boot a new guest: make its overlay (qemu-img create -b base, when a base
+ * image is configured), define and start a transient domain. Returns
+ * without waiting for the guest to be ready. NULL with
+ * SBX_E_SERVICE_UNAVAILABLE (libvirt refused: out of resources) or
+ * SBX_E_SANDBOX_ERROR. Nothing is left behind on failure. */
+struct vmm_vm *vmm_vm_start(struct vmm *v, const struct vmm_guest_spec *spec,
+			    struct sbx_error *err);
+
+/* Find a running domain of ours by name (after a daemon restart). NULL
+ * with SBX_E_NOT_FOUND when it does not run. */
+struct vmm_vm *vmm_vm_lookup(struct vmm *v, const char *name, struct sbx_error *err);
+
+/* The domain name (borrowed, lives as long as vm). */
+const char *vmm_vm_name(const struct vmm_vm *vm);
+
+/* Set/replace the sandbox id in the domain's <metadata> (live). 0 or -1. */
+int vmm_vm_set_sandbox_id(struct vmm_vm *vm, const char *sandbox_id, struct sbx_error *err);
+
+/* Open the byte channel to the guest's exec port (WIRE_PORT_NAME) with the
+ * configured transport. `recv` gets every chunk the guest writes (see
+ * util.h). The caller owns *out and must call out->close. 0 or -1. */
+int vmm_vm_open_channel(struct vmm_vm *vm, sbx_recv_fn recv, void *opaque,
+			struct sbx_channel *out, struct sbx_error *err);
+/* Same with an explicit transport (for the bench). */
+int vmm_vm_open_channel_via(struct vmm_vm *vm, enum vmm_transport t, sbx_recv_fn recv,
+			    void *opaque, struct sbx_channel *out, struct sbx_error *err);
+
+/* Is the domain still running? */
+bool vmm_vm_is_running(struct vmm_vm *vm);
+
+/* Destroy the domain (if it still runs) and delete its overlay, socket and
+ * console log. Idempotent. 0, or -1 when libvirt could not destroy it. */
+int vmm_vm_destroy(struct vmm_vm *vm, struct sbx_error *err);
+
+/* Free the handle only; the domain keeps running. */
+void vmm_vm_free(struct vmm_vm *vm);
+
+/* The last `max` bytes of the guest's serial console (for logs on a failed
+ * boot). Caller frees; NULL when there is none. */
+char *vmm_vm_console_tail(struct vmm_vm *vm, size_t max);
+
+/* Called from the event-loop thread when a domain of ours stops for any
+ * reason (destroyed, crashed, guest PID 1 died -> panic=-1 -> reboot ->
+ * destroy). `name` is borrowed. */
+typedef void (*vmm_stopped_fn)(void *opaque, const char *name);
+void vmm_set_stopped_callback(struct vmm *v, vmm_stopped_fn fn, void *opaque);
+
+/* Each running domain whose name starts with the configured prefix:
+ * fn(opaque, name, sandbox_id or "" when none). Returns the count or -1. */
+typedef void (*vmm_domain_fn)(void *opaque, const char *name, const char *sandbox_id);
+int vmm_list_domains(struct vmm *v, vmm_domain_fn fn, void *opaque, struct sbx_error *err);
+
+/* Destroy a domain of ours by name and delete its files (for reconcile and
+ * test cleanup). 0 (also when it was already gone) or -1. */
+int vmm_destroy_by_name(struct vmm *v, const char *name, struct sbx_error *err);
+
+#endif
