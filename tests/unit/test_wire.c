@@ -1,0 +1,191 @@
+/* Unit tests of agentless/wire.c: header and TLV round trips and bounds. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "agentless/wire.h"
+
+static void test_header_round_trip(void **state)
+{
+	struct wire_header h = {.type = WIRE_STDOUT, .flags = 0x80, .id = 0xdeadbeef, .len = 4096};
+	struct wire_header g;
+	uint8_t buf[WIRE_HEADER_LEN];
+
+	(void)state;
+	wire_header_encode(&h, buf);
+	/* big-endian on the wire */
+	assert_int_equal(buf[0], WIRE_STDOUT);
+	assert_int_equal(buf[1], 0x80);
+	assert_int_equal(buf[2], 0);
+	assert_int_equal(buf[3], 0);
+	assert_int_equal(buf[4], 0xde);
+	assert_int_equal(buf[7], 0xef);
+	assert_int_equal(buf[8], 0x00);
+	assert_int_equal(buf[10], 0x10);
+	assert_int_equal(buf[11], 0x00);
+
+	assert_int_equal(wire_header_decode(buf, WIRE_MAX_PAYLOAD, &g), 0);
+	assert_int_equal(g.type, h.type);
+	assert_int_equal(g.flags, h.flags);
+	assert_int_equal(g.id, h.id);
+	assert_int_equal(g.len, h.len);
+}
+
+static void test_header_bounds(void **state)
+{
+	struct wire_header h = {.type = WIRE_STDOUT, .id = 1, .len = WIRE_MAX_GUEST_PAYLOAD};
+	struct wire_header g;
+	uint8_t buf[WIRE_HEADER_LEN];
+
+	(void)state;
+	wire_header_encode(&h, buf);
+	/* exactly at the limit is fine, one byte more is not */
+	assert_int_equal(wire_header_decode(buf, WIRE_MAX_GUEST_PAYLOAD, &g), 0);
+	h.len = WIRE_MAX_GUEST_PAYLOAD + 1;
+	wire_header_encode(&h, buf);
+	assert_int_equal(wire_header_decode(buf, WIRE_MAX_GUEST_PAYLOAD, &g), -1);
+	/* a huge length */
+	memset(buf + 8, 0xff, 4);
+	assert_int_equal(wire_header_decode(buf, WIRE_MAX_PAYLOAD, &g), -1);
+	/* reserved bits set */
+	h.len = 0;
+	wire_header_encode(&h, buf);
+	buf[3] = 1;
+	assert_int_equal(wire_header_decode(buf, WIRE_MAX_PAYLOAD, &g), -1);
+}
+
+static void test_tlv_round_trip(void **state)
+{
+	uint8_t buf[256];
+	struct wire_writer w;
+	struct wire_reader r;
+	struct wire_field f;
+	uint32_t v32;
+	uint64_t v64;
+	static const char bin[] = {'a', 0, 'b'};
+
+	(void)state;
+	wire_writer_init(&w, buf, sizeof buf);
+	wire_put_str(&w, WIRE_T_COMMAND, "echo hi");
+	wire_put_u32(&w, WIRE_T_TIMEOUT_MS, 120000);
+	wire_put_u64(&w, WIRE_T_TIME_NS, 0x0102030405060708ULL);
+	wire_put_bytes(&w, WIRE_T_ENV, bin, sizeof bin);
+	wire_put_bytes(&w, 999, NULL, 0);
+	assert_false(w.overflow);
+	assert_int_equal(w.len, 6 + 7 + 6 + 4 + 6 + 8 + 6 + 3 + 6);
+
+	wire_reader_init(&r, buf, w.len);
+	assert_int_equal(wire_next(&r, &f), 1);
+	assert_int_equal(f.tag, WIRE_T_COMMAND);
+	assert_int_equal(f.len, 7);
+	assert_memory_equal(f.value, "echo hi", 7);
+	assert_int_equal(wire_field_u32(&f, &v32), -1); /* wrong length */
+
+	assert_int_equal(wire_next(&r, &f), 1);
+	assert_int_equal(f.tag, WIRE_T_TIMEOUT_MS);
+	assert_int_equal(wire_field_u32(&f, &v32), 0);
+	assert_int_equal(v32, 120000);
+	assert_int_equal(wire_field_u64(&f, &v64), -1);
+
+	assert_int_equal(wire_next(&r, &f), 1);
+	assert_int_equal(f.tag, WIRE_T_TIME_NS);
+	assert_int_equal(wire_field_u64(&f, &v64), 0);
+	assert_true(v64 == 0x0102030405060708ULL);
+	assert_int_equal(f.value[0], 0x01); /* big-endian */
+
+	assert_int_equal(wire_next(&r, &f), 1);
+	assert_int_equal(f.tag, WIRE_T_ENV);
+	assert_int_equal(f.len, 3);
+	assert_memory_equal(f.value, bin, 3);
+
+	assert_int_equal(wire_next(&r, &f), 1);
+	assert_int_equal(f.tag, 999);
+	assert_int_equal(f.len, 0);
+
+	assert_int_equal(wire_next(&r, &f), 0);
+	assert_int_equal(wire_next(&r, &f), 0);
+}
+
+static void test_tlv_overflow(void **state)
+{
+	uint8_t buf[16];
+	struct wire_writer w;
+	struct wire_reader r;
+	struct wire_field f;
+	uint32_t v;
+
+	(void)state;
+	wire_writer_init(&w, buf, sizeof buf);
+	wire_put_u32(&w, WIRE_T_VERSION, 1); /* 10 bytes */
+	assert_false(w.overflow);
+	wire_put_u32(&w, WIRE_T_VERSION_MIN, 1); /* would be 20: dropped */
+	assert_true(w.overflow);
+	assert_int_equal(w.len, 10);
+	/* later appends stay dropped even if they would fit */
+	wire_put_bytes(&w, WIRE_T_PARAM, NULL, 0);
+	assert_int_equal(w.len, 10);
+	assert_true(w.overflow);
+
+	/* what was written before the overflow is intact */
+	wire_reader_init(&r, buf, w.len);
+	assert_int_equal(wire_next(&r, &f), 1);
+	assert_int_equal(wire_field_u32(&f, &v), 0);
+	assert_int_equal(v, 1);
+	assert_int_equal(wire_next(&r, &f), 0);
+
+	/* exact fit */
+	wire_writer_init(&w, buf, 10);
+	wire_put_u32(&w, WIRE_T_VERSION, 7);
+	assert_false(w.overflow);
+	assert_int_equal(w.len, 10);
+}
+
+static void test_tlv_truncated(void **state)
+{
+	uint8_t buf[64];
+	struct wire_writer w;
+	struct wire_reader r;
+	struct wire_field f;
+
+	(void)state;
+	wire_writer_init(&w, buf, sizeof buf);
+	wire_put_str(&w, WIRE_T_MESSAGE, "hello");
+	wire_put_str(&w, WIRE_T_PARAM, "cwd");
+
+	/* every strict prefix that cuts a field is malformed */
+	for (size_t n = 1; n < w.len; n++) {
+		int rc;
+
+		if (n == 11)
+			continue; /* a clean field boundary */
+		wire_reader_init(&r, buf, n);
+		while ((rc = wire_next(&r, &f)) == 1)
+			;
+		assert_int_equal(rc, -1);
+	}
+	/* the boundary is a clean end */
+	wire_reader_init(&r, buf, 11);
+	assert_int_equal(wire_next(&r, &f), 1);
+	assert_int_equal(wire_next(&r, &f), 0);
+
+	/* a length field claiming 4 GiB */
+	buf[2] = buf[3] = buf[4] = buf[5] = 0xff;
+	wire_reader_init(&r, buf, w.len);
+	assert_int_equal(wire_next(&r, &f), -1);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_header_round_trip),
+		cmocka_unit_test(test_header_bounds),
+		cmocka_unit_test(test_tlv_round_trip),
+		cmocka_unit_test(test_tlv_overflow),
+		cmocka_unit_test(test_tlv_truncated),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
