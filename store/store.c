@@ -1,0 +1,1311 @@
+/* store: accounts, API keys, sandboxes and the append-only ledger in SQLite.
+ *
+ * One connection (SQLITE_OPEN_FULLMUTEX) behind one pthread mutex: every
+ * public function holds s->lock for its whole duration, so a multi-statement
+ * transaction never interleaves with another thread's statements. Every write
+ * is BEGIN IMMEDIATE ... COMMIT (ROLLBACK on any failure), which also keeps
+ * other processes on the same file (the admin CLI) out of the middle of it.
+ * Values are always bound, never formatted into SQL.
+ */
+#include "store.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <string.h>
+
+#define MOD "store"
+/* A single credit may not exceed $1e9: keeps every sum far from int64 overflow. */
+#define STORE_CREDIT_MAX_MICRO INT64_C(1000000000000000)
+
+struct store {
+	sqlite3 *db;
+	pthread_mutex_t lock;
+};
+
+/* ------------------------------------------------------------- helpers */
+
+static void store_stmt_finalizep(sqlite3_stmt **stmt)
+{
+	if (*stmt)
+		sqlite3_finalize(*stmt);
+}
+#define _cleanup_stmt_ _cleanup_(store_stmt_finalizep)
+
+static void store_unlockp(struct store **s)
+{
+	if (*s)
+		pthread_mutex_unlock(&(*s)->lock);
+}
+/* Take s->lock until the end of the enclosing scope. */
+#define STORE_LOCK(s)                                                          \
+	pthread_mutex_lock(&(s)->lock);                                        \
+	struct store *store_locked_ _cleanup_(store_unlockp) = (s)
+
+static int store_db_error(struct store *s, const char *what, struct sbx_error *err)
+{
+	sbx_err(MOD, "%s: %s", what, sqlite3_errmsg(s->db));
+	return sbx_error_set(err, SBX_E_INTERNAL, NULL, "the database failed; try again later");
+}
+
+static int store_prepare(struct store *s, const char *sql, sqlite3_stmt **stmt,
+			 struct sbx_error *err)
+{
+	if (sqlite3_prepare_v2(s->db, sql, -1, stmt, NULL) != SQLITE_OK) {
+		*stmt = NULL;
+		return store_db_error(s, "prepare", err);
+	}
+	return 0;
+}
+
+static int store_bind_text(sqlite3_stmt *stmt, int i, const char *v)
+{
+	if (!v)
+		return sqlite3_bind_null(stmt, i);
+	return sqlite3_bind_text(stmt, i, v, -1, SQLITE_TRANSIENT);
+}
+
+/* Run one statement without results (DDL, BEGIN, COMMIT). */
+static int store_exec(struct store *s, const char *sql, struct sbx_error *err)
+{
+	char *msg = NULL;
+	if (sqlite3_exec(s->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
+		sbx_err(MOD, "exec: %s", msg ? msg : sqlite3_errmsg(s->db));
+		sqlite3_free(msg);
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL,
+				     "the database failed; try again later");
+	}
+	return 0;
+}
+
+static int store_tx_begin(struct store *s, struct sbx_error *err)
+{
+	return store_exec(s, "BEGIN IMMEDIATE", err);
+}
+
+static int store_tx_commit(struct store *s, struct sbx_error *err)
+{
+	return store_exec(s, "COMMIT", err);
+}
+
+static void store_tx_rollback(struct store *s)
+{
+	if (!sqlite3_get_autocommit(s->db))
+		sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+}
+
+/* Step a statement that returns no row (INSERT/UPDATE). */
+static int store_step_done(struct store *s, sqlite3_stmt *stmt, struct sbx_error *err)
+{
+	if (sqlite3_step(stmt) != SQLITE_DONE)
+		return store_db_error(s, "step", err);
+	return 0;
+}
+
+/* Step a query expected to return exactly one row (aggregates). */
+static int store_step_row(struct store *s, sqlite3_stmt *stmt, struct sbx_error *err)
+{
+	if (sqlite3_step(stmt) != SQLITE_ROW)
+		return store_db_error(s, "step", err);
+	return 0;
+}
+
+static void store_copy_col(char *dst, size_t dstlen, sqlite3_stmt *stmt, int col)
+{
+	const unsigned char *t = sqlite3_column_text(stmt, col);
+	snprintf(dst, dstlen, "%s", t ? (const char *)t : "");
+}
+
+/* Copy a caller's string into a fixed field; refuse what does not fit. */
+static int store_copy_str(char *dst, size_t dstlen, const char *src)
+{
+	if (!src || strlen(src) >= dstlen)
+		return -1;
+	memcpy(dst, src, strlen(src) + 1);
+	return 0;
+}
+
+/* "12.345678" without going near floating point (store must not call billing). */
+static void store_usd(int64_t micro, char buf[static 32])
+{
+	uint64_t m = micro < 0 ? (uint64_t)0 - (uint64_t)micro : (uint64_t)micro;
+	snprintf(buf, 32, "%s%" PRIu64 ".%06" PRIu64, micro < 0 ? "-" : "", m / 1000000,
+		 m % 1000000);
+}
+
+static const char *const store_status_names[] = {
+	[STORE_CREATING] = "creating", [STORE_RUNNING] = "running",
+	[STORE_DESTROYED] = "destroyed", [STORE_EXPIRED] = "expired",
+	[STORE_FAILED] = "failed",     [STORE_ABORTED] = "aborted",
+};
+
+const char *store_status_name(enum store_status st)
+{
+	if ((unsigned)st >= SBX_ARRAY_SIZE(store_status_names))
+		return "unknown";
+	return store_status_names[st];
+}
+
+int store_status_parse(const char *name, enum store_status *st)
+{
+	if (!name)
+		return -1;
+	for (size_t i = 0; i < SBX_ARRAY_SIZE(store_status_names); i++) {
+		if (strcmp(name, store_status_names[i]) == 0) {
+			*st = (enum store_status)i;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+/* ------------------------------------------------------------- schema */
+
+/* Ordered migrations; migration i brings user_version from i to i+1.
+ * Never edit a shipped entry: append a new one. */
+static const char *const store_migrations[] = {
+	/* 1: the initial schema */
+	"CREATE TABLE accounts ("
+	"  id TEXT PRIMARY KEY,"
+	"  name TEXT NOT NULL,"
+	"  created_at_ms INTEGER NOT NULL"
+	");"
+	"CREATE TABLE api_keys ("
+	"  id TEXT PRIMARY KEY,"
+	"  account_id TEXT NOT NULL REFERENCES accounts(id),"
+	"  digest TEXT NOT NULL UNIQUE,"
+	"  prefix TEXT NOT NULL,"
+	"  created_at_ms INTEGER NOT NULL,"
+	"  revoked_at_ms INTEGER NOT NULL DEFAULT 0"
+	");"
+	"CREATE INDEX api_keys_by_account ON api_keys(account_id, created_at_ms);"
+	"CREATE TABLE sandboxes ("
+	"  id TEXT PRIMARY KEY,"
+	"  account_id TEXT NOT NULL REFERENCES accounts(id),"
+	"  size TEXT NOT NULL,"
+	"  domain TEXT NOT NULL DEFAULT '',"
+	"  status TEXT NOT NULL CHECK (status IN ('creating','running','destroyed',"
+	"    'expired','failed','aborted')),"
+	"  timeout_minutes INTEGER NOT NULL,"
+	"  price_micro_per_hour INTEGER NOT NULL CHECK (price_micro_per_hour >= 0),"
+	"  requested_at_ms INTEGER NOT NULL,"
+	"  created_at_ms INTEGER NOT NULL DEFAULT 0,"
+	"  expires_at_ms INTEGER NOT NULL DEFAULT 0,"
+	"  ended_at_ms INTEGER NOT NULL DEFAULT 0,"
+	"  last_seen_at_ms INTEGER NOT NULL DEFAULT 0,"
+	"  hold_micro INTEGER NOT NULL DEFAULT 0 CHECK (hold_micro >= 0),"
+	"  charge_micro INTEGER NOT NULL DEFAULT 0 CHECK (charge_micro >= 0)"
+	");"
+	"CREATE INDEX sandboxes_by_account ON sandboxes(account_id, requested_at_ms, id);"
+	"CREATE INDEX sandboxes_by_account_created ON sandboxes(account_id, created_at_ms);"
+	"CREATE INDEX sandboxes_by_status ON sandboxes(status);"
+	"CREATE TABLE ledger ("
+	"  seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+	"  account_id TEXT NOT NULL REFERENCES accounts(id),"
+	"  sandbox_id TEXT NULL REFERENCES sandboxes(id),"
+	"  kind TEXT NOT NULL CHECK (kind IN ('credit','hold','release','charge')),"
+	"  amount_micro INTEGER NOT NULL CHECK (amount_micro >= 0),"
+	"  created_at_ms INTEGER NOT NULL"
+	");"
+	"CREATE INDEX ledger_by_account ON ledger(account_id, kind);"
+	"CREATE INDEX ledger_by_sandbox ON ledger(sandbox_id, kind);"
+	"CREATE TRIGGER ledger_no_update BEFORE UPDATE ON ledger"
+	"  BEGIN SELECT RAISE(ABORT, 'ledger is append-only'); END;"
+	"CREATE TRIGGER ledger_no_delete BEFORE DELETE ON ledger"
+	"  BEGIN SELECT RAISE(ABORT, 'ledger is append-only'); END;",
+};
+
+static int store_migrate(struct store *s, struct sbx_error *err)
+{
+	if (store_tx_begin(s, err) < 0)
+		return -1;
+
+	_cleanup_stmt_ sqlite3_stmt *q = NULL;
+	if (store_prepare(s, "PRAGMA user_version", &q, err) < 0 || store_step_row(s, q, err) < 0)
+		goto err_rollback;
+	int version = sqlite3_column_int(q, 0);
+	int target = (int)SBX_ARRAY_SIZE(store_migrations);
+	if (version > target) {
+		sbx_err(MOD, "database schema version %d is newer than this build's %d", version,
+			target);
+		sbx_error_set(err, SBX_E_INTERNAL, NULL, "the database is from a newer version");
+		goto err_rollback;
+	}
+	for (int v = version; v < target; v++) {
+		if (store_exec(s, store_migrations[v], err) < 0)
+			goto err_rollback;
+		sbx_info(MOD, "migrated schema to version %d", v + 1);
+	}
+	if (version < target) {
+		/* PRAGMA takes no bound parameters; target is our own constant. */
+		char sql[48];
+		snprintf(sql, sizeof sql, "PRAGMA user_version = %d", target);
+		if (store_exec(s, sql, err) < 0)
+			goto err_rollback;
+	}
+	if (store_tx_commit(s, err) < 0)
+		goto err_rollback;
+	return 0;
+
+err_rollback:
+	store_tx_rollback(s);
+	return -1;
+}
+
+struct store *store_open(const char *path, struct sbx_error *err)
+{
+	if (!path || !*path) {
+		sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL, "no database path given");
+		return NULL;
+	}
+	struct store *s = calloc(1, sizeof *s);
+	if (!s) {
+		sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+		return NULL;
+	}
+	if (pthread_mutex_init(&s->lock, NULL) != 0) {
+		free(s);
+		sbx_error_set(err, SBX_E_INTERNAL, NULL, "cannot initialise the store lock");
+		return NULL;
+	}
+	int rc = sqlite3_open_v2(path, &s->db,
+				 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+				 NULL);
+	if (rc != SQLITE_OK) {
+		sbx_err(MOD, "open %s: %s", path, s->db ? sqlite3_errmsg(s->db) : "out of memory");
+		sbx_error_set(err, SBX_E_INTERNAL, NULL, "cannot open the database");
+		goto err_close;
+	}
+	sqlite3_extended_result_codes(s->db, 1);
+	/* busy_timeout first: journal_mode=WAL itself may wait for a lock. */
+	if (store_exec(s, "PRAGMA busy_timeout = 5000", err) < 0)
+		goto err_close;
+	{
+		_cleanup_stmt_ sqlite3_stmt *q = NULL;
+		if (store_prepare(s, "PRAGMA journal_mode = WAL", &q, err) < 0 ||
+		    store_step_row(s, q, err) < 0)
+			goto err_close;
+		const unsigned char *mode = sqlite3_column_text(q, 0);
+		if (!mode || strcmp((const char *)mode, "wal") != 0) {
+			sbx_err(MOD, "journal_mode is '%s', not wal", mode ? (char *)mode : "");
+			sbx_error_set(err, SBX_E_INTERNAL, NULL, "cannot open the database");
+			goto err_close;
+		}
+	}
+	if (store_exec(s, "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON", err) < 0)
+		goto err_close;
+	if (store_migrate(s, err) < 0)
+		goto err_close;
+	return s;
+
+err_close:
+	sqlite3_close(s->db);
+	pthread_mutex_destroy(&s->lock);
+	free(s);
+	return NULL;
+}
+
+void store_close(struct store *s)
+{
+	if (!s)
+		return;
+	if (sqlite3_close(s->db) != SQLITE_OK)
+		sbx_err(MOD, "close: %s", sqlite3_errmsg(s->db));
+	pthread_mutex_destroy(&s->lock);
+	free(s);
+}
+
+/* --------------------------------------------------- accounts and keys */
+
+/* 1 if the account exists, 0 if not, -1 on error. */
+static int store_account_exists(struct store *s, const char *account_id, struct sbx_error *err)
+{
+	_cleanup_stmt_ sqlite3_stmt *q = NULL;
+	if (store_prepare(s, "SELECT 1 FROM accounts WHERE id = ?1", &q, err) < 0)
+		return -1;
+	store_bind_text(q, 1, account_id);
+	int rc = sqlite3_step(q);
+	if (rc == SQLITE_ROW)
+		return 1;
+	if (rc == SQLITE_DONE)
+		return 0;
+	return store_db_error(s, "account lookup", err);
+}
+
+static int store_ledger_insert(struct store *s, const char *account_id, const char *sandbox_id,
+			       const char *kind, int64_t amount_micro, int64_t now_ms,
+			       struct sbx_error *err)
+{
+	_cleanup_stmt_ sqlite3_stmt *q = NULL;
+	if (store_prepare(s,
+			  "INSERT INTO ledger (account_id, sandbox_id, kind, amount_micro,"
+			  " created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+			  &q, err) < 0)
+		return -1;
+	store_bind_text(q, 1, account_id);
+	store_bind_text(q, 2, sandbox_id);
+	store_bind_text(q, 3, kind);
+	sqlite3_bind_int64(q, 4, amount_micro);
+	sqlite3_bind_int64(q, 5, now_ms);
+	return store_step_done(s, q, err);
+}
+
+int store_account_create(struct store *s, const char *name, int64_t credit_micro,
+			 struct store_account *acct, struct sbx_error *err)
+{
+	struct store_account a = {0};
+	if (!name || !*name || store_copy_str(a.name, sizeof a.name, name) < 0)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "name",
+				     "the account name must be 1 to %zu characters",
+				     sizeof a.name - 1);
+	if (credit_micro < 0 || credit_micro > STORE_CREDIT_MAX_MICRO)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "credit",
+				     "the opening credit must be between 0 and 1000000000 USD");
+	if (sbx_random_id("acct_", 12, a.id, sizeof a.id) < 0)
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "cannot generate an account id");
+	a.created_at_ms = sbx_wall_ms();
+
+	STORE_LOCK(s);
+	if (store_tx_begin(s, err) < 0)
+		return -1;
+	{
+		_cleanup_stmt_ sqlite3_stmt *q = NULL;
+		if (store_prepare(s,
+				  "INSERT INTO accounts (id, name, created_at_ms) VALUES (?1, ?2, ?3)",
+				  &q, err) < 0)
+			goto err_rollback;
+		store_bind_text(q, 1, a.id);
+		store_bind_text(q, 2, a.name);
+		sqlite3_bind_int64(q, 3, a.created_at_ms);
+		if (store_step_done(s, q, err) < 0)
+			goto err_rollback;
+	}
+	if (credit_micro > 0 &&
+	    store_ledger_insert(s, a.id, NULL, "credit", credit_micro, a.created_at_ms, err) < 0)
+		goto err_rollback;
+	if (store_tx_commit(s, err) < 0)
+		goto err_rollback;
+	if (acct)
+		*acct = a;
+	return 0;
+
+err_rollback:
+	store_tx_rollback(s);
+	return -1;
+}
+
+static void store_account_from_stmt(sqlite3_stmt *q, struct store_account *a)
+{
+	memset(a, 0, sizeof *a);
+	store_copy_col(a->id, sizeof a->id, q, 0);
+	store_copy_col(a->name, sizeof a->name, q, 1);
+	a->created_at_ms = sqlite3_column_int64(q, 2);
+}
+
+int store_account_get(struct store *s, const char *account_id, struct store_account *acct,
+		      struct sbx_error *err)
+{
+	STORE_LOCK(s);
+	_cleanup_stmt_ sqlite3_stmt *q = NULL;
+	if (store_prepare(s, "SELECT id, name, created_at_ms FROM accounts WHERE id = ?1", &q,
+			  err) < 0)
+		return -1;
+	store_bind_text(q, 1, account_id);
+	int rc = sqlite3_step(q);
+	if (rc == SQLITE_DONE)
+		return sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such account '%.64s'",
+				     account_id ? account_id : "");
+	if (rc != SQLITE_ROW)
+		return store_db_error(s, "account get", err);
+	store_account_from_stmt(q, acct);
+	return 0;
+}
+
+int store_credit_add(struct store *s, const char *account_id, int64_t amount_micro,
+		     struct sbx_error *err)
+{
+	if (amount_micro <= 0 || amount_micro > STORE_CREDIT_MAX_MICRO)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "credit",
+				     "a credit must be more than 0 and at most 1000000000 USD");
+	STORE_LOCK(s);
+	if (store_tx_begin(s, err) < 0)
+		return -1;
+	int found = store_account_exists(s, account_id, err);
+	if (found < 0)
+		goto err_rollback;
+	if (found == 0) {
+		sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such account '%.64s'",
+			      account_id ? account_id : "");
+		goto err_rollback;
+	}
+	if (store_ledger_insert(s, account_id, NULL, "credit", amount_micro, sbx_wall_ms(), err) <
+	    0)
+		goto err_rollback;
+	if (store_tx_commit(s, err) < 0)
+		goto err_rollback;
+	return 0;
+
+err_rollback:
+	store_tx_rollback(s);
+	return -1;
+}
+
+/* Collect rows of a query into a malloc'd array via a row decoder. */
+typedef void (*store_row_fn)(sqlite3_stmt *q, void *elem);
+
+static int store_collect(struct store *s, sqlite3_stmt *q, size_t elem_size, size_t max_rows,
+			 store_row_fn decode, void **out, size_t *n, struct sbx_error *err)
+{
+	_cleanup_free_ char *arr = NULL;
+	size_t len = 0, cap = 0;
+	int rc = SQLITE_DONE;
+	while (len < max_rows && (rc = sqlite3_step(q)) == SQLITE_ROW) {
+		if (len == cap) {
+			size_t ncap = cap ? cap * 2 : 8;
+			char *p = realloc(arr, ncap * elem_size);
+			if (!p)
+				return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+			arr = p;
+			cap = ncap;
+		}
+		decode(q, arr + len * elem_size);
+		len++;
+	}
+	if (len < max_rows && rc != SQLITE_DONE)
+		return store_db_error(s, "collect", err);
+	*out = TAKE_PTR(arr);
+	*n = len;
+	return 0;
+}
+
+static void store_account_decode(sqlite3_stmt *q, void *elem)
+{
+	store_account_from_stmt(q, elem);
+}
+
+int store_account_list(struct store *s, struct store_account **out, size_t *n,
+		       struct sbx_error *err)
+{
+	STORE_LOCK(s);
+	_cleanup_stmt_ sqlite3_stmt *q = NULL;
+	if (store_prepare(s,
+			  "SELECT id, name, created_at_ms FROM accounts"
+			  " ORDER BY created_at_ms, rowid",
+			  &q, err) < 0)
+		return -1;
+	return store_collect(s, q, sizeof **out, SIZE_MAX, store_account_decode, (void **)out, n,
+			     err);
+}
+
+static bool store_is_hex64(const char *d)
+{
+	if (!d || strlen(d) != 64)
+		return false;
+	for (size_t i = 0; i < 64; i++) {
+		char c = d[i];
+		if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+			return false;
+	}
+	return true;
+}
+
+int store_key_insert(struct store *s, const struct store_key *key, const char *digest_hex,
+		     struct sbx_error *err)
+{
+	if (!key || !*key->id || !*key->account_id)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL, "a key needs an id and an account");
+	if (!store_is_hex64(digest_hex))
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL,
+				     "a key digest must be 64 lowercase hex digits");
+	STORE_LOCK(s);
+	if (store_tx_begin(s, err) < 0)
+		return -1;
+	int found = store_account_exists(s, key->account_id, err);
+	if (found < 0)
+		goto err_rollback;
+	if (found == 0) {
+		sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such account '%.64s'",
+			      key->account_id);
+		goto err_rollback;
+	}
+	{
+		_cleanup_stmt_ sqlite3_stmt *q = NULL;
+		if (store_prepare(s,
+				  "INSERT INTO api_keys (id, account_id, digest, prefix,"
+				  " created_at_ms, revoked_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+				  &q, err) < 0)
+			goto err_rollback;
+		store_bind_text(q, 1, key->id);
+		store_bind_text(q, 2, key->account_id);
+		store_bind_text(q, 3, digest_hex);
+		store_bind_text(q, 4, key->prefix);
+		sqlite3_bind_int64(q, 5, key->created_at_ms ? key->created_at_ms : sbx_wall_ms());
+		sqlite3_bind_int64(q, 6, key->revoked_at_ms);
+		if (store_step_done(s, q, err) < 0)
+			goto err_rollback;
+	}
+	if (store_tx_commit(s, err) < 0)
+		goto err_rollback;
+	return 0;
+
+err_rollback:
+	store_tx_rollback(s);
+	return -1;
+}
+
+static void store_key_from_stmt(sqlite3_stmt *q, struct store_key *k)
+{
+	memset(k, 0, sizeof *k);
+	store_copy_col(k->id, sizeof k->id, q, 0);
+	store_copy_col(k->account_id, sizeof k->account_id, q, 1);
+	store_copy_col(k->prefix, sizeof k->prefix, q, 2);
+	k->created_at_ms = sqlite3_column_int64(q, 3);
+	k->revoked_at_ms = sqlite3_column_int64(q, 4);
+}
+
+static void store_key_decode(sqlite3_stmt *q, void *elem)
+{
+	store_key_from_stmt(q, elem);
+}
+
+int store_key_find(struct store *s, const char *digest_hex, struct store_key *key,
+		   struct sbx_error *err)
+{
+	if (!store_is_hex64(digest_hex))
+		return sbx_error_set(err, SBX_E_AUTHENTICATION, NULL,
+				     "invalid api key; pass a valid key as 'Bearer aas_sk_...'");
+	STORE_LOCK(s);
+	_cleanup_stmt_ sqlite3_stmt *q = NULL;
+	if (store_prepare(s,
+			  "SELECT id, account_id, prefix, created_at_ms, revoked_at_ms, digest"
+			  " FROM api_keys WHERE digest = ?1",
+			  &q, err) < 0)
+		return -1;
+	store_bind_text(q, 1, digest_hex);
+	int rc = sqlite3_step(q);
+	if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+		return store_db_error(s, "key find", err);
+	const unsigned char *stored = rc == SQLITE_ROW ? sqlite3_column_text(q, 5) : NULL;
+	/* The index found it; accept only after a constant-time comparison. */
+	if (!stored || sqlite3_column_bytes(q, 5) != 64 || !sbx_ct_equal(stored, digest_hex, 64))
+		return sbx_error_set(err, SBX_E_AUTHENTICATION, NULL,
+				     "invalid api key; pass a valid key as 'Bearer aas_sk_...'");
+	struct store_key k;
+	store_key_from_stmt(q, &k);
+	if (k.revoked_at_ms != 0)
+		return sbx_error_set(err, SBX_E_AUTHENTICATION, NULL,
+				     "this api key has been revoked; use another key");
+	if (key)
+		*key = k;
+	return 0;
+}
+
+int store_key_revoke(struct store *s, const char *account_id, const char *key_id,
+		     struct sbx_error *err)
+{
+	STORE_LOCK(s);
+	if (store_tx_begin(s, err) < 0)
+		return -1;
+	{
+		_cleanup_stmt_ sqlite3_stmt *q = NULL;
+		/* Revoking twice keeps the first revocation time. */
+		if (store_prepare(s,
+				  "UPDATE api_keys SET revoked_at_ms = CASE WHEN revoked_at_ms = 0"
+				  " THEN ?3 ELSE revoked_at_ms END"
+				  " WHERE id = ?1 AND (?2 IS NULL OR account_id = ?2)",
+				  &q, err) < 0)
+			goto err_rollback;
+		store_bind_text(q, 1, key_id);
+		store_bind_text(q, 2, account_id);
+		sqlite3_bind_int64(q, 3, sbx_wall_ms());
+		if (store_step_done(s, q, err) < 0)
+			goto err_rollback;
+		if (sqlite3_changes(s->db) == 0) {
+			sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such key '%.64s'",
+				      key_id ? key_id : "");
+			goto err_rollback;
+		}
+	}
+	if (store_tx_commit(s, err) < 0)
+		goto err_rollback;
+	return 0;
+
+err_rollback:
+	store_tx_rollback(s);
+	return -1;
+}
+
+int store_key_list(struct store *s, const char *account_id, struct store_key **out, size_t *n,
+		   struct sbx_error *err)
+{
+	STORE_LOCK(s);
+	_cleanup_stmt_ sqlite3_stmt *q = NULL;
+	if (store_prepare(s,
+			  "SELECT id, account_id, prefix, created_at_ms, revoked_at_ms"
+			  " FROM api_keys WHERE account_id = ?1"
+			  " ORDER BY created_at_ms DESC, rowid DESC",
+			  &q, err) < 0)
+		return -1;
+	store_bind_text(q, 1, account_id);
+	return store_collect(s, q, sizeof **out, SIZE_MAX, store_key_decode, (void **)out, n, err);
+}
+
+/* ------------------------------------------------------------ sandboxes */
+
+#define SBX_COLS                                                               \
+	"id, account_id, size, domain, status, timeout_minutes,"               \
+	" price_micro_per_hour, requested_at_ms, created_at_ms, expires_at_ms,"\
+	" ended_at_ms, last_seen_at_ms, hold_micro, charge_micro"
+
+static void store_sandbox_from_stmt(sqlite3_stmt *q, struct store_sandbox *r)
+{
+	memset(r, 0, sizeof *r);
+	store_copy_col(r->id, sizeof r->id, q, 0);
+	store_copy_col(r->account_id, sizeof r->account_id, q, 1);
+	store_copy_col(r->size, sizeof r->size, q, 2);
+	store_copy_col(r->domain, sizeof r->domain, q, 3);
+	const unsigned char *st = sqlite3_column_text(q, 4);
+	if (store_status_parse((const char *)st, &r->status) < 0)
+		r->status = STORE_FAILED; /* the CHECK constraint makes this unreachable */
+	r->timeout_minutes = sqlite3_column_int(q, 5);
+	r->price_micro_per_hour = sqlite3_column_int64(q, 6);
+	r->requested_at_ms = sqlite3_column_int64(q, 7);
+	r->created_at_ms = sqlite3_column_int64(q, 8);
+	r->expires_at_ms = sqlite3_column_int64(q, 9);
+	r->ended_at_ms = sqlite3_column_int64(q, 10);
+	r->last_seen_at_ms = sqlite3_column_int64(q, 11);
+	r->hold_micro = sqlite3_column_int64(q, 12);
+	r->charge_micro = sqlite3_column_int64(q, 13);
+}
+
+static void store_sandbox_decode(sqlite3_stmt *q, void *elem)
+{
+	store_sandbox_from_stmt(q, elem);
+}
+
+/* Read one row by id (any status, any account unless account_id given).
+ * 1 found, 0 not found, -1 error. */
+static int store_sandbox_read(struct store *s, const char *account_id, const char *id,
+			      struct store_sandbox *out, struct sbx_error *err)
+{
+	_cleanup_stmt_ sqlite3_stmt *q = NULL;
+	if (store_prepare(s,
+			  "SELECT " SBX_COLS " FROM sandboxes"
+			  " WHERE id = ?1 AND (?2 IS NULL OR account_id = ?2)",
+			  &q, err) < 0)
+		return -1;
+	store_bind_text(q, 1, id);
+	store_bind_text(q, 2, account_id);
+	int rc = sqlite3_step(q);
+	if (rc == SQLITE_DONE)
+		return 0;
+	if (rc != SQLITE_ROW)
+		return store_db_error(s, "sandbox read", err);
+	store_sandbox_from_stmt(q, out);
+	return 1;
+}
+
+/* available = credits - holds + releases (= balance - reserved). */
+static int store_available(struct store *s, const char *account_id, int64_t *available,
+			   struct sbx_error *err)
+{
+	_cleanup_stmt_ sqlite3_stmt *q = NULL;
+	if (store_prepare(s,
+			  "SELECT COALESCE(SUM(CASE kind WHEN 'credit' THEN amount_micro"
+			  " WHEN 'release' THEN amount_micro WHEN 'hold' THEN -amount_micro"
+			  " ELSE 0 END), 0) FROM ledger WHERE account_id = ?1",
+			  &q, err) < 0)
+		return -1;
+	store_bind_text(q, 1, account_id);
+	if (store_step_row(s, q, err) < 0)
+		return -1;
+	*available = sqlite3_column_int64(q, 0);
+	return 0;
+}
+
+static int store_count_live_locked(struct store *s, const char *account_id, int *n,
+				   struct sbx_error *err)
+{
+	_cleanup_stmt_ sqlite3_stmt *q = NULL;
+	if (store_prepare(s,
+			  "SELECT COUNT(*) FROM sandboxes WHERE account_id = ?1"
+			  " AND status IN ('creating', 'running')",
+			  &q, err) < 0)
+		return -1;
+	store_bind_text(q, 1, account_id);
+	if (store_step_row(s, q, err) < 0)
+		return -1;
+	*n = sqlite3_column_int(q, 0);
+	return 0;
+}
+
+static int store_insufficient(struct sbx_error *err, const char *what, int64_t needed,
+			      int64_t available)
+{
+	char need_usd[32], avail_usd[32];
+	store_usd(needed, need_usd);
+	store_usd(available < 0 ? 0 : available, avail_usd);
+	return sbx_error_set(err, SBX_E_INSUFFICIENT_CREDIT, NULL,
+			     "insufficient credit: %s needs $%s reserved but $%s is available; "
+			     "add credit or choose a shorter timeout",
+			     what, need_usd, avail_usd);
+}
+
+int store_sandbox_reserve(struct store *s, struct store_sandbox *row, int64_t hold_micro,
+			  int max_live, struct sbx_error *err)
+{
+	if (!row || !*row->account_id || !*row->size)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL,
+				     "a sandbox needs an account and a size");
+	if (hold_micro < 0 || row->price_micro_per_hour < 0 || max_live < 0)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL,
+				     "hold, price and cap must not be negative");
+	if (!*row->id && sbx_random_id("sbx_", 12, row->id, sizeof row->id) < 0)
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "cannot generate a sandbox id");
+	int64_t now = sbx_wall_ms();
+	if (row->requested_at_ms == 0)
+		row->requested_at_ms = now;
+
+	STORE_LOCK(s);
+	if (store_tx_begin(s, err) < 0)
+		return -1;
+	int found = store_account_exists(s, row->account_id, err);
+	if (found < 0)
+		goto err_rollback;
+	if (found == 0) {
+		sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such account '%.64s'",
+			      row->account_id);
+		goto err_rollback;
+	}
+	int live;
+	if (store_count_live_locked(s, row->account_id, &live, err) < 0)
+		goto err_rollback;
+	if (live >= max_live) {
+		sbx_error_set(err, SBX_E_CONCURRENCY_LIMIT, NULL,
+			      "account has reached its limit of %d live sandboxes; delete one first",
+			      max_live);
+		err->retry_after_s = 5;
+		goto err_rollback;
+	}
+	int64_t available;
+	if (store_available(s, row->account_id, &available, err) < 0)
+		goto err_rollback;
+	if (available < hold_micro) {
+		store_insufficient(err, "this sandbox", hold_micro, available);
+		goto err_rollback;
+	}
+	{
+		_cleanup_stmt_ sqlite3_stmt *q = NULL;
+		if (store_prepare(s,
+				  "INSERT INTO sandboxes (id, account_id, size, domain, status,"
+				  " timeout_minutes, price_micro_per_hour, requested_at_ms,"
+				  " last_seen_at_ms, hold_micro)"
+				  " VALUES (?1, ?2, ?3, ?4, 'creating', ?5, ?6, ?7, ?7, ?8)",
+				  &q, err) < 0)
+			goto err_rollback;
+		store_bind_text(q, 1, row->id);
+		store_bind_text(q, 2, row->account_id);
+		store_bind_text(q, 3, row->size);
+		store_bind_text(q, 4, row->domain);
+		sqlite3_bind_int(q, 5, row->timeout_minutes);
+		sqlite3_bind_int64(q, 6, row->price_micro_per_hour);
+		sqlite3_bind_int64(q, 7, row->requested_at_ms);
+		sqlite3_bind_int64(q, 8, hold_micro);
+		if (store_step_done(s, q, err) < 0)
+			goto err_rollback;
+	}
+	if (hold_micro > 0 &&
+	    store_ledger_insert(s, row->account_id, row->id, "hold", hold_micro, now, err) < 0)
+		goto err_rollback;
+	if (store_tx_commit(s, err) < 0)
+		goto err_rollback;
+	row->status = STORE_CREATING;
+	row->hold_micro = hold_micro;
+	row->created_at_ms = row->expires_at_ms = row->ended_at_ms = 0;
+	row->last_seen_at_ms = row->requested_at_ms;
+	row->charge_micro = 0;
+	return 0;
+
+err_rollback:
+	store_tx_rollback(s);
+	return -1;
+}
+
+int store_sandbox_activate(struct store *s, const char *id, const char *domain,
+			   int64_t created_at_ms, int64_t expires_at_ms, struct sbx_error *err)
+{
+	if (!domain || strlen(domain) >= sizeof((struct store_sandbox *)0)->domain)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL, "bad domain name");
+	if (created_at_ms <= 0 || expires_at_ms < created_at_ms)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL,
+				     "created_at must be set and not after expires_at");
+	STORE_LOCK(s);
+	if (store_tx_begin(s, err) < 0)
+		return -1;
+	{
+		_cleanup_stmt_ sqlite3_stmt *q = NULL;
+		if (store_prepare(s,
+				  "UPDATE sandboxes SET status = 'running', domain = ?2,"
+				  " created_at_ms = ?3, expires_at_ms = ?4, last_seen_at_ms = ?3"
+				  " WHERE id = ?1 AND status = 'creating'",
+				  &q, err) < 0)
+			goto err_rollback;
+		store_bind_text(q, 1, id);
+		store_bind_text(q, 2, domain);
+		sqlite3_bind_int64(q, 3, created_at_ms);
+		sqlite3_bind_int64(q, 4, expires_at_ms);
+		if (store_step_done(s, q, err) < 0)
+			goto err_rollback;
+		if (sqlite3_changes(s->db) != 1) {
+			sbx_error_set(err, SBX_E_NOT_FOUND, NULL,
+				      "no sandbox '%.64s' is being created", id ? id : "");
+			goto err_rollback;
+		}
+	}
+	if (store_tx_commit(s, err) < 0)
+		goto err_rollback;
+	return 0;
+
+err_rollback:
+	store_tx_rollback(s);
+	return -1;
+}
+
+/* Set a row's final status, ended_at and charge (the caller checked it is live). */
+static int store_sandbox_finish(struct store *s, const char *id, const char *status,
+				int64_t ended_at_ms, int64_t charge, struct sbx_error *err)
+{
+	_cleanup_stmt_ sqlite3_stmt *q = NULL;
+	if (store_prepare(s,
+			  "UPDATE sandboxes SET status = ?2, ended_at_ms = ?3, charge_micro = ?4"
+			  " WHERE id = ?1",
+			  &q, err) < 0)
+		return -1;
+	store_bind_text(q, 1, id);
+	store_bind_text(q, 2, status);
+	sqlite3_bind_int64(q, 3, ended_at_ms);
+	sqlite3_bind_int64(q, 4, charge);
+	return store_step_done(s, q, err);
+}
+
+int store_sandbox_abort(struct store *s, const char *id, struct sbx_error *err)
+{
+	STORE_LOCK(s);
+	if (store_tx_begin(s, err) < 0)
+		return -1;
+	struct store_sandbox row;
+	int found = store_sandbox_read(s, NULL, id, &row, err);
+	if (found < 0)
+		goto err_rollback;
+	if (found == 0 || row.status != STORE_CREATING) {
+		store_tx_rollback(s);
+		return 0;
+	}
+	int64_t now = sbx_wall_ms();
+	if (store_sandbox_finish(s, row.id, "aborted", now, 0, err) < 0)
+		goto err_rollback;
+	if (row.hold_micro > 0 &&
+	    store_ledger_insert(s, row.account_id, row.id, "release", row.hold_micro, now, err) <
+		    0)
+		goto err_rollback;
+	if (store_tx_commit(s, err) < 0)
+		goto err_rollback;
+	return 1;
+
+err_rollback:
+	store_tx_rollback(s);
+	return -1;
+}
+
+int store_sandbox_end(struct store *s, const char *id, enum store_status status,
+		      int64_t ended_at_ms, store_charge_fn charge_fn, struct store_sandbox *out,
+		      struct sbx_error *err)
+{
+	if (status != STORE_DESTROYED && status != STORE_EXPIRED && status != STORE_FAILED)
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL,
+				     "a sandbox can only end destroyed, expired or failed");
+	if (!charge_fn)
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "no charge function");
+	STORE_LOCK(s);
+	if (store_tx_begin(s, err) < 0)
+		return -1;
+	struct store_sandbox row;
+	int found = store_sandbox_read(s, NULL, id, &row, err);
+	if (found < 0)
+		goto err_rollback;
+	if (found == 0 || row.status == STORE_ABORTED) {
+		sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such sandbox '%.64s'", id ? id : "");
+		goto err_rollback;
+	}
+	if (row.status != STORE_RUNNING) {
+		/* Already ended (or still creating: that is abort's business). */
+		store_tx_rollback(s);
+		if (out)
+			*out = row;
+		return 0;
+	}
+	if (ended_at_ms < row.created_at_ms)
+		ended_at_ms = row.created_at_ms;
+	int64_t charge = charge_fn(&row, ended_at_ms);
+	if (charge < 0)
+		charge = 0;
+	if (charge > row.hold_micro)
+		charge = row.hold_micro;
+	int64_t release = row.hold_micro - charge;
+	int64_t now = sbx_wall_ms();
+	if (store_sandbox_finish(s, row.id, store_status_name(status), ended_at_ms, charge, err) <
+	    0)
+		goto err_rollback;
+	if (charge > 0 &&
+	    store_ledger_insert(s, row.account_id, row.id, "charge", charge, now, err) < 0)
+		goto err_rollback;
+	if (release > 0 &&
+	    store_ledger_insert(s, row.account_id, row.id, "release", release, now, err) < 0)
+		goto err_rollback;
+	if (store_tx_commit(s, err) < 0)
+		goto err_rollback;
+	row.status = status;
+	row.ended_at_ms = ended_at_ms;
+	row.charge_micro = charge;
+	if (out)
+		*out = row;
+	return 1;
+
+err_rollback:
+	store_tx_rollback(s);
+	return -1;
+}
+
+int store_sandbox_extend(struct store *s, const char *account_id, const char *id,
+			 int64_t new_expires_at_ms, int64_t extra_hold_micro,
+			 struct sbx_error *err)
+{
+	if (extra_hold_micro < 0)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL,
+				     "an extension cannot hold a negative amount");
+	STORE_LOCK(s);
+	if (store_tx_begin(s, err) < 0)
+		return -1;
+	struct store_sandbox row;
+	int found = store_sandbox_read(s, account_id, id, &row, err);
+	if (found < 0)
+		goto err_rollback;
+	if (found == 0 || row.status == STORE_ABORTED) {
+		sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such sandbox '%.64s'", id ? id : "");
+		goto err_rollback;
+	}
+	if (row.status != STORE_RUNNING) {
+		sbx_error_set(err, SBX_E_SANDBOX_NOT_RUNNING, NULL,
+			      "sandbox '%s' is %s; create a new one", row.id,
+			      store_status_name(row.status));
+		goto err_rollback;
+	}
+	int64_t available;
+	if (store_available(s, row.account_id, &available, err) < 0)
+		goto err_rollback;
+	if (available < extra_hold_micro) {
+		store_insufficient(err, "this extension", extra_hold_micro, available);
+		goto err_rollback;
+	}
+	{
+		_cleanup_stmt_ sqlite3_stmt *q = NULL;
+		/* expires_at never moves earlier. */
+		if (store_prepare(s,
+				  "UPDATE sandboxes SET expires_at_ms = MAX(expires_at_ms, ?2),"
+				  " hold_micro = hold_micro + ?3 WHERE id = ?1",
+				  &q, err) < 0)
+			goto err_rollback;
+		store_bind_text(q, 1, row.id);
+		sqlite3_bind_int64(q, 2, new_expires_at_ms);
+		sqlite3_bind_int64(q, 3, extra_hold_micro);
+		if (store_step_done(s, q, err) < 0)
+			goto err_rollback;
+	}
+	if (extra_hold_micro > 0 &&
+	    store_ledger_insert(s, row.account_id, row.id, "hold", extra_hold_micro, sbx_wall_ms(),
+				err) < 0)
+		goto err_rollback;
+	if (store_tx_commit(s, err) < 0)
+		goto err_rollback;
+	return 0;
+
+err_rollback:
+	store_tx_rollback(s);
+	return -1;
+}
+
+int store_sandbox_get(struct store *s, const char *account_id, const char *id,
+		      struct store_sandbox *out, struct sbx_error *err)
+{
+	STORE_LOCK(s);
+	struct store_sandbox row;
+	int found = store_sandbox_read(s, account_id, id, &row, err);
+	if (found < 0)
+		return -1;
+	if (found == 0 || row.status == STORE_ABORTED)
+		return sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such sandbox '%.64s'",
+				     id ? id : "");
+	*out = row;
+	return 0;
+}
+
+int store_sandbox_list(struct store *s, const char *account_id, const enum store_status *status,
+		       int limit, const char *starting_after, struct store_sandbox **out,
+		       size_t *n, bool *has_more, struct sbx_error *err)
+{
+	if (limit < 1 || limit > 1000)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "limit",
+				     "limit must be between 1 and 1000");
+	*out = NULL;
+	*n = 0;
+	*has_more = false;
+	if (status && *status == STORE_ABORTED)
+		return 0; /* never shown */
+
+	STORE_LOCK(s);
+	int64_t cursor_ts = INT64_MAX;
+	const char *cursor_id = NULL;
+	struct store_sandbox cur;
+	if (starting_after) {
+		int found = store_sandbox_read(s, account_id, starting_after, &cur, err);
+		if (found < 0)
+			return -1;
+		if (found == 0 || cur.status == STORE_ABORTED)
+			return sbx_error_set(err, SBX_E_NOT_FOUND, "starting_after",
+					     "no such sandbox '%.64s'", starting_after);
+		cursor_ts = cur.requested_at_ms;
+		cursor_id = cur.id;
+	}
+	_cleanup_stmt_ sqlite3_stmt *q = NULL;
+	if (store_prepare(s,
+			  "SELECT " SBX_COLS " FROM sandboxes"
+			  " WHERE account_id = ?1 AND status != 'aborted'"
+			  " AND (?2 IS NULL OR status = ?2)"
+			  " AND (?4 IS NULL OR requested_at_ms < ?3"
+			  "      OR (requested_at_ms = ?3 AND id < ?4))"
+			  " ORDER BY requested_at_ms DESC, id DESC LIMIT ?5",
+			  &q, err) < 0)
+		return -1;
+	store_bind_text(q, 1, account_id);
+	store_bind_text(q, 2, status ? store_status_name(*status) : NULL);
+	sqlite3_bind_int64(q, 3, cursor_ts);
+	store_bind_text(q, 4, cursor_id);
+	sqlite3_bind_int(q, 5, limit + 1);
+	struct store_sandbox *rows = NULL;
+	size_t got = 0;
+	if (store_collect(s, q, sizeof *rows, (size_t)limit + 1, store_sandbox_decode,
+			  (void **)&rows, &got, err) < 0)
+		return -1;
+	if (got > (size_t)limit) {
+		*has_more = true;
+		got = (size_t)limit;
+	}
+	*out = rows;
+	*n = got;
+	return 0;
+}
+
+int store_sandbox_list_live(struct store *s, struct store_sandbox **out, size_t *n,
+			    struct sbx_error *err)
+{
+	STORE_LOCK(s);
+	_cleanup_stmt_ sqlite3_stmt *q = NULL;
+	if (store_prepare(s,
+			  "SELECT " SBX_COLS " FROM sandboxes"
+			  " WHERE status IN ('creating', 'running')"
+			  " ORDER BY requested_at_ms, id",
+			  &q, err) < 0)
+		return -1;
+	return store_collect(s, q, sizeof **out, SIZE_MAX, store_sandbox_decode, (void **)out, n,
+			     err);
+}
+
+int store_sandbox_touch(struct store *s, const char *id, int64_t now_ms, struct sbx_error *err)
+{
+	STORE_LOCK(s);
+	if (store_tx_begin(s, err) < 0)
+		return -1;
+	{
+		_cleanup_stmt_ sqlite3_stmt *q = NULL;
+		if (store_prepare(s,
+				  "UPDATE sandboxes SET last_seen_at_ms = MAX(last_seen_at_ms, ?2)"
+				  " WHERE id = ?1 AND status = 'running'",
+				  &q, err) < 0)
+			goto err_rollback;
+		store_bind_text(q, 1, id);
+		sqlite3_bind_int64(q, 2, now_ms);
+		if (store_step_done(s, q, err) < 0)
+			goto err_rollback;
+		if (sqlite3_changes(s->db) != 1) {
+			sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no running sandbox '%.64s'",
+				      id ? id : "");
+			goto err_rollback;
+		}
+	}
+	if (store_tx_commit(s, err) < 0)
+		goto err_rollback;
+	return 0;
+
+err_rollback:
+	store_tx_rollback(s);
+	return -1;
+}
+
+int store_sandbox_list_overlapping(struct store *s, const char *account_id, int64_t from_ms,
+				   int64_t to_ms, struct store_sandbox **out, size_t *n,
+				   struct sbx_error *err)
+{
+	STORE_LOCK(s);
+	_cleanup_stmt_ sqlite3_stmt *q = NULL;
+	if (store_prepare(s,
+			  "SELECT " SBX_COLS " FROM sandboxes"
+			  " WHERE account_id = ?1 AND status != 'aborted' AND created_at_ms > 0"
+			  " AND created_at_ms < ?3 AND (ended_at_ms = 0 OR ended_at_ms > ?2)"
+			  " ORDER BY created_at_ms, id",
+			  &q, err) < 0)
+		return -1;
+	store_bind_text(q, 1, account_id);
+	sqlite3_bind_int64(q, 2, from_ms);
+	sqlite3_bind_int64(q, 3, to_ms);
+	return store_collect(s, q, sizeof **out, SIZE_MAX, store_sandbox_decode, (void **)out, n,
+			     err);
+}
+
+int store_sandbox_count_live(struct store *s, const char *account_id, int *n,
+			     struct sbx_error *err)
+{
+	STORE_LOCK(s);
+	return store_count_live_locked(s, account_id, n, err);
+}
+
+/* --------------------------------------------------------------- ledger */
+
+int store_balance_get(struct store *s, const char *account_id, struct store_balance *out,
+		      struct sbx_error *err)
+{
+	STORE_LOCK(s);
+	int found = store_account_exists(s, account_id, err);
+	if (found < 0)
+		return -1;
+	if (found == 0)
+		return sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such account '%.64s'",
+				     account_id ? account_id : "");
+	_cleanup_stmt_ sqlite3_stmt *q = NULL;
+	if (store_prepare(s,
+			  "SELECT"
+			  " COALESCE(SUM(CASE kind WHEN 'credit' THEN amount_micro END), 0),"
+			  " COALESCE(SUM(CASE kind WHEN 'hold' THEN amount_micro END), 0),"
+			  " COALESCE(SUM(CASE kind WHEN 'release' THEN amount_micro END), 0),"
+			  " COALESCE(SUM(CASE kind WHEN 'charge' THEN amount_micro END), 0)"
+			  " FROM ledger WHERE account_id = ?1",
+			  &q, err) < 0)
+		return -1;
+	store_bind_text(q, 1, account_id);
+	if (store_step_row(s, q, err) < 0)
+		return -1;
+	int64_t credits = sqlite3_column_int64(q, 0), holds = sqlite3_column_int64(q, 1),
+		releases = sqlite3_column_int64(q, 2), charges = sqlite3_column_int64(q, 3);
+	out->credits_micro = credits;
+	out->consumed_micro = charges;
+	out->balance_micro = credits - charges;
+	out->reserved_micro = holds - releases - charges;
+	out->available_micro = out->balance_micro - out->reserved_micro;
+	return 0;
+}
+
+/* Run an invariant query: every row it returns is a violation, described by
+ * its first column. 0 when it returns nothing. */
+static int store_check_query(struct store *s, const char *account_id, const char *sql,
+			     const char *what, struct sbx_error *err)
+{
+	_cleanup_stmt_ sqlite3_stmt *q = NULL;
+	if (store_prepare(s, sql, &q, err) < 0)
+		return -1;
+	store_bind_text(q, 1, account_id);
+	int rc = sqlite3_step(q);
+	if (rc == SQLITE_DONE)
+		return 0;
+	if (rc != SQLITE_ROW)
+		return store_db_error(s, "ledger check", err);
+	const unsigned char *who = sqlite3_column_text(q, 0);
+	sbx_err(MOD, "ledger check: %s: %s", what, who ? (const char *)who : "?");
+	return sbx_error_set(err, SBX_E_INTERNAL, NULL, "ledger invariant violated: %s (%.64s)",
+			     what, who ? (const char *)who : "?");
+}
+
+/* Per-account sums of each kind, for the account checks. */
+#define STORE_ACCOUNT_SUMS                                                     \
+	"SELECT a.id AS id,"                                                   \
+	" COALESCE(SUM(CASE l.kind WHEN 'credit' THEN l.amount_micro END), 0) AS credits,"  \
+	" COALESCE(SUM(CASE l.kind WHEN 'hold' THEN l.amount_micro END), 0) AS holds,"      \
+	" COALESCE(SUM(CASE l.kind WHEN 'release' THEN l.amount_micro END), 0) AS releases,"\
+	" COALESCE(SUM(CASE l.kind WHEN 'charge' THEN l.amount_micro END), 0) AS charges"   \
+	" FROM accounts a LEFT JOIN ledger l ON l.account_id = a.id"           \
+	" WHERE (?1 IS NULL OR a.id = ?1) GROUP BY a.id"
+
+/* Per-sandbox sums of each kind and entry counts. */
+#define STORE_SANDBOX_SUMS                                                     \
+	"SELECT s.id AS id, s.status AS status, s.hold_micro AS hold_col,"     \
+	" s.charge_micro AS charge_col,"                                       \
+	" COALESCE(SUM(CASE l.kind WHEN 'hold' THEN l.amount_micro END), 0) AS holds,"      \
+	" COALESCE(SUM(CASE l.kind WHEN 'release' THEN l.amount_micro END), 0) AS releases,"\
+	" COALESCE(SUM(CASE l.kind WHEN 'charge' THEN l.amount_micro END), 0) AS charges,"  \
+	" COUNT(CASE l.kind WHEN 'release' THEN 1 END) AS n_releases,"         \
+	" COUNT(CASE l.kind WHEN 'charge' THEN 1 END) AS n_charges"            \
+	" FROM sandboxes s LEFT JOIN ledger l ON l.sandbox_id = s.id"          \
+	" WHERE (?1 IS NULL OR s.account_id = ?1) GROUP BY s.id"
+
+int store_ledger_check(struct store *s, const char *account_id, struct sbx_error *err)
+{
+	static const struct {
+		const char *what;
+		const char *sql;
+	} checks[] = {
+		{"reserve is negative",
+		 "SELECT id FROM (" STORE_ACCOUNT_SUMS ") WHERE holds - releases - charges < 0"},
+		{"available is negative (balance - reserved < 0)",
+		 "SELECT id FROM (" STORE_ACCOUNT_SUMS ") WHERE"
+		 " (credits - charges) - (holds - releases - charges) < 0"},
+		{"balance is not credits - consumed or is negative",
+		 "SELECT id FROM (" STORE_ACCOUNT_SUMS ") WHERE credits - charges < 0"},
+		{"entry kind does not match its sandbox link",
+		 "SELECT seq FROM ledger WHERE (?1 IS NULL OR account_id = ?1) AND"
+		 " ((kind = 'credit' AND sandbox_id IS NOT NULL) OR"
+		 "  (kind != 'credit' AND sandbox_id IS NULL))"},
+		{"entry's account is not its sandbox's account",
+		 "SELECT l.seq FROM ledger l JOIN sandboxes s ON s.id = l.sandbox_id"
+		 " WHERE (?1 IS NULL OR l.account_id = ?1 OR s.account_id = ?1)"
+		 " AND l.account_id != s.account_id"},
+		{"sandbox charged more than once",
+		 "SELECT id FROM (" STORE_SANDBOX_SUMS ") WHERE n_charges > 1"},
+		{"sandbox released more than once",
+		 "SELECT id FROM (" STORE_SANDBOX_SUMS ") WHERE n_releases > 1"},
+		{"sandbox's holds do not match its hold_micro",
+		 "SELECT id FROM (" STORE_SANDBOX_SUMS ") WHERE holds != hold_col"},
+		{"sandbox's charges do not match its charge_micro",
+		 "SELECT id FROM (" STORE_SANDBOX_SUMS ") WHERE charges != charge_col"},
+		{"ended sandbox's holds not settled exactly (charges + releases != holds)",
+		 "SELECT id FROM (" STORE_SANDBOX_SUMS ") WHERE status IN"
+		 " ('destroyed', 'expired', 'failed', 'aborted')"
+		 " AND charges + releases != holds"},
+		{"aborted sandbox was charged",
+		 "SELECT id FROM (" STORE_SANDBOX_SUMS ") WHERE status = 'aborted'"
+		 " AND n_charges > 0"},
+		{"live sandbox already settled",
+		 "SELECT id FROM (" STORE_SANDBOX_SUMS ") WHERE status IN"
+		 " ('creating', 'running') AND n_charges + n_releases > 0"},
+	};
+	STORE_LOCK(s);
+	/* One read transaction: every check sees the same snapshot. */
+	if (store_exec(s, "BEGIN", err) < 0)
+		return -1;
+	for (size_t i = 0; i < SBX_ARRAY_SIZE(checks); i++) {
+		if (store_check_query(s, account_id, checks[i].sql, checks[i].what, err) < 0) {
+			store_tx_rollback(s);
+			return -1;
+		}
+	}
+	store_tx_rollback(s);
+	return 0;
+}
