@@ -1,0 +1,161 @@
+/* sandbox: built-in configuration defaults and checks (see sandbox.h and
+ * docs/configuration.md). */
+#include "sandbox.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void set_size(struct sandbox_size *s, const char *name, unsigned vcpus, uint64_t mem_gib,
+		     uint64_t disk_gib, int64_t price)
+{
+	snprintf(s->name, sizeof(s->name), "%s", name);
+	s->vcpus = vcpus;
+	s->memory_mib = mem_gib * 1024;
+	s->disk_gib = disk_gib;
+	s->price_micro_per_hour = price;
+}
+
+void sandbox_config_defaults(struct sandbox_config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	snprintf(cfg->mode, sizeof(cfg->mode), "development");
+	snprintf(cfg->listen, sizeof(cfg->listen), "127.0.0.1:8080");
+	snprintf(cfg->state_dir, sizeof(cfg->state_dir), "/var/lib/sandboxd");
+	snprintf(cfg->libvirt_uri, sizeof(cfg->libvirt_uri), "qemu:///system");
+	snprintf(cfg->domain_prefix, sizeof(cfg->domain_prefix), "sbx-");
+	snprintf(cfg->accel, sizeof(cfg->accel), "auto");
+	cfg->allow_tcg = false;
+	snprintf(cfg->transport, sizeof(cfg->transport), "socket");
+	cfg->tb_cache_mib = 0;
+
+	/* API.md's size table: $0.09, $0.28, $0.55 per hour. */
+	set_size(&cfg->sizes[0], "small", 2, 4, 40, 90000);
+	set_size(&cfg->sizes[1], "medium", 4, 8, 80, 280000);
+	set_size(&cfg->sizes[2], "large", 8, 16, 160, 550000);
+	cfg->n_sizes = 3;
+	snprintf(cfg->default_size, sizeof(cfg->default_size), "small");
+	cfg->default_timeout_minutes = 15;
+	cfg->max_timeout_minutes = 1440;
+	cfg->max_lifetime_minutes = 1440;
+
+	cfg->max_sandboxes_per_account = 20;
+	cfg->max_execs_per_sandbox = 64;
+	cfg->max_body_bytes = 1024 * 1024;
+	cfg->max_command_bytes = 256 * 1024;
+	cfg->output_cap_bytes = 1024 * 1024;
+	cfg->default_exec_timeout_ms = 60000;
+	cfg->boot_timeout_ms = 60000;
+	cfg->exec_backstop_grace_ms = 10000;
+
+	cfg->max_guests = 24;
+	cfg->memory_overcommit = 4.0;
+	cfg->max_concurrent_boots = 2;
+	cfg->min_free_disk_mib = 2048;
+
+	cfg->destroy_on_exit = false;
+	cfg->http_threads = 4;
+}
+
+/* dst = base + suffix unless dst is set; a path that does not fit is left
+ * empty, which sandbox_config_validate() reports. */
+static void derive(char *dst, size_t n, const char *base, const char *suffix)
+{
+	if (dst[0])
+		return;
+	if (snprintf(dst, n, "%s%s", base, suffix) >= (int)n)
+		dst[0] = '\0';
+}
+
+void sandbox_config_resolve(struct sandbox_config *cfg)
+{
+	derive(cfg->db_path, sizeof(cfg->db_path), cfg->state_dir, "/sandboxd.db");
+	derive(cfg->kernel, sizeof(cfg->kernel), cfg->state_dir, "/images/tiny/vmlinux");
+	derive(cfg->initrd, sizeof(cfg->initrd), cfg->state_dir, "/images/tiny/initramfs.cpio.gz");
+}
+
+const struct sandbox_size *sandbox_config_size(const struct sandbox_config *cfg,
+					       const char *name)
+{
+	for (size_t i = 0; i < cfg->n_sizes; i++)
+		if (strcmp(cfg->sizes[i].name, name) == 0)
+			return &cfg->sizes[i];
+	return NULL;
+}
+
+static bool one_of(const char *v, const char *a, const char *b, const char *c)
+{
+	return strcmp(v, a) == 0 || strcmp(v, b) == 0 || (c && strcmp(v, c) == 0);
+}
+
+int sandbox_config_validate(const struct sandbox_config *cfg, struct sbx_error *err)
+{
+	if (!cfg->state_dir[0] || !cfg->db_path[0] || !cfg->kernel[0] || !cfg->initrd[0])
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "state_dir",
+				     "state_dir, db_path, kernel and initrd must be set and fit "
+				     "in PATH_MAX");
+	if (!one_of(cfg->mode, "development", "production", NULL))
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "mode",
+				     "mode must be 'development' or 'production'");
+	if (!one_of(cfg->accel, "auto", "kvm", "tcg"))
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "accel",
+				     "accel must be 'auto', 'kvm' or 'tcg'");
+	if (!one_of(cfg->transport, "stream", "socket", NULL))
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "transport",
+				     "transport must be 'stream' or 'socket'");
+	if (strcmp(cfg->mode, "production") == 0 && strcmp(cfg->accel, "tcg") == 0 &&
+	    !cfg->allow_tcg)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "allow_tcg",
+				     "production mode refuses tcg unless allow_tcg is true");
+	if (strcmp(cfg->accel, "tcg") == 0 && !cfg->allow_tcg)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "allow_tcg",
+				     "accel 'tcg' needs allow_tcg: true (tcg is no security "
+				     "boundary)");
+	if (cfg->n_sizes == 0)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "sizes", "at least one size");
+	for (size_t i = 0; i < cfg->n_sizes; i++) {
+		const struct sandbox_size *s = &cfg->sizes[i];
+
+		if (!s->name[0] || s->vcpus < 1 || s->vcpus > 64 || s->memory_mib < 64 ||
+		    s->price_micro_per_hour < 0)
+			return sbx_error_set(err, SBX_E_INVALID_REQUEST, "sizes",
+					     "size '%s' needs 1..64 vcpus, >= 64 MiB memory and "
+					     "a price >= 0",
+					     s->name);
+	}
+	if (!sandbox_config_size(cfg, cfg->default_size))
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "default_size",
+				     "default_size '%s' is not in the size table",
+				     cfg->default_size);
+	if (cfg->max_timeout_minutes < 1 || cfg->max_timeout_minutes > cfg->max_lifetime_minutes)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "max_timeout_minutes",
+				     "max_timeout_minutes must be 1..max_lifetime_minutes");
+	if (cfg->default_timeout_minutes < 1 ||
+	    cfg->default_timeout_minutes > cfg->max_timeout_minutes)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "default_timeout_minutes",
+				     "default_timeout_minutes must be 1..max_timeout_minutes");
+	if (cfg->max_sandboxes_per_account < 1)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "max_sandboxes_per_account",
+				     "max_sandboxes_per_account must be >= 1");
+	if (cfg->max_execs_per_sandbox < 1)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "max_execs_per_sandbox",
+				     "max_execs_per_sandbox must be >= 1");
+	if (cfg->output_cap_bytes < 1 || cfg->output_cap_bytes > 64u * 1024 * 1024)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "output_cap_bytes",
+				     "output_cap_bytes must be 1..67108864");
+	if (cfg->max_command_bytes < 1 || cfg->max_command_bytes > 512u * 1024)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "max_command_bytes",
+				     "max_command_bytes must be 1..524288 (one protocol frame)");
+	if (cfg->max_body_bytes < 1024)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "max_body_bytes",
+				     "max_body_bytes must be >= 1024");
+	if (cfg->max_guests < 1 || cfg->max_concurrent_boots < 1 || cfg->memory_overcommit <= 0)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "max_guests",
+				     "host capacity settings must be positive");
+	if (cfg->boot_timeout_ms < 1000 || cfg->default_exec_timeout_ms < 1)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "boot_timeout_ms",
+				     "boot_timeout_ms must be >= 1000");
+	if (cfg->http_threads < 1 || cfg->http_threads > 256)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "http_threads",
+				     "http_threads must be 1..256");
+	return 0;
+}

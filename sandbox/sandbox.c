@@ -1,0 +1,1243 @@
+/* sandbox: the use cases. See sandbox.h.
+ *
+ * Ownership: the service keeps one `struct live` per running guest (its
+ * vmm_vm and its agentless_conn). A live is unlinked by exactly one ender
+ * (destroy, expiry, guest death), which waits until no exec_start is using
+ * it, then frees the conn (failing in-flight execs), destroys the domain
+ * and settles the row. Callbacks from other threads (guest death, broken
+ * channel) only queue work for the timer thread, which does the ending:
+ * closing a channel from its own reader thread would deadlock.
+ */
+#include "sandbox.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/statvfs.h>
+#include <sys/sysinfo.h>
+
+#include "../agentless/agentless.h"
+#include "../billing/billing.h"
+#include "../store/store.h"
+#include "../vmm/vmm.h"
+
+#define MOD "sandbox"
+#define TICK_MS 200
+#define HEARTBEAT_MS 5000
+#define TIME_SYNC_MS 60000
+
+struct live {
+	char id[SANDBOX_ID_MAX];
+	char domain[64];
+	struct sandbox_svc *svc;
+	struct vmm_vm *vm;
+	struct agentless_conn *conn;
+	int64_t expires_at_ms; /* cached from the row; the row is the truth */
+	uint64_t memory_mib;
+	int refs;              /* exec_start calls using conn right now */
+	bool unlinked;
+	bool dead;             /* guest gone or channel broken: end as failed */
+	int64_t dead_at_ms;
+	struct live *next;
+};
+
+struct sandbox_svc {
+	struct sandbox_config cfg;
+	struct store *store;
+	struct vmm *vmm;
+
+	pthread_mutex_t lock; /* lives, booting, stop */
+	pthread_cond_t cond;  /* live refs dropped, boot slot freed, timer wake */
+	struct live *lives;
+	int booting;          /* admitted creates not yet live (capacity) */
+	uint64_t booting_mib;
+	int boots_active;     /* creates holding a boot slot */
+	bool stop;
+	bool timer_started;
+	pthread_t timer;
+};
+
+/* ----------------------------------------------------------- conversions */
+
+static void view_from_row(const struct store_sandbox *row, int64_t now_ms, struct sandbox_view *v)
+{
+	memset(v, 0, sizeof(*v));
+	snprintf(v->id, sizeof(v->id), "%s", row->id);
+	snprintf(v->status, sizeof(v->status), "%s", store_status_name(row->status));
+	snprintf(v->size, sizeof(v->size), "%s", row->size);
+	v->created_at_ms = row->created_at_ms;
+	v->expires_at_ms = row->expires_at_ms;
+	v->ended_at_ms = row->ended_at_ms;
+	v->cost_micro = billing_cost_so_far(row, now_ms);
+}
+
+/* Tenants see a sandbox that is still being created as not existing yet. */
+static int get_visible_row(struct sandbox_svc *svc, const char *account_id, const char *id,
+			   struct store_sandbox *row, struct sbx_error *err)
+{
+	if (store_sandbox_get(svc->store, account_id, id, row, err) < 0)
+		return -1;
+	if (row->status == STORE_CREATING)
+		return sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such sandbox '%s'", id);
+	return 0;
+}
+
+/* ----------------------------------------------------------------- lives */
+
+static struct live *live_find_locked(struct sandbox_svc *svc, const char *id)
+{
+	for (struct live *l = svc->lives; l; l = l->next)
+		if (strcmp(l->id, id) == 0)
+			return l;
+	return NULL;
+}
+
+/* Unlink a live and wait until no exec_start uses it. Returns it, owned by
+ * the caller, or NULL when someone else already took it. Call with lock. */
+static struct live *live_take_locked(struct sandbox_svc *svc, const char *id)
+{
+	struct live **pp, *l = NULL;
+
+	for (pp = &svc->lives; *pp; pp = &(*pp)->next) {
+		if (strcmp((*pp)->id, id) == 0) {
+			l = *pp;
+			*pp = l->next;
+			break;
+		}
+	}
+	if (!l)
+		return NULL;
+	l->unlinked = true;
+	while (l->refs > 0)
+		pthread_cond_wait(&svc->cond, &svc->lock);
+	return l;
+}
+
+/* Fail in-flight execs, destroy the domain, free. No lock held. */
+static void live_teardown(struct live *l, const char *why)
+{
+	struct sbx_error err;
+
+	if (l->conn)
+		agentless_conn_free(l->conn, why);
+	if (l->vm) {
+		if (vmm_vm_destroy(l->vm, &err) < 0)
+			sbx_err(MOD, "sandbox %s: destroying domain %s failed: %s", l->id,
+				l->domain, err.message);
+		vmm_vm_free(l->vm);
+	}
+	free(l);
+}
+
+static void on_conn_broken(void *opaque, const char *why)
+{
+	struct live *l = opaque;
+	struct sandbox_svc *svc = l->svc;
+
+	pthread_mutex_lock(&svc->lock);
+	if (!l->dead) {
+		l->dead = true;
+		l->dead_at_ms = sbx_wall_ms();
+		sbx_warn(MOD, "sandbox %s: exec channel broke: %s", l->id, why);
+	}
+	pthread_cond_broadcast(&svc->cond);
+	pthread_mutex_unlock(&svc->lock);
+}
+
+static void on_domain_stopped(void *opaque, const char *name)
+{
+	struct sandbox_svc *svc = opaque;
+
+	pthread_mutex_lock(&svc->lock);
+	for (struct live *l = svc->lives; l; l = l->next) {
+		if (strcmp(l->domain, name) == 0 && !l->dead) {
+			l->dead = true;
+			l->dead_at_ms = sbx_wall_ms();
+			sbx_warn(MOD, "sandbox %s: domain %s stopped", l->id, name);
+		}
+	}
+	pthread_cond_broadcast(&svc->cond);
+	pthread_mutex_unlock(&svc->lock);
+}
+
+/* End a sandbox: tear its guest down (if this node runs it), then settle
+ * the row with `status` at ended_at_ms. Safe to call concurrently and
+ * repeatedly: the store settles exactly once. */
+static int end_sandbox(struct sandbox_svc *svc, const char *id, enum store_status status,
+		       int64_t ended_at_ms, const char *why, struct store_sandbox *out,
+		       struct sbx_error *err)
+{
+	struct live *l;
+
+	pthread_mutex_lock(&svc->lock);
+	l = live_take_locked(svc, id);
+	pthread_mutex_unlock(&svc->lock);
+	if (l)
+		live_teardown(l, why);
+	if (billing_settle(svc->store, id, status, ended_at_ms, out, err) < 0)
+		return -1;
+	return 0;
+}
+
+/* ------------------------------------------------------------ the timer */
+
+static void timer_pass(struct sandbox_svc *svc, int64_t *last_beat, int64_t *last_sync)
+{
+	int64_t now = sbx_wall_ms(), mono = sbx_mono_ms();
+	bool beat = mono - *last_beat >= HEARTBEAT_MS, sync = mono - *last_sync >= TIME_SYNC_MS;
+	struct {
+		char id[SANDBOX_ID_MAX];
+		enum store_status status;
+		int64_t at;
+	} ends[64];
+	size_t n_ends = 0;
+	struct sbx_error err;
+
+	pthread_mutex_lock(&svc->lock);
+	for (struct live *l = svc->lives; l; l = l->next) {
+		if (n_ends < SBX_ARRAY_SIZE(ends) && (l->dead || l->expires_at_ms <= now)) {
+			snprintf(ends[n_ends].id, SANDBOX_ID_MAX, "%s", l->id);
+			ends[n_ends].status = l->dead ? STORE_FAILED : STORE_EXPIRED;
+			/* A guest that died after its expiry is billed to expiry
+			 * (billing caps at expires_at anyway). */
+			ends[n_ends].at = l->dead ? l->dead_at_ms : l->expires_at_ms;
+			n_ends++;
+			continue;
+		}
+		agentless_conn_tick(l->conn, mono);
+		if (beat && agentless_conn_alive(l->conn))
+			store_sandbox_touch(svc->store, l->id, now, NULL);
+		if (sync)
+			agentless_conn_send_time(l->conn, NULL);
+	}
+	pthread_mutex_unlock(&svc->lock);
+	if (beat)
+		*last_beat = mono;
+	if (sync)
+		*last_sync = mono;
+
+	for (size_t i = 0; i < n_ends; i++) {
+		const char *why = ends[i].status == STORE_FAILED
+					  ? "the sandbox's guest stopped unexpectedly"
+					  : "the sandbox expired while the command ran";
+		sbx_info(MOD, "sandbox %s: ending as %s", ends[i].id,
+			 store_status_name(ends[i].status));
+		if (end_sandbox(svc, ends[i].id, ends[i].status, ends[i].at, why, NULL, &err) < 0)
+			sbx_err(MOD, "sandbox %s: settling failed: %s", ends[i].id, err.message);
+	}
+}
+
+static void *timer_main(void *arg)
+{
+	struct sandbox_svc *svc = arg;
+	int64_t last_beat = sbx_mono_ms(), last_sync = sbx_mono_ms();
+
+	for (;;) {
+		struct timespec ts;
+
+		pthread_mutex_lock(&svc->lock);
+		if (svc->stop) {
+			pthread_mutex_unlock(&svc->lock);
+			break;
+		}
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += TICK_MS * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&svc->cond, &svc->lock, &ts);
+		bool stop = svc->stop;
+		pthread_mutex_unlock(&svc->lock);
+		if (stop)
+			break;
+		timer_pass(svc, &last_beat, &last_sync);
+	}
+	return NULL;
+}
+
+/* ------------------------------------------------------------- reconcile */
+
+struct live_rows {
+	struct store_sandbox *rows;
+	size_t n;
+};
+
+static const struct store_sandbox *row_by_domain(const struct live_rows *lr, const char *domain)
+{
+	for (size_t i = 0; i < lr->n; i++)
+		if (lr->rows[i].status == STORE_RUNNING && strcmp(lr->rows[i].domain, domain) == 0)
+			return &lr->rows[i];
+	return NULL;
+}
+
+struct reconcile_ctx {
+	struct sandbox_svc *svc;
+	struct live_rows *lr;
+	char (*kept)[64];
+	size_t n_kept;
+	char (*orphans)[64];
+	size_t n_orphans;
+	size_t cap;
+};
+
+static void reconcile_domain(void *opaque, const char *name, const char *sandbox_id)
+{
+	struct reconcile_ctx *rc = opaque;
+	const struct store_sandbox *row = row_by_domain(rc->lr, name);
+
+	if (row && strcmp(row->id, sandbox_id) == 0) {
+		if (rc->n_kept < rc->cap)
+			snprintf(rc->kept[rc->n_kept++], 64, "%s", name);
+	} else if (rc->n_orphans < rc->cap) {
+		snprintf(rc->orphans[rc->n_orphans++], 64, "%s", name);
+	}
+}
+
+/* Reattach a running guest left by a previous daemon. */
+static int reattach(struct sandbox_svc *svc, const struct store_sandbox *row,
+		    struct sbx_error *err)
+{
+	struct live *l = calloc(1, sizeof(*l));
+	struct agentless_limits lim = {
+		.backstop_grace_ms = svc->cfg.exec_backstop_grace_ms,
+		.max_inflight = (uint32_t)svc->cfg.max_execs_per_sandbox,
+	};
+	const struct sandbox_size *size = sandbox_config_size(&svc->cfg, row->size);
+	struct sbx_channel ch;
+
+	if (!l)
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+	snprintf(l->id, sizeof(l->id), "%s", row->id);
+	snprintf(l->domain, sizeof(l->domain), "%s", row->domain);
+	l->svc = svc;
+	l->expires_at_ms = row->expires_at_ms;
+	l->memory_mib = size ? size->memory_mib : 0;
+	l->vm = vmm_vm_lookup(svc->vmm, row->domain, err);
+	if (!l->vm) {
+		free(l);
+		return -1;
+	}
+	l->conn = agentless_conn_new(&lim, on_conn_broken, l);
+	if (vmm_vm_open_channel(l->vm, agentless_conn_recv, l->conn, &ch, err) < 0) {
+		live_teardown(l, "reattach failed");
+		return -1;
+	}
+	agentless_conn_attach(l->conn, ch, true);
+	pthread_mutex_lock(&svc->lock);
+	l->next = svc->lives;
+	svc->lives = l;
+	pthread_mutex_unlock(&svc->lock);
+	sbx_info(MOD, "sandbox %s: reattached to domain %s", row->id, row->domain);
+	return 0;
+}
+
+/* Make libvirt and the database agree after a start (DESIGN.md "Crash
+ * safety"): domains without a live row are destroyed; creating rows are
+ * rolled back; running rows whose domain is gone end at last_seen_at;
+ * running rows past expires_at end there; the rest are reattached. */
+static int reconcile(struct sandbox_svc *svc, struct sbx_error *err)
+{
+	struct live_rows lr = {0};
+	struct reconcile_ctx rc = {.svc = svc, .lr = &lr};
+	int64_t now = sbx_wall_ms();
+	int rcode = -1;
+
+	if (store_sandbox_list_live(svc->store, &lr.rows, &lr.n, err) < 0)
+		return -1;
+	rc.cap = 4096;
+	rc.kept = calloc(rc.cap, sizeof(*rc.kept));
+	rc.orphans = calloc(rc.cap, sizeof(*rc.orphans));
+	if (!rc.kept || !rc.orphans) {
+		sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+		goto out;
+	}
+	if (vmm_list_domains(svc->vmm, reconcile_domain, &rc, err) < 0)
+		goto out;
+	for (size_t i = 0; i < rc.n_orphans; i++) {
+		sbx_info(MOD, "reconcile: destroying domain %s (no live sandbox)", rc.orphans[i]);
+		vmm_destroy_by_name(svc->vmm, rc.orphans[i], NULL);
+	}
+	for (size_t i = 0; i < lr.n; i++) {
+		struct store_sandbox *row = &lr.rows[i];
+		bool has_domain = false;
+
+		for (size_t k = 0; k < rc.n_kept; k++)
+			if (row->status == STORE_RUNNING && strcmp(rc.kept[k], row->domain) == 0)
+				has_domain = true;
+		if (row->status == STORE_CREATING) {
+			sbx_info(MOD, "reconcile: rolling back create of %s", row->id);
+			if (row->domain[0])
+				vmm_destroy_by_name(svc->vmm, row->domain, NULL);
+			store_sandbox_abort(svc->store, row->id, NULL);
+		} else if (row->expires_at_ms <= now) {
+			sbx_info(MOD, "reconcile: %s expired while the daemon was down", row->id);
+			if (has_domain)
+				vmm_destroy_by_name(svc->vmm, row->domain, NULL);
+			billing_settle(svc->store, row->id, STORE_EXPIRED, row->expires_at_ms, NULL,
+				       NULL);
+		} else if (!has_domain) {
+			sbx_info(MOD, "reconcile: %s lost its guest; ending at last_seen_at",
+				 row->id);
+			billing_settle(svc->store, row->id, STORE_FAILED, row->last_seen_at_ms,
+				       NULL, NULL);
+		} else {
+			struct sbx_error e;
+
+			if (reattach(svc, row, &e) < 0) {
+				sbx_warn(MOD, "reconcile: %s cannot be reattached: %s", row->id,
+					 e.message);
+				vmm_destroy_by_name(svc->vmm, row->domain, NULL);
+				billing_settle(svc->store, row->id, STORE_FAILED, now, NULL, NULL);
+			}
+		}
+	}
+	rcode = 0;
+out:
+	free(rc.kept);
+	free(rc.orphans);
+	free(lr.rows);
+	return rcode;
+}
+
+/* ------------------------------------------------------- service lifecycle */
+
+static enum vmm_accel accel_of(const char *s)
+{
+	if (strcmp(s, "kvm") == 0)
+		return VMM_ACCEL_KVM;
+	if (strcmp(s, "tcg") == 0)
+		return VMM_ACCEL_TCG;
+	return VMM_ACCEL_AUTO;
+}
+
+struct sandbox_svc *sandbox_svc_new(const struct sandbox_config *cfg, int flags,
+				    struct sbx_error *err)
+{
+	struct sandbox_svc *svc = calloc(1, sizeof(*svc));
+	char run_dir[PATH_MAX + 8];
+
+	if (!svc) {
+		sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+		return NULL;
+	}
+	svc->cfg = *cfg;
+	pthread_mutex_init(&svc->lock, NULL);
+	pthread_cond_init(&svc->cond, NULL);
+	if (sbx_mkdir_p(cfg->state_dir, 0755) < 0) {
+		sbx_error_set(err, SBX_E_INTERNAL, NULL, "cannot create the state dir: %s",
+			      strerror(errno));
+		goto err_free;
+	}
+	svc->store = store_open(cfg->db_path, err);
+	if (!svc->store)
+		goto err_free;
+	if (flags & SANDBOX_SVC_ADMIN)
+		return svc;
+
+	snprintf(run_dir, sizeof(run_dir), "%s/run", cfg->state_dir);
+	struct vmm_config vc = {
+		.uri = cfg->libvirt_uri,
+		.name_prefix = cfg->domain_prefix,
+		.accel = accel_of(cfg->accel),
+		.allow_tcg = cfg->allow_tcg,
+		.kernel = cfg->kernel,
+		.initrd = cfg->initrd,
+		.base_image = cfg->base_image[0] ? cfg->base_image : NULL,
+		.cmdline = cfg->kernel_cmdline[0] ? cfg->kernel_cmdline : NULL,
+		.run_dir = run_dir,
+		.transport = strcmp(cfg->transport, "stream") == 0 ? VMM_TRANSPORT_STREAM
+								   : VMM_TRANSPORT_SOCKET,
+		.tb_cache_mib = cfg->tb_cache_mib,
+		.console_log_max = 1024 * 1024,
+	};
+	svc->vmm = vmm_new(&vc, err);
+	if (!svc->vmm)
+		goto err_store;
+	vmm_set_stopped_callback(svc->vmm, on_domain_stopped, svc);
+	sbx_info(MOD, "libvirt %s, accelerator %s%s", cfg->libvirt_uri, vmm_accel_name(svc->vmm),
+		 strcmp(vmm_accel_name(svc->vmm), "tcg") == 0
+			 ? " (TCG is no security boundary: development only)"
+			 : "");
+	if (reconcile(svc, err) < 0)
+		goto err_vmm;
+	if (pthread_create(&svc->timer, NULL, timer_main, svc) != 0) {
+		sbx_error_set(err, SBX_E_INTERNAL, NULL, "cannot start the timer thread");
+		goto err_vmm;
+	}
+	svc->timer_started = true;
+	return svc;
+
+err_vmm:
+	vmm_free(svc->vmm);
+err_store:
+	store_close(svc->store);
+err_free:
+	free(svc);
+	return NULL;
+}
+
+void sandbox_svc_free(struct sandbox_svc *svc)
+{
+	if (!svc)
+		return;
+	pthread_mutex_lock(&svc->lock);
+	svc->stop = true;
+	pthread_cond_broadcast(&svc->cond);
+	pthread_mutex_unlock(&svc->lock);
+	if (svc->timer_started)
+		pthread_join(svc->timer, NULL);
+
+	for (;;) {
+		struct live *l;
+		char id[SANDBOX_ID_MAX];
+
+		pthread_mutex_lock(&svc->lock);
+		l = svc->lives;
+		if (l)
+			snprintf(id, sizeof(id), "%s", l->id);
+		pthread_mutex_unlock(&svc->lock);
+		if (!l)
+			break;
+		if (svc->cfg.destroy_on_exit) {
+			end_sandbox(svc, id, STORE_DESTROYED, sbx_wall_ms(),
+				    "the service is shutting down", NULL, NULL);
+		} else {
+			/* Leave the guest running; the next daemon reattaches. */
+			pthread_mutex_lock(&svc->lock);
+			l = live_take_locked(svc, id);
+			pthread_mutex_unlock(&svc->lock);
+			if (l) {
+				agentless_conn_free(l->conn, "the service is restarting");
+				vmm_vm_free(l->vm);
+				free(l);
+			}
+		}
+	}
+	if (svc->vmm)
+		vmm_free(svc->vmm);
+	store_close(svc->store);
+	pthread_cond_destroy(&svc->cond);
+	pthread_mutex_destroy(&svc->lock);
+	free(svc);
+}
+
+const struct sandbox_config *sandbox_svc_config(const struct sandbox_svc *svc)
+{
+	return &svc->cfg;
+}
+
+/* ------------------------------------------------------------- accounts */
+
+#define KEY_PREFIX "aas_sk_"
+
+int sandbox_authenticate(struct sandbox_svc *svc, const char *token,
+			 char account_id[SANDBOX_ID_MAX], struct sbx_error *err)
+{
+	struct store_key key;
+	char digest[65];
+	size_t len = token ? strlen(token) : 0;
+
+	if (len < sizeof(KEY_PREFIX) || len > 200 || strncmp(token, KEY_PREFIX, 7) != 0)
+		return sbx_error_set(err, SBX_E_AUTHENTICATION, NULL,
+				     "missing or invalid API key; send 'Authorization: Bearer "
+				     "aas_sk_...'");
+	sbx_sha256_hex(token, len, digest);
+	if (store_key_find(svc->store, digest, &key, err) < 0) {
+		if (err && err->code == SBX_E_AUTHENTICATION)
+			sbx_error_set(err, SBX_E_AUTHENTICATION, NULL,
+				      "missing or invalid API key; send 'Authorization: Bearer "
+				      "aas_sk_...'");
+		return -1;
+	}
+	snprintf(account_id, SANDBOX_ID_MAX, "%s", key.account_id);
+	return 0;
+}
+
+static void key_from_store(const struct store_key *k, struct sandbox_key *out)
+{
+	memset(out, 0, sizeof(*out));
+	snprintf(out->id, sizeof(out->id), "%s", k->id);
+	snprintf(out->account_id, sizeof(out->account_id), "%s", k->account_id);
+	snprintf(out->prefix, sizeof(out->prefix), "%s", k->prefix);
+	out->created_at_ms = k->created_at_ms;
+	out->revoked_at_ms = k->revoked_at_ms;
+}
+
+int sandbox_key_create(struct sandbox_svc *svc, const char *account_id,
+		       struct sandbox_key *key, char secret[static 80], struct sbx_error *err)
+{
+	struct store_key k = {0};
+	struct store_account acct;
+	char digest[65];
+
+	if (store_account_get(svc->store, account_id, &acct, err) < 0)
+		return -1;
+	if (sbx_random_id(KEY_PREFIX, 32, secret, 80) < 0 ||
+	    sbx_random_id("key_", 12, k.id, sizeof(k.id)) < 0)
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "no randomness available");
+	snprintf(k.account_id, sizeof(k.account_id), "%s", account_id);
+	snprintf(k.prefix, sizeof(k.prefix), "%.12s", secret);
+	k.created_at_ms = sbx_wall_ms();
+	sbx_sha256_hex(secret, strlen(secret), digest);
+	if (store_key_insert(svc->store, &k, digest, err) < 0)
+		return -1;
+	key_from_store(&k, key);
+	return 0;
+}
+
+int sandbox_key_list(struct sandbox_svc *svc, const char *account_id, struct sandbox_key **out,
+		     size_t *n, struct sbx_error *err)
+{
+	struct store_key *keys = NULL;
+	size_t count = 0;
+
+	if (store_key_list(svc->store, account_id, &keys, &count, err) < 0)
+		return -1;
+	*out = calloc(count ? count : 1, sizeof(**out));
+	if (!*out) {
+		free(keys);
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+	}
+	for (size_t i = 0; i < count; i++)
+		key_from_store(&keys[i], &(*out)[i]);
+	*n = count;
+	free(keys);
+	return 0;
+}
+
+int sandbox_key_revoke(struct sandbox_svc *svc, const char *account_id, const char *key_id,
+		       struct sbx_error *err)
+{
+	return store_key_revoke(svc->store, account_id, key_id, err);
+}
+
+static int account_view(struct sandbox_svc *svc, const struct store_account *a,
+			struct sandbox_account *out, struct sbx_error *err)
+{
+	struct store_balance bal;
+
+	if (billing_balance(svc->store, a->id, sbx_wall_ms(), &bal, err) < 0)
+		return -1;
+	memset(out, 0, sizeof(*out));
+	snprintf(out->id, sizeof(out->id), "%s", a->id);
+	snprintf(out->name, sizeof(out->name), "%s", a->name);
+	out->created_at_ms = a->created_at_ms;
+	out->balance_micro = bal.balance_micro;
+	out->available_micro = bal.available_micro;
+	return 0;
+}
+
+int sandbox_account_create(struct sandbox_svc *svc, const char *name, int64_t credit_micro,
+			   struct sandbox_account *acct, struct sandbox_key *key,
+			   char secret[static 80], struct sbx_error *err)
+{
+	struct store_account a;
+
+	if (!name || !name[0] || strlen(name) >= sizeof(a.name))
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "name",
+				     "name must be 1..127 characters");
+	if (credit_micro < 0)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "credit_usd",
+				     "credit must not be negative");
+	if (store_account_create(svc->store, name, credit_micro, &a, err) < 0)
+		return -1;
+	if (sandbox_key_create(svc, a.id, key, secret, err) < 0)
+		return -1;
+	return account_view(svc, &a, acct, err);
+}
+
+int sandbox_account_add_credit(struct sandbox_svc *svc, const char *account_id,
+			       int64_t amount_micro, struct sandbox_account *acct,
+			       struct sbx_error *err)
+{
+	struct store_account a;
+
+	if (store_credit_add(svc->store, account_id, amount_micro, err) < 0)
+		return -1;
+	if (store_account_get(svc->store, account_id, &a, err) < 0)
+		return -1;
+	return account_view(svc, &a, acct, err);
+}
+
+int sandbox_account_list(struct sandbox_svc *svc, struct sandbox_account **out, size_t *n,
+			 struct sbx_error *err)
+{
+	struct store_account *accts = NULL;
+	size_t count = 0;
+
+	if (store_account_list(svc->store, &accts, &count, err) < 0)
+		return -1;
+	*out = calloc(count ? count : 1, sizeof(**out));
+	if (!*out) {
+		free(accts);
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+	}
+	for (size_t i = 0; i < count; i++) {
+		if (account_view(svc, &accts[i], &(*out)[i], err) < 0) {
+			free(accts);
+			free(*out);
+			*out = NULL;
+			return -1;
+		}
+	}
+	*n = count;
+	free(accts);
+	return 0;
+}
+
+/* ---------------------------------------------------------------- create */
+
+/* Host capacity (config: max guests, memory overcommit, free disk). Call
+ * with lock held; on success the caller's boot is counted in `booting`. */
+static int capacity_admit_locked(struct sandbox_svc *svc, const struct sandbox_size *size,
+				 struct sbx_error *err)
+{
+	const struct sandbox_config *cfg = &svc->cfg;
+	uint64_t mem_mib = svc->booting_mib;
+	int guests = svc->booting;
+	struct sysinfo si;
+	struct statvfs vfs;
+
+	for (struct live *l = svc->lives; l; l = l->next) {
+		guests++;
+		mem_mib += l->memory_mib;
+	}
+	if (guests + 1 > cfg->max_guests)
+		goto full;
+	if (sysinfo(&si) == 0) {
+		double host_mib = (double)si.totalram * si.mem_unit / (1024.0 * 1024.0);
+
+		if ((double)(mem_mib + size->memory_mib) > host_mib * cfg->memory_overcommit)
+			goto full;
+	}
+	if (statvfs(cfg->state_dir, &vfs) == 0 &&
+	    (uint64_t)vfs.f_bavail * vfs.f_frsize / (1024 * 1024) < cfg->min_free_disk_mib)
+		goto full;
+	svc->booting++;
+	svc->booting_mib += size->memory_mib;
+	return 0;
+full:
+	sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
+		      "this node has no capacity for another sandbox right now; retry later");
+	err->retry_after_s = 10;
+	return -1;
+}
+
+/* Wait for one of max_concurrent_boots slots (boots are CPU-bound here:
+ * queue them rather than thrash). 0, or -1 past the monotonic deadline. */
+static int boot_slot_acquire(struct sandbox_svc *svc, int64_t deadline_mono, struct sbx_error *err)
+{
+	pthread_mutex_lock(&svc->lock);
+	while (svc->boots_active >= svc->cfg.max_concurrent_boots) {
+		struct timespec ts;
+
+		if (sbx_mono_ms() >= deadline_mono || svc->stop) {
+			pthread_mutex_unlock(&svc->lock);
+			sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
+				      "too many sandboxes are booting on this node; retry later");
+			err->retry_after_s = 5;
+			return -1;
+		}
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 100 * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&svc->cond, &svc->lock, &ts);
+	}
+	svc->boots_active++;
+	pthread_mutex_unlock(&svc->lock);
+	return 0;
+}
+
+static void boot_slot_release(struct sandbox_svc *svc)
+{
+	pthread_mutex_lock(&svc->lock);
+	svc->boots_active--;
+	pthread_cond_broadcast(&svc->cond);
+	pthread_mutex_unlock(&svc->lock);
+}
+
+/* Undo capacity_admit_locked() for a create that failed. */
+static void capacity_forget(struct sandbox_svc *svc, const struct sandbox_size *size)
+{
+	pthread_mutex_lock(&svc->lock);
+	svc->booting--;
+	svc->booting_mib -= size->memory_mib;
+	pthread_mutex_unlock(&svc->lock);
+}
+
+int sandbox_create(struct sandbox_svc *svc, const char *account_id,
+		   const struct sandbox_create_req *req, struct sandbox_view *out,
+		   struct sbx_error *err)
+{
+	const struct sandbox_config *cfg = &svc->cfg;
+	const char *size_name = req->size ? req->size : cfg->default_size;
+	const struct sandbox_size *size = sandbox_config_size(cfg, size_name);
+	int minutes = req->timeout_minutes ? req->timeout_minutes : cfg->default_timeout_minutes;
+	struct agentless_limits lim = {
+		.backstop_grace_ms = cfg->exec_backstop_grace_ms,
+		.max_inflight = (uint32_t)cfg->max_execs_per_sandbox,
+	};
+	struct store_sandbox row = {0};
+	struct sbx_channel ch;
+	struct live *l = NULL;
+	int64_t deadline, created_at;
+	int rc;
+
+	if (!size)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "size",
+				     "unknown size '%.32s'; see GET /v1/limits for the sizes",
+				     size_name);
+	if (minutes < 1 || minutes > cfg->max_timeout_minutes)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "timeout_minutes",
+				     "timeout_minutes must be 1..%d", cfg->max_timeout_minutes);
+
+	/* 1. Intent: row + hold (429 cap, then 402 credit) before libvirt. */
+	if (sbx_random_id("sbx_", 12, row.id, sizeof(row.id)) < 0)
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "no randomness available");
+	snprintf(row.account_id, sizeof(row.account_id), "%s", account_id);
+	snprintf(row.size, sizeof(row.size), "%s", size->name);
+	row.timeout_minutes = minutes;
+	row.price_micro_per_hour = size->price_micro_per_hour;
+	row.requested_at_ms = sbx_wall_ms();
+	if (store_sandbox_reserve(svc->store, &row,
+				  billing_hold_for_minutes(minutes, size->price_micro_per_hour),
+				  cfg->max_sandboxes_per_account, err) < 0) {
+		if (err && err->code == SBX_E_CONCURRENCY_LIMIT && !err->retry_after_s)
+			err->retry_after_s = 10;
+		return -1;
+	}
+
+	/* 2. Host capacity (503), then one of the boot slots. */
+	pthread_mutex_lock(&svc->lock);
+	rc = capacity_admit_locked(svc, size, err);
+	pthread_mutex_unlock(&svc->lock);
+	if (rc < 0)
+		goto err_abort;
+	deadline = sbx_mono_ms() + cfg->boot_timeout_ms;
+	if (boot_slot_acquire(svc, deadline, err) < 0)
+		goto err_capacity;
+
+	/* 3. Boot, open the channel, wait for HELLO. */
+	l = calloc(1, sizeof(*l));
+	if (!l) {
+		sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+		goto err_slot;
+	}
+	l->svc = svc;
+	snprintf(l->id, sizeof(l->id), "%s", row.id);
+	l->memory_mib = size->memory_mib;
+	struct vmm_guest_spec spec = {
+		.vcpus = size->vcpus,
+		.memory_mib = size->memory_mib,
+		.disk_gib = cfg->base_image[0] ? size->disk_gib : 0,
+		.sandbox_id = row.id,
+	};
+	l->vm = vmm_vm_start(svc->vmm, &spec, err);
+	if (!l->vm)
+		goto err_free_live;
+	snprintf(l->domain, sizeof(l->domain), "%s", vmm_vm_name(l->vm));
+	l->conn = agentless_conn_new(&lim, on_conn_broken, l);
+	if (vmm_vm_open_channel(l->vm, agentless_conn_recv, l->conn, &ch, err) < 0)
+		goto err_teardown;
+	agentless_conn_attach(l->conn, ch, false);
+	if (agentless_conn_wait_hello(l->conn, deadline, err) < 0) {
+		_cleanup_free_ char *tail = vmm_vm_console_tail(l->vm, 2048);
+
+		sbx_err(MOD, "sandbox %s: guest %s not ready: %s; console tail:\n%s", row.id,
+			l->domain, err ? err->message : "", tail ? tail : "(none)");
+		goto err_teardown;
+	}
+	boot_slot_release(svc);
+
+	/* 4. Ready: billing starts now. */
+	created_at = sbx_wall_ms();
+	l->expires_at_ms = created_at + (int64_t)minutes * 60000;
+	if (store_sandbox_activate(svc->store, row.id, l->domain, created_at, l->expires_at_ms,
+				   err) < 0) {
+		live_teardown(l, "the sandbox could not be created");
+		goto err_capacity;
+	}
+	pthread_mutex_lock(&svc->lock);
+	l->next = svc->lives;
+	svc->lives = l;
+	svc->booting--;
+	svc->booting_mib -= size->memory_mib;
+	pthread_mutex_unlock(&svc->lock);
+	sbx_info(MOD, "sandbox %s: running in %s (%s), ready %lld ms after the request", row.id,
+		 l->domain, size->name, (long long)(created_at - row.requested_at_ms));
+	if (store_sandbox_get(svc->store, account_id, row.id, &row, err) < 0)
+		return -1;
+	view_from_row(&row, sbx_wall_ms(), out);
+	return 0;
+
+err_teardown:
+	live_teardown(l, "the sandbox could not be created");
+	l = NULL;
+err_free_live:
+	free(l);
+err_slot:
+	boot_slot_release(svc);
+err_capacity:
+	capacity_forget(svc, size);
+err_abort:
+	store_sandbox_abort(svc->store, row.id, NULL);
+	if (err && err->code != SBX_E_SERVICE_UNAVAILABLE)
+		sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL,
+			      "the sandbox could not be started; nothing was charged, retry");
+	return -1;
+}
+
+/* ------------------------------------------------------ get, list, end */
+
+int sandbox_get(struct sandbox_svc *svc, const char *account_id, const char *id,
+		struct sandbox_view *out, struct sbx_error *err)
+{
+	struct store_sandbox row;
+
+	if (get_visible_row(svc, account_id, id, &row, err) < 0)
+		return -1;
+	view_from_row(&row, sbx_wall_ms(), out);
+	return 0;
+}
+
+int sandbox_list(struct sandbox_svc *svc, const char *account_id, const char *status, int limit,
+		 const char *starting_after, struct sandbox_view **out, size_t *n, bool *has_more,
+		 struct sbx_error *err)
+{
+	struct store_sandbox *rows = NULL;
+	enum store_status st;
+	size_t count = 0;
+	int64_t now = sbx_wall_ms();
+
+	if (status && (store_status_parse(status, &st) < 0 || st == STORE_CREATING ||
+		       st == STORE_ABORTED))
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "status",
+				     "status must be one of running, destroyed, expired, failed");
+	if (limit < 1 || limit > 100)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "limit", "limit must be 1..100");
+	if (store_sandbox_list(svc->store, account_id, status ? &st : NULL, limit, starting_after,
+			       &rows, &count, has_more, err) < 0)
+		return -1;
+	*out = calloc(count ? count : 1, sizeof(**out));
+	if (!*out) {
+		free(rows);
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+	}
+	*n = 0;
+	for (size_t i = 0; i < count; i++)
+		if (rows[i].status != STORE_CREATING)
+			view_from_row(&rows[i], now, &(*out)[(*n)++]);
+	free(rows);
+	return 0;
+}
+
+int sandbox_destroy(struct sandbox_svc *svc, const char *account_id, const char *id,
+		    struct sandbox_view *out, struct sbx_error *err)
+{
+	struct store_sandbox row;
+	int64_t now = sbx_wall_ms();
+
+	if (get_visible_row(svc, account_id, id, &row, err) < 0)
+		return -1;
+	if (row.status == STORE_RUNNING &&
+	    end_sandbox(svc, id, STORE_DESTROYED, now, "the sandbox was deleted", &row, err) < 0)
+		return -1;
+	view_from_row(&row, now, out);
+	return 0;
+}
+
+int sandbox_extend(struct sandbox_svc *svc, const char *account_id, const char *id,
+		   int timeout_minutes, struct sandbox_view *out, struct sbx_error *err)
+{
+	const struct sandbox_config *cfg = &svc->cfg;
+	struct store_sandbox row;
+	int64_t now = sbx_wall_ms(), want, latest;
+	char latest_s[32];
+
+	if (timeout_minutes < 1 || timeout_minutes > cfg->max_timeout_minutes)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "timeout_minutes",
+				     "timeout_minutes must be 1..%d", cfg->max_timeout_minutes);
+	if (get_visible_row(svc, account_id, id, &row, err) < 0)
+		return -1;
+	if (row.status != STORE_RUNNING || row.expires_at_ms <= now)
+		return sbx_error_set(err, SBX_E_SANDBOX_NOT_RUNNING, NULL,
+				     "sandbox '%s' is %s; create a new one", id,
+				     row.status == STORE_RUNNING ? "expired"
+								 : store_status_name(row.status));
+	want = now + (int64_t)timeout_minutes * 60000;
+	latest = row.created_at_ms + (int64_t)cfg->max_lifetime_minutes * 60000;
+	if (want > latest) {
+		sbx_rfc3339(latest, latest_s);
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "timeout_minutes",
+				     "a sandbox lives at most %d minutes; the latest expiry "
+				     "allowed is %s",
+				     cfg->max_lifetime_minutes, latest_s);
+	}
+	if (want > row.expires_at_ms) {
+		/* Hold for the added time at the price the sandbox was created
+		 * with. */
+		int64_t extra = billing_cost(want - row.expires_at_ms, row.price_micro_per_hour);
+
+		if (store_sandbox_extend(svc->store, account_id, id, want, extra, err) < 0)
+			return -1;
+		pthread_mutex_lock(&svc->lock);
+		struct live *l = live_find_locked(svc, id);
+		if (l)
+			l->expires_at_ms = want;
+		pthread_mutex_unlock(&svc->lock);
+	}
+	return sandbox_get(svc, account_id, id, out, err);
+}
+
+/* ------------------------------------------------------------------ exec */
+
+void sandbox_exec_result_release(struct sandbox_exec_result *r)
+{
+	if (!r)
+		return;
+	free(r->stdout_buf);
+	free(r->stderr_buf);
+	memset(r, 0, sizeof(*r));
+}
+
+struct exec_call {
+	sandbox_exec_done_fn done;
+	void *opaque;
+};
+
+static void exec_done(void *opaque, struct agentless_exec_result *res,
+		      const struct sbx_error *aerr)
+{
+	struct exec_call *call = opaque;
+	struct sandbox_exec_result out = {0};
+
+	if (!res) {
+		call->done(call->opaque, NULL, aerr);
+		free(call);
+		return;
+	}
+	out.stdout_buf = TAKE_PTR(res->stdout_buf);
+	out.stdout_len = res->stdout_len;
+	out.stderr_buf = TAKE_PTR(res->stderr_buf);
+	out.stderr_len = res->stderr_len;
+	out.exit_code = res->exit_code;
+	out.duration_ms = res->duration_ms;
+	out.timed_out = res->timed_out;
+	out.truncated = res->truncated;
+	agentless_exec_result_release(res);
+	call->done(call->opaque, &out, NULL);
+	free(call);
+}
+
+int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const char *id,
+		       const struct sandbox_exec_req *req, sandbox_exec_done_fn done,
+		       void *opaque, struct sbx_error *err)
+{
+	const struct sandbox_config *cfg = &svc->cfg;
+	struct store_sandbox row;
+	struct exec_call *call;
+	struct live *l;
+	int64_t now = sbx_wall_ms(), left_ms;
+	uint32_t timeout;
+	int rc;
+
+	if (get_visible_row(svc, account_id, id, &row, err) < 0)
+		return -1;
+	if (row.status != STORE_RUNNING || row.expires_at_ms <= now)
+		return sbx_error_set(err, SBX_E_SANDBOX_NOT_RUNNING, NULL,
+				     "sandbox '%s' is %s; create a new one", id,
+				     row.status == STORE_RUNNING ? "expired"
+								 : store_status_name(row.status));
+	left_ms = row.expires_at_ms - now;
+	if (req->has_timeout) {
+		if (req->timeout_ms < 1 || (int64_t)req->timeout_ms > left_ms)
+			return sbx_error_set(err, SBX_E_INVALID_REQUEST, "timeout_ms",
+					     "timeout_ms must be 1..%lld (the time left in the "
+					     "session); extend the sandbox for more",
+					     (long long)left_ms);
+		timeout = req->timeout_ms;
+	} else {
+		timeout = (uint32_t)SBX_MIN((int64_t)cfg->default_exec_timeout_ms, left_ms);
+	}
+	struct agentless_exec_req areq = {
+		.command = req->command,
+		.command_len = req->command_len,
+		.cwd = req->cwd ? req->cwd : "/home/sandbox",
+		.env = req->env,
+		.n_env = req->n_env,
+		.timeout_ms = timeout,
+		.stdout_cap = (uint32_t)cfg->output_cap_bytes,
+		.stderr_cap = (uint32_t)cfg->output_cap_bytes,
+	};
+	call = calloc(1, sizeof(*call));
+	if (!call)
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+	call->done = done;
+	call->opaque = opaque;
+
+	pthread_mutex_lock(&svc->lock);
+	l = live_find_locked(svc, id);
+	if (!l || l->dead) {
+		pthread_mutex_unlock(&svc->lock);
+		free(call);
+		return sbx_error_set(err, SBX_E_SANDBOX_NOT_RUNNING, NULL,
+				     "sandbox '%s' is no longer running", id);
+	}
+	l->refs++;
+	pthread_mutex_unlock(&svc->lock);
+
+	rc = agentless_exec_start(l->conn, &areq, exec_done, call, err);
+
+	pthread_mutex_lock(&svc->lock);
+	if (--l->refs == 0)
+		pthread_cond_broadcast(&svc->cond);
+	pthread_mutex_unlock(&svc->lock);
+	if (rc < 0) {
+		free(call);
+		if (err && err->code == SBX_E_RATE_LIMITED) {
+			sbx_error_set(err, SBX_E_RATE_LIMITED, NULL,
+				      "sandbox '%s' already runs %d commands; wait for one to "
+				      "finish",
+				      id, cfg->max_execs_per_sandbox);
+			err->retry_after_s = 1;
+		}
+		return -1;
+	}
+	return 0;
+}
+
+/* ----------------------------------------------------------------- usage */
+
+static int64_t month_start_utc(int64_t now_ms)
+{
+	time_t t = (time_t)(now_ms / 1000);
+	struct tm tm;
+
+	gmtime_r(&t, &tm);
+	tm.tm_mday = 1;
+	tm.tm_hour = tm.tm_min = tm.tm_sec = 0;
+	return (int64_t)timegm(&tm) * 1000;
+}
+
+static int64_t next_month_utc(int64_t month_ms)
+{
+	time_t t = (time_t)(month_ms / 1000);
+	struct tm tm;
+
+	gmtime_r(&t, &tm);
+	tm.tm_mon += 1;
+	return (int64_t)timegm(&tm) * 1000;
+}
+
+/* Runtime of a row inside [from, to), and its cost share: the cost of a
+ * slice is the row's own formula over that slice, so slices of one
+ * sandbox may round up separately; the lifetime figures stay exact. */
+static void slice(const struct store_sandbox *row, int64_t now, int64_t from, int64_t to,
+		  int64_t *seconds, int64_t *cost)
+{
+	int64_t start = row->created_at_ms;
+	int64_t end = row->ended_at_ms ? row->ended_at_ms : now;
+
+	if (row->expires_at_ms && end > row->expires_at_ms)
+		end = row->expires_at_ms;
+	if (start < from)
+		start = from;
+	if (end > to)
+		end = to;
+	*seconds = 0;
+	*cost = 0;
+	if (end <= start)
+		return;
+	*seconds = (end - start + 999) / 1000;
+	*cost = billing_cost(end - start, row->price_micro_per_hour);
+}
+
+int sandbox_usage(struct sandbox_svc *svc, const char *account_id, int64_t from_ms,
+		  int64_t to_ms, const char *granularity, struct sandbox_usage *out,
+		  struct sbx_error *err)
+{
+	const struct sandbox_config *cfg = &svc->cfg;
+	struct store_sandbox *rows = NULL;
+	struct store_balance bal;
+	int64_t now = sbx_wall_ms(), step = 0;
+	size_t n = 0;
+	int running = 0;
+
+	memset(out, 0, sizeof(*out));
+	if (granularity && strcmp(granularity, "day") == 0)
+		step = 86400000;
+	else if (granularity && strcmp(granularity, "hour") == 0)
+		step = 3600000;
+	else if (granularity)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "granularity",
+				     "granularity must be 'day' or 'hour'");
+	if (!from_ms)
+		from_ms = month_start_utc(to_ms ? to_ms - 1 : now);
+	if (!to_ms)
+		to_ms = next_month_utc(month_start_utc(from_ms));
+	if (to_ms <= from_ms)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "to", "'to' must be after 'from'");
+	if (step && (to_ms - from_ms) / step > 10000)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "granularity",
+				     "that period has more than 10000 buckets; narrow it");
+
+	if (billing_balance(svc->store, account_id, now, &bal, err) < 0 ||
+	    store_sandbox_count_live(svc->store, account_id, &running, err) < 0 ||
+	    store_sandbox_list_overlapping(svc->store, account_id, from_ms, to_ms, &rows, &n,
+					   err) < 0)
+		return -1;
+	out->balance_micro = bal.balance_micro;
+	out->reserved_micro = bal.reserved_micro;
+	out->available_micro = bal.available_micro;
+	out->consumed_micro = bal.consumed_micro;
+	out->running = running;
+	out->limit = cfg->max_sandboxes_per_account;
+	out->from_ms = from_ms;
+	out->to_ms = to_ms;
+	out->n_sizes = cfg->n_sizes;
+	for (size_t i = 0; i < cfg->n_sizes; i++)
+		snprintf(out->by_size[i].size, sizeof(out->by_size[i].size), "%s",
+			 cfg->sizes[i].name);
+	if (step) {
+		out->n_buckets = (size_t)((to_ms - from_ms + step - 1) / step);
+		out->buckets = calloc(out->n_buckets, sizeof(*out->buckets));
+		if (!out->buckets) {
+			free(rows);
+			return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+		}
+		for (size_t b = 0; b < out->n_buckets; b++)
+			out->buckets[b].start_ms = from_ms + (int64_t)b * step;
+	}
+	for (size_t i = 0; i < n; i++) {
+		int64_t secs, cost;
+
+		slice(&rows[i], now, from_ms, to_ms, &secs, &cost);
+		for (size_t k = 0; k < out->n_sizes; k++) {
+			if (strcmp(out->by_size[k].size, rows[i].size) == 0) {
+				out->by_size[k].seconds += secs;
+				out->by_size[k].cost_micro += cost;
+			}
+		}
+		for (size_t b = 0; b < out->n_buckets; b++) {
+			int64_t bs = out->buckets[b].start_ms, be = SBX_MIN(bs + step, to_ms);
+
+			slice(&rows[i], now, bs, be, &secs, &cost);
+			out->buckets[b].seconds += secs;
+			out->buckets[b].cost_micro += cost;
+		}
+	}
+	free(rows);
+	return 0;
+}
+
+void sandbox_usage_release(struct sandbox_usage *u)
+{
+	free(u->buckets);
+	u->buckets = NULL;
+	u->n_buckets = 0;
+}
