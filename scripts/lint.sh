@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Layering check (STYLE.md): data flows api -> sandbox -> billing/store/vmm/
+# agentless -> util. A module may include only the headers below it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+fail=0
+check() { # module allowed-includes-regex
+	local mod=$1 allowed=$2 f inc
+	for f in $(git ls-files "$mod/*.c" "$mod/*.h"); do
+		while read -r inc; do
+			[ -z "$inc" ] && continue
+			if ! [[ $inc =~ $allowed ]]; then
+				echo "lint: $f includes $inc (not allowed for $mod/)"
+				fail=1
+			fi
+		done < <(sed -n 's/^#include "\(.*\)"/\1/p' "$f" | sed 's#^\.\./##')
+	done
+}
+check util '^(util\.h)$'
+check agentless '^(util/util\.h|wire\.h|agentless\.h|agentless-priv\.h|\.\./wire\.h|init\.h|guest\.h)$'
+check vmm '^(util/util\.h|vmm\.h|vmm-priv\.h)$'
+check store '^(util/util\.h|store\.h|store-priv\.h)$'
+check billing '^(util/util\.h|store/store\.h|billing\.h)$'
+check sandbox '^(util/util\.h|store/store\.h|billing/billing\.h|vmm/vmm\.h|agentless/agentless\.h|sandbox\.h|sandbox-priv\.h)$'
+check api '^(util/util\.h|sandbox/sandbox\.h|api\.h|api-priv\.h)$'
+[ $fail -eq 0 ] && echo "lint: layering ok"
+exit $fail

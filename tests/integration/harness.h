@@ -1,0 +1,361 @@
+/* Integration-test harness: a real daemon (bin/sandboxd serve) on a free
+ * loopback port with its own state dir and domain-name prefix, real guests
+ * under qemu:///system, and a minimal HTTP/1.1 client over a real socket.
+ *
+ * Environment: SBX_BIN (path to bin/sandboxd), SBX_TEST_IMAGE_DIR (vmlinux
+ * and initramfs.cpio.gz). Header-only: each test program includes it once.
+ */
+#ifndef SBX_TEST_HARNESS_H
+#define SBX_TEST_HARNESS_H
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <json-c/json.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "util/util.h"
+
+struct daemon {
+	pid_t pid;
+	int port;
+	char state_dir[256];
+	char config[300];
+	char db[300];
+	char prefix[32];
+	char key[128];
+	char account_id[64];
+};
+
+struct http_reply {
+	int status;
+	char headers[4096];
+	char *body; /* NUL-terminated */
+	size_t body_len;
+	json_object *json; /* parsed body or NULL */
+};
+
+static inline void http_reply_free(struct http_reply *r)
+{
+	free(r->body);
+	if (r->json)
+		json_object_put(r->json);
+	memset(r, 0, sizeof(*r));
+}
+
+static inline int run_cmd(const char *cmd)
+{
+	int rc = system(cmd);
+
+	return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static inline int copy_file(const char *from, const char *to)
+{
+	char cmd[1024];
+
+	snprintf(cmd, sizeof(cmd), "install -m 0644 '%s' '%s'", from, to);
+	return run_cmd(cmd);
+}
+
+/* Write the test config: own prefix and state dir, TCG allowed, plus
+ * `extra` JSON members (e.g. "\"max_sandboxes_per_account\": 3") or "". */
+static inline void daemon_config(struct daemon *d, const char *extra)
+{
+	const char *img = getenv("SBX_TEST_IMAGE_DIR");
+	char path[512];
+	FILE *f;
+
+	snprintf(d->prefix, sizeof(d->prefix), "t%d-", (int)getpid());
+	snprintf(d->state_dir, sizeof(d->state_dir), "/var/lib/sandboxd-test/%d", (int)getpid());
+	snprintf(path, sizeof(path), "mkdir -p -m 0755 /var/lib/sandboxd-test %s/images",
+		 d->state_dir);
+	if (run_cmd(path) != 0)
+		abort();
+	chmod(d->state_dir, 0755);
+	snprintf(path, sizeof(path), "%s/vmlinux", img ? img : "build/images/tiny");
+	char dst[512];
+	snprintf(dst, sizeof(dst), "%s/images/vmlinux", d->state_dir);
+	if (copy_file(path, dst) != 0)
+		abort();
+	snprintf(path, sizeof(path), "%s/initramfs.cpio.gz", img ? img : "build/images/tiny");
+	snprintf(dst, sizeof(dst), "%s/images/initramfs.cpio.gz", d->state_dir);
+	if (copy_file(path, dst) != 0)
+		abort();
+	snprintf(d->config, sizeof(d->config), "%s/config.json", d->state_dir);
+	snprintf(d->db, sizeof(d->db), "%s/sandboxd.db", d->state_dir);
+	f = fopen(d->config, "w");
+	if (!f)
+		abort();
+	fprintf(f,
+		"{\"state_dir\": \"%s\", \"domain_prefix\": \"%s\", \"accel\": \"tcg\", "
+		"\"allow_tcg\": true, \"kernel\": \"%s/images/vmlinux\", "
+		"\"initrd\": \"%s/images/initramfs.cpio.gz\"%s%s}\n",
+		d->state_dir, d->prefix, d->state_dir, d->state_dir, extra && extra[0] ? ", " : "",
+		extra ? extra : "");
+	fclose(f);
+}
+
+static inline const char *sbx_bin(void)
+{
+	const char *b = getenv("SBX_BIN");
+
+	return b ? b : "bin/sandboxd";
+}
+
+/* Run `sandboxd admin ARGS` and return its stdout parsed as JSON. */
+static inline json_object *daemon_admin(struct daemon *d, const char *args)
+{
+	char cmd[1024], out[8192];
+	size_t n;
+	FILE *p;
+
+	snprintf(cmd, sizeof(cmd), "%s admin %s --config %s", sbx_bin(), args, d->config);
+	p = popen(cmd, "r");
+	if (!p)
+		return NULL;
+	n = fread(out, 1, sizeof(out) - 1, p);
+	out[n] = '\0';
+	if (pclose(p) != 0)
+		return NULL;
+	return json_tokener_parse(out);
+}
+
+static inline void daemon_create_account(struct daemon *d, const char *credit_usd)
+{
+	char args[256];
+	json_object *o, *v;
+
+	snprintf(args, sizeof(args), "create-account --name test --credit-usd %s", credit_usd);
+	o = daemon_admin(d, args);
+	if (!o || !json_object_object_get_ex(o, "api_key", &v))
+		abort();
+	snprintf(d->key, sizeof(d->key), "%s", json_object_get_string(v));
+	if (json_object_object_get_ex(o, "account_id", &v))
+		snprintf(d->account_id, sizeof(d->account_id), "%s", json_object_get_string(v));
+	json_object_put(o);
+}
+
+/* Start `sandboxd serve --listen 127.0.0.1:0` and read the bound port
+ * from its first stdout line. */
+static inline int daemon_start(struct daemon *d)
+{
+	int fds[2];
+	char line[256];
+	FILE *f;
+
+	if (pipe(fds) < 0)
+		return -1;
+	d->pid = fork();
+	if (d->pid == 0) {
+		dup2(fds[1], 1);
+		close(fds[0]);
+		close(fds[1]);
+		execl(sbx_bin(), "sandboxd", "serve", "--config", d->config, "--listen",
+		      "127.0.0.1:0", (char *)NULL);
+		_exit(127);
+	}
+	close(fds[1]);
+	f = fdopen(fds[0], "r");
+	if (!f || !fgets(line, sizeof(line), f))
+		return -1;
+	/* keep the pipe open but drained by nobody: the daemon prints little */
+	if (sscanf(line, "listening on http://127.0.0.1:%d", &d->port) != 1)
+		return -1;
+	return 0;
+}
+
+/* SIGTERM and wait; returns the exit status (or -1). */
+static inline int daemon_stop(struct daemon *d)
+{
+	int st;
+
+	if (d->pid <= 0)
+		return -1;
+	kill(d->pid, SIGTERM);
+	if (waitpid(d->pid, &st, 0) < 0)
+		return -1;
+	d->pid = 0;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static inline void daemon_kill9(struct daemon *d)
+{
+	if (d->pid > 0) {
+		kill(d->pid, SIGKILL);
+		waitpid(d->pid, NULL, 0);
+		d->pid = 0;
+	}
+}
+
+/* Domains of this test run still known to libvirt. */
+static inline int count_own_domains(const struct daemon *d)
+{
+	char cmd[256], line[256];
+	int n = 0;
+	FILE *p;
+
+	snprintf(cmd, sizeof(cmd), "virsh -c qemu:///system list --all --name 2>/dev/null");
+	p = popen(cmd, "r");
+	if (!p)
+		return -1;
+	while (fgets(line, sizeof(line), p))
+		if (strncmp(line, d->prefix, strlen(d->prefix)) == 0)
+			n++;
+	pclose(p);
+	return n;
+}
+
+/* qemu processes of this test run (their command line names the domain). */
+static inline int count_own_qemus(const struct daemon *d)
+{
+	char cmd[256];
+	FILE *p;
+	int n = 0;
+
+	snprintf(cmd, sizeof(cmd), "pgrep -fc 'qemu-system.*guest=%s' 2>/dev/null", d->prefix);
+	p = popen(cmd, "r");
+	if (!p)
+		return -1;
+	if (fscanf(p, "%d", &n) != 1)
+		n = 0;
+	pclose(p);
+	return n;
+}
+
+/* Destroy leftovers of this run (for cleanup after a failed test). */
+static inline void destroy_own_domains(const struct daemon *d)
+{
+	char cmd[512];
+
+	snprintf(cmd, sizeof(cmd),
+		 "for n in $(virsh -c qemu:///system list --name 2>/dev/null | grep '^%s'); do "
+		 "virsh -c qemu:///system destroy $n >/dev/null 2>&1; done",
+		 d->prefix);
+	run_cmd(cmd);
+}
+
+/* One HTTP/1.1 request over a fresh TCP connection (Connection: close).
+ * `auth` NULL sends no Authorization header; `extra_headers` is raw
+ * "Name: value\r\n" lines or NULL. Returns 0 and fills r, or -1. */
+static inline int http_request(const struct daemon *d, const char *method, const char *path,
+			       const char *auth, const char *extra_headers, const char *body,
+			       size_t body_len, struct http_reply *r)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	struct sbx_buf in;
+	char head[2048], chunk[65536];
+	int fd, n;
+	char *sep;
+
+	memset(r, 0, sizeof(*r));
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	sa.sin_port = htons((uint16_t)d->port);
+	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		close(fd);
+		return -1;
+	}
+	if (body && body_len == 0)
+		body_len = strlen(body);
+	n = snprintf(head, sizeof(head),
+		     "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n%s%s%s%s"
+		     "Content-Length: %zu\r\n\r\n",
+		     method, path, auth ? "Authorization: Bearer " : "", auth ? auth : "",
+		     auth ? "\r\n" : "", extra_headers ? extra_headers : "",
+		     body ? body_len : (size_t)0);
+	if (write(fd, head, (size_t)n) != n ||
+	    (body && body_len && write(fd, body, body_len) != (ssize_t)body_len)) {
+		close(fd);
+		return -1;
+	}
+	sbx_buf_init(&in, 256u * 1024 * 1024);
+	for (;;) {
+		ssize_t got = read(fd, chunk, sizeof(chunk));
+
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0)
+			break;
+		if (sbx_buf_append(&in, chunk, (size_t)got) < 0)
+			break;
+	}
+	close(fd);
+	if (!in.data || sscanf(in.data, "HTTP/1.1 %d", &r->status) != 1) {
+		sbx_buf_release(&in);
+		return -1;
+	}
+	sep = strstr(in.data, "\r\n\r\n");
+	if (!sep) {
+		sbx_buf_release(&in);
+		return -1;
+	}
+	snprintf(r->headers, sizeof(r->headers), "%.*s", (int)(sep - in.data), in.data);
+	r->body_len = in.len - (size_t)(sep + 4 - in.data);
+	r->body = malloc(r->body_len + 1);
+	memcpy(r->body, sep + 4, r->body_len);
+	r->body[r->body_len] = '\0';
+	sbx_buf_release(&in);
+	r->json = json_tokener_parse(r->body);
+	return 0;
+}
+
+/* Convenience: string / int member of the reply's JSON (NULL / -1). */
+static inline const char *jstr(json_object *o, const char *key)
+{
+	json_object *v;
+
+	if (!o || !json_object_object_get_ex(o, key, &v) || !json_object_is_type(v, json_type_string))
+		return NULL;
+	return json_object_get_string(v);
+}
+
+static inline int64_t jint(json_object *o, const char *key)
+{
+	json_object *v;
+
+	if (!o || !json_object_object_get_ex(o, key, &v) || !json_object_is_type(v, json_type_int))
+		return -1;
+	return json_object_get_int64(v);
+}
+
+static inline int jbool(json_object *o, const char *key)
+{
+	json_object *v;
+
+	if (!o || !json_object_object_get_ex(o, key, &v) ||
+	    !json_object_is_type(v, json_type_boolean))
+		return -1;
+	return json_object_get_boolean(v);
+}
+
+/* True when the member exists and is JSON null. */
+static inline bool jis_null(json_object *o, const char *key)
+{
+	json_object *v = NULL;
+
+	return o && json_object_object_get_ex(o, key, &v) && v == NULL;
+}
+
+/* error.type / error.param of an error reply (NULL when absent). */
+static inline const char *jerr(json_object *o, const char *key)
+{
+	json_object *e;
+
+	if (!o || !json_object_object_get_ex(o, "error", &e))
+		return NULL;
+	return jstr(e, key);
+}
+
+#endif
