@@ -13,7 +13,7 @@ check() { # module allowed-includes-regex
 				echo "lint: $f includes $inc (not allowed for $mod/)"
 				fail=1
 			fi
-		done < <(sed -n 's/^#include "\(.*\)"/\1/p' "$f" | sed 's#^\.\./##')
+		done < <(sed -n 's/^#include "\(.*\)"/\1/p' "$f" | sed -e 's#^\.\./##' -e "s#^$mod/##")
 	done
 }
 check util '^(util\.h)$'
