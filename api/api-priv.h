@@ -1,0 +1,99 @@
+/* api-priv: test-only entry points of api/ (the request decoders, the
+ * response encoders and the config parser), for tests/unit/test_api_* and
+ * tests/fuzz/fuzz_request.c. Not for other modules.
+ */
+#ifndef SBX_API_PRIV_H
+#define SBX_API_PRIV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <json-c/json.h>
+
+#include "api.h"
+
+/* Maximum nesting of a request body's JSON (deeper is 400). */
+#define API_JSON_MAX_DEPTH 16
+/* Maximum number of entries in an exec request's "env". */
+#define API_ENV_MAX 256
+
+/* Parse a request body into a JSON object. An empty (or all-whitespace)
+ * body gives an empty object. Errors, SBX_E_INVALID_REQUEST: not JSON
+ * (trailing bytes, NUL bytes, invalid UTF-8 and nesting deeper than
+ * API_JSON_MAX_DEPTH included), or JSON that is not an object. The caller
+ * owns the result (json_object_put). */
+struct json_object *api_json_parse_object(const char *body, size_t len, struct sbx_error *err);
+
+/* POST /v1/sandboxes. `size` points into a buffer owned by the struct. */
+struct api_create_body {
+	char size_buf[32];
+	struct sandbox_create_req req; /* req.size NULL or size_buf */
+};
+/* {"size": string, "timeout_minutes": integer 1..cfg->max_timeout_minutes},
+ * both optional. 0 or -1 with SBX_E_INVALID_REQUEST and param "size",
+ * "timeout_minutes" or the unknown field's name ("" when the body itself is
+ * not a JSON object). */
+int api_create_decode(const char *body, size_t len, const struct sandbox_config *cfg,
+		      struct api_create_body *out, struct sbx_error *err);
+
+/* POST /v1/sandboxes/{id}/extend: {"timeout_minutes": integer
+ * 1..cfg->max_lifetime_minutes}, required. Same errors. */
+int api_extend_decode(const char *body, size_t len, const struct sandbox_config *cfg,
+		      int *timeout_minutes, struct sbx_error *err);
+
+/* POST /v1/api_keys: an empty body or {}; any field is unknown (400). */
+int api_key_create_decode(const char *body, size_t len, struct sbx_error *err);
+
+/* POST /v1/sandboxes/{id}/exec, decoded. Owns its strings; release with
+ * api_exec_body_release (also safe after a failed decode). */
+struct api_exec_body {
+	struct sandbox_exec_req req; /* points into the fields below */
+	bool base64;                 /* "encoding": "base64" */
+	char *command;
+	char *cwd;
+	char **env;                  /* "KEY=VALUE" strings, n_env of them */
+	size_t n_env;
+};
+/* {"command": non-empty string <= cfg->max_command_bytes, no NUL
+ * (required); "timeout_ms": integer >= 1 (<= UINT32_MAX); "cwd": absolute
+ * path, no NUL, < PATH_MAX; "env": object of string values without NUL,
+ * keys matching ^[A-Za-z_][A-Za-z0-9_]*$ (param "env.KEY", or "env" when
+ * the key itself is bad), at most API_ENV_MAX of them; "encoding":
+ * "utf-8" | "base64"}. Unknown fields are 400 naming them. */
+int api_exec_decode(const char *body, size_t len, const struct sandbox_config *cfg,
+		    struct api_exec_body *out, struct sbx_error *err);
+void api_exec_body_release(struct api_exec_body *b);
+
+/* True when `key` matches ^[A-Za-z_][A-Za-z0-9_]*$ (len bytes). */
+bool api_env_key_valid(const char *key, size_t len);
+
+/* The sandbox object of API.md (new reference). */
+struct json_object *api_sandbox_encode(const struct sandbox_view *v);
+/* {"stdout","stderr","exit_code","duration_ms","truncated","timed_out"};
+ * the streams sanitised to UTF-8 (bad bytes -> U+FFFD, NUL -> \u0000) or
+ * base64 of the exact bytes. NULL on ENOMEM. */
+struct json_object *api_exec_result_encode(const struct sandbox_exec_result *r, bool base64);
+/* {"error": {"type", "message", "param"?}} from err (new reference). */
+struct json_object *api_error_encode(const struct sbx_error *err);
+/* GET /v1/limits body from a config (new reference). */
+struct json_object *api_limits_encode(const struct sandbox_config *cfg);
+/* GET /v1/usage body (new reference). */
+struct json_object *api_usage_encode(const struct sandbox_usage *u);
+/* An API key object; `secret` NULL when not to be shown. */
+struct json_object *api_key_encode(const struct sandbox_key *k, const char *secret);
+/* An account object (admin command line). */
+struct json_object *api_account_encode(const struct sandbox_account *a);
+/* RFC 3339 string or JSON null when epoch_ms is 0. */
+struct json_object *api_time_encode(int64_t epoch_ms);
+
+/* Apply a JSON config document (len bytes) over cfg; see api_config_load. */
+int api_config_parse(const char *json, size_t len, struct sandbox_config *cfg,
+		     struct sbx_error *err);
+
+/* Parse "HOST:PORT" (IPv4 dotted quad, "localhost" or "0.0.0.0"; port
+ * 0..65535) into a sockaddr_in. 0 or -1 with SBX_E_INVALID_REQUEST
+ * (param "listen"). */
+struct sockaddr_in;
+int api_listen_parse(const char *listen, struct sockaddr_in *sa, struct sbx_error *err);
+
+#endif

@@ -1,0 +1,313 @@
+/* api/config.c: the JSON config file (docs/configuration.md) applied over a
+ * struct sandbox_config. One table names every key, its type and where it
+ * goes; unknown keys, wrong types and strings too long for their field are
+ * errors naming the key. */
+#include <errno.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "api-priv.h"
+
+/* A config file is small; anything bigger is a mistake. */
+#define CONFIG_MAX_BYTES (1024 * 1024)
+#define CONFIG_MAX_DEPTH 8
+
+enum key_type { K_STR, K_BOOL, K_INT, K_UINT, K_U32, K_U64, K_SIZE, K_DOUBLE };
+
+struct key_spec {
+	const char *name;
+	enum key_type type;
+	size_t offset;
+	size_t size; /* K_STR: buffer size */
+};
+
+#define STR(f) {#f, K_STR, offsetof(struct sandbox_config, f), sizeof(((struct sandbox_config *)0)->f)}
+#define NUM(f, t) {#f, t, offsetof(struct sandbox_config, f), 0}
+
+static const struct key_spec keys[] = {
+	STR(mode),
+	STR(listen),
+	STR(db_path),
+	STR(state_dir),
+	STR(libvirt_uri),
+	STR(domain_prefix),
+	STR(accel),
+	NUM(allow_tcg, K_BOOL),
+	STR(kernel),
+	STR(initrd),
+	STR(base_image),
+	STR(kernel_cmdline),
+	STR(transport),
+	NUM(tb_cache_mib, K_UINT),
+	STR(default_size),
+	NUM(default_timeout_minutes, K_INT),
+	NUM(max_timeout_minutes, K_INT),
+	NUM(max_lifetime_minutes, K_INT),
+	NUM(max_sandboxes_per_account, K_INT),
+	NUM(max_execs_per_sandbox, K_INT),
+	NUM(max_body_bytes, K_SIZE),
+	NUM(max_command_bytes, K_SIZE),
+	NUM(output_cap_bytes, K_SIZE),
+	NUM(default_exec_timeout_ms, K_U32),
+	NUM(boot_timeout_ms, K_U32),
+	NUM(exec_backstop_grace_ms, K_U32),
+	NUM(max_guests, K_INT),
+	NUM(memory_overcommit, K_DOUBLE),
+	NUM(max_concurrent_boots, K_INT),
+	NUM(min_free_disk_mib, K_U64),
+	NUM(destroy_on_exit, K_BOOL),
+	NUM(http_threads, K_INT),
+};
+
+static int bad_type(const char *key, const char *what, struct sbx_error *err)
+{
+	return sbx_error_set(err, SBX_E_INVALID_REQUEST, key, "config key '%s' must be %s", key,
+			     what);
+}
+
+/* A non-negative integer <= max (json-c saturates huge numbers, and the
+ * uint64 check catches values above INT64_MAX). */
+static int get_count(struct json_object *v, const char *key, int64_t min, int64_t max,
+		     int64_t *out, struct sbx_error *err)
+{
+	int64_t x;
+
+	if (!json_object_is_type(v, json_type_int))
+		return bad_type(key, "an integer", err);
+	x = json_object_get_int64(v);
+	if (x < min || x > max || (x == INT64_MAX && json_object_get_uint64(v) > INT64_MAX))
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, key,
+				     "config key '%s' must be between %lld and %lld", key,
+				     (long long)min, (long long)max);
+	*out = x;
+	return 0;
+}
+
+static int apply_key(const struct key_spec *k, struct json_object *v, struct sandbox_config *cfg,
+		     struct sbx_error *err)
+{
+	char *field = (char *)cfg + k->offset;
+	int64_t x;
+
+	switch (k->type) {
+	case K_STR: {
+		size_t n;
+		if (!json_object_is_type(v, json_type_string))
+			return bad_type(k->name, "a string", err);
+		n = (size_t)json_object_get_string_len(v);
+		if (memchr(json_object_get_string(v), '\0', n))
+			return bad_type(k->name, "a string without NUL", err);
+		if (n >= k->size)
+			return sbx_error_set(err, SBX_E_INVALID_REQUEST, k->name,
+					     "config key '%s' is longer than %zu bytes", k->name,
+					     k->size - 1);
+		memcpy(field, json_object_get_string(v), n + 1);
+		return 0;
+	}
+	case K_BOOL:
+		if (!json_object_is_type(v, json_type_boolean))
+			return bad_type(k->name, "true or false", err);
+		*(bool *)field = json_object_get_boolean(v);
+		return 0;
+	case K_INT:
+		if (get_count(v, k->name, INT_MIN, INT_MAX, &x, err) < 0)
+			return -1;
+		*(int *)field = (int)x;
+		return 0;
+	case K_UINT:
+		if (get_count(v, k->name, 0, UINT_MAX, &x, err) < 0)
+			return -1;
+		*(unsigned *)field = (unsigned)x;
+		return 0;
+	case K_U32:
+		if (get_count(v, k->name, 0, UINT32_MAX, &x, err) < 0)
+			return -1;
+		*(uint32_t *)field = (uint32_t)x;
+		return 0;
+	case K_U64:
+		if (get_count(v, k->name, 0, INT64_MAX, &x, err) < 0)
+			return -1;
+		*(uint64_t *)field = (uint64_t)x;
+		return 0;
+	case K_SIZE:
+		if (get_count(v, k->name, 0, SIZE_MAX > INT64_MAX ? INT64_MAX : (int64_t)SIZE_MAX,
+			      &x, err) < 0)
+			return -1;
+		*(size_t *)field = (size_t)x;
+		return 0;
+	case K_DOUBLE:
+		if (!json_object_is_type(v, json_type_double) &&
+		    !json_object_is_type(v, json_type_int))
+			return bad_type(k->name, "a number", err);
+		*(double *)field = json_object_get_double(v);
+		return 0;
+	}
+	return bad_type(k->name, "valid", err);
+}
+
+static int apply_size(const char *name, struct json_object *v, struct sandbox_size *s,
+		      struct sbx_error *err)
+{
+	static const char *const fields[] = {"vcpus", "memory_mib", "disk_gib",
+					     "price_micro_usd_per_hour"};
+	bool seen[SBX_ARRAY_SIZE(fields)] = {false};
+	char key[96];
+	int64_t x;
+
+	snprintf(key, sizeof(key), "sizes.%s", name);
+	if (!json_object_is_type(v, json_type_object))
+		return bad_type(key, "an object", err);
+	memset(s, 0, sizeof(*s));
+	memcpy(s->name, name, strlen(name) + 1);
+	json_object_object_foreach(v, fk, fv)
+	{
+		size_t i;
+		for (i = 0; i < SBX_ARRAY_SIZE(fields); i++)
+			if (strcmp(fk, fields[i]) == 0)
+				break;
+		snprintf(key, sizeof(key), "sizes.%s.%.40s", name, fk);
+		if (i == SBX_ARRAY_SIZE(fields))
+			return sbx_error_set(err, SBX_E_INVALID_REQUEST, key,
+					     "unknown config key '%s'", key);
+		seen[i] = true;
+		switch (i) {
+		case 0:
+			if (get_count(fv, key, 1, UINT_MAX, &x, err) < 0)
+				return -1;
+			s->vcpus = (unsigned)x;
+			break;
+		case 1:
+			if (get_count(fv, key, 1, INT64_MAX, &x, err) < 0)
+				return -1;
+			s->memory_mib = (uint64_t)x;
+			break;
+		case 2:
+			if (get_count(fv, key, 1, INT64_MAX, &x, err) < 0)
+				return -1;
+			s->disk_gib = (uint64_t)x;
+			break;
+		default:
+			if (get_count(fv, key, 0, INT64_MAX, &x, err) < 0)
+				return -1;
+			s->price_micro_per_hour = x;
+			break;
+		}
+	}
+	for (size_t i = 0; i < SBX_ARRAY_SIZE(fields); i++) {
+		if (!seen[i]) {
+			snprintf(key, sizeof(key), "sizes.%s.%s", name, fields[i]);
+			return sbx_error_set(err, SBX_E_INVALID_REQUEST, key,
+					     "config key '%s' is required", key);
+		}
+	}
+	return 0;
+}
+
+static int apply_sizes(struct json_object *v, struct sandbox_config *cfg, struct sbx_error *err)
+{
+	struct sandbox_size sizes[SANDBOX_MAX_SIZES];
+	size_t n = 0;
+
+	if (!json_object_is_type(v, json_type_object))
+		return bad_type("sizes", "an object of sizes", err);
+	json_object_object_foreach(v, name, sv)
+	{
+		size_t len = strlen(name);
+		if (n == SANDBOX_MAX_SIZES)
+			return sbx_error_set(err, SBX_E_INVALID_REQUEST, "sizes",
+					     "config key 'sizes' holds at most %d sizes",
+					     SANDBOX_MAX_SIZES);
+		if (len == 0 || len >= sizeof(sizes[0].name) ||
+		    !api_env_key_valid(name, len))
+			return sbx_error_set(err, SBX_E_INVALID_REQUEST, "sizes",
+					     "size names must be 1..%zu letters, digits or '_'",
+					     sizeof(sizes[0].name) - 1);
+		if (apply_size(name, sv, &sizes[n], err) < 0)
+			return -1;
+		n++;
+	}
+	if (n == 0)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "sizes",
+				     "config key 'sizes' needs at least one size");
+	memcpy(cfg->sizes, sizes, n * sizeof(sizes[0]));
+	cfg->n_sizes = n;
+	return 0;
+}
+
+int api_config_parse(const char *json, size_t len, struct sandbox_config *cfg,
+		     struct sbx_error *err)
+{
+	struct json_tokener *tok;
+	struct json_object *root;
+	enum json_tokener_error jerr;
+	size_t end;
+	int rc = -1;
+
+	if (len > CONFIG_MAX_BYTES || memchr(json, '\0', len))
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "config",
+				     "the config file is not a JSON text");
+	tok = json_tokener_new_ex(CONFIG_MAX_DEPTH);
+	if (!tok)
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+	json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
+	root = json_tokener_parse_ex(tok, json, (int)len);
+	jerr = json_tokener_get_error(tok);
+	end = json_tokener_get_parse_end(tok);
+	json_tokener_free(tok);
+	while (end < len && strchr(" \t\r\n", json[end]))
+		end++;
+	if (jerr != json_tokener_success || !root || end != len) {
+		sbx_error_set(err, SBX_E_INVALID_REQUEST, "config",
+			      "the config file is not valid JSON (%s near byte %zu)",
+			      jerr == json_tokener_success ? "trailing data"
+							   : json_tokener_error_desc(jerr),
+			      end);
+		goto out;
+	}
+	if (!json_object_is_type(root, json_type_object)) {
+		sbx_error_set(err, SBX_E_INVALID_REQUEST, "config",
+			      "the config file must hold one JSON object");
+		goto out;
+	}
+	json_object_object_foreach(root, key, val)
+	{
+		size_t i;
+
+		if (strcmp(key, "sizes") == 0) {
+			if (apply_sizes(val, cfg, err) < 0)
+				goto out;
+			continue;
+		}
+		for (i = 0; i < SBX_ARRAY_SIZE(keys); i++)
+			if (strcmp(key, keys[i].name) == 0)
+				break;
+		if (i == SBX_ARRAY_SIZE(keys)) {
+			char name[64];
+			snprintf(name, sizeof(name), "%.60s", key);
+			sbx_error_set(err, SBX_E_INVALID_REQUEST, name, "unknown config key '%s'",
+				      name);
+			goto out;
+		}
+		if (apply_key(&keys[i], val, cfg, err) < 0)
+			goto out;
+	}
+	rc = 0;
+out:
+	json_object_put(root);
+	return rc;
+}
+
+int api_config_load(const char *path, struct sandbox_config *cfg, struct sbx_error *err)
+{
+	_cleanup_free_ char *text = NULL;
+	size_t len = 0;
+
+	text = sbx_read_file(path, CONFIG_MAX_BYTES, &len);
+	if (!text)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "config",
+				     "cannot read config file '%s': %s", path,
+				     errno == EFBIG ? "larger than 1 MiB" : strerror(errno));
+	return api_config_parse(text, len, cfg, err);
+}

@@ -1,0 +1,660 @@
+/* api/json.c: request decoders and response encoders (json-c). Pure
+ * functions: no HTTP here, so the unit tests and the fuzzer reach them
+ * directly through api-priv.h. */
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "api-priv.h"
+
+#define MOD "api"
+
+/* ------------------------------------------------------------- helpers */
+
+void api_usd_format(int64_t micro, char buf[static 32])
+{
+	uint64_t m = micro < 0 ? (uint64_t)0 - (uint64_t)micro : (uint64_t)micro;
+
+	snprintf(buf, 32, "%s%llu.%06llu", micro < 0 ? "-" : "", (unsigned long long)(m / 1000000),
+		 (unsigned long long)(m % 1000000));
+}
+
+int api_usd_parse(const char *s, int64_t *micro, struct sbx_error *err)
+{
+	uint64_t whole = 0, frac = 0;
+	size_t i = 0, nd = 0, nf = 0;
+
+	if (!s)
+		goto bad;
+	for (; s[i] >= '0' && s[i] <= '9'; i++, nd++) {
+		if (whole > (uint64_t)INT64_MAX / 10)
+			goto bad;
+		whole = whole * 10 + (uint64_t)(s[i] - '0');
+	}
+	if (nd == 0)
+		goto bad;
+	if (s[i] == '.') {
+		for (i++; s[i] >= '0' && s[i] <= '9'; i++, nf++) {
+			if (nf == 6)
+				goto bad;
+			frac = frac * 10 + (uint64_t)(s[i] - '0');
+		}
+		if (nf == 0)
+			goto bad;
+	}
+	if (s[i] != '\0')
+		goto bad;
+	for (size_t k = nf; k < 6; k++)
+		frac *= 10;
+	if (whole > ((uint64_t)INT64_MAX - frac) / 1000000)
+		goto bad;
+	*micro = (int64_t)(whole * 1000000 + frac);
+	return 0;
+bad:
+	return sbx_error_set(err, SBX_E_INVALID_REQUEST, "credit_usd",
+			     "amount must be a decimal number of dollars with at most 6 "
+			     "decimals, like '25' or '0.5'");
+}
+
+static bool is_json_space(char c)
+{
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+struct json_object *api_json_parse_object(const char *body, size_t len, struct sbx_error *err)
+{
+	struct json_tokener *tok;
+	struct json_object *obj;
+	enum json_tokener_error jerr;
+	size_t end;
+
+	size_t k = 0;
+	while (k < len && is_json_space(body[k]))
+		k++;
+	if (k == len)
+		return json_object_new_object();
+	if (len > INT_MAX || memchr(body, '\0', len)) {
+		sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL, "the request body is not valid JSON");
+		return NULL;
+	}
+	tok = json_tokener_new_ex(API_JSON_MAX_DEPTH);
+	if (!tok) {
+		sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+		return NULL;
+	}
+	json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
+	obj = json_tokener_parse_ex(tok, body, (int)len);
+	jerr = json_tokener_get_error(tok);
+	end = json_tokener_get_parse_end(tok);
+	json_tokener_free(tok);
+	if (jerr == json_tokener_success && obj) {
+		while (end < len && is_json_space(body[end]))
+			end++;
+	}
+	if (jerr != json_tokener_success || !obj || end != len) {
+		json_object_put(obj);
+		sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL,
+			      "the request body is not valid JSON%s%s",
+			      jerr != json_tokener_success && jerr != json_tokener_continue ? ": "
+											     : "",
+			      jerr != json_tokener_success && jerr != json_tokener_continue
+				      ? json_tokener_error_desc(jerr)
+				      : "");
+		return NULL;
+	}
+	if (!json_object_is_type(obj, json_type_object)) {
+		json_object_put(obj);
+		sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL,
+			      "the request body must be a JSON object");
+		return NULL;
+	}
+	return obj;
+}
+
+/* Copy a field name for an error message, made printable and short. */
+static void field_name(const char *key, char out[static 48])
+{
+	size_t i = 0;
+
+	for (; key[i] && i < 40; i++)
+		out[i] = (key[i] >= 0x20 && key[i] < 0x7f && key[i] != '\'') ? key[i] : '?';
+	out[i] = '\0';
+	if (key[i])
+		strcpy(out + i, "...");
+}
+
+static int unknown_field(const char *key, struct sbx_error *err)
+{
+	char name[48];
+
+	field_name(key, name);
+	return sbx_error_set(err, SBX_E_INVALID_REQUEST, name, "unknown field '%s'", name);
+}
+
+/* An integer field in [min, max]. json-c stores big numbers saturated or as
+ * uint64, so the range check covers overflow too. */
+static int get_int(struct json_object *v, const char *name, int64_t min, int64_t max,
+		   int64_t *out, struct sbx_error *err)
+{
+	int64_t x;
+
+	if (!json_object_is_type(v, json_type_int))
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, name, "'%s' must be an integer",
+				     name);
+	x = json_object_get_int64(v);
+	if (x < min || x > max || (x == INT64_MAX && json_object_get_uint64(v) > INT64_MAX))
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, name,
+				     "'%s' must be between %lld and %lld", name, (long long)min,
+				     (long long)max);
+	*out = x;
+	return 0;
+}
+
+static int get_string(struct json_object *v, const char *name, const char **s, size_t *len,
+		      struct sbx_error *err)
+{
+	if (!json_object_is_type(v, json_type_string))
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, name, "'%s' must be a string",
+				     name);
+	*s = json_object_get_string(v);
+	*len = (size_t)json_object_get_string_len(v);
+	return 0;
+}
+
+/* ------------------------------------------------------------- decoders */
+
+int api_create_decode(const char *body, size_t len, const struct sandbox_config *cfg,
+		      struct api_create_body *out, struct sbx_error *err)
+{
+	struct json_object *obj = api_json_parse_object(body, len, err);
+	int rc = -1;
+
+	memset(out, 0, sizeof(*out));
+	if (!obj)
+		return -1;
+	json_object_object_foreach(obj, key, val)
+	{
+		if (strcmp(key, "size") == 0) {
+			const char *s;
+			size_t n;
+			if (get_string(val, "size", &s, &n, err) < 0)
+				goto out;
+			if (n == 0 || n >= sizeof(out->size_buf) || memchr(s, '\0', n)) {
+				sbx_error_set(err, SBX_E_INVALID_REQUEST, "size",
+					      "unknown size; see GET /v1/limits for the sizes");
+				goto out;
+			}
+			memcpy(out->size_buf, s, n + 1);
+			out->req.size = out->size_buf;
+		} else if (strcmp(key, "timeout_minutes") == 0) {
+			int64_t x;
+			if (get_int(val, "timeout_minutes", 1, cfg->max_timeout_minutes, &x, err) <
+			    0)
+				goto out;
+			out->req.timeout_minutes = (int)x;
+		} else {
+			unknown_field(key, err);
+			goto out;
+		}
+	}
+	rc = 0;
+out:
+	json_object_put(obj);
+	return rc;
+}
+
+int api_extend_decode(const char *body, size_t len, const struct sandbox_config *cfg,
+		      int *timeout_minutes, struct sbx_error *err)
+{
+	struct json_object *obj = api_json_parse_object(body, len, err);
+	bool seen = false;
+	int rc = -1;
+
+	if (!obj)
+		return -1;
+	json_object_object_foreach(obj, key, val)
+	{
+		if (strcmp(key, "timeout_minutes") == 0) {
+			int64_t x;
+			if (get_int(val, "timeout_minutes", 1, cfg->max_timeout_minutes, &x, err) <
+			    0)
+				goto out;
+			*timeout_minutes = (int)x;
+			seen = true;
+		} else {
+			unknown_field(key, err);
+			goto out;
+		}
+	}
+	if (!seen) {
+		sbx_error_set(err, SBX_E_INVALID_REQUEST, "timeout_minutes",
+			      "'timeout_minutes' is required");
+		goto out;
+	}
+	rc = 0;
+out:
+	json_object_put(obj);
+	return rc;
+}
+
+int api_key_create_decode(const char *body, size_t len, struct sbx_error *err)
+{
+	struct json_object *obj = api_json_parse_object(body, len, err);
+	int rc = 0;
+
+	if (!obj)
+		return -1;
+	json_object_object_foreach(obj, key, val)
+	{
+		(void)val;
+		rc = unknown_field(key, err);
+		break;
+	}
+	json_object_put(obj);
+	return rc;
+}
+
+bool api_env_key_valid(const char *key, size_t len)
+{
+	if (len == 0)
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		char c = key[i];
+		bool alpha = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_';
+		if (!alpha && !(i > 0 && c >= '0' && c <= '9'))
+			return false;
+	}
+	return true;
+}
+
+void api_exec_body_release(struct api_exec_body *b)
+{
+	free(b->command);
+	free(b->cwd);
+	for (size_t i = 0; i < b->n_env; i++)
+		free(b->env[i]);
+	free(b->env);
+	memset(b, 0, sizeof(*b));
+}
+
+static int exec_decode_env(struct json_object *val, struct api_exec_body *out,
+			   struct sbx_error *err)
+{
+	size_t n;
+
+	if (!json_object_is_type(val, json_type_object))
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "env",
+				     "'env' must be an object of string values");
+	n = (size_t)json_object_object_length(val);
+	if (n > API_ENV_MAX)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "env",
+				     "'env' may hold at most %d variables", API_ENV_MAX);
+	out->env = calloc(n ? n : 1, sizeof(char *));
+	if (!out->env)
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+	json_object_object_foreach(val, k, v)
+	{
+		size_t klen = strlen(k), vlen;
+		char name[48], param[64];
+		const char *s;
+
+		field_name(k, name);
+		if (!api_env_key_valid(k, klen))
+			return sbx_error_set(err, SBX_E_INVALID_REQUEST, "env",
+					     "environment variable name '%s' must match "
+					     "[A-Za-z_][A-Za-z0-9_]*",
+					     name);
+		snprintf(param, sizeof(param), "env.%s", name);
+		if (!json_object_is_type(v, json_type_string))
+			return sbx_error_set(err, SBX_E_INVALID_REQUEST, param,
+					     "the value of '%s' must be a string", param);
+		s = json_object_get_string(v);
+		vlen = (size_t)json_object_get_string_len(v);
+		if (memchr(s, '\0', vlen))
+			return sbx_error_set(err, SBX_E_INVALID_REQUEST, param,
+					     "the value of '%s' must not contain NUL", param);
+		if (out->n_env >= n)
+			break;
+		char *kv = malloc(klen + vlen + 2);
+		if (!kv)
+			return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+		memcpy(kv, k, klen);
+		kv[klen] = '=';
+		memcpy(kv + klen + 1, s, vlen + 1);
+		out->env[out->n_env++] = kv;
+	}
+	return 0;
+}
+
+int api_exec_decode(const char *body, size_t len, const struct sandbox_config *cfg,
+		    struct api_exec_body *out, struct sbx_error *err)
+{
+	struct json_object *obj = api_json_parse_object(body, len, err);
+	int rc = -1;
+
+	memset(out, 0, sizeof(*out));
+	if (!obj)
+		return -1;
+	json_object_object_foreach(obj, key, val)
+	{
+		const char *s;
+		size_t n;
+
+		if (strcmp(key, "command") == 0) {
+			if (get_string(val, "command", &s, &n, err) < 0)
+				goto out;
+			if (n == 0) {
+				sbx_error_set(err, SBX_E_INVALID_REQUEST, "command",
+					      "'command' must not be empty");
+				goto out;
+			}
+			if (n > cfg->max_command_bytes) {
+				sbx_error_set(err, SBX_E_INVALID_REQUEST, "command",
+					      "'command' is longer than %zu bytes",
+					      cfg->max_command_bytes);
+				goto out;
+			}
+			if (memchr(s, '\0', n)) {
+				sbx_error_set(err, SBX_E_INVALID_REQUEST, "command",
+					      "'command' must not contain NUL");
+				goto out;
+			}
+			free(out->command);
+			out->command = strndup(s, n);
+			if (!out->command)
+				goto oom;
+			out->req.command_len = n;
+		} else if (strcmp(key, "timeout_ms") == 0) {
+			int64_t x;
+			if (get_int(val, "timeout_ms", 1, UINT32_MAX, &x, err) < 0)
+				goto out;
+			out->req.has_timeout = true;
+			out->req.timeout_ms = (uint32_t)x;
+		} else if (strcmp(key, "cwd") == 0) {
+			if (get_string(val, "cwd", &s, &n, err) < 0)
+				goto out;
+			if (n == 0 || s[0] != '/' || n >= PATH_MAX || memchr(s, '\0', n)) {
+				sbx_error_set(err, SBX_E_INVALID_REQUEST, "cwd",
+					      "'cwd' must be an absolute path");
+				goto out;
+			}
+			free(out->cwd);
+			out->cwd = strndup(s, n);
+			if (!out->cwd)
+				goto oom;
+		} else if (strcmp(key, "env") == 0) {
+			if (out->env) {
+				sbx_error_set(err, SBX_E_INVALID_REQUEST, "env",
+					      "'env' given twice");
+				goto out;
+			}
+			if (exec_decode_env(val, out, err) < 0)
+				goto out;
+		} else if (strcmp(key, "encoding") == 0) {
+			if (get_string(val, "encoding", &s, &n, err) < 0)
+				goto out;
+			if (strcmp(s, "utf-8") == 0 && n == 5) {
+				out->base64 = false;
+			} else if (strcmp(s, "base64") == 0 && n == 6) {
+				out->base64 = true;
+			} else {
+				sbx_error_set(err, SBX_E_INVALID_REQUEST, "encoding",
+					      "'encoding' must be 'utf-8' or 'base64'");
+				goto out;
+			}
+		} else {
+			unknown_field(key, err);
+			goto out;
+		}
+	}
+	if (!out->command) {
+		sbx_error_set(err, SBX_E_INVALID_REQUEST, "command", "'command' is required");
+		goto out;
+	}
+	out->req.command = out->command;
+	out->req.cwd = out->cwd;
+	out->req.env = (const char *const *)out->env;
+	out->req.n_env = out->n_env;
+	rc = 0;
+	goto out;
+oom:
+	sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+out:
+	json_object_put(obj);
+	if (rc < 0)
+		api_exec_body_release(out);
+	return rc;
+}
+
+/* ------------------------------------------------------------- encoders */
+
+struct json_object *api_time_encode(int64_t epoch_ms)
+{
+	char buf[32];
+
+	if (epoch_ms == 0)
+		return NULL;
+	sbx_rfc3339(epoch_ms, buf);
+	return json_object_new_string(buf);
+}
+
+static struct json_object *usd_encode(int64_t micro)
+{
+	char buf[32];
+
+	api_usd_format(micro, buf);
+	return json_object_new_string(buf);
+}
+
+struct json_object *api_sandbox_encode(const struct sandbox_view *v)
+{
+	struct json_object *o = json_object_new_object();
+
+	json_object_object_add(o, "id", json_object_new_string(v->id));
+	json_object_object_add(o, "object", json_object_new_string("sandbox"));
+	json_object_object_add(o, "status", json_object_new_string(v->status));
+	json_object_object_add(o, "size", json_object_new_string(v->size));
+	json_object_object_add(o, "created_at", api_time_encode(v->created_at_ms));
+	json_object_object_add(o, "expires_at", api_time_encode(v->expires_at_ms));
+	json_object_object_add(o, "ended_at", api_time_encode(v->ended_at_ms));
+	json_object_object_add(o, "cost_micro_usd", json_object_new_int64(v->cost_micro));
+	json_object_object_add(o, "cost_usd", usd_encode(v->cost_micro));
+	return o;
+}
+
+static struct json_object *stream_encode(const char *buf, size_t len, bool base64, bool cut)
+{
+	struct json_object *s;
+	char *enc;
+	size_t n;
+
+	if (!buf)
+		len = 0;
+	if (base64) {
+		enc = sbx_base64_encode(buf ? buf : "", len);
+		n = enc ? strlen(enc) : 0;
+	} else {
+		enc = sbx_utf8_sanitize(buf ? buf : "", len, cut, &n);
+	}
+	if (!enc || n > INT_MAX) {
+		free(enc);
+		return NULL;
+	}
+	s = json_object_new_string_len(enc, (int)n);
+	free(enc);
+	return s;
+}
+
+struct json_object *api_exec_result_encode(const struct sandbox_exec_result *r, bool base64)
+{
+	struct json_object *o, *out, *errs;
+
+	out = stream_encode(r->stdout_buf, r->stdout_len, base64, r->truncated);
+	errs = stream_encode(r->stderr_buf, r->stderr_len, base64, r->truncated);
+	if (!out || !errs) {
+		json_object_put(out);
+		json_object_put(errs);
+		return NULL;
+	}
+	o = json_object_new_object();
+	json_object_object_add(o, "stdout", out);
+	json_object_object_add(o, "stderr", errs);
+	json_object_object_add(o, "exit_code", json_object_new_int(r->exit_code));
+	json_object_object_add(o, "duration_ms", json_object_new_int64(r->duration_ms));
+	json_object_object_add(o, "truncated", json_object_new_boolean(r->truncated));
+	json_object_object_add(o, "timed_out", json_object_new_boolean(r->timed_out));
+	return o;
+}
+
+struct json_object *api_error_encode(const struct sbx_error *err)
+{
+	struct json_object *o = json_object_new_object(), *e = json_object_new_object();
+	enum sbx_code code = err->code;
+
+	if ((int)code <= SBX_OK || code >= SBX_CODE_COUNT)
+		code = SBX_E_INTERNAL;
+	json_object_object_add(e, "type", json_object_new_string(sbx_code_type(code)));
+	json_object_object_add(e, "message", json_object_new_string(err->message[0]
+									    ? err->message
+									    : "request failed"));
+	if (err->param[0])
+		json_object_object_add(e, "param", json_object_new_string(err->param));
+	json_object_object_add(o, "error", e);
+	return o;
+}
+
+static struct json_object *gib_encode(uint64_t mib)
+{
+	if (mib % 1024 == 0)
+		return json_object_new_int64((int64_t)(mib / 1024));
+	return json_object_new_double((double)mib / 1024.0);
+}
+
+static struct json_object *startup_encode(void)
+{
+	struct json_object *o = json_object_new_object();
+	const char *paths[] = {"warm", "cold"};
+
+	for (size_t i = 0; i < SBX_ARRAY_SIZE(paths); i++) {
+		struct json_object *p = json_object_new_object();
+		json_object_object_add(p, "p50_ms", NULL);
+		json_object_object_add(p, "p95_ms", NULL);
+		json_object_object_add(p, "samples", json_object_new_int(0));
+		json_object_object_add(o, paths[i], p);
+	}
+	return o;
+}
+
+struct json_object *api_limits_encode(const struct sandbox_config *cfg)
+{
+	struct json_object *o = json_object_new_object(), *t = json_object_new_object();
+	struct json_object *sizes = json_object_new_array();
+
+	json_object_object_add(o, "object", json_object_new_string("limits"));
+	json_object_object_add(o, "sandboxes_per_account",
+			       json_object_new_int(cfg->max_sandboxes_per_account));
+	json_object_object_add(o, "execs_per_sandbox",
+			       json_object_new_int(cfg->max_execs_per_sandbox));
+	json_object_object_add(t, "default", json_object_new_int(cfg->default_timeout_minutes));
+	json_object_object_add(t, "max", json_object_new_int(cfg->max_timeout_minutes));
+	json_object_object_add(o, "timeout_minutes", t);
+	json_object_object_add(o, "max_lifetime_minutes",
+			       json_object_new_int(cfg->max_lifetime_minutes));
+	json_object_object_add(o, "exec_timeout_ms_default",
+			       json_object_new_int64(cfg->default_exec_timeout_ms));
+	json_object_object_add(o, "max_body_bytes", json_object_new_int64((int64_t)cfg->max_body_bytes));
+	json_object_object_add(o, "max_command_bytes",
+			       json_object_new_int64((int64_t)cfg->max_command_bytes));
+	json_object_object_add(o, "output_cap_bytes",
+			       json_object_new_int64((int64_t)cfg->output_cap_bytes));
+	for (size_t i = 0; i < cfg->n_sizes && i < SANDBOX_MAX_SIZES; i++) {
+		const struct sandbox_size *s = &cfg->sizes[i];
+		struct json_object *e = json_object_new_object();
+		json_object_object_add(e, "name", json_object_new_string(s->name));
+		json_object_object_add(e, "vcpus", json_object_new_int64(s->vcpus));
+		json_object_object_add(e, "memory_gib", gib_encode(s->memory_mib));
+		json_object_object_add(e, "disk_gib", json_object_new_int64((int64_t)s->disk_gib));
+		json_object_object_add(e, "price_micro_usd_per_hour",
+				       json_object_new_int64(s->price_micro_per_hour));
+		json_object_object_add(e, "price_usd_per_hour", usd_encode(s->price_micro_per_hour));
+		json_object_array_add(sizes, e);
+	}
+	json_object_object_add(o, "sizes", sizes);
+	json_object_object_add(o, "startup", startup_encode());
+	return o;
+}
+
+struct json_object *api_usage_encode(const struct sandbox_usage *u)
+{
+	struct json_object *o = json_object_new_object(), *bs = json_object_new_object();
+	struct json_object *sb = json_object_new_object(), *period = json_object_new_object();
+
+	json_object_object_add(o, "object", json_object_new_string("usage"));
+	json_object_object_add(o, "balance_micro_usd", json_object_new_int64(u->balance_micro));
+	json_object_object_add(o, "balance_usd", usd_encode(u->balance_micro));
+	json_object_object_add(o, "reserved_micro_usd", json_object_new_int64(u->reserved_micro));
+	json_object_object_add(o, "available_micro_usd",
+			       json_object_new_int64(u->available_micro));
+	json_object_object_add(o, "consumed_micro_usd", json_object_new_int64(u->consumed_micro));
+	for (size_t i = 0; i < u->n_sizes && i < SANDBOX_MAX_SIZES; i++) {
+		struct json_object *e = json_object_new_object();
+		json_object_object_add(e, "seconds", json_object_new_int64(u->by_size[i].seconds));
+		json_object_object_add(e, "cost_micro_usd",
+				       json_object_new_int64(u->by_size[i].cost_micro));
+		json_object_object_add(bs, u->by_size[i].size, e);
+	}
+	json_object_object_add(o, "by_size", bs);
+	json_object_object_add(sb, "running", json_object_new_int(u->running));
+	json_object_object_add(sb, "limit", json_object_new_int(u->limit));
+	json_object_object_add(o, "sandboxes", sb);
+	json_object_object_add(period, "from", api_time_encode(u->from_ms));
+	json_object_object_add(period, "to", api_time_encode(u->to_ms));
+	json_object_object_add(o, "period", period);
+	if (u->buckets) {
+		struct json_object *arr = json_object_new_array();
+		for (size_t i = 0; i < u->n_buckets; i++) {
+			struct json_object *e = json_object_new_object();
+			json_object_object_add(e, "start", api_time_encode(u->buckets[i].start_ms));
+			json_object_object_add(e, "seconds",
+					       json_object_new_int64(u->buckets[i].seconds));
+			json_object_object_add(e, "cost_micro_usd",
+					       json_object_new_int64(u->buckets[i].cost_micro));
+			json_object_array_add(arr, e);
+		}
+		json_object_object_add(o, "buckets", arr);
+	}
+	return o;
+}
+
+struct json_object *api_key_encode(const struct sandbox_key *k, const char *secret)
+{
+	struct json_object *o = json_object_new_object();
+
+	json_object_object_add(o, "id", json_object_new_string(k->id));
+	json_object_object_add(o, "object", json_object_new_string("api_key"));
+	json_object_object_add(o, "prefix", json_object_new_string(k->prefix));
+	json_object_object_add(o, "created_at", api_time_encode(k->created_at_ms));
+	if (secret) {
+		json_object_object_add(o, "secret", json_object_new_string(secret));
+	} else {
+		json_object_object_add(o, "revoked", json_object_new_boolean(k->revoked_at_ms != 0));
+		json_object_object_add(o, "revoked_at", api_time_encode(k->revoked_at_ms));
+	}
+	return o;
+}
+
+struct json_object *api_account_encode(const struct sandbox_account *a)
+{
+	struct json_object *o = json_object_new_object();
+
+	json_object_object_add(o, "id", json_object_new_string(a->id));
+	json_object_object_add(o, "object", json_object_new_string("account"));
+	json_object_object_add(o, "name", json_object_new_string(a->name));
+	json_object_object_add(o, "created_at", api_time_encode(a->created_at_ms));
+	json_object_object_add(o, "balance_micro_usd", json_object_new_int64(a->balance_micro));
+	json_object_object_add(o, "balance_usd", usd_encode(a->balance_micro));
+	json_object_object_add(o, "available_micro_usd",
+			       json_object_new_int64(a->available_micro));
+	json_object_object_add(o, "available_usd", usd_encode(a->available_micro));
+	return o;
+}

@@ -1,0 +1,355 @@
+/* sandboxd: the program. `serve` runs the HTTP API; `admin ...` manages
+ * accounts and keys against the same database (API.md "Operating").
+ * Exit codes: 0 ok, 1 runtime failure, 2 usage or config error. */
+#include <limits.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <json-c/json.h>
+
+#include "api-priv.h"
+#include "api.h"
+
+#define EXIT_RUNTIME 1
+#define EXIT_USAGE 2
+#define DRAIN_TIMEOUT_MS 10000
+
+static const char usage_text[] =
+	"usage:\n"
+	"  sandboxd serve [--config FILE] [--listen HOST:PORT] [--db PATH] [--state-dir DIR]\n"
+	"  sandboxd admin create-account --name NAME --credit-usd AMOUNT [options]\n"
+	"  sandboxd admin add-credit ACCOUNT_ID --credit-usd AMOUNT [options]\n"
+	"  sandboxd admin create-key ACCOUNT_ID [options]\n"
+	"  sandboxd admin revoke-key KEY_ID [options]\n"
+	"  sandboxd admin list-accounts [options]\n"
+	"admin options: [--config FILE] [--db PATH] [--state-dir DIR]\n";
+
+struct opts {
+	const char *config;
+	const char *listen;
+	const char *db;
+	const char *state_dir;
+	const char *name;
+	const char *credit_usd;
+	const char *positional[2];
+	int n_positional;
+};
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "sandboxd: ");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\n%s", usage_text);
+	return EXIT_USAGE;
+}
+
+/* Parse "--key VALUE" / "--key=VALUE" options and positionals from argv[i..].
+ * `allowed` lists the long options this command takes. */
+static int parse_opts(int argc, char **argv, int i, const char *const *allowed, struct opts *o)
+{
+	for (; i < argc; i++) {
+		const char *a = argv[i], *val = NULL;
+		char name[32];
+		size_t n;
+		bool ok = false;
+
+		if (strncmp(a, "--", 2) != 0) {
+			if (o->n_positional == (int)SBX_ARRAY_SIZE(o->positional))
+				return usage_error("unexpected argument '%s'", a);
+			o->positional[o->n_positional++] = a;
+			continue;
+		}
+		n = strcspn(a + 2, "=");
+		if (n == 0 || n >= sizeof(name))
+			return usage_error("unknown option '%s'", a);
+		memcpy(name, a + 2, n);
+		name[n] = '\0';
+		for (const char *const *p = allowed; *p; p++)
+			ok = ok || strcmp(*p, name) == 0;
+		if (!ok)
+			return usage_error("unknown option '%s'", a);
+		if (a[2 + n] == '=')
+			val = a + 3 + n;
+		else if (i + 1 < argc)
+			val = argv[++i];
+		else
+			return usage_error("option '%s' needs a value", a);
+		if (strcmp(name, "config") == 0)
+			o->config = val;
+		else if (strcmp(name, "listen") == 0)
+			o->listen = val;
+		else if (strcmp(name, "db") == 0)
+			o->db = val;
+		else if (strcmp(name, "state-dir") == 0)
+			o->state_dir = val;
+		else if (strcmp(name, "name") == 0)
+			o->name = val;
+		else if (strcmp(name, "credit-usd") == 0)
+			o->credit_usd = val;
+	}
+	return 0;
+}
+
+/* Copy a path flag into a config field, made absolute. */
+static int set_path(char *field, size_t size, const char *val, const char *flag)
+{
+	char cwd[PATH_MAX];
+	int n;
+
+	if (!val[0])
+		return usage_error("%s must not be empty", flag);
+	if (val[0] == '/') {
+		n = snprintf(field, size, "%s", val);
+	} else {
+		if (!getcwd(cwd, sizeof(cwd)))
+			return usage_error("cannot resolve %s: no working directory", flag);
+		n = snprintf(field, size, "%s/%s", cwd, val);
+	}
+	if (n < 0 || (size_t)n >= size)
+		return usage_error("%s is too long", flag);
+	return 0;
+}
+
+/* defaults -> config file -> flags -> resolve -> validate. */
+static int load_config(const struct opts *o, struct sandbox_config *cfg)
+{
+	struct sbx_error err;
+	int rc;
+
+	sbx_error_clear(&err);
+	sandbox_config_defaults(cfg);
+	if (o->config && api_config_load(o->config, cfg, &err) < 0) {
+		fprintf(stderr, "sandboxd: %s: %s\n", o->config, err.message);
+		return EXIT_USAGE;
+	}
+	if (o->listen) {
+		if (strlen(o->listen) >= sizeof(cfg->listen))
+			return usage_error("--listen '%s' is too long", o->listen);
+		snprintf(cfg->listen, sizeof(cfg->listen), "%s", o->listen);
+	}
+	if (o->state_dir &&
+	    (rc = set_path(cfg->state_dir, sizeof(cfg->state_dir), o->state_dir, "--state-dir")))
+		return rc;
+	if (o->db && (rc = set_path(cfg->db_path, sizeof(cfg->db_path), o->db, "--db")))
+		return rc;
+	sandbox_config_resolve(cfg);
+	if (sandbox_config_validate(cfg, &err) < 0) {
+		fprintf(stderr, "sandboxd: invalid config (%s): %s\n",
+			err.param[0] ? err.param : "config", err.message);
+		return EXIT_USAGE;
+	}
+	return 0;
+}
+
+static void print_json(struct json_object *o)
+{
+	printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
+								 JSON_C_TO_STRING_NOSLASHESCAPE));
+	fflush(stdout);
+	json_object_put(o);
+}
+
+static int runtime_error(const char *what, const struct sbx_error *err)
+{
+	fprintf(stderr, "sandboxd: %s: %s\n", what, err->message);
+	return EXIT_RUNTIME;
+}
+
+static int cmd_serve(int argc, char **argv)
+{
+	static const char *const allowed[] = {"config", "listen", "db", "state-dir", NULL};
+	struct opts o = {0};
+	struct sandbox_config cfg;
+	struct sandbox_svc *svc;
+	struct api_server *srv;
+	struct sbx_error err;
+	sigset_t set;
+	char host[64];
+	int rc, sig = 0, left;
+
+	if ((rc = parse_opts(argc, argv, 2, allowed, &o)))
+		return rc;
+	if (o.n_positional)
+		return usage_error("unexpected argument '%s'", o.positional[0]);
+	if ((rc = load_config(&o, &cfg)))
+		return rc;
+	{
+		struct sockaddr_in sa;
+		sbx_error_clear(&err);
+		if (api_listen_parse(cfg.listen, &sa, &err) < 0)
+			return usage_error("--listen: %s", err.message);
+	}
+
+	/* Block the stop signals in every thread (they inherit the mask);
+	 * main takes them with sigwait. */
+	signal(SIGPIPE, SIG_IGN);
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+
+	sbx_error_clear(&err);
+	svc = sandbox_svc_new(&cfg, SANDBOX_SVC_FULL, &err);
+	if (!svc)
+		return runtime_error("cannot start the service", &err);
+	srv = api_server_start(svc, &err);
+	if (!srv) {
+		sandbox_svc_free(svc);
+		return runtime_error("cannot start the HTTP server", &err);
+	}
+	snprintf(host, sizeof(host), "%.*s", (int)(strrchr(cfg.listen, ':') - cfg.listen),
+		 cfg.listen);
+	printf("listening on http://%s:%u\n", host, api_server_port(srv));
+	fflush(stdout);
+	sbx_info("main", "listening on http://%s:%u", host, api_server_port(srv));
+
+	while (sigwait(&set, &sig) != 0)
+		;
+	sbx_info("main", "signal %d: stopping (draining up to %d ms)", sig, DRAIN_TIMEOUT_MS);
+	api_server_quiesce(srv);
+	left = api_server_drain(srv, DRAIN_TIMEOUT_MS);
+	if (left)
+		sbx_warn("main", "%d request(s) still in flight at the deadline", left);
+	api_server_stop(srv);
+	sandbox_svc_free(svc);
+	sbx_info("main", "stopped");
+	return 0;
+}
+
+static struct json_object *accounts_encode(const struct sandbox_account *a, size_t n)
+{
+	struct json_object *arr = json_object_new_array();
+
+	for (size_t i = 0; i < n; i++)
+		json_object_array_add(arr, api_account_encode(&a[i]));
+	return arr;
+}
+
+static int cmd_admin(int argc, char **argv)
+{
+	static const char *const allowed[] = {"config", "db", "state-dir", "name", "credit-usd",
+					      NULL};
+	const char *sub = argc > 2 ? argv[2] : NULL;
+	struct opts o = {0};
+	struct sandbox_config cfg;
+	struct sandbox_svc *svc;
+	struct sbx_error err;
+	int64_t credit = 0;
+	int rc, want_pos;
+
+	if (!sub)
+		return usage_error("%s", "admin needs a command");
+	if (strcmp(sub, "create-account") == 0 || strcmp(sub, "list-accounts") == 0)
+		want_pos = 0;
+	else if (strcmp(sub, "add-credit") == 0 || strcmp(sub, "create-key") == 0 ||
+		 strcmp(sub, "revoke-key") == 0)
+		want_pos = 1;
+	else
+		return usage_error("unknown admin command '%s'", sub);
+	if ((rc = parse_opts(argc, argv, 3, allowed, &o)))
+		return rc;
+	if (o.n_positional != want_pos)
+		return usage_error("%s", want_pos ? "this command takes one id" :
+						    "this command takes no positional argument");
+	bool needs_credit = strcmp(sub, "create-account") == 0 || strcmp(sub, "add-credit") == 0;
+	if (needs_credit != (o.credit_usd != NULL))
+		return usage_error("--credit-usd %s", needs_credit ? "is required" : "is not taken here");
+	if ((strcmp(sub, "create-account") == 0) != (o.name != NULL))
+		return usage_error("--name %s", o.name ? "is not taken here" : "is required");
+	if (o.name && (!o.name[0] || strlen(o.name) >= sizeof(((struct sandbox_account *)0)->name)))
+		return usage_error("--name must be 1..%s bytes", "127");
+	sbx_error_clear(&err);
+	if (o.credit_usd && api_usd_parse(o.credit_usd, &credit, &err) < 0)
+		return usage_error("--credit-usd: %s", err.message);
+	if (o.n_positional && strlen(o.positional[0]) >= SANDBOX_ID_MAX)
+		return usage_error("no such id '%s'", o.positional[0]);
+	if ((rc = load_config(&o, &cfg)))
+		return rc;
+
+	svc = sandbox_svc_new(&cfg, SANDBOX_SVC_ADMIN, &err);
+	if (!svc)
+		return runtime_error("cannot open the service", &err);
+	rc = EXIT_RUNTIME;
+	if (strcmp(sub, "create-account") == 0) {
+		struct sandbox_account a;
+		struct sandbox_key k;
+		char secret[80];
+		if (sandbox_account_create(svc, o.name, credit, &a, &k, secret, &err) < 0) {
+			runtime_error("create-account", &err);
+			goto out;
+		}
+		struct json_object *j = json_object_new_object();
+		json_object_object_add(j, "account_id", json_object_new_string(a.id));
+		json_object_object_add(j, "api_key", json_object_new_string(secret));
+		json_object_object_add(j, "key_id", json_object_new_string(k.id));
+		print_json(j);
+		explicit_bzero(secret, sizeof(secret));
+	} else if (strcmp(sub, "add-credit") == 0) {
+		struct sandbox_account a;
+		if (sandbox_account_add_credit(svc, o.positional[0], credit, &a, &err) < 0) {
+			runtime_error("add-credit", &err);
+			goto out;
+		}
+		print_json(api_account_encode(&a));
+	} else if (strcmp(sub, "create-key") == 0) {
+		struct sandbox_key k;
+		char secret[80];
+		if (sandbox_key_create(svc, o.positional[0], &k, secret, &err) < 0) {
+			runtime_error("create-key", &err);
+			goto out;
+		}
+		struct json_object *j = json_object_new_object();
+		json_object_object_add(j, "key_id", json_object_new_string(k.id));
+		json_object_object_add(j, "api_key", json_object_new_string(secret));
+		json_object_object_add(j, "account_id", json_object_new_string(k.account_id));
+		print_json(j);
+		explicit_bzero(secret, sizeof(secret));
+	} else if (strcmp(sub, "revoke-key") == 0) {
+		if (sandbox_key_revoke(svc, NULL, o.positional[0], &err) < 0) {
+			runtime_error("revoke-key", &err);
+			goto out;
+		}
+		struct json_object *j = json_object_new_object();
+		json_object_object_add(j, "key_id", json_object_new_string(o.positional[0]));
+		json_object_object_add(j, "revoked", json_object_new_boolean(true));
+		print_json(j);
+	} else {
+		struct sandbox_account *a = NULL;
+		size_t n = 0;
+		if (sandbox_account_list(svc, &a, &n, &err) < 0) {
+			runtime_error("list-accounts", &err);
+			goto out;
+		}
+		print_json(accounts_encode(a, n));
+		free(a);
+	}
+	rc = 0;
+out:
+	sandbox_svc_free(svc);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2)
+		return usage_error("%s", "a command is required");
+	if (strcmp(argv[1], "serve") == 0)
+		return cmd_serve(argc, argv);
+	if (strcmp(argv[1], "admin") == 0)
+		return cmd_admin(argc, argv);
+	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+	    strcmp(argv[1], "help") == 0) {
+		fputs(usage_text, stdout);
+		return 0;
+	}
+	return usage_error("unknown command '%s'", argv[1]);
+}
