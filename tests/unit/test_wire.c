@@ -181,11 +181,9 @@ static void test_tlv_truncated(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_header_round_trip),
-		cmocka_unit_test(test_header_bounds),
-		cmocka_unit_test(test_tlv_round_trip),
-		cmocka_unit_test(test_tlv_overflow),
-		cmocka_unit_test(test_tlv_truncated),
+	    cmocka_unit_test(test_header_round_trip), cmocka_unit_test(test_header_bounds),
+	    cmocka_unit_test(test_tlv_round_trip),    cmocka_unit_test(test_tlv_overflow),
+	    cmocka_unit_test(test_tlv_truncated),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,1023 @@
+/* Unit tests of the host side of the exec protocol (agentless/agentless.c)
+ * against a fake guest on a socketpair. The fake guest is explicitly a test
+ * of the host's protocol handling; nothing here claims to run a command. */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "agentless/agentless.h"
+#include "agentless/wire.h"
+
+/* ------------------------------------------------ a socketpair channel */
+
+struct sock_chan {
+	int fd;
+	struct agentless_conn *conn;
+	pthread_t reader;
+	int closing;
+};
+
+static void *sock_chan_reader(void *arg)
+{
+	struct sock_chan *s = arg;
+	uint8_t buf[3000]; /* odd size: frames straddle reads */
+
+	for (;;) {
+		ssize_t n = read(s->fd, buf, sizeof buf);
+
+		if (__atomic_load_n(&s->closing, __ATOMIC_SEQ_CST))
+			return NULL;
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			agentless_conn_recv(s->conn, NULL, 0);
+			return NULL;
+		}
+		agentless_conn_recv(s->conn, buf, (size_t)n);
+	}
+}
+
+static int sock_chan_send(void *ctx, const void *buf, size_t len)
+{
+	struct sock_chan *s = ctx;
+	const uint8_t *p = buf;
+
+	while (len > 0) {
+		ssize_t n = send(s->fd, p, len, MSG_NOSIGNAL);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -1;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+static void sock_chan_close(void *ctx)
+{
+	struct sock_chan *s = ctx;
+
+	__atomic_store_n(&s->closing, 1, __ATOMIC_SEQ_CST);
+	shutdown(s->fd, SHUT_RDWR);
+	pthread_join(s->reader, NULL);
+	close(s->fd);
+	free(s);
+}
+
+/* Channel over fds[0]; the fake guest gets *guest_fd. */
+static struct sbx_channel sock_chan_new(struct agentless_conn *conn, int *guest_fd)
+{
+	int fds[2];
+	struct sock_chan *s = calloc(1, sizeof(*s));
+
+	assert_non_null(s);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+	s->fd = fds[0];
+	s->conn = conn;
+	*guest_fd = fds[1];
+	assert_int_equal(pthread_create(&s->reader, NULL, sock_chan_reader, s), 0);
+	return (struct sbx_channel){.ctx = s, .send = sock_chan_send, .close = sock_chan_close};
+}
+
+/* ------------------------------------------------------ the fake guest */
+
+static void guest_write(int fd, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+
+	while (len > 0) {
+		ssize_t n = write(fd, p, len);
+
+		assert_true(n > 0);
+		p += n;
+		len -= (size_t)n;
+	}
+}
+
+/* Build a frame into out (header + payload); returns its length. */
+static size_t frame_build(uint8_t *out, uint8_t type, uint32_t id, const void *payload, size_t len)
+{
+	struct wire_header h = {.type = type, .id = id, .len = (uint32_t)len};
+
+	wire_header_encode(&h, out);
+	if (len)
+		memcpy(out + WIRE_HEADER_LEN, payload, len);
+	return WIRE_HEADER_LEN + len;
+}
+
+static void guest_send(int fd, uint8_t type, uint32_t id, const void *payload, size_t len)
+{
+	uint8_t *buf = malloc(WIRE_HEADER_LEN + len);
+
+	assert_non_null(buf);
+	guest_write(fd, buf, frame_build(buf, type, id, payload, len));
+	free(buf);
+}
+
+static void read_exact(int fd, void *buf, size_t len)
+{
+	uint8_t *p = buf;
+
+	while (len > 0) {
+		struct pollfd pfd = {.fd = fd, .events = POLLIN};
+		ssize_t n;
+
+		assert_int_equal(poll(&pfd, 1, 5000), 1);
+		n = read(fd, p, len);
+		assert_true(n > 0);
+		p += n;
+		len -= (size_t)n;
+	}
+}
+
+/* Read one host frame; the payload (malloc'd) goes to *payload. */
+static void guest_recv(int fd, struct wire_header *h, uint8_t **payload)
+{
+	uint8_t hdr[WIRE_HEADER_LEN];
+
+	read_exact(fd, hdr, sizeof hdr);
+	assert_int_equal(wire_header_decode(hdr, WIRE_MAX_PAYLOAD, h), 0);
+	*payload = malloc(h->len + 1);
+	assert_non_null(*payload);
+	read_exact(fd, *payload, h->len);
+}
+
+static void guest_hello(int fd, uint32_t version, uint32_t version_min)
+{
+	uint8_t buf[64];
+	struct wire_writer w;
+
+	wire_writer_init(&w, buf, sizeof buf);
+	wire_put_u32(&w, WIRE_T_VERSION, version);
+	wire_put_u32(&w, WIRE_T_VERSION_MIN, version_min);
+	wire_put_u32(&w, WIRE_T_BOOT_MS, 1234);
+	guest_send(fd, WIRE_HELLO, 0, buf, w.len);
+}
+
+static uint32_t field_u32(const uint8_t *p, size_t len, uint16_t tag)
+{
+	struct wire_reader r;
+	struct wire_field f;
+	uint32_t v;
+
+	wire_reader_init(&r, p, len);
+	while (wire_next(&r, &f) == 1) {
+		if (f.tag == tag) {
+			assert_int_equal(wire_field_u32(&f, &v), 0);
+			return v;
+		}
+	}
+	fail_msg("tag %u missing", tag);
+	return 0;
+}
+
+static void guest_exit(int fd, uint32_t id, int32_t code, uint64_t out_total, uint64_t err_total,
+		       uint32_t timed_out)
+{
+	uint8_t buf[128];
+	struct wire_writer w;
+
+	wire_writer_init(&w, buf, sizeof buf);
+	wire_put_u32(&w, WIRE_T_EXIT_CODE, (uint32_t)code);
+	wire_put_u32(&w, WIRE_T_DURATION_MS, 42);
+	wire_put_u32(&w, WIRE_T_TIMED_OUT, timed_out);
+	wire_put_u64(&w, WIRE_T_STDOUT_TOTAL, out_total);
+	wire_put_u64(&w, WIRE_T_STDERR_TOTAL, err_total);
+	guest_send(fd, WIRE_EXIT, id, buf, w.len);
+}
+
+static void guest_error(int fd, uint32_t id, uint32_t kind, const char *param, const char *msg)
+{
+	uint8_t buf[1024];
+	struct wire_writer w;
+
+	wire_writer_init(&w, buf, sizeof buf);
+	wire_put_u32(&w, WIRE_T_ERROR_KIND, kind);
+	if (param)
+		wire_put_str(&w, WIRE_T_PARAM, param);
+	if (msg)
+		wire_put_str(&w, WIRE_T_MESSAGE, msg);
+	assert_false(w.overflow);
+	guest_send(fd, WIRE_ERROR, id, buf, w.len);
+}
+
+/* Read the next EXEC frame and return its id. */
+static uint32_t guest_expect_exec(int fd)
+{
+	struct wire_header h;
+	uint8_t *p;
+
+	guest_recv(fd, &h, &p);
+	assert_int_equal(h.type, WIRE_EXEC);
+	assert_int_not_equal(h.id, 0);
+	free(p);
+	return h.id;
+}
+
+/* ---------------------------------------------------- completion probe */
+
+struct probe {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int calls;
+	bool ok;
+	struct agentless_exec_result res;
+	struct sbx_error err;
+};
+
+static void probe_init(struct probe *p)
+{
+	memset(p, 0, sizeof(*p));
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_cond_init(&p->cond, NULL);
+}
+
+static void probe_release(struct probe *p)
+{
+	agentless_exec_result_release(&p->res);
+	pthread_cond_destroy(&p->cond);
+	pthread_mutex_destroy(&p->lock);
+}
+
+static void probe_done(void *opaque, struct agentless_exec_result *res, const struct sbx_error *err)
+{
+	struct probe *p = opaque;
+
+	pthread_mutex_lock(&p->lock);
+	p->calls++;
+	if (res) {
+		p->ok = true;
+		p->res = *res;
+		memset(res, 0, sizeof(*res));
+	} else {
+		p->ok = false;
+		p->err = *err;
+	}
+	pthread_cond_broadcast(&p->cond);
+	pthread_mutex_unlock(&p->lock);
+}
+
+/* Wait up to 5 s for the first completion. */
+static void probe_wait(struct probe *p)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 5;
+	pthread_mutex_lock(&p->lock);
+	while (p->calls == 0)
+		if (pthread_cond_timedwait(&p->cond, &p->lock, &ts) == ETIMEDOUT)
+			break;
+	pthread_mutex_unlock(&p->lock);
+	assert_int_equal(p->calls, 1);
+}
+
+/* ------------------------------------------------------------- fixture */
+
+struct fx {
+	struct agentless_conn *conn;
+	int gfd;
+	int broken_calls;
+	char broken_why[256];
+	pthread_mutex_t lock;
+};
+
+static void fx_on_broken(void *opaque, const char *why)
+{
+	struct fx *fx = opaque;
+
+	pthread_mutex_lock(&fx->lock);
+	fx->broken_calls++;
+	snprintf(fx->broken_why, sizeof fx->broken_why, "%s", why);
+	pthread_mutex_unlock(&fx->lock);
+}
+
+static int fx_broken_calls(struct fx *fx)
+{
+	int n;
+
+	pthread_mutex_lock(&fx->lock);
+	n = fx->broken_calls;
+	pthread_mutex_unlock(&fx->lock);
+	return n;
+}
+
+/* on_broken runs after waiters are woken: give it a moment. */
+static void fx_wait_broken(struct fx *fx)
+{
+	for (int i = 0; i < 2000 && fx_broken_calls(fx) == 0; i++)
+		usleep(1000);
+}
+
+static struct fx *fx_new(uint32_t grace_ms, uint32_t max_inflight)
+{
+	struct fx *fx = calloc(1, sizeof(*fx));
+	struct agentless_limits lim = {.backstop_grace_ms = grace_ms, .max_inflight = max_inflight};
+
+	assert_non_null(fx);
+	pthread_mutex_init(&fx->lock, NULL);
+	fx->conn = agentless_conn_new(&lim, fx_on_broken, fx);
+	agentless_conn_attach(fx->conn, sock_chan_new(fx->conn, &fx->gfd), false);
+	return fx;
+}
+
+/* HELLO, wait_hello, and read the WELCOME. */
+static void fx_handshake(struct fx *fx)
+{
+	struct sbx_error err;
+	struct wire_header h;
+	uint8_t *p;
+
+	assert_false(agentless_conn_alive(fx->conn));
+	guest_hello(fx->gfd, WIRE_VERSION, WIRE_VERSION_MIN);
+	assert_int_equal(agentless_conn_wait_hello(fx->conn, sbx_mono_ms() + 5000, &err), 0);
+	guest_recv(fx->gfd, &h, &p);
+	assert_int_equal(h.type, WIRE_WELCOME);
+	assert_int_equal(h.id, 0);
+	assert_int_equal(field_u32(p, h.len, WIRE_T_VERSION), WIRE_VERSION);
+	free(p);
+	assert_true(agentless_conn_alive(fx->conn));
+}
+
+static void fx_free(struct fx *fx)
+{
+	agentless_conn_free(fx->conn, "test over");
+	if (fx->gfd >= 0)
+		close(fx->gfd);
+	pthread_mutex_destroy(&fx->lock);
+	free(fx);
+}
+
+static const struct agentless_exec_req *simple_req(void)
+{
+	static const char *const env[] = {"A=1", "B=two words"};
+	static const struct agentless_exec_req req = {
+	    .command = "echo hi",
+	    .command_len = 7,
+	    .cwd = "/home/sandbox",
+	    .env = env,
+	    .n_env = 2,
+	    .timeout_ms = 60000,
+	    .stdout_cap = 1024,
+	    .stderr_cap = 1024,
+	};
+	return &req;
+}
+
+static void start(struct fx *fx, const struct agentless_exec_req *req, struct probe *p)
+{
+	struct sbx_error err;
+
+	assert_int_equal(agentless_exec_start(fx->conn, req, probe_done, p, &err), 0);
+}
+
+/* --------------------------------------------------------------- tests */
+
+static void test_handshake_and_welcome(void **state)
+{
+	struct fx *fx = fx_new(1000, 0);
+	struct sbx_error err;
+	struct wire_header h;
+	struct wire_reader r;
+	struct wire_field f;
+	uint64_t ns = 0;
+	uint8_t *p;
+	struct timespec now;
+
+	(void)state;
+	/* exec before the handshake is refused */
+	assert_int_equal(agentless_exec_start(fx->conn, simple_req(), probe_done, NULL, &err), -1);
+	assert_int_equal(err.code, SBX_E_SANDBOX_ERROR);
+	/* no HELLO yet: the deadline passes */
+	assert_int_equal(agentless_conn_wait_hello(fx->conn, sbx_mono_ms() + 50, &err), -1);
+	assert_int_equal(err.code, SBX_E_SERVICE_UNAVAILABLE);
+
+	/* a newer guest that still speaks ours: we pick ours */
+	guest_hello(fx->gfd, WIRE_VERSION + 1, WIRE_VERSION_MIN);
+	assert_int_equal(agentless_conn_wait_hello(fx->conn, sbx_mono_ms() + 5000, &err), 0);
+	guest_recv(fx->gfd, &h, &p);
+	assert_int_equal(h.type, WIRE_WELCOME);
+	assert_int_equal(field_u32(p, h.len, WIRE_T_VERSION), WIRE_VERSION);
+	wire_reader_init(&r, p, h.len);
+	while (wire_next(&r, &f) == 1)
+		if (f.tag == WIRE_T_TIME_NS)
+			assert_int_equal(wire_field_u64(&f, &ns), 0);
+	clock_gettime(CLOCK_REALTIME, &now);
+	assert_true(ns / 1000000000ULL + 5 >= (uint64_t)now.tv_sec);
+	assert_true(ns / 1000000000ULL <= (uint64_t)now.tv_sec);
+	free(p);
+	assert_true(agentless_conn_alive(fx->conn));
+
+	/* WIRE_TIME goes out on request */
+	assert_int_equal(agentless_conn_send_time(fx->conn, &err), 0);
+	guest_recv(fx->gfd, &h, &p);
+	assert_int_equal(h.type, WIRE_TIME);
+	free(p);
+
+	/* a repeated HELLO is answered again and is not a violation */
+	guest_hello(fx->gfd, WIRE_VERSION, WIRE_VERSION_MIN);
+	guest_recv(fx->gfd, &h, &p);
+	assert_int_equal(h.type, WIRE_WELCOME);
+	free(p);
+	assert_int_equal(fx_broken_calls(fx), 0);
+	fx_free(fx);
+}
+
+static void test_version_mismatch(void **state)
+{
+	struct fx *fx = fx_new(1000, 0);
+	struct sbx_error err;
+
+	(void)state;
+	guest_hello(fx->gfd, WIRE_VERSION + 5, WIRE_VERSION + 2);
+	assert_int_equal(agentless_conn_wait_hello(fx->conn, sbx_mono_ms() + 5000, &err), -1);
+	assert_int_equal(err.code, SBX_E_SANDBOX_ERROR);
+	assert_non_null(strstr(err.message, "version"));
+	fx_wait_broken(fx);
+	assert_int_equal(fx_broken_calls(fx), 1);
+	assert_false(agentless_conn_alive(fx->conn));
+	fx_free(fx);
+}
+
+static void test_exec_round_trip(void **state)
+{
+	struct fx *fx = fx_new(1000, 0);
+	struct probe pr;
+	struct wire_header h;
+	struct wire_reader r;
+	struct wire_field f;
+	uint8_t *p, burst[256];
+	size_t n = 0;
+	int envs = 0;
+	uint32_t v;
+
+	(void)state;
+	fx_handshake(fx);
+	probe_init(&pr);
+	start(fx, simple_req(), &pr);
+	assert_int_equal(agentless_conn_inflight(fx->conn), 1);
+
+	guest_recv(fx->gfd, &h, &p);
+	assert_int_equal(h.type, WIRE_EXEC);
+	assert_int_not_equal(h.id, 0);
+	wire_reader_init(&r, p, h.len);
+	while (wire_next(&r, &f) == 1) {
+		switch (f.tag) {
+		case WIRE_T_COMMAND:
+			assert_int_equal(f.len, 7);
+			assert_memory_equal(f.value, "echo hi", 7);
+			break;
+		case WIRE_T_CWD:
+			assert_int_equal(f.len, strlen("/home/sandbox"));
+			assert_memory_equal(f.value, "/home/sandbox", f.len);
+			break;
+		case WIRE_T_ENV:
+			assert_memory_equal(f.value, envs == 0 ? "A=1" : "B=two words", f.len);
+			envs++;
+			break;
+		case WIRE_T_TIMEOUT_MS:
+			assert_int_equal(wire_field_u32(&f, &v), 0);
+			assert_int_equal(v, 60000);
+			break;
+		case WIRE_T_STDOUT_CAP:
+		case WIRE_T_STDERR_CAP:
+			assert_int_equal(wire_field_u32(&f, &v), 0);
+			assert_int_equal(v, 1024);
+			break;
+		default:
+			fail_msg("unexpected tag %u", f.tag);
+		}
+	}
+	assert_int_equal(envs, 2);
+
+	/* a header split byte by byte */
+	{
+		uint8_t one[64];
+		size_t len = frame_build(one, WIRE_STDOUT, h.id, "hello ", 6);
+
+		for (size_t i = 0; i < len; i++) {
+			guest_write(fx->gfd, one + i, 1);
+			usleep(200);
+		}
+	}
+	/* several frames in one write, binary bytes included */
+	n += frame_build(burst + n, WIRE_STDOUT, h.id, "wor\0ld", 6);
+	n += frame_build(burst + n, WIRE_STDERR, h.id, "oops", 4);
+	guest_write(fx->gfd, burst, n);
+	guest_exit(fx->gfd, h.id, -1, 12, 4, 0);
+	free(p);
+
+	probe_wait(&pr);
+	assert_true(pr.ok);
+	assert_int_equal(pr.res.stdout_len, 12);
+	assert_memory_equal(pr.res.stdout_buf, "hello wor\0ld", 12);
+	assert_int_equal(pr.res.stdout_buf[12], '\0');
+	assert_string_equal(pr.res.stderr_buf, "oops");
+	assert_int_equal(pr.res.exit_code, -1);
+	assert_int_equal(pr.res.duration_ms, 42);
+	assert_false(pr.res.truncated);
+	assert_false(pr.res.timed_out);
+	assert_int_equal(agentless_conn_inflight(fx->conn), 0);
+	probe_release(&pr);
+
+	/* totals beyond what was shipped: truncated; timed_out passes through */
+	probe_init(&pr);
+	start(fx, simple_req(), &pr);
+	v = guest_expect_exec(fx->gfd);
+	guest_send(fx->gfd, WIRE_STDOUT, v, "x", 1);
+	guest_exit(fx->gfd, v, 137, 5000000, 0, 1);
+	probe_wait(&pr);
+	assert_true(pr.ok);
+	assert_true(pr.res.truncated);
+	assert_true(pr.res.timed_out);
+	assert_int_equal(pr.res.exit_code, 137);
+	assert_int_equal(pr.res.stdout_total, 5000000);
+	assert_int_equal(pr.res.stderr_len, 0);
+	assert_non_null(pr.res.stderr_buf);
+	probe_release(&pr);
+
+	assert_int_equal(fx_broken_calls(fx), 0);
+	fx_free(fx);
+}
+
+static void test_interleaved(void **state)
+{
+	struct fx *fx = fx_new(1000, 0);
+	struct probe a, b;
+	uint32_t ida, idb;
+
+	(void)state;
+	fx_handshake(fx);
+	probe_init(&a);
+	probe_init(&b);
+	start(fx, simple_req(), &a);
+	start(fx, simple_req(), &b);
+	ida = guest_expect_exec(fx->gfd);
+	idb = guest_expect_exec(fx->gfd);
+	assert_int_not_equal(ida, idb);
+	assert_int_equal(agentless_conn_inflight(fx->conn), 2);
+
+	guest_send(fx->gfd, WIRE_STDOUT, idb, "B1", 2);
+	guest_send(fx->gfd, WIRE_STDOUT, ida, "A1", 2);
+	guest_send(fx->gfd, WIRE_STDERR, idb, "b-err", 5);
+	guest_send(fx->gfd, WIRE_STDOUT, ida, "A2", 2);
+	guest_exit(fx->gfd, idb, 2, 2, 5, 0);
+	guest_send(fx->gfd, WIRE_STDOUT, ida, "A3", 2);
+	guest_exit(fx->gfd, ida, 0, 6, 0, 0);
+
+	probe_wait(&a);
+	probe_wait(&b);
+	assert_true(a.ok && b.ok);
+	assert_string_equal(a.res.stdout_buf, "A1A2A3");
+	assert_string_equal(a.res.stderr_buf, "");
+	assert_int_equal(a.res.exit_code, 0);
+	assert_string_equal(b.res.stdout_buf, "B1");
+	assert_string_equal(b.res.stderr_buf, "b-err");
+	assert_int_equal(b.res.exit_code, 2);
+	probe_release(&a);
+	probe_release(&b);
+	fx_free(fx);
+}
+
+static void test_guest_errors(void **state)
+{
+	struct fx *fx = fx_new(1000, 0);
+	struct probe pr;
+	struct agentless_exec_req req = *simple_req();
+	char longmsg[600];
+	uint32_t id;
+
+	(void)state;
+	fx_handshake(fx);
+
+	/* cwd -> 400 param cwd, naming the path */
+	req.cwd = "/nope";
+	probe_init(&pr);
+	start(fx, &req, &pr);
+	id = guest_expect_exec(fx->gfd);
+	guest_error(fx->gfd, id, WIRE_ERR_CWD, "cwd", "no such directory");
+	probe_wait(&pr);
+	assert_false(pr.ok);
+	assert_int_equal(pr.err.code, SBX_E_INVALID_REQUEST);
+	assert_string_equal(pr.err.param, "cwd");
+	assert_non_null(strstr(pr.err.message, "'/nope'"));
+	probe_release(&pr);
+
+	/* bad request with a known param and a hostile message */
+	memset(longmsg, 'm', sizeof longmsg - 1);
+	longmsg[sizeof longmsg - 1] = '\0';
+	longmsg[3] = '\n';
+	longmsg[4] = '\x1b';
+	probe_init(&pr);
+	start(fx, simple_req(), &pr);
+	id = guest_expect_exec(fx->gfd);
+	guest_error(fx->gfd, id, WIRE_ERR_BAD_REQUEST, "env", longmsg);
+	probe_wait(&pr);
+	assert_int_equal(pr.err.code, SBX_E_INVALID_REQUEST);
+	assert_string_equal(pr.err.param, "env");
+	assert_null(strchr(pr.err.message, '\n'));
+	assert_null(strchr(pr.err.message, '\x1b'));
+	/* at most 200 guest bytes made it into the message */
+	assert_true(strspn(strstr(pr.err.message, "mmm?"), "m?") <= 200);
+	probe_release(&pr);
+
+	/* an unknown param is not echoed */
+	probe_init(&pr);
+	start(fx, simple_req(), &pr);
+	id = guest_expect_exec(fx->gfd);
+	guest_error(fx->gfd, id, WIRE_ERR_BAD_REQUEST, "x-secret", "bad");
+	probe_wait(&pr);
+	assert_int_equal(pr.err.code, SBX_E_INVALID_REQUEST);
+	assert_string_equal(pr.err.param, "");
+	probe_release(&pr);
+
+	probe_init(&pr);
+	start(fx, simple_req(), &pr);
+	id = guest_expect_exec(fx->gfd);
+	guest_error(fx->gfd, id, WIRE_ERR_BUSY, NULL, "busy");
+	probe_wait(&pr);
+	assert_int_equal(pr.err.code, SBX_E_RATE_LIMITED);
+	probe_release(&pr);
+
+	probe_init(&pr);
+	start(fx, simple_req(), &pr);
+	id = guest_expect_exec(fx->gfd);
+	guest_error(fx->gfd, id, WIRE_ERR_SPAWN, NULL, "fork failed");
+	probe_wait(&pr);
+	assert_int_equal(pr.err.code, SBX_E_SANDBOX_ERROR);
+	probe_release(&pr);
+
+	/* none of that breaks the connection */
+	assert_int_equal(fx_broken_calls(fx), 0);
+	assert_true(agentless_conn_alive(fx->conn));
+	fx_free(fx);
+}
+
+/* A guest misbehaviour: the in-flight exec fails with SANDBOX_ERROR, the
+ * conn breaks once and refuses further execs. */
+static void check_violation(struct fx *fx, struct probe *pr, const char *msg_part)
+{
+	struct sbx_error err;
+
+	probe_wait(pr);
+	assert_false(pr->ok);
+	assert_int_equal(pr->err.code, SBX_E_SANDBOX_ERROR);
+	assert_non_null(strstr(pr->err.message, msg_part));
+	fx_wait_broken(fx);
+	assert_int_equal(fx_broken_calls(fx), 1);
+	assert_false(agentless_conn_alive(fx->conn));
+	assert_int_equal(agentless_exec_start(fx->conn, simple_req(), probe_done, NULL, &err), -1);
+	assert_int_equal(err.code, SBX_E_SANDBOX_ERROR);
+	assert_int_equal(agentless_conn_inflight(fx->conn), 0);
+}
+
+static void test_violation_oversized_header(void **state)
+{
+	struct fx *fx = fx_new(1000, 0);
+	struct probe pr;
+	uint8_t hdr[WIRE_HEADER_LEN];
+	struct wire_header h = {.type = WIRE_STDOUT, .len = WIRE_MAX_GUEST_PAYLOAD + 1};
+
+	(void)state;
+	fx_handshake(fx);
+	probe_init(&pr);
+	start(fx, simple_req(), &pr);
+	h.id = guest_expect_exec(fx->gfd);
+	wire_header_encode(&h, hdr);
+	guest_write(fx->gfd, hdr, sizeof hdr);
+	check_violation(fx, &pr, "broke the exec protocol");
+	/* more garbage after the break is ignored, not a second break */
+	guest_write(fx->gfd, hdr, sizeof hdr);
+	usleep(20000);
+	assert_int_equal(fx_broken_calls(fx), 1);
+	probe_release(&pr);
+	fx_free(fx);
+}
+
+static void test_violation_unknown_id(void **state)
+{
+	struct fx *fx = fx_new(1000, 0);
+	struct probe pr;
+	uint32_t id;
+
+	(void)state;
+	fx_handshake(fx);
+	probe_init(&pr);
+	start(fx, simple_req(), &pr);
+	id = guest_expect_exec(fx->gfd);
+	guest_send(fx->gfd, WIRE_STDOUT, id + 1000, "x", 1);
+	check_violation(fx, &pr, "broke the exec protocol");
+	assert_non_null(strstr(fx->broken_why, "unknown exec id"));
+	probe_release(&pr);
+	fx_free(fx);
+}
+
+static void test_violation_past_cap(void **state)
+{
+	struct fx *fx = fx_new(1000, 0);
+	struct agentless_exec_req req = *simple_req();
+	struct probe pr;
+	uint32_t id;
+
+	(void)state;
+	fx_handshake(fx);
+	req.stdout_cap = 10;
+	probe_init(&pr);
+	start(fx, &req, &pr);
+	id = guest_expect_exec(fx->gfd);
+	guest_send(fx->gfd, WIRE_STDOUT, id, "0123456789", 10); /* exactly the cap: fine */
+	guest_send(fx->gfd, WIRE_STDOUT, id, "!", 1);		/* one past */
+	check_violation(fx, &pr, "broke the exec protocol");
+	assert_non_null(strstr(fx->broken_why, "cap"));
+	probe_release(&pr);
+	fx_free(fx);
+}
+
+static void test_violation_unknown_type(void **state)
+{
+	struct fx *fx = fx_new(1000, 0);
+	struct probe pr;
+
+	(void)state;
+	fx_handshake(fx);
+	probe_init(&pr);
+	start(fx, simple_req(), &pr);
+	(void)guest_expect_exec(fx->gfd);
+	guest_send(fx->gfd, WIRE_EXEC, 7, NULL, 0); /* host-only type */
+	check_violation(fx, &pr, "broke the exec protocol");
+	probe_release(&pr);
+	fx_free(fx);
+}
+
+static void test_violation_duplicate_exit(void **state)
+{
+	struct fx *fx = fx_new(1000, 0);
+	struct probe a, b;
+	uint32_t id;
+
+	(void)state;
+	fx_handshake(fx);
+	probe_init(&a);
+	probe_init(&b);
+	start(fx, simple_req(), &a);
+	id = guest_expect_exec(fx->gfd);
+	guest_exit(fx->gfd, id, 0, 0, 0, 0);
+	probe_wait(&a);
+	assert_true(a.ok);
+	start(fx, simple_req(), &b);
+	(void)guest_expect_exec(fx->gfd);
+	guest_exit(fx->gfd, id, 0, 0, 0, 0); /* again */
+	check_violation(fx, &b, "broke the exec protocol");
+	assert_int_equal(a.calls, 1);
+	probe_release(&a);
+	probe_release(&b);
+	fx_free(fx);
+}
+
+static void test_eof_mid_exec(void **state)
+{
+	struct fx *fx = fx_new(1000, 0);
+	struct probe pr;
+	uint32_t id;
+
+	(void)state;
+	fx_handshake(fx);
+	probe_init(&pr);
+	start(fx, simple_req(), &pr);
+	id = guest_expect_exec(fx->gfd);
+	guest_send(fx->gfd, WIRE_STDOUT, id, "partial", 7);
+	close(fx->gfd);
+	fx->gfd = -1;
+	check_violation(fx, &pr, "stopped responding");
+	assert_string_equal(fx->broken_why, "channel closed");
+	probe_release(&pr);
+	fx_free(fx);
+}
+
+static void test_backstop(void **state)
+{
+	struct fx *fx = fx_new(50, 0);
+	struct agentless_exec_req req = *simple_req();
+	struct probe pr, ok;
+	struct wire_header h;
+	uint8_t *p;
+	uint32_t id;
+	int64_t now;
+
+	(void)state;
+	fx_handshake(fx);
+	req.timeout_ms = 10;
+	probe_init(&pr);
+	start(fx, &req, &pr);
+	id = guest_expect_exec(fx->gfd);
+
+	/* before the backstop nothing happens */
+	agentless_conn_tick(fx->conn, sbx_mono_ms());
+	assert_int_equal(pr.calls, 0);
+
+	/* past it: KILL, exec still in flight */
+	now = sbx_mono_ms() + 1000;
+	agentless_conn_tick(fx->conn, now);
+	guest_recv(fx->gfd, &h, &p);
+	assert_int_equal(h.type, WIRE_KILL);
+	assert_int_equal(h.id, id);
+	free(p);
+	assert_int_equal(pr.calls, 0);
+	assert_int_equal(agentless_conn_inflight(fx->conn), 1);
+
+	/* within the second grace: still waiting */
+	agentless_conn_tick(fx->conn, now + 10);
+	assert_int_equal(pr.calls, 0);
+
+	/* past the second grace: failed */
+	agentless_conn_tick(fx->conn, now + 51);
+	probe_wait(&pr);
+	assert_false(pr.ok);
+	assert_int_equal(pr.err.code, SBX_E_SANDBOX_ERROR);
+	assert_non_null(strstr(pr.err.message, "deadline"));
+	assert_int_equal(agentless_conn_inflight(fx->conn), 0);
+
+	/* the guest's late frames for that id are dropped, not a violation */
+	guest_send(fx->gfd, WIRE_STDOUT, id, "late", 4);
+	guest_exit(fx->gfd, id, 137, 4, 0, 1);
+	probe_init(&ok);
+	start(fx, simple_req(), &ok);
+	id = guest_expect_exec(fx->gfd);
+	guest_exit(fx->gfd, id, 0, 0, 0, 0);
+	probe_wait(&ok);
+	assert_true(ok.ok);
+	assert_int_equal(fx_broken_calls(fx), 0);
+	assert_int_equal(pr.calls, 1);
+	probe_release(&pr);
+	probe_release(&ok);
+	fx_free(fx);
+}
+
+static void test_limits(void **state)
+{
+	struct fx *fx = fx_new(1000, 1);
+	struct agentless_exec_req req = *simple_req();
+	struct sbx_error err;
+	struct probe pr;
+	char *big;
+
+	(void)state;
+	fx_handshake(fx);
+	probe_init(&pr);
+	start(fx, simple_req(), &pr);
+	assert_int_equal(agentless_exec_start(fx->conn, simple_req(), probe_done, NULL, &err), -1);
+	assert_int_equal(err.code, SBX_E_RATE_LIMITED);
+
+	big = calloc(1, WIRE_MAX_PAYLOAD);
+	assert_non_null(big);
+	req.command = big;
+	req.command_len = WIRE_MAX_PAYLOAD - 20;
+	agentless_conn_free(fx->conn, "the sandbox was destroyed");
+	fx->conn =
+	    agentless_conn_new(&(struct agentless_limits){.backstop_grace_ms = 10}, NULL, NULL);
+	close(fx->gfd);
+	agentless_conn_attach(fx->conn, sock_chan_new(fx->conn, &fx->gfd), true);
+	assert_int_equal(agentless_exec_start(fx->conn, &req, probe_done, NULL, &err), -1);
+	assert_int_equal(err.code, SBX_E_INVALID_REQUEST);
+	assert_string_equal(err.param, "command");
+	free(big);
+
+	/* free failed the first exec exactly once, with the given reason */
+	assert_int_equal(pr.calls, 1);
+	assert_false(pr.ok);
+	assert_int_equal(pr.err.code, SBX_E_SANDBOX_ERROR);
+	assert_string_equal(pr.err.message, "the sandbox was destroyed");
+	probe_release(&pr);
+	fx_free(fx);
+}
+
+static void test_reattach(void **state)
+{
+	struct fx *fx = fx_new(1000, 0);
+	struct wire_header h;
+	struct probe pr;
+	uint8_t *p;
+	int oldfd;
+
+	(void)state;
+	fx_handshake(fx);
+	probe_init(&pr);
+	start(fx, simple_req(), &pr);
+	(void)guest_expect_exec(fx->gfd);
+
+	/* a new channel to a guest that already said HELLO */
+	oldfd = fx->gfd;
+	agentless_conn_attach(fx->conn, sock_chan_new(fx->conn, &fx->gfd), true);
+	close(oldfd);
+	guest_recv(fx->gfd, &h, &p);
+	assert_int_equal(h.type, WIRE_WELCOME);
+	free(p);
+	assert_true(agentless_conn_alive(fx->conn));
+	/* the exec of the old channel was failed, once */
+	probe_wait(&pr);
+	assert_int_equal(pr.err.code, SBX_E_SANDBOX_ERROR);
+	probe_release(&pr);
+	/* and the new channel works */
+	probe_init(&pr);
+	start(fx, simple_req(), &pr);
+	guest_exit(fx->gfd, guest_expect_exec(fx->gfd), 0, 0, 0, 0);
+	probe_wait(&pr);
+	assert_true(pr.ok);
+	probe_release(&pr);
+	fx_free(fx);
+}
+
+/* A guest thread that echoes PINGs and answers EXECs, for the blocking
+ * calls. */
+static void *echo_guest(void *arg)
+{
+	int fd = *(int *)arg;
+
+	for (;;) {
+		uint8_t hdr[WIRE_HEADER_LEN], *p;
+		struct wire_header h;
+		ssize_t n = recv(fd, hdr, sizeof hdr, MSG_WAITALL);
+
+		if (n != (ssize_t)sizeof hdr || wire_header_decode(hdr, WIRE_MAX_PAYLOAD, &h) < 0)
+			return NULL;
+		p = malloc(h.len + 1);
+		if (!p || (h.len && recv(fd, p, h.len, MSG_WAITALL) != (ssize_t)h.len)) {
+			free(p);
+			return NULL;
+		}
+		if (h.type == WIRE_PING) {
+			guest_send(fd, WIRE_PONG, h.id, p, h.len);
+		} else if (h.type == WIRE_EXEC) {
+			guest_send(fd, WIRE_STDOUT, h.id, "sync", 4);
+			guest_exit(fd, h.id, 7, 4, 0, 0);
+		}
+		free(p);
+	}
+}
+
+static void test_ping_and_sync_exec(void **state)
+{
+	struct fx *fx = fx_new(1000, 0);
+	struct agentless_exec_result res;
+	struct sbx_error err;
+	pthread_t t;
+	int64_t us;
+
+	(void)state;
+	fx_handshake(fx);
+	assert_int_equal(pthread_create(&t, NULL, echo_guest, &fx->gfd), 0);
+	us = agentless_conn_ping(fx->conn, 0, sbx_mono_ms() + 5000, &err);
+	assert_true(us >= 0 && us < 5000000);
+	us = agentless_conn_ping(fx->conn, 4096, sbx_mono_ms() + 5000, &err);
+	assert_true(us >= 0 && us < 5000000);
+	assert_int_equal(
+	    agentless_conn_ping(fx->conn, WIRE_MAX_GUEST_PAYLOAD + 1, sbx_mono_ms() + 5000, &err),
+	    -1);
+
+	assert_int_equal(agentless_exec(fx->conn, simple_req(), &res, &err), 0);
+	assert_string_equal(res.stdout_buf, "sync");
+	assert_int_equal(res.exit_code, 7);
+	agentless_exec_result_release(&res);
+
+	shutdown(fx->gfd, SHUT_RDWR);
+	pthread_join(t, NULL);
+	fx_free(fx);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_handshake_and_welcome),
+	    cmocka_unit_test(test_version_mismatch),
+	    cmocka_unit_test(test_exec_round_trip),
+	    cmocka_unit_test(test_interleaved),
+	    cmocka_unit_test(test_guest_errors),
+	    cmocka_unit_test(test_violation_oversized_header),
+	    cmocka_unit_test(test_violation_unknown_id),
+	    cmocka_unit_test(test_violation_past_cap),
+	    cmocka_unit_test(test_violation_unknown_type),
+	    cmocka_unit_test(test_violation_duplicate_exit),
+	    cmocka_unit_test(test_eof_mid_exec),
+	    cmocka_unit_test(test_backstop),
+	    cmocka_unit_test(test_limits),
+	    cmocka_unit_test(test_reattach),
+	    cmocka_unit_test(test_ping_and_sync_exec),
+	};
+
+	sbx_log_set_level(SBX_LOG_ERROR);
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
