@@ -1,0 +1,305 @@
+/* sandboxd-init: bring the guest up, then serve the exec port (serve.c).
+ * See init.h for the initramfs layout this expects. */
+#include "agentless/guest/init.h"
+#include "agentless/wire.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <sys/types.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+/* How long to wait for the exec port to appear after virtio_console loads. */
+#define PORT_WAIT_MS 10000
+#define PORT_POLL_MS 10
+
+char guest_cgroup_root[64];
+
+static int console_fd = -1;
+
+void guest_log(const char *fmt, ...)
+{
+	char line[512];
+	va_list ap;
+	int n;
+
+	if (console_fd < 0)
+		return;
+	n = snprintf(line, sizeof(line), "sandboxd-init: ");
+	va_start(ap, fmt);
+	vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+	va_end(ap);
+	n = (int)strlen(line);
+	line[n++] = '\n';
+	if (write(console_fd, line, (size_t)n) < 0) {
+		/* nothing useful to do: the console is our only log */
+	}
+}
+
+static int64_t clock_ms(clockid_t id)
+{
+	struct timespec ts;
+
+	clock_gettime(id, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t guest_mono_ms(void)
+{
+	return clock_ms(CLOCK_MONOTONIC);
+}
+
+int64_t guest_boot_ms(void)
+{
+	return clock_ms(CLOCK_BOOTTIME);
+}
+
+/* Write a short string to a file (sysfs, cgroupfs). 0 or -1 with errno. */
+static int write_file(const char *path, const char *s)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	ssize_t n;
+	int saved;
+
+	if (fd < 0)
+		return -1;
+	n = write(fd, s, strlen(s));
+	saved = errno;
+	close(fd);
+	errno = saved;
+	return n < 0 ? -1 : 0;
+}
+
+/* Read a small file into buf (NUL-terminated, trailing newline cut). */
+static int read_file(const char *path, char *buf, size_t size)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, size - 1);
+	close(fd);
+	if (n < 0)
+		return -1;
+	buf[n] = '\0';
+	if (n > 0 && buf[n - 1] == '\n')
+		buf[n - 1] = '\0';
+	return 0;
+}
+
+static void mount_one(const char *src, const char *target, const char *fstype,
+		      unsigned long flags, const char *data, mode_t dir_mode)
+{
+	mkdir(target, dir_mode);
+	if (mount(src, target, fstype, flags, data) < 0 && errno != EBUSY)
+		guest_log("mount %s on %s: %s", fstype, target, strerror(errno));
+}
+
+/* Make sure fds 0, 1, 2 are the console (the kernel opens /dev/console for
+ * init only when the initramfs has the node). */
+static void console_open(void)
+{
+	int fd = open("/dev/console", O_RDWR | O_NOCTTY | O_CLOEXEC);
+
+	if (fd < 0)
+		return;
+	for (int i = 0; i < 3; i++)
+		if (fcntl(i, F_GETFD) < 0)
+			dup2(fd, i);
+	console_fd = fd;
+}
+
+static void mount_all(void)
+{
+	const unsigned long nosuid = MS_NOSUID | MS_NODEV | MS_NOEXEC;
+
+	mount_one("proc", "/proc", "proc", nosuid, NULL, 0555);
+	mount_one("sysfs", "/sys", "sysfs", nosuid, NULL, 0555);
+	mount_one("devtmpfs", "/dev", "devtmpfs", MS_NOSUID, "mode=0755", 0755);
+	console_open();
+	mount_one("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+		  "gid=5,mode=620,ptmxmode=666", 0755);
+	mount_one("shm", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777", 01777);
+	mount_one("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777", 01777);
+	mount_one("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755", 0755);
+	if (symlink("/proc/self/fd", "/dev/fd") < 0 && errno != EEXIST) {
+		/* optional */
+	}
+	symlink("/proc/self/fd/0", "/dev/stdin");
+	symlink("/proc/self/fd/1", "/dev/stdout");
+	symlink("/proc/self/fd/2", "/dev/stderr");
+
+	mkdir("/sys/fs/cgroup", 0755);
+	if (mount("cgroup2", "/sys/fs/cgroup", "cgroup2", nosuid, "nsdelegate") < 0 &&
+	    mount("cgroup2", "/sys/fs/cgroup", "cgroup2", nosuid, NULL) < 0) {
+		guest_log("cgroup2 unavailable (%s): timeouts kill by process group",
+			  strerror(errno));
+		return;
+	}
+	if (access("/sys/fs/cgroup/cgroup.kill", F_OK) < 0 &&
+	    access("/sys/fs/cgroup/cgroup.procs", F_OK) < 0)
+		return;
+	snprintf(guest_cgroup_root, sizeof(guest_cgroup_root), "/sys/fs/cgroup");
+	/* Controllers are a bonus (limits may come later); each may be absent. */
+	write_file("/sys/fs/cgroup/cgroup.subtree_control", "+cpu");
+	write_file("/sys/fs/cgroup/cgroup.subtree_control", "+memory");
+	write_file("/sys/fs/cgroup/cgroup.subtree_control", "+pids");
+}
+
+/* finit_module(2) each virtio module of our kernel, in dependency order.
+ * Missing files are skipped (the driver may be built in). */
+static void modules_load(void)
+{
+	static const char *const names[] = {
+		"virtio_ring",	  "virtio",	    "virtio_pci_modern_dev", "virtio_pci_legacy_dev",
+		"virtio_pci",	  "virtio_console", "virtio_blk",
+	};
+	struct utsname u;
+	char path[512];
+
+	if (uname(&u) < 0)
+		return;
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		int fd;
+
+		snprintf(path, sizeof(path), "/lib/modules/%s/%s.ko", u.release, names[i]);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		if (syscall(SYS_finit_module, fd, "", 0) < 0 && errno != EEXIST)
+			guest_log("finit_module %s: %s", names[i], strerror(errno));
+		close(fd);
+	}
+}
+
+/* Look for the virtio port named WIRE_PORT_NAME; fills dev ("vport1p1").
+ * 0 when found, -1 otherwise. */
+static int port_find_once(char *dev, size_t size)
+{
+	DIR *d = opendir("/sys/class/virtio-ports");
+	struct dirent *de;
+	int found = -1;
+
+	if (!d)
+		return -1;
+	while ((de = readdir(d))) {
+		char path[512], name[128];
+
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/sys/class/virtio-ports/%s/name", de->d_name);
+		if (read_file(path, name, sizeof(name)) < 0 || strcmp(name, WIRE_PORT_NAME) != 0)
+			continue;
+		if (strlen(de->d_name) >= size)
+			continue;
+		snprintf(dev, size, "%s", de->d_name);
+		found = 0;
+		break;
+	}
+	closedir(d);
+	return found;
+}
+
+/* Open /dev/<dev>, creating the node from sysfs' major:minor when
+ * devtmpfs did not (yet). */
+static int port_open(const char *dev)
+{
+	char path[256], sys[256], mm[32];
+	unsigned maj, min;
+	int fd;
+
+	snprintf(path, sizeof(path), "/dev/%s", dev);
+	fd = open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+	if (fd >= 0 || errno != ENOENT)
+		return fd;
+	snprintf(sys, sizeof(sys), "/sys/class/virtio-ports/%s/dev", dev);
+	if (read_file(sys, mm, sizeof(mm)) < 0 || sscanf(mm, "%u:%u", &maj, &min) != 2)
+		return -1;
+	if (mknod(path, S_IFCHR | 0600, makedev(maj, min)) < 0 && errno != EEXIST)
+		return -1;
+	return open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+}
+
+static int port_wait_open(void)
+{
+	int64_t deadline = guest_mono_ms() + PORT_WAIT_MS;
+	char dev[64];
+
+	for (;;) {
+		if (port_find_once(dev, sizeof(dev)) == 0) {
+			int fd = port_open(dev);
+
+			if (fd >= 0) {
+				char link[256];
+
+				mkdir("/dev/virtio-ports", 0755);
+				snprintf(link, sizeof(link), "../%s", dev);
+				symlink(link, "/dev/virtio-ports/" WIRE_PORT_NAME);
+				return fd;
+			}
+			if (errno == EBUSY) {
+				guest_log("port %s is held by another process", dev);
+				return -1;
+			}
+		}
+		if (guest_mono_ms() >= deadline)
+			return -1;
+		/* Boot-time only: the port appears within a few ms of the
+		 * module load, and nothing else runs yet. */
+		poll(NULL, 0, PORT_POLL_MS);
+	}
+}
+
+static void limits_raise(void)
+{
+	struct rlimit rl;
+
+	/* Background pipes kept open after EXIT need fds. */
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
+int main(void)
+{
+	int port;
+
+	if (getpid() != 1 && !getenv("SBX_INIT_NOT_PID1")) {
+		fprintf(stderr, "sandboxd-init: must run as PID 1 of a guest\n");
+		return 2;
+	}
+	umask(022);
+	mount_all();
+	modules_load();
+	sethostname("sandbox", 7);
+	limits_raise();
+	setenv("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", 1);
+	if (chdir("/") < 0)
+		return 1;
+
+	port = port_wait_open();
+	if (port < 0) {
+		/* Unrecoverable: without the port nobody can reach this guest.
+		 * PID 1 exiting panics the kernel and (panic=-1, on_reboot =
+		 * destroy) the host sees the domain go away. */
+		guest_log("no virtio port named %s after %d ms; giving up", WIRE_PORT_NAME,
+			  PORT_WAIT_MS);
+		return 1;
+	}
+	guest_log("port %s open after %lld ms", WIRE_PORT_NAME, (long long)guest_boot_ms());
+	return guest_serve(port) < 0 ? 1 : 0;
+}

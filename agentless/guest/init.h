@@ -1,0 +1,35 @@
+/* sandboxd-init: PID 1 of every guest (private to agentless/guest/).
+ *
+ * init.c brings the guest up (mounts, virtio modules, the exec port) and
+ * hands the port to serve.c, which runs the exec protocol of wire.h for the
+ * guest's whole life. Static, libc only; single-threaded.
+ *
+ * Initramfs layout it expects (images/build-tiny.sh builds it):
+ *   /init                         this program
+ *   /bin/busybox, /bin/sh, ...    busybox and its applet links
+ *   /lib/modules/<uname -r>/NAME.ko the virtio modules, flat, uncompressed
+ *   /etc/passwd, /etc/group       root and sandbox (uid 1000)
+ *   /home/sandbox, /root, /tmp
+ */
+#ifndef SBX_GUEST_INIT_H
+#define SBX_GUEST_INIT_H
+
+#include <stdint.h>
+
+/* Where the per-exec cgroups live; "" when cgroup2 is not usable. */
+extern char guest_cgroup_root[64];
+
+/* One line to the console ("sandboxd-init: ..."), printf-style. Use
+ * sparingly: the console is a slow emulated UART under TCG. */
+void guest_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* CLOCK_MONOTONIC and CLOCK_BOOTTIME in ms. */
+int64_t guest_mono_ms(void);
+int64_t guest_boot_ms(void);
+
+/* Serve the exec protocol on the virtio-serial port `port_fd` (opened
+ * O_RDWR|O_NONBLOCK|O_CLOEXEC). Never returns unless the event loop
+ * itself cannot run (signalfd or poll failing for good): returns -1. */
+int guest_serve(int port_fd);
+
+#endif

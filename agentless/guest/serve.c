@@ -1,0 +1,1059 @@
+/* sandboxd-init: the exec protocol (wire.h) on the guest side.
+ *
+ * One poll() loop owns everything: a signalfd (SIGCHLD to reap, SIGIO for
+ * host connect/disconnect on the port), the port, the stdout/stderr pipes
+ * of running execs and the pipes background processes kept after their
+ * exec ended. Nothing here blocks and nothing sleeps in a loop.
+ *
+ * Connection state. The port reports POLLHUP while no host is connected, so
+ * it is only polled while connected; the driver raises SIGIO (O_ASYNC) on
+ * every host open/close, and on each SIGIO the state is re-read. On connect
+ * the guest sends HELLO. On disconnect the outbound queue and the input
+ * reassembly are dropped (a frame cannot be resumed on a new connection),
+ * and running execs are detached: exec ids belong to a connection, so a
+ * detached exec keeps running to its end or deadline, its output is read
+ * and dropped, and no frame about it is ever sent again.
+ *
+ * Exec lifecycle: EXEC -> validate -> cgroup sbx-exec-<id>.<n> -> fork
+ * (setsid, join cgroup, chdir, stdin /dev/null, execve /bin/sh -c) ->
+ * STDOUT/STDERR frames (the first cap bytes of each stream) -> the sh is
+ * reaped -> drain the pipes -> EXIT. Pipes still held by background
+ * processes stay in the poll set (read and dropped) until EOF; the cgroup
+ * is removed once empty.
+ */
+#include "agentless/guest/init.h"
+#include "agentless/wire.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EXEC_MAX 128		     /* in-flight execs; more -> BUSY */
+#define ORPHAN_MAX 1024		     /* background pipes kept after EXIT */
+#define LINGER_MAX 256		     /* non-empty cgroups waiting for rmdir */
+#define ENV_MAX 1024		     /* env entries in one EXEC */
+#define QUEUE_SOFT (8u << 20)	     /* stop reading exec pipes above this */
+#define QUEUE_HARD (32u << 20)	     /* never queue beyond this */
+#define READ_BUDGET (256u << 10)     /* bytes per pipe per loop turn */
+#define DRAIN_BUDGET (4u << 20)	     /* bytes per pipe drained at exit */
+#define DEFAULT_CAP (1u << 20)	     /* output cap when EXEC has none */
+#define DEFAULT_TIMEOUT_MS 60000     /* when EXEC has none */
+#define KILL_RETRY_MS 1000	     /* re-kill a cgroup that did not die */
+#define DEFAULT_CWD "/home/sandbox"
+
+static const char *const default_env[] = {
+	"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+	"HOME=/root",
+	"LANG=C.UTF-8",
+	"TERM=dumb",
+	"USER=root",
+};
+#define DEFAULT_ENV_N (sizeof(default_env) / sizeof(default_env[0]))
+
+struct stream {
+	int fd;		/* read end, -1 once closed */
+	uint8_t type;	/* WIRE_STDOUT / WIRE_STDERR */
+	uint32_t cap;	/* bytes to ship */
+	uint64_t total; /* bytes read */
+	uint64_t kept;	/* bytes shipped */
+};
+
+struct exec {
+	bool used;
+	bool detached;	/* its connection is gone: ship nothing */
+	bool reaped;	/* the sh exited; EXIT pending */
+	bool timed_out; /* killed on deadline or KILL */
+	uint32_t id;
+	pid_t pid;
+	int status;
+	int64_t start_ms, end_ms, deadline_ms;
+	struct stream out, err;
+	char cgroup[96]; /* "" without cgroup2 */
+};
+
+static struct {
+	int port;
+	bool connected;
+	bool in_bad; /* framing lost: discard input until reconnect */
+	int sfd;
+
+	/* outbound bytes: frames back to back, [head, len) unsent */
+	uint8_t *q;
+	size_t q_head, q_len, q_cap;
+
+	/* inbound reassembly */
+	uint8_t in[WIRE_HEADER_LEN + WIRE_MAX_PAYLOAD];
+	size_t in_len;
+
+	struct exec execs[EXEC_MAX];
+	unsigned n_execs;
+	uint64_t serial;
+
+	int orphans[ORPHAN_MAX];
+	unsigned n_orphans;
+	char linger[LINGER_MAX][96];
+	unsigned n_linger;
+
+	uint8_t scratch[64 * 1024];
+} S = {.port = -1, .sfd = -1};
+
+/* ------------------------------------------------------------ out queue */
+
+static size_t queue_size(void)
+{
+	return S.q_len - S.q_head;
+}
+
+/* Append one frame. Frames are dropped while no host is connected (they
+ * belong to a connection) or above QUEUE_HARD (never reached in practice:
+ * producers stop at QUEUE_SOFT). */
+static void frame_send(uint8_t type, uint32_t id, const void *payload, size_t len)
+{
+	struct wire_header h = {.type = type, .id = id, .len = (uint32_t)len};
+	size_t need = WIRE_HEADER_LEN + len;
+
+	if (!S.connected || len > WIRE_MAX_GUEST_PAYLOAD)
+		return;
+	if (queue_size() + need > QUEUE_HARD) {
+		guest_log("outbound queue full, frame type %u dropped", type);
+		return;
+	}
+	if (S.q_head > 0 && (S.q_head == S.q_len || S.q_len + need > S.q_cap)) {
+		memmove(S.q, S.q + S.q_head, S.q_len - S.q_head);
+		S.q_len -= S.q_head;
+		S.q_head = 0;
+	}
+	if (S.q_len + need > S.q_cap) {
+		size_t cap = S.q_cap ? S.q_cap : 256 * 1024;
+		uint8_t *nq;
+
+		while (cap < S.q_len + need)
+			cap *= 2;
+		nq = realloc(S.q, cap);
+		if (!nq) {
+			guest_log("out of memory queueing a frame");
+			return;
+		}
+		S.q = nq;
+		S.q_cap = cap;
+	}
+	wire_header_encode(&h, S.q + S.q_len);
+	if (len)
+		memcpy(S.q + S.q_len + WIRE_HEADER_LEN, payload, len);
+	S.q_len += need;
+}
+
+static void frame_send_w(uint8_t type, uint32_t id, const struct wire_writer *w)
+{
+	if (w->overflow) {
+		guest_log("frame type %u overflowed its buffer", type);
+		return;
+	}
+	frame_send(type, id, w->buf, w->len);
+}
+
+static void queue_drop(void)
+{
+	S.q_head = S.q_len = 0;
+	if (S.q_cap > (1u << 20)) {
+		free(S.q);
+		S.q = NULL;
+		S.q_cap = 0;
+	}
+}
+
+/* Write what the port takes now (virtio_console takes <= 32 KiB a call). */
+static void queue_flush(void)
+{
+	while (S.connected && queue_size() > 0) {
+		ssize_t n = write(S.port, S.q + S.q_head, queue_size());
+
+		if (n > 0) {
+			S.q_head += (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		break; /* EAGAIN: wait for POLLOUT; other errors: SIGIO/POLLHUP tell */
+	}
+	if (S.q_head == S.q_len)
+		S.q_head = S.q_len = 0;
+}
+
+/* --------------------------------------------------------------- replies */
+
+static void send_hello(void)
+{
+	uint8_t buf[64];
+	struct wire_writer w;
+	int64_t boot = guest_boot_ms();
+
+	wire_writer_init(&w, buf, sizeof(buf));
+	wire_put_u32(&w, WIRE_T_VERSION, WIRE_VERSION);
+	wire_put_u32(&w, WIRE_T_VERSION_MIN, WIRE_VERSION_MIN);
+	wire_put_u32(&w, WIRE_T_BOOT_MS, boot > UINT32_MAX ? UINT32_MAX : (uint32_t)boot);
+	frame_send_w(WIRE_HELLO, 0, &w);
+}
+
+static void send_error(uint32_t id, uint32_t kind, const char *param, const char *msg)
+{
+	uint8_t buf[512];
+	struct wire_writer w;
+
+	wire_writer_init(&w, buf, sizeof(buf));
+	wire_put_u32(&w, WIRE_T_ERROR_KIND, kind);
+	if (param)
+		wire_put_str(&w, WIRE_T_PARAM, param);
+	wire_put_str(&w, WIRE_T_MESSAGE, msg);
+	frame_send_w(WIRE_ERROR, id, &w);
+}
+
+/* ------------------------------------------------------------- cgroups */
+
+static int write_str(const char *path, const char *s)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	ssize_t n;
+
+	if (fd < 0)
+		return -1;
+	n = write(fd, s, strlen(s));
+	close(fd);
+	return n < 0 ? -1 : 0;
+}
+
+/* SIGKILL every process of the exec: cgroup.kill, else each pid listed in
+ * cgroup.procs; and the session's process group in any case (covers the
+ * window before the child joined its cgroup, and guests without cgroup2). */
+static void exec_kill(struct exec *e)
+{
+	char path[128];
+
+	if (e->cgroup[0]) {
+		snprintf(path, sizeof(path), "%s/cgroup.kill", e->cgroup);
+		if (write_str(path, "1") < 0) {
+			FILE *f;
+			int pid;
+
+			snprintf(path, sizeof(path), "%s/cgroup.procs", e->cgroup);
+			f = fopen(path, "re");
+			if (f) {
+				while (fscanf(f, "%d", &pid) == 1)
+					if (pid > 1)
+						kill(pid, SIGKILL);
+				fclose(f);
+			}
+		}
+	}
+	if (!e->reaped && e->pid > 1) {
+		kill(-e->pid, SIGKILL);
+		kill(e->pid, SIGKILL);
+	}
+}
+
+static void linger_retry(void)
+{
+	unsigned j = 0;
+
+	for (unsigned i = 0; i < S.n_linger; i++) {
+		if (rmdir(S.linger[i]) == 0 || errno == ENOENT)
+			continue;
+		if (j != i)
+			memcpy(S.linger[j], S.linger[i], sizeof(S.linger[0]));
+		j++;
+	}
+	S.n_linger = j;
+}
+
+static void cgroup_release(const char *cg)
+{
+	if (!cg[0] || rmdir(cg) == 0 || errno == ENOENT)
+		return;
+	/* A background process lives on in it: rmdir once it is empty. */
+	if (S.n_linger < LINGER_MAX)
+		snprintf(S.linger[S.n_linger++], sizeof(S.linger[0]), "%s", cg);
+}
+
+/* --------------------------------------------------------------- output */
+
+static void orphan_add(int fd)
+{
+	if (S.n_orphans == ORPHAN_MAX) {
+		/* Degenerate: thousands of background writers. The oldest
+		 * loses its reader. */
+		close(S.orphans[0]);
+		memmove(S.orphans, S.orphans + 1, (ORPHAN_MAX - 1) * sizeof(int));
+		S.n_orphans--;
+	}
+	S.orphans[S.n_orphans++] = fd;
+}
+
+/* Read up to `budget` bytes of one stream, ship the part under its cap
+ * (attached execs only), count all of it. Closes the fd at EOF. */
+static void stream_read(struct exec *e, struct stream *s, size_t budget)
+{
+	size_t done = 0;
+
+	while (s->fd >= 0 && done < budget) {
+		size_t want = sizeof(S.scratch);
+		bool ship = !e->detached && s->kept < s->cap;
+		ssize_t n;
+
+		if (ship && want > WIRE_MAX_CHUNK)
+			want = WIRE_MAX_CHUNK;
+		n = read(s->fd, S.scratch, want);
+		if (n > 0) {
+			done += (size_t)n;
+			s->total += (uint64_t)n;
+			if (ship) {
+				uint64_t room = s->cap - s->kept;
+				size_t keep = (uint64_t)n < room ? (size_t)n : (size_t)room;
+
+				frame_send(s->type, e->id, S.scratch, keep);
+				s->kept += keep;
+			}
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN)
+			return;
+		close(s->fd); /* EOF or error */
+		s->fd = -1;
+	}
+}
+
+/* Read and drop; 1 while the fd stays open, 0 once closed. */
+static int orphan_read(int fd)
+{
+	for (size_t done = 0; done < READ_BUDGET;) {
+		ssize_t n = read(fd, S.scratch, sizeof(S.scratch));
+
+		if (n > 0) {
+			done += (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN)
+			return 1;
+		close(fd);
+		return 0;
+	}
+	return 1;
+}
+
+/* ----------------------------------------------------------------- exec */
+
+static struct exec *exec_find(uint32_t id)
+{
+	for (unsigned i = 0; i < EXEC_MAX; i++)
+		if (S.execs[i].used && !S.execs[i].detached && S.execs[i].id == id)
+			return &S.execs[i];
+	return NULL;
+}
+
+/* The sh exited: drain what the pipes hold, send EXIT, hand the pipes that
+ * background processes still hold to the orphan set, free the slot. */
+static void exec_finish(struct exec *e)
+{
+	uint8_t buf[128];
+	struct wire_writer w;
+	int code;
+	int64_t dur = e->end_ms - e->start_ms;
+
+	stream_read(e, &e->out, DRAIN_BUDGET);
+	stream_read(e, &e->err, DRAIN_BUDGET);
+	if (e->timed_out)
+		code = 128 + SIGKILL;
+	else if (WIFEXITED(e->status))
+		code = WEXITSTATUS(e->status);
+	else if (WIFSIGNALED(e->status))
+		code = 128 + WTERMSIG(e->status);
+	else
+		code = 255;
+	if (!e->detached) {
+		wire_writer_init(&w, buf, sizeof(buf));
+		wire_put_u32(&w, WIRE_T_EXIT_CODE, (uint32_t)code);
+		wire_put_u32(&w, WIRE_T_DURATION_MS,
+			     dur < 0 ? 0 : dur > UINT32_MAX ? UINT32_MAX : (uint32_t)dur);
+		wire_put_u32(&w, WIRE_T_TIMED_OUT, e->timed_out ? 1 : 0);
+		wire_put_u64(&w, WIRE_T_STDOUT_TOTAL, e->out.total);
+		wire_put_u64(&w, WIRE_T_STDERR_TOTAL, e->err.total);
+		frame_send_w(WIRE_EXIT, e->id, &w);
+	}
+	if (e->out.fd >= 0)
+		orphan_add(e->out.fd);
+	if (e->err.fd >= 0)
+		orphan_add(e->err.fd);
+	cgroup_release(e->cgroup);
+	memset(e, 0, sizeof(*e));
+	S.n_execs--;
+}
+
+static bool env_name_ok(const uint8_t *v, size_t len, size_t *klen)
+{
+	const uint8_t *eq = memchr(v, '=', len);
+	size_t k;
+
+	if (!eq || eq == v)
+		return false;
+	k = (size_t)(eq - v);
+	for (size_t i = 0; i < k; i++) {
+		uint8_t c = v[i];
+
+		if (!(c == '_' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+		      (i > 0 && c >= '0' && c <= '9')))
+			return false;
+	}
+	*klen = k;
+	return true;
+}
+
+struct exec_req {
+	char *command;
+	char *cwd;
+	char **env; /* merged, NULL-terminated */
+	size_t n_env;
+	uint32_t timeout_ms, out_cap, err_cap;
+};
+
+static void exec_req_release(struct exec_req *r)
+{
+	free(r->command);
+	free(r->cwd);
+	if (r->env)
+		for (size_t i = 0; i < r->n_env; i++)
+			free(r->env[i]);
+	free(r->env);
+	memset(r, 0, sizeof(*r));
+}
+
+static char *dup_bytes(const uint8_t *v, size_t len)
+{
+	char *s = malloc(len + 1);
+
+	if (s) {
+		memcpy(s, v, len);
+		s[len] = '\0';
+	}
+	return s;
+}
+
+/* Merge one "KEY=VALUE" over r->env (same key replaces). */
+static int env_merge(struct exec_req *r, const uint8_t *v, size_t len, size_t klen)
+{
+	char *s = dup_bytes(v, len);
+
+	if (!s)
+		return -1;
+	for (size_t i = 0; i < r->n_env; i++) {
+		if (strncmp(r->env[i], s, klen + 1) == 0) {
+			free(r->env[i]);
+			r->env[i] = s;
+			return 0;
+		}
+	}
+	r->env[r->n_env++] = s;
+	r->env[r->n_env] = NULL;
+	return 0;
+}
+
+/* Decode and validate an EXEC payload. 0, or -1 after sending ERROR. */
+static int exec_req_parse(uint32_t id, const uint8_t *p, size_t len, struct exec_req *r)
+{
+	struct wire_reader rd;
+	struct wire_field f;
+	int rc;
+	size_t n_req_env = 0;
+
+	memset(r, 0, sizeof(*r));
+	r->timeout_ms = DEFAULT_TIMEOUT_MS;
+	r->out_cap = r->err_cap = DEFAULT_CAP;
+	r->env = calloc(DEFAULT_ENV_N + ENV_MAX + 1, sizeof(char *));
+	if (!r->env)
+		goto err_nomem;
+	for (size_t i = 0; i < DEFAULT_ENV_N; i++) {
+		r->env[i] = strdup(default_env[i]);
+		if (!r->env[i])
+			goto err_nomem;
+		r->n_env++;
+	}
+
+	wire_reader_init(&rd, p, len);
+	while ((rc = wire_next(&rd, &f)) == 1) {
+		switch (f.tag) {
+		case WIRE_T_COMMAND:
+			if (r->command || memchr(f.value, '\0', f.len)) {
+				send_error(id, WIRE_ERR_BAD_REQUEST, "command",
+					   "command must be one string without NUL bytes");
+				goto err;
+			}
+			if (!(r->command = dup_bytes(f.value, f.len)))
+				goto err_nomem;
+			break;
+		case WIRE_T_CWD:
+			if (r->cwd || f.len == 0 || f.len >= PATH_MAX || f.value[0] != '/' ||
+			    memchr(f.value, '\0', f.len)) {
+				send_error(id, WIRE_ERR_BAD_REQUEST, "cwd",
+					   "cwd must be an absolute path without NUL bytes");
+				goto err;
+			}
+			if (!(r->cwd = dup_bytes(f.value, f.len)))
+				goto err_nomem;
+			break;
+		case WIRE_T_ENV: {
+			size_t klen;
+
+			if (n_req_env == ENV_MAX || memchr(f.value, '\0', f.len) ||
+			    !env_name_ok(f.value, f.len, &klen)) {
+				send_error(id, WIRE_ERR_BAD_REQUEST, "env",
+					   "env entries must be KEY=VALUE with a POSIX name, no NUL");
+				goto err;
+			}
+			if (env_merge(r, f.value, f.len, klen) < 0)
+				goto err_nomem;
+			n_req_env++;
+			break;
+		}
+		case WIRE_T_TIMEOUT_MS:
+		case WIRE_T_STDOUT_CAP:
+		case WIRE_T_STDERR_CAP: {
+			uint32_t v;
+			const char *param = f.tag == WIRE_T_TIMEOUT_MS	 ? "timeout_ms"
+					    : f.tag == WIRE_T_STDOUT_CAP ? "stdout_cap"
+									 : "stderr_cap";
+
+			if (wire_field_u32(&f, &v) < 0 || (f.tag == WIRE_T_TIMEOUT_MS && v == 0)) {
+				send_error(id, WIRE_ERR_BAD_REQUEST, param,
+					   "integer field has a bad length or value");
+				goto err;
+			}
+			if (f.tag == WIRE_T_TIMEOUT_MS)
+				r->timeout_ms = v;
+			else if (f.tag == WIRE_T_STDOUT_CAP)
+				r->out_cap = v;
+			else
+				r->err_cap = v;
+			break;
+		}
+		default:
+			break; /* unknown tags are skipped */
+		}
+	}
+	if (rc < 0) {
+		send_error(id, WIRE_ERR_BAD_REQUEST, NULL, "malformed exec payload");
+		goto err;
+	}
+	if (!r->command) {
+		send_error(id, WIRE_ERR_BAD_REQUEST, "command", "command is required");
+		goto err;
+	}
+	if (!r->cwd && !(r->cwd = strdup(DEFAULT_CWD)))
+		goto err_nomem;
+	return 0;
+
+err_nomem:
+	send_error(id, WIRE_ERR_SPAWN, NULL, "guest out of memory");
+err:
+	exec_req_release(r);
+	return -1;
+}
+
+static struct exec *exec_slot(void)
+{
+	for (unsigned i = 0; i < EXEC_MAX; i++)
+		if (!S.execs[i].used)
+			return &S.execs[i];
+	return NULL;
+}
+
+/* The child: never returns. Only async-signal-safe calls. */
+static void __attribute__((noreturn))
+exec_child(const struct exec_req *r, int procs_fd, int out_w, int err_w)
+{
+	sigset_t none;
+	char *argv[] = {"sh", "-c", r->command, NULL};
+	int fd;
+
+	sigemptyset(&none);
+	for (int sig = 1; sig < NSIG; sig++)
+		if (sig != SIGKILL && sig != SIGSTOP)
+			signal(sig, SIG_DFL);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	setsid();
+	if (procs_fd >= 0 && write(procs_fd, "0", 1) < 0) {
+		/* stays in the parent's cgroup: the pgid kill still works */
+	}
+	if (dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0)
+		_exit(126);
+	fd = open("/dev/null", O_RDONLY);
+	if (fd < 0 || dup2(fd, 0) < 0)
+		_exit(126);
+	if (fd > 2)
+		close(fd);
+	if (chdir(r->cwd) < 0) {
+		static const char m[] = "sandboxd-init: cannot chdir to cwd\n";
+
+		if (write(2, m, sizeof(m) - 1) < 0) {
+		}
+		_exit(126);
+	}
+	execve("/bin/sh", argv, r->env);
+	_exit(127);
+}
+
+static int pipe_nb(int fds[2])
+{
+	if (pipe2(fds, O_CLOEXEC) < 0)
+		return -1;
+	/* Only our end is non-blocking: the command writes blocking. */
+	fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK);
+	return 0;
+}
+
+static void exec_start(uint32_t id, const uint8_t *p, size_t len)
+{
+	struct exec_req r;
+	struct exec *e;
+	struct stat st;
+	int out[2] = {-1, -1}, err[2] = {-1, -1}, procs_fd = -1;
+	pid_t pid;
+
+	if (id == 0 || exec_find(id)) {
+		send_error(id, WIRE_ERR_BAD_REQUEST, "id", "exec id is zero or already in use");
+		return;
+	}
+	if (S.n_execs >= EXEC_MAX || !(e = exec_slot())) {
+		send_error(id, WIRE_ERR_BUSY, NULL, "too many commands running in this sandbox");
+		return;
+	}
+	if (exec_req_parse(id, p, len, &r) < 0)
+		return;
+	if (stat(r.cwd, &st) < 0 || !S_ISDIR(st.st_mode)) {
+		send_error(id, WIRE_ERR_CWD, "cwd", "cwd does not exist or is not a directory");
+		goto err_req;
+	}
+	if (pipe_nb(out) < 0 || pipe_nb(err) < 0) {
+		send_error(id, WIRE_ERR_SPAWN, NULL, "cannot create pipes in the guest");
+		goto err_pipes;
+	}
+
+	memset(e, 0, sizeof(*e));
+	if (guest_cgroup_root[0]) {
+		char path[160];
+
+		snprintf(e->cgroup, sizeof(e->cgroup), "%s/sbx-exec-%u.%llu", guest_cgroup_root,
+			 id, (unsigned long long)++S.serial);
+		if (mkdir(e->cgroup, 0755) == 0) {
+			snprintf(path, sizeof(path), "%s/cgroup.procs", e->cgroup);
+			procs_fd = open(path, O_WRONLY | O_CLOEXEC);
+		}
+		if (procs_fd < 0) {
+			guest_log("cgroup %s: %s", e->cgroup, strerror(errno));
+			rmdir(e->cgroup);
+			e->cgroup[0] = '\0';
+		}
+	}
+
+	e->start_ms = guest_mono_ms();
+	pid = fork();
+	if (pid < 0) {
+		send_error(id, WIRE_ERR_SPAWN, NULL, "cannot fork in the guest");
+		goto err_cgroup;
+	}
+	if (pid == 0)
+		exec_child(&r, procs_fd, out[1], err[1]);
+
+	if (procs_fd >= 0)
+		close(procs_fd);
+	close(out[1]);
+	close(err[1]);
+	e->used = true;
+	e->id = id;
+	e->pid = pid;
+	e->deadline_ms = e->start_ms + r.timeout_ms;
+	e->out = (struct stream){.fd = out[0], .type = WIRE_STDOUT, .cap = r.out_cap};
+	e->err = (struct stream){.fd = err[0], .type = WIRE_STDERR, .cap = r.err_cap};
+	S.n_execs++;
+	exec_req_release(&r);
+	return;
+
+err_cgroup:
+	if (procs_fd >= 0)
+		close(procs_fd);
+	if (e->cgroup[0])
+		rmdir(e->cgroup);
+	memset(e, 0, sizeof(*e));
+err_pipes:
+	for (int i = 0; i < 2; i++) {
+		if (out[i] >= 0)
+			close(out[i]);
+		if (err[i] >= 0)
+			close(err[i]);
+	}
+err_req:
+	exec_req_release(&r);
+}
+
+static void exec_kill_req(uint32_t id)
+{
+	struct exec *e = exec_find(id);
+
+	if (!e || e->reaped)
+		return;
+	e->timed_out = true;
+	e->deadline_ms = guest_mono_ms() + KILL_RETRY_MS;
+	exec_kill(e);
+}
+
+static void reap(void)
+{
+	int status;
+	pid_t pid;
+
+	while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+		for (unsigned i = 0; i < EXEC_MAX; i++) {
+			struct exec *e = &S.execs[i];
+
+			if (e->used && !e->reaped && e->pid == pid) {
+				e->reaped = true;
+				e->status = status;
+				e->end_ms = guest_mono_ms();
+				break;
+			}
+		}
+	}
+	if (S.n_linger)
+		linger_retry();
+}
+
+/* ----------------------------------------------------------- host input */
+
+static void set_clock(const uint8_t *p, size_t len)
+{
+	struct wire_reader rd;
+	struct wire_field f;
+	uint64_t ns;
+
+	wire_reader_init(&rd, p, len);
+	while (wire_next(&rd, &f) == 1) {
+		if (f.tag != WIRE_T_TIME_NS || wire_field_u64(&f, &ns) < 0 || ns == 0)
+			continue;
+		struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000u),
+				      .tv_nsec = (long)(ns % 1000000000u)};
+		if (clock_settime(CLOCK_REALTIME, &ts) < 0)
+			guest_log("clock_settime: %s", strerror(errno));
+	}
+}
+
+static void frame_handle(const struct wire_header *h, const uint8_t *p)
+{
+	switch (h->type) {
+	case WIRE_WELCOME:
+	case WIRE_TIME:
+		set_clock(p, h->len);
+		break;
+	case WIRE_PING:
+		if (h->len <= WIRE_MAX_GUEST_PAYLOAD)
+			frame_send(WIRE_PONG, h->id, p, h->len);
+		break;
+	case WIRE_EXEC:
+		exec_start(h->id, p, h->len);
+		break;
+	case WIRE_KILL:
+		exec_kill_req(h->id);
+		break;
+	default:
+		break; /* unknown or guest-bound types: ignore */
+	}
+}
+
+/* Parse every complete frame in S.in. */
+static void input_parse(void)
+{
+	size_t off = 0;
+
+	while (!S.in_bad && S.in_len - off >= WIRE_HEADER_LEN) {
+		struct wire_header h;
+
+		if (wire_header_decode(S.in + off, WIRE_MAX_PAYLOAD, &h) < 0) {
+			guest_log("bad frame header from host: discarding input until reconnect");
+			S.in_bad = true;
+			S.in_len = 0;
+			return;
+		}
+		if (S.in_len - off < WIRE_HEADER_LEN + (size_t)h.len)
+			break;
+		frame_handle(&h, S.in + off + WIRE_HEADER_LEN);
+		off += WIRE_HEADER_LEN + h.len;
+	}
+	if (off) {
+		memmove(S.in, S.in + off, S.in_len - off);
+		S.in_len -= off;
+	}
+}
+
+static void port_read(void)
+{
+	for (int turns = 0; turns < 64 && S.connected; turns++) {
+		uint8_t *dst = S.in_bad ? S.scratch : S.in + S.in_len;
+		size_t room = S.in_bad ? sizeof(S.scratch) : sizeof(S.in) - S.in_len;
+		ssize_t n = read(S.port, dst, room);
+
+		if (n > 0) {
+			if (!S.in_bad) {
+				S.in_len += (size_t)n;
+				input_parse();
+			}
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		return; /* EAGAIN, or 0/error meaning the host left (POLLHUP follows) */
+	}
+}
+
+/* ----------------------------------------------------------- connection */
+
+static void port_disconnected(void)
+{
+	ssize_t n;
+
+	S.connected = false;
+	S.in_bad = false;
+	S.in_len = 0;
+	queue_drop();
+	/* What the old host sent and we did not read is not for the next one. */
+	while ((n = read(S.port, S.scratch, sizeof(S.scratch))) > 0 || (n < 0 && errno == EINTR))
+		;
+	for (unsigned i = 0; i < EXEC_MAX; i++)
+		if (S.execs[i].used)
+			S.execs[i].detached = true;
+	guest_log("host disconnected");
+}
+
+static void port_connected(void)
+{
+	S.connected = true;
+	S.in_bad = false;
+	S.in_len = 0;
+	send_hello();
+	queue_flush();
+}
+
+/* Re-read the host connection state (after SIGIO or POLLHUP). */
+static void port_check(void)
+{
+	struct pollfd p = {.fd = S.port, .events = POLLIN | POLLOUT};
+
+	if (poll(&p, 1, 0) < 0)
+		return;
+	if ((p.revents & POLLHUP) && S.connected)
+		port_disconnected();
+	else if (!(p.revents & POLLHUP) && !S.connected)
+		port_connected();
+}
+
+static int signals_setup(void)
+{
+	struct sigaction sa;
+	sigset_t set;
+	int flags;
+
+	memset(&sa, 0, sizeof(sa));
+	/* PID 1 drops signals left at SIG_DFL; blocked ones still reach the
+	 * signalfd, and the no-op handler makes sure of it. */
+	sa.sa_handler = SIG_IGN;
+	sigaction(SIGPIPE, &sa, NULL);
+	sigemptyset(&set);
+	sigaddset(&set, SIGCHLD);
+	sigaddset(&set, SIGIO);
+	if (sigprocmask(SIG_BLOCK, &set, NULL) < 0)
+		return -1;
+	S.sfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+	if (S.sfd < 0)
+		return -1;
+	if (fcntl(S.port, F_SETOWN, getpid()) < 0)
+		return -1;
+	flags = fcntl(S.port, F_GETFL);
+	if (flags < 0 || fcntl(S.port, F_SETFL, flags | O_ASYNC | O_NONBLOCK) < 0)
+		return -1;
+	return 0;
+}
+
+static void signals_read(void)
+{
+	struct signalfd_siginfo si[16];
+	bool chld = false, io = false;
+	ssize_t n;
+
+	while ((n = read(S.sfd, si, sizeof(si))) > 0) {
+		for (size_t i = 0; i < (size_t)n / sizeof(si[0]); i++) {
+			if (si[i].ssi_signo == SIGCHLD)
+				chld = true;
+			else if (si[i].ssi_signo == SIGIO)
+				io = true;
+		}
+	}
+	if (chld)
+		reap();
+	if (io)
+		port_check();
+}
+
+/* ------------------------------------------------------------ the loop */
+
+enum pfd_kind { PK_SIG, PK_PORT, PK_OUT, PK_ERR, PK_ORPHAN };
+
+int guest_serve(int port_fd)
+{
+	static struct pollfd pfd[2 + 2 * EXEC_MAX + ORPHAN_MAX];
+	static struct {
+		enum pfd_kind kind;
+		unsigned idx;
+	} who[sizeof(pfd) / sizeof(pfd[0])];
+	unsigned poll_errors = 0;
+
+	S.port = port_fd;
+	if (signals_setup() < 0) {
+		guest_log("signal setup failed: %s", strerror(errno));
+		return -1;
+	}
+	port_check();
+
+	for (;;) {
+		nfds_t n = 0;
+		int64_t now = guest_mono_ms(), next = -1;
+		bool backpressure = queue_size() > QUEUE_SOFT;
+		int timeout;
+
+		pfd[n] = (struct pollfd){.fd = S.sfd, .events = POLLIN};
+		who[n].kind = PK_SIG;
+		n++;
+		if (S.connected) {
+			short ev = backpressure ? 0 : POLLIN;
+
+			if (queue_size() > 0)
+				ev |= POLLOUT;
+			pfd[n] = (struct pollfd){.fd = S.port, .events = ev};
+			who[n].kind = PK_PORT;
+			n++;
+		}
+		for (unsigned i = 0; i < EXEC_MAX; i++) {
+			struct exec *e = &S.execs[i];
+
+			if (!e->used)
+				continue;
+			if (!e->reaped && (next < 0 || e->deadline_ms < next))
+				next = e->deadline_ms;
+			if (backpressure && !e->detached)
+				continue;
+			if (e->out.fd >= 0) {
+				pfd[n] = (struct pollfd){.fd = e->out.fd, .events = POLLIN};
+				who[n].kind = PK_OUT;
+				who[n].idx = i;
+				n++;
+			}
+			if (e->err.fd >= 0) {
+				pfd[n] = (struct pollfd){.fd = e->err.fd, .events = POLLIN};
+				who[n].kind = PK_ERR;
+				who[n].idx = i;
+				n++;
+			}
+		}
+		for (unsigned i = 0; i < S.n_orphans; i++) {
+			pfd[n] = (struct pollfd){.fd = S.orphans[i], .events = POLLIN};
+			who[n].kind = PK_ORPHAN;
+			who[n].idx = i;
+			n++;
+		}
+		timeout = next < 0 ? -1 : next <= now ? 0 : next - now > INT_MAX ? INT_MAX
+										: (int)(next - now);
+
+		if (poll(pfd, n, timeout) < 0) {
+			if (errno == EINTR)
+				continue;
+			guest_log("poll: %s", strerror(errno));
+			if (++poll_errors > 100)
+				return -1;
+			continue;
+		}
+		poll_errors = 0;
+
+		for (nfds_t i = 0; i < n; i++) {
+			short re = pfd[i].revents;
+
+			if (!re)
+				continue;
+			switch (who[i].kind) {
+			case PK_SIG:
+				signals_read();
+				break;
+			case PK_PORT:
+				if (!S.connected)
+					break;
+				if (re & POLLHUP) {
+					port_disconnected();
+					break;
+				}
+				if (re & POLLIN)
+					port_read();
+				if (re & POLLOUT)
+					queue_flush();
+				break;
+			case PK_OUT:
+			case PK_ERR: {
+				struct exec *e = &S.execs[who[i].idx];
+
+				if (e->used)
+					stream_read(e, who[i].kind == PK_OUT ? &e->out : &e->err,
+						    READ_BUDGET);
+				break;
+			}
+			case PK_ORPHAN:
+				if (!orphan_read(S.orphans[who[i].idx]))
+					S.orphans[who[i].idx] = -1;
+				break;
+			}
+		}
+
+		/* compact closed orphans */
+		{
+			unsigned j = 0;
+
+			for (unsigned i = 0; i < S.n_orphans; i++)
+				if (S.orphans[i] >= 0)
+					S.orphans[j++] = S.orphans[i];
+			S.n_orphans = j;
+		}
+
+		now = guest_mono_ms();
+		for (unsigned i = 0; i < EXEC_MAX; i++) {
+			struct exec *e = &S.execs[i];
+
+			if (!e->used)
+				continue;
+			if (!e->reaped && e->deadline_ms <= now) {
+				e->timed_out = true;
+				e->deadline_ms = now + KILL_RETRY_MS;
+				exec_kill(e);
+			}
+			if (e->reaped)
+				exec_finish(e);
+		}
+		queue_flush();
+	}
+}
