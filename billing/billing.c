@@ -8,8 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#define MOD "billing"
-#define BILLING_MS_PER_S 1000
+#define MOD		   "billing"
+#define BILLING_MS_PER_S   1000
 #define BILLING_S_PER_HOUR 3600
 
 static int64_t billing_mul_sat(int64_t a, int64_t b)

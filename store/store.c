@@ -39,8 +39,8 @@ static void store_unlockp(struct store **s)
 		pthread_mutex_unlock(&(*s)->lock);
 }
 /* Take s->lock until the end of the enclosing scope. */
-#define STORE_LOCK(s)                                                          \
-	pthread_mutex_lock(&(s)->lock);                                        \
+#define STORE_LOCK(s)                                                                              \
+	pthread_mutex_lock(&(s)->lock);                                                            \
 	struct store *store_locked_ _cleanup_(store_unlockp) = (s)
 
 static int store_db_error(struct store *s, const char *what, struct sbx_error *err)
@@ -135,9 +135,8 @@ static void store_usd(int64_t micro, char buf[static 32])
 }
 
 static const char *const store_status_names[] = {
-	[STORE_CREATING] = "creating", [STORE_RUNNING] = "running",
-	[STORE_DESTROYED] = "destroyed", [STORE_EXPIRED] = "expired",
-	[STORE_FAILED] = "failed",     [STORE_ABORTED] = "aborted",
+    [STORE_CREATING] = "creating", [STORE_RUNNING] = "running", [STORE_DESTROYED] = "destroyed",
+    [STORE_EXPIRED] = "expired",   [STORE_FAILED] = "failed",	[STORE_ABORTED] = "aborted",
 };
 
 const char *store_status_name(enum store_status st)
@@ -165,55 +164,55 @@ int store_status_parse(const char *name, enum store_status *st)
 /* Ordered migrations; migration i brings user_version from i to i+1.
  * Never edit a shipped entry: append a new one. */
 static const char *const store_migrations[] = {
-	/* 1: the initial schema */
-	"CREATE TABLE accounts ("
-	"  id TEXT PRIMARY KEY,"
-	"  name TEXT NOT NULL,"
-	"  created_at_ms INTEGER NOT NULL"
-	");"
-	"CREATE TABLE api_keys ("
-	"  id TEXT PRIMARY KEY,"
-	"  account_id TEXT NOT NULL REFERENCES accounts(id),"
-	"  digest TEXT NOT NULL UNIQUE,"
-	"  prefix TEXT NOT NULL,"
-	"  created_at_ms INTEGER NOT NULL,"
-	"  revoked_at_ms INTEGER NOT NULL DEFAULT 0"
-	");"
-	"CREATE INDEX api_keys_by_account ON api_keys(account_id, created_at_ms);"
-	"CREATE TABLE sandboxes ("
-	"  id TEXT PRIMARY KEY,"
-	"  account_id TEXT NOT NULL REFERENCES accounts(id),"
-	"  size TEXT NOT NULL,"
-	"  domain TEXT NOT NULL DEFAULT '',"
-	"  status TEXT NOT NULL CHECK (status IN ('creating','running','destroyed',"
-	"    'expired','failed','aborted')),"
-	"  timeout_minutes INTEGER NOT NULL,"
-	"  price_micro_per_hour INTEGER NOT NULL CHECK (price_micro_per_hour >= 0),"
-	"  requested_at_ms INTEGER NOT NULL,"
-	"  created_at_ms INTEGER NOT NULL DEFAULT 0,"
-	"  expires_at_ms INTEGER NOT NULL DEFAULT 0,"
-	"  ended_at_ms INTEGER NOT NULL DEFAULT 0,"
-	"  last_seen_at_ms INTEGER NOT NULL DEFAULT 0,"
-	"  hold_micro INTEGER NOT NULL DEFAULT 0 CHECK (hold_micro >= 0),"
-	"  charge_micro INTEGER NOT NULL DEFAULT 0 CHECK (charge_micro >= 0)"
-	");"
-	"CREATE INDEX sandboxes_by_account ON sandboxes(account_id, requested_at_ms, id);"
-	"CREATE INDEX sandboxes_by_account_created ON sandboxes(account_id, created_at_ms);"
-	"CREATE INDEX sandboxes_by_status ON sandboxes(status);"
-	"CREATE TABLE ledger ("
-	"  seq INTEGER PRIMARY KEY AUTOINCREMENT,"
-	"  account_id TEXT NOT NULL REFERENCES accounts(id),"
-	"  sandbox_id TEXT NULL REFERENCES sandboxes(id),"
-	"  kind TEXT NOT NULL CHECK (kind IN ('credit','hold','release','charge')),"
-	"  amount_micro INTEGER NOT NULL CHECK (amount_micro >= 0),"
-	"  created_at_ms INTEGER NOT NULL"
-	");"
-	"CREATE INDEX ledger_by_account ON ledger(account_id, kind);"
-	"CREATE INDEX ledger_by_sandbox ON ledger(sandbox_id, kind);"
-	"CREATE TRIGGER ledger_no_update BEFORE UPDATE ON ledger"
-	"  BEGIN SELECT RAISE(ABORT, 'ledger is append-only'); END;"
-	"CREATE TRIGGER ledger_no_delete BEFORE DELETE ON ledger"
-	"  BEGIN SELECT RAISE(ABORT, 'ledger is append-only'); END;",
+    /* 1: the initial schema */
+    "CREATE TABLE accounts ("
+    "  id TEXT PRIMARY KEY,"
+    "  name TEXT NOT NULL,"
+    "  created_at_ms INTEGER NOT NULL"
+    ");"
+    "CREATE TABLE api_keys ("
+    "  id TEXT PRIMARY KEY,"
+    "  account_id TEXT NOT NULL REFERENCES accounts(id),"
+    "  digest TEXT NOT NULL UNIQUE,"
+    "  prefix TEXT NOT NULL,"
+    "  created_at_ms INTEGER NOT NULL,"
+    "  revoked_at_ms INTEGER NOT NULL DEFAULT 0"
+    ");"
+    "CREATE INDEX api_keys_by_account ON api_keys(account_id, created_at_ms);"
+    "CREATE TABLE sandboxes ("
+    "  id TEXT PRIMARY KEY,"
+    "  account_id TEXT NOT NULL REFERENCES accounts(id),"
+    "  size TEXT NOT NULL,"
+    "  domain TEXT NOT NULL DEFAULT '',"
+    "  status TEXT NOT NULL CHECK (status IN ('creating','running','destroyed',"
+    "    'expired','failed','aborted')),"
+    "  timeout_minutes INTEGER NOT NULL,"
+    "  price_micro_per_hour INTEGER NOT NULL CHECK (price_micro_per_hour >= 0),"
+    "  requested_at_ms INTEGER NOT NULL,"
+    "  created_at_ms INTEGER NOT NULL DEFAULT 0,"
+    "  expires_at_ms INTEGER NOT NULL DEFAULT 0,"
+    "  ended_at_ms INTEGER NOT NULL DEFAULT 0,"
+    "  last_seen_at_ms INTEGER NOT NULL DEFAULT 0,"
+    "  hold_micro INTEGER NOT NULL DEFAULT 0 CHECK (hold_micro >= 0),"
+    "  charge_micro INTEGER NOT NULL DEFAULT 0 CHECK (charge_micro >= 0)"
+    ");"
+    "CREATE INDEX sandboxes_by_account ON sandboxes(account_id, requested_at_ms, id);"
+    "CREATE INDEX sandboxes_by_account_created ON sandboxes(account_id, created_at_ms);"
+    "CREATE INDEX sandboxes_by_status ON sandboxes(status);"
+    "CREATE TABLE ledger ("
+    "  seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  account_id TEXT NOT NULL REFERENCES accounts(id),"
+    "  sandbox_id TEXT NULL REFERENCES sandboxes(id),"
+    "  kind TEXT NOT NULL CHECK (kind IN ('credit','hold','release','charge')),"
+    "  amount_micro INTEGER NOT NULL CHECK (amount_micro >= 0),"
+    "  created_at_ms INTEGER NOT NULL"
+    ");"
+    "CREATE INDEX ledger_by_account ON ledger(account_id, kind);"
+    "CREATE INDEX ledger_by_sandbox ON ledger(sandbox_id, kind);"
+    "CREATE TRIGGER ledger_no_update BEFORE UPDATE ON ledger"
+    "  BEGIN SELECT RAISE(ABORT, 'ledger is append-only'); END;"
+    "CREATE TRIGGER ledger_no_delete BEFORE DELETE ON ledger"
+    "  BEGIN SELECT RAISE(ABORT, 'ledger is append-only'); END;",
 };
 
 static int store_migrate(struct store *s, struct sbx_error *err)
@@ -269,9 +268,8 @@ struct store *store_open(const char *path, struct sbx_error *err)
 		sbx_error_set(err, SBX_E_INTERNAL, NULL, "cannot initialise the store lock");
 		return NULL;
 	}
-	int rc = sqlite3_open_v2(path, &s->db,
-				 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
-				 NULL);
+	int rc = sqlite3_open_v2(
+	    path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, NULL);
 	if (rc != SQLITE_OK) {
 		sbx_err(MOD, "open %s: %s", path, s->db ? sqlite3_errmsg(s->db) : "out of memory");
 		sbx_error_set(err, SBX_E_INTERNAL, NULL, "cannot open the database");
@@ -371,9 +369,9 @@ int store_account_create(struct store *s, const char *name, int64_t credit_micro
 		return -1;
 	{
 		_cleanup_stmt_ sqlite3_stmt *q = NULL;
-		if (store_prepare(s,
-				  "INSERT INTO accounts (id, name, created_at_ms) VALUES (?1, ?2, ?3)",
-				  &q, err) < 0)
+		if (store_prepare(
+			s, "INSERT INTO accounts (id, name, created_at_ms) VALUES (?1, ?2, ?3)", &q,
+			err) < 0)
 			goto err_rollback;
 		store_bind_text(q, 1, a.id);
 		store_bind_text(q, 2, a.name);
@@ -514,7 +512,8 @@ int store_key_insert(struct store *s, const struct store_key *key, const char *d
 		     struct sbx_error *err)
 {
 	if (!key || !*key->id || !*key->account_id)
-		return sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL, "a key needs an id and an account");
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL,
+				     "a key needs an id and an account");
 	if (!store_is_hex64(digest_hex))
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL,
 				     "a key digest must be 64 lowercase hex digits");
@@ -653,9 +652,9 @@ int store_key_list(struct store *s, const char *account_id, struct store_key **o
 
 /* ------------------------------------------------------------ sandboxes */
 
-#define SBX_COLS                                                               \
-	"id, account_id, size, domain, status, timeout_minutes,"               \
-	" price_micro_per_hour, requested_at_ms, created_at_ms, expires_at_ms,"\
+#define SBX_COLS                                                                                   \
+	"id, account_id, size, domain, status, timeout_minutes,"                                   \
+	" price_micro_per_hour, requested_at_ms, created_at_ms, expires_at_ms,"                    \
 	" ended_at_ms, last_seen_at_ms, hold_micro, charge_micro"
 
 static void store_sandbox_from_stmt(sqlite3_stmt *q, struct store_sandbox *r)
@@ -782,9 +781,10 @@ int store_sandbox_reserve(struct store *s, struct store_sandbox *row, int64_t ho
 	if (store_count_live_locked(s, row->account_id, &live, err) < 0)
 		goto err_rollback;
 	if (live >= max_live) {
-		sbx_error_set(err, SBX_E_CONCURRENCY_LIMIT, NULL,
-			      "account has reached its limit of %d live sandboxes; delete one first",
-			      max_live);
+		sbx_error_set(
+		    err, SBX_E_CONCURRENCY_LIMIT, NULL,
+		    "account has reached its limit of %d live sandboxes; delete one first",
+		    max_live);
 		err->retry_after_s = 5;
 		goto err_rollback;
 	}
@@ -906,8 +906,7 @@ int store_sandbox_abort(struct store *s, const char *id, struct sbx_error *err)
 	if (store_sandbox_finish(s, row.id, "aborted", now, 0, err) < 0)
 		goto err_rollback;
 	if (row.hold_micro > 0 &&
-	    store_ledger_insert(s, row.account_id, row.id, "release", row.hold_micro, now, err) <
-		    0)
+	    store_ledger_insert(s, row.account_id, row.id, "release", row.hold_micro, now, err) < 0)
 		goto err_rollback;
 	if (store_tx_commit(s, err) < 0)
 		goto err_rollback;
@@ -978,8 +977,7 @@ err_rollback:
 }
 
 int store_sandbox_extend(struct store *s, const char *account_id, const char *id,
-			 int64_t new_expires_at_ms, int64_t extra_hold_micro,
-			 struct sbx_error *err)
+			 int64_t new_expires_at_ms, int64_t extra_hold_micro, struct sbx_error *err)
 {
 	if (extra_hold_micro < 0)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL,
@@ -1022,9 +1020,8 @@ int store_sandbox_extend(struct store *s, const char *account_id, const char *id
 		if (store_step_done(s, q, err) < 0)
 			goto err_rollback;
 	}
-	if (extra_hold_micro > 0 &&
-	    store_ledger_insert(s, row.account_id, row.id, "hold", extra_hold_micro, sbx_wall_ms(),
-				err) < 0)
+	if (extra_hold_micro > 0 && store_ledger_insert(s, row.account_id, row.id, "hold",
+							extra_hold_micro, sbx_wall_ms(), err) < 0)
 		goto err_rollback;
 	if (store_tx_commit(s, err) < 0)
 		goto err_rollback;
@@ -1051,8 +1048,8 @@ int store_sandbox_get(struct store *s, const char *account_id, const char *id,
 }
 
 int store_sandbox_list(struct store *s, const char *account_id, const enum store_status *status,
-		       int limit, const char *starting_after, struct store_sandbox **out,
-		       size_t *n, bool *has_more, struct sbx_error *err)
+		       int limit, const char *starting_after, struct store_sandbox **out, size_t *n,
+		       bool *has_more, struct sbx_error *err)
 {
 	if (limit < 1 || limit > 1000)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "limit",
@@ -1172,8 +1169,7 @@ int store_sandbox_list_overlapping(struct store *s, const char *account_id, int6
 			     err);
 }
 
-int store_sandbox_count_live(struct store *s, const char *account_id, int *n,
-			     struct sbx_error *err)
+int store_sandbox_count_live(struct store *s, const char *account_id, int *n, struct sbx_error *err)
 {
 	STORE_LOCK(s);
 	return store_count_live_locked(s, account_id, n, err);
@@ -1235,25 +1231,25 @@ static int store_check_query(struct store *s, const char *account_id, const char
 }
 
 /* Per-account sums of each kind, for the account checks. */
-#define STORE_ACCOUNT_SUMS                                                     \
-	"SELECT a.id AS id,"                                                   \
-	" COALESCE(SUM(CASE l.kind WHEN 'credit' THEN l.amount_micro END), 0) AS credits,"  \
-	" COALESCE(SUM(CASE l.kind WHEN 'hold' THEN l.amount_micro END), 0) AS holds,"      \
-	" COALESCE(SUM(CASE l.kind WHEN 'release' THEN l.amount_micro END), 0) AS releases,"\
-	" COALESCE(SUM(CASE l.kind WHEN 'charge' THEN l.amount_micro END), 0) AS charges"   \
-	" FROM accounts a LEFT JOIN ledger l ON l.account_id = a.id"           \
+#define STORE_ACCOUNT_SUMS                                                                         \
+	"SELECT a.id AS id,"                                                                       \
+	" COALESCE(SUM(CASE l.kind WHEN 'credit' THEN l.amount_micro END), 0) AS credits,"         \
+	" COALESCE(SUM(CASE l.kind WHEN 'hold' THEN l.amount_micro END), 0) AS holds,"             \
+	" COALESCE(SUM(CASE l.kind WHEN 'release' THEN l.amount_micro END), 0) AS releases,"       \
+	" COALESCE(SUM(CASE l.kind WHEN 'charge' THEN l.amount_micro END), 0) AS charges"          \
+	" FROM accounts a LEFT JOIN ledger l ON l.account_id = a.id"                               \
 	" WHERE (?1 IS NULL OR a.id = ?1) GROUP BY a.id"
 
 /* Per-sandbox sums of each kind and entry counts. */
-#define STORE_SANDBOX_SUMS                                                     \
-	"SELECT s.id AS id, s.status AS status, s.hold_micro AS hold_col,"     \
-	" s.charge_micro AS charge_col,"                                       \
-	" COALESCE(SUM(CASE l.kind WHEN 'hold' THEN l.amount_micro END), 0) AS holds,"      \
-	" COALESCE(SUM(CASE l.kind WHEN 'release' THEN l.amount_micro END), 0) AS releases,"\
-	" COALESCE(SUM(CASE l.kind WHEN 'charge' THEN l.amount_micro END), 0) AS charges,"  \
-	" COUNT(CASE l.kind WHEN 'release' THEN 1 END) AS n_releases,"         \
-	" COUNT(CASE l.kind WHEN 'charge' THEN 1 END) AS n_charges"            \
-	" FROM sandboxes s LEFT JOIN ledger l ON l.sandbox_id = s.id"          \
+#define STORE_SANDBOX_SUMS                                                                         \
+	"SELECT s.id AS id, s.status AS status, s.hold_micro AS hold_col,"                         \
+	" s.charge_micro AS charge_col,"                                                           \
+	" COALESCE(SUM(CASE l.kind WHEN 'hold' THEN l.amount_micro END), 0) AS holds,"             \
+	" COALESCE(SUM(CASE l.kind WHEN 'release' THEN l.amount_micro END), 0) AS releases,"       \
+	" COALESCE(SUM(CASE l.kind WHEN 'charge' THEN l.amount_micro END), 0) AS charges,"         \
+	" COUNT(CASE l.kind WHEN 'release' THEN 1 END) AS n_releases,"                             \
+	" COUNT(CASE l.kind WHEN 'charge' THEN 1 END) AS n_charges"                                \
+	" FROM sandboxes s LEFT JOIN ledger l ON l.sandbox_id = s.id"                              \
 	" WHERE (?1 IS NULL OR s.account_id = ?1) GROUP BY s.id"
 
 int store_ledger_check(struct store *s, const char *account_id, struct sbx_error *err)
@@ -1262,39 +1258,39 @@ int store_ledger_check(struct store *s, const char *account_id, struct sbx_error
 		const char *what;
 		const char *sql;
 	} checks[] = {
-		{"reserve is negative",
-		 "SELECT id FROM (" STORE_ACCOUNT_SUMS ") WHERE holds - releases - charges < 0"},
-		{"available is negative (balance - reserved < 0)",
-		 "SELECT id FROM (" STORE_ACCOUNT_SUMS ") WHERE"
-		 " (credits - charges) - (holds - releases - charges) < 0"},
-		{"balance is not credits - consumed or is negative",
-		 "SELECT id FROM (" STORE_ACCOUNT_SUMS ") WHERE credits - charges < 0"},
-		{"entry kind does not match its sandbox link",
-		 "SELECT seq FROM ledger WHERE (?1 IS NULL OR account_id = ?1) AND"
-		 " ((kind = 'credit' AND sandbox_id IS NOT NULL) OR"
-		 "  (kind != 'credit' AND sandbox_id IS NULL))"},
-		{"entry's account is not its sandbox's account",
-		 "SELECT l.seq FROM ledger l JOIN sandboxes s ON s.id = l.sandbox_id"
-		 " WHERE (?1 IS NULL OR l.account_id = ?1 OR s.account_id = ?1)"
-		 " AND l.account_id != s.account_id"},
-		{"sandbox charged more than once",
-		 "SELECT id FROM (" STORE_SANDBOX_SUMS ") WHERE n_charges > 1"},
-		{"sandbox released more than once",
-		 "SELECT id FROM (" STORE_SANDBOX_SUMS ") WHERE n_releases > 1"},
-		{"sandbox's holds do not match its hold_micro",
-		 "SELECT id FROM (" STORE_SANDBOX_SUMS ") WHERE holds != hold_col"},
-		{"sandbox's charges do not match its charge_micro",
-		 "SELECT id FROM (" STORE_SANDBOX_SUMS ") WHERE charges != charge_col"},
-		{"ended sandbox's holds not settled exactly (charges + releases != holds)",
-		 "SELECT id FROM (" STORE_SANDBOX_SUMS ") WHERE status IN"
-		 " ('destroyed', 'expired', 'failed', 'aborted')"
-		 " AND charges + releases != holds"},
-		{"aborted sandbox was charged",
-		 "SELECT id FROM (" STORE_SANDBOX_SUMS ") WHERE status = 'aborted'"
-		 " AND n_charges > 0"},
-		{"live sandbox already settled",
-		 "SELECT id FROM (" STORE_SANDBOX_SUMS ") WHERE status IN"
-		 " ('creating', 'running') AND n_charges + n_releases > 0"},
+	    {"reserve is negative",
+	     "SELECT id FROM (" STORE_ACCOUNT_SUMS ") WHERE holds - releases - charges < 0"},
+	    {"available is negative (balance - reserved < 0)",
+	     "SELECT id FROM (" STORE_ACCOUNT_SUMS ") WHERE"
+	     " (credits - charges) - (holds - releases - charges) < 0"},
+	    {"balance is not credits - consumed or is negative",
+	     "SELECT id FROM (" STORE_ACCOUNT_SUMS ") WHERE credits - charges < 0"},
+	    {"entry kind does not match its sandbox link",
+	     "SELECT seq FROM ledger WHERE (?1 IS NULL OR account_id = ?1) AND"
+	     " ((kind = 'credit' AND sandbox_id IS NOT NULL) OR"
+	     "  (kind != 'credit' AND sandbox_id IS NULL))"},
+	    {"entry's account is not its sandbox's account",
+	     "SELECT l.seq FROM ledger l JOIN sandboxes s ON s.id = l.sandbox_id"
+	     " WHERE (?1 IS NULL OR l.account_id = ?1 OR s.account_id = ?1)"
+	     " AND l.account_id != s.account_id"},
+	    {"sandbox charged more than once",
+	     "SELECT id FROM (" STORE_SANDBOX_SUMS ") WHERE n_charges > 1"},
+	    {"sandbox released more than once",
+	     "SELECT id FROM (" STORE_SANDBOX_SUMS ") WHERE n_releases > 1"},
+	    {"sandbox's holds do not match its hold_micro",
+	     "SELECT id FROM (" STORE_SANDBOX_SUMS ") WHERE holds != hold_col"},
+	    {"sandbox's charges do not match its charge_micro",
+	     "SELECT id FROM (" STORE_SANDBOX_SUMS ") WHERE charges != charge_col"},
+	    {"ended sandbox's holds not settled exactly (charges + releases != holds)",
+	     "SELECT id FROM (" STORE_SANDBOX_SUMS ") WHERE status IN"
+	     " ('destroyed', 'expired', 'failed', 'aborted')"
+	     " AND charges + releases != holds"},
+	    {"aborted sandbox was charged",
+	     "SELECT id FROM (" STORE_SANDBOX_SUMS ") WHERE status = 'aborted'"
+	     " AND n_charges > 0"},
+	    {"live sandbox already settled",
+	     "SELECT id FROM (" STORE_SANDBOX_SUMS ") WHERE status IN"
+	     " ('creating', 'running') AND n_charges + n_releases > 0"},
 	};
 	STORE_LOCK(s);
 	/* One read transaction: every check sees the same snapshot. */

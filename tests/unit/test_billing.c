@@ -14,9 +14,9 @@
 #include "store/store.h"
 #include "util/util.h"
 
-#define SMALL 90000  /* µ$/hour */
+#define SMALL  90000 /* µ$/hour */
 #define MEDIUM 280000
-#define LARGE 550000
+#define LARGE  550000
 
 static void test_formula_examples(void **state)
 {
@@ -32,8 +32,8 @@ static void test_formula_examples(void **state)
 	assert_int_equal(billing_cost(2000, SMALL), 50);
 	/* outer ceil: medium is 77.78 µ$/s */
 	assert_int_equal(billing_cost(1000, MEDIUM), 78);
-	assert_int_equal(billing_cost(9000, MEDIUM), 700);       /* 9*280000/3600 = 700 exactly */
-	assert_int_equal(billing_cost(10000, MEDIUM), 778);      /* 777.7 -> 778 */
+	assert_int_equal(billing_cost(9000, MEDIUM), 700);  /* 9*280000/3600 = 700 exactly */
+	assert_int_equal(billing_cost(10000, MEDIUM), 778); /* 777.7 -> 778 */
 	assert_int_equal(billing_cost(3600 * 1000, LARGE), LARGE);
 	assert_int_equal(billing_cost(3601 * 1000, LARGE), LARGE + 153); /* 152.7 -> 153 */
 	assert_int_equal(billing_cost(24 * 3600 * 1000, SMALL), 24 * SMALL);
@@ -57,7 +57,7 @@ static void test_holds(void **state)
 {
 	(void)state;
 	assert_int_equal(billing_hold_for_minutes(15, SMALL), 22500);
-	assert_int_equal(billing_hold_for_minutes(1, MEDIUM), 4667);  /* 4666.7 */
+	assert_int_equal(billing_hold_for_minutes(1, MEDIUM), 4667); /* 4666.7 */
 	assert_int_equal(billing_hold_for_minutes(1440, LARGE), 24 * LARGE);
 	assert_int_equal(billing_hold_for_minutes(0, SMALL), 0);
 	assert_int_equal(billing_hold_for_minutes(-3, SMALL), 0);
@@ -130,9 +130,22 @@ static void test_parse_usd(void **state)
 	assert_int_equal(billing_parse_usd("9223372036854.775807", &m), 0);
 	assert_int_equal(m, INT64_MAX);
 	m = 42;
-	const char *bad[] = {"",     ".5",   "10.",       "-1",     "+1",      " 1",
-			     "1 ",   "1e3",  "0.0000001", "1.2.3",  "abc",     "1,5",
-			     "0x10", "1.-5", "9223372036854.775808", "99999999999999999999",
+	const char *bad[] = {"",
+			     ".5",
+			     "10.",
+			     "-1",
+			     "+1",
+			     " 1",
+			     "1 ",
+			     "1e3",
+			     "0.0000001",
+			     "1.2.3",
+			     "abc",
+			     "1,5",
+			     "0x10",
+			     "1.-5",
+			     "9223372036854.775808",
+			     "99999999999999999999",
 			     "NaN"};
 	for (size_t i = 0; i < SBX_ARRAY_SIZE(bad); i++) {
 		if (billing_parse_usd(bad[i], &m) != -1)
@@ -194,9 +207,8 @@ static void start(struct fx *f, int64_t t, int minutes, struct store_sandbox *r)
 	r->timeout_minutes = minutes;
 	r->price_micro_per_hour = SMALL;
 	r->requested_at_ms = t;
-	assert_int_equal(store_sandbox_reserve(f->s, r,
-					       billing_hold_for_minutes(minutes, SMALL), 20, &err),
-			 0);
+	assert_int_equal(
+	    store_sandbox_reserve(f->s, r, billing_hold_for_minutes(minutes, SMALL), 20, &err), 0);
 	assert_int_equal(store_sandbox_activate(f->s, r->id, r->id, t, t + minutes * 60000LL, &err),
 			 0);
 }
@@ -291,13 +303,13 @@ int main(void)
 {
 	sbx_log_set_level(SBX_LOG_ERROR);
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_formula_examples),
-		cmocka_unit_test(test_holds),
-		cmocka_unit_test(test_charge_for_row),
-		cmocka_unit_test(test_format_usd),
-		cmocka_unit_test(test_parse_usd),
-		cmocka_unit_test_setup_teardown(test_settle_and_balance, fx_setup, fx_teardown),
-		cmocka_unit_test_setup_teardown(test_balance_many_running, fx_setup, fx_teardown),
+	    cmocka_unit_test(test_formula_examples),
+	    cmocka_unit_test(test_holds),
+	    cmocka_unit_test(test_charge_for_row),
+	    cmocka_unit_test(test_format_usd),
+	    cmocka_unit_test(test_parse_usd),
+	    cmocka_unit_test_setup_teardown(test_settle_and_balance, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_balance_many_running, fx_setup, fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -18,7 +18,7 @@
 #include "util/util.h"
 
 #define SMALL_PRICE 90000 /* µ$/hour */
-#define HOLD_15M 22500    /* 15 min of small */
+#define HOLD_15M    22500 /* 15 min of small */
 
 struct fx {
 	char dir[64];
@@ -208,8 +208,7 @@ static void make_running(struct fx *f, const char *account_id, int64_t t, struct
 	assert_int_equal(strncmp(r->id, "sbx_", 4), 0);
 	assert_int_equal(strlen(r->id), 4 + 24);
 	assert_int_equal(
-		store_sandbox_activate(f->s, r->id, r->id, t + 3000, t + 3000 + 15 * 60000, &err),
-		0);
+	    store_sandbox_activate(f->s, r->id, r->id, t + 3000, t + 3000 + 15 * 60000, &err), 0);
 }
 
 static int64_t available(struct fx *f, const char *account_id)
@@ -307,8 +306,7 @@ static void test_accounts_and_keys(void **state)
 	assert_int_equal(err.code, SBX_E_AUTHENTICATION);
 
 	/* Bob cannot revoke Alice's key; the admin (NULL) can. */
-	assert_int_equal(store_key_revoke(f->s, f->b.id, "key_000000000000000000000001", &err),
-			 -1);
+	assert_int_equal(store_key_revoke(f->s, f->b.id, "key_000000000000000000000001", &err), -1);
 	assert_int_equal(err.code, SBX_E_NOT_FOUND);
 	assert_int_equal(store_key_find(f->s, digest, &found, &err), 0);
 	assert_int_equal(store_key_revoke(f->s, NULL, "key_000000000000000000000001", &err), 0);
@@ -400,9 +398,9 @@ static void test_end_twice_and_cap(void **state)
 	assert_int_equal(b.consumed_micro, HOLD_15M);
 	assert_int_equal(b.reserved_micro, 0);
 	/* Bad status and unknown ids are refused. */
-	assert_int_equal(store_sandbox_end(f->s, r.id, STORE_RUNNING, t, billing_charge_for_row,
-					   &out, &err),
-			 -1);
+	assert_int_equal(
+	    store_sandbox_end(f->s, r.id, STORE_RUNNING, t, billing_charge_for_row, &out, &err),
+	    -1);
 	assert_int_equal(store_sandbox_end(f->s, "sbx_nope", STORE_DESTROYED, t,
 					   billing_charge_for_row, &out, &err),
 			 -1);
@@ -708,14 +706,12 @@ static void test_list_pagination_and_filter(void **state)
 	free(rows);
 
 	/* Unknown, aborted, or bad-limit cursors. */
-	assert_int_equal(store_sandbox_list(f->s, f->a.id, NULL, 3, "sbx_nope", &rows, &n, &more,
-					    &err),
-			 -1);
+	assert_int_equal(
+	    store_sandbox_list(f->s, f->a.id, NULL, 3, "sbx_nope", &rows, &n, &more, &err), -1);
 	assert_int_equal(err.code, SBX_E_NOT_FOUND);
 	assert_string_equal(err.param, "starting_after");
-	assert_int_equal(store_sandbox_list(f->s, f->a.id, NULL, 3, extra.id, &rows, &n, &more,
-					    &err),
-			 -1);
+	assert_int_equal(
+	    store_sandbox_list(f->s, f->a.id, NULL, 3, extra.id, &rows, &n, &more, &err), -1);
 	assert_int_equal(store_sandbox_list(f->s, f->a.id, NULL, 0, NULL, &rows, &n, &more, &err),
 			 -1);
 	assert_string_equal(err.param, "limit");
@@ -730,9 +726,8 @@ static void test_list_pagination_and_filter(void **state)
 	assert_int_equal(n, 1);
 	assert_string_equal(rows[0].id, r[0].id);
 	free(rows);
-	assert_int_equal(store_sandbox_list_overlapping(f->s, f->a.id, 9500, INT64_MAX, &rows, &n,
-							&err),
-			 0);
+	assert_int_equal(
+	    store_sandbox_list_overlapping(f->s, f->a.id, 9500, INT64_MAX, &rows, &n, &err), 0);
 	assert_int_equal(n, 5); /* the ended ones (at 9000) are out */
 	free(rows);
 	assert_invariants(f);
@@ -768,9 +763,8 @@ static void test_tenant_isolation(void **state)
 	assert_int_equal(store_sandbox_list(f->s, f->b.id, NULL, 10, r.id, &rows, &n, &more, &err),
 			 -1);
 	assert_int_equal(err.code, SBX_E_NOT_FOUND);
-	assert_int_equal(store_sandbox_list_overlapping(f->s, f->b.id, 0, INT64_MAX, &rows, &n,
-							&err),
-			 0);
+	assert_int_equal(
+	    store_sandbox_list_overlapping(f->s, f->b.id, 0, INT64_MAX, &rows, &n, &err), 0);
 	assert_int_equal(n, 0);
 	free(rows);
 	assert_int_equal(store_sandbox_get(f->s, f->a.id, r.id, &out, &err), 0);
@@ -802,11 +796,12 @@ static void test_ledger_append_only(void **state)
 
 	/* The checker catches a violation: a second charge on a live sandbox. */
 	sqlite3_stmt *q;
-	assert_int_equal(sqlite3_prepare_v2(db,
-					    "INSERT INTO ledger (account_id, sandbox_id, kind,"
-					    " amount_micro, created_at_ms) VALUES (?1, ?2, 'charge', 1, 0)",
-					    -1, &q, NULL),
-			 SQLITE_OK);
+	assert_int_equal(
+	    sqlite3_prepare_v2(db,
+			       "INSERT INTO ledger (account_id, sandbox_id, kind,"
+			       " amount_micro, created_at_ms) VALUES (?1, ?2, 'charge', 1, 0)",
+			       -1, &q, NULL),
+	    SQLITE_OK);
 	sqlite3_bind_text(q, 1, f->a.id, -1, SQLITE_STATIC);
 	sqlite3_bind_text(q, 2, r.id, -1, SQLITE_STATIC);
 	assert_int_equal(sqlite3_step(q), SQLITE_DONE);
@@ -837,24 +832,21 @@ int main(void)
 {
 	sbx_log_set_level(SBX_LOG_ERROR + 1);
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_status_names),
-		cmocka_unit_test_setup_teardown(test_open_twice_migrates_once, fx_setup,
-						fx_teardown),
-		cmocka_unit_test_setup_teardown(test_accounts_and_keys, fx_setup, fx_teardown),
-		cmocka_unit_test_setup_teardown(test_normal_run, fx_setup, fx_teardown),
-		cmocka_unit_test_setup_teardown(test_end_twice_and_cap, fx_setup, fx_teardown),
-		cmocka_unit_test_setup_teardown(test_abort, fx_setup, fx_teardown),
-		cmocka_unit_test_setup_teardown(test_reserve_refusals, fx_setup, fx_teardown),
-		cmocka_unit_test_setup_teardown(test_race_credit, fx_setup, fx_teardown),
-		cmocka_unit_test_setup_teardown(test_race_cap, fx_setup, fx_teardown),
-		cmocka_unit_test_setup_teardown(test_race_credit_connections, fx_setup,
-						fx_teardown),
-		cmocka_unit_test_setup_teardown(test_race_cap_connections, fx_setup, fx_teardown),
-		cmocka_unit_test_setup_teardown(test_extend, fx_setup, fx_teardown),
-		cmocka_unit_test_setup_teardown(test_list_pagination_and_filter, fx_setup,
-						fx_teardown),
-		cmocka_unit_test_setup_teardown(test_tenant_isolation, fx_setup, fx_teardown),
-		cmocka_unit_test_setup_teardown(test_ledger_append_only, fx_setup, fx_teardown),
+	    cmocka_unit_test(test_status_names),
+	    cmocka_unit_test_setup_teardown(test_open_twice_migrates_once, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_accounts_and_keys, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_normal_run, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_end_twice_and_cap, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_abort, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_reserve_refusals, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_race_credit, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_race_cap, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_race_credit_connections, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_race_cap_connections, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_extend, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_list_pagination_and_filter, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_tenant_isolation, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_ledger_append_only, fx_setup, fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
