@@ -465,6 +465,17 @@ static void test_reserve_refusals(void **state)
 	new_row(&r, "acct_nope", 1000);
 	assert_int_equal(store_sandbox_reserve(f->s, &r, 10, 20, &err), -1);
 	assert_int_equal(err.code, SBX_E_NOT_FOUND);
+	/* A failing insert (duplicate id) rolls the whole transaction back. */
+	struct store_sandbox first, dup;
+	new_row(&first, f->a.id, 1000);
+	assert_int_equal(store_sandbox_reserve(f->s, &first, 100, 20, &err), 0);
+	new_row(&dup, f->a.id, 1000);
+	snprintf(dup.id, sizeof dup.id, "%s", first.id);
+	assert_int_equal(store_sandbox_reserve(f->s, &dup, 200, 20, &err), -1);
+	assert_int_equal(err.code, SBX_E_INTERNAL);
+	assert_int_equal(available(f, f->a.id), 1000000 - 100);
+	assert_int_equal(store_sandbox_abort(f->s, first.id, &err), 1);
+	assert_invariants(f);
 	/* Exactly the available amount is fine. */
 	new_row(&r, f->a.id, 1000);
 	assert_int_equal(store_sandbox_reserve(f->s, &r, 1000000, 20, &err), 0);
