@@ -1,0 +1,753 @@
+/* vmm/: the domain XML (pure), names, metadata parsing, config checks, and
+ * the domain bookkeeping against libvirt's built-in test:///default driver
+ * (no qemu). The socket transport is tested against a fake qemu end (a unix
+ * socket server in this process); booting real guests is the integration
+ * tests' job. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "util/util.h"
+#include "vmm/vmm-priv.h"
+#include "vmm/vmm.h"
+
+/* ------------------------------------------------------------ XML */
+
+static struct vmm_config xml_cfg(void)
+{
+	struct vmm_config c = {
+		.uri = "test:///default",
+		.name_prefix = "t-vmm-",
+		.kernel = "/srv/k/vmlinux",
+		.initrd = "/srv/k/initramfs.cpio.gz",
+		.run_dir = "/run/sbx",
+		.tb_cache_mib = 0,
+	};
+	return c;
+}
+
+static int count(const char *hay, const char *needle)
+{
+	int n = 0;
+	for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
+		n++;
+	return n;
+}
+
+static void test_xml_tcg(void **state)
+{
+	(void)state;
+	struct vmm_config c = xml_cfg();
+	struct vmm_guest_spec s = {.vcpus = 2, .memory_mib = 1024, .sandbox_id = "sbx_123"};
+	char *x = vmm_domain_xml(&c, "t-vmm-0123456789ab", &s, false);
+	assert_non_null(x);
+	assert_non_null(strstr(x, "<domain type='qemu'>"));
+	assert_non_null(strstr(x, "<name>t-vmm-0123456789ab</name>"));
+	assert_non_null(strstr(x, "<memory unit='MiB'>1024</memory>"));
+	assert_non_null(strstr(x, "<vcpu>2</vcpu>"));
+	assert_non_null(strstr(x, "machine='pc'"));
+	assert_non_null(strstr(x, "<kernel>/srv/k/vmlinux</kernel>"));
+	assert_non_null(strstr(x, "<initrd>/srv/k/initramfs.cpio.gz</initrd>"));
+	assert_non_null(strstr(x, "console=ttyS0 panic=-1 acpi=off rdinit=/init"));
+	assert_null(strstr(x, "acpi/>"));
+	assert_null(strstr(x, "<features>")); /* tb_cache 0: no features at all */
+	assert_non_null(strstr(x, "<on_reboot>destroy</on_reboot>"));
+	assert_non_null(strstr(x, "<on_poweroff>destroy</on_poweroff>"));
+	assert_non_null(strstr(x, "<on_crash>destroy</on_crash>"));
+	assert_non_null(strstr(x, "<target type='virtio' name='org.sandboxd.exec.0'/>"));
+	assert_non_null(strstr(x, "<source mode='bind' path='/run/sbx/t-vmm-0123456789ab.sock'/>"));
+	assert_non_null(strstr(x, "/run/sbx/t-vmm-0123456789ab.console.log"));
+	assert_non_null(strstr(x, "xmlns:sbx='" VMM_METADATA_NS "'><sbx:id>sbx_123</sbx:id>"));
+	assert_non_null(strstr(x, "qemu64"));
+	assert_null(strstr(x, "host-passthrough"));
+	assert_non_null(strstr(x, "<memballoon model='none'/>"));
+	assert_non_null(strstr(x, "<controller type='usb' model='none'/>"));
+	assert_non_null(strstr(x, "<controller type='virtio-serial'"));
+	assert_null(strstr(x, "<interface"));
+	assert_null(strstr(x, "<graphics"));
+	assert_null(strstr(x, "<disk")); /* no base image */
+	assert_null(strstr(x, "<emulator"));
+	free(x);
+}
+
+static void test_xml_kvm_and_tb_cache(void **state)
+{
+	(void)state;
+	struct vmm_config c = xml_cfg();
+	c.tb_cache_mib = 32;
+	struct vmm_guest_spec s = {.vcpus = 1, .memory_mib = 256};
+	char *x = vmm_domain_xml(&c, "t-vmm-a", &s, true);
+	assert_non_null(x);
+	assert_non_null(strstr(x, "<domain type='kvm'>"));
+	assert_non_null(strstr(x, "host-passthrough"));
+	assert_null(strstr(x, "tb-cache")); /* TCG only */
+	assert_null(strstr(x, "<metadata>")); /* no sandbox id */
+	free(x);
+
+	x = vmm_domain_xml(&c, "t-vmm-a", &s, false);
+	assert_non_null(x);
+	assert_non_null(strstr(x, "<tcg><tb-cache unit='MiB'>32</tb-cache></tcg>"));
+	assert_null(strstr(x, "acpi/>"));
+	assert_int_equal(count(x, "<features>"), 1);
+	free(x);
+}
+
+static void test_xml_disk_only_with_base(void **state)
+{
+	(void)state;
+	struct vmm_config c = xml_cfg();
+	c.base_image = "/srv/base.qcow2";
+	struct vmm_guest_spec s = {.vcpus = 1, .memory_mib = 256, .disk_gib = 40};
+	char *x = vmm_domain_xml(&c, "t-vmm-d", &s, false);
+	assert_non_null(x);
+	assert_int_equal(count(x, "<disk "), 1);
+	assert_non_null(strstr(x, "<source file='/run/sbx/t-vmm-d.qcow2'/>"));
+	assert_non_null(strstr(x, "error_policy='report'"));
+	assert_non_null(strstr(x, "<target dev='vda' bus='virtio'/>"));
+	assert_non_null(strstr(x, "<source file='/srv/base.qcow2'>"));
+	assert_non_null(strstr(x, "relabel='no'"));
+	free(x);
+
+	s.disk_gib = 0; /* a spec without disk gets none even with a base */
+	x = vmm_domain_xml(&c, "t-vmm-d", &s, false);
+	assert_non_null(x);
+	assert_null(strstr(x, "<disk"));
+	free(x);
+}
+
+static void test_xml_escaping(void **state)
+{
+	(void)state;
+	struct vmm_config c = xml_cfg();
+	c.cmdline = "root=/dev/vda x='<&>\"'";
+	c.run_dir = "/run/a'b&c";
+	struct vmm_guest_spec s = {.vcpus = 1, .memory_mib = 256, .sandbox_id = "a'<b>&"};
+	char *x = vmm_domain_xml(&c, "t-vmm-e", &s, false);
+	assert_non_null(x);
+	assert_non_null(strstr(x, "<sbx:id>a&apos;&lt;b&gt;&amp;</sbx:id>"));
+	assert_non_null(strstr(x, "quiet root=/dev/vda x=&apos;&lt;&amp;&gt;&quot;&apos;</cmdline>"));
+	assert_non_null(strstr(x, "path='/run/a&apos;b&amp;c/t-vmm-e.sock'"));
+	assert_null(strstr(x, "a'<b>"));
+	/* Every '<' opens a tag: the id and cmdline added none. */
+	struct vmm_config plain = xml_cfg();
+	struct vmm_guest_spec ps = {.vcpus = 1, .memory_mib = 256, .sandbox_id = "abcdef"};
+	char *y = vmm_domain_xml(&plain, "t-vmm-e", &ps, false);
+	assert_non_null(y);
+	assert_int_equal(count(x, "<"), count(y, "<"));
+	free(y);
+	free(x);
+
+	/* Control characters cannot be represented in XML 1.0: refused. */
+	s.sandbox_id = "a\x01z";
+	assert_null(vmm_domain_xml(&c, "t-vmm-e", &s, false));
+	s.sandbox_id = "a\nz";
+	assert_null(vmm_domain_xml(&c, "t-vmm-e", &s, false));
+	s.sandbox_id = "caf\xc3\xa9";
+	assert_null(vmm_domain_xml(&c, "t-vmm-e", &s, false));
+	s.sandbox_id = NULL;
+	s.memory_mib = 0;
+	assert_null(vmm_domain_xml(&c, "t-vmm-e", &s, false));
+}
+
+static void test_names(void **state)
+{
+	(void)state;
+	assert_true(vmm_name_valid("sbx-0123456789ab"));
+	assert_true(vmm_name_valid("A.b_c-9"));
+	assert_false(vmm_name_valid(NULL));
+	assert_false(vmm_name_valid(""));
+	assert_false(vmm_name_valid(".hidden"));
+	assert_false(vmm_name_valid("a/b"));
+	assert_false(vmm_name_valid("../x"));
+	assert_false(vmm_name_valid("a b"));
+	assert_false(vmm_name_valid("a'b"));
+	assert_false(vmm_name_valid("a\xc3\xa9"));
+	char longname[VMM_NAME_MAX + 2];
+	memset(longname, 'a', sizeof(longname) - 1);
+	longname[VMM_NAME_MAX + 1] = '\0';
+	assert_false(vmm_name_valid(longname));
+	longname[VMM_NAME_MAX] = '\0';
+	assert_true(vmm_name_valid(longname));
+
+	struct vmm_config c = xml_cfg();
+	struct vmm_guest_spec s = {.vcpus = 1, .memory_mib = 256};
+	assert_null(vmm_domain_xml(&c, "bad name", &s, false));
+	assert_null(vmm_domain_xml(&c, "x</name><devices>", &s, false));
+	assert_null(vmm_domain_xml(&c, NULL, &s, false));
+}
+
+static void test_metadata_parse(void **state)
+{
+	(void)state;
+	char out[64];
+	assert_int_equal(vmm_priv_metadata_id("<sbx:sandbox xmlns:sbx=\"" VMM_METADATA_NS
+					      "\"><sbx:id>a&apos;&lt;b&gt;&amp;</sbx:id>"
+					      "</sbx:sandbox>",
+					      out, sizeof(out)),
+			 0);
+	assert_string_equal(out, "a'<b>&");
+	assert_int_equal(vmm_priv_metadata_id("<sandbox xmlns=\"x\">\n  <id>sbx_1</id>\n</sandbox>",
+					      out, sizeof(out)),
+			 0);
+	assert_string_equal(out, "sbx_1");
+	assert_int_equal(vmm_priv_metadata_id("<s><id>&#39;&#x41;</id></s>", out, sizeof(out)), 0);
+	assert_string_equal(out, "'A");
+	/* <idx> is not <id>. */
+	assert_int_equal(vmm_priv_metadata_id("<s><idx>1</idx></s>", out, sizeof(out)), -1);
+	assert_int_equal(vmm_priv_metadata_id("<s><id>unterminated", out, sizeof(out)), -1);
+	assert_int_equal(vmm_priv_metadata_id("<s><id>&bogus;</id></s>", out, sizeof(out)), -1);
+	assert_int_equal(vmm_priv_metadata_id("<s><id>&#1;</id></s>", out, sizeof(out)), -1);
+	assert_int_equal(vmm_priv_metadata_id("<s><id>0123456789</id></s>", out, 10), -1);
+	assert_int_equal(vmm_priv_metadata_id("<s><id>012345678</id></s>", out, 10), 0);
+	assert_int_equal(vmm_priv_metadata_id(NULL, out, sizeof(out)), -1);
+	assert_int_equal(vmm_priv_metadata_id("", out, sizeof(out)), -1);
+}
+
+/* ------------------------------------------------- test:///default */
+
+struct fx {
+	char dir[64];
+	char run_dir[96];
+	char kernel[96];
+	char initrd[96];
+	char base[96];
+	struct vmm_config cfg;
+	struct vmm *v;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	char stopped[8][80];
+	int n_stopped;
+};
+
+static void touch(const char *path)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	assert_true(fd >= 0);
+	close(fd);
+}
+
+static int fx_setup(void **state)
+{
+	struct fx *f = calloc(1, sizeof(*f));
+	snprintf(f->dir, sizeof(f->dir), "/tmp/t-vmm-XXXXXX");
+	if (!mkdtemp(f->dir))
+		return -1;
+	snprintf(f->run_dir, sizeof(f->run_dir), "%s/run", f->dir);
+	snprintf(f->kernel, sizeof(f->kernel), "%s/vmlinux", f->dir);
+	snprintf(f->initrd, sizeof(f->initrd), "%s/initramfs", f->dir);
+	snprintf(f->base, sizeof(f->base), "%s/base.qcow2", f->dir);
+	touch(f->kernel);
+	touch(f->initrd);
+	pthread_mutex_init(&f->lock, NULL);
+	pthread_cond_init(&f->cond, NULL);
+	static char prefix[32];
+	snprintf(prefix, sizeof(prefix), "t-vmm-%d-", (int)getpid());
+	f->cfg = (struct vmm_config){
+		.uri = "test:///default",
+		.name_prefix = prefix,
+		.accel = VMM_ACCEL_TCG,
+		.allow_tcg = true,
+		.kernel = f->kernel,
+		.initrd = f->initrd,
+		.run_dir = f->run_dir,
+		.transport = VMM_TRANSPORT_SOCKET,
+		.console_log_max = 1 << 20,
+	};
+	*state = f;
+	return 0;
+}
+
+static int fx_teardown(void **state)
+{
+	struct fx *f = *state;
+	if (f->v)
+		vmm_free(f->v);
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir);
+	if (system(cmd) != 0)
+		return -1;
+	free(f);
+	return 0;
+}
+
+static void on_stopped(void *opaque, const char *name)
+{
+	struct fx *f = opaque;
+	pthread_mutex_lock(&f->lock);
+	if (f->n_stopped < 8)
+		snprintf(f->stopped[f->n_stopped++], sizeof(f->stopped[0]), "%s", name);
+	pthread_cond_broadcast(&f->cond);
+	pthread_mutex_unlock(&f->lock);
+}
+
+static bool wait_stopped(struct fx *f, const char *name, int ms)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += ms / 1000;
+	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	bool found = false;
+	pthread_mutex_lock(&f->lock);
+	for (;;) {
+		for (int i = 0; i < f->n_stopped; i++)
+			if (strcmp(f->stopped[i], name) == 0)
+				found = true;
+		if (found || pthread_cond_timedwait(&f->cond, &f->lock, &ts) != 0)
+			break;
+	}
+	for (int i = 0; !found && i < f->n_stopped; i++)
+		if (strcmp(f->stopped[i], name) == 0)
+			found = true;
+	pthread_mutex_unlock(&f->lock);
+	return found;
+}
+
+struct listing {
+	int n;
+	char names[8][80];
+	char ids[8][160];
+};
+
+static void collect(void *opaque, const char *name, const char *id)
+{
+	struct listing *l = opaque;
+	if (l->n < 8) {
+		snprintf(l->names[l->n], sizeof(l->names[0]), "%s", name);
+		snprintf(l->ids[l->n], sizeof(l->ids[0]), "%s", id);
+	}
+	l->n++;
+}
+
+static bool file_exists(const char *dir, const char *name, const char *suffix)
+{
+	char p[256];
+	snprintf(p, sizeof(p), "%s/%s%s", dir, name, suffix);
+	return access(p, F_OK) == 0;
+}
+
+static void test_config_errors(void **state)
+{
+	struct fx *f = *state;
+	struct sbx_error err = {0};
+	struct vmm_config c = f->cfg;
+	c.allow_tcg = false;
+	assert_null(vmm_new(&c, &err));
+	assert_int_equal(err.code, SBX_E_INTERNAL);
+	assert_string_equal(err.message, "tcg acceleration needed but not allowed (allow_tcg)");
+
+	c = f->cfg;
+	char missing[128];
+	snprintf(missing, sizeof(missing), "%s/nope", f->dir);
+	c.kernel = missing;
+	sbx_error_clear(&err);
+	assert_null(vmm_new(&c, &err));
+	assert_int_equal(err.code, SBX_E_INTERNAL);
+	assert_string_equal(err.param, "kernel");
+
+	c = f->cfg;
+	c.name_prefix = "bad/prefix";
+	sbx_error_clear(&err);
+	assert_null(vmm_new(&c, &err));
+	assert_int_equal(err.code, SBX_E_INTERNAL);
+
+	c = f->cfg;
+	c.run_dir = "relative/dir";
+	sbx_error_clear(&err);
+	assert_null(vmm_new(&c, &err));
+	assert_int_equal(err.code, SBX_E_INTERNAL);
+
+	c = f->cfg;
+	c.uri = "nosuchdriver:///x";
+	sbx_error_clear(&err);
+	assert_null(vmm_new(&c, &err));
+	assert_int_equal(err.code, SBX_E_SERVICE_UNAVAILABLE);
+}
+
+static void test_bookkeeping(void **state)
+{
+	struct fx *f = *state;
+	struct sbx_error err = {0};
+	f->v = vmm_new(&f->cfg, &err);
+	assert_non_null(f->v);
+	assert_string_equal(vmm_accel_name(f->v), "tcg");
+	struct stat st;
+	assert_int_equal(stat(f->run_dir, &st), 0); /* created */
+	assert_int_equal(st.st_mode & 0777, 0755);
+	vmm_priv_set_virt_type(f->v, "test");
+	vmm_set_stopped_callback(f->v, on_stopped, f);
+
+	struct vmm_guest_spec spec = {.vcpus = 1, .memory_mib = 128, .sandbox_id = "a'<b>&"};
+	struct vmm_vm *vm = vmm_vm_start(f->v, &spec, &err);
+	assert_non_null(vm);
+	const char *name = vmm_vm_name(vm);
+	size_t plen = strlen(f->cfg.name_prefix);
+	assert_int_equal(strncmp(name, f->cfg.name_prefix, plen), 0);
+	assert_int_equal(strlen(name), plen + 12);
+	assert_int_equal(strspn(name + plen, "0123456789abcdef"), 12);
+	assert_true(vmm_vm_is_running(vm));
+
+	/* A second guest gets another name. */
+	struct vmm_guest_spec spec2 = {.vcpus = 1, .memory_mib = 128};
+	struct vmm_vm *vm2 = vmm_vm_start(f->v, &spec2, &err);
+	assert_non_null(vm2);
+	assert_string_not_equal(vmm_vm_name(vm2), name);
+
+	/* Listing: ours only (the driver's own "test" domain is skipped), with
+	 * the hostile id surviving libvirt's metadata round trip. */
+	struct listing l = {0};
+	assert_int_equal(vmm_list_domains(f->v, collect, &l, &err), 2);
+	assert_int_equal(l.n, 2);
+	int i1 = strcmp(l.names[0], name) == 0 ? 0 : 1;
+	assert_string_equal(l.names[i1], name);
+	assert_string_equal(l.ids[i1], "a'<b>&");
+	assert_string_equal(l.ids[1 - i1], "");
+
+	/* Re-tag live. */
+	assert_int_equal(vmm_vm_set_sandbox_id(vm2, "sbx_second", &err), 0);
+	assert_int_equal(vmm_vm_set_sandbox_id(vm2, "bad\x01id", &err), -1);
+	memset(&l, 0, sizeof(l));
+	assert_int_equal(vmm_list_domains(f->v, collect, &l, &err), 2);
+	int i2 = strcmp(l.names[0], vmm_vm_name(vm2)) == 0 ? 0 : 1;
+	assert_string_equal(l.ids[i2], "sbx_second");
+
+	/* Lookup: ours by name; not ours or unknown is NOT_FOUND. */
+	struct vmm_vm *again = vmm_vm_lookup(f->v, name, &err);
+	assert_non_null(again);
+	assert_string_equal(vmm_vm_name(again), name);
+	vmm_vm_free(again);
+	sbx_error_clear(&err);
+	assert_null(vmm_vm_lookup(f->v, "test", &err));
+	assert_int_equal(err.code, SBX_E_NOT_FOUND);
+	char unknown[80];
+	snprintf(unknown, sizeof(unknown), "%s000000000000", f->cfg.name_prefix);
+	sbx_error_clear(&err);
+	assert_null(vmm_vm_lookup(f->v, unknown, &err));
+	assert_int_equal(err.code, SBX_E_NOT_FOUND);
+	assert_null(vmm_vm_lookup(f->v, "../../etc", &err));
+
+	/* Console tail: the last bytes of the log file. */
+	char p[256];
+	snprintf(p, sizeof(p), "%s/%s.console.log", f->run_dir, name);
+	FILE *fp = fopen(p, "w");
+	assert_non_null(fp);
+	fputs("early boot\nlast line\n", fp);
+	fclose(fp);
+	char *tail = vmm_vm_console_tail(vm, 10);
+	assert_non_null(tail);
+	assert_string_equal(tail, "last line\n");
+	free(tail);
+	assert_null(vmm_vm_console_tail(vm2, 100)); /* no log yet */
+
+	/* Destroy: event, files gone, idempotent. */
+	snprintf(p, sizeof(p), "%s/%s.qcow2", f->run_dir, name);
+	touch(p);
+	assert_int_equal(vmm_vm_destroy(vm, &err), 0);
+	assert_false(vmm_vm_is_running(vm));
+	assert_true(wait_stopped(f, name, 3000));
+	assert_false(file_exists(f->run_dir, name, ".qcow2"));
+	assert_false(file_exists(f->run_dir, name, ".console.log"));
+	assert_int_equal(vmm_vm_destroy(vm, &err), 0);
+	vmm_vm_free(vm);
+
+	/* destroy_by_name: the second one, then again (gone is fine). */
+	char name2[80];
+	snprintf(name2, sizeof(name2), "%s", vmm_vm_name(vm2));
+	vmm_vm_free(vm2); /* the handle only */
+	assert_int_equal(vmm_destroy_by_name(f->v, name2, &err), 0);
+	assert_true(wait_stopped(f, name2, 3000));
+	assert_int_equal(vmm_destroy_by_name(f->v, name2, &err), 0);
+	assert_int_equal(vmm_destroy_by_name(f->v, "test", &err), -1); /* not ours */
+
+	memset(&l, 0, sizeof(l));
+	assert_int_equal(vmm_list_domains(f->v, collect, &l, &err), 0);
+}
+
+static int run_qemu_img_base(const char *path)
+{
+	char cmd[256];
+	snprintf(cmd, sizeof(cmd), "qemu-img create -q -f qcow2 '%s' 64M", path);
+	return system(cmd);
+}
+
+static void test_overlay(void **state)
+{
+	struct fx *f = *state;
+	struct sbx_error err = {0};
+	if (run_qemu_img_base(f->base) != 0)
+		skip();
+	struct vmm_config c = f->cfg;
+	c.base_image = f->base;
+	f->v = vmm_new(&c, &err);
+	assert_non_null(f->v);
+	vmm_priv_set_virt_type(f->v, "test");
+
+	struct vmm_guest_spec spec = {.vcpus = 1, .memory_mib = 128, .disk_gib = 40};
+	struct vmm_vm *vm = vmm_vm_start(f->v, &spec, &err);
+	assert_non_null(vm);
+	const char *name = vmm_vm_name(vm);
+	assert_true(file_exists(f->run_dir, name, ".qcow2"));
+	char cmd[512];
+	snprintf(cmd, sizeof(cmd),
+		 "qemu-img info '%s/%s.qcow2' | grep -q 'virtual size: 40 GiB' && "
+		 "qemu-img info '%s/%s.qcow2' | grep -q 'backing file: %s'",
+		 f->run_dir, name, f->run_dir, name, f->base);
+	assert_int_equal(system(cmd), 0);
+	assert_int_equal(vmm_vm_destroy(vm, &err), 0);
+	assert_false(file_exists(f->run_dir, name, ".qcow2"));
+	vmm_vm_free(vm);
+	vmm_free(f->v);
+	f->v = NULL;
+
+	/* A base qemu-img cannot use: the start fails and leaves nothing. */
+	touch(f->base); /* now an empty, non-qcow2 file */
+	f->v = vmm_new(&c, &err);
+	assert_non_null(f->v);
+	vmm_priv_set_virt_type(f->v, "test");
+	sbx_error_clear(&err);
+	assert_null(vmm_vm_start(f->v, &spec, &err));
+	assert_int_equal(err.code, SBX_E_SANDBOX_ERROR);
+	assert_null(strstr(err.message, f->dir)); /* no host paths for tenants */
+	DIR *d = opendir(f->run_dir);
+	assert_non_null(d);
+	int entries = 0;
+	for (struct dirent *e; (e = readdir(d));)
+		if (e->d_name[0] != '.')
+			entries++;
+	closedir(d);
+	assert_int_equal(entries, 0);
+	assert_int_equal(vmm_list_domains(f->v, NULL, NULL, &err), 0);
+}
+
+static void test_start_refused(void **state)
+{
+	struct fx *f = *state;
+	struct sbx_error err = {0};
+	f->v = vmm_new(&f->cfg, &err);
+	assert_non_null(f->v);
+	/* A domain type libvirt does not know: it refuses the XML. */
+	vmm_priv_set_virt_type(f->v, "nosuchtype");
+	struct vmm_guest_spec spec = {.vcpus = 1, .memory_mib = 128};
+	assert_null(vmm_vm_start(f->v, &spec, &err));
+	assert_int_equal(err.code, SBX_E_SANDBOX_ERROR);
+	assert_null(strstr(err.message, "<"));
+	assert_int_equal(vmm_list_domains(f->v, NULL, NULL, &err), 0);
+}
+
+/* ----------------------------------- socket transport vs a fake qemu */
+
+struct rx {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	char data[1 << 17];
+	size_t len;
+	int eofs;
+	atomic_int in_cb;
+};
+
+static void rx_recv(void *opaque, const void *buf, size_t len)
+{
+	struct rx *r = opaque;
+	atomic_fetch_add(&r->in_cb, 1);
+	pthread_mutex_lock(&r->lock);
+	if (len == 0) {
+		r->eofs++;
+	} else if (r->len + len <= sizeof(r->data)) {
+		memcpy(r->data + r->len, buf, len);
+		r->len += len;
+	}
+	pthread_cond_broadcast(&r->cond);
+	pthread_mutex_unlock(&r->lock);
+	atomic_fetch_sub(&r->in_cb, 1);
+}
+
+static bool rx_wait(struct rx *r, size_t len, int eofs, int ms)
+{
+	int64_t deadline = sbx_mono_ms() + ms;
+	pthread_mutex_lock(&r->lock);
+	while ((r->len < len || r->eofs < eofs) && sbx_mono_ms() < deadline) {
+		pthread_mutex_unlock(&r->lock);
+		usleep(1000);
+		pthread_mutex_lock(&r->lock);
+	}
+	bool ok = r->len >= len && r->eofs >= eofs;
+	pthread_mutex_unlock(&r->lock);
+	return ok;
+}
+
+static int listen_at(const char *path)
+{
+	int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	struct sockaddr_un sun = {.sun_family = AF_UNIX};
+	if (strlen(path) >= sizeof(sun.sun_path)) {
+		close(fd);
+		return -1;
+	}
+	memcpy(sun.sun_path, path, strlen(path) + 1);
+	unlink(path);
+	if (bind(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0 || listen(fd, 1) < 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+struct sender {
+	struct sbx_channel *ch;
+	const char *buf;
+	size_t len;
+	int rc;
+};
+
+static void *sender_main(void *arg)
+{
+	struct sender *s = arg;
+	s->rc = s->ch->send(s->ch->ctx, s->buf, s->len);
+	return NULL;
+}
+
+static void test_socket_transport(void **state)
+{
+	struct fx *f = *state;
+	struct sbx_error err = {0};
+	f->v = vmm_new(&f->cfg, &err);
+	assert_non_null(f->v);
+	vmm_priv_set_virt_type(f->v, "test");
+	struct vmm_guest_spec spec = {.vcpus = 1, .memory_mib = 128};
+	struct vmm_vm *vm = vmm_vm_start(f->v, &spec, &err);
+	assert_non_null(vm);
+
+	char path[256];
+	snprintf(path, sizeof(path), "%s/%s.sock", f->run_dir, vmm_vm_name(vm));
+	int lfd = listen_at(path);
+	assert_true(lfd >= 0);
+
+	struct rx *r = calloc(1, sizeof(*r));
+	pthread_mutex_init(&r->lock, NULL);
+	pthread_cond_init(&r->cond, NULL);
+	struct sbx_channel ch;
+	assert_int_equal(vmm_vm_open_channel(vm, rx_recv, r, &ch, &err), 0);
+	int cfd = accept(lfd, NULL, NULL);
+	assert_true(cfd >= 0);
+
+	/* host -> guest, a large buffer in one send (more than the socket
+	 * buffer holds, so send() must loop while the peer reads) */
+	static char big[1 << 20];
+	for (size_t i = 0; i < sizeof(big); i++)
+		big[i] = (char)(i * 7);
+	struct sender sd = {.ch = &ch, .buf = big, .len = sizeof(big)};
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, sender_main, &sd), 0);
+	static char got[sizeof(big)];
+	size_t n = 0;
+	while (n < sizeof(big)) {
+		ssize_t k = read(cfd, got + n, sizeof(big) - n);
+		assert_true(k > 0);
+		n += (size_t)k;
+	}
+	pthread_join(th, NULL);
+	assert_int_equal(sd.rc, 0);
+	assert_memory_equal(got, big, sizeof(big));
+
+	/* guest -> host, in order, then EOF exactly once */
+	assert_int_equal(write(cfd, big, sizeof(r->data)), (ssize_t)sizeof(r->data));
+	close(cfd);
+	assert_true(rx_wait(r, sizeof(r->data), 1, 3000));
+	assert_memory_equal(r->data, big, sizeof(r->data));
+	usleep(50000);
+	assert_int_equal(r->eofs, 1);
+	assert_int_equal(ch.send(ch.ctx, "x", 1), -1); /* broken */
+	ch.close(ch.ctx);
+
+	/* close() while the peer is alive: returns, no EOF, no callback after */
+	memset(r, 0, sizeof(*r));
+	pthread_mutex_init(&r->lock, NULL);
+	pthread_cond_init(&r->cond, NULL);
+	assert_int_equal(vmm_vm_open_channel_via(vm, VMM_TRANSPORT_SOCKET, rx_recv, r, &ch, &err),
+			 0);
+	cfd = accept(lfd, NULL, NULL);
+	assert_true(cfd >= 0);
+	assert_int_equal(write(cfd, "hello", 5), 5);
+	assert_true(rx_wait(r, 5, 0, 3000));
+	ch.close(ch.ctx);
+	assert_int_equal(atomic_load(&r->in_cb), 0);
+	assert_int_equal(send(cfd, "late", 4, MSG_NOSIGNAL), -1); /* host side is gone */
+	usleep(20000);
+	assert_int_equal(r->len, 5);
+	assert_int_equal(r->eofs, 0);
+	close(cfd);
+	close(lfd);
+	free(r);
+
+	assert_int_equal(vmm_vm_destroy(vm, &err), 0);
+	vmm_vm_free(vm);
+}
+
+static void test_socket_transport_no_server(void **state)
+{
+	struct fx *f = *state;
+	struct sbx_error err = {0};
+	f->v = vmm_new(&f->cfg, &err);
+	assert_non_null(f->v);
+	vmm_priv_set_virt_type(f->v, "test");
+	struct vmm_guest_spec spec = {.vcpus = 1, .memory_mib = 128};
+	struct vmm_vm *vm = vmm_vm_start(f->v, &spec, &err);
+	assert_non_null(vm);
+	/* A plain file where the socket should be: fails at once, no retry. */
+	char path[256];
+	snprintf(path, sizeof(path), "%s/%s.sock", f->run_dir, vmm_vm_name(vm));
+	touch(path);
+	struct rx r = {0};
+	struct sbx_channel ch;
+	int64_t t0 = sbx_mono_ms();
+	sbx_error_clear(&err);
+	assert_int_equal(vmm_vm_open_channel(vm, rx_recv, &r, &ch, &err), -1);
+	assert_int_equal(err.code, SBX_E_SANDBOX_ERROR);
+	assert_true(sbx_mono_ms() - t0 < 6000);
+	/* The stream transport needs a hypervisor that has channels. */
+	assert_int_equal(vmm_vm_open_channel_via(vm, VMM_TRANSPORT_STREAM, rx_recv, &r, &ch, &err),
+			 -1);
+	assert_int_equal(vmm_vm_destroy(vm, &err), 0);
+	assert_false(file_exists(f->run_dir, vmm_vm_name(vm), ".sock"));
+	vmm_vm_free(vm);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_xml_tcg),
+		cmocka_unit_test(test_xml_kvm_and_tb_cache),
+		cmocka_unit_test(test_xml_disk_only_with_base),
+		cmocka_unit_test(test_xml_escaping),
+		cmocka_unit_test(test_names),
+		cmocka_unit_test(test_metadata_parse),
+		cmocka_unit_test_setup_teardown(test_config_errors, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_bookkeeping, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_overlay, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_start_refused, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_socket_transport, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_socket_transport_no_server, fx_setup,
+						fx_teardown),
+	};
+	sbx_log_set_level(SBX_LOG_ERROR + 1);
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

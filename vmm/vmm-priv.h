@@ -1,0 +1,28 @@
+/* vmm: test-only entry points (libvirt's *priv.h convention). Not for
+ * production code. */
+#ifndef SBX_VMM_PRIV_H
+#define SBX_VMM_PRIV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "vmm.h"
+
+/* Longest domain name vmm accepts (prefix + 12 hex digits must fit). */
+#define VMM_NAME_MAX 64
+
+/* A domain name vmm would use or accept: 1..VMM_NAME_MAX bytes of
+ * [A-Za-z0-9_.-], not starting with '.'. */
+bool vmm_name_valid(const char *name);
+
+/* Make vmm_vm_start() emit <domain type='TYPE'> (e.g. "test" for libvirt's
+ * test:///default driver) instead of kvm/qemu. `type` is copied; NULL
+ * restores the normal behaviour. */
+void vmm_priv_set_virt_type(struct vmm *v, const char *type);
+
+/* The sandbox id inside a <metadata> element as libvirt returns it from
+ * virDomainGetMetadata(), unescaped into out (outlen bytes). 0, or -1 when
+ * there is no id element or it does not fit. */
+int vmm_priv_metadata_id(const char *xml, char *out, size_t outlen);
+
+#endif

@@ -1,0 +1,1296 @@
+/* vmm: guests as transient libvirt domains, and the byte channel to their
+ * exec port (libvirt stream or the channel's unix socket). See vmm.h and
+ * docs/vmm.md for the domain XML choices and measured figures. */
+#include "vmm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <spawn.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include <libvirt/libvirt.h>
+#include <libvirt/virterror.h>
+
+#include "../agentless/wire.h"
+#include "vmm-priv.h"
+
+#define MOD "vmm"
+#define VMM_XML_MAX (64 * 1024)
+#define VMM_ID_MAX 128
+#define VMM_PREFIX_MAX (VMM_NAME_MAX - 12)
+#define VMM_CHUNK (64 * 1024)
+#define VMM_SEND_TIMEOUT_MS 10000
+#define VMM_SOCKET_CONNECT_MS 5000
+
+extern char **environ;
+
+struct vmm {
+	char *uri;
+	char *prefix;
+	char *kernel;
+	char *initrd;
+	char *base_image; /* NULL when no disk */
+	char *cmdline;    /* NULL when none */
+	char *run_dir;
+	char *virt_type; /* test override, NULL normally */
+	enum vmm_transport transport;
+	unsigned tb_cache_mib;
+	uint64_t console_log_max;
+	bool kvm;
+
+	virConnectPtr conn;
+	int lifecycle_id;
+	bool close_cb;
+
+	pthread_mutex_t lock; /* guards stopped_fn/opaque and virt_type */
+	vmm_stopped_fn stopped_fn;
+	void *stopped_opaque;
+};
+
+struct vmm_vm {
+	struct vmm *v;
+	virDomainPtr dom;
+	char name[VMM_NAME_MAX + 1];
+};
+
+/* ------------------------------------------------------- libvirt errors */
+
+static void vmm_silent_error(void *opaque, virErrorPtr e)
+{
+	(void)opaque;
+	(void)e;
+}
+
+/* The libvirt error of this thread, for the log (never for tenants). */
+static const char *vmm_lv_msg(void)
+{
+	virErrorPtr e = virGetLastError();
+	return e && e->message ? e->message : "unknown libvirt error";
+}
+
+static int vmm_lv_code(void)
+{
+	virErrorPtr e = virGetLastError();
+	return e ? e->code : VIR_ERR_OK;
+}
+
+/* Does the libvirt error of this thread mean "the host is out of
+ * something" (memory, processes, a busy daemon), i.e. retry later? */
+static bool vmm_lv_resource_error(void)
+{
+	virErrorPtr e = virGetLastError();
+	if (!e)
+		return false;
+	if (e->code == VIR_ERR_NO_MEMORY || e->code == VIR_ERR_RESOURCE_BUSY ||
+	    e->code == VIR_ERR_OPERATION_TIMEOUT || e->code == VIR_ERR_NO_CONNECT ||
+	    e->code == VIR_ERR_RPC)
+		return true;
+	if (e->message && (strstr(e->message, "Cannot allocate memory") ||
+			   strstr(e->message, "cannot set up guest memory") ||
+			   strstr(e->message, "No space left on device") ||
+			   strstr(e->message, "Resource temporarily unavailable")))
+		return true;
+	return false;
+}
+
+/* ------------------------------------------------------ the event loop */
+
+/* libvirt's default event implementation is process-global, so one loop
+ * thread serves every struct vmm in the process (refcounted). */
+static pthread_mutex_t loop_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool loop_registered;
+static unsigned loop_users;
+static pthread_t loop_thread;
+static atomic_bool loop_quit;
+
+static void *vmm_loop_main(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&loop_quit)) {
+		if (virEventRunDefaultImpl() < 0) {
+			sbx_err(MOD, "event loop: %s", vmm_lv_msg());
+			struct timespec ts = {0, 100 * 1000 * 1000};
+			nanosleep(&ts, NULL);
+		}
+	}
+	return NULL;
+}
+
+static void vmm_loop_wake(int timer, void *opaque)
+{
+	(void)opaque;
+	virEventRemoveTimeout(timer);
+}
+
+static int vmm_loop_acquire(struct sbx_error *err)
+{
+	pthread_mutex_lock(&loop_lock);
+	if (!loop_registered) {
+		/* libvirt would print every error to stderr itself; we log. */
+		virSetErrorFunc(NULL, vmm_silent_error);
+		if (virInitialize() < 0 || virEventRegisterDefaultImpl() < 0) {
+			pthread_mutex_unlock(&loop_lock);
+			sbx_err(MOD, "cannot register libvirt's event loop: %s", vmm_lv_msg());
+			return sbx_error_set(err, SBX_E_INTERNAL, NULL,
+					     "cannot start the libvirt event loop");
+		}
+		loop_registered = true;
+	}
+	if (loop_users == 0) {
+		atomic_store(&loop_quit, false);
+		int r = pthread_create(&loop_thread, NULL, vmm_loop_main, NULL);
+		if (r != 0) {
+			pthread_mutex_unlock(&loop_lock);
+			return sbx_error_set(err, SBX_E_INTERNAL, NULL,
+					     "cannot start the libvirt event loop thread");
+		}
+	}
+	loop_users++;
+	pthread_mutex_unlock(&loop_lock);
+	return 0;
+}
+
+static void vmm_loop_release(void)
+{
+	pthread_mutex_lock(&loop_lock);
+	if (loop_users > 0 && --loop_users == 0) {
+		atomic_store(&loop_quit, true);
+		/* Adding a timeout wakes the loop's poll(); the loop then sees
+		 * the flag after this iteration. */
+		if (virEventAddTimeout(0, vmm_loop_wake, NULL, NULL) < 0)
+			sbx_err(MOD, "cannot wake the event loop: %s", vmm_lv_msg());
+		pthread_join(loop_thread, NULL);
+	}
+	pthread_mutex_unlock(&loop_lock);
+}
+
+/* ------------------------------------------------------------- helpers */
+
+bool vmm_name_valid(const char *name)
+{
+	if (!name || !name[0] || name[0] == '.')
+		return false;
+	size_t n = 0;
+	for (const char *p = name; *p; p++, n++) {
+		char c = *p;
+		bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+			  c == '_' || c == '.' || c == '-';
+		if (!ok || n >= VMM_NAME_MAX)
+			return false;
+	}
+	return true;
+}
+
+/* Printable ASCII only (what we put in XML text must be valid XML 1.0 and
+ * a sandbox id must survive a round trip through libvirt unchanged). */
+static bool vmm_text_valid(const char *s, size_t max)
+{
+	size_t n = 0;
+	for (; s[n]; n++) {
+		unsigned char c = (unsigned char)s[n];
+		if (c < 0x20 || c > 0x7e || n >= max)
+			return false;
+	}
+	return true;
+}
+
+static bool vmm_has_prefix(const struct vmm *v, const char *name)
+{
+	return name && strncmp(name, v->prefix, strlen(v->prefix)) == 0;
+}
+
+/* Append s to b with the five XML special characters escaped. */
+static int vmm_xml_escape(struct sbx_buf *b, const char *s)
+{
+	const char *run = s;
+	for (const char *p = s;; p++) {
+		const char *ent = NULL;
+		switch (*p) {
+		case '&':
+			ent = "&amp;";
+			break;
+		case '<':
+			ent = "&lt;";
+			break;
+		case '>':
+			ent = "&gt;";
+			break;
+		case '\'':
+			ent = "&apos;";
+			break;
+		case '"':
+			ent = "&quot;";
+			break;
+		case '\0':
+			break;
+		default:
+			continue;
+		}
+		if (p > run && sbx_buf_append(b, run, (size_t)(p - run)) < 0)
+			return -1;
+		if (!*p)
+			return 0;
+		if (sbx_buf_append(b, ent, strlen(ent)) < 0)
+			return -1;
+		run = p + 1;
+	}
+}
+
+static char *vmm_path(const char *run_dir, const char *name, const char *suffix)
+{
+	char *p = NULL;
+	if (asprintf(&p, "%s/%s%s", run_dir, name, suffix) < 0)
+		return NULL;
+	return p;
+}
+
+static void vmm_unlink_files(const struct vmm *v, const char *name)
+{
+	static const char *const suffixes[] = {".qcow2",		".sock",
+					       ".console.log",		".console.log.0",
+					       ".console.log.1",	".console.log.2",
+					       ".console.log.3"};
+	for (size_t i = 0; i < SBX_ARRAY_SIZE(suffixes); i++) {
+		_cleanup_free_ char *p = vmm_path(v->run_dir, name, suffixes[i]);
+		if (p && unlink(p) < 0 && errno != ENOENT)
+			sbx_warn(MOD, "cannot remove '%s': %s", p, strerror(errno));
+	}
+}
+
+/* ---------------------------------------------------------- domain XML */
+
+/* Tags every xml string needs, with the config filled in. */
+static int vmm_xml_build(struct sbx_buf *b, const struct vmm_config *cfg, const char *name,
+			 const struct vmm_guest_spec *spec, const char *virt_type, bool kvm)
+{
+	int r = 0;
+	const char *run = cfg->run_dir ? cfg->run_dir : "";
+	bool disk = cfg->base_image && cfg->base_image[0] && spec->disk_gib > 0;
+
+	r |= sbx_buf_printf(b, "<domain type='%s'>\n  <name>", virt_type);
+	r |= vmm_xml_escape(b, name);
+	r |= sbx_buf_printf(b, "</name>\n");
+	if (spec->sandbox_id && spec->sandbox_id[0]) {
+		r |= sbx_buf_printf(b, "  <metadata>\n    <sbx:sandbox xmlns:sbx='%s'><sbx:id>",
+				    VMM_METADATA_NS);
+		r |= vmm_xml_escape(b, spec->sandbox_id);
+		r |= sbx_buf_printf(b, "</sbx:id></sbx:sandbox>\n  </metadata>\n");
+	}
+	r |= sbx_buf_printf(b,
+			    "  <memory unit='MiB'>%llu</memory>\n"
+			    "  <vcpu>%u</vcpu>\n"
+			    "  <os>\n"
+			    "    <type arch='x86_64' machine='pc'>hvm</type>\n"
+			    "    <kernel>",
+			    (unsigned long long)spec->memory_mib, spec->vcpus ? spec->vcpus : 1);
+	r |= vmm_xml_escape(b, cfg->kernel ? cfg->kernel : "");
+	r |= sbx_buf_printf(b, "</kernel>\n");
+	if (cfg->initrd && cfg->initrd[0]) {
+		r |= sbx_buf_printf(b, "    <initrd>");
+		r |= vmm_xml_escape(b, cfg->initrd);
+		r |= sbx_buf_printf(b, "</initrd>\n");
+	}
+	r |= sbx_buf_printf(b, "    <cmdline>console=ttyS0 panic=-1 acpi=off rdinit=/init quiet");
+	if (cfg->cmdline && cfg->cmdline[0]) {
+		r |= sbx_buf_printf(b, " ");
+		r |= vmm_xml_escape(b, cfg->cmdline);
+	}
+	r |= sbx_buf_printf(b, "</cmdline>\n  </os>\n");
+	/* No <acpi/>: a guest without ACPI boots faster (DESIGN.md). The
+	 * <features> element only appears for the TCG cache size. */
+	if (!kvm && cfg->tb_cache_mib > 0)
+		r |= sbx_buf_printf(b,
+				    "  <features>\n    <tcg><tb-cache unit='MiB'>%u</tb-cache></tcg>\n"
+				    "  </features>\n",
+				    cfg->tb_cache_mib);
+	if (kvm)
+		r |= sbx_buf_printf(b, "  <cpu mode='host-passthrough' check='none'/>\n");
+	else
+		r |= sbx_buf_printf(b, "  <cpu mode='custom' match='exact' check='none'>"
+				       "<model fallback='forbid'>qemu64</model></cpu>\n");
+	r |= sbx_buf_printf(b, "  <clock offset='utc'/>\n"
+			       "  <on_poweroff>destroy</on_poweroff>\n"
+			       "  <on_reboot>destroy</on_reboot>\n"
+			       "  <on_crash>destroy</on_crash>\n"
+			       "  <devices>\n");
+	if (disk) {
+		r |= sbx_buf_printf(b, "    <disk type='file' device='disk'>\n"
+				       "      <driver name='qemu' type='qcow2' error_policy='report'/>\n"
+				       "      <source file='");
+		r |= vmm_xml_escape(b, run);
+		r |= sbx_buf_printf(b, "/");
+		r |= vmm_xml_escape(b, name);
+		/* The shared base is read-only and never relabelled per domain. */
+		r |= sbx_buf_printf(b, ".qcow2'/>\n"
+				       "      <backingStore type='file'>\n"
+				       "        <format type='qcow2'/>\n"
+				       "        <source file='");
+		r |= vmm_xml_escape(b, cfg->base_image);
+		r |= sbx_buf_printf(b, "'>\n          <seclabel model='dac' relabel='no'/>\n"
+				       "        </source>\n"
+				       "        <backingStore/>\n"
+				       "      </backingStore>\n"
+				       "      <target dev='vda' bus='virtio'/>\n"
+				       "    </disk>\n");
+	}
+	r |= sbx_buf_printf(b, "    <controller type='usb' model='none'/>\n"
+			       "    <controller type='virtio-serial' index='0'/>\n"
+			       "    <serial type='file'>\n      <source path='");
+	r |= vmm_xml_escape(b, run);
+	r |= sbx_buf_printf(b, "/");
+	r |= vmm_xml_escape(b, name);
+	r |= sbx_buf_printf(b, ".console.log' append='off'/>\n"
+			       "      <target port='0'/>\n"
+			       "    </serial>\n"
+			       "    <channel type='unix'>\n      <source mode='bind' path='");
+	r |= vmm_xml_escape(b, run);
+	r |= sbx_buf_printf(b, "/");
+	r |= vmm_xml_escape(b, name);
+	r |= sbx_buf_printf(b,
+			    ".sock'/>\n"
+			    "      <target type='virtio' name='%s'/>\n"
+			    "    </channel>\n"
+			    "    <video><model type='none'/></video>\n"
+			    "    <memballoon model='none'/>\n"
+			    "  </devices>\n"
+			    "</domain>\n",
+			    WIRE_PORT_NAME);
+	return r ? -1 : 0;
+}
+
+static char *vmm_domain_xml_typed(const struct vmm_config *cfg, const char *name,
+				  const struct vmm_guest_spec *spec, const char *virt_type, bool kvm)
+{
+	if (!cfg || !spec || !vmm_name_valid(name))
+		return NULL;
+	if (spec->sandbox_id && !vmm_text_valid(spec->sandbox_id, VMM_ID_MAX))
+		return NULL;
+	if (cfg->cmdline && !vmm_text_valid(cfg->cmdline, 2048))
+		return NULL;
+	if (spec->memory_mib == 0)
+		return NULL;
+	struct sbx_buf b;
+	sbx_buf_init(&b, VMM_XML_MAX);
+	if (vmm_xml_build(&b, cfg, name, spec, virt_type, kvm) < 0) {
+		sbx_buf_release(&b);
+		return NULL;
+	}
+	return sbx_buf_steal(&b, NULL);
+}
+
+char *vmm_domain_xml(const struct vmm_config *cfg, const char *name,
+		     const struct vmm_guest_spec *spec, bool kvm)
+{
+	return vmm_domain_xml_typed(cfg, name, spec, kvm ? "kvm" : "qemu", kvm);
+}
+
+/* ------------------------------------------------------------ metadata */
+
+int vmm_priv_metadata_id(const char *xml, char *out, size_t outlen)
+{
+	if (!xml || outlen == 0)
+		return -1;
+	/* The element is <id> or <prefix:id>; libvirt reformats the prefix. */
+	const char *p = xml, *start = NULL;
+	while ((p = strchr(p, '<'))) {
+		p++;
+		const char *q = p;
+		while (*q && *q != '>' && *q != ':' && *q != ' ' && *q != '/')
+			q++;
+		const char *local = (*q == ':') ? q + 1 : p;
+		if (strncmp(local, "id>", 3) == 0) {
+			start = local + 3;
+			break;
+		}
+	}
+	if (!start)
+		return -1;
+	const char *end = strchr(start, '<');
+	if (!end)
+		return -1;
+	size_t o = 0;
+	for (const char *s = start; s < end;) {
+		char c = *s;
+		size_t adv = 1;
+		if (c == '&') {
+			static const struct {
+				const char *ent;
+				char c;
+			} ents[] = {{"&amp;", '&'},
+				    {"&lt;", '<'},
+				    {"&gt;", '>'},
+				    {"&apos;", '\''},
+				    {"&quot;", '"'}};
+			bool found = false;
+			for (size_t i = 0; i < SBX_ARRAY_SIZE(ents); i++) {
+				size_t n = strlen(ents[i].ent);
+				if ((size_t)(end - s) >= n && strncmp(s, ents[i].ent, n) == 0) {
+					c = ents[i].c;
+					adv = n;
+					found = true;
+					break;
+				}
+			}
+			if (!found && s[1] == '#') {
+				char *e = NULL;
+				long cp = (s[2] == 'x') ? strtol(s + 3, &e, 16) : strtol(s + 2, &e, 10);
+				if (!e || e >= end || *e != ';' || cp < 0x20 || cp > 0x7e)
+					return -1;
+				c = (char)cp;
+				adv = (size_t)(e + 1 - s);
+			} else if (!found) {
+				return -1;
+			}
+		}
+		if (o + 1 >= outlen)
+			return -1;
+		out[o++] = c;
+		s += adv;
+	}
+	out[o] = '\0';
+	return 0;
+}
+
+/* The sandbox id of a domain into out; "" when it has none. */
+static void vmm_dom_sandbox_id(virDomainPtr dom, char *out, size_t outlen)
+{
+	out[0] = '\0';
+	char *xml = virDomainGetMetadata(dom, VIR_DOMAIN_METADATA_ELEMENT, VMM_METADATA_NS, 0);
+	if (!xml)
+		return;
+	if (vmm_priv_metadata_id(xml, out, outlen) < 0)
+		out[0] = '\0';
+	free(xml);
+}
+
+/* ------------------------------------------------------ lifecycle, close */
+
+static void vmm_lifecycle_cb(virConnectPtr conn, virDomainPtr dom, int event, int detail,
+			     void *opaque)
+{
+	(void)conn;
+	(void)detail;
+	struct vmm *v = opaque;
+	if (event != VIR_DOMAIN_EVENT_STOPPED && event != VIR_DOMAIN_EVENT_SHUTDOWN &&
+	    event != VIR_DOMAIN_EVENT_CRASHED)
+		return;
+	const char *name = virDomainGetName(dom);
+	if (!vmm_has_prefix(v, name))
+		return;
+	sbx_debug(MOD, "domain '%s': lifecycle event %d detail %d", name, event, detail);
+	pthread_mutex_lock(&v->lock);
+	vmm_stopped_fn fn = v->stopped_fn;
+	void *fn_opaque = v->stopped_opaque;
+	pthread_mutex_unlock(&v->lock);
+	if (fn)
+		fn(fn_opaque, name);
+}
+
+static void vmm_close_cb(virConnectPtr conn, int reason, void *opaque)
+{
+	(void)conn;
+	struct vmm *v = opaque;
+	/* TODO(reconnect): reopen the connection and the channels of live
+	 * guests (docs/vmm.md). */
+	sbx_err(MOD, "libvirt connection '%s' closed (reason %d)", v->uri, reason);
+}
+
+void vmm_set_stopped_callback(struct vmm *v, vmm_stopped_fn fn, void *opaque)
+{
+	pthread_mutex_lock(&v->lock);
+	v->stopped_fn = fn;
+	v->stopped_opaque = opaque;
+	pthread_mutex_unlock(&v->lock);
+}
+
+/* ------------------------------------------------------- vmm lifecycle */
+
+static char *vmm_strdup_opt(const char *s)
+{
+	return (s && s[0]) ? strdup(s) : NULL;
+}
+
+static bool vmm_kvm_usable(void)
+{
+	int fd = open("/dev/kvm", O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	close(fd);
+	return true;
+}
+
+static void vmm_free_fields(struct vmm *v)
+{
+	free(v->uri);
+	free(v->prefix);
+	free(v->kernel);
+	free(v->initrd);
+	free(v->base_image);
+	free(v->cmdline);
+	free(v->run_dir);
+	free(v->virt_type);
+	pthread_mutex_destroy(&v->lock);
+	free(v);
+}
+
+struct vmm *vmm_new(const struct vmm_config *cfg, struct sbx_error *err)
+{
+	if (!cfg || !cfg->uri || !cfg->name_prefix || !cfg->kernel || !cfg->run_dir) {
+		sbx_error_set(err, SBX_E_INTERNAL, NULL,
+			      "vmm config needs uri, name_prefix, kernel and run_dir");
+		return NULL;
+	}
+	size_t plen = strlen(cfg->name_prefix);
+	if (plen == 0 || plen > VMM_PREFIX_MAX || !vmm_name_valid(cfg->name_prefix)) {
+		sbx_error_set(err, SBX_E_INTERNAL, "name_prefix",
+			      "invalid domain name prefix: use 1-%d of [A-Za-z0-9_.-]",
+			      VMM_PREFIX_MAX);
+		return NULL;
+	}
+	if (cfg->cmdline && !vmm_text_valid(cfg->cmdline, 2048)) {
+		sbx_error_set(err, SBX_E_INTERNAL, "cmdline",
+			      "kernel command line must be printable ascii");
+		return NULL;
+	}
+	struct sockaddr_un sun;
+	if (cfg->run_dir[0] != '/' ||
+	    strlen(cfg->run_dir) + 1 + plen + 12 + strlen(".sock") >= sizeof(sun.sun_path)) {
+		sbx_error_set(err, SBX_E_INTERNAL, "run_dir",
+			      "run_dir must be an absolute path short enough for a unix socket");
+		return NULL;
+	}
+
+	bool kvm;
+	switch (cfg->accel) {
+	case VMM_ACCEL_KVM:
+		kvm = true;
+		break;
+	case VMM_ACCEL_TCG:
+		kvm = false;
+		break;
+	default:
+		kvm = vmm_kvm_usable();
+		break;
+	}
+	if (!kvm && !cfg->allow_tcg) {
+		sbx_error_set(err, SBX_E_INTERNAL, NULL,
+			      "tcg acceleration needed but not allowed (allow_tcg)");
+		return NULL;
+	}
+	const char *files[] = {cfg->kernel, cfg->initrd, cfg->base_image};
+	const char *what[] = {"kernel", "initrd", "base_image"};
+	for (size_t i = 0; i < SBX_ARRAY_SIZE(files); i++) {
+		if (!files[i] || !files[i][0])
+			continue;
+		if (access(files[i], R_OK) < 0) {
+			sbx_err(MOD, "%s '%s': %s", what[i], files[i], strerror(errno));
+			sbx_error_set(err, SBX_E_INTERNAL, what[i], "guest %s not readable: '%s'",
+				      what[i], files[i]);
+			return NULL;
+		}
+	}
+	if (sbx_mkdir_p(cfg->run_dir, 0755) < 0) {
+		sbx_err(MOD, "cannot create run_dir '%s': %s", cfg->run_dir, strerror(errno));
+		sbx_error_set(err, SBX_E_INTERNAL, "run_dir", "cannot create run_dir");
+		return NULL;
+	}
+
+	struct vmm *v = calloc(1, sizeof(*v));
+	if (!v) {
+		sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+		return NULL;
+	}
+	pthread_mutex_init(&v->lock, NULL);
+	v->uri = strdup(cfg->uri);
+	v->prefix = strdup(cfg->name_prefix);
+	v->kernel = strdup(cfg->kernel);
+	v->initrd = vmm_strdup_opt(cfg->initrd);
+	v->base_image = vmm_strdup_opt(cfg->base_image);
+	v->cmdline = vmm_strdup_opt(cfg->cmdline);
+	v->run_dir = strdup(cfg->run_dir);
+	v->transport = cfg->transport;
+	v->tb_cache_mib = cfg->tb_cache_mib;
+	v->console_log_max = cfg->console_log_max;
+	v->kvm = kvm;
+	v->lifecycle_id = -1;
+	if (!v->uri || !v->prefix || !v->kernel || !v->run_dir ||
+	    (cfg->initrd && cfg->initrd[0] && !v->initrd) ||
+	    (cfg->base_image && cfg->base_image[0] && !v->base_image) ||
+	    (cfg->cmdline && cfg->cmdline[0] && !v->cmdline)) {
+		sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+		goto err_free;
+	}
+
+	/* The event implementation must be registered before the connection
+	 * is opened. */
+	if (vmm_loop_acquire(err) < 0)
+		goto err_free;
+
+	v->conn = virConnectOpen(v->uri);
+	if (!v->conn) {
+		sbx_err(MOD, "cannot connect to '%s': %s", v->uri, vmm_lv_msg());
+		sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
+			      "the hypervisor is unreachable; try again later");
+		goto err_loop;
+	}
+	virConnSetErrorFunc(v->conn, NULL, vmm_silent_error);
+	v->lifecycle_id =
+		virConnectDomainEventRegisterAny(v->conn, NULL, VIR_DOMAIN_EVENT_ID_LIFECYCLE,
+						 VIR_DOMAIN_EVENT_CALLBACK(vmm_lifecycle_cb), v, NULL);
+	if (v->lifecycle_id < 0) {
+		sbx_err(MOD, "cannot register lifecycle events: %s", vmm_lv_msg());
+		sbx_error_set(err, SBX_E_INTERNAL, NULL, "cannot watch domain lifecycle events");
+		goto err_close;
+	}
+	if (virConnectRegisterCloseCallback(v->conn, vmm_close_cb, v, NULL) == 0)
+		v->close_cb = true;
+	else
+		sbx_warn(MOD, "no close callback on '%s': %s", v->uri, vmm_lv_msg());
+	sbx_info(MOD, "connected to '%s', accel %s", v->uri, kvm ? "kvm" : "tcg");
+	return v;
+
+err_close:
+	virConnectClose(v->conn);
+err_loop:
+	vmm_loop_release();
+err_free:
+	vmm_free_fields(v);
+	return NULL;
+}
+
+void vmm_free(struct vmm *v)
+{
+	if (!v)
+		return;
+	if (v->lifecycle_id >= 0)
+		virConnectDomainEventDeregisterAny(v->conn, v->lifecycle_id);
+	if (v->close_cb)
+		virConnectUnregisterCloseCallback(v->conn, vmm_close_cb);
+	virConnectClose(v->conn);
+	vmm_loop_release();
+	vmm_free_fields(v);
+}
+
+const char *vmm_accel_name(const struct vmm *v)
+{
+	return v->kvm ? "kvm" : "tcg";
+}
+
+void vmm_priv_set_virt_type(struct vmm *v, const char *type)
+{
+	pthread_mutex_lock(&v->lock);
+	free(v->virt_type);
+	v->virt_type = type ? strdup(type) : NULL;
+	pthread_mutex_unlock(&v->lock);
+}
+
+/* ------------------------------------------------------------- domains */
+
+static struct vmm_vm *vmm_vm_wrap(struct vmm *v, virDomainPtr dom, const char *name)
+{
+	struct vmm_vm *vm = calloc(1, sizeof(*vm));
+	if (!vm)
+		return NULL;
+	vm->v = v;
+	vm->dom = dom;
+	snprintf(vm->name, sizeof(vm->name), "%s", name);
+	return vm;
+}
+
+/* qemu-img create -f qcow2 -F qcow2 -b BASE OVERLAY <gib>G, no shell. */
+static int vmm_overlay_create(const char *base, const char *overlay, uint64_t gib)
+{
+	char size[32];
+	snprintf(size, sizeof(size), "%lluG", (unsigned long long)gib);
+	char *const argv[] = {"qemu-img", "create", "-q",	     "-f",	      "qcow2", "-F",
+			      "qcow2",	  "-b",	    (char *)base, (char *)overlay, size,    NULL};
+	posix_spawn_file_actions_t fa;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+	posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+	pid_t pid;
+	int r = posix_spawnp(&pid, "qemu-img", &fa, NULL, argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	if (r != 0) {
+		sbx_err(MOD, "cannot run qemu-img: %s", strerror(r));
+		return -1;
+	}
+	int status;
+	while (waitpid(pid, &status, 0) < 0) {
+		if (errno != EINTR) {
+			sbx_err(MOD, "waitpid qemu-img: %s", strerror(errno));
+			return -1;
+		}
+	}
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+		sbx_err(MOD, "qemu-img create '%s' failed (status %d)", overlay, status);
+		return -1;
+	}
+	return 0;
+}
+
+struct vmm_vm *vmm_vm_start(struct vmm *v, const struct vmm_guest_spec *spec,
+			    struct sbx_error *err)
+{
+	char name[VMM_NAME_MAX + 1];
+	if (sbx_random_id(v->prefix, 6, name, sizeof(name)) < 0) {
+		sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL, "could not create the sandbox");
+		return NULL;
+	}
+	struct vmm_config cfg = {
+		.kernel = v->kernel,
+		.initrd = v->initrd,
+		.base_image = v->base_image,
+		.cmdline = v->cmdline,
+		.run_dir = v->run_dir,
+		.tb_cache_mib = v->tb_cache_mib,
+	};
+	pthread_mutex_lock(&v->lock);
+	_cleanup_free_ char *vt = v->virt_type ? strdup(v->virt_type) : NULL;
+	pthread_mutex_unlock(&v->lock);
+	_cleanup_free_ char *xml =
+		vmm_domain_xml_typed(&cfg, name, spec, vt ? vt : (v->kvm ? "kvm" : "qemu"), v->kvm);
+	if (!xml) {
+		sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL,
+			      "invalid guest spec (memory, sandbox id)");
+		return NULL;
+	}
+	bool disk = v->base_image && spec->disk_gib > 0;
+	_cleanup_free_ char *overlay = NULL;
+	if (disk) {
+		overlay = vmm_path(v->run_dir, name, ".qcow2");
+		if (!overlay || vmm_overlay_create(v->base_image, overlay, spec->disk_gib) < 0) {
+			sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL,
+				      "could not create the sandbox's disk");
+			goto err_files;
+		}
+	}
+	int64_t t0 = sbx_mono_ms();
+	virDomainPtr dom = virDomainCreateXML(v->conn, xml, 0);
+	if (!dom) {
+		bool busy = vmm_lv_resource_error();
+		sbx_err(MOD, "create domain '%s' failed: %s", name, vmm_lv_msg());
+		if (busy)
+			sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
+				      "the host is out of capacity; try again later");
+		else
+			sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL, "the sandbox failed to start");
+		goto err_files;
+	}
+	sbx_debug(MOD, "domain '%s' created in %lld ms", name, (long long)(sbx_mono_ms() - t0));
+	struct vmm_vm *vm = vmm_vm_wrap(v, dom, name);
+	if (!vm) {
+		virDomainDestroy(dom);
+		virDomainFree(dom);
+		sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL, "the sandbox failed to start");
+		goto err_files;
+	}
+	return vm;
+
+err_files:
+	vmm_unlink_files(v, name);
+	return NULL;
+}
+
+struct vmm_vm *vmm_vm_lookup(struct vmm *v, const char *name, struct sbx_error *err)
+{
+	if (!vmm_name_valid(name) || !vmm_has_prefix(v, name)) {
+		sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such guest");
+		return NULL;
+	}
+	virDomainPtr dom = virDomainLookupByName(v->conn, name);
+	if (!dom) {
+		int code = vmm_lv_code();
+		if (code == VIR_ERR_NO_DOMAIN) {
+			sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such guest");
+		} else {
+			sbx_err(MOD, "lookup '%s': %s", name, vmm_lv_msg());
+			sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
+				      "the hypervisor did not answer; try again later");
+		}
+		return NULL;
+	}
+	if (virDomainIsActive(dom) != 1) {
+		virDomainFree(dom);
+		sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such guest");
+		return NULL;
+	}
+	struct vmm_vm *vm = vmm_vm_wrap(v, dom, name);
+	if (!vm) {
+		virDomainFree(dom);
+		sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+	}
+	return vm;
+}
+
+const char *vmm_vm_name(const struct vmm_vm *vm)
+{
+	return vm->name;
+}
+
+int vmm_vm_set_sandbox_id(struct vmm_vm *vm, const char *sandbox_id, struct sbx_error *err)
+{
+	struct sbx_buf b;
+	const char *md = NULL;
+	sbx_buf_init(&b, 1024);
+	if (sandbox_id && sandbox_id[0]) {
+		if (!vmm_text_valid(sandbox_id, VMM_ID_MAX))
+			return sbx_error_set(err, SBX_E_INTERNAL, "sandbox_id",
+					     "sandbox id must be printable ascii, at most %d bytes",
+					     VMM_ID_MAX);
+		int r = sbx_buf_printf(&b, "<sandbox><id>");
+		r |= vmm_xml_escape(&b, sandbox_id);
+		r |= sbx_buf_printf(&b, "</id></sandbox>");
+		if (r) {
+			sbx_buf_release(&b);
+			return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+		}
+		md = b.data;
+	}
+	int r = virDomainSetMetadata(vm->dom, VIR_DOMAIN_METADATA_ELEMENT, md, md ? "sbx" : NULL,
+				     VMM_METADATA_NS, VIR_DOMAIN_AFFECT_LIVE);
+	sbx_buf_release(&b);
+	if (r < 0) {
+		sbx_err(MOD, "set metadata of '%s': %s", vm->name, vmm_lv_msg());
+		return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL,
+				     "could not tag the sandbox's guest");
+	}
+	return 0;
+}
+
+bool vmm_vm_is_running(struct vmm_vm *vm)
+{
+	return vm && vm->dom && virDomainIsActive(vm->dom) == 1;
+}
+
+/* Destroy; "already gone" is success. */
+static int vmm_dom_destroy(virDomainPtr dom, const char *name)
+{
+	if (virDomainDestroy(dom) == 0)
+		return 0;
+	int code = vmm_lv_code();
+	if (code == VIR_ERR_NO_DOMAIN || code == VIR_ERR_OPERATION_INVALID)
+		return 0;
+	sbx_err(MOD, "destroy '%s': %s", name, vmm_lv_msg());
+	return -1;
+}
+
+int vmm_vm_destroy(struct vmm_vm *vm, struct sbx_error *err)
+{
+	if (vmm_dom_destroy(vm->dom, vm->name) < 0)
+		return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL,
+				     "could not stop the sandbox's guest");
+	vmm_unlink_files(vm->v, vm->name);
+	return 0;
+}
+
+void vmm_vm_free(struct vmm_vm *vm)
+{
+	if (!vm)
+		return;
+	if (vm->dom)
+		virDomainFree(vm->dom);
+	free(vm);
+}
+
+char *vmm_vm_console_tail(struct vmm_vm *vm, size_t max)
+{
+	if (max == 0)
+		return NULL;
+	if (vm->v->console_log_max > 0 && max > vm->v->console_log_max)
+		max = (size_t)vm->v->console_log_max;
+	_cleanup_free_ char *path = vmm_path(vm->v->run_dir, vm->name, ".console.log");
+	if (!path)
+		return NULL;
+	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return NULL;
+	struct stat st;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size == 0)
+		return NULL;
+	size_t want = (size_t)st.st_size < max ? (size_t)st.st_size : max;
+	off_t off = st.st_size - (off_t)want;
+	char *buf = malloc(want + 1);
+	if (!buf)
+		return NULL;
+	size_t got = 0;
+	while (got < want) {
+		ssize_t n = pread(fd, buf + got, want - got, off + (off_t)got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	if (got == 0) {
+		free(buf);
+		return NULL;
+	}
+	buf[got] = '\0';
+	return buf;
+}
+
+int vmm_list_domains(struct vmm *v, vmm_domain_fn fn, void *opaque, struct sbx_error *err)
+{
+	virDomainPtr *doms = NULL;
+	int n = virConnectListAllDomains(v->conn, &doms, VIR_CONNECT_LIST_DOMAINS_ACTIVE);
+	if (n < 0) {
+		sbx_err(MOD, "list domains: %s", vmm_lv_msg());
+		return sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
+				     "the hypervisor did not answer; try again later");
+	}
+	int count = 0;
+	for (int i = 0; i < n; i++) {
+		const char *name = virDomainGetName(doms[i]);
+		if (vmm_has_prefix(v, name) && vmm_name_valid(name)) {
+			char id[VMM_ID_MAX + 1];
+			vmm_dom_sandbox_id(doms[i], id, sizeof(id));
+			if (fn)
+				fn(opaque, name, id);
+			count++;
+		}
+		virDomainFree(doms[i]);
+	}
+	free(doms);
+	return count;
+}
+
+int vmm_destroy_by_name(struct vmm *v, const char *name, struct sbx_error *err)
+{
+	if (!vmm_name_valid(name) || !vmm_has_prefix(v, name))
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "not a domain of ours");
+	virDomainPtr dom = virDomainLookupByName(v->conn, name);
+	if (!dom) {
+		if (vmm_lv_code() != VIR_ERR_NO_DOMAIN) {
+			sbx_err(MOD, "lookup '%s': %s", name, vmm_lv_msg());
+			return sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
+					     "the hypervisor did not answer; try again later");
+		}
+	} else {
+		int r = vmm_dom_destroy(dom, name);
+		virDomainFree(dom);
+		if (r < 0)
+			return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL,
+					     "could not stop the sandbox's guest");
+	}
+	vmm_unlink_files(v, name);
+	return 0;
+}
+
+/* ------------------------------------------------- channel: libvirt stream */
+
+/* Shared between the channel's owner and libvirt's callback registration
+ * (refcounted: libvirt frees its reference through the virFreeCallback,
+ * possibly after close() returned, when a dispatch was in progress). */
+struct vmm_stream_chan {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	unsigned refs;
+	bool closed; /* close() started: deliver nothing more */
+	bool in_cb;  /* a recv delivery is running */
+	bool eof;    /* EOF delivered or the stream broke */
+	bool cb_registered;
+	virStreamPtr st;
+	sbx_recv_fn recv;
+	void *opaque;
+	char name[VMM_NAME_MAX + 1];
+};
+
+static void vmm_stream_unref(struct vmm_stream_chan *c)
+{
+	pthread_mutex_lock(&c->lock);
+	unsigned left = --c->refs;
+	pthread_mutex_unlock(&c->lock);
+	if (left)
+		return;
+	pthread_cond_destroy(&c->cond);
+	pthread_mutex_destroy(&c->lock);
+	free(c);
+}
+
+static void vmm_stream_free_cb(void *opaque)
+{
+	vmm_stream_unref(opaque);
+}
+
+/* Runs on the event-loop thread. */
+static void vmm_stream_event(virStreamPtr st, int events, void *opaque)
+{
+	struct vmm_stream_chan *c = opaque;
+	pthread_mutex_lock(&c->lock);
+	if (c->closed || c->eof) {
+		pthread_mutex_unlock(&c->lock);
+		return;
+	}
+	c->in_cb = true;
+	pthread_mutex_unlock(&c->lock);
+
+	char buf[VMM_CHUNK];
+	bool eof = false;
+	if (events & (VIR_STREAM_EVENT_READABLE | VIR_STREAM_EVENT_HANGUP |
+		      VIR_STREAM_EVENT_ERROR)) {
+		for (;;) {
+			int n = virStreamRecv(st, buf, sizeof(buf));
+			if (n == -2)
+				break;
+			if (n <= 0) {
+				if (n < 0)
+					sbx_warn(MOD, "channel of '%s': %s", c->name, vmm_lv_msg());
+				eof = true;
+				break;
+			}
+			c->recv(c->opaque, buf, (size_t)n);
+		}
+	}
+	if (!eof && (events & (VIR_STREAM_EVENT_HANGUP | VIR_STREAM_EVENT_ERROR)))
+		eof = true;
+	if (eof) {
+		c->recv(c->opaque, NULL, 0);
+		virStreamEventRemoveCallback(st);
+	}
+
+	pthread_mutex_lock(&c->lock);
+	if (eof) {
+		c->eof = true;
+		c->cb_registered = false;
+	}
+	c->in_cb = false;
+	pthread_cond_broadcast(&c->cond);
+	pthread_mutex_unlock(&c->lock);
+}
+
+static int vmm_stream_send(void *ctx, const void *buf, size_t len)
+{
+	struct vmm_stream_chan *c = ctx;
+	const char *p = buf;
+	int64_t deadline = sbx_mono_ms() + VMM_SEND_TIMEOUT_MS;
+	while (len > 0) {
+		size_t n = len > VMM_CHUNK ? VMM_CHUNK : len;
+		int r = virStreamSend(c->st, p, n);
+		if (r == -2) {
+			/* The stream's buffer is full: the guest is not reading.
+			 * Bounded wait, then give up. */
+			if (sbx_mono_ms() > deadline) {
+				sbx_warn(MOD, "channel of '%s': send timed out", c->name);
+				return -1;
+			}
+			struct timespec ts = {0, 1000 * 1000};
+			nanosleep(&ts, NULL);
+			continue;
+		}
+		if (r <= 0) {
+			sbx_warn(MOD, "channel of '%s': send: %s", c->name, vmm_lv_msg());
+			return -1;
+		}
+		p += r;
+		len -= (size_t)r;
+		deadline = sbx_mono_ms() + VMM_SEND_TIMEOUT_MS;
+	}
+	return 0;
+}
+
+static void vmm_stream_close(void *ctx)
+{
+	struct vmm_stream_chan *c = ctx;
+	pthread_mutex_lock(&c->lock);
+	c->closed = true;
+	while (c->in_cb)
+		pthread_cond_wait(&c->cond, &c->lock);
+	bool registered = c->cb_registered;
+	c->cb_registered = false;
+	pthread_mutex_unlock(&c->lock);
+	if (registered)
+		virStreamEventRemoveCallback(c->st);
+	virStreamAbort(c->st);
+	virStreamFree(c->st);
+	c->st = NULL;
+	vmm_stream_unref(c);
+}
+
+static int vmm_stream_open(struct vmm_vm *vm, sbx_recv_fn recv, void *opaque,
+			   struct sbx_channel *out, struct sbx_error *err)
+{
+	struct vmm_stream_chan *c = calloc(1, sizeof(*c));
+	if (!c)
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_cond_init(&c->cond, NULL);
+	c->refs = 1;
+	c->recv = recv;
+	c->opaque = opaque;
+	snprintf(c->name, sizeof(c->name), "%s", vm->name);
+	c->st = virStreamNew(vm->v->conn, VIR_STREAM_NONBLOCK);
+	if (!c->st) {
+		sbx_err(MOD, "stream for '%s': %s", vm->name, vmm_lv_msg());
+		goto err_free;
+	}
+	if (virDomainOpenChannel(vm->dom, WIRE_PORT_NAME, c->st, VIR_DOMAIN_CHANNEL_FORCE) < 0) {
+		sbx_err(MOD, "open channel of '%s': %s", vm->name, vmm_lv_msg());
+		goto err_stream;
+	}
+	c->refs = 2; /* ours + the callback registration's */
+	c->cb_registered = true;
+	if (virStreamEventAddCallback(c->st,
+				      VIR_STREAM_EVENT_READABLE | VIR_STREAM_EVENT_ERROR |
+					      VIR_STREAM_EVENT_HANGUP,
+				      vmm_stream_event, c, vmm_stream_free_cb) < 0) {
+		sbx_err(MOD, "stream callback for '%s': %s", vm->name, vmm_lv_msg());
+		c->refs = 1;
+		c->cb_registered = false;
+		virStreamAbort(c->st);
+		goto err_stream;
+	}
+	out->ctx = c;
+	out->send = vmm_stream_send;
+	out->close = vmm_stream_close;
+	return 0;
+
+err_stream:
+	virStreamFree(c->st);
+err_free:
+	pthread_cond_destroy(&c->cond);
+	pthread_mutex_destroy(&c->lock);
+	free(c);
+	return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL,
+			     "could not connect to the sandbox's guest");
+}
+
+/* ------------------------------------------------- channel: unix socket */
+
+struct vmm_sock_chan {
+	int fd;
+	pthread_t reader;
+	atomic_bool closed;
+	sbx_recv_fn recv;
+	void *opaque;
+	char name[VMM_NAME_MAX + 1];
+};
+
+static void *vmm_sock_reader(void *arg)
+{
+	struct vmm_sock_chan *c = arg;
+	char *buf = malloc(VMM_CHUNK);
+	for (;;) {
+		if (!buf)
+			break;
+		ssize_t n = read(c->fd, buf, VMM_CHUNK);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		if (atomic_load(&c->closed))
+			break;
+		c->recv(c->opaque, buf, (size_t)n);
+	}
+	free(buf);
+	/* EOF only when the channel broke on its own, not during close(). */
+	if (!atomic_load(&c->closed))
+		c->recv(c->opaque, NULL, 0);
+	return NULL;
+}
+
+static int vmm_sock_send(void *ctx, const void *buf, size_t len)
+{
+	struct vmm_sock_chan *c = ctx;
+	const char *p = buf;
+	while (len > 0) {
+		ssize_t n = send(c->fd, p, len, MSG_NOSIGNAL);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			sbx_warn(MOD, "channel socket of '%s': send: %s", c->name,
+				 strerror(errno));
+			return -1;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+static void vmm_sock_close(void *ctx)
+{
+	struct vmm_sock_chan *c = ctx;
+	atomic_store(&c->closed, true);
+	shutdown(c->fd, SHUT_RDWR);
+	pthread_join(c->reader, NULL);
+	close(c->fd);
+	free(c);
+}
+
+static int vmm_sock_open(struct vmm_vm *vm, sbx_recv_fn recv, void *opaque,
+			 struct sbx_channel *out, struct sbx_error *err)
+{
+	struct sockaddr_un sun = {.sun_family = AF_UNIX};
+	int len = snprintf(sun.sun_path, sizeof(sun.sun_path), "%s/%s.sock", vm->v->run_dir,
+			   vm->name);
+	if (len < 0 || (size_t)len >= sizeof(sun.sun_path))
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "channel socket path too long");
+	int fd = -1;
+	int64_t deadline = sbx_mono_ms() + VMM_SOCKET_CONNECT_MS;
+	for (;;) {
+		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd < 0)
+			return sbx_error_set(err, SBX_E_INTERNAL, NULL, "socket: %s",
+					     strerror(errno));
+		if (connect(fd, (struct sockaddr *)&sun, sizeof(sun)) == 0)
+			break;
+		int e = errno;
+		close(fd);
+		fd = -1;
+		if ((e != ENOENT && e != ECONNREFUSED && e != EINTR) ||
+		    sbx_mono_ms() > deadline) {
+			sbx_err(MOD, "connect '%s': %s", sun.sun_path, strerror(e));
+			return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL,
+					     "could not connect to the sandbox's guest");
+		}
+		struct timespec ts = {0, 10 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+	}
+	struct vmm_sock_chan *c = calloc(1, sizeof(*c));
+	if (!c) {
+		close(fd);
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+	}
+	c->fd = fd;
+	c->recv = recv;
+	c->opaque = opaque;
+	atomic_init(&c->closed, false);
+	snprintf(c->name, sizeof(c->name), "%s", vm->name);
+	if (pthread_create(&c->reader, NULL, vmm_sock_reader, c) != 0) {
+		close(fd);
+		free(c);
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "cannot start a reader thread");
+	}
+	out->ctx = c;
+	out->send = vmm_sock_send;
+	out->close = vmm_sock_close;
+	return 0;
+}
+
+int vmm_vm_open_channel_via(struct vmm_vm *vm, enum vmm_transport t, sbx_recv_fn recv,
+			    void *opaque, struct sbx_channel *out, struct sbx_error *err)
+{
+	if (!vm || !recv || !out)
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "invalid channel arguments");
+	if (t == VMM_TRANSPORT_SOCKET)
+		return vmm_sock_open(vm, recv, opaque, out, err);
+	return vmm_stream_open(vm, recv, opaque, out, err);
+}
+
+int vmm_vm_open_channel(struct vmm_vm *vm, sbx_recv_fn recv, void *opaque,
+			struct sbx_channel *out, struct sbx_error *err)
+{
+	return vmm_vm_open_channel_via(vm, vm->v->transport, recv, opaque, out, err);
+}
