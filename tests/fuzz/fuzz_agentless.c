@@ -1,0 +1,93 @@
+/* Fuzz target: the host side of the exec protocol fed arbitrary guest
+ * bytes, with one exec in flight, over a channel that drops what the host
+ * sends. Byte 0 steers the run (chunk size, EOF at the end, a backstop tick
+ * halfway); the rest is the guest's byte stream. Whatever arrives, the exec's
+ * completion runs exactly once and nothing crashes or leaks. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agentless/agentless.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static int null_send(void *ctx, const void *buf, size_t len)
+{
+	(void)ctx;
+	(void)buf;
+	(void)len;
+	return 0;
+}
+
+static void null_close(void *ctx)
+{
+	(void)ctx;
+}
+
+static void count_done(void *opaque, struct agentless_exec_result *res, const struct sbx_error *err)
+{
+	int *calls = opaque;
+
+	if ((res == NULL) == (err == NULL))
+		abort();
+	if (res) {
+		if (res->stdout_len > 4096 || res->stderr_len > 512)
+			abort(); /* never more than the caps asked for */
+		if (res->stdout_buf[res->stdout_len] != '\0')
+			abort();
+		agentless_exec_result_release(res);
+	}
+	(*calls)++;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	static const size_t chunks[] = {1, 2, 5, 11, 12, 13, 64, 100, 1000, 4096, 65536, 1 << 20};
+	const struct agentless_limits lim = {.backstop_grace_ms = 10, .max_inflight = 4};
+	const struct agentless_exec_req req = {
+	    .command = "true",
+	    .command_len = 4,
+	    .cwd = "/",
+	    .timeout_ms = 1000,
+	    .stdout_cap = 4096,
+	    .stderr_cap = 512,
+	};
+	struct sbx_channel ch = {.ctx = NULL, .send = null_send, .close = null_close};
+	struct agentless_conn *c;
+	struct sbx_error err;
+	int calls = 0;
+	uint8_t ctl;
+	size_t chunk, off = 1;
+	bool ticked = false;
+
+	if (size < 1)
+		return 0;
+	sbx_log_set_level(SBX_LOG_ERROR);
+	ctl = data[0];
+	chunk = chunks[ctl % SBX_ARRAY_SIZE(chunks)];
+
+	c = agentless_conn_new(&lim, NULL, NULL);
+	agentless_conn_attach(c, ch, true); /* ready at once: WELCOME to nowhere */
+	if (agentless_exec_start(c, &req, count_done, &calls, &err) < 0)
+		abort();
+	while (off < size) {
+		size_t n = SBX_MIN(chunk, size - off);
+
+		agentless_conn_recv(c, data + off, n);
+		off += n;
+		if ((ctl & 0x40) && !ticked && off >= size / 2) {
+			/* twice past the backstop: KILL, then give up */
+			agentless_conn_tick(c, sbx_mono_ms() + 100000);
+			agentless_conn_tick(c, sbx_mono_ms() + 200000);
+			ticked = true;
+		}
+	}
+	if (ctl & 0x80)
+		agentless_conn_recv(c, NULL, 0);
+	if (calls > 1)
+		abort();
+	agentless_conn_free(c, "fuzz over");
+	if (calls != 1)
+		abort();
+	return 0;
+}
