@@ -75,7 +75,8 @@ struct req {
 	/* exec; guarded by srv->lock from the moment the exec starts */
 	struct api_exec_body exec;
 	enum exec_state state;
-	struct sandbox_exec_result *res;
+	struct sandbox_exec_result res; /* buffers owned when has_res */
+	bool has_res;
 	struct sbx_error exec_err;
 	int refs; /* MHD's (until completed) + the exec callback's */
 	struct req *prev, *next;
@@ -456,11 +457,14 @@ static void exec_done(void *opaque, struct sandbox_exec_result *res, const struc
 	struct api_server *srv = r->srv;
 	bool free_now;
 
+	/* *res is the caller's struct; its buffers become ours. */
 	pthread_mutex_lock(&srv->lock);
 	if (r->state == EXEC_RUNNING || r->state == EXEC_SUSPENDED) {
-		r->res = res;
-		res = NULL;
-		if (!r->res) {
+		if (res) {
+			r->res = *res;
+			r->has_res = true;
+			res = NULL;
+		} else {
 			if (err)
 				r->exec_err = *err;
 			else
@@ -475,10 +479,8 @@ static void exec_done(void *opaque, struct sandbox_exec_result *res, const struc
 	}
 	free_now = --r->refs == 0;
 	pthread_mutex_unlock(&srv->lock);
-	if (res) {
+	if (res)
 		sandbox_exec_result_release(res);
-		free(res);
-	}
 	if (free_now)
 		req_free(r);
 }
@@ -486,17 +488,23 @@ static void exec_done(void *opaque, struct sandbox_exec_result *res, const struc
 static enum MHD_Result exec_answer(struct req *r)
 {
 	struct api_server *srv = r->srv;
-	struct sandbox_exec_result *res;
+	struct sandbox_exec_result res;
 	enum exec_state state;
 	struct sbx_error err;
 	enum MHD_Result ret;
+	bool has_res;
 
 	pthread_mutex_lock(&srv->lock);
 	state = r->state;
-	res = TAKE_PTR(r->res);
+	res = r->res;
+	has_res = r->has_res;
+	r->has_res = false;
+	memset(&r->res, 0, sizeof(r->res));
 	err = r->exec_err;
 	pthread_mutex_unlock(&srv->lock);
 	if (state == EXEC_ABORTED) {
+		if (has_res)
+			sandbox_exec_result_release(&res);
 		sbx_error_clear(&err);
 		sbx_error_set(&err, SBX_E_SERVICE_UNAVAILABLE, NULL,
 			      "the service is shutting down; the command may still be running, "
@@ -504,11 +512,10 @@ static enum MHD_Result exec_answer(struct req *r)
 		err.retry_after_s = 5;
 		return reply_error(r->conn, &err);
 	}
-	if (!res)
+	if (!has_res)
 		return reply_error(r->conn, &err);
-	ret = reply_json(r->conn, 200, api_exec_result_encode(res, r->exec.base64), 0, NULL);
-	sandbox_exec_result_release(res);
-	free(res);
+	ret = reply_json(r->conn, 200, api_exec_result_encode(&res, r->exec.base64), 0, NULL);
+	sandbox_exec_result_release(&res);
 	return ret;
 }
 
@@ -719,10 +726,8 @@ static void req_free(struct req *r)
 
 	sbx_buf_release(&r->body);
 	api_exec_body_release(&r->exec);
-	if (r->res) {
-		sandbox_exec_result_release(r->res);
-		free(r->res);
-	}
+	if (r->has_res)
+		sandbox_exec_result_release(&r->res);
 	free(r);
 	pthread_mutex_lock(&srv->lock);
 	free_srv = --srv->live_reqs == 0 && srv->released;
@@ -827,12 +832,12 @@ struct api_server *api_server_start(struct sandbox_svc *svc, struct sbx_error *e
 	srv->daemon = MHD_start_daemon(
 		MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
 			MHD_USE_ITC,
-		ntohs(sa.sin_port), NULL, NULL, handler, srv, MHD_OPTION_SOCK_ADDR,
+		ntohs(sa.sin_port), NULL, NULL, handler, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
+		srv, MHD_OPTION_SOCK_ADDR,
 		(const struct sockaddr *)&sa, MHD_OPTION_THREAD_POOL_SIZE, threads,
 		MHD_OPTION_CONNECTION_LIMIT, (unsigned)API_CONNECTION_LIMIT,
 		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)API_IDLE_TIMEOUT_S,
-		MHD_OPTION_NOTIFY_COMPLETED, completed, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
-		srv, MHD_OPTION_END);
+		MHD_OPTION_NOTIFY_COMPLETED, completed, srv, MHD_OPTION_END);
 	if (!srv->daemon) {
 		sbx_error_set(err, SBX_E_INTERNAL, "listen", "cannot listen on '%s': %s",
 			      cfg->listen, strerror(errno));
@@ -856,9 +861,12 @@ void api_server_quiesce(struct api_server *srv)
 	if (!srv || srv->quiesced)
 		return;
 	srv->quiesced = true;
-	/* MHD hands the listening socket over; it is closed after
-	 * MHD_stop_daemon, once no worker can still hold it. */
+	/* MHD takes the socket out of every worker's epoll set before it
+	 * returns it, so closing it now makes new connections fail fast. */
 	srv->listen_fd = MHD_quiesce_daemon(srv->daemon);
+	if (srv->listen_fd != MHD_INVALID_SOCKET)
+		close(srv->listen_fd);
+	srv->listen_fd = MHD_INVALID_SOCKET;
 }
 
 int api_server_drain(struct api_server *srv, int64_t timeout_ms)

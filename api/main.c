@@ -48,7 +48,7 @@ static int usage_error(const char *fmt, ...)
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "\n%s", usage_text);
+	fprintf(stderr, " (see 'sandboxd --help')\n");
 	return EXIT_USAGE;
 }
 

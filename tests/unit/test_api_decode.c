@@ -1,0 +1,570 @@
+/* api/: the pure request decoders, response encoders and the config parser
+ * (through api-priv.h). No server, no libvirt. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "api/api-priv.h"
+#include "sandbox/sandbox.h"
+#include "util/util.h"
+
+static struct sandbox_config cfg;
+
+static int setup(void **state)
+{
+	sandbox_config_defaults(&cfg);
+	return 0;
+}
+
+#define S(lit) (lit), (sizeof(lit) - 1)
+
+/* Decode an exec body that must fail with SBX_E_INVALID_REQUEST and param. */
+static void exec_bad(const char *body, size_t len, const char *param)
+{
+	struct api_exec_body b;
+	struct sbx_error err;
+
+	sbx_error_clear(&err);
+	assert_int_equal(api_exec_decode(body, len, &cfg, &b, &err), -1);
+	assert_int_equal(err.code, SBX_E_INVALID_REQUEST);
+	assert_string_equal(err.param, param);
+	assert_true(err.message[0] != '\0');
+	assert_null(b.command);
+	assert_null(b.env);
+}
+
+static void test_exec_good(void **state)
+{
+	struct api_exec_body b;
+	struct sbx_error err;
+
+	sbx_error_clear(&err);
+	assert_int_equal(api_exec_decode(S("{\"command\": \"python3 a.py\", \"timeout_ms\": 120000, "
+					   "\"cwd\": \"/home/sandbox/p\", \"env\": {\"K\": \"V\", "
+					   "\"_x1\": \"a b\"}, \"encoding\": \"base64\"}"),
+					 &cfg, &b, &err),
+			 0);
+	assert_string_equal(b.req.command, "python3 a.py");
+	assert_int_equal(b.req.command_len, 12);
+	assert_true(b.req.has_timeout);
+	assert_int_equal(b.req.timeout_ms, 120000);
+	assert_string_equal(b.req.cwd, "/home/sandbox/p");
+	assert_int_equal(b.req.n_env, 2);
+	assert_true(b.base64);
+	bool k = false, x = false;
+	for (size_t i = 0; i < b.req.n_env; i++) {
+		k = k || strcmp(b.req.env[i], "K=V") == 0;
+		x = x || strcmp(b.req.env[i], "_x1=a b") == 0;
+	}
+	assert_true(k && x);
+	api_exec_body_release(&b);
+
+	/* Only command: defaults. */
+	assert_int_equal(api_exec_decode(S("{\"command\":\"true\"}"), &cfg, &b, &err), 0);
+	assert_false(b.req.has_timeout);
+	assert_null(b.req.cwd);
+	assert_int_equal(b.req.n_env, 0);
+	assert_false(b.base64);
+	api_exec_body_release(&b);
+
+	/* Explicit utf-8, surrounding whitespace. */
+	assert_int_equal(api_exec_decode(S("\n {\"command\":\"x\",\"encoding\":\"utf-8\"} \n"), &cfg,
+					 &b, &err),
+			 0);
+	assert_false(b.base64);
+	api_exec_body_release(&b);
+}
+
+static void test_exec_bad(void **state)
+{
+	exec_bad(S(""), "command"); /* empty body = {} and command is required */
+	exec_bad(S("{}"), "command");
+	exec_bad(S("{\"command\": \"\"}"), "command");
+	exec_bad(S("{\"command\": 5}"), "command");
+	exec_bad(S("{\"command\": null}"), "command");
+	exec_bad(S("{\"command\": \"a\\u0000b\"}"), "command");
+	exec_bad(S("{\"command\": \"x\", \"timeout_ms\": 0}"), "timeout_ms");
+	exec_bad(S("{\"command\": \"x\", \"timeout_ms\": -5}"), "timeout_ms");
+	exec_bad(S("{\"command\": \"x\", \"timeout_ms\": 1.5}"), "timeout_ms");
+	exec_bad(S("{\"command\": \"x\", \"timeout_ms\": \"100\"}"), "timeout_ms");
+	exec_bad(S("{\"command\": \"x\", \"timeout_ms\": 99999999999999999999999}"), "timeout_ms");
+	exec_bad(S("{\"command\": \"x\", \"timeout_ms\": 4294967296}"), "timeout_ms");
+	exec_bad(S("{\"command\": \"x\", \"cwd\": \"relative/dir\"}"), "cwd");
+	exec_bad(S("{\"command\": \"x\", \"cwd\": \"\"}"), "cwd");
+	exec_bad(S("{\"command\": \"x\", \"cwd\": \"/a\\u0000b\"}"), "cwd");
+	exec_bad(S("{\"command\": \"x\", \"cwd\": 1}"), "cwd");
+	exec_bad(S("{\"command\": \"x\", \"env\": []}"), "env");
+	exec_bad(S("{\"command\": \"x\", \"env\": {\"1A\": \"v\"}}"), "env");
+	exec_bad(S("{\"command\": \"x\", \"env\": {\"A-B\": \"v\"}}"), "env");
+	exec_bad(S("{\"command\": \"x\", \"env\": {\"\": \"v\"}}"), "env");
+	exec_bad(S("{\"command\": \"x\", \"env\": {\"A=B\": \"v\"}}"), "env");
+	exec_bad(S("{\"command\": \"x\", \"env\": {\"OK\": \"v\", \"N\": 1}}"), "env.N");
+	exec_bad(S("{\"command\": \"x\", \"env\": {\"V\": \"a\\u0000b\"}}"), "env.V");
+	exec_bad(S("{\"command\": \"x\", \"encoding\": \"latin1\"}"), "encoding");
+	exec_bad(S("{\"command\": \"x\", \"stdin\": \"\"}"), "stdin");
+	exec_bad(S("{\"command\": \"x\", \"Command\": \"y\"}"), "Command");
+	/* Not JSON / not an object: no param. */
+	exec_bad(S("command=ls"), "");
+	exec_bad(S("[\"ls\"]"), "");
+	exec_bad(S("\"ls\""), "");
+	exec_bad(S("{\"command\": \"x\"} trailing"), "");
+	exec_bad(S("{\"command\": \"x\"}{}"), "");
+	exec_bad(S("{\"command\": \"x\""), "");
+	exec_bad(S("{\"command\": \"x\",}"), "");
+	exec_bad(S("{'command': 'x'}"), "");
+	exec_bad(S("{\"command\": \"\xff\"}"), "");    /* invalid UTF-8 */
+	exec_bad(S("{\"command\": \"x\"}\0"), "");      /* raw NUL */
+	exec_bad(S("[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]"), "");
+}
+
+static void test_exec_env_key_names_in_message(void **state)
+{
+	struct api_exec_body b;
+	struct sbx_error err;
+
+	sbx_error_clear(&err);
+	assert_int_equal(api_exec_decode(S("{\"command\":\"x\",\"env\":{\"BAD-KEY\":\"v\"}}"), &cfg,
+					 &b, &err),
+			 -1);
+	assert_non_null(strstr(err.message, "BAD-KEY"));
+	assert_true(api_env_key_valid("_", 1));
+	assert_true(api_env_key_valid("PATH", 4));
+	assert_true(api_env_key_valid("a9_Z", 4));
+	assert_false(api_env_key_valid("9a", 2));
+	assert_false(api_env_key_valid("a b", 3));
+	assert_false(api_env_key_valid("", 0));
+	assert_false(api_env_key_valid("é", strlen("é")));
+}
+
+static void test_exec_command_cap(void **state)
+{
+	struct sandbox_config small = cfg;
+	struct api_exec_body b;
+	struct sbx_error err;
+	char body[256];
+
+	small.max_command_bytes = 10;
+	sbx_error_clear(&err);
+	snprintf(body, sizeof(body), "{\"command\":\"%s\"}", "0123456789");
+	assert_int_equal(api_exec_decode(body, strlen(body), &small, &b, &err), 0);
+	assert_int_equal(b.req.command_len, 10);
+	api_exec_body_release(&b);
+	snprintf(body, sizeof(body), "{\"command\":\"%s\"}", "0123456789A");
+	assert_int_equal(api_exec_decode(body, strlen(body), &small, &b, &err), -1);
+	assert_string_equal(err.param, "command");
+	assert_non_null(strstr(err.message, "10 bytes"));
+}
+
+static void test_create_decode(void **state)
+{
+	struct api_create_body b;
+	struct sbx_error err;
+
+	sbx_error_clear(&err);
+	assert_int_equal(api_create_decode(S(""), &cfg, &b, &err), 0);
+	assert_null(b.req.size);
+	assert_int_equal(b.req.timeout_minutes, 0);
+	assert_int_equal(api_create_decode(S("{}"), &cfg, &b, &err), 0);
+	assert_null(b.req.size);
+	assert_int_equal(api_create_decode(S("{\"size\":\"medium\",\"timeout_minutes\":1440}"), &cfg,
+					   &b, &err),
+			 0);
+	assert_string_equal(b.req.size, "medium");
+	assert_int_equal(b.req.timeout_minutes, 1440);
+
+	struct {
+		const char *body;
+		const char *param;
+	} bad[] = {
+		{"{\"size\": 1}", "size"},
+		{"{\"size\": \"\"}", "size"},
+		{"{\"size\": \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}", "size"},
+		{"{\"timeout_minutes\": 0}", "timeout_minutes"},
+		{"{\"timeout_minutes\": 1441}", "timeout_minutes"},
+		{"{\"timeout_minutes\": 15.0}", "timeout_minutes"},
+		{"{\"timeout_minutes\": \"15\"}", "timeout_minutes"},
+		{"{\"timeout_minutes\": true}", "timeout_minutes"},
+		{"{\"image\": \"x\"}", "image"},
+		{"not json", ""},
+		{"[]", ""},
+		{"null", ""},
+	};
+	for (size_t i = 0; i < SBX_ARRAY_SIZE(bad); i++) {
+		sbx_error_clear(&err);
+		assert_int_equal(api_create_decode(bad[i].body, strlen(bad[i].body), &cfg, &b, &err),
+				 -1);
+		assert_int_equal(err.code, SBX_E_INVALID_REQUEST);
+		assert_string_equal(err.param, bad[i].param);
+	}
+}
+
+static void test_extend_and_key_decode(void **state)
+{
+	struct sbx_error err;
+	int m = 0;
+
+	sbx_error_clear(&err);
+	assert_int_equal(api_extend_decode(S("{\"timeout_minutes\": 30}"), &cfg, &m, &err), 0);
+	assert_int_equal(m, 30);
+	assert_int_equal(api_extend_decode(S("{}"), &cfg, &m, &err), -1);
+	assert_string_equal(err.param, "timeout_minutes");
+	assert_int_equal(api_extend_decode(S("{\"timeout_minutes\": 30, \"x\": 1}"), &cfg, &m, &err),
+			 -1);
+	assert_string_equal(err.param, "x");
+	assert_int_equal(api_key_create_decode(S(""), &err), 0);
+	assert_int_equal(api_key_create_decode(S("{}"), &err), 0);
+	assert_int_equal(api_key_create_decode(S("{\"name\": \"ci\"}"), &err), -1);
+	assert_string_equal(err.param, "name");
+}
+
+static const char *to_s(struct json_object *o)
+{
+	return json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
+							 JSON_C_TO_STRING_NOSLASHESCAPE);
+}
+
+static void test_exec_result_encode(void **state)
+{
+	char out[] = {'a', '\0', 'b', (char)0xff, 'c'};
+	char err_s[] = {'\xe2', '\x82', '\xac', '\xc3'}; /* "€" then a cut sequence */
+	struct sandbox_exec_result r = {
+		.stdout_buf = out,
+		.stdout_len = sizeof(out),
+		.stderr_buf = err_s,
+		.stderr_len = sizeof(err_s),
+		.exit_code = 137,
+		.duration_ms = 1004,
+		.timed_out = true,
+		.truncated = false,
+	};
+	struct json_object *o = api_exec_result_encode(&r, false), *v;
+
+	assert_non_null(o);
+	assert_non_null(strstr(to_s(o), "\"stdout\":\"a\\u0000b\xef\xbf\xbd" "c\""));
+	assert_true(json_object_object_get_ex(o, "stdout", &v));
+	assert_int_equal(json_object_get_string_len(v), 7); /* a NUL b U+FFFD(3) c */
+	assert_true(json_object_object_get_ex(o, "stderr", &v));
+	assert_string_equal(json_object_get_string(v), "\xe2\x82\xac\xef\xbf\xbd");
+	assert_true(json_object_object_get_ex(o, "exit_code", &v));
+	assert_int_equal(json_object_get_int(v), 137);
+	assert_true(json_object_object_get_ex(o, "timed_out", &v));
+	assert_true(json_object_get_boolean(v));
+	assert_true(json_object_object_get_ex(o, "truncated", &v));
+	assert_false(json_object_get_boolean(v));
+	assert_true(json_object_object_get_ex(o, "duration_ms", &v));
+	assert_int_equal(json_object_get_int(v), 1004);
+	json_object_put(o);
+
+	/* Truncated: the cut character at the end is dropped, not replaced. */
+	r.truncated = true;
+	o = api_exec_result_encode(&r, false);
+	assert_true(json_object_object_get_ex(o, "stderr", &v));
+	assert_string_equal(json_object_get_string(v), "\xe2\x82\xac");
+	json_object_put(o);
+
+	/* base64 of the exact bytes. */
+	o = api_exec_result_encode(&r, true);
+	assert_true(json_object_object_get_ex(o, "stdout", &v));
+	assert_string_equal(json_object_get_string(v), "YQBi/2M=");
+	assert_true(json_object_object_get_ex(o, "stderr", &v));
+	assert_string_equal(json_object_get_string(v), "4oKsww==");
+	json_object_put(o);
+
+	/* Empty streams. */
+	struct sandbox_exec_result e = {0};
+	o = api_exec_result_encode(&e, false);
+	assert_string_equal(to_s(o), "{\"stdout\":\"\",\"stderr\":\"\",\"exit_code\":0,"
+				     "\"duration_ms\":0,\"truncated\":false,\"timed_out\":false}");
+	json_object_put(o);
+}
+
+static void test_sandbox_and_error_encode(void **state)
+{
+	struct sandbox_view v = {
+		.id = "sbx_0123456789abcdef",
+		.status = "running",
+		.size = "small",
+		.created_at_ms = 1787409060000, /* 2026-08-22T14:31:00Z */
+		.expires_at_ms = 1787409960000,
+		.ended_at_ms = 0,
+		.cost_micro = 7525,
+	};
+	struct json_object *o = api_sandbox_encode(&v);
+	struct sbx_error err;
+
+	assert_string_equal(to_s(o), "{\"id\":\"sbx_0123456789abcdef\",\"object\":\"sandbox\","
+				     "\"status\":\"running\",\"size\":\"small\",\"created_at\":"
+				     "\"2026-08-22T14:31:00Z\",\"expires_at\":\"2026-08-22T14:46:00Z\","
+				     "\"ended_at\":null,\"cost_micro_usd\":7525,\"cost_usd\":"
+				     "\"0.007525\"}");
+	json_object_put(o);
+
+	sbx_error_clear(&err);
+	sbx_error_set(&err, SBX_E_INVALID_REQUEST, "command", "'command' is required");
+	o = api_error_encode(&err);
+	assert_string_equal(to_s(o), "{\"error\":{\"type\":\"invalid_request\",\"message\":"
+				     "\"'command' is required\",\"param\":\"command\"}}");
+	json_object_put(o);
+	sbx_error_set(&err, SBX_E_NOT_FOUND, NULL, "no such sandbox");
+	o = api_error_encode(&err);
+	assert_string_equal(to_s(o),
+			    "{\"error\":{\"type\":\"not_found\",\"message\":\"no such sandbox\"}}");
+	json_object_put(o);
+}
+
+static void test_usd(void **state)
+{
+	char buf[32];
+	int64_t m;
+	struct sbx_error err;
+
+	api_usd_format(90000, buf);
+	assert_string_equal(buf, "0.090000");
+	api_usd_format(0, buf);
+	assert_string_equal(buf, "0.000000");
+	api_usd_format(-1250000, buf);
+	assert_string_equal(buf, "-1.250000");
+	api_usd_format(INT64_MIN, buf);
+	assert_string_equal(buf, "-9223372036854.775808");
+
+	assert_int_equal(api_usd_parse("25", &m, &err), 0);
+	assert_int_equal(m, 25000000);
+	assert_int_equal(api_usd_parse("0.5", &m, &err), 0);
+	assert_int_equal(m, 500000);
+	assert_int_equal(api_usd_parse("3.141592", &m, &err), 0);
+	assert_int_equal(m, 3141592);
+	assert_int_equal(api_usd_parse("0", &m, &err), 0);
+	assert_int_equal(m, 0);
+	assert_int_equal(api_usd_parse("9223372036854.775807", &m, &err), 0);
+	assert_int_equal(m, INT64_MAX);
+	const char *bad[] = {"", ".", "1.", ".5", "-1", "+1", "1.1234567", "1e3", " 1", "1 ",
+			     "0x10", "9223372036854.775808", "99999999999999999999", "1,5", NULL};
+	for (size_t i = 0; i < SBX_ARRAY_SIZE(bad); i++) {
+		sbx_error_clear(&err);
+		assert_int_equal(api_usd_parse(bad[i], &m, &err), -1);
+		assert_int_equal(err.code, SBX_E_INVALID_REQUEST);
+	}
+}
+
+static void test_limits_encode(void **state)
+{
+	struct json_object *o = api_limits_encode(&cfg), *v, *s;
+
+	assert_true(json_object_object_get_ex(o, "sizes", &v));
+	assert_int_equal(json_object_array_length(v), 3);
+	s = json_object_array_get_idx(v, 0);
+	assert_string_equal(to_s(s), "{\"name\":\"small\",\"vcpus\":2,\"memory_gib\":4,\"disk_gib\":40,"
+				     "\"price_micro_usd_per_hour\":90000,\"price_usd_per_hour\":"
+				     "\"0.090000\"}");
+	assert_true(json_object_object_get_ex(o, "startup", &v));
+	assert_string_equal(to_s(v), "{\"warm\":{\"p50_ms\":null,\"p95_ms\":null,\"samples\":0},"
+				     "\"cold\":{\"p50_ms\":null,\"p95_ms\":null,\"samples\":0}}");
+	assert_true(json_object_object_get_ex(o, "sandboxes_per_account", &v));
+	assert_int_equal(json_object_get_int(v), 20);
+	json_object_put(o);
+}
+
+/* ---------------------------------------------------------------- config */
+
+static int cfg_parse(const char *json, struct sandbox_config *c, struct sbx_error *err)
+{
+	sandbox_config_defaults(c);
+	sbx_error_clear(err);
+	return api_config_parse(json, strlen(json), c, err);
+}
+
+static void test_config_good(void **state)
+{
+	struct sandbox_config c;
+	struct sbx_error err;
+
+	assert_int_equal(cfg_parse("{}", &c, &err), 0);
+	assert_int_equal(c.n_sizes, 3);
+	assert_int_equal(cfg_parse("{\"listen\": \"0.0.0.0:9000\", \"allow_tcg\": true, "
+				   "\"max_body_bytes\": 2048, \"memory_overcommit\": 1.5, "
+				   "\"http_threads\": 8, \"min_free_disk_mib\": 100, "
+				   "\"default_exec_timeout_ms\": 5000, \"tb_cache_mib\": 32, "
+				   "\"destroy_on_exit\": true, \"max_guests\": 3}",
+				   &c, &err),
+			 0);
+	assert_string_equal(c.listen, "0.0.0.0:9000");
+	assert_true(c.allow_tcg);
+	assert_int_equal(c.max_body_bytes, 2048);
+	assert_true(c.memory_overcommit == 1.5);
+	assert_int_equal(c.http_threads, 8);
+	assert_int_equal(c.min_free_disk_mib, 100);
+	assert_int_equal(c.default_exec_timeout_ms, 5000);
+	assert_int_equal(c.tb_cache_mib, 32);
+	assert_true(c.destroy_on_exit);
+	assert_int_equal(c.max_guests, 3);
+	assert_int_equal(c.default_timeout_minutes, 15); /* untouched keys keep defaults */
+	/* An integer is fine for a double key. */
+	assert_int_equal(cfg_parse("{\"memory_overcommit\": 2}", &c, &err), 0);
+	assert_true(c.memory_overcommit == 2.0);
+}
+
+static void test_config_sizes(void **state)
+{
+	struct sandbox_config c;
+	struct sbx_error err;
+
+	assert_int_equal(cfg_parse("{\"sizes\": {\"tiny\": {\"vcpus\": 1, \"memory_mib\": 256, "
+				   "\"disk_gib\": 1, \"price_micro_usd_per_hour\": 1000}, "
+				   "\"big\": {\"vcpus\": 16, \"memory_mib\": 65536, \"disk_gib\": "
+				   "320, \"price_micro_usd_per_hour\": 1100000}}, "
+				   "\"default_size\": \"tiny\"}",
+				   &c, &err),
+			 0);
+	assert_int_equal(c.n_sizes, 2); /* replaces the table */
+	assert_string_equal(c.sizes[0].name, "tiny");
+	assert_int_equal(c.sizes[0].vcpus, 1);
+	assert_int_equal(c.sizes[0].memory_mib, 256);
+	assert_int_equal(c.sizes[1].price_micro_per_hour, 1100000);
+	assert_non_null(sandbox_config_size(&c, "big"));
+	assert_null(sandbox_config_size(&c, "small"));
+	sandbox_config_resolve(&c);
+	assert_int_equal(sandbox_config_validate(&c, &err), 0);
+
+	struct {
+		const char *json;
+		const char *param;
+	} bad[] = {
+		{"{\"sizes\": []}", "sizes"},
+		{"{\"sizes\": {}}", "sizes"},
+		{"{\"sizes\": {\"x\": 1}}", "sizes.x"},
+		{"{\"sizes\": {\"x\": {\"vcpus\": 1, \"memory_mib\": 256, \"disk_gib\": 1}}}",
+		 "sizes.x.price_micro_usd_per_hour"},
+		{"{\"sizes\": {\"x\": {\"vcpus\": 1, \"memory_mib\": 256, \"disk_gib\": 1, "
+		 "\"price_micro_usd_per_hour\": 1, \"gpus\": 1}}}",
+		 "sizes.x.gpus"},
+		{"{\"sizes\": {\"x\": {\"vcpus\": \"1\", \"memory_mib\": 256, \"disk_gib\": 1, "
+		 "\"price_micro_usd_per_hour\": 1}}}",
+		 "sizes.x.vcpus"},
+		{"{\"sizes\": {\"x\": {\"vcpus\": 1, \"memory_mib\": 256, \"disk_gib\": 1, "
+		 "\"price_micro_usd_per_hour\": -1}}}",
+		 "sizes.x.price_micro_usd_per_hour"},
+		{"{\"sizes\": {\"a_name_that_is_too_long\": {}}}", "sizes"},
+		{"{\"sizes\": {\"1\":{},\"2\":{},\"3\":{},\"4\":{},\"5\":{},\"6\":{},\"7\":{},\"8\":{},"
+		 "\"9\":{}}}",
+		 "sizes"},
+	};
+	for (size_t i = 0; i < SBX_ARRAY_SIZE(bad); i++) {
+		assert_int_equal(cfg_parse(bad[i].json, &c, &err), -1);
+		assert_int_equal(err.code, SBX_E_INVALID_REQUEST);
+		assert_string_equal(err.param, bad[i].param);
+	}
+}
+
+static void test_config_bad(void **state)
+{
+	struct sandbox_config c;
+	struct sbx_error err;
+	char longstr[200];
+	char json[400];
+
+	struct {
+		const char *json;
+		const char *param;
+	} bad[] = {
+		{"{\"listne\": \"x\"}", "listne"},
+		{"{\"listen\": 8080}", "listen"},
+		{"{\"allow_tcg\": \"yes\"}", "allow_tcg"},
+		{"{\"allow_tcg\": 1}", "allow_tcg"},
+		{"{\"max_guests\": 2.5}", "max_guests"},
+		{"{\"max_guests\": 99999999999}", "max_guests"},
+		{"{\"max_body_bytes\": -1}", "max_body_bytes"},
+		{"{\"boot_timeout_ms\": 4294967296}", "boot_timeout_ms"},
+		{"{\"memory_overcommit\": \"2\"}", "memory_overcommit"},
+		{"{\"mode\": null}", "mode"},
+		{"{\"kernel\": \"/a\\u0000b\"}", "kernel"},
+		{"[]", "config"},
+		{"{\"listen\": \"x\"", "config"},
+		{"{} {}", "config"},
+		{"", "config"},
+	};
+	for (size_t i = 0; i < SBX_ARRAY_SIZE(bad); i++) {
+		assert_int_equal(cfg_parse(bad[i].json, &c, &err), -1);
+		assert_int_equal(err.code, SBX_E_INVALID_REQUEST);
+		assert_string_equal(err.param, bad[i].param);
+		assert_non_null(strstr(err.message, bad[i].param));
+	}
+	/* A string that overflows its fixed buffer (domain_prefix is 32 bytes). */
+	memset(longstr, 'a', 32);
+	longstr[32] = '\0';
+	snprintf(json, sizeof(json), "{\"domain_prefix\": \"%s\"}", longstr);
+	assert_int_equal(cfg_parse(json, &c, &err), -1);
+	assert_string_equal(err.param, "domain_prefix");
+	longstr[31] = '\0';
+	snprintf(json, sizeof(json), "{\"domain_prefix\": \"%s\"}", longstr);
+	assert_int_equal(cfg_parse(json, &c, &err), 0);
+	assert_int_equal(strlen(c.domain_prefix), 31);
+}
+
+static void test_config_load_file(void **state)
+{
+	char dir[] = "/tmp/t-api-cfg-XXXXXX", path[64];
+	struct sandbox_config c;
+	struct sbx_error err;
+	const char *text = "{\n  \"state_dir\": \"/srv/sbx\",\n  \"max_sandboxes_per_account\": 5\n}\n";
+
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/c.json", dir);
+	assert_int_equal(sbx_write_file(path, text, strlen(text), 0600), 0);
+	sandbox_config_defaults(&c);
+	sbx_error_clear(&err);
+	assert_int_equal(api_config_load(path, &c, &err), 0);
+	assert_string_equal(c.state_dir, "/srv/sbx");
+	assert_int_equal(c.max_sandboxes_per_account, 5);
+	sandbox_config_resolve(&c);
+	assert_string_equal(c.db_path, "/srv/sbx/sandboxd.db");
+	unlink(path);
+	rmdir(dir);
+	assert_int_equal(api_config_load(path, &c, &err), -1);
+	assert_string_equal(err.param, "config");
+}
+
+static void test_listen_parse(void **state)
+{
+	struct sockaddr_in sa;
+	struct sbx_error err;
+
+	sbx_error_clear(&err);
+	assert_int_equal(api_listen_parse("127.0.0.1:0", &sa, &err), 0);
+	assert_int_equal(api_listen_parse("0.0.0.0:8080", &sa, &err), 0);
+	assert_int_equal(api_listen_parse("localhost:65535", &sa, &err), 0);
+	const char *bad[] = {"", ":80", "127.0.0.1", "127.0.0.1:", "127.0.0.1:65536",
+			     "127.0.0.1:-1", "127.0.0.1:8x", "host.example:80", "[::1]:80", NULL};
+	for (size_t i = 0; i < SBX_ARRAY_SIZE(bad); i++) {
+		assert_int_equal(api_listen_parse(bad[i], &sa, &err), -1);
+		assert_string_equal(err.param, "listen");
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_exec_good),
+		cmocka_unit_test(test_exec_bad),
+		cmocka_unit_test(test_exec_env_key_names_in_message),
+		cmocka_unit_test(test_exec_command_cap),
+		cmocka_unit_test(test_create_decode),
+		cmocka_unit_test(test_extend_and_key_decode),
+		cmocka_unit_test(test_exec_result_encode),
+		cmocka_unit_test(test_sandbox_and_error_encode),
+		cmocka_unit_test(test_usd),
+		cmocka_unit_test(test_limits_encode),
+		cmocka_unit_test(test_config_good),
+		cmocka_unit_test(test_config_sizes),
+		cmocka_unit_test(test_config_bad),
+		cmocka_unit_test(test_config_load_file),
+		cmocka_unit_test(test_listen_parse),
+	};
+	return cmocka_run_group_tests(tests, setup, NULL);
+}
