@@ -1,0 +1,547 @@
+/* api/: the real HTTP server on 127.0.0.1:0 over a real TCP socket, with a
+ * store-only (SANDBOX_SVC_ADMIN) service in a temp state dir. A minimal
+ * HTTP/1.1 client lives here (no libcurl). Sandboxes are not created (that
+ * needs libvirt; tests/integration does it). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include <json-c/json.h>
+
+#include "api/api-priv.h"
+#include "sandbox/sandbox.h"
+#include "util/util.h"
+
+#define BODY_CAP 4096
+
+struct fx {
+	char dir[64];
+	struct sandbox_config cfg;
+	struct sandbox_svc *svc;
+	struct api_server *srv;
+	unsigned port;
+	char key[80];
+	char account_id[SANDBOX_ID_MAX];
+};
+static struct fx F;
+
+struct resp {
+	int status;
+	char headers[4096];
+	char *body;
+	size_t body_len;
+	struct json_object *json;
+};
+
+static void resp_release(struct resp *r)
+{
+	free(r->body);
+	json_object_put(r->json);
+	memset(r, 0, sizeof(*r));
+}
+
+/* The value of a response header (case-insensitive name), or NULL. */
+static const char *resp_header(const struct resp *r, const char *name, char out[static 256])
+{
+	size_t n = strlen(name);
+
+	for (const char *p = r->headers; p && *p; p = strstr(p, "\r\n") ? strstr(p, "\r\n") + 2 : NULL) {
+		if (strncasecmp(p, name, n) == 0 && p[n] == ':') {
+			const char *v = p + n + 1, *e = strstr(v, "\r\n");
+			while (*v == ' ')
+				v++;
+			size_t l = e ? (size_t)(e - v) : strlen(v);
+			if (l > 255)
+				l = 255;
+			memcpy(out, v, l);
+			out[l] = '\0';
+			return out;
+		}
+	}
+	return NULL;
+}
+
+/* Send `raw` (a whole request) and read the response until EOF. */
+static void http_raw(const char *raw, size_t raw_len, struct resp *r)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)F.port)};
+	struct timeval tv = {.tv_sec = 10};
+	struct sbx_buf in;
+	char chunk[4096];
+	ssize_t n;
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	memset(r, 0, sizeof(*r));
+	assert_true(fd >= 0);
+	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	for (size_t off = 0; off < raw_len;) {
+		n = send(fd, raw + off, raw_len - off, MSG_NOSIGNAL);
+		if (n <= 0)
+			break; /* the server may answer (413) and close early */
+		off += (size_t)n;
+	}
+	shutdown(fd, SHUT_WR);
+	sbx_buf_init(&in, 16 * 1024 * 1024);
+	while ((n = recv(fd, chunk, sizeof(chunk), 0)) > 0)
+		assert_int_equal(sbx_buf_append(&in, chunk, (size_t)n), 0);
+	close(fd);
+	assert_non_null(in.data);
+	assert_int_equal(sscanf(in.data, "HTTP/1.1 %d", &r->status), 1);
+	char *eoh = strstr(in.data, "\r\n\r\n");
+	assert_non_null(eoh);
+	char *sol = strstr(in.data, "\r\n") + 2;
+	size_t hl = (size_t)(eoh - sol) + 2;
+	assert_true(hl < sizeof(r->headers));
+	memcpy(r->headers, sol, hl);
+	r->body_len = in.len - (size_t)(eoh + 4 - in.data);
+	r->body = strndup(eoh + 4, r->body_len);
+	r->json = json_tokener_parse(r->body);
+	sbx_buf_release(&in);
+}
+
+static void http(const char *method, const char *path, const char *key, const char *ctype,
+		 const char *body, struct resp *r)
+{
+	char req[BODY_CAP * 4];
+	int n;
+
+	n = snprintf(req, sizeof(req), "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n",
+		     method, path);
+	if (key)
+		n += snprintf(req + n, sizeof(req) - (size_t)n, "Authorization: Bearer %s\r\n", key);
+	if (ctype)
+		n += snprintf(req + n, sizeof(req) - (size_t)n, "Content-Type: %s\r\n", ctype);
+	if (body)
+		n += snprintf(req + n, sizeof(req) - (size_t)n, "Content-Length: %zu\r\n",
+			      strlen(body));
+	n += snprintf(req + n, sizeof(req) - (size_t)n, "\r\n%s", body ? body : "");
+	assert_true((size_t)n < sizeof(req));
+	http_raw(req, (size_t)n, r);
+}
+
+/* Every reply is JSON with Content-Type application/json. */
+static void assert_json_reply(const struct resp *r)
+{
+	char v[256];
+
+	assert_non_null(r->json);
+	assert_non_null(resp_header(r, "Content-Type", v));
+	assert_string_equal(v, "application/json");
+}
+
+/* The one error shape; param NULL = no param. */
+static void assert_error(const struct resp *r, int status, const char *type, const char *param)
+{
+	struct json_object *e, *v;
+
+	assert_int_equal(r->status, status);
+	assert_json_reply(r);
+	assert_true(json_object_object_get_ex(r->json, "error", &e));
+	assert_true(json_object_object_get_ex(e, "type", &v));
+	assert_string_equal(json_object_get_string(v), type);
+	assert_true(json_object_object_get_ex(e, "message", &v));
+	assert_true(json_object_get_string_len(v) > 0);
+	if (param) {
+		assert_true(json_object_object_get_ex(e, "param", &v));
+		assert_string_equal(json_object_get_string(v), param);
+	} else {
+		assert_false(json_object_object_get_ex(e, "param", &v));
+	}
+}
+
+static struct json_object *get(struct json_object *o, const char *k)
+{
+	struct json_object *v = NULL;
+
+	assert_true(json_object_object_get_ex(o, k, &v));
+	return v;
+}
+
+static int setup(void **state)
+{
+	struct sandbox_account acct;
+	struct sandbox_key key;
+	struct sbx_error err;
+
+	snprintf(F.dir, sizeof(F.dir), "/tmp/t-api-http-%d-XXXXXX", (int)getpid());
+	if (!mkdtemp(F.dir))
+		return -1;
+	sandbox_config_defaults(&F.cfg);
+	snprintf(F.cfg.state_dir, sizeof(F.cfg.state_dir), "%s", F.dir);
+	snprintf(F.cfg.listen, sizeof(F.cfg.listen), "127.0.0.1:0");
+	F.cfg.max_body_bytes = BODY_CAP;
+	F.cfg.http_threads = 2;
+	sandbox_config_resolve(&F.cfg);
+	sbx_error_clear(&err);
+	if (sandbox_config_validate(&F.cfg, &err) < 0)
+		return -1;
+	F.svc = sandbox_svc_new(&F.cfg, SANDBOX_SVC_ADMIN, &err);
+	if (!F.svc)
+		return -1;
+	if (sandbox_account_create(F.svc, "test", 5000000, &acct, &key, F.key, &err) < 0)
+		return -1;
+	memcpy(F.account_id, acct.id, sizeof(F.account_id));
+	F.srv = api_server_start(F.svc, &err);
+	if (!F.srv)
+		return -1;
+	F.port = api_server_port(F.srv);
+	return F.port ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	char cmd[128];
+
+	api_server_stop(F.srv);
+	sandbox_svc_free(F.svc);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", F.dir);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+static void test_auth(void **state)
+{
+	struct resp r;
+
+	http("GET", "/v1/sandboxes", NULL, NULL, NULL, &r);
+	assert_error(&r, 401, "authentication_error", NULL);
+	char msg_missing[256];
+	snprintf(msg_missing, sizeof(msg_missing), "%s",
+		 json_object_get_string(get(get(r.json, "error"), "message")));
+	resp_release(&r);
+
+	/* Malformed, unknown and wrong-scheme keys: same 401, same message. */
+	const char *bad[] = {"garbage", "aas_sk_", "aas_sk_00000000000000000000000000000000000000"
+						   "00000000000000000000000000"};
+	for (size_t i = 0; i < SBX_ARRAY_SIZE(bad); i++) {
+		http("GET", "/v1/usage", bad[i], NULL, NULL, &r);
+		assert_error(&r, 401, "authentication_error", NULL);
+		assert_string_equal(json_object_get_string(get(get(r.json, "error"), "message")),
+				    msg_missing);
+		resp_release(&r);
+	}
+	char raw[256];
+	int n = snprintf(raw, sizeof(raw),
+			 "GET /v1/usage HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+			 "Authorization: Basic %s\r\n\r\n",
+			 F.key);
+	http_raw(raw, (size_t)n, &r);
+	assert_error(&r, 401, "authentication_error", NULL);
+	resp_release(&r);
+
+	/* Scheme is case-insensitive. */
+	n = snprintf(raw, sizeof(raw),
+		     "GET /v1/usage HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+		     "Authorization: bearer %s\r\n\r\n",
+		     F.key);
+	http_raw(raw, (size_t)n, &r);
+	assert_int_equal(r.status, 200);
+	resp_release(&r);
+}
+
+static void test_routes(void **state)
+{
+	struct resp r;
+	char v[256];
+
+	http("GET", "/v1/nope", F.key, NULL, NULL, &r);
+	assert_error(&r, 404, "not_found", NULL);
+	resp_release(&r);
+	http("GET", "/v1/sandboxes/", F.key, NULL, NULL, &r);
+	assert_error(&r, 404, "not_found", NULL);
+	resp_release(&r);
+	http("GET", "/v1/sandboxes/sbx_1/exec/more", F.key, NULL, NULL, &r);
+	assert_error(&r, 404, "not_found", NULL);
+	resp_release(&r);
+	/* A sandbox that does not exist (or is another account's). */
+	http("GET", "/v1/sandboxes/sbx_0123456789abcdef0123", F.key, NULL, NULL, &r);
+	assert_error(&r, 404, "not_found", NULL);
+	resp_release(&r);
+	http("DELETE", "/v1/sandboxes/sbx_0123456789abcdef0123", F.key, NULL, NULL, &r);
+	assert_error(&r, 404, "not_found", NULL);
+	resp_release(&r);
+
+	http("PUT", "/v1/sandboxes", F.key, NULL, NULL, &r);
+	assert_error(&r, 405, "method_not_allowed", NULL);
+	assert_non_null(resp_header(&r, "Allow", v));
+	assert_string_equal(v, "GET, POST");
+	resp_release(&r);
+	http("GET", "/v1/sandboxes/sbx_1/exec", F.key, NULL, NULL, &r);
+	assert_error(&r, 405, "method_not_allowed", NULL);
+	assert_non_null(resp_header(&r, "Allow", v));
+	assert_string_equal(v, "POST");
+	resp_release(&r);
+	http("POST", "/v1/limits", NULL, NULL, NULL, &r);
+	assert_error(&r, 405, "method_not_allowed", NULL);
+	resp_release(&r);
+	http("GET", "/v1/api_keys/key_1", F.key, NULL, NULL, &r);
+	assert_error(&r, 405, "method_not_allowed", NULL);
+	assert_non_null(resp_header(&r, "Allow", v));
+	assert_string_equal(v, "DELETE");
+	resp_release(&r);
+}
+
+static void test_bodies(void **state)
+{
+	struct resp r;
+
+	/* Auth comes first: a bad body without a key is 401. */
+	http("POST", "/v1/sandboxes", NULL, "application/json", "not json", &r);
+	assert_error(&r, 401, "authentication_error", NULL);
+	resp_release(&r);
+
+	http("POST", "/v1/sandboxes", F.key, "application/json", "not json", &r);
+	assert_error(&r, 400, "invalid_request", NULL);
+	resp_release(&r);
+	http("POST", "/v1/sandboxes", F.key, "application/json", "[1]", &r);
+	assert_error(&r, 400, "invalid_request", NULL);
+	resp_release(&r);
+	http("POST", "/v1/sandboxes", F.key, "application/json; charset=utf-8", "{\"sise\":\"small\"}",
+	     &r);
+	assert_error(&r, 400, "invalid_request", "sise");
+	resp_release(&r);
+	http("POST", "/v1/sandboxes", F.key, NULL, "{\"timeout_minutes\": \"15\"}", &r);
+	assert_error(&r, 400, "invalid_request", "timeout_minutes");
+	resp_release(&r);
+	http("POST", "/v1/sandboxes/sbx_0123456789abcdef0123/exec", F.key, "application/json",
+	     "{\"command\": \"ls\", \"env\": {\"A B\": \"x\"}}", &r);
+	assert_error(&r, 400, "invalid_request", "env");
+	resp_release(&r);
+	/* Body is checked before the sandbox is looked up. */
+	http("POST", "/v1/sandboxes/sbx_0123456789abcdef0123/exec", F.key, "application/json", "{}",
+	     &r);
+	assert_error(&r, 400, "invalid_request", "command");
+	resp_release(&r);
+	http("POST", "/v1/sandboxes/sbx_0123456789abcdef0123/extend", F.key, "application/json",
+	     "{\"timeout_minutes\": 0}", &r);
+	assert_error(&r, 400, "invalid_request", "timeout_minutes");
+	resp_release(&r);
+
+	/* 415: a body with another media type. */
+	http("POST", "/v1/sandboxes", F.key, "text/plain", "{}", &r);
+	assert_error(&r, 415, "unsupported_media_type", NULL);
+	resp_release(&r);
+	http("POST", "/v1/sandboxes", F.key, "application/x-www-form-urlencoded", "size=small", &r);
+	assert_error(&r, 415, "unsupported_media_type", NULL);
+	resp_release(&r);
+	http("POST", "/v1/sandboxes", F.key, "application/jsonx", "{}", &r);
+	assert_error(&r, 415, "unsupported_media_type", NULL);
+	resp_release(&r);
+}
+
+static void test_oversize(void **state)
+{
+	struct resp r;
+	size_t big = BODY_CAP + 1;
+	char *body = malloc(big + 1);
+
+	/* Declared length over the cap: 413 before the body is read. */
+	memset(body, ' ', big);
+	body[0] = '{';
+	body[big - 1] = '}';
+	body[big] = '\0';
+	http("POST", "/v1/sandboxes", F.key, "application/json", body, &r);
+	assert_error(&r, 413, "payload_too_large", NULL);
+	resp_release(&r);
+
+	/* Exactly the cap is fine (reaches the decoder: unknown field). */
+	char *ok = malloc(BODY_CAP + 1);
+	int n = snprintf(ok, BODY_CAP + 1, "{\"x\":\"");
+	memset(ok + n, 'a', BODY_CAP - (size_t)n - 2);
+	memcpy(ok + BODY_CAP - 2, "\"}", 3);
+	assert_int_equal(strlen(ok), BODY_CAP);
+	http("POST", "/v1/sandboxes", F.key, "application/json", ok, &r);
+	assert_error(&r, 400, "invalid_request", "x");
+	resp_release(&r);
+	free(ok);
+
+	/* Chunked, no length: the server stops buffering at the cap. */
+	struct sbx_buf raw;
+	sbx_buf_init(&raw, 1 << 20);
+	sbx_buf_printf(&raw, "POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+			     "Authorization: Bearer %s\r\nContent-Type: application/json\r\n"
+			     "Transfer-Encoding: chunked\r\n\r\n",
+		       F.key);
+	for (int i = 0; i < 8; i++) {
+		sbx_buf_printf(&raw, "%zx\r\n", (size_t)1024);
+		for (int k = 0; k < 1024; k++)
+			sbx_buf_append(&raw, " ", 1);
+		sbx_buf_append(&raw, "\r\n", 2);
+	}
+	sbx_buf_printf(&raw, "0\r\n\r\n");
+	http_raw(raw.data, raw.len, &r);
+	assert_error(&r, 413, "payload_too_large", NULL);
+	resp_release(&r);
+	sbx_buf_release(&raw);
+	free(body);
+}
+
+static void test_limits(void **state)
+{
+	struct resp r;
+
+	http("GET", "/v1/limits", NULL, NULL, NULL, &r); /* no auth needed */
+	assert_int_equal(r.status, 200);
+	assert_json_reply(&r);
+	assert_string_equal(json_object_get_string(get(r.json, "object")), "limits");
+	assert_int_equal(json_object_get_int(get(r.json, "sandboxes_per_account")), 20);
+	assert_int_equal(json_object_get_int(get(r.json, "max_body_bytes")), BODY_CAP);
+	assert_int_equal(json_object_get_int(get(get(r.json, "timeout_minutes"), "max")), 1440);
+	struct json_object *sizes = get(r.json, "sizes");
+	assert_int_equal(json_object_array_length(sizes), 3);
+	assert_string_equal(json_object_get_string(
+				    get(json_object_array_get_idx(sizes, 1), "price_usd_per_hour")),
+			    "0.280000");
+	assert_int_equal(json_object_get_int(get(get(get(r.json, "startup"), "cold"), "samples")),
+			 0);
+	resp_release(&r);
+}
+
+static void test_sandboxes_list_and_usage(void **state)
+{
+	struct resp r;
+
+	http("GET", "/v1/sandboxes", F.key, NULL, NULL, &r);
+	assert_int_equal(r.status, 200);
+	assert_json_reply(&r);
+	assert_string_equal(json_object_get_string(get(r.json, "object")), "list");
+	assert_int_equal(json_object_array_length(get(r.json, "data")), 0);
+	assert_false(json_object_get_boolean(get(r.json, "has_more")));
+	resp_release(&r);
+	http("GET", "/v1/sandboxes?status=running&limit=100", F.key, NULL, NULL, &r);
+	assert_int_equal(r.status, 200);
+	resp_release(&r);
+	http("GET", "/v1/sandboxes?limit=0", F.key, NULL, NULL, &r);
+	assert_error(&r, 400, "invalid_request", "limit");
+	resp_release(&r);
+	http("GET", "/v1/sandboxes?limit=101", F.key, NULL, NULL, &r);
+	assert_error(&r, 400, "invalid_request", "limit");
+	resp_release(&r);
+	http("GET", "/v1/sandboxes?limit=1x", F.key, NULL, NULL, &r);
+	assert_error(&r, 400, "invalid_request", "limit");
+	resp_release(&r);
+	http("GET", "/v1/sandboxes?status=paused", F.key, NULL, NULL, &r);
+	assert_error(&r, 400, "invalid_request", "status");
+	resp_release(&r);
+
+	http("GET", "/v1/usage", F.key, NULL, NULL, &r);
+	assert_int_equal(r.status, 200);
+	assert_json_reply(&r);
+	assert_string_equal(json_object_get_string(get(r.json, "object")), "usage");
+	assert_int_equal(json_object_get_int64(get(r.json, "balance_micro_usd")), 5000000);
+	assert_string_equal(json_object_get_string(get(r.json, "balance_usd")), "5.000000");
+	assert_int_equal(json_object_get_int64(get(r.json, "available_micro_usd")), 5000000);
+	assert_int_equal(json_object_get_int64(get(r.json, "reserved_micro_usd")), 0);
+	assert_int_equal(json_object_get_int64(get(r.json, "consumed_micro_usd")), 0);
+	assert_int_equal(json_object_get_int(get(get(r.json, "sandboxes"), "limit")), 20);
+	assert_non_null(get(get(r.json, "period"), "from"));
+	assert_false(json_object_object_get_ex(r.json, "buckets", NULL));
+	resp_release(&r);
+
+	http("GET", "/v1/usage?from=2026-01-01T00:00:00Z&to=2026-01-03T00:00:00Z&granularity=day",
+	     F.key, NULL, NULL, &r);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(json_object_get_string(get(get(r.json, "period"), "from")),
+			    "2026-01-01T00:00:00Z");
+	assert_int_equal(json_object_array_length(get(r.json, "buckets")), 2);
+	resp_release(&r);
+	http("GET", "/v1/usage?from=yesterday", F.key, NULL, NULL, &r);
+	assert_error(&r, 400, "invalid_request", "from");
+	resp_release(&r);
+	http("GET", "/v1/usage?to=2026-13-01T00:00:00Z", F.key, NULL, NULL, &r);
+	assert_error(&r, 400, "invalid_request", "to");
+	resp_release(&r);
+	http("GET", "/v1/usage?granularity=week", F.key, NULL, NULL, &r);
+	assert_error(&r, 400, "invalid_request", "granularity");
+	resp_release(&r);
+}
+
+static void test_api_keys(void **state)
+{
+	struct resp r;
+	char secret[80], key_id[SANDBOX_ID_MAX], path[96];
+
+	http("POST", "/v1/api_keys", F.key, NULL, NULL, &r);
+	assert_int_equal(r.status, 201);
+	assert_json_reply(&r);
+	assert_string_equal(json_object_get_string(get(r.json, "object")), "api_key");
+	snprintf(secret, sizeof(secret), "%s", json_object_get_string(get(r.json, "secret")));
+	snprintf(key_id, sizeof(key_id), "%s", json_object_get_string(get(r.json, "id")));
+	assert_int_equal(strncmp(secret, "aas_sk_", 7), 0);
+	assert_int_equal(strncmp(key_id, "key_", 4), 0);
+	assert_non_null(get(r.json, "prefix"));
+	assert_non_null(get(r.json, "created_at"));
+	resp_release(&r);
+
+	http("POST", "/v1/api_keys", F.key, "application/json", "{\"name\":\"x\"}", &r);
+	assert_error(&r, 400, "invalid_request", "name");
+	resp_release(&r);
+
+	/* The new key works; the list has both keys and no secrets. */
+	http("GET", "/v1/api_keys", secret, NULL, NULL, &r);
+	assert_int_equal(r.status, 200);
+	struct json_object *data = get(r.json, "data");
+	assert_int_equal(json_object_array_length(data), 2);
+	assert_null(strstr(r.body, secret));
+	assert_null(strstr(r.body, F.key));
+	for (size_t i = 0; i < 2; i++)
+		assert_false(json_object_object_get_ex(json_object_array_get_idx(data, i), "secret",
+						       NULL));
+	resp_release(&r);
+
+	snprintf(path, sizeof(path), "/v1/api_keys/%s", key_id);
+	http("DELETE", path, F.key, NULL, NULL, &r);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(json_object_get_string(get(r.json, "id")), key_id);
+	assert_true(json_object_get_boolean(get(r.json, "revoked")));
+	resp_release(&r);
+
+	/* The revoked key is refused like any bad key. */
+	http("GET", "/v1/sandboxes", secret, NULL, NULL, &r);
+	assert_error(&r, 401, "authentication_error", NULL);
+	resp_release(&r);
+	/* The first key still works, and an unknown key id is 404. */
+	http("DELETE", "/v1/api_keys/key_000000000000", F.key, NULL, NULL, &r);
+	assert_error(&r, 404, "not_found", NULL);
+	resp_release(&r);
+}
+
+static void test_keep_alive_two_requests(void **state)
+{
+	/* Two pipelined requests on one connection both get answered. */
+	struct resp r;
+	const char raw[] = "GET /v1/limits HTTP/1.1\r\nHost: x\r\n\r\n"
+			   "GET /v1/nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+
+	http_raw(raw, sizeof(raw) - 1, &r);
+	assert_int_equal(r.status, 200);
+	assert_non_null(strstr(r.body, "HTTP/1.1 404"));
+	resp_release(&r);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_auth),
+		cmocka_unit_test(test_routes),
+		cmocka_unit_test(test_bodies),
+		cmocka_unit_test(test_oversize),
+		cmocka_unit_test(test_limits),
+		cmocka_unit_test(test_sandboxes_list_and_usage),
+		cmocka_unit_test(test_api_keys),
+		cmocka_unit_test(test_keep_alive_two_requests),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
