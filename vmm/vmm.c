@@ -53,7 +53,9 @@ struct vmm {
 	int lifecycle_id;
 	bool close_cb;
 
-	pthread_mutex_t lock; /* guards stopped_fn/opaque and virt_type */
+	pthread_mutex_t lock; /* guards the fields below */
+	pthread_cond_t cond;
+	bool lifecycle_freed; /* libvirt dropped our lifecycle callback */
 	vmm_stopped_fn stopped_fn;
 	void *stopped_opaque;
 };
@@ -506,6 +508,17 @@ static void vmm_close_cb(virConnectPtr conn, int reason, void *opaque)
 	sbx_err(MOD, "libvirt connection '%s' closed (reason %d)", v->uri, reason);
 }
 
+/* libvirt's virFreeCallback for the lifecycle registration: called once no
+ * dispatch of it can run any more (possibly later than the deregister). */
+static void vmm_lifecycle_free(void *opaque)
+{
+	struct vmm *v = opaque;
+	pthread_mutex_lock(&v->lock);
+	v->lifecycle_freed = true;
+	pthread_cond_broadcast(&v->cond);
+	pthread_mutex_unlock(&v->lock);
+}
+
 void vmm_set_stopped_callback(struct vmm *v, vmm_stopped_fn fn, void *opaque)
 {
 	pthread_mutex_lock(&v->lock);
@@ -540,6 +553,7 @@ static void vmm_free_fields(struct vmm *v)
 	free(v->cmdline);
 	free(v->run_dir);
 	free(v->virt_type);
+	pthread_cond_destroy(&v->cond);
 	pthread_mutex_destroy(&v->lock);
 	free(v);
 }
@@ -612,6 +626,7 @@ struct vmm *vmm_new(const struct vmm_config *cfg, struct sbx_error *err)
 		return NULL;
 	}
 	pthread_mutex_init(&v->lock, NULL);
+	pthread_cond_init(&v->cond, NULL);
 	v->uri = strdup(cfg->uri);
 	v->prefix = strdup(cfg->name_prefix);
 	v->kernel = strdup(cfg->kernel);
@@ -647,7 +662,8 @@ struct vmm *vmm_new(const struct vmm_config *cfg, struct sbx_error *err)
 	virConnSetErrorFunc(v->conn, NULL, vmm_silent_error);
 	v->lifecycle_id =
 		virConnectDomainEventRegisterAny(v->conn, NULL, VIR_DOMAIN_EVENT_ID_LIFECYCLE,
-						 VIR_DOMAIN_EVENT_CALLBACK(vmm_lifecycle_cb), v, NULL);
+						 VIR_DOMAIN_EVENT_CALLBACK(vmm_lifecycle_cb), v,
+						 vmm_lifecycle_free);
 	if (v->lifecycle_id < 0) {
 		sbx_err(MOD, "cannot register lifecycle events: %s", vmm_lv_msg());
 		sbx_error_set(err, SBX_E_INTERNAL, NULL, "cannot watch domain lifecycle events");
@@ -671,15 +687,34 @@ err_free:
 
 void vmm_free(struct vmm *v)
 {
+	bool leak = false;
 	if (!v)
 		return;
-	if (v->lifecycle_id >= 0)
-		virConnectDomainEventDeregisterAny(v->conn, v->lifecycle_id);
+	if (v->lifecycle_id >= 0 &&
+	    virConnectDomainEventDeregisterAny(v->conn, v->lifecycle_id) == 0) {
+		/* A dispatch in progress on the event thread still uses v: wait
+		 * (bounded) until libvirt lets go of it. */
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += 5;
+		pthread_mutex_lock(&v->lock);
+		while (!v->lifecycle_freed)
+			if (pthread_cond_timedwait(&v->cond, &v->lock, &ts) != 0)
+				break;
+		bool freed = v->lifecycle_freed;
+		pthread_mutex_unlock(&v->lock);
+		if (!freed) {
+			/* Leak v rather than risk a callback on freed memory. */
+			sbx_warn(MOD, "lifecycle callback still registered at vmm_free");
+			leak = true;
+		}
+	}
 	if (v->close_cb)
 		virConnectUnregisterCloseCallback(v->conn, vmm_close_cb);
 	virConnectClose(v->conn);
 	vmm_loop_release();
-	vmm_free_fields(v);
+	if (!leak)
+		vmm_free_fields(v);
 }
 
 const char *vmm_accel_name(const struct vmm *v)

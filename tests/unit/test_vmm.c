@@ -712,7 +712,8 @@ static void test_socket_transport_no_server(void **state)
 	struct vmm_guest_spec spec = {.vcpus = 1, .memory_mib = 128};
 	struct vmm_vm *vm = vmm_vm_start(f->v, &spec, &err);
 	assert_non_null(vm);
-	/* A plain file where the socket should be: fails at once, no retry. */
+	/* A plain file where the socket should be: refused after the bounded
+	 * retry (connect() retries ECONNREFUSED while qemu starts listening). */
 	char path[256];
 	snprintf(path, sizeof(path), "%s/%s.sock", f->run_dir, vmm_vm_name(vm));
 	touch(path);
