@@ -48,10 +48,10 @@ int api_key_create_decode(const char *body, size_t len, struct sbx_error *err);
  * api_exec_body_release (also safe after a failed decode). */
 struct api_exec_body {
 	struct sandbox_exec_req req; /* points into the fields below */
-	bool base64;                 /* "encoding": "base64" */
+	bool base64;		     /* "encoding": "base64" */
 	char *command;
 	char *cwd;
-	char **env;                  /* "KEY=VALUE" strings, n_env of them */
+	char **env; /* "KEY=VALUE" strings, n_env of them */
 	size_t n_env;
 };
 /* {"command": non-empty string <= cfg->max_command_bytes, no NUL

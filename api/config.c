@@ -23,42 +23,49 @@ struct key_spec {
 	size_t size; /* K_STR: buffer size */
 };
 
-#define STR(f) {#f, K_STR, offsetof(struct sandbox_config, f), sizeof(((struct sandbox_config *)0)->f)}
-#define NUM(f, t) {#f, t, offsetof(struct sandbox_config, f), 0}
+#define STR(f)                                                                                     \
+	{                                                                                          \
+#f, K_STR, offsetof(struct sandbox_config, f),                                     \
+		    sizeof(((struct sandbox_config *)0)->f)                                        \
+	}
+#define NUM(f, t)                                                                                  \
+	{                                                                                          \
+#f, t, offsetof(struct sandbox_config, f), 0                                       \
+	}
 
 static const struct key_spec keys[] = {
-	STR(mode),
-	STR(listen),
-	STR(db_path),
-	STR(state_dir),
-	STR(libvirt_uri),
-	STR(domain_prefix),
-	STR(accel),
-	NUM(allow_tcg, K_BOOL),
-	STR(kernel),
-	STR(initrd),
-	STR(base_image),
-	STR(kernel_cmdline),
-	STR(transport),
-	NUM(tb_cache_mib, K_UINT),
-	STR(default_size),
-	NUM(default_timeout_minutes, K_INT),
-	NUM(max_timeout_minutes, K_INT),
-	NUM(max_lifetime_minutes, K_INT),
-	NUM(max_sandboxes_per_account, K_INT),
-	NUM(max_execs_per_sandbox, K_INT),
-	NUM(max_body_bytes, K_SIZE),
-	NUM(max_command_bytes, K_SIZE),
-	NUM(output_cap_bytes, K_SIZE),
-	NUM(default_exec_timeout_ms, K_U32),
-	NUM(boot_timeout_ms, K_U32),
-	NUM(exec_backstop_grace_ms, K_U32),
-	NUM(max_guests, K_INT),
-	NUM(memory_overcommit, K_DOUBLE),
-	NUM(max_concurrent_boots, K_INT),
-	NUM(min_free_disk_mib, K_U64),
-	NUM(destroy_on_exit, K_BOOL),
-	NUM(http_threads, K_INT),
+    STR(mode),
+    STR(listen),
+    STR(db_path),
+    STR(state_dir),
+    STR(libvirt_uri),
+    STR(domain_prefix),
+    STR(accel),
+    NUM(allow_tcg, K_BOOL),
+    STR(kernel),
+    STR(initrd),
+    STR(base_image),
+    STR(kernel_cmdline),
+    STR(transport),
+    NUM(tb_cache_mib, K_UINT),
+    STR(default_size),
+    NUM(default_timeout_minutes, K_INT),
+    NUM(max_timeout_minutes, K_INT),
+    NUM(max_lifetime_minutes, K_INT),
+    NUM(max_sandboxes_per_account, K_INT),
+    NUM(max_execs_per_sandbox, K_INT),
+    NUM(max_body_bytes, K_SIZE),
+    NUM(max_command_bytes, K_SIZE),
+    NUM(output_cap_bytes, K_SIZE),
+    NUM(default_exec_timeout_ms, K_U32),
+    NUM(boot_timeout_ms, K_U32),
+    NUM(exec_backstop_grace_ms, K_U32),
+    NUM(max_guests, K_INT),
+    NUM(memory_overcommit, K_DOUBLE),
+    NUM(max_concurrent_boots, K_INT),
+    NUM(min_free_disk_mib, K_U64),
+    NUM(destroy_on_exit, K_BOOL),
+    NUM(http_threads, K_INT),
 };
 
 static int bad_type(const char *key, const char *what, struct sbx_error *err)
@@ -69,8 +76,8 @@ static int bad_type(const char *key, const char *what, struct sbx_error *err)
 
 /* A non-negative integer <= max (json-c saturates huge numbers, and the
  * uint64 check catches values above INT64_MAX). */
-static int get_count(struct json_object *v, const char *key, int64_t min, int64_t max,
-		     int64_t *out, struct sbx_error *err)
+static int get_count(struct json_object *v, const char *key, int64_t min, int64_t max, int64_t *out,
+		     struct sbx_error *err)
 {
 	int64_t x;
 
@@ -219,8 +226,7 @@ static int apply_sizes(struct json_object *v, struct sandbox_config *cfg, struct
 			return sbx_error_set(err, SBX_E_INVALID_REQUEST, "sizes",
 					     "config key 'sizes' holds at most %d sizes",
 					     SANDBOX_MAX_SIZES);
-		if (len == 0 || len >= sizeof(sizes[0].name) ||
-		    !api_env_key_valid(name, len))
+		if (len == 0 || len >= sizeof(sizes[0].name) || !api_env_key_valid(name, len))
 			return sbx_error_set(err, SBX_E_INVALID_REQUEST, "sizes",
 					     "size names must be 1..%zu letters, digits or '_'",
 					     sizeof(sizes[0].name) - 1);

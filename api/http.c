@@ -21,29 +21,29 @@
 
 #include "api-priv.h"
 
-#define MOD "api"
+#define MOD		     "api"
 #define API_CONNECTION_LIMIT 1024
-#define API_IDLE_TIMEOUT_S 120
-#define API_TOKEN_MAX 128
+#define API_IDLE_TIMEOUT_S   120
+#define API_TOKEN_MAX	     128
 
 enum route {
 	R_NONE,
 	R_SANDBOXES, /* /v1/sandboxes */
 	R_SANDBOX,   /* /v1/sandboxes/{id} */
-	R_EXEC,      /* /v1/sandboxes/{id}/exec */
+	R_EXEC,	     /* /v1/sandboxes/{id}/exec */
 	R_EXTEND,    /* /v1/sandboxes/{id}/extend */
 	R_USAGE,     /* /v1/usage */
 	R_LIMITS,    /* /v1/limits */
-	R_KEYS,      /* /v1/api_keys */
-	R_KEY,       /* /v1/api_keys/{id} */
+	R_KEYS,	     /* /v1/api_keys */
+	R_KEY,	     /* /v1/api_keys/{id} */
 };
 
 enum exec_state {
-	EXEC_NONE,      /* no exec started */
-	EXEC_RUNNING,   /* started, connection not suspended (yet) */
+	EXEC_NONE,	/* no exec started */
+	EXEC_RUNNING,	/* started, connection not suspended (yet) */
 	EXEC_SUSPENDED, /* connection suspended, waiting for the callback */
-	EXEC_DONE,      /* callback ran: res or exec_err holds the outcome */
-	EXEC_ABORTED,   /* the server is stopping: answered 503 */
+	EXEC_DONE,	/* callback ran: res or exec_err holds the outcome */
+	EXEC_ABORTED,	/* the server is stopping: answered 503 */
 };
 
 struct api_server {
@@ -84,8 +84,8 @@ struct req {
 
 /* ---------------------------------------------------------------- replies */
 
-static enum MHD_Result reply_json(struct MHD_Connection *c, unsigned status,
-				  struct json_object *o, int retry_after_s, const char *allow)
+static enum MHD_Result reply_json(struct MHD_Connection *c, unsigned status, struct json_object *o,
+				  int retry_after_s, const char *allow)
 {
 	struct MHD_Response *resp;
 	const char *text;
@@ -100,7 +100,7 @@ static enum MHD_Result reply_json(struct MHD_Connection *c, unsigned status,
 						       MHD_RESPMEM_PERSISTENT);
 	} else {
 		text = json_object_to_json_string_length(
-			o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &len);
+		    o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &len);
 		resp = MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_MUST_COPY);
 		json_object_put(o);
 	}
@@ -206,8 +206,7 @@ static enum route route_resolve(const char *url, char id[SANDBOX_ID_MAX])
 			return R_EXTEND;
 		return R_NONE;
 	}
-	if (strncmp(url, "/v1/api_keys/", 13) == 0 && take_id(url + 13, id, &rest) &&
-	    *rest == '\0')
+	if (strncmp(url, "/v1/api_keys/", 13) == 0 && take_id(url + 13, id, &rest) && *rest == '\0')
 		return R_KEY;
 	return R_NONE;
 }
@@ -284,8 +283,8 @@ static bool bearer_token(const char *h, char out[API_TOKEN_MAX + 1])
 static int authenticate(struct api_server *srv, struct MHD_Connection *c, char *account_id,
 			struct sbx_error *err)
 {
-	const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-						    MHD_HTTP_HEADER_AUTHORIZATION);
+	const char *h =
+	    MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
 	char token[API_TOKEN_MAX + 1];
 	struct sbx_error e;
 
@@ -651,7 +650,8 @@ static enum MHD_Result request_begin(struct api_server *srv, struct MHD_Connecti
 		char shown[80];
 		size_t i = 0;
 		for (; url[i] && i < 64; i++)
-			shown[i] = (url[i] > 0x20 && url[i] < 0x7f && url[i] != '\'') ? url[i] : '?';
+			shown[i] =
+			    (url[i] > 0x20 && url[i] < 0x7f && url[i] != '\'') ? url[i] : '?';
 		shown[i] = '\0';
 		sbx_error_set(&err, SBX_E_NOT_FOUND, NULL,
 			      "unknown endpoint '%s %s'; see docs/api.md for the endpoints",
@@ -706,12 +706,13 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
 	sbx_error_clear(&err);
 	if (r->too_large) {
 		sbx_error_set(&err, SBX_E_PAYLOAD_TOO_LARGE, NULL,
-			      "the request body is larger than %zu bytes", srv->cfg->max_body_bytes);
+			      "the request body is larger than %zu bytes",
+			      srv->cfg->max_body_bytes);
 		return reply_error(c, &err);
 	}
 	if (r->body.len > 0 && route_has_body(r->route, method)) {
 		const char *ct =
-			MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+		    MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
 		if (ct && !content_type_json(ct))
 			return reply_new_error(c, SBX_E_UNSUPPORTED_MEDIA_TYPE, NULL,
 					       "send the body as 'Content-Type: application/json'");
@@ -830,14 +831,13 @@ struct api_server *api_server_start(struct sandbox_svc *svc, struct sbx_error *e
 	pthread_cond_init(&srv->idle, NULL);
 
 	srv->daemon = MHD_start_daemon(
-		MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
-			MHD_USE_ITC,
-		ntohs(sa.sin_port), NULL, NULL, handler, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
-		srv, MHD_OPTION_SOCK_ADDR,
-		(const struct sockaddr *)&sa, MHD_OPTION_THREAD_POOL_SIZE, threads,
-		MHD_OPTION_CONNECTION_LIMIT, (unsigned)API_CONNECTION_LIMIT,
-		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)API_IDLE_TIMEOUT_S,
-		MHD_OPTION_NOTIFY_COMPLETED, completed, srv, MHD_OPTION_END);
+	    MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
+		MHD_USE_ITC,
+	    ntohs(sa.sin_port), NULL, NULL, handler, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv,
+	    MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)&sa, MHD_OPTION_THREAD_POOL_SIZE,
+	    threads, MHD_OPTION_CONNECTION_LIMIT, (unsigned)API_CONNECTION_LIMIT,
+	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)API_IDLE_TIMEOUT_S,
+	    MHD_OPTION_NOTIFY_COMPLETED, completed, srv, MHD_OPTION_END);
 	if (!srv->daemon) {
 		sbx_error_set(err, SBX_E_INTERNAL, "listen", "cannot listen on '%s': %s",
 			      cfg->listen, strerror(errno));

@@ -74,7 +74,8 @@ struct json_object *api_json_parse_object(const char *body, size_t len, struct s
 	if (k == len)
 		return json_object_new_object();
 	if (len > INT_MAX || memchr(body, '\0', len)) {
-		sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL, "the request body is not valid JSON");
+		sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL,
+			      "the request body is not valid JSON");
 		return NULL;
 	}
 	tok = json_tokener_new_ex(API_JSON_MAX_DEPTH);
@@ -93,13 +94,12 @@ struct json_object *api_json_parse_object(const char *body, size_t len, struct s
 	}
 	if (jerr != json_tokener_success || !obj || end != len) {
 		json_object_put(obj);
-		sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL,
-			      "the request body is not valid JSON%s%s",
-			      jerr != json_tokener_success && jerr != json_tokener_continue ? ": "
-											     : "",
-			      jerr != json_tokener_success && jerr != json_tokener_continue
-				      ? json_tokener_error_desc(jerr)
-				      : "");
+		sbx_error_set(
+		    err, SBX_E_INVALID_REQUEST, NULL, "the request body is not valid JSON%s%s",
+		    jerr != json_tokener_success && jerr != json_tokener_continue ? ": " : "",
+		    jerr != json_tokener_success && jerr != json_tokener_continue
+			? json_tokener_error_desc(jerr)
+			: "");
 		return NULL;
 	}
 	if (!json_object_is_type(obj, json_type_object)) {
@@ -133,8 +133,8 @@ static int unknown_field(const char *key, struct sbx_error *err)
 
 /* An integer field in [min, max]. json-c stores big numbers saturated or as
  * uint64, so the range check covers overflow too. */
-static int get_int(struct json_object *v, const char *name, int64_t min, int64_t max,
-		   int64_t *out, struct sbx_error *err)
+static int get_int(struct json_object *v, const char *name, int64_t min, int64_t max, int64_t *out,
+		   struct sbx_error *err)
 {
 	int64_t x;
 
@@ -175,8 +175,8 @@ int api_create_decode(const char *body, size_t len, const struct sandbox_config 
 	json_object_object_foreach(obj, key, val)
 	{
 		if (strcmp(key, "size") == 0) {
-			const char *s;
-			size_t n;
+			const char *s = NULL;
+			size_t n = 0;
 			if (get_string(val, "size", &s, &n, err) < 0)
 				goto out;
 			if (n == 0 || n >= sizeof(out->size_buf) || memchr(s, '\0', n)) {
@@ -337,8 +337,8 @@ int api_exec_decode(const char *body, size_t len, const struct sandbox_config *c
 		return -1;
 	json_object_object_foreach(obj, key, val)
 	{
-		const char *s;
-		size_t n;
+		const char *s = NULL;
+		size_t n = 0;
 
 		if (strcmp(key, "command") == 0) {
 			if (get_string(val, "command", &s, &n, err) < 0)
@@ -514,9 +514,9 @@ struct json_object *api_error_encode(const struct sbx_error *err)
 	if ((int)code <= SBX_OK || code >= SBX_CODE_COUNT)
 		code = SBX_E_INTERNAL;
 	json_object_object_add(e, "type", json_object_new_string(sbx_code_type(code)));
-	json_object_object_add(e, "message", json_object_new_string(err->message[0]
-									    ? err->message
-									    : "request failed"));
+	json_object_object_add(
+	    e, "message",
+	    json_object_new_string(err->message[0] ? err->message : "request failed"));
 	if (err->param[0])
 		json_object_object_add(e, "param", json_object_new_string(err->param));
 	json_object_object_add(o, "error", e);
@@ -562,7 +562,8 @@ struct json_object *api_limits_encode(const struct sandbox_config *cfg)
 			       json_object_new_int(cfg->max_lifetime_minutes));
 	json_object_object_add(o, "exec_timeout_ms_default",
 			       json_object_new_int64(cfg->default_exec_timeout_ms));
-	json_object_object_add(o, "max_body_bytes", json_object_new_int64((int64_t)cfg->max_body_bytes));
+	json_object_object_add(o, "max_body_bytes",
+			       json_object_new_int64((int64_t)cfg->max_body_bytes));
 	json_object_object_add(o, "max_command_bytes",
 			       json_object_new_int64((int64_t)cfg->max_command_bytes));
 	json_object_object_add(o, "output_cap_bytes",
@@ -576,7 +577,8 @@ struct json_object *api_limits_encode(const struct sandbox_config *cfg)
 		json_object_object_add(e, "disk_gib", json_object_new_int64((int64_t)s->disk_gib));
 		json_object_object_add(e, "price_micro_usd_per_hour",
 				       json_object_new_int64(s->price_micro_per_hour));
-		json_object_object_add(e, "price_usd_per_hour", usd_encode(s->price_micro_per_hour));
+		json_object_object_add(e, "price_usd_per_hour",
+				       usd_encode(s->price_micro_per_hour));
 		json_object_array_add(sizes, e);
 	}
 	json_object_object_add(o, "sizes", sizes);
@@ -593,8 +595,7 @@ struct json_object *api_usage_encode(const struct sandbox_usage *u)
 	json_object_object_add(o, "balance_micro_usd", json_object_new_int64(u->balance_micro));
 	json_object_object_add(o, "balance_usd", usd_encode(u->balance_micro));
 	json_object_object_add(o, "reserved_micro_usd", json_object_new_int64(u->reserved_micro));
-	json_object_object_add(o, "available_micro_usd",
-			       json_object_new_int64(u->available_micro));
+	json_object_object_add(o, "available_micro_usd", json_object_new_int64(u->available_micro));
 	json_object_object_add(o, "consumed_micro_usd", json_object_new_int64(u->consumed_micro));
 	for (size_t i = 0; i < u->n_sizes && i < SANDBOX_MAX_SIZES; i++) {
 		struct json_object *e = json_object_new_object();
@@ -637,7 +638,8 @@ struct json_object *api_key_encode(const struct sandbox_key *k, const char *secr
 	if (secret) {
 		json_object_object_add(o, "secret", json_object_new_string(secret));
 	} else {
-		json_object_object_add(o, "revoked", json_object_new_boolean(k->revoked_at_ms != 0));
+		json_object_object_add(o, "revoked",
+				       json_object_new_boolean(k->revoked_at_ms != 0));
 		json_object_object_add(o, "revoked_at", api_time_encode(k->revoked_at_ms));
 	}
 	return o;
@@ -653,8 +655,7 @@ struct json_object *api_account_encode(const struct sandbox_account *a)
 	json_object_object_add(o, "created_at", api_time_encode(a->created_at_ms));
 	json_object_object_add(o, "balance_micro_usd", json_object_new_int64(a->balance_micro));
 	json_object_object_add(o, "balance_usd", usd_encode(a->balance_micro));
-	json_object_object_add(o, "available_micro_usd",
-			       json_object_new_int64(a->available_micro));
+	json_object_object_add(o, "available_micro_usd", json_object_new_int64(a->available_micro));
 	json_object_object_add(o, "available_usd", usd_encode(a->available_micro));
 	return o;
 }

@@ -14,19 +14,19 @@
 #include "api-priv.h"
 #include "api.h"
 
-#define EXIT_RUNTIME 1
-#define EXIT_USAGE 2
+#define EXIT_RUNTIME	 1
+#define EXIT_USAGE	 2
 #define DRAIN_TIMEOUT_MS 10000
 
 static const char usage_text[] =
-	"usage:\n"
-	"  sandboxd serve [--config FILE] [--listen HOST:PORT] [--db PATH] [--state-dir DIR]\n"
-	"  sandboxd admin create-account --name NAME --credit-usd AMOUNT [options]\n"
-	"  sandboxd admin add-credit ACCOUNT_ID --credit-usd AMOUNT [options]\n"
-	"  sandboxd admin create-key ACCOUNT_ID [options]\n"
-	"  sandboxd admin revoke-key KEY_ID [options]\n"
-	"  sandboxd admin list-accounts [options]\n"
-	"admin options: [--config FILE] [--db PATH] [--state-dir DIR]\n";
+    "usage:\n"
+    "  sandboxd serve [--config FILE] [--listen HOST:PORT] [--db PATH] [--state-dir DIR]\n"
+    "  sandboxd admin create-account --name NAME --credit-usd AMOUNT [options]\n"
+    "  sandboxd admin add-credit ACCOUNT_ID --credit-usd AMOUNT [options]\n"
+    "  sandboxd admin create-key ACCOUNT_ID [options]\n"
+    "  sandboxd admin revoke-key KEY_ID [options]\n"
+    "  sandboxd admin list-accounts [options]\n"
+    "admin options: [--config FILE] [--db PATH] [--state-dir DIR]\n";
 
 struct opts {
 	const char *config;
@@ -153,7 +153,7 @@ static int load_config(const struct opts *o, struct sandbox_config *cfg)
 static void print_json(struct json_object *o)
 {
 	printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
-								 JSON_C_TO_STRING_NOSLASHESCAPE));
+							     JSON_C_TO_STRING_NOSLASHESCAPE));
 	fflush(stdout);
 	json_object_put(o);
 }
@@ -236,8 +236,8 @@ static struct json_object *accounts_encode(const struct sandbox_account *a, size
 
 static int cmd_admin(int argc, char **argv)
 {
-	static const char *const allowed[] = {"config", "db", "state-dir", "name", "credit-usd",
-					      NULL};
+	static const char *const allowed[] = {"config", "db",	      "state-dir",
+					      "name",	"credit-usd", NULL};
 	const char *sub = argc > 2 ? argv[2] : NULL;
 	struct opts o = {0};
 	struct sandbox_config cfg;
@@ -258,11 +258,12 @@ static int cmd_admin(int argc, char **argv)
 	if ((rc = parse_opts(argc, argv, 3, allowed, &o)))
 		return rc;
 	if (o.n_positional != want_pos)
-		return usage_error("%s", want_pos ? "this command takes one id" :
-						    "this command takes no positional argument");
+		return usage_error("%s", want_pos ? "this command takes one id"
+						  : "this command takes no positional argument");
 	bool needs_credit = strcmp(sub, "create-account") == 0 || strcmp(sub, "add-credit") == 0;
 	if (needs_credit != (o.credit_usd != NULL))
-		return usage_error("--credit-usd %s", needs_credit ? "is required" : "is not taken here");
+		return usage_error("--credit-usd %s",
+				   needs_credit ? "is required" : "is not taken here");
 	if ((strcmp(sub, "create-account") == 0) != (o.name != NULL))
 		return usage_error("--name %s", o.name ? "is not taken here" : "is required");
 	if (o.name && (!o.name[0] || strlen(o.name) >= sizeof(((struct sandbox_account *)0)->name)))

@@ -45,11 +45,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	/* The same bytes as guest output, both encodings. */
 	struct sandbox_exec_result r = {
-		.stdout_buf = (char *)data,
-		.stdout_len = size,
-		.stderr_buf = (char *)data,
-		.stderr_len = size / 2,
-		.truncated = size & 1,
+	    .stdout_buf = (char *)data,
+	    .stdout_len = size,
+	    .stderr_buf = (char *)data,
+	    .stderr_len = size / 2,
+	    .truncated = size & 1,
 	};
 	for (int b64 = 0; b64 < 2; b64++) {
 		struct json_object *o = api_exec_result_encode(&r, b64);

@@ -46,11 +46,12 @@ static void test_exec_good(void **state)
 	struct sbx_error err;
 
 	sbx_error_clear(&err);
-	assert_int_equal(api_exec_decode(S("{\"command\": \"python3 a.py\", \"timeout_ms\": 120000, "
-					   "\"cwd\": \"/home/sandbox/p\", \"env\": {\"K\": \"V\", "
-					   "\"_x1\": \"a b\"}, \"encoding\": \"base64\"}"),
-					 &cfg, &b, &err),
-			 0);
+	assert_int_equal(
+	    api_exec_decode(S("{\"command\": \"python3 a.py\", \"timeout_ms\": 120000, "
+			      "\"cwd\": \"/home/sandbox/p\", \"env\": {\"K\": \"V\", "
+			      "\"_x1\": \"a b\"}, \"encoding\": \"base64\"}"),
+			    &cfg, &b, &err),
+	    0);
 	assert_string_equal(b.req.command, "python3 a.py");
 	assert_int_equal(b.req.command_len, 12);
 	assert_true(b.req.has_timeout);
@@ -75,9 +76,9 @@ static void test_exec_good(void **state)
 	api_exec_body_release(&b);
 
 	/* Explicit utf-8, surrounding whitespace. */
-	assert_int_equal(api_exec_decode(S("\n {\"command\":\"x\",\"encoding\":\"utf-8\"} \n"), &cfg,
-					 &b, &err),
-			 0);
+	assert_int_equal(
+	    api_exec_decode(S("\n {\"command\":\"x\",\"encoding\":\"utf-8\"} \n"), &cfg, &b, &err),
+	    0);
 	assert_false(b.base64);
 	api_exec_body_release(&b);
 }
@@ -119,8 +120,8 @@ static void test_exec_bad(void **state)
 	exec_bad(S("{\"command\": \"x\""), "");
 	exec_bad(S("{\"command\": \"x\",}"), "");
 	exec_bad(S("{'command': 'x'}"), "");
-	exec_bad(S("{\"command\": \"\xff\"}"), "");    /* invalid UTF-8 */
-	exec_bad(S("{\"command\": \"x\"}\0"), "");      /* raw NUL */
+	exec_bad(S("{\"command\": \"\xff\"}"), ""); /* invalid UTF-8 */
+	exec_bad(S("{\"command\": \"x\"}\0"), "");  /* raw NUL */
 	exec_bad(S("[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]"), "");
 }
 
@@ -130,9 +131,9 @@ static void test_exec_env_key_names_in_message(void **state)
 	struct sbx_error err;
 
 	sbx_error_clear(&err);
-	assert_int_equal(api_exec_decode(S("{\"command\":\"x\",\"env\":{\"BAD-KEY\":\"v\"}}"), &cfg,
-					 &b, &err),
-			 -1);
+	assert_int_equal(
+	    api_exec_decode(S("{\"command\":\"x\",\"env\":{\"BAD-KEY\":\"v\"}}"), &cfg, &b, &err),
+	    -1);
 	assert_non_null(strstr(err.message, "BAD-KEY"));
 	assert_true(api_env_key_valid("_", 1));
 	assert_true(api_env_key_valid("PATH", 4));
@@ -173,9 +174,9 @@ static void test_create_decode(void **state)
 	assert_int_equal(b.req.timeout_minutes, 0);
 	assert_int_equal(api_create_decode(S("{}"), &cfg, &b, &err), 0);
 	assert_null(b.req.size);
-	assert_int_equal(api_create_decode(S("{\"size\":\"medium\",\"timeout_minutes\":1440}"), &cfg,
-					   &b, &err),
-			 0);
+	assert_int_equal(
+	    api_create_decode(S("{\"size\":\"medium\",\"timeout_minutes\":1440}"), &cfg, &b, &err),
+	    0);
 	assert_string_equal(b.req.size, "medium");
 	assert_int_equal(b.req.timeout_minutes, 1440);
 
@@ -183,23 +184,23 @@ static void test_create_decode(void **state)
 		const char *body;
 		const char *param;
 	} bad[] = {
-		{"{\"size\": 1}", "size"},
-		{"{\"size\": \"\"}", "size"},
-		{"{\"size\": \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}", "size"},
-		{"{\"timeout_minutes\": 0}", "timeout_minutes"},
-		{"{\"timeout_minutes\": 1441}", "timeout_minutes"},
-		{"{\"timeout_minutes\": 15.0}", "timeout_minutes"},
-		{"{\"timeout_minutes\": \"15\"}", "timeout_minutes"},
-		{"{\"timeout_minutes\": true}", "timeout_minutes"},
-		{"{\"image\": \"x\"}", "image"},
-		{"not json", ""},
-		{"[]", ""},
-		{"null", ""},
+	    {"{\"size\": 1}", "size"},
+	    {"{\"size\": \"\"}", "size"},
+	    {"{\"size\": \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}", "size"},
+	    {"{\"timeout_minutes\": 0}", "timeout_minutes"},
+	    {"{\"timeout_minutes\": 1441}", "timeout_minutes"},
+	    {"{\"timeout_minutes\": 15.0}", "timeout_minutes"},
+	    {"{\"timeout_minutes\": \"15\"}", "timeout_minutes"},
+	    {"{\"timeout_minutes\": true}", "timeout_minutes"},
+	    {"{\"image\": \"x\"}", "image"},
+	    {"not json", ""},
+	    {"[]", ""},
+	    {"null", ""},
 	};
 	for (size_t i = 0; i < SBX_ARRAY_SIZE(bad); i++) {
 		sbx_error_clear(&err);
-		assert_int_equal(api_create_decode(bad[i].body, strlen(bad[i].body), &cfg, &b, &err),
-				 -1);
+		assert_int_equal(
+		    api_create_decode(bad[i].body, strlen(bad[i].body), &cfg, &b, &err), -1);
 		assert_int_equal(err.code, SBX_E_INVALID_REQUEST);
 		assert_string_equal(err.param, bad[i].param);
 	}
@@ -215,8 +216,8 @@ static void test_extend_and_key_decode(void **state)
 	assert_int_equal(m, 30);
 	assert_int_equal(api_extend_decode(S("{}"), &cfg, &m, &err), -1);
 	assert_string_equal(err.param, "timeout_minutes");
-	assert_int_equal(api_extend_decode(S("{\"timeout_minutes\": 30, \"x\": 1}"), &cfg, &m, &err),
-			 -1);
+	assert_int_equal(
+	    api_extend_decode(S("{\"timeout_minutes\": 30, \"x\": 1}"), &cfg, &m, &err), -1);
 	assert_string_equal(err.param, "x");
 	assert_int_equal(api_key_create_decode(S(""), &err), 0);
 	assert_int_equal(api_key_create_decode(S("{}"), &err), 0);
@@ -227,7 +228,7 @@ static void test_extend_and_key_decode(void **state)
 static const char *to_s(struct json_object *o)
 {
 	return json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
-							 JSON_C_TO_STRING_NOSLASHESCAPE);
+						     JSON_C_TO_STRING_NOSLASHESCAPE);
 }
 
 static void test_exec_result_encode(void **state)
@@ -235,19 +236,20 @@ static void test_exec_result_encode(void **state)
 	char out[] = {'a', '\0', 'b', (char)0xff, 'c'};
 	char err_s[] = {'\xe2', '\x82', '\xac', '\xc3'}; /* "€" then a cut sequence */
 	struct sandbox_exec_result r = {
-		.stdout_buf = out,
-		.stdout_len = sizeof(out),
-		.stderr_buf = err_s,
-		.stderr_len = sizeof(err_s),
-		.exit_code = 137,
-		.duration_ms = 1004,
-		.timed_out = true,
-		.truncated = false,
+	    .stdout_buf = out,
+	    .stdout_len = sizeof(out),
+	    .stderr_buf = err_s,
+	    .stderr_len = sizeof(err_s),
+	    .exit_code = 137,
+	    .duration_ms = 1004,
+	    .timed_out = true,
+	    .truncated = false,
 	};
 	struct json_object *o = api_exec_result_encode(&r, false), *v;
 
 	assert_non_null(o);
-	assert_non_null(strstr(to_s(o), "\"stdout\":\"a\\u0000b\xef\xbf\xbd" "c\""));
+	assert_non_null(strstr(to_s(o), "\"stdout\":\"a\\u0000b\xef\xbf\xbd"
+					"c\""));
 	assert_true(json_object_object_get_ex(o, "stdout", &v));
 	assert_int_equal(json_object_get_string_len(v), 7); /* a NUL b U+FFFD(3) c */
 	assert_true(json_object_object_get_ex(o, "stderr", &v));
@@ -288,22 +290,23 @@ static void test_exec_result_encode(void **state)
 static void test_sandbox_and_error_encode(void **state)
 {
 	struct sandbox_view v = {
-		.id = "sbx_0123456789abcdef",
-		.status = "running",
-		.size = "small",
-		.created_at_ms = 1787409060000, /* 2026-08-22T14:31:00Z */
-		.expires_at_ms = 1787409960000,
-		.ended_at_ms = 0,
-		.cost_micro = 7525,
+	    .id = "sbx_0123456789abcdef",
+	    .status = "running",
+	    .size = "small",
+	    .created_at_ms = 1787409060000, /* 2026-08-22T14:31:00Z */
+	    .expires_at_ms = 1787409960000,
+	    .ended_at_ms = 0,
+	    .cost_micro = 7525,
 	};
 	struct json_object *o = api_sandbox_encode(&v);
 	struct sbx_error err;
 
-	assert_string_equal(to_s(o), "{\"id\":\"sbx_0123456789abcdef\",\"object\":\"sandbox\","
-				     "\"status\":\"running\",\"size\":\"small\",\"created_at\":"
-				     "\"2026-08-22T14:31:00Z\",\"expires_at\":\"2026-08-22T14:46:00Z\","
-				     "\"ended_at\":null,\"cost_micro_usd\":7525,\"cost_usd\":"
-				     "\"0.007525\"}");
+	assert_string_equal(to_s(o),
+			    "{\"id\":\"sbx_0123456789abcdef\",\"object\":\"sandbox\","
+			    "\"status\":\"running\",\"size\":\"small\",\"created_at\":"
+			    "\"2026-08-22T14:31:00Z\",\"expires_at\":\"2026-08-22T14:46:00Z\","
+			    "\"ended_at\":null,\"cost_micro_usd\":7525,\"cost_usd\":"
+			    "\"0.007525\"}");
 	json_object_put(o);
 
 	sbx_error_clear(&err);
@@ -344,8 +347,21 @@ static void test_usd(void **state)
 	assert_int_equal(m, 0);
 	assert_int_equal(api_usd_parse("9223372036854.775807", &m, &err), 0);
 	assert_int_equal(m, INT64_MAX);
-	const char *bad[] = {"", ".", "1.", ".5", "-1", "+1", "1.1234567", "1e3", " 1", "1 ",
-			     "0x10", "9223372036854.775808", "99999999999999999999", "1,5", NULL};
+	const char *bad[] = {"",
+			     ".",
+			     "1.",
+			     ".5",
+			     "-1",
+			     "+1",
+			     "1.1234567",
+			     "1e3",
+			     " 1",
+			     "1 ",
+			     "0x10",
+			     "9223372036854.775808",
+			     "99999999999999999999",
+			     "1,5",
+			     NULL};
 	for (size_t i = 0; i < SBX_ARRAY_SIZE(bad); i++) {
 		sbx_error_clear(&err);
 		assert_int_equal(api_usd_parse(bad[i], &m, &err), -1);
@@ -360,9 +376,10 @@ static void test_limits_encode(void **state)
 	assert_true(json_object_object_get_ex(o, "sizes", &v));
 	assert_int_equal(json_object_array_length(v), 3);
 	s = json_object_array_get_idx(v, 0);
-	assert_string_equal(to_s(s), "{\"name\":\"small\",\"vcpus\":2,\"memory_gib\":4,\"disk_gib\":40,"
-				     "\"price_micro_usd_per_hour\":90000,\"price_usd_per_hour\":"
-				     "\"0.090000\"}");
+	assert_string_equal(to_s(s),
+			    "{\"name\":\"small\",\"vcpus\":2,\"memory_gib\":4,\"disk_gib\":40,"
+			    "\"price_micro_usd_per_hour\":90000,\"price_usd_per_hour\":"
+			    "\"0.090000\"}");
 	assert_true(json_object_object_get_ex(o, "startup", &v));
 	assert_string_equal(to_s(v), "{\"warm\":{\"p50_ms\":null,\"p95_ms\":null,\"samples\":0},"
 				     "\"cold\":{\"p50_ms\":null,\"p95_ms\":null,\"samples\":0}}");
@@ -436,24 +453,24 @@ static void test_config_sizes(void **state)
 		const char *json;
 		const char *param;
 	} bad[] = {
-		{"{\"sizes\": []}", "sizes"},
-		{"{\"sizes\": {}}", "sizes"},
-		{"{\"sizes\": {\"x\": 1}}", "sizes.x"},
-		{"{\"sizes\": {\"x\": {\"vcpus\": 1, \"memory_mib\": 256, \"disk_gib\": 1}}}",
-		 "sizes.x.price_micro_usd_per_hour"},
-		{"{\"sizes\": {\"x\": {\"vcpus\": 1, \"memory_mib\": 256, \"disk_gib\": 1, "
-		 "\"price_micro_usd_per_hour\": 1, \"gpus\": 1}}}",
-		 "sizes.x.gpus"},
-		{"{\"sizes\": {\"x\": {\"vcpus\": \"1\", \"memory_mib\": 256, \"disk_gib\": 1, "
-		 "\"price_micro_usd_per_hour\": 1}}}",
-		 "sizes.x.vcpus"},
-		{"{\"sizes\": {\"x\": {\"vcpus\": 1, \"memory_mib\": 256, \"disk_gib\": 1, "
-		 "\"price_micro_usd_per_hour\": -1}}}",
-		 "sizes.x.price_micro_usd_per_hour"},
-		{"{\"sizes\": {\"a_name_that_is_too_long\": {}}}", "sizes"},
-		{"{\"sizes\": {\"1\":{},\"2\":{},\"3\":{},\"4\":{},\"5\":{},\"6\":{},\"7\":{},\"8\":{},"
-		 "\"9\":{}}}",
-		 "sizes"},
+	    {"{\"sizes\": []}", "sizes"},
+	    {"{\"sizes\": {}}", "sizes"},
+	    {"{\"sizes\": {\"x\": 1}}", "sizes.x"},
+	    {"{\"sizes\": {\"x\": {\"vcpus\": 1, \"memory_mib\": 256, \"disk_gib\": 1}}}",
+	     "sizes.x.price_micro_usd_per_hour"},
+	    {"{\"sizes\": {\"x\": {\"vcpus\": 1, \"memory_mib\": 256, \"disk_gib\": 1, "
+	     "\"price_micro_usd_per_hour\": 1, \"gpus\": 1}}}",
+	     "sizes.x.gpus"},
+	    {"{\"sizes\": {\"x\": {\"vcpus\": \"1\", \"memory_mib\": 256, \"disk_gib\": 1, "
+	     "\"price_micro_usd_per_hour\": 1}}}",
+	     "sizes.x.vcpus"},
+	    {"{\"sizes\": {\"x\": {\"vcpus\": 1, \"memory_mib\": 256, \"disk_gib\": 1, "
+	     "\"price_micro_usd_per_hour\": -1}}}",
+	     "sizes.x.price_micro_usd_per_hour"},
+	    {"{\"sizes\": {\"a_name_that_is_too_long\": {}}}", "sizes"},
+	    {"{\"sizes\": {\"1\":{},\"2\":{},\"3\":{},\"4\":{},\"5\":{},\"6\":{},\"7\":{},\"8\":{},"
+	     "\"9\":{}}}",
+	     "sizes"},
 	};
 	for (size_t i = 0; i < SBX_ARRAY_SIZE(bad); i++) {
 		assert_int_equal(cfg_parse(bad[i].json, &c, &err), -1);
@@ -473,21 +490,21 @@ static void test_config_bad(void **state)
 		const char *json;
 		const char *param;
 	} bad[] = {
-		{"{\"listne\": \"x\"}", "listne"},
-		{"{\"listen\": 8080}", "listen"},
-		{"{\"allow_tcg\": \"yes\"}", "allow_tcg"},
-		{"{\"allow_tcg\": 1}", "allow_tcg"},
-		{"{\"max_guests\": 2.5}", "max_guests"},
-		{"{\"max_guests\": 99999999999}", "max_guests"},
-		{"{\"max_body_bytes\": -1}", "max_body_bytes"},
-		{"{\"boot_timeout_ms\": 4294967296}", "boot_timeout_ms"},
-		{"{\"memory_overcommit\": \"2\"}", "memory_overcommit"},
-		{"{\"mode\": null}", "mode"},
-		{"{\"kernel\": \"/a\\u0000b\"}", "kernel"},
-		{"[]", "config"},
-		{"{\"listen\": \"x\"", "config"},
-		{"{} {}", "config"},
-		{"", "config"},
+	    {"{\"listne\": \"x\"}", "listne"},
+	    {"{\"listen\": 8080}", "listen"},
+	    {"{\"allow_tcg\": \"yes\"}", "allow_tcg"},
+	    {"{\"allow_tcg\": 1}", "allow_tcg"},
+	    {"{\"max_guests\": 2.5}", "max_guests"},
+	    {"{\"max_guests\": 99999999999}", "max_guests"},
+	    {"{\"max_body_bytes\": -1}", "max_body_bytes"},
+	    {"{\"boot_timeout_ms\": 4294967296}", "boot_timeout_ms"},
+	    {"{\"memory_overcommit\": \"2\"}", "memory_overcommit"},
+	    {"{\"mode\": null}", "mode"},
+	    {"{\"kernel\": \"/a\\u0000b\"}", "kernel"},
+	    {"[]", "config"},
+	    {"{\"listen\": \"x\"", "config"},
+	    {"{} {}", "config"},
+	    {"", "config"},
 	};
 	for (size_t i = 0; i < SBX_ARRAY_SIZE(bad); i++) {
 		assert_int_equal(cfg_parse(bad[i].json, &c, &err), -1);
@@ -512,7 +529,8 @@ static void test_config_load_file(void **state)
 	char dir[] = "/tmp/t-api-cfg-XXXXXX", path[64];
 	struct sandbox_config c;
 	struct sbx_error err;
-	const char *text = "{\n  \"state_dir\": \"/srv/sbx\",\n  \"max_sandboxes_per_account\": 5\n}\n";
+	const char *text =
+	    "{\n  \"state_dir\": \"/srv/sbx\",\n  \"max_sandboxes_per_account\": 5\n}\n";
 
 	assert_non_null(mkdtemp(dir));
 	snprintf(path, sizeof(path), "%s/c.json", dir);
@@ -539,8 +557,16 @@ static void test_listen_parse(void **state)
 	assert_int_equal(api_listen_parse("127.0.0.1:0", &sa, &err), 0);
 	assert_int_equal(api_listen_parse("0.0.0.0:8080", &sa, &err), 0);
 	assert_int_equal(api_listen_parse("localhost:65535", &sa, &err), 0);
-	const char *bad[] = {"", ":80", "127.0.0.1", "127.0.0.1:", "127.0.0.1:65536",
-			     "127.0.0.1:-1", "127.0.0.1:8x", "host.example:80", "[::1]:80", NULL};
+	const char *bad[] = {"",
+			     ":80",
+			     "127.0.0.1",
+			     "127.0.0.1:",
+			     "127.0.0.1:65536",
+			     "127.0.0.1:-1",
+			     "127.0.0.1:8x",
+			     "host.example:80",
+			     "[::1]:80",
+			     NULL};
 	for (size_t i = 0; i < SBX_ARRAY_SIZE(bad); i++) {
 		assert_int_equal(api_listen_parse(bad[i], &sa, &err), -1);
 		assert_string_equal(err.param, "listen");
@@ -550,21 +576,21 @@ static void test_listen_parse(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_exec_good),
-		cmocka_unit_test(test_exec_bad),
-		cmocka_unit_test(test_exec_env_key_names_in_message),
-		cmocka_unit_test(test_exec_command_cap),
-		cmocka_unit_test(test_create_decode),
-		cmocka_unit_test(test_extend_and_key_decode),
-		cmocka_unit_test(test_exec_result_encode),
-		cmocka_unit_test(test_sandbox_and_error_encode),
-		cmocka_unit_test(test_usd),
-		cmocka_unit_test(test_limits_encode),
-		cmocka_unit_test(test_config_good),
-		cmocka_unit_test(test_config_sizes),
-		cmocka_unit_test(test_config_bad),
-		cmocka_unit_test(test_config_load_file),
-		cmocka_unit_test(test_listen_parse),
+	    cmocka_unit_test(test_exec_good),
+	    cmocka_unit_test(test_exec_bad),
+	    cmocka_unit_test(test_exec_env_key_names_in_message),
+	    cmocka_unit_test(test_exec_command_cap),
+	    cmocka_unit_test(test_create_decode),
+	    cmocka_unit_test(test_extend_and_key_decode),
+	    cmocka_unit_test(test_exec_result_encode),
+	    cmocka_unit_test(test_sandbox_and_error_encode),
+	    cmocka_unit_test(test_usd),
+	    cmocka_unit_test(test_limits_encode),
+	    cmocka_unit_test(test_config_good),
+	    cmocka_unit_test(test_config_sizes),
+	    cmocka_unit_test(test_config_bad),
+	    cmocka_unit_test(test_config_load_file),
+	    cmocka_unit_test(test_listen_parse),
 	};
 	return cmocka_run_group_tests(tests, setup, NULL);
 }

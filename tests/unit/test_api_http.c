@@ -56,7 +56,8 @@ static const char *resp_header(const struct resp *r, const char *name, char out[
 {
 	size_t n = strlen(name);
 
-	for (const char *p = r->headers; p && *p; p = strstr(p, "\r\n") ? strstr(p, "\r\n") + 2 : NULL) {
+	for (const char *p = r->headers; p && *p;
+	     p = strstr(p, "\r\n") ? strstr(p, "\r\n") + 2 : NULL) {
 		if (strncasecmp(p, name, n) == 0 && p[n] == ':') {
 			const char *v = p + n + 1, *e = strstr(v, "\r\n");
 			while (*v == ' ')
@@ -121,7 +122,8 @@ static void http(const char *method, const char *path, const char *key, const ch
 	n = snprintf(req, sizeof(req), "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n",
 		     method, path);
 	if (key)
-		n += snprintf(req + n, sizeof(req) - (size_t)n, "Authorization: Bearer %s\r\n", key);
+		n +=
+		    snprintf(req + n, sizeof(req) - (size_t)n, "Authorization: Bearer %s\r\n", key);
 	if (ctype)
 		n += snprintf(req + n, sizeof(req) - (size_t)n, "Content-Type: %s\r\n", ctype);
 	if (body)
@@ -223,8 +225,9 @@ static void test_auth(void **state)
 	resp_release(&r);
 
 	/* Malformed, unknown and wrong-scheme keys: same 401, same message. */
-	const char *bad[] = {"garbage", "aas_sk_", "aas_sk_00000000000000000000000000000000000000"
-						   "00000000000000000000000000"};
+	const char *bad[] = {"garbage", "aas_sk_",
+			     "aas_sk_00000000000000000000000000000000000000"
+			     "00000000000000000000000000"};
 	for (size_t i = 0; i < SBX_ARRAY_SIZE(bad); i++) {
 		http("GET", "/v1/usage", bad[i], NULL, NULL, &r);
 		assert_error(&r, 401, "authentication_error", NULL);
@@ -308,8 +311,8 @@ static void test_bodies(void **state)
 	http("POST", "/v1/sandboxes", F.key, "application/json", "[1]", &r);
 	assert_error(&r, 400, "invalid_request", NULL);
 	resp_release(&r);
-	http("POST", "/v1/sandboxes", F.key, "application/json; charset=utf-8", "{\"sise\":\"small\"}",
-	     &r);
+	http("POST", "/v1/sandboxes", F.key, "application/json; charset=utf-8",
+	     "{\"sise\":\"small\"}", &r);
 	assert_error(&r, 400, "invalid_request", "sise");
 	resp_release(&r);
 	http("POST", "/v1/sandboxes", F.key, NULL, "{\"timeout_minutes\": \"15\"}", &r);
@@ -370,9 +373,10 @@ static void test_oversize(void **state)
 	/* Chunked, no length: the server stops buffering at the cap. */
 	struct sbx_buf raw;
 	sbx_buf_init(&raw, 1 << 20);
-	sbx_buf_printf(&raw, "POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-			     "Authorization: Bearer %s\r\nContent-Type: application/json\r\n"
-			     "Transfer-Encoding: chunked\r\n\r\n",
+	sbx_buf_printf(&raw,
+		       "POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+		       "Authorization: Bearer %s\r\nContent-Type: application/json\r\n"
+		       "Transfer-Encoding: chunked\r\n\r\n",
 		       F.key);
 	for (int i = 0; i < 8; i++) {
 		sbx_buf_printf(&raw, "%zx\r\n", (size_t)1024);
@@ -401,9 +405,9 @@ static void test_limits(void **state)
 	assert_int_equal(json_object_get_int(get(get(r.json, "timeout_minutes"), "max")), 1440);
 	struct json_object *sizes = get(r.json, "sizes");
 	assert_int_equal(json_object_array_length(sizes), 3);
-	assert_string_equal(json_object_get_string(
-				    get(json_object_array_get_idx(sizes, 1), "price_usd_per_hour")),
-			    "0.280000");
+	assert_string_equal(
+	    json_object_get_string(get(json_object_array_get_idx(sizes, 1), "price_usd_per_hour")),
+	    "0.280000");
 	assert_int_equal(json_object_get_int(get(get(get(r.json, "startup"), "cold"), "samples")),
 			 0);
 	resp_release(&r);
@@ -497,8 +501,8 @@ static void test_api_keys(void **state)
 	assert_null(strstr(r.body, secret));
 	assert_null(strstr(r.body, F.key));
 	for (size_t i = 0; i < 2; i++)
-		assert_false(json_object_object_get_ex(json_object_array_get_idx(data, i), "secret",
-						       NULL));
+		assert_false(
+		    json_object_object_get_ex(json_object_array_get_idx(data, i), "secret", NULL));
 	resp_release(&r);
 
 	snprintf(path, sizeof(path), "/v1/api_keys/%s", key_id);
@@ -534,14 +538,10 @@ static void test_keep_alive_two_requests(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_auth),
-		cmocka_unit_test(test_routes),
-		cmocka_unit_test(test_bodies),
-		cmocka_unit_test(test_oversize),
-		cmocka_unit_test(test_limits),
-		cmocka_unit_test(test_sandboxes_list_and_usage),
-		cmocka_unit_test(test_api_keys),
-		cmocka_unit_test(test_keep_alive_two_requests),
+	    cmocka_unit_test(test_auth),     cmocka_unit_test(test_routes),
+	    cmocka_unit_test(test_bodies),   cmocka_unit_test(test_oversize),
+	    cmocka_unit_test(test_limits),   cmocka_unit_test(test_sandboxes_list_and_usage),
+	    cmocka_unit_test(test_api_keys), cmocka_unit_test(test_keep_alive_two_requests),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
