@@ -85,7 +85,8 @@ static void rx_recv(void *opaque, const void *buf, size_t len)
 			size_t off = 0;
 			while (r->len - off >= WIRE_HEADER_LEN) {
 				struct wire_header h;
-				if (wire_header_decode(r->buf + off, WIRE_MAX_GUEST_PAYLOAD, &h) < 0) {
+				if (wire_header_decode(r->buf + off, WIRE_MAX_GUEST_PAYLOAD, &h) <
+				    0) {
 					r->bad = true;
 					break;
 				}
@@ -128,7 +129,8 @@ static bool rx_wait(struct rx *r, enum wait_for what, uint32_t want, int timeout
 	bool ok = false;
 	pthread_mutex_lock(&r->lock);
 	for (;;) {
-		ok = (what == W_HELLO && r->hellos >= want) || (what == W_PONG && r->last_pong == want) ||
+		ok = (what == W_HELLO && r->hellos >= want) ||
+		     (what == W_PONG && r->last_pong == want) ||
 		     (what == W_EXIT && r->last_exit == want);
 		if (ok || r->eof || r->bad)
 			break;
@@ -196,8 +198,8 @@ static int env_int(const char *name, int def)
 }
 
 /* Open a channel with transport t, get HELLO, answer WELCOME. */
-static int chan_open(struct vmm_vm *vm, enum vmm_transport t, struct rx *r,
-		     struct sbx_channel *ch, int timeout_ms)
+static int chan_open(struct vmm_vm *vm, enum vmm_transport t, struct rx *r, struct sbx_channel *ch,
+		     int timeout_ms)
 {
 	struct sbx_error err = {0};
 	rx_reset(r);
@@ -235,8 +237,9 @@ static int chan_reopen(struct vmm_vm *vm, enum vmm_transport t, struct rx *r,
 				pthread_mutex_lock(&r->lock);
 				unsigned hellos = r->hellos;
 				pthread_mutex_unlock(&r->lock);
-				printf("reopen via %s: first PONG after %d PING(s), HELLOs seen %u\n",
-				       t ? "socket" : "stream", i + 1, hellos);
+				printf(
+				    "reopen via %s: first PONG after %d PING(s), HELLOs seen %u\n",
+				    t ? "socket" : "stream", i + 1, hellos);
 				return 0;
 			}
 		}
@@ -324,15 +327,15 @@ int main(void)
 
 	sbx_log_set_level(SBX_LOG_WARN);
 	struct vmm_config cfg = {
-		.uri = uri,
-		.name_prefix = prefix,
-		.accel = VMM_ACCEL_TCG,
-		.allow_tcg = true,
-		.kernel = kernel,
-		.initrd = initrd,
-		.run_dir = run,
-		.transport = VMM_TRANSPORT_STREAM,
-		.console_log_max = 1 << 20,
+	    .uri = uri,
+	    .name_prefix = prefix,
+	    .accel = VMM_ACCEL_TCG,
+	    .allow_tcg = true,
+	    .kernel = kernel,
+	    .initrd = initrd,
+	    .run_dir = run,
+	    .transport = VMM_TRANSPORT_STREAM,
+	    .console_log_max = 1 << 20,
 	};
 	struct sbx_error err = {0};
 	struct vmm *v = vmm_new(&cfg, &err);
@@ -381,8 +384,8 @@ int main(void)
 		}
 	}
 	struct stats rs = stats_of(ready, nready);
-	printf("create-to-ready: n=%d median %lld ms min %lld ms\n", rs.n, (long long)rs.median / 1000,
-	       (long long)rs.min / 1000);
+	printf("create-to-ready: n=%d median %lld ms min %lld ms\n", rs.n,
+	       (long long)rs.median / 1000, (long long)rs.min / 1000);
 	free(ready);
 	if (!vm) {
 		vmm_free(v);

@@ -25,12 +25,12 @@
 #include "../agentless/wire.h"
 #include "vmm-priv.h"
 
-#define MOD "vmm"
-#define VMM_XML_MAX (64 * 1024)
-#define VMM_ID_MAX 128
-#define VMM_PREFIX_MAX (VMM_NAME_MAX - 12)
-#define VMM_CHUNK (64 * 1024)
-#define VMM_SEND_TIMEOUT_MS 10000
+#define MOD		      "vmm"
+#define VMM_XML_MAX	      (64 * 1024)
+#define VMM_ID_MAX	      128
+#define VMM_PREFIX_MAX	      (VMM_NAME_MAX - 12)
+#define VMM_CHUNK	      (64 * 1024)
+#define VMM_SEND_TIMEOUT_MS   10000
 #define VMM_SOCKET_CONNECT_MS 5000
 
 extern char **environ;
@@ -41,7 +41,7 @@ struct vmm {
 	char *kernel;
 	char *initrd;
 	char *base_image; /* NULL when no disk */
-	char *cmdline;    /* NULL when none */
+	char *cmdline;	  /* NULL when none */
 	char *run_dir;
 	char *virt_type; /* test override, NULL normally */
 	enum vmm_transport transport;
@@ -186,8 +186,8 @@ bool vmm_name_valid(const char *name)
 	size_t n = 0;
 	for (const char *p = name; *p; p++, n++) {
 		char c = *p;
-		bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-			  c == '_' || c == '.' || c == '-';
+		bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+			  (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
 		if (!ok || n >= VMM_NAME_MAX)
 			return false;
 	}
@@ -259,9 +259,8 @@ static char *vmm_path(const char *run_dir, const char *name, const char *suffix)
 
 static void vmm_unlink_files(const struct vmm *v, const char *name)
 {
-	static const char *const suffixes[] = {".qcow2",		".sock",
-					       ".console.log",		".console.log.0",
-					       ".console.log.1",	".console.log.2",
+	static const char *const suffixes[] = {".qcow2",	 ".sock",	   ".console.log",
+					       ".console.log.0", ".console.log.1", ".console.log.2",
 					       ".console.log.3"};
 	for (size_t i = 0; i < SBX_ARRAY_SIZE(suffixes); i++) {
 		_cleanup_free_ char *p = vmm_path(v->run_dir, name, suffixes[i]);
@@ -312,10 +311,11 @@ static int vmm_xml_build(struct sbx_buf *b, const struct vmm_config *cfg, const 
 	/* No <acpi/>: a guest without ACPI boots faster (DESIGN.md). The
 	 * <features> element only appears for the TCG cache size. */
 	if (!kvm && cfg->tb_cache_mib > 0)
-		r |= sbx_buf_printf(b,
-				    "  <features>\n    <tcg><tb-cache unit='MiB'>%u</tb-cache></tcg>\n"
-				    "  </features>\n",
-				    cfg->tb_cache_mib);
+		r |= sbx_buf_printf(
+		    b,
+		    "  <features>\n    <tcg><tb-cache unit='MiB'>%u</tb-cache></tcg>\n"
+		    "  </features>\n",
+		    cfg->tb_cache_mib);
 	if (kvm)
 		r |= sbx_buf_printf(b, "  <cpu mode='host-passthrough' check='none'/>\n");
 	else
@@ -327,9 +327,10 @@ static int vmm_xml_build(struct sbx_buf *b, const struct vmm_config *cfg, const 
 			       "  <on_crash>destroy</on_crash>\n"
 			       "  <devices>\n");
 	if (disk) {
-		r |= sbx_buf_printf(b, "    <disk type='file' device='disk'>\n"
-				       "      <driver name='qemu' type='qcow2' error_policy='report'/>\n"
-				       "      <source file='");
+		r |= sbx_buf_printf(
+		    b, "    <disk type='file' device='disk'>\n"
+		       "      <driver name='qemu' type='qcow2' error_policy='report'/>\n"
+		       "      <source file='");
 		r |= vmm_xml_escape(b, run);
 		r |= sbx_buf_printf(b, "/");
 		r |= vmm_xml_escape(b, name);
@@ -372,7 +373,8 @@ static int vmm_xml_build(struct sbx_buf *b, const struct vmm_config *cfg, const 
 }
 
 static char *vmm_domain_xml_typed(const struct vmm_config *cfg, const char *name,
-				  const struct vmm_guest_spec *spec, const char *virt_type, bool kvm)
+				  const struct vmm_guest_spec *spec, const char *virt_type,
+				  bool kvm)
 {
 	if (!cfg || !spec || !vmm_name_valid(name))
 		return NULL;
@@ -446,7 +448,8 @@ int vmm_priv_metadata_id(const char *xml, char *out, size_t outlen)
 			}
 			if (!found && s[1] == '#') {
 				char *e = NULL;
-				long cp = (s[2] == 'x') ? strtol(s + 3, &e, 16) : strtol(s + 2, &e, 10);
+				long cp =
+				    (s[2] == 'x') ? strtol(s + 3, &e, 16) : strtol(s + 2, &e, 10);
 				if (!e || e >= end || *e != ';' || cp < 0x20 || cp > 0x7e)
 					return -1;
 				c = (char)cp;
@@ -660,10 +663,9 @@ struct vmm *vmm_new(const struct vmm_config *cfg, struct sbx_error *err)
 		goto err_loop;
 	}
 	virConnSetErrorFunc(v->conn, NULL, vmm_silent_error);
-	v->lifecycle_id =
-		virConnectDomainEventRegisterAny(v->conn, NULL, VIR_DOMAIN_EVENT_ID_LIFECYCLE,
-						 VIR_DOMAIN_EVENT_CALLBACK(vmm_lifecycle_cb), v,
-						 vmm_lifecycle_free);
+	v->lifecycle_id = virConnectDomainEventRegisterAny(
+	    v->conn, NULL, VIR_DOMAIN_EVENT_ID_LIFECYCLE,
+	    VIR_DOMAIN_EVENT_CALLBACK(vmm_lifecycle_cb), v, vmm_lifecycle_free);
 	if (v->lifecycle_id < 0) {
 		sbx_err(MOD, "cannot register lifecycle events: %s", vmm_lv_msg());
 		sbx_error_set(err, SBX_E_INTERNAL, NULL, "cannot watch domain lifecycle events");
@@ -748,8 +750,9 @@ static int vmm_overlay_create(const char *base, const char *overlay, uint64_t gi
 {
 	char size[32];
 	snprintf(size, sizeof(size), "%lluG", (unsigned long long)gib);
-	char *const argv[] = {"qemu-img", "create", "-q",	     "-f",	      "qcow2", "-F",
-			      "qcow2",	  "-b",	    (char *)base, (char *)overlay, size,    NULL};
+	char *const argv[] = {"qemu-img", "create", "-q", "-f",		"qcow2",
+			      "-F",	  "qcow2",  "-b", (char *)base, (char *)overlay,
+			      size,	  NULL};
 	posix_spawn_file_actions_t fa;
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
@@ -775,8 +778,7 @@ static int vmm_overlay_create(const char *base, const char *overlay, uint64_t gi
 	return 0;
 }
 
-struct vmm_vm *vmm_vm_start(struct vmm *v, const struct vmm_guest_spec *spec,
-			    struct sbx_error *err)
+struct vmm_vm *vmm_vm_start(struct vmm *v, const struct vmm_guest_spec *spec, struct sbx_error *err)
 {
 	char name[VMM_NAME_MAX + 1];
 	if (sbx_random_id(v->prefix, 6, name, sizeof(name)) < 0) {
@@ -784,18 +786,18 @@ struct vmm_vm *vmm_vm_start(struct vmm *v, const struct vmm_guest_spec *spec,
 		return NULL;
 	}
 	struct vmm_config cfg = {
-		.kernel = v->kernel,
-		.initrd = v->initrd,
-		.base_image = v->base_image,
-		.cmdline = v->cmdline,
-		.run_dir = v->run_dir,
-		.tb_cache_mib = v->tb_cache_mib,
+	    .kernel = v->kernel,
+	    .initrd = v->initrd,
+	    .base_image = v->base_image,
+	    .cmdline = v->cmdline,
+	    .run_dir = v->run_dir,
+	    .tb_cache_mib = v->tb_cache_mib,
 	};
 	pthread_mutex_lock(&v->lock);
 	_cleanup_free_ char *vt = v->virt_type ? strdup(v->virt_type) : NULL;
 	pthread_mutex_unlock(&v->lock);
 	_cleanup_free_ char *xml =
-		vmm_domain_xml_typed(&cfg, name, spec, vt ? vt : (v->kvm ? "kvm" : "qemu"), v->kvm);
+	    vmm_domain_xml_typed(&cfg, name, spec, vt ? vt : (v->kvm ? "kvm" : "qemu"), v->kvm);
 	if (!xml) {
 		sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL,
 			      "invalid guest spec (memory, sandbox id)");
@@ -820,7 +822,8 @@ struct vmm_vm *vmm_vm_start(struct vmm *v, const struct vmm_guest_spec *spec,
 			sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
 				      "the host is out of capacity; try again later");
 		else
-			sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL, "the sandbox failed to start");
+			sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL,
+				      "the sandbox failed to start");
 		goto err_files;
 	}
 	sbx_debug(MOD, "domain '%s' created in %lld ms", name, (long long)(sbx_mono_ms() - t0));
@@ -1073,8 +1076,8 @@ static void vmm_stream_event(virStreamPtr st, int events, void *opaque)
 
 	char buf[VMM_CHUNK];
 	bool eof = false;
-	if (events & (VIR_STREAM_EVENT_READABLE | VIR_STREAM_EVENT_HANGUP |
-		      VIR_STREAM_EVENT_ERROR)) {
+	if (events &
+	    (VIR_STREAM_EVENT_READABLE | VIR_STREAM_EVENT_HANGUP | VIR_STREAM_EVENT_ERROR)) {
 		for (;;) {
 			int n = virStreamRecv(st, buf, sizeof(buf));
 			if (n == -2)
@@ -1176,10 +1179,9 @@ static int vmm_stream_open(struct vmm_vm *vm, sbx_recv_fn recv, void *opaque,
 	}
 	c->refs = 2; /* ours + the callback registration's */
 	c->cb_registered = true;
-	if (virStreamEventAddCallback(c->st,
-				      VIR_STREAM_EVENT_READABLE | VIR_STREAM_EVENT_ERROR |
-					      VIR_STREAM_EVENT_HANGUP,
-				      vmm_stream_event, c, vmm_stream_free_cb) < 0) {
+	if (virStreamEventAddCallback(
+		c->st, VIR_STREAM_EVENT_READABLE | VIR_STREAM_EVENT_ERROR | VIR_STREAM_EVENT_HANGUP,
+		vmm_stream_event, c, vmm_stream_free_cb) < 0) {
 		sbx_err(MOD, "stream callback for '%s': %s", vm->name, vmm_lv_msg());
 		c->refs = 1;
 		c->cb_registered = false;
@@ -1244,8 +1246,7 @@ static int vmm_sock_send(void *ctx, const void *buf, size_t len)
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0) {
-			sbx_warn(MOD, "channel socket of '%s': send: %s", c->name,
-				 strerror(errno));
+			sbx_warn(MOD, "channel socket of '%s': send: %s", c->name, strerror(errno));
 			return -1;
 		}
 		p += n;
@@ -1264,12 +1265,12 @@ static void vmm_sock_close(void *ctx)
 	free(c);
 }
 
-static int vmm_sock_open(struct vmm_vm *vm, sbx_recv_fn recv, void *opaque,
-			 struct sbx_channel *out, struct sbx_error *err)
+static int vmm_sock_open(struct vmm_vm *vm, sbx_recv_fn recv, void *opaque, struct sbx_channel *out,
+			 struct sbx_error *err)
 {
 	struct sockaddr_un sun = {.sun_family = AF_UNIX};
-	int len = snprintf(sun.sun_path, sizeof(sun.sun_path), "%s/%s.sock", vm->v->run_dir,
-			   vm->name);
+	int len =
+	    snprintf(sun.sun_path, sizeof(sun.sun_path), "%s/%s.sock", vm->v->run_dir, vm->name);
 	if (len < 0 || (size_t)len >= sizeof(sun.sun_path))
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "channel socket path too long");
 	int fd = -1;
@@ -1284,8 +1285,7 @@ static int vmm_sock_open(struct vmm_vm *vm, sbx_recv_fn recv, void *opaque,
 		int e = errno;
 		close(fd);
 		fd = -1;
-		if ((e != ENOENT && e != ECONNREFUSED && e != EINTR) ||
-		    sbx_mono_ms() > deadline) {
+		if ((e != ENOENT && e != ECONNREFUSED && e != EINTR) || sbx_mono_ms() > deadline) {
 			sbx_err(MOD, "connect '%s': %s", sun.sun_path, strerror(e));
 			return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL,
 					     "could not connect to the sandbox's guest");
@@ -1314,8 +1314,8 @@ static int vmm_sock_open(struct vmm_vm *vm, sbx_recv_fn recv, void *opaque,
 	return 0;
 }
 
-int vmm_vm_open_channel_via(struct vmm_vm *vm, enum vmm_transport t, sbx_recv_fn recv,
-			    void *opaque, struct sbx_channel *out, struct sbx_error *err)
+int vmm_vm_open_channel_via(struct vmm_vm *vm, enum vmm_transport t, sbx_recv_fn recv, void *opaque,
+			    struct sbx_channel *out, struct sbx_error *err)
 {
 	if (!vm || !recv || !out)
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "invalid channel arguments");
@@ -1324,8 +1324,8 @@ int vmm_vm_open_channel_via(struct vmm_vm *vm, enum vmm_transport t, sbx_recv_fn
 	return vmm_stream_open(vm, recv, opaque, out, err);
 }
 
-int vmm_vm_open_channel(struct vmm_vm *vm, sbx_recv_fn recv, void *opaque,
-			struct sbx_channel *out, struct sbx_error *err)
+int vmm_vm_open_channel(struct vmm_vm *vm, sbx_recv_fn recv, void *opaque, struct sbx_channel *out,
+			struct sbx_error *err)
 {
 	return vmm_vm_open_channel_via(vm, vm->v->transport, recv, opaque, out, err);
 }

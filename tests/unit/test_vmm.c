@@ -32,12 +32,12 @@
 static struct vmm_config xml_cfg(void)
 {
 	struct vmm_config c = {
-		.uri = "test:///default",
-		.name_prefix = "t-vmm-",
-		.kernel = "/srv/k/vmlinux",
-		.initrd = "/srv/k/initramfs.cpio.gz",
-		.run_dir = "/run/sbx",
-		.tb_cache_mib = 0,
+	    .uri = "test:///default",
+	    .name_prefix = "t-vmm-",
+	    .kernel = "/srv/k/vmlinux",
+	    .initrd = "/srv/k/initramfs.cpio.gz",
+	    .run_dir = "/run/sbx",
+	    .tb_cache_mib = 0,
 	};
 	return c;
 }
@@ -96,7 +96,7 @@ static void test_xml_kvm_and_tb_cache(void **state)
 	assert_non_null(x);
 	assert_non_null(strstr(x, "<domain type='kvm'>"));
 	assert_non_null(strstr(x, "host-passthrough"));
-	assert_null(strstr(x, "tb-cache")); /* TCG only */
+	assert_null(strstr(x, "tb-cache"));   /* TCG only */
 	assert_null(strstr(x, "<metadata>")); /* no sandbox id */
 	free(x);
 
@@ -141,7 +141,8 @@ static void test_xml_escaping(void **state)
 	char *x = vmm_domain_xml(&c, "t-vmm-e", &s, false);
 	assert_non_null(x);
 	assert_non_null(strstr(x, "<sbx:id>a&apos;&lt;b&gt;&amp;</sbx:id>"));
-	assert_non_null(strstr(x, "quiet root=/dev/vda x=&apos;&lt;&amp;&gt;&quot;&apos;</cmdline>"));
+	assert_non_null(
+	    strstr(x, "quiet root=/dev/vda x=&apos;&lt;&amp;&gt;&quot;&apos;</cmdline>"));
 	assert_non_null(strstr(x, "path='/run/a&apos;b&amp;c/t-vmm-e.sock'"));
 	assert_null(strstr(x, "a'<b>"));
 	/* Every '<' opens a tag: the id and cmdline added none. */
@@ -259,15 +260,15 @@ static int fx_setup(void **state)
 	static char prefix[32];
 	snprintf(prefix, sizeof(prefix), "t-vmm-%d-", (int)getpid());
 	f->cfg = (struct vmm_config){
-		.uri = "test:///default",
-		.name_prefix = prefix,
-		.accel = VMM_ACCEL_TCG,
-		.allow_tcg = true,
-		.kernel = f->kernel,
-		.initrd = f->initrd,
-		.run_dir = f->run_dir,
-		.transport = VMM_TRANSPORT_SOCKET,
-		.console_log_max = 1 << 20,
+	    .uri = "test:///default",
+	    .name_prefix = prefix,
+	    .accel = VMM_ACCEL_TCG,
+	    .allow_tcg = true,
+	    .kernel = f->kernel,
+	    .initrd = f->initrd,
+	    .run_dir = f->run_dir,
+	    .transport = VMM_TRANSPORT_SOCKET,
+	    .console_log_max = 1 << 20,
 	};
 	*state = f;
 	return 0;
@@ -735,19 +736,18 @@ static void test_socket_transport_no_server(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_xml_tcg),
-		cmocka_unit_test(test_xml_kvm_and_tb_cache),
-		cmocka_unit_test(test_xml_disk_only_with_base),
-		cmocka_unit_test(test_xml_escaping),
-		cmocka_unit_test(test_names),
-		cmocka_unit_test(test_metadata_parse),
-		cmocka_unit_test_setup_teardown(test_config_errors, fx_setup, fx_teardown),
-		cmocka_unit_test_setup_teardown(test_bookkeeping, fx_setup, fx_teardown),
-		cmocka_unit_test_setup_teardown(test_overlay, fx_setup, fx_teardown),
-		cmocka_unit_test_setup_teardown(test_start_refused, fx_setup, fx_teardown),
-		cmocka_unit_test_setup_teardown(test_socket_transport, fx_setup, fx_teardown),
-		cmocka_unit_test_setup_teardown(test_socket_transport_no_server, fx_setup,
-						fx_teardown),
+	    cmocka_unit_test(test_xml_tcg),
+	    cmocka_unit_test(test_xml_kvm_and_tb_cache),
+	    cmocka_unit_test(test_xml_disk_only_with_base),
+	    cmocka_unit_test(test_xml_escaping),
+	    cmocka_unit_test(test_names),
+	    cmocka_unit_test(test_metadata_parse),
+	    cmocka_unit_test_setup_teardown(test_config_errors, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_bookkeeping, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_overlay, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_start_refused, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_socket_transport, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_socket_transport_no_server, fx_setup, fx_teardown),
 	};
 	sbx_log_set_level(SBX_LOG_ERROR + 1);
 	return cmocka_run_group_tests(tests, NULL, NULL);
