@@ -1028,13 +1028,16 @@ int vmm_destroy_by_name(struct vmm *v, const char *name, struct sbx_error *err)
 
 /* ------------------------------------------------- channel: libvirt stream */
 
-/* Shared between the channel's owner and libvirt's callback registration
- * (refcounted: libvirt frees its reference through the virFreeCallback,
- * possibly after close() returned, when a dispatch was in progress). */
+/* One stream channel. Its callback runs on the event-loop thread; close()
+ * may run on any other thread. libvirt 9.0's remote driver never calls the
+ * virFreeCallback of a stream callback (fixed upstream in 2025, "remote/
+ * stream-event: Fix a memory leak in remoteStreamCallbackFree()"), so the
+ * struct is freed by a zero timeout on the event loop instead: that runs
+ * after any dispatch that was already in progress when close() removed the
+ * callback. */
 struct vmm_stream_chan {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	unsigned refs;
 	bool closed; /* close() started: deliver nothing more */
 	bool in_cb;  /* a recv delivery is running */
 	bool eof;    /* EOF delivered or the stream broke */
@@ -1045,21 +1048,17 @@ struct vmm_stream_chan {
 	char name[VMM_NAME_MAX + 1];
 };
 
-static void vmm_stream_unref(struct vmm_stream_chan *c)
+static void vmm_stream_chan_free(struct vmm_stream_chan *c)
 {
-	pthread_mutex_lock(&c->lock);
-	unsigned left = --c->refs;
-	pthread_mutex_unlock(&c->lock);
-	if (left)
-		return;
 	pthread_cond_destroy(&c->cond);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
 }
 
-static void vmm_stream_free_cb(void *opaque)
+static void vmm_stream_deferred_free(int timer, void *opaque)
 {
-	vmm_stream_unref(opaque);
+	virEventRemoveTimeout(timer);
+	vmm_stream_chan_free(opaque);
 }
 
 /* Runs on the event-loop thread. */
@@ -1153,7 +1152,8 @@ static void vmm_stream_close(void *ctx)
 	virStreamAbort(c->st);
 	virStreamFree(c->st);
 	c->st = NULL;
-	vmm_stream_unref(c);
+	if (virEventAddTimeout(0, vmm_stream_deferred_free, c, NULL) < 0)
+		sbx_warn(MOD, "channel of '%s': cannot schedule its release (leaked)", c->name);
 }
 
 static int vmm_stream_open(struct vmm_vm *vm, sbx_recv_fn recv, void *opaque,
@@ -1164,7 +1164,6 @@ static int vmm_stream_open(struct vmm_vm *vm, sbx_recv_fn recv, void *opaque,
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_cond_init(&c->cond, NULL);
-	c->refs = 1;
 	c->recv = recv;
 	c->opaque = opaque;
 	snprintf(c->name, sizeof(c->name), "%s", vm->name);
@@ -1177,13 +1176,11 @@ static int vmm_stream_open(struct vmm_vm *vm, sbx_recv_fn recv, void *opaque,
 		sbx_err(MOD, "open channel of '%s': %s", vm->name, vmm_lv_msg());
 		goto err_stream;
 	}
-	c->refs = 2; /* ours + the callback registration's */
 	c->cb_registered = true;
 	if (virStreamEventAddCallback(
 		c->st, VIR_STREAM_EVENT_READABLE | VIR_STREAM_EVENT_ERROR | VIR_STREAM_EVENT_HANGUP,
-		vmm_stream_event, c, vmm_stream_free_cb) < 0) {
+		vmm_stream_event, c, NULL) < 0) {
 		sbx_err(MOD, "stream callback for '%s': %s", vm->name, vmm_lv_msg());
-		c->refs = 1;
 		c->cb_registered = false;
 		virStreamAbort(c->st);
 		goto err_stream;
@@ -1196,9 +1193,7 @@ static int vmm_stream_open(struct vmm_vm *vm, sbx_recv_fn recv, void *opaque,
 err_stream:
 	virStreamFree(c->st);
 err_free:
-	pthread_cond_destroy(&c->cond);
-	pthread_mutex_destroy(&c->lock);
-	free(c);
+	vmm_stream_chan_free(c);
 	return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL,
 			     "could not connect to the sandbox's guest");
 }
