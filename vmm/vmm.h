@@ -75,7 +75,9 @@ const char *vmm_accel_name(const struct vmm *v);
 
 /* The domain XML for `name` (pure function, for tests and the bench).
  * `kvm` picks <domain type='kvm'> vs 'qemu'. Caller frees. NULL on ENOMEM
- * or an invalid name. */
+ * or an invalid name, or when spec->memory_mib is 0, the sandbox id is not
+ * printable ASCII of at most 128 bytes, or cfg->cmdline is not printable
+ * ASCII (XML 1.0 cannot carry control characters; ids must round-trip). */
 char *vmm_domain_xml(const struct vmm_config *cfg, const char *name,
 		     const struct vmm_guest_spec *spec, bool kvm);
 
@@ -94,7 +96,8 @@ struct vmm_vm *vmm_vm_lookup(struct vmm *v, const char *name, struct sbx_error *
 /* The domain name (borrowed, lives as long as vm). */
 const char *vmm_vm_name(const struct vmm_vm *vm);
 
-/* Set/replace the sandbox id in the domain's <metadata> (live). 0 or -1. */
+/* Set/replace the sandbox id in the domain's <metadata> (live); NULL or ""
+ * removes it. 0 or -1. */
 int vmm_vm_set_sandbox_id(struct vmm_vm *vm, const char *sandbox_id, struct sbx_error *err);
 
 /* Open the byte channel to the guest's exec port (WIRE_PORT_NAME) with the
@@ -122,7 +125,11 @@ char *vmm_vm_console_tail(struct vmm_vm *vm, size_t max);
 
 /* Called from the event-loop thread when a domain of ours stops for any
  * reason (destroyed, crashed, guest PID 1 died -> panic=-1 -> reboot ->
- * destroy). `name` is borrowed. */
+ * destroy). `name` is borrowed. It may be called more than once for one
+ * domain: libvirt's SHUTDOWN (or CRASHED) event comes first and STOPPED
+ * follows (measured: ~1.6 s later for a guest panic, during which
+ * vmm_vm_is_running() still says true), so be idempotent. Do not block in
+ * it: it delays every channel's delivery. */
 typedef void (*vmm_stopped_fn)(void *opaque, const char *name);
 void vmm_set_stopped_callback(struct vmm *v, vmm_stopped_fn fn, void *opaque);
 
