@@ -137,6 +137,7 @@ def check(ok, what):
 check.failed = False
 
 def main():
+    global c
     sock, t_start, bench = sys.argv[1], float(sys.argv[2]), sys.argv[3] == "1"
     c = Conn(sock, time.time() + 60)
     typ, fid, p = c.recv(timeout=60)
@@ -161,11 +162,58 @@ def main():
     check(r["type"] == "ERROR" and r.get("PARAM") == "cwd", f"missing cwd -> ERROR cwd: {r}")
     r = c.run(4, "true", env=["1BAD=x"])
     check(r["type"] == "ERROR" and r.get("PARAM") == "env", "bad env name -> ERROR env")
+    # host goes away mid-exec, comes back: fresh HELLO, ids reusable
+    c.send(EXEC, 7, tlv(T["COMMAND"], "sleep 1; echo gone") + tlv(T["TIMEOUT_MS"], 5000))
+    c.s.close()
+    time.sleep(0.3)  # a real reconnect takes longer; see serve.c on coalesced SIGIO
+    c = Conn(sock, time.time() + 10)
+    typ, fid, p = c.recv(timeout=10)
+    check(typ == HELLO, "HELLO again after the host reconnects")
+    r = c.run(7, "echo again")
+    time.sleep(1.2)
+    r2 = c.run(8, "echo later")
+    check(r["stdout"] == b"again\n" and r2["stdout"] == b"later\n",
+          "exec id reused on the new connection; detached exec sent nothing")
+    # a header over WIRE_MAX_PAYLOAD: the guest discards input until reconnect
+    c.send(99, 0, b"")
+    c.s.sendall(struct.pack(">BBHII", PING, 0, 0, 1, 2 << 20))
+    c.send(PING, 0, b"x")
+    c.s.settimeout(1.0)
+    try:
+        c.recv(timeout=1.0)
+        silent = False
+    except socket.timeout:
+        silent = True
+    c.s.close()
+    time.sleep(0.3)
+    c = Conn(sock, time.time() + 10)
+    typ, fid, p = c.recv(timeout=10)
+    r = c.run(9, "echo ok")
+    check(silent and typ == HELLO and r["stdout"] == b"ok\n",
+          "oversized header: input dropped until the host reconnects, then all is well")
     if not bench:
         return
-    rt = [c.run(100 + i, "true")["rtt_ms"] for i in range(20)]
-    print(f"BENCH exec 'true' round trip: median {median(rt):.1f} ms "
-          f"(min {min(rt):.1f}, max {max(rt):.1f}, n=20)")
+    # backpressure: 20 MB kept output while the host does not read for 3 s
+    c.send(EXEC, 150, tlv(T["COMMAND"], "head -c 20000000 /dev/zero; echo done >&2") +
+           tlv(T["STDOUT_CAP"], 20000000) + tlv(T["TIMEOUT_MS"], 60000))
+    time.sleep(3)
+    n, typ, t0 = 0, 0, time.perf_counter()
+    while typ != EXIT:
+        typ, fid, p = c.recv()
+        if typ == STDOUT:
+            n += len(p)
+    el = time.perf_counter() - t0
+    f = fields(p)
+    print(f"BENCH 20 MB kept output, host paused 3 s: got {n} B, then {el:.2f} s to drain "
+          f"({n / el / 1048576:.0f} MiB/s), in-guest duration {f['DURATION_MS']} ms")
+    check(n == 20000000 and f["STDOUT_TOTAL"] == 20000000, "no byte lost under backpressure")
+    def rtt(base, what):
+        rs = [c.run(base + i, "true") for i in range(20)]
+        rt, du = [r["rtt_ms"] for r in rs], [r["DURATION_MS"] for r in rs]
+        print(f"BENCH exec 'true' round trip{what}: median {median(rt):.1f} ms "
+              f"(min {min(rt):.1f}, max {max(rt):.1f}, n=20), in-guest duration median "
+              f"{median(du)} ms")
+    rtt(100, "")
     t0 = time.perf_counter()
     r = c.run(200, "trap '' TERM; setsid sh -c 'trap \"\" TERM; sleep 300' & sleep 100",
               timeout_ms=2000)
@@ -178,7 +226,8 @@ def main():
     t0 = time.perf_counter()
     r = c.run(202, "yes | head -c 50000000", cap=1 << 20)
     el = time.perf_counter() - t0
-    print(f"BENCH yes | head -c 50000000, cap 1 MiB: {el:.2f} s, kept {len(r['stdout'])} B in "
+    print(f"BENCH yes | head -c 50000000, cap 1 MiB: {el:.2f} s (in guest "
+          f"{r['DURATION_MS']} ms), kept {len(r['stdout'])} B in "
           f"{r['frames'] - 1} frames, stdout_total {r['STDOUT_TOTAL']}, exit {r['EXIT_CODE']}")
     check(len(r["stdout"]) == 1 << 20 and r["STDOUT_TOTAL"] == 50000000, "cap and total")
     t0 = time.perf_counter()
@@ -203,6 +252,7 @@ def main():
             codes[fid] = fields(p)["EXIT_CODE"]
     check(all(got.get(300 + i) == f"{i}\n".encode() for i in range(8)) and
           set(codes.values()) == {0}, "8 execs in flight at once, frames tagged by id")
+
 try:
     main()
 except Exception as e:

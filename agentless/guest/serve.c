@@ -7,7 +7,9 @@
  *
  * Connection state. The port reports POLLHUP while no host is connected, so
  * it is only polled while connected; the driver raises SIGIO (O_ASYNC) on
- * every host open/close, and on each SIGIO the state is re-read. On connect
+ * every host open/close, and on each SIGIO the state is re-read. (A close
+ * and re-open faster than the guest's loop turn, a few ms, can coalesce
+ * into one SIGIO and go unseen; real reconnects take far longer.) On connect
  * the guest sends HELLO. On disconnect the outbound queue and the input
  * reassembly are dropped (a frame cannot be resumed on a new connection),
  * and running execs are detached: exec ids belong to a connection, so a
@@ -67,7 +69,9 @@ struct stream {
 	uint8_t type;	/* WIRE_STDOUT / WIRE_STDERR */
 	uint32_t cap;	/* bytes to ship */
 	uint64_t total; /* bytes read */
-	uint64_t kept;	/* bytes shipped */
+	uint64_t kept;	/* bytes accepted for shipping (<= cap) */
+	uint8_t *chunk; /* WIRE_MAX_CHUNK bytes being batched, NULL until used */
+	size_t chunk_len;
 };
 
 struct exec {
@@ -300,29 +304,48 @@ static void orphan_add(int fd)
 	S.orphans[S.n_orphans++] = fd;
 }
 
-/* Read up to `budget` bytes of one stream, ship the part under its cap
- * (attached execs only), count all of it. Closes the fd at EOF. */
+/* Ship the batched bytes of a stream as one frame. */
+static void stream_flush(const struct exec *e, struct stream *s)
+{
+	if (s->chunk_len && !e->detached)
+		frame_send(s->type, e->id, s->chunk, s->chunk_len);
+	s->chunk_len = 0;
+}
+
+/* Read up to `budget` bytes of one stream. The part under its cap is
+ * batched into WIRE_MAX_CHUNK frames (attached execs only; the tail is
+ * flushed at exit: the API is not streaming, so batching costs no
+ * latency), the rest is read and dropped; all of it is counted. Closes the
+ * fd at EOF. */
 static void stream_read(struct exec *e, struct stream *s, size_t budget)
 {
 	size_t done = 0;
 
 	while (s->fd >= 0 && done < budget) {
-		size_t want = sizeof(S.scratch);
 		bool ship = !e->detached && s->kept < s->cap;
+		uint8_t *dst = S.scratch;
+		size_t want = sizeof(S.scratch);
 		ssize_t n;
 
-		if (ship && want > WIRE_MAX_CHUNK)
-			want = WIRE_MAX_CHUNK;
-		n = read(s->fd, S.scratch, want);
+		if (ship && !s->chunk && !(s->chunk = malloc(WIRE_MAX_CHUNK)))
+			ship = false;
+		if (ship) {
+			uint64_t left = s->cap - s->kept;
+
+			dst = s->chunk + s->chunk_len;
+			want = WIRE_MAX_CHUNK - s->chunk_len;
+			if (left < want)
+				want = (size_t)left;
+		}
+		n = read(s->fd, dst, want);
 		if (n > 0) {
 			done += (size_t)n;
 			s->total += (uint64_t)n;
 			if (ship) {
-				uint64_t room = s->cap - s->kept;
-				size_t keep = (uint64_t)n < room ? (size_t)n : (size_t)room;
-
-				frame_send(s->type, e->id, S.scratch, keep);
-				s->kept += keep;
+				s->kept += (uint64_t)n;
+				s->chunk_len += (size_t)n;
+				if (s->chunk_len == WIRE_MAX_CHUNK)
+					stream_flush(e, s);
 			}
 			continue;
 		}
@@ -376,6 +399,10 @@ static void exec_finish(struct exec *e)
 
 	stream_read(e, &e->out, DRAIN_BUDGET);
 	stream_read(e, &e->err, DRAIN_BUDGET);
+	stream_flush(e, &e->out);
+	stream_flush(e, &e->err);
+	free(e->out.chunk);
+	free(e->err.chunk);
 	if (e->timed_out)
 		code = 128 + SIGKILL;
 	else if (WIFEXITED(e->status))
@@ -840,8 +867,10 @@ static void port_disconnected(void)
 	while ((n = read(S.port, S.scratch, sizeof(S.scratch))) > 0 || (n < 0 && errno == EINTR))
 		;
 	for (unsigned i = 0; i < EXEC_MAX; i++)
-		if (S.execs[i].used)
+		if (S.execs[i].used) {
 			S.execs[i].detached = true;
+			S.execs[i].out.chunk_len = S.execs[i].err.chunk_len = 0;
+		}
 	guest_log("host disconnected");
 }
 
@@ -1006,7 +1035,9 @@ int guest_serve(int port_fd)
 				if (!S.connected)
 					break;
 				if (re & POLLHUP) {
-					port_disconnected();
+					/* The state may have changed again since (a
+					 * SIGIO handled above): ask, do not assume. */
+					port_check();
 					break;
 				}
 				if (re & POLLIN)
