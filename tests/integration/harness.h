@@ -61,7 +61,7 @@ static inline int run_cmd(const char *cmd)
 
 static inline int copy_file(const char *from, const char *to)
 {
-	char cmd[1024];
+	char cmd[2100];
 
 	snprintf(cmd, sizeof(cmd), "install -m 0644 '%s' '%s'", from, to);
 	return run_cmd(cmd);
@@ -222,7 +222,7 @@ static inline int count_own_qemus(const struct daemon *d)
 	FILE *p;
 	int n = 0;
 
-	snprintf(cmd, sizeof(cmd), "pgrep -fc 'qemu-system.*guest=%s' 2>/dev/null", d->prefix);
+	snprintf(cmd, sizeof(cmd), "pgrep -fc '[q]emu-system.*guest=%s' 2>/dev/null", d->prefix);
 	p = popen(cmd, "r");
 	if (!p)
 		return -1;

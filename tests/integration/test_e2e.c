@@ -80,6 +80,7 @@ static void create_returns_a_running_sandbox(void **state)
 	snprintf(sbx_id, sizeof(sbx_id), "%s", jstr(r.json, "id"));
 	http_reply_free(&r);
 	assert_int_equal(count_own_domains(&d), 1);
+	assert_int_equal(count_own_qemus(&d), 1);
 }
 
 static struct http_reply exec(const char *body)
