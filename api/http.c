@@ -300,17 +300,28 @@ static int authenticate(struct api_server *srv, struct MHD_Connection *c, char *
 			     "aas_sk_...' with a valid, unrevoked key");
 }
 
-/* A Content-Type of application/json, parameters (charset) allowed. */
-static bool content_type_json(const char *ct)
+static bool media_type_is(const char *ct, const char *type)
 {
+	size_t n = strlen(type);
+
 	while (*ct == ' ' || *ct == '\t')
 		ct++;
-	if (strncasecmp(ct, "application/json", 16) != 0)
+	if (strncasecmp(ct, type, n) != 0)
 		return false;
-	ct += 16;
+	ct += n;
 	while (*ct == ' ' || *ct == '\t')
 		ct++;
 	return *ct == '\0' || *ct == ';';
+}
+
+/* A Content-Type we read as JSON: application/json (parameters such as
+ * charset allowed), or application/x-www-form-urlencoded, which is what
+ * `curl -d` sends when the caller forgot -H 'Content-Type: ...': the body
+ * is still parsed as JSON (docs/api.md). */
+static bool content_type_json(const char *ct)
+{
+	return media_type_is(ct, "application/json") ||
+	       media_type_is(ct, "application/x-www-form-urlencoded");
 }
 
 /* ----------------------------------------------------------- list & usage */
