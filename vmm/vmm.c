@@ -22,10 +22,12 @@
 #include <libvirt/libvirt.h>
 #include <libvirt/virterror.h>
 
-#include "../agentless/wire.h"
 #include "vmm-priv.h"
 
-#define MOD		      "vmm"
+#define MOD "vmm"
+/* The guest's exec port; equals WIRE_PORT_NAME in agentless/wire.h, which
+ * vmm/ may not include (layering; tests/unit/test_vmm.c checks they agree). */
+#define VMM_PORT_NAME	      "org.sandboxd.exec.0"
 #define VMM_XML_MAX	      (64 * 1024)
 #define VMM_ID_MAX	      128
 #define VMM_PREFIX_MAX	      (VMM_NAME_MAX - 12)
@@ -368,7 +370,7 @@ static int vmm_xml_build(struct sbx_buf *b, const struct vmm_config *cfg, const 
 			    "    <memballoon model='none'/>\n"
 			    "  </devices>\n"
 			    "</domain>\n",
-			    WIRE_PORT_NAME);
+			    VMM_PORT_NAME);
 	return r ? -1 : 0;
 }
 
@@ -1172,7 +1174,7 @@ static int vmm_stream_open(struct vmm_vm *vm, sbx_recv_fn recv, void *opaque,
 		sbx_err(MOD, "stream for '%s': %s", vm->name, vmm_lv_msg());
 		goto err_free;
 	}
-	if (virDomainOpenChannel(vm->dom, WIRE_PORT_NAME, c->st, VIR_DOMAIN_CHANNEL_FORCE) < 0) {
+	if (virDomainOpenChannel(vm->dom, VMM_PORT_NAME, c->st, VIR_DOMAIN_CHANNEL_FORCE) < 0) {
 		sbx_err(MOD, "open channel of '%s': %s", vm->name, vmm_lv_msg());
 		goto err_stream;
 	}

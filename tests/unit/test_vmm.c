@@ -23,6 +23,7 @@
 #include <sys/wait.h>
 #include <time.h>
 
+#include "agentless/wire.h"
 #include "util/util.h"
 #include "vmm/vmm-priv.h"
 #include "vmm/vmm.h"
@@ -71,6 +72,7 @@ static void test_xml_tcg(void **state)
 	assert_non_null(strstr(x, "<on_poweroff>destroy</on_poweroff>"));
 	assert_non_null(strstr(x, "<on_crash>destroy</on_crash>"));
 	assert_non_null(strstr(x, "<target type='virtio' name='org.sandboxd.exec.0'/>"));
+	assert_non_null(strstr(x, "name='" WIRE_PORT_NAME "'")); /* vmm's copy agrees */
 	assert_non_null(strstr(x, "<source mode='bind' path='/run/sbx/t-vmm-0123456789ab.sock'/>"));
 	assert_non_null(strstr(x, "/run/sbx/t-vmm-0123456789ab.console.log"));
 	assert_non_null(strstr(x, "xmlns:sbx='" VMM_METADATA_NS "'><sbx:id>sbx_123</sbx:id>"));
