@@ -24,6 +24,9 @@ done
 [ -f "$OUTDIR/vmlinux" ] && [ -f "$OUTDIR/initramfs.cpio.gz" ] ||
 	{ echo "smoke: no image in $OUTDIR (make image-tiny)" >&2; exit 1; }
 
+# SMOKE_APPEND / SMOKE_SMP: try another kernel command line or vCPU count.
+APPEND=${SMOKE_APPEND:-console=ttyS0 panic=-1 acpi=off rdinit=/init quiet}
+SMP=${SMOKE_SMP:-2}
 WORK=$(mktemp -d /tmp/sbx-smoke.XXXXXX)
 QPID=
 stop_qemu() {
@@ -154,6 +157,8 @@ def main():
     c.send(PING, 0, b"abc")
     typ, fid, p = c.recv()
     check(typ == PONG and p == b"abc", "PING -> PONG with the same payload")
+    r = c.run(10, "nproc")
+    print(f"  guest CPUs (nproc): {r['stdout'].decode().strip()}")
     r = c.run(2, "date +%Y; pwd; echo $FOO", env=["FOO=a b;$(x)"], cwd="/tmp")
     year = time.gmtime().tm_year
     check(r["stdout"] == f"{year}\n/tmp\na b;$(x)\n".encode(),
@@ -264,9 +269,9 @@ EOF
 boot() {
 	rm -f "$WORK/sock" "$WORK/console.log"
 	T0=$(python3 -c 'import time; print(time.time())')
-	qemu-system-x86_64 -accel tcg -machine pc -nodefaults -nographic -m 512 -smp 2 \
+	qemu-system-x86_64 -accel tcg -machine pc -nodefaults -nographic -m 512 -smp "$SMP" \
 		-kernel "$OUTDIR/vmlinux" -initrd "$OUTDIR/initramfs.cpio.gz" \
-		-append "console=ttyS0 panic=-1 acpi=off rdinit=/init quiet" -no-reboot \
+		-append "$APPEND" -no-reboot \
 		-device virtio-serial -chardev socket,id=ch0,path="$WORK/sock",server=on,wait=off \
 		-device virtserialport,chardev=ch0,name=org.sandboxd.exec.0 \
 		-serial file:"$WORK/console.log" -monitor none </dev/null >"$WORK/qemu.out" 2>&1 &
