@@ -100,8 +100,8 @@ static int read_file(const char *path, char *buf, size_t size)
 	return 0;
 }
 
-static void mount_one(const char *src, const char *target, const char *fstype,
-		      unsigned long flags, const char *data, mode_t dir_mode)
+static void mount_one(const char *src, const char *target, const char *fstype, unsigned long flags,
+		      const char *data, mode_t dir_mode)
 {
 	mkdir(target, dir_mode);
 	if (mount(src, target, fstype, flags, data) < 0 && errno != EBUSY)
@@ -164,8 +164,13 @@ static void mount_all(void)
 static void modules_load(void)
 {
 	static const char *const names[] = {
-		"virtio_ring",	  "virtio",	    "virtio_pci_modern_dev", "virtio_pci_legacy_dev",
-		"virtio_pci",	  "virtio_console", "virtio_blk",
+	    "virtio_ring",
+	    "virtio",
+	    "virtio_pci_modern_dev",
+	    "virtio_pci_legacy_dev",
+	    "virtio_pci",
+	    "virtio_console",
+	    "virtio_blk",
 	};
 	struct utsname u;
 	char path[512];

@@ -42,25 +42,25 @@
 #include <time.h>
 #include <unistd.h>
 
-#define EXEC_MAX 128		     /* in-flight execs; more -> BUSY */
-#define ORPHAN_MAX 1024		     /* background pipes kept after EXIT */
-#define LINGER_MAX 256		     /* non-empty cgroups waiting for rmdir */
-#define ENV_MAX 1024		     /* env entries in one EXEC */
-#define QUEUE_SOFT (8u << 20)	     /* stop reading exec pipes above this */
-#define QUEUE_HARD (32u << 20)	     /* never queue beyond this */
-#define READ_BUDGET (256u << 10)     /* bytes per pipe per loop turn */
-#define DRAIN_BUDGET (4u << 20)	     /* bytes per pipe drained at exit */
-#define DEFAULT_CAP (1u << 20)	     /* output cap when EXEC has none */
-#define DEFAULT_TIMEOUT_MS 60000     /* when EXEC has none */
-#define KILL_RETRY_MS 1000	     /* re-kill a cgroup that did not die */
-#define DEFAULT_CWD "/home/sandbox"
+#define EXEC_MAX	   128		/* in-flight execs; more -> BUSY */
+#define ORPHAN_MAX	   1024		/* background pipes kept after EXIT */
+#define LINGER_MAX	   256		/* non-empty cgroups waiting for rmdir */
+#define ENV_MAX		   1024		/* env entries in one EXEC */
+#define QUEUE_SOFT	   (8u << 20)	/* stop reading exec pipes above this */
+#define QUEUE_HARD	   (32u << 20)	/* never queue beyond this */
+#define READ_BUDGET	   (256u << 10) /* bytes per pipe per loop turn */
+#define DRAIN_BUDGET	   (4u << 20)	/* bytes per pipe drained at exit */
+#define DEFAULT_CAP	   (1u << 20)	/* output cap when EXEC has none */
+#define DEFAULT_TIMEOUT_MS 60000	/* when EXEC has none */
+#define KILL_RETRY_MS	   1000		/* re-kill a cgroup that did not die */
+#define DEFAULT_CWD	   "/home/sandbox"
 
 static const char *const default_env[] = {
-	"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-	"HOME=/root",
-	"LANG=C.UTF-8",
-	"TERM=dumb",
-	"USER=root",
+    "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "HOME=/root",
+    "LANG=C.UTF-8",
+    "TERM=dumb",
+    "USER=root",
 };
 #define DEFAULT_ENV_N (sizeof(default_env) / sizeof(default_env[0]))
 
@@ -415,7 +415,9 @@ static void exec_finish(struct exec *e)
 		wire_writer_init(&w, buf, sizeof(buf));
 		wire_put_u32(&w, WIRE_T_EXIT_CODE, (uint32_t)code);
 		wire_put_u32(&w, WIRE_T_DURATION_MS,
-			     dur < 0 ? 0 : dur > UINT32_MAX ? UINT32_MAX : (uint32_t)dur);
+			     dur < 0		? 0
+			     : dur > UINT32_MAX ? UINT32_MAX
+						: (uint32_t)dur);
 		wire_put_u32(&w, WIRE_T_TIMED_OUT, e->timed_out ? 1 : 0);
 		wire_put_u64(&w, WIRE_T_STDOUT_TOTAL, e->out.total);
 		wire_put_u64(&w, WIRE_T_STDERR_TOTAL, e->err.total);
@@ -546,8 +548,9 @@ static int exec_req_parse(uint32_t id, const uint8_t *p, size_t len, struct exec
 
 			if (n_req_env == ENV_MAX || memchr(f.value, '\0', f.len) ||
 			    !env_name_ok(f.value, f.len, &klen)) {
-				send_error(id, WIRE_ERR_BAD_REQUEST, "env",
-					   "env entries must be KEY=VALUE with a POSIX name, no NUL");
+				send_error(
+				    id, WIRE_ERR_BAD_REQUEST, "env",
+				    "env entries must be KEY=VALUE with a POSIX name, no NUL");
 				goto err;
 			}
 			if (env_merge(r, f.value, f.len, klen) < 0)
@@ -682,8 +685,8 @@ static void exec_start(uint32_t id, const uint8_t *p, size_t len)
 	if (guest_cgroup_root[0]) {
 		char path[160];
 
-		snprintf(e->cgroup, sizeof(e->cgroup), "%s/sbx-exec-%u.%llu", guest_cgroup_root,
-			 id, (unsigned long long)++S.serial);
+		snprintf(e->cgroup, sizeof(e->cgroup), "%s/sbx-exec-%u.%llu", guest_cgroup_root, id,
+			 (unsigned long long)++S.serial);
 		if (mkdir(e->cgroup, 0755) == 0) {
 			snprintf(path, sizeof(path), "%s/cgroup.procs", e->cgroup);
 			procs_fd = open(path, O_WRONLY | O_CLOEXEC);
@@ -1009,8 +1012,10 @@ int guest_serve(int port_fd)
 			who[n].idx = i;
 			n++;
 		}
-		timeout = next < 0 ? -1 : next <= now ? 0 : next - now > INT_MAX ? INT_MAX
-										: (int)(next - now);
+		timeout = next < 0		 ? -1
+			  : next <= now		 ? 0
+			  : next - now > INT_MAX ? INT_MAX
+						 : (int)(next - now);
 
 		if (poll(pfd, n, timeout) < 0) {
 			if (errno == EINTR)
