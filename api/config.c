@@ -65,6 +65,7 @@ static const struct key_spec keys[] = {
     NUM(max_concurrent_boots, K_INT),
     NUM(min_free_disk_mib, K_U64),
     NUM(destroy_on_exit, K_BOOL),
+    NUM(test_minute_ms, K_U32),
     NUM(http_threads, K_INT),
 };
 

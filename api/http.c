@@ -579,6 +579,73 @@ static enum MHD_Result handle_exec(struct req *r)
 	return MHD_YES;
 }
 
+/* ---------------------------------------------------------------- create */
+
+/* Send exact bytes as a JSON reply (an idempotent create's answer). */
+static enum MHD_Result reply_bytes(struct MHD_Connection *c, unsigned status, const char *body,
+				   size_t len, bool replayed)
+{
+	struct MHD_Response *resp;
+	enum MHD_Result ret;
+
+	resp = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+	if (!resp)
+		return MHD_NO;
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+	if (replayed)
+		MHD_add_response_header(resp, "Idempotent-Replayed", "true");
+	ret = MHD_queue_response(c, status, resp);
+	MHD_destroy_response(resp);
+	return ret;
+}
+
+/* POST /v1/sandboxes. With an Idempotency-Key, the 201 body is rendered
+ * here, handed to sandbox/ to remember byte for byte, then sent; a replay
+ * sends the remembered bytes with 'Idempotent-Replayed: true'. Blocks this
+ * worker for the boot (seconds): docs/api.md. */
+static enum MHD_Result handle_create(struct req *r)
+{
+	struct api_server *srv = r->srv;
+	struct sandbox_create_result res;
+	struct api_create_body b;
+	struct sbx_error err;
+	struct json_object *o;
+	const char *text;
+	size_t len = 0;
+	enum MHD_Result ret;
+
+	sbx_error_clear(&err);
+	if (api_create_decode(r->body.data, r->body.len, srv->cfg, &b, &err) < 0)
+		return reply_error(r->conn, &err);
+	b.req.idempotency_key =
+	    MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Idempotency-Key");
+	if (sandbox_create_idempotent(srv->svc, r->account_id, &b.req, &res, &err) < 0)
+		return reply_error(r->conn, &err);
+	if (res.replayed) {
+		ret = reply_bytes(r->conn, (unsigned)res.status, res.body, res.body_len, true);
+		sandbox_create_result_release(&res);
+		return ret;
+	}
+	if (!b.req.idempotency_key)
+		return reply_json(r->conn, 201, api_sandbox_encode(&res.view), 0, NULL);
+	o = api_sandbox_encode(&res.view);
+	text = o ? json_object_to_json_string_length(
+		       o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &len)
+		 : NULL;
+	if (!text) {
+		sandbox_idempotency_release(srv->svc, r->account_id, b.req.idempotency_key);
+		if (o)
+			json_object_put(o);
+		return reply_json(r->conn, 500, NULL, 0, NULL);
+	}
+	if (sandbox_idempotency_complete(srv->svc, r->account_id, b.req.idempotency_key,
+					 res.view.id, 201, text, len, &err) < 0)
+		sbx_warn(MOD, "sandbox %s: its Idempotency-Key was not remembered", res.view.id);
+	ret = reply_bytes(r->conn, 201, text, len, false);
+	json_object_put(o);
+	return ret;
+}
+
 /* -------------------------------------------------------------- dispatch */
 
 static enum MHD_Result dispatch(struct req *r, const char *method)
@@ -603,15 +670,7 @@ static enum MHD_Result dispatch(struct req *r, const char *method)
 	case R_SANDBOXES:
 		if (strcmp(method, "GET") == 0)
 			return handle_list(r);
-		{
-			struct api_create_body b;
-			if (api_create_decode(r->body.data, r->body.len, srv->cfg, &b, &err) < 0)
-				return reply_error(r->conn, &err);
-			/* Blocks this worker for the boot (seconds): docs/api.md. */
-			if (sandbox_create(srv->svc, r->account_id, &b.req, &v, &err) < 0)
-				return reply_error(r->conn, &err);
-			return reply_json(r->conn, 201, api_sandbox_encode(&v), 0, NULL);
-		}
+		return handle_create(r);
 	case R_SANDBOX:
 		if (strcmp(method, "GET") == 0) {
 			if (sandbox_get(srv->svc, r->account_id, r->id, &v, &err) < 0)

@@ -73,8 +73,7 @@ void sandbox_config_resolve(struct sandbox_config *cfg)
 	derive(cfg->initrd, sizeof(cfg->initrd), cfg->state_dir, "/images/tiny/initramfs.cpio.gz");
 }
 
-const struct sandbox_size *sandbox_config_size(const struct sandbox_config *cfg,
-					       const char *name)
+const struct sandbox_size *sandbox_config_size(const struct sandbox_config *cfg, const char *name)
 {
 	for (size_t i = 0; i < cfg->n_sizes; i++)
 		if (strcmp(cfg->sizes[i].name, name) == 0)
@@ -154,6 +153,12 @@ int sandbox_config_validate(const struct sandbox_config *cfg, struct sbx_error *
 	if (cfg->boot_timeout_ms < 1000 || cfg->default_exec_timeout_ms < 1)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "boot_timeout_ms",
 				     "boot_timeout_ms must be >= 1000");
+	if (cfg->test_minute_ms && strcmp(cfg->mode, "production") == 0)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "test_minute_ms",
+				     "test_minute_ms is for tests; production mode refuses it");
+	if (cfg->test_minute_ms && cfg->test_minute_ms < 100)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "test_minute_ms",
+				     "test_minute_ms must be 0 (off) or >= 100");
 	if (cfg->http_threads < 1 || cfg->http_threads > 256)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "http_threads",
 				     "http_threads must be 1..256");

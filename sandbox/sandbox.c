@@ -16,14 +16,15 @@
 #include <string.h>
 #include <sys/statvfs.h>
 #include <sys/sysinfo.h>
+#include <time.h>
 
 #include "../agentless/agentless.h"
 #include "../billing/billing.h"
 #include "../store/store.h"
 #include "../vmm/vmm.h"
 
-#define MOD "sandbox"
-#define TICK_MS 200
+#define MOD	     "sandbox"
+#define TICK_MS	     200
 #define HEARTBEAT_MS 5000
 #define TIME_SYNC_MS 60000
 
@@ -35,9 +36,9 @@ struct live {
 	struct agentless_conn *conn;
 	int64_t expires_at_ms; /* cached from the row; the row is the truth */
 	uint64_t memory_mib;
-	int refs;              /* exec_start calls using conn right now */
+	int refs; /* exec_start calls using conn right now */
 	bool unlinked;
-	bool dead;             /* guest gone or channel broken: end as failed */
+	bool dead; /* guest gone or channel broken: end as failed */
 	int64_t dead_at_ms;
 	struct live *next;
 };
@@ -50,15 +51,21 @@ struct sandbox_svc {
 	pthread_mutex_t lock; /* lives, booting, stop */
 	pthread_cond_t cond;  /* live refs dropped, boot slot freed, timer wake */
 	struct live *lives;
-	int booting;          /* admitted creates not yet live (capacity) */
+	int booting; /* admitted creates not yet live (capacity) */
 	uint64_t booting_mib;
-	int boots_active;     /* creates holding a boot slot */
+	int boots_active; /* creates holding a boot slot */
 	bool stop;
 	bool timer_started;
 	pthread_t timer;
 };
 
 /* ----------------------------------------------------------- conversions */
+
+/* One minute of timeout_minutes, in ms (scaled only by test configs). */
+static int64_t minute_ms(const struct sandbox_config *cfg)
+{
+	return cfg->test_minute_ms ? (int64_t)cfg->test_minute_ms : 60000;
+}
 
 static void view_from_row(const struct store_sandbox *row, int64_t now_ms, struct sandbox_view *v)
 {
@@ -214,13 +221,15 @@ static void timer_pass(struct sandbox_svc *svc, int64_t *last_beat, int64_t *las
 	pthread_mutex_unlock(&svc->lock);
 	if (beat)
 		*last_beat = mono;
-	if (sync)
+	if (sync) {
 		*last_sync = mono;
+		store_idem_prune(svc->store, now - SANDBOX_IDEMPOTENCY_KEEP_MS, NULL);
+	}
 
 	for (size_t i = 0; i < n_ends; i++) {
 		const char *why = ends[i].status == STORE_FAILED
-					  ? "the sandbox's guest stopped unexpectedly"
-					  : "the sandbox expired while the command ran";
+				      ? "the sandbox's guest stopped unexpectedly"
+				      : "the sandbox expired while the command ran";
 		sbx_info(MOD, "sandbox %s: ending as %s", ends[i].id,
 			 store_status_name(ends[i].status));
 		if (end_sandbox(svc, ends[i].id, ends[i].status, ends[i].at, why, NULL, &err) < 0)
@@ -296,13 +305,12 @@ static void reconcile_domain(void *opaque, const char *name, const char *sandbox
 }
 
 /* Reattach a running guest left by a previous daemon. */
-static int reattach(struct sandbox_svc *svc, const struct store_sandbox *row,
-		    struct sbx_error *err)
+static int reattach(struct sandbox_svc *svc, const struct store_sandbox *row, struct sbx_error *err)
 {
 	struct live *l = calloc(1, sizeof(*l));
 	struct agentless_limits lim = {
-		.backstop_grace_ms = svc->cfg.exec_backstop_grace_ms,
-		.max_inflight = (uint32_t)svc->cfg.max_execs_per_sandbox,
+	    .backstop_grace_ms = svc->cfg.exec_backstop_grace_ms,
+	    .max_inflight = (uint32_t)svc->cfg.max_execs_per_sandbox,
 	};
 	const struct sandbox_size *size = sandbox_config_size(&svc->cfg, row->size);
 	struct sbx_channel ch;
@@ -355,6 +363,9 @@ static int reconcile(struct sandbox_svc *svc, struct sbx_error *err)
 	}
 	if (vmm_list_domains(svc->vmm, reconcile_domain, &rc, err) < 0)
 		goto out;
+	/* No create survives a restart: their keys are freed (API.md). */
+	if (store_idem_release_pending(svc->store, NULL) > 0)
+		sbx_info(MOD, "reconcile: freed the idempotency keys of interrupted creates");
 	for (size_t i = 0; i < rc.n_orphans; i++) {
 		sbx_info(MOD, "reconcile: destroying domain %s (no live sandbox)", rc.orphans[i]);
 		vmm_destroy_by_name(svc->vmm, rc.orphans[i], NULL);
@@ -438,19 +449,19 @@ struct sandbox_svc *sandbox_svc_new(const struct sandbox_config *cfg, int flags,
 
 	snprintf(run_dir, sizeof(run_dir), "%s/run", cfg->state_dir);
 	struct vmm_config vc = {
-		.uri = cfg->libvirt_uri,
-		.name_prefix = cfg->domain_prefix,
-		.accel = accel_of(cfg->accel),
-		.allow_tcg = cfg->allow_tcg,
-		.kernel = cfg->kernel,
-		.initrd = cfg->initrd,
-		.base_image = cfg->base_image[0] ? cfg->base_image : NULL,
-		.cmdline = cfg->kernel_cmdline[0] ? cfg->kernel_cmdline : NULL,
-		.run_dir = run_dir,
-		.transport = strcmp(cfg->transport, "stream") == 0 ? VMM_TRANSPORT_STREAM
-								   : VMM_TRANSPORT_SOCKET,
-		.tb_cache_mib = cfg->tb_cache_mib,
-		.console_log_max = 1024 * 1024,
+	    .uri = cfg->libvirt_uri,
+	    .name_prefix = cfg->domain_prefix,
+	    .accel = accel_of(cfg->accel),
+	    .allow_tcg = cfg->allow_tcg,
+	    .kernel = cfg->kernel,
+	    .initrd = cfg->initrd,
+	    .base_image = cfg->base_image[0] ? cfg->base_image : NULL,
+	    .cmdline = cfg->kernel_cmdline[0] ? cfg->kernel_cmdline : NULL,
+	    .run_dir = run_dir,
+	    .transport =
+		strcmp(cfg->transport, "stream") == 0 ? VMM_TRANSPORT_STREAM : VMM_TRANSPORT_SOCKET,
+	    .tb_cache_mib = cfg->tb_cache_mib,
+	    .console_log_max = 1024 * 1024,
 	};
 	svc->vmm = vmm_new(&vc, err);
 	if (!svc->vmm)
@@ -458,8 +469,8 @@ struct sandbox_svc *sandbox_svc_new(const struct sandbox_config *cfg, int flags,
 	vmm_set_stopped_callback(svc->vmm, on_domain_stopped, svc);
 	sbx_info(MOD, "libvirt %s, accelerator %s%s", cfg->libvirt_uri, vmm_accel_name(svc->vmm),
 		 strcmp(vmm_accel_name(svc->vmm), "tcg") == 0
-			 ? " (TCG is no security boundary: development only)"
-			 : "");
+		     ? " (TCG is no security boundary: development only)"
+		     : "");
 	if (reconcile(svc, err) < 0)
 		goto err_vmm;
 	if (pthread_create(&svc->timer, NULL, timer_main, svc) != 0) {
@@ -565,8 +576,8 @@ static void key_from_store(const struct store_key *k, struct sandbox_key *out)
 	out->revoked_at_ms = k->revoked_at_ms;
 }
 
-int sandbox_key_create(struct sandbox_svc *svc, const char *account_id,
-		       struct sandbox_key *key, char secret[static 80], struct sbx_error *err)
+int sandbox_key_create(struct sandbox_svc *svc, const char *account_id, struct sandbox_key *key,
+		       char secret[static 80], struct sbx_error *err)
 {
 	struct store_key k = {0};
 	struct store_account acct;
@@ -770,23 +781,14 @@ static void capacity_forget(struct sandbox_svc *svc, const struct sandbox_size *
 	pthread_mutex_unlock(&svc->lock);
 }
 
-int sandbox_create(struct sandbox_svc *svc, const char *account_id,
-		   const struct sandbox_create_req *req, struct sandbox_view *out,
-		   struct sbx_error *err)
+/* The request's parameters after defaults: 0, or -1 with a 400. */
+static int create_params(const struct sandbox_config *cfg, const struct sandbox_create_req *req,
+			 const struct sandbox_size **size_out, int *minutes_out,
+			 struct sbx_error *err)
 {
-	const struct sandbox_config *cfg = &svc->cfg;
 	const char *size_name = req->size ? req->size : cfg->default_size;
 	const struct sandbox_size *size = sandbox_config_size(cfg, size_name);
 	int minutes = req->timeout_minutes ? req->timeout_minutes : cfg->default_timeout_minutes;
-	struct agentless_limits lim = {
-		.backstop_grace_ms = cfg->exec_backstop_grace_ms,
-		.max_inflight = (uint32_t)cfg->max_execs_per_sandbox,
-	};
-	struct store_sandbox row = {0};
-	struct sbx_channel ch;
-	struct live *l = NULL;
-	int64_t deadline, created_at;
-	int rc;
 
 	if (!size)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "size",
@@ -795,6 +797,30 @@ int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 	if (minutes < 1 || minutes > cfg->max_timeout_minutes)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "timeout_minutes",
 				     "timeout_minutes must be 1..%d", cfg->max_timeout_minutes);
+	*size_out = size;
+	*minutes_out = minutes;
+	return 0;
+}
+
+int sandbox_create(struct sandbox_svc *svc, const char *account_id,
+		   const struct sandbox_create_req *req, struct sandbox_view *out,
+		   struct sbx_error *err)
+{
+	const struct sandbox_config *cfg = &svc->cfg;
+	const struct sandbox_size *size;
+	int minutes;
+	struct agentless_limits lim = {
+	    .backstop_grace_ms = cfg->exec_backstop_grace_ms,
+	    .max_inflight = (uint32_t)cfg->max_execs_per_sandbox,
+	};
+	struct store_sandbox row = {0};
+	struct sbx_channel ch;
+	struct live *l = NULL;
+	int64_t deadline, created_at;
+	int rc;
+
+	if (create_params(cfg, req, &size, &minutes, err) < 0)
+		return -1;
 
 	/* 1. Intent: row + hold (429 cap, then 402 credit) before libvirt. */
 	if (sbx_random_id("sbx_", 12, row.id, sizeof(row.id)) < 0)
@@ -832,10 +858,10 @@ int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 	snprintf(l->id, sizeof(l->id), "%s", row.id);
 	l->memory_mib = size->memory_mib;
 	struct vmm_guest_spec spec = {
-		.vcpus = size->vcpus,
-		.memory_mib = size->memory_mib,
-		.disk_gib = cfg->base_image[0] ? size->disk_gib : 0,
-		.sandbox_id = row.id,
+	    .vcpus = size->vcpus,
+	    .memory_mib = size->memory_mib,
+	    .disk_gib = cfg->base_image[0] ? size->disk_gib : 0,
+	    .sandbox_id = row.id,
 	};
 	l->vm = vmm_vm_start(svc->vmm, &spec, err);
 	if (!l->vm)
@@ -856,7 +882,7 @@ int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 
 	/* 4. Ready: billing starts now. */
 	created_at = sbx_wall_ms();
-	l->expires_at_ms = created_at + (int64_t)minutes * 60000;
+	l->expires_at_ms = created_at + (int64_t)minutes * minute_ms(cfg);
 	if (store_sandbox_activate(svc->store, row.id, l->domain, created_at, l->expires_at_ms,
 				   err) < 0) {
 		live_teardown(l, "the sandbox could not be created");
@@ -892,6 +918,129 @@ err_abort:
 	return -1;
 }
 
+/* ----------------------------------------------------- idempotency keys */
+
+void sandbox_create_result_release(struct sandbox_create_result *res)
+{
+	if (!res)
+		return;
+	free(res->body);
+	res->body = NULL;
+	res->body_len = 0;
+}
+
+static bool idempotency_key_valid(const char *key)
+{
+	size_t n = 0;
+
+	for (; key[n]; n++)
+		if ((unsigned char)key[n] < 0x20 || (unsigned char)key[n] > 0x7e)
+			return false;
+	return n >= 1 && n <= STORE_IDEM_KEY_MAX;
+}
+
+static void sleep_ms(int64_t ms)
+{
+	struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
+
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+int sandbox_create_idempotent(struct sandbox_svc *svc, const char *account_id,
+			      const struct sandbox_create_req *req,
+			      struct sandbox_create_result *res, struct sbx_error *err)
+{
+	const struct sandbox_config *cfg = &svc->cfg;
+	const struct sandbox_size *size;
+	struct store_idem row = {0};
+	char canon[96], hash[65];
+	int minutes, claimed;
+	int64_t deadline;
+
+	memset(res, 0, sizeof(*res));
+	if (create_params(cfg, req, &size, &minutes, err) < 0)
+		return -1;
+	if (!req->idempotency_key)
+		return sandbox_create(svc, account_id, req, &res->view, err);
+	if (!idempotency_key_valid(req->idempotency_key))
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "Idempotency-Key",
+				     "the Idempotency-Key header must be 1..%d printable ASCII "
+				     "characters",
+				     STORE_IDEM_KEY_MAX);
+	/* The same request = the same parameters after defaults. */
+	snprintf(canon, sizeof(canon), "POST /v1/sandboxes\nsize=%s\ntimeout_minutes=%d",
+		 size->name, minutes);
+	sbx_sha256_hex(canon, strlen(canon), hash);
+
+	deadline = sbx_mono_ms() + cfg->boot_timeout_ms + 5000;
+	for (;;) {
+		claimed = store_idem_claim(svc->store, account_id, req->idempotency_key, hash,
+					   sbx_wall_ms(), SANDBOX_IDEMPOTENCY_KEEP_MS, &row, err);
+		if (claimed != 0)
+			break;
+		if (strcmp(row.request_hash, hash) != 0) {
+			store_idem_release_row(&row);
+			return sbx_error_set(err, SBX_E_IDEMPOTENCY_MISMATCH, "Idempotency-Key",
+					     "this Idempotency-Key was used with other "
+					     "parameters; use a new key for a new request");
+		}
+		if (row.done) {
+			res->replayed = true;
+			res->status = row.response_status;
+			res->body = TAKE_PTR(row.response_body);
+			res->body_len = row.response_len;
+			if (!res->body) {
+				res->body = strdup("");
+				if (!res->body)
+					return sbx_error_set(err, SBX_E_INTERNAL, NULL,
+							     "out of memory");
+			}
+			return 0;
+		}
+		store_idem_release_row(&row);
+		/* The first request is still creating: wait for it. */
+		if (sbx_mono_ms() >= deadline) {
+			sbx_error_set(err, SBX_E_IDEMPOTENCY_CONFLICT, "Idempotency-Key",
+				      "a request with this Idempotency-Key is still being "
+				      "processed; retry later");
+			err->retry_after_s = 2;
+			return -1;
+		}
+		sleep_ms(100);
+	}
+	if (claimed < 0)
+		return -1;
+	if (sandbox_create(svc, account_id, req, &res->view, err) < 0) {
+		/* A failed request is not remembered. */
+		store_idem_release(svc->store, account_id, req->idempotency_key, NULL);
+		return -1;
+	}
+	return 0;
+}
+
+int sandbox_idempotency_complete(struct sandbox_svc *svc, const char *account_id, const char *key,
+				 const char *sandbox_id, int status, const char *body, size_t len,
+				 struct sbx_error *err)
+{
+	if (status >= 400) {
+		store_idem_release(svc->store, account_id, key, NULL);
+		return 0;
+	}
+	if (store_idem_complete(svc->store, account_id, key, sandbox_id, status, body, len, err) <
+	    0) {
+		sbx_err(MOD, "idempotency key of %s (sandbox %s) could not be stored: %s",
+			account_id, sandbox_id ? sandbox_id : "-", err ? err->message : "");
+		return -1;
+	}
+	return 0;
+}
+
+void sandbox_idempotency_release(struct sandbox_svc *svc, const char *account_id, const char *key)
+{
+	store_idem_release(svc->store, account_id, key, NULL);
+}
+
 /* ------------------------------------------------------ get, list, end */
 
 int sandbox_get(struct sandbox_svc *svc, const char *account_id, const char *id,
@@ -914,8 +1063,8 @@ int sandbox_list(struct sandbox_svc *svc, const char *account_id, const char *st
 	size_t count = 0;
 	int64_t now = sbx_wall_ms();
 
-	if (status && (store_status_parse(status, &st) < 0 || st == STORE_CREATING ||
-		       st == STORE_ABORTED))
+	if (status &&
+	    (store_status_parse(status, &st) < 0 || st == STORE_CREATING || st == STORE_ABORTED))
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "status",
 				     "status must be one of running, destroyed, expired, failed");
 	if (limit < 1 || limit > 100)
@@ -965,12 +1114,11 @@ int sandbox_extend(struct sandbox_svc *svc, const char *account_id, const char *
 	if (get_visible_row(svc, account_id, id, &row, err) < 0)
 		return -1;
 	if (row.status != STORE_RUNNING || row.expires_at_ms <= now)
-		return sbx_error_set(err, SBX_E_SANDBOX_NOT_RUNNING, NULL,
-				     "sandbox '%s' is %s; create a new one", id,
-				     row.status == STORE_RUNNING ? "expired"
-								 : store_status_name(row.status));
-	want = now + (int64_t)timeout_minutes * 60000;
-	latest = row.created_at_ms + (int64_t)cfg->max_lifetime_minutes * 60000;
+		return sbx_error_set(
+		    err, SBX_E_SANDBOX_NOT_RUNNING, NULL, "sandbox '%s' is %s; create a new one",
+		    id, row.status == STORE_RUNNING ? "expired" : store_status_name(row.status));
+	want = now + (int64_t)timeout_minutes * minute_ms(cfg);
+	latest = row.created_at_ms + (int64_t)cfg->max_lifetime_minutes * minute_ms(cfg);
 	if (want > latest) {
 		sbx_rfc3339(latest, latest_s);
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "timeout_minutes",
@@ -1010,8 +1158,7 @@ struct exec_call {
 	void *opaque;
 };
 
-static void exec_done(void *opaque, struct agentless_exec_result *res,
-		      const struct sbx_error *aerr)
+static void exec_done(void *opaque, struct agentless_exec_result *res, const struct sbx_error *aerr)
 {
 	struct exec_call *call = opaque;
 	struct sandbox_exec_result out = {0};
@@ -1035,8 +1182,8 @@ static void exec_done(void *opaque, struct agentless_exec_result *res,
 }
 
 int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const char *id,
-		       const struct sandbox_exec_req *req, sandbox_exec_done_fn done,
-		       void *opaque, struct sbx_error *err)
+		       const struct sandbox_exec_req *req, sandbox_exec_done_fn done, void *opaque,
+		       struct sbx_error *err)
 {
 	const struct sandbox_config *cfg = &svc->cfg;
 	struct store_sandbox row;
@@ -1049,10 +1196,9 @@ int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const ch
 	if (get_visible_row(svc, account_id, id, &row, err) < 0)
 		return -1;
 	if (row.status != STORE_RUNNING || row.expires_at_ms <= now)
-		return sbx_error_set(err, SBX_E_SANDBOX_NOT_RUNNING, NULL,
-				     "sandbox '%s' is %s; create a new one", id,
-				     row.status == STORE_RUNNING ? "expired"
-								 : store_status_name(row.status));
+		return sbx_error_set(
+		    err, SBX_E_SANDBOX_NOT_RUNNING, NULL, "sandbox '%s' is %s; create a new one",
+		    id, row.status == STORE_RUNNING ? "expired" : store_status_name(row.status));
 	left_ms = row.expires_at_ms - now;
 	if (req->has_timeout) {
 		if (req->timeout_ms < 1 || (int64_t)req->timeout_ms > left_ms)
@@ -1065,14 +1211,14 @@ int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const ch
 		timeout = (uint32_t)SBX_MIN((int64_t)cfg->default_exec_timeout_ms, left_ms);
 	}
 	struct agentless_exec_req areq = {
-		.command = req->command,
-		.command_len = req->command_len,
-		.cwd = req->cwd ? req->cwd : "/home/sandbox",
-		.env = req->env,
-		.n_env = req->n_env,
-		.timeout_ms = timeout,
-		.stdout_cap = (uint32_t)cfg->output_cap_bytes,
-		.stderr_cap = (uint32_t)cfg->output_cap_bytes,
+	    .command = req->command,
+	    .command_len = req->command_len,
+	    .cwd = req->cwd ? req->cwd : "/home/sandbox",
+	    .env = req->env,
+	    .n_env = req->n_env,
+	    .timeout_ms = timeout,
+	    .stdout_cap = (uint32_t)cfg->output_cap_bytes,
+	    .stderr_cap = (uint32_t)cfg->output_cap_bytes,
 	};
 	call = calloc(1, sizeof(*call));
 	if (!call)
@@ -1157,9 +1303,8 @@ static void slice(const struct store_sandbox *row, int64_t now, int64_t from, in
 	*cost = billing_cost(end - start, row->price_micro_per_hour);
 }
 
-int sandbox_usage(struct sandbox_svc *svc, const char *account_id, int64_t from_ms,
-		  int64_t to_ms, const char *granularity, struct sandbox_usage *out,
-		  struct sbx_error *err)
+int sandbox_usage(struct sandbox_svc *svc, const char *account_id, int64_t from_ms, int64_t to_ms,
+		  const char *granularity, struct sandbox_usage *out, struct sbx_error *err)
 {
 	const struct sandbox_config *cfg = &svc->cfg;
 	struct store_sandbox *rows = NULL;
@@ -1188,8 +1333,8 @@ int sandbox_usage(struct sandbox_svc *svc, const char *account_id, int64_t from_
 
 	if (billing_balance(svc->store, account_id, now, &bal, err) < 0 ||
 	    store_sandbox_count_live(svc->store, account_id, &running, err) < 0 ||
-	    store_sandbox_list_overlapping(svc->store, account_id, from_ms, to_ms, &rows, &n,
-					   err) < 0)
+	    store_sandbox_list_overlapping(svc->store, account_id, from_ms, to_ms, &rows, &n, err) <
+		0)
 		return -1;
 	out->balance_micro = bal.balance_micro;
 	out->reserved_micro = bal.reserved_micro;

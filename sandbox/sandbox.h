@@ -16,7 +16,7 @@
 
 #include "../util/util.h"
 
-#define SANDBOX_ID_MAX 40
+#define SANDBOX_ID_MAX	  40
 #define SANDBOX_MAX_SIZES 8
 
 /* ---------------------------------------------------------------- config */
@@ -32,19 +32,19 @@ struct sandbox_size {
 /* Every knob of the daemon; docs/configuration.md lists each key of the
  * JSON config file with its default. Paths are absolute. */
 struct sandbox_config {
-	char mode[16];           /* "development" | "production" */
-	char listen[64];         /* "127.0.0.1:8080" */
+	char mode[16];	 /* "development" | "production" */
+	char listen[64]; /* "127.0.0.1:8080" */
 	char db_path[PATH_MAX];
-	char state_dir[PATH_MAX];/* kernel, images, overlays, sockets; qemu-readable */
+	char state_dir[PATH_MAX]; /* kernel, images, overlays, sockets; qemu-readable */
 	char libvirt_uri[256];
-	char domain_prefix[32];  /* "sbx-" */
-	char accel[8];           /* "auto" | "kvm" | "tcg" */
+	char domain_prefix[32]; /* "sbx-" */
+	char accel[8];		/* "auto" | "kvm" | "tcg" */
 	bool allow_tcg;
 	char kernel[PATH_MAX];
 	char initrd[PATH_MAX];
-	char base_image[PATH_MAX];/* "" = initramfs only (tiny image) */
+	char base_image[PATH_MAX]; /* "" = initramfs only (tiny image) */
 	char kernel_cmdline[256];
-	char transport[16];      /* "stream" | "socket" */
+	char transport[16]; /* "stream" | "socket" */
 	unsigned tb_cache_mib;
 
 	struct sandbox_size sizes[SANDBOX_MAX_SIZES];
@@ -54,22 +54,26 @@ struct sandbox_config {
 	int max_timeout_minutes;     /* 1440 */
 	int max_lifetime_minutes;    /* 1440: 24 h from created_at */
 
-	int max_sandboxes_per_account;  /* 20 */
-	int max_execs_per_sandbox;      /* 64 */
-	size_t max_body_bytes;          /* HTTP request body cap, 1 MiB */
-	size_t max_command_bytes;       /* 256 KiB */
-	size_t output_cap_bytes;        /* per stream, 1 MiB */
+	int max_sandboxes_per_account;	  /* 20 */
+	int max_execs_per_sandbox;	  /* 64 */
+	size_t max_body_bytes;		  /* HTTP request body cap, 1 MiB */
+	size_t max_command_bytes;	  /* 256 KiB */
+	size_t output_cap_bytes;	  /* per stream, 1 MiB */
 	uint32_t default_exec_timeout_ms; /* 60000 */
-	uint32_t boot_timeout_ms;       /* create -> HELLO deadline, 60000 */
-	uint32_t exec_backstop_grace_ms;/* 10000 */
+	uint32_t boot_timeout_ms;	  /* create -> HELLO deadline, 60000 */
+	uint32_t exec_backstop_grace_ms;  /* 10000 */
 
-	int max_guests;              /* host capacity */
-	double memory_overcommit;    /* guest memory <= ratio * host RAM */
+	int max_guests;		  /* host capacity */
+	double memory_overcommit; /* guest memory <= ratio * host RAM */
 	int max_concurrent_boots;
 	uint64_t min_free_disk_mib;
 
-	bool destroy_on_exit;        /* destroy guests when the daemon stops */
-	int http_threads;            /* libmicrohttpd thread pool size */
+	bool destroy_on_exit; /* destroy guests when the daemon stops */
+	/* Tests only: the length of one "minute" of timeout_minutes in ms (0 =
+	 * 60000), so expiry can be tested in seconds. Refused in production
+	 * mode. Billing still prices real elapsed time. */
+	uint32_t test_minute_ms;
+	int http_threads; /* libmicrohttpd thread pool size */
 };
 
 /* Built-in defaults (API.md tables). */
@@ -82,8 +86,7 @@ void sandbox_config_resolve(struct sandbox_config *cfg);
  * SBX_E_INVALID_REQUEST naming the key in param. */
 int sandbox_config_validate(const struct sandbox_config *cfg, struct sbx_error *err);
 /* The size entry by name, or NULL (borrowed). */
-const struct sandbox_size *sandbox_config_size(const struct sandbox_config *cfg,
-					       const char *name);
+const struct sandbox_size *sandbox_config_size(const struct sandbox_config *cfg, const char *name);
 
 /* ----------------------------------------------------------- the service */
 
@@ -121,8 +124,8 @@ struct sandbox_key {
 
 /* A new API key "aas_sk_" + 64 hex (32 random bytes); the secret is shown
  * only here. secret must hold >= 80 bytes. */
-int sandbox_key_create(struct sandbox_svc *svc, const char *account_id,
-		       struct sandbox_key *key, char secret[static 80], struct sbx_error *err);
+int sandbox_key_create(struct sandbox_svc *svc, const char *account_id, struct sandbox_key *key,
+		       char secret[static 80], struct sbx_error *err);
 int sandbox_key_list(struct sandbox_svc *svc, const char *account_id, struct sandbox_key **out,
 		     size_t *n, struct sbx_error *err);
 /* account_id NULL = admin (any account). */
@@ -162,6 +165,9 @@ struct sandbox_view {
 struct sandbox_create_req {
 	const char *size;    /* NULL = default */
 	int timeout_minutes; /* 0 = default; else 1..max_timeout_minutes */
+	/* Idempotency-Key (API.md): NULL = none, else 1..255 printable ASCII
+	 * bytes (0x20..0x7e). Only sandbox_create_idempotent() looks at it. */
+	const char *idempotency_key;
 };
 
 /* Reserve, boot, wait for the guest's HELLO, record. Returns when the
@@ -172,6 +178,48 @@ struct sandbox_create_req {
 int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 		   const struct sandbox_create_req *req, struct sandbox_view *out,
 		   struct sbx_error *err);
+
+/* How long a completed Idempotency-Key is remembered (API.md: >= 24 h). */
+#define SANDBOX_IDEMPOTENCY_KEEP_MS (25 * 3600 * 1000LL)
+
+/* The outcome of sandbox_create_idempotent(). */
+struct sandbox_create_result {
+	/* true: an earlier request with the same key and the same parameters
+	 * was answered; nothing was created now. Send `status` and the exact
+	 * bytes of `body` with 'Idempotent-Replayed: true'. */
+	bool replayed;
+	int status;
+	char *body; /* malloc'd, NUL-terminated; free with sandbox_create_result_release */
+	size_t body_len;
+	/* false: a new sandbox (view); when req->idempotency_key was set the
+	 * caller must now render the response and hand it to
+	 * sandbox_idempotency_complete() (or sandbox_idempotency_release()
+	 * if it cannot answer). */
+	struct sandbox_view view;
+};
+void sandbox_create_result_release(struct sandbox_create_result *res);
+
+/* sandbox_create() with an optional Idempotency-Key, checked in API.md's
+ * order: parameters (400, also a bad key: param "Idempotency-Key"), then
+ * the key: the same key of this account with other parameters (compared
+ * after defaults) is SBX_E_IDEMPOTENCY_MISMATCH; one whose first request
+ * is still creating is waited for (up to boot_timeout_ms + 5 s) and
+ * replayed, else SBX_E_IDEMPOTENCY_CONFLICT with retry_after_s; a
+ * completed one is replayed. Then cap, credit, capacity as sandbox_create.
+ * On any error the key is forgotten (not remembered), so the request can
+ * be retried with it. Without a key this is sandbox_create(). */
+int sandbox_create_idempotent(struct sandbox_svc *svc, const char *account_id,
+			      const struct sandbox_create_req *req,
+			      struct sandbox_create_result *res, struct sbx_error *err);
+
+/* Remember the response api/ sent for a create that
+ * sandbox_create_idempotent() did not replay: status and the exact body
+ * bytes (copied; <= 64 KiB). A status >= 400 forgets the key instead. */
+int sandbox_idempotency_complete(struct sandbox_svc *svc, const char *account_id, const char *key,
+				 const char *sandbox_id, int status, const char *body, size_t len,
+				 struct sbx_error *err);
+/* Forget a pending key (its request could not be answered). */
+void sandbox_idempotency_release(struct sandbox_svc *svc, const char *account_id, const char *key);
 
 int sandbox_get(struct sandbox_svc *svc, const char *account_id, const char *id,
 		struct sandbox_view *out, struct sbx_error *err);
@@ -197,8 +245,8 @@ struct sandbox_exec_req {
 	const char *command; /* NUL-terminated; api/ checked non-empty and cap */
 	size_t command_len;
 	bool has_timeout;
-	uint32_t timeout_ms; /* when has_timeout: 1..time left in the session */
-	const char *cwd;     /* NULL = /home/sandbox */
+	uint32_t timeout_ms;	/* when has_timeout: 1..time left in the session */
+	const char *cwd;	/* NULL = /home/sandbox */
 	const char *const *env; /* "KEY=VALUE", keys already validated */
 	size_t n_env;
 };
@@ -225,8 +273,8 @@ typedef void (*sandbox_exec_done_fn)(void *opaque, struct sandbox_exec_result *r
  * with err (404, 410, 400 timeout_ms, 429 per-sandbox cap, 500) and done is
  * never called. */
 int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const char *id,
-		       const struct sandbox_exec_req *req, sandbox_exec_done_fn done,
-		       void *opaque, struct sbx_error *err);
+		       const struct sandbox_exec_req *req, sandbox_exec_done_fn done, void *opaque,
+		       struct sbx_error *err);
 
 /* ----------------------------------------------------------------- usage */
 
@@ -257,9 +305,8 @@ struct sandbox_usage {
 /* from_ms/to_ms 0 = the current UTC month; granularity NULL, "day" or
  * "hour" (SBX_E_INVALID_REQUEST otherwise, or when the range would give
  * more than 10000 buckets). */
-int sandbox_usage(struct sandbox_svc *svc, const char *account_id, int64_t from_ms,
-		  int64_t to_ms, const char *granularity, struct sandbox_usage *out,
-		  struct sbx_error *err);
+int sandbox_usage(struct sandbox_svc *svc, const char *account_id, int64_t from_ms, int64_t to_ms,
+		  const char *granularity, struct sandbox_usage *out, struct sbx_error *err);
 void sandbox_usage_release(struct sandbox_usage *u);
 
 #endif

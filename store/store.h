@@ -61,11 +61,11 @@ int store_account_list(struct store *s, struct store_account **out, size_t *n,
 		       struct sbx_error *err);
 
 struct store_key {
-	char id[STORE_ID_MAX];      /* "key_" + 24 hex, not a secret */
+	char id[STORE_ID_MAX]; /* "key_" + 24 hex, not a secret */
 	char account_id[STORE_ID_MAX];
-	char prefix[24];            /* first characters of the secret, for display */
+	char prefix[24]; /* first characters of the secret, for display */
 	int64_t created_at_ms;
-	int64_t revoked_at_ms;      /* 0 while valid */
+	int64_t revoked_at_ms; /* 0 while valid */
 };
 
 /* Store a key by its SHA-256 digest (64 hex). */
@@ -85,32 +85,32 @@ int store_key_list(struct store *s, const char *account_id, struct store_key **o
 /* ------------------------------------------------------------ sandboxes */
 
 enum store_status {
-	STORE_CREATING,  /* intent written, hold placed, guest not ready */
+	STORE_CREATING, /* intent written, hold placed, guest not ready */
 	STORE_RUNNING,
 	STORE_DESTROYED,
 	STORE_EXPIRED,
 	STORE_FAILED,
-	STORE_ABORTED,   /* create rolled back: hidden from tenants */
+	STORE_ABORTED, /* create rolled back: hidden from tenants */
 };
 /* "creating", "running", ... (borrowed); parse returns -1 if unknown. */
 const char *store_status_name(enum store_status st);
 int store_status_parse(const char *name, enum store_status *st);
 
 struct store_sandbox {
-	char id[STORE_ID_MAX];         /* "sbx_" + 24 hex */
+	char id[STORE_ID_MAX]; /* "sbx_" + 24 hex */
 	char account_id[STORE_ID_MAX];
 	char size[16];
-	char domain[64];               /* libvirt domain name, "" until known */
+	char domain[64]; /* libvirt domain name, "" until known */
 	enum store_status status;
 	int timeout_minutes;
-	int64_t price_micro_per_hour;  /* snapshot at create */
-	int64_t requested_at_ms;       /* request received */
-	int64_t created_at_ms;         /* guest ready: billing starts (0 while creating) */
-	int64_t expires_at_ms;         /* 0 while creating */
-	int64_t ended_at_ms;           /* 0 while live */
-	int64_t last_seen_at_ms;       /* heartbeat */
-	int64_t hold_micro;            /* total reserved for it (create + extends) */
-	int64_t charge_micro;          /* final charge, once ended */
+	int64_t price_micro_per_hour; /* snapshot at create */
+	int64_t requested_at_ms;      /* request received */
+	int64_t created_at_ms;	      /* guest ready: billing starts (0 while creating) */
+	int64_t expires_at_ms;	      /* 0 while creating */
+	int64_t ended_at_ms;	      /* 0 while live */
+	int64_t last_seen_at_ms;      /* heartbeat */
+	int64_t hold_micro;	      /* total reserved for it (create + extends) */
+	int64_t charge_micro;	      /* final charge, once ended */
 };
 
 /* Write a create's intent in one transaction: the row (status CREATING)
@@ -161,8 +161,8 @@ int store_sandbox_get(struct store *s, const char *account_id, const char *id,
  * `starting_after` (NULL = from the newest; unknown id -> SBX_E_NOT_FOUND
  * with param "starting_after"). *out malloc'd; *has_more set. */
 int store_sandbox_list(struct store *s, const char *account_id, const enum store_status *status,
-		       int limit, const char *starting_after, struct store_sandbox **out,
-		       size_t *n, bool *has_more, struct sbx_error *err);
+		       int limit, const char *starting_after, struct store_sandbox **out, size_t *n,
+		       bool *has_more, struct sbx_error *err);
 
 /* Every CREATING or RUNNING row of any account (reconcile, expiry). */
 int store_sandbox_list_live(struct store *s, struct store_sandbox **out, size_t *n,
@@ -186,9 +186,9 @@ int store_sandbox_count_live(struct store *s, const char *account_id, int *n,
 
 struct store_balance {
 	int64_t credits_micro;
-	int64_t consumed_micro;  /* sum of charges */
-	int64_t balance_micro;   /* credits - consumed */
-	int64_t reserved_micro;  /* holds - releases - charges */
+	int64_t consumed_micro;	 /* sum of charges */
+	int64_t balance_micro;	 /* credits - consumed */
+	int64_t reserved_micro;	 /* holds - releases - charges */
 	int64_t available_micro; /* balance - reserved */
 };
 /* Ledger totals of an account (settled entries only; cost accrued by
@@ -203,5 +203,58 @@ int store_balance_get(struct store *s, const char *account_id, struct store_bala
  * with SBX_E_INTERNAL and the first violation in the message. For tests
  * and `admin check-ledger`. */
 int store_ledger_check(struct store *s, const char *account_id, struct sbx_error *err);
+
+/* ------------------------------------------------------ idempotency keys
+ *
+ * POST /v1/sandboxes's Idempotency-Key (API.md), scoped per account: the
+ * primary key is (account_id, key). A key is 'pending' while its first
+ * create runs and 'done' once the response was stored; a failed create
+ * deletes its pending row so the key can be used again. */
+
+#define STORE_IDEM_KEY_MAX  255		/* bytes of a key */
+#define STORE_IDEM_BODY_MAX (64 * 1024) /* bytes of a remembered response */
+
+struct store_idem {
+	char request_hash[65];	       /* SHA-256 hex of the canonical request */
+	char sandbox_id[STORE_ID_MAX]; /* "" unless done */
+	bool done;		       /* false = the first request still runs */
+	int response_status;	       /* HTTP status, when done */
+	char *response_body;	       /* exact bytes (malloc'd, NUL-terminated), or NULL */
+	size_t response_len;
+	int64_t created_at_ms;
+};
+/* Free what a store_idem owns (safe on a zeroed or released one). */
+void store_idem_release_row(struct store_idem *row);
+
+/* Claim (account_id, key) for a new request, in one BEGIN IMMEDIATE
+ * transaction: a row older than keep_ms (created_at <= now - keep_ms) is
+ * deleted first; then, if no row is left, a 'pending' row with
+ * request_hash is inserted and 1 is returned; otherwise the existing row
+ * is copied into *out (release it with store_idem_release_row) and 0 is
+ * returned. -1 on error (SBX_E_INVALID_REQUEST for a key of 0 or more
+ * than STORE_IDEM_KEY_MAX bytes). */
+int store_idem_claim(struct store *s, const char *account_id, const char *key,
+		     const char *request_hash, int64_t now_ms, int64_t keep_ms,
+		     struct store_idem *out, struct sbx_error *err);
+
+/* pending -> done with the response to replay (len <= STORE_IDEM_BODY_MAX
+ * bytes, copied) and the sandbox it created. SBX_E_NOT_FOUND when the key
+ * is not pending. */
+int store_idem_complete(struct store *s, const char *account_id, const char *key,
+			const char *sandbox_id, int response_status, const void *body, size_t len,
+			struct sbx_error *err);
+
+/* Forget a pending key (its request failed). Returns 1 if a row was
+ * deleted, 0 if there was none (or it was done: a done key is kept). */
+int store_idem_release(struct store *s, const char *account_id, const char *key,
+		       struct sbx_error *err);
+
+/* Delete done keys created at or before older_than_ms (retention: the
+ * service keeps them >= 24 h). Returns the number deleted. */
+int store_idem_prune(struct store *s, int64_t older_than_ms, struct sbx_error *err);
+
+/* Delete every pending key (at daemon start: no create survives a
+ * restart, so their requests were rolled back). Returns the count. */
+int store_idem_release_pending(struct store *s, struct sbx_error *err);
 
 #endif

@@ -242,7 +242,7 @@ static void test_open_twice_migrates_once(void **state)
 	assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
 	assert_int_equal(sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &q, NULL), SQLITE_OK);
 	assert_int_equal(sqlite3_step(q), SQLITE_ROW);
-	assert_int_equal(sqlite3_column_int(q, 0), 1);
+	assert_int_equal(sqlite3_column_int(q, 0), 2);
 	sqlite3_finalize(q);
 	assert_int_equal(sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &q, NULL), SQLITE_OK);
 	assert_int_equal(sqlite3_step(q), SQLITE_ROW);
@@ -744,6 +744,65 @@ static void test_list_pagination_and_filter(void **state)
 	assert_invariants(f);
 }
 
+/* Idempotency keys: claim, replay data, mismatch data, release, per-account
+ * scope, retention, and the restart sweep of pending keys. */
+static void test_idempotency_keys(void **state)
+{
+	struct fx *f = *state;
+	struct sbx_error err = {0};
+	struct store_idem row = {0};
+	const char *h1 = "1111111111111111111111111111111111111111111111111111111111111111";
+	const char *h2 = "2222222222222222222222222222222222222222222222222222222222222222";
+	static const char body[] = "{\"id\":\"sbx_1\",\"a\":\"\\u0000x\"}";
+	int64_t now = 1000000000;
+
+	/* First claim inserts a pending row; a second sees it pending. */
+	assert_int_equal(store_idem_claim(f->s, f->a.id, "k1", h1, now, 1000, &row, &err), 1);
+	assert_int_equal(store_idem_claim(f->s, f->a.id, "k1", h2, now, 1000, &row, &err), 0);
+	assert_false(row.done);
+	assert_string_equal(row.request_hash, h1);
+	store_idem_release_row(&row);
+	/* Another account's same key is its own. */
+	assert_int_equal(store_idem_claim(f->s, f->b.id, "k1", h2, now, 1000, &row, &err), 1);
+
+	/* Completed: the exact bytes come back. */
+	assert_int_equal(
+	    store_idem_complete(f->s, f->a.id, "k1", "sbx_1", 201, body, sizeof(body) - 1, &err),
+	    0);
+	assert_int_equal(store_idem_complete(f->s, f->a.id, "k1", "sbx_1", 201, body, 3, &err), -1);
+	assert_int_equal(err.code, SBX_E_NOT_FOUND);
+	assert_int_equal(store_idem_claim(f->s, f->a.id, "k1", h1, now + 10, 1000, &row, &err), 0);
+	assert_true(row.done);
+	assert_int_equal(row.response_status, 201);
+	assert_int_equal(row.response_len, sizeof(body) - 1);
+	assert_memory_equal(row.response_body, body, sizeof(body) - 1);
+	assert_string_equal(row.sandbox_id, "sbx_1");
+	store_idem_release_row(&row);
+	/* A done key is not released; a pending one is. */
+	assert_int_equal(store_idem_release(f->s, f->a.id, "k1", &err), 0);
+	assert_int_equal(store_idem_release(f->s, f->b.id, "k1", &err), 1);
+	assert_int_equal(store_idem_claim(f->s, f->b.id, "k1", h1, now, 1000, &row, &err), 1);
+
+	/* Past the retention the key is new again. */
+	assert_int_equal(store_idem_claim(f->s, f->a.id, "k1", h2, now + 1000, 1000, &row, &err),
+			 1);
+	assert_int_equal(store_idem_complete(f->s, f->a.id, "k1", "sbx_2", 201, "{}", 2, &err), 0);
+	assert_int_equal(store_idem_prune(f->s, now + 999, &err), 0);
+	assert_int_equal(store_idem_prune(f->s, now + 1000, &err), 1);
+
+	/* Restart: every pending key is freed (b's k1 here). */
+	assert_int_equal(store_idem_release_pending(f->s, &err), 1);
+	assert_int_equal(store_idem_claim(f->s, f->b.id, "k1", h2, now, 1000, &row, &err), 1);
+
+	/* Bad keys. */
+	char longkey[300];
+	memset(longkey, 'x', sizeof(longkey) - 1);
+	longkey[sizeof(longkey) - 1] = '\0';
+	assert_int_equal(store_idem_claim(f->s, f->a.id, longkey, h1, now, 1000, &row, &err), -1);
+	assert_int_equal(err.code, SBX_E_INVALID_REQUEST);
+	assert_int_equal(store_idem_claim(f->s, f->a.id, "", h1, now, 1000, &row, &err), -1);
+}
+
 static void test_tenant_isolation(void **state)
 {
 	struct fx *f = *state;
@@ -856,6 +915,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_race_cap_connections, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_extend, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_list_pagination_and_filter, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_idempotency_keys, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_tenant_isolation, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_ledger_append_only, fx_setup, fx_teardown),
 	};
