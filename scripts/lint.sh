@@ -17,7 +17,7 @@ check() { # module allowed-includes-regex
 	done
 }
 check util '^(util\.h)$'
-check agentless '^(util/util\.h|wire\.h|agentless\.h|agentless-priv\.h|\.\./wire\.h|init\.h|guest\.h)$'
+check agentless '^(util/util\.h|wire\.h|agentless\.h|agentless-priv\.h|guest/init\.h)$'
 check vmm '^(util/util\.h|vmm\.h|vmm-priv\.h)$'
 check store '^(util/util\.h|store\.h|store-priv\.h)$'
 check billing '^(util/util\.h|store/store\.h|billing\.h)$'
