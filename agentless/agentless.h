@@ -58,8 +58,7 @@ void agentless_conn_recv(void *conn, const void *buf, size_t len);
  * (which carries the host's wall clock), or until the monotonic deadline
  * (ms, sbx_mono_ms()). 0, or -1 with SBX_E_SANDBOX_ERROR (channel broke,
  * bad version) / SBX_E_SERVICE_UNAVAILABLE (deadline). */
-int agentless_conn_wait_hello(struct agentless_conn *c, int64_t deadline_ms,
-			      struct sbx_error *err);
+int agentless_conn_wait_hello(struct agentless_conn *c, int64_t deadline_ms, struct sbx_error *err);
 
 /* Round trip of a PING with `len` bytes of payload (the raw echo floor).
  * Returns the round trip in microseconds, or -1. */
@@ -75,11 +74,11 @@ bool agentless_conn_alive(struct agentless_conn *c);
 struct agentless_exec_req {
 	const char *command; /* bytes, not NUL-terminated necessarily */
 	size_t command_len;
-	const char *cwd;        /* NUL-terminated absolute path */
+	const char *cwd;	/* NUL-terminated absolute path */
 	const char *const *env; /* "KEY=VALUE" strings, validated by the caller */
 	size_t n_env;
-	uint32_t timeout_ms;    /* >= 1 */
-	uint32_t stdout_cap;    /* bytes kept per stream */
+	uint32_t timeout_ms; /* >= 1 */
+	uint32_t stdout_cap; /* bytes kept per stream */
 	uint32_t stderr_cap;
 };
 
@@ -92,11 +91,11 @@ struct agentless_exec_result {
 	size_t stdout_len;
 	char *stderr_buf;
 	size_t stderr_len;
-	int exit_code;        /* status, or 128+signal; 137 on timeout */
+	int exit_code;	      /* status, or 128+signal; 137 on timeout */
 	uint32_t duration_ms; /* measured in the guest */
 	bool timed_out;
-	bool truncated;       /* either stream was cut at its cap */
-	uint64_t stdout_total;/* bytes the command wrote, kept or not */
+	bool truncated;	       /* either stream was cut at its cap */
+	uint64_t stdout_total; /* bytes the command wrote, kept or not */
 	uint64_t stderr_total;
 };
 void agentless_exec_result_release(struct agentless_exec_result *r);

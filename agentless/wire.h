@@ -30,9 +30,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define WIRE_VERSION 1
+#define WIRE_VERSION	 1
 #define WIRE_VERSION_MIN 1
-#define WIRE_PORT_NAME "org.sandboxd.exec.0"
+#define WIRE_PORT_NAME	 "org.sandboxd.exec.0"
 
 #define WIRE_HEADER_LEN 12
 /* Largest payload either side may send (an EXEC carries a command of up to
@@ -41,7 +41,7 @@
 #define WIRE_MAX_PAYLOAD (1024 * 1024)
 /* The guest ships output in chunks of at most this many bytes, and the host
  * refuses any guest frame longer than WIRE_MAX_GUEST_PAYLOAD. */
-#define WIRE_MAX_CHUNK (60 * 1024)
+#define WIRE_MAX_CHUNK	       (60 * 1024)
 #define WIRE_MAX_GUEST_PAYLOAD (64 * 1024)
 
 enum wire_type {
@@ -73,31 +73,31 @@ enum wire_type {
 };
 
 enum wire_tag {
-	WIRE_T_VERSION = 1,      /* u32 */
-	WIRE_T_VERSION_MIN = 2,  /* u32 */
-	WIRE_T_TIME_NS = 3,      /* u64, ns since the epoch, UTC */
-	WIRE_T_BOOT_MS = 4,      /* u32, guest uptime at HELLO */
-	WIRE_T_COMMAND = 10,     /* bytes, run as /bin/sh -c COMMAND */
-	WIRE_T_CWD = 11,         /* bytes, absolute path */
-	WIRE_T_ENV = 12,         /* bytes "KEY=VALUE", repeatable, merged over defaults */
-	WIRE_T_TIMEOUT_MS = 13,  /* u32 */
-	WIRE_T_STDOUT_CAP = 14,  /* u32 bytes */
-	WIRE_T_STDERR_CAP = 15,  /* u32 bytes */
-	WIRE_T_EXIT_CODE = 20,   /* u32 holding int32: status, or 128+signal */
-	WIRE_T_DURATION_MS = 21, /* u32, measured in the guest */
-	WIRE_T_TIMED_OUT = 22,   /* u32, 0 or 1 */
-	WIRE_T_STDOUT_TOTAL = 23,/* u64 bytes the command wrote to stdout */
-	WIRE_T_STDERR_TOTAL = 24,/* u64 */
-	WIRE_T_ERROR_KIND = 30,  /* u32, enum wire_error_kind */
-	WIRE_T_PARAM = 31,       /* bytes, the request field to blame */
-	WIRE_T_MESSAGE = 32,     /* bytes, one sentence */
+	WIRE_T_VERSION = 1,	  /* u32 */
+	WIRE_T_VERSION_MIN = 2,	  /* u32 */
+	WIRE_T_TIME_NS = 3,	  /* u64, ns since the epoch, UTC */
+	WIRE_T_BOOT_MS = 4,	  /* u32, guest uptime at HELLO */
+	WIRE_T_COMMAND = 10,	  /* bytes, run as /bin/sh -c COMMAND */
+	WIRE_T_CWD = 11,	  /* bytes, absolute path */
+	WIRE_T_ENV = 12,	  /* bytes "KEY=VALUE", repeatable, merged over defaults */
+	WIRE_T_TIMEOUT_MS = 13,	  /* u32 */
+	WIRE_T_STDOUT_CAP = 14,	  /* u32 bytes */
+	WIRE_T_STDERR_CAP = 15,	  /* u32 bytes */
+	WIRE_T_EXIT_CODE = 20,	  /* u32 holding int32: status, or 128+signal */
+	WIRE_T_DURATION_MS = 21,  /* u32, measured in the guest */
+	WIRE_T_TIMED_OUT = 22,	  /* u32, 0 or 1 */
+	WIRE_T_STDOUT_TOTAL = 23, /* u64 bytes the command wrote to stdout */
+	WIRE_T_STDERR_TOTAL = 24, /* u64 */
+	WIRE_T_ERROR_KIND = 30,	  /* u32, enum wire_error_kind */
+	WIRE_T_PARAM = 31,	  /* bytes, the request field to blame */
+	WIRE_T_MESSAGE = 32,	  /* bytes, one sentence */
 };
 
 enum wire_error_kind {
 	WIRE_ERR_BAD_REQUEST = 1, /* malformed EXEC; PARAM names the field */
-	WIRE_ERR_CWD = 2,         /* cwd missing or not a directory */
-	WIRE_ERR_BUSY = 3,        /* guest at its own in-flight limit */
-	WIRE_ERR_SPAWN = 4,       /* fork/exec/cgroup failed in the guest */
+	WIRE_ERR_CWD = 2,	  /* cwd missing or not a directory */
+	WIRE_ERR_BUSY = 3,	  /* guest at its own in-flight limit */
+	WIRE_ERR_SPAWN = 4,	  /* fork/exec/cgroup failed in the guest */
 };
 
 struct wire_header {

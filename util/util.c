@@ -21,7 +21,7 @@ static const struct {
 	const char *type;
 } code_table[] = {
 #define SBX_X_ROW(code, status, type) [code] = {status, type},
-	SBX_FOR_EACH_ERROR(SBX_X_ROW)
+    SBX_FOR_EACH_ERROR(SBX_X_ROW)
 #undef SBX_X_ROW
 };
 
@@ -407,7 +407,7 @@ char *sbx_utf8_sanitize(const char *in, size_t len, bool cut_tail, size_t *out_l
 char *sbx_base64_encode(const void *in, size_t len)
 {
 	static const char tbl[] =
-		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 	const unsigned char *p = in;
 	size_t olen, o = 0;
 	char *out;

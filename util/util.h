@@ -19,30 +19,30 @@
 /* One table: code, HTTP status, stable `type` string (API.md "Conventions").
  * Only api/ turns a code into a response; everything else just fills
  * struct sbx_error. */
-#define SBX_FOR_EACH_ERROR(X)                                                  \
-	X(SBX_OK, 200, "ok")                                                   \
-	X(SBX_E_INVALID_REQUEST, 400, "invalid_request")                       \
-	X(SBX_E_AUTHENTICATION, 401, "authentication_error")                   \
-	X(SBX_E_INSUFFICIENT_CREDIT, 402, "insufficient_credit")               \
-	X(SBX_E_PERMISSION, 403, "permission_error")                           \
-	X(SBX_E_NOT_FOUND, 404, "not_found")                                   \
-	X(SBX_E_METHOD_NOT_ALLOWED, 405, "method_not_allowed")                 \
-	X(SBX_E_IDEMPOTENCY_CONFLICT, 409, "idempotency_conflict")             \
-	X(SBX_E_SANDBOX_NOT_RUNNING, 410, "sandbox_not_running")               \
-	X(SBX_E_PAYLOAD_TOO_LARGE, 413, "payload_too_large")                   \
-	X(SBX_E_UNSUPPORTED_MEDIA_TYPE, 415, "unsupported_media_type")         \
-	X(SBX_E_IDEMPOTENCY_MISMATCH, 422, "idempotency_mismatch")             \
-	X(SBX_E_RATE_LIMITED, 429, "rate_limited")                             \
-	X(SBX_E_CONCURRENCY_LIMIT, 429, "concurrency_limit")                   \
-	X(SBX_E_INTERNAL, 500, "api_error")                                    \
-	X(SBX_E_SANDBOX_ERROR, 500, "sandbox_error")                           \
+#define SBX_FOR_EACH_ERROR(X)                                                                      \
+	X(SBX_OK, 200, "ok")                                                                       \
+	X(SBX_E_INVALID_REQUEST, 400, "invalid_request")                                           \
+	X(SBX_E_AUTHENTICATION, 401, "authentication_error")                                       \
+	X(SBX_E_INSUFFICIENT_CREDIT, 402, "insufficient_credit")                                   \
+	X(SBX_E_PERMISSION, 403, "permission_error")                                               \
+	X(SBX_E_NOT_FOUND, 404, "not_found")                                                       \
+	X(SBX_E_METHOD_NOT_ALLOWED, 405, "method_not_allowed")                                     \
+	X(SBX_E_IDEMPOTENCY_CONFLICT, 409, "idempotency_conflict")                                 \
+	X(SBX_E_SANDBOX_NOT_RUNNING, 410, "sandbox_not_running")                                   \
+	X(SBX_E_PAYLOAD_TOO_LARGE, 413, "payload_too_large")                                       \
+	X(SBX_E_UNSUPPORTED_MEDIA_TYPE, 415, "unsupported_media_type")                             \
+	X(SBX_E_IDEMPOTENCY_MISMATCH, 422, "idempotency_mismatch")                                 \
+	X(SBX_E_RATE_LIMITED, 429, "rate_limited")                                                 \
+	X(SBX_E_CONCURRENCY_LIMIT, 429, "concurrency_limit")                                       \
+	X(SBX_E_INTERNAL, 500, "api_error")                                                        \
+	X(SBX_E_SANDBOX_ERROR, 500, "sandbox_error")                                               \
 	X(SBX_E_SERVICE_UNAVAILABLE, 503, "service_unavailable")
 
 enum sbx_code {
 #define SBX_X_ENUM(code, status, type) code,
 	SBX_FOR_EACH_ERROR(SBX_X_ENUM)
 #undef SBX_X_ENUM
-	SBX_CODE_COUNT
+	    SBX_CODE_COUNT
 };
 
 /* An error travels up as the last argument of every fallible call.
@@ -51,8 +51,8 @@ enum sbx_code {
 struct sbx_error {
 	enum sbx_code code;
 	char message[256];
-	char param[64];     /* field to blame, "" when none */
-	int retry_after_s;  /* for 429/503, 0 when none */
+	char param[64];	   /* field to blame, "" when none */
+	int retry_after_s; /* for 429/503, 0 when none */
 };
 
 /* HTTP status / stable type string of a code. */
@@ -73,11 +73,11 @@ enum sbx_log_level { SBX_LOG_DEBUG, SBX_LOG_INFO, SBX_LOG_WARN, SBX_LOG_ERROR };
 /* Lines go to stderr as "2026-11-29T19:40:00.123Z level module: message". */
 void sbx_log_set_level(enum sbx_log_level level);
 void sbx_log(enum sbx_log_level level, const char *module, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 #define sbx_debug(mod, ...) sbx_log(SBX_LOG_DEBUG, mod, __VA_ARGS__)
-#define sbx_info(mod, ...) sbx_log(SBX_LOG_INFO, mod, __VA_ARGS__)
-#define sbx_warn(mod, ...) sbx_log(SBX_LOG_WARN, mod, __VA_ARGS__)
-#define sbx_err(mod, ...) sbx_log(SBX_LOG_ERROR, mod, __VA_ARGS__)
+#define sbx_info(mod, ...)  sbx_log(SBX_LOG_INFO, mod, __VA_ARGS__)
+#define sbx_warn(mod, ...)  sbx_log(SBX_LOG_WARN, mod, __VA_ARGS__)
+#define sbx_err(mod, ...)   sbx_log(SBX_LOG_ERROR, mod, __VA_ARGS__)
 
 /* ------------------------------------------------------------------ time */
 
@@ -102,15 +102,15 @@ static inline void sbx_closep(int *fd)
 	if (*fd >= 0)
 		close(*fd);
 }
-#define _cleanup_(f) __attribute__((cleanup(f)))
-#define _cleanup_free_ _cleanup_(sbx_freep)
+#define _cleanup_(f)	__attribute__((cleanup(f)))
+#define _cleanup_free_	_cleanup_(sbx_freep)
 #define _cleanup_close_ _cleanup_(sbx_closep)
 /* Hand ownership on: returns the pointer and NULLs the variable. */
-#define TAKE_PTR(p)                                                            \
-	({                                                                     \
-		__typeof__(p) take_ptr_tmp_ = (p);                             \
-		(p) = NULL;                                                    \
-		take_ptr_tmp_;                                                 \
+#define TAKE_PTR(p)                                                                                \
+	({                                                                                         \
+		__typeof__(p) take_ptr_tmp_ = (p);                                                 \
+		(p) = NULL;                                                                        \
+		take_ptr_tmp_;                                                                     \
 	})
 
 /* ------------------------------------------------------- bounded buffers */
@@ -182,8 +182,8 @@ struct sbx_channel {
 /* ---------------------------------------------------------------- misc */
 
 #define SBX_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
-#define SBX_MIN(a, b) ((a) < (b) ? (a) : (b))
-#define SBX_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define SBX_MIN(a, b)	  ((a) < (b) ? (a) : (b))
+#define SBX_MAX(a, b)	  ((a) > (b) ? (a) : (b))
 
 /* Create a directory and its parents with `mode`; existing is fine. */
 int sbx_mkdir_p(const char *path, unsigned mode);

@@ -39,26 +39,26 @@ enum vmm_transport {
 };
 
 struct vmm_config {
-	const char *uri;         /* "qemu:///system" */
+	const char *uri;	 /* "qemu:///system" */
 	const char *name_prefix; /* domain names start with it, e.g. "sbx-" */
 	enum vmm_accel accel;
-	bool allow_tcg;          /* TCG is no security boundary: off in production */
-	const char *kernel;      /* path to the guest kernel (PVH vmlinux or bzImage) */
-	const char *initrd;      /* path to the initramfs */
-	const char *base_image;  /* qcow2 base for root disks; NULL/"" = no disk */
-	const char *cmdline;     /* extra kernel command-line words, may be NULL */
-	const char *run_dir;     /* overlays, channel sockets, console logs; must
-				  * be readable by qemu (libvirt-qemu), not /root */
+	bool allow_tcg;		/* TCG is no security boundary: off in production */
+	const char *kernel;	/* path to the guest kernel (PVH vmlinux or bzImage) */
+	const char *initrd;	/* path to the initramfs */
+	const char *base_image; /* qcow2 base for root disks; NULL/"" = no disk */
+	const char *cmdline;	/* extra kernel command-line words, may be NULL */
+	const char *run_dir;	/* overlays, channel sockets, console logs; must
+				 * be readable by qemu (libvirt-qemu), not /root */
 	enum vmm_transport transport;
-	unsigned tb_cache_mib;   /* TCG translation cache, 0 = qemu default */
-	uint64_t console_log_max;/* bytes of guest console kept per domain */
+	unsigned tb_cache_mib;	  /* TCG translation cache, 0 = qemu default */
+	uint64_t console_log_max; /* bytes of guest console kept per domain */
 };
 
 /* What one guest looks like. */
 struct vmm_guest_spec {
 	unsigned vcpus;
 	uint64_t memory_mib;
-	uint64_t disk_gib;      /* virtual size of the overlay; 0 = no disk */
+	uint64_t disk_gib;	/* virtual size of the overlay; 0 = no disk */
 	const char *sandbox_id; /* for <metadata>; NULL or "" for none */
 };
 
@@ -103,11 +103,11 @@ int vmm_vm_set_sandbox_id(struct vmm_vm *vm, const char *sandbox_id, struct sbx_
 /* Open the byte channel to the guest's exec port (WIRE_PORT_NAME) with the
  * configured transport. `recv` gets every chunk the guest writes (see
  * util.h). The caller owns *out and must call out->close. 0 or -1. */
-int vmm_vm_open_channel(struct vmm_vm *vm, sbx_recv_fn recv, void *opaque,
-			struct sbx_channel *out, struct sbx_error *err);
+int vmm_vm_open_channel(struct vmm_vm *vm, sbx_recv_fn recv, void *opaque, struct sbx_channel *out,
+			struct sbx_error *err);
 /* Same with an explicit transport (for the bench). */
-int vmm_vm_open_channel_via(struct vmm_vm *vm, enum vmm_transport t, sbx_recv_fn recv,
-			    void *opaque, struct sbx_channel *out, struct sbx_error *err);
+int vmm_vm_open_channel_via(struct vmm_vm *vm, enum vmm_transport t, sbx_recv_fn recv, void *opaque,
+			    struct sbx_channel *out, struct sbx_error *err);
 
 /* Is the domain still running? */
 bool vmm_vm_is_running(struct vmm_vm *vm);

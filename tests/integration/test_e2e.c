@@ -39,15 +39,13 @@ static void errors_have_the_api_shape(void **state)
 	assert_non_null(jerr(r.json, "message"));
 	http_reply_free(&r);
 
-	assert_int_equal(http_request(&d, "GET", "/v1/sandboxes", "aas_sk_bogus", NULL, NULL, 0,
-				      &r),
-			 0);
+	assert_int_equal(
+	    http_request(&d, "GET", "/v1/sandboxes", "aas_sk_bogus", NULL, NULL, 0, &r), 0);
 	assert_int_equal(r.status, 401);
 	assert_string_equal(jerr(r.json, "type"), "authentication_error");
 	http_reply_free(&r);
 
-	assert_int_equal(http_request(&d, "POST", "/v1/sandboxes", d.key, NULL, "{nope", 0, &r),
-			 0);
+	assert_int_equal(http_request(&d, "POST", "/v1/sandboxes", d.key, NULL, "{nope", 0, &r), 0);
 	assert_int_equal(r.status, 400);
 	assert_string_equal(jerr(r.json, "type"), "invalid_request");
 	http_reply_free(&r);
@@ -109,9 +107,10 @@ static void exec_returns_streams_and_exit_code(void **state)
 
 static void exec_with_cwd_and_env_as_data(void **state)
 {
-	struct http_reply r = exec("{\"command\": \"pwd; printf '%s|%s' \\\"$FOO\\\" \\\"$BAR\\\"\", "
-				   "\"cwd\": \"/tmp\", "
-				   "\"env\": {\"FOO\": \"bar baz $HOME `id`\", \"BAR\": \"a\\nb\"}}");
+	struct http_reply r =
+	    exec("{\"command\": \"pwd; printf '%s|%s' \\\"$FOO\\\" \\\"$BAR\\\"\", "
+		 "\"cwd\": \"/tmp\", "
+		 "\"env\": {\"FOO\": \"bar baz $HOME `id`\", \"BAR\": \"a\\nb\"}}");
 
 	assert_int_equal(r.status, 200);
 	assert_string_equal(jstr(r.json, "stdout"), "/tmp\nbar baz $HOME `id`|a\nb");
@@ -180,13 +179,13 @@ static void unknown_sandbox_is_404(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(errors_have_the_api_shape),
-		cmocka_unit_test(create_returns_a_running_sandbox),
-		cmocka_unit_test(exec_returns_streams_and_exit_code),
-		cmocka_unit_test(exec_with_cwd_and_env_as_data),
-		cmocka_unit_test(exec_in_a_missing_cwd_is_400),
-		cmocka_unit_test(get_then_delete_leaves_nothing),
-		cmocka_unit_test(unknown_sandbox_is_404),
+	    cmocka_unit_test(errors_have_the_api_shape),
+	    cmocka_unit_test(create_returns_a_running_sandbox),
+	    cmocka_unit_test(exec_returns_streams_and_exit_code),
+	    cmocka_unit_test(exec_with_cwd_and_env_as_data),
+	    cmocka_unit_test(exec_in_a_missing_cwd_is_400),
+	    cmocka_unit_test(get_then_delete_leaves_nothing),
+	    cmocka_unit_test(unknown_sandbox_is_404),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -22,8 +22,8 @@ static void utf8_valid_kept(void **state)
 
 static void utf8_invalid_replaced_nul_kept(void **state)
 {
-	const char in[] = {'a', '\0', (char)0xFF, 'b', (char)0xC3, 'c', (char)0xED, (char)0xA0,
-			   (char)0x80};
+	const char in[] = {'a', '\0',	    (char)0xFF, 'b',	   (char)0xC3,
+			   'c', (char)0xED, (char)0xA0, (char)0x80};
 	size_t n;
 	char *out = sbx_utf8_sanitize(in, sizeof(in), false, &n);
 	/* 0xFF -> FFFD; lone C3 -> FFFD; ED A0 80 (surrogate) -> 3x FFFD */
@@ -53,8 +53,12 @@ static void utf8_cut_tail(void **state)
 static void base64_vectors(void **state)
 {
 	/* RFC 4648 section 10 */
-	const char *vec[][2] = {{"", ""},         {"f", "Zg=="},         {"fo", "Zm8="},
-				{"foo", "Zm9v"},  {"foob", "Zm9vYg=="},  {"fooba", "Zm9vYmE="},
+	const char *vec[][2] = {{"", ""},
+				{"f", "Zg=="},
+				{"fo", "Zm8="},
+				{"foo", "Zm9v"},
+				{"foob", "Zm9vYg=="},
+				{"fooba", "Zm9vYmE="},
 				{"foobar", "Zm9vYmFy"}};
 
 	for (size_t i = 0; i < SBX_ARRAY_SIZE(vec); i++) {
@@ -119,10 +123,10 @@ static void ids_and_errors(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(utf8_valid_kept),  cmocka_unit_test(utf8_invalid_replaced_nul_kept),
-		cmocka_unit_test(utf8_cut_tail),    cmocka_unit_test(base64_vectors),
-		cmocka_unit_test(rfc3339_round_trip), cmocka_unit_test(buf_bounded),
-		cmocka_unit_test(ids_and_errors),
+	    cmocka_unit_test(utf8_valid_kept),	  cmocka_unit_test(utf8_invalid_replaced_nul_kept),
+	    cmocka_unit_test(utf8_cut_tail),	  cmocka_unit_test(base64_vectors),
+	    cmocka_unit_test(rfc3339_round_trip), cmocka_unit_test(buf_bounded),
+	    cmocka_unit_test(ids_and_errors),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
