@@ -316,7 +316,8 @@ static inline const char *jstr(json_object *o, const char *key)
 {
 	json_object *v;
 
-	if (!o || !json_object_object_get_ex(o, key, &v) || !json_object_is_type(v, json_type_string))
+	if (!o || !json_object_object_get_ex(o, key, &v) ||
+	    !json_object_is_type(v, json_type_string))
 		return NULL;
 	return json_object_get_string(v);
 }
