@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -54,6 +55,11 @@
 #define DEFAULT_TIMEOUT_MS 60000	/* when EXEC has none */
 #define KILL_RETRY_MS	   1000		/* re-kill a cgroup that did not die */
 #define DEFAULT_CWD	   "/home/sandbox"
+/* Linux refuses any single argv or envp string of this many bytes or more,
+ * NUL included (MAX_ARG_STRLEN, 32 pages): execve fails with E2BIG. */
+#define ARG_STRLEN_MAX ((size_t)32 * 4096)
+/* A longer command is handed to the shell through a memfd on this fd. */
+#define SCRIPT_FD 9
 
 static const char *const default_env[] = {
     "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -612,10 +618,13 @@ static struct exec *exec_slot(void)
 
 /* The child: never returns. Only async-signal-safe calls. */
 static void __attribute__((noreturn))
-exec_child(const struct exec_req *r, int procs_fd, int out_w, int err_w)
+exec_child(const struct exec_req *r, int procs_fd, int out_w, int err_w, int script_fd)
 {
+	static const char e2big[] = "sandboxd-init: cannot run /bin/sh: argument list too long\n";
+	static const char enoent[] = "sandboxd-init: cannot run /bin/sh\n";
 	sigset_t none;
-	char *argv[] = {"sh", "-c", r->command, NULL};
+	char via_script[] = ". /proc/self/fd/9";
+	char *argv[] = {"sh", "-c", script_fd >= 0 ? via_script : r->command, NULL};
 	int fd;
 
 	sigemptyset(&none);
@@ -629,6 +638,12 @@ exec_child(const struct exec_req *r, int procs_fd, int out_w, int err_w)
 	}
 	if (dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0)
 		_exit(126);
+	if (script_fd >= 0) {
+		/* dup2 clears FD_CLOEXEC, except onto itself. */
+		if (script_fd == SCRIPT_FD ? fcntl(SCRIPT_FD, F_SETFD, 0) < 0
+					   : dup2(script_fd, SCRIPT_FD) < 0)
+			_exit(126);
+	}
 	fd = open("/dev/null", O_RDONLY);
 	if (fd < 0 || dup2(fd, 0) < 0)
 		_exit(126);
@@ -642,7 +657,44 @@ exec_child(const struct exec_req *r, int procs_fd, int out_w, int err_w)
 		_exit(126);
 	}
 	execve("/bin/sh", argv, r->env);
+	if (errno == E2BIG) {
+		if (write(2, e2big, sizeof(e2big) - 1) < 0) {
+		}
+		_exit(126);
+	}
+	if (write(2, enoent, sizeof(enoent) - 1) < 0) {
+	}
 	_exit(127);
+}
+
+/* A command too long for one argv string goes to the shell as a script:
+ * a memfd holding "exec 9<&-" (so the command does not inherit it) and the
+ * command, sourced by `sh -c '. /proc/self/fd/9'` ($0 and the exit status
+ * as with -c). Returns the memfd (FD_CLOEXEC), or -1. */
+static int script_memfd(const char *command)
+{
+	static const char head[] = "exec 9<&-\n";
+	size_t len = strlen(command), off = 0;
+	int fd = memfd_create("sandboxd-command", MFD_CLOEXEC);
+
+	if (fd < 0)
+		return -1;
+	if (write(fd, head, sizeof(head) - 1) != (ssize_t)(sizeof(head) - 1))
+		goto err_close;
+	while (off < len) {
+		ssize_t n = write(fd, command + off, len - off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			goto err_close;
+		off += (size_t)n;
+	}
+	return fd;
+
+err_close:
+	close(fd);
+	return -1;
 }
 
 static int pipe_nb(int fds[2])
@@ -659,7 +711,7 @@ static void exec_start(uint32_t id, const uint8_t *p, size_t len)
 	struct exec_req r;
 	struct exec *e;
 	struct stat st;
-	int out[2] = {-1, -1}, err[2] = {-1, -1}, procs_fd = -1;
+	int out[2] = {-1, -1}, err[2] = {-1, -1}, procs_fd = -1, script_fd = -1;
 	pid_t pid;
 
 	if (id == 0 || exec_find(id)) {
@@ -674,6 +726,17 @@ static void exec_start(uint32_t id, const uint8_t *p, size_t len)
 		return;
 	if (stat(r.cwd, &st) < 0 || !S_ISDIR(st.st_mode)) {
 		send_error(id, WIRE_ERR_CWD, "cwd", "cwd does not exist or is not a directory");
+		goto err_req;
+	}
+	for (size_t i = 0; i < r.n_env; i++) {
+		if (strlen(r.env[i]) + 1 > ARG_STRLEN_MAX) {
+			send_error(id, WIRE_ERR_BAD_REQUEST, "env",
+				   "each env entry must be shorter than 128 KiB");
+			goto err_req;
+		}
+	}
+	if (strlen(r.command) + 1 > ARG_STRLEN_MAX && (script_fd = script_memfd(r.command)) < 0) {
+		send_error(id, WIRE_ERR_SPAWN, NULL, "cannot stage the command in the guest");
 		goto err_req;
 	}
 	if (pipe_nb(out) < 0 || pipe_nb(err) < 0) {
@@ -705,8 +768,10 @@ static void exec_start(uint32_t id, const uint8_t *p, size_t len)
 		goto err_cgroup;
 	}
 	if (pid == 0)
-		exec_child(&r, procs_fd, out[1], err[1]);
+		exec_child(&r, procs_fd, out[1], err[1], script_fd);
 
+	if (script_fd >= 0)
+		close(script_fd);
 	if (procs_fd >= 0)
 		close(procs_fd);
 	close(out[1]);
@@ -735,6 +800,8 @@ err_pipes:
 			close(err[i]);
 	}
 err_req:
+	if (script_fd >= 0)
+		close(script_fd);
 	exec_req_release(&r);
 }
 
