@@ -38,7 +38,8 @@ struct live {
 	uint64_t memory_mib;
 	int refs; /* exec_start calls using conn right now */
 	bool unlinked;
-	bool dead; /* guest gone or channel broken: end as failed */
+	bool dead;		  /* guest gone or channel broken: end as failed */
+	enum store_status ending; /* set by the ender before teardown (lock held) */
 	int64_t dead_at_ms;
 	struct live *next;
 };
@@ -125,15 +126,19 @@ static struct live *live_take_locked(struct sandbox_svc *svc, const char *id)
 static void live_teardown(struct live *l, const char *why)
 {
 	struct sbx_error err;
+	int64_t t0 = sbx_mono_ms(), t1;
 
 	if (l->conn)
 		agentless_conn_free(l->conn, why);
+	t1 = sbx_mono_ms();
 	if (l->vm) {
 		if (vmm_vm_destroy(l->vm, &err) < 0)
 			sbx_err(MOD, "sandbox %s: destroying domain %s failed: %s", l->id,
 				l->domain, err.message);
 		vmm_vm_free(l->vm);
 	}
+	sbx_info(MOD, "sandbox %s: channel closed in %lld ms, domain destroyed in %lld ms", l->id,
+		 (long long)(t1 - t0), (long long)(sbx_mono_ms() - t1));
 	free(l);
 }
 
@@ -179,6 +184,8 @@ static int end_sandbox(struct sandbox_svc *svc, const char *id, enum store_statu
 
 	pthread_mutex_lock(&svc->lock);
 	l = live_take_locked(svc, id);
+	if (l)
+		l->ending = status;
 	pthread_mutex_unlock(&svc->lock);
 	if (l)
 		live_teardown(l, why);
@@ -404,6 +411,11 @@ static int reconcile(struct sandbox_svc *svc, struct sbx_error *err)
 			}
 		}
 	}
+	/* Overlays, sockets and logs of guests that died while the daemon
+	 * was down (host crash, kill -9): no create is in flight yet. */
+	int pruned = vmm_prune_files(svc->vmm, NULL);
+	if (pruned > 0)
+		sbx_info(MOD, "reconcile: removed %d stale files of stopped guests", pruned);
 	rcode = 0;
 out:
 	free(rc.kept);
@@ -1156,6 +1168,9 @@ void sandbox_exec_result_release(struct sandbox_exec_result *r)
 struct exec_call {
 	sandbox_exec_done_fn done;
 	void *opaque;
+	/* Valid for every exec_done call: a live is freed only after
+	 * agentless_conn_free() has failed all of its execs. */
+	struct live *l;
 };
 
 static void exec_done(void *opaque, struct agentless_exec_result *res, const struct sbx_error *aerr)
@@ -1164,6 +1179,23 @@ static void exec_done(void *opaque, struct agentless_exec_result *res, const str
 	struct sandbox_exec_result out = {0};
 
 	if (!res) {
+		struct sandbox_svc *svc = call->l->svc;
+		enum store_status ending;
+		struct sbx_error e;
+
+		pthread_mutex_lock(&svc->lock);
+		ending = call->l->ending;
+		pthread_mutex_unlock(&svc->lock);
+		/* Cut short because the sandbox expired or was deleted: the
+		 * sandbox is not running (410), not broken (500). */
+		if (ending == STORE_EXPIRED || ending == STORE_DESTROYED) {
+			sbx_error_clear(&e);
+			sbx_error_set(&e, SBX_E_SANDBOX_NOT_RUNNING, NULL,
+				      "sandbox '%s' %s while the command ran; create a new one",
+				      call->l->id,
+				      ending == STORE_EXPIRED ? "expired" : "was deleted");
+			aerr = &e;
+		}
 		call->done(call->opaque, NULL, aerr);
 		free(call);
 		return;
@@ -1235,6 +1267,7 @@ int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const ch
 				     "sandbox '%s' is no longer running", id);
 	}
 	l->refs++;
+	call->l = l;
 	pthread_mutex_unlock(&svc->lock);
 
 	rc = agentless_exec_start(l->conn, &areq, exec_done, call, err);
