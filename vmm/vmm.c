@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <spawn.h>
 #include <stdatomic.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -309,6 +310,9 @@ static int vmm_xml_build(struct sbx_buf *b, const struct vmm_config *cfg, const 
 		r |= sbx_buf_printf(b, " ");
 		r |= vmm_xml_escape(b, cfg->cmdline);
 	}
+	/* The guest init mounts the root disk, grows it and switches to it. */
+	if (disk)
+		r |= sbx_buf_printf(b, " sandboxd.root=/dev/vda");
 	r |= sbx_buf_printf(b, "</cmdline>\n  </os>\n");
 	/* ACPI stays on: without it Debian's cloud kernel (no MP-table
 	 * support) finds no APIC and brings up one vCPU whatever the size
@@ -1026,6 +1030,77 @@ int vmm_destroy_by_name(struct vmm *v, const char *name, struct sbx_error *err)
 	}
 	vmm_unlink_files(v, name);
 	return 0;
+}
+
+static int vmm_name_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int vmm_prune_files(struct vmm *v, struct sbx_error *err)
+{
+	virDomainPtr *doms = NULL;
+	char **live = NULL;
+	int n, removed = 0;
+	DIR *d;
+
+	n = virConnectListAllDomains(v->conn, &doms, VIR_CONNECT_LIST_DOMAINS_ACTIVE);
+	if (n < 0) {
+		sbx_err(MOD, "list domains: %s", vmm_lv_msg());
+		return sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
+				     "the hypervisor did not answer; try again later");
+	}
+	live = calloc((size_t)n + 1, sizeof(*live));
+	for (int i = 0; i < n; i++) {
+		if (live)
+			live[i] = strdup(virDomainGetName(doms[i]));
+		virDomainFree(doms[i]);
+	}
+	free(doms);
+	if (!live)
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+	for (int i = 0; i < n; i++)
+		if (!live[i])
+			live[i] = strdup("");
+	qsort(live, (size_t)n, sizeof(*live), vmm_name_cmp);
+
+	d = opendir(v->run_dir);
+	if (!d) {
+		for (int i = 0; i < n; i++)
+			free(live[i]);
+		free(live);
+		if (errno == ENOENT)
+			return 0;
+		return sbx_error_set(err, SBX_E_INTERNAL, "run_dir", "cannot read run_dir");
+	}
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		char name[NAME_MAX + 1];
+		const char *dot = strchr(de->d_name, '.');
+		if (!dot || dot == de->d_name || (size_t)(dot - de->d_name) >= sizeof(name))
+			continue;
+		memcpy(name, de->d_name, (size_t)(dot - de->d_name));
+		name[dot - de->d_name] = '\0';
+		/* Only files vmm_unlink_files() would delete for a name of ours. */
+		if (!vmm_has_prefix(v, name) || !vmm_name_valid(name))
+			continue;
+		if (strcmp(dot, ".qcow2") != 0 && strcmp(dot, ".sock") != 0 &&
+		    strncmp(dot, ".console.log", 12) != 0)
+			continue;
+		const char *key = name;
+		if (n > 0 && bsearch(&key, live, (size_t)n, sizeof(*live), vmm_name_cmp))
+			continue;
+		_cleanup_free_ char *p = vmm_path(v->run_dir, de->d_name, "");
+		if (p && unlink(p) == 0) {
+			sbx_info(MOD, "removed stale '%s' (domain not running)", de->d_name);
+			removed++;
+		}
+	}
+	closedir(d);
+	for (int i = 0; i < n; i++)
+		free(live[i]);
+	free(live);
+	return removed;
 }
 
 /* ------------------------------------------------- channel: libvirt stream */

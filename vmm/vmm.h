@@ -142,4 +142,12 @@ int vmm_list_domains(struct vmm *v, vmm_domain_fn fn, void *opaque, struct sbx_e
  * test cleanup). 0 (also when it was already gone) or -1. */
 int vmm_destroy_by_name(struct vmm *v, const char *name, struct sbx_error *err);
 
+/* Delete the files in run_dir (overlay, channel socket, console logs) of
+ * every name with our prefix whose domain is not running: leftovers of a
+ * daemon or host crash. Call when no vmm_vm_start() is in flight (at
+ * startup, from reconcile): a start makes its overlay before its domain
+ * runs. Returns the count of files removed, or -1 with
+ * SBX_E_SERVICE_UNAVAILABLE (libvirt did not answer; nothing deleted). */
+int vmm_prune_files(struct vmm *v, struct sbx_error *err);
+
 #endif

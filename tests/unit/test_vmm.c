@@ -124,12 +124,15 @@ static void test_xml_disk_only_with_base(void **state)
 	assert_non_null(strstr(x, "<target dev='vda' bus='virtio'/>"));
 	assert_non_null(strstr(x, "<source file='/srv/base.qcow2'>"));
 	assert_non_null(strstr(x, "relabel='no'"));
+	/* The guest init switches to the disk when told so. */
+	assert_non_null(strstr(x, " sandboxd.root=/dev/vda</cmdline>"));
 	free(x);
 
 	s.disk_gib = 0; /* a spec without disk gets none even with a base */
 	x = vmm_domain_xml(&c, "t-vmm-d", &s, false);
 	assert_non_null(x);
 	assert_null(strstr(x, "<disk"));
+	assert_null(strstr(x, "sandboxd.root="));
 	free(x);
 }
 
