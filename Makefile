@@ -39,8 +39,11 @@ BENCH_SRCS := $(wildcard bench/*.c)
 BENCH_BINS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
 
 TINY_IMAGE := $(BUILD)/images/tiny
+FULL_IMAGE := $(BUILD)/images/full
+# make run RUN_IMAGE=tiny serves the busybox image instead.
+RUN_IMAGE  ?= full
 
-.PHONY: all deps image image-tiny run test test-unit test-integration asan fuzz format \
+.PHONY: all deps image image-tiny image-full run test test-unit test-integration asan fuzz format \
 	format-check lint bench clean libvirt-up
 all: $(BIN)/sandboxd $(GUEST_INIT)
 
@@ -69,7 +72,12 @@ $(GUEST_INIT): $(GUEST_SRCS) agentless/wire.h
 # when its inputs change (the script keys its output by their digest).
 image-tiny: $(GUEST_INIT)
 	./images/build-tiny.sh $(GUEST_INIT) $(TINY_IMAGE)
-image: image-tiny
+# The full image (Debian root disk, images/build-full.sh): minutes the first
+# time, then cached by the digest of its inputs.
+image-full: image-tiny
+	./scripts/deps.sh image
+	./images/build-full.sh $(TINY_IMAGE) $(FULL_IMAGE)
+image: image-full
 
 $(BUILD)/tests/%: tests/unit/%.c $(LIB)
 	@mkdir -p $(dir $@)
@@ -89,9 +97,10 @@ test-unit: $(UNIT_BINS) $(FUZZ_REPLAY)
 	@set -e; for f in $(FUZZ_REPLAY); do n=$${f##*/fuzz_}; \
 		echo "== $$f tests/fuzz/corpus/$$n"; $$f tests/fuzz/corpus/$$n; done
 
-test-integration: all image-tiny $(INTEG_BINS) libvirt-up
+test-integration: all image-tiny image-full $(INTEG_BINS) libvirt-up
 	@set -e; for t in $(INTEG_BINS); do echo "== $$t"; \
-		SBX_TEST_IMAGE_DIR=$(CURDIR)/$(TINY_IMAGE) SBX_BIN=$(CURDIR)/$(BIN)/sandboxd $$t; done
+		SBX_TEST_IMAGE_DIR=$(CURDIR)/$(TINY_IMAGE) \
+		SBX_TEST_FULL_IMAGE_DIR=$(CURDIR)/$(FULL_IMAGE) SBX_BIN=$(CURDIR)/$(BIN)/sandboxd $$t; done
 
 test: deps
 	$(MAKE) all
@@ -102,9 +111,9 @@ libvirt-up:
 	./scripts/libvirt-up.sh
 
 run: deps
-	$(MAKE) all image-tiny
+	$(MAKE) all image-$(RUN_IMAGE)
 	./scripts/libvirt-up.sh
-	./scripts/run-dev.sh $(BIN)/sandboxd $(TINY_IMAGE)
+	./scripts/run-dev.sh $(BIN)/sandboxd $(BUILD)/images/$(RUN_IMAGE)
 
 bench: all image-tiny $(BENCH_BINS)
 

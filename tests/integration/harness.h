@@ -3,7 +3,9 @@
  * under qemu:///system, and a minimal HTTP/1.1 client over a real socket.
  *
  * Environment: SBX_BIN (path to bin/sandboxd), SBX_TEST_IMAGE_DIR (vmlinux
- * and initramfs.cpio.gz). Header-only: each test program includes it once.
+ * and initramfs.cpio.gz), SBX_TEST_FULL_IMAGE_DIR (the same plus
+ * base.qcow2 and base.sha256, for daemon_config_full()). Header-only:
+ * each test program includes it once.
  */
 #ifndef SBX_TEST_HARNESS_H
 #define SBX_TEST_HARNESS_H
@@ -67,11 +69,13 @@ static inline int copy_file(const char *from, const char *to)
 	return run_cmd(cmd);
 }
 
-/* Write the test config: own prefix and state dir, TCG allowed, plus
- * `extra` JSON members (e.g. "\"max_sandboxes_per_account\": 3") or "". */
-static inline void daemon_config(struct daemon *d, const char *extra)
+/* Write the test config for the image in `img` (vmlinux,
+ * initramfs.cpio.gz): own prefix and state dir, TCG allowed, `base_image`
+ * (a path qemu can read, or NULL for none) plus `extra` JSON members (e.g.
+ * "\"max_sandboxes_per_account\": 3") or "". */
+static inline void daemon_config_image(struct daemon *d, const char *img, const char *base_image,
+				       const char *extra)
 {
-	const char *img = getenv("SBX_TEST_IMAGE_DIR");
 	char path[512];
 	FILE *f;
 
@@ -82,12 +86,12 @@ static inline void daemon_config(struct daemon *d, const char *extra)
 	if (run_cmd(path) != 0)
 		abort();
 	chmod(d->state_dir, 0755);
-	snprintf(path, sizeof(path), "%s/vmlinux", img ? img : "build/images/tiny");
+	snprintf(path, sizeof(path), "%s/vmlinux", img);
 	char dst[512];
 	snprintf(dst, sizeof(dst), "%s/images/vmlinux", d->state_dir);
 	if (copy_file(path, dst) != 0)
 		abort();
-	snprintf(path, sizeof(path), "%s/initramfs.cpio.gz", img ? img : "build/images/tiny");
+	snprintf(path, sizeof(path), "%s/initramfs.cpio.gz", img);
 	snprintf(dst, sizeof(dst), "%s/images/initramfs.cpio.gz", d->state_dir);
 	if (copy_file(path, dst) != 0)
 		abort();
@@ -99,10 +103,42 @@ static inline void daemon_config(struct daemon *d, const char *extra)
 	fprintf(f,
 		"{\"state_dir\": \"%s\", \"domain_prefix\": \"%s\", \"accel\": \"tcg\", "
 		"\"allow_tcg\": true, \"kernel\": \"%s/images/vmlinux\", "
-		"\"initrd\": \"%s/images/initramfs.cpio.gz\"%s%s}\n",
-		d->state_dir, d->prefix, d->state_dir, d->state_dir, extra && extra[0] ? ", " : "",
-		extra ? extra : "");
+		"\"initrd\": \"%s/images/initramfs.cpio.gz\", \"base_image\": \"%s\"%s%s}\n",
+		d->state_dir, d->prefix, d->state_dir, d->state_dir, base_image ? base_image : "",
+		extra && extra[0] ? ", " : "", extra ? extra : "");
 	fclose(f);
+}
+
+/* The tiny image (SBX_TEST_IMAGE_DIR, default build/images/tiny). */
+static inline void daemon_config(struct daemon *d, const char *extra)
+{
+	const char *img = getenv("SBX_TEST_IMAGE_DIR");
+
+	daemon_config_image(d, img ? img : "build/images/tiny", NULL, extra);
+}
+
+/* The full image (SBX_TEST_FULL_IMAGE_DIR, default build/images/full: its
+ * base.qcow2 is installed once, by digest, into
+ * /var/lib/sandboxd-test/full/ where qemu can read it and every test run
+ * shares it). Returns -1 when the image was not built. */
+static inline int daemon_config_full(struct daemon *d, const char *extra)
+{
+	const char *img = getenv("SBX_TEST_FULL_IMAGE_DIR");
+	char cmd[2048];
+
+	if (!img)
+		img = "build/images/full";
+	snprintf(cmd, sizeof(cmd),
+		 "set -e; test -f '%s/base.qcow2'; b=/var/lib/sandboxd-test/full; "
+		 "mkdir -p -m 0755 /var/lib/sandboxd-test $b; "
+		 "if ! cmp -s '%s/base.sha256' $b/base.sha256 || ! test -f $b/base.qcow2; then "
+		 "cp '%s/base.qcow2' $b/base.qcow2.new; chmod 0444 $b/base.qcow2.new; "
+		 "mv -f $b/base.qcow2.new $b/base.qcow2; install -m 0644 '%s/base.sha256' $b/; fi",
+		 img, img, img, img);
+	if (run_cmd(cmd) != 0)
+		return -1;
+	daemon_config_image(d, img, "/var/lib/sandboxd-test/full/base.qcow2", extra);
+	return 0;
 }
 
 static inline const char *sbx_bin(void)

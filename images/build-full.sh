@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Build the full guest image: a Debian 12 root filesystem (python3, node,
+# git, gcc, ...) as a read-only qcow2 base, booted with the tiny image's
+# kernel and initramfs (the same sandboxd-init, told by the kernel command
+# line to switch to the disk). See images/README.md.
+#
+#   images/build-full.sh TINYDIR OUTDIR
+#
+# Output (world-readable; qemu runs as libvirt-qemu):
+#   OUTDIR/base.qcow2          the root filesystem (ext4 in qcow2), 0444
+#   OUTDIR/vmlinux             copied from TINYDIR
+#   OUTDIR/initramfs.cpio.gz   copied from TINYDIR
+#   OUTDIR/kernel.version      copied from TINYDIR
+#   OUTDIR/base.sha256         digest of the base's inputs: equal -> no rebuild
+#
+# The base depends only on this script, the package list and the host's apt
+# sources (mmdebstrap reads them on stdin: never a hard-coded mirror), not
+# on the init binary, which lives in the initramfs: a rebuilt init costs a
+# copy, not a new root filesystem.
+set -euo pipefail
+
+log() { echo "build-full: [$(date +%T)] $*"; }
+die() { echo "build-full: error: $*" >&2; exit 1; }
+
+[ $# -eq 2 ] || die "usage: $0 TINYDIR OUTDIR"
+TINY=${1%/}
+OUTDIR=${2%/}
+SOURCES=${FULL_APT_SOURCES:-/etc/apt/sources.list.d/debian.sources}
+SUITE=bookworm
+PACKAGES=(python3 python3-pip python3-venv nodejs npm git curl ca-certificates build-essential
+	  procps less vim-tiny unzip xz-utils jq sudo)
+
+for f in vmlinux initramfs.cpio.gz kernel.version; do
+	[ -f "$TINY/$f" ] || die "'$TINY/$f' missing (make image-tiny first)"
+done
+[ "$(id -u)" -eq 0 ] || die "must run as root (mmdebstrap, file ownership in the image)"
+[ -r "$SOURCES" ] || die "apt sources '$SOURCES' not readable"
+for t in mmdebstrap mkfs.ext4 qemu-img sha256sum; do
+	command -v "$t" >/dev/null || die "'$t' not found (scripts/deps.sh image)"
+done
+
+SELF=$(readlink -f "$0")
+digest=$({
+	echo "suite=$SUITE packages=${PACKAGES[*]}"
+	mmdebstrap --version
+	sha256sum "$SELF" "$SOURCES" | awk '{print $1}'
+} | sha256sum | awk '{print $1}')
+
+mkdir -p "$OUTDIR"
+chmod 0755 "$OUTDIR"
+
+# Kernel and initramfs: always the tiny image's (cheap to copy).
+for f in vmlinux initramfs.cpio.gz kernel.version; do
+	if ! cmp -s "$TINY/$f" "$OUTDIR/$f"; then
+		install -m 0644 "$TINY/$f" "$OUTDIR/$f.tmp"
+		mv -f "$OUTDIR/$f.tmp" "$OUTDIR/$f"
+		log "updated $f from $TINY"
+	fi
+done
+
+if [ -f "$OUTDIR/base.sha256" ] && [ "$(cat "$OUTDIR/base.sha256")" = "$digest" ] &&
+	[ -f "$OUTDIR/base.qcow2" ]; then
+	log "base image up to date ($OUTDIR/base.qcow2, $(du -m "$OUTDIR/base.qcow2" | cut -f1) MB)"
+	exit 0
+fi
+
+T0=$(date +%s)
+TMP=$(mktemp -d "$OUTDIR/base.tmp.XXXXXX")
+cleanup() { rm -rf "$TMP"; }
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+R=$TMP/root
+
+include=$(IFS=,; echo "${PACKAGES[*]}")
+log "step 1/3: mmdebstrap $SUITE minbase + ${PACKAGES[*]} (sources: $SOURCES; a few minutes)"
+# Customize: the user 'sandbox' (uid 1000, home /home/sandbox, sudo without
+# password), a default git identity (git commit works out of the box),
+# hostname, and no apt caches in the image.
+mmdebstrap --variant=minbase --include="$include" \
+	--aptopt='Acquire::Retries "3"' \
+	--dpkgopt='path-exclude=/usr/share/doc/*' \
+	--dpkgopt='path-include=/usr/share/doc/*/copyright' \
+	--dpkgopt='path-exclude=/usr/share/man/*' \
+	--dpkgopt='path-exclude=/usr/share/locale/*' \
+	--customize-hook='chroot "$1" useradd -m -u 1000 -U -s /bin/bash -c sandbox sandbox' \
+	--customize-hook='echo "sandbox ALL=(ALL) NOPASSWD:ALL" > "$1/etc/sudoers.d/sandbox"; chmod 0440 "$1/etc/sudoers.d/sandbox"' \
+	--customize-hook='printf "[user]\n\tname = sandbox\n\temail = sandbox@localhost\n[init]\n\tdefaultBranch = main\n" > "$1/etc/gitconfig"' \
+	--customize-hook='echo sandbox > "$1/etc/hostname"; printf "127.0.0.1 localhost\n127.0.1.1 sandbox\n::1 localhost\n" > "$1/etc/hosts"' \
+	--customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin "$1"/var/log/*.log' \
+	"$SUITE" "$R" - <"$SOURCES" 2>&1 | sed -u 's/^/  mmdebstrap: /'
+log "rootfs: $(du -sm "$R" | cut -f1) MB"
+
+# ext4 just big enough (+15% and 64 MiB): the guest grows it to the size's
+# disk at boot. -m 0: no root reserve (df shows the whole size).
+used_mb=$(du -sm "$R" | cut -f1)
+fs_mb=$((used_mb * 115 / 100 + 64))
+log "step 2/3: mkfs.ext4 -d ($fs_mb MiB)"
+truncate -s "${fs_mb}M" "$TMP/base.ext4"
+mkfs.ext4 -q -F -L sbxroot -m 0 -E lazy_itable_init=0,lazy_journal_init=0 -d "$R" "$TMP/base.ext4"
+rm -rf "$R"
+
+log "step 3/3: qemu-img convert -O qcow2"
+qemu-img convert -O qcow2 "$TMP/base.ext4" "$TMP/base.qcow2"
+rm -f "$TMP/base.ext4"
+chmod 0444 "$TMP/base.qcow2"
+mv -f "$TMP/base.qcow2" "$OUTDIR/base.qcow2"
+echo "$digest" >"$OUTDIR/base.sha256"
+chmod 0644 "$OUTDIR/base.sha256"
+log "done: $OUTDIR/base.qcow2 $(du -m "$OUTDIR/base.qcow2" | cut -f1) MB on disk, built in $(($(date +%s) - T0)) s"

@@ -1,0 +1,326 @@
+/* The full guest image (images/build-full.sh) in a real guest of the real
+ * default size (small: 2 vCPU, 4 GiB, 40 GiB): the tools users expect run,
+ * the guest sees its size, the user/env/clock are right, and the overlay is
+ * thin and goes away with the sandbox.
+ *
+ * SBX_TEST_FULL_IMAGE_DIR names the image (default build/images/full).
+ * SBX_TEST_FIGURES=1 also measures create-to-ready, full vs tiny (5 each).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <dirent.h>
+
+#include "harness.h"
+
+#define GIB (1024.0 * 1024 * 1024)
+
+static struct daemon d;
+static char sbx_id[64];
+
+static int setup(void **state)
+{
+	if (daemon_config_full(&d, "") < 0) {
+		fprintf(stderr, "test_image: no full image (make image-full)\n");
+		return -1;
+	}
+	daemon_create_account(&d, "10");
+	if (daemon_start(&d) < 0)
+		return -1;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	daemon_stop(&d);
+	destroy_own_domains(&d);
+	return 0;
+}
+
+/* POST /v1/sandboxes; the id into `id`; the time it took in ms. */
+static int64_t create(struct daemon *dm, char *id, size_t idlen)
+{
+	struct http_reply r;
+	int64_t t0 = sbx_mono_ms(), ms;
+
+	assert_int_equal(http_request(dm, "POST", "/v1/sandboxes", dm->key, NULL,
+				      "{\"size\": \"small\", \"timeout_minutes\": 30}", 0, &r),
+			 0);
+	ms = sbx_mono_ms() - t0;
+	if (r.status != 201)
+		print_message("create: %d %s\n", r.status, r.body);
+	assert_int_equal(r.status, 201);
+	assert_string_equal(jstr(r.json, "status"), "running");
+	snprintf(id, idlen, "%s", jstr(r.json, "id"));
+	http_reply_free(&r);
+	return ms;
+}
+
+static void destroy(struct daemon *dm, const char *id)
+{
+	struct http_reply r;
+	char path[128];
+
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s", id);
+	assert_int_equal(http_request(dm, "DELETE", path, dm->key, NULL, NULL, 0, &r), 0);
+	assert_int_equal(r.status, 200);
+	http_reply_free(&r);
+}
+
+/* Run `cmd` (JSON-encoded here, so no escaping in the tests) and return
+ * the reply; fails the test unless the HTTP status is 200. */
+static struct http_reply run(const char *cmd, int timeout_ms)
+{
+	struct http_reply r;
+	char path[128];
+	json_object *o = json_object_new_object();
+
+	json_object_object_add(o, "command", json_object_new_string(cmd));
+	json_object_object_add(o, "timeout_ms", json_object_new_int(timeout_ms));
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s/exec", sbx_id);
+	assert_int_equal(
+	    http_request(&d, "POST", path, d.key, NULL, json_object_to_json_string(o), 0, &r), 0);
+	json_object_put(o);
+	if (r.status != 200 || jint(r.json, "exit_code") != 0)
+		print_message("exec '%s': %d %s\n", cmd, r.status, r.body);
+	assert_int_equal(r.status, 200);
+	return r;
+}
+
+/* Run `cmd`, require exit 0, return stdout (caller frees). */
+static char *run_ok(const char *cmd, int timeout_ms)
+{
+	struct http_reply r = run(cmd, timeout_ms);
+	char *out;
+
+	assert_int_equal(jint(r.json, "exit_code"), 0);
+	out = strdup(jstr(r.json, "stdout") ? jstr(r.json, "stdout") : "");
+	http_reply_free(&r);
+	return out;
+}
+
+/* Bytes of the overlays in the state dir's run/ (blocks really used). */
+static long long overlays_kib(void)
+{
+	char cmd[512], out[64] = "";
+	FILE *p;
+
+	snprintf(cmd, sizeof(cmd), "du -sk --total %s/run/*.qcow2 2>/dev/null | tail -n1 | cut -f1",
+		 d.state_dir);
+	p = popen(cmd, "r");
+	if (!p)
+		return -1;
+	if (!fgets(out, sizeof(out), p))
+		out[0] = '\0';
+	pclose(p);
+	return out[0] ? atoll(out) : 0;
+}
+
+static int count_overlays(void)
+{
+	char dir[300];
+	struct dirent *de;
+	DIR *dp;
+	int n = 0;
+
+	snprintf(dir, sizeof(dir), "%s/run", d.state_dir);
+	dp = opendir(dir);
+	if (!dp)
+		return 0;
+	while ((de = readdir(dp)))
+		if (strstr(de->d_name, ".qcow2"))
+			n++;
+	closedir(dp);
+	return n;
+}
+
+static void create_boots_the_full_image(void **state)
+{
+	int64_t ms = create(&d, sbx_id, sizeof(sbx_id));
+	_cleanup_free_ char *os = NULL;
+
+	print_message("full image: create-to-ready %lld ms\n", (long long)ms);
+	assert_int_equal(count_overlays(), 1);
+	os = run_ok("cat /etc/debian_version; ls /usr/bin/apt-get", 30000);
+	assert_true(strncmp(os, "12.", 3) == 0);
+	print_message("host disk used by the idle sandbox's overlay: %lld KiB\n", overlays_kib());
+}
+
+static void the_guest_sees_its_size(void **state)
+{
+	_cleanup_free_ char *cpus = run_ok("nproc", 30000);
+	_cleanup_free_ char *mem = run_ok("free -b | awk '/^Mem:/ {print $2}'", 30000);
+	_cleanup_free_ char *df = run_ok("df -B1 --output=size,avail / | tail -n1", 30000);
+	_cleanup_free_ char *dfh = run_ok("df -h /", 30000);
+	long long size = 0, avail = 0;
+
+	print_message("nproc %s free total %s df -h /:\n%s", cpus, mem, dfh);
+	assert_string_equal(cpus, "2\n");
+	/* 4 GiB less what the kernel keeps for itself. */
+	assert_true(atoll(mem) > 3.5 * GIB && atoll(mem) <= 4 * GIB);
+	assert_int_equal(sscanf(df, "%lld %lld", &size, &avail), 2);
+	/* 40 GiB less ext4's metadata (inode tables, journal): ~2%. */
+	assert_true(size > 38 * GIB && size <= 40 * GIB);
+	assert_true(avail > 36 * GIB);
+}
+
+static void user_env_tmp_and_clock(void **state)
+{
+	_cleanup_free_ char *who = run_ok("id -un; pwd; echo \"$HOME|$LANG\"; "
+					  "case \":$PATH:\" in *:/usr/bin:*) echo path-ok;; esac",
+					  30000);
+	_cleanup_free_ char *user = run_ok("id -u sandbox; getent passwd sandbox | cut -d: -f6; "
+					   "stat -c %U /home/sandbox",
+					   30000);
+	_cleanup_free_ char *tmp =
+	    run_ok("echo x > /tmp/t && cat /tmp/t && stat -c %a /tmp && rm /tmp/t", 30000);
+	_cleanup_free_ char *sudo = run_ok("su sandbox -c 'sudo -n id -u'", 30000);
+
+	assert_string_equal(who, "root\n/home/sandbox\n/root|C.UTF-8\npath-ok\n");
+	assert_string_equal(user, "1000\n/home/sandbox\nsandbox\n");
+	assert_string_equal(tmp, "x\n1777\n");
+	assert_string_equal(sudo, "0\n");
+
+	/* The guest's clock is within 2 s of the host's. */
+	struct timespec a, b;
+	clock_gettime(CLOCK_REALTIME, &a);
+	_cleanup_free_ char *now = run_ok("date +%s%3N", 30000);
+	clock_gettime(CLOCK_REALTIME, &b);
+	long long g = atoll(now);
+	long long lo = (long long)a.tv_sec * 1000 + a.tv_nsec / 1000000;
+	long long hi = (long long)b.tv_sec * 1000 + b.tv_nsec / 1000000;
+	print_message("clock: guest %lld, host [%lld, %lld]\n", g, lo, hi);
+	assert_true(g >= lo - 2000 && g <= hi + 2000);
+}
+
+static void python_node_npm(void **state)
+{
+	_cleanup_free_ char *py = run_ok("python3 -c 'import json,sqlite3,venv,sys; "
+					 "c=sqlite3.connect(\":memory:\"); "
+					 "print(json.dumps(c.execute(\"select 6*7\").fetchone()), "
+					 "sys.version_info[:2])'",
+					 120000);
+	_cleanup_free_ char *venv =
+	    run_ok("python3 -m venv --without-pip /tmp/v && /tmp/v/bin/python -c 'import sys; "
+		   "print(sys.prefix)'",
+		   120000);
+	_cleanup_free_ char *node =
+	    run_ok("node -e 'console.log(JSON.stringify({n: 6*7}))'", 120000);
+	_cleanup_free_ char *npm = run_ok("npm --version", 180000);
+
+	assert_string_equal(py, "[42] (3, 11)\n");
+	assert_string_equal(venv, "/tmp/v\n");
+	assert_string_equal(node, "{\"n\":42}\n");
+	assert_true(npm[0] >= '1' && npm[0] <= '9' && strchr(npm, '.'));
+}
+
+static void git_init_and_commit(void **state)
+{
+	_cleanup_free_ char *log = run_ok("mkdir -p repo && cd repo && git init -q && "
+					  "echo hello > a.txt && git add a.txt && "
+					  "git commit -q -m first && git log --format=%s && "
+					  "git rev-parse --abbrev-ref HEAD",
+					  120000);
+
+	assert_string_equal(log, "first\nmain\n");
+}
+
+static void gcc_and_make(void **state)
+{
+	_cleanup_free_ char *out = run_ok(
+	    "mkdir -p c && cd c && "
+	    "printf '#include <stdio.h>\\nint main(void){printf(\"%%d\\\\n\", 6*7);return 0;}\\n'"
+	    " > hi.c && printf 'hi: hi.c\\n\\tgcc -O2 -Wall -o hi hi.c\\n' > Makefile && "
+	    "make -s && ./hi",
+	    300000);
+
+	assert_string_equal(out, "42\n");
+}
+
+static void write_1_gb_to_home(void **state)
+{
+	int64_t t0 = sbx_mono_ms();
+	_cleanup_free_ char *out =
+	    run_ok("dd if=/dev/zero of=/home/sandbox/big bs=1M count=1024 conv=fsync status=none"
+		   " && stat -c %s /home/sandbox/big && df -B1 --output=used / | tail -n1",
+		   900000);
+	long long bytes = 0, used = 0;
+
+	print_message("1 GiB written in %lld ms; overlay now %lld KiB\n",
+		      (long long)(sbx_mono_ms() - t0), overlays_kib());
+	assert_int_equal(sscanf(out, "%lld %lld", &bytes, &used), 2);
+	assert_true(bytes == 1073741824LL);
+	assert_true(used > 1 * GIB);
+	free(run_ok("rm -f /home/sandbox/big", 60000));
+}
+
+static void delete_removes_the_overlay(void **state)
+{
+	destroy(&d, sbx_id);
+	assert_int_equal(count_own_domains(&d), 0);
+	assert_int_equal(count_overlays(), 0);
+}
+
+static int cmp_ll(const void *a, const void *b)
+{
+	long long x = *(const long long *)a, y = *(const long long *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Create-to-ready, 5 each, full image vs tiny (figures, SBX_TEST_FIGURES=1). */
+static void figures_create_to_ready(void **state)
+{
+	static const char *const kinds[] = {"full", "tiny"};
+
+	if (!getenv("SBX_TEST_FIGURES")) {
+		skip();
+		return;
+	}
+	for (int k = 0; k < 2; k++) {
+		struct daemon f = {0};
+		long long ms[5];
+		char id[64];
+
+		if (k == 0) {
+			f = d;
+			f.pid = 0;
+			assert_int_equal(daemon_config_full(&f, ""), 0);
+		} else {
+			const char *img = getenv("SBX_TEST_IMAGE_DIR");
+			daemon_config_image(&f, img ? img : "build/images/tiny", NULL, "");
+		}
+		/* same pid -> same state dir and db: a fresh account is fine */
+		daemon_create_account(&f, "10");
+		daemon_stop(&d);
+		assert_int_equal(daemon_start(&f), 0);
+		for (int i = 0; i < 5; i++) {
+			ms[i] = create(&f, id, sizeof(id));
+			destroy(&f, id);
+		}
+		qsort(ms, 5, sizeof(ms[0]), cmp_ll);
+		print_message("%s image: create-to-ready median %lld ms (min %lld, max %lld)\n",
+			      kinds[k], ms[2], ms[0], ms[4]);
+		daemon_stop(&f);
+		d = f;
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(create_boots_the_full_image),
+	    cmocka_unit_test(the_guest_sees_its_size),
+	    cmocka_unit_test(user_env_tmp_and_clock),
+	    cmocka_unit_test(python_node_npm),
+	    cmocka_unit_test(git_init_and_commit),
+	    cmocka_unit_test(gcc_and_make),
+	    cmocka_unit_test(write_1_gb_to_home),
+	    cmocka_unit_test(delete_removes_the_overlay),
+	    cmocka_unit_test(figures_create_to_ready),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
