@@ -135,9 +135,10 @@ int sandbox_config_validate(const struct sandbox_config *cfg, struct sbx_error *
 	if (cfg->max_sandboxes_per_account < 1)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "max_sandboxes_per_account",
 				     "max_sandboxes_per_account must be >= 1");
-	if (cfg->max_execs_per_sandbox < 1)
+	/* The guest init runs at most 1024 execs at once (EXEC_MAX). */
+	if (cfg->max_execs_per_sandbox < 1 || cfg->max_execs_per_sandbox > 1024)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "max_execs_per_sandbox",
-				     "max_execs_per_sandbox must be >= 1");
+				     "max_execs_per_sandbox must be 1..1024");
 	if (cfg->output_cap_bytes < 1 || cfg->output_cap_bytes > 64u * 1024 * 1024)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "output_cap_bytes",
 				     "output_cap_bytes must be 1..67108864");

@@ -43,7 +43,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define EXEC_MAX	   128		/* in-flight execs; more -> BUSY */
+#define EXEC_MAX	   1024		/* in-flight execs; more -> BUSY */
 #define ORPHAN_MAX	   1024		/* background pipes kept after EXIT */
 #define LINGER_MAX	   256		/* non-empty cgroups waiting for rmdir */
 #define ENV_MAX		   1024		/* env entries in one EXEC */
