@@ -12,6 +12,7 @@
 #include <pthread.h>
 
 #include "harness.h"
+#include "store/store.h"
 
 #define MINUTE_MS 2000
 
@@ -329,6 +330,23 @@ static void expiry_destroys_the_guest_and_delete_keeps_expired(void **state)
 	http_reply_free(&r);
 }
 
+struct bg_exec {
+	const char *id;
+	struct http_reply r;
+};
+
+static void *bg_exec_main(void *arg)
+{
+	struct bg_exec *b = arg;
+	char path[160];
+
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s/exec", b->id);
+	if (http_request(&d, "POST", path, d.key, NULL, "{\"command\": \"sleep 30\"}", 0, &b->r) <
+	    0)
+		b->r.status = -1;
+	return NULL;
+}
+
 static void list_is_newest_first_filtered_and_paged(void **state)
 {
 	struct http_reply r;
@@ -359,8 +377,19 @@ static void list_is_newest_first_filtered_and_paged(void **state)
 	assert_string_equal(jstr(json_object_array_get_idx(data, 0), "id"), a);
 	http_reply_free(&r);
 
+	/* An exec cut short by DELETE: 410, not 500. */
+	struct bg_exec bg = {.id = a};
+	pthread_t t;
+	pthread_create(&t, NULL, bg_exec_main, &bg);
+	sleep(1);
 	sbx_req(d.key, "DELETE", a, NULL, NULL, &r);
+	assert_int_equal(r.status, 200);
 	http_reply_free(&r);
+	pthread_join(t, NULL);
+	print_message("exec cut by DELETE: %d %s\n", bg.r.status, bg.r.body);
+	assert_int_equal(bg.r.status, 410);
+	assert_string_equal(jerr(bg.r.json, "type"), "sandbox_not_running");
+	http_reply_free(&bg.r);
 	assert_int_equal(http_request(&d, "GET", "/v1/sandboxes?status=destroyed&limit=100", d.key,
 				      NULL, NULL, 0, &r),
 			 0);
@@ -499,6 +528,63 @@ static void restart_keeps_running_sandboxes(void **state)
 	assert_int_equal(count_own_domains(&d), 0);
 }
 
+static void *crash_create_main(void *arg)
+{
+	struct http_reply *r = arg;
+
+	if (http_request(&d, "POST", "/v1/sandboxes", d.key, "Idempotency-Key: k-crash\r\n", "{}",
+			 0, r) < 0)
+		r->status = -1;
+	return NULL;
+}
+
+/* A create cut short by kill -9 is rolled back and its key freed: the
+ * retry with the same key creates (not replayed), and one guest remains. */
+static void crash_during_create_frees_the_key(void **state)
+{
+	struct http_reply cut = {0}, r;
+	pthread_t t;
+	int64_t t0;
+
+	pthread_create(&t, NULL, crash_create_main, &cut);
+	/* Wait until the guest is being booted, then kill the daemon. */
+	t0 = sbx_mono_ms();
+	while (count_own_domains(&d) == 0 && sbx_mono_ms() - t0 < 20000)
+		usleep(50000);
+	assert_int_equal(count_own_domains(&d), 1);
+	daemon_kill9(&d);
+	pthread_join(t, NULL);
+	assert_int_equal(cut.status, -1);
+	assert_int_equal(daemon_start(&d), 0);
+	/* Reconcile destroyed the half-created guest. */
+	assert_int_equal(count_own_domains(&d), 0);
+	create(d.key, "k-crash", "{}", &r);
+	assert_int_equal(r.status, 201);
+	assert_false(replayed(&r));
+	assert_int_equal(count_own_domains(&d), 1);
+	char id[64];
+	snprintf(id, sizeof(id), "%s", jstr(r.json, "id"));
+	http_reply_free(&r);
+	sbx_req(d.key, "DELETE", id, NULL, NULL, &r);
+	assert_int_equal(r.status, 200);
+	http_reply_free(&r);
+}
+
+/* After everything above: credits = balance + consumed, available >= 0,
+ * every ended or aborted sandbox settled exactly once. */
+static void ledger_invariants_hold(void **state)
+{
+	struct sbx_error err;
+	struct store *s;
+
+	sbx_error_clear(&err);
+	s = store_open(d.db, &err);
+	assert_non_null(s);
+	if (store_ledger_check(s, NULL, &err) < 0)
+		fail_msg("ledger: %s", err.message);
+	store_close(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -511,6 +597,8 @@ int main(void)
 	    cmocka_unit_test(list_is_newest_first_filtered_and_paged),
 	    cmocka_unit_test(guest_death_fails_the_sandbox_and_stops_billing),
 	    cmocka_unit_test(restart_keeps_running_sandboxes),
+	    cmocka_unit_test(crash_during_create_frees_the_key),
+	    cmocka_unit_test(ledger_invariants_hold),
 	};
 	if (getenv("SBX_TEST_FILTER"))
 		cmocka_set_test_filter(getenv("SBX_TEST_FILTER"));
