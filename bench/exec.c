@@ -1,0 +1,399 @@
+/* bench/exec: exec through the whole service, against the channel floor.
+ *
+ * Starts a real daemon the way the integration tests do (harness.h: own
+ * state dir, domain prefix, account) and one sandbox of the default size,
+ * then prints, in one run:
+ *   - `true` round trips through the API (POST /exec, n=SBX_BENCH_EXECS,
+ *     default 50: median, p95) beside the raw PING round trip over the same
+ *     transport (socket, the daemon's default), measured the way
+ *     bench/channel does: a second guest of the same size booted through
+ *     vmm/ and PING/PONG through agentless_conn_ping() (n=SBX_BENCH_PINGS,
+ *     default 1000), plus `true` over that raw connection (agentless_exec,
+ *     no HTTP), and the ratios;
+ *   - a command printing 50 MB: wall time and the daemon's VmRSS / VmHWM;
+ *   - 200 concurrent `sleep 5` execs on one sandbox (max_execs_per_sandbox
+ *     raised to 256): how many the guest ran at once, how many came back
+ *     200, the wall time, and the daemon's thread count while they ran.
+ *
+ * Environment: SBX_BIN, SBX_TEST_IMAGE_DIR (as for the integration tests).
+ * Prints figures; never fails on timing. Exit 1 only when it cannot run. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../tests/integration/harness.h"
+#include "agentless/agentless.h"
+#include "vmm/vmm.h"
+
+#define N_CONCURRENT 200
+
+static struct daemon d;
+static char sbx[64];
+
+static int cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+struct stats {
+	int64_t median, p95, min;
+	int n;
+};
+
+static struct stats stats_of(int64_t *v, int n)
+{
+	struct stats s = {0};
+	int i95;
+
+	if (n <= 0)
+		return s;
+	qsort(v, (size_t)n, sizeof(*v), cmp_i64);
+	s.n = n;
+	s.min = v[0];
+	s.median = v[n / 2];
+	i95 = (n * 95 + 99) / 100 - 1;
+	s.p95 = v[i95 < 0 ? 0 : i95 >= n ? n - 1 : i95];
+	return s;
+}
+
+static int env_int(const char *name, int def)
+{
+	const char *s = getenv(name);
+	long v;
+
+	if (!s || !*s)
+		return def;
+	v = strtol(s, NULL, 10);
+	return v > 0 && v < 1000000 ? (int)v : def;
+}
+
+static int64_t now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static long daemon_status_kib(const char *field)
+{
+	char path[64], line[256];
+	long v = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)d.pid);
+	f = fopen(path, "re");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, field, strlen(field)) == 0 && line[strlen(field)] == ':')
+			v = strtol(line + strlen(field) + 1, NULL, 10);
+	fclose(f);
+	return v;
+}
+
+static int exec_api(const char *command, const char *extra, struct http_reply *r)
+{
+	char path[128], body[1024];
+	json_object *o = json_object_new_object();
+
+	json_object_object_add(o, "command", json_object_new_string(command));
+	snprintf(body, sizeof(body), "%s",
+		 json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
+	json_object_put(o);
+	if (extra) {
+		body[strlen(body) - 1] = '\0';
+		snprintf(body + strlen(body), sizeof(body) - strlen(body), ", %s}", extra);
+	}
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s/exec", sbx);
+	return http_request(&d, "POST", path, d.key, NULL, body, 0, r);
+}
+
+/* ------------------------------------------------- the raw channel floor */
+
+struct raw {
+	struct vmm *v;
+	struct vmm_vm *vm;
+	struct agentless_conn *conn;
+};
+
+static void raw_release(struct raw *raw)
+{
+	struct sbx_error err = {0};
+
+	if (raw->conn)
+		agentless_conn_free(raw->conn, "bench done");
+	if (raw->vm) {
+		vmm_vm_destroy(raw->vm, &err);
+		vmm_vm_free(raw->vm);
+	}
+	if (raw->v)
+		vmm_free(raw->v);
+	memset(raw, 0, sizeof(*raw));
+}
+
+/* A second guest of the daemon's size, booted through vmm/ with the
+ * daemon's transport, spoken to through agentless/ without HTTP. */
+static int raw_start(struct raw *raw, const struct vmm_guest_spec *spec)
+{
+	char kernel[512], initrd[512], run[512], prefix[64];
+	struct sbx_error err = {0};
+	struct sbx_channel ch;
+	struct agentless_limits lim = {.backstop_grace_ms = 10000, .max_inflight = 64};
+
+	snprintf(kernel, sizeof(kernel), "%s/images/vmlinux", d.state_dir);
+	snprintf(initrd, sizeof(initrd), "%s/images/initramfs.cpio.gz", d.state_dir);
+	snprintf(run, sizeof(run), "%s/bench-raw", d.state_dir);
+	snprintf(prefix, sizeof(prefix), "%sraw-", d.prefix);
+	mkdir(run, 0755);
+	struct vmm_config cfg = {
+	    .uri = "qemu:///system",
+	    .name_prefix = prefix,
+	    .accel = VMM_ACCEL_TCG,
+	    .allow_tcg = true,
+	    .kernel = kernel,
+	    .initrd = initrd,
+	    .run_dir = run,
+	    .transport = VMM_TRANSPORT_SOCKET,
+	    .console_log_max = 1 << 20,
+	};
+
+	memset(raw, 0, sizeof(*raw));
+	raw->v = vmm_new(&cfg, &err);
+	if (!raw->v)
+		goto err;
+	raw->vm = vmm_vm_start(raw->v, spec, &err);
+	if (!raw->vm)
+		goto err;
+	raw->conn = agentless_conn_new(&lim, NULL, NULL);
+	if (vmm_vm_open_channel(raw->vm, agentless_conn_recv, raw->conn, &ch, &err) < 0)
+		goto err;
+	agentless_conn_attach(raw->conn, ch, false);
+	if (agentless_conn_wait_hello(raw->conn, sbx_mono_ms() + 120000, &err) < 0)
+		goto err;
+	return 0;
+err:
+	fprintf(stderr, "exec bench: raw guest: %s\n", err.message);
+	raw_release(raw);
+	return -1;
+}
+
+static struct stats raw_ping(struct raw *raw, int n)
+{
+	int64_t *v = calloc((size_t)n, sizeof(*v));
+	struct sbx_error err = {0};
+	int done = 0;
+
+	for (int i = 0; v && i < n / 10; i++) /* warm-up */
+		agentless_conn_ping(raw->conn, 8, sbx_mono_ms() + 5000, &err);
+	for (int i = 0; v && i < n; i++) {
+		int64_t us = agentless_conn_ping(raw->conn, 8, sbx_mono_ms() + 5000, &err);
+
+		if (us < 0)
+			break;
+		v[done++] = us;
+	}
+	struct stats s = stats_of(v, done);
+	free(v);
+	return s;
+}
+
+static struct stats raw_exec_true(struct raw *raw, int n)
+{
+	int64_t *v = calloc((size_t)n, sizeof(*v));
+	struct agentless_exec_req req = {
+	    .command = "true",
+	    .command_len = 4,
+	    .cwd = "/",
+	    .timeout_ms = 10000,
+	    .stdout_cap = 1 << 20,
+	    .stderr_cap = 1 << 20,
+	};
+	int done = 0;
+
+	for (int i = 0; v && i < n; i++) {
+		struct agentless_exec_result res;
+		struct sbx_error err = {0};
+		int64_t t0 = now_us();
+
+		if (agentless_exec(raw->conn, &req, &res, &err) < 0)
+			break;
+		v[done++] = now_us() - t0;
+		agentless_exec_result_release(&res);
+	}
+	struct stats s = stats_of(v, done);
+	free(v);
+	return s;
+}
+
+/* ------------------------------------------------------------ the API */
+
+static struct stats api_exec_true(int n)
+{
+	int64_t *v = calloc((size_t)n, sizeof(*v));
+	int done = 0;
+
+	for (int i = 0; v && i < n + 3; i++) {
+		struct http_reply r;
+		int64_t t0 = now_us();
+		int rc = exec_api("true", NULL, &r);
+		int64_t us = now_us() - t0;
+
+		if (rc < 0 || r.status != 200) {
+			fprintf(stderr, "exec true: %d %s\n", r.status, r.body ? r.body : "");
+			http_reply_free(&r);
+			break;
+		}
+		http_reply_free(&r);
+		if (i >= 3) /* the first few warm the path up */
+			v[done++] = us;
+	}
+	struct stats s = stats_of(v, done);
+	free(v);
+	return s;
+}
+
+struct job {
+	int status;
+	int64_t ms;
+};
+
+static void *job_run(void *arg)
+{
+	struct job *j = arg;
+	struct http_reply r;
+	int64_t t0 = sbx_mono_ms();
+
+	j->status = exec_api("sleep 5", NULL, &r) < 0 ? -1 : r.status;
+	j->ms = sbx_mono_ms() - t0;
+	http_reply_free(&r);
+	return NULL;
+}
+
+static void print_stats(const char *what, struct stats s)
+{
+	printf("%-34s n=%-5d median %8.3f ms  p95 %8.3f ms  min %8.3f ms\n", what, s.n,
+	       (double)s.median / 1000.0, (double)s.p95 / 1000.0, (double)s.min / 1000.0);
+}
+
+int main(void)
+{
+	int n_exec = env_int("SBX_BENCH_EXECS", 50), n_ping = env_int("SBX_BENCH_PINGS", 1000);
+	struct vmm_guest_spec spec = {.vcpus = 2, .memory_mib = 4096, .sandbox_id = "bench"};
+	struct http_reply r;
+	struct raw raw;
+	int rc = 1;
+
+	sbx_log_set_level(SBX_LOG_WARN);
+	daemon_config(&d, "\"max_execs_per_sandbox\": 256, \"destroy_on_exit\": true");
+	daemon_create_account(&d, "10");
+	if (daemon_start(&d) < 0) {
+		fprintf(stderr, "exec bench: daemon did not start\n");
+		return 1;
+	}
+	if (http_request(&d, "POST", "/v1/sandboxes", d.key, NULL, "{\"timeout_minutes\": 15}", 0,
+			 &r) < 0 ||
+	    r.status != 201) {
+		fprintf(stderr, "exec bench: create: %d %s\n", r.status, r.body ? r.body : "");
+		goto out_daemon;
+	}
+	snprintf(sbx, sizeof(sbx), "%s", jstr(r.json, "id"));
+	http_reply_free(&r);
+	printf("sandbox %s: size small (2 vCPU, 4 GiB), TCG, transport socket\n", sbx);
+
+	/* 1. round trips */
+	struct stats api = api_exec_true(n_exec);
+	if (raw_start(&raw, &spec) < 0)
+		goto out_daemon;
+	struct stats ping = raw_ping(&raw, n_ping);
+	struct stats rawx = raw_exec_true(&raw, n_exec);
+	raw_release(&raw);
+	print_stats("exec `true` via API (HTTP)", api);
+	print_stats("exec `true` raw (agentless)", rawx);
+	print_stats("PING raw (agentless, socket)", ping);
+	if (ping.median > 0 && rawx.median > 0)
+		printf("ratio API exec / PING: median %.1f, p95 %.1f; API exec / raw exec: "
+		       "median %.2f\n",
+		       (double)api.median / (double)ping.median, (double)api.p95 / (double)ping.p95,
+		       (double)api.median / (double)rawx.median);
+
+	/* 2. 50 MB of output (763 x 64 KiB = 50003968 bytes; busybox head -c
+	 * is itself slow under TCG), beside the same bytes piped to cat in the
+	 * guest */
+	{
+		long rss0 = daemon_status_kib("VmRSS"), hwm0 = daemon_status_kib("VmHWM");
+		int64_t base = -1, t0;
+
+		if (exec_api("dd if=/dev/zero bs=65536 count=763 2>/dev/null | cat >/dev/null",
+			     "\"timeout_ms\": 120000", &r) == 0) {
+			base = jint(r.json, "duration_ms");
+			http_reply_free(&r);
+		}
+		t0 = sbx_mono_ms();
+		if (exec_api("dd if=/dev/zero bs=65536 count=763 2>/dev/null",
+			     "\"timeout_ms\": 120000", &r) == 0) {
+			int64_t ms = sbx_mono_ms() - t0;
+
+			printf("50 MB to stdout: %d in %lld ms round trip (%lld ms in the guest, "
+			       "%.1f MB/s; in-guest pipe to cat: %lld ms), truncated %d; daemon "
+			       "VmRSS %ld -> %ld KiB, VmHWM %ld -> %ld KiB\n",
+			       r.status, (long long)ms, (long long)jint(r.json, "duration_ms"),
+			       50.004 * 1000.0 / (double)(ms ? ms : 1), (long long)base,
+			       jbool(r.json, "truncated"), rss0, daemon_status_kib("VmRSS"), hwm0,
+			       daemon_status_kib("VmHWM"));
+			http_reply_free(&r);
+		}
+	}
+
+	/* 3. 200 concurrent sleep 5 */
+	{
+		static struct job jobs[N_CONCURRENT];
+		static pthread_t th[N_CONCURRENT];
+		long threads0 = daemon_status_kib("Threads"), threads_peak = 0;
+		int64_t t0 = sbx_mono_ms();
+		int ok = 0, started = 0;
+		long in_guest = -1;
+
+		for (int i = 0; i < N_CONCURRENT; i++)
+			if (pthread_create(&th[i], NULL, job_run, &jobs[i]) == 0)
+				started++;
+		for (int k = 0; k < 15; k++) {
+			long t;
+
+			usleep(200 * 1000);
+			t = daemon_status_kib("Threads");
+			if (t > threads_peak)
+				threads_peak = t;
+		}
+		if (exec_api("ps -o args | grep -c '^sleep 5'", NULL, &r) == 0) {
+			if (r.status == 200 && jstr(r.json, "stdout"))
+				in_guest = strtol(jstr(r.json, "stdout"), NULL, 10);
+			else
+				fprintf(stderr, "count: %d %s\n", r.status, r.body);
+			http_reply_free(&r);
+		}
+		for (int i = 0; i < started; i++)
+			pthread_join(th[i], NULL);
+		for (int i = 0; i < started; i++)
+			ok += jobs[i].status == 200;
+		printf("%d concurrent `sleep 5`: %d x 200 in %lld ms; %ld running in the guest at "
+		       "once; daemon threads %ld idle, %ld peak while they ran\n",
+		       started, ok, (long long)(sbx_mono_ms() - t0), in_guest, threads0,
+		       threads_peak);
+		for (int i = 0, shown = 0; i < started && shown < 3; i++)
+			if (jobs[i].status != 200) {
+				fprintf(stderr, "  job %d: status %d after %lld ms\n", i,
+					jobs[i].status, (long long)jobs[i].ms);
+				shown++;
+			}
+	}
+	rc = 0;
+
+out_daemon:
+	daemon_stop(&d);
+	destroy_own_domains(&d);
+	return rc;
+}
