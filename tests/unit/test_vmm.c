@@ -544,6 +544,45 @@ static void test_overlay(void **state)
 	assert_int_equal(vmm_list_domains(f->v, NULL, NULL, &err), 0);
 }
 
+static void test_prune_files(void **state)
+{
+	struct fx *f = *state;
+	struct sbx_error err = {0};
+	char path[512], stale[64];
+	f->v = vmm_new(&f->cfg, &err);
+	assert_non_null(f->v);
+	vmm_priv_set_virt_type(f->v, "test");
+
+	struct vmm_guest_spec spec = {.vcpus = 1, .memory_mib = 128};
+	struct vmm_vm *vm = vmm_vm_start(f->v, &spec, &err);
+	assert_non_null(vm);
+	const char *live = vmm_vm_name(vm);
+	/* A running domain's files stay; a stopped one's go; others' stay. */
+	snprintf(path, sizeof(path), "%s/%s.qcow2", f->run_dir, live);
+	touch(path);
+	snprintf(stale, sizeof(stale), "%s0123456789ab", f->cfg.name_prefix);
+	static const char *const sfx[] = {".qcow2", ".sock", ".console.log", ".console.log.1"};
+	for (size_t i = 0; i < 4; i++) {
+		snprintf(path, sizeof(path), "%s/%s%s", f->run_dir, stale, sfx[i]);
+		touch(path);
+	}
+	snprintf(path, sizeof(path), "%s/other-0123456789ab.qcow2", f->run_dir);
+	touch(path);
+	snprintf(path, sizeof(path), "%s/%s0123456789ab.txt", f->run_dir, f->cfg.name_prefix);
+	touch(path);
+
+	assert_int_equal(vmm_prune_files(f->v, &err), 4);
+	for (size_t i = 0; i < 4; i++)
+		assert_false(file_exists(f->run_dir, stale, sfx[i]));
+	assert_true(file_exists(f->run_dir, live, ".qcow2"));
+	assert_true(file_exists(f->run_dir, "other-0123456789ab", ".qcow2"));
+	assert_true(file_exists(f->run_dir, stale, ".txt"));
+	assert_int_equal(vmm_prune_files(f->v, &err), 0);
+
+	assert_int_equal(vmm_vm_destroy(vm, &err), 0);
+	vmm_vm_free(vm);
+}
+
 static void test_start_refused(void **state)
 {
 	struct fx *f = *state;
@@ -750,6 +789,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_config_errors, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_bookkeeping, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_overlay, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_prune_files, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_start_refused, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_socket_transport, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_socket_transport_no_server, fx_setup, fx_teardown),
