@@ -32,4 +32,12 @@ int64_t guest_boot_ms(void);
  * itself cannot run (signalfd or poll failing for good): returns -1. */
 int guest_serve(int port_fd);
 
+#ifdef SBX_GUEST_FUZZ
+/* Test-only (tests/fuzz/fuzz_guest.c): run the guest's frame reassembly
+ * and request decoding over arbitrary host bytes; starts no process and
+ * writes nothing. */
+#include <stddef.h>
+int guest_fuzz_input(const uint8_t *data, size_t len);
+#endif
+
 #endif
