@@ -617,6 +617,8 @@ static void guest_that_never_says_hello_costs_nothing(void **state)
 	print_message("create with a silent guest: %d in %lld ms: %s\n", r.status,
 		      (long long)(sbx_mono_ms() - t0), r.body);
 	assert_true(r.status == 500 || r.status == 503);
+	if (r.status == 503)
+		assert_true(has_header(&r, "Retry-After"));
 	assert_true(sbx_mono_ms() - t0 >= 5000);
 	http_reply_free(&r);
 	u = usage_ok(d.key, credits_main);
