@@ -60,6 +60,7 @@ struct api_server {
 	int live_reqs; /* struct req alive (some may wait on a late exec callback) */
 	bool stopping;
 	bool released; /* api_server_stop returned: the last req frees srv */
+	int async_threads; /* create/DELETE threads still running */
 	struct req *suspended;
 };
 
@@ -79,6 +80,18 @@ struct req {
 	bool has_res;
 	struct sbx_error exec_err;
 	int refs; /* MHD's (until completed) + the exec callback's */
+
+	/* create and DELETE take seconds (a boot, a domain destroy): they run
+	 * on a thread of their own (async_main) and leave the answer here. */
+	bool is_async;
+	struct api_create_body create;
+	char idem_key[256];
+	bool has_idem_key;
+	int op_rc;           /* 0, or -1 with exec_err */
+	unsigned out_status;
+	char *out_body;
+	size_t out_len;
+	bool out_replayed;
 	struct req *prev, *next;
 };
 
@@ -599,51 +612,207 @@ static enum MHD_Result reply_bytes(struct MHD_Connection *c, unsigned status, co
 	return ret;
 }
 
-/* POST /v1/sandboxes. With an Idempotency-Key, the 201 body is rendered
- * here, handed to sandbox/ to remember byte for byte, then sent; a replay
- * sends the remembered bytes with 'Idempotent-Replayed: true'. Blocks this
- * worker for the boot (seconds): docs/api.md. */
-static enum MHD_Result handle_create(struct req *r)
+/* Render a JSON object into r->out_body (owned). 0 or -1. */
+static int out_json(struct req *r, unsigned status, struct json_object *o)
+{
+	const char *text;
+	size_t len = 0;
+
+	if (!o)
+		return -1;
+	text = json_object_to_json_string_length(
+	    o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &len);
+	r->out_body = text ? malloc(len + 1) : NULL;
+	if (r->out_body) {
+		memcpy(r->out_body, text, len + 1);
+		r->out_len = len;
+		r->out_status = status;
+	}
+	json_object_put(o);
+	return r->out_body ? 0 : -1;
+}
+
+/* POST /v1/sandboxes, on its own thread. With an Idempotency-Key the 201
+ * body is rendered here, handed to sandbox/ to remember byte for byte,
+ * then sent; a replay sends the remembered bytes with
+ * 'Idempotent-Replayed: true'. Rendering and remembering happen on this
+ * thread, so a client that hung up still leaves the key completed. */
+static int create_work(struct req *r, struct sbx_error *err)
 {
 	struct api_server *srv = r->srv;
 	struct sandbox_create_result res;
-	struct api_create_body b;
+	const char *key = r->has_idem_key ? r->idem_key : NULL;
+
+	r->create.req.idempotency_key = key;
+	if (sandbox_create_idempotent(srv->svc, r->account_id, &r->create.req, &res, err) < 0)
+		return -1;
+	if (res.replayed) {
+		r->out_body = malloc(res.body_len + 1);
+		if (r->out_body) {
+			memcpy(r->out_body, res.body, res.body_len);
+			r->out_body[res.body_len] = '\0';
+			r->out_len = res.body_len;
+			r->out_status = (unsigned)res.status;
+			r->out_replayed = true;
+		}
+		sandbox_create_result_release(&res);
+		return r->out_body ? 0
+				   : sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+	}
+	if (out_json(r, 201, api_sandbox_encode(&res.view)) < 0) {
+		if (key)
+			sandbox_idempotency_release(srv->svc, r->account_id, key);
+		sandbox_create_result_release(&res);
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+	}
+	if (key && sandbox_idempotency_complete(srv->svc, r->account_id, key, res.view.id, 201,
+						r->out_body, r->out_len, err) < 0)
+		sbx_warn(MOD, "sandbox %s: its Idempotency-Key was not remembered", res.view.id);
+	sandbox_create_result_release(&res);
+	return 0;
+}
+
+static int delete_work(struct req *r, struct sbx_error *err)
+{
+	struct sandbox_view v;
+
+	memset(&v, 0, sizeof(v));
+	if (sandbox_destroy(r->srv->svc, r->account_id, r->id, &v, err) < 0)
+		return -1;
+	if (out_json(r, 200, api_sandbox_encode(&v)) < 0)
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+	return 0;
+}
+
+static void *async_main(void *arg)
+{
+	struct req *r = arg;
+	struct api_server *srv = r->srv;
 	struct sbx_error err;
-	struct json_object *o;
-	const char *text;
-	size_t len = 0;
-	enum MHD_Result ret;
+	bool free_now;
+	int rc;
 
 	sbx_error_clear(&err);
-	if (api_create_decode(r->body.data, r->body.len, srv->cfg, &b, &err) < 0)
-		return reply_error(r->conn, &err);
-	b.req.idempotency_key =
-	    MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Idempotency-Key");
-	if (sandbox_create_idempotent(srv->svc, r->account_id, &b.req, &res, &err) < 0)
-		return reply_error(r->conn, &err);
-	if (res.replayed) {
-		ret = reply_bytes(r->conn, (unsigned)res.status, res.body, res.body_len, true);
-		sandbox_create_result_release(&res);
-		return ret;
+	rc = r->route == R_SANDBOXES ? create_work(r, &err) : delete_work(r, &err);
+	pthread_mutex_lock(&srv->lock);
+	r->op_rc = rc;
+	if (rc < 0)
+		r->exec_err = err;
+	if (r->state == EXEC_RUNNING || r->state == EXEC_SUSPENDED) {
+		if (r->state == EXEC_SUSPENDED) {
+			list_remove(srv, r);
+			MHD_resume_connection(r->conn);
+		}
+		r->state = EXEC_DONE;
 	}
-	if (!b.req.idempotency_key)
-		return reply_json(r->conn, 201, api_sandbox_encode(&res.view), 0, NULL);
-	o = api_sandbox_encode(&res.view);
-	text = o ? json_object_to_json_string_length(
-		       o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &len)
-		 : NULL;
-	if (!text) {
-		sandbox_idempotency_release(srv->svc, r->account_id, b.req.idempotency_key);
-		if (o)
-			json_object_put(o);
-		return reply_json(r->conn, 500, NULL, 0, NULL);
+	free_now = --r->refs == 0;
+	srv->async_threads--;
+	pthread_cond_broadcast(&srv->idle);
+	pthread_mutex_unlock(&srv->lock);
+	if (free_now)
+		req_free(r);
+	return NULL;
+}
+
+/* The answer of a finished create/DELETE (on MHD's thread). */
+static enum MHD_Result async_answer(struct req *r)
+{
+	struct api_server *srv = r->srv;
+	enum exec_state state;
+	struct sbx_error err;
+
+	pthread_mutex_lock(&srv->lock);
+	state = r->state;
+	err = r->exec_err;
+	pthread_mutex_unlock(&srv->lock);
+	if (state == EXEC_ABORTED) {
+		sbx_error_clear(&err);
+		sbx_error_set(&err, SBX_E_SERVICE_UNAVAILABLE, NULL,
+			      "the service is shutting down; retry on the restarted service");
+		err.retry_after_s = 5;
+		return reply_error(r->conn, &err);
 	}
-	if (sandbox_idempotency_complete(srv->svc, r->account_id, b.req.idempotency_key,
-					 res.view.id, 201, text, len, &err) < 0)
-		sbx_warn(MOD, "sandbox %s: its Idempotency-Key was not remembered", res.view.id);
-	ret = reply_bytes(r->conn, 201, text, len, false);
-	json_object_put(o);
-	return ret;
+	if (r->op_rc < 0)
+		return reply_error(r->conn, &err);
+	return reply_bytes(r->conn, r->out_status, r->out_body, r->out_len, r->out_replayed);
+}
+
+/* Start create/DELETE on a thread and park the connection (like exec): a
+ * burst of creates then queues for boot slots in sandbox/, not for HTTP
+ * workers, and GETs keep being answered. */
+static enum MHD_Result run_async(struct req *r)
+{
+	struct api_server *srv = r->srv;
+	pthread_attr_t attr;
+	pthread_t t;
+	int rc;
+
+	pthread_mutex_lock(&srv->lock);
+	if (srv->stopping) {
+		pthread_mutex_unlock(&srv->lock);
+		return reply_new_error(r->conn, SBX_E_SERVICE_UNAVAILABLE, NULL,
+				       "the service is shutting down; retry shortly");
+	}
+	r->is_async = true;
+	r->state = EXEC_RUNNING;
+	r->refs++;
+	srv->async_threads++;
+	pthread_mutex_unlock(&srv->lock);
+
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	rc = pthread_create(&t, &attr, async_main, r);
+	pthread_attr_destroy(&attr);
+	if (rc != 0) {
+		pthread_mutex_lock(&srv->lock);
+		r->is_async = false;
+		r->state = EXEC_NONE;
+		r->refs--;
+		srv->async_threads--;
+		pthread_mutex_unlock(&srv->lock);
+		return reply_new_error(r->conn, SBX_E_SERVICE_UNAVAILABLE, NULL,
+				       "the service is busy; retry shortly");
+	}
+	pthread_mutex_lock(&srv->lock);
+	if (r->state == EXEC_DONE) {
+		pthread_mutex_unlock(&srv->lock);
+		return async_answer(r);
+	}
+	MHD_suspend_connection(r->conn);
+	r->state = EXEC_SUSPENDED;
+	r->next = srv->suspended;
+	if (r->next)
+		r->next->prev = r;
+	srv->suspended = r;
+	pthread_mutex_unlock(&srv->lock);
+	return MHD_YES;
+}
+
+static enum MHD_Result handle_create(struct req *r)
+{
+	struct sbx_error err;
+	const char *key;
+
+	sbx_error_clear(&err);
+	if (api_create_decode(r->body.data, r->body.len, r->srv->cfg, &r->create, &err) < 0)
+		return reply_error(r->conn, &err);
+	key = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Idempotency-Key");
+	if (key) {
+		/* The key must outlive the connection (the create thread may).
+		 * One longer than 255 characters cannot be a valid key: keep it
+		 * invalid (a non-printable byte) so sandbox/ answers 400. */
+		size_t n = strlen(key);
+
+		if (n >= sizeof(r->idem_key)) {
+			memcpy(r->idem_key, key, sizeof(r->idem_key) - 2);
+			r->idem_key[sizeof(r->idem_key) - 2] = '\x01';
+			r->idem_key[sizeof(r->idem_key) - 1] = '\0';
+		} else {
+			memcpy(r->idem_key, key, n + 1);
+		}
+		r->has_idem_key = true;
+	}
+	return run_async(r);
 }
 
 /* -------------------------------------------------------------- dispatch */
@@ -672,12 +841,10 @@ static enum MHD_Result dispatch(struct req *r, const char *method)
 			return handle_list(r);
 		return handle_create(r);
 	case R_SANDBOX:
-		if (strcmp(method, "GET") == 0) {
-			if (sandbox_get(srv->svc, r->account_id, r->id, &v, &err) < 0)
-				return reply_error(r->conn, &err);
-		} else if (sandbox_destroy(srv->svc, r->account_id, r->id, &v, &err) < 0) {
+		if (strcmp(method, "GET") != 0)
+			return run_async(r); /* DELETE: destroying a domain takes ~1 s */
+		if (sandbox_get(srv->svc, r->account_id, r->id, &v, &err) < 0)
 			return reply_error(r->conn, &err);
-		}
 		return reply_json(r->conn, 200, api_sandbox_encode(&v), 0, NULL);
 	case R_EXTEND: {
 		int minutes = 0;
@@ -770,8 +937,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
 		*upload_data_size = 0;
 		return MHD_YES;
 	}
-	if (r->state != EXEC_NONE)
-		return exec_answer(r); /* resumed */
+	if (r->state != EXEC_NONE) /* resumed */
+		return r->is_async ? async_answer(r) : exec_answer(r);
 
 	sbx_error_clear(&err);
 	if (r->too_large) {
@@ -799,6 +966,7 @@ static void req_free(struct req *r)
 	api_exec_body_release(&r->exec);
 	if (r->has_res)
 		sandbox_exec_result_release(&r->res);
+	free(r->out_body);
 	free(r);
 	pthread_mutex_lock(&srv->lock);
 	free_srv = --srv->live_reqs == 0 && srv->released;
@@ -984,6 +1152,12 @@ void api_server_stop(struct api_server *srv)
 		sbx_warn(MOD, "answered %d running exec(s) with 503 at shutdown", n);
 	/* Let the 503s (and anything else in flight) go out. */
 	api_server_drain(srv, 2000);
+	/* Create/DELETE threads still use the service, which the caller frees
+	 * next: wait for them (a boot ends by boot_timeout_ms). */
+	pthread_mutex_lock(&srv->lock);
+	while (srv->async_threads > 0)
+		pthread_cond_wait(&srv->idle, &srv->lock);
+	pthread_mutex_unlock(&srv->lock);
 	MHD_stop_daemon(srv->daemon);
 	srv->daemon = NULL;
 	if (srv->listen_fd != MHD_INVALID_SOCKET)

@@ -888,6 +888,9 @@ int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 
 		sbx_err(MOD, "sandbox %s: guest %s not ready: %s; console tail:\n%s", row.id,
 			l->domain, err ? err->message : "", tail ? tail : "(none)");
+		/* A guest that never got ready is this node failing to run it
+		 * (500), not the host being out of capacity (503). */
+		sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL, "the guest did not get ready");
 		goto err_teardown;
 	}
 	boot_slot_release(svc);
