@@ -22,7 +22,8 @@ LDLIBS   += $(PKG_LIBS) -pthread -lm
 # Library: every module's .c except the program entry and the guest side.
 LIB_SRCS := $(wildcard util/*.c) agentless/agentless.c agentless/wire.c \
 	    $(wildcard vmm/*.c) $(wildcard store/*.c) $(wildcard billing/*.c) \
-	    $(wildcard sandbox/*.c) $(filter-out api/main.c,$(wildcard api/*.c))
+	    $(wildcard receipt/*.c) $(wildcard sandbox/*.c) \
+	    $(filter-out api/main.c,$(wildcard api/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 LIB      := $(BUILD)/libsandboxd.a
 
