@@ -226,6 +226,11 @@ static const char *const store_migrations[] = {
     "  PRIMARY KEY (account_id, key)"
     ");"
     "CREATE INDEX idempotency_keys_by_age ON idempotency_keys(created_at_ms);",
+    /* 3: how a sandbox started (warm pool or cold boot) and how long it took */
+    "ALTER TABLE sandboxes ADD COLUMN startup_path TEXT NOT NULL DEFAULT ''"
+    "  CHECK (startup_path IN ('','warm','cold'));"
+    "ALTER TABLE sandboxes ADD COLUMN startup_ms INTEGER NOT NULL DEFAULT 0"
+    "  CHECK (startup_ms >= 0);",
 };
 
 static int store_migrate(struct store *s, struct sbx_error *err)
@@ -668,7 +673,7 @@ int store_key_list(struct store *s, const char *account_id, struct store_key **o
 #define SBX_COLS                                                                                   \
 	"id, account_id, size, domain, status, timeout_minutes,"                                   \
 	" price_micro_per_hour, requested_at_ms, created_at_ms, expires_at_ms,"                    \
-	" ended_at_ms, last_seen_at_ms, hold_micro, charge_micro"
+	" ended_at_ms, last_seen_at_ms, hold_micro, charge_micro, startup_path, startup_ms"
 
 static void store_sandbox_from_stmt(sqlite3_stmt *q, struct store_sandbox *r)
 {
@@ -689,6 +694,8 @@ static void store_sandbox_from_stmt(sqlite3_stmt *q, struct store_sandbox *r)
 	r->last_seen_at_ms = sqlite3_column_int64(q, 11);
 	r->hold_micro = sqlite3_column_int64(q, 12);
 	r->charge_micro = sqlite3_column_int64(q, 13);
+	store_copy_col(r->startup_path, sizeof r->startup_path, q, 14);
+	r->startup_ms = sqlite3_column_int64(q, 15);
 }
 
 static void store_sandbox_decode(sqlite3_stmt *q, void *elem)
@@ -848,6 +855,19 @@ err_rollback:
 int store_sandbox_activate(struct store *s, const char *id, const char *domain,
 			   int64_t created_at_ms, int64_t expires_at_ms, struct sbx_error *err)
 {
+	return store_sandbox_activate_startup(s, id, domain, created_at_ms, expires_at_ms, NULL, 0,
+					      err);
+}
+
+int store_sandbox_activate_startup(struct store *s, const char *id, const char *domain,
+				   int64_t created_at_ms, int64_t expires_at_ms,
+				   const char *startup_path, int64_t startup_ms,
+				   struct sbx_error *err)
+{
+	if (startup_path && strcmp(startup_path, "warm") != 0 && strcmp(startup_path, "cold") != 0)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL, "bad startup path");
+	if (startup_ms < 0)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL, "bad startup time");
 	if (!domain || strlen(domain) >= sizeof((struct store_sandbox *)0)->domain)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL, "bad domain name");
 	if (created_at_ms <= 0 || expires_at_ms < created_at_ms)
@@ -860,7 +880,8 @@ int store_sandbox_activate(struct store *s, const char *id, const char *domain,
 		_cleanup_stmt_ sqlite3_stmt *q = NULL;
 		if (store_prepare(s,
 				  "UPDATE sandboxes SET status = 'running', domain = ?2,"
-				  " created_at_ms = ?3, expires_at_ms = ?4, last_seen_at_ms = ?3"
+				  " created_at_ms = ?3, expires_at_ms = ?4, last_seen_at_ms = ?3,"
+				  " startup_path = ?5, startup_ms = ?6"
 				  " WHERE id = ?1 AND status = 'creating'",
 				  &q, err) < 0)
 			goto err_rollback;
@@ -868,6 +889,8 @@ int store_sandbox_activate(struct store *s, const char *id, const char *domain,
 		store_bind_text(q, 2, domain);
 		sqlite3_bind_int64(q, 3, created_at_ms);
 		sqlite3_bind_int64(q, 4, expires_at_ms);
+		store_bind_text(q, 5, startup_path ? startup_path : "");
+		sqlite3_bind_int64(q, 6, startup_ms);
 		if (store_step_done(s, q, err) < 0)
 			goto err_rollback;
 		if (sqlite3_changes(s->db) != 1) {

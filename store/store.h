@@ -111,6 +111,8 @@ struct store_sandbox {
 	int64_t last_seen_at_ms;      /* heartbeat */
 	int64_t hold_micro;	      /* total reserved for it (create + extends) */
 	int64_t charge_micro;	      /* final charge, once ended */
+	char startup_path[8];	      /* "warm" | "cold" | "" (before migration 3) */
+	int64_t startup_ms;	      /* request received -> guest ready and recorded */
 };
 
 /* Write a create's intent in one transaction: the row (status CREATING)
@@ -126,6 +128,14 @@ int store_sandbox_reserve(struct store *s, struct store_sandbox *row, int64_t ho
  * SBX_E_NOT_FOUND if the row is not CREATING. */
 int store_sandbox_activate(struct store *s, const char *id, const char *domain,
 			   int64_t created_at_ms, int64_t expires_at_ms, struct sbx_error *err);
+/* store_sandbox_activate() that also records how the guest started:
+ * startup_path "warm" (a pooled guest), "cold" (booted for this request) or
+ * NULL (unknown, stored as ""), and startup_ms >= 0 (request received ->
+ * ready), in the same transaction. SBX_E_INVALID_REQUEST for other paths. */
+int store_sandbox_activate_startup(struct store *s, const char *id, const char *domain,
+				   int64_t created_at_ms, int64_t expires_at_ms,
+				   const char *startup_path, int64_t startup_ms,
+				   struct sbx_error *err);
 
 /* CREATING -> ABORTED and release the whole hold, one transaction.
  * Returns 1 if it did, 0 if the row was not CREATING. */
