@@ -77,6 +77,10 @@ struct json_object *api_exec_result_encode(const struct sandbox_exec_result *r, 
 struct json_object *api_error_encode(const struct sbx_error *err);
 /* GET /v1/limits body from a config (new reference). */
 struct json_object *api_limits_encode(const struct sandbox_config *cfg);
+/* The same with this node's measured startup latency and warm pool state
+ * (stats NULL = no samples yet: p50_ms/p95_ms null, samples 0). */
+struct json_object *api_limits_encode_stats(const struct sandbox_config *cfg,
+					    const struct sandbox_startup_stats *stats);
 /* GET /v1/usage body (new reference). */
 struct json_object *api_usage_encode(const struct sandbox_usage *u);
 /* An API key object; `secret` NULL when not to be shown. */

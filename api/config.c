@@ -64,8 +64,13 @@ static const struct key_spec keys[] = {
     NUM(memory_overcommit, K_DOUBLE),
     NUM(max_concurrent_boots, K_INT),
     NUM(min_free_disk_mib, K_U64),
+    NUM(pool_max_idle_s, K_U32),
+    NUM(pool_max_boots, K_INT),
     NUM(destroy_on_exit, K_BOOL),
     NUM(test_minute_ms, K_U32),
+    STR(test_fault_point),
+    NUM(liveness_interval_ms, K_U32),
+    NUM(liveness_misses, K_INT),
     NUM(http_threads, K_INT),
 };
 
@@ -243,6 +248,37 @@ static int apply_sizes(struct json_object *v, struct sandbox_config *cfg, struct
 	return 0;
 }
 
+/* "pool": {"small": 2, ...}: guests kept ready per size (names checked
+ * against the sizes by sandbox_config_validate()). */
+static int apply_pool(struct json_object *v, struct sandbox_config *cfg, struct sbx_error *err)
+{
+	size_t n = 0;
+
+	if (!json_object_is_type(v, json_type_object))
+		return bad_type("pool", "an object of size: count", err);
+	json_object_object_foreach(v, name, cv)
+	{
+		char key[48];
+		int64_t x;
+
+		if (n == SANDBOX_MAX_SIZES)
+			return sbx_error_set(err, SBX_E_INVALID_REQUEST, "pool",
+					     "config key 'pool' holds at most %d sizes",
+					     SANDBOX_MAX_SIZES);
+		if (strlen(name) == 0 || strlen(name) >= sizeof(cfg->pool[0].size))
+			return sbx_error_set(err, SBX_E_INVALID_REQUEST, "pool",
+					     "config key 'pool' names an unknown size");
+		snprintf(key, sizeof(key), "pool.%s", name);
+		if (get_count(cv, key, 0, 1024, &x, err) < 0)
+			return -1;
+		snprintf(cfg->pool[n].size, sizeof(cfg->pool[n].size), "%s", name);
+		cfg->pool[n].count = (int)x;
+		n++;
+	}
+	cfg->n_pool = n;
+	return 0;
+}
+
 int api_config_parse(const char *json, size_t len, struct sandbox_config *cfg,
 		     struct sbx_error *err)
 {
@@ -284,6 +320,11 @@ int api_config_parse(const char *json, size_t len, struct sandbox_config *cfg,
 
 		if (strcmp(key, "sizes") == 0) {
 			if (apply_sizes(val, cfg, err) < 0)
+				goto out;
+			continue;
+		}
+		if (strcmp(key, "pool") == 0) {
+			if (apply_pool(val, cfg, err) < 0)
 				goto out;
 			continue;
 		}

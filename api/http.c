@@ -827,7 +827,12 @@ static enum MHD_Result dispatch(struct req *r, const char *method)
 	memset(&v, 0, sizeof(v));
 	switch (r->route) {
 	case R_LIMITS:
-		return reply_json(r->conn, 200, api_limits_encode(srv->cfg), 0, NULL);
+	{
+		struct sandbox_startup_stats st;
+
+		sandbox_startup_stats(srv->svc, &st);
+		return reply_json(r->conn, 200, api_limits_encode_stats(srv->cfg, &st), 0, NULL);
+	}
 	case R_USAGE:
 		return handle_usage(r);
 	case R_KEYS:

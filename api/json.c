@@ -459,6 +459,10 @@ struct json_object *api_sandbox_encode(const struct sandbox_view *v)
 	json_object_object_add(o, "ended_at", api_time_encode(v->ended_at_ms));
 	json_object_object_add(o, "cost_micro_usd", json_object_new_int64(v->cost_micro));
 	json_object_object_add(o, "cost_usd", usd_encode(v->cost_micro));
+	json_object_object_add(o, "startup_path",
+			       v->startup_path[0] ? json_object_new_string(v->startup_path) : NULL);
+	json_object_object_add(o, "startup_ms",
+			       v->startup_path[0] ? json_object_new_int64(v->startup_ms) : NULL);
 	return o;
 }
 
@@ -530,22 +534,42 @@ static struct json_object *gib_encode(uint64_t mib)
 	return json_object_new_double((double)mib / 1024.0);
 }
 
-static struct json_object *startup_encode(void)
+static struct json_object *startup_path_encode(const struct sandbox_startup_path *p)
 {
 	struct json_object *o = json_object_new_object();
-	const char *paths[] = {"warm", "cold"};
+	bool have = p && p->samples > 0;
 
-	for (size_t i = 0; i < SBX_ARRAY_SIZE(paths); i++) {
+	json_object_object_add(o, "p50_ms", have ? json_object_new_int64(p->p50_ms) : NULL);
+	json_object_object_add(o, "p95_ms", have ? json_object_new_int64(p->p95_ms) : NULL);
+	json_object_object_add(o, "samples", json_object_new_int64(have ? (int64_t)p->samples : 0));
+	return o;
+}
+
+static struct json_object *startup_encode(const struct sandbox_startup_stats *st)
+{
+	struct json_object *o = json_object_new_object(), *pool = json_object_new_object();
+
+	json_object_object_add(o, "window", json_object_new_int(SANDBOX_STARTUP_WINDOW));
+	json_object_object_add(o, "warm", startup_path_encode(st ? &st->warm : NULL));
+	json_object_object_add(o, "cold", startup_path_encode(st ? &st->cold : NULL));
+	for (size_t i = 0; st && i < st->n_pool && i < SANDBOX_MAX_SIZES; i++) {
 		struct json_object *p = json_object_new_object();
-		json_object_object_add(p, "p50_ms", NULL);
-		json_object_object_add(p, "p95_ms", NULL);
-		json_object_object_add(p, "samples", json_object_new_int(0));
-		json_object_object_add(o, paths[i], p);
+
+		json_object_object_add(p, "target", json_object_new_int(st->pool[i].target));
+		json_object_object_add(p, "ready", json_object_new_int(st->pool[i].ready));
+		json_object_object_add(pool, st->pool[i].size, p);
 	}
+	json_object_object_add(o, "pool", pool);
 	return o;
 }
 
 struct json_object *api_limits_encode(const struct sandbox_config *cfg)
+{
+	return api_limits_encode_stats(cfg, NULL);
+}
+
+struct json_object *api_limits_encode_stats(const struct sandbox_config *cfg,
+					    const struct sandbox_startup_stats *stats)
 {
 	struct json_object *o = json_object_new_object(), *t = json_object_new_object();
 	struct json_object *sizes = json_object_new_array();
@@ -582,7 +606,7 @@ struct json_object *api_limits_encode(const struct sandbox_config *cfg)
 		json_object_array_add(sizes, e);
 	}
 	json_object_object_add(o, "sizes", sizes);
-	json_object_object_add(o, "startup", startup_encode());
+	json_object_object_add(o, "startup", startup_encode(stats));
 	return o;
 }
 

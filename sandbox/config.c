@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "fault.h"
+
 static void set_size(struct sandbox_size *s, const char *name, unsigned vcpus, uint64_t mem_gib,
 		     uint64_t disk_gib, int64_t price)
 {
@@ -52,8 +54,14 @@ void sandbox_config_defaults(struct sandbox_config *cfg)
 	cfg->max_concurrent_boots = 2;
 	cfg->min_free_disk_mib = 2048;
 
+	cfg->n_pool = 0; /* no warm pool unless the config asks for one */
+	cfg->pool_max_idle_s = 600;
+	cfg->pool_max_boots = 1;
+
 	cfg->destroy_on_exit = false;
 	cfg->http_threads = 4;
+	cfg->liveness_interval_ms = 5000;
+	cfg->liveness_misses = 3;
 }
 
 /* dst = base + suffix unless dst is set; a path that does not fit is left
@@ -160,6 +168,32 @@ int sandbox_config_validate(const struct sandbox_config *cfg, struct sbx_error *
 	if (cfg->test_minute_ms && cfg->test_minute_ms < 100)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "test_minute_ms",
 				     "test_minute_ms must be 0 (off) or >= 100");
+	for (size_t i = 0; i < cfg->n_pool && i < SANDBOX_MAX_SIZES; i++) {
+		if (!sandbox_config_size(cfg, cfg->pool[i].size))
+			return sbx_error_set(err, SBX_E_INVALID_REQUEST, "pool",
+					     "pool names size '%s', which is not in 'sizes'",
+					     cfg->pool[i].size);
+		if (cfg->pool[i].count < 0 || cfg->pool[i].count > cfg->max_guests)
+			return sbx_error_set(err, SBX_E_INVALID_REQUEST, "pool",
+					     "pool counts must be 0..max_guests");
+	}
+	if (cfg->n_pool > SANDBOX_MAX_SIZES)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "pool", "too many pool sizes");
+	if (cfg->pool_max_boots < 1 || cfg->pool_max_idle_s < 10)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "pool_max_boots",
+				     "pool_max_boots must be >= 1 and pool_max_idle_s >= 10");
+	if (!sandbox_fault_name_valid(cfg->test_fault_point))
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "test_fault_point",
+				     "test_fault_point '%s' is not a fault point (sandbox/fault.c)",
+				     cfg->test_fault_point);
+	if (cfg->test_fault_point[0] && strcmp(cfg->mode, "production") == 0)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "test_fault_point",
+				     "test_fault_point is for tests; production mode refuses it");
+	if (cfg->liveness_interval_ms && (cfg->liveness_interval_ms < 100 ||
+					  cfg->liveness_misses < 1 || cfg->liveness_misses > 100))
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "liveness_interval_ms",
+				     "liveness_interval_ms must be 0 (off) or >= 100, and "
+				     "liveness_misses 1..100");
 	if (cfg->http_threads < 1 || cfg->http_threads > 256)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "http_threads",
 				     "http_threads must be 1..256");

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
 #include <sys/sysinfo.h>
@@ -22,43 +23,12 @@
 #include "../billing/billing.h"
 #include "../store/store.h"
 #include "../vmm/vmm.h"
+#include "sandbox-priv.h"
 
 #define MOD	     "sandbox"
 #define TICK_MS	     200
 #define HEARTBEAT_MS 5000
 #define TIME_SYNC_MS 60000
-
-struct live {
-	char id[SANDBOX_ID_MAX];
-	char domain[64];
-	struct sandbox_svc *svc;
-	struct vmm_vm *vm;
-	struct agentless_conn *conn;
-	int64_t expires_at_ms; /* cached from the row; the row is the truth */
-	uint64_t memory_mib;
-	int refs; /* exec_start calls using conn right now */
-	bool unlinked;
-	bool dead;		  /* guest gone or channel broken: end as failed */
-	enum store_status ending; /* set by the ender before teardown (lock held) */
-	int64_t dead_at_ms;
-	struct live *next;
-};
-
-struct sandbox_svc {
-	struct sandbox_config cfg;
-	struct store *store;
-	struct vmm *vmm;
-
-	pthread_mutex_t lock; /* lives, booting, stop */
-	pthread_cond_t cond;  /* live refs dropped, boot slot freed, timer wake */
-	struct live *lives;
-	int booting; /* admitted creates not yet live (capacity) */
-	uint64_t booting_mib;
-	int boots_active; /* creates holding a boot slot */
-	bool stop;
-	bool timer_started;
-	pthread_t timer;
-};
 
 /* ----------------------------------------------------------- conversions */
 
@@ -78,6 +48,8 @@ static void view_from_row(const struct store_sandbox *row, int64_t now_ms, struc
 	v->expires_at_ms = row->expires_at_ms;
 	v->ended_at_ms = row->ended_at_ms;
 	v->cost_micro = billing_cost_so_far(row, now_ms);
+	snprintf(v->startup_path, sizeof(v->startup_path), "%s", row->startup_path);
+	v->startup_ms = row->startup_ms;
 }
 
 /* Tenants see a sandbox that is still being created as not existing yet. */
@@ -122,8 +94,7 @@ static struct live *live_take_locked(struct sandbox_svc *svc, const char *id)
 	return l;
 }
 
-/* Fail in-flight execs, destroy the domain, free. No lock held. */
-static void live_teardown(struct live *l, const char *why)
+void sandbox_live_teardown(struct live *l, const char *why)
 {
 	struct sbx_error err;
 	int64_t t0 = sbx_mono_ms(), t1;
@@ -169,6 +140,7 @@ static void on_domain_stopped(void *opaque, const char *name)
 			sbx_warn(MOD, "sandbox %s: domain %s stopped", l->id, name);
 		}
 	}
+	sandbox_pool_domain_stopped_locked(svc, name);
 	pthread_cond_broadcast(&svc->cond);
 	pthread_mutex_unlock(&svc->lock);
 }
@@ -188,7 +160,7 @@ static int end_sandbox(struct sandbox_svc *svc, const char *id, enum store_statu
 		l->ending = status;
 	pthread_mutex_unlock(&svc->lock);
 	if (l)
-		live_teardown(l, why);
+		sandbox_live_teardown(l, why);
 	if (billing_settle(svc->store, id, status, ended_at_ms, out, err) < 0)
 		return -1;
 	return 0;
@@ -326,6 +298,7 @@ static int reattach(struct sandbox_svc *svc, const struct store_sandbox *row, st
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
 	snprintf(l->id, sizeof(l->id), "%s", row->id);
 	snprintf(l->domain, sizeof(l->domain), "%s", row->domain);
+	snprintf(l->size, sizeof(l->size), "%s", row->size);
 	l->svc = svc;
 	l->expires_at_ms = row->expires_at_ms;
 	l->memory_mib = size ? size->memory_mib : 0;
@@ -336,7 +309,7 @@ static int reattach(struct sandbox_svc *svc, const struct store_sandbox *row, st
 	}
 	l->conn = agentless_conn_new(&lim, on_conn_broken, l);
 	if (vmm_vm_open_channel(l->vm, agentless_conn_recv, l->conn, &ch, err) < 0) {
-		live_teardown(l, "reattach failed");
+		sandbox_live_teardown(l, "reattach failed");
 		return -1;
 	}
 	agentless_conn_attach(l->conn, ch, true);
@@ -490,6 +463,10 @@ struct sandbox_svc *sandbox_svc_new(const struct sandbox_config *cfg, int flags,
 		goto err_vmm;
 	}
 	svc->timer_started = true;
+	if (sandbox_pool_start(svc, err) < 0) {
+		sandbox_svc_free(svc);
+		return NULL;
+	}
 	return svc;
 
 err_vmm:
@@ -511,6 +488,8 @@ void sandbox_svc_free(struct sandbox_svc *svc)
 	pthread_mutex_unlock(&svc->lock);
 	if (svc->timer_started)
 		pthread_join(svc->timer, NULL);
+	if (svc->vmm)
+		sandbox_pool_stop(svc);
 
 	for (;;) {
 		struct live *l;
@@ -712,40 +691,69 @@ int sandbox_account_list(struct sandbox_svc *svc, struct sandbox_account **out, 
 
 /* ---------------------------------------------------------------- create */
 
-/* Host capacity (config: max guests, memory overcommit, free disk). Call
- * with lock held; on success the caller's boot is counted in `booting`. */
-static int capacity_admit_locked(struct sandbox_svc *svc, const struct sandbox_size *size,
-				 struct sbx_error *err)
+bool sandbox_capacity_fits_locked(struct sandbox_svc *svc, uint64_t mem_mib)
 {
 	const struct sandbox_config *cfg = &svc->cfg;
-	uint64_t mem_mib = svc->booting_mib;
-	int guests = svc->booting;
+	uint64_t used_mib = svc->booting_mib, pool_mib;
+	int guests = svc->booting, pool_guests;
 	struct sysinfo si;
 	struct statvfs vfs;
 
 	for (struct live *l = svc->lives; l; l = l->next) {
 		guests++;
-		mem_mib += l->memory_mib;
+		used_mib += l->memory_mib;
 	}
+	sandbox_pool_count_locked(svc, &pool_guests, &pool_mib);
+	guests += pool_guests;
+	used_mib += pool_mib;
 	if (guests + 1 > cfg->max_guests)
-		goto full;
+		return false;
 	if (sysinfo(&si) == 0) {
 		double host_mib = (double)si.totalram * si.mem_unit / (1024.0 * 1024.0);
 
-		if ((double)(mem_mib + size->memory_mib) > host_mib * cfg->memory_overcommit)
-			goto full;
+		if ((double)(used_mib + mem_mib) > host_mib * cfg->memory_overcommit)
+			return false;
 	}
 	if (statvfs(cfg->state_dir, &vfs) == 0 &&
 	    (uint64_t)vfs.f_bavail * vfs.f_frsize / (1024 * 1024) < cfg->min_free_disk_mib)
-		goto full;
+		return false;
+	return true;
+}
+
+/* Host capacity (config: max guests, memory overcommit, free disk) for a
+ * customer's create. Pooled guests count, but give way: idle ones are
+ * unlinked into *evicted (the caller destroys them without the lock) until
+ * the create fits. Call with lock held; on success the caller's boot is
+ * counted in `booting`. */
+static int capacity_admit_locked(struct sandbox_svc *svc, const struct sandbox_size *size,
+				 struct live **evicted, struct sbx_error *err)
+{
+	while (!sandbox_capacity_fits_locked(svc, size->memory_mib)) {
+		struct live *p = sandbox_pool_evict_locked(svc);
+
+		if (!p) {
+			sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
+				      "this node has no capacity for another sandbox right now; "
+				      "retry later");
+			err->retry_after_s = 10;
+			return -1;
+		}
+		p->next = *evicted;
+		*evicted = p;
+	}
 	svc->booting++;
 	svc->booting_mib += size->memory_mib;
 	return 0;
-full:
-	sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
-		      "this node has no capacity for another sandbox right now; retry later");
-	err->retry_after_s = 10;
-	return -1;
+}
+
+static void teardown_chain(struct live *l, const char *why)
+{
+	while (l) {
+		struct live *next = l->next;
+
+		sandbox_live_teardown(l, why);
+		l = next;
+	}
 }
 
 /* Wait for one of max_concurrent_boots slots (boots are CPU-bound here:
@@ -753,10 +761,12 @@ full:
 static int boot_slot_acquire(struct sandbox_svc *svc, int64_t deadline_mono, struct sbx_error *err)
 {
 	pthread_mutex_lock(&svc->lock);
+	svc->customers_waiting++;
 	while (svc->boots_active >= svc->cfg.max_concurrent_boots) {
 		struct timespec ts;
 
 		if (sbx_mono_ms() >= deadline_mono || svc->stop) {
+			svc->customers_waiting--;
 			pthread_mutex_unlock(&svc->lock);
 			sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
 				      "too many sandboxes are booting on this node; retry later");
@@ -771,6 +781,7 @@ static int boot_slot_acquire(struct sandbox_svc *svc, int64_t deadline_mono, str
 		}
 		pthread_cond_timedwait(&svc->cond, &svc->lock, &ts);
 	}
+	svc->customers_waiting--;
 	svc->boots_active++;
 	pthread_mutex_unlock(&svc->lock);
 	return 0;
@@ -814,6 +825,118 @@ static int create_params(const struct sandbox_config *cfg, const struct sandbox_
 	return 0;
 }
 
+int sandbox_guest_boot(struct sandbox_svc *svc, const struct sandbox_size *size,
+		       const char *marker, int64_t deadline_mono, struct live **out,
+		       struct sbx_error *err)
+{
+	const struct sandbox_config *cfg = &svc->cfg;
+	struct agentless_limits lim = {
+	    .backstop_grace_ms = cfg->exec_backstop_grace_ms,
+	    .max_inflight = (uint32_t)cfg->max_execs_per_sandbox,
+	};
+	struct vmm_guest_spec spec = {
+	    .vcpus = size->vcpus,
+	    .memory_mib = size->memory_mib,
+	    .disk_gib = cfg->base_image[0] ? size->disk_gib : 0,
+	    .sandbox_id = marker,
+	};
+	struct sbx_channel ch;
+	struct live *l = calloc(1, sizeof(*l));
+
+	if (!l)
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+	l->svc = svc;
+	l->memory_mib = size->memory_mib;
+	snprintf(l->size, sizeof(l->size), "%s", size->name);
+	snprintf(l->id, sizeof(l->id), "%s", marker);
+	l->vm = vmm_vm_start(svc->vmm, &spec, err);
+	if (!l->vm) {
+		free(l);
+		return -1;
+	}
+	snprintf(l->domain, sizeof(l->domain), "%s", vmm_vm_name(l->vm));
+	l->conn = agentless_conn_new(&lim, on_conn_broken, l);
+	if (vmm_vm_open_channel(l->vm, agentless_conn_recv, l->conn, &ch, err) < 0)
+		goto err_teardown;
+	agentless_conn_attach(l->conn, ch, false);
+	if (agentless_conn_wait_hello(l->conn, deadline_mono, err) < 0) {
+		_cleanup_free_ char *tail = vmm_vm_console_tail(l->vm, 2048);
+
+		sbx_err(MOD, "%s: guest %s not ready: %s; console tail:\n%s", marker, l->domain,
+			err ? err->message : "", tail ? tail : "(none)");
+		goto err_teardown;
+	}
+	*out = l;
+	return 0;
+
+err_teardown:
+	sandbox_live_teardown(l, "the guest could not be started");
+	return -1;
+}
+
+static void startup_record_locked(struct sandbox_svc *svc, bool warm, int64_t ms)
+{
+	struct startup_ring *r = warm ? &svc->startup_warm : &svc->startup_cold;
+
+	r->ms[r->pos] = ms;
+	r->pos = (r->pos + 1) % SANDBOX_STARTUP_WINDOW;
+	if (r->n < SANDBOX_STARTUP_WINDOW)
+		r->n++;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* Nearest-rank percentile p (1..100) of n sorted values. */
+static int64_t nearest_rank(const int64_t *sorted, size_t n, unsigned p)
+{
+	size_t rank = (n * p + 99) / 100;
+
+	return sorted[rank ? rank - 1 : 0];
+}
+
+static void startup_path_stats(const struct startup_ring *r, struct sandbox_startup_path *out)
+{
+	int64_t sorted[SANDBOX_STARTUP_WINDOW];
+
+	out->samples = r->n;
+	out->p50_ms = out->p95_ms = -1;
+	if (!r->n)
+		return;
+	memcpy(sorted, r->ms, r->n * sizeof(sorted[0]));
+	qsort(sorted, r->n, sizeof(sorted[0]), cmp_i64);
+	out->p50_ms = nearest_rank(sorted, r->n, 50);
+	out->p95_ms = nearest_rank(sorted, r->n, 95);
+}
+
+void sandbox_startup_stats(struct sandbox_svc *svc, struct sandbox_startup_stats *out)
+{
+	struct startup_ring warm, cold;
+
+	memset(out, 0, sizeof(*out));
+	out->warm.p50_ms = out->warm.p95_ms = out->cold.p50_ms = out->cold.p95_ms = -1;
+	if (!svc)
+		return;
+	pthread_mutex_lock(&svc->lock);
+	warm = svc->startup_warm;
+	cold = svc->startup_cold;
+	for (size_t i = 0; i < svc->cfg.n_pool && i < SANDBOX_MAX_SIZES; i++) {
+		snprintf(out->pool[i].size, sizeof(out->pool[i].size), "%s", svc->cfg.pool[i].size);
+		out->pool[i].target = svc->cfg.pool[i].count;
+		for (struct live *p = svc->pool; p; p = p->next)
+			if (!p->dead && strcmp(p->size, svc->cfg.pool[i].size) == 0)
+				out->pool[i].ready++;
+		out->n_pool++;
+	}
+	pthread_mutex_unlock(&svc->lock);
+	startup_path_stats(&warm, &out->warm);
+	startup_path_stats(&cold, &out->cold);
+}
+
 int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 		   const struct sandbox_create_req *req, struct sandbox_view *out,
 		   struct sbx_error *err)
@@ -821,14 +944,10 @@ int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 	const struct sandbox_config *cfg = &svc->cfg;
 	const struct sandbox_size *size;
 	int minutes;
-	struct agentless_limits lim = {
-	    .backstop_grace_ms = cfg->exec_backstop_grace_ms,
-	    .max_inflight = (uint32_t)cfg->max_execs_per_sandbox,
-	};
 	struct store_sandbox row = {0};
-	struct sbx_channel ch;
-	struct live *l = NULL;
-	int64_t deadline, created_at;
+	struct live *l = NULL, *evicted = NULL;
+	int64_t deadline, created_at, t_req_mono = sbx_mono_ms();
+	bool warm = false;
 	int rc;
 
 	if (create_params(cfg, req, &size, &minutes, err) < 0)
@@ -850,79 +969,75 @@ int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 		return -1;
 	}
 
-	/* 2. Host capacity (503), then one of the boot slots. */
+	/* 2. Host capacity (503): a pooled guest of this size is already
+	 * counted, so taking it needs no room; a cold boot may evict idle
+	 * pooled guests first. */
 	pthread_mutex_lock(&svc->lock);
-	rc = capacity_admit_locked(svc, size, err);
+	l = sandbox_pool_take_locked(svc, size->name);
+	if (l) {
+		warm = true;
+		svc->booting++;
+		svc->booting_mib += size->memory_mib;
+		rc = 0;
+	} else {
+		rc = capacity_admit_locked(svc, size, &evicted, err);
+	}
+	pthread_cond_broadcast(&svc->cond); /* the pool refills */
 	pthread_mutex_unlock(&svc->lock);
+	if (evicted) {
+		sbx_info(MOD, "sandbox %s: evicting pooled guests to make room", row.id);
+		teardown_chain(evicted, "evicted from the warm pool");
+	}
 	if (rc < 0)
 		goto err_abort;
 	deadline = sbx_mono_ms() + cfg->boot_timeout_ms;
-	if (boot_slot_acquire(svc, deadline, err) < 0)
-		goto err_capacity;
 
-	/* 3. Boot, open the channel, wait for HELLO. */
-	l = calloc(1, sizeof(*l));
-	if (!l) {
-		sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
-		goto err_slot;
+	if (warm) {
+		/* 3w. A guest that already said HELLO: name it ours. A crash
+		 * before activation leaves a domain naming a creating row,
+		 * which reconcile destroys. */
+		snprintf(l->id, sizeof(l->id), "%s", row.id);
+		if (vmm_vm_set_sandbox_id(l->vm, row.id, err) < 0) {
+			sandbox_live_teardown(l, "the sandbox could not be created");
+			l = NULL;
+			goto err_capacity;
+		}
+		agentless_conn_send_time(l->conn, NULL);
+	} else {
+		/* 3c. Boot, open the channel, wait for HELLO. */
+		if (boot_slot_acquire(svc, deadline, err) < 0)
+			goto err_capacity;
+		rc = sandbox_guest_boot(svc, size, row.id, deadline, &l, err);
+		boot_slot_release(svc);
+		if (rc < 0)
+			goto err_capacity;
 	}
-	l->svc = svc;
-	snprintf(l->id, sizeof(l->id), "%s", row.id);
-	l->memory_mib = size->memory_mib;
-	struct vmm_guest_spec spec = {
-	    .vcpus = size->vcpus,
-	    .memory_mib = size->memory_mib,
-	    .disk_gib = cfg->base_image[0] ? size->disk_gib : 0,
-	    .sandbox_id = row.id,
-	};
-	l->vm = vmm_vm_start(svc->vmm, &spec, err);
-	if (!l->vm)
-		goto err_free_live;
-	snprintf(l->domain, sizeof(l->domain), "%s", vmm_vm_name(l->vm));
-	l->conn = agentless_conn_new(&lim, on_conn_broken, l);
-	if (vmm_vm_open_channel(l->vm, agentless_conn_recv, l->conn, &ch, err) < 0)
-		goto err_teardown;
-	agentless_conn_attach(l->conn, ch, false);
-	if (agentless_conn_wait_hello(l->conn, deadline, err) < 0) {
-		_cleanup_free_ char *tail = vmm_vm_console_tail(l->vm, 2048);
-
-		sbx_err(MOD, "sandbox %s: guest %s not ready: %s; console tail:\n%s", row.id,
-			l->domain, err ? err->message : "", tail ? tail : "(none)");
-		/* A guest that never got ready is this node failing to run it
-		 * (500), not the host being out of capacity (503). */
-		sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL, "the guest did not get ready");
-		goto err_teardown;
-	}
-	boot_slot_release(svc);
 
 	/* 4. Ready: billing starts now. */
 	created_at = sbx_wall_ms();
 	l->expires_at_ms = created_at + (int64_t)minutes * minute_ms(cfg);
-	if (store_sandbox_activate(svc->store, row.id, l->domain, created_at, l->expires_at_ms,
-				   err) < 0) {
-		live_teardown(l, "the sandbox could not be created");
+	int64_t startup_ms = sbx_mono_ms() - t_req_mono;
+	if (store_sandbox_activate_startup(svc->store, row.id, l->domain, created_at,
+					   l->expires_at_ms, warm ? "warm" : "cold", startup_ms,
+					   err) < 0) {
+		sandbox_live_teardown(l, "the sandbox could not be created");
 		goto err_capacity;
 	}
+	startup_ms = sbx_mono_ms() - t_req_mono; /* ready and recorded */
 	pthread_mutex_lock(&svc->lock);
 	l->next = svc->lives;
 	svc->lives = l;
 	svc->booting--;
 	svc->booting_mib -= size->memory_mib;
+	startup_record_locked(svc, warm, startup_ms);
 	pthread_mutex_unlock(&svc->lock);
-	sbx_info(MOD, "sandbox %s: running in %s (%s), ready %lld ms after the request", row.id,
-		 l->domain, size->name, (long long)(created_at - row.requested_at_ms));
+	sbx_info(MOD, "sandbox %s: running in %s (%s, %s), ready %lld ms after the request", row.id,
+		 l->domain, size->name, warm ? "warm" : "cold", (long long)startup_ms);
 	if (store_sandbox_get(svc->store, account_id, row.id, &row, err) < 0)
 		return -1;
 	view_from_row(&row, sbx_wall_ms(), out);
 	return 0;
 
-err_teardown:
-	live_teardown(l, "the sandbox could not be created");
-	l = NULL;
-err_free_live:
-	free(l);
-err_slot:
-	boot_slot_release(svc);
 err_capacity:
 	capacity_forget(svc, size);
 err_abort:

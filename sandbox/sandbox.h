@@ -68,12 +68,32 @@ struct sandbox_config {
 	int max_concurrent_boots;
 	uint64_t min_free_disk_mib;
 
+	/* Warm pool (docs/pool.md): pre-booted guests per size, handed out
+	 * once. pool[i].count guests of size pool[i].size are kept ready. */
+	struct {
+		char size[16];
+		int count;
+	} pool[SANDBOX_MAX_SIZES];
+	size_t n_pool;
+	uint32_t pool_max_idle_s; /* recycle a pooled guest idle this long (600) */
+	int pool_max_boots;	  /* pool boots in flight at once (1) */
+
 	bool destroy_on_exit; /* destroy guests when the daemon stops */
 	/* Tests only: the length of one "minute" of timeout_minutes in ms (0 =
 	 * 60000), so expiry can be tested in seconds. Refused in production
 	 * mode. Billing still prices real elapsed time. */
 	uint32_t test_minute_ms;
 	int http_threads; /* libmicrohttpd thread pool size */
+
+	/* Liveness (docs/lifecycle.md): every live guest is pinged over its
+	 * channel every liveness_interval_ms (0 = off), each ping waiting at
+	 * most that long; after liveness_misses misses in a row the sandbox
+	 * ends as failed at its last answered moment (last_seen_at). */
+	uint32_t liveness_interval_ms; /* 5000 */
+	int liveness_misses;	       /* 3 */
+	/* Tests only: die with _exit(137) at this named step (sandbox/fault.h
+	 * lists them; "" = never). Refused in production mode. */
+	char test_fault_point[48];
 };
 
 /* Built-in defaults (API.md tables). */
@@ -160,6 +180,8 @@ struct sandbox_view {
 	int64_t expires_at_ms;
 	int64_t ended_at_ms;
 	int64_t cost_micro; /* so far, or final */
+	char startup_path[8]; /* "warm" (pooled guest) | "cold" (booted) | "" unknown */
+	int64_t startup_ms;   /* request received -> guest ready and recorded */
 };
 
 struct sandbox_create_req {
@@ -275,6 +297,31 @@ typedef void (*sandbox_exec_done_fn)(void *opaque, struct sandbox_exec_result *r
 int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const char *id,
 		       const struct sandbox_exec_req *req, sandbox_exec_done_fn done, void *opaque,
 		       struct sbx_error *err);
+
+/* --------------------------------------------------------------- startup */
+
+/* Startup latency of one path over the last SANDBOX_STARTUP_WINDOW creates
+ * on this node (request received -> guest ready and recorded). p50/p95 by
+ * nearest rank; -1 when samples is 0. */
+#define SANDBOX_STARTUP_WINDOW 200
+struct sandbox_startup_path {
+	int64_t p50_ms;
+	int64_t p95_ms;
+	size_t samples;
+};
+struct sandbox_startup_stats {
+	struct sandbox_startup_path warm;
+	struct sandbox_startup_path cold;
+	/* The warm pool per configured size: target and guests ready now. */
+	struct {
+		char size[16];
+		int target;
+		int ready;
+	} pool[SANDBOX_MAX_SIZES];
+	size_t n_pool;
+};
+/* Fill *out; never fails. svc may be NULL (all empty). */
+void sandbox_startup_stats(struct sandbox_svc *svc, struct sandbox_startup_stats *out);
 
 /* ----------------------------------------------------------------- usage */
 

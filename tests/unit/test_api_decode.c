@@ -306,7 +306,7 @@ static void test_sandbox_and_error_encode(void **state)
 			    "\"status\":\"running\",\"size\":\"small\",\"created_at\":"
 			    "\"2026-08-22T14:31:00Z\",\"expires_at\":\"2026-08-22T14:46:00Z\","
 			    "\"ended_at\":null,\"cost_micro_usd\":7525,\"cost_usd\":"
-			    "\"0.007525\"}");
+			    "\"0.007525\",\"startup_path\":null,\"startup_ms\":null}");
 	json_object_put(o);
 
 	sbx_error_clear(&err);
@@ -381,8 +381,10 @@ static void test_limits_encode(void **state)
 			    "\"price_micro_usd_per_hour\":90000,\"price_usd_per_hour\":"
 			    "\"0.090000\"}");
 	assert_true(json_object_object_get_ex(o, "startup", &v));
-	assert_string_equal(to_s(v), "{\"warm\":{\"p50_ms\":null,\"p95_ms\":null,\"samples\":0},"
-				     "\"cold\":{\"p50_ms\":null,\"p95_ms\":null,\"samples\":0}}");
+	assert_string_equal(to_s(v), "{\"window\":200,"
+				     "\"warm\":{\"p50_ms\":null,\"p95_ms\":null,\"samples\":0},"
+				     "\"cold\":{\"p50_ms\":null,\"p95_ms\":null,\"samples\":0},"
+				     "\"pool\":{}}");
 	assert_true(json_object_object_get_ex(o, "sandboxes_per_account", &v));
 	assert_int_equal(json_object_get_int(v), 20);
 	json_object_put(o);

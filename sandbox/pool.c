@@ -1,0 +1,286 @@
+/* sandbox: the warm pool (docs/pool.md). Guests of the sizes the config
+ * names are booted ahead of demand, wait until they said HELLO, and sit in
+ * svc->pool until a create takes one (sandbox_pool_take_locked). A pooled
+ * guest is handed out once and never comes back: a customer's guest is
+ * destroyed when its sandbox ends.
+ *
+ * The refill thread wakes every POOL_TICK_MS (or when a create took a
+ * guest), drops pooled guests that died or idled longer than
+ * pool_max_idle_s, and starts boots for sizes below their target. A pool
+ * boot takes a boot slot only when no customer create waits for one and
+ * fewer than pool_max_boots pool boots run, so customers go first; it also
+ * needs host capacity without evicting anything. Each boot runs on its
+ * own short-lived thread.
+ *
+ * Pooled guests carry "pool:<size>" as the sandbox id in their metadata,
+ * which names no sandbox row: a restarted daemon's reconcile destroys them
+ * like any other domain without a live row, and the new pool refills.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sandbox-priv.h"
+
+#define MOD		"pool"
+#define POOL_TICK_MS	200
+#define POOL_BACKOFF_MS 5000
+
+struct pool_boot {
+	struct sandbox_svc *svc;
+	const struct sandbox_size *size;
+};
+
+static int pool_count_size_locked(struct sandbox_svc *svc, const char *size)
+{
+	int n = 0;
+
+	for (struct live *p = svc->pool; p; p = p->next)
+		if (!p->dead && strcmp(p->size, size) == 0)
+			n++;
+	return n;
+}
+
+struct live *sandbox_pool_take_locked(struct sandbox_svc *svc, const char *size)
+{
+	struct live **pp, *oldest = NULL, **oldest_pp = NULL;
+
+	/* The oldest ready one: it has the least idle time left. */
+	for (pp = &svc->pool; *pp; pp = &(*pp)->next) {
+		struct live *p = *pp;
+
+		if (p->dead || strcmp(p->size, size) != 0 || !agentless_conn_alive(p->conn))
+			continue;
+		if (!oldest || p->pooled_at_mono < oldest->pooled_at_mono) {
+			oldest = p;
+			oldest_pp = pp;
+		}
+	}
+	if (!oldest)
+		return NULL;
+	*oldest_pp = oldest->next;
+	oldest->next = NULL;
+	oldest->pooled = false;
+	return oldest;
+}
+
+struct live *sandbox_pool_evict_locked(struct sandbox_svc *svc)
+{
+	struct live *p = svc->pool;
+
+	if (!p)
+		return NULL;
+	svc->pool = p->next;
+	p->next = NULL;
+	p->pooled = false;
+	return p;
+}
+
+void sandbox_pool_count_locked(struct sandbox_svc *svc, int *guests, uint64_t *mib)
+{
+	*guests = svc->pool_booting;
+	*mib = svc->pool_booting_mib;
+	for (struct live *p = svc->pool; p; p = p->next) {
+		(*guests)++;
+		*mib += p->memory_mib;
+	}
+}
+
+void sandbox_pool_domain_stopped_locked(struct sandbox_svc *svc, const char *name)
+{
+	for (struct live *p = svc->pool; p; p = p->next) {
+		if (strcmp(p->domain, name) == 0 && !p->dead) {
+			p->dead = true;
+			sbx_warn(MOD, "pooled guest %s stopped", name);
+		}
+	}
+}
+
+static void *pool_boot_main(void *arg)
+{
+	struct pool_boot *pb = arg;
+	struct sandbox_svc *svc = pb->svc;
+	const struct sandbox_size *size = pb->size;
+	struct live *l = NULL;
+	struct sbx_error err;
+	char marker[32];
+	int64_t t0 = sbx_mono_ms();
+	int rc;
+
+	free(pb);
+	snprintf(marker, sizeof(marker), "pool:%s", size->name);
+	sbx_error_clear(&err);
+	rc = sandbox_guest_boot(svc, size, marker, t0 + svc->cfg.boot_timeout_ms, &l, &err);
+
+	pthread_mutex_lock(&svc->lock);
+	svc->boots_active--;
+	svc->pool_booting--;
+	svc->pool_booting_mib -= size->memory_mib;
+	if (rc == 0 && !svc->stop) {
+		l->pooled = true;
+		l->pooled_at_mono = sbx_mono_ms();
+		l->next = svc->pool;
+		svc->pool = l;
+		l = NULL;
+	} else if (rc < 0) {
+		svc->pool_backoff_until_mono = sbx_mono_ms() + POOL_BACKOFF_MS;
+	}
+	pthread_cond_broadcast(&svc->cond);
+	pthread_mutex_unlock(&svc->lock);
+
+	if (rc < 0)
+		sbx_warn(MOD, "a %s pool guest did not boot: %s", size->name, err.message);
+	else if (l)
+		sandbox_live_teardown(l, "the service is stopping");
+	else
+		sbx_info(MOD, "a %s guest joined the pool, ready in %lld ms", size->name,
+			 (long long)(sbx_mono_ms() - t0));
+	return NULL;
+}
+
+/* Start one pool boot if the rules allow it. Call with lock; returns true
+ * when a boot was started. */
+static bool pool_boot_maybe_locked(struct sandbox_svc *svc, const struct sandbox_size *size)
+{
+	struct pool_boot *pb;
+	pthread_attr_t attr;
+	pthread_t t;
+	int rc;
+
+	if (svc->customers_waiting > 0 || svc->boots_active >= svc->cfg.max_concurrent_boots ||
+	    svc->pool_booting >= svc->cfg.pool_max_boots ||
+	    sbx_mono_ms() < svc->pool_backoff_until_mono ||
+	    !sandbox_capacity_fits_locked(svc, size->memory_mib))
+		return false;
+	pb = malloc(sizeof(*pb));
+	if (!pb)
+		return false;
+	pb->svc = svc;
+	pb->size = size;
+	svc->boots_active++;
+	svc->pool_booting++;
+	svc->pool_booting_mib += size->memory_mib;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	rc = pthread_create(&t, &attr, pool_boot_main, pb);
+	pthread_attr_destroy(&attr);
+	if (rc != 0) {
+		free(pb);
+		svc->boots_active--;
+		svc->pool_booting--;
+		svc->pool_booting_mib -= size->memory_mib;
+		return false;
+	}
+	return true;
+}
+
+/* Unlink dead and over-age pooled guests into *out. Call with lock. */
+static void pool_reap_locked(struct sandbox_svc *svc, int64_t mono, struct live **out)
+{
+	int64_t max_idle = (int64_t)svc->cfg.pool_max_idle_s * 1000;
+	struct live **pp = &svc->pool;
+
+	while (*pp) {
+		struct live *p = *pp;
+
+		if (p->dead || mono - p->pooled_at_mono >= max_idle) {
+			*pp = p->next;
+			p->next = *out;
+			p->pooled = false;
+			*out = p;
+			continue;
+		}
+		agentless_conn_tick(p->conn, mono);
+		pp = &p->next;
+	}
+}
+
+static void *pool_main(void *arg)
+{
+	struct sandbox_svc *svc = arg;
+
+	pthread_mutex_lock(&svc->lock);
+	while (!svc->stop) {
+		struct live *reaped = NULL;
+		struct timespec ts;
+
+		pool_reap_locked(svc, sbx_mono_ms(), &reaped);
+		for (size_t i = 0; i < svc->cfg.n_pool; i++) {
+			const struct sandbox_size *size =
+			    sandbox_config_size(&svc->cfg, svc->cfg.pool[i].size);
+			int have;
+
+			if (!size)
+				continue;
+			have = pool_count_size_locked(svc, size->name);
+			/* Boots in flight count toward every size's target only
+			 * roughly; pool_max_boots keeps it small. */
+			if (have + svc->pool_booting < svc->cfg.pool[i].count)
+				pool_boot_maybe_locked(svc, size);
+		}
+		if (reaped) {
+			pthread_mutex_unlock(&svc->lock);
+			while (reaped) {
+				struct live *next = reaped->next;
+
+				sbx_info(MOD, "recycling pooled guest %s (%s)", reaped->domain,
+					 reaped->dead ? "it died" : "idle too long");
+				sandbox_live_teardown(reaped, "recycled from the warm pool");
+				reaped = next;
+			}
+			pthread_mutex_lock(&svc->lock);
+			continue;
+		}
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += POOL_TICK_MS * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&svc->cond, &svc->lock, &ts);
+	}
+	pthread_mutex_unlock(&svc->lock);
+	return NULL;
+}
+
+int sandbox_pool_start(struct sandbox_svc *svc, struct sbx_error *err)
+{
+	int total = 0;
+
+	for (size_t i = 0; i < svc->cfg.n_pool; i++)
+		total += svc->cfg.pool[i].count;
+	if (total == 0)
+		return 0;
+	if (pthread_create(&svc->pool_thread, NULL, pool_main, svc) != 0)
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "cannot start the pool thread");
+	svc->pool_started = true;
+	sbx_info(MOD, "warm pool: %d guest(s) to keep ready", total);
+	return 0;
+}
+
+void sandbox_pool_stop(struct sandbox_svc *svc)
+{
+	struct live *all;
+
+	if (svc->pool_started) {
+		pthread_join(svc->pool_thread, NULL);
+		svc->pool_started = false;
+	}
+	pthread_mutex_lock(&svc->lock);
+	/* Boot threads finish on their own (at most boot_timeout_ms) and
+	 * tear their guest down when they see stop. */
+	while (svc->pool_booting > 0)
+		pthread_cond_wait(&svc->cond, &svc->lock);
+	all = svc->pool;
+	svc->pool = NULL;
+	pthread_mutex_unlock(&svc->lock);
+	while (all) {
+		struct live *next = all->next;
+
+		sandbox_live_teardown(all, "the service is stopping");
+		all = next;
+	}
+}

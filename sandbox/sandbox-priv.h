@@ -1,0 +1,99 @@
+/* sandbox: what sandbox.c and pool.c share (not for other modules). */
+#ifndef SBX_SANDBOX_PRIV_H
+#define SBX_SANDBOX_PRIV_H
+
+#include <pthread.h>
+
+#include "../agentless/agentless.h"
+#include "../store/store.h"
+#include "../vmm/vmm.h"
+#include "sandbox.h"
+
+/* A running guest: a customer's (in svc->lives, id = the sandbox id) or a
+ * pooled one (in svc->pool, pooled = true, never seen by tenant code). */
+struct live {
+	char id[SANDBOX_ID_MAX];
+	char domain[64];
+	char size[16];
+	struct sandbox_svc *svc;
+	struct vmm_vm *vm;
+	struct agentless_conn *conn;
+	int64_t expires_at_ms; /* cached from the row; the row is the truth */
+	uint64_t memory_mib;
+	int refs; /* exec_start calls using conn right now */
+	bool unlinked;
+	bool dead;		  /* guest gone or channel broken: end as failed */
+	enum store_status ending; /* set by the ender before teardown (lock held) */
+	int64_t dead_at_ms;
+	bool pooled;		  /* in svc->pool, not handed out yet */
+	int64_t pooled_at_mono;	  /* when it said HELLO (for pool_max_idle_s) */
+	struct live *next;
+};
+
+struct startup_ring {
+	int64_t ms[SANDBOX_STARTUP_WINDOW];
+	size_t n;   /* samples held, <= window */
+	size_t pos; /* next slot to write */
+};
+
+struct sandbox_svc {
+	struct sandbox_config cfg;
+	struct store *store;
+	struct vmm *vmm;
+
+	pthread_mutex_t lock; /* lives, pool, booting, stop, startup rings */
+	pthread_cond_t cond;  /* live refs dropped, boot slot freed, timer wake */
+	struct live *lives;
+	int booting; /* admitted customer creates not yet live (capacity) */
+	uint64_t booting_mib;
+	int boots_active;	/* boots holding a boot slot (customers and pool) */
+	int customers_waiting;	/* customer creates waiting for a boot slot */
+	bool stop;
+	bool timer_started;
+	pthread_t timer;
+
+	/* Warm pool (pool.c). */
+	struct live *pool; /* ready pooled guests */
+	int pool_booting;  /* pool boots in flight (they count for capacity) */
+	uint64_t pool_booting_mib;
+	bool pool_started;
+	pthread_t pool_thread;
+	int64_t pool_backoff_until_mono; /* after a failed pool boot */
+
+	struct startup_ring startup_warm, startup_cold;
+};
+
+/* sandbox.c */
+
+/* Boot a guest of `size` with `marker` as the sandbox id in its metadata,
+ * open its channel and wait for HELLO until deadline_mono. On success *out
+ * is a new struct live (not linked anywhere; id empty). The caller holds a
+ * boot slot. -1 with err; nothing is left behind. */
+int sandbox_guest_boot(struct sandbox_svc *svc, const struct sandbox_size *size,
+		       const char *marker, int64_t deadline_mono, struct live **out,
+		       struct sbx_error *err);
+/* Fail in-flight execs, destroy the domain, free. No lock held. */
+void sandbox_live_teardown(struct live *l, const char *why);
+/* Would one more guest of mem_mib fit the host's capacity, counting
+ * customers' guests, boots and the pool? Call with lock. */
+bool sandbox_capacity_fits_locked(struct sandbox_svc *svc, uint64_t mem_mib);
+
+/* pool.c */
+
+/* Start the refill thread (no-op without a configured pool). 0 or -1. */
+int sandbox_pool_start(struct sandbox_svc *svc, struct sbx_error *err);
+/* Stop the refill thread, wait for pool boots in flight, destroy the
+ * pooled guests. Call with svc->stop set, lock not held. */
+void sandbox_pool_stop(struct sandbox_svc *svc);
+/* Take a ready pooled guest of `size` out of the pool (NULL if none). The
+ * guest is never put back. Call with lock. */
+struct live *sandbox_pool_take_locked(struct sandbox_svc *svc, const char *size);
+/* Unlink one pooled guest (any size) to free capacity for a customer;
+ * NULL when the pool is empty. The caller tears it down without the lock. */
+struct live *sandbox_pool_evict_locked(struct sandbox_svc *svc);
+/* Guests and memory the pool holds (ready and booting). Call with lock. */
+void sandbox_pool_count_locked(struct sandbox_svc *svc, int *guests, uint64_t *mib);
+/* Mark pooled guests of domain `name` dead. Call with lock. */
+void sandbox_pool_domain_stopped_locked(struct sandbox_svc *svc, const char *name);
+
+#endif
