@@ -837,8 +837,10 @@ void agentless_conn_attach(struct agentless_conn *c, struct sbx_channel ch, bool
 	for (struct exec *e = list; e; e = e->next)
 		conn_abandon(c, e->id);
 	welcome = reattach || c->hello_pending;
+	/* A guest we did not hear HELLO from is assumed to speak only the
+	 * oldest version (it may have been booted by an older daemon). */
 	if (reattach && c->version == 0)
-		c->version = WIRE_VERSION;
+		c->version = WIRE_VERSION_MIN;
 	version = c->version;
 	pthread_mutex_unlock(&c->lock);
 
@@ -978,6 +980,8 @@ static size_t exec_payload_size(const struct agentless_exec_req *req)
 {
 	size_t n = 6 + req->command_len + 6 + strlen(req->cwd) + 3 * (6 + 4);
 
+	if (req->stdin_data)
+		n += 6 + SBX_MIN(req->stdin_len, (size_t)WIRE_MAX_PAYLOAD + 1);
 	if (req->command_len > WIRE_MAX_PAYLOAD || n > WIRE_MAX_PAYLOAD)
 		return SIZE_MAX;
 	for (size_t i = 0; i < req->n_env; i++) {
@@ -1003,7 +1007,7 @@ int agentless_exec_start(struct agentless_conn *c, const struct agentless_exec_r
 	size = exec_payload_size(req);
 	if (size == SIZE_MAX)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "command",
-				     "the command, cwd and env together exceed %d bytes",
+				     "the command, cwd, env and stdin together exceed %d bytes",
 				     WIRE_MAX_PAYLOAD);
 	payload = xcalloc(1, size);
 	wire_writer_init(&w, payload, size);
@@ -1014,6 +1018,8 @@ int agentless_exec_start(struct agentless_conn *c, const struct agentless_exec_r
 	wire_put_u32(&w, WIRE_T_TIMEOUT_MS, req->timeout_ms);
 	wire_put_u32(&w, WIRE_T_STDOUT_CAP, req->stdout_cap);
 	wire_put_u32(&w, WIRE_T_STDERR_CAP, req->stderr_cap);
+	if (req->stdin_data)
+		wire_put_bytes(&w, WIRE_T_STDIN, req->stdin_data, req->stdin_len);
 	if (w.overflow)
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "exec request encoding overflow");
 
@@ -1032,6 +1038,13 @@ int agentless_exec_start(struct agentless_conn *c, const struct agentless_exec_r
 		pthread_mutex_unlock(&c->lock);
 		exec_free(e);
 		return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL, "%s", msg);
+	}
+	if (req->stdin_data && c->version < 2) {
+		pthread_mutex_unlock(&c->lock);
+		exec_free(e);
+		return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL,
+				     "this guest speaks exec protocol v%u, which cannot pass stdin",
+				     c->version);
 	}
 	if (c->n_execs >= c->lim.max_inflight) {
 		pthread_mutex_unlock(&c->lock);
@@ -1236,4 +1249,14 @@ void agentless_conn_free(struct agentless_conn *c, const char *why)
 	pthread_mutex_destroy(&c->send_lock);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
+}
+
+uint32_t agentless_conn_version(struct agentless_conn *c)
+{
+	uint32_t v;
+
+	pthread_mutex_lock(&c->lock);
+	v = c->version;
+	pthread_mutex_unlock(&c->lock);
+	return v;
 }

@@ -68,6 +68,9 @@ int64_t agentless_conn_ping(struct agentless_conn *c, size_t len, int64_t deadli
 /* Send the host's wall clock (WIRE_TIME). 0 or -1. */
 int agentless_conn_send_time(struct agentless_conn *c, struct sbx_error *err);
 
+/* The protocol version negotiated with the guest (0 before HELLO). */
+uint32_t agentless_conn_version(struct agentless_conn *c);
+
 /* True while the channel works and the handshake is done. */
 bool agentless_conn_alive(struct agentless_conn *c);
 
@@ -80,6 +83,11 @@ struct agentless_exec_req {
 	uint32_t timeout_ms; /* >= 1 */
 	uint32_t stdout_cap; /* bytes kept per stream */
 	uint32_t stderr_cap;
+	/* Optional (protocol v2): bytes the command reads on stdin, then EOF;
+	 * NULL = stdin at EOF. A guest that negotiated version 1 cannot take
+	 * it: agentless_exec_start() refuses with SBX_E_SANDBOX_ERROR. */
+	const char *stdin_data;
+	size_t stdin_len;
 };
 
 /* The outcome of one exec. Buffers are owned by the result: free with

@@ -23,6 +23,10 @@
  * speak; the host answers WELCOME with the version it picked. A host speaks
  * [WIRE_VERSION_MIN, WIRE_VERSION] so guests booted by the previous daemon
  * keep working after an upgrade.
+ *
+ * Version 2 added WIRE_T_STDIN to EXEC. A version-1 guest skips the tag (and
+ * would run the command with stdin at EOF), so a host sends STDIN only to
+ * guests that negotiated version >= 2.
  */
 #ifndef SBX_WIRE_H
 #define SBX_WIRE_H
@@ -30,7 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define WIRE_VERSION	 1
+#define WIRE_VERSION	 2
 #define WIRE_VERSION_MIN 1
 #define WIRE_PORT_NAME	 "org.sandboxd.exec.0"
 
@@ -55,7 +59,7 @@ enum wire_type {
 	WIRE_PING = 4,
 	WIRE_PONG = 5,
 	/* host -> guest, id = exec id (non-zero, unique per connection):
-	 * {COMMAND, CWD, ENV*, TIMEOUT_MS, STDOUT_CAP, STDERR_CAP} */
+	 * {COMMAND, CWD, ENV*, TIMEOUT_MS, STDOUT_CAP, STDERR_CAP, STDIN?} */
 	WIRE_EXEC = 10,
 	/* guest -> host: raw bytes of the stream, <= WIRE_MAX_CHUNK, only the
 	 * first STDOUT_CAP/STDERR_CAP bytes of each stream are ever shipped */
@@ -83,6 +87,7 @@ enum wire_tag {
 	WIRE_T_TIMEOUT_MS = 13,	  /* u32 */
 	WIRE_T_STDOUT_CAP = 14,	  /* u32 bytes */
 	WIRE_T_STDERR_CAP = 15,	  /* u32 bytes */
+	WIRE_T_STDIN = 16,	  /* bytes (v2): the command's whole stdin, then EOF */
 	WIRE_T_EXIT_CODE = 20,	  /* u32 holding int32: status, or 128+signal */
 	WIRE_T_DURATION_MS = 21,  /* u32, measured in the guest */
 	WIRE_T_TIMED_OUT = 22,	  /* u32, 0 or 1 */

@@ -463,6 +463,8 @@ struct exec_req {
 	char **env; /* merged, NULL-terminated */
 	size_t n_env;
 	uint32_t timeout_ms, out_cap, err_cap;
+	char *stdin_data; /* v2: the command's stdin, NULL = /dev/null */
+	size_t stdin_len;
 };
 
 static void exec_req_release(struct exec_req *r)
@@ -473,6 +475,7 @@ static void exec_req_release(struct exec_req *r)
 		for (size_t i = 0; i < r->n_env; i++)
 			free(r->env[i]);
 	free(r->env);
+	free(r->stdin_data);
 	memset(r, 0, sizeof(*r));
 }
 
@@ -585,6 +588,16 @@ static int exec_req_parse(uint32_t id, const uint8_t *p, size_t len, struct exec
 				r->err_cap = v;
 			break;
 		}
+		case WIRE_T_STDIN:
+			if (r->stdin_data) {
+				send_error(id, WIRE_ERR_BAD_REQUEST, "stdin", "stdin given twice");
+				goto err;
+			}
+			if (!(r->stdin_data = malloc(f.len ? f.len : 1)))
+				goto err_nomem;
+			memcpy(r->stdin_data, f.value, f.len);
+			r->stdin_len = f.len;
+			break;
 		default:
 			break; /* unknown tags are skipped */
 		}
@@ -617,8 +630,8 @@ static struct exec *exec_slot(void)
 }
 
 /* The child: never returns. Only async-signal-safe calls. */
-static void __attribute__((noreturn))
-exec_child(const struct exec_req *r, int procs_fd, int out_w, int err_w, int script_fd)
+static void __attribute__((noreturn)) exec_child(const struct exec_req *r, int procs_fd, int out_w,
+						 int err_w, int script_fd, int stdin_fd)
 {
 	static const char e2big[] = "sandboxd-init: cannot run /bin/sh: argument list too long\n";
 	static const char enoent[] = "sandboxd-init: cannot run /bin/sh\n";
@@ -644,7 +657,7 @@ exec_child(const struct exec_req *r, int procs_fd, int out_w, int err_w, int scr
 					   : dup2(script_fd, SCRIPT_FD) < 0)
 			_exit(126);
 	}
-	fd = open("/dev/null", O_RDONLY);
+	fd = stdin_fd >= 0 ? stdin_fd : open("/dev/null", O_RDONLY);
 	if (fd < 0 || dup2(fd, 0) < 0)
 		_exit(126);
 	if (fd > 2)
@@ -697,6 +710,34 @@ err_close:
 	return -1;
 }
 
+/* The command's stdin (protocol v2): a sealed-size memfd holding the bytes,
+ * at offset 0, so the command reads them and then EOF without a writer to
+ * feed it. Returns the memfd (FD_CLOEXEC), or -1. */
+static int stdin_memfd(const char *data, size_t len)
+{
+	size_t off = 0;
+	int fd = memfd_create("sandboxd-stdin", MFD_CLOEXEC);
+
+	if (fd < 0)
+		return -1;
+	while (off < len) {
+		ssize_t n = write(fd, data + off, len - off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			goto err_close;
+		off += (size_t)n;
+	}
+	if (lseek(fd, 0, SEEK_SET) < 0)
+		goto err_close;
+	return fd;
+
+err_close:
+	close(fd);
+	return -1;
+}
+
 static int pipe_nb(int fds[2])
 {
 	if (pipe2(fds, O_CLOEXEC) < 0)
@@ -713,7 +754,7 @@ static void exec_start(uint32_t id, const uint8_t *p, size_t len)
 	struct exec_req r;
 	struct exec *e;
 	struct stat st;
-	int out[2] = {-1, -1}, err[2] = {-1, -1}, procs_fd = -1, script_fd = -1;
+	int out[2] = {-1, -1}, err[2] = {-1, -1}, procs_fd = -1, script_fd = -1, stdin_fd = -1;
 	pid_t pid;
 
 	if (id == 0 || exec_find(id)) {
@@ -745,6 +786,10 @@ static void exec_start(uint32_t id, const uint8_t *p, size_t len)
 		send_error(id, WIRE_ERR_SPAWN, NULL, "cannot stage the command in the guest");
 		goto err_req;
 	}
+	if (r.stdin_data && (stdin_fd = stdin_memfd(r.stdin_data, r.stdin_len)) < 0) {
+		send_error(id, WIRE_ERR_SPAWN, NULL, "cannot stage stdin in the guest");
+		goto err_req;
+	}
 	if (pipe_nb(out) < 0 || pipe_nb(err) < 0) {
 		send_error(id, WIRE_ERR_SPAWN, NULL, "cannot create pipes in the guest");
 		goto err_pipes;
@@ -774,10 +819,12 @@ static void exec_start(uint32_t id, const uint8_t *p, size_t len)
 		goto err_cgroup;
 	}
 	if (pid == 0)
-		exec_child(&r, procs_fd, out[1], err[1], script_fd);
+		exec_child(&r, procs_fd, out[1], err[1], script_fd, stdin_fd);
 
 	if (script_fd >= 0)
 		close(script_fd);
+	if (stdin_fd >= 0)
+		close(stdin_fd);
 	if (procs_fd >= 0)
 		close(procs_fd);
 	close(out[1]);
@@ -808,6 +855,8 @@ err_pipes:
 err_req:
 	if (script_fd >= 0)
 		close(script_fd);
+	if (stdin_fd >= 0)
+		close(stdin_fd);
 	exec_req_release(&r);
 }
 

@@ -387,6 +387,62 @@ static void start(struct fx *fx, const struct agentless_exec_req *req, struct pr
 
 /* --------------------------------------------------------------- tests */
 
+/* Protocol v2: STDIN travels as its own field, byte-exact; a guest that
+ * only speaks v1 would ignore it, so the host refuses before sending. */
+static void test_stdin_v2_and_v1_refusal(void **state)
+{
+	static const char data[] = "print(1)\n\0tail";
+	struct agentless_exec_req req = *simple_req();
+	struct fx *fx = fx_new(1000, 4), *old = fx_new(1000, 4);
+	struct sbx_error err;
+	struct wire_header h;
+	struct wire_reader rd;
+	struct wire_field f;
+	uint8_t *p;
+	int seen = 0;
+
+	req.stdin_data = data;
+	req.stdin_len = sizeof(data) - 1;
+	fx_handshake(fx);
+	assert_int_equal(agentless_conn_version(fx->conn), 2);
+	struct probe first;
+	probe_init(&first);
+	assert_int_equal(agentless_exec_start(fx->conn, &req, probe_done, &first, &err), 0);
+	guest_recv(fx->gfd, &h, &p);
+	assert_int_equal(h.type, WIRE_EXEC);
+	wire_reader_init(&rd, p, h.len);
+	while (wire_next(&rd, &f) == 1) {
+		if (f.tag == WIRE_T_STDIN) {
+			assert_int_equal(f.len, sizeof(data) - 1);
+			assert_memory_equal(f.value, data, f.len);
+			seen++;
+		}
+	}
+	assert_int_equal(seen, 1);
+	free(p);
+	fx_free(fx);
+	probe_wait(&first); /* failed by the close */
+	assert_false(first.ok);
+	probe_release(&first);
+
+	guest_hello(old->gfd, 1, 1);
+	assert_int_equal(agentless_conn_wait_hello(old->conn, sbx_mono_ms() + 5000, &err), 0);
+	guest_recv(old->gfd, &h, &p);
+	assert_int_equal(field_u32(p, h.len, WIRE_T_VERSION), 1);
+	free(p);
+	assert_int_equal(agentless_exec_start(old->conn, &req, probe_done, NULL, &err), -1);
+	assert_int_equal(err.code, SBX_E_SANDBOX_ERROR);
+	req.stdin_data = NULL; /* v1 still runs plain commands */
+	struct probe pr;
+	probe_init(&pr);
+	start(old, &req, &pr);
+	guest_exit(old->gfd, guest_expect_exec(old->gfd), 0, 0, 0, 0);
+	probe_wait(&pr);
+	assert_true(pr.ok);
+	probe_release(&pr);
+	fx_free(old);
+}
+
 static void test_handshake_and_welcome(void **state)
 {
 	struct fx *fx = fx_new(1000, 0);
@@ -1015,6 +1071,7 @@ int main(void)
 	    cmocka_unit_test(test_backstop),
 	    cmocka_unit_test(test_limits),
 	    cmocka_unit_test(test_reattach),
+	    cmocka_unit_test(test_stdin_v2_and_v1_refusal),
 	    cmocka_unit_test(test_ping_and_sync_exec),
 	};
 
