@@ -19,10 +19,7 @@
 /* A single credit may not exceed $1e9: keeps every sum far from int64 overflow. */
 #define STORE_CREDIT_MAX_MICRO INT64_C(1000000000000000)
 
-struct store {
-	sqlite3 *db;
-	pthread_mutex_t lock;
-};
+#include "store-priv.h"
 
 /* ------------------------------------------------------------- helpers */
 
@@ -231,6 +228,38 @@ static const char *const store_migrations[] = {
     "  CHECK (startup_path IN ('','warm','cold'));"
     "ALTER TABLE sandboxes ADD COLUMN startup_ms INTEGER NOT NULL DEFAULT 0"
     "  CHECK (startup_ms >= 0);",
+    /* 4: one-shot executions (their own holds and charges in the ledger),
+     * signed receipts, and API key scopes (existing keys keep working:
+     * they get the 'sandboxes' scope) */
+    "CREATE TABLE executions ("
+    "  id TEXT PRIMARY KEY,"
+    "  account_id TEXT NOT NULL REFERENCES accounts(id),"
+    "  runtime TEXT NOT NULL,"
+    "  runner TEXT NOT NULL,"
+    "  status TEXT NOT NULL CHECK (status IN ('running','completed','timed_out','failed')),"
+    "  timeout_seconds INTEGER NOT NULL,"
+    "  price_micro_per_second INTEGER NOT NULL CHECK (price_micro_per_second >= 0),"
+    "  requested_at_ms INTEGER NOT NULL,"
+    "  ended_at_ms INTEGER NOT NULL DEFAULT 0,"
+    "  hold_micro INTEGER NOT NULL CHECK (hold_micro >= 0),"
+    "  charge_micro INTEGER NOT NULL DEFAULT 0 CHECK (charge_micro >= 0),"
+    "  receipt_id TEXT NULL,"
+    "  response BLOB NULL"
+    ");"
+    "CREATE INDEX executions_by_account ON executions(account_id, requested_at_ms);"
+    "ALTER TABLE ledger ADD COLUMN execution_id TEXT NULL REFERENCES executions(id);"
+    "CREATE INDEX ledger_by_execution ON ledger(execution_id, kind);"
+    "CREATE TABLE receipts ("
+    "  id TEXT PRIMARY KEY,"
+    "  account_id TEXT NOT NULL REFERENCES accounts(id),"
+    "  subject_id TEXT NOT NULL,"
+    "  body TEXT NOT NULL,"
+    "  hash TEXT NOT NULL,"
+    "  signature TEXT NOT NULL,"
+    "  signer TEXT NOT NULL,"
+    "  created_at_ms INTEGER NOT NULL"
+    ");"
+    "ALTER TABLE api_keys ADD COLUMN scopes TEXT NOT NULL DEFAULT 'sandboxes';",
 };
 
 static int store_migrate(struct store *s, struct sbx_error *err)
@@ -1288,6 +1317,19 @@ static int store_check_query(struct store *s, const char *account_id, const char
 	" FROM sandboxes s LEFT JOIN ledger l ON l.sandbox_id = s.id"                              \
 	" WHERE (?1 IS NULL OR s.account_id = ?1) GROUP BY s.id"
 
+/* Per-execution sums, like STORE_SANDBOX_SUMS. */
+#define STORE_EXECUTION_SUMS                                                                       \
+	"SELECT e.id AS id, e.status AS status, e.hold_micro AS hold_col,"                         \
+	" e.charge_micro AS charge_col,"                                                           \
+	" COALESCE(SUM(CASE l.kind WHEN 'hold' THEN l.amount_micro END), 0) AS holds,"             \
+	" COALESCE(SUM(CASE l.kind WHEN 'release' THEN l.amount_micro END), 0) AS releases,"       \
+	" COALESCE(SUM(CASE l.kind WHEN 'charge' THEN l.amount_micro END), 0) AS charges,"         \
+	" COUNT(CASE l.kind WHEN 'hold' THEN 1 END) AS n_holds,"                                   \
+	" COUNT(CASE l.kind WHEN 'release' THEN 1 END) AS n_releases,"                             \
+	" COUNT(CASE l.kind WHEN 'charge' THEN 1 END) AS n_charges"                                \
+	" FROM executions e LEFT JOIN ledger l ON l.execution_id = e.id"                           \
+	" WHERE (?1 IS NULL OR e.account_id = ?1) GROUP BY e.id"
+
 int store_ledger_check(struct store *s, const char *account_id, struct sbx_error *err)
 {
 	static const struct {
@@ -1301,10 +1343,23 @@ int store_ledger_check(struct store *s, const char *account_id, struct sbx_error
 	     " (credits - charges) - (holds - releases - charges) < 0"},
 	    {"balance is not credits - consumed or is negative",
 	     "SELECT id FROM (" STORE_ACCOUNT_SUMS ") WHERE credits - charges < 0"},
-	    {"entry kind does not match its sandbox link",
+	    {"entry kind does not match its sandbox or execution link",
 	     "SELECT seq FROM ledger WHERE (?1 IS NULL OR account_id = ?1) AND"
-	     " ((kind = 'credit' AND sandbox_id IS NOT NULL) OR"
-	     "  (kind != 'credit' AND sandbox_id IS NULL))"},
+	     " ((kind = 'credit' AND (sandbox_id IS NOT NULL OR execution_id IS NOT NULL)) OR"
+	     "  (kind != 'credit' AND (sandbox_id IS NULL) = (execution_id IS NULL)))"},
+	    {"entry's account is not its execution's account",
+	     "SELECT l.seq FROM ledger l JOIN executions e ON e.id = l.execution_id"
+	     " WHERE (?1 IS NULL OR l.account_id = ?1 OR e.account_id = ?1)"
+	     " AND l.account_id != e.account_id"},
+	    {"execution charged or released more than once, or holds != hold_micro",
+	     "SELECT id FROM (" STORE_EXECUTION_SUMS ") WHERE n_charges > 1 OR n_releases > 1"
+	     " OR n_holds != 1 OR holds != hold_col OR charges != charge_col"},
+	    {"ended execution's hold not settled exactly (charges + releases != holds)",
+	     "SELECT id FROM (" STORE_EXECUTION_SUMS ") WHERE status != 'running'"
+	     " AND charges + releases != holds"},
+	    {"running execution already settled, or a failed one charged",
+	     "SELECT id FROM (" STORE_EXECUTION_SUMS ") WHERE (status = 'running'"
+	     " AND n_charges + n_releases > 0) OR (status = 'failed' AND n_charges > 0)"},
 	    {"entry's account is not its sandbox's account",
 	     "SELECT l.seq FROM ledger l JOIN sandboxes s ON s.id = l.sandbox_id"
 	     " WHERE (?1 IS NULL OR l.account_id = ?1 OR s.account_id = ?1)"

@@ -267,4 +267,62 @@ int store_idem_prune(struct store *s, int64_t older_than_ms, struct sbx_error *e
  * restart, so their requests were rolled back). Returns the count. */
 int store_idem_release_pending(struct store *s, struct sbx_error *err);
 
+/* ---------------------------------------------- executions (store/execution.c)
+ *
+ * One-shot executions (POST /v1/sandbox/executions) have their own row and
+ * their own ledger entries (ledger.execution_id): one hold when they start,
+ * then exactly once either a charge plus the release of the rest
+ * (completed, timed_out) or the release of the whole hold (failed: the
+ * guest could not run the code). store_ledger_check covers them. */
+
+struct store_execution {
+	char id[STORE_ID_MAX]; /* "sbxr_" + 24 hex */
+	char account_id[STORE_ID_MAX];
+	char runtime[16];
+	char runner[16];
+	char status[16]; /* running | completed | timed_out | failed */
+	int timeout_seconds;
+	int64_t price_micro_per_second;
+	int64_t requested_at_ms;
+	int64_t ended_at_ms;
+	int64_t hold_micro;
+	int64_t charge_micro;
+	char receipt_id[STORE_ID_MAX];
+	char *response; /* malloc'd JSON of the 200 answer, or NULL (get only) */
+};
+
+/* Insert a running execution and its hold in one transaction; refuses with
+ * SBX_E_INSUFFICIENT_CREDIT when available < hold_micro. */
+int store_execution_reserve(struct store *s, const struct store_execution *row, int64_t hold_micro,
+			    struct sbx_error *err);
+/* running -> status ("completed"/"timed_out") at ended_at: charge
+ * min(charge_micro, hold) and release the rest, remember the response
+ * bytes and receipt id, one transaction. running -> "failed" releases the
+ * whole hold (charge ignored). SBX_E_NOT_FOUND if not running. */
+int store_execution_settle(struct store *s, const char *id, const char *status, int64_t ended_at_ms,
+			   int64_t charge_micro, const char *receipt_id, const char *response,
+			   struct sbx_error *err);
+/* An account's execution; SBX_E_NOT_FOUND when missing, of another
+ * account, or failed (never answered 200). Free out->response. */
+int store_execution_get(struct store *s, const char *account_id, const char *id,
+			struct store_execution *out, struct sbx_error *err);
+
+/* A signed receipt: body is its canonical JSON. */
+int store_receipt_insert(struct store *s, const char *id, const char *account_id,
+			 const char *subject_id, const char *body, const char *hash,
+			 const char *signature, const char *signer, int64_t created_at_ms,
+			 struct sbx_error *err);
+/* body/hash/signature/signer malloc'd into *out_* (free them);
+ * SBX_E_NOT_FOUND for another account's or a missing receipt. */
+int store_receipt_get(struct store *s, const char *account_id, const char *id, char **body,
+		      char **hash, char **signature, char **signer, struct sbx_error *err);
+
+/* API key scopes: a space-separated list ("sandboxes"). */
+#define STORE_SCOPES_MAX 128
+int store_key_scopes_get(struct store *s, const char *key_id, char out[STORE_SCOPES_MAX],
+			 struct sbx_error *err);
+/* SBX_E_NOT_FOUND for an unknown key, SBX_E_INVALID_REQUEST when too long. */
+int store_key_scopes_set(struct store *s, const char *key_id, const char *scopes,
+			 struct sbx_error *err);
+
 #endif

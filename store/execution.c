@@ -1,0 +1,322 @@
+/* store: executions, receipts and key scopes. See store.h. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "store-priv.h"
+#include "store.h"
+
+#define MOD "store"
+
+static void sx_finalizep(sqlite3_stmt **q)
+{
+	if (*q)
+		sqlite3_finalize(*q);
+}
+#define _cleanup_sx_ _cleanup_(sx_finalizep)
+
+static void sx_unlockp(struct store **s)
+{
+	if (*s)
+		pthread_mutex_unlock(&(*s)->lock);
+}
+#define SX_LOCK(s)                                                                                 \
+	pthread_mutex_lock(&(s)->lock);                                                            \
+	struct store *sx_locked_ _cleanup_(sx_unlockp) = (s)
+
+static int sx_fail(struct store *s, const char *what, struct sbx_error *err)
+{
+	sbx_err(MOD, "%s: %s", what, sqlite3_errmsg(s->db));
+	return sbx_error_set(err, SBX_E_INTERNAL, NULL, "the database failed; try again later");
+}
+
+static int sx_exec(struct store *s, const char *sql, struct sbx_error *err)
+{
+	if (sqlite3_exec(s->db, sql, NULL, NULL, NULL) != SQLITE_OK)
+		return sx_fail(s, sql, err);
+	return 0;
+}
+
+static void sx_rollback(struct store *s)
+{
+	if (!sqlite3_get_autocommit(s->db))
+		sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+}
+
+/* Prepare, bind texts/ints by a tiny format ("t" text, "i" int64), step
+ * once. Returns SQLITE_ROW/SQLITE_DONE, or -1 after filling err. The
+ * statement is left in *q for the caller to read and finalise. */
+static int sx_run(struct store *s, sqlite3_stmt **q, const char *sql, const char *fmt,
+		  struct sbx_error *err, ...)
+{
+	va_list ap;
+	int rc;
+
+	if (sqlite3_prepare_v2(s->db, sql, -1, q, NULL) != SQLITE_OK) {
+		*q = NULL;
+		return sx_fail(s, "prepare", err);
+	}
+	va_start(ap, err);
+	for (int i = 0; fmt[i]; i++) {
+		if (fmt[i] == 't') {
+			const char *v = va_arg(ap, const char *);
+
+			if (v)
+				sqlite3_bind_text(*q, i + 1, v, -1, SQLITE_TRANSIENT);
+			else
+				sqlite3_bind_null(*q, i + 1);
+		} else {
+			sqlite3_bind_int64(*q, i + 1, va_arg(ap, int64_t));
+		}
+	}
+	va_end(ap);
+	rc = sqlite3_step(*q);
+	if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+		return sx_fail(s, "step", err);
+	return rc;
+}
+
+static void sx_col(char *dst, size_t n, sqlite3_stmt *q, int col)
+{
+	const unsigned char *t = sqlite3_column_text(q, col);
+
+	snprintf(dst, n, "%s", t ? (const char *)t : "");
+}
+
+static char *sx_dup(sqlite3_stmt *q, int col)
+{
+	const unsigned char *t = sqlite3_column_text(q, col);
+	char *d;
+
+	if (!t)
+		return NULL;
+	d = strdup((const char *)t);
+	if (!d)
+		abort();
+	return d;
+}
+
+static int sx_ledger(struct store *s, const char *account_id, const char *execution_id,
+		     const char *kind, int64_t amount, int64_t now, struct sbx_error *err)
+{
+	_cleanup_sx_ sqlite3_stmt *q = NULL;
+
+	if (amount == 0 && strcmp(kind, "hold") != 0)
+		return 0;
+	return sx_run(s, &q,
+		      "INSERT INTO ledger (account_id, execution_id, kind, amount_micro,"
+		      " created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+		      "tttii", err, account_id, execution_id, kind, amount, now) < 0
+		   ? -1
+		   : 0;
+}
+
+int store_execution_reserve(struct store *s, const struct store_execution *row, int64_t hold_micro,
+			    struct sbx_error *err)
+{
+	int64_t now = sbx_wall_ms(), available;
+
+	if (hold_micro < 0)
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "negative hold");
+	SX_LOCK(s);
+	if (sx_exec(s, "BEGIN IMMEDIATE", err) < 0)
+		return -1;
+	{
+		_cleanup_sx_ sqlite3_stmt *q = NULL;
+		int rc = sx_run(s, &q,
+				"SELECT COALESCE(SUM(CASE kind WHEN 'credit' THEN amount_micro"
+				" WHEN 'hold' THEN -amount_micro WHEN 'release' THEN amount_micro"
+				" ELSE 0 END), 0) FROM ledger WHERE account_id = ?1",
+				"t", err, row->account_id);
+		if (rc != SQLITE_ROW)
+			goto err_rollback;
+		/* balance - reserved = credits - charges - (holds - releases - charges) */
+		available = sqlite3_column_int64(q, 0);
+	}
+	if (available < hold_micro) {
+		sbx_error_set(err, SBX_E_INSUFFICIENT_CREDIT, NULL,
+			      "this execution needs %lld micro-USD reserved for its timeout and "
+			      "%lld are available; add credit or lower timeout_seconds",
+			      (long long)hold_micro, (long long)(available < 0 ? 0 : available));
+		goto err_rollback;
+	}
+	{
+		_cleanup_sx_ sqlite3_stmt *q = NULL;
+		if (sx_run(s, &q,
+			   "INSERT INTO executions (id, account_id, runtime, runner, status,"
+			   " timeout_seconds, price_micro_per_second, requested_at_ms, hold_micro)"
+			   " VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6, ?7, ?8)",
+			   "ttttiiii", err, row->id, row->account_id, row->runtime, row->runner,
+			   (int64_t)row->timeout_seconds, row->price_micro_per_second,
+			   row->requested_at_ms ? row->requested_at_ms : now, hold_micro) < 0)
+			goto err_rollback;
+	}
+	if (sx_ledger(s, row->account_id, row->id, "hold", hold_micro, now, err) < 0)
+		goto err_rollback;
+	if (sx_exec(s, "COMMIT", err) < 0)
+		goto err_rollback;
+	return 0;
+
+err_rollback:
+	sx_rollback(s);
+	return -1;
+}
+
+int store_execution_settle(struct store *s, const char *id, const char *status, int64_t ended_at_ms,
+			   int64_t charge_micro, const char *receipt_id, const char *response,
+			   struct sbx_error *err)
+{
+	char account[STORE_ID_MAX];
+	int64_t hold, now = sbx_wall_ms();
+	bool failed = strcmp(status, "failed") == 0;
+
+	if (!failed && strcmp(status, "completed") != 0 && strcmp(status, "timed_out") != 0)
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "bad execution status");
+	SX_LOCK(s);
+	if (sx_exec(s, "BEGIN IMMEDIATE", err) < 0)
+		return -1;
+	{
+		_cleanup_sx_ sqlite3_stmt *q = NULL;
+		int rc = sx_run(s, &q,
+				"SELECT account_id, hold_micro FROM executions WHERE id = ?1"
+				" AND status = 'running'",
+				"t", err, id);
+		if (rc < 0)
+			goto err_rollback;
+		if (rc == SQLITE_DONE) {
+			sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no running execution '%.40s'",
+				      id);
+			goto err_rollback;
+		}
+		sx_col(account, sizeof account, q, 0);
+		hold = sqlite3_column_int64(q, 1);
+	}
+	if (failed || charge_micro < 0)
+		charge_micro = 0;
+	if (charge_micro > hold)
+		charge_micro = hold;
+	if (sx_ledger(s, account, id, "charge", charge_micro, now, err) < 0 ||
+	    sx_ledger(s, account, id, "release", hold - charge_micro, now, err) < 0)
+		goto err_rollback;
+	{
+		_cleanup_sx_ sqlite3_stmt *q = NULL;
+		if (sx_run(s, &q,
+			   "UPDATE executions SET status = ?2, ended_at_ms = ?3, charge_micro = ?4,"
+			   " receipt_id = ?5, response = ?6 WHERE id = ?1",
+			   "ttiitt", err, id, status, ended_at_ms, charge_micro, receipt_id,
+			   response) < 0)
+			goto err_rollback;
+	}
+	if (sx_exec(s, "COMMIT", err) < 0)
+		goto err_rollback;
+	return 0;
+
+err_rollback:
+	sx_rollback(s);
+	return -1;
+}
+
+int store_execution_get(struct store *s, const char *account_id, const char *id,
+			struct store_execution *out, struct sbx_error *err)
+{
+	_cleanup_sx_ sqlite3_stmt *q = NULL;
+	int rc;
+
+	SX_LOCK(s);
+	rc = sx_run(s, &q,
+		    "SELECT id, account_id, runtime, runner, status, timeout_seconds,"
+		    " price_micro_per_second, requested_at_ms, ended_at_ms, hold_micro,"
+		    " charge_micro, receipt_id, response FROM executions"
+		    " WHERE id = ?1 AND account_id = ?2 AND status != 'failed'",
+		    "tt", err, id, account_id);
+	if (rc < 0)
+		return -1;
+	if (rc == SQLITE_DONE)
+		return sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such execution '%.40s'", id);
+	memset(out, 0, sizeof(*out));
+	sx_col(out->id, sizeof out->id, q, 0);
+	sx_col(out->account_id, sizeof out->account_id, q, 1);
+	sx_col(out->runtime, sizeof out->runtime, q, 2);
+	sx_col(out->runner, sizeof out->runner, q, 3);
+	sx_col(out->status, sizeof out->status, q, 4);
+	out->timeout_seconds = sqlite3_column_int(q, 5);
+	out->price_micro_per_second = sqlite3_column_int64(q, 6);
+	out->requested_at_ms = sqlite3_column_int64(q, 7);
+	out->ended_at_ms = sqlite3_column_int64(q, 8);
+	out->hold_micro = sqlite3_column_int64(q, 9);
+	out->charge_micro = sqlite3_column_int64(q, 10);
+	sx_col(out->receipt_id, sizeof out->receipt_id, q, 11);
+	out->response = sx_dup(q, 12);
+	return 0;
+}
+
+int store_receipt_insert(struct store *s, const char *id, const char *account_id,
+			 const char *subject_id, const char *body, const char *hash,
+			 const char *signature, const char *signer, int64_t created_at_ms,
+			 struct sbx_error *err)
+{
+	_cleanup_sx_ sqlite3_stmt *q = NULL;
+
+	SX_LOCK(s);
+	return sx_run(s, &q,
+		      "INSERT INTO receipts (id, account_id, subject_id, body, hash, signature,"
+		      " signer, created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+		      "ttttttti", err, id, account_id, subject_id, body, hash, signature, signer,
+		      created_at_ms) < 0
+		   ? -1
+		   : 0;
+}
+
+int store_receipt_get(struct store *s, const char *account_id, const char *id, char **body,
+		      char **hash, char **signature, char **signer, struct sbx_error *err)
+{
+	_cleanup_sx_ sqlite3_stmt *q = NULL;
+	int rc;
+
+	SX_LOCK(s);
+	rc = sx_run(s, &q,
+		    "SELECT body, hash, signature, signer FROM receipts"
+		    " WHERE id = ?1 AND account_id = ?2",
+		    "tt", err, id, account_id);
+	if (rc < 0)
+		return -1;
+	if (rc == SQLITE_DONE)
+		return sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such receipt '%.40s'", id);
+	*body = sx_dup(q, 0);
+	*hash = sx_dup(q, 1);
+	*signature = sx_dup(q, 2);
+	*signer = sx_dup(q, 3);
+	return 0;
+}
+
+int store_key_scopes_get(struct store *s, const char *key_id, char out[STORE_SCOPES_MAX],
+			 struct sbx_error *err)
+{
+	_cleanup_sx_ sqlite3_stmt *q = NULL;
+	int rc;
+
+	SX_LOCK(s);
+	rc = sx_run(s, &q, "SELECT scopes FROM api_keys WHERE id = ?1", "t", err, key_id);
+	if (rc < 0)
+		return -1;
+	if (rc == SQLITE_DONE)
+		return sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such key '%.40s'", key_id);
+	sx_col(out, STORE_SCOPES_MAX, q, 0);
+	return 0;
+}
+
+int store_key_scopes_set(struct store *s, const char *key_id, const char *scopes,
+			 struct sbx_error *err)
+{
+	_cleanup_sx_ sqlite3_stmt *q = NULL;
+
+	if (strlen(scopes) >= STORE_SCOPES_MAX)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "scope", "too many scopes");
+	SX_LOCK(s);
+	if (sx_run(s, &q, "UPDATE api_keys SET scopes = ?2 WHERE id = ?1", "tt", err, key_id,
+		   scopes) < 0)
+		return -1;
+	if (sqlite3_changes(s->db) == 0)
+		return sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such key '%.40s'", key_id);
+	return 0;
+}

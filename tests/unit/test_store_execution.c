@@ -1,0 +1,128 @@
+/* store/execution.c: holds, settlement exactly once, release on failure,
+ * the ledger check over executions, receipts and key scopes. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "store/store.h"
+
+static struct store *open_tmp(char path[64])
+{
+	struct sbx_error err = {0};
+	struct store *s;
+
+	snprintf(path, 64, "/tmp/t-store-exec-%d.db", (int)getpid());
+	unlink(path);
+	s = store_open(path, &err);
+	assert_non_null(s);
+	return s;
+}
+
+static void test_execution_money(void **state)
+{
+	char path[64];
+	struct store *s = open_tmp(path);
+	struct store_account a;
+	struct store_balance b;
+	struct store_execution row = {.runtime = "python",
+				      .runner = "mock",
+				      .timeout_seconds = 10,
+				      .price_micro_per_second = 40};
+	struct store_execution got;
+	struct sbx_error err = {0};
+
+	assert_int_equal(store_account_create(s, "t", 1000, &a, &err), 0);
+	snprintf(row.account_id, sizeof row.account_id, "%s", a.id);
+
+	/* 1. completed: hold 400, charge 40, release 360 */
+	snprintf(row.id, sizeof row.id, "sbxr_1");
+	assert_int_equal(store_execution_reserve(s, &row, 400, &err), 0);
+	assert_int_equal(store_balance_get(s, a.id, &b, &err), 0);
+	assert_int_equal(b.reserved_micro, 400);
+	assert_int_equal(b.available_micro, 600);
+	assert_int_equal(store_ledger_check(s, NULL, &err), 0);
+	assert_int_equal(store_execution_settle(s, "sbxr_1", "completed", sbx_wall_ms(), 40,
+						"rcpt_1", "{\"x\":1}", &err),
+			 0);
+	assert_int_equal(store_execution_settle(s, "sbxr_1", "completed", sbx_wall_ms(), 40,
+						"rcpt_1", "{}", &err),
+			 -1); /* exactly once */
+	assert_int_equal(err.code, SBX_E_NOT_FOUND);
+	assert_int_equal(store_balance_get(s, a.id, &b, &err), 0);
+	assert_int_equal(b.reserved_micro, 0);
+	assert_int_equal(b.balance_micro, 960);
+	assert_int_equal(b.consumed_micro, 40);
+	assert_int_equal(store_execution_get(s, a.id, "sbxr_1", &got, &err), 0);
+	assert_string_equal(got.response, "{\"x\":1}");
+	assert_string_equal(got.status, "completed");
+	free(got.response);
+	assert_int_equal(store_execution_get(s, "acct_other", "sbxr_1", &got, &err), -1);
+
+	/* 2. failed: the whole hold comes back, nothing charged, not visible */
+	snprintf(row.id, sizeof row.id, "sbxr_2");
+	assert_int_equal(store_execution_reserve(s, &row, 400, &err), 0);
+	assert_int_equal(
+	    store_execution_settle(s, "sbxr_2", "failed", sbx_wall_ms(), 40, NULL, NULL, &err), 0);
+	assert_int_equal(store_balance_get(s, a.id, &b, &err), 0);
+	assert_int_equal(b.reserved_micro, 0);
+	assert_int_equal(b.balance_micro, 960);
+	assert_int_equal(store_execution_get(s, a.id, "sbxr_2", &got, &err), -1);
+
+	/* 3. not enough credit for the hold */
+	snprintf(row.id, sizeof row.id, "sbxr_3");
+	assert_int_equal(store_execution_reserve(s, &row, 961, &err), -1);
+	assert_int_equal(err.code, SBX_E_INSUFFICIENT_CREDIT);
+	assert_int_equal(store_ledger_check(s, NULL, &err), 0);
+
+	/* receipts are per account */
+	char *body, *hash, *sig, *signer;
+	assert_int_equal(
+	    store_receipt_insert(s, "rcpt_1", a.id, "sbxr_1", "{}", "0xa", "0xb", "0xc", 1, &err),
+	    0);
+	assert_int_equal(store_receipt_get(s, a.id, "rcpt_1", &body, &hash, &sig, &signer, &err),
+			 0);
+	assert_string_equal(signer, "0xc");
+	free(body), free(hash), free(sig), free(signer);
+	assert_int_equal(
+	    store_receipt_get(s, "acct_x", "rcpt_1", &body, &hash, &sig, &signer, &err), -1);
+	assert_int_equal(err.code, SBX_E_NOT_FOUND);
+	store_close(s);
+	unlink(path);
+}
+
+static void test_scopes(void **state)
+{
+	char path[64], scopes[STORE_SCOPES_MAX];
+	struct store *s = open_tmp(path);
+	struct store_account a;
+	struct store_key k = {.id = "key_1", .prefix = "aas_sk_1"};
+	struct sbx_error err = {0};
+
+	assert_int_equal(store_account_create(s, "t", 0, &a, &err), 0);
+	snprintf(k.account_id, sizeof k.account_id, "%s", a.id);
+	assert_int_equal(
+	    store_key_insert(
+		s, &k, "0000000000000000000000000000000000000000000000000000000000000001", &err),
+	    0);
+	assert_int_equal(store_key_scopes_get(s, "key_1", scopes, &err), 0);
+	assert_string_equal(scopes, "sandboxes"); /* the migration's default */
+	assert_int_equal(store_key_scopes_set(s, "key_1", "usage", &err), 0);
+	assert_int_equal(store_key_scopes_get(s, "key_1", scopes, &err), 0);
+	assert_string_equal(scopes, "usage");
+	assert_int_equal(store_key_scopes_set(s, "key_none", "usage", &err), -1);
+	store_close(s);
+	unlink(path);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_execution_money),
+	    cmocka_unit_test(test_scopes),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
