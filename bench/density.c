@@ -1,0 +1,240 @@
+/* bench/density: idle guests of the small size (2 vCPU, 4 GiB, tiny image)
+ * started one by one through vmm/ (the daemon's own boot path, without
+ * HTTP) until SBX_DENSITY_N (default 6) answer HELLO; then, after
+ * SBX_DENSITY_IDLE_S (default 10) seconds idle, for each qemu process:
+ * VmRSS, and from /proc/PID/smaps what it is made of: guest RAM (the
+ * mapping as large as the guest's memory), the TCG code cache (the
+ * executable anonymous mapping QEMU translates into), and the rest (QEMU's
+ * heap, which holds its copy of the kernel and initramfs, libraries);
+ * and CPU per guest over the idle window (utime+stime from /proc/PID/stat).
+ * Repeated for each TCG translation-cache size in SBX_DENSITY_TB (a list,
+ * default "0,32": 0 = QEMU's default).
+ *
+ * Environment: SBX_TEST_IMAGE_DIR (default build/images/tiny). Prints
+ * figures; never fails on them. Exit 1 only when it cannot run. */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "agentless/agentless.h"
+#include "vmm/vmm.h"
+
+#define MAX_GUESTS 64
+
+static int env_int(const char *name, int def)
+{
+	const char *s = getenv(name);
+	long v;
+
+	if (!s || !*s)
+		return def;
+	v = strtol(s, NULL, 10);
+	return v > 0 && v <= MAX_GUESTS * 100 ? (int)v : def;
+}
+
+static int qemu_pid(const char *name)
+{
+	char cmd[256];
+	FILE *p;
+	int pid = -1;
+
+	snprintf(cmd, sizeof(cmd), "pgrep -f '[q]emu-system.*guest=%s,' | head -1", name);
+	p = popen(cmd, "r");
+	if (!p)
+		return -1;
+	if (fscanf(p, "%d", &pid) != 1)
+		pid = -1;
+	pclose(p);
+	return pid;
+}
+
+struct mem {
+	long rss_kib, guest_kib, tcg_kib, rest_kib;
+};
+
+/* Walk smaps: classify each mapping's Rss. */
+static int mem_of(int pid, uint64_t guest_mib, struct mem *m)
+{
+	char path[64], line[512];
+	unsigned long lo = 0, hi = 0;
+	char perms[8] = "";
+	int is_anon = 0;
+	FILE *f;
+
+	memset(m, 0, sizeof(*m));
+	snprintf(path, sizeof(path), "/proc/%d/smaps", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		char rest[400] = "";
+		long kib;
+
+		if (sscanf(line, "%lx-%lx %7s %*s %*s %*s %399[^\n]", &lo, &hi, perms, rest) >= 3 &&
+		    strchr(line, '-') < strchr(line, ' ')) {
+			is_anon = rest[0] == '\0';
+			continue;
+		}
+		if (sscanf(line, "Rss: %ld kB", &kib) == 1) {
+			m->rss_kib += kib;
+			if (hi - lo >= guest_mib * 1024 * 1024)
+				m->guest_kib += kib;
+			else if (is_anon && perms[2] == 'x')
+				m->tcg_kib += kib;
+			else
+				m->rest_kib += kib;
+		}
+	}
+	fclose(f);
+	return 0;
+}
+
+static long cpu_ticks(int pid)
+{
+	char path[64], buf[2048];
+	unsigned long ut = 0, st = 0;
+	FILE *f;
+	char *p;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return -1;
+	if (!fgets(buf, sizeof(buf), f)) {
+		fclose(f);
+		return -1;
+	}
+	fclose(f);
+	p = strrchr(buf, ')');
+	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+		return -1;
+	return (long)(ut + st);
+}
+
+static void one_config(unsigned tb, int n, int idle_s, const char *img)
+{
+	char state[256], run[300], kernel[400], initrd[400], prefix[64];
+	struct vmm_vm *vms[MAX_GUESTS] = {0};
+	struct agentless_conn *conns[MAX_GUESTS] = {0};
+	int pids[MAX_GUESTS], started = 0;
+	long ticks0[MAX_GUESTS];
+	struct sbx_error err = {0};
+	struct agentless_limits lim = {.backstop_grace_ms = 10000, .max_inflight = 8};
+	struct vmm_guest_spec spec = {.vcpus = 2, .memory_mib = 4096};
+	int64_t boot_ms[MAX_GUESTS];
+
+	snprintf(state, sizeof(state), "/var/lib/sandboxd-test/density-%d", (int)getpid());
+	snprintf(run, sizeof(run), "%s/run", state);
+	snprintf(prefix, sizeof(prefix), "d%d-", (int)getpid());
+	snprintf(kernel, sizeof(kernel), "%s/vmlinux", state);
+	snprintf(initrd, sizeof(initrd), "%s/initramfs.cpio.gz", state);
+	{
+		char cmd[2048];
+
+		snprintf(cmd, sizeof(cmd),
+			 "mkdir -p -m 0755 /var/lib/sandboxd-test %s %s && cp %s/vmlinux "
+			 "%s/initramfs.cpio.gz %s/ && chmod 0755 %s",
+			 state, run, img, img, state, state);
+		if (system(cmd) != 0) {
+			fprintf(stderr, "density: cannot prepare %s\n", state);
+			return;
+		}
+	}
+	struct vmm_config cfg = {
+	    .uri = "qemu:///system",
+	    .name_prefix = prefix,
+	    .accel = VMM_ACCEL_TCG,
+	    .allow_tcg = true,
+	    .kernel = kernel,
+	    .initrd = initrd,
+	    .run_dir = run,
+	    .transport = VMM_TRANSPORT_SOCKET,
+	    .tb_cache_mib = tb,
+	    .console_log_max = 1 << 20,
+	};
+	struct vmm *v = vmm_new(&cfg, &err);
+
+	if (!v) {
+		fprintf(stderr, "density: %s\n", err.message);
+		return;
+	}
+	for (int i = 0; i < n; i++) {
+		struct sbx_channel ch;
+		int64_t t0 = sbx_mono_ms();
+
+		vms[i] = vmm_vm_start(v, &spec, &err);
+		if (!vms[i])
+			break;
+		conns[i] = agentless_conn_new(&lim, NULL, NULL);
+		if (vmm_vm_open_channel(vms[i], agentless_conn_recv, conns[i], &ch, &err) < 0)
+			break;
+		agentless_conn_attach(conns[i], ch, false);
+		if (agentless_conn_wait_hello(conns[i], sbx_mono_ms() + 120000, &err) < 0)
+			break;
+		boot_ms[i] = sbx_mono_ms() - t0;
+		pids[i] = qemu_pid(vmm_vm_name(vms[i]));
+		started++;
+	}
+	if (started < n)
+		fprintf(stderr, "density: guest %d did not start: %s\n", started + 1, err.message);
+	sleep(2);
+	for (int i = 0; i < started; i++)
+		ticks0[i] = cpu_ticks(pids[i]);
+	sleep((unsigned)idle_s);
+	long hz = sysconf(_SC_CLK_TCK);
+	struct mem sum = {0};
+	double cpu_sum = 0;
+	printf("tb-cache %s: %d idle small guests\n", tb ? "" : "default", started);
+	if (tb)
+		printf("  (tb-cache %u MiB)\n", tb);
+	for (int i = 0; i < started; i++) {
+		struct mem m;
+		long t1 = cpu_ticks(pids[i]);
+		double cpu = (double)(t1 - ticks0[i]) / (double)hz / idle_s * 100.0;
+
+		mem_of(pids[i], spec.memory_mib, &m);
+		printf("  guest %2d: boot %5lld ms, RSS %4ld MiB = guest RAM %4ld + TCG cache %3ld + "
+		       "rest %3ld; CPU %.1f%% of a core\n",
+		       i + 1, (long long)boot_ms[i], m.rss_kib / 1024, m.guest_kib / 1024,
+		       m.tcg_kib / 1024, m.rest_kib / 1024, cpu);
+		sum.rss_kib += m.rss_kib;
+		sum.guest_kib += m.guest_kib;
+		sum.tcg_kib += m.tcg_kib;
+		sum.rest_kib += m.rest_kib;
+		cpu_sum += cpu;
+	}
+	if (started)
+		printf("  mean per guest: RSS %ld MiB (guest RAM %ld, TCG cache %ld, rest %ld), CPU "
+		       "%.1f%% of a core\n",
+		       sum.rss_kib / 1024 / started, sum.guest_kib / 1024 / started,
+		       sum.tcg_kib / 1024 / started, sum.rest_kib / 1024 / started,
+		       cpu_sum / started);
+	fflush(stdout);
+	for (int i = 0; i < n; i++) {
+		if (conns[i])
+			agentless_conn_free(conns[i], "bench done");
+		if (vms[i]) {
+			vmm_vm_destroy(vms[i], &err);
+			vmm_vm_free(vms[i]);
+		}
+	}
+	vmm_free(v);
+}
+
+int main(void)
+{
+	const char *img = getenv("SBX_TEST_IMAGE_DIR");
+	const char *tbs = getenv("SBX_DENSITY_TB");
+	int n = env_int("SBX_DENSITY_N", 6), idle = env_int("SBX_DENSITY_IDLE_S", 10);
+	char list[128];
+
+	if (n > MAX_GUESTS)
+		n = MAX_GUESTS;
+	snprintf(list, sizeof(list), "%s", tbs && *tbs ? tbs : "0,32");
+	for (char *save = NULL, *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save))
+		one_config((unsigned)strtoul(t, NULL, 10), n, idle, img ? img : "build/images/tiny");
+	return 0;
+}
