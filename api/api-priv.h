@@ -100,4 +100,15 @@ int api_config_parse(const char *json, size_t len, struct sandbox_config *cfg,
 struct sockaddr_in;
 int api_listen_parse(const char *listen, struct sockaddr_in *sa, struct sbx_error *err);
 
+/* POST /v1/sandbox/executions: {"runtime", "timeout_seconds", "code"}, all
+ * required; unknown fields 400. Range checks against the config are
+ * sandbox/'s. Free out->code. */
+struct api_execution_body {
+	char runtime[16];
+	char *code;
+	struct sandbox_execution_req req; /* points into runtime and code */
+};
+int api_execution_decode(const char *body, size_t len, struct api_execution_body *out,
+			 struct sbx_error *err);
+
 #endif

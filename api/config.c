@@ -72,6 +72,12 @@ static const struct key_spec keys[] = {
     NUM(liveness_interval_ms, K_U32),
     NUM(liveness_misses, K_INT),
     NUM(http_threads, K_INT),
+    STR(execution_runner),
+    NUM(execution_price_micro_per_second, K_U64),
+    NUM(execution_max_timeout_seconds, K_INT),
+    STR(execution_size),
+    NUM(execution_max_code_bytes, K_SIZE),
+    NUM(execution_test_shell_runtime, K_BOOL),
 };
 
 static int bad_type(const char *key, const char *what, struct sbx_error *err)

@@ -28,14 +28,18 @@
 
 enum route {
 	R_NONE,
-	R_SANDBOXES, /* /v1/sandboxes */
-	R_SANDBOX,   /* /v1/sandboxes/{id} */
-	R_EXEC,	     /* /v1/sandboxes/{id}/exec */
-	R_EXTEND,    /* /v1/sandboxes/{id}/extend */
-	R_USAGE,     /* /v1/usage */
-	R_LIMITS,    /* /v1/limits */
-	R_KEYS,	     /* /v1/api_keys */
-	R_KEY,	     /* /v1/api_keys/{id} */
+	R_SANDBOXES,   /* /v1/sandboxes */
+	R_SANDBOX,     /* /v1/sandboxes/{id} */
+	R_EXEC,	       /* /v1/sandboxes/{id}/exec */
+	R_EXTEND,      /* /v1/sandboxes/{id}/extend */
+	R_USAGE,       /* /v1/usage */
+	R_LIMITS,      /* /v1/limits */
+	R_KEYS,	       /* /v1/api_keys */
+	R_KEY,	       /* /v1/api_keys/{id} */
+	R_EXECUTIONS,  /* /v1/sandbox/executions */
+	R_EXECUTION,   /* /v1/sandbox/executions/{id} */
+	R_RECEIPT,     /* /v1/receipts/{id} */
+	R_RECEIPT_KEY, /* /v1/receipts/public-key */
 };
 
 enum exec_state {
@@ -59,7 +63,7 @@ struct api_server {
 	int inflight;  /* requests received and not yet completed */
 	int live_reqs; /* struct req alive (some may wait on a late exec callback) */
 	bool stopping;
-	bool released; /* api_server_stop returned: the last req frees srv */
+	bool released;	   /* api_server_stop returned: the last req frees srv */
 	int async_threads; /* create/DELETE threads still running */
 	struct req *suspended;
 };
@@ -87,7 +91,7 @@ struct req {
 	struct api_create_body create;
 	char idem_key[256];
 	bool has_idem_key;
-	int op_rc;           /* 0, or -1 with exec_err */
+	int op_rc; /* 0, or -1 with exec_err */
 	unsigned out_status;
 	char *out_body;
 	size_t out_len;
@@ -210,6 +214,15 @@ static enum route route_resolve(const char *url, char id[SANDBOX_ID_MAX])
 		return R_LIMITS;
 	if (strcmp(url, "/v1/api_keys") == 0)
 		return R_KEYS;
+	if (strcmp(url, "/v1/sandbox/executions") == 0)
+		return R_EXECUTIONS;
+	if (strcmp(url, "/v1/receipts/public-key") == 0)
+		return R_RECEIPT_KEY;
+	if (strncmp(url, "/v1/sandbox/executions/", 23) == 0 && take_id(url + 23, id, &rest) &&
+	    *rest == '\0')
+		return R_EXECUTION;
+	if (strncmp(url, "/v1/receipts/", 13) == 0 && take_id(url + 13, id, &rest) && *rest == '\0')
+		return R_RECEIPT;
 	if (strncmp(url, "/v1/sandboxes/", 14) == 0 && take_id(url + 14, id, &rest)) {
 		if (*rest == '\0')
 			return R_SANDBOX;
@@ -234,7 +247,12 @@ static const char *route_allow(enum route r)
 		return "GET, DELETE";
 	case R_EXEC:
 	case R_EXTEND:
+	case R_EXECUTIONS:
 		return "POST";
+	case R_EXECUTION:
+	case R_RECEIPT:
+	case R_RECEIPT_KEY:
+		return "GET";
 	case R_USAGE:
 	case R_LIMITS:
 		return "GET";
@@ -259,8 +277,8 @@ static bool method_allowed(enum route r, const char *method)
 
 static bool route_has_body(enum route r, const char *method)
 {
-	return strcmp(method, "POST") == 0 &&
-	       (r == R_SANDBOXES || r == R_EXEC || r == R_EXTEND || r == R_KEYS);
+	return strcmp(method, "POST") == 0 && (r == R_SANDBOXES || r == R_EXEC || r == R_EXTEND ||
+					       r == R_KEYS || r == R_EXECUTIONS);
 }
 
 /* ------------------------------------------------------------------- auth */
@@ -311,6 +329,89 @@ static int authenticate(struct api_server *srv, struct MHD_Connection *c, char *
 	return sbx_error_set(err, SBX_E_AUTHENTICATION, NULL,
 			     "missing or invalid API key; send 'Authorization: Bearer "
 			     "aas_sk_...' with a valid, unrevoked key");
+}
+
+/* The key's scopes must include `scope` (403 permission_error). */
+static int require_scope(struct api_server *srv, struct MHD_Connection *c, const char *scope,
+			 struct sbx_error *err)
+{
+	const char *h =
+	    MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+	char token[API_TOKEN_MAX + 1], account[SANDBOX_ID_MAX], scopes[128];
+
+	if (!bearer_token(h, token) ||
+	    sandbox_authenticate_scopes(srv->svc, token, account, scopes, err) < 0)
+		return -1;
+	if (!sandbox_scopes_have(scopes, scope))
+		return sbx_error_set(err, SBX_E_PERMISSION, NULL,
+				     "this API key lacks the '%s' scope; create a key with "
+				     "'admin create-key ACCOUNT --scope %s'",
+				     scope, scope);
+	return 0;
+}
+
+static enum MHD_Result reply_text(struct MHD_Connection *c, unsigned status, char *body,
+				  const char *type)
+{
+	struct MHD_Response *resp =
+	    MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+	enum MHD_Result ret;
+
+	if (!resp) {
+		free(body);
+		return MHD_NO;
+	}
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+	ret = MHD_queue_response(c, status, resp);
+	MHD_destroy_response(resp);
+	return ret;
+}
+
+/* The one-shot execution routes (sandbox/execution.c). A POST runs on this
+ * worker until the program ends (<= execution_max_timeout_seconds). */
+static enum MHD_Result handle_execution_routes(struct api_server *srv, struct req *r)
+{
+	struct sbx_error err;
+	char *out = NULL, *pem = NULL;
+
+	sbx_error_clear(&err);
+	switch (r->route) {
+	case R_EXECUTIONS: {
+		struct api_execution_body b;
+		int rc;
+
+		if (api_execution_decode(r->body.data, r->body.len, &b, &err) < 0)
+			return reply_error(r->conn, &err);
+		rc = sandbox_execution_run(srv->svc, r->account_id, &b.req, &out, &err);
+		free(b.code);
+		if (rc < 0)
+			return reply_error(r->conn, &err);
+		break;
+	}
+	case R_EXECUTION:
+		if (sandbox_execution_get(srv->svc, r->account_id, r->id, &out, &err) < 0)
+			return reply_error(r->conn, &err);
+		break;
+	case R_RECEIPT:
+		if (sandbox_receipt_get(srv->svc, r->account_id, r->id, &out, &err) < 0)
+			return reply_error(r->conn, &err);
+		break;
+	default:
+		if (sandbox_receipt_public_key(srv->svc, &out, &pem, &err) < 0)
+			return reply_error(r->conn, &err);
+		{
+			struct json_object *o = json_object_new_object();
+
+			json_object_object_add(o, "object", json_object_new_string("receipt_key"));
+			json_object_object_add(o, "algorithm", json_object_new_string("Ed25519"));
+			json_object_object_add(o, "signer", json_object_new_string(out));
+			json_object_object_add(o, "public_key_pem", json_object_new_string(pem));
+			free(out);
+			free(pem);
+			return reply_json(r->conn, 200, o, 0, NULL);
+		}
+	}
+	return reply_text(r->conn, 200, out, "application/json");
 }
 
 static bool media_type_is(const char *ct, const char *type)
@@ -656,8 +757,7 @@ static int create_work(struct req *r, struct sbx_error *err)
 			r->out_replayed = true;
 		}
 		sandbox_create_result_release(&res);
-		return r->out_body ? 0
-				   : sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+		return r->out_body ? 0 : sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
 	}
 	if (out_json(r, 201, api_sandbox_encode(&res.view)) < 0) {
 		if (key)
@@ -826,8 +926,7 @@ static enum MHD_Result dispatch(struct req *r, const char *method)
 	sbx_error_clear(&err);
 	memset(&v, 0, sizeof(v));
 	switch (r->route) {
-	case R_LIMITS:
-	{
+	case R_LIMITS: {
 		struct sandbox_startup_stats st;
 
 		sandbox_startup_stats(srv->svc, &st);
@@ -859,6 +958,11 @@ static enum MHD_Result dispatch(struct req *r, const char *method)
 			return reply_error(r->conn, &err);
 		return reply_json(r->conn, 200, api_sandbox_encode(&v), 0, NULL);
 	}
+	case R_EXECUTIONS:
+	case R_EXECUTION:
+	case R_RECEIPT:
+	case R_RECEIPT_KEY:
+		return handle_execution_routes(srv, r);
 	case R_NONE:
 		break;
 	}
@@ -906,6 +1010,9 @@ static enum MHD_Result request_begin(struct api_server *srv, struct MHD_Connecti
 		return reply_error_allow(c, &err, route_allow(r->route));
 	}
 	if (r->route != R_LIMITS && authenticate(srv, c, r->account_id, &err) < 0)
+		return reply_error(c, &err);
+	if ((r->route == R_EXECUTIONS || r->route == R_EXECUTION) &&
+	    require_scope(srv, c, "sandboxes", &err) < 0)
 		return reply_error(c, &err);
 	cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
 	if (cl) {

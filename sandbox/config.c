@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "fault.h"
+#include "sandbox-priv.h"
 
 static void set_size(struct sandbox_size *s, const char *name, unsigned vcpus, uint64_t mem_gib,
 		     uint64_t disk_gib, int64_t price)
@@ -62,6 +63,9 @@ void sandbox_config_defaults(struct sandbox_config *cfg)
 	cfg->http_threads = 4;
 	cfg->liveness_interval_ms = 5000;
 	cfg->liveness_misses = 3;
+	cfg->execution_price_micro_per_second = 40;
+	cfg->execution_max_timeout_seconds = 60;
+	cfg->execution_max_code_bytes = 256 * 1024;
 }
 
 /* dst = base + suffix unless dst is set; a path that does not fit is left
@@ -186,6 +190,8 @@ int sandbox_config_validate(const struct sandbox_config *cfg, struct sbx_error *
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "test_fault_point",
 				     "test_fault_point '%s' is not a fault point (sandbox/fault.c)",
 				     cfg->test_fault_point);
+	if (sandbox_execution_config_validate(cfg, err) < 0)
+		return -1;
 	if (cfg->test_fault_point[0] && strcmp(cfg->mode, "production") == 0)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "test_fault_point",
 				     "test_fault_point is for tests; production mode refuses it");

@@ -25,8 +25,8 @@ struct live {
 	bool dead;		  /* guest gone or channel broken: end as failed */
 	enum store_status ending; /* set by the ender before teardown (lock held) */
 	int64_t dead_at_ms;
-	bool pooled;		  /* in svc->pool, not handed out yet */
-	int64_t pooled_at_mono;	  /* when it said HELLO (for pool_max_idle_s) */
+	bool pooled;		/* in svc->pool, not handed out yet */
+	int64_t pooled_at_mono; /* when it said HELLO (for pool_max_idle_s) */
 	struct live *next;
 };
 
@@ -46,8 +46,8 @@ struct sandbox_svc {
 	struct live *lives;
 	int booting; /* admitted customer creates not yet live (capacity) */
 	uint64_t booting_mib;
-	int boots_active;	/* boots holding a boot slot (customers and pool) */
-	int customers_waiting;	/* customer creates waiting for a boot slot */
+	int boots_active;      /* boots holding a boot slot (customers and pool) */
+	int customers_waiting; /* customer creates waiting for a boot slot */
 	bool stop;
 	bool timer_started;
 	pthread_t timer;
@@ -69,14 +69,19 @@ struct sandbox_svc {
  * open its channel and wait for HELLO until deadline_mono. On success *out
  * is a new struct live (not linked anywhere; id empty). The caller holds a
  * boot slot. -1 with err; nothing is left behind. */
-int sandbox_guest_boot(struct sandbox_svc *svc, const struct sandbox_size *size,
-		       const char *marker, int64_t deadline_mono, struct live **out,
-		       struct sbx_error *err);
+int sandbox_guest_boot(struct sandbox_svc *svc, const struct sandbox_size *size, const char *marker,
+		       int64_t deadline_mono, struct live **out, struct sbx_error *err);
 /* Fail in-flight execs, destroy the domain, free. No lock held. */
 void sandbox_live_teardown(struct live *l, const char *why);
 /* Would one more guest of mem_mib fit the host's capacity, counting
  * customers' guests, boots and the pool? Call with lock. */
 bool sandbox_capacity_fits_locked(struct sandbox_svc *svc, uint64_t mem_mib);
+
+/* execution.c */
+
+/* The execution keys of a config: runner known, dev-process and the test
+ * shell runtime refused in production, price and caps in range. */
+int sandbox_execution_config_validate(const struct sandbox_config *cfg, struct sbx_error *err);
 
 /* pool.c */
 

@@ -85,6 +85,14 @@ struct sandbox_config {
 	uint32_t test_minute_ms;
 	int http_threads; /* libmicrohttpd thread pool size */
 
+	/* One-shot executions (docs/executions.md). */
+	char execution_runner[16];		   /* "" = auto | libvirt | dev-process | mock */
+	uint64_t execution_price_micro_per_second; /* 40 */
+	int execution_max_timeout_seconds;	   /* 60 */
+	char execution_size[16];		   /* guest size, "" = default_size */
+	size_t execution_max_code_bytes;	   /* 256 KiB */
+	bool execution_test_shell_runtime;	   /* tests only: runtime "sh" */
+
 	/* Liveness (docs/lifecycle.md): every live guest is pinged over its
 	 * channel every liveness_interval_ms (0 = off), each ping waiting at
 	 * most that long; after liveness_misses misses in a row the sandbox
@@ -179,7 +187,7 @@ struct sandbox_view {
 	int64_t created_at_ms;
 	int64_t expires_at_ms;
 	int64_t ended_at_ms;
-	int64_t cost_micro; /* so far, or final */
+	int64_t cost_micro;   /* so far, or final */
 	char startup_path[8]; /* "warm" (pooled guest) | "cold" (booted) | "" unknown */
 	int64_t startup_ms;   /* request received -> guest ready and recorded */
 };
@@ -355,5 +363,57 @@ struct sandbox_usage {
 int sandbox_usage(struct sandbox_svc *svc, const char *account_id, int64_t from_ms, int64_t to_ms,
 		  const char *granularity, struct sandbox_usage *out, struct sbx_error *err);
 void sandbox_usage_release(struct sandbox_usage *u);
+
+/* ------------------------------------------------ executions (issue 8)
+ *
+ * POST /v1/sandbox/executions: a fresh guest (from the warm pool when there
+ * is one) runs `code` with a fixed launcher that reads it on stdin (exec
+ * protocol v2), and is destroyed afterwards. Billing: the cost of the whole
+ * timeout is held first; then ceil(duration_ms / 1000) (min 1) seconds at
+ * execution_price_micro_per_second are charged and the rest released. A
+ * run that could not happen releases the hold and issues no receipt. */
+
+/* Which runner executions use under cfg: "libvirt", "dev-process" or
+ * "mock" (borrowed). */
+const char *sandbox_execution_runner(const struct sandbox_config *cfg);
+
+struct sandbox_execution_req {
+	const char *runtime; /* "python" | "node" (| "sh" in test configs) */
+	int timeout_seconds; /* 1..execution_max_timeout_seconds */
+	const char *code;    /* UTF-8, NUL-free, <= execution_max_code_bytes */
+	size_t code_len;
+};
+
+/* Run one execution. On success *response is the 200 body (a new
+ * NUL-terminated JSON object: id, object, status, exit_code, stdout, stderr,
+ * stdout_truncated, stderr_truncated, duration_ms, runner, receipt,
+ * billing) and *id_out its id. Errors: SBX_E_INVALID_REQUEST (param
+ * runtime/timeout_seconds/code), SBX_E_INSUFFICIENT_CREDIT,
+ * SBX_E_SERVICE_UNAVAILABLE (+retry_after), SBX_E_SANDBOX_ERROR. */
+int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
+			  const struct sandbox_execution_req *req, char **response,
+			  struct sbx_error *err);
+/* The stored 200 body of an execution of this account (new string). */
+int sandbox_execution_get(struct sandbox_svc *svc, const char *account_id, const char *id,
+			  char **response, struct sbx_error *err);
+
+/* A receipt of this account: *json is {"object": "receipt", "id", "hash",
+ * "signature", "signer", "body": {...}} (new string). */
+int sandbox_receipt_get(struct sandbox_svc *svc, const char *account_id, const char *id,
+			char **json, struct sbx_error *err);
+/* The node's receipt signing key ("0x" + 64 hex, and PEM; new strings),
+ * created at the first call. */
+int sandbox_receipt_public_key(struct sandbox_svc *svc, char **hex, char **pem,
+			       struct sbx_error *err);
+
+/* Bearer token -> account id and the key's scopes (space-separated). */
+int sandbox_authenticate_scopes(struct sandbox_svc *svc, const char *token,
+				char account_id[SANDBOX_ID_MAX], char scopes[128],
+				struct sbx_error *err);
+/* Replace a key's scopes ("sandboxes", "usage", space/comma separated). */
+int sandbox_key_set_scopes(struct sandbox_svc *svc, const char *key_id, const char *scopes,
+			   struct sbx_error *err);
+/* true when the space-separated list holds scope. */
+bool sandbox_scopes_have(const char *scopes, const char *scope);
 
 #endif

@@ -1,0 +1,742 @@
+/* sandbox: one-shot executions with signed receipts (issue 8). See
+ * sandbox.h and docs/executions.md.
+ *
+ * Order of the steps: check the request -> hold the cost of the whole
+ * timeout -> get a guest (warm pool, else boot) -> run the launcher with the
+ * code on stdin -> destroy the guest -> sign the receipt -> charge the
+ * started seconds and release the rest (one transaction, with the stored
+ * response). A run that could not happen releases the whole hold. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "../agentless/agentless.h"
+#include "../billing/billing.h"
+#include "../receipt/receipt.h"
+#include "../store/store.h"
+#include "../vmm/vmm.h"
+#include "sandbox-priv.h"
+#include "sandbox.h"
+
+#define MOD "execution"
+
+/* The launcher: the code arrives on stdin (never on a command line), is
+ * written to a private file, and the program runs with stdin at /dev/null. */
+#define LAUNCH_HEAD                                                                                \
+	"umask 077; d=$(mktemp -d /tmp/sbxr.XXXXXX) || exit 125; cat > \"$d/main.%s\" || exit "    \
+	"125; cd \"$d\" && exec %s main.%s </dev/null"
+
+static const struct runtime {
+	const char *name, *ext, *interp;
+	bool test_only;
+} runtimes[] = {
+    {"python", "py", "python3", false},
+    {"node", "js", "node", false},
+    {"sh", "sh", "/bin/sh", true},
+};
+
+static const struct runtime *runtime_find(const struct sandbox_config *cfg, const char *name)
+{
+	for (size_t i = 0; name && i < SBX_ARRAY_SIZE(runtimes); i++)
+		if (strcmp(runtimes[i].name, name) == 0 &&
+		    (!runtimes[i].test_only || cfg->execution_test_shell_runtime))
+			return &runtimes[i];
+	return NULL;
+}
+
+const char *sandbox_execution_runner(const struct sandbox_config *cfg)
+{
+	if (cfg->execution_runner[0])
+		return cfg->execution_runner;
+	if (strcmp(cfg->mode, "development") == 0 && !cfg->libvirt_uri[0])
+		return "mock";
+	return "libvirt";
+}
+
+int sandbox_execution_config_validate(const struct sandbox_config *cfg, struct sbx_error *err)
+{
+	const char *r = cfg->execution_runner;
+	bool prod = strcmp(cfg->mode, "production") == 0;
+
+	if (r[0] && strcmp(r, "libvirt") != 0 && strcmp(r, "dev-process") != 0 &&
+	    strcmp(r, "mock") != 0)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "execution_runner",
+				     "execution_runner must be 'libvirt', 'dev-process' or 'mock'");
+	if (prod && strcmp(sandbox_execution_runner(cfg), "libvirt") != 0)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "execution_runner",
+				     "production mode refuses the '%s' runner (no isolation); "
+				     "use 'libvirt'",
+				     sandbox_execution_runner(cfg));
+	if (prod && cfg->execution_test_shell_runtime)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "execution_test_shell_runtime",
+				     "execution_test_shell_runtime is for tests; production "
+				     "mode refuses it");
+	if (cfg->execution_max_timeout_seconds < 1 || cfg->execution_max_timeout_seconds > 3600)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "execution_max_timeout_seconds",
+				     "execution_max_timeout_seconds must be 1..3600");
+	if (cfg->execution_price_micro_per_second > 1000000000)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "execution_price_micro_per_second",
+				     "execution_price_micro_per_second must be <= 1e9");
+	if (cfg->execution_max_code_bytes < 1 || cfg->execution_max_code_bytes > 512 * 1024)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "execution_max_code_bytes",
+				     "execution_max_code_bytes must be 1..524288");
+	if (cfg->execution_size[0] && !sandbox_config_size(cfg, cfg->execution_size))
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "execution_size",
+				     "execution_size '%s' is not in the size table",
+				     cfg->execution_size);
+	return 0;
+}
+
+/* ------------------------------------------------------- the node key */
+
+static pthread_mutex_t signer_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct receipt_signer *signer;
+static char signer_path[PATH_MAX + 32];
+
+static struct receipt_signer *signer_get(struct sandbox_svc *svc, struct sbx_error *err)
+{
+	char path[PATH_MAX + 32];
+	struct receipt_signer *sg;
+
+	snprintf(path, sizeof path, "%s/receipt-ed25519.pem", svc->cfg.state_dir);
+	pthread_mutex_lock(&signer_lock);
+	if (!signer || strcmp(signer_path, path) != 0) {
+		sbx_mkdir_p(svc->cfg.state_dir, 0755);
+		sg = receipt_signer_load_or_create(path, err);
+		if (!sg) {
+			pthread_mutex_unlock(&signer_lock);
+			return NULL;
+		}
+		receipt_signer_free(signer); /* a test's earlier service; not in use */
+		signer = sg;
+		snprintf(signer_path, sizeof signer_path, "%s", path);
+	}
+	sg = signer;
+	pthread_mutex_unlock(&signer_lock);
+	return sg;
+}
+
+int sandbox_receipt_public_key(struct sandbox_svc *svc, char **hex, char **pem,
+			       struct sbx_error *err)
+{
+	struct receipt_signer *sg = signer_get(svc, err);
+
+	if (!sg)
+		return -1;
+	*hex = strdup(receipt_signer_public(sg));
+	*pem = receipt_signer_public_pem(sg);
+	if (!*hex || !*pem) {
+		free(*hex);
+		free(*pem);
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------- scopes */
+
+bool sandbox_scopes_have(const char *scopes, const char *scope)
+{
+	size_t n = strlen(scope);
+
+	for (const char *p = scopes; p && *p;) {
+		while (*p == ' ' || *p == ',')
+			p++;
+		size_t len = strcspn(p, " ,");
+		if (len == n && strncmp(p, scope, n) == 0)
+			return true;
+		p += len;
+	}
+	return false;
+}
+
+int sandbox_authenticate_scopes(struct sandbox_svc *svc, const char *token,
+				char account_id[SANDBOX_ID_MAX], char scopes[128],
+				struct sbx_error *err)
+{
+	struct store_key key;
+	char digest[65];
+	size_t len = token ? strlen(token) : 0;
+
+	if (sandbox_authenticate(svc, token, account_id, err) < 0)
+		return -1;
+	sbx_sha256_hex(token, len, digest);
+	if (store_key_find(svc->store, digest, &key, err) < 0)
+		return -1;
+	return store_key_scopes_get(svc->store, key.id, scopes, err);
+}
+
+int sandbox_key_set_scopes(struct sandbox_svc *svc, const char *key_id, const char *scopes,
+			   struct sbx_error *err)
+{
+	char norm[STORE_SCOPES_MAX] = "";
+	size_t used = 0;
+
+	for (const char *p = scopes; p && *p;) {
+		while (*p == ' ' || *p == ',')
+			p++;
+		size_t len = strcspn(p, " ,");
+		if (len == 0)
+			break;
+		if (!((len == 9 && strncmp(p, "sandboxes", 9) == 0) ||
+		      (len == 5 && strncmp(p, "usage", 5) == 0)))
+			return sbx_error_set(err, SBX_E_INVALID_REQUEST, "scope",
+					     "unknown scope '%.*s'; known: sandboxes, usage",
+					     (int)SBX_MIN(len, 32), p);
+		if (used + len + 2 > sizeof norm)
+			return sbx_error_set(err, SBX_E_INVALID_REQUEST, "scope",
+					     "too many scopes");
+		used += (size_t)snprintf(norm + used, sizeof norm - used, "%s%.*s", used ? " " : "",
+					 (int)len, p);
+		p += len;
+	}
+	return store_key_scopes_set(svc->store, key_id, norm, err);
+}
+
+/* ------------------------------------------------------------ runners */
+
+struct run_result {
+	char *out, *errb;
+	size_t out_len, err_len;
+	uint64_t out_total, err_total;
+	int exit_code;
+	uint32_t duration_ms;
+	bool timed_out;
+};
+
+static void run_result_release(struct run_result *r)
+{
+	free(r->out);
+	free(r->errb);
+	memset(r, 0, sizeof(*r));
+}
+
+static int run_mock(const struct sandbox_execution_req *req, struct run_result *res)
+{
+	static const char msg[] = "mock runner: the code was not executed (development "
+				  "deployment without a sandbox node)\n";
+
+	res->out = strdup(msg);
+	res->errb = strdup("");
+	if (!res->out || !res->errb)
+		return -1;
+	res->out_len = res->out_total = sizeof(msg) - 1;
+	res->exit_code = 0;
+	res->duration_ms = 0;
+	(void)req;
+	return 0;
+}
+
+/* dev-process: the launcher as a plain host process, no isolation. */
+struct capture {
+	int fd;
+	char *buf;
+	size_t len, cap;
+	uint64_t total;
+};
+
+static void capture_read(struct capture *c)
+{
+	char tmp[65536];
+	ssize_t n = read(c->fd, tmp, sizeof tmp);
+
+	if (n <= 0) {
+		if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+			close(c->fd);
+			c->fd = -1;
+		}
+		return;
+	}
+	c->total += (uint64_t)n;
+	size_t keep = SBX_MIN((size_t)n, c->cap - c->len);
+	memcpy(c->buf + c->len, tmp, keep);
+	c->len += keep;
+}
+
+static int run_dev_process(const char *launcher, const struct sandbox_execution_req *req,
+			   uint32_t timeout_ms, size_t cap, struct run_result *res,
+			   struct sbx_error *err)
+{
+	int o[2], e[2], in = memfd_create("sbxr-code", MFD_CLOEXEC), status = 0;
+	struct capture co = {.cap = cap}, ce = {.cap = cap};
+	int64_t t0 = sbx_mono_ms(), deadline = t0 + timeout_ms;
+	pid_t pid;
+
+	if (in < 0 || write(in, req->code, req->code_len) != (ssize_t)req->code_len ||
+	    lseek(in, 0, SEEK_SET) < 0 || pipe2(o, O_CLOEXEC) < 0) {
+		if (in >= 0)
+			close(in);
+		return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL, "cannot stage the code");
+	}
+	if (pipe2(e, O_CLOEXEC) < 0) {
+		close(in), close(o[0]), close(o[1]);
+		return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL, "cannot create pipes");
+	}
+	pid = fork();
+	if (pid == 0) {
+		setpgid(0, 0);
+		dup2(in, 0);
+		dup2(o[1], 1);
+		dup2(e[1], 2);
+		execl("/bin/sh", "sh", "-c", launcher, (char *)NULL);
+		_exit(127);
+	}
+	close(in), close(o[1]), close(e[1]);
+	if (pid < 0) {
+		close(o[0]), close(e[0]);
+		return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL, "cannot fork");
+	}
+	co.fd = o[0];
+	ce.fd = e[0];
+	co.buf = malloc(cap + 1);
+	ce.buf = malloc(cap + 1);
+	if (!co.buf || !ce.buf)
+		abort();
+	for (;;) {
+		struct pollfd p[2] = {{.fd = co.fd, .events = POLLIN},
+				      {.fd = ce.fd, .events = POLLIN}};
+		int64_t left = deadline - sbx_mono_ms();
+
+		if (co.fd < 0 && ce.fd < 0)
+			break;
+		if (left <= 0) {
+			res->timed_out = true;
+			kill(-pid, SIGKILL);
+			kill(pid, SIGKILL);
+			break;
+		}
+		if (poll(p, 2, (int)SBX_MIN(left, 1000)) < 0 && errno != EINTR)
+			break;
+		if (co.fd >= 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR)))
+			capture_read(&co);
+		if (ce.fd >= 0 && (p[1].revents & (POLLIN | POLLHUP | POLLERR)))
+			capture_read(&ce);
+	}
+	if (co.fd >= 0)
+		close(co.fd);
+	if (ce.fd >= 0)
+		close(ce.fd);
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+	}
+	kill(-pid, SIGKILL); /* whatever it left behind */
+	res->duration_ms = (uint32_t)(sbx_mono_ms() - t0);
+	res->exit_code = res->timed_out	       ? 137
+			 : WIFEXITED(status)   ? WEXITSTATUS(status)
+			 : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
+					       : 1;
+	co.buf[co.len] = ce.buf[ce.len] = '\0';
+	res->out = co.buf, res->out_len = co.len, res->out_total = co.total;
+	res->errb = ce.buf, res->err_len = ce.len, res->err_total = ce.total;
+	return 0;
+}
+
+/* libvirt: a fresh guest, counted for host capacity while it lives. */
+static int guest_get(struct sandbox_svc *svc, const struct sandbox_size *size, const char *marker,
+		     struct live **out, bool *warm, struct sbx_error *err)
+{
+	int64_t deadline = sbx_mono_ms() + svc->cfg.boot_timeout_ms;
+	struct live *l;
+	int rc;
+
+	pthread_mutex_lock(&svc->lock);
+	l = sandbox_pool_take_locked(svc, size->name);
+	if (!l && !sandbox_capacity_fits_locked(svc, size->memory_mib)) {
+		pthread_mutex_unlock(&svc->lock);
+		sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
+			      "this node has no capacity for another execution right now; "
+			      "retry later");
+		err->retry_after_s = 10;
+		return -1;
+	}
+	svc->booting++;
+	svc->booting_mib += size->memory_mib;
+	pthread_cond_broadcast(&svc->cond); /* the pool refills */
+	if (l) {
+		pthread_mutex_unlock(&svc->lock);
+		*warm = true;
+		snprintf(l->id, sizeof l->id, "%s", marker);
+		/* a crash now leaves a domain naming no sandbox: reconcile destroys it */
+		if (vmm_vm_set_sandbox_id(l->vm, marker, err) < 0)
+			goto err_teardown;
+		*out = l;
+		return 0;
+	}
+	*warm = false;
+	while (svc->boots_active >= svc->cfg.max_concurrent_boots) {
+		struct timespec ts;
+
+		if (sbx_mono_ms() >= deadline || svc->stop) {
+			pthread_mutex_unlock(&svc->lock);
+			sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
+				      "too many guests are booting on this node; retry later");
+			err->retry_after_s = 5;
+			goto err_forget;
+		}
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 100 * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&svc->cond, &svc->lock, &ts);
+	}
+	svc->boots_active++;
+	pthread_mutex_unlock(&svc->lock);
+	rc = sandbox_guest_boot(svc, size, marker, deadline, &l, err);
+	pthread_mutex_lock(&svc->lock);
+	svc->boots_active--;
+	pthread_cond_broadcast(&svc->cond);
+	pthread_mutex_unlock(&svc->lock);
+	if (rc < 0)
+		goto err_forget;
+	snprintf(l->id, sizeof l->id, "%s", marker);
+	*out = l;
+	return 0;
+
+err_teardown:
+	sandbox_live_teardown(l, "the execution could not start");
+err_forget:
+	pthread_mutex_lock(&svc->lock);
+	svc->booting--;
+	svc->booting_mib -= size->memory_mib;
+	pthread_cond_broadcast(&svc->cond);
+	pthread_mutex_unlock(&svc->lock);
+	return -1;
+}
+
+static void guest_put(struct sandbox_svc *svc, const struct sandbox_size *size, struct live *l)
+{
+	sandbox_live_teardown(l, "the execution is over");
+	pthread_mutex_lock(&svc->lock);
+	svc->booting--;
+	svc->booting_mib -= size->memory_mib;
+	pthread_cond_broadcast(&svc->cond);
+	pthread_mutex_unlock(&svc->lock);
+}
+
+struct sync_call {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool done;
+	struct agentless_exec_result res;
+	struct sbx_error err;
+	bool ok;
+};
+
+static void sync_done(void *opaque, struct agentless_exec_result *res, const struct sbx_error *e)
+{
+	struct sync_call *sc = opaque;
+
+	pthread_mutex_lock(&sc->lock);
+	if (res) {
+		sc->res = *res;
+		memset(res, 0, sizeof(*res));
+		sc->ok = true;
+	} else {
+		sc->err = *e;
+	}
+	sc->done = true;
+	pthread_cond_broadcast(&sc->cond);
+	pthread_mutex_unlock(&sc->lock);
+}
+
+static int run_libvirt(struct sandbox_svc *svc, const char *id, const char *launcher,
+		       const struct sandbox_execution_req *req, uint32_t timeout_ms, size_t cap,
+		       struct run_result *res, bool *warm, struct sbx_error *err)
+{
+	const struct sandbox_config *cfg = &svc->cfg;
+	const struct sandbox_size *size = sandbox_config_size(
+	    cfg, cfg->execution_size[0] ? cfg->execution_size : cfg->default_size);
+	struct sync_call sc = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+	struct agentless_exec_req ar = {
+	    .command = launcher,
+	    .command_len = strlen(launcher),
+	    .cwd = "/tmp",
+	    .timeout_ms = timeout_ms,
+	    .stdout_cap = (uint32_t)cap,
+	    .stderr_cap = (uint32_t)cap,
+	    .stdin_data = req->code,
+	    .stdin_len = req->code_len,
+	};
+	struct live *l;
+
+	if (!size)
+		return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL, "no guest size configured");
+	if (guest_get(svc, size, id, &l, warm, err) < 0)
+		return -1;
+	if (agentless_exec_start(l->conn, &ar, sync_done, &sc, err) < 0) {
+		guest_put(svc, size, l);
+		if (err->code != SBX_E_SERVICE_UNAVAILABLE)
+			err->code = SBX_E_SANDBOX_ERROR;
+		return -1;
+	}
+	pthread_mutex_lock(&sc.lock);
+	while (!sc.done) {
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 250 * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&sc.cond, &sc.lock, &ts);
+		if (!sc.done) {
+			/* the host backstop: nobody else ticks this guest's conn */
+			pthread_mutex_unlock(&sc.lock);
+			agentless_conn_tick(l->conn, sbx_mono_ms());
+			pthread_mutex_lock(&sc.lock);
+		}
+	}
+	pthread_mutex_unlock(&sc.lock);
+	guest_put(svc, size, l);
+	if (!sc.ok) {
+		*err = sc.err;
+		if (err->code != SBX_E_SERVICE_UNAVAILABLE)
+			err->code = SBX_E_SANDBOX_ERROR;
+		return -1;
+	}
+	res->out = sc.res.stdout_buf, res->out_len = sc.res.stdout_len;
+	res->errb = sc.res.stderr_buf, res->err_len = sc.res.stderr_len;
+	res->out_total = sc.res.stdout_total, res->err_total = sc.res.stderr_total;
+	res->exit_code = sc.res.exit_code;
+	res->duration_ms = sc.res.duration_ms;
+	res->timed_out = sc.res.timed_out;
+	return 0;
+}
+
+/* ------------------------------------------------------------ the use case */
+
+static int check_req(const struct sandbox_config *cfg, const struct sandbox_execution_req *req,
+		     const struct runtime **rt, struct sbx_error *err)
+{
+	if (!(*rt = runtime_find(cfg, req->runtime)))
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "runtime",
+				     "runtime must be 'python' or 'node'");
+	if (req->timeout_seconds < 1 || req->timeout_seconds > cfg->execution_max_timeout_seconds)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "timeout_seconds",
+				     "timeout_seconds must be 1..%d",
+				     cfg->execution_max_timeout_seconds);
+	if (!req->code || req->code_len == 0)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "code", "code is required");
+	if (req->code_len > cfg->execution_max_code_bytes)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "code",
+				     "code must be at most %zu bytes",
+				     cfg->execution_max_code_bytes);
+	if (memchr(req->code, '\0', req->code_len))
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "code",
+				     "code must not contain NUL bytes");
+	return 0;
+}
+
+int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
+			  const struct sandbox_execution_req *req, char **response,
+			  struct sbx_error *err)
+{
+	const struct sandbox_config *cfg = &svc->cfg;
+	const char *runner = sandbox_execution_runner(cfg);
+	const struct runtime *rt;
+	struct store_execution row = {0};
+	struct run_result res = {0};
+	struct receipt_signer *sg;
+	struct receipt_json *in = NULL, *outj = NULL, *body = NULL, *resp = NULL, *r = NULL,
+			    *bill = NULL;
+	char launcher[512], salt[RECEIPT_HEX32_LEN], fin[RECEIPT_HEX32_LEN],
+	    fout[RECEIPT_HEX32_LEN], hash[RECEIPT_HEX32_LEN], sig[RECEIPT_SIG_HEX_LEN],
+	    rcpt[SANDBOX_ID_MAX], ts_start[32], ts_end[32], usd[32], micro[32], url[96];
+	char *sout = NULL, *serr = NULL, *canon_body = NULL, *canon_resp = NULL;
+	size_t sout_len = 0, serr_len = 0;
+	int64_t started, ended, seconds, cost,
+	    price = (int64_t)cfg->execution_price_micro_per_second;
+	bool warm = false, out_trunc, err_trunc;
+	int rc = -1;
+
+	*response = NULL;
+	if (check_req(cfg, req, &rt, err) < 0)
+		return -1;
+	if (!(sg = signer_get(svc, err)))
+		return -1;
+	snprintf(launcher, sizeof launcher, LAUNCH_HEAD, rt->ext, rt->interp, rt->ext);
+	if (sbx_random_id("sbxr_", 12, row.id, sizeof row.id) < 0 ||
+	    sbx_random_id("rcpt_", 12, rcpt, sizeof rcpt) < 0 || receipt_salt_new(salt, err) < 0)
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "no randomness available");
+	snprintf(row.account_id, sizeof row.account_id, "%s", account_id);
+	snprintf(row.runtime, sizeof row.runtime, "%s", rt->name);
+	snprintf(row.runner, sizeof row.runner, "%s", runner);
+	row.timeout_seconds = req->timeout_seconds;
+	row.price_micro_per_second = price;
+	row.requested_at_ms = started = sbx_wall_ms();
+
+	/* 1. Hold the cost of the whole timeout. */
+	if (store_execution_reserve(svc->store, &row, price * req->timeout_seconds, err) < 0)
+		return -1;
+
+	/* 2. Run. */
+	uint32_t timeout_ms = (uint32_t)req->timeout_seconds * 1000;
+	if (strcmp(runner, "mock") == 0)
+		rc = run_mock(req, &res) < 0
+			 ? sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory")
+			 : 0;
+	else if (strcmp(runner, "dev-process") == 0)
+		rc = run_dev_process(launcher, req, timeout_ms, cfg->output_cap_bytes, &res, err);
+	else
+		rc = run_libvirt(svc, row.id, launcher, req, timeout_ms, cfg->output_cap_bytes,
+				 &res, &warm, err);
+	ended = sbx_wall_ms();
+	if (rc < 0) {
+		sbx_warn(MOD, "execution %s: could not run: %s", row.id, err->message);
+		store_execution_settle(svc->store, row.id, "failed", ended, 0, NULL, NULL, NULL);
+		return -1;
+	}
+
+	/* 3. The result as returned, its fingerprints, the receipt. */
+	out_trunc = res.out_total > res.out_len;
+	err_trunc = res.err_total > res.err_len;
+	sout = sbx_utf8_sanitize(res.out, res.out_len, out_trunc, &sout_len);
+	serr = sbx_utf8_sanitize(res.errb, res.err_len, err_trunc, &serr_len);
+	if (!sout || !serr) {
+		sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+		goto err_release;
+	}
+	seconds = SBX_MAX((int64_t)1, ((int64_t)res.duration_ms + 999) / 1000);
+	cost = SBX_MIN(seconds * price, price * req->timeout_seconds);
+	in = receipt_json_object();
+	receipt_json_set_str(in, "code", req->code, req->code_len);
+	receipt_json_set_str(in, "runtime", rt->name, strlen(rt->name));
+	outj = receipt_json_object();
+	receipt_json_set_int(outj, "exit_code", res.exit_code);
+	receipt_json_set_str(outj, "stdout", sout, sout_len);
+	receipt_json_set_str(outj, "stderr", serr, serr_len);
+	if (receipt_fingerprint(salt, in, fin, err) < 0 ||
+	    receipt_fingerprint(salt, outj, fout, err) < 0) {
+		if (err->param[0] == '\0')
+			err->code = SBX_E_INVALID_REQUEST,
+			snprintf(err->param, sizeof err->param, "code");
+		goto err_release;
+	}
+	sbx_rfc3339(started, ts_start);
+	sbx_rfc3339(ended, ts_end);
+	body = receipt_json_object();
+	receipt_json_set_str(body, "id", rcpt, strlen(rcpt));
+	receipt_json_set_str(body, "object", "receipt", 7);
+	receipt_json_set_int(body, "version", 1);
+	receipt_json_set_str(body, "operation", "sandbox.execute", 15);
+	receipt_json_set_str(body, "execution_id", row.id, strlen(row.id));
+	receipt_json_set_str(body, "account_id", account_id, strlen(account_id));
+	receipt_json_set_null(body, "model");
+	receipt_json_set_str(body, "runtime", rt->name, strlen(rt->name));
+	receipt_json_set_str(body, "runner", runner, strlen(runner));
+	receipt_json_set_str(body, "status", res.timed_out ? "timed_out" : "completed",
+			     res.timed_out ? 9 : 9);
+	receipt_json_set_int(body, "input_tokens", 0);
+	receipt_json_set_int(body, "output_tokens", 0);
+	receipt_json_set_int(body, "latency_ms", res.duration_ms);
+	receipt_json_set_str(body, "input_fingerprint", fin, strlen(fin));
+	receipt_json_set_str(body, "output_fingerprint", fout, strlen(fout));
+	receipt_json_set_int(body, "cost_micro_usd", cost);
+	receipt_json_set_str(body, "started_at", ts_start, strlen(ts_start));
+	receipt_json_set_str(body, "completed_at", ts_end, strlen(ts_end));
+	receipt_json_set_str(body, "signer", receipt_signer_public(sg),
+			     strlen(receipt_signer_public(sg)));
+	if (!(canon_body = receipt_sign(sg, body, hash, sig, err)))
+		goto err_release;
+
+	/* 4. The 200 body (canonical JSON too: stable bytes for GET). */
+	snprintf(url, sizeof url, "/v1/receipts/%s", rcpt);
+	snprintf(micro, sizeof micro, "%lld", (long long)cost);
+	billing_format_usd(cost, usd);
+	resp = receipt_json_object();
+	receipt_json_set_str(resp, "id", row.id, strlen(row.id));
+	receipt_json_set_str(resp, "object", "sandbox.execution", 17);
+	receipt_json_set_str(resp, "status", res.timed_out ? "timed_out" : "completed", 9);
+	receipt_json_set_int(resp, "exit_code", res.exit_code);
+	receipt_json_set_str(resp, "stdout", sout, sout_len);
+	receipt_json_set_str(resp, "stderr", serr, serr_len);
+	receipt_json_set_bool(resp, "stdout_truncated", out_trunc);
+	receipt_json_set_bool(resp, "stderr_truncated", err_trunc);
+	receipt_json_set_int(resp, "duration_ms", res.duration_ms);
+	receipt_json_set_str(resp, "runner", runner, strlen(runner));
+	receipt_json_set_str(resp, "startup_path", warm ? "warm" : "cold", 4);
+	r = receipt_json_object();
+	receipt_json_set_str(r, "id", rcpt, strlen(rcpt));
+	receipt_json_set_str(r, "hash", hash, strlen(hash));
+	receipt_json_set_str(r, "signature", sig, strlen(sig));
+	receipt_json_set_str(r, "signer", receipt_signer_public(sg),
+			     strlen(receipt_signer_public(sg)));
+	receipt_json_set_str(r, "url", url, strlen(url));
+	receipt_json_set_obj(resp, "receipt", r);
+	bill = receipt_json_object();
+	receipt_json_set_str(bill, "cost_micro_usd", micro, strlen(micro));
+	receipt_json_set_str(bill, "cost_usd", usd, strlen(usd));
+	receipt_json_set_str(bill, "fingerprint_salt", salt, strlen(salt));
+	receipt_json_set_obj(resp, "billing", bill);
+	if (!(canon_resp = receipt_json_canonical(resp, NULL, err)))
+		goto err_release;
+
+	/* 5. Receipt, then charge + release + response in one transaction. */
+	if (store_receipt_insert(svc->store, rcpt, account_id, row.id, canon_body, hash, sig,
+				 receipt_signer_public(sg), ended, err) < 0 ||
+	    store_execution_settle(svc->store, row.id, res.timed_out ? "timed_out" : "completed",
+				   ended, cost, rcpt, canon_resp, err) < 0)
+		goto err_release;
+	sbx_info(MOD, "execution %s: %s %s exit %d in %u ms (%s), %lld micro-USD", row.id, runner,
+		 rt->name, res.exit_code, res.duration_ms, warm ? "warm" : "cold", (long long)cost);
+	*response = TAKE_PTR(canon_resp);
+	rc = 0;
+	goto out;
+
+err_release:
+	store_execution_settle(svc->store, row.id, "failed", ended, 0, NULL, NULL, NULL);
+	rc = -1;
+out:
+	receipt_json_free(in);
+	receipt_json_free(outj);
+	receipt_json_free(body);
+	receipt_json_free(resp);
+	free(canon_body);
+	free(canon_resp);
+	free(sout);
+	free(serr);
+	run_result_release(&res);
+	return rc;
+}
+
+int sandbox_execution_get(struct sandbox_svc *svc, const char *account_id, const char *id,
+			  char **response, struct sbx_error *err)
+{
+	struct store_execution row;
+
+	if (store_execution_get(svc->store, account_id, id, &row, err) < 0)
+		return -1;
+	if (!row.response)
+		return sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such execution '%.40s'", id);
+	*response = row.response;
+	return 0;
+}
+
+int sandbox_receipt_get(struct sandbox_svc *svc, const char *account_id, const char *id,
+			char **json, struct sbx_error *err)
+{
+	_cleanup_free_ char *body = NULL, *hash = NULL, *sig = NULL, *signer_hex = NULL;
+	struct sbx_buf b;
+
+	if (store_receipt_get(svc->store, account_id, id, &body, &hash, &sig, &signer_hex, err) < 0)
+		return -1;
+	/* body is canonical JSON we wrote; the others are hex: splice. */
+	sbx_buf_init(&b, 1024 * 1024);
+	if (sbx_buf_printf(&b,
+			   "{\"object\":\"receipt\",\"id\":\"%s\",\"hash\":\"%s\",\"signature\":"
+			   "\"%s\",\"signer\":\"%s\",\"body\":%s}",
+			   id, hash, sig, signer_hex, body) < 0) {
+		sbx_buf_release(&b);
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "receipt too large");
+	}
+	*json = sbx_buf_steal(&b, NULL);
+	return 0;
+}
