@@ -187,9 +187,10 @@ static void one_config(unsigned tb, int n, int idle_s, const char *img)
 	long hz = sysconf(_SC_CLK_TCK);
 	struct mem sum = {0};
 	double cpu_sum = 0;
-	printf("tb-cache %s: %d idle small guests\n", tb ? "" : "default", started);
 	if (tb)
-		printf("  (tb-cache %u MiB)\n", tb);
+		printf("tb-cache %u MiB: %d idle small guests\n", tb, started);
+	else
+		printf("tb-cache QEMU default: %d idle small guests\n", started);
 	for (int i = 0; i < started; i++) {
 		struct mem m;
 		long t1 = cpu_ticks(pids[i]);
