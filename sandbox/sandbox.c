@@ -23,6 +23,7 @@
 #include "../billing/billing.h"
 #include "../store/store.h"
 #include "../vmm/vmm.h"
+#include "fault.h"
 #include "sandbox-priv.h"
 
 #define MOD	     "sandbox"
@@ -161,6 +162,8 @@ static int end_sandbox(struct sandbox_svc *svc, const char *id, enum store_statu
 	pthread_mutex_unlock(&svc->lock);
 	if (l)
 		sandbox_live_teardown(l, why);
+	if (status == STORE_DESTROYED)
+		sandbox_fault_hit(&svc->cfg, SANDBOX_FAULT_DELETE_AFTER_DESTROY);
 	if (billing_settle(svc->store, id, status, ended_at_ms, out, err) < 0)
 		return -1;
 	return 0;
@@ -855,6 +858,7 @@ int sandbox_guest_boot(struct sandbox_svc *svc, const struct sandbox_size *size,
 		return -1;
 	}
 	snprintf(l->domain, sizeof(l->domain), "%s", vmm_vm_name(l->vm));
+	sandbox_fault_hit(cfg, SANDBOX_FAULT_CREATE_AFTER_DOMAIN_START);
 	l->conn = agentless_conn_new(&lim, on_conn_broken, l);
 	if (vmm_vm_open_channel(l->vm, agentless_conn_recv, l->conn, &ch, err) < 0)
 		goto err_teardown;
@@ -968,6 +972,7 @@ int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 			err->retry_after_s = 10;
 		return -1;
 	}
+	sandbox_fault_hit(cfg, SANDBOX_FAULT_CREATE_AFTER_RESERVE);
 
 	/* 2. Host capacity (503): a pooled guest of this size is already
 	 * counted, so taking it needs no room; a cold boot may evict idle
@@ -1013,6 +1018,7 @@ int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 			goto err_capacity;
 	}
 
+	sandbox_fault_hit(cfg, SANDBOX_FAULT_CREATE_AFTER_HELLO);
 	/* 4. Ready: billing starts now. */
 	created_at = sbx_wall_ms();
 	l->expires_at_ms = created_at + (int64_t)minutes * minute_ms(cfg);
@@ -1023,6 +1029,7 @@ int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 		sandbox_live_teardown(l, "the sandbox could not be created");
 		goto err_capacity;
 	}
+	sandbox_fault_hit(cfg, SANDBOX_FAULT_CREATE_AFTER_ACTIVATE);
 	startup_ms = sbx_mono_ms() - t_req_mono; /* ready and recorded */
 	pthread_mutex_lock(&svc->lock);
 	l->next = svc->lives;
@@ -1226,6 +1233,7 @@ int sandbox_destroy(struct sandbox_svc *svc, const char *account_id, const char 
 	if (row.status == STORE_RUNNING &&
 	    end_sandbox(svc, id, STORE_DESTROYED, now, "the sandbox was deleted", &row, err) < 0)
 		return -1;
+	sandbox_fault_hit(&svc->cfg, SANDBOX_FAULT_DELETE_AFTER_SETTLE);
 	view_from_row(&row, now, out);
 	return 0;
 }
@@ -1263,6 +1271,7 @@ int sandbox_extend(struct sandbox_svc *svc, const char *account_id, const char *
 
 		if (store_sandbox_extend(svc->store, account_id, id, want, extra, err) < 0)
 			return -1;
+		sandbox_fault_hit(cfg, SANDBOX_FAULT_EXTEND_AFTER_HOLD);
 		pthread_mutex_lock(&svc->lock);
 		struct live *l = live_find_locked(svc, id);
 		if (l)

