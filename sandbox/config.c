@@ -200,18 +200,6 @@ int sandbox_config_validate(const struct sandbox_config *cfg, struct sbx_error *
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "liveness_interval_ms",
 				     "liveness_interval_ms must be 0 (off) or >= 100, and "
 				     "liveness_misses 1..100");
-	if (!sandbox_fault_name_valid(cfg->test_fault_point))
-		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "test_fault_point",
-				     "test_fault_point '%s' is not a fault point (sandbox/fault.c)",
-				     cfg->test_fault_point);
-	if (cfg->test_fault_point[0] && strcmp(cfg->mode, "production") == 0)
-		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "test_fault_point",
-				     "test_fault_point is for tests; production mode refuses it");
-	if (cfg->liveness_interval_ms && (cfg->liveness_interval_ms < 100 ||
-					  cfg->liveness_misses < 1 || cfg->liveness_misses > 100))
-		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "liveness_interval_ms",
-				     "liveness_interval_ms must be 0 (off) or >= 100, and "
-				     "liveness_misses 1..100");
 	if (cfg->http_threads < 1 || cfg->http_threads > 256)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "http_threads",
 				     "http_threads must be 1..256");

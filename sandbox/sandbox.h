@@ -85,16 +85,6 @@ struct sandbox_config {
 	uint32_t test_minute_ms;
 	int http_threads; /* libmicrohttpd thread pool size */
 
-	/* Liveness (docs/lifecycle.md): every live guest is pinged over its
-	 * channel every liveness_interval_ms (0 = off), each ping waiting at
-	 * most that long; after liveness_misses misses in a row the sandbox
-	 * ends as failed at its last answered moment (last_seen_at). */
-	uint32_t liveness_interval_ms; /* 5000 */
-	int liveness_misses;	       /* 3 */
-	/* Tests only: die with _exit(137) at this named step (sandbox/fault.h
-	 * lists them; "" = never). Refused in production mode. */
-	char test_fault_point[48];
-
 	/* One-shot executions (docs/executions.md). */
 	char execution_runner[16];		   /* "" = auto | libvirt | dev-process | mock */
 	uint64_t execution_price_micro_per_second; /* 40 */
