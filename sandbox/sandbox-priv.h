@@ -61,6 +61,10 @@ struct sandbox_svc {
 	int64_t pool_backoff_until_mono; /* after a failed pool boot */
 
 	struct startup_ring startup_warm, startup_cold;
+
+	/* Liveness ping (liveness.c). */
+	bool liveness_started;
+	pthread_t liveness_thread;
 };
 
 /* sandbox.c */
@@ -82,6 +86,13 @@ bool sandbox_capacity_fits_locked(struct sandbox_svc *svc, uint64_t mem_mib);
 /* The execution keys of a config: runner known, dev-process and the test
  * shell runtime refused in production, price and caps in range. */
 int sandbox_execution_config_validate(const struct sandbox_config *cfg, struct sbx_error *err);
+
+/* liveness.c */
+
+/* Start the ping thread (no-op when liveness_interval_ms is 0). 0 or -1. */
+int sandbox_liveness_start(struct sandbox_svc *svc, struct sbx_error *err);
+/* Join the ping thread. Call with svc->stop set, lock not held. */
+void sandbox_liveness_stop(struct sandbox_svc *svc);
 
 /* pool.c */
 

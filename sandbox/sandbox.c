@@ -195,7 +195,8 @@ static void timer_pass(struct sandbox_svc *svc, int64_t *last_beat, int64_t *las
 			continue;
 		}
 		agentless_conn_tick(l->conn, mono);
-		if (beat && agentless_conn_alive(l->conn))
+		/* With liveness on, last_seen_at moves on answered pings only. */
+		if (beat && !svc->cfg.liveness_interval_ms && agentless_conn_alive(l->conn))
 			store_sandbox_touch(svc->store, l->id, now, NULL);
 		if (sync)
 			agentless_conn_send_time(l->conn, NULL);
@@ -466,7 +467,7 @@ struct sandbox_svc *sandbox_svc_new(const struct sandbox_config *cfg, int flags,
 		goto err_vmm;
 	}
 	svc->timer_started = true;
-	if (sandbox_pool_start(svc, err) < 0) {
+	if (sandbox_liveness_start(svc, err) < 0 || sandbox_pool_start(svc, err) < 0) {
 		sandbox_svc_free(svc);
 		return NULL;
 	}
@@ -491,6 +492,7 @@ void sandbox_svc_free(struct sandbox_svc *svc)
 	pthread_mutex_unlock(&svc->lock);
 	if (svc->timer_started)
 		pthread_join(svc->timer, NULL);
+	sandbox_liveness_stop(svc);
 	if (svc->vmm)
 		sandbox_pool_stop(svc);
 

@@ -429,6 +429,228 @@ static void kill9_during_ten_creates(void **state)
 	daemon_stop(&d);
 }
 
+/* --------------------------------------------------------- liveness ping */
+
+/* The one running domain of this run and its sandbox id. */
+static void only_sandbox(char id[64], char dom[64])
+{
+	struct store_sandbox *rows = NULL;
+	struct sbx_error err;
+	size_t n = 0;
+	struct store *s = store_open(d.db, &err);
+
+	assert_non_null(s);
+	assert_int_equal(store_sandbox_list_live(s, &rows, &n, &err), 0);
+	assert_int_equal(n, 1);
+	snprintf(id, 64, "%s", rows[0].id);
+	snprintf(dom, 64, "%s", rows[0].domain);
+	free(rows);
+	store_close(s);
+}
+
+static int64_t row_ms(const char *id, int which)
+{
+	struct store_sandbox row;
+	struct sbx_error err;
+	struct store *s = store_open(d.db, &err);
+
+	assert_int_equal(store_sandbox_get(s, d.account_id, id, &row, &err), 0);
+	store_close(s);
+	return which == 0 ? row.ended_at_ms : row.last_seen_at_ms;
+}
+
+/* Poll GET until the status is `want` or timeout; returns ms waited or -1. */
+static int64_t wait_status(const char *id, const char *want, int timeout_ms)
+{
+	int64_t t0 = sbx_mono_ms();
+
+	while (sbx_mono_ms() - t0 < timeout_ms) {
+		struct http_reply r;
+		bool hit;
+
+		sbx_req("GET", id, NULL, NULL, &r);
+		hit = r.status == 200 && jstr(r.json, "status") &&
+		      strcmp(jstr(r.json, "status"), want) == 0;
+		http_reply_free(&r);
+		if (hit)
+			return sbx_mono_ms() - t0;
+		usleep(100000);
+	}
+	return -1;
+}
+
+/* A guest frozen from the host (its vCPUs paused: no lifecycle event, the
+ * channel stays open) stops answering pings: with 3 misses of 1 s the
+ * sandbox is failed within a few seconds, billed to its last answer, and
+ * its domain destroyed. */
+static void frozen_guest_fails_by_liveness(void **state)
+{
+	char id[64], dom[64], cmd[256];
+	struct http_reply r;
+	int64_t t_freeze, waited, ended, c1, c2;
+
+	start_with("");
+	assert_int_equal(http_request(&d, "POST", "/v1/sandboxes", d.key, NULL, "{}", 0, &r), 0);
+	assert_int_equal(r.status, 201);
+	http_reply_free(&r);
+	only_sandbox(id, dom);
+	exec_ok(id);
+	sleep(3); /* a few answered pings */
+	snprintf(cmd, sizeof(cmd), "virsh -c qemu:///system suspend %s >/dev/null", dom);
+	t_freeze = sbx_wall_ms();
+	assert_int_equal(run_cmd(cmd), 0);
+	waited = wait_status(id, "failed", 30000);
+	fprintf(stderr, "# frozen guest: failed %lld ms after the suspend\n", (long long)waited);
+	assert_true(waited >= 0);
+	/* 3 misses of 1 s: not before ~3 s, well before 3 rounds of slack. */
+	assert_true(waited >= 2000 && waited <= 12000);
+	ended = row_ms(id, 0);
+	fprintf(stderr, "# frozen guest: ended_at = suspend %+lld ms\n",
+		(long long)(ended - t_freeze));
+	/* Billed to the last answered ping: before the freeze, at most one
+	 * interval (plus a ping's time) earlier. */
+	assert_true(ended <= t_freeze + 200 && ended >= t_freeze - 2500);
+	/* The domain is destroyed, and the cost no longer moves. */
+	int64_t t0 = sbx_mono_ms();
+	while (count_own_domains(&d) > 0 && sbx_mono_ms() - t0 < 10000)
+		usleep(100000);
+	assert_int_equal(count_own_domains(&d), 0);
+	sbx_req("GET", id, NULL, NULL, &r);
+	c1 = jint(r.json, "cost_micro_usd");
+	http_reply_free(&r);
+	sleep(2);
+	sbx_req("GET", id, NULL, NULL, &r);
+	c2 = jint(r.json, "cost_micro_usd");
+	http_reply_free(&r);
+	assert_int_equal(c1, c2);
+	sbx_req("POST", id, "/exec", "{\"command\": \"true\"}", &r);
+	assert_int_equal(r.status, 410);
+	http_reply_free(&r);
+	check_invariants("frozen guest");
+	daemon_stop(&d);
+}
+
+/* ------------------------------------------------- libvirtd restart */
+
+static pid_t libvirtd_pid(void)
+{
+	char comm[64] = "", path[64];
+	FILE *f = fopen("/run/libvirtd.pid", "r");
+	int pid = 0;
+
+	if (!f)
+		return 0;
+	if (fscanf(f, "%d", &pid) != 1)
+		pid = 0;
+	fclose(f);
+	snprintf(path, sizeof(path), "/proc/%d/comm", pid);
+	f = fopen(path, "r");
+	if (!f)
+		return 0;
+	if (!fgets(comm, sizeof(comm), f))
+		comm[0] = '\0';
+	fclose(f);
+	return strncmp(comm, "libvirtd", 8) == 0 ? (pid_t)pid : 0;
+}
+
+static int count_log(const char *log, const char *needle)
+{
+	char cmd[512];
+	FILE *p;
+	int n = 0;
+
+	snprintf(cmd, sizeof(cmd), "grep -c -- '%s' %s", needle, log);
+	p = popen(cmd, "r");
+	if (!p)
+		return -1;
+	if (fscanf(p, "%d", &n) != 1)
+		n = 0;
+	pclose(p);
+	return n;
+}
+
+/* libvirtd restarts while two sandboxes run: the daemon reconnects, exec
+ * still works, DELETE destroys the domain, and a guest killed after the
+ * restart is noticed through the lifecycle event on the new connection.
+ * libvirtd is shared: skipped while another sandboxd serves. */
+static void libvirtd_restart_is_survived(void **state)
+{
+	char log[320], a[64], b[64], dom_a[64], dom_b[64], cmd[512];
+	struct http_reply r;
+	int saved, fd;
+	pid_t lv;
+
+	if (run_cmd("test $(pgrep -fc '[s]andboxd serve') -eq 0") != 0) {
+		fprintf(stderr, "# SKIP libvirtd restart: other sandboxd daemons share libvirtd\n");
+		skip();
+	}
+	snprintf(log, sizeof(log), "%s/daemon.log", d.state_dir);
+	daemon_config(&d, BASE_CFG);
+	fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	assert_true(fd >= 0);
+	saved = dup(2);
+	dup2(fd, 2);
+	int started = daemon_start(&d);
+	dup2(saved, 2);
+	close(saved);
+	close(fd);
+	assert_int_equal(started, 0);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(
+		    http_request(&d, "POST", "/v1/sandboxes", d.key, NULL, "{}", 0, &r), 0);
+		assert_int_equal(r.status, 201);
+		snprintf(i ? b : a, 64, "%s", jstr(r.json, "id"));
+		http_reply_free(&r);
+	}
+	struct store_sandbox row;
+	struct sbx_error err;
+	struct store *s = store_open(d.db, &err);
+	assert_int_equal(store_sandbox_get(s, d.account_id, a, &row, &err), 0);
+	snprintf(dom_a, sizeof(dom_a), "%s", row.domain);
+	assert_int_equal(store_sandbox_get(s, d.account_id, b, &row, &err), 0);
+	snprintf(dom_b, sizeof(dom_b), "%s", row.domain);
+	store_close(s);
+
+	lv = libvirtd_pid();
+	assert_true(lv > 0);
+	int64_t t0 = sbx_mono_ms();
+	kill(lv, SIGTERM);
+	while (kill(lv, 0) == 0 && sbx_mono_ms() - t0 < 15000)
+		usleep(50000);
+	assert_int_equal(run_cmd("./scripts/libvirt-up.sh"), 0);
+	fprintf(stderr, "# libvirtd restarted in %lld ms\n", (long long)(sbx_mono_ms() - t0));
+	/* The daemon reconnects on its own. */
+	t0 = sbx_mono_ms();
+	while (count_log(log, "reconnected to") < 1 && sbx_mono_ms() - t0 < 15000)
+		usleep(100000);
+	assert_int_equal(count_log(log, "reconnected to"), 1);
+	fprintf(stderr, "# daemon reconnected %lld ms after libvirtd answered\n",
+		(long long)(sbx_mono_ms() - t0));
+	assert_int_equal(count_own_domains(&d), 2);
+	exec_ok(a);
+	exec_ok(b);
+	/* DELETE goes through the new connection. */
+	sbx_req("DELETE", a, NULL, NULL, &r);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(jstr(r.json, "status"), "destroyed");
+	http_reply_free(&r);
+	assert_int_equal(count_own_domains(&d), 1);
+	/* A guest killed now is noticed by a lifecycle event on the new
+	 * connection (the log names it) and fails. */
+	snprintf(cmd, sizeof(cmd), "virsh -c qemu:///system destroy %s >/dev/null", dom_b);
+	assert_int_equal(run_cmd(cmd), 0);
+	assert_true(wait_status(b, "failed", 10000) >= 0);
+	char needle[128];
+	snprintf(needle, sizeof(needle), "domain %s stopped", dom_b);
+	t0 = sbx_mono_ms();
+	while (count_log(log, needle) < 1 && sbx_mono_ms() - t0 < 5000)
+		usleep(100000);
+	assert_int_equal(count_log(log, needle), 1);
+	(void)dom_a;
+	check_invariants("libvirtd restart");
+	daemon_stop(&d);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -440,6 +662,8 @@ int main(void)
 	    cmocka_unit_test(crash_after_delete_destroy),
 	    cmocka_unit_test(crash_after_delete_settle),
 	    cmocka_unit_test(kill9_during_ten_creates),
+	    cmocka_unit_test(frozen_guest_fails_by_liveness),
+	    cmocka_unit_test(libvirtd_restart_is_survived),
 	};
 	if (getenv("SBX_TEST_FILTER"))
 		cmocka_set_test_filter(getenv("SBX_TEST_FILTER"));

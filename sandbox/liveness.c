@@ -1,0 +1,194 @@
+/* sandbox: the liveness ping (docs/lifecycle.md "Liveness").
+ *
+ * A guest that hangs without dying (PID 1 wedged, vCPUs paused) sends no
+ * lifecycle event and its channel does not break. This thread pings every
+ * live guest over its channel every liveness_interval_ms, each ping
+ * waiting at most that long; liveness_misses misses in a row mark the
+ * sandbox dead at its last answered moment, and the timer thread ends it
+ * as failed there (domain destroyed, billing stopped at that moment). An
+ * answered ping is also the heartbeat: last_seen_at moves only when the
+ * guest answers, so a daemon restart ends a frozen guest's row where it
+ * stopped answering, not where it stopped being watched.
+ *
+ * Pings are sent on this thread, one guest after another, never on the
+ * timer thread; a live is pinned with refs while its ping is in flight so
+ * no ender frees its conn under us.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sandbox-priv.h"
+
+#define MOD	     "sandbox"
+#define LIVENESS_MAX 4096 /* guests watched per round (>> max_guests) */
+#define TOUCH_MS     5000 /* write last_seen_at at most this often */
+
+struct watch {
+	char id[SANDBOX_ID_MAX];
+	int misses;
+	int64_t last_ok_ms;    /* wall clock of the last answer (or first sight) */
+	int64_t last_touch_ms; /* wall clock of the last store write */
+	bool seen;	       /* still live this round */
+};
+
+struct pinned {
+	struct live *l;
+	struct watch *w;
+};
+
+static struct watch *watch_find(struct watch *ws, size_t n, const char *id)
+{
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(ws[i].id, id) == 0)
+			return &ws[i];
+	return NULL;
+}
+
+/* Sleep until the monotonic deadline or stop. Returns true on stop. */
+static bool wait_until(struct sandbox_svc *svc, int64_t deadline_mono)
+{
+	bool stop;
+
+	pthread_mutex_lock(&svc->lock);
+	while (!svc->stop && sbx_mono_ms() < deadline_mono) {
+		int64_t left = deadline_mono - sbx_mono_ms();
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += left / 1000;
+		ts.tv_nsec += (left % 1000) * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&svc->cond, &svc->lock, &ts);
+	}
+	stop = svc->stop;
+	pthread_mutex_unlock(&svc->lock);
+	return stop;
+}
+
+static void liveness_round(struct sandbox_svc *svc, struct watch *ws, size_t *n_ws,
+			   struct pinned *pins)
+{
+	const uint32_t interval = svc->cfg.liveness_interval_ms;
+	size_t n_pins = 0, kept = 0;
+	int64_t now = sbx_wall_ms();
+
+	/* 1. Pin every live guest; forget the watches of guests that left. */
+	for (size_t i = 0; i < *n_ws; i++)
+		ws[i].seen = false;
+	pthread_mutex_lock(&svc->lock);
+	for (struct live *l = svc->lives; l && n_pins < LIVENESS_MAX; l = l->next) {
+		struct watch *w;
+
+		if (l->dead || l->unlinked)
+			continue;
+		w = watch_find(ws, *n_ws, l->id);
+		if (!w && *n_ws < LIVENESS_MAX) {
+			w = &ws[(*n_ws)++];
+			memset(w, 0, sizeof(*w));
+			snprintf(w->id, sizeof(w->id), "%s", l->id);
+			w->last_ok_ms = now;
+			w->last_touch_ms = now;
+		}
+		if (!w)
+			continue;
+		w->seen = true;
+		l->refs++;
+		pins[n_pins].l = l;
+		pins[n_pins].w = w;
+		n_pins++;
+	}
+	pthread_mutex_unlock(&svc->lock);
+
+	/* 2. Ping them, one after another, without the lock. */
+	for (size_t i = 0; i < n_pins; i++) {
+		struct live *l = pins[i].l;
+		struct watch *w = pins[i].w;
+		struct sbx_error err;
+		int64_t rtt, t;
+
+		sbx_error_clear(&err);
+		rtt = agentless_conn_ping(l->conn, 0, sbx_mono_ms() + interval, &err);
+		t = sbx_wall_ms();
+		if (rtt >= 0) {
+			w->misses = 0;
+			w->last_ok_ms = t;
+			if (t - w->last_touch_ms >= TOUCH_MS) {
+				store_sandbox_touch(svc->store, w->id, t, NULL);
+				w->last_touch_ms = t;
+			}
+		} else if (agentless_conn_alive(l->conn)) {
+			/* A broken channel is on_conn_broken's business; only a
+			 * channel that works but gets no answer is a miss. */
+			w->misses++;
+			sbx_warn(MOD, "sandbox %s: liveness ping unanswered (%d of %d)", w->id,
+				 w->misses, svc->cfg.liveness_misses);
+		}
+		pthread_mutex_lock(&svc->lock);
+		if (w->misses >= svc->cfg.liveness_misses && !l->dead && !l->unlinked) {
+			l->dead = true;
+			l->dead_at_ms = w->last_ok_ms;
+			sbx_warn(MOD,
+				 "sandbox %s: guest stopped answering; failing it as of its last "
+				 "answer %lld ms ago",
+				 w->id, (long long)(t - w->last_ok_ms));
+		}
+		if (--l->refs == 0 || l->dead)
+			pthread_cond_broadcast(&svc->cond);
+		pthread_mutex_unlock(&svc->lock);
+	}
+
+	/* 3. Compact: keep the watches of guests still live. */
+	for (size_t i = 0; i < *n_ws; i++)
+		if (ws[i].seen)
+			ws[kept++] = ws[i];
+	*n_ws = kept;
+}
+
+static void *liveness_main(void *arg)
+{
+	struct sandbox_svc *svc = arg;
+	struct watch *ws = calloc(LIVENESS_MAX, sizeof(*ws));
+	struct pinned *pins = calloc(LIVENESS_MAX, sizeof(*pins));
+	size_t n_ws = 0;
+
+	if (!ws || !pins) {
+		sbx_err(MOD, "liveness: out of memory; guests are not pinged");
+		goto out;
+	}
+	for (;;) {
+		int64_t next = sbx_mono_ms() + svc->cfg.liveness_interval_ms;
+
+		if (wait_until(svc, next))
+			break;
+		liveness_round(svc, ws, &n_ws, pins);
+	}
+out:
+	free(ws);
+	free(pins);
+	return NULL;
+}
+
+int sandbox_liveness_start(struct sandbox_svc *svc, struct sbx_error *err)
+{
+	if (!svc->cfg.liveness_interval_ms)
+		return 0;
+	if (pthread_create(&svc->liveness_thread, NULL, liveness_main, svc) != 0)
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "cannot start the liveness thread");
+	svc->liveness_started = true;
+	return 0;
+}
+
+void sandbox_liveness_stop(struct sandbox_svc *svc)
+{
+	if (!svc->liveness_started)
+		return;
+	pthread_join(svc->liveness_thread, NULL);
+	svc->liveness_started = false;
+}
