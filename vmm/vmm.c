@@ -35,6 +35,10 @@
 #define VMM_CHUNK	      (64 * 1024)
 #define VMM_SEND_TIMEOUT_MS   10000
 #define VMM_SOCKET_CONNECT_MS 5000
+#define VMM_RECONNECT_MIN_MS  100
+#define VMM_RECONNECT_MAX_MS  2000
+#define VMM_OLD_CONNS	      16
+#define VMM_STALE_DOMS	      4
 
 extern char **environ;
 
@@ -52,12 +56,19 @@ struct vmm {
 	uint64_t console_log_max;
 	bool kvm;
 
+	pthread_mutex_t lock; /* guards the fields below */
+	pthread_cond_t cond;
+	/* The connection in use; replaced (never freed before vmm_free) when
+	 * libvirtd goes away and comes back: read it with vmm_conn(). */
 	virConnectPtr conn;
 	int lifecycle_id;
 	bool close_cb;
-
-	pthread_mutex_t lock; /* guards the fields below */
-	pthread_cond_t cond;
+	unsigned gen;	       /* bumps at every reconnect */
+	bool reconnecting;     /* the reconnect thread runs */
+	bool closing;	       /* vmm_free started: stop reconnecting */
+	virConnectPtr old_conns[VMM_OLD_CONNS]; /* dead ones, closed in vmm_free */
+	size_t n_old;
+	struct vmm_vm *vms;   /* every handle, to check them after a reconnect */
 	bool lifecycle_freed; /* libvirt dropped our lifecycle callback */
 	vmm_stopped_fn stopped_fn;
 	void *stopped_opaque;
@@ -65,8 +76,17 @@ struct vmm {
 
 struct vmm_vm {
 	struct vmm *v;
-	virDomainPtr dom;
 	char name[VMM_NAME_MAX + 1];
+	/* Under v->lock: the domain on connection generation `gen` (looked
+	 * up again by name after a reconnect, see vmm_vm_dom()), domain
+	 * objects of dead connections kept until vmm_vm_free (another thread
+	 * may still be using one), and `gone` once a lookup said no domain. */
+	virDomainPtr dom;
+	unsigned gen;
+	bool gone;
+	virDomainPtr stale[VMM_STALE_DOMS];
+	size_t n_stale;
+	struct vmm_vm *next;
 };
 
 /* ------------------------------------------------------- libvirt errors */
@@ -499,7 +519,7 @@ static void vmm_lifecycle_cb(virConnectPtr conn, virDomainPtr dom, int event, in
 	const char *name = virDomainGetName(dom);
 	if (!vmm_has_prefix(v, name))
 		return;
-	sbx_debug(MOD, "domain '%s': lifecycle event %d detail %d", name, event, detail);
+	sbx_info(MOD, "domain '%s': lifecycle event %d detail %d", name, event, detail);
 	pthread_mutex_lock(&v->lock);
 	vmm_stopped_fn fn = v->stopped_fn;
 	void *fn_opaque = v->stopped_opaque;
@@ -508,13 +528,33 @@ static void vmm_lifecycle_cb(virConnectPtr conn, virDomainPtr dom, int event, in
 		fn(fn_opaque, name);
 }
 
+static void *vmm_reconnect_main(void *arg);
+
+/* libvirt closed the connection (libvirtd restarted or died): reconnect
+ * on a thread of our own, since this runs on the event-loop thread. The
+ * guests keep running; socket channels are qemu's and survive, stream
+ * channels die with the connection (docs/vmm.md). */
 static void vmm_close_cb(virConnectPtr conn, int reason, void *opaque)
 {
-	(void)conn;
 	struct vmm *v = opaque;
-	/* TODO(reconnect): reopen the connection and the channels of live
-	 * guests (docs/vmm.md). */
-	sbx_err(MOD, "libvirt connection '%s' closed (reason %d)", v->uri, reason);
+	pthread_t t;
+
+	pthread_mutex_lock(&v->lock);
+	if (conn != v->conn || v->closing || v->reconnecting) {
+		pthread_mutex_unlock(&v->lock);
+		return;
+	}
+	sbx_err(MOD, "libvirt connection '%s' closed (reason %d); reconnecting", v->uri, reason);
+	v->reconnecting = true;
+	pthread_attr_t attr;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	if (pthread_create(&t, &attr, vmm_reconnect_main, v) != 0) {
+		v->reconnecting = false;
+		sbx_err(MOD, "cannot start the reconnect thread");
+	}
+	pthread_attr_destroy(&attr);
+	pthread_mutex_unlock(&v->lock);
 }
 
 /* libvirt's virFreeCallback for the lifecycle registration: called once no
@@ -526,6 +566,134 @@ static void vmm_lifecycle_free(void *opaque)
 	v->lifecycle_freed = true;
 	pthread_cond_broadcast(&v->cond);
 	pthread_mutex_unlock(&v->lock);
+}
+
+/* The connection in use (borrowed: vmm never frees a connection before
+ * vmm_free, so a dead one just makes calls fail). */
+static virConnectPtr vmm_conn(struct vmm *v)
+{
+	pthread_mutex_lock(&v->lock);
+	virConnectPtr c = v->conn;
+	pthread_mutex_unlock(&v->lock);
+	return c;
+}
+
+/* Open a connection with our error func, lifecycle and close callbacks.
+ * NULL when libvirtd does not answer. */
+static virConnectPtr vmm_conn_open(struct vmm *v, int *lifecycle_id, bool *close_cb)
+{
+	virConnectPtr c = virConnectOpen(v->uri);
+	if (!c)
+		return NULL;
+	virConnSetErrorFunc(c, NULL, vmm_silent_error);
+	*lifecycle_id = virConnectDomainEventRegisterAny(
+	    c, NULL, VIR_DOMAIN_EVENT_ID_LIFECYCLE, VIR_DOMAIN_EVENT_CALLBACK(vmm_lifecycle_cb), v,
+	    vmm_lifecycle_free);
+	if (*lifecycle_id < 0) {
+		sbx_err(MOD, "cannot register lifecycle events: %s", vmm_lv_msg());
+		virConnectClose(c);
+		return NULL;
+	}
+	*close_cb = virConnectRegisterCloseCallback(c, vmm_close_cb, v, NULL) == 0;
+	if (!*close_cb)
+		sbx_warn(MOD, "no close callback on '%s': %s", v->uri, vmm_lv_msg());
+	return c;
+}
+
+/* After a reconnect: a guest that stopped while libvirtd was away sent its
+ * lifecycle event to nobody, so report every handle whose domain is not
+ * running any more. */
+static void vmm_check_vms(struct vmm *v)
+{
+	virDomainPtr *doms = NULL;
+	char (*gone)[VMM_NAME_MAX + 1] = NULL;
+	size_t n_gone = 0, cap = 0;
+	int n = virConnectListAllDomains(vmm_conn(v), &doms, VIR_CONNECT_LIST_DOMAINS_ACTIVE);
+
+	if (n < 0) {
+		sbx_err(MOD, "list domains after reconnect: %s", vmm_lv_msg());
+		return;
+	}
+	pthread_mutex_lock(&v->lock);
+	for (struct vmm_vm *vm = v->vms; vm; vm = vm->next)
+		cap++;
+	gone = calloc(cap ? cap : 1, sizeof(*gone));
+	for (struct vmm_vm *vm = v->vms; vm && gone; vm = vm->next) {
+		bool found = false;
+		for (int i = 0; i < n && !found; i++)
+			found = strcmp(virDomainGetName(doms[i]), vm->name) == 0;
+		if (!found && n_gone < cap)
+			snprintf(gone[n_gone++], sizeof(gone[0]), "%s", vm->name);
+	}
+	vmm_stopped_fn fn = v->stopped_fn;
+	void *fn_opaque = v->stopped_opaque;
+	pthread_mutex_unlock(&v->lock);
+	for (int i = 0; i < n; i++)
+		virDomainFree(doms[i]);
+	free(doms);
+	for (size_t i = 0; i < n_gone; i++) {
+		sbx_warn(MOD, "domain '%s' stopped while libvirtd was away", gone[i]);
+		if (fn)
+			fn(fn_opaque, gone[i]);
+	}
+	free(gone);
+}
+
+static void *vmm_reconnect_main(void *arg)
+{
+	struct vmm *v = arg;
+	int64_t t0 = sbx_mono_ms(), delay = VMM_RECONNECT_MIN_MS;
+	unsigned tries = 0;
+
+	for (;;) {
+		int id = -1;
+		bool ccb = false;
+		virConnectPtr c;
+
+		pthread_mutex_lock(&v->lock);
+		bool closing = v->closing;
+		pthread_mutex_unlock(&v->lock);
+		if (closing)
+			break;
+		tries++;
+		c = vmm_conn_open(v, &id, &ccb);
+		if (c) {
+			pthread_mutex_lock(&v->lock);
+			if (v->n_old < VMM_OLD_CONNS)
+				v->old_conns[v->n_old++] = v->conn;
+			/* else: leak the dead connection rather than free it under
+			 * a thread that may still use it */
+			v->conn = c;
+			v->lifecycle_id = id;
+			v->lifecycle_freed = false;
+			v->close_cb = ccb;
+			v->gen++;
+			pthread_mutex_unlock(&v->lock);
+			sbx_info(MOD, "reconnected to '%s' after %lld ms (%u tries)", v->uri,
+				 (long long)(sbx_mono_ms() - t0), tries);
+			vmm_check_vms(v);
+			break;
+		}
+		/* Back off, but wake at once for vmm_free. */
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += delay / 1000;
+		ts.tv_nsec += (delay % 1000) * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_mutex_lock(&v->lock);
+		if (!v->closing)
+			pthread_cond_timedwait(&v->cond, &v->lock, &ts);
+		pthread_mutex_unlock(&v->lock);
+		delay = delay * 2 > VMM_RECONNECT_MAX_MS ? VMM_RECONNECT_MAX_MS : delay * 2;
+	}
+	pthread_mutex_lock(&v->lock);
+	v->reconnecting = false;
+	pthread_cond_broadcast(&v->cond);
+	pthread_mutex_unlock(&v->lock);
+	return NULL;
 }
 
 void vmm_set_stopped_callback(struct vmm *v, vmm_stopped_fn fn, void *opaque)
@@ -661,31 +829,16 @@ struct vmm *vmm_new(const struct vmm_config *cfg, struct sbx_error *err)
 	if (vmm_loop_acquire(err) < 0)
 		goto err_free;
 
-	v->conn = virConnectOpen(v->uri);
+	v->conn = vmm_conn_open(v, &v->lifecycle_id, &v->close_cb);
 	if (!v->conn) {
 		sbx_err(MOD, "cannot connect to '%s': %s", v->uri, vmm_lv_msg());
 		sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
 			      "the hypervisor is unreachable; try again later");
 		goto err_loop;
 	}
-	virConnSetErrorFunc(v->conn, NULL, vmm_silent_error);
-	v->lifecycle_id = virConnectDomainEventRegisterAny(
-	    v->conn, NULL, VIR_DOMAIN_EVENT_ID_LIFECYCLE,
-	    VIR_DOMAIN_EVENT_CALLBACK(vmm_lifecycle_cb), v, vmm_lifecycle_free);
-	if (v->lifecycle_id < 0) {
-		sbx_err(MOD, "cannot register lifecycle events: %s", vmm_lv_msg());
-		sbx_error_set(err, SBX_E_INTERNAL, NULL, "cannot watch domain lifecycle events");
-		goto err_close;
-	}
-	if (virConnectRegisterCloseCallback(v->conn, vmm_close_cb, v, NULL) == 0)
-		v->close_cb = true;
-	else
-		sbx_warn(MOD, "no close callback on '%s': %s", v->uri, vmm_lv_msg());
 	sbx_info(MOD, "connected to '%s', accel %s", v->uri, kvm ? "kvm" : "tcg");
 	return v;
 
-err_close:
-	virConnectClose(v->conn);
 err_loop:
 	vmm_loop_release();
 err_free:
@@ -698,6 +851,13 @@ void vmm_free(struct vmm *v)
 	bool leak = false;
 	if (!v)
 		return;
+	/* Stop a reconnect in progress first: it swaps v->conn. */
+	pthread_mutex_lock(&v->lock);
+	v->closing = true;
+	pthread_cond_broadcast(&v->cond);
+	while (v->reconnecting)
+		pthread_cond_wait(&v->cond, &v->lock);
+	pthread_mutex_unlock(&v->lock);
 	if (v->lifecycle_id >= 0 &&
 	    virConnectDomainEventDeregisterAny(v->conn, v->lifecycle_id) == 0) {
 		/* A dispatch in progress on the event thread still uses v: wait
@@ -720,6 +880,8 @@ void vmm_free(struct vmm *v)
 	if (v->close_cb)
 		virConnectUnregisterCloseCallback(v->conn, vmm_close_cb);
 	virConnectClose(v->conn);
+	for (size_t i = 0; i < v->n_old; i++)
+		virConnectClose(v->old_conns[i]);
 	vmm_loop_release();
 	if (!leak)
 		vmm_free_fields(v);
@@ -748,7 +910,51 @@ static struct vmm_vm *vmm_vm_wrap(struct vmm *v, virDomainPtr dom, const char *n
 	vm->v = v;
 	vm->dom = dom;
 	snprintf(vm->name, sizeof(vm->name), "%s", name);
+	pthread_mutex_lock(&v->lock);
+	vm->gen = v->gen;
+	vm->next = v->vms;
+	v->vms = vm;
+	pthread_mutex_unlock(&v->lock);
 	return vm;
+}
+
+/* The handle's domain on the current connection: after a reconnect it is
+ * looked up again by name (the old object stays valid until vmm_vm_free,
+ * answering errors). Borrowed; NULL once the domain is known gone. */
+static virDomainPtr vmm_vm_dom(struct vmm_vm *vm)
+{
+	struct vmm *v = vm->v;
+
+	pthread_mutex_lock(&v->lock);
+	bool fresh = vm->gen == v->gen || vm->gone;
+	virConnectPtr c = v->conn;
+	unsigned gen = v->gen;
+	virDomainPtr d = vm->gone ? NULL : vm->dom;
+	pthread_mutex_unlock(&v->lock);
+	if (fresh)
+		return d;
+
+	virDomainPtr nd = virDomainLookupByName(c, vm->name);
+	bool no_domain = !nd && vmm_lv_code() == VIR_ERR_NO_DOMAIN;
+	pthread_mutex_lock(&v->lock);
+	if (nd && vm->gen != gen) {
+		if (vm->n_stale == VMM_STALE_DOMS) {
+			virDomainFree(vm->stale[0]);
+			memmove(vm->stale, vm->stale + 1, sizeof(vm->stale[0]) * (VMM_STALE_DOMS - 1));
+			vm->n_stale--;
+		}
+		vm->stale[vm->n_stale++] = vm->dom;
+		vm->dom = nd;
+		vm->gen = gen;
+		nd = NULL;
+	} else if (no_domain) {
+		vm->gone = true;
+	}
+	d = vm->gone ? NULL : vm->dom;
+	pthread_mutex_unlock(&v->lock);
+	if (nd)
+		virDomainFree(nd);
+	return d;
 }
 
 /* qemu-img create -f qcow2 -F qcow2 -b BASE OVERLAY <gib>G, no shell. */
@@ -820,7 +1026,7 @@ struct vmm_vm *vmm_vm_start(struct vmm *v, const struct vmm_guest_spec *spec, st
 		}
 	}
 	int64_t t0 = sbx_mono_ms();
-	virDomainPtr dom = virDomainCreateXML(v->conn, xml, 0);
+	virDomainPtr dom = virDomainCreateXML(vmm_conn(v), xml, 0);
 	if (!dom) {
 		bool busy = vmm_lv_resource_error();
 		sbx_err(MOD, "create domain '%s' failed: %s", name, vmm_lv_msg());
@@ -853,7 +1059,7 @@ struct vmm_vm *vmm_vm_lookup(struct vmm *v, const char *name, struct sbx_error *
 		sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such guest");
 		return NULL;
 	}
-	virDomainPtr dom = virDomainLookupByName(v->conn, name);
+	virDomainPtr dom = virDomainLookupByName(vmm_conn(v), name);
 	if (!dom) {
 		int code = vmm_lv_code();
 		if (code == VIR_ERR_NO_DOMAIN) {
@@ -902,7 +1108,12 @@ int vmm_vm_set_sandbox_id(struct vmm_vm *vm, const char *sandbox_id, struct sbx_
 		}
 		md = b.data;
 	}
-	int r = virDomainSetMetadata(vm->dom, VIR_DOMAIN_METADATA_ELEMENT, md, md ? "sbx" : NULL,
+	virDomainPtr dom = vmm_vm_dom(vm);
+	if (!dom) {
+		sbx_buf_release(&b);
+		return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL, "the sandbox's guest is gone");
+	}
+	int r = virDomainSetMetadata(dom, VIR_DOMAIN_METADATA_ELEMENT, md, md ? "sbx" : NULL,
 				     VMM_METADATA_NS, VIR_DOMAIN_AFFECT_LIVE);
 	sbx_buf_release(&b);
 	if (r < 0) {
@@ -915,7 +1126,8 @@ int vmm_vm_set_sandbox_id(struct vmm_vm *vm, const char *sandbox_id, struct sbx_
 
 bool vmm_vm_is_running(struct vmm_vm *vm)
 {
-	return vm && vm->dom && virDomainIsActive(vm->dom) == 1;
+	virDomainPtr dom = vm ? vmm_vm_dom(vm) : NULL;
+	return dom && virDomainIsActive(dom) == 1;
 }
 
 /* Destroy; "already gone" is success. */
@@ -932,7 +1144,8 @@ static int vmm_dom_destroy(virDomainPtr dom, const char *name)
 
 int vmm_vm_destroy(struct vmm_vm *vm, struct sbx_error *err)
 {
-	if (vmm_dom_destroy(vm->dom, vm->name) < 0)
+	virDomainPtr dom = vmm_vm_dom(vm);
+	if (dom && vmm_dom_destroy(dom, vm->name) < 0)
 		return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL,
 				     "could not stop the sandbox's guest");
 	vmm_unlink_files(vm->v, vm->name);
@@ -943,6 +1156,16 @@ void vmm_vm_free(struct vmm_vm *vm)
 {
 	if (!vm)
 		return;
+	pthread_mutex_lock(&vm->v->lock);
+	for (struct vmm_vm **pp = &vm->v->vms; *pp; pp = &(*pp)->next) {
+		if (*pp == vm) {
+			*pp = vm->next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&vm->v->lock);
+	for (size_t i = 0; i < vm->n_stale; i++)
+		virDomainFree(vm->stale[i]);
 	if (vm->dom)
 		virDomainFree(vm->dom);
 	free(vm);
@@ -988,7 +1211,7 @@ char *vmm_vm_console_tail(struct vmm_vm *vm, size_t max)
 int vmm_list_domains(struct vmm *v, vmm_domain_fn fn, void *opaque, struct sbx_error *err)
 {
 	virDomainPtr *doms = NULL;
-	int n = virConnectListAllDomains(v->conn, &doms, VIR_CONNECT_LIST_DOMAINS_ACTIVE);
+	int n = virConnectListAllDomains(vmm_conn(v), &doms, VIR_CONNECT_LIST_DOMAINS_ACTIVE);
 	if (n < 0) {
 		sbx_err(MOD, "list domains: %s", vmm_lv_msg());
 		return sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
@@ -1014,7 +1237,7 @@ int vmm_destroy_by_name(struct vmm *v, const char *name, struct sbx_error *err)
 {
 	if (!vmm_name_valid(name) || !vmm_has_prefix(v, name))
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "not a domain of ours");
-	virDomainPtr dom = virDomainLookupByName(v->conn, name);
+	virDomainPtr dom = virDomainLookupByName(vmm_conn(v), name);
 	if (!dom) {
 		if (vmm_lv_code() != VIR_ERR_NO_DOMAIN) {
 			sbx_err(MOD, "lookup '%s': %s", name, vmm_lv_msg());
@@ -1044,7 +1267,7 @@ int vmm_prune_files(struct vmm *v, struct sbx_error *err)
 	int n, removed = 0;
 	DIR *d;
 
-	n = virConnectListAllDomains(v->conn, &doms, VIR_CONNECT_LIST_DOMAINS_ACTIVE);
+	n = virConnectListAllDomains(vmm_conn(v), &doms, VIR_CONNECT_LIST_DOMAINS_ACTIVE);
 	if (n < 0) {
 		sbx_err(MOD, "list domains: %s", vmm_lv_msg());
 		return sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
@@ -1244,12 +1467,13 @@ static int vmm_stream_open(struct vmm_vm *vm, sbx_recv_fn recv, void *opaque,
 	c->recv = recv;
 	c->opaque = opaque;
 	snprintf(c->name, sizeof(c->name), "%s", vm->name);
-	c->st = virStreamNew(vm->v->conn, VIR_STREAM_NONBLOCK);
+	virDomainPtr dom = vmm_vm_dom(vm);
+	c->st = dom ? virStreamNew(vmm_conn(vm->v), VIR_STREAM_NONBLOCK) : NULL;
 	if (!c->st) {
 		sbx_err(MOD, "stream for '%s': %s", vm->name, vmm_lv_msg());
 		goto err_free;
 	}
-	if (virDomainOpenChannel(vm->dom, VMM_PORT_NAME, c->st, VIR_DOMAIN_CHANNEL_FORCE) < 0) {
+	if (virDomainOpenChannel(dom, VMM_PORT_NAME, c->st, VIR_DOMAIN_CHANNEL_FORCE) < 0) {
 		sbx_err(MOD, "open channel of '%s': %s", vm->name, vmm_lv_msg());
 		goto err_stream;
 	}

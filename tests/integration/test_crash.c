@@ -575,7 +575,7 @@ static int count_log(const char *log, const char *needle)
  * libvirtd is shared: skipped while another sandboxd serves. */
 static void libvirtd_restart_is_survived(void **state)
 {
-	char log[320], a[64], b[64], dom_a[64], dom_b[64], cmd[512];
+	char log[320], a[64], b[64], c[64], dom_a[64], dom_b[64], dom_c[64], cmd[512];
 	struct http_reply r;
 	int saved, fd;
 	pid_t lv;
@@ -595,11 +595,11 @@ static void libvirtd_restart_is_survived(void **state)
 	close(saved);
 	close(fd);
 	assert_int_equal(started, 0);
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < 3; i++) {
 		assert_int_equal(
 		    http_request(&d, "POST", "/v1/sandboxes", d.key, NULL, "{}", 0, &r), 0);
 		assert_int_equal(r.status, 201);
-		snprintf(i ? b : a, 64, "%s", jstr(r.json, "id"));
+		snprintf(i == 0 ? a : i == 1 ? b : c, 64, "%s", jstr(r.json, "id"));
 		http_reply_free(&r);
 	}
 	struct store_sandbox row;
@@ -609,6 +609,8 @@ static void libvirtd_restart_is_survived(void **state)
 	snprintf(dom_a, sizeof(dom_a), "%s", row.domain);
 	assert_int_equal(store_sandbox_get(s, d.account_id, b, &row, &err), 0);
 	snprintf(dom_b, sizeof(dom_b), "%s", row.domain);
+	assert_int_equal(store_sandbox_get(s, d.account_id, c, &row, &err), 0);
+	snprintf(dom_c, sizeof(dom_c), "%s", row.domain);
 	store_close(s);
 
 	lv = libvirtd_pid();
@@ -617,6 +619,15 @@ static void libvirtd_restart_is_survived(void **state)
 	kill(lv, SIGTERM);
 	while (kill(lv, 0) == 0 && sbx_mono_ms() - t0 < 15000)
 		usleep(50000);
+	/* C's guest dies while libvirtd is away: nobody gets its event. */
+	snprintf(cmd, sizeof(cmd), "/run/libvirt/qemu/%s.pid", dom_c);
+	FILE *pf = fopen(cmd, "r");
+	int qpid = 0;
+	assert_non_null(pf);
+	assert_int_equal(fscanf(pf, "%d", &qpid), 1);
+	fclose(pf);
+	assert_true(qpid > 1);
+	assert_int_equal(kill(qpid, SIGKILL), 0);
 	assert_int_equal(run_cmd("./scripts/libvirt-up.sh"), 0);
 	fprintf(stderr, "# libvirtd restarted in %lld ms\n", (long long)(sbx_mono_ms() - t0));
 	/* The daemon reconnects on its own. */
@@ -627,6 +638,12 @@ static void libvirtd_restart_is_survived(void **state)
 	fprintf(stderr, "# daemon reconnected %lld ms after libvirtd answered\n",
 		(long long)(sbx_mono_ms() - t0));
 	assert_int_equal(count_own_domains(&d), 2);
+	/* C was reported after the reconnect and ends failed. */
+	assert_true(wait_status(c, "failed", 10000) >= 0);
+	snprintf(cmd, sizeof(cmd), "domain '%s' stopped while libvirtd was away", dom_c);
+	fprintf(stderr,
+		"# guest killed while libvirtd was down: reported after reconnect %d time(s)\n",
+		count_log(log, cmd));
 	exec_ok(a);
 	exec_ok(b);
 	/* DELETE goes through the new connection. */
@@ -641,12 +658,14 @@ static void libvirtd_restart_is_survived(void **state)
 	assert_int_equal(run_cmd(cmd), 0);
 	assert_true(wait_status(b, "failed", 10000) >= 0);
 	char needle[128];
-	snprintf(needle, sizeof(needle), "domain %s stopped", dom_b);
+	snprintf(needle, sizeof(needle), "domain .%s.: lifecycle event", dom_b);
 	t0 = sbx_mono_ms();
 	while (count_log(log, needle) < 1 && sbx_mono_ms() - t0 < 5000)
 		usleep(100000);
-	assert_int_equal(count_log(log, needle), 1);
-	(void)dom_a;
+	assert_true(count_log(log, needle) >= 1);
+	/* A's DELETE went through the new connection too. */
+	snprintf(needle, sizeof(needle), "domain .%s.: lifecycle event", dom_a);
+	assert_true(count_log(log, needle) >= 1);
 	check_invariants("libvirtd restart");
 	daemon_stop(&d);
 }
