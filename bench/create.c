@@ -252,7 +252,8 @@ static void burst(const char *label, int n)
 int main(void)
 {
 	int n = env_int("SBX_BENCH_CREATES", 10), nburst = env_int("SBX_BENCH_BURST", 20);
-	int64_t *api = calloc((size_t)n, sizeof(int64_t)), *flo = calloc((size_t)n, sizeof(int64_t));
+	int64_t *api = calloc((size_t)n, sizeof(int64_t)),
+		*flo = calloc((size_t)n, sizeof(int64_t));
 	int64_t *warm_rt = calloc((size_t)n, sizeof(int64_t));
 	int64_t *warm_d = calloc((size_t)n, sizeof(int64_t));
 	int na = 0, nf = 0, nw = 0;
@@ -306,11 +307,9 @@ int main(void)
 	}
 	struct stats sa = stats_of(api, na), sf = stats_of(flo, nf);
 	printf("cold create via API  : n=%d median %lld ms, p95 %lld ms (min %lld, max %lld)\n",
-	       sa.n, (long long)sa.median, (long long)sa.p95, (long long)sa.min,
-	       (long long)sa.max);
+	       sa.n, (long long)sa.median, (long long)sa.p95, (long long)sa.min, (long long)sa.max);
 	printf("floor (CreateXML+HELLO): n=%d median %lld ms, p95 %lld ms (min %lld, max %lld)\n",
-	       sf.n, (long long)sf.median, (long long)sf.p95, (long long)sf.min,
-	       (long long)sf.max);
+	       sf.n, (long long)sf.median, (long long)sf.p95, (long long)sf.min, (long long)sf.max);
 	if (sf.median > 0 && sf.p95 > 0)
 		printf("ratio API/floor      : median %.3f, p95 %.3f\n",
 		       (double)sa.median / (double)sf.median, (double)sa.p95 / (double)sf.p95);

@@ -109,7 +109,8 @@ static long cpu_ticks(int pid)
 	}
 	fclose(f);
 	p = strrchr(buf, ')');
-	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+	if (!p ||
+	    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
 		return -1;
 	return (long)(ut + st);
 }
@@ -197,10 +198,11 @@ static void one_config(unsigned tb, int n, int idle_s, const char *img)
 		double cpu = (double)(t1 - ticks0[i]) / (double)hz / idle_s * 100.0;
 
 		mem_of(pids[i], spec.memory_mib, &m);
-		printf("  guest %2d: boot %5lld ms, RSS %4ld MiB = guest RAM %4ld + TCG cache %3ld + "
-		       "rest %3ld; CPU %.1f%% of a core\n",
-		       i + 1, (long long)boot_ms[i], m.rss_kib / 1024, m.guest_kib / 1024,
-		       m.tcg_kib / 1024, m.rest_kib / 1024, cpu);
+		printf(
+		    "  guest %2d: boot %5lld ms, RSS %4ld MiB = guest RAM %4ld + TCG cache %3ld + "
+		    "rest %3ld; CPU %.1f%% of a core\n",
+		    i + 1, (long long)boot_ms[i], m.rss_kib / 1024, m.guest_kib / 1024,
+		    m.tcg_kib / 1024, m.rest_kib / 1024, cpu);
 		sum.rss_kib += m.rss_kib;
 		sum.guest_kib += m.guest_kib;
 		sum.tcg_kib += m.tcg_kib;
@@ -208,11 +210,11 @@ static void one_config(unsigned tb, int n, int idle_s, const char *img)
 		cpu_sum += cpu;
 	}
 	if (started)
-		printf("  mean per guest: RSS %ld MiB (guest RAM %ld, TCG cache %ld, rest %ld), CPU "
-		       "%.1f%% of a core\n",
-		       sum.rss_kib / 1024 / started, sum.guest_kib / 1024 / started,
-		       sum.tcg_kib / 1024 / started, sum.rest_kib / 1024 / started,
-		       cpu_sum / started);
+		printf(
+		    "  mean per guest: RSS %ld MiB (guest RAM %ld, TCG cache %ld, rest %ld), CPU "
+		    "%.1f%% of a core\n",
+		    sum.rss_kib / 1024 / started, sum.guest_kib / 1024 / started,
+		    sum.tcg_kib / 1024 / started, sum.rest_kib / 1024 / started, cpu_sum / started);
 	fflush(stdout);
 	for (int i = 0; i < n; i++) {
 		if (conns[i])
@@ -236,6 +238,7 @@ int main(void)
 		n = MAX_GUESTS;
 	snprintf(list, sizeof(list), "%s", tbs && *tbs ? tbs : "0,32");
 	for (char *save = NULL, *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save))
-		one_config((unsigned)strtoul(t, NULL, 10), n, idle, img ? img : "build/images/tiny");
+		one_config((unsigned)strtoul(t, NULL, 10), n, idle,
+			   img ? img : "build/images/tiny");
 	return 0;
 }

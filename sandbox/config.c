@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "fault.h"
 #include "sandbox-priv.h"
 
 static void set_size(struct sandbox_size *s, const char *name, unsigned vcpus, uint64_t mem_gib,

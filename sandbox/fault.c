@@ -1,5 +1,5 @@
 /* sandbox: fault injection for crash tests. See fault.h. */
-#include "fault.h"
+#include "sandbox-priv.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -3,6 +3,7 @@
 #define SBX_SANDBOX_PRIV_H
 
 #include <pthread.h>
+#include <stdbool.h>
 
 #include "../agentless/agentless.h"
 #include "../store/store.h"
@@ -111,5 +112,32 @@ struct live *sandbox_pool_evict_locked(struct sandbox_svc *svc);
 void sandbox_pool_count_locked(struct sandbox_svc *svc, int *guests, uint64_t *mib);
 /* Mark pooled guests of domain `name` dead. Call with lock. */
 void sandbox_pool_domain_stopped_locked(struct sandbox_svc *svc, const char *name);
+
+/* ---------------------------------------------------- fault injection
+ * A named point in a use case where a test may make the daemon die as
+ * abruptly as `kill -9` (`_exit(137)`: no atexit, no cleanup). The config
+ * key `test_fault_point` names at most one point; production mode refuses
+ * it (sandbox_config_validate). docs/configuration.md and
+ * docs/lifecycle.md list the points and what a restart makes of each. */
+/* The points, in the order a sandbox meets them. The names are in
+ * fault.c, the only list of them. */
+enum sandbox_fault {
+	SANDBOX_FAULT_CREATE_AFTER_RESERVE,	 /* row CREATING + hold committed */
+	SANDBOX_FAULT_CREATE_AFTER_DOMAIN_START, /* domain started, no HELLO yet */
+	SANDBOX_FAULT_CREATE_AFTER_HELLO,	 /* guest ready, row still CREATING */
+	SANDBOX_FAULT_CREATE_AFTER_ACTIVATE,	 /* row RUNNING, key not yet done */
+	SANDBOX_FAULT_EXTEND_AFTER_HOLD,	 /* extra hold + new expiry committed */
+	SANDBOX_FAULT_DELETE_AFTER_DESTROY,	 /* domain destroyed, row not settled */
+	SANDBOX_FAULT_DELETE_AFTER_SETTLE,	 /* row settled, reply not sent */
+	SANDBOX_FAULT_COUNT
+};
+
+/* The point's name ("create.after_hello"); NULL when out of range. */
+const char *sandbox_fault_name(enum sandbox_fault point);
+/* True when `name` is "" (no fault) or one of the point names. */
+bool sandbox_fault_name_valid(const char *name);
+/* If the config names `point`, log one line to stderr and _exit(137).
+ * Otherwise return at once. */
+void sandbox_fault_hit(const struct sandbox_config *cfg, enum sandbox_fault point);
 
 #endif

@@ -23,7 +23,6 @@
 #include "../billing/billing.h"
 #include "../store/store.h"
 #include "../vmm/vmm.h"
-#include "fault.h"
 #include "sandbox-priv.h"
 
 #define MOD	     "sandbox"
@@ -830,9 +829,8 @@ static int create_params(const struct sandbox_config *cfg, const struct sandbox_
 	return 0;
 }
 
-int sandbox_guest_boot(struct sandbox_svc *svc, const struct sandbox_size *size,
-		       const char *marker, int64_t deadline_mono, struct live **out,
-		       struct sbx_error *err)
+int sandbox_guest_boot(struct sandbox_svc *svc, const struct sandbox_size *size, const char *marker,
+		       int64_t deadline_mono, struct live **out, struct sbx_error *err)
 {
 	const struct sandbox_config *cfg = &svc->cfg;
 	struct agentless_limits lim = {

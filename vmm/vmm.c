@@ -63,9 +63,9 @@ struct vmm {
 	virConnectPtr conn;
 	int lifecycle_id;
 	bool close_cb;
-	unsigned gen;	       /* bumps at every reconnect */
-	bool reconnecting;     /* the reconnect thread runs */
-	bool closing;	       /* vmm_free started: stop reconnecting */
+	unsigned gen;				/* bumps at every reconnect */
+	bool reconnecting;			/* the reconnect thread runs */
+	bool closing;				/* vmm_free started: stop reconnecting */
 	virConnectPtr old_conns[VMM_OLD_CONNS]; /* dead ones, closed in vmm_free */
 	size_t n_old;
 	struct vmm_vm *vms;   /* every handle, to check them after a reconnect */
@@ -606,7 +606,7 @@ static virConnectPtr vmm_conn_open(struct vmm *v, int *lifecycle_id, bool *close
 static void vmm_check_vms(struct vmm *v)
 {
 	virDomainPtr *doms = NULL;
-	char (*gone)[VMM_NAME_MAX + 1] = NULL;
+	char(*gone)[VMM_NAME_MAX + 1] = NULL;
 	size_t n_gone = 0, cap = 0;
 	int n = virConnectListAllDomains(vmm_conn(v), &doms, VIR_CONNECT_LIST_DOMAINS_ACTIVE);
 
@@ -940,7 +940,8 @@ static virDomainPtr vmm_vm_dom(struct vmm_vm *vm)
 	if (nd && vm->gen != gen) {
 		if (vm->n_stale == VMM_STALE_DOMS) {
 			virDomainFree(vm->stale[0]);
-			memmove(vm->stale, vm->stale + 1, sizeof(vm->stale[0]) * (VMM_STALE_DOMS - 1));
+			memmove(vm->stale, vm->stale + 1,
+				sizeof(vm->stale[0]) * (VMM_STALE_DOMS - 1));
 			vm->n_stale--;
 		}
 		vm->stale[vm->n_stale++] = vm->dom;

@@ -358,7 +358,7 @@ static void exact_credit_for_two_holds_then_402(void **state)
 			assert_int_equal(c[i].r.status, 402);
 			assert_string_equal(jerr(c[i].r.json, "type"), "insufficient_credit");
 			assert_non_null(msg);
-			assert_non_null(strstr(msg, need));      /* needed */
+			assert_non_null(strstr(msg, need));	   /* needed */
 			assert_non_null(strstr(msg, "available")); /* and available */
 			assert_non_null(strstr(msg, "$0.000000"));
 			refused++;
@@ -386,8 +386,9 @@ static void exact_credit_for_two_holds_then_402(void **state)
 	u = usage_ok(key, 2 * hold);
 	assert_int_equal(u.reserved, 0);
 	assert_true(u.consumed > 0 && u.consumed <= 2 * hold);
-	print_message("402: credit %s = 2 holds of %lld µ$; 2 created, 1 refused; consumed %lld µ$\n",
-		      usd, (long long)hold, (long long)u.consumed);
+	print_message(
+	    "402: credit %s = 2 holds of %lld µ$; 2 created, 1 refused; consumed %lld µ$\n", usd,
+	    (long long)hold, (long long)u.consumed);
 	ledger_ok();
 }
 
@@ -602,14 +603,15 @@ static void guest_that_never_says_hello_costs_nothing(void **state)
 	struct usage u;
 	int64_t t0;
 
-	snprintf(cmd, sizeof(cmd),
-		 "set -e; t=$(mktemp -d); mkdir -p $t/bin; cp /bin/busybox $t/bin/busybox; "
-		 "printf '#!/bin/busybox sh\\nexec /bin/busybox sleep 3600\\n' > $t/init; "
-		 "chmod 755 $t/init; (cd $t && find . | cpio -o -H newc 2>/dev/null | gzip) > "
-		 "%s/images/initramfs.cpio.gz; rm -rf $t; install -m 0644 %s/vmlinux %s/images/vmlinux",
-		 d.state_dir, getenv("SBX_TEST_IMAGE_DIR") ? getenv("SBX_TEST_IMAGE_DIR")
-							 : "build/images/tiny",
-		 d.state_dir);
+	snprintf(
+	    cmd, sizeof(cmd),
+	    "set -e; t=$(mktemp -d); mkdir -p $t/bin; cp /bin/busybox $t/bin/busybox; "
+	    "printf '#!/bin/busybox sh\\nexec /bin/busybox sleep 3600\\n' > $t/init; "
+	    "chmod 755 $t/init; (cd $t && find . | cpio -o -H newc 2>/dev/null | gzip) > "
+	    "%s/images/initramfs.cpio.gz; rm -rf $t; install -m 0644 %s/vmlinux %s/images/vmlinux",
+	    d.state_dir,
+	    getenv("SBX_TEST_IMAGE_DIR") ? getenv("SBX_TEST_IMAGE_DIR") : "build/images/tiny",
+	    d.state_dir);
 	assert_int_equal(run_cmd(cmd), 0);
 
 	t0 = sbx_mono_ms();
@@ -678,26 +680,26 @@ static void host_full_is_503_without_a_hold(void **state)
 int main(void)
 {
 	const struct CMUnitTest defaults[] = {
-		cmocka_unit_test(limits_are_public),
-		cmocka_unit_test(normal_run_is_billed_per_started_second),
-		cmocka_unit_test(delete_twice_charges_once),
-		cmocka_unit_test(exact_credit_for_two_holds_then_402),
-		cmocka_unit_test(admin_cli_end_to_end),
-		cmocka_unit_test(real_defaults_twenty_guests_and_429),
+	    cmocka_unit_test(limits_are_public),
+	    cmocka_unit_test(normal_run_is_billed_per_started_second),
+	    cmocka_unit_test(delete_twice_charges_once),
+	    cmocka_unit_test(exact_credit_for_two_holds_then_402),
+	    cmocka_unit_test(admin_cli_end_to_end),
+	    cmocka_unit_test(real_defaults_twenty_guests_and_429),
 	};
 	const struct CMUnitTest badkernel[] = {
-		cmocka_unit_test(failed_create_leaves_no_hold_and_no_charge),
-		cmocka_unit_test(guest_that_never_says_hello_costs_nothing),
+	    cmocka_unit_test(failed_create_leaves_no_hold_and_no_charge),
+	    cmocka_unit_test(guest_that_never_says_hello_costs_nothing),
 	};
 	const struct CMUnitTest oneguest[] = {
-		cmocka_unit_test(host_full_is_503_without_a_hold),
+	    cmocka_unit_test(host_full_is_503_without_a_hold),
 	};
 	int fails = 0;
 
 	fails += cmocka_run_group_tests_name("money: real defaults", defaults, defaults_setup,
 					     group_teardown);
-	fails += cmocka_run_group_tests_name("money: guest never boots", badkernel,
-					     badkernel_setup, group_teardown);
+	fails += cmocka_run_group_tests_name("money: guest never boots", badkernel, badkernel_setup,
+					     group_teardown);
 	fails += cmocka_run_group_tests_name("money: host capacity", oneguest, oneguest_setup,
 					     group_teardown);
 	return fails;

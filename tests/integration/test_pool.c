@@ -77,10 +77,10 @@ static void exec_unique_then_delete(const char *id)
 	char path[128];
 
 	snprintf(path, sizeof(path), "/v1/sandboxes/%s/exec", id);
-	assert_int_equal(http_request(&d, "POST", path, d.key, NULL,
-				      "{\"command\": \"echo hi; cat /proc/sys/kernel/random/boot_id\"}",
-				      0, &r),
-			 0);
+	assert_int_equal(
+	    http_request(&d, "POST", path, d.key, NULL,
+			 "{\"command\": \"echo hi; cat /proc/sys/kernel/random/boot_id\"}", 0, &r),
+	    0);
 	assert_int_equal(r.status, 200);
 	assert_int_equal(jint(r.json, "exit_code"), 0);
 	const char *out = jstr(r.json, "stdout");
