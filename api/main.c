@@ -1,6 +1,7 @@
 /* sandboxd: the program. `serve` runs the HTTP API; `admin ...` manages
  * accounts and keys against the same database (API.md "Operating").
  * Exit codes: 0 ok, 1 runtime failure, 2 usage or config error. */
+#include <ctype.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -8,9 +9,11 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include <json-c/json.h>
 
+#include "../receipt/receipt.h"
 #include "api-priv.h"
 #include "api.h"
 
@@ -23,10 +26,14 @@ static const char usage_text[] =
     "  sandboxd serve [--config FILE] [--listen HOST:PORT] [--db PATH] [--state-dir DIR]\n"
     "  sandboxd admin create-account --name NAME --credit-usd AMOUNT [options]\n"
     "  sandboxd admin add-credit ACCOUNT_ID --credit-usd AMOUNT [options]\n"
-    "  sandboxd admin create-key ACCOUNT_ID [options]\n"
+    "  sandboxd admin create-key ACCOUNT_ID [--scope SCOPE[,SCOPE...]] [options]\n"
     "  sandboxd admin revoke-key KEY_ID [options]\n"
     "  sandboxd admin list-accounts [options]\n"
-    "admin options: [--config FILE] [--db PATH] [--state-dir DIR]\n";
+    "  sandboxd admin set-scopes KEY_ID --scope SCOPE[,SCOPE...] [options]\n"
+    "admin options: [--config FILE] [--db PATH] [--state-dir DIR]\n"
+    "scopes: sandboxes (POST /v1/sandbox/executions); '' = none\n"
+    "  sandboxd verify-receipt RECEIPT.json (--signer 0xHEX | --public-key PEM)\n"
+    "      [--execution RESPONSE.json] [--code FILE --runtime NAME | --input INPUT.json]\n";
 
 struct opts {
 	const char *config;
@@ -35,6 +42,13 @@ struct opts {
 	const char *state_dir;
 	const char *name;
 	const char *credit_usd;
+	const char *scope;
+	const char *signer;
+	const char *public_key;
+	const char *execution;
+	const char *code;
+	const char *runtime;
+	const char *input;
 	const char *positional[2];
 	int n_positional;
 };
@@ -95,6 +109,20 @@ static int parse_opts(int argc, char **argv, int i, const char *const *allowed, 
 			o->name = val;
 		else if (strcmp(name, "credit-usd") == 0)
 			o->credit_usd = val;
+		else if (strcmp(name, "scope") == 0)
+			o->scope = val;
+		else if (strcmp(name, "signer") == 0)
+			o->signer = val;
+		else if (strcmp(name, "public-key") == 0)
+			o->public_key = val;
+		else if (strcmp(name, "execution") == 0)
+			o->execution = val;
+		else if (strcmp(name, "code") == 0)
+			o->code = val;
+		else if (strcmp(name, "runtime") == 0)
+			o->runtime = val;
+		else if (strcmp(name, "input") == 0)
+			o->input = val;
 	}
 	return 0;
 }
@@ -234,10 +262,25 @@ static struct json_object *accounts_encode(const struct sandbox_account *a, size
 	return arr;
 }
 
+/* "a b" -> ["a", "b"] */
+static struct json_object *scopes_encode(const char *scopes)
+{
+	struct json_object *arr = json_object_new_array();
+
+	for (const char *p = scopes; *p;) {
+		size_t n = strcspn(p, " ");
+		if (n)
+			json_object_array_add(arr, json_object_new_string_len(p, (int)n));
+		p += n;
+		p += *p == ' ';
+	}
+	return arr;
+}
+
 static int cmd_admin(int argc, char **argv)
 {
-	static const char *const allowed[] = {"config", "db",	      "state-dir",
-					      "name",	"credit-usd", NULL};
+	static const char *const allowed[] = {"config",	    "db",    "state-dir", "name",
+					      "credit-usd", "scope", NULL};
 	const char *sub = argc > 2 ? argv[2] : NULL;
 	struct opts o = {0};
 	struct sandbox_config cfg;
@@ -251,7 +294,7 @@ static int cmd_admin(int argc, char **argv)
 	if (strcmp(sub, "create-account") == 0 || strcmp(sub, "list-accounts") == 0)
 		want_pos = 0;
 	else if (strcmp(sub, "add-credit") == 0 || strcmp(sub, "create-key") == 0 ||
-		 strcmp(sub, "revoke-key") == 0)
+		 strcmp(sub, "revoke-key") == 0 || strcmp(sub, "set-scopes") == 0)
 		want_pos = 1;
 	else
 		return usage_error("unknown admin command '%s'", sub);
@@ -264,6 +307,10 @@ static int cmd_admin(int argc, char **argv)
 	if (needs_credit != (o.credit_usd != NULL))
 		return usage_error("--credit-usd %s",
 				   needs_credit ? "is required" : "is not taken here");
+	if (o.scope && strcmp(sub, "create-key") != 0 && strcmp(sub, "set-scopes") != 0)
+		return usage_error("%s", "--scope is taken by create-key and set-scopes only");
+	if (!o.scope && strcmp(sub, "set-scopes") == 0)
+		return usage_error("%s", "--scope is required");
 	if ((strcmp(sub, "create-account") == 0) != (o.name != NULL))
 		return usage_error("--name %s", o.name ? "is not taken here" : "is required");
 	if (o.name && (!o.name[0] || strlen(o.name) >= sizeof(((struct sandbox_account *)0)->name)))
@@ -304,7 +351,18 @@ static int cmd_admin(int argc, char **argv)
 	} else if (strcmp(sub, "create-key") == 0) {
 		struct sandbox_key k;
 		char secret[80];
+		char scopes[128] = "";
 		if (sandbox_key_create(svc, o.positional[0], &k, secret, &err) < 0) {
+			runtime_error("create-key", &err);
+			goto out;
+		}
+		/* no --scope: the default scopes the key was created with */
+		if ((o.scope && sandbox_key_set_scopes(svc, k.id, o.scope, &err) < 0) ||
+		    sandbox_key_scopes(svc, k.id, scopes, &err) < 0) {
+			struct sbx_error e2;
+			sbx_error_clear(&e2);
+			sandbox_key_revoke(svc, NULL, k.id, &e2);
+			explicit_bzero(secret, sizeof(secret));
 			runtime_error("create-key", &err);
 			goto out;
 		}
@@ -312,8 +370,20 @@ static int cmd_admin(int argc, char **argv)
 		json_object_object_add(j, "key_id", json_object_new_string(k.id));
 		json_object_object_add(j, "api_key", json_object_new_string(secret));
 		json_object_object_add(j, "account_id", json_object_new_string(k.account_id));
+		json_object_object_add(j, "scopes", scopes_encode(scopes));
 		print_json(j);
 		explicit_bzero(secret, sizeof(secret));
+	} else if (strcmp(sub, "set-scopes") == 0) {
+		char scopes[128] = "";
+		if (sandbox_key_set_scopes(svc, o.positional[0], o.scope, &err) < 0 ||
+		    sandbox_key_scopes(svc, o.positional[0], scopes, &err) < 0) {
+			runtime_error("set-scopes", &err);
+			goto out;
+		}
+		struct json_object *j = json_object_new_object();
+		json_object_object_add(j, "key_id", json_object_new_string(o.positional[0]));
+		json_object_object_add(j, "scopes", scopes_encode(scopes));
+		print_json(j);
 	} else if (strcmp(sub, "revoke-key") == 0) {
 		if (sandbox_key_revoke(svc, NULL, o.positional[0], &err) < 0) {
 			runtime_error("revoke-key", &err);
@@ -339,6 +409,305 @@ out:
 	return rc;
 }
 
+/* ------------------------------------------------------- verify-receipt */
+
+#define VERIFY_FILE_MAX (64u * 1024 * 1024)
+#define VERIFY_DEPTH	8
+
+/* The whole file (NUL-terminated, at most VERIFY_FILE_MAX bytes). */
+static char *file_read(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	struct sbx_buf b;
+	char chunk[65536];
+	size_t n;
+
+	if (!f)
+		return NULL;
+	sbx_buf_init(&b, VERIFY_FILE_MAX);
+	while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
+		if (sbx_buf_append(&b, chunk, n) < 0) {
+			fclose(f);
+			sbx_buf_release(&b);
+			return NULL;
+		}
+	fclose(f);
+	if (sbx_buf_append(&b, "", 0) < 0 || !b.data) {
+		sbx_buf_release(&b);
+		return NULL;
+	}
+	return sbx_buf_steal(&b, len);
+}
+
+static struct json_object *json_file(const char *path, const char **why)
+{
+	_cleanup_free_ char *data = NULL;
+	struct json_tokener *tok;
+	struct json_object *o;
+	size_t len = 0;
+
+	if (!(data = file_read(path, &len))) {
+		*why = "cannot read it (or it is over 64 MiB)";
+		return NULL;
+	}
+	tok = json_tokener_new_ex(64);
+	o = tok ? json_tokener_parse_ex(tok, data, (int)len) : NULL;
+	if (!o || json_tokener_get_error(tok) != json_tokener_success ||
+	    !json_object_is_type(o, json_type_object)) {
+		json_object_put(o);
+		o = NULL;
+		*why = "not a JSON object";
+	}
+	json_tokener_free(tok);
+	return o;
+}
+
+/* A parsed JSON object as the receipt module's value (strings, integers,
+ * booleans, null, objects); NULL when it holds floats or arrays. */
+static struct receipt_json *receipt_json_from(struct json_object *o, int depth)
+{
+	struct receipt_json *r;
+
+	if (depth > VERIFY_DEPTH || !json_object_is_type(o, json_type_object))
+		return NULL;
+	r = receipt_json_object();
+	json_object_object_foreach(o, key, val)
+	{
+		struct receipt_json *child;
+
+		switch (val ? json_object_get_type(val) : json_type_null) {
+		case json_type_null:
+			receipt_json_set_null(r, key);
+			break;
+		case json_type_boolean:
+			receipt_json_set_bool(r, key, json_object_get_boolean(val));
+			break;
+		case json_type_int:
+			receipt_json_set_int(r, key, json_object_get_int64(val));
+			break;
+		case json_type_string:
+			receipt_json_set_str(r, key, json_object_get_string(val),
+					     (size_t)json_object_get_string_len(val));
+			break;
+		case json_type_object:
+			if (!(child = receipt_json_from(val, depth + 1)))
+				goto err_free;
+			receipt_json_set_obj(r, key, child);
+			break;
+		default:
+			goto err_free;
+		}
+	}
+	return r;
+err_free:
+	receipt_json_free(r);
+	return NULL;
+}
+
+/* member `key` of o as a string, or NULL */
+static const char *jget_str(struct json_object *o, const char *key)
+{
+	struct json_object *v;
+
+	if (!o || !json_object_object_get_ex(o, key, &v) ||
+	    !json_object_is_type(v, json_type_string))
+		return NULL;
+	return json_object_get_string(v);
+}
+
+static struct json_object *jget_obj(struct json_object *o, const char *key)
+{
+	struct json_object *v;
+
+	if (!o || !json_object_object_get_ex(o, key, &v) ||
+	    !json_object_is_type(v, json_type_object))
+		return NULL;
+	return v;
+}
+
+static int verify_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int verify_fail(const char *fmt, ...)
+{
+	va_list ap;
+
+	printf("invalid: ");
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+	return EXIT_RUNTIME;
+}
+
+/* Recompute a salted fingerprint of `obj` and compare it with want. */
+static bool fingerprint_matches(const char *salt, struct receipt_json *obj, const char *want)
+{
+	char fp[RECEIPT_HEX32_LEN];
+	struct sbx_error err;
+
+	sbx_error_clear(&err);
+	return want && receipt_fingerprint(salt, obj, fp, &err) == 0 && strcmp(fp, want) == 0;
+}
+
+/* verify-receipt: everything is recomputed here from what the user holds;
+ * nothing is asked of the server. Exit 0 valid, 1 invalid, 2 usage. */
+static int cmd_verify_receipt(int argc, char **argv)
+{
+	static const char *const allowed[] = {"signer",	 "public-key", "execution", "code",
+					      "runtime", "input",      NULL};
+	struct json_object *rc_json = NULL, *ex = NULL, *inp = NULL, *body;
+	struct receipt_json *rbody = NULL, *outj = NULL, *inj = NULL;
+	char signer[RECEIPT_HEX32_LEN], what[160] = "hash, signature";
+	_cleanup_free_ char *canon = NULL, *code = NULL;
+	const char *why = NULL, *hash, *sig, *rid, *salt = NULL;
+	struct sbx_error err;
+	struct opts o = {0};
+	size_t canon_len = 0, code_len = 0;
+	int rc;
+
+	if ((rc = parse_opts(argc, argv, 2, allowed, &o)))
+		return rc;
+	if (o.n_positional != 1)
+		return usage_error("%s", "verify-receipt takes one RECEIPT.json");
+	if (!o.signer == !o.public_key)
+		return usage_error("%s", "pin the signer: give --signer 0xHEX or --public-key PEM "
+					 "(from GET /v1/receipts/public-key, fetched once)");
+	if ((o.code || o.runtime) && (!o.code || !o.runtime || o.input))
+		return usage_error("%s", "--code and --runtime go together, instead of --input");
+	if ((o.code || o.input) && !o.execution)
+		return usage_error("%s", "checking the input needs --execution (its salt)");
+	sbx_error_clear(&err);
+	if (o.public_key) {
+		_cleanup_free_ char *pem = NULL;
+		size_t len = 0;
+		if (!(pem = file_read(o.public_key, &len)))
+			return usage_error("--public-key: cannot read '%s'", o.public_key);
+		if (receipt_public_pem_to_hex(pem, len, signer, &err) < 0)
+			return usage_error("--public-key: %s", err.message);
+	} else {
+		if (strlen(o.signer) != RECEIPT_HEX32_LEN - 1 || strncmp(o.signer, "0x", 2) != 0)
+			return usage_error("%s", "--signer must be 0x and 64 hex digits");
+		for (size_t i = 0; o.signer[i]; i++)
+			signer[i] =
+			    (char)(i < 2 ? o.signer[i] : tolower((unsigned char)o.signer[i]));
+		signer[RECEIPT_HEX32_LEN - 1] = '\0';
+	}
+
+	if (!(rc_json = json_file(o.positional[0], &why))) {
+		rc = verify_fail("%s: %s", o.positional[0], why);
+		goto out;
+	}
+	body = jget_obj(rc_json, "body");
+	hash = jget_str(rc_json, "hash");
+	sig = jget_str(rc_json, "signature");
+	rid = jget_str(rc_json, "id");
+	if (!body || !hash || !sig || !rid) {
+		rc = verify_fail("%s is not a receipt (GET /v1/receipts/{id}: id, hash, "
+				 "signature, body)",
+				 o.positional[0]);
+		goto out;
+	}
+	if (!(rbody = receipt_json_from(body, 0)) ||
+	    !(canon = receipt_json_canonical(rbody, &canon_len, &err))) {
+		rc = verify_fail("the receipt body is not canonicalisable (floats, arrays or "
+				 "bad UTF-8)");
+		goto out;
+	}
+	if (!jget_str(body, "id") || strcmp(jget_str(body, "id"), rid) != 0) {
+		rc = verify_fail("the receipt id '%.40s' is not the one in its signed body", rid);
+		goto out;
+	}
+	if (!jget_str(body, "signer") || strcasecmp(jget_str(body, "signer"), signer) != 0) {
+		rc = verify_fail("signed by %.70s, not by the pinned signer %s",
+				 jget_str(body, "signer") ? jget_str(body, "signer") : "nobody",
+				 signer);
+		goto out;
+	}
+	if (receipt_verify(canon, canon_len, hash, sig, signer, &err) < 0) {
+		rc = verify_fail("%s", err.message);
+		goto out;
+	}
+
+	if (o.execution) {
+		struct json_object *rr, *bill, *v;
+		const char *op = jget_str(body, "operation"),
+			   *exid = jget_str(body, "execution_id");
+		if (!(ex = json_file(o.execution, &why))) {
+			rc = verify_fail("%s: %s", o.execution, why);
+			goto out;
+		}
+		rr = jget_obj(ex, "receipt");
+		bill = jget_obj(ex, "billing");
+		salt = jget_str(bill, "fingerprint_salt");
+		if (!salt)
+			salt = jget_str(rr, "fingerprint_salt");
+		if (!rr || !jget_str(rr, "id") || strcmp(jget_str(rr, "id"), rid) != 0 || !salt) {
+			rc = verify_fail("%s does not carry this receipt (receipt.id) and its "
+					 "fingerprint_salt",
+					 o.execution);
+			goto out;
+		}
+		if (op && strcmp(op, "sandbox.execute") == 0 &&
+		    (!exid || !jget_str(ex, "id") || strcmp(exid, jget_str(ex, "id")) != 0)) {
+			rc = verify_fail("the receipt is for execution '%.40s', not '%.40s'",
+					 exid ? exid : "?",
+					 jget_str(ex, "id") ? jget_str(ex, "id") : "?");
+			goto out;
+		}
+		outj = receipt_json_object();
+		if (!json_object_object_get_ex(ex, "exit_code", &v) ||
+		    !json_object_is_type(v, json_type_int) || !jget_str(ex, "stdout") ||
+		    !jget_str(ex, "stderr")) {
+			rc = verify_fail("%s lacks exit_code, stdout or stderr", o.execution);
+			goto out;
+		}
+		receipt_json_set_int(outj, "exit_code", json_object_get_int64(v));
+		json_object_object_get_ex(ex, "stdout", &v);
+		receipt_json_set_str(outj, "stdout", json_object_get_string(v),
+				     (size_t)json_object_get_string_len(v));
+		json_object_object_get_ex(ex, "stderr", &v);
+		receipt_json_set_str(outj, "stderr", json_object_get_string(v),
+				     (size_t)json_object_get_string_len(v));
+		if (!fingerprint_matches(salt, outj, jget_str(body, "output_fingerprint"))) {
+			rc = verify_fail("the output (exit_code, stdout, stderr) in %s does not "
+					 "match the receipt's output_fingerprint",
+					 o.execution);
+			goto out;
+		}
+		snprintf(what + strlen(what), sizeof(what) - strlen(what), ", output fingerprint");
+	}
+	if (o.code) {
+		if (!(code = file_read(o.code, &code_len)))
+			return usage_error("--code: cannot read '%s'", o.code);
+		inj = receipt_json_object();
+		receipt_json_set_str(inj, "code", code, code_len);
+		receipt_json_set_str(inj, "runtime", o.runtime, strlen(o.runtime));
+	} else if (o.input) {
+		if (!(inp = json_file(o.input, &why)) || !(inj = receipt_json_from(inp, 0))) {
+			rc = verify_fail("%s: %s", o.input, why ? why : "floats or arrays");
+			goto out;
+		}
+	}
+	if (inj) {
+		if (!fingerprint_matches(salt, inj, jget_str(body, "input_fingerprint"))) {
+			rc = verify_fail("the input in %s does not match the receipt's "
+					 "input_fingerprint",
+					 o.code ? o.code : o.input);
+			goto out;
+		}
+		snprintf(what + strlen(what), sizeof(what) - strlen(what), ", input fingerprint");
+	}
+	printf("valid: receipt %s signed by %s (%s verified)\n", rid, signer, what);
+	rc = 0;
+out:
+	receipt_json_free(rbody);
+	receipt_json_free(outj);
+	receipt_json_free(inj);
+	json_object_put(rc_json);
+	json_object_put(ex);
+	json_object_put(inp);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2)
@@ -347,6 +716,8 @@ int main(int argc, char **argv)
 		return cmd_serve(argc, argv);
 	if (strcmp(argv[1], "admin") == 0)
 		return cmd_admin(argc, argv);
+	if (strcmp(argv[1], "verify-receipt") == 0)
+		return cmd_verify_receipt(argc, argv);
 	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
 	    strcmp(argv[1], "help") == 0) {
 		fputs(usage_text, stdout);

@@ -560,6 +560,25 @@ char *receipt_signer_public_pem(const struct receipt_signer *sg)
 	return out;
 }
 
+int receipt_public_pem_to_hex(const char *pem, size_t len, char out[static RECEIPT_HEX32_LEN],
+			      struct sbx_error *err)
+{
+	BIO *bio = BIO_new_mem_buf(pem, (int)SBX_MIN(len, (size_t)INT32_MAX));
+	EVP_PKEY *k = bio ? PEM_read_bio_PUBKEY(bio, NULL, NULL, NULL) : NULL;
+	uint8_t pub[32];
+	size_t n = sizeof pub;
+	int ok = k && EVP_PKEY_get_base_id(k) == EVP_PKEY_ED25519 &&
+		 EVP_PKEY_get_raw_public_key(k, pub, &n) == 1 && n == 32;
+
+	EVP_PKEY_free(k);
+	BIO_free(bio);
+	if (!ok)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "signer",
+				     "not a PEM Ed25519 public key");
+	hex0x(pub, 32, out);
+	return 0;
+}
+
 char *receipt_sign(const struct receipt_signer *sg, const struct receipt_json *body,
 		   char hash[static RECEIPT_HEX32_LEN], char sig[static RECEIPT_SIG_HEX_LEN],
 		   struct sbx_error *err)

@@ -82,6 +82,11 @@ const char *receipt_signer_public(const struct receipt_signer *sg);
 /* The public key as PEM (SubjectPublicKeyInfo), new string; NULL on ENOMEM. */
 char *receipt_signer_public_pem(const struct receipt_signer *sg);
 
+/* A PEM SubjectPublicKeyInfo Ed25519 key (as GET /v1/receipts/public-key
+ * publishes it) to "0x" + 64 hex. 0, or -1 with SBX_E_INVALID_REQUEST. */
+int receipt_public_pem_to_hex(const char *pem, size_t len, char out[static RECEIPT_HEX32_LEN],
+			      struct sbx_error *err);
+
 #define RECEIPT_SIG_HEX_LEN 131 /* "0x" + 128 hex + NUL */
 
 /* Sign: canonicalise body, fill hash and signature. Returns the canonical

@@ -410,9 +410,35 @@ int sandbox_receipt_public_key(struct sandbox_svc *svc, char **hex, char **pem,
 int sandbox_authenticate_scopes(struct sandbox_svc *svc, const char *token,
 				char account_id[SANDBOX_ID_MAX], char scopes[128],
 				struct sbx_error *err);
-/* Replace a key's scopes ("sandboxes", "usage", space/comma separated). */
+/* Replace a key's scopes (space/comma separated; known: "sandboxes", which
+ * POST /v1/sandbox/executions needs; "" = none). SBX_E_INVALID_REQUEST
+ * naming an unknown scope, SBX_E_NOT_FOUND for an unknown key. */
 int sandbox_key_set_scopes(struct sandbox_svc *svc, const char *key_id, const char *scopes,
 			   struct sbx_error *err);
+/* A key's scopes (space-separated) into out. SBX_E_NOT_FOUND. */
+int sandbox_key_scopes(struct sandbox_svc *svc, const char *key_id, char out[128],
+		       struct sbx_error *err);
+
+/* A signed receipt for one exec call on a sandbox (operation
+ * "sandbox.exec"; docs/receipts.md). Input {"command", "cwd", "env"} with
+ * the effective cwd and env as an object of strings (env entries
+ * "KEY=VALUE"); output {"exit_code", "stderr", "stdout"} with the streams
+ * exactly as the reply returns them (UTF-8 sanitised or base64 text).
+ * Fills the receipt id, hash, signature, signer and the fresh
+ * fingerprint_salt (caller-provided buffers of the sizes below) and
+ * stores the receipt (GET /v1/receipts/{id}). -1 with err on failure. */
+struct sandbox_exec_receipt {
+	char id[SANDBOX_ID_MAX];
+	char hash[68];
+	char signature[132];
+	char signer[68];
+	char salt[68];
+};
+int sandbox_exec_receipt_sign(struct sandbox_svc *svc, const char *account_id,
+			      const char *sandbox_id, const struct sandbox_exec_req *req,
+			      int exit_code, const char *out, size_t out_len, const char *errs,
+			      size_t errs_len, uint32_t duration_ms, bool timed_out,
+			      struct sandbox_exec_receipt *r, struct sbx_error *err);
 /* true when the space-separated list holds scope. */
 bool sandbox_scopes_have(const char *scopes, const char *scope);
 

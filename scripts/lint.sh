@@ -23,6 +23,6 @@ check store '^(util/util\.h|store\.h|store-priv\.h)$'
 check billing '^(util/util\.h|store/store\.h|billing\.h)$'
 check receipt '^(util/util\.h|receipt\.h)$'
 check sandbox '^(util/util\.h|store/store\.h|billing/billing\.h|vmm/vmm\.h|agentless/agentless\.h|receipt/receipt\.h|sandbox\.h|sandbox-priv\.h)$'
-check api '^(util/util\.h|sandbox/sandbox\.h|api\.h|api-priv\.h)$'
+check api '^(util/util\.h|sandbox/sandbox\.h|receipt/receipt\.h|api\.h|api-priv\.h)$'
 [ $fail -eq 0 ] && echo "lint: layering ok"
 exit $fail
