@@ -49,6 +49,7 @@ int api_key_create_decode(const char *body, size_t len, struct sbx_error *err);
 struct api_exec_body {
 	struct sandbox_exec_req req; /* points into the fields below */
 	bool base64;		     /* "encoding": "base64" */
+	bool receipt;		     /* "receipt": true: sign the result */
 	char *command;
 	char *cwd;
 	char **env; /* "KEY=VALUE" strings, n_env of them */
@@ -59,7 +60,7 @@ struct api_exec_body {
  * path, no NUL, < PATH_MAX; "env": object of string values without NUL,
  * keys matching ^[A-Za-z_][A-Za-z0-9_]*$ (param "env.KEY", or "env" when
  * the key itself is bad), at most API_ENV_MAX of them; "encoding":
- * "utf-8" | "base64"}. Unknown fields are 400 naming them. */
+ * "utf-8" | "base64"; "receipt": boolean}. Unknown fields are 400 naming them. */
 int api_exec_decode(const char *body, size_t len, const struct sandbox_config *cfg,
 		    struct api_exec_body *out, struct sbx_error *err);
 void api_exec_body_release(struct api_exec_body *b);

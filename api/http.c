@@ -609,6 +609,43 @@ static void exec_done(void *opaque, struct sandbox_exec_result *res, const struc
 		req_free(r);
 }
 
+/* "receipt": true: sign the reply's exit_code/stdout/stderr as encoded in
+ * `o` and add {"id", "hash", "signature", "signer", "url",
+ * "fingerprint_salt"} (docs/receipts.md). */
+static int exec_receipt_add(struct req *r, struct json_object *o,
+			    const struct sandbox_exec_result *res, struct sbx_error *err)
+{
+	struct sandbox_exec_receipt rc;
+	struct json_object *out = NULL, *errs = NULL, *j;
+	char url[96];
+
+	json_object_object_get_ex(o, "stdout", &out);
+	json_object_object_get_ex(o, "stderr", &errs);
+	sbx_error_clear(err);
+	if (!out || !errs ||
+	    sandbox_exec_receipt_sign(r->srv->svc, r->account_id, r->id, &r->exec.req,
+				      res->exit_code, json_object_get_string(out),
+				      (size_t)json_object_get_string_len(out),
+				      json_object_get_string(errs),
+				      (size_t)json_object_get_string_len(errs), res->duration_ms,
+				      res->timed_out, &rc, err) < 0) {
+		sbx_warn(MOD, "sandbox %s: exec receipt: %s", r->id, err->message);
+		sbx_error_clear(err);
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL,
+				     "the command ran but its receipt could not be signed");
+	}
+	snprintf(url, sizeof(url), "/v1/receipts/%s", rc.id);
+	j = json_object_new_object();
+	json_object_object_add(j, "id", json_object_new_string(rc.id));
+	json_object_object_add(j, "hash", json_object_new_string(rc.hash));
+	json_object_object_add(j, "signature", json_object_new_string(rc.signature));
+	json_object_object_add(j, "signer", json_object_new_string(rc.signer));
+	json_object_object_add(j, "url", json_object_new_string(url));
+	json_object_object_add(j, "fingerprint_salt", json_object_new_string(rc.salt));
+	json_object_object_add(o, "receipt", j);
+	return 0;
+}
+
 static enum MHD_Result exec_answer(struct req *r)
 {
 	struct api_server *srv = r->srv;
@@ -638,7 +675,13 @@ static enum MHD_Result exec_answer(struct req *r)
 	}
 	if (!has_res)
 		return reply_error(r->conn, &err);
-	ret = reply_json(r->conn, 200, api_exec_result_encode(&res, r->exec.base64), 0, NULL);
+	struct json_object *o = api_exec_result_encode(&res, r->exec.base64);
+	if (o && r->exec.receipt && exec_receipt_add(r, o, &res, &err) < 0) {
+		json_object_put(o);
+		sandbox_exec_result_release(&res);
+		return reply_error(r->conn, &err);
+	}
+	ret = reply_json(r->conn, 200, o, 0, NULL);
 	sandbox_exec_result_release(&res);
 	return ret;
 }

@@ -390,6 +390,13 @@ int api_exec_decode(const char *body, size_t len, const struct sandbox_config *c
 			}
 			if (exec_decode_env(val, out, err) < 0)
 				goto out;
+		} else if (strcmp(key, "receipt") == 0) {
+			if (!json_object_is_type(val, json_type_boolean)) {
+				sbx_error_set(err, SBX_E_INVALID_REQUEST, "receipt",
+					      "'receipt' must be true or false");
+				goto out;
+			}
+			out->receipt = json_object_get_boolean(val);
 		} else if (strcmp(key, "encoding") == 0) {
 			if (get_string(val, "encoding", &s, &n, err) < 0)
 				goto out;
