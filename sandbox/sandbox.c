@@ -868,6 +868,9 @@ int sandbox_guest_boot(struct sandbox_svc *svc, const struct sandbox_size *size,
 
 		sbx_err(MOD, "%s: guest %s not ready: %s; console tail:\n%s", marker, l->domain,
 			err ? err->message : "", tail ? tail : "(none)");
+		/* A guest that never got ready is this node failing to run it
+		 * (500), not the host being out of capacity (503). */
+		sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL, "the guest did not get ready");
 		goto err_teardown;
 	}
 	*out = l;
