@@ -623,12 +623,11 @@ static int exec_receipt_add(struct req *r, struct json_object *o,
 	json_object_object_get_ex(o, "stderr", &errs);
 	sbx_error_clear(err);
 	if (!out || !errs ||
-	    sandbox_exec_receipt_sign(r->srv->svc, r->account_id, r->id, &r->exec.req,
-				      res->exit_code, json_object_get_string(out),
-				      (size_t)json_object_get_string_len(out),
-				      json_object_get_string(errs),
-				      (size_t)json_object_get_string_len(errs), res->duration_ms,
-				      res->timed_out, &rc, err) < 0) {
+	    sandbox_exec_receipt_sign(
+		r->srv->svc, r->account_id, r->id, &r->exec.req, res->exit_code,
+		json_object_get_string(out), (size_t)json_object_get_string_len(out),
+		json_object_get_string(errs), (size_t)json_object_get_string_len(errs),
+		res->duration_ms, res->timed_out, &rc, err) < 0) {
 		sbx_warn(MOD, "sandbox %s: exec receipt: %s", r->id, err->message);
 		sbx_error_clear(err);
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL,
