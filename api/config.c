@@ -59,6 +59,7 @@ static const struct key_spec keys[] = {
     NUM(output_cap_bytes, K_SIZE),
     NUM(default_exec_timeout_ms, K_U32),
     NUM(boot_timeout_ms, K_U32),
+    NUM(boot_queue_timeout_ms, K_U32),
     NUM(exec_backstop_grace_ms, K_U32),
     NUM(max_guests, K_INT),
     NUM(memory_overcommit, K_DOUBLE),

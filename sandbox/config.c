@@ -47,6 +47,7 @@ void sandbox_config_defaults(struct sandbox_config *cfg)
 	cfg->output_cap_bytes = 1024 * 1024;
 	cfg->default_exec_timeout_ms = 60000;
 	cfg->boot_timeout_ms = 60000;
+	cfg->boot_queue_timeout_ms = 180000;
 	cfg->exec_backstop_grace_ms = 10000;
 
 	cfg->max_guests = 24;

@@ -998,7 +998,6 @@ int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 	}
 	if (rc < 0)
 		goto err_abort;
-	deadline = sbx_mono_ms() + cfg->boot_timeout_ms;
 
 	if (warm) {
 		/* 3w. A guest that already said HELLO: name it ours. A crash
@@ -1012,9 +1011,12 @@ int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 		}
 		agentless_conn_send_time(l->conn, NULL);
 	} else {
-		/* 3c. Boot, open the channel, wait for HELLO. */
-		if (boot_slot_acquire(svc, deadline, err) < 0)
+		/* 3c. Queue for a boot slot, then boot, open the channel and
+		 * wait for HELLO: the boot's deadline starts with the boot, so a
+		 * burst of creates waiting their turn does not eat into it. */
+		if (boot_slot_acquire(svc, sbx_mono_ms() + cfg->boot_queue_timeout_ms, err) < 0)
 			goto err_capacity;
+		deadline = sbx_mono_ms() + cfg->boot_timeout_ms;
 		rc = sandbox_guest_boot(svc, size, row.id, deadline, &l, err);
 		boot_slot_release(svc);
 		if (rc < 0)

@@ -1099,6 +1099,8 @@ static void signals_read(void)
 
 enum pfd_kind { PK_SIG, PK_PORT, PK_OUT, PK_ERR, PK_ORPHAN };
 
+#define NOHOST_RECHECK_MS 500
+
 int guest_serve(int port_fd)
 {
 	static struct pollfd pfd[2 + 2 * EXEC_MAX + ORPHAN_MAX];
@@ -1165,6 +1167,13 @@ int guest_serve(int port_fd)
 			  : next <= now		 ? 0
 			  : next - now > INT_MAX ? INT_MAX
 						 : (int)(next - now);
+		/* While no host is connected, the connect is normally signalled by
+		 * SIGIO; a connect that lands between open() and F_SETOWN, or two
+		 * back to back, can go unsignalled and the guest would never say
+		 * HELLO. So also look again every NOHOST_RECHECK_MS (an idle
+		 * wake-up twice a second, only while nobody is connected). */
+		if (!S.connected && (timeout < 0 || timeout > NOHOST_RECHECK_MS))
+			timeout = NOHOST_RECHECK_MS;
 
 		if (poll(pfd, n, timeout) < 0) {
 			if (errno == EINTR)
@@ -1175,6 +1184,8 @@ int guest_serve(int port_fd)
 			continue;
 		}
 		poll_errors = 0;
+		if (!S.connected)
+			port_check();
 
 		for (nfds_t i = 0; i < n; i++) {
 			short re = pfd[i].revents;
