@@ -982,6 +982,8 @@ static size_t exec_payload_size(const struct agentless_exec_req *req)
 
 	if (req->stdin_data)
 		n += 6 + SBX_MIN(req->stdin_len, (size_t)WIRE_MAX_PAYLOAD + 1);
+	if (req->user)
+		n += 6 + strlen(req->user);
 	if (req->command_len > WIRE_MAX_PAYLOAD || n > WIRE_MAX_PAYLOAD)
 		return SIZE_MAX;
 	for (size_t i = 0; i < req->n_env; i++) {
@@ -1020,6 +1022,8 @@ int agentless_exec_start(struct agentless_conn *c, const struct agentless_exec_r
 	wire_put_u32(&w, WIRE_T_STDERR_CAP, req->stderr_cap);
 	if (req->stdin_data)
 		wire_put_bytes(&w, WIRE_T_STDIN, req->stdin_data, req->stdin_len);
+	if (req->user)
+		wire_put_str(&w, WIRE_T_USER, req->user);
 	if (w.overflow)
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "exec request encoding overflow");
 
@@ -1039,12 +1043,12 @@ int agentless_exec_start(struct agentless_conn *c, const struct agentless_exec_r
 		exec_free(e);
 		return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL, "%s", msg);
 	}
-	if (req->stdin_data && c->version < 2) {
+	if ((req->stdin_data || req->user) && c->version < 2) {
 		pthread_mutex_unlock(&c->lock);
 		exec_free(e);
 		return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL,
-				     "this guest speaks exec protocol v%u, which cannot pass stdin",
-				     c->version);
+				     "this guest speaks exec protocol v%u, which cannot pass %s",
+				     c->version, req->user ? "a user" : "stdin");
 	}
 	if (c->n_execs >= c->lim.max_inflight) {
 		pthread_mutex_unlock(&c->lock);

@@ -88,6 +88,9 @@ struct agentless_exec_req {
 	 * it: agentless_exec_start() refuses with SBX_E_SANDBOX_ERROR. */
 	const char *stdin_data;
 	size_t stdin_len;
+	/* Optional (protocol v2): run as this user of the guest (a name in its
+	 * /etc/passwd); NULL = root. Refused like stdin_data on a v1 guest. */
+	const char *user;
 };
 
 /* The outcome of one exec. Buffers are owned by the result: free with

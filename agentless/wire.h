@@ -24,9 +24,9 @@
  * [WIRE_VERSION_MIN, WIRE_VERSION] so guests booted by the previous daemon
  * keep working after an upgrade.
  *
- * Version 2 added WIRE_T_STDIN to EXEC. A version-1 guest skips the tag (and
- * would run the command with stdin at EOF), so a host sends STDIN only to
- * guests that negotiated version >= 2.
+ * Version 2 added WIRE_T_STDIN and WIRE_T_USER to EXEC. A version-1 guest
+ * skips unknown tags (it would run the command with stdin at EOF, or as
+ * root), so a host sends them only to guests that negotiated version >= 2.
  */
 #ifndef SBX_WIRE_H
 #define SBX_WIRE_H
@@ -88,6 +88,8 @@ enum wire_tag {
 	WIRE_T_STDOUT_CAP = 14,	  /* u32 bytes */
 	WIRE_T_STDERR_CAP = 15,	  /* u32 bytes */
 	WIRE_T_STDIN = 16,	  /* bytes (v2): the command's whole stdin, then EOF */
+	WIRE_T_USER = 17,	  /* bytes (v2): run as this user of the guest's
+				   * /etc/passwd (uid, gid, HOME); absent = root */
 	WIRE_T_EXIT_CODE = 20,	  /* u32 holding int32: status, or 128+signal */
 	WIRE_T_DURATION_MS = 21,  /* u32, measured in the guest */
 	WIRE_T_TIMED_OUT = 22,	  /* u32, 0 or 1 */

@@ -47,6 +47,7 @@ static const struct key_spec keys[] = {
     STR(base_image),
     STR(kernel_cmdline),
     STR(transport),
+    STR(exec_user),
     NUM(tb_cache_mib, K_UINT),
     STR(default_size),
     NUM(default_timeout_minutes, K_INT),

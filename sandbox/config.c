@@ -48,6 +48,9 @@ void sandbox_config_defaults(struct sandbox_config *cfg)
 	cfg->default_exec_timeout_ms = 60000;
 	cfg->boot_timeout_ms = 60000;
 	cfg->boot_queue_timeout_ms = 180000;
+	/* The VM is the isolation boundary and users own it (apt, sudo):
+	 * root by default, like E2B and Fly Machines (docs/configuration.md). */
+	snprintf(cfg->exec_user, sizeof(cfg->exec_user), "root");
 	cfg->exec_backstop_grace_ms = 10000;
 
 	cfg->max_guests = 24;
@@ -121,6 +124,13 @@ int sandbox_config_validate(const struct sandbox_config *cfg, struct sbx_error *
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "allow_tcg",
 				     "accel 'tcg' needs allow_tcg: true (tcg is no security "
 				     "boundary)");
+	if (!cfg->exec_user[0] ||
+	    strspn(cfg->exec_user, "abcdefghijklmnopqrstuvwxyz0123456789_-") !=
+		strlen(cfg->exec_user) ||
+	    cfg->exec_user[0] == '-')
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "exec_user",
+				     "exec_user must be a user name of the guest, like 'root' or "
+				     "'sandbox'");
 	if (cfg->n_sizes == 0)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "sizes", "at least one size");
 	for (size_t i = 0; i < cfg->n_sizes; i++) {

@@ -1383,6 +1383,7 @@ int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const ch
 	    .timeout_ms = timeout,
 	    .stdout_cap = (uint32_t)cfg->output_cap_bytes,
 	    .stderr_cap = (uint32_t)cfg->output_cap_bytes,
+	    .user = strcmp(cfg->exec_user, "root") == 0 ? NULL : cfg->exec_user,
 	};
 	call = calloc(1, sizeof(*call));
 	if (!call)

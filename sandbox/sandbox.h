@@ -60,6 +60,7 @@ struct sandbox_config {
 	size_t max_command_bytes;	  /* 256 KiB */
 	size_t output_cap_bytes;	  /* per stream, 1 MiB */
 	uint32_t default_exec_timeout_ms; /* 60000 */
+	char exec_user[32];		  /* guest user commands run as: "root" */
 	uint32_t boot_timeout_ms;	  /* boot start -> HELLO deadline, 60000 */
 	uint32_t boot_queue_timeout_ms;	  /* wait for a boot slot, 180000 */
 	uint32_t exec_backstop_grace_ms;  /* 10000 */

@@ -27,6 +27,7 @@
 #include "agentless/wire.h"
 
 #include <errno.h>
+#include <grp.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
@@ -465,6 +466,9 @@ struct exec_req {
 	uint32_t timeout_ms, out_cap, err_cap;
 	char *stdin_data; /* v2: the command's stdin, NULL = /dev/null */
 	size_t stdin_len;
+	bool as_user; /* v2 USER: drop to uid/gid before exec */
+	uid_t uid;
+	gid_t gid;
 };
 
 static void exec_req_release(struct exec_req *r)
@@ -509,6 +513,99 @@ static int env_merge(struct exec_req *r, const uint8_t *v, size_t len, size_t kl
 	return 0;
 }
 
+/* Look `name` up in the guest's /etc/passwd ("name:x:uid:gid:gecos:home:
+ * shell"); static binaries have no NSS. Fills uid, gid and home (>= 256
+ * bytes). 0, or -1 when there is no such user. */
+static int passwd_lookup(const char *name, uid_t *uid, gid_t *gid, char *home, size_t home_len)
+{
+	char line[512];
+	size_t nlen = strlen(name);
+	FILE *f = fopen("/etc/passwd", "re");
+	int rc = -1;
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		char *fld[7];
+		char *p = line;
+		int n = 0;
+
+		if (strncmp(line, name, nlen) != 0 || line[nlen] != ':')
+			continue;
+		line[strcspn(line, "\n")] = '\0';
+		while (n < 7 && p) {
+			fld[n++] = p;
+			p = strchr(p, ':');
+			if (p)
+				*p++ = '\0';
+		}
+		if (n < 6)
+			break;
+		*uid = (uid_t)strtoul(fld[2], NULL, 10);
+		*gid = (gid_t)strtoul(fld[3], NULL, 10);
+		snprintf(home, home_len, "%s", fld[5][0] ? fld[5] : "/");
+		rc = 0;
+		break;
+	}
+	fclose(f);
+	return rc;
+}
+
+/* Replace a default "KEY=..." entry of r->env (before request env is
+ * merged over it). */
+static int env_default_set(struct exec_req *r, const char *key, const char *value)
+{
+	size_t klen = strlen(key);
+	char *s;
+
+	if (asprintf(&s, "%s=%s", key, value) < 0)
+		return -1;
+	for (size_t i = 0; i < r->n_env; i++) {
+		if (strncmp(r->env[i], key, klen) == 0 && r->env[i][klen] == '=') {
+			free(r->env[i]);
+			r->env[i] = s;
+			return 0;
+		}
+	}
+	r->env[r->n_env++] = s;
+	r->env[r->n_env] = NULL;
+	return 0;
+}
+
+/* The USER field, looked at before the env fields so that the request's
+ * env still wins over the user's defaults. 0, or -1 after sending ERROR. */
+static int exec_req_user(uint32_t id, const uint8_t *p, size_t len, struct exec_req *r)
+{
+	struct wire_reader rd;
+	struct wire_field f;
+	char name[64], home[256];
+
+	wire_reader_init(&rd, p, len);
+	while (wire_next(&rd, &f) == 1) {
+		if (f.tag != WIRE_T_USER)
+			continue;
+		if (f.len == 0 || f.len >= sizeof(name) || memchr(f.value, '\0', f.len) ||
+		    memchr(f.value, ':', f.len)) {
+			send_error(id, WIRE_ERR_BAD_REQUEST, "user", "user must be a user name");
+			return -1;
+		}
+		memcpy(name, f.value, f.len);
+		name[f.len] = '\0';
+		if (passwd_lookup(name, &r->uid, &r->gid, home, sizeof(home)) < 0) {
+			send_error(id, WIRE_ERR_SPAWN, NULL, "the exec user is not in the guest");
+			return -1;
+		}
+		r->as_user = true;
+		if (env_default_set(r, "HOME", home) < 0 || env_default_set(r, "USER", name) < 0 ||
+		    env_default_set(r, "LOGNAME", name) < 0) {
+			send_error(id, WIRE_ERR_SPAWN, NULL, "guest out of memory");
+			return -1;
+		}
+		break;
+	}
+	return 0;
+}
+
 /* Decode and validate an EXEC payload. 0, or -1 after sending ERROR. */
 static int exec_req_parse(uint32_t id, const uint8_t *p, size_t len, struct exec_req *r)
 {
@@ -530,6 +627,8 @@ static int exec_req_parse(uint32_t id, const uint8_t *p, size_t len, struct exec
 		r->n_env++;
 	}
 
+	if (exec_req_user(id, p, len, r) < 0)
+		goto err;
 	wire_reader_init(&rd, p, len);
 	while ((rc = wire_next(&rd, &f)) == 1) {
 		switch (f.tag) {
@@ -662,6 +761,17 @@ static void __attribute__((noreturn)) exec_child(const struct exec_req *r, int p
 		_exit(126);
 	if (fd > 2)
 		close(fd);
+	if (r->as_user) {
+		static const char m[] = "sandboxd-init: cannot switch to the exec user\n";
+
+		/* After joining the cgroup (root only), before chdir (as the
+		 * user, so it obeys the user's permissions). */
+		if (setgroups(1, &r->gid) < 0 || setgid(r->gid) < 0 || setuid(r->uid) < 0) {
+			if (write(2, m, sizeof(m) - 1) < 0) {
+			}
+			_exit(126);
+		}
+	}
 	if (chdir(r->cwd) < 0) {
 		static const char m[] = "sandboxd-init: cannot chdir to cwd\n";
 

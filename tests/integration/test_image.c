@@ -264,6 +264,42 @@ static void delete_removes_the_overlay(void **state)
 	assert_int_equal(count_overlays(), 0);
 }
 
+/* exec_user "sandbox": commands run unprivileged with the user's HOME, and
+ * sudo still works. A second daemon on the same state dir. */
+static void exec_user_runs_commands_unprivileged(void **state)
+{
+	struct daemon u = d;
+	struct http_reply r;
+	char path[128];
+	json_object *o;
+
+	u.pid = 0;
+	assert_int_equal(daemon_config_full(&u, "\"exec_user\": \"sandbox\""), 0);
+	daemon_create_account(&u, "10");
+	daemon_stop(&d);
+	assert_int_equal(daemon_start(&u), 0);
+	d = u;
+	create(&d, sbx_id, sizeof(sbx_id));
+	char *out = run_ok("id -u; id -g; echo $HOME; echo $USER; pwd", 30000);
+	assert_string_equal(out, "1000\n1000\n/home/sandbox\nsandbox\n/home/sandbox\n");
+	free(out);
+	out = run_ok("sudo -n id -u", 30000);
+	assert_string_equal(out, "0\n");
+	free(out);
+
+	o = json_object_new_object();
+	json_object_object_add(o, "command", json_object_new_string("touch /root/nope"));
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s/exec", sbx_id);
+	assert_int_equal(
+	    http_request(&d, "POST", path, d.key, NULL, json_object_to_json_string(o), 0, &r), 0);
+	json_object_put(o);
+	assert_int_equal(r.status, 200);
+	assert_int_not_equal(jint(r.json, "exit_code"), 0);
+	assert_non_null(strstr(jstr(r.json, "stderr"), "Permission denied"));
+	http_reply_free(&r);
+	destroy(&d, sbx_id);
+}
+
 static int cmp_ll(const void *a, const void *b)
 {
 	long long x = *(const long long *)a, y = *(const long long *)b;
@@ -320,6 +356,7 @@ int main(void)
 	    cmocka_unit_test(gcc_and_make),
 	    cmocka_unit_test(write_1_gb_to_home),
 	    cmocka_unit_test(delete_removes_the_overlay),
+	    cmocka_unit_test(exec_user_runs_commands_unprivileged),
 	    cmocka_unit_test(figures_create_to_ready),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
