@@ -789,6 +789,19 @@ static int create_work(struct req *r, struct sbx_error *err)
 	r->create.req.idempotency_key = key;
 	if (sandbox_create_idempotent(srv->svc, r->account_id, &r->create.req, &res, err) < 0)
 		return -1;
+	if (res.replayed && !res.body) {
+		/* The first create's sandbox, whose answer a crash lost: render
+		 * it now and remember it, so later replays are these bytes. */
+		if (out_json(r, 201, api_sandbox_encode(&res.view)) < 0) {
+			sandbox_create_result_release(&res);
+			return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+		}
+		r->out_replayed = true;
+		sandbox_idempotency_complete(srv->svc, r->account_id, key, res.view.id, 201,
+					     r->out_body, r->out_len, NULL);
+		sandbox_create_result_release(&res);
+		return 0;
+	}
 	if (res.replayed) {
 		r->out_body = malloc(res.body_len + 1);
 		if (r->out_body) {

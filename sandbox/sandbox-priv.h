@@ -50,6 +50,7 @@ struct sandbox_svc {
 	int boots_active;      /* boots holding a boot slot (customers and pool) */
 	int customers_waiting; /* customer creates waiting for a boot slot */
 	bool stop;
+	int64_t started_wall_ms; /* this daemon's start: older pending keys are orphans */
 	bool timer_started;
 	pthread_t timer;
 

@@ -429,6 +429,7 @@ struct sandbox_svc *sandbox_svc_new(const struct sandbox_config *cfg, int flags,
 			      strerror(errno));
 		goto err_free;
 	}
+	svc->started_wall_ms = sbx_wall_ms();
 	svc->store = store_open(cfg->db_path, err);
 	if (!svc->store)
 		goto err_free;
@@ -975,6 +976,14 @@ int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 			err->retry_after_s = 10;
 		return -1;
 	}
+	/* Bind the key to this sandbox before it boots: should the daemon die
+	 * after activation but before the answer is remembered, a retry gets
+	 * this sandbox instead of a second one. */
+	if (req->idempotency_key &&
+	    store_idem_bind(svc->store, account_id, req->idempotency_key, row.id, err) < 0) {
+		store_sandbox_abort(svc->store, row.id, NULL);
+		return -1;
+	}
 	sandbox_fault_hit(cfg, SANDBOX_FAULT_CREATE_AFTER_RESERVE);
 
 	/* 2. Host capacity (503): a pooled guest of this size is already
@@ -1139,6 +1148,22 @@ int sandbox_create_idempotent(struct sandbox_svc *svc, const char *account_id,
 							     "out of memory");
 			}
 			return 0;
+		}
+		if (row.sandbox_id[0] && row.created_at_ms < svc->started_wall_ms) {
+			/* Its create activated a sandbox, then the daemon died
+			 * before the answer was remembered: answer with that
+			 * sandbox (api/ renders and completes the key). */
+			struct store_sandbox sb;
+
+			if (store_sandbox_get(svc->store, account_id, row.sandbox_id, &sb, NULL) ==
+				0 &&
+			    sb.status != STORE_CREATING) {
+				store_idem_release_row(&row);
+				view_from_row(&sb, sbx_wall_ms(), &res->view);
+				res->replayed = true;
+				res->status = 201;
+				return 0;
+			}
 		}
 		store_idem_release_row(&row);
 		/* The first request is still creating: wait for it. */

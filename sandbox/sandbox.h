@@ -223,7 +223,11 @@ struct sandbox_create_result {
 	int status;
 	char *body; /* malloc'd, NUL-terminated; free with sandbox_create_result_release */
 	size_t body_len;
-	/* false: a new sandbox (view); when req->idempotency_key was set the
+	/* replayed with body NULL: the first create activated `view` but the
+	 * daemon died before its answer was remembered: render `view` as the
+	 * 201 body, hand it to sandbox_idempotency_complete(), and send it
+	 * with 'Idempotent-Replayed: true'; later replays get those bytes.
+	 * false: a new sandbox (view); when req->idempotency_key was set the
 	 * caller must now render the response and hand it to
 	 * sandbox_idempotency_complete() (or sandbox_idempotency_release()
 	 * if it cannot answer). */

@@ -1563,6 +1563,15 @@ int store_idem_complete(struct store *s, const char *account_id, const char *key
 	return 0;
 }
 
+int store_idem_bind(struct store *s, const char *account_id, const char *key,
+		    const char *sandbox_id, struct sbx_error *err)
+{
+	return store_idem_write(s,
+				"UPDATE idempotency_keys SET sandbox_id = ?3"
+				" WHERE account_id = ?1 AND key = ?2 AND status = 'pending'",
+				account_id, key, sandbox_id, 0, NULL, 0, 0, err);
+}
+
 int store_idem_release(struct store *s, const char *account_id, const char *key,
 		       struct sbx_error *err)
 {
@@ -1603,7 +1612,14 @@ int store_idem_release_pending(struct store *s, struct sbx_error *err)
 	STORE_LOCK(s);
 	if (store_tx_begin(s, err) < 0)
 		return -1;
-	if (store_exec(s, "DELETE FROM idempotency_keys WHERE status = 'pending'", err) < 0)
+	/* Keep a pending key whose sandbox was activated: the create finished
+	 * but the daemon died before the answer was remembered; a retry then
+	 * gets that sandbox, never a second one. */
+	if (store_exec(s,
+		       "DELETE FROM idempotency_keys WHERE status = 'pending' AND NOT EXISTS"
+		       " (SELECT 1 FROM sandboxes WHERE sandboxes.id = idempotency_keys.sandbox_id"
+		       "  AND sandboxes.status NOT IN ('creating', 'aborted'))",
+		       err) < 0)
 		goto err_rollback;
 	int changes = sqlite3_changes(s->db);
 	if (store_tx_commit(s, err) < 0)

@@ -226,7 +226,7 @@ int store_ledger_check(struct store *s, const char *account_id, struct sbx_error
 
 struct store_idem {
 	char request_hash[65];	       /* SHA-256 hex of the canonical request */
-	char sandbox_id[STORE_ID_MAX]; /* "" unless done */
+	char sandbox_id[STORE_ID_MAX]; /* "" until bound (store_idem_bind) */
 	bool done;		       /* false = the first request still runs */
 	int response_status;	       /* HTTP status, when done */
 	char *response_body;	       /* exact bytes (malloc'd, NUL-terminated), or NULL */
@@ -254,6 +254,12 @@ int store_idem_complete(struct store *s, const char *account_id, const char *key
 			const char *sandbox_id, int response_status, const void *body, size_t len,
 			struct sbx_error *err);
 
+/* Note the sandbox a pending key's create reserved (before it boots), so
+ * that a daemon crash after activation leaves the key pointing at the
+ * running sandbox. Returns 1 if bound, 0 if the key is not pending. */
+int store_idem_bind(struct store *s, const char *account_id, const char *key,
+		    const char *sandbox_id, struct sbx_error *err);
+
 /* Forget a pending key (its request failed). Returns 1 if a row was
  * deleted, 0 if there was none (or it was done: a done key is kept). */
 int store_idem_release(struct store *s, const char *account_id, const char *key,
@@ -263,8 +269,10 @@ int store_idem_release(struct store *s, const char *account_id, const char *key,
  * service keeps them >= 24 h). Returns the number deleted. */
 int store_idem_prune(struct store *s, int64_t older_than_ms, struct sbx_error *err);
 
-/* Delete every pending key (at daemon start: no create survives a
- * restart, so their requests were rolled back). Returns the count. */
+/* At daemon start, after reconcile: delete every pending key whose create
+ * did not reach an activated sandbox (those creates were rolled back).
+ * Pending keys bound to a sandbox that became running stay, for
+ * sandbox/ to answer from that sandbox. Returns the count deleted. */
 int store_idem_release_pending(struct store *s, struct sbx_error *err);
 
 /* ---------------------------------------------- executions (store/execution.c)

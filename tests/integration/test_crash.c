@@ -253,6 +253,23 @@ static void crash_after_activate(void **state)
 	free(rows);
 	store_close(s);
 	exec_ok(sbx_kept);
+
+	/* The key stayed bound to the activated sandbox: a retry with it gets
+	 * that sandbox (replayed), never a second machine; and again, byte for
+	 * byte. */
+	struct http_reply r1, r2;
+	const char *hdr = "Idempotency-Key: k-activate\r\n";
+
+	assert_int_equal(http_request(&d, "POST", "/v1/sandboxes", d.key, hdr, "{}", 0, &r1), 0);
+	assert_int_equal(r1.status, 201);
+	assert_non_null(strstr(r1.headers, "Idempotent-Replayed: true"));
+	assert_string_equal(jstr(r1.json, "id"), sbx_kept);
+	assert_int_equal(http_request(&d, "POST", "/v1/sandboxes", d.key, hdr, "{}", 0, &r2), 0);
+	assert_int_equal(r2.status, 201);
+	assert_string_equal(r2.body, r1.body);
+	http_reply_free(&r1);
+	http_reply_free(&r2);
+	assert_int_equal(count_own_domains(&d), 1);
 	daemon_stop(&d);
 }
 
