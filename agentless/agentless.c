@@ -502,6 +502,27 @@ static void handle_output(struct agentless_conn *c, const struct wire_header *h,
 			       h->type == WIRE_STDOUT ? "stdout" : "stderr");
 }
 
+/* Take the in-flight exec a final frame (EXIT, ERROR) names. NULL when
+ * there is none: a frame for an exec the host gave up on is dropped, any
+ * other is a protocol violation. */
+static struct exec *conn_exec_finish(struct agentless_conn *c, uint32_t id, const char *what)
+{
+	struct exec *e;
+
+	pthread_mutex_lock(&c->lock);
+	e = conn_exec_take(c, id);
+	if (!e) {
+		bool dropped = conn_is_abandoned(c, id);
+
+		pthread_mutex_unlock(&c->lock);
+		if (!dropped)
+			conn_violation(c, "%s for unknown exec id %u", what, id);
+		return NULL;
+	}
+	pthread_mutex_unlock(&c->lock);
+	return e;
+}
+
 static void handle_exit(struct agentless_conn *c, const struct wire_header *h, const uint8_t *p,
 			size_t len)
 {
@@ -544,17 +565,9 @@ static void handle_exit(struct agentless_conn *c, const struct wire_header *h, c
 			break;
 	}
 
-	pthread_mutex_lock(&c->lock);
-	e = conn_exec_take(c, h->id);
-	if (!e) {
-		bool dropped = conn_is_abandoned(c, h->id);
-
-		pthread_mutex_unlock(&c->lock);
-		if (!dropped)
-			conn_violation(c, "EXIT for unknown exec id %u", h->id);
+	e = conn_exec_finish(c, h->id, "EXIT");
+	if (!e)
 		return;
-	}
-	pthread_mutex_unlock(&c->lock);
 
 	if (rc < 0 || !have_code) {
 		/* put nothing back: conn_violation fails the rest, we fail this */
@@ -619,17 +632,9 @@ static void handle_error(struct agentless_conn *c, const struct wire_header *h, 
 		}
 	}
 
-	pthread_mutex_lock(&c->lock);
-	e = conn_exec_take(c, h->id);
-	if (!e) {
-		bool dropped = conn_is_abandoned(c, h->id);
-
-		pthread_mutex_unlock(&c->lock);
-		if (!dropped)
-			conn_violation(c, "ERROR for unknown exec id %u", h->id);
+	e = conn_exec_finish(c, h->id, "ERROR");
+	if (!e)
 		return;
-	}
-	pthread_mutex_unlock(&c->lock);
 
 	if (rc < 0 || !have_kind) {
 		sbx_error_set(&err, SBX_E_SANDBOX_ERROR, NULL, MSG_VIOLATION);
