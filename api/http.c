@@ -574,6 +574,30 @@ static void list_remove(struct api_server *srv, struct req *r)
 	r->prev = r->next = NULL;
 }
 
+/* Park a request's connection until its work finishes (exec, create,
+ * DELETE): no worker thread waits meanwhile. Call with srv->lock held,
+ * state EXEC_RUNNING. */
+static void park_locked(struct api_server *srv, struct req *r)
+{
+	MHD_suspend_connection(r->conn);
+	r->state = EXEC_SUSPENDED;
+	r->next = srv->suspended;
+	if (r->next)
+		r->next->prev = r;
+	srv->suspended = r;
+}
+
+/* The work of a running or parked request finished: wake its connection
+ * (MHD calls the handler again) if it was parked. srv->lock held. */
+static void finish_locked(struct api_server *srv, struct req *r)
+{
+	if (r->state == EXEC_SUSPENDED) {
+		list_remove(srv, r);
+		MHD_resume_connection(r->conn);
+	}
+	r->state = EXEC_DONE;
+}
+
 /* Completion of sandbox_exec_start: any thread, maybe before it returned. */
 static void exec_done(void *opaque, struct sandbox_exec_result *res, const struct sbx_error *err)
 {
@@ -595,11 +619,7 @@ static void exec_done(void *opaque, struct sandbox_exec_result *res, const struc
 				sbx_error_set(&r->exec_err, SBX_E_INTERNAL, NULL,
 					      "exec ended without a result");
 		}
-		if (r->state == EXEC_SUSPENDED) {
-			list_remove(srv, r);
-			MHD_resume_connection(r->conn);
-		}
-		r->state = EXEC_DONE;
+		finish_locked(srv, r);
 	}
 	free_now = --r->refs == 0;
 	pthread_mutex_unlock(&srv->lock);
@@ -725,12 +745,7 @@ static enum MHD_Result handle_exec(struct req *r)
 	}
 	/* No worker thread waits on the guest: MHD parks the connection until
 	 * exec_done resumes it, then calls the handler again. */
-	MHD_suspend_connection(r->conn);
-	r->state = EXEC_SUSPENDED;
-	r->next = srv->suspended;
-	if (r->next)
-		r->next->prev = r;
-	srv->suspended = r;
+	park_locked(srv, r);
 	pthread_mutex_unlock(&srv->lock);
 	return MHD_YES;
 }
@@ -854,11 +869,7 @@ static void *async_main(void *arg)
 	if (rc < 0)
 		r->exec_err = err;
 	if (r->state == EXEC_RUNNING || r->state == EXEC_SUSPENDED) {
-		if (r->state == EXEC_SUSPENDED) {
-			list_remove(srv, r);
-			MHD_resume_connection(r->conn);
-		}
-		r->state = EXEC_DONE;
+		finish_locked(srv, r);
 	}
 	free_now = --r->refs == 0;
 	srv->async_threads--;
@@ -933,12 +944,7 @@ static enum MHD_Result run_async(struct req *r)
 		pthread_mutex_unlock(&srv->lock);
 		return async_answer(r);
 	}
-	MHD_suspend_connection(r->conn);
-	r->state = EXEC_SUSPENDED;
-	r->next = srv->suspended;
-	if (r->next)
-		r->next->prev = r;
-	srv->suspended = r;
+	park_locked(srv, r);
 	pthread_mutex_unlock(&srv->lock);
 	return MHD_YES;
 }
