@@ -117,25 +117,29 @@ static void *pool_boot_main(void *arg)
 
 	pthread_mutex_lock(&svc->lock);
 	svc->boots_active--;
-	svc->pool_booting--;
-	svc->pool_booting_mib -= size->memory_mib;
-	if (rc == 0 && !svc->stop) {
+	if (rc == 0 && svc->stop) {
+		/* Destroy it while still counted in pool_booting: sandbox_pool_stop
+		 * waits for that, and the vmm is freed right after. */
+		pthread_mutex_unlock(&svc->lock);
+		sandbox_live_teardown(l, "the service is stopping");
+		l = NULL;
+		pthread_mutex_lock(&svc->lock);
+	} else if (rc == 0) {
 		l->pooled = true;
 		l->pooled_at_mono = sbx_mono_ms();
 		l->next = svc->pool;
 		svc->pool = l;
-		l = NULL;
-	} else if (rc < 0) {
+	} else {
 		svc->pool_backoff_until_mono = sbx_mono_ms() + POOL_BACKOFF_MS;
 	}
+	svc->pool_booting--;
+	svc->pool_booting_mib -= size->memory_mib;
 	pthread_cond_broadcast(&svc->cond);
 	pthread_mutex_unlock(&svc->lock);
 
 	if (rc < 0)
 		sbx_warn(MOD, "a %s pool guest did not boot: %s", size->name, err.message);
 	else if (l)
-		sandbox_live_teardown(l, "the service is stopping");
-	else
 		sbx_info(MOD, "a %s guest joined the pool, ready in %lld ms", size->name,
 			 (long long)(sbx_mono_ms() - t0));
 	return NULL;

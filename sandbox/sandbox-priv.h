@@ -45,9 +45,10 @@ struct sandbox_svc {
 	pthread_mutex_t lock; /* lives, pool, booting, stop, startup rings */
 	pthread_cond_t cond;  /* live refs dropped, boot slot freed, timer wake */
 	struct live *lives;
-	int booting; /* admitted customer creates not yet live (capacity) */
+	int booting; /* admitted creates not yet live, execution guests until torn down */
 	uint64_t booting_mib;
 	int boots_active;      /* boots holding a boot slot (customers and pool) */
+	int teardowns;	       /* execution guests torn down in the background */
 	int customers_waiting; /* customer creates waiting for a boot slot */
 	bool stop;
 	int64_t started_wall_ms; /* this daemon's start: older pending keys are orphans */
@@ -88,6 +89,9 @@ bool sandbox_capacity_fits_locked(struct sandbox_svc *svc, uint64_t mem_mib);
 /* The execution keys of a config: runner known, dev-process and the test
  * shell runtime refused in production, price and caps in range. */
 int sandbox_execution_config_validate(const struct sandbox_config *cfg, struct sbx_error *err);
+/* Wait until the background teardowns of execution guests are done
+ * (svc->teardowns is 0). Call lock not held, after the API stopped. */
+void sandbox_execution_teardowns_wait(struct sandbox_svc *svc);
 
 /* liveness.c */
 

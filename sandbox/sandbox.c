@@ -522,6 +522,8 @@ void sandbox_svc_free(struct sandbox_svc *svc)
 			}
 		}
 	}
+	/* Execution guests still being destroyed: no domain left behind. */
+	sandbox_execution_teardowns_wait(svc);
 	if (svc->vmm)
 		vmm_free(svc->vmm);
 	store_close(svc->store);

@@ -5,7 +5,8 @@
  * (run verbatim), a tampered stdout refused; per-second billing with a
  * full-timeout hold, the ledger invariants; the 403 without the
  * 'sandboxes' scope; the hold released when the guest cannot boot; the
- * production-mode refusals; exec receipts.
+ * production-mode refusals; exec receipts; no domain left after a SIGTERM
+ * that follows an execution (its guest is torn down after the reply).
  *
  * SBX_TEST_FULL_IMAGE_DIR names the image (default build/images/full).
  */
@@ -438,14 +439,33 @@ static void test_production_refusals(void **state)
 	}
 }
 
+/* Last: a SIGTERM right after an execution's reply, while its guest is
+ * still being destroyed in the background. The daemon waits for that
+ * teardown (and destroys the pool): no domain of this run is left. */
+static void test_shutdown_leaves_no_domain(void **state)
+{
+	struct http_reply r = execute(d.key, "python", 10, "print(1)", 200);
+
+	check_execution(&r, 10);
+	http_reply_free(&r);
+	assert_int_equal(daemon_stop(&d), 0);
+	assert_int_equal(count_own_domains(&d), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_python),	 cmocka_unit_test(test_node),
-	    cmocka_unit_test(test_timeout),	 cmocka_unit_test(test_truncation),
-	    cmocka_unit_test(test_receipt),	 cmocka_unit_test(test_exec_receipt),
-	    cmocka_unit_test(test_scope),	 cmocka_unit_test(test_billing),
-	    cmocka_unit_test(test_boot_failure), cmocka_unit_test(test_production_refusals),
+	    cmocka_unit_test(test_python),
+	    cmocka_unit_test(test_node),
+	    cmocka_unit_test(test_timeout),
+	    cmocka_unit_test(test_truncation),
+	    cmocka_unit_test(test_receipt),
+	    cmocka_unit_test(test_exec_receipt),
+	    cmocka_unit_test(test_scope),
+	    cmocka_unit_test(test_billing),
+	    cmocka_unit_test(test_boot_failure),
+	    cmocka_unit_test(test_production_refusals),
+	    cmocka_unit_test(test_shutdown_leaves_no_domain),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
