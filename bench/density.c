@@ -8,7 +8,13 @@
  * heap, which holds its copy of the kernel and initramfs, libraries);
  * and CPU per guest over the idle window (utime+stime from /proc/PID/stat).
  * Repeated for each TCG translation-cache size in SBX_DENSITY_TB (a list,
- * default "0,32": 0 = QEMU's default).
+ * default "0,32": 0 = QEMU's default), and for each extra guest kernel
+ * command line in SBX_DENSITY_CMDLINES (a '|'-separated list, default one
+ * empty entry). Also per guest: PSS (/proc/PID/smaps_rollup, which splits
+ * pages shared with other qemus, e.g. by KSM or the page cache of the
+ * kernel file), and per run: the host's MemAvailable drop per guest from
+ * before the first boot to the end of the idle window, and when KSM runs
+ * (/sys/kernel/mm/ksm/run = 1) the pages it shares and ksmd's CPU.
  *
  * Environment: SBX_TEST_IMAGE_DIR (default build/images/tiny). Prints
  * figures; never fails on them. Exit 1 only when it cannot run. */
@@ -52,8 +58,43 @@ static int qemu_pid(const char *name)
 }
 
 struct mem {
-	long rss_kib, guest_kib, tcg_kib, rest_kib;
+	long rss_kib, guest_kib, tcg_kib, rest_kib, pss_kib;
 };
+
+/* A "Key: N kB" line of a /proc file, in KiB; -1 when absent. */
+static long proc_kib(const char *path, const char *key)
+{
+	char line[256];
+	size_t kl = strlen(key);
+	long v = -1;
+	FILE *f = fopen(path, "re");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, key, kl) == 0 && line[kl] == ':') {
+			v = strtol(line + kl + 1, NULL, 10);
+			break;
+		}
+	fclose(f);
+	return v;
+}
+
+static long ksm_value(const char *name)
+{
+	char path[128];
+	long v = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/sys/kernel/mm/ksm/%s", name);
+	f = fopen(path, "re");
+	if (!f)
+		return -1;
+	if (fscanf(f, "%ld", &v) != 1)
+		v = -1;
+	fclose(f);
+	return v;
+}
 
 /* Walk smaps: classify each mapping's Rss. */
 static int mem_of(int pid, uint64_t guest_mib, struct mem *m)
@@ -89,6 +130,8 @@ static int mem_of(int pid, uint64_t guest_mib, struct mem *m)
 		}
 	}
 	fclose(f);
+	snprintf(path, sizeof(path), "/proc/%d/smaps_rollup", pid);
+	m->pss_kib = proc_kib(path, "Pss");
 	return 0;
 }
 
@@ -115,7 +158,7 @@ static long cpu_ticks(int pid)
 	return (long)(ut + st);
 }
 
-static void one_config(unsigned tb, int n, int idle_s, const char *img)
+static void one_config(unsigned tb, const char *cmdline, int n, int idle_s, const char *img)
 {
 	char state[256], run[300], kernel[400], initrd[400], prefix[64];
 	struct vmm_vm *vms[MAX_GUESTS] = {0};
@@ -154,6 +197,7 @@ static void one_config(unsigned tb, int n, int idle_s, const char *img)
 	    .run_dir = run,
 	    .transport = VMM_TRANSPORT_SOCKET,
 	    .tb_cache_mib = tb,
+	    .cmdline = cmdline[0] ? cmdline : NULL,
 	    .console_log_max = 1 << 20,
 	};
 	struct vmm *v = vmm_new(&cfg, &err);
@@ -162,6 +206,20 @@ static void one_config(unsigned tb, int n, int idle_s, const char *img)
 		fprintf(stderr, "density: %s\n", err.message);
 		return;
 	}
+	long avail0 = proc_kib("/proc/meminfo", "MemAvailable");
+	int ksmd = -1;
+	long ksmd0 = -1;
+	{
+		FILE *p = popen("pgrep -x ksmd", "r");
+
+		if (p) {
+			if (fscanf(p, "%d", &ksmd) != 1)
+				ksmd = -1;
+			pclose(p);
+		}
+	}
+	if (ksmd > 0)
+		ksmd0 = cpu_ticks(ksmd);
 	for (int i = 0; i < n; i++) {
 		struct sbx_channel ch;
 		int64_t t0 = sbx_mono_ms();
@@ -188,10 +246,13 @@ static void one_config(unsigned tb, int n, int idle_s, const char *img)
 	long hz = sysconf(_SC_CLK_TCK);
 	struct mem sum = {0};
 	double cpu_sum = 0;
+	long avail1 = proc_kib("/proc/meminfo", "MemAvailable");
 	if (tb)
-		printf("tb-cache %u MiB: %d idle small guests\n", tb, started);
+		printf("tb-cache %u MiB, cmdline '%s': %d idle small guests\n", tb, cmdline,
+		       started);
 	else
-		printf("tb-cache QEMU default: %d idle small guests\n", started);
+		printf("tb-cache QEMU default, cmdline '%s': %d idle small guests\n", cmdline,
+		       started);
 	for (int i = 0; i < started; i++) {
 		struct mem m;
 		long t1 = cpu_ticks(pids[i]);
@@ -200,21 +261,34 @@ static void one_config(unsigned tb, int n, int idle_s, const char *img)
 		mem_of(pids[i], spec.memory_mib, &m);
 		printf(
 		    "  guest %2d: boot %5lld ms, RSS %4ld MiB = guest RAM %4ld + TCG cache %3ld + "
-		    "rest %3ld; CPU %.1f%% of a core\n",
+		    "rest %3ld; PSS %4ld MiB; CPU %.1f%% of a core\n",
 		    i + 1, (long long)boot_ms[i], m.rss_kib / 1024, m.guest_kib / 1024,
-		    m.tcg_kib / 1024, m.rest_kib / 1024, cpu);
+		    m.tcg_kib / 1024, m.rest_kib / 1024, m.pss_kib / 1024, cpu);
 		sum.rss_kib += m.rss_kib;
 		sum.guest_kib += m.guest_kib;
 		sum.tcg_kib += m.tcg_kib;
 		sum.rest_kib += m.rest_kib;
+		sum.pss_kib += m.pss_kib;
 		cpu_sum += cpu;
 	}
-	if (started)
-		printf(
-		    "  mean per guest: RSS %ld MiB (guest RAM %ld, TCG cache %ld, rest %ld), CPU "
-		    "%.1f%% of a core\n",
-		    sum.rss_kib / 1024 / started, sum.guest_kib / 1024 / started,
-		    sum.tcg_kib / 1024 / started, sum.rest_kib / 1024 / started, cpu_sum / started);
+	if (started) {
+		printf("  mean per guest: RSS %ld MiB (guest RAM %ld, TCG cache %ld, rest %ld), PSS "
+		       "%ld MiB, CPU %.1f%% of a core\n",
+		       sum.rss_kib / 1024 / started, sum.guest_kib / 1024 / started,
+		       sum.tcg_kib / 1024 / started, sum.rest_kib / 1024 / started,
+		       sum.pss_kib / 1024 / started, cpu_sum / started);
+		printf("  host MemAvailable drop per guest: %ld MiB (noisy: other jobs share the "
+		       "host)\n",
+		       (avail0 - avail1) / 1024 / started);
+	}
+	if (ksm_value("run") == 1 && ksmd0 >= 0) {
+		long el = cpu_ticks(ksmd) - ksmd0;
+
+		printf("  KSM: pages_shared %ld, pages_sharing %ld, full_scans %ld; ksmd CPU "
+		       "%.2f s during the run\n",
+		       ksm_value("pages_shared"), ksm_value("pages_sharing"),
+		       ksm_value("full_scans"), (double)el / (double)hz);
+	}
 	fflush(stdout);
 	for (int i = 0; i < n; i++) {
 		if (conns[i])
@@ -231,14 +305,23 @@ int main(void)
 {
 	const char *img = getenv("SBX_TEST_IMAGE_DIR");
 	const char *tbs = getenv("SBX_DENSITY_TB");
+	const char *cls = getenv("SBX_DENSITY_CMDLINES");
 	int n = env_int("SBX_DENSITY_N", 6), idle = env_int("SBX_DENSITY_IDLE_S", 10);
-	char list[128];
+	char list[128], cmdlines[1024];
 
 	if (n > MAX_GUESTS)
 		n = MAX_GUESTS;
 	snprintf(list, sizeof(list), "%s", tbs && *tbs ? tbs : "0,32");
-	for (char *save = NULL, *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save))
-		one_config((unsigned)strtoul(t, NULL, 10), n, idle,
-			   img ? img : "build/images/tiny");
+	snprintf(cmdlines, sizeof(cmdlines), "%s", cls ? cls : "");
+	for (char *save = NULL, *t = strtok_r(list, ",", &save); t;
+	     t = strtok_r(NULL, ",", &save)) {
+		/* '|'-separated, empty entries kept (strsep). */
+		char copy[1024], *cur = copy, *c;
+
+		snprintf(copy, sizeof(copy), "%s", cmdlines);
+		while ((c = strsep(&cur, "|")))
+			one_config((unsigned)strtoul(t, NULL, 10), c, n, idle,
+				   img ? img : "build/images/tiny");
+	}
 	return 0;
 }

@@ -17,7 +17,11 @@ if ! alive /run/libvirtd.pid libvirtd; then
 	/usr/sbin/libvirtd -d
 fi
 for _ in $(seq 1 100); do
-	if virsh -c qemu:///system list >/dev/null 2>&1; then exit 0; fi
+	if virsh -c qemu:///system list >/dev/null 2>&1; then
+		# Opt-in host settings (KSM with SBX_HOST_KSM=1); a no-op otherwise.
+		"$(dirname "$0")/host-tune.sh"
+		exit 0
+	fi
 	sleep 0.1
 done
 echo "libvirt-up: qemu:///system does not answer; see /var/log/libvirt/libvirtd.log" >&2
