@@ -349,6 +349,10 @@ static int reconcile(struct sandbox_svc *svc, struct sbx_error *err)
 	/* No create survives a restart: their keys are freed (API.md). */
 	if (store_idem_release_pending(svc->store, NULL) > 0)
 		sbx_info(MOD, "reconcile: freed the idempotency keys of interrupted creates");
+	/* Nor does a one-shot execution: release its hold, charge nothing. */
+	int cut = store_execution_fail_unfinished(svc->store, now, NULL);
+	if (cut > 0)
+		sbx_info(MOD, "reconcile: released the holds of %d interrupted execution(s)", cut);
 	for (size_t i = 0; i < rc.n_orphans; i++) {
 		sbx_info(MOD, "reconcile: destroying domain %s (no live sandbox)", rc.orphans[i]);
 		vmm_destroy_by_name(svc->vmm, rc.orphans[i], NULL);

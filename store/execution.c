@@ -216,6 +216,44 @@ err_rollback:
 	return -1;
 }
 
+/* The ids of running executions, at most max, into ids[]. */
+static int sx_running_ids(struct store *s, char (*ids)[STORE_ID_MAX], int max,
+			  struct sbx_error *err)
+{
+	_cleanup_sx_ sqlite3_stmt *q = NULL;
+	int n = 0, rc;
+
+	SX_LOCK(s);
+	rc = sx_run(s, &q, "SELECT id FROM executions WHERE status = 'running' LIMIT ?1", "i", err,
+		    (int64_t)max);
+	while (rc == SQLITE_ROW && n < max) {
+		sx_col(ids[n++], STORE_ID_MAX, q, 0);
+		rc = sqlite3_step(q);
+	}
+	if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+		return -1;
+	return n;
+}
+
+int store_execution_fail_unfinished(struct store *s, int64_t now_ms, struct sbx_error *err)
+{
+	char ids[64][STORE_ID_MAX];
+	int n, total = 0;
+
+	do {
+		n = sx_running_ids(s, ids, 64, err);
+		if (n < 0)
+			return -1;
+		for (int i = 0; i < n; i++) {
+			if (store_execution_settle(s, ids[i], "failed", now_ms, 0, NULL, NULL,
+						   err) < 0)
+				return -1;
+			total++;
+		}
+	} while (n == 64);
+	return total;
+}
+
 int store_execution_get(struct store *s, const char *account_id, const char *id,
 			struct store_execution *out, struct sbx_error *err)
 {

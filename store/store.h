@@ -310,6 +310,11 @@ int store_execution_reserve(struct store *s, const struct store_execution *row, 
 int store_execution_settle(struct store *s, const char *id, const char *status, int64_t ended_at_ms,
 			   int64_t charge_micro, const char *receipt_id, const char *response,
 			   struct sbx_error *err);
+/* At daemon start: every execution still `running` was cut by the crash
+ * (its guest is gone: reconcile destroys it); end each as failed and
+ * release its whole hold, no charge, no receipt. Returns the count. */
+int store_execution_fail_unfinished(struct store *s, int64_t now_ms, struct sbx_error *err);
+
 /* An account's execution; SBX_E_NOT_FOUND when missing, of another
  * account, or failed (never answered 200). Free out->response. */
 int store_execution_get(struct store *s, const char *account_id, const char *id,

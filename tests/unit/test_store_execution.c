@@ -78,6 +78,20 @@ static void test_execution_money(void **state)
 	assert_int_equal(err.code, SBX_E_INSUFFICIENT_CREDIT);
 	assert_int_equal(store_ledger_check(s, NULL, &err), 0);
 
+	/* 4. cut by a daemon crash: the restart releases the whole hold */
+	snprintf(row.id, sizeof row.id, "sbxr_4");
+	assert_int_equal(store_execution_reserve(s, &row, 400, &err), 0);
+	snprintf(row.id, sizeof row.id, "sbxr_5");
+	assert_int_equal(store_execution_reserve(s, &row, 400, &err), 0);
+	assert_int_equal(store_balance_get(s, a.id, &b, &err), 0);
+	assert_int_equal(b.reserved_micro, 800);
+	assert_int_equal(store_execution_fail_unfinished(s, sbx_wall_ms(), &err), 2);
+	assert_int_equal(store_execution_fail_unfinished(s, sbx_wall_ms(), &err), 0);
+	assert_int_equal(store_balance_get(s, a.id, &b, &err), 0);
+	assert_int_equal(b.reserved_micro, 0);
+	assert_int_equal(b.balance_micro, 960);
+	assert_int_equal(store_ledger_check(s, NULL, &err), 0);
+
 	/* receipts are per account */
 	char *body, *hash, *sig, *signer;
 	assert_int_equal(
