@@ -272,11 +272,12 @@ static void one_config(unsigned tb, const char *cmdline, int n, int idle_s, cons
 		cpu_sum += cpu;
 	}
 	if (started) {
-		printf("  mean per guest: RSS %ld MiB (guest RAM %ld, TCG cache %ld, rest %ld), PSS "
-		       "%ld MiB, CPU %.1f%% of a core\n",
-		       sum.rss_kib / 1024 / started, sum.guest_kib / 1024 / started,
-		       sum.tcg_kib / 1024 / started, sum.rest_kib / 1024 / started,
-		       sum.pss_kib / 1024 / started, cpu_sum / started);
+		printf(
+		    "  mean per guest: RSS %ld MiB (guest RAM %ld, TCG cache %ld, rest %ld), PSS "
+		    "%ld MiB, CPU %.1f%% of a core\n",
+		    sum.rss_kib / 1024 / started, sum.guest_kib / 1024 / started,
+		    sum.tcg_kib / 1024 / started, sum.rest_kib / 1024 / started,
+		    sum.pss_kib / 1024 / started, cpu_sum / started);
 		printf("  host MemAvailable drop per guest: %ld MiB (noisy: other jobs share the "
 		       "host)\n",
 		       (avail0 - avail1) / 1024 / started);

@@ -146,8 +146,8 @@ static void test_xml_escaping(void **state)
 	char *x = vmm_domain_xml(&c, "t-vmm-e", &s, false);
 	assert_non_null(x);
 	assert_non_null(strstr(x, "<sbx:id>a&apos;&lt;b&gt;&amp;</sbx:id>"));
-	assert_non_null(
-	    strstr(x, "quiet swiotlb=noforce root=/dev/vda x=&apos;&lt;&amp;&gt;&quot;&apos;</cmdline>"));
+	assert_non_null(strstr(
+	    x, "quiet swiotlb=noforce root=/dev/vda x=&apos;&lt;&amp;&gt;&quot;&apos;</cmdline>"));
 	assert_non_null(strstr(x, "path='/run/a&apos;b&amp;c/t-vmm-e.sock'"));
 	assert_null(strstr(x, "a'<b>"));
 	/* Every '<' opens a tag: the id and cmdline added none. */
