@@ -8,41 +8,6 @@
 
 #define MOD "store"
 
-static void sx_finalizep(sqlite3_stmt **q)
-{
-	if (*q)
-		sqlite3_finalize(*q);
-}
-#define _cleanup_sx_ _cleanup_(sx_finalizep)
-
-static void sx_unlockp(struct store **s)
-{
-	if (*s)
-		pthread_mutex_unlock(&(*s)->lock);
-}
-#define SX_LOCK(s)                                                                                 \
-	pthread_mutex_lock(&(s)->lock);                                                            \
-	struct store *sx_locked_ _cleanup_(sx_unlockp) = (s)
-
-static int sx_fail(struct store *s, const char *what, struct sbx_error *err)
-{
-	sbx_err(MOD, "%s: %s", what, sqlite3_errmsg(s->db));
-	return sbx_error_set(err, SBX_E_INTERNAL, NULL, "the database failed; try again later");
-}
-
-static int sx_exec(struct store *s, const char *sql, struct sbx_error *err)
-{
-	if (sqlite3_exec(s->db, sql, NULL, NULL, NULL) != SQLITE_OK)
-		return sx_fail(s, sql, err);
-	return 0;
-}
-
-static void sx_rollback(struct store *s)
-{
-	if (!sqlite3_get_autocommit(s->db))
-		sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
-}
-
 /* Prepare, bind texts/ints by a tiny format ("t" text, "i" int64), step
  * once. Returns SQLITE_ROW/SQLITE_DONE, or -1 after filling err. The
  * statement is left in *q for the caller to read and finalise. */
@@ -54,7 +19,7 @@ static int sx_run(struct store *s, sqlite3_stmt **q, const char *sql, const char
 
 	if (sqlite3_prepare_v2(s->db, sql, -1, q, NULL) != SQLITE_OK) {
 		*q = NULL;
-		return sx_fail(s, "prepare", err);
+		return store_db_error(s, "prepare", err);
 	}
 	va_start(ap, err);
 	for (int i = 0; fmt[i]; i++) {
@@ -72,7 +37,7 @@ static int sx_run(struct store *s, sqlite3_stmt **q, const char *sql, const char
 	va_end(ap);
 	rc = sqlite3_step(*q);
 	if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-		return sx_fail(s, "step", err);
+		return store_db_error(s, "step", err);
 	return rc;
 }
 
@@ -99,7 +64,7 @@ static char *sx_dup(sqlite3_stmt *q, int col)
 static int sx_ledger(struct store *s, const char *account_id, const char *execution_id,
 		     const char *kind, int64_t amount, int64_t now, struct sbx_error *err)
 {
-	_cleanup_sx_ sqlite3_stmt *q = NULL;
+	_cleanup_stmt_ sqlite3_stmt *q = NULL;
 
 	if (amount == 0 && strcmp(kind, "hold") != 0)
 		return 0;
@@ -118,11 +83,11 @@ int store_execution_reserve(struct store *s, const struct store_execution *row, 
 
 	if (hold_micro < 0)
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "negative hold");
-	SX_LOCK(s);
-	if (sx_exec(s, "BEGIN IMMEDIATE", err) < 0)
+	STORE_LOCK(s);
+	if (store_exec(s, "BEGIN IMMEDIATE", err) < 0)
 		return -1;
 	{
-		_cleanup_sx_ sqlite3_stmt *q = NULL;
+		_cleanup_stmt_ sqlite3_stmt *q = NULL;
 		int rc = sx_run(s, &q,
 				"SELECT COALESCE(SUM(CASE kind WHEN 'credit' THEN amount_micro"
 				" WHEN 'hold' THEN -amount_micro WHEN 'release' THEN amount_micro"
@@ -141,7 +106,7 @@ int store_execution_reserve(struct store *s, const struct store_execution *row, 
 		goto err_rollback;
 	}
 	{
-		_cleanup_sx_ sqlite3_stmt *q = NULL;
+		_cleanup_stmt_ sqlite3_stmt *q = NULL;
 		if (sx_run(s, &q,
 			   "INSERT INTO executions (id, account_id, runtime, runner, status,"
 			   " timeout_seconds, price_micro_per_second, requested_at_ms, hold_micro)"
@@ -153,12 +118,12 @@ int store_execution_reserve(struct store *s, const struct store_execution *row, 
 	}
 	if (sx_ledger(s, row->account_id, row->id, "hold", hold_micro, now, err) < 0)
 		goto err_rollback;
-	if (sx_exec(s, "COMMIT", err) < 0)
+	if (store_exec(s, "COMMIT", err) < 0)
 		goto err_rollback;
 	return 0;
 
 err_rollback:
-	sx_rollback(s);
+	store_tx_rollback(s);
 	return -1;
 }
 
@@ -172,11 +137,11 @@ int store_execution_settle(struct store *s, const char *id, const char *status, 
 
 	if (!failed && strcmp(status, "completed") != 0 && strcmp(status, "timed_out") != 0)
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "bad execution status");
-	SX_LOCK(s);
-	if (sx_exec(s, "BEGIN IMMEDIATE", err) < 0)
+	STORE_LOCK(s);
+	if (store_exec(s, "BEGIN IMMEDIATE", err) < 0)
 		return -1;
 	{
-		_cleanup_sx_ sqlite3_stmt *q = NULL;
+		_cleanup_stmt_ sqlite3_stmt *q = NULL;
 		int rc = sx_run(s, &q,
 				"SELECT account_id, hold_micro FROM executions WHERE id = ?1"
 				" AND status = 'running'",
@@ -199,7 +164,7 @@ int store_execution_settle(struct store *s, const char *id, const char *status, 
 	    sx_ledger(s, account, id, "release", hold - charge_micro, now, err) < 0)
 		goto err_rollback;
 	{
-		_cleanup_sx_ sqlite3_stmt *q = NULL;
+		_cleanup_stmt_ sqlite3_stmt *q = NULL;
 		if (sx_run(s, &q,
 			   "UPDATE executions SET status = ?2, ended_at_ms = ?3, charge_micro = ?4,"
 			   " receipt_id = ?5, response = ?6 WHERE id = ?1",
@@ -207,12 +172,12 @@ int store_execution_settle(struct store *s, const char *id, const char *status, 
 			   response) < 0)
 			goto err_rollback;
 	}
-	if (sx_exec(s, "COMMIT", err) < 0)
+	if (store_exec(s, "COMMIT", err) < 0)
 		goto err_rollback;
 	return 0;
 
 err_rollback:
-	sx_rollback(s);
+	store_tx_rollback(s);
 	return -1;
 }
 
@@ -220,10 +185,10 @@ err_rollback:
 static int sx_running_ids(struct store *s, char (*ids)[STORE_ID_MAX], int max,
 			  struct sbx_error *err)
 {
-	_cleanup_sx_ sqlite3_stmt *q = NULL;
+	_cleanup_stmt_ sqlite3_stmt *q = NULL;
 	int n = 0, rc;
 
-	SX_LOCK(s);
+	STORE_LOCK(s);
 	rc = sx_run(s, &q, "SELECT id FROM executions WHERE status = 'running' LIMIT ?1", "i", err,
 		    (int64_t)max);
 	while (rc == SQLITE_ROW && n < max) {
@@ -257,10 +222,10 @@ int store_execution_fail_unfinished(struct store *s, int64_t now_ms, struct sbx_
 int store_execution_get(struct store *s, const char *account_id, const char *id,
 			struct store_execution *out, struct sbx_error *err)
 {
-	_cleanup_sx_ sqlite3_stmt *q = NULL;
+	_cleanup_stmt_ sqlite3_stmt *q = NULL;
 	int rc;
 
-	SX_LOCK(s);
+	STORE_LOCK(s);
 	rc = sx_run(s, &q,
 		    "SELECT id, account_id, runtime, runner, status, timeout_seconds,"
 		    " price_micro_per_second, requested_at_ms, ended_at_ms, hold_micro,"
@@ -293,9 +258,9 @@ int store_receipt_insert(struct store *s, const char *id, const char *account_id
 			 const char *signature, const char *signer, int64_t created_at_ms,
 			 struct sbx_error *err)
 {
-	_cleanup_sx_ sqlite3_stmt *q = NULL;
+	_cleanup_stmt_ sqlite3_stmt *q = NULL;
 
-	SX_LOCK(s);
+	STORE_LOCK(s);
 	return sx_run(s, &q,
 		      "INSERT INTO receipts (id, account_id, subject_id, body, hash, signature,"
 		      " signer, created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
@@ -308,10 +273,10 @@ int store_receipt_insert(struct store *s, const char *id, const char *account_id
 int store_receipt_get(struct store *s, const char *account_id, const char *id, char **body,
 		      char **hash, char **signature, char **signer, struct sbx_error *err)
 {
-	_cleanup_sx_ sqlite3_stmt *q = NULL;
+	_cleanup_stmt_ sqlite3_stmt *q = NULL;
 	int rc;
 
-	SX_LOCK(s);
+	STORE_LOCK(s);
 	rc = sx_run(s, &q,
 		    "SELECT body, hash, signature, signer FROM receipts"
 		    " WHERE id = ?1 AND account_id = ?2",
@@ -330,10 +295,10 @@ int store_receipt_get(struct store *s, const char *account_id, const char *id, c
 int store_key_scopes_get(struct store *s, const char *key_id, char out[STORE_SCOPES_MAX],
 			 struct sbx_error *err)
 {
-	_cleanup_sx_ sqlite3_stmt *q = NULL;
+	_cleanup_stmt_ sqlite3_stmt *q = NULL;
 	int rc;
 
-	SX_LOCK(s);
+	STORE_LOCK(s);
 	rc = sx_run(s, &q, "SELECT scopes FROM api_keys WHERE id = ?1", "t", err, key_id);
 	if (rc < 0)
 		return -1;
@@ -346,11 +311,11 @@ int store_key_scopes_get(struct store *s, const char *key_id, char out[STORE_SCO
 int store_key_scopes_set(struct store *s, const char *key_id, const char *scopes,
 			 struct sbx_error *err)
 {
-	_cleanup_sx_ sqlite3_stmt *q = NULL;
+	_cleanup_stmt_ sqlite3_stmt *q = NULL;
 
 	if (strlen(scopes) >= STORE_SCOPES_MAX)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "scope", "too many scopes");
-	SX_LOCK(s);
+	STORE_LOCK(s);
 	if (sx_run(s, &q, "UPDATE api_keys SET scopes = ?2 WHERE id = ?1", "tt", err, key_id,
 		   scopes) < 0)
 		return -1;

@@ -23,24 +23,19 @@
 
 /* ------------------------------------------------------------- helpers */
 
-static void store_stmt_finalizep(sqlite3_stmt **stmt)
+void store_stmt_finalizep(sqlite3_stmt **stmt)
 {
 	if (*stmt)
 		sqlite3_finalize(*stmt);
 }
-#define _cleanup_stmt_ _cleanup_(store_stmt_finalizep)
 
-static void store_unlockp(struct store **s)
+void store_unlockp(struct store **s)
 {
 	if (*s)
 		pthread_mutex_unlock(&(*s)->lock);
 }
-/* Take s->lock until the end of the enclosing scope. */
-#define STORE_LOCK(s)                                                                              \
-	pthread_mutex_lock(&(s)->lock);                                                            \
-	struct store *store_locked_ _cleanup_(store_unlockp) = (s)
 
-static int store_db_error(struct store *s, const char *what, struct sbx_error *err)
+int store_db_error(struct store *s, const char *what, struct sbx_error *err)
 {
 	sbx_err(MOD, "%s: %s", what, sqlite3_errmsg(s->db));
 	return sbx_error_set(err, SBX_E_INTERNAL, NULL, "the database failed; try again later");
@@ -63,8 +58,7 @@ static int store_bind_text(sqlite3_stmt *stmt, int i, const char *v)
 	return sqlite3_bind_text(stmt, i, v, -1, SQLITE_TRANSIENT);
 }
 
-/* Run one statement without results (DDL, BEGIN, COMMIT). */
-static int store_exec(struct store *s, const char *sql, struct sbx_error *err)
+int store_exec(struct store *s, const char *sql, struct sbx_error *err)
 {
 	char *msg = NULL;
 	if (sqlite3_exec(s->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
@@ -86,7 +80,7 @@ static int store_tx_commit(struct store *s, struct sbx_error *err)
 	return store_exec(s, "COMMIT", err);
 }
 
-static void store_tx_rollback(struct store *s)
+void store_tx_rollback(struct store *s)
 {
 	if (!sqlite3_get_autocommit(s->db))
 		sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
