@@ -1214,6 +1214,17 @@ char *vmm_vm_console_tail(struct vmm_vm *vm, size_t max)
 	return buf;
 }
 
+/* A domain with our prefix may still be another daemon's (two daemons on
+ * one host with the same prefix, e.g. two `make run`s with other state
+ * dirs): ours have their exec channel socket in our run_dir. */
+static bool vmm_dom_is_ours(struct vmm *v, virDomainPtr dom, const char *name)
+{
+	_cleanup_free_ char *sock = vmm_path(v->run_dir, name, ".sock");
+	_cleanup_free_ char *xml = virDomainGetXMLDesc(dom, 0);
+
+	return sock && xml && strstr(xml, sock) != NULL;
+}
+
 int vmm_list_domains(struct vmm *v, vmm_domain_fn fn, void *opaque, struct sbx_error *err)
 {
 	virDomainPtr *doms = NULL;
@@ -1226,7 +1237,7 @@ int vmm_list_domains(struct vmm *v, vmm_domain_fn fn, void *opaque, struct sbx_e
 	int count = 0;
 	for (int i = 0; i < n; i++) {
 		const char *name = virDomainGetName(doms[i]);
-		if (vmm_has_prefix(v, name) && vmm_name_valid(name)) {
+		if (vmm_has_prefix(v, name) && vmm_name_valid(name) && vmm_dom_is_ours(v, doms[i], name)) {
 			char id[VMM_ID_MAX + 1];
 			vmm_dom_sandbox_id(doms[i], id, sizeof(id));
 			if (fn)

@@ -133,7 +133,9 @@ char *vmm_vm_console_tail(struct vmm_vm *vm, size_t max);
 typedef void (*vmm_stopped_fn)(void *opaque, const char *name);
 void vmm_set_stopped_callback(struct vmm *v, vmm_stopped_fn fn, void *opaque);
 
-/* Each running domain whose name starts with the configured prefix:
+/* Each running domain of this daemon (name starts with the configured
+ * prefix and its exec channel lives in our run_dir, so another daemon
+ * sharing the prefix is left alone):
  * fn(opaque, name, sandbox_id or "" when none). Returns the count or -1. */
 typedef void (*vmm_domain_fn)(void *opaque, const char *name, const char *sandbox_id);
 int vmm_list_domains(struct vmm *v, vmm_domain_fn fn, void *opaque, struct sbx_error *err);

@@ -436,6 +436,20 @@ static void test_bookkeeping(void **state)
 	int i2 = strcmp(l.names[0], vmm_vm_name(vm2)) == 0 ? 0 : 1;
 	assert_string_equal(l.ids[i2], "sbx_second");
 
+	/* Another daemon with the same prefix but its own run_dir (a second
+	 * `make run` on the host) lists none of them, so its reconcile cannot
+	 * destroy them. */
+	struct vmm_config other = f->cfg;
+	char other_run[300];
+	snprintf(other_run, sizeof(other_run), "%s-other", f->run_dir);
+	other.run_dir = other_run;
+	struct vmm *v2 = vmm_new(&other, &err);
+	assert_non_null(v2);
+	memset(&l, 0, sizeof(l));
+	assert_int_equal(vmm_list_domains(v2, collect, &l, &err), 0);
+	vmm_free(v2);
+	rmdir(other_run);
+
 	/* Lookup: ours by name; not ours or unknown is NOT_FOUND. */
 	struct vmm_vm *again = vmm_vm_lookup(f->v, name, &err);
 	assert_non_null(again);
