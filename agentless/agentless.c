@@ -46,6 +46,7 @@ struct exec {
 	struct stream_buf err;
 	char cwd[GUEST_TEXT_MAX + 1]; /* sanitised, for the cwd error */
 	int64_t deadline_ms;	      /* monotonic backstop */
+	int64_t started_ms;	      /* monotonic, when the EXEC was sent */
 	bool killed;		      /* KILL sent once already */
 };
 
@@ -569,6 +570,10 @@ static void handle_exit(struct agentless_conn *c, const struct wire_header *h, c
 	if (!e)
 		return;
 
+	/* The guest is hostile: an exit status is 0..255 (128+signal when
+	 * killed), timed_out a flag; anything else is a forged frame. */
+	if (code > 255 || timed_out > 1)
+		rc = -1;
 	if (rc < 0 || !have_code) {
 		/* put nothing back: conn_violation fails the rest, we fail this */
 		struct sbx_error err;
@@ -584,7 +589,10 @@ static void handle_exit(struct agentless_conn *c, const struct wire_header *h, c
 	res.stdout_buf = stream_steal(&e->out, &res.stdout_len);
 	res.stderr_buf = stream_steal(&e->err, &res.stderr_len);
 	res.exit_code = (int)(int32_t)code;
-	res.duration_ms = duration;
+	/* The guest's own measure, but never longer than the host saw the
+	 * exec run (plus a second for clock noise). */
+	int64_t seen = sbx_mono_ms() - e->started_ms + 1000;
+	res.duration_ms = (int64_t)duration > seen ? (uint32_t)seen : duration;
 	res.timed_out = timed_out != 0;
 	/* never report fewer bytes than we hold */
 	res.stdout_total = SBX_MAX(out_total, (uint64_t)res.stdout_len);
@@ -1072,7 +1080,8 @@ int agentless_exec_start(struct agentless_conn *c, const struct agentless_exec_r
 			c->next_id = 1;
 	} while (id == 0 || conn_exec_find(c, id));
 	e->id = id;
-	e->deadline_ms = sbx_mono_ms() + (int64_t)req->timeout_ms + c->lim.backstop_grace_ms;
+	e->started_ms = sbx_mono_ms();
+	e->deadline_ms = e->started_ms + (int64_t)req->timeout_ms + c->lim.backstop_grace_ms;
 	/* in the table before the frame leaves, so a fast reply finds it */
 	e->next = c->execs;
 	c->execs = e;

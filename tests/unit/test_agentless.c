@@ -574,7 +574,7 @@ static void test_exec_round_trip(void **state)
 	n += frame_build(burst + n, WIRE_STDOUT, h.id, "wor\0ld", 6);
 	n += frame_build(burst + n, WIRE_STDERR, h.id, "oops", 4);
 	guest_write(fx->gfd, burst, n);
-	guest_exit(fx->gfd, h.id, -1, 12, 4, 0);
+	guest_exit(fx->gfd, h.id, 3, 12, 4, 0);
 	free(p);
 
 	probe_wait(&pr);
@@ -583,7 +583,7 @@ static void test_exec_round_trip(void **state)
 	assert_memory_equal(pr.res.stdout_buf, "hello wor\0ld", 12);
 	assert_int_equal(pr.res.stdout_buf[12], '\0');
 	assert_string_equal(pr.res.stderr_buf, "oops");
-	assert_int_equal(pr.res.exit_code, -1);
+	assert_int_equal(pr.res.exit_code, 3);
 	assert_int_equal(pr.res.duration_ms, 42);
 	assert_false(pr.res.truncated);
 	assert_false(pr.res.timed_out);
@@ -844,6 +844,28 @@ static void test_violation_duplicate_exit(void **state)
 	fx_free(fx);
 }
 
+/* A forged EXIT (an exit status outside 0..255, timed_out not a flag) is a
+ * violation, not a result. */
+static void test_violation_forged_exit(void **state)
+{
+	const int32_t codes[] = {-1, 256, 0};
+	const uint32_t flags[] = {0, 0, 7};
+
+	(void)state;
+	for (size_t i = 0; i < 3; i++) {
+		struct fx *fx = fx_new(1000, 0);
+		struct probe a;
+
+		fx_handshake(fx);
+		probe_init(&a);
+		start(fx, simple_req(), &a);
+		guest_exit(fx->gfd, guest_expect_exec(fx->gfd), codes[i], 0, 0, flags[i]);
+		check_violation(fx, &a, "broke the exec protocol");
+		probe_release(&a);
+		fx_free(fx);
+	}
+}
+
 static void test_eof_mid_exec(void **state)
 {
 	struct fx *fx = fx_new(1000, 0);
@@ -1067,6 +1089,7 @@ int main(void)
 	    cmocka_unit_test(test_violation_past_cap),
 	    cmocka_unit_test(test_violation_unknown_type),
 	    cmocka_unit_test(test_violation_duplicate_exit),
+	    cmocka_unit_test(test_violation_forged_exit),
 	    cmocka_unit_test(test_eof_mid_exec),
 	    cmocka_unit_test(test_backstop),
 	    cmocka_unit_test(test_limits),
