@@ -1403,7 +1403,12 @@ int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const ch
 					     (long long)left_ms);
 		timeout = req->timeout_ms;
 	} else {
-		timeout = (uint32_t)SBX_MIN((int64_t)cfg->default_exec_timeout_ms, left_ms);
+		/* Default: 60 s, or the time left less a second, so that a
+		 * command still running at expiry ends with its own 200
+		 * timed_out reply and its output, not a 410 at the expiry. */
+		int64_t margin = left_ms > 2000 ? 1000 : left_ms / 2;
+		timeout = (uint32_t)SBX_MAX(
+		    (int64_t)1, SBX_MIN((int64_t)cfg->default_exec_timeout_ms, left_ms - margin));
 	}
 	struct agentless_exec_req areq = {
 	    .command = req->command,
