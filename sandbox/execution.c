@@ -706,7 +706,7 @@ int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
 			    *bill = NULL;
 	char launcher[512], salt[RECEIPT_HEX32_LEN], fin[RECEIPT_HEX32_LEN],
 	    fout[RECEIPT_HEX32_LEN], hash[RECEIPT_HEX32_LEN], sig[RECEIPT_SIG_HEX_LEN],
-	    rcpt[SANDBOX_ID_MAX], ts_start[32], ts_end[32], usd[32], micro[32], url[96];
+	    rcpt[SANDBOX_ID_MAX], ts_start[32], ts_end[32], usd[32], url[96];
 	char *sout = NULL, *serr = NULL, *canon_body = NULL, *canon_resp = NULL;
 	size_t sout_len = 0, serr_len = 0;
 	int64_t started, ended, seconds, cost,
@@ -806,7 +806,6 @@ int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
 
 	/* 4. The 200 body (canonical JSON too: stable bytes for GET). */
 	snprintf(url, sizeof url, "/v1/receipts/%s", rcpt);
-	snprintf(micro, sizeof micro, "%lld", (long long)cost);
 	billing_format_usd(cost, usd);
 	resp = receipt_json_object();
 	receipt_json_set_str(resp, "id", row.id, strlen(row.id));
@@ -829,7 +828,9 @@ int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
 	receipt_json_set_str(r, "url", url, strlen(url));
 	receipt_json_set_obj(resp, "receipt", r);
 	bill = receipt_json_object();
-	receipt_json_set_str(bill, "cost_micro_usd", micro, strlen(micro));
+	/* An integer, as all money in API.md (the seed's example shows a
+	 * string; API.md is the contract). */
+	receipt_json_set_int(bill, "cost_micro_usd", cost);
 	receipt_json_set_str(bill, "cost_usd", usd, strlen(usd));
 	receipt_json_set_str(bill, "fingerprint_salt", salt, strlen(salt));
 	receipt_json_set_obj(resp, "billing", bill);

@@ -4,7 +4,7 @@
 # libvirt-qemu, must be able to read it: not under /root), create the dev
 # account on first run (key kept in a 0600 file), print the key and a curl
 # line, then serve in the foreground. Ctrl-C stops the daemon; guests keep
-# running and the next start reattaches them (docs/operations.md).
+# running and the next start reattaches them (docs/lifecycle.md).
 #   scripts/run-dev.sh BIN IMAGE_DIR   (build/images/full or build/images/tiny)
 # Environment: SBX_STATE_DIR (/var/lib/sandboxd), SBX_CONFIG (etc/dev.json),
 # SBX_LISTEN (127.0.0.1:8080).

@@ -90,11 +90,11 @@ static void check_execution(struct http_reply *r, int timeout_s)
 	assert_non_null(jstr(rc, "signature"));
 	if (secs > timeout_s) /* the hold is the most it can cost */
 		secs = timeout_s;
-	cost = jstr(bill, "cost_micro_usd");
+	assert_int_equal(jint(bill, "cost_micro_usd"), secs * PRICE);
+	cost = jstr(bill, "cost_usd");
 	assert_non_null(cost);
-	assert_int_equal(strtoll(cost, NULL, 10), secs * PRICE);
 	charged += secs * PRICE;
-	print_message("  %s: %s exit %lld in %lld ms (%s), %s micro-USD\n", jstr(r->json, "id"),
+	print_message("  %s: %s exit %lld in %lld ms (%s), $%s\n", jstr(r->json, "id"),
 		      jstr(r->json, "status"), (long long)jint(r->json, "exit_code"),
 		      (long long)dur, jstr(r->json, "startup_path"), cost);
 }
