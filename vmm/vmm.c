@@ -1237,7 +1237,8 @@ int vmm_list_domains(struct vmm *v, vmm_domain_fn fn, void *opaque, struct sbx_e
 	int count = 0;
 	for (int i = 0; i < n; i++) {
 		const char *name = virDomainGetName(doms[i]);
-		if (vmm_has_prefix(v, name) && vmm_name_valid(name) && vmm_dom_is_ours(v, doms[i], name)) {
+		if (vmm_has_prefix(v, name) && vmm_name_valid(name) &&
+		    vmm_dom_is_ours(v, doms[i], name)) {
 			char id[VMM_ID_MAX + 1];
 			vmm_dom_sandbox_id(doms[i], id, sizeof(id));
 			if (fn)
