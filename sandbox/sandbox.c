@@ -159,10 +159,20 @@ static int end_sandbox(struct sandbox_svc *svc, const char *id, enum store_statu
 	if (l)
 		l->ending = status;
 	pthread_mutex_unlock(&svc->lock);
+	if (status != STORE_DESTROYED) {
+		/* Expired or failed: the moment is known; record it first so the
+		 * status reads right at once, then destroy the domain (~1 s). A
+		 * crash in between leaves a domain without a live row, which
+		 * reconcile destroys. */
+		int rc = billing_settle(svc->store, id, status, ended_at_ms, out, err);
+
+		if (l)
+			sandbox_live_teardown(l, why);
+		return rc < 0 ? -1 : 0;
+	}
 	if (l)
 		sandbox_live_teardown(l, why);
-	if (status == STORE_DESTROYED)
-		sandbox_fault_hit(&svc->cfg, SANDBOX_FAULT_DELETE_AFTER_DESTROY);
+	sandbox_fault_hit(&svc->cfg, SANDBOX_FAULT_DELETE_AFTER_DESTROY);
 	if (billing_settle(svc->store, id, status, ended_at_ms, out, err) < 0)
 		return -1;
 	return 0;

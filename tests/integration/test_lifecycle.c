@@ -429,6 +429,10 @@ static void guest_death_fails_the_sandbox_and_stops_billing(void **state)
 	assert_non_null(jstr(r.json, "ended_at"));
 	cost = jint(r.json, "cost_micro_usd");
 	http_reply_free(&r);
+	/* The status is recorded first; the domain's destroy (~1-2 s under
+	 * TCG) follows. */
+	for (int i = 0; i < 50 && count_own_domains(&d) != before; i++)
+		usleep(200000);
 	assert_int_equal(count_own_domains(&d), before);
 	sbx_req(d.key, "POST", id, "/exec", "{\"command\": \"true\"}", &r);
 	assert_int_equal(r.status, 410);
