@@ -95,7 +95,7 @@ $(BUILD)/tests/fuzz_guest: tests/fuzz/fuzz_guest.c tests/fuzz/replay.c agentless
 $(BUILD)/tests/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(PKG_CFLAGS) -o $@ $< tests/fuzz/replay.c $(LIB) $(LDLIBS)
-$(BUILD)/bench/%: bench/%.c $(LIB)
+$(BUILD)/bench/%: bench/%.c bench/bench.h $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(PKG_CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench.h"
 #include "agentless/wire.h"
 #include "util/util.h"
 #include "vmm/vmm.h"
@@ -163,38 +164,9 @@ static int send_welcome(struct sbx_channel *ch)
 	return send_frame(ch, WIRE_WELCOME, 0, p, w.len);
 }
 
-static int cmp_i64(const void *a, const void *b)
-{
-	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-	return (x > y) - (x < y);
-}
-
-struct stats {
-	int64_t median, p95, min;
-	int n;
-};
-
-static struct stats stats_of(int64_t *v, int n)
-{
-	struct stats s = {0};
-	if (n <= 0)
-		return s;
-	qsort(v, (size_t)n, sizeof(*v), cmp_i64);
-	s.n = n;
-	s.min = v[0];
-	s.median = v[n / 2];
-	int i95 = (n * 95 + 99) / 100 - 1;
-	s.p95 = v[i95 < 0 ? 0 : (i95 >= n ? n - 1 : i95)];
-	return s;
-}
-
 static int env_int(const char *name, int def)
 {
-	const char *s = getenv(name);
-	if (!s || !*s)
-		return def;
-	long v = strtol(s, NULL, 10);
-	return v > 0 && v < INT_MAX ? (int)v : def;
+	return env_int_max(name, def, INT_MAX - 1);
 }
 
 /* Open a channel with transport t, get HELLO, answer WELCOME. */

@@ -25,50 +25,16 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
+#include "bench.h"
 #include "../tests/integration/harness.h"
 #include "agentless/wire.h"
 #include "vmm/vmm.h"
 
 static struct daemon d;
 
-static int cmp_i64(const void *a, const void *b)
-{
-	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-
-	return (x > y) - (x < y);
-}
-
-struct stats {
-	int64_t median, p95, min, max;
-	int n;
-};
-
-static struct stats stats_of(int64_t *v, int n)
-{
-	struct stats s = {0};
-	int i95;
-
-	if (n <= 0)
-		return s;
-	qsort(v, (size_t)n, sizeof(*v), cmp_i64);
-	s.n = n;
-	s.min = v[0];
-	s.max = v[n - 1];
-	s.median = v[n / 2];
-	i95 = (n * 95 + 99) / 100 - 1;
-	s.p95 = v[i95 < 0 ? 0 : i95 >= n ? n - 1 : i95];
-	return s;
-}
-
 static int env_int(const char *name, int def)
 {
-	const char *s = getenv(name);
-	long v;
-
-	if (!s || !*s)
-		return def;
-	v = strtol(s, NULL, 10);
-	return v > 0 && v < 100000 ? (int)v : def;
+	return env_int_max(name, def, 99999);
 }
 
 /* POST /v1/sandboxes; fills id, startup_ms; returns the status. */

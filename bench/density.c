@@ -25,6 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bench.h"
 #include "agentless/agentless.h"
 #include "vmm/vmm.h"
 
@@ -32,13 +33,7 @@
 
 static int env_int(const char *name, int def)
 {
-	const char *s = getenv(name);
-	long v;
-
-	if (!s || !*s)
-		return def;
-	v = strtol(s, NULL, 10);
-	return v > 0 && v <= MAX_GUESTS * 100 ? (int)v : def;
+	return env_int_max(name, def, MAX_GUESTS * 100);
 }
 
 static int qemu_pid(const char *name)
