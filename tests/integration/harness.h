@@ -280,6 +280,24 @@ static inline void destroy_own_domains(const struct daemon *d)
 	run_cmd(cmd);
 }
 
+/* The common setup after daemon_config*(): an account with $10, then
+ * `serve`. 0 or -1. */
+static inline int daemon_up(struct daemon *d)
+{
+	daemon_create_account(d, "10");
+	return daemon_start(d);
+}
+
+/* The common teardown: stop the daemon if it runs, destroy whatever
+ * domain of this run is left. Always 0 (cmocka's group teardown). */
+static inline int daemon_down(struct daemon *d)
+{
+	if (d->pid > 0)
+		daemon_stop(d);
+	destroy_own_domains(d);
+	return 0;
+}
+
 /* One HTTP/1.1 request over a fresh TCP connection (Connection: close).
  * `auth` NULL sends no Authorization header; `extra_headers` is raw
  * "Name: value\r\n" lines or NULL. Returns 0 and fills r, or -1. */

@@ -69,10 +69,7 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-	if (d.pid > 0)
-		daemon_stop(&d);
-	destroy_own_domains(&d);
-	return 0;
+	return daemon_down(&d);
 }
 
 /* Running domains of this run, as names in a newline-joined string. */

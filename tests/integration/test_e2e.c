@@ -16,17 +16,12 @@ static char sbx_id[64];
 static int setup(void **state)
 {
 	daemon_config(&d, "");
-	daemon_create_account(&d, "10");
-	if (daemon_start(&d) < 0)
-		return -1;
-	return 0;
+	return daemon_up(&d) < 0 ? -1 : 0;
 }
 
 static int teardown(void **state)
 {
-	daemon_stop(&d);
-	destroy_own_domains(&d);
-	return 0;
+	return daemon_down(&d);
 }
 
 static void errors_have_the_api_shape(void **state)

@@ -57,10 +57,7 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-	(void)state;
-	daemon_stop(&d);
-	destroy_own_domains(&d);
-	return 0;
+	return daemon_down(&d);
 }
 
 /* POST /exec with a raw JSON body; the reply is the caller's to free. */

@@ -31,17 +31,12 @@ static int setup(void **state)
 		fprintf(stderr, "test_executions: no full image (make image-full)\n");
 		return -1;
 	}
-	daemon_create_account(&d, "10");
-	if (daemon_start(&d) < 0)
-		return -1;
-	return 0;
+	return daemon_up(&d) < 0 ? -1 : 0;
 }
 
 static int teardown(void **state)
 {
-	daemon_stop(&d);
-	destroy_own_domains(&d);
-	return 0;
+	return daemon_down(&d);
 }
 
 static void write_file(const char *path, const char *data, size_t len)

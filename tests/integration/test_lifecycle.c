@@ -46,9 +46,7 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-	daemon_stop(&d);
-	destroy_own_domains(&d);
-	return 0;
+	return daemon_down(&d);
 }
 
 /* POST /v1/sandboxes with an optional Idempotency-Key. */

@@ -25,17 +25,12 @@ static size_t n_seen;
 static int setup(void **state)
 {
 	daemon_config(&d, "\"pool\": {\"small\": 2}, \"pool_max_idle_s\": 600");
-	daemon_create_account(&d, "10");
-	if (daemon_start(&d) < 0)
-		return -1;
-	return 0;
+	return daemon_up(&d) < 0 ? -1 : 0;
 }
 
 static int teardown(void **state)
 {
-	daemon_stop(&d);
-	destroy_own_domains(&d);
-	return 0;
+	return daemon_down(&d);
 }
 
 /* startup.pool.small.ready from /v1/limits (-1 on error). */
