@@ -49,6 +49,7 @@ static const struct key_spec keys[] = {
     STR(transport),
     STR(exec_user),
     NUM(tb_cache_mib, K_UINT),
+    NUM(free_page_reporting, K_BOOL),
     STR(default_size),
     NUM(default_timeout_minutes, K_INT),
     NUM(max_timeout_minutes, K_INT),

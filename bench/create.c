@@ -244,6 +244,9 @@ int main(void)
 	    .initrd = f.initrd,
 	    .run_dir = f.run,
 	    .transport = VMM_TRANSPORT_SOCKET,
+	    /* the daemon's defaults (sandbox/config.c), so the XML is its XML */
+	    .tb_cache_mib = 32,
+	    .free_page_reporting = true,
 	    .console_log_max = 1 << 20,
 	};
 	f.conn = virConnectOpen("qemu:///system");

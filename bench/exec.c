@@ -125,6 +125,9 @@ static int raw_start(struct raw *raw, const struct vmm_guest_spec *spec)
 	    .initrd = initrd,
 	    .run_dir = run,
 	    .transport = VMM_TRANSPORT_SOCKET,
+	    /* the daemon's defaults (sandbox/config.c), so the XML is its XML */
+	    .tb_cache_mib = 32,
+	    .free_page_reporting = true,
 	    .console_log_max = 1 << 20,
 	};
 

@@ -464,6 +464,7 @@ struct sandbox_svc *sandbox_svc_new(const struct sandbox_config *cfg, int flags,
 	    .transport =
 		strcmp(cfg->transport, "stream") == 0 ? VMM_TRANSPORT_STREAM : VMM_TRANSPORT_SOCKET,
 	    .tb_cache_mib = cfg->tb_cache_mib,
+	    .free_page_reporting = cfg->free_page_reporting,
 	    .console_log_max = 1024 * 1024,
 	};
 	svc->vmm = vmm_new(&vc, err);

@@ -46,6 +46,7 @@ struct sandbox_config {
 	char kernel_cmdline[256];
 	char transport[16]; /* "stream" | "socket" */
 	unsigned tb_cache_mib;
+	bool free_page_reporting; /* true */
 
 	struct sandbox_size sizes[SANDBOX_MAX_SIZES];
 	size_t n_sizes;

@@ -51,6 +51,8 @@ struct vmm_config {
 				 * be readable by qemu (libvirt-qemu), not /root */
 	enum vmm_transport transport;
 	unsigned tb_cache_mib;	  /* TCG translation cache, 0 = qemu default */
+	bool free_page_reporting; /* virtio balloon that only reports freed
+				   * pages to the host (docs/vmm.md) */
 	uint64_t console_log_max; /* bytes of guest console kept per domain */
 };
 

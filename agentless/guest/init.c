@@ -185,6 +185,7 @@ static void modules_load(void)
 	    "virtio_pci",
 	    "virtio_console",
 	    "virtio_blk",
+	    "virtio_balloon", /* free page reporting (vmm's <memballoon>) */
 	};
 	struct utsname u;
 	char path[512];

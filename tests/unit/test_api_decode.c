@@ -406,10 +406,12 @@ static void test_config_good(void **state)
 
 	assert_int_equal(cfg_parse("{}", &c, &err), 0);
 	assert_int_equal(c.n_sizes, 3);
+	assert_true(c.free_page_reporting);
 	assert_int_equal(cfg_parse("{\"listen\": \"0.0.0.0:9000\", \"allow_tcg\": true, "
 				   "\"max_body_bytes\": 2048, \"memory_overcommit\": 1.5, "
 				   "\"http_threads\": 8, \"min_free_disk_mib\": 100, "
 				   "\"default_exec_timeout_ms\": 5000, \"tb_cache_mib\": 32, "
+				   "\"free_page_reporting\": false, "
 				   "\"destroy_on_exit\": true, \"max_guests\": 3}",
 				   &c, &err),
 			 0);
@@ -421,6 +423,7 @@ static void test_config_good(void **state)
 	assert_int_equal(c.min_free_disk_mib, 100);
 	assert_int_equal(c.default_exec_timeout_ms, 5000);
 	assert_int_equal(c.tb_cache_mib, 32);
+	assert_false(c.free_page_reporting);
 	assert_true(c.destroy_on_exit);
 	assert_int_equal(c.max_guests, 3);
 	assert_int_equal(c.default_timeout_minutes, 15); /* untouched keys keep defaults */

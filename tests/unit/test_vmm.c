@@ -39,6 +39,7 @@ static struct vmm_config xml_cfg(void)
 	    .initrd = "/srv/k/initramfs.cpio.gz",
 	    .run_dir = "/run/sbx",
 	    .tb_cache_mib = 0,
+	    .free_page_reporting = true,
 	};
 	return c;
 }
@@ -78,13 +79,28 @@ static void test_xml_tcg(void **state)
 	assert_non_null(strstr(x, "xmlns:sbx='" VMM_METADATA_NS "'><sbx:id>sbx_123</sbx:id>"));
 	assert_non_null(strstr(x, "qemu64"));
 	assert_null(strstr(x, "host-passthrough"));
-	assert_non_null(strstr(x, "<memballoon model='none'/>"));
+	assert_non_null(strstr(x, "<memballoon model='virtio' freePageReporting='on'/>"));
 	assert_non_null(strstr(x, "<controller type='usb' model='none'/>"));
 	assert_non_null(strstr(x, "<controller type='virtio-serial'"));
 	assert_null(strstr(x, "<interface"));
 	assert_null(strstr(x, "<graphics"));
 	assert_null(strstr(x, "<disk")); /* no base image */
 	assert_null(strstr(x, "<emulator"));
+	free(x);
+}
+
+static void test_xml_without_free_page_reporting(void **state)
+{
+	(void)state;
+	struct vmm_config c = xml_cfg();
+	c.free_page_reporting = false;
+	struct vmm_guest_spec s = {.vcpus = 1, .memory_mib = 256};
+	char *x = vmm_domain_xml(&c, "t-vmm-a", &s, false);
+	assert_non_null(x);
+	assert_non_null(strstr(x, "<memballoon model='none'/>"));
+	assert_null(strstr(x, "freePageReporting"));
+	assert_int_equal(count(x, "<memballoon"), 1);
+	assert_non_null(strstr(x, "</devices>\n</domain>\n"));
 	free(x);
 }
 
@@ -795,6 +811,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_xml_tcg),
+	    cmocka_unit_test(test_xml_without_free_page_reporting),
 	    cmocka_unit_test(test_xml_kvm_and_tb_cache),
 	    cmocka_unit_test(test_xml_disk_only_with_base),
 	    cmocka_unit_test(test_xml_escaping),
