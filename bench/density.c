@@ -7,13 +7,18 @@
  * executable anonymous mapping QEMU translates into), and the rest (QEMU's
  * heap, which holds its copy of the kernel and initramfs, libraries);
  * and CPU per guest over the idle window (utime+stime from /proc/PID/stat).
- * Repeated for each TCG translation-cache size in SBX_DENSITY_TB (a list,
- * default "0,32": 0 = QEMU's default), and for each extra guest kernel
- * command line in SBX_DENSITY_CMDLINES (a '|'-separated list, default one
- * empty entry). Also per guest: PSS (/proc/PID/smaps_rollup, which splits
- * pages shared with other qemus, e.g. by KSM or the page cache of the
- * kernel file), and per run: the host's MemAvailable drop per guest from
- * before the first boot to the end of the idle window, and when KSM runs
+ * Then the after-work phase (SBX_DENSITY_WORK_MIB, default 1024, 0 = skip):
+ * each guest writes that many MiB into /tmp (tmpfs, so guest RAM) and
+ * deletes them, and 5 s and 30 s later the mean RSS again: what free page
+ * reporting gives back (it reports in rounds 2 s apart). Repeated with free page reporting on and
+ * off (SBX_DENSITY_FPR, a list of 1/0, default "1,0"; the last line is the ratio of the after-work
+ * RSS on / off), for each TCG translation-cache size in SBX_DENSITY_TB (a list, default "32", the
+ * daemon's default; 0 = QEMU's), and for each extra guest kernel command line in
+ * SBX_DENSITY_CMDLINES (a '|'-separated list, default one empty entry).
+ * Also per guest: PSS (/proc/PID/smaps_rollup, which splits pages shared
+ * with other qemus, e.g. by KSM or the page cache of the kernel file), and
+ * per run: the host's MemAvailable drop per guest from before the first
+ * boot to the end of the idle window, and when KSM runs
  * (/sys/kernel/mm/ksm/run = 1) the pages it shares and ksmd's CPU.
  *
  * Environment: SBX_TEST_IMAGE_DIR (default build/images/tiny). Prints
@@ -153,8 +158,70 @@ static long cpu_ticks(int pid)
 	return (long)(ut + st);
 }
 
-static void one_config(unsigned tb, const char *cmdline, int n, int idle_s, const char *img)
+static void mem_add(struct mem *sum, const struct mem *m)
 {
+	sum->rss_kib += m->rss_kib;
+	sum->guest_kib += m->guest_kib;
+	sum->tcg_kib += m->tcg_kib;
+	sum->rest_kib += m->rest_kib;
+	sum->pss_kib += m->pss_kib;
+}
+
+/* The after-work phase: every guest writes work_mib MiB into /tmp (tmpfs,
+ * so guest RAM) and deletes it; 5 s and 30 s later the mean RSS again.
+ * Returns the mean RSS 30 s after in KiB, -1 when an exec failed. */
+static long after_work(struct agentless_conn **conns, const int *pids, int started, int work_mib,
+		       uint64_t guest_mib)
+{
+	char cmd[160];
+	struct mem sum = {0};
+
+	snprintf(cmd, sizeof(cmd),
+		 "dd if=/dev/zero of=/tmp/fill bs=1M count=%d 2>/dev/null && rm -f /tmp/fill",
+		 work_mib);
+	for (int i = 0; i < started; i++) {
+		struct agentless_exec_req req = {.command = cmd,
+						 .command_len = strlen(cmd),
+						 .cwd = "/",
+						 .timeout_ms = 300000,
+						 .stdout_cap = 4096,
+						 .stderr_cap = 4096};
+		struct agentless_exec_result res = {0};
+		struct sbx_error err = {0};
+
+		if (agentless_exec(conns[i], &req, &res, &err) < 0 || res.exit_code != 0) {
+			fprintf(stderr, "density: guest %d: '%s' failed: %s\n", i + 1, cmd,
+				err.message[0] ? err.message : res.stderr_buf);
+			agentless_exec_result_release(&res);
+			return -1;
+		}
+		agentless_exec_result_release(&res);
+	}
+	/* Reporting runs in rounds 2 s apart, a budget of blocks per round. */
+	for (int waited = 0, step = 5; waited < 30; waited += step, step = 25) {
+		sleep((unsigned)step);
+		memset(&sum, 0, sizeof(sum));
+		for (int i = 0; i < started; i++) {
+			struct mem m;
+
+			mem_of(pids[i], guest_mib, &m);
+			mem_add(&sum, &m);
+		}
+		printf(
+		    "  after each wrote and deleted %d MiB in /tmp, %2d s later: mean RSS %ld MiB "
+		    "(guest RAM %ld), PSS %ld MiB\n",
+		    work_mib, waited + step, sum.rss_kib / 1024 / started,
+		    sum.guest_kib / 1024 / started, sum.pss_kib / 1024 / started);
+	}
+	return sum.rss_kib / started;
+}
+
+/* One setting: boot, idle, measure, work, measure, destroy. Returns the
+ * mean RSS per guest after the work phase in KiB, -1 without one. */
+static long one_config(unsigned tb, const char *cmdline, bool fpr, int n, int idle_s, int work_mib,
+		       const char *img)
+{
+	long after = -1;
 	char state[256], run[300], kernel[400], initrd[400], prefix[64];
 	struct vmm_vm *vms[MAX_GUESTS] = {0};
 	struct agentless_conn *conns[MAX_GUESTS] = {0};
@@ -179,7 +246,7 @@ static void one_config(unsigned tb, const char *cmdline, int n, int idle_s, cons
 			 state, run, img, img, state, state);
 		if (system(cmd) != 0) {
 			fprintf(stderr, "density: cannot prepare %s\n", state);
-			return;
+			return -1;
 		}
 	}
 	struct vmm_config cfg = {
@@ -192,6 +259,7 @@ static void one_config(unsigned tb, const char *cmdline, int n, int idle_s, cons
 	    .run_dir = run,
 	    .transport = VMM_TRANSPORT_SOCKET,
 	    .tb_cache_mib = tb,
+	    .free_page_reporting = fpr,
 	    .cmdline = cmdline[0] ? cmdline : NULL,
 	    .console_log_max = 1 << 20,
 	};
@@ -199,7 +267,7 @@ static void one_config(unsigned tb, const char *cmdline, int n, int idle_s, cons
 
 	if (!v) {
 		fprintf(stderr, "density: %s\n", err.message);
-		return;
+		return -1;
 	}
 	long avail0 = proc_kib("/proc/meminfo", "MemAvailable");
 	int ksmd = -1;
@@ -243,11 +311,13 @@ static void one_config(unsigned tb, const char *cmdline, int n, int idle_s, cons
 	double cpu_sum = 0;
 	long avail1 = proc_kib("/proc/meminfo", "MemAvailable");
 	if (tb)
-		printf("tb-cache %u MiB, cmdline '%s': %d idle small guests\n", tb, cmdline,
-		       started);
+		printf("tb-cache %u MiB, free page reporting %s, cmdline '%s': %d idle small "
+		       "guests\n",
+		       tb, fpr ? "on" : "off", cmdline, started);
 	else
-		printf("tb-cache QEMU default, cmdline '%s': %d idle small guests\n", cmdline,
-		       started);
+		printf("tb-cache QEMU default, free page reporting %s, cmdline '%s': %d idle "
+		       "small guests\n",
+		       fpr ? "on" : "off", cmdline, started);
 	for (int i = 0; i < started; i++) {
 		struct mem m;
 		long t1 = cpu_ticks(pids[i]);
@@ -259,11 +329,7 @@ static void one_config(unsigned tb, const char *cmdline, int n, int idle_s, cons
 		    "rest %3ld; PSS %4ld MiB; CPU %.1f%% of a core\n",
 		    i + 1, (long long)boot_ms[i], m.rss_kib / 1024, m.guest_kib / 1024,
 		    m.tcg_kib / 1024, m.rest_kib / 1024, m.pss_kib / 1024, cpu);
-		sum.rss_kib += m.rss_kib;
-		sum.guest_kib += m.guest_kib;
-		sum.tcg_kib += m.tcg_kib;
-		sum.rest_kib += m.rest_kib;
-		sum.pss_kib += m.pss_kib;
+		mem_add(&sum, &m);
 		cpu_sum += cpu;
 	}
 	if (started) {
@@ -285,6 +351,8 @@ static void one_config(unsigned tb, const char *cmdline, int n, int idle_s, cons
 		       ksm_value("pages_shared"), ksm_value("pages_sharing"),
 		       ksm_value("full_scans"), (double)el / (double)hz);
 	}
+	if (started && work_mib > 0)
+		after = after_work(conns, pids, started, work_mib, spec.memory_mib);
 	fflush(stdout);
 	for (int i = 0; i < n; i++) {
 		if (conns[i])
@@ -295,6 +363,7 @@ static void one_config(unsigned tb, const char *cmdline, int n, int idle_s, cons
 		}
 	}
 	vmm_free(v);
+	return after;
 }
 
 int main(void)
@@ -302,12 +371,15 @@ int main(void)
 	const char *img = getenv("SBX_TEST_IMAGE_DIR");
 	const char *tbs = getenv("SBX_DENSITY_TB");
 	const char *cls = getenv("SBX_DENSITY_CMDLINES");
+	const char *fprs = getenv("SBX_DENSITY_FPR");
 	int n = env_int("SBX_DENSITY_N", 6), idle = env_int("SBX_DENSITY_IDLE_S", 10);
-	char list[128], cmdlines[1024];
+	int work = env_int_max("SBX_DENSITY_WORK_MIB", 1024, 3072);
+	char list[128], cmdlines[1024], fprlist[16];
 
 	if (n > MAX_GUESTS)
 		n = MAX_GUESTS;
-	snprintf(list, sizeof(list), "%s", tbs && *tbs ? tbs : "0,32");
+	snprintf(list, sizeof(list), "%s", tbs && *tbs ? tbs : "32");
+	snprintf(fprlist, sizeof(fprlist), "%s", fprs && *fprs ? fprs : "1,0");
 	snprintf(cmdlines, sizeof(cmdlines), "%s", cls ? cls : "");
 	for (char *save = NULL, *t = strtok_r(list, ",", &save); t;
 	     t = strtok_r(NULL, ",", &save)) {
@@ -315,9 +387,21 @@ int main(void)
 		char copy[1024], *cur = copy, *c;
 
 		snprintf(copy, sizeof(copy), "%s", cmdlines);
-		while ((c = strsep(&cur, "|")))
-			one_config((unsigned)strtoul(t, NULL, 10), c, n, idle,
-				   img ? img : "build/images/tiny");
+		while ((c = strsep(&cur, "|"))) {
+			long after[2] = {-1, -1}; /* [fpr off, fpr on] */
+
+			for (const char *f = fprlist; *f; f++)
+				if (*f == '0' || *f == '1')
+					after[*f == '1'] = one_config(
+					    (unsigned)strtoul(t, NULL, 10), c, *f == '1', n, idle,
+					    work, img ? img : "build/images/tiny");
+			if (after[0] > 0 && after[1] > 0)
+				printf(
+				    "RSS after work, free page reporting on / off: %ld / %ld MiB, "
+				    "ratio %.2f\n",
+				    after[1] / 1024, after[0] / 1024,
+				    (double)after[1] / (double)after[0]);
+		}
 	}
 	return 0;
 }
