@@ -1,12 +1,14 @@
-/* What the benchmarks share: order statistics of a sample and integer
- * knobs from the environment. Header-only; each bench includes it once.
+/* What the benchmarks share: order statistics of a sample, integer knobs
+ * from the environment, and the memory of a qemu process. Header-only; each bench includes it once.
  * Benchmarks print figures and never fail on them (STYLE.md). */
 #ifndef SBX_BENCH_H
 #define SBX_BENCH_H
 
 #include <limits.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static inline int bench_cmp_i64(const void *a, const void *b)
 {
@@ -49,6 +51,91 @@ static inline int env_int_max(const char *name, int def, long max)
 		return def;
 	v = strtol(s, NULL, 10);
 	return v > 0 && v <= max ? (int)v : def;
+}
+
+/* ------------------------------------------ the memory of a qemu process */
+
+/* A "Key: N kB" line of a /proc file, in KiB; -1 when absent. */
+static inline long proc_kib(const char *path, const char *key)
+{
+	char line[256];
+	size_t kl = strlen(key);
+	long v = -1;
+	FILE *f = fopen(path, "re");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, key, kl) == 0 && line[kl] == ':') {
+			v = strtol(line + kl + 1, NULL, 10);
+			break;
+		}
+	fclose(f);
+	return v;
+}
+
+/* PID of the qemu of the domain whose name starts with `name` (its
+ * command line carries guest=NAME,...), -1 when none. */
+static inline int qemu_pid(const char *name)
+{
+	char cmd[256];
+	FILE *p;
+	int pid = -1;
+
+	snprintf(cmd, sizeof(cmd), "pgrep -f '[q]emu-system.*guest=%s' | head -1", name);
+	p = popen(cmd, "r");
+	if (!p)
+		return -1;
+	if (fscanf(p, "%d", &pid) != 1)
+		pid = -1;
+	pclose(p);
+	return pid;
+}
+
+struct qemu_mem {
+	long rss_kib, guest_kib, tcg_kib, rest_kib, pss_kib;
+};
+
+/* VmRSS of a qemu process split by /proc/PID/smaps: guest RAM (mappings at
+ * least as large as the guest's memory, guest_mib), the TCG code cache
+ * (executable anonymous mappings) and the rest (heap, libraries, QEMU's
+ * mapping of the kernel file); and PSS from smaps_rollup. KiB. 0 or -1. */
+static inline int qemu_mem_of(int pid, uint64_t guest_mib, struct qemu_mem *m)
+{
+	char path[64], line[512];
+	unsigned long lo = 0, hi = 0;
+	char perms[8] = "";
+	int is_anon = 0;
+	FILE *f;
+
+	memset(m, 0, sizeof(*m));
+	snprintf(path, sizeof(path), "/proc/%d/smaps", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		char rest[400] = "";
+		long kib;
+
+		if (sscanf(line, "%lx-%lx %7s %*s %*s %*s %399[^\n]", &lo, &hi, perms, rest) >= 3 &&
+		    strchr(line, '-') < strchr(line, ' ')) {
+			is_anon = rest[0] == '\0';
+			continue;
+		}
+		if (sscanf(line, "Rss: %ld kB", &kib) == 1) {
+			m->rss_kib += kib;
+			if (hi - lo >= guest_mib * 1024 * 1024)
+				m->guest_kib += kib;
+			else if (is_anon && perms[2] == 'x')
+				m->tcg_kib += kib;
+			else
+				m->rest_kib += kib;
+		}
+	}
+	fclose(f);
+	snprintf(path, sizeof(path), "/proc/%d/smaps_rollup", pid);
+	m->pss_kib = proc_kib(path, "Pss");
+	return 0;
 }
 
 #endif

@@ -41,45 +41,6 @@ static int env_int(const char *name, int def)
 	return env_int_max(name, def, MAX_GUESTS * 100);
 }
 
-static int qemu_pid(const char *name)
-{
-	char cmd[256];
-	FILE *p;
-	int pid = -1;
-
-	snprintf(cmd, sizeof(cmd), "pgrep -f '[q]emu-system.*guest=%s,' | head -1", name);
-	p = popen(cmd, "r");
-	if (!p)
-		return -1;
-	if (fscanf(p, "%d", &pid) != 1)
-		pid = -1;
-	pclose(p);
-	return pid;
-}
-
-struct mem {
-	long rss_kib, guest_kib, tcg_kib, rest_kib, pss_kib;
-};
-
-/* A "Key: N kB" line of a /proc file, in KiB; -1 when absent. */
-static long proc_kib(const char *path, const char *key)
-{
-	char line[256];
-	size_t kl = strlen(key);
-	long v = -1;
-	FILE *f = fopen(path, "re");
-
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (strncmp(line, key, kl) == 0 && line[kl] == ':') {
-			v = strtol(line + kl + 1, NULL, 10);
-			break;
-		}
-	fclose(f);
-	return v;
-}
-
 static long ksm_value(const char *name)
 {
 	char path[128];
@@ -94,45 +55,6 @@ static long ksm_value(const char *name)
 		v = -1;
 	fclose(f);
 	return v;
-}
-
-/* Walk smaps: classify each mapping's Rss. */
-static int mem_of(int pid, uint64_t guest_mib, struct mem *m)
-{
-	char path[64], line[512];
-	unsigned long lo = 0, hi = 0;
-	char perms[8] = "";
-	int is_anon = 0;
-	FILE *f;
-
-	memset(m, 0, sizeof(*m));
-	snprintf(path, sizeof(path), "/proc/%d/smaps", pid);
-	f = fopen(path, "re");
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f)) {
-		char rest[400] = "";
-		long kib;
-
-		if (sscanf(line, "%lx-%lx %7s %*s %*s %*s %399[^\n]", &lo, &hi, perms, rest) >= 3 &&
-		    strchr(line, '-') < strchr(line, ' ')) {
-			is_anon = rest[0] == '\0';
-			continue;
-		}
-		if (sscanf(line, "Rss: %ld kB", &kib) == 1) {
-			m->rss_kib += kib;
-			if (hi - lo >= guest_mib * 1024 * 1024)
-				m->guest_kib += kib;
-			else if (is_anon && perms[2] == 'x')
-				m->tcg_kib += kib;
-			else
-				m->rest_kib += kib;
-		}
-	}
-	fclose(f);
-	snprintf(path, sizeof(path), "/proc/%d/smaps_rollup", pid);
-	m->pss_kib = proc_kib(path, "Pss");
-	return 0;
 }
 
 static long cpu_ticks(int pid)
@@ -158,7 +80,7 @@ static long cpu_ticks(int pid)
 	return (long)(ut + st);
 }
 
-static void mem_add(struct mem *sum, const struct mem *m)
+static void mem_add(struct qemu_mem *sum, const struct qemu_mem *m)
 {
 	sum->rss_kib += m->rss_kib;
 	sum->guest_kib += m->guest_kib;
@@ -174,7 +96,7 @@ static long after_work(struct agentless_conn **conns, const int *pids, int start
 		       uint64_t guest_mib)
 {
 	char cmd[160];
-	struct mem sum = {0};
+	struct qemu_mem sum = {0};
 
 	snprintf(cmd, sizeof(cmd),
 		 "dd if=/dev/zero of=/tmp/fill bs=1M count=%d 2>/dev/null && rm -f /tmp/fill",
@@ -202,9 +124,9 @@ static long after_work(struct agentless_conn **conns, const int *pids, int start
 		sleep((unsigned)step);
 		memset(&sum, 0, sizeof(sum));
 		for (int i = 0; i < started; i++) {
-			struct mem m;
+			struct qemu_mem m;
 
-			mem_of(pids[i], guest_mib, &m);
+			qemu_mem_of(pids[i], guest_mib, &m);
 			mem_add(&sum, &m);
 		}
 		printf(
@@ -307,7 +229,7 @@ static long one_config(unsigned tb, const char *cmdline, bool fpr, int n, int id
 		ticks0[i] = cpu_ticks(pids[i]);
 	sleep((unsigned)idle_s);
 	long hz = sysconf(_SC_CLK_TCK);
-	struct mem sum = {0};
+	struct qemu_mem sum = {0};
 	double cpu_sum = 0;
 	long avail1 = proc_kib("/proc/meminfo", "MemAvailable");
 	if (tb)
@@ -319,11 +241,11 @@ static long one_config(unsigned tb, const char *cmdline, bool fpr, int n, int id
 		       "small guests\n",
 		       fpr ? "on" : "off", cmdline, started);
 	for (int i = 0; i < started; i++) {
-		struct mem m;
+		struct qemu_mem m;
 		long t1 = cpu_ticks(pids[i]);
 		double cpu = (double)(t1 - ticks0[i]) / (double)hz / idle_s * 100.0;
 
-		mem_of(pids[i], spec.memory_mib, &m);
+		qemu_mem_of(pids[i], spec.memory_mib, &m);
 		printf(
 		    "  guest %2d: boot %5lld ms, RSS %4ld MiB = guest RAM %4ld + TCG cache %3ld + "
 		    "rest %3ld; PSS %4ld MiB; CPU %.1f%% of a core\n",

@@ -47,19 +47,10 @@ static int64_t now_us(void)
 
 static long daemon_status_kib(const char *field)
 {
-	char path[64], line[256];
-	long v = -1;
-	FILE *f;
+	char path[64];
 
 	snprintf(path, sizeof(path), "/proc/%d/status", (int)d.pid);
-	f = fopen(path, "re");
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (strncmp(line, field, strlen(field)) == 0 && line[strlen(field)] == ':')
-			v = strtol(line + strlen(field) + 1, NULL, 10);
-	fclose(f);
-	return v;
+	return proc_kib(path, field);
 }
 
 static int exec_api(const char *command, const char *extra, struct http_reply *r)
