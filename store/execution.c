@@ -41,13 +41,6 @@ static int sx_run(struct store *s, sqlite3_stmt **q, const char *sql, const char
 	return rc;
 }
 
-static void sx_col(char *dst, size_t n, sqlite3_stmt *q, int col)
-{
-	const unsigned char *t = sqlite3_column_text(q, col);
-
-	snprintf(dst, n, "%s", t ? (const char *)t : "");
-}
-
 static char *sx_dup(sqlite3_stmt *q, int col)
 {
 	const unsigned char *t = sqlite3_column_text(q, col);
@@ -84,20 +77,10 @@ int store_execution_reserve(struct store *s, const struct store_execution *row, 
 	if (hold_micro < 0)
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "negative hold");
 	STORE_LOCK(s);
-	if (store_exec(s, "BEGIN IMMEDIATE", err) < 0)
+	if (store_tx_begin(s, err) < 0)
 		return -1;
-	{
-		_cleanup_stmt_ sqlite3_stmt *q = NULL;
-		int rc = sx_run(s, &q,
-				"SELECT COALESCE(SUM(CASE kind WHEN 'credit' THEN amount_micro"
-				" WHEN 'hold' THEN -amount_micro WHEN 'release' THEN amount_micro"
-				" ELSE 0 END), 0) FROM ledger WHERE account_id = ?1",
-				"t", err, row->account_id);
-		if (rc != SQLITE_ROW)
-			goto err_rollback;
-		/* balance - reserved = credits - charges - (holds - releases - charges) */
-		available = sqlite3_column_int64(q, 0);
-	}
+	if (store_available(s, row->account_id, &available, err) < 0)
+		goto err_rollback;
 	if (available < hold_micro) {
 		sbx_error_set(err, SBX_E_INSUFFICIENT_CREDIT, NULL,
 			      "this execution needs %lld micro-USD reserved for its timeout and "
@@ -118,7 +101,7 @@ int store_execution_reserve(struct store *s, const struct store_execution *row, 
 	}
 	if (sx_ledger(s, row->account_id, row->id, "hold", hold_micro, now, err) < 0)
 		goto err_rollback;
-	if (store_exec(s, "COMMIT", err) < 0)
+	if (store_tx_commit(s, err) < 0)
 		goto err_rollback;
 	return 0;
 
@@ -138,7 +121,7 @@ int store_execution_settle(struct store *s, const char *id, const char *status, 
 	if (!failed && strcmp(status, "completed") != 0 && strcmp(status, "timed_out") != 0)
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "bad execution status");
 	STORE_LOCK(s);
-	if (store_exec(s, "BEGIN IMMEDIATE", err) < 0)
+	if (store_tx_begin(s, err) < 0)
 		return -1;
 	{
 		_cleanup_stmt_ sqlite3_stmt *q = NULL;
@@ -153,7 +136,7 @@ int store_execution_settle(struct store *s, const char *id, const char *status, 
 				      id);
 			goto err_rollback;
 		}
-		sx_col(account, sizeof account, q, 0);
+		store_copy_col(account, sizeof account, q, 0);
 		hold = sqlite3_column_int64(q, 1);
 	}
 	if (failed || charge_micro < 0)
@@ -172,7 +155,7 @@ int store_execution_settle(struct store *s, const char *id, const char *status, 
 			   response) < 0)
 			goto err_rollback;
 	}
-	if (store_exec(s, "COMMIT", err) < 0)
+	if (store_tx_commit(s, err) < 0)
 		goto err_rollback;
 	return 0;
 
@@ -192,7 +175,7 @@ static int sx_running_ids(struct store *s, char (*ids)[STORE_ID_MAX], int max,
 	rc = sx_run(s, &q, "SELECT id FROM executions WHERE status = 'running' LIMIT ?1", "i", err,
 		    (int64_t)max);
 	while (rc == SQLITE_ROW && n < max) {
-		sx_col(ids[n++], STORE_ID_MAX, q, 0);
+		store_copy_col(ids[n++], STORE_ID_MAX, q, 0);
 		rc = sqlite3_step(q);
 	}
 	if (rc != SQLITE_DONE && rc != SQLITE_ROW)
@@ -237,18 +220,18 @@ int store_execution_get(struct store *s, const char *account_id, const char *id,
 	if (rc == SQLITE_DONE)
 		return sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such execution '%.40s'", id);
 	memset(out, 0, sizeof(*out));
-	sx_col(out->id, sizeof out->id, q, 0);
-	sx_col(out->account_id, sizeof out->account_id, q, 1);
-	sx_col(out->runtime, sizeof out->runtime, q, 2);
-	sx_col(out->runner, sizeof out->runner, q, 3);
-	sx_col(out->status, sizeof out->status, q, 4);
+	store_copy_col(out->id, sizeof out->id, q, 0);
+	store_copy_col(out->account_id, sizeof out->account_id, q, 1);
+	store_copy_col(out->runtime, sizeof out->runtime, q, 2);
+	store_copy_col(out->runner, sizeof out->runner, q, 3);
+	store_copy_col(out->status, sizeof out->status, q, 4);
 	out->timeout_seconds = sqlite3_column_int(q, 5);
 	out->price_micro_per_second = sqlite3_column_int64(q, 6);
 	out->requested_at_ms = sqlite3_column_int64(q, 7);
 	out->ended_at_ms = sqlite3_column_int64(q, 8);
 	out->hold_micro = sqlite3_column_int64(q, 9);
 	out->charge_micro = sqlite3_column_int64(q, 10);
-	sx_col(out->receipt_id, sizeof out->receipt_id, q, 11);
+	store_copy_col(out->receipt_id, sizeof out->receipt_id, q, 11);
 	out->response = sx_dup(q, 12);
 	return 0;
 }
@@ -304,7 +287,7 @@ int store_key_scopes_get(struct store *s, const char *key_id, char out[STORE_SCO
 		return -1;
 	if (rc == SQLITE_DONE)
 		return sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such key '%.40s'", key_id);
-	sx_col(out, STORE_SCOPES_MAX, q, 0);
+	store_copy_col(out, STORE_SCOPES_MAX, q, 0);
 	return 0;
 }
 

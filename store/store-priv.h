@@ -26,7 +26,17 @@ void store_unlockp(struct store **s);
 int store_db_error(struct store *s, const char *what, struct sbx_error *err);
 /* Run one statement without results (DDL, BEGIN, COMMIT). 0 or -1. */
 int store_exec(struct store *s, const char *sql, struct sbx_error *err);
+/* BEGIN IMMEDIATE / COMMIT. 0 or -1. */
+int store_tx_begin(struct store *s, struct sbx_error *err);
+int store_tx_commit(struct store *s, struct sbx_error *err);
 /* Roll back the open transaction, if any. */
 void store_tx_rollback(struct store *s);
+/* Copy a text column into a fixed buffer ("" for NULL, cut to fit). */
+void store_copy_col(char *dst, size_t dstlen, sqlite3_stmt *stmt, int col);
+/* What an account can still reserve, in micro-USD: credits - holds +
+ * releases over its ledger (= balance - reserved; docs/billing.md). The
+ * one place the formula lives. 0 or -1. */
+int store_available(struct store *s, const char *account_id, int64_t *available,
+		    struct sbx_error *err);
 
 #endif

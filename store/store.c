@@ -70,12 +70,12 @@ int store_exec(struct store *s, const char *sql, struct sbx_error *err)
 	return 0;
 }
 
-static int store_tx_begin(struct store *s, struct sbx_error *err)
+int store_tx_begin(struct store *s, struct sbx_error *err)
 {
 	return store_exec(s, "BEGIN IMMEDIATE", err);
 }
 
-static int store_tx_commit(struct store *s, struct sbx_error *err)
+int store_tx_commit(struct store *s, struct sbx_error *err)
 {
 	return store_exec(s, "COMMIT", err);
 }
@@ -102,7 +102,7 @@ static int store_step_row(struct store *s, sqlite3_stmt *stmt, struct sbx_error 
 	return 0;
 }
 
-static void store_copy_col(char *dst, size_t dstlen, sqlite3_stmt *stmt, int col)
+void store_copy_col(char *dst, size_t dstlen, sqlite3_stmt *stmt, int col)
 {
 	const unsigned char *t = sqlite3_column_text(stmt, col);
 	snprintf(dst, dstlen, "%s", t ? (const char *)t : "");
@@ -749,8 +749,8 @@ static int store_sandbox_read(struct store *s, const char *account_id, const cha
 }
 
 /* available = credits - holds + releases (= balance - reserved). */
-static int store_available(struct store *s, const char *account_id, int64_t *available,
-			   struct sbx_error *err)
+int store_available(struct store *s, const char *account_id, int64_t *available,
+		    struct sbx_error *err)
 {
 	_cleanup_stmt_ sqlite3_stmt *q = NULL;
 	if (store_prepare(s,
