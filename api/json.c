@@ -87,10 +87,24 @@ struct json_object *api_json_parse_object(const char *body, size_t len, struct s
 	obj = json_tokener_parse_ex(tok, body, (int)len);
 	jerr = json_tokener_get_error(tok);
 	end = json_tokener_get_parse_end(tok);
+	if (jerr == json_tokener_continue) {
+		/* A bare number ("123") is only complete once something follows
+		 * it: end the input with a space. Anything else still waiting
+		 * (an open object or string) stays incomplete. */
+		obj = json_tokener_parse_ex(tok, " ", 1);
+		jerr = json_tokener_get_error(tok);
+		end = len;
+	}
 	json_tokener_free(tok);
-	if (jerr == json_tokener_success && obj) {
+	if (jerr == json_tokener_success) {
 		while (end < len && is_json_space(body[end]))
 			end++;
+	}
+	/* json-c parses `null` to NULL with success: valid JSON, not an object. */
+	if (jerr == json_tokener_success && !obj && end == len) {
+		sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL,
+			      "the request body must be a JSON object");
+		return NULL;
 	}
 	if (jerr != json_tokener_success || !obj || end != len) {
 		json_object_put(obj);

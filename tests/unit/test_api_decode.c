@@ -125,6 +125,38 @@ static void test_exec_bad(void **state)
 	exec_bad(S("[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]"), "");
 }
 
+/* Valid JSON that is not an object says so; broken JSON says it is not
+ * JSON (json-c returns NULL for `null` and waits for more after a bare
+ * number). */
+static void body_message(const char *body, size_t len, const char *want)
+{
+	struct api_exec_body b;
+	struct sbx_error err;
+
+	sbx_error_clear(&err);
+	assert_int_equal(api_exec_decode(body, len, &cfg, &b, &err), -1);
+	assert_int_equal(err.code, SBX_E_INVALID_REQUEST);
+	assert_string_equal(err.param, "");
+	assert_non_null(strstr(err.message, want));
+}
+
+static void test_exec_body_not_an_object(void **state)
+{
+	const char *obj = "must be a JSON object", *bad = "not valid JSON";
+
+	body_message(S("123"), obj);
+	body_message(S(" -1.5e3 \n"), obj);
+	body_message(S("null"), obj);
+	body_message(S("true"), obj);
+	body_message(S("[1]"), obj);
+	body_message(S("\"x\""), obj);
+	body_message(S("12 3"), bad);
+	body_message(S("nul"), bad);
+	body_message(S("{\"command\":"), bad);
+	body_message(S("{\"command\": \"x"), bad);
+	body_message(S("-"), bad);
+}
+
 static void test_exec_env_key_names_in_message(void **state)
 {
 	struct api_exec_body b;
@@ -583,6 +615,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_exec_good),
 	    cmocka_unit_test(test_exec_bad),
+	    cmocka_unit_test(test_exec_body_not_an_object),
 	    cmocka_unit_test(test_exec_env_key_names_in_message),
 	    cmocka_unit_test(test_exec_command_cap),
 	    cmocka_unit_test(test_create_decode),
