@@ -24,6 +24,12 @@
  * owns the result (json_object_put). */
 struct json_object *api_json_parse_object(const char *body, size_t len, struct sbx_error *err);
 
+/* true when `text` (len bytes, already parsed by json-c into `parsed`)
+ * names some member twice in one object: json-c keeps the last value
+ * silently, so {"command": "a", "command": "b"} would otherwise run "b".
+ * Compares the member names in the text with the members json-c kept. */
+bool api_json_has_duplicate_keys(const char *text, size_t len, struct json_object *parsed);
+
 /* POST /v1/sandboxes. `size` points into a buffer owned by the struct. */
 struct api_create_body {
 	char size_buf[32];

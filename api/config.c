@@ -323,6 +323,11 @@ int api_config_parse(const char *json, size_t len, struct sandbox_config *cfg,
 			      "the config file must hold one JSON object");
 		goto out;
 	}
+	if (api_json_has_duplicate_keys(json, len, root)) {
+		sbx_error_set(err, SBX_E_INVALID_REQUEST, "config",
+			      "the config file names a key more than once");
+		goto out;
+	}
 	json_object_object_foreach(root, key, val)
 	{
 		size_t i;

@@ -61,6 +61,45 @@ static bool is_json_space(char c)
 	return c == ' ' || c == '\t' || c == '\n' || c == '\r';
 }
 
+/* Members of every object in the tree. */
+static size_t json_members(struct json_object *o)
+{
+	size_t n = 0;
+
+	if (json_object_is_type(o, json_type_object)) {
+		json_object_object_foreach(o, key, val)
+		{
+			(void)key;
+			n += 1 + json_members(val);
+		}
+	} else if (json_object_is_type(o, json_type_array)) {
+		for (size_t i = 0; i < json_object_array_length(o); i++)
+			n += json_members(json_object_array_get_idx(o, i));
+	}
+	return n;
+}
+
+bool api_json_has_duplicate_keys(const char *text, size_t len, struct json_object *parsed)
+{
+	size_t names = 0;
+
+	/* The text is valid JSON: a member name is a string whose next
+	 * non-space byte is ':'. */
+	for (size_t i = 0; i < len; i++) {
+		if (text[i] != '"')
+			continue;
+		for (i++; i < len && text[i] != '"'; i++)
+			if (text[i] == '\\')
+				i++;
+		size_t k = i + 1;
+		while (k < len && is_json_space(text[k]))
+			k++;
+		if (k < len && text[k] == ':')
+			names++;
+	}
+	return names != json_members(parsed);
+}
+
 struct json_object *api_json_parse_object(const char *body, size_t len, struct sbx_error *err)
 {
 	struct json_tokener *tok;
@@ -120,6 +159,12 @@ struct json_object *api_json_parse_object(const char *body, size_t len, struct s
 		json_object_put(obj);
 		sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL,
 			      "the request body must be a JSON object");
+		return NULL;
+	}
+	if (api_json_has_duplicate_keys(body, len, obj)) {
+		json_object_put(obj);
+		sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL,
+			      "the request body names a field more than once");
 		return NULL;
 	}
 	return obj;

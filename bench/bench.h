@@ -41,16 +41,29 @@ static inline struct stats stats_of(int64_t *v, int n)
 	return s;
 }
 
-/* A positive integer from the environment, at most max, else def. */
-static inline int env_int_max(const char *name, int def, long max)
+/* An integer in [min, max] from the environment; def when unset. A value
+ * that is not such an integer is refused: the bench says so and exits 1
+ * rather than measuring something else than asked. */
+static inline int env_int_range(const char *name, int def, long min, long max)
 {
 	const char *s = getenv(name);
+	char *end;
 	long v;
 
 	if (!s || !*s)
 		return def;
-	v = strtol(s, NULL, 10);
-	return v > 0 && v <= max ? (int)v : def;
+	v = strtol(s, &end, 10);
+	if (*end || v < min || v > max) {
+		fprintf(stderr, "%s=%s: want an integer in %ld..%ld\n", name, s, min, max);
+		exit(1);
+	}
+	return (int)v;
+}
+
+/* A positive integer from the environment, at most max; def when unset. */
+static inline int env_int_max(const char *name, int def, long max)
+{
+	return env_int_range(name, def, 1, max);
 }
 
 /* ------------------------------------------ the memory of a qemu process */

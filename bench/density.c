@@ -36,11 +36,6 @@
 
 #define MAX_GUESTS 64
 
-static int env_int(const char *name, int def)
-{
-	return env_int_max(name, def, MAX_GUESTS * 100);
-}
-
 static long ksm_value(const char *name)
 {
 	char path[128];
@@ -234,11 +229,11 @@ static long one_config(unsigned tb, const char *cmdline, bool fpr, int n, int id
 	long avail1 = proc_kib("/proc/meminfo", "MemAvailable");
 	if (tb)
 		printf("tb-cache %u MiB, free page reporting %s, cmdline '%s': %d idle small "
-		       "guests\n",
+		       "guest(s)\n",
 		       tb, fpr ? "on" : "off", cmdline, started);
 	else
 		printf("tb-cache QEMU default, free page reporting %s, cmdline '%s': %d idle "
-		       "small guests\n",
+		       "small guest(s)\n",
 		       fpr ? "on" : "off", cmdline, started);
 	for (int i = 0; i < started; i++) {
 		struct qemu_mem m;
@@ -285,6 +280,13 @@ static long one_config(unsigned tb, const char *cmdline, bool fpr, int n, int id
 		}
 	}
 	vmm_free(v);
+	{
+		char cmd[400];
+
+		snprintf(cmd, sizeof(cmd), "rm -rf %s", state);
+		if (system(cmd) != 0)
+			fprintf(stderr, "density: could not remove %s\n", state);
+	}
 	return after;
 }
 
@@ -294,14 +296,17 @@ int main(void)
 	const char *tbs = getenv("SBX_DENSITY_TB");
 	const char *cls = getenv("SBX_DENSITY_CMDLINES");
 	const char *fprs = getenv("SBX_DENSITY_FPR");
-	int n = env_int("SBX_DENSITY_N", 6), idle = env_int("SBX_DENSITY_IDLE_S", 10);
-	int work = env_int_max("SBX_DENSITY_WORK_MIB", 1024, 3072);
+	int n = env_int_max("SBX_DENSITY_N", 6, MAX_GUESTS),
+	    idle = env_int_max("SBX_DENSITY_IDLE_S", 10, 3600);
+	int work = env_int_range("SBX_DENSITY_WORK_MIB", 1024, 0, 3072);
 	char list[128], cmdlines[1024], fprlist[16];
 
-	if (n > MAX_GUESTS)
-		n = MAX_GUESTS;
 	snprintf(list, sizeof(list), "%s", tbs && *tbs ? tbs : "32");
 	snprintf(fprlist, sizeof(fprlist), "%s", fprs && *fprs ? fprs : "1,0");
+	if (strspn(fprlist, "01,") != strlen(fprlist) || !strpbrk(fprlist, "01")) {
+		fprintf(stderr, "SBX_DENSITY_FPR=%s: want a list of 1 and 0, e.g. 1,0\n", fprlist);
+		return 1;
+	}
 	snprintf(cmdlines, sizeof(cmdlines), "%s", cls ? cls : "");
 	for (char *save = NULL, *t = strtok_r(list, ",", &save); t;
 	     t = strtok_r(NULL, ",", &save)) {

@@ -130,12 +130,25 @@ int main(void)
 	int runs = env_int_max("SBX_BENCH_RUNS", 3, MAX_RUNS);
 	char list[128];
 	struct result res[MAX_TB];
+	unsigned tb[MAX_TB];
 	int n = 0;
 
 	snprintf(list, sizeof(list), "%s", env && *env ? env : "0,32,16");
-	for (char *save = NULL, *t = strtok_r(list, ",", &save); t && n < MAX_TB;
-	     t = strtok_r(NULL, ",", &save))
-		one_size((unsigned)strtoul(t, NULL, 10), runs, &res[n++]);
+	/* The whole list is checked before the first daemon starts. */
+	for (char *save = NULL, *t = strtok_r(list, ",", &save); t;
+	     t = strtok_r(NULL, ",", &save)) {
+		char *end;
+		unsigned long v = strtoul(t, &end, 10);
+
+		if (*end || t[0] == '-' || v > 4096 || n == MAX_TB) {
+			fprintf(stderr, "SBX_BENCH_TB=%s: want up to %d sizes in MiB (0..4096)\n",
+				env, MAX_TB);
+			return 1;
+		}
+		tb[n++] = (unsigned)v;
+	}
+	for (int i = 0; i < n; i++)
+		one_size(tb[i], runs, &res[i]);
 	if (n == 0 || !res[0].ok) {
 		fprintf(stderr, "tcg: the baseline did not run\n");
 		return 1;

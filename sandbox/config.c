@@ -162,6 +162,11 @@ int sandbox_config_validate(const struct sandbox_config *cfg, struct sbx_error *
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "max_sandboxes_per_account",
 				     "max_sandboxes_per_account must be >= 1");
 	/* The guest init runs at most 1024 execs at once (EXEC_MAX). */
+	/* QEMU's own cap is 1 GiB on 64-bit hosts (its default); 4 GiB is
+	 * already more code than a guest translates. */
+	if (cfg->tb_cache_mib > 4096)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "tb_cache_mib",
+				     "tb_cache_mib must be 0..4096");
 	if (cfg->max_execs_per_sandbox < 1 || cfg->max_execs_per_sandbox > 1024)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "max_execs_per_sandbox",
 				     "max_execs_per_sandbox must be 1..1024");

@@ -155,6 +155,24 @@ static void test_exec_body_not_an_object(void **state)
 	body_message(S("{\"command\":"), bad);
 	body_message(S("{\"command\": \"x"), bad);
 	body_message(S("-"), bad);
+	/* json-c keeps the last of two equal names; we refuse them. */
+	body_message(S("{\"command\": \"a\", \"command\": \"b\"}"), "more than once");
+	body_message(S("{\"command\": \"x\", \"env\": {\"A\": \"1\", \"A\": \"2\"}}"),
+		     "more than once");
+}
+
+static void test_exec_names_inside_strings_are_not_fields(void **state)
+{
+	struct api_exec_body b;
+	struct sbx_error err;
+
+	sbx_error_clear(&err);
+	assert_int_equal(api_exec_decode(S("{\"command\": \"echo \\\"a\\\": \\\"a\\\":\", "
+					   "\"env\": {\"K\": \"\\\":\", \"L\": \"K\"}}"),
+					 &cfg, &b, &err),
+			 0);
+	assert_string_equal(b.command, "echo \"a\": \"a\":");
+	api_exec_body_release(&b);
 }
 
 static void test_exec_env_key_names_in_message(void **state)
@@ -485,6 +503,11 @@ static void test_config_sizes(void **state)
 	assert_null(sandbox_config_size(&c, "small"));
 	sandbox_config_resolve(&c);
 	assert_int_equal(sandbox_config_validate(&c, &err), 0);
+	c.tb_cache_mib = 4097; /* parses as an unsigned, refused by the bound */
+	assert_int_equal(sandbox_config_validate(&c, &err), -1);
+	assert_string_equal(err.param, "tb_cache_mib");
+	c.tb_cache_mib = 4096;
+	assert_int_equal(sandbox_config_validate(&c, &err), 0);
 
 	struct {
 		const char *json;
@@ -541,6 +564,8 @@ static void test_config_bad(void **state)
 	    {"[]", "config"},
 	    {"{\"listen\": \"x\"", "config"},
 	    {"{} {}", "config"},
+	    {"{\"allow_tcg\": \"yes\", \"allow_tcg\": false}", "config"},
+	    {"{\"pool\": {\"small\": 1, \"small\": 2}}", "config"},
 	    {"", "config"},
 	};
 	for (size_t i = 0; i < SBX_ARRAY_SIZE(bad); i++) {
@@ -616,6 +641,7 @@ int main(void)
 	    cmocka_unit_test(test_exec_good),
 	    cmocka_unit_test(test_exec_bad),
 	    cmocka_unit_test(test_exec_body_not_an_object),
+	    cmocka_unit_test(test_exec_names_inside_strings_are_not_fields),
 	    cmocka_unit_test(test_exec_env_key_names_in_message),
 	    cmocka_unit_test(test_exec_command_cap),
 	    cmocka_unit_test(test_create_decode),
