@@ -25,8 +25,9 @@ static int setup(void **state)
 
 #define S(lit) (lit), (sizeof(lit) - 1)
 
-/* Decode an exec body that must fail with SBX_E_INVALID_REQUEST and param. */
-static void exec_bad(const char *body, size_t len, const char *param)
+/* Decode an exec body that must fail with SBX_E_INVALID_REQUEST and param,
+ * and a message containing `want` (NULL: any non-empty message). */
+static void exec_bad_msg(const char *body, size_t len, const char *param, const char *want)
 {
 	struct api_exec_body b;
 	struct sbx_error err;
@@ -36,8 +37,15 @@ static void exec_bad(const char *body, size_t len, const char *param)
 	assert_int_equal(err.code, SBX_E_INVALID_REQUEST);
 	assert_string_equal(err.param, param);
 	assert_true(err.message[0] != '\0');
+	if (want)
+		assert_non_null(strstr(err.message, want));
 	assert_null(b.command);
 	assert_null(b.env);
+}
+
+static void exec_bad(const char *body, size_t len, const char *param)
+{
+	exec_bad_msg(body, len, param, NULL);
 }
 
 static void test_exec_good(void **state)
@@ -127,17 +135,10 @@ static void test_exec_bad(void **state)
 
 /* Valid JSON that is not an object says so; broken JSON says it is not
  * JSON (json-c returns NULL for `null` and waits for more after a bare
- * number). */
+ * number). The body as a whole is at fault: no param. */
 static void body_message(const char *body, size_t len, const char *want)
 {
-	struct api_exec_body b;
-	struct sbx_error err;
-
-	sbx_error_clear(&err);
-	assert_int_equal(api_exec_decode(body, len, &cfg, &b, &err), -1);
-	assert_int_equal(err.code, SBX_E_INVALID_REQUEST);
-	assert_string_equal(err.param, "");
-	assert_non_null(strstr(err.message, want));
+	exec_bad_msg(body, len, "", want);
 }
 
 static void test_exec_body_not_an_object(void **state)
