@@ -296,6 +296,69 @@ out:
 	return rc;
 }
 
+int api_execution_decode(const char *body, size_t len, struct api_execution_body *out,
+			 struct sbx_error *err)
+{
+	struct json_object *obj = api_json_parse_object(body, len, err);
+	int rc = -1;
+
+	memset(out, 0, sizeof(*out));
+	if (!obj)
+		return -1;
+	json_object_object_foreach(obj, key, val)
+	{
+		const char *s = NULL;
+		size_t n = 0;
+
+		if (strcmp(key, "runtime") == 0) {
+			if (!json_object_is_type(val, json_type_string) ||
+			    (size_t)json_object_get_string_len(val) >= sizeof(out->runtime)) {
+				sbx_error_set(err, SBX_E_INVALID_REQUEST, "runtime",
+					      "'runtime' must be \"python\" or \"node\"");
+				goto out;
+			}
+			memcpy(out->runtime, json_object_get_string(val),
+			       (size_t)json_object_get_string_len(val) + 1);
+		} else if (strcmp(key, "timeout_seconds") == 0) {
+			int64_t x;
+
+			if (get_int(val, "timeout_seconds", 1, 86400, &x, err) < 0)
+				goto out;
+			out->req.timeout_seconds = (int)x;
+		} else if (strcmp(key, "code") == 0) {
+			if (get_string(val, "code", &s, &n, err) < 0)
+				goto out;
+			free(out->code);
+			out->code = strndup(s, n);
+			if (!out->code) {
+				sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+				goto out;
+			}
+			out->req.code_len = n;
+		} else {
+			unknown_field(key, err);
+			goto out;
+		}
+	}
+	if (!out->runtime[0] || !out->code || !out->req.timeout_seconds) {
+		const char *miss = !out->runtime[0] ? "runtime"
+				   : !out->code	    ? "code"
+						    : "timeout_seconds";
+		sbx_error_set(err, SBX_E_INVALID_REQUEST, miss, "'%s' is required", miss);
+		goto out;
+	}
+	out->req.runtime = out->runtime;
+	out->req.code = out->code;
+	rc = 0;
+out:
+	json_object_put(obj);
+	if (rc < 0) {
+		free(out->code);
+		out->code = NULL;
+	}
+	return rc;
+}
+
 int api_key_create_decode(const char *body, size_t len, struct sbx_error *err)
 {
 	struct json_object *obj = api_json_parse_object(body, len, err);

@@ -176,6 +176,60 @@ static void test_exec_names_inside_strings_are_not_fields(void **state)
 	api_exec_body_release(&b);
 }
 
+/* POST /v1/sandbox/executions bodies. */
+static void execution_bad(const char *body, size_t len, const char *param)
+{
+	struct api_execution_body b;
+	struct sbx_error err;
+
+	sbx_error_clear(&err);
+	assert_int_equal(api_execution_decode(body, len, &b, &err), -1);
+	assert_int_equal(err.code, SBX_E_INVALID_REQUEST);
+	assert_string_equal(err.param, param);
+	assert_true(err.message[0] != '\0');
+	assert_null(b.code);
+}
+
+static void test_execution_decode(void **state)
+{
+	struct api_execution_body b;
+	struct sbx_error err;
+
+	sbx_error_clear(&err);
+	assert_int_equal(api_execution_decode(S("{\"runtime\": \"python\", \"timeout_seconds\": "
+						"30, \"code\": \"print(1)\\n\"}"),
+					      &b, &err),
+			 0);
+	assert_string_equal(b.req.runtime, "python");
+	assert_int_equal(b.req.timeout_seconds, 30);
+	assert_int_equal(b.req.code_len, 9);
+	assert_memory_equal(b.req.code, "print(1)\n", 9);
+	free(b.code);
+
+	execution_bad(S("{\"timeout_seconds\": 30, \"code\": \"x\"}"), "runtime");
+	execution_bad(S("{\"runtime\": \"node\", \"timeout_seconds\": 30}"), "code");
+	execution_bad(S("{\"runtime\": \"node\", \"code\": \"x\"}"), "timeout_seconds");
+	execution_bad(S("{\"runtime\": 1, \"timeout_seconds\": 30, \"code\": \"x\"}"), "runtime");
+	execution_bad(S("{\"runtime\": \"a-name-longer-than-the-buffer\", \"timeout_seconds\": "
+			"30, \"code\": \"x\"}"),
+		      "runtime");
+	execution_bad(S("{\"runtime\": \"node\", \"timeout_seconds\": 0, \"code\": \"x\"}"),
+		      "timeout_seconds");
+	execution_bad(S("{\"runtime\": \"node\", \"timeout_seconds\": 86401, \"code\": \"x\"}"),
+		      "timeout_seconds");
+	execution_bad(S("{\"runtime\": \"node\", \"timeout_seconds\": 1.5, \"code\": \"x\"}"),
+		      "timeout_seconds");
+	execution_bad(S("{\"runtime\": \"node\", \"timeout_seconds\": 30, \"code\": 5}"), "code");
+	execution_bad(S("{\"runtime\": \"node\", \"timeout_seconds\": 30, \"code\": \"x\", "
+			"\"Code\": \"y\"}"),
+		      "Code");
+	/* The blamed name is made printable, as for every other body. */
+	execution_bad(S("{\"runtime\": \"node\", \"timeout_seconds\": 30, \"code\": \"x\", "
+			"\"a\\u0001'b\": 1}"),
+		      "a??b");
+	execution_bad(S("[]"), "");
+}
+
 static void test_exec_env_key_names_in_message(void **state)
 {
 	struct api_exec_body b;
@@ -642,6 +696,7 @@ int main(void)
 	    cmocka_unit_test(test_exec_good),
 	    cmocka_unit_test(test_exec_bad),
 	    cmocka_unit_test(test_exec_body_not_an_object),
+	    cmocka_unit_test(test_execution_decode),
 	    cmocka_unit_test(test_exec_names_inside_strings_are_not_fields),
 	    cmocka_unit_test(test_exec_env_key_names_in_message),
 	    cmocka_unit_test(test_exec_command_cap),
