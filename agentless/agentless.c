@@ -1155,12 +1155,7 @@ int agentless_exec(struct agentless_conn *c, const struct agentless_exec_req *re
 		struct timespec ts;
 
 		/* tick ourselves, so the backstop holds without a timer thread */
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		ts.tv_nsec += 250 * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
+		ts = sbx_timespec_in(CLOCK_MONOTONIC, 250);
 		if (pthread_cond_timedwait(&s.cond, &s.lock, &ts) == ETIMEDOUT && !s.done) {
 			pthread_mutex_unlock(&s.lock);
 			agentless_conn_tick(c, sbx_mono_ms());

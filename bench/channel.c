@@ -119,14 +119,7 @@ static void rx_reset(struct rx *r)
 enum wait_for { W_HELLO, W_PONG, W_EXIT };
 static bool rx_wait(struct rx *r, enum wait_for what, uint32_t want, int timeout_ms)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += timeout_ms / 1000;
-	ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
+	struct timespec ts = sbx_timespec_in(CLOCK_REALTIME, timeout_ms);
 	bool ok = false;
 	pthread_mutex_lock(&r->lock);
 	for (;;) {

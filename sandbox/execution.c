@@ -469,12 +469,7 @@ static int guest_get(struct sandbox_svc *svc, const struct sandbox_size *size, c
 			err->retry_after_s = 5;
 			goto err_forget;
 		}
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 100 * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
+		ts = sbx_timespec_in(CLOCK_REALTIME, 100);
 		pthread_cond_timedwait(&svc->cond, &svc->lock, &ts);
 	}
 	svc->boots_active++;
@@ -637,12 +632,7 @@ static int run_libvirt(struct sandbox_svc *svc, const char *id, const char *laun
 	while (!sc.done) {
 		struct timespec ts;
 
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 250 * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
+		ts = sbx_timespec_in(CLOCK_REALTIME, 250);
 		pthread_cond_timedwait(&sc.cond, &sc.lock, &ts);
 		if (!sc.done) {
 			/* the host backstop: nobody else ticks this guest's conn */

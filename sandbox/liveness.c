@@ -58,13 +58,7 @@ static bool wait_until(struct sandbox_svc *svc, int64_t deadline_mono)
 		int64_t left = deadline_mono - sbx_mono_ms();
 		struct timespec ts;
 
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += left / 1000;
-		ts.tv_nsec += (left % 1000) * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
+		ts = sbx_timespec_in(CLOCK_REALTIME, left);
 		pthread_cond_timedwait(&svc->cond, &svc->lock, &ts);
 	}
 	stop = svc->stop;

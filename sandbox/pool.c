@@ -238,12 +238,7 @@ static void *pool_main(void *arg)
 			pthread_mutex_lock(&svc->lock);
 			continue;
 		}
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += POOL_TICK_MS * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
+		ts = sbx_timespec_in(CLOCK_REALTIME, POOL_TICK_MS);
 		pthread_cond_timedwait(&svc->cond, &svc->lock, &ts);
 	}
 	pthread_mutex_unlock(&svc->lock);

@@ -242,12 +242,7 @@ static void *timer_main(void *arg)
 			pthread_mutex_unlock(&svc->lock);
 			break;
 		}
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += TICK_MS * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
+		ts = sbx_timespec_in(CLOCK_REALTIME, TICK_MS);
 		pthread_cond_timedwait(&svc->cond, &svc->lock, &ts);
 		bool stop = svc->stop;
 		pthread_mutex_unlock(&svc->lock);
@@ -795,12 +790,7 @@ static int boot_slot_acquire(struct sandbox_svc *svc, int64_t deadline_mono, str
 			err->retry_after_s = 5;
 			return -1;
 		}
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 100 * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
+		ts = sbx_timespec_in(CLOCK_REALTIME, 100);
 		pthread_cond_timedwait(&svc->cond, &svc->lock, &ts);
 	}
 	svc->customers_waiting--;

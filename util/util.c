@@ -115,6 +115,22 @@ int64_t sbx_wall_ms(void)
 	return clock_ms(CLOCK_REALTIME);
 }
 
+struct timespec sbx_timespec_in(clockid_t clock, int64_t ms)
+{
+	struct timespec ts;
+
+	clock_gettime(clock, &ts);
+	if (ms < 0)
+		ms = 0;
+	ts.tv_sec += (time_t)(ms / 1000);
+	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	return ts;
+}
+
 void sbx_rfc3339(int64_t epoch_ms, char buf[static 32])
 {
 	time_t secs = (time_t)(epoch_ms / 1000);

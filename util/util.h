@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---------------------------------------------------------------- errors */
@@ -85,6 +86,10 @@ void sbx_log(enum sbx_log_level level, const char *module, const char *fmt, ...)
 int64_t sbx_mono_ms(void);
 /* Milliseconds since the Unix epoch, UTC wall clock. */
 int64_t sbx_wall_ms(void);
+/* The instant `ms` milliseconds (negative = 0) from now on `clock`, as
+ * pthread_cond_timedwait wants it: CLOCK_REALTIME for a default condition
+ * variable, CLOCK_MONOTONIC for one set up with pthread_condattr_setclock. */
+struct timespec sbx_timespec_in(clockid_t clock, int64_t ms);
 /* "2026-08-22T14:31:00Z" (seconds precision, UTC) into buf (>= 21 bytes). */
 void sbx_rfc3339(int64_t epoch_ms, char buf[static 32]);
 /* Parse an RFC 3339 timestamp ("...Z" or with numeric offset, optional

@@ -688,14 +688,7 @@ static void *vmm_reconnect_main(void *arg)
 			break;
 		}
 		/* Back off, but wake at once for vmm_free. */
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += delay / 1000;
-		ts.tv_nsec += (delay % 1000) * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
+		struct timespec ts = sbx_timespec_in(CLOCK_REALTIME, delay);
 		pthread_mutex_lock(&v->lock);
 		if (!v->closing)
 			pthread_cond_timedwait(&v->cond, &v->lock, &ts);

@@ -120,13 +120,31 @@ static void ids_and_errors(void **state)
 	assert_int_equal(sbx_code_status(SBX_E_CONCURRENCY_LIMIT), 429);
 }
 
+static void timespec_in_carries_and_clamps(void **state)
+{
+	struct timespec now, a, b, c;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	a = sbx_timespec_in(CLOCK_MONOTONIC, 1999);
+	b = sbx_timespec_in(CLOCK_MONOTONIC, -5);
+	c = sbx_timespec_in(CLOCK_REALTIME, 0);
+	assert_true(a.tv_nsec >= 0 && a.tv_nsec < 1000000000L);
+	/* 1.999 s later: one or two seconds on, never past now + 2 s + slack */
+	int64_t ns = (int64_t)(a.tv_sec - now.tv_sec) * 1000000000LL + (a.tv_nsec - now.tv_nsec);
+	assert_true(ns >= 1999000000LL && ns < 2999000000LL);
+	/* negative = now */
+	ns = (int64_t)(b.tv_sec - now.tv_sec) * 1000000000LL + (b.tv_nsec - now.tv_nsec);
+	assert_true(ns >= 0 && ns < 1000000000LL);
+	assert_true(c.tv_sec > 1700000000); /* the wall clock, not the monotonic one */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(utf8_valid_kept),	  cmocka_unit_test(utf8_invalid_replaced_nul_kept),
 	    cmocka_unit_test(utf8_cut_tail),	  cmocka_unit_test(base64_vectors),
 	    cmocka_unit_test(rfc3339_round_trip), cmocka_unit_test(buf_bounded),
-	    cmocka_unit_test(ids_and_errors),
+	    cmocka_unit_test(ids_and_errors),	  cmocka_unit_test(timespec_in_carries_and_clamps),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -320,14 +320,7 @@ static void on_stopped(void *opaque, const char *name)
 
 static bool wait_stopped(struct fx *f, const char *name, int ms)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += ms / 1000;
-	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
+	struct timespec ts = sbx_timespec_in(CLOCK_REALTIME, ms);
 	bool found = false;
 	pthread_mutex_lock(&f->lock);
 	for (;;) {
