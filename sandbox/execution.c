@@ -459,26 +459,11 @@ static int guest_get(struct sandbox_svc *svc, const struct sandbox_size *size, c
 		return 0;
 	}
 	*warm = false;
-	while (svc->boots_active >= svc->cfg.max_concurrent_boots) {
-		struct timespec ts;
-
-		if (sbx_mono_ms() >= deadline || svc->stop) {
-			pthread_mutex_unlock(&svc->lock);
-			sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
-				      "too many guests are booting on this node; retry later");
-			err->retry_after_s = 5;
-			goto err_forget;
-		}
-		ts = sbx_timespec_in(CLOCK_REALTIME, 100);
-		pthread_cond_timedwait(&svc->cond, &svc->lock, &ts);
-	}
-	svc->boots_active++;
 	pthread_mutex_unlock(&svc->lock);
+	if (sandbox_boot_slot_acquire(svc, deadline, err) < 0)
+		goto err_forget;
 	rc = sandbox_guest_boot(svc, size, marker, deadline, &l, err);
-	pthread_mutex_lock(&svc->lock);
-	svc->boots_active--;
-	pthread_cond_broadcast(&svc->cond);
-	pthread_mutex_unlock(&svc->lock);
+	sandbox_boot_slot_release(svc);
 	if (rc < 0)
 		goto err_forget;
 	snprintf(l->id, sizeof l->id, "%s", marker);

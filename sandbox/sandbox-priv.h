@@ -78,6 +78,15 @@ struct sandbox_svc {
  * boot slot. -1 with err; nothing is left behind. */
 int sandbox_guest_boot(struct sandbox_svc *svc, const struct sandbox_size *size, const char *marker,
 		       int64_t deadline_mono, struct live **out, struct sbx_error *err);
+/* Wait for one of max_concurrent_boots slots (boots are CPU-bound here:
+ * queue them rather than thrash), counted as a customer waiting so that the
+ * pool's refill yields. No lock held. 0, or -1 with a 503 (retry_after_s 5)
+ * past deadline_mono or at stop. Every customer boot, sandbox or
+ * execution, takes its slot here and gives it back with
+ * sandbox_boot_slot_release(). */
+int sandbox_boot_slot_acquire(struct sandbox_svc *svc, int64_t deadline_mono,
+			      struct sbx_error *err);
+void sandbox_boot_slot_release(struct sandbox_svc *svc);
 /* Fail in-flight execs, destroy the domain, free. No lock held. */
 void sandbox_live_teardown(struct live *l, const char *why);
 /* Would one more guest of mem_mib fit the host's capacity, counting

@@ -773,9 +773,7 @@ static void teardown_chain(struct live *l, const char *why)
 	}
 }
 
-/* Wait for one of max_concurrent_boots slots (boots are CPU-bound here:
- * queue them rather than thrash). 0, or -1 past the monotonic deadline. */
-static int boot_slot_acquire(struct sandbox_svc *svc, int64_t deadline_mono, struct sbx_error *err)
+int sandbox_boot_slot_acquire(struct sandbox_svc *svc, int64_t deadline_mono, struct sbx_error *err)
 {
 	pthread_mutex_lock(&svc->lock);
 	svc->customers_waiting++;
@@ -786,7 +784,7 @@ static int boot_slot_acquire(struct sandbox_svc *svc, int64_t deadline_mono, str
 			svc->customers_waiting--;
 			pthread_mutex_unlock(&svc->lock);
 			sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
-				      "too many sandboxes are booting on this node; retry later");
+				      "too many guests are booting on this node; retry later");
 			err->retry_after_s = 5;
 			return -1;
 		}
@@ -799,7 +797,7 @@ static int boot_slot_acquire(struct sandbox_svc *svc, int64_t deadline_mono, str
 	return 0;
 }
 
-static void boot_slot_release(struct sandbox_svc *svc)
+void sandbox_boot_slot_release(struct sandbox_svc *svc)
 {
 	pthread_mutex_lock(&svc->lock);
 	svc->boots_active--;
@@ -1030,11 +1028,12 @@ int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 		/* 3c. Queue for a boot slot, then boot, open the channel and
 		 * wait for HELLO: the boot's deadline starts with the boot, so a
 		 * burst of creates waiting their turn does not eat into it. */
-		if (boot_slot_acquire(svc, sbx_mono_ms() + cfg->boot_queue_timeout_ms, err) < 0)
+		if (sandbox_boot_slot_acquire(svc, sbx_mono_ms() + cfg->boot_queue_timeout_ms,
+					      err) < 0)
 			goto err_capacity;
 		deadline = sbx_mono_ms() + cfg->boot_timeout_ms;
 		rc = sandbox_guest_boot(svc, size, row.id, deadline, &l, err);
-		boot_slot_release(svc);
+		sandbox_boot_slot_release(svc);
 		if (rc < 0)
 			goto err_capacity;
 	}
