@@ -494,6 +494,21 @@ static char *dup_bytes(const uint8_t *v, size_t len)
 	return s;
 }
 
+/* Put "KEY=VALUE" s (taken; KEY = its first klen bytes) into r->env: an
+ * entry with the same KEY is replaced, otherwise s is appended. */
+static void env_put(struct exec_req *r, char *s, size_t klen)
+{
+	for (size_t i = 0; i < r->n_env; i++) {
+		if (strncmp(r->env[i], s, klen + 1) == 0) {
+			free(r->env[i]);
+			r->env[i] = s;
+			return;
+		}
+	}
+	r->env[r->n_env++] = s;
+	r->env[r->n_env] = NULL;
+}
+
 /* Merge one "KEY=VALUE" over r->env (same key replaces). */
 static int env_merge(struct exec_req *r, const uint8_t *v, size_t len, size_t klen)
 {
@@ -501,15 +516,7 @@ static int env_merge(struct exec_req *r, const uint8_t *v, size_t len, size_t kl
 
 	if (!s)
 		return -1;
-	for (size_t i = 0; i < r->n_env; i++) {
-		if (strncmp(r->env[i], s, klen + 1) == 0) {
-			free(r->env[i]);
-			r->env[i] = s;
-			return 0;
-		}
-	}
-	r->env[r->n_env++] = s;
-	r->env[r->n_env] = NULL;
+	env_put(r, s, klen);
 	return 0;
 }
 
@@ -560,15 +567,7 @@ static int env_default_set(struct exec_req *r, const char *key, const char *valu
 
 	if (asprintf(&s, "%s=%s", key, value) < 0)
 		return -1;
-	for (size_t i = 0; i < r->n_env; i++) {
-		if (strncmp(r->env[i], key, klen) == 0 && r->env[i][klen] == '=') {
-			free(r->env[i]);
-			r->env[i] = s;
-			return 0;
-		}
-	}
-	r->env[r->n_env++] = s;
-	r->env[r->n_env] = NULL;
+	env_put(r, s, klen);
 	return 0;
 }
 
