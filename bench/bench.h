@@ -1,5 +1,6 @@
 /* What the benchmarks share: order statistics of a sample, integer knobs
- * from the environment, and the memory of a qemu process. Header-only; each bench includes it once.
+ * from the environment, the memory of a qemu process, and the vmm_config
+ * of a guest booted the daemon's way. Header-only; each bench includes it once.
  * Benchmarks print figures and never fail on them (STYLE.md). */
 #ifndef SBX_BENCH_H
 #define SBX_BENCH_H
@@ -9,6 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "sandbox/sandbox.h"
+#include "vmm/vmm.h"
 
 static inline int bench_cmp_i64(const void *a, const void *b)
 {
@@ -149,6 +153,34 @@ static inline int qemu_mem_of(int pid, uint64_t guest_mib, struct qemu_mem *m)
 	snprintf(path, sizeof(path), "/proc/%d/smaps_rollup", pid);
 	m->pss_kib = proc_kib(path, "Pss");
 	return 0;
+}
+
+/* ------------------------------------------------ a guest as the daemon boots it */
+
+/* A vmm_config for TCG guests on qemu:///system with the daemon's built-in
+ * defaults (sandbox_config_defaults: socket transport, tb_cache_mib,
+ * free_page_reporting), so that a floor measured through it gets the
+ * daemon's domain XML. The strings are borrowed; callers override fields
+ * they vary. */
+static inline struct vmm_config bench_vmm_config(const char *prefix, const char *kernel,
+						 const char *initrd, const char *run_dir)
+{
+	struct sandbox_config d;
+
+	sandbox_config_defaults(&d);
+	return (struct vmm_config){
+	    .uri = "qemu:///system",
+	    .name_prefix = prefix,
+	    .accel = VMM_ACCEL_TCG,
+	    .allow_tcg = true,
+	    .kernel = kernel,
+	    .initrd = initrd,
+	    .run_dir = run_dir,
+	    .transport = VMM_TRANSPORT_SOCKET,
+	    .tb_cache_mib = d.tb_cache_mib,
+	    .free_page_reporting = d.free_page_reporting,
+	    .console_log_max = 1 << 20,
+	};
 }
 
 #endif

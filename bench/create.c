@@ -235,20 +235,7 @@ int main(void)
 	snprintf(f.kernel, sizeof(f.kernel), "%s/images/vmlinux", d.state_dir);
 	snprintf(f.initrd, sizeof(f.initrd), "%s/images/initramfs.cpio.gz", d.state_dir);
 	snprintf(f.run, sizeof(f.run), "%s/run", d.state_dir);
-	f.cfg = (struct vmm_config){
-	    .uri = "qemu:///system",
-	    .name_prefix = d.prefix,
-	    .accel = VMM_ACCEL_TCG,
-	    .allow_tcg = true,
-	    .kernel = f.kernel,
-	    .initrd = f.initrd,
-	    .run_dir = f.run,
-	    .transport = VMM_TRANSPORT_SOCKET,
-	    /* the daemon's defaults (sandbox/config.c), so the XML is its XML */
-	    .tb_cache_mib = 32,
-	    .free_page_reporting = true,
-	    .console_log_max = 1 << 20,
-	};
+	f.cfg = bench_vmm_config(d.prefix, f.kernel, f.initrd, f.run);
 	f.conn = virConnectOpen("qemu:///system");
 	if (!f.conn) {
 		fprintf(stderr, "create bench: libvirt unreachable\n");

@@ -166,20 +166,11 @@ static long one_config(unsigned tb, const char *cmdline, bool fpr, int n, int id
 			return -1;
 		}
 	}
-	struct vmm_config cfg = {
-	    .uri = "qemu:///system",
-	    .name_prefix = prefix,
-	    .accel = VMM_ACCEL_TCG,
-	    .allow_tcg = true,
-	    .kernel = kernel,
-	    .initrd = initrd,
-	    .run_dir = run,
-	    .transport = VMM_TRANSPORT_SOCKET,
-	    .tb_cache_mib = tb,
-	    .free_page_reporting = fpr,
-	    .cmdline = cmdline[0] ? cmdline : NULL,
-	    .console_log_max = 1 << 20,
-	};
+	struct vmm_config cfg = bench_vmm_config(prefix, kernel, initrd, run);
+
+	cfg.tb_cache_mib = tb;
+	cfg.free_page_reporting = fpr;
+	cfg.cmdline = cmdline[0] ? cmdline : NULL;
 	struct vmm *v = vmm_new(&cfg, &err);
 
 	if (!v) {

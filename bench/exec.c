@@ -107,20 +107,7 @@ static int raw_start(struct raw *raw, const struct vmm_guest_spec *spec)
 	snprintf(run, sizeof(run), "%s/bench-raw", d.state_dir);
 	snprintf(prefix, sizeof(prefix), "%sraw-", d.prefix);
 	mkdir(run, 0755);
-	struct vmm_config cfg = {
-	    .uri = "qemu:///system",
-	    .name_prefix = prefix,
-	    .accel = VMM_ACCEL_TCG,
-	    .allow_tcg = true,
-	    .kernel = kernel,
-	    .initrd = initrd,
-	    .run_dir = run,
-	    .transport = VMM_TRANSPORT_SOCKET,
-	    /* the daemon's defaults (sandbox/config.c), so the XML is its XML */
-	    .tb_cache_mib = 32,
-	    .free_page_reporting = true,
-	    .console_log_max = 1 << 20,
-	};
+	struct vmm_config cfg = bench_vmm_config(prefix, kernel, initrd, run);
 
 	memset(raw, 0, sizeof(*raw));
 	raw->v = vmm_new(&cfg, &err);
