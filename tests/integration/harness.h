@@ -233,20 +233,49 @@ static inline void daemon_kill9(struct daemon *d)
 	}
 }
 
-/* Domains of this test run still known to libvirt. */
-static inline int count_own_domains(const struct daemon *d)
+/* Domains of this test run known to libvirt (`all`: also the defined but
+ * stopped ones; else running only): their number, and the first `cap`
+ * names into names (NULL for none). -1 when virsh cannot run. */
+static inline int list_own_domains(const struct daemon *d, bool all, char (*names)[64], int cap)
 {
 	char cmd[256], line[256];
 	int n = 0;
 	FILE *p;
 
-	snprintf(cmd, sizeof(cmd), "virsh -c qemu:///system list --all --name 2>/dev/null");
+	snprintf(cmd, sizeof(cmd), "virsh -c qemu:///system list %s--name 2>/dev/null",
+		 all ? "--all " : "");
 	p = popen(cmd, "r");
 	if (!p)
 		return -1;
-	while (fgets(line, sizeof(line), p))
-		if (strncmp(line, d->prefix, strlen(d->prefix)) == 0)
-			n++;
+	while (fgets(line, sizeof(line), p)) {
+		line[strcspn(line, "\n")] = '\0';
+		if (strncmp(line, d->prefix, strlen(d->prefix)) != 0)
+			continue;
+		if (names && n < cap)
+			snprintf(names[n], 64, "%.63s", line);
+		n++;
+	}
+	pclose(p);
+	return n;
+}
+
+/* Domains of this test run still known to libvirt. */
+static inline int count_own_domains(const struct daemon *d)
+{
+	return list_own_domains(d, true, NULL, 0);
+}
+
+/* The number a shell command prints (0 when it prints none), -1 when it
+ * cannot run. */
+static inline long long cmd_number(const char *cmd)
+{
+	long long n = 0;
+	FILE *p = popen(cmd, "r");
+
+	if (!p)
+		return -1;
+	if (fscanf(p, "%lld", &n) != 1)
+		n = 0;
 	pclose(p);
 	return n;
 }
@@ -255,17 +284,9 @@ static inline int count_own_domains(const struct daemon *d)
 static inline int count_own_qemus(const struct daemon *d)
 {
 	char cmd[256];
-	FILE *p;
-	int n = 0;
 
 	snprintf(cmd, sizeof(cmd), "pgrep -fc '[q]emu-system.*guest=%s' 2>/dev/null", d->prefix);
-	p = popen(cmd, "r");
-	if (!p)
-		return -1;
-	if (fscanf(p, "%d", &n) != 1)
-		n = 0;
-	pclose(p);
-	return n;
+	return (int)cmd_number(cmd);
 }
 
 /* Destroy leftovers of this run (for cleanup after a failed test). */

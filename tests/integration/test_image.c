@@ -100,18 +100,11 @@ static char *run_ok(const char *cmd, int timeout_ms)
 /* Bytes of the overlays in the state dir's run/ (blocks really used). */
 static long long overlays_kib(void)
 {
-	char cmd[512], out[64] = "";
-	FILE *p;
+	char cmd[512];
 
 	snprintf(cmd, sizeof(cmd), "du -sk --total %s/run/*.qcow2 2>/dev/null | tail -n1 | cut -f1",
 		 d.state_dir);
-	p = popen(cmd, "r");
-	if (!p)
-		return -1;
-	if (!fgets(out, sizeof(out), p))
-		out[0] = '\0';
-	pclose(p);
-	return out[0] ? atoll(out) : 0;
+	return cmd_number(cmd);
 }
 
 static int count_overlays(void)
