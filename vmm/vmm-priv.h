@@ -25,4 +25,23 @@ void vmm_priv_set_virt_type(struct vmm *v, const char *type);
  * there is no id element or it does not fit. */
 int vmm_priv_metadata_id(const char *xml, char *out, size_t outlen);
 
+/* ---- shared by vmm.c and channel.c (not for other modules) ---- */
+#ifdef LIBVIRT_H
+/* The libvirt error of this thread, for the log (never for tenants). */
+const char *vmm_lv_msg(void);
+/* The connection in use (replaced after a reconnect). */
+virConnectPtr vmm_conn(struct vmm *v);
+/* The handle's domain on the current connection (borrowed), NULL once it
+ * is known gone. */
+virDomainPtr vmm_vm_dom(struct vmm_vm *vm);
+/* Open the exec channel `port` of `dom` as a libvirt stream. */
+int vmm_chan_stream_open(virConnectPtr conn, virDomainPtr dom, const char *port, const char *name,
+			 sbx_recv_fn recv, void *opaque, struct sbx_channel *out,
+			 struct sbx_error *err);
+#endif
+/* Connect to a guest's channel socket at `path` (retrying while qemu has
+ * not bound it yet); `name` is for the log. */
+int vmm_chan_sock_open(const char *path, const char *name, sbx_recv_fn recv, void *opaque,
+		       struct sbx_channel *out, struct sbx_error *err);
+
 #endif

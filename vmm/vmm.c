@@ -28,17 +28,14 @@
 #define MOD "vmm"
 /* The guest's exec port; equals WIRE_PORT_NAME in agentless/wire.h, which
  * vmm/ may not include (layering; tests/unit/test_vmm.c checks they agree). */
-#define VMM_PORT_NAME	      "org.sandboxd.exec.0"
-#define VMM_XML_MAX	      (64 * 1024)
-#define VMM_ID_MAX	      128
-#define VMM_PREFIX_MAX	      (VMM_NAME_MAX - 12)
-#define VMM_CHUNK	      (64 * 1024)
-#define VMM_SEND_TIMEOUT_MS   10000
-#define VMM_SOCKET_CONNECT_MS 5000
-#define VMM_RECONNECT_MIN_MS  100
-#define VMM_RECONNECT_MAX_MS  2000
-#define VMM_OLD_CONNS	      16
-#define VMM_STALE_DOMS	      4
+#define VMM_PORT_NAME	     "org.sandboxd.exec.0"
+#define VMM_XML_MAX	     (64 * 1024)
+#define VMM_ID_MAX	     128
+#define VMM_PREFIX_MAX	     (VMM_NAME_MAX - 12)
+#define VMM_RECONNECT_MIN_MS 100
+#define VMM_RECONNECT_MAX_MS 2000
+#define VMM_OLD_CONNS	     16
+#define VMM_STALE_DOMS	     4
 
 extern char **environ;
 
@@ -99,7 +96,7 @@ static void vmm_silent_error(void *opaque, virErrorPtr e)
 }
 
 /* The libvirt error of this thread, for the log (never for tenants). */
-static const char *vmm_lv_msg(void)
+const char *vmm_lv_msg(void)
 {
 	virErrorPtr e = virGetLastError();
 	return e && e->message ? e->message : "unknown libvirt error";
@@ -583,7 +580,7 @@ static void vmm_lifecycle_free(void *opaque)
 
 /* The connection in use (borrowed: vmm never frees a connection before
  * vmm_free, so a dead one just makes calls fail). */
-static virConnectPtr vmm_conn(struct vmm *v)
+virConnectPtr vmm_conn(struct vmm *v)
 {
 	pthread_mutex_lock(&v->lock);
 	virConnectPtr c = v->conn;
@@ -928,7 +925,7 @@ static struct vmm_vm *vmm_vm_wrap(struct vmm *v, virDomainPtr dom, const char *n
 /* The handle's domain on the current connection: after a reconnect it is
  * looked up again by name (the old object stays valid until vmm_vm_free,
  * answering errors). Borrowed; NULL once the domain is known gone. */
-static virDomainPtr vmm_vm_dom(struct vmm_vm *vm)
+virDomainPtr vmm_vm_dom(struct vmm_vm *vm)
 {
 	struct vmm *v = vm->v;
 
@@ -1347,298 +1344,23 @@ int vmm_prune_files(struct vmm *v, struct sbx_error *err)
 	return removed;
 }
 
-/* ------------------------------------------------- channel: libvirt stream */
-
-/* One stream channel. Its callback runs on the event-loop thread; close()
- * may run on any other thread. libvirt 9.0's remote driver never calls the
- * virFreeCallback of a stream callback (fixed upstream in 2025, "remote/
- * stream-event: Fix a memory leak in remoteStreamCallbackFree()"), so the
- * struct is freed by a zero timeout on the event loop instead: that runs
- * after any dispatch that was already in progress when close() removed the
- * callback. */
-struct vmm_stream_chan {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	bool closed; /* close() started: deliver nothing more */
-	bool in_cb;  /* a recv delivery is running */
-	bool eof;    /* EOF delivered or the stream broke */
-	bool cb_registered;
-	virStreamPtr st;
-	sbx_recv_fn recv;
-	void *opaque;
-	char name[VMM_NAME_MAX + 1];
-};
-
-static void vmm_stream_chan_free(struct vmm_stream_chan *c)
-{
-	pthread_cond_destroy(&c->cond);
-	pthread_mutex_destroy(&c->lock);
-	free(c);
-}
-
-static void vmm_stream_deferred_free(int timer, void *opaque)
-{
-	virEventRemoveTimeout(timer);
-	vmm_stream_chan_free(opaque);
-}
-
-/* Runs on the event-loop thread. */
-static void vmm_stream_event(virStreamPtr st, int events, void *opaque)
-{
-	struct vmm_stream_chan *c = opaque;
-	pthread_mutex_lock(&c->lock);
-	if (c->closed || c->eof) {
-		pthread_mutex_unlock(&c->lock);
-		return;
-	}
-	c->in_cb = true;
-	pthread_mutex_unlock(&c->lock);
-
-	char buf[VMM_CHUNK];
-	bool eof = false;
-	if (events &
-	    (VIR_STREAM_EVENT_READABLE | VIR_STREAM_EVENT_HANGUP | VIR_STREAM_EVENT_ERROR)) {
-		for (;;) {
-			int n = virStreamRecv(st, buf, sizeof(buf));
-			if (n == -2)
-				break;
-			if (n <= 0) {
-				if (n < 0)
-					sbx_warn(MOD, "channel of '%s': %s", c->name, vmm_lv_msg());
-				eof = true;
-				break;
-			}
-			c->recv(c->opaque, buf, (size_t)n);
-		}
-	}
-	if (!eof && (events & (VIR_STREAM_EVENT_HANGUP | VIR_STREAM_EVENT_ERROR)))
-		eof = true;
-	if (eof) {
-		c->recv(c->opaque, NULL, 0);
-		virStreamEventRemoveCallback(st);
-	}
-
-	pthread_mutex_lock(&c->lock);
-	if (eof) {
-		c->eof = true;
-		c->cb_registered = false;
-	}
-	c->in_cb = false;
-	pthread_cond_broadcast(&c->cond);
-	pthread_mutex_unlock(&c->lock);
-}
-
-static int vmm_stream_send(void *ctx, const void *buf, size_t len)
-{
-	struct vmm_stream_chan *c = ctx;
-	const char *p = buf;
-	int64_t deadline = sbx_mono_ms() + VMM_SEND_TIMEOUT_MS;
-	while (len > 0) {
-		size_t n = len > VMM_CHUNK ? VMM_CHUNK : len;
-		int r = virStreamSend(c->st, p, n);
-		if (r == -2) {
-			/* The stream's buffer is full: the guest is not reading.
-			 * Bounded wait, then give up. */
-			if (sbx_mono_ms() > deadline) {
-				sbx_warn(MOD, "channel of '%s': send timed out", c->name);
-				return -1;
-			}
-			struct timespec ts = {0, 1000 * 1000};
-			nanosleep(&ts, NULL);
-			continue;
-		}
-		if (r <= 0) {
-			sbx_warn(MOD, "channel of '%s': send: %s", c->name, vmm_lv_msg());
-			return -1;
-		}
-		p += r;
-		len -= (size_t)r;
-		deadline = sbx_mono_ms() + VMM_SEND_TIMEOUT_MS;
-	}
-	return 0;
-}
-
-static void vmm_stream_close(void *ctx)
-{
-	struct vmm_stream_chan *c = ctx;
-	pthread_mutex_lock(&c->lock);
-	c->closed = true;
-	while (c->in_cb)
-		pthread_cond_wait(&c->cond, &c->lock);
-	bool registered = c->cb_registered;
-	c->cb_registered = false;
-	pthread_mutex_unlock(&c->lock);
-	if (registered)
-		virStreamEventRemoveCallback(c->st);
-	virStreamAbort(c->st);
-	virStreamFree(c->st);
-	c->st = NULL;
-	if (virEventAddTimeout(0, vmm_stream_deferred_free, c, NULL) < 0)
-		sbx_warn(MOD, "channel of '%s': cannot schedule its release (leaked)", c->name);
-}
-
-static int vmm_stream_open(struct vmm_vm *vm, sbx_recv_fn recv, void *opaque,
-			   struct sbx_channel *out, struct sbx_error *err)
-{
-	struct vmm_stream_chan *c = calloc(1, sizeof(*c));
-	if (!c)
-		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
-	pthread_mutex_init(&c->lock, NULL);
-	pthread_cond_init(&c->cond, NULL);
-	c->recv = recv;
-	c->opaque = opaque;
-	snprintf(c->name, sizeof(c->name), "%s", vm->name);
-	virDomainPtr dom = vmm_vm_dom(vm);
-	c->st = dom ? virStreamNew(vmm_conn(vm->v), VIR_STREAM_NONBLOCK) : NULL;
-	if (!c->st) {
-		sbx_err(MOD, "stream for '%s': %s", vm->name, vmm_lv_msg());
-		goto err_free;
-	}
-	if (virDomainOpenChannel(dom, VMM_PORT_NAME, c->st, VIR_DOMAIN_CHANNEL_FORCE) < 0) {
-		sbx_err(MOD, "open channel of '%s': %s", vm->name, vmm_lv_msg());
-		goto err_stream;
-	}
-	c->cb_registered = true;
-	if (virStreamEventAddCallback(
-		c->st, VIR_STREAM_EVENT_READABLE | VIR_STREAM_EVENT_ERROR | VIR_STREAM_EVENT_HANGUP,
-		vmm_stream_event, c, NULL) < 0) {
-		sbx_err(MOD, "stream callback for '%s': %s", vm->name, vmm_lv_msg());
-		c->cb_registered = false;
-		virStreamAbort(c->st);
-		goto err_stream;
-	}
-	out->ctx = c;
-	out->send = vmm_stream_send;
-	out->close = vmm_stream_close;
-	return 0;
-
-err_stream:
-	virStreamFree(c->st);
-err_free:
-	vmm_stream_chan_free(c);
-	return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL,
-			     "could not connect to the sandbox's guest");
-}
-
-/* ------------------------------------------------- channel: unix socket */
-
-struct vmm_sock_chan {
-	int fd;
-	pthread_t reader;
-	atomic_bool closed;
-	sbx_recv_fn recv;
-	void *opaque;
-	char name[VMM_NAME_MAX + 1];
-};
-
-static void *vmm_sock_reader(void *arg)
-{
-	struct vmm_sock_chan *c = arg;
-	char *buf = malloc(VMM_CHUNK);
-	for (;;) {
-		if (!buf)
-			break;
-		ssize_t n = read(c->fd, buf, VMM_CHUNK);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		if (atomic_load(&c->closed))
-			break;
-		c->recv(c->opaque, buf, (size_t)n);
-	}
-	free(buf);
-	/* EOF only when the channel broke on its own, not during close(). */
-	if (!atomic_load(&c->closed))
-		c->recv(c->opaque, NULL, 0);
-	return NULL;
-}
-
-static int vmm_sock_send(void *ctx, const void *buf, size_t len)
-{
-	struct vmm_sock_chan *c = ctx;
-	const char *p = buf;
-	while (len > 0) {
-		ssize_t n = send(c->fd, p, len, MSG_NOSIGNAL);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			sbx_warn(MOD, "channel socket of '%s': send: %s", c->name, strerror(errno));
-			return -1;
-		}
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
-static void vmm_sock_close(void *ctx)
-{
-	struct vmm_sock_chan *c = ctx;
-	atomic_store(&c->closed, true);
-	shutdown(c->fd, SHUT_RDWR);
-	pthread_join(c->reader, NULL);
-	close(c->fd);
-	free(c);
-}
-
-static int vmm_sock_open(struct vmm_vm *vm, sbx_recv_fn recv, void *opaque, struct sbx_channel *out,
-			 struct sbx_error *err)
-{
-	struct sockaddr_un sun = {.sun_family = AF_UNIX};
-	int len =
-	    snprintf(sun.sun_path, sizeof(sun.sun_path), "%s/%s.sock", vm->v->run_dir, vm->name);
-	if (len < 0 || (size_t)len >= sizeof(sun.sun_path))
-		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "channel socket path too long");
-	int fd = -1;
-	int64_t deadline = sbx_mono_ms() + VMM_SOCKET_CONNECT_MS;
-	for (;;) {
-		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		if (fd < 0)
-			return sbx_error_set(err, SBX_E_INTERNAL, NULL, "socket: %s",
-					     strerror(errno));
-		if (connect(fd, (struct sockaddr *)&sun, sizeof(sun)) == 0)
-			break;
-		int e = errno;
-		close(fd);
-		fd = -1;
-		if ((e != ENOENT && e != ECONNREFUSED && e != EINTR) || sbx_mono_ms() > deadline) {
-			sbx_err(MOD, "connect '%s': %s", sun.sun_path, strerror(e));
-			return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL,
-					     "could not connect to the sandbox's guest");
-		}
-		struct timespec ts = {0, 10 * 1000 * 1000};
-		nanosleep(&ts, NULL);
-	}
-	struct vmm_sock_chan *c = calloc(1, sizeof(*c));
-	if (!c) {
-		close(fd);
-		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
-	}
-	c->fd = fd;
-	c->recv = recv;
-	c->opaque = opaque;
-	atomic_init(&c->closed, false);
-	snprintf(c->name, sizeof(c->name), "%s", vm->name);
-	if (pthread_create(&c->reader, NULL, vmm_sock_reader, c) != 0) {
-		close(fd);
-		free(c);
-		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "cannot start a reader thread");
-	}
-	out->ctx = c;
-	out->send = vmm_sock_send;
-	out->close = vmm_sock_close;
-	return 0;
-}
-
 int vmm_vm_open_channel_via(struct vmm_vm *vm, enum vmm_transport t, sbx_recv_fn recv, void *opaque,
 			    struct sbx_channel *out, struct sbx_error *err)
 {
 	if (!vm || !recv || !out)
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "invalid channel arguments");
-	if (t == VMM_TRANSPORT_SOCKET)
-		return vmm_sock_open(vm, recv, opaque, out, err);
-	return vmm_stream_open(vm, recv, opaque, out, err);
+	if (t == VMM_TRANSPORT_SOCKET) {
+		char path[PATH_MAX];
+		int len = snprintf(path, sizeof(path), "%s/%s.sock", vm->v->run_dir, vm->name);
+
+		if (len < 0 || (size_t)len >= sizeof(struct sockaddr_un) - sizeof(sa_family_t))
+			return sbx_error_set(err, SBX_E_INTERNAL, NULL,
+					     "channel socket path too long");
+		return vmm_chan_sock_open(path, vm->name, recv, opaque, out, err);
+	}
+	virDomainPtr dom = vmm_vm_dom(vm);
+	return vmm_chan_stream_open(vmm_conn(vm->v), dom, VMM_PORT_NAME, vm->name, recv, opaque,
+				    out, err);
 }
 
 int vmm_vm_open_channel(struct vmm_vm *vm, sbx_recv_fn recv, void *opaque, struct sbx_channel *out,
