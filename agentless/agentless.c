@@ -2,10 +2,19 @@
  * contract and wire.h for the format.
  *
  * Locking: `lock` guards the state (execs, handshake, reassembly, ping
- * waiters); `send_lock` serialises frames onto the channel. Nobody blocks in
- * the channel's send() with `lock` held, and no callback (done, on_broken)
- * runs with either lock held. A channel is closed only once no sender uses
- * it any more (`senders` drops to 0), so send() never touches a freed ctx.
+ * waiters, the unsolicited-frame budget). The channel's send() never
+ * blocks (it queues; vmm/ enforces the deadline) and is called without
+ * `lock`; no callback (done, on_broken) runs with `lock` held. Lock order:
+ * a caller's own locks may be held when calling in here only if its
+ * callbacks do not take them (sandbox/ and api/ call in with none held);
+ * `lock` is taken before the channel's internal lock (vmm/channel.c), never
+ * after. A channel is closed only once no sender uses it any more
+ * (`senders` drops to 0), so send() never touches a freed ctx.
+ *
+ * Frames the host did not ask for (a HELLO after the first, a PONG nobody
+ * waits for, late frames of an exec the host gave up on) are allowed at
+ * UNSOLICITED_PER_S with a burst of UNSOLICITED_BURST; past that the guest
+ * is flooding, which is a protocol violation.
  */
 #include "agentless/agentless.h"
 
@@ -25,6 +34,9 @@
 #define DEFAULT_MAX_INFLIGHT 64
 /* Guest-supplied text echoed into an error is cut to this many bytes. */
 #define GUEST_TEXT_MAX 200
+/* Unsolicited frames: a token bucket per connection. */
+#define UNSOLICITED_BURST 32
+#define UNSOLICITED_PER_S 8
 
 #define MSG_VIOLATION "the sandbox's guest broke the exec protocol"
 #define MSG_GONE      "the sandbox's guest stopped responding"
@@ -60,7 +72,6 @@ struct ping_waiter {
 
 struct agentless_conn {
 	pthread_mutex_t lock;
-	pthread_mutex_t send_lock;
 	pthread_cond_t cond; /* handshake, pongs, senders */
 
 	struct agentless_limits lim;
@@ -96,6 +107,10 @@ struct agentless_conn {
 
 	struct ping_waiter *pings;
 	uint32_t next_ping;
+
+	unsigned hellos;	   /* HELLOs on this channel */
+	double unsolicited_tokens; /* bucket, refilled at UNSOLICITED_PER_S */
+	int64_t unsolicited_at_ms; /* last refill, sbx_mono_ms() */
 };
 
 /* ------------------------------------------------------------- helpers */
@@ -262,6 +277,22 @@ static bool conn_is_abandoned(struct agentless_conn *c, uint32_t id)
 	return false;
 }
 
+/* Take one token for an unsolicited frame: false when the guest is
+ * flooding. Call with c->lock held. */
+static bool conn_unsolicited_ok_locked(struct agentless_conn *c)
+{
+	int64_t now = sbx_mono_ms();
+
+	c->unsolicited_tokens += (double)(now - c->unsolicited_at_ms) * UNSOLICITED_PER_S / 1000.0;
+	if (c->unsolicited_tokens > UNSOLICITED_BURST)
+		c->unsolicited_tokens = UNSOLICITED_BURST;
+	c->unsolicited_at_ms = now;
+	if (c->unsolicited_tokens < 1.0)
+		return false;
+	c->unsolicited_tokens -= 1.0;
+	return true;
+}
+
 /* Fail a list of execs (already unlinked) with err; no lock held. */
 static void execs_fail(struct exec *list, const struct sbx_error *err)
 {
@@ -283,18 +314,24 @@ static void reasm_reset(struct agentless_conn *c)
 
 /* ------------------------------------------------------------- sending */
 
-/* Send one frame. -1 when there is no usable channel or send() failed. */
+/* Queue one frame on the channel (never blocks: the channel has its own
+ * deadline). -1 when there is no usable channel or its queue refused. */
 static int conn_send(struct agentless_conn *c, uint8_t type, uint32_t id, const uint8_t *payload,
 		     size_t len)
 {
-	uint8_t hdr[WIRE_HEADER_LEN];
 	struct wire_header h = {.type = type, .id = id, .len = (uint32_t)len};
+	_cleanup_free_ uint8_t *frame = NULL;
 	struct sbx_channel ch;
 	int rc;
 
 	if (len > WIRE_MAX_PAYLOAD)
 		return -1;
-	wire_header_encode(&h, hdr);
+	frame = malloc(WIRE_HEADER_LEN + len);
+	if (!frame)
+		return -1;
+	wire_header_encode(&h, frame);
+	if (len > 0)
+		memcpy(frame + WIRE_HEADER_LEN, payload, len);
 
 	pthread_mutex_lock(&c->lock);
 	if (!c->have_ch || c->ch_eof) {
@@ -305,11 +342,7 @@ static int conn_send(struct agentless_conn *c, uint8_t type, uint32_t id, const 
 	c->senders++;
 	pthread_mutex_unlock(&c->lock);
 
-	pthread_mutex_lock(&c->send_lock);
-	rc = ch.send(ch.ctx, hdr, sizeof hdr);
-	if (rc == 0 && len > 0)
-		rc = ch.send(ch.ctx, payload, len);
-	pthread_mutex_unlock(&c->send_lock);
+	rc = ch.send(ch.ctx, frame, WIRE_HEADER_LEN + len);
 
 	pthread_mutex_lock(&c->lock);
 	c->senders--;
@@ -401,8 +434,17 @@ static void handle_hello(struct agentless_conn *c, const uint8_t *p, size_t len)
 	uint32_t gver = 0, gmin = 0, boot_ms = 0;
 	bool have_ver = false, have_min = false, send_now;
 	uint32_t version;
+	bool flood;
 	int rc;
 
+	/* One HELLO per channel is the handshake; more are unsolicited. */
+	pthread_mutex_lock(&c->lock);
+	flood = ++c->hellos > 1 && !conn_unsolicited_ok_locked(c);
+	pthread_mutex_unlock(&c->lock);
+	if (flood) {
+		conn_violation(c, "a flood of HELLOs");
+		return;
+	}
 	wire_reader_init(&r, p, len);
 	while ((rc = wire_next(&r, &f)) == 1) {
 		int bad = 0;
@@ -476,8 +518,12 @@ static void handle_pong(struct agentless_conn *c, uint32_t id, const uint8_t *p,
 			break;
 		}
 	}
+	/* a PONG nobody waits for (late, duplicate) is dropped, unless they
+	 * come as a flood */
+	bool flood = !w && !conn_unsolicited_ok_locked(c);
 	pthread_mutex_unlock(&c->lock);
-	/* a PONG nobody waits for (late, duplicate) is dropped */
+	if (flood)
+		conn_violation(c, "a flood of unsolicited PONGs");
 }
 
 static void handle_output(struct agentless_conn *c, const struct wire_header *h, const uint8_t *p,
@@ -489,11 +535,13 @@ static void handle_output(struct agentless_conn *c, const struct wire_header *h,
 	pthread_mutex_lock(&c->lock);
 	e = conn_exec_find(c, h->id);
 	if (!e) {
-		bool dropped = conn_is_abandoned(c, h->id);
+		bool abandoned = conn_is_abandoned(c, h->id);
+		bool dropped = abandoned && conn_unsolicited_ok_locked(c);
 
 		pthread_mutex_unlock(&c->lock);
 		if (!dropped)
-			conn_violation(c, "output for unknown exec id %u", h->id);
+			conn_violation(c, "output for %s exec id %u",
+				       abandoned ? "(flooding) abandoned" : "unknown", h->id);
 		return;
 	}
 	rc = stream_append(h->type == WIRE_STDOUT ? &e->out : &e->err, p, len);
@@ -513,11 +561,13 @@ static struct exec *conn_exec_finish(struct agentless_conn *c, uint32_t id, cons
 	pthread_mutex_lock(&c->lock);
 	e = conn_exec_take(c, id);
 	if (!e) {
-		bool dropped = conn_is_abandoned(c, id);
+		bool abandoned = conn_is_abandoned(c, id);
+		bool dropped = abandoned && conn_unsolicited_ok_locked(c);
 
 		pthread_mutex_unlock(&c->lock);
 		if (!dropped)
-			conn_violation(c, "%s for unknown exec id %u", what, id);
+			conn_violation(c, "%s for %s exec id %u", what,
+				       abandoned ? "(flooding) abandoned" : "unknown", id);
 		return NULL;
 	}
 	pthread_mutex_unlock(&c->lock);
@@ -799,7 +849,6 @@ struct agentless_conn *agentless_conn_new(const struct agentless_limits *lim,
 	pthread_condattr_t attr;
 
 	pthread_mutex_init(&c->lock, NULL);
-	pthread_mutex_init(&c->send_lock, NULL);
 	pthread_condattr_init(&attr);
 	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
 	pthread_cond_init(&c->cond, &attr);
@@ -812,6 +861,8 @@ struct agentless_conn *agentless_conn_new(const struct agentless_limits *lim,
 	c->opaque = opaque;
 	c->next_id = 1;
 	c->next_ping = 1;
+	c->unsolicited_tokens = UNSOLICITED_BURST;
+	c->unsolicited_at_ms = sbx_mono_ms();
 	return c;
 }
 
@@ -843,6 +894,9 @@ void agentless_conn_attach(struct agentless_conn *c, struct sbx_channel ch, bool
 	c->rx_dead = false;
 	c->broken_msg[0] = '\0';
 	c->ready = false;
+	c->hellos = 0;
+	c->unsolicited_tokens = UNSOLICITED_BURST;
+	c->unsolicited_at_ms = sbx_mono_ms();
 	/* execs sent over the old channel cannot be trusted to finish */
 	list = c->execs;
 	c->execs = NULL;
@@ -1259,7 +1313,6 @@ void agentless_conn_free(struct agentless_conn *c, const char *why)
 
 	free(c->payload);
 	pthread_cond_destroy(&c->cond);
-	pthread_mutex_destroy(&c->send_lock);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
 }

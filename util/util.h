@@ -176,8 +176,12 @@ typedef void (*sbx_recv_fn)(void *opaque, const void *buf, size_t len);
 
 struct sbx_channel {
 	void *ctx;
-	/* Write all `len` bytes, blocking as needed. 0, or -1 on a broken
-	 * channel. Callers serialise sends themselves. */
+	/* Queue all `len` bytes for the guest, in order, without blocking:
+	 * one call's bytes are never interleaved with another's, so a whole
+	 * frame goes in one call. 0, or -1 on a broken channel or a full
+	 * queue (which breaks it). Bytes the guest does not read by the
+	 * provider's deadline break the channel: recv then gets EOF. Any
+	 * thread, but not after `close`. */
 	int (*send)(void *ctx, const void *buf, size_t len);
 	/* Stop delivery, wait until no recv callback is running, free ctx.
 	 * Must not be called from inside the recv callback. */

@@ -1,13 +1,32 @@
 /* vmm/channel.c: the byte transports to a guest's exec port (the
  * struct sbx_channel of util.h): a libvirt stream (virDomainOpenChannel)
- * or the channel's unix socket. Knows nothing of the protocol on top. */
+ * or the channel's unix socket. Knows nothing of the protocol on top.
+ *
+ * Sending never blocks the caller. send() appends the bytes to the
+ * channel's outgoing queue (at most VMM_SENDQ_MAX bytes) with a deadline
+ * VMM_SEND_DEADLINE_MS away, and the channel's own thread (the socket's
+ * I/O thread, or libvirt's event loop for a stream) drains the queue as the
+ * guest reads. A guest that stops reading costs only its own channel: when
+ * the oldest queued bytes pass their deadline, or the queue would pass its
+ * bound, the channel breaks and delivers EOF (recv with len 0) on its own
+ * thread, like any broken channel.
+ *
+ * Locking: each channel has one mutex (`lock`) guarding its queue and its
+ * flags. It is a leaf: nothing else is locked while it is held, and no
+ * socket or libvirt call is made with it held. Reads and writes on the
+ * socket or stream happen only on the channel's own thread (the socket's
+ * I/O thread, or the event loop), so the head of the queue is stable
+ * there without the lock: other threads only append. */
 #include <errno.h>
 #include <limits.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -20,33 +39,116 @@
 
 #define MOD		      "vmm"
 #define VMM_CHUNK	      (64 * 1024)
-#define VMM_SEND_TIMEOUT_MS   10000
 #define VMM_SOCKET_CONNECT_MS 5000
+/* Reads per wake-up before the thread looks at its other work: a guest
+ * that floods output cannot keep the thread (or libvirt's event loop,
+ * which serves every guest) to itself. */
+#define VMM_READS_PER_WAKE 16
+/* How often the stream transport looks at its deadline while bytes wait. */
+#define VMM_STREAM_TICK_MS 100
+
+/* ------------------------------------------------------ outgoing queue */
+
+struct outq_chunk {
+	struct outq_chunk *next;
+	int64_t deadline_ms; /* sbx_mono_ms() by which it must be written */
+	size_t len, off;
+	uint8_t data[];
+};
+
+struct outq {
+	struct outq_chunk *head, *tail;
+	size_t bytes; /* queued and not yet written */
+};
+
+/* Append a copy of buf. -1 past VMM_SENDQ_MAX or on ENOMEM. */
+static int outq_push(struct outq *q, const void *buf, size_t len, int64_t deadline_ms)
+{
+	struct outq_chunk *c;
+
+	if (len > VMM_SENDQ_MAX || q->bytes > VMM_SENDQ_MAX - len)
+		return -1;
+	c = malloc(sizeof(*c) + len);
+	if (!c)
+		return -1;
+	c->next = NULL;
+	c->deadline_ms = deadline_ms;
+	c->len = len;
+	c->off = 0;
+	memcpy(c->data, buf, len);
+	if (q->tail)
+		q->tail->next = c;
+	else
+		q->head = c;
+	q->tail = c;
+	q->bytes += len;
+	return 0;
+}
+
+/* Mark n bytes of the head written; free it when done. */
+static void outq_advance(struct outq *q, size_t n)
+{
+	struct outq_chunk *c = q->head;
+
+	c->off += n;
+	q->bytes -= n;
+	if (c->off < c->len)
+		return;
+	q->head = c->next;
+	if (!q->head)
+		q->tail = NULL;
+	free(c);
+}
+
+static bool outq_overdue(const struct outq *q, int64_t now_ms)
+{
+	return q->head && now_ms >= q->head->deadline_ms;
+}
+
+static void outq_clear(struct outq *q)
+{
+	while (q->head) {
+		struct outq_chunk *c = q->head;
+
+		q->head = c->next;
+		free(c);
+	}
+	q->tail = NULL;
+	q->bytes = 0;
+}
 
 /* ------------------------------------------------- channel: libvirt stream */
 
-/* One stream channel. Its callback runs on the event-loop thread; close()
- * may run on any other thread. libvirt 9.0's remote driver never calls the
- * virFreeCallback of a stream callback (fixed upstream in 2025, "remote/
- * stream-event: Fix a memory leak in remoteStreamCallbackFree()"), so the
- * struct is freed by a zero timeout on the event loop instead: that runs
- * after any dispatch that was already in progress when close() removed the
- * callback. */
+/* One stream channel. Its callbacks (stream events and a timer) run on the
+ * event-loop thread; send() and close() run on any other thread. libvirt
+ * 9.0's remote driver never calls the virFreeCallback of a stream callback
+ * (fixed upstream in 2025, "remote/stream-event: Fix a memory leak in
+ * remoteStreamCallbackFree()"), so the struct is freed by a zero timeout
+ * on the event loop instead: that runs after any dispatch that was already
+ * in progress when close() removed the callback. */
 struct vmm_stream_chan {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	bool closed; /* close() started: deliver nothing more */
-	bool in_cb;  /* a recv delivery is running */
+	bool in_cb;  /* a callback is running on the event loop */
 	bool eof;    /* EOF delivered or the stream broke */
+	bool failed; /* the queue passed its bound: break on the loop */
 	bool cb_registered;
+	bool want_write; /* WRITABLE is in the callback's events */
+	int timer;	 /* event-loop timer: flush, deadline */
+	struct outq q;
 	virStreamPtr st;
 	sbx_recv_fn recv;
 	void *opaque;
 	char name[VMM_NAME_MAX + 1];
 };
 
+#define VMM_STREAM_EVENTS                                                                          \
+	(VIR_STREAM_EVENT_READABLE | VIR_STREAM_EVENT_ERROR | VIR_STREAM_EVENT_HANGUP)
+
 static void vmm_stream_chan_free(struct vmm_stream_chan *c)
 {
+	outq_clear(&c->q);
 	pthread_cond_destroy(&c->cond);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
@@ -58,23 +160,97 @@ static void vmm_stream_deferred_free(int timer, void *opaque)
 	vmm_stream_chan_free(opaque);
 }
 
-/* Runs on the event-loop thread. */
-static void vmm_stream_event(virStreamPtr st, int events, void *opaque)
+/* Enter a callback: false when the channel is closing or done. */
+static bool vmm_stream_enter(struct vmm_stream_chan *c)
 {
-	struct vmm_stream_chan *c = opaque;
 	pthread_mutex_lock(&c->lock);
 	if (c->closed || c->eof) {
 		pthread_mutex_unlock(&c->lock);
-		return;
+		return false;
 	}
 	c->in_cb = true;
 	pthread_mutex_unlock(&c->lock);
+	return true;
+}
+
+/* Write what the stream takes now. -1 when the stream failed. Event loop. */
+static int vmm_stream_flush(struct vmm_stream_chan *c)
+{
+	for (;;) {
+		pthread_mutex_lock(&c->lock);
+		struct outq_chunk *h = c->q.head;
+		pthread_mutex_unlock(&c->lock);
+		if (!h)
+			return 0;
+		size_t n = SBX_MIN(h->len - h->off, (size_t)VMM_CHUNK);
+		int r = virStreamSend(c->st, (const char *)h->data + h->off, n);
+		if (r == -2)
+			return 0; /* full: WRITABLE will tell */
+		if (r <= 0) {
+			sbx_warn(MOD, "channel of '%s': send: %s", c->name, vmm_lv_msg());
+			return -1;
+		}
+		pthread_mutex_lock(&c->lock);
+		outq_advance(&c->q, (size_t)r);
+		pthread_mutex_unlock(&c->lock);
+	}
+}
+
+/* After a callback's work: break the channel (deliver EOF) when asked,
+ * else make the events and the timer match the queue. Event loop. */
+static void vmm_stream_leave(struct vmm_stream_chan *c, bool eof)
+{
+	int64_t now = sbx_mono_ms();
+
+	pthread_mutex_lock(&c->lock);
+	if (!eof && c->failed) {
+		sbx_warn(MOD, "channel of '%s': more than %d bytes wait for the guest", c->name,
+			 VMM_SENDQ_MAX);
+		eof = true;
+	}
+	if (!eof && outq_overdue(&c->q, now)) {
+		sbx_warn(MOD, "channel of '%s': the guest stopped reading (send deadline)",
+			 c->name);
+		eof = true;
+	}
+	bool want = !eof && c->q.head;
+	bool update = !eof && want != c->want_write;
+	c->want_write = want;
+	pthread_mutex_unlock(&c->lock);
+
+	if (eof) {
+		c->recv(c->opaque, NULL, 0);
+		virStreamEventRemoveCallback(c->st);
+		virEventUpdateTimeout(c->timer, -1);
+	} else {
+		if (update)
+			virStreamEventUpdateCallback(
+			    c->st, VMM_STREAM_EVENTS | (want ? VIR_STREAM_EVENT_WRITABLE : 0));
+		virEventUpdateTimeout(c->timer, want ? VMM_STREAM_TICK_MS : -1);
+	}
+
+	pthread_mutex_lock(&c->lock);
+	if (eof) {
+		c->eof = true;
+		c->cb_registered = false;
+		outq_clear(&c->q);
+	}
+	c->in_cb = false;
+	pthread_cond_broadcast(&c->cond);
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* Stream events. Runs on the event-loop thread. */
+static void vmm_stream_event(virStreamPtr st, int events, void *opaque)
+{
+	struct vmm_stream_chan *c = opaque;
+	if (!vmm_stream_enter(c))
+		return;
 
 	char buf[VMM_CHUNK];
 	bool eof = false;
-	if (events &
-	    (VIR_STREAM_EVENT_READABLE | VIR_STREAM_EVENT_HANGUP | VIR_STREAM_EVENT_ERROR)) {
-		for (;;) {
+	if (events & VMM_STREAM_EVENTS) {
+		for (int i = 0; i < VMM_READS_PER_WAKE; i++) {
 			int n = virStreamRecv(st, buf, sizeof(buf));
 			if (n == -2)
 				break;
@@ -89,49 +265,36 @@ static void vmm_stream_event(virStreamPtr st, int events, void *opaque)
 	}
 	if (!eof && (events & (VIR_STREAM_EVENT_HANGUP | VIR_STREAM_EVENT_ERROR)))
 		eof = true;
-	if (eof) {
-		c->recv(c->opaque, NULL, 0);
-		virStreamEventRemoveCallback(st);
-	}
+	if (!eof && vmm_stream_flush(c) < 0)
+		eof = true;
+	vmm_stream_leave(c, eof);
+}
 
-	pthread_mutex_lock(&c->lock);
-	if (eof) {
-		c->eof = true;
-		c->cb_registered = false;
-	}
-	c->in_cb = false;
-	pthread_cond_broadcast(&c->cond);
-	pthread_mutex_unlock(&c->lock);
+/* The channel's timer: a kick from send() (timeout 0) or the deadline
+ * tick while bytes wait. Runs on the event-loop thread. */
+static void vmm_stream_timer(int timer, void *opaque)
+{
+	struct vmm_stream_chan *c = opaque;
+	(void)timer;
+	if (!vmm_stream_enter(c))
+		return;
+	vmm_stream_leave(c, vmm_stream_flush(c) < 0);
 }
 
 static int vmm_stream_send(void *ctx, const void *buf, size_t len)
 {
 	struct vmm_stream_chan *c = ctx;
-	const char *p = buf;
-	int64_t deadline = sbx_mono_ms() + VMM_SEND_TIMEOUT_MS;
-	while (len > 0) {
-		size_t n = len > VMM_CHUNK ? VMM_CHUNK : len;
-		int r = virStreamSend(c->st, p, n);
-		if (r == -2) {
-			/* The stream's buffer is full: the guest is not reading.
-			 * Bounded wait, then give up. */
-			if (sbx_mono_ms() > deadline) {
-				sbx_warn(MOD, "channel of '%s': send timed out", c->name);
-				return -1;
-			}
-			struct timespec ts = {0, 1000 * 1000};
-			nanosleep(&ts, NULL);
-			continue;
-		}
-		if (r <= 0) {
-			sbx_warn(MOD, "channel of '%s': send: %s", c->name, vmm_lv_msg());
-			return -1;
-		}
-		p += r;
-		len -= (size_t)r;
-		deadline = sbx_mono_ms() + VMM_SEND_TIMEOUT_MS;
-	}
-	return 0;
+	int rc = 0;
+
+	pthread_mutex_lock(&c->lock);
+	if (c->closed || c->eof || c->failed)
+		rc = -1;
+	else if (outq_push(&c->q, buf, len, sbx_mono_ms() + VMM_SEND_DEADLINE_MS) < 0)
+		rc = -1, c->failed = true;
+	pthread_mutex_unlock(&c->lock);
+	/* The event loop writes (or, failed, breaks the channel) soon. */
+	virEventUpdateTimeout(c->timer, 0);
+	return rc;
 }
 
 static void vmm_stream_close(void *ctx)
@@ -144,6 +307,7 @@ static void vmm_stream_close(void *ctx)
 	bool registered = c->cb_registered;
 	c->cb_registered = false;
 	pthread_mutex_unlock(&c->lock);
+	virEventRemoveTimeout(c->timer);
 	if (registered)
 		virStreamEventRemoveCallback(c->st);
 	virStreamAbort(c->st);
@@ -164,6 +328,7 @@ int vmm_chan_stream_open(virConnectPtr conn, virDomainPtr dom, const char *port,
 	pthread_cond_init(&c->cond, NULL);
 	c->recv = recv;
 	c->opaque = opaque;
+	c->timer = -1;
 	snprintf(c->name, sizeof(c->name), "%s", name);
 	c->st = dom ? virStreamNew(conn, VIR_STREAM_NONBLOCK) : NULL;
 	if (!c->st) {
@@ -174,12 +339,17 @@ int vmm_chan_stream_open(virConnectPtr conn, virDomainPtr dom, const char *port,
 		sbx_err(MOD, "open channel of '%s': %s", name, vmm_lv_msg());
 		goto err_stream;
 	}
+	c->timer = virEventAddTimeout(-1, vmm_stream_timer, c, NULL);
+	if (c->timer < 0) {
+		sbx_err(MOD, "channel timer for '%s': %s", name, vmm_lv_msg());
+		virStreamAbort(c->st);
+		goto err_stream;
+	}
 	c->cb_registered = true;
-	if (virStreamEventAddCallback(
-		c->st, VIR_STREAM_EVENT_READABLE | VIR_STREAM_EVENT_ERROR | VIR_STREAM_EVENT_HANGUP,
-		vmm_stream_event, c, NULL) < 0) {
+	if (virStreamEventAddCallback(c->st, VMM_STREAM_EVENTS, vmm_stream_event, c, NULL) < 0) {
 		sbx_err(MOD, "stream callback for '%s': %s", name, vmm_lv_msg());
 		c->cb_registered = false;
+		virEventRemoveTimeout(c->timer);
 		virStreamAbort(c->st);
 		goto err_stream;
 	}
@@ -198,64 +368,189 @@ err_free:
 
 /* ------------------------------------------------- channel: unix socket */
 
+/* One socket channel: a thread of its own polls the socket for input and,
+ * while bytes wait, for output, and an eventfd for send() and close(). */
 struct vmm_sock_chan {
 	int fd;
-	pthread_t reader;
+	int wake; /* eventfd */
+	pthread_t thread;
+	pthread_mutex_t lock; /* q, failed */
+	struct outq q;
+	bool failed;
 	atomic_bool closed;
 	sbx_recv_fn recv;
 	void *opaque;
 	char name[VMM_NAME_MAX + 1];
 };
 
-static void *vmm_sock_reader(void *arg)
+static void vmm_sock_wake(struct vmm_sock_chan *c)
+{
+	uint64_t one = 1;
+	ssize_t n = write(c->wake, &one, sizeof one);
+	(void)n; /* EAGAIN: a wake-up is already pending */
+}
+
+/* Read what is there (at most VMM_READS_PER_WAKE chunks). -1 on EOF or a
+ * broken socket. */
+static int vmm_sock_read(struct vmm_sock_chan *c, char *buf)
+{
+	for (int i = 0; i < VMM_READS_PER_WAKE; i++) {
+		ssize_t n = recv(c->fd, buf, VMM_CHUNK, MSG_DONTWAIT);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return 0;
+		if (n <= 0)
+			return -1;
+		if (atomic_load(&c->closed))
+			return 0;
+		c->recv(c->opaque, buf, (size_t)n);
+	}
+	return 0;
+}
+
+/* Write what the socket takes now. -1 on a broken socket. */
+static int vmm_sock_flush(struct vmm_sock_chan *c)
+{
+	for (;;) {
+		pthread_mutex_lock(&c->lock);
+		struct outq_chunk *h = c->q.head;
+		pthread_mutex_unlock(&c->lock);
+		if (!h)
+			return 0;
+		ssize_t n =
+		    send(c->fd, h->data + h->off, h->len - h->off, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return 0;
+		if (n <= 0) {
+			sbx_warn(MOD, "channel socket of '%s': send: %s", c->name, strerror(errno));
+			return -1;
+		}
+		pthread_mutex_lock(&c->lock);
+		outq_advance(&c->q, (size_t)n);
+		pthread_mutex_unlock(&c->lock);
+	}
+}
+
+static void *vmm_sock_main(void *arg)
 {
 	struct vmm_sock_chan *c = arg;
 	char *buf = malloc(VMM_CHUNK);
-	for (;;) {
-		if (!buf)
+	bool eof = !buf;
+
+	while (!eof && !atomic_load(&c->closed)) {
+		int64_t now = sbx_mono_ms();
+		int timeout = -1;
+
+		pthread_mutex_lock(&c->lock);
+		bool failed = c->failed, overdue = outq_overdue(&c->q, now);
+		bool want_out = c->q.head != NULL;
+		if (want_out)
+			timeout = (int)SBX_MAX((int64_t)0, c->q.head->deadline_ms - now);
+		pthread_mutex_unlock(&c->lock);
+		if (failed || overdue) {
+			sbx_warn(MOD, "channel socket of '%s': %s", c->name,
+				 failed ? "too many bytes wait for the guest"
+					: "the guest stopped reading (send deadline)");
 			break;
-		ssize_t n = read(c->fd, buf, VMM_CHUNK);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
+		}
+
+		struct pollfd p[2] = {
+		    {.fd = c->fd, .events = POLLIN | (want_out ? POLLOUT : 0)},
+		    {.fd = c->wake, .events = POLLIN},
+		};
+		if (poll(p, 2, timeout) < 0) {
+			if (errno == EINTR)
+				continue;
+			sbx_warn(MOD, "channel socket of '%s': poll: %s", c->name, strerror(errno));
 			break;
+		}
+		if (p[1].revents & POLLIN) {
+			uint64_t v;
+			ssize_t n = read(c->wake, &v, sizeof v);
+			(void)n;
+		}
 		if (atomic_load(&c->closed))
 			break;
-		c->recv(c->opaque, buf, (size_t)n);
+		if ((p[0].revents & (POLLIN | POLLHUP | POLLERR)) && vmm_sock_read(c, buf) < 0)
+			eof = true;
+		if (!eof && vmm_sock_flush(c) < 0)
+			eof = true;
 	}
 	free(buf);
 	/* EOF only when the channel broke on its own, not during close(). */
 	if (!atomic_load(&c->closed))
 		c->recv(c->opaque, NULL, 0);
+	/* Nothing more is sent on a broken channel. */
+	pthread_mutex_lock(&c->lock);
+	c->failed = true;
+	outq_clear(&c->q);
+	pthread_mutex_unlock(&c->lock);
 	return NULL;
 }
 
 static int vmm_sock_send(void *ctx, const void *buf, size_t len)
 {
 	struct vmm_sock_chan *c = ctx;
-	const char *p = buf;
-	while (len > 0) {
-		ssize_t n = send(c->fd, p, len, MSG_NOSIGNAL);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			sbx_warn(MOD, "channel socket of '%s': send: %s", c->name, strerror(errno));
-			return -1;
-		}
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
+	int rc = 0;
+
+	pthread_mutex_lock(&c->lock);
+	if (c->failed)
+		rc = -1;
+	else if (outq_push(&c->q, buf, len, sbx_mono_ms() + VMM_SEND_DEADLINE_MS) < 0)
+		rc = -1, c->failed = true; /* the I/O thread breaks the channel */
+	pthread_mutex_unlock(&c->lock);
+	vmm_sock_wake(c);
+	return rc;
 }
 
 static void vmm_sock_close(void *ctx)
 {
 	struct vmm_sock_chan *c = ctx;
 	atomic_store(&c->closed, true);
+	vmm_sock_wake(c);
 	shutdown(c->fd, SHUT_RDWR);
-	pthread_join(c->reader, NULL);
+	pthread_join(c->thread, NULL);
 	close(c->fd);
+	close(c->wake);
+	outq_clear(&c->q);
+	pthread_mutex_destroy(&c->lock);
 	free(c);
+}
+
+int vmm_chan_sock_from_fd(int fd, const char *name, sbx_recv_fn recv, void *opaque,
+			  struct sbx_channel *out, struct sbx_error *err)
+{
+	struct vmm_sock_chan *c = calloc(1, sizeof(*c));
+	if (!c) {
+		close(fd);
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+	}
+	c->fd = fd;
+	c->wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (c->wake < 0) {
+		close(fd);
+		free(c);
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "eventfd: %s", strerror(errno));
+	}
+	pthread_mutex_init(&c->lock, NULL);
+	c->recv = recv;
+	c->opaque = opaque;
+	atomic_init(&c->closed, false);
+	snprintf(c->name, sizeof(c->name), "%s", name);
+	if (pthread_create(&c->thread, NULL, vmm_sock_main, c) != 0) {
+		close(fd);
+		close(c->wake);
+		pthread_mutex_destroy(&c->lock);
+		free(c);
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "cannot start a channel thread");
+	}
+	out->ctx = c;
+	out->send = vmm_sock_send;
+	out->close = vmm_sock_close;
+	return 0;
 }
 
 int vmm_chan_sock_open(const char *path, const char *name, sbx_recv_fn recv, void *opaque,
@@ -285,24 +580,5 @@ int vmm_chan_sock_open(const char *path, const char *name, sbx_recv_fn recv, voi
 		struct timespec ts = {0, 10 * 1000 * 1000};
 		nanosleep(&ts, NULL);
 	}
-	struct vmm_sock_chan *c = calloc(1, sizeof(*c));
-	if (!c) {
-		close(fd);
-		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
-	}
-	c->fd = fd;
-	c->recv = recv;
-	c->opaque = opaque;
-	atomic_init(&c->closed, false);
-	snprintf(c->name, sizeof(c->name), "%s", name);
-	if (pthread_create(&c->reader, NULL, vmm_sock_reader, c) != 0) {
-		close(fd);
-		free(c);
-		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "cannot start a reader thread");
-	}
-	out->ctx = c;
-	out->send = vmm_sock_send;
-	out->close = vmm_sock_close;
-	return 0;
+	return vmm_chan_sock_from_fd(fd, name, recv, opaque, out, err);
 }
-

@@ -44,4 +44,9 @@ int vmm_chan_stream_open(virConnectPtr conn, virDomainPtr dom, const char *port,
 int vmm_chan_sock_open(const char *path, const char *name, sbx_recv_fn recv, void *opaque,
 		       struct sbx_channel *out, struct sbx_error *err);
 
+/* The socket transport over an already connected stream socket `fd`
+ * (owned from now on, closed on error too): for tests with a socketpair. */
+int vmm_chan_sock_from_fd(int fd, const char *name, sbx_recv_fn recv, void *opaque,
+			  struct sbx_channel *out, struct sbx_error *err);
+
 #endif

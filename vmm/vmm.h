@@ -38,6 +38,14 @@ enum vmm_transport {
 	VMM_TRANSPORT_SOCKET,
 };
 
+/* The exec channel's send() never blocks: it queues. Bytes the guest has
+ * not read VMM_SEND_DEADLINE_MS after they were queued, or a queue that
+ * would pass VMM_SENDQ_MAX bytes (more than a guest can have in flight
+ * legitimately: 64 execs of the largest frame), break the channel: its
+ * recv gets EOF on the channel's own thread (docs/protocol.md). */
+#define VMM_SEND_DEADLINE_MS 10000
+#define VMM_SENDQ_MAX	     (80 * 1024 * 1024)
+
 struct vmm_config {
 	const char *uri;	 /* "qemu:///system" */
 	const char *name_prefix; /* domain names start with it, e.g. "sbx-" */

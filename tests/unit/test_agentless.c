@@ -1076,6 +1076,33 @@ static void test_ping_and_sync_exec(void **state)
 	fx_free(fx);
 }
 
+/* A guest that floods HELLOs (or PONGs nobody asked for) without reading
+ * its port: the host never blocks answering it, and past the unsolicited
+ * budget the flood is a violation that fails the in-flight exec. */
+static void test_violation_flood(void **state)
+{
+	(void)state;
+	for (int kind = 0; kind < 2; kind++) {
+		struct fx *fx = fx_new(1000, 0);
+		struct probe pr;
+
+		fx_handshake(fx);
+		probe_init(&pr);
+		start(fx, simple_req(), &pr);
+		(void)guest_expect_exec(fx->gfd);
+		for (int i = 0; i < 200 && fx_broken_calls(fx) == 0; i++) {
+			if (kind == 0)
+				guest_hello(fx->gfd, WIRE_VERSION, WIRE_VERSION_MIN);
+			else
+				guest_send(fx->gfd, WIRE_PONG, 9999, NULL, 0);
+		}
+		check_violation(fx, &pr, "broke the exec protocol");
+		assert_non_null(strstr(fx->broken_why, "flood"));
+		probe_release(&pr);
+		fx_free(fx);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1090,6 +1117,7 @@ int main(void)
 	    cmocka_unit_test(test_violation_unknown_type),
 	    cmocka_unit_test(test_violation_duplicate_exit),
 	    cmocka_unit_test(test_violation_forged_exit),
+	    cmocka_unit_test(test_violation_flood),
 	    cmocka_unit_test(test_eof_mid_exec),
 	    cmocka_unit_test(test_backstop),
 	    cmocka_unit_test(test_limits),

@@ -800,6 +800,76 @@ static void test_socket_transport_no_server(void **state)
 	vmm_vm_free(vm);
 }
 
+/* A guest that stops reading its port: every send() returns at once (it
+ * queues), the channel breaks by itself once the oldest bytes wait past
+ * VMM_SEND_DEADLINE_MS, and a queue past VMM_SENDQ_MAX breaks it at once. */
+static void test_socket_send_never_blocks(void **state)
+{
+	(void)state;
+	static char frame[256 * 1024];
+	struct sbx_error err = {0};
+	struct sbx_channel ch;
+	struct rx *r = calloc(1, sizeof(*r));
+	int sv[2];
+
+	assert_non_null(r);
+	pthread_mutex_init(&r->lock, NULL);
+	pthread_cond_init(&r->cond, NULL);
+	memset(frame, 'x', sizeof frame);
+
+	/* 1. The deadline: 8 MiB queued to a peer that never reads. A
+	 * blocking send would hang here once the socket buffer is full. */
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	assert_int_equal(vmm_chan_sock_from_fd(sv[0], "deaf", rx_recv, r, &ch, &err), 0);
+	for (int i = 0; i < 32; i++)
+		assert_int_equal(ch.send(ch.ctx, frame, sizeof frame), 0);
+	assert_int_equal(r->eofs, 0);
+	assert_true(rx_wait(r, 0, 1, VMM_SEND_DEADLINE_MS + 5000));
+	assert_int_equal(ch.send(ch.ctx, "x", 1), -1); /* broken for good */
+	ch.close(ch.ctx);
+	assert_int_equal(r->eofs, 1);
+	close(sv[1]);
+
+	/* 2. The bound: more than VMM_SENDQ_MAX queued breaks it at once. */
+	memset(r, 0, sizeof(*r));
+	pthread_mutex_init(&r->lock, NULL);
+	pthread_cond_init(&r->cond, NULL);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	assert_int_equal(vmm_chan_sock_from_fd(sv[0], "deaf", rx_recv, r, &ch, &err), 0);
+	int rc = 0;
+	for (size_t sent = 0; rc == 0 && sent <= (size_t)VMM_SENDQ_MAX + sizeof frame;
+	     sent += sizeof frame)
+		rc = ch.send(ch.ctx, frame, sizeof frame);
+	assert_int_equal(rc, -1);
+	assert_true(rx_wait(r, 0, 1, 3000));
+	ch.close(ch.ctx);
+	close(sv[1]);
+
+	/* 3. A peer that reads gets every byte, in order, and no EOF. */
+	memset(r, 0, sizeof(*r));
+	pthread_mutex_init(&r->lock, NULL);
+	pthread_cond_init(&r->cond, NULL);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	assert_int_equal(vmm_chan_sock_from_fd(sv[0], "ok", rx_recv, r, &ch, &err), 0);
+	for (int i = 0; i < 4; i++) {
+		memset(frame, 'a' + i, sizeof frame);
+		assert_int_equal(ch.send(ch.ctx, frame, sizeof frame), 0);
+	}
+	static char got[4 * sizeof frame];
+	size_t have = 0;
+	while (have < sizeof got) {
+		ssize_t n = read(sv[1], got + have, sizeof got - have);
+		assert_true(n > 0);
+		have += (size_t)n;
+	}
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(got[(size_t)i * sizeof frame + 7], 'a' + i);
+	assert_int_equal(r->eofs, 0);
+	ch.close(ch.ctx);
+	close(sv[1]);
+	free(r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -817,6 +887,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_start_refused, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_socket_transport, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_socket_transport_no_server, fx_setup, fx_teardown),
+	    cmocka_unit_test(test_socket_send_never_blocks),
 	};
 	sbx_log_set_level(SBX_LOG_ERROR + 1);
 	return cmocka_run_group_tests(tests, NULL, NULL);
