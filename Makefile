@@ -88,9 +88,9 @@ $(BUILD)/tests/%: tests/integration/%.c tests/integration/harness.h $(LIB) $(BIN
 	$(CC) $(CFLAGS) $(PKG_CFLAGS) -o $@ $< $(LIB) $(LDLIBS) -lcmocka
 # The guest side is a static program of its own: link its serve.c in, built
 # so that it decodes but starts nothing (SBX_GUEST_FUZZ).
-$(BUILD)/tests/fuzz_guest: tests/fuzz/fuzz_guest.c tests/fuzz/replay.c agentless/guest/serve.c $(LIB)
+$(BUILD)/tests/fuzz_guest: tests/fuzz/fuzz_guest.c tests/fuzz/replay.c agentless/guest/serve.c agentless/guest/hostile.c $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -DSBX_GUEST_FUZZ -o $@ $< tests/fuzz/replay.c agentless/guest/serve.c \
+	$(CC) $(CFLAGS) -DSBX_GUEST_FUZZ -o $@ $< tests/fuzz/replay.c agentless/guest/serve.c agentless/guest/hostile.c \
 		$(LIB) $(LDLIBS)
 $(BUILD)/tests/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(LIB)
 	@mkdir -p $(dir $@)

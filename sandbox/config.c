@@ -211,6 +211,10 @@ int sandbox_config_validate(const struct sandbox_config *cfg, struct sbx_error *
 				     cfg->test_fault_point);
 	if (sandbox_execution_config_validate(cfg, err) < 0)
 		return -1;
+	if (cfg->test_hostile_guests && strcmp(cfg->mode, "production") == 0)
+		return sbx_error_set(
+		    err, SBX_E_INVALID_REQUEST, "test_hostile_guests",
+		    "test_hostile_guests is for tests; production mode refuses it");
 	if (cfg->test_fault_point[0] && strcmp(cfg->mode, "production") == 0)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "test_fault_point",
 				     "test_fault_point is for tests; production mode refuses it");

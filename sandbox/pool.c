@@ -197,7 +197,7 @@ static void pool_reap_locked(struct sandbox_svc *svc, int64_t mono, struct live 
 			*out = p;
 			continue;
 		}
-		agentless_conn_tick(p->conn, mono);
+		/* a pooled guest runs no execs: nothing to tick */
 		pp = &p->next;
 	}
 }

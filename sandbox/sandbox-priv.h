@@ -21,8 +21,9 @@ struct live {
 	struct agentless_conn *conn;
 	int64_t expires_at_ms; /* cached from the row; the row is the truth */
 	uint64_t memory_mib;
-	int refs; /* exec_start calls using conn right now */
+	int refs; /* threads using conn right now (exec_start, timer, liveness) */
 	bool unlinked;
+	bool end_queued;	  /* an end_job for it waits for an ender */
 	bool dead;		  /* guest gone or channel broken: end as failed */
 	enum store_status ending; /* set by the ender before teardown (lock held) */
 	int64_t dead_at_ms;
@@ -30,6 +31,16 @@ struct live {
 	int64_t pooled_at_mono; /* when it said HELLO (for pool_max_idle_s) */
 	struct live *next;
 };
+
+/* A sandbox the timer found dead or expired, waiting for an ender. */
+struct end_job {
+	struct end_job *next;
+	char id[SANDBOX_ID_MAX];
+	enum store_status status;
+	int64_t at_ms;
+};
+
+#define SANDBOX_ENDERS 2
 
 struct startup_ring {
 	int64_t ms[SANDBOX_STARTUP_WINDOW];
@@ -54,6 +65,10 @@ struct sandbox_svc {
 	int64_t started_wall_ms; /* this daemon's start: older pending keys are orphans */
 	bool timer_started;
 	pthread_t timer;
+	/* Ends queued by the timer, run by SANDBOX_ENDERS ender threads. */
+	struct end_job *ends, **ends_tail;
+	int n_enders;
+	pthread_t enders[SANDBOX_ENDERS];
 
 	/* Warm pool (pool.c). */
 	struct live *pool; /* ready pooled guests */
@@ -87,6 +102,14 @@ int sandbox_guest_boot(struct sandbox_svc *svc, const struct sandbox_size *size,
 int sandbox_boot_slot_acquire(struct sandbox_svc *svc, int64_t deadline_mono,
 			      struct sbx_error *err);
 void sandbox_boot_slot_release(struct sandbox_svc *svc);
+/* Queue the end of a live sandbox (dead: FAILED at dead_at_ms; expired:
+ * EXPIRED at expires_at_ms) for an ender thread; once per live. Call with
+ * lock. */
+void sandbox_end_queue_locked(struct sandbox_svc *svc, struct live *l, enum store_status status,
+			      int64_t at_ms);
+/* Drop a ref taken under the lock; wakes an ender waiting for it. Call
+ * with lock. */
+void sandbox_live_unref_locked(struct sandbox_svc *svc, struct live *l);
 /* Fail in-flight execs, destroy the domain, free. No lock held. */
 void sandbox_live_teardown(struct live *l, const char *why);
 /* Would one more guest of mem_mib fit the host's capacity, counting

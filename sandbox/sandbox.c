@@ -94,6 +94,12 @@ static struct live *live_take_locked(struct sandbox_svc *svc, const char *id)
 	return l;
 }
 
+void sandbox_live_unref_locked(struct sandbox_svc *svc, struct live *l)
+{
+	if (--l->refs == 0)
+		pthread_cond_broadcast(&svc->cond);
+}
+
 void sandbox_live_teardown(struct live *l, const char *why)
 {
 	struct sbx_error err;
@@ -180,29 +186,39 @@ static int end_sandbox(struct sandbox_svc *svc, const char *id, enum store_statu
 
 /* ------------------------------------------------------------ the timer */
 
+/* The timer picks, under the lock, which sandboxes must end (queued for
+ * the enders) and which guests to tick, each pinned with a ref; it ticks
+ * them, writes heartbeats and syncs clocks with no lock held. A tick may
+ * complete execs: their callbacks take svc->lock themselves. */
 static void timer_pass(struct sandbox_svc *svc, int64_t *last_beat, int64_t *last_sync)
 {
 	int64_t now = sbx_wall_ms(), mono = sbx_mono_ms();
 	bool beat = mono - *last_beat >= HEARTBEAT_MS, sync = mono - *last_sync >= TIME_SYNC_MS;
-	struct {
-		char id[SANDBOX_ID_MAX];
-		enum store_status status;
-		int64_t at;
-	} ends[64];
-	size_t n_ends = 0;
-	struct sbx_error err;
+	_cleanup_free_ struct live **picked = NULL;
+	size_t n = 0, cap = 0;
 
 	pthread_mutex_lock(&svc->lock);
+	for (struct live *l = svc->lives; l; l = l->next)
+		cap++;
+	picked = cap ? calloc(cap, sizeof(*picked)) : NULL;
 	for (struct live *l = svc->lives; l; l = l->next) {
-		if (n_ends < SBX_ARRAY_SIZE(ends) && (l->dead || l->expires_at_ms <= now)) {
-			snprintf(ends[n_ends].id, SANDBOX_ID_MAX, "%s", l->id);
-			ends[n_ends].status = l->dead ? STORE_FAILED : STORE_EXPIRED;
+		if (l->dead || l->expires_at_ms <= now) {
 			/* A guest that died after its expiry is billed to expiry
 			 * (billing caps at expires_at anyway). */
-			ends[n_ends].at = l->dead ? l->dead_at_ms : l->expires_at_ms;
-			n_ends++;
+			sandbox_end_queue_locked(svc, l, l->dead ? STORE_FAILED : STORE_EXPIRED,
+						 l->dead ? l->dead_at_ms : l->expires_at_ms);
 			continue;
 		}
+		if (picked && n < cap) {
+			l->refs++;
+			picked[n++] = l;
+		}
+	}
+	pthread_mutex_unlock(&svc->lock);
+
+	for (size_t i = 0; i < n; i++) {
+		struct live *l = picked[i];
+
 		agentless_conn_tick(l->conn, mono);
 		/* With liveness on, last_seen_at moves on answered pings only. */
 		if (beat && !svc->cfg.liveness_interval_ms && agentless_conn_alive(l->conn))
@@ -210,22 +226,16 @@ static void timer_pass(struct sandbox_svc *svc, int64_t *last_beat, int64_t *las
 		if (sync)
 			agentless_conn_send_time(l->conn, NULL);
 	}
+
+	pthread_mutex_lock(&svc->lock);
+	for (size_t i = 0; i < n; i++)
+		sandbox_live_unref_locked(svc, picked[i]);
 	pthread_mutex_unlock(&svc->lock);
 	if (beat)
 		*last_beat = mono;
 	if (sync) {
 		*last_sync = mono;
 		store_idem_prune(svc->store, now - SANDBOX_IDEMPOTENCY_KEEP_MS, NULL);
-	}
-
-	for (size_t i = 0; i < n_ends; i++) {
-		const char *why = ends[i].status == STORE_FAILED
-				      ? "the sandbox's guest stopped unexpectedly"
-				      : "the sandbox expired while the command ran";
-		sbx_info(MOD, "sandbox %s: ending as %s", ends[i].id,
-			 store_status_name(ends[i].status));
-		if (end_sandbox(svc, ends[i].id, ends[i].status, ends[i].at, why, NULL, &err) < 0)
-			sbx_err(MOD, "sandbox %s: settling failed: %s", ends[i].id, err.message);
 	}
 }
 
@@ -250,6 +260,64 @@ static void *timer_main(void *arg)
 			break;
 		timer_pass(svc, &last_beat, &last_sync);
 	}
+	return NULL;
+}
+
+/* ------------------------------------------------------------ the enders */
+
+void sandbox_end_queue_locked(struct sandbox_svc *svc, struct live *l, enum store_status status,
+			      int64_t at_ms)
+{
+	struct end_job *j;
+
+	if (l->end_queued || l->unlinked)
+		return;
+	j = calloc(1, sizeof(*j));
+	if (!j)
+		return; /* the next timer pass tries again */
+	l->end_queued = true;
+	snprintf(j->id, sizeof(j->id), "%s", l->id);
+	j->status = status;
+	j->at_ms = at_ms;
+	*svc->ends_tail = j;
+	svc->ends_tail = &j->next;
+	pthread_cond_broadcast(&svc->cond);
+}
+
+/* An ender: takes queued ends one at a time and runs them with no lock
+ * held (closing the channel, destroying the domain, settling). A libvirt
+ * call that hangs delays only the ends behind it, never the timer's ticks
+ * or a request. At stop it finishes the queue, then returns. */
+static void *ender_main(void *arg)
+{
+	struct sandbox_svc *svc = arg;
+	struct sbx_error err;
+
+	pthread_mutex_lock(&svc->lock);
+	for (;;) {
+		struct end_job *j = svc->ends;
+
+		if (!j) {
+			if (svc->stop)
+				break;
+			pthread_cond_wait(&svc->cond, &svc->lock);
+			continue;
+		}
+		svc->ends = j->next;
+		if (!svc->ends)
+			svc->ends_tail = &svc->ends;
+		pthread_mutex_unlock(&svc->lock);
+
+		const char *why = j->status == STORE_FAILED
+				      ? "the sandbox's guest stopped unexpectedly"
+				      : "the sandbox expired while the command ran";
+		sbx_info(MOD, "sandbox %s: ending as %s", j->id, store_status_name(j->status));
+		if (end_sandbox(svc, j->id, j->status, j->at_ms, why, NULL, &err) < 0)
+			sbx_err(MOD, "sandbox %s: settling failed: %s", j->id, err.message);
+		free(j);
+		pthread_mutex_lock(&svc->lock);
+	}
+	pthread_mutex_unlock(&svc->lock);
 	return NULL;
 }
 
@@ -425,12 +493,14 @@ struct sandbox_svc *sandbox_svc_new(const struct sandbox_config *cfg, int flags,
 {
 	struct sandbox_svc *svc = calloc(1, sizeof(*svc));
 	char run_dir[PATH_MAX + 8];
+	char cmdline[sizeof(cfg->kernel_cmdline) + 32];
 
 	if (!svc) {
 		sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
 		return NULL;
 	}
 	svc->cfg = *cfg;
+	svc->ends_tail = &svc->ends;
 	pthread_mutex_init(&svc->lock, NULL);
 	pthread_cond_init(&svc->cond, NULL);
 	if (sbx_mkdir_p(cfg->state_dir, 0755) < 0) {
@@ -446,6 +516,9 @@ struct sandbox_svc *sandbox_svc_new(const struct sandbox_config *cfg, int flags,
 		return svc;
 
 	snprintf(run_dir, sizeof(run_dir), "%s/run", cfg->state_dir);
+	snprintf(cmdline, sizeof(cmdline), "%s%s%s", cfg->kernel_cmdline,
+		 cfg->kernel_cmdline[0] && cfg->test_hostile_guests ? " " : "",
+		 cfg->test_hostile_guests ? "sandboxd.test_hostile=1" : "");
 	struct vmm_config vc = {
 	    .uri = cfg->libvirt_uri,
 	    .name_prefix = cfg->domain_prefix,
@@ -454,7 +527,7 @@ struct sandbox_svc *sandbox_svc_new(const struct sandbox_config *cfg, int flags,
 	    .kernel = cfg->kernel,
 	    .initrd = cfg->initrd,
 	    .base_image = cfg->base_image[0] ? cfg->base_image : NULL,
-	    .cmdline = cfg->kernel_cmdline[0] ? cfg->kernel_cmdline : NULL,
+	    .cmdline = cmdline[0] ? cmdline : NULL,
 	    .run_dir = run_dir,
 	    .transport =
 		strcmp(cfg->transport, "stream") == 0 ? VMM_TRANSPORT_STREAM : VMM_TRANSPORT_SOCKET,
@@ -477,6 +550,11 @@ struct sandbox_svc *sandbox_svc_new(const struct sandbox_config *cfg, int flags,
 		goto err_vmm;
 	}
 	svc->timer_started = true;
+	for (int i = 0; i < SANDBOX_ENDERS; i++) {
+		if (pthread_create(&svc->enders[i], NULL, ender_main, svc) != 0)
+			break;
+		svc->n_enders++;
+	}
 	if (sandbox_liveness_start(svc, err) < 0 || sandbox_pool_start(svc, err) < 0) {
 		sandbox_svc_free(svc);
 		return NULL;
@@ -502,6 +580,8 @@ void sandbox_svc_free(struct sandbox_svc *svc)
 	pthread_mutex_unlock(&svc->lock);
 	if (svc->timer_started)
 		pthread_join(svc->timer, NULL);
+	for (int i = 0; i < svc->n_enders; i++)
+		pthread_join(svc->enders[i], NULL);
 	sandbox_liveness_stop(svc);
 	if (svc->vmm)
 		sandbox_pool_stop(svc);
@@ -1442,8 +1522,7 @@ int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const ch
 	rc = agentless_exec_start(l->conn, &areq, exec_done, call, err);
 
 	pthread_mutex_lock(&svc->lock);
-	if (--l->refs == 0)
-		pthread_cond_broadcast(&svc->cond);
+	sandbox_live_unref_locked(svc, l);
 	pthread_mutex_unlock(&svc->lock);
 	if (rc < 0) {
 		free(call);

@@ -105,6 +105,9 @@ struct sandbox_config {
 	/* Tests only: die with _exit(137) at this named step (sandbox/fault.h
 	 * lists them; "" = never). Refused in production mode. */
 	char test_fault_point[48];
+	/* Tests only: guests boot with the hostile-guest test kit switched on
+	 * (sandboxd.test_hostile=1; docs/protocol.md). Refused in production. */
+	bool test_hostile_guests;
 };
 
 /* Built-in defaults (API.md tables). */

@@ -32,6 +32,21 @@ int64_t guest_boot_ms(void);
  * itself cannot run (signalfd or poll failing for good): returns -1. */
 int guest_serve(int port_fd);
 
+/* The hostile-guest test kit (hostile.c; tests only, off unless the kernel
+ * command line says sandboxd.test_hostile=1). */
+#include <stdbool.h>
+#include <stddef.h>
+typedef void (*guest_send_fn)(uint8_t type, uint32_t id, const void *payload, size_t len);
+/* Read the switch; `send` queues a frame, `hello` a HELLO. */
+void guest_hostile_init(guest_send_fn send, void (*hello)(void));
+/* An EXEC that orders a behaviour: true when handled (the caller does not
+ * run it). */
+bool guest_hostile_exec(uint32_t id, const uint8_t *p, size_t len);
+/* True once the guest stopped reading its port. */
+bool guest_hostile_deaf(void);
+/* Once per loop turn: floods, when ordered. */
+void guest_hostile_tick(void);
+
 #ifdef SBX_GUEST_FUZZ
 /* Test-only (tests/fuzz/fuzz_guest.c): run the guest's frame reassembly
  * and request decoding over arbitrary host bytes; starts no process and

@@ -1036,7 +1036,8 @@ static void frame_handle(const struct wire_header *h, const uint8_t *p)
 			frame_send(WIRE_PONG, h->id, p, h->len);
 		break;
 	case WIRE_EXEC:
-		exec_start(h->id, p, h->len);
+		if (!guest_hostile_exec(h->id, p, h->len))
+			exec_start(h->id, p, h->len);
 		break;
 	case WIRE_KILL:
 		exec_kill_req(h->id);
@@ -1220,6 +1221,7 @@ int guest_serve(int port_fd)
 	unsigned poll_errors = 0;
 
 	S.port = port_fd;
+	guest_hostile_init(frame_send, send_hello);
 	if (signals_setup() < 0) {
 		guest_log("signal setup failed: %s", strerror(errno));
 		return -1;
@@ -1232,11 +1234,13 @@ int guest_serve(int port_fd)
 		bool backpressure = queue_size() > QUEUE_SOFT;
 		int timeout;
 
+		guest_hostile_tick();
+
 		pfd[n] = (struct pollfd){.fd = S.sfd, .events = POLLIN};
 		who[n].kind = PK_SIG;
 		n++;
 		if (S.connected) {
-			short ev = backpressure ? 0 : POLLIN;
+			short ev = backpressure || guest_hostile_deaf() ? 0 : POLLIN;
 
 			if (queue_size() > 0)
 				ev |= POLLOUT;

@@ -1,0 +1,97 @@
+/* sandboxd-init: the hostile-guest test kit (tests only).
+ *
+ * A guest booted with `sandboxd.test_hostile=1` on its kernel command line
+ * (the daemon adds it only with the config key `test_hostile_guests`, which
+ * production mode refuses) treats an EXEC whose env holds
+ * SBX_TEST_HOSTILE=<behaviour> as an order to misbehave instead of running
+ * the command. The behaviours are what a tenant who is root in the guest
+ * could make PID 1 do (docs/protocol.md, "A hostile guest"):
+ *
+ *   stop_reading  never read the port again (the host's sends pile up)
+ *   blackhole     accept this EXEC and never answer it, not even a KILL
+ *   hello_flood   send HELLO frames without end and stop reading
+ *   unknown_ids   send output and EXIT frames for ids the host never gave
+ *
+ * Without the command-line switch the env variable is an ordinary one. */
+#include "agentless/guest/init.h"
+#include "agentless/wire.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#define HOSTILE_ENV "SBX_TEST_HOSTILE="
+
+static struct {
+	int checked; /* 0 = not yet, 1 = on, -1 = off */
+	bool deaf;
+	bool hello_flood;
+	guest_send_fn send;
+	void (*hello)(void);
+} H;
+
+void guest_hostile_init(guest_send_fn send, void (*hello)(void))
+{
+	char line[4096];
+	FILE *f;
+
+	H.send = send;
+	H.hello = hello;
+	H.checked = -1;
+	f = fopen("/proc/cmdline", "re");
+	if (!f)
+		return;
+	if (fgets(line, sizeof line, f) && strstr(line, "sandboxd.test_hostile=1")) {
+		H.checked = 1;
+		guest_log("hostile-guest test kit enabled");
+	}
+	fclose(f);
+}
+
+bool guest_hostile_exec(uint32_t id, const uint8_t *p, size_t len)
+{
+	struct wire_reader r;
+	struct wire_field f;
+	char what[32] = "";
+
+	if (H.checked != 1)
+		return false;
+	wire_reader_init(&r, p, len);
+	while (wire_next(&r, &f) == 1) {
+		size_t n = strlen(HOSTILE_ENV);
+
+		if (f.tag != WIRE_T_ENV || f.len <= n || f.len - n >= sizeof what ||
+		    memcmp(f.value, HOSTILE_ENV, n) != 0)
+			continue;
+		memcpy(what, (const char *)f.value + n, f.len - n);
+		what[f.len - n] = '\0';
+	}
+	if (!what[0])
+		return false;
+	guest_log("hostile: %s (exec %u)", what, id);
+	if (strcmp(what, "stop_reading") == 0) {
+		H.deaf = true;
+	} else if (strcmp(what, "hello_flood") == 0) {
+		H.deaf = true;
+		H.hello_flood = true;
+	} else if (strcmp(what, "unknown_ids") == 0) {
+		H.send(WIRE_STDOUT, id + 100000, "x", 1);
+		H.send(WIRE_EXIT, id + 200000, NULL, 0);
+	} else if (strcmp(what, "blackhole") != 0) {
+		return false; /* unknown: run the command as usual */
+	}
+	return true; /* blackhole: nothing, ever */
+}
+
+bool guest_hostile_deaf(void)
+{
+	return H.deaf;
+}
+
+void guest_hostile_tick(void)
+{
+	if (!H.hello_flood)
+		return;
+	for (int i = 0; i < 64; i++)
+		H.hello();
+}
