@@ -1,4 +1,22 @@
-/* sandbox: what sandbox.c and pool.c share (not for other modules). */
+/* sandbox: what the module's files share (not for other modules).
+ *
+ * Files: sandbox.c (the service, accounts, create, get/list/destroy/extend,
+ * usage), live.c (who owns a live guest; the timer and the enders),
+ * exec.c (exec and the output budget), execution.c (one-shot executions),
+ * pool.c (the warm pool), liveness.c (the ping), reconcile in sandbox.c.
+ *
+ * Lock order (a lock may be taken while holding the ones left of it):
+ *
+ *   svc->lock  ->  agentless conn lock  ->  vmm channel lock
+ *
+ * svc->lock guards lives, pool, counters and the end queue. With it held
+ * only agentless_conn_alive() and agentless_conn_inflight() (queries that
+ * take the conn's leaf lock) may be called: never a send, a tick, a free,
+ * an exec start, a libvirt call, a store call or a callback. Completions
+ * (exec done, on_broken, domain stopped) are called by lower modules with
+ * none of their locks held and take svc->lock themselves; so nothing may
+ * call into agentless/ or vmm/ with svc->lock held, or they deadlock.
+ * The store has its own mutex, taken with no sandbox lock held. */
 #ifndef SBX_SANDBOX_PRIV_H
 #define SBX_SANDBOX_PRIV_H
 
@@ -102,6 +120,37 @@ int sandbox_guest_boot(struct sandbox_svc *svc, const struct sandbox_size *size,
 int sandbox_boot_slot_acquire(struct sandbox_svc *svc, int64_t deadline_mono,
 			      struct sbx_error *err);
 void sandbox_boot_slot_release(struct sandbox_svc *svc);
+/* live.c */
+
+/* The live of sandbox `id` (borrowed: pin it with refs to use it after
+ * unlocking), or NULL. Call with lock. */
+struct live *sandbox_live_find_locked(struct sandbox_svc *svc, const char *id);
+/* Unlink a live and wait (releasing the lock meanwhile) until no ref
+ * remains. Returns it, owned by the caller, or NULL when another ender
+ * took it. Call with lock. */
+struct live *sandbox_live_take_locked(struct sandbox_svc *svc, const char *id);
+/* agentless_broken_fn of every customer and pooled guest (opaque = live). */
+void sandbox_on_conn_broken(void *opaque, const char *why);
+/* vmm_stopped_fn (opaque = svc). */
+void sandbox_on_domain_stopped(void *opaque, const char *name);
+/* End a sandbox: tear its guest down (if this node runs it), settle the
+ * row with `status` at ended_at_ms. Safe concurrently and repeatedly: the
+ * store settles once. No lock held. */
+int sandbox_end(struct sandbox_svc *svc, const char *id, enum store_status status,
+		int64_t ended_at_ms, const char *why, struct store_sandbox *out,
+		struct sbx_error *err);
+/* Thread bodies (arg = svc): the timer ticks guests and queues ends; an
+ * ender runs queued ends. Both return once svc->stop is set (an ender after
+ * finishing the queue). */
+void *sandbox_timer_main(void *arg);
+void *sandbox_ender_main(void *arg);
+
+/* sandbox.c */
+
+/* The row of a sandbox this account may see (a creating one is 404). */
+int sandbox_visible_row(struct sandbox_svc *svc, const char *account_id, const char *id,
+			struct store_sandbox *row, struct sbx_error *err);
+
 /* Queue the end of a live sandbox (dead: FAILED at dead_at_ms; expired:
  * EXPIRED at expires_at_ms) for an ender thread; once per live. Call with
  * lock. */

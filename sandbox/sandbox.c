@@ -1,12 +1,7 @@
-/* sandbox: the use cases. See sandbox.h.
- *
- * Ownership: the service keeps one `struct live` per running guest (its
- * vmm_vm and its agentless_conn). A live is unlinked by exactly one ender
- * (destroy, expiry, guest death), which waits until no exec_start is using
- * it, then frees the conn (failing in-flight execs), destroys the domain
- * and settles the row. Callbacks from other threads (guest death, broken
- * channel) only queue work for the timer thread, which does the ending:
- * closing a channel from its own reader thread would deadlock.
+/* sandbox: the service, accounts and keys, create (with idempotency),
+ * get, list, destroy, extend, reconcile and usage. See sandbox.h; who owns
+ * a live guest and who ends it is live.c, exec is exec.c, and the lock
+ * order is in sandbox-priv.h.
  */
 #include "sandbox.h"
 
@@ -25,10 +20,7 @@
 #include "../vmm/vmm.h"
 #include "sandbox-priv.h"
 
-#define MOD	     "sandbox"
-#define TICK_MS	     200
-#define HEARTBEAT_MS 5000
-#define TIME_SYNC_MS 60000
+#define MOD "sandbox"
 
 /* ----------------------------------------------------------- conversions */
 
@@ -53,272 +45,14 @@ static void view_from_row(const struct store_sandbox *row, int64_t now_ms, struc
 }
 
 /* Tenants see a sandbox that is still being created as not existing yet. */
-static int get_visible_row(struct sandbox_svc *svc, const char *account_id, const char *id,
-			   struct store_sandbox *row, struct sbx_error *err)
+int sandbox_visible_row(struct sandbox_svc *svc, const char *account_id, const char *id,
+			struct store_sandbox *row, struct sbx_error *err)
 {
 	if (store_sandbox_get(svc->store, account_id, id, row, err) < 0)
 		return -1;
 	if (row->status == STORE_CREATING)
 		return sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such sandbox '%s'", id);
 	return 0;
-}
-
-/* ----------------------------------------------------------------- lives */
-
-static struct live *live_find_locked(struct sandbox_svc *svc, const char *id)
-{
-	for (struct live *l = svc->lives; l; l = l->next)
-		if (strcmp(l->id, id) == 0)
-			return l;
-	return NULL;
-}
-
-/* Unlink a live and wait until no exec_start uses it. Returns it, owned by
- * the caller, or NULL when someone else already took it. Call with lock. */
-static struct live *live_take_locked(struct sandbox_svc *svc, const char *id)
-{
-	struct live **pp, *l = NULL;
-
-	for (pp = &svc->lives; *pp; pp = &(*pp)->next) {
-		if (strcmp((*pp)->id, id) == 0) {
-			l = *pp;
-			*pp = l->next;
-			break;
-		}
-	}
-	if (!l)
-		return NULL;
-	l->unlinked = true;
-	while (l->refs > 0)
-		pthread_cond_wait(&svc->cond, &svc->lock);
-	return l;
-}
-
-void sandbox_live_unref_locked(struct sandbox_svc *svc, struct live *l)
-{
-	if (--l->refs == 0)
-		pthread_cond_broadcast(&svc->cond);
-}
-
-void sandbox_live_teardown(struct live *l, const char *why)
-{
-	struct sbx_error err;
-	int64_t t0 = sbx_mono_ms(), t1;
-
-	if (l->conn)
-		agentless_conn_free(l->conn, why);
-	t1 = sbx_mono_ms();
-	if (l->vm) {
-		if (vmm_vm_destroy(l->vm, &err) < 0)
-			sbx_err(MOD, "sandbox %s: destroying domain %s failed: %s", l->id,
-				l->domain, err.message);
-		vmm_vm_free(l->vm);
-	}
-	sbx_info(MOD, "sandbox %s: channel closed in %lld ms, domain destroyed in %lld ms", l->id,
-		 (long long)(t1 - t0), (long long)(sbx_mono_ms() - t1));
-	free(l);
-}
-
-static void on_conn_broken(void *opaque, const char *why)
-{
-	struct live *l = opaque;
-	struct sandbox_svc *svc = l->svc;
-
-	pthread_mutex_lock(&svc->lock);
-	if (!l->dead) {
-		l->dead = true;
-		l->dead_at_ms = sbx_wall_ms();
-		sbx_warn(MOD, "sandbox %s: exec channel broke: %s", l->id, why);
-	}
-	pthread_cond_broadcast(&svc->cond);
-	pthread_mutex_unlock(&svc->lock);
-}
-
-static void on_domain_stopped(void *opaque, const char *name)
-{
-	struct sandbox_svc *svc = opaque;
-
-	pthread_mutex_lock(&svc->lock);
-	for (struct live *l = svc->lives; l; l = l->next) {
-		if (strcmp(l->domain, name) == 0 && !l->dead) {
-			l->dead = true;
-			l->dead_at_ms = sbx_wall_ms();
-			sbx_warn(MOD, "sandbox %s: domain %s stopped", l->id, name);
-		}
-	}
-	sandbox_pool_domain_stopped_locked(svc, name);
-	pthread_cond_broadcast(&svc->cond);
-	pthread_mutex_unlock(&svc->lock);
-}
-
-/* End a sandbox: tear its guest down (if this node runs it), then settle
- * the row with `status` at ended_at_ms. Safe to call concurrently and
- * repeatedly: the store settles exactly once. */
-static int end_sandbox(struct sandbox_svc *svc, const char *id, enum store_status status,
-		       int64_t ended_at_ms, const char *why, struct store_sandbox *out,
-		       struct sbx_error *err)
-{
-	struct live *l;
-
-	pthread_mutex_lock(&svc->lock);
-	l = live_take_locked(svc, id);
-	if (l)
-		l->ending = status;
-	pthread_mutex_unlock(&svc->lock);
-	if (status != STORE_DESTROYED) {
-		/* Expired or failed: the moment is known; record it first so the
-		 * status reads right at once, then destroy the domain (~1 s). A
-		 * crash in between leaves a domain without a live row, which
-		 * reconcile destroys. */
-		int rc = billing_settle(svc->store, id, status, ended_at_ms, out, err);
-
-		if (l)
-			sandbox_live_teardown(l, why);
-		return rc < 0 ? -1 : 0;
-	}
-	if (l)
-		sandbox_live_teardown(l, why);
-	sandbox_fault_hit(&svc->cfg, SANDBOX_FAULT_DELETE_AFTER_DESTROY);
-	if (billing_settle(svc->store, id, status, ended_at_ms, out, err) < 0)
-		return -1;
-	return 0;
-}
-
-/* ------------------------------------------------------------ the timer */
-
-/* The timer picks, under the lock, which sandboxes must end (queued for
- * the enders) and which guests to tick, each pinned with a ref; it ticks
- * them, writes heartbeats and syncs clocks with no lock held. A tick may
- * complete execs: their callbacks take svc->lock themselves. */
-static void timer_pass(struct sandbox_svc *svc, int64_t *last_beat, int64_t *last_sync)
-{
-	int64_t now = sbx_wall_ms(), mono = sbx_mono_ms();
-	bool beat = mono - *last_beat >= HEARTBEAT_MS, sync = mono - *last_sync >= TIME_SYNC_MS;
-	_cleanup_free_ struct live **picked = NULL;
-	size_t n = 0, cap = 0;
-
-	pthread_mutex_lock(&svc->lock);
-	for (struct live *l = svc->lives; l; l = l->next)
-		cap++;
-	picked = cap ? calloc(cap, sizeof(*picked)) : NULL;
-	for (struct live *l = svc->lives; l; l = l->next) {
-		if (l->dead || l->expires_at_ms <= now) {
-			/* A guest that died after its expiry is billed to expiry
-			 * (billing caps at expires_at anyway). */
-			sandbox_end_queue_locked(svc, l, l->dead ? STORE_FAILED : STORE_EXPIRED,
-						 l->dead ? l->dead_at_ms : l->expires_at_ms);
-			continue;
-		}
-		if (picked && n < cap) {
-			l->refs++;
-			picked[n++] = l;
-		}
-	}
-	pthread_mutex_unlock(&svc->lock);
-
-	for (size_t i = 0; i < n; i++) {
-		struct live *l = picked[i];
-
-		agentless_conn_tick(l->conn, mono);
-		/* With liveness on, last_seen_at moves on answered pings only. */
-		if (beat && !svc->cfg.liveness_interval_ms && agentless_conn_alive(l->conn))
-			store_sandbox_touch(svc->store, l->id, now, NULL);
-		if (sync)
-			agentless_conn_send_time(l->conn, NULL);
-	}
-
-	pthread_mutex_lock(&svc->lock);
-	for (size_t i = 0; i < n; i++)
-		sandbox_live_unref_locked(svc, picked[i]);
-	pthread_mutex_unlock(&svc->lock);
-	if (beat)
-		*last_beat = mono;
-	if (sync) {
-		*last_sync = mono;
-		store_idem_prune(svc->store, now - SANDBOX_IDEMPOTENCY_KEEP_MS, NULL);
-	}
-}
-
-static void *timer_main(void *arg)
-{
-	struct sandbox_svc *svc = arg;
-	int64_t last_beat = sbx_mono_ms(), last_sync = sbx_mono_ms();
-
-	for (;;) {
-		struct timespec ts;
-
-		pthread_mutex_lock(&svc->lock);
-		if (svc->stop) {
-			pthread_mutex_unlock(&svc->lock);
-			break;
-		}
-		ts = sbx_timespec_in(CLOCK_REALTIME, TICK_MS);
-		pthread_cond_timedwait(&svc->cond, &svc->lock, &ts);
-		bool stop = svc->stop;
-		pthread_mutex_unlock(&svc->lock);
-		if (stop)
-			break;
-		timer_pass(svc, &last_beat, &last_sync);
-	}
-	return NULL;
-}
-
-/* ------------------------------------------------------------ the enders */
-
-void sandbox_end_queue_locked(struct sandbox_svc *svc, struct live *l, enum store_status status,
-			      int64_t at_ms)
-{
-	struct end_job *j;
-
-	if (l->end_queued || l->unlinked)
-		return;
-	j = calloc(1, sizeof(*j));
-	if (!j)
-		return; /* the next timer pass tries again */
-	l->end_queued = true;
-	snprintf(j->id, sizeof(j->id), "%s", l->id);
-	j->status = status;
-	j->at_ms = at_ms;
-	*svc->ends_tail = j;
-	svc->ends_tail = &j->next;
-	pthread_cond_broadcast(&svc->cond);
-}
-
-/* An ender: takes queued ends one at a time and runs them with no lock
- * held (closing the channel, destroying the domain, settling). A libvirt
- * call that hangs delays only the ends behind it, never the timer's ticks
- * or a request. At stop it finishes the queue, then returns. */
-static void *ender_main(void *arg)
-{
-	struct sandbox_svc *svc = arg;
-	struct sbx_error err;
-
-	pthread_mutex_lock(&svc->lock);
-	for (;;) {
-		struct end_job *j = svc->ends;
-
-		if (!j) {
-			if (svc->stop)
-				break;
-			pthread_cond_wait(&svc->cond, &svc->lock);
-			continue;
-		}
-		svc->ends = j->next;
-		if (!svc->ends)
-			svc->ends_tail = &svc->ends;
-		pthread_mutex_unlock(&svc->lock);
-
-		const char *why = j->status == STORE_FAILED
-				      ? "the sandbox's guest stopped unexpectedly"
-				      : "the sandbox expired while the command ran";
-		sbx_info(MOD, "sandbox %s: ending as %s", j->id, store_status_name(j->status));
-		if (end_sandbox(svc, j->id, j->status, j->at_ms, why, NULL, &err) < 0)
-			sbx_err(MOD, "sandbox %s: settling failed: %s", j->id, err.message);
-		free(j);
-		pthread_mutex_lock(&svc->lock);
-	}
-	pthread_mutex_unlock(&svc->lock);
-	return NULL;
 }
 
 /* ------------------------------------------------------------- reconcile */
@@ -383,7 +117,7 @@ static int reattach(struct sandbox_svc *svc, const struct store_sandbox *row, st
 		free(l);
 		return -1;
 	}
-	l->conn = agentless_conn_new(&lim, on_conn_broken, l);
+	l->conn = agentless_conn_new(&lim, sandbox_on_conn_broken, l);
 	if (vmm_vm_open_channel(l->vm, agentless_conn_recv, l->conn, &ch, err) < 0) {
 		sandbox_live_teardown(l, "reattach failed");
 		return -1;
@@ -538,20 +272,20 @@ struct sandbox_svc *sandbox_svc_new(const struct sandbox_config *cfg, int flags,
 	svc->vmm = vmm_new(&vc, err);
 	if (!svc->vmm)
 		goto err_store;
-	vmm_set_stopped_callback(svc->vmm, on_domain_stopped, svc);
+	vmm_set_stopped_callback(svc->vmm, sandbox_on_domain_stopped, svc);
 	sbx_info(MOD, "libvirt %s, accelerator %s%s", cfg->libvirt_uri, vmm_accel_name(svc->vmm),
 		 strcmp(vmm_accel_name(svc->vmm), "tcg") == 0
 		     ? " (TCG is no security boundary: development only)"
 		     : "");
 	if (reconcile(svc, err) < 0)
 		goto err_vmm;
-	if (pthread_create(&svc->timer, NULL, timer_main, svc) != 0) {
+	if (pthread_create(&svc->timer, NULL, sandbox_timer_main, svc) != 0) {
 		sbx_error_set(err, SBX_E_INTERNAL, NULL, "cannot start the timer thread");
 		goto err_vmm;
 	}
 	svc->timer_started = true;
 	for (int i = 0; i < SANDBOX_ENDERS; i++) {
-		if (pthread_create(&svc->enders[i], NULL, ender_main, svc) != 0)
+		if (pthread_create(&svc->enders[i], NULL, sandbox_ender_main, svc) != 0)
 			break;
 		svc->n_enders++;
 	}
@@ -598,12 +332,12 @@ void sandbox_svc_free(struct sandbox_svc *svc)
 		if (!l)
 			break;
 		if (svc->cfg.destroy_on_exit) {
-			end_sandbox(svc, id, STORE_DESTROYED, sbx_wall_ms(),
+			sandbox_end(svc, id, STORE_DESTROYED, sbx_wall_ms(),
 				    "the service is shutting down", NULL, NULL);
 		} else {
 			/* Leave the guest running; the next daemon reattaches. */
 			pthread_mutex_lock(&svc->lock);
-			l = live_take_locked(svc, id);
+			l = sandbox_live_take_locked(svc, id);
 			pthread_mutex_unlock(&svc->lock);
 			if (l) {
 				agentless_conn_free(l->conn, "the service is restarting");
@@ -945,7 +679,7 @@ int sandbox_guest_boot(struct sandbox_svc *svc, const struct sandbox_size *size,
 	}
 	snprintf(l->domain, sizeof(l->domain), "%s", vmm_vm_name(l->vm));
 	sandbox_fault_hit(cfg, SANDBOX_FAULT_CREATE_AFTER_DOMAIN_START);
-	l->conn = agentless_conn_new(&lim, on_conn_broken, l);
+	l->conn = agentless_conn_new(&lim, sandbox_on_conn_broken, l);
 	if (vmm_vm_open_channel(l->vm, agentless_conn_recv, l->conn, &ch, err) < 0)
 		goto err_teardown;
 	agentless_conn_attach(l->conn, ch, false);
@@ -1301,7 +1035,7 @@ int sandbox_get(struct sandbox_svc *svc, const char *account_id, const char *id,
 {
 	struct store_sandbox row;
 
-	if (get_visible_row(svc, account_id, id, &row, err) < 0)
+	if (sandbox_visible_row(svc, account_id, id, &row, err) < 0)
 		return -1;
 	view_from_row(&row, sbx_wall_ms(), out);
 	return 0;
@@ -1344,10 +1078,10 @@ int sandbox_destroy(struct sandbox_svc *svc, const char *account_id, const char 
 	struct store_sandbox row;
 	int64_t now = sbx_wall_ms();
 
-	if (get_visible_row(svc, account_id, id, &row, err) < 0)
+	if (sandbox_visible_row(svc, account_id, id, &row, err) < 0)
 		return -1;
 	if (row.status == STORE_RUNNING &&
-	    end_sandbox(svc, id, STORE_DESTROYED, now, "the sandbox was deleted", &row, err) < 0)
+	    sandbox_end(svc, id, STORE_DESTROYED, now, "the sandbox was deleted", &row, err) < 0)
 		return -1;
 	sandbox_fault_hit(&svc->cfg, SANDBOX_FAULT_DELETE_AFTER_SETTLE);
 	view_from_row(&row, now, out);
@@ -1365,7 +1099,7 @@ int sandbox_extend(struct sandbox_svc *svc, const char *account_id, const char *
 	if (timeout_minutes < 1 || timeout_minutes > cfg->max_timeout_minutes)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "timeout_minutes",
 				     "timeout_minutes must be 1..%d", cfg->max_timeout_minutes);
-	if (get_visible_row(svc, account_id, id, &row, err) < 0)
+	if (sandbox_visible_row(svc, account_id, id, &row, err) < 0)
 		return -1;
 	if (row.status != STORE_RUNNING || row.expires_at_ms <= now)
 		return sbx_error_set(
@@ -1389,153 +1123,12 @@ int sandbox_extend(struct sandbox_svc *svc, const char *account_id, const char *
 			return -1;
 		sandbox_fault_hit(cfg, SANDBOX_FAULT_EXTEND_AFTER_HOLD);
 		pthread_mutex_lock(&svc->lock);
-		struct live *l = live_find_locked(svc, id);
+		struct live *l = sandbox_live_find_locked(svc, id);
 		if (l)
 			l->expires_at_ms = want;
 		pthread_mutex_unlock(&svc->lock);
 	}
 	return sandbox_get(svc, account_id, id, out, err);
-}
-
-/* ------------------------------------------------------------------ exec */
-
-void sandbox_exec_result_release(struct sandbox_exec_result *r)
-{
-	if (!r)
-		return;
-	free(r->stdout_buf);
-	free(r->stderr_buf);
-	memset(r, 0, sizeof(*r));
-}
-
-struct exec_call {
-	sandbox_exec_done_fn done;
-	void *opaque;
-	/* Valid for every exec_done call: a live is freed only after
-	 * agentless_conn_free() has failed all of its execs. */
-	struct live *l;
-};
-
-static void exec_done(void *opaque, struct agentless_exec_result *res, const struct sbx_error *aerr)
-{
-	struct exec_call *call = opaque;
-	struct sandbox_exec_result out = {0};
-
-	if (!res) {
-		struct sandbox_svc *svc = call->l->svc;
-		enum store_status ending;
-		struct sbx_error e;
-
-		pthread_mutex_lock(&svc->lock);
-		ending = call->l->ending;
-		pthread_mutex_unlock(&svc->lock);
-		/* Cut short because the sandbox expired or was deleted: the
-		 * sandbox is not running (410), not broken (500). */
-		if (ending == STORE_EXPIRED || ending == STORE_DESTROYED) {
-			sbx_error_clear(&e);
-			sbx_error_set(&e, SBX_E_SANDBOX_NOT_RUNNING, NULL,
-				      "sandbox '%s' %s while the command ran; create a new one",
-				      call->l->id,
-				      ending == STORE_EXPIRED ? "expired" : "was deleted");
-			aerr = &e;
-		}
-		call->done(call->opaque, NULL, aerr);
-		free(call);
-		return;
-	}
-	out.stdout_buf = TAKE_PTR(res->stdout_buf);
-	out.stdout_len = res->stdout_len;
-	out.stderr_buf = TAKE_PTR(res->stderr_buf);
-	out.stderr_len = res->stderr_len;
-	out.exit_code = res->exit_code;
-	out.duration_ms = res->duration_ms;
-	out.timed_out = res->timed_out;
-	out.truncated = res->truncated;
-	agentless_exec_result_release(res);
-	call->done(call->opaque, &out, NULL);
-	free(call);
-}
-
-int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const char *id,
-		       const struct sandbox_exec_req *req, sandbox_exec_done_fn done, void *opaque,
-		       struct sbx_error *err)
-{
-	const struct sandbox_config *cfg = &svc->cfg;
-	struct store_sandbox row;
-	struct exec_call *call;
-	struct live *l;
-	int64_t now = sbx_wall_ms(), left_ms;
-	uint32_t timeout;
-	int rc;
-
-	if (get_visible_row(svc, account_id, id, &row, err) < 0)
-		return -1;
-	if (row.status != STORE_RUNNING || row.expires_at_ms <= now)
-		return sbx_error_set(
-		    err, SBX_E_SANDBOX_NOT_RUNNING, NULL, "sandbox '%s' is %s; create a new one",
-		    id, row.status == STORE_RUNNING ? "expired" : store_status_name(row.status));
-	left_ms = row.expires_at_ms - now;
-	if (req->has_timeout) {
-		if (req->timeout_ms < 1 || (int64_t)req->timeout_ms > left_ms)
-			return sbx_error_set(err, SBX_E_INVALID_REQUEST, "timeout_ms",
-					     "timeout_ms must be 1..%lld (the time left in the "
-					     "session); extend the sandbox for more",
-					     (long long)left_ms);
-		timeout = req->timeout_ms;
-	} else {
-		/* Default: 60 s, or the time left less a second, so that a
-		 * command still running at expiry ends with its own 200
-		 * timed_out reply and its output, not a 410 at the expiry. */
-		int64_t margin = left_ms > 2000 ? 1000 : left_ms / 2;
-		timeout = (uint32_t)SBX_MAX(
-		    (int64_t)1, SBX_MIN((int64_t)cfg->default_exec_timeout_ms, left_ms - margin));
-	}
-	struct agentless_exec_req areq = {
-	    .command = req->command,
-	    .command_len = req->command_len,
-	    .cwd = req->cwd ? req->cwd : "/home/sandbox",
-	    .env = req->env,
-	    .n_env = req->n_env,
-	    .timeout_ms = timeout,
-	    .stdout_cap = (uint32_t)cfg->output_cap_bytes,
-	    .stderr_cap = (uint32_t)cfg->output_cap_bytes,
-	    .user = strcmp(cfg->exec_user, "root") == 0 ? NULL : cfg->exec_user,
-	};
-	call = calloc(1, sizeof(*call));
-	if (!call)
-		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
-	call->done = done;
-	call->opaque = opaque;
-
-	pthread_mutex_lock(&svc->lock);
-	l = live_find_locked(svc, id);
-	if (!l || l->dead) {
-		pthread_mutex_unlock(&svc->lock);
-		free(call);
-		return sbx_error_set(err, SBX_E_SANDBOX_NOT_RUNNING, NULL,
-				     "sandbox '%s' is no longer running", id);
-	}
-	l->refs++;
-	call->l = l;
-	pthread_mutex_unlock(&svc->lock);
-
-	rc = agentless_exec_start(l->conn, &areq, exec_done, call, err);
-
-	pthread_mutex_lock(&svc->lock);
-	sandbox_live_unref_locked(svc, l);
-	pthread_mutex_unlock(&svc->lock);
-	if (rc < 0) {
-		free(call);
-		if (err && err->code == SBX_E_RATE_LIMITED) {
-			sbx_error_set(err, SBX_E_RATE_LIMITED, NULL,
-				      "sandbox '%s' already runs %d commands; wait for one to "
-				      "finish",
-				      id, cfg->max_execs_per_sandbox);
-			err->retry_after_s = 1;
-		}
-		return -1;
-	}
-	return 0;
 }
 
 /* ----------------------------------------------------------------- usage */

@@ -211,8 +211,9 @@ static int setup(void **state)
 {
 	(void)state;
 	alarm(1500);
-	if (daemon_config_full(&d, "\"test_hostile_guests\": true, \"exec_backstop_grace_ms\": 2000, "
-				   "\"liveness_interval_ms\": 0, \"destroy_on_exit\": true") < 0) {
+	if (daemon_config_full(&d,
+			       "\"test_hostile_guests\": true, \"exec_backstop_grace_ms\": 2000, "
+			       "\"liveness_interval_ms\": 0, \"destroy_on_exit\": true") < 0) {
 		fprintf(stderr, "the full image is not built (make image-full)\n");
 		return -1;
 	}
@@ -402,10 +403,10 @@ struct flood_exec {
 static void *flood_main(void *arg)
 {
 	struct flood_exec *f = arg;
-	struct http_reply r = exec_as(
-	    d.key, f->id,
-	    "head -c 1048576 /dev/zero | tr '\\0' '\\1'; head -c 1048576 /dev/zero | tr '\\0' '\\2' >&2",
-	    60000, NULL);
+	struct http_reply r = exec_as(d.key, f->id,
+				      "head -c 1048576 /dev/zero | tr '\\0' '\\1'; head -c 1048576 "
+				      "/dev/zero | tr '\\0' '\\2' >&2",
+				      60000, NULL);
 
 	f->status = r.status;
 	f->out_len = jstr(r.json, "stdout") ? strlen(jstr(r.json, "stdout")) : 0;

@@ -1,0 +1,286 @@
+/* sandbox/live.c: who owns a live guest, and who ends it.
+ *
+ * svc->lives holds one `struct live` per running customer guest. Threads
+ * reach a live under svc->lock and pin it with `refs` to use it after
+ * unlocking (exec_start, the timer, the liveness pinger); exactly one ender
+ * unlinks it (sandbox_live_take_locked, which waits for refs to drop),
+ * closes its channel (failing its in-flight execs), destroys its domain and
+ * settles its row, all with no lock held. Callbacks from the channel's
+ * thread or libvirt's event loop (a broken channel, a stopped domain) only
+ * mark the live dead; the timer queues the end; an ender thread runs it.
+ * See sandbox-priv.h for the lock order.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../agentless/agentless.h"
+#include "../billing/billing.h"
+#include "../store/store.h"
+#include "../vmm/vmm.h"
+#include "sandbox-priv.h"
+
+#define MOD	     "sandbox"
+#define TICK_MS	     200
+#define HEARTBEAT_MS 5000
+#define TIME_SYNC_MS 60000
+
+/* ----------------------------------------------------------------- lives */
+
+struct live *sandbox_live_find_locked(struct sandbox_svc *svc, const char *id)
+{
+	for (struct live *l = svc->lives; l; l = l->next)
+		if (strcmp(l->id, id) == 0)
+			return l;
+	return NULL;
+}
+
+/* Unlink a live and wait until no exec_start uses it. Returns it, owned by
+ * the caller, or NULL when someone else already took it. Call with lock. */
+struct live *sandbox_live_take_locked(struct sandbox_svc *svc, const char *id)
+{
+	struct live **pp, *l = NULL;
+
+	for (pp = &svc->lives; *pp; pp = &(*pp)->next) {
+		if (strcmp((*pp)->id, id) == 0) {
+			l = *pp;
+			*pp = l->next;
+			break;
+		}
+	}
+	if (!l)
+		return NULL;
+	l->unlinked = true;
+	while (l->refs > 0)
+		pthread_cond_wait(&svc->cond, &svc->lock);
+	return l;
+}
+
+void sandbox_live_unref_locked(struct sandbox_svc *svc, struct live *l)
+{
+	if (--l->refs == 0)
+		pthread_cond_broadcast(&svc->cond);
+}
+
+void sandbox_live_teardown(struct live *l, const char *why)
+{
+	struct sbx_error err;
+	int64_t t0 = sbx_mono_ms(), t1;
+
+	if (l->conn)
+		agentless_conn_free(l->conn, why);
+	t1 = sbx_mono_ms();
+	if (l->vm) {
+		if (vmm_vm_destroy(l->vm, &err) < 0)
+			sbx_err(MOD, "sandbox %s: destroying domain %s failed: %s", l->id,
+				l->domain, err.message);
+		vmm_vm_free(l->vm);
+	}
+	sbx_info(MOD, "sandbox %s: channel closed in %lld ms, domain destroyed in %lld ms", l->id,
+		 (long long)(t1 - t0), (long long)(sbx_mono_ms() - t1));
+	free(l);
+}
+
+void sandbox_on_conn_broken(void *opaque, const char *why)
+{
+	struct live *l = opaque;
+	struct sandbox_svc *svc = l->svc;
+
+	pthread_mutex_lock(&svc->lock);
+	if (!l->dead) {
+		l->dead = true;
+		l->dead_at_ms = sbx_wall_ms();
+		sbx_warn(MOD, "sandbox %s: exec channel broke: %s", l->id, why);
+	}
+	pthread_cond_broadcast(&svc->cond);
+	pthread_mutex_unlock(&svc->lock);
+}
+
+void sandbox_on_domain_stopped(void *opaque, const char *name)
+{
+	struct sandbox_svc *svc = opaque;
+
+	pthread_mutex_lock(&svc->lock);
+	for (struct live *l = svc->lives; l; l = l->next) {
+		if (strcmp(l->domain, name) == 0 && !l->dead) {
+			l->dead = true;
+			l->dead_at_ms = sbx_wall_ms();
+			sbx_warn(MOD, "sandbox %s: domain %s stopped", l->id, name);
+		}
+	}
+	sandbox_pool_domain_stopped_locked(svc, name);
+	pthread_cond_broadcast(&svc->cond);
+	pthread_mutex_unlock(&svc->lock);
+}
+
+/* End a sandbox: tear its guest down (if this node runs it), then settle
+ * the row with `status` at ended_at_ms. Safe to call concurrently and
+ * repeatedly: the store settles exactly once. */
+int sandbox_end(struct sandbox_svc *svc, const char *id, enum store_status status,
+		       int64_t ended_at_ms, const char *why, struct store_sandbox *out,
+		       struct sbx_error *err)
+{
+	struct live *l;
+
+	pthread_mutex_lock(&svc->lock);
+	l = sandbox_live_take_locked(svc, id);
+	if (l)
+		l->ending = status;
+	pthread_mutex_unlock(&svc->lock);
+	if (status != STORE_DESTROYED) {
+		/* Expired or failed: the moment is known; record it first so the
+		 * status reads right at once, then destroy the domain (~1 s). A
+		 * crash in between leaves a domain without a live row, which
+		 * reconcile destroys. */
+		int rc = billing_settle(svc->store, id, status, ended_at_ms, out, err);
+
+		if (l)
+			sandbox_live_teardown(l, why);
+		return rc < 0 ? -1 : 0;
+	}
+	if (l)
+		sandbox_live_teardown(l, why);
+	sandbox_fault_hit(&svc->cfg, SANDBOX_FAULT_DELETE_AFTER_DESTROY);
+	if (billing_settle(svc->store, id, status, ended_at_ms, out, err) < 0)
+		return -1;
+	return 0;
+}
+
+/* ------------------------------------------------------------ the timer */
+
+/* The timer picks, under the lock, which sandboxes must end (queued for
+ * the enders) and which guests to tick, each pinned with a ref; it ticks
+ * them, writes heartbeats and syncs clocks with no lock held. A tick may
+ * complete execs: their callbacks take svc->lock themselves. */
+static void timer_pass(struct sandbox_svc *svc, int64_t *last_beat, int64_t *last_sync)
+{
+	int64_t now = sbx_wall_ms(), mono = sbx_mono_ms();
+	bool beat = mono - *last_beat >= HEARTBEAT_MS, sync = mono - *last_sync >= TIME_SYNC_MS;
+	_cleanup_free_ struct live **picked = NULL;
+	size_t n = 0, cap = 0;
+
+	pthread_mutex_lock(&svc->lock);
+	for (struct live *l = svc->lives; l; l = l->next)
+		cap++;
+	picked = cap ? calloc(cap, sizeof(*picked)) : NULL;
+	for (struct live *l = svc->lives; l; l = l->next) {
+		if (l->dead || l->expires_at_ms <= now) {
+			/* A guest that died after its expiry is billed to expiry
+			 * (billing caps at expires_at anyway). */
+			sandbox_end_queue_locked(svc, l, l->dead ? STORE_FAILED : STORE_EXPIRED,
+						 l->dead ? l->dead_at_ms : l->expires_at_ms);
+			continue;
+		}
+		if (picked && n < cap) {
+			l->refs++;
+			picked[n++] = l;
+		}
+	}
+	pthread_mutex_unlock(&svc->lock);
+
+	for (size_t i = 0; i < n; i++) {
+		struct live *l = picked[i];
+
+		agentless_conn_tick(l->conn, mono);
+		/* With liveness on, last_seen_at moves on answered pings only. */
+		if (beat && !svc->cfg.liveness_interval_ms && agentless_conn_alive(l->conn))
+			store_sandbox_touch(svc->store, l->id, now, NULL);
+		if (sync)
+			agentless_conn_send_time(l->conn, NULL);
+	}
+
+	pthread_mutex_lock(&svc->lock);
+	for (size_t i = 0; i < n; i++)
+		sandbox_live_unref_locked(svc, picked[i]);
+	pthread_mutex_unlock(&svc->lock);
+	if (beat)
+		*last_beat = mono;
+	if (sync) {
+		*last_sync = mono;
+		store_idem_prune(svc->store, now - SANDBOX_IDEMPOTENCY_KEEP_MS, NULL);
+	}
+}
+
+void *sandbox_timer_main(void *arg)
+{
+	struct sandbox_svc *svc = arg;
+	int64_t last_beat = sbx_mono_ms(), last_sync = sbx_mono_ms();
+
+	for (;;) {
+		struct timespec ts;
+
+		pthread_mutex_lock(&svc->lock);
+		if (svc->stop) {
+			pthread_mutex_unlock(&svc->lock);
+			break;
+		}
+		ts = sbx_timespec_in(CLOCK_REALTIME, TICK_MS);
+		pthread_cond_timedwait(&svc->cond, &svc->lock, &ts);
+		bool stop = svc->stop;
+		pthread_mutex_unlock(&svc->lock);
+		if (stop)
+			break;
+		timer_pass(svc, &last_beat, &last_sync);
+	}
+	return NULL;
+}
+
+/* ------------------------------------------------------------ the enders */
+
+void sandbox_end_queue_locked(struct sandbox_svc *svc, struct live *l, enum store_status status,
+			      int64_t at_ms)
+{
+	struct end_job *j;
+
+	if (l->end_queued || l->unlinked)
+		return;
+	j = calloc(1, sizeof(*j));
+	if (!j)
+		return; /* the next timer pass tries again */
+	l->end_queued = true;
+	snprintf(j->id, sizeof(j->id), "%s", l->id);
+	j->status = status;
+	j->at_ms = at_ms;
+	*svc->ends_tail = j;
+	svc->ends_tail = &j->next;
+	pthread_cond_broadcast(&svc->cond);
+}
+
+/* An ender: takes queued ends one at a time and runs them with no lock
+ * held (closing the channel, destroying the domain, settling). A libvirt
+ * call that hangs delays only the ends behind it, never the timer's ticks
+ * or a request. At stop it finishes the queue, then returns. */
+void *sandbox_ender_main(void *arg)
+{
+	struct sandbox_svc *svc = arg;
+	struct sbx_error err;
+
+	pthread_mutex_lock(&svc->lock);
+	for (;;) {
+		struct end_job *j = svc->ends;
+
+		if (!j) {
+			if (svc->stop)
+				break;
+			pthread_cond_wait(&svc->cond, &svc->lock);
+			continue;
+		}
+		svc->ends = j->next;
+		if (!svc->ends)
+			svc->ends_tail = &svc->ends;
+		pthread_mutex_unlock(&svc->lock);
+
+		const char *why = j->status == STORE_FAILED
+				      ? "the sandbox's guest stopped unexpectedly"
+				      : "the sandbox expired while the command ran";
+		sbx_info(MOD, "sandbox %s: ending as %s", j->id, store_status_name(j->status));
+		if (sandbox_end(svc, j->id, j->status, j->at_ms, why, NULL, &err) < 0)
+			sbx_err(MOD, "sandbox %s: settling failed: %s", j->id, err.message);
+		free(j);
+		pthread_mutex_lock(&svc->lock);
+	}
+	pthread_mutex_unlock(&svc->lock);
+	return NULL;
+}
+
