@@ -83,7 +83,8 @@ struct req {
 	struct sandbox_exec_result res; /* buffers owned when has_res */
 	bool has_res;
 	struct sbx_error exec_err;
-	int refs; /* MHD's (until completed) + the exec callback's */
+	struct sandbox_output_hold hold; /* the reply's output budget, until req_free */
+	int refs;			 /* MHD's (until completed) + the exec callback's */
 
 	/* create and DELETE take seconds (a boot, a domain destroy): they run
 	 * on a thread of their own (async_main) and leave the answer here. */
@@ -100,6 +101,11 @@ struct req {
 };
 
 /* ---------------------------------------------------------------- replies */
+
+static void json_put_cb(void *cls)
+{
+	json_object_put(cls);
+}
 
 static enum MHD_Result reply_json(struct MHD_Connection *c, unsigned status, struct json_object *o,
 				  int retry_after_s, const char *allow)
@@ -118,8 +124,12 @@ static enum MHD_Result reply_json(struct MHD_Connection *c, unsigned status, str
 	} else {
 		text = json_object_to_json_string_length(
 		    o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &len);
-		resp = MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_MUST_COPY);
-		json_object_put(o);
+		/* The response keeps the object (and so its text) until it is
+		 * sent: no second copy of a large reply. */
+		resp = MHD_create_response_from_buffer_with_free_callback_cls(len, (void *)text,
+									      json_put_cb, o);
+		if (!resp)
+			json_object_put(o);
 	}
 	if (!resp)
 		return MHD_NO;
@@ -700,8 +710,10 @@ static enum MHD_Result exec_answer(struct req *r)
 		sandbox_exec_result_release(&res);
 		return reply_error(r->conn, &err);
 	}
-	ret = reply_json(r->conn, 200, o, 0, NULL);
+	/* the raw streams are copied into o: let them go before the reply is
+	 * held for a slow reader */
 	sandbox_exec_result_release(&res);
+	ret = reply_json(r->conn, 200, o, 0, NULL);
 	return ret;
 }
 
@@ -713,6 +725,8 @@ static enum MHD_Result handle_exec(struct req *r)
 	sbx_error_clear(&err);
 	if (api_exec_decode(r->body.data, r->body.len, srv->cfg, &r->exec, &err) < 0)
 		return reply_error(r->conn, &err);
+	r->exec.req.base64 = r->exec.base64;
+	r->exec.req.hold = &r->hold;
 
 	pthread_mutex_lock(&srv->lock);
 	if (srv->stopping) {
@@ -1139,6 +1153,8 @@ static void req_free(struct req *r)
 	api_exec_body_release(&r->exec);
 	if (r->has_res)
 		sandbox_exec_result_release(&r->res);
+	/* the reply was sent (or never will be): its budget goes back */
+	sandbox_output_release(srv->svc, &r->hold);
 	free(r->out_body);
 	free(r);
 	pthread_mutex_lock(&srv->lock);

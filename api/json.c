@@ -721,6 +721,23 @@ struct json_object *api_limits_encode_stats(const struct sandbox_config *cfg,
 			       json_object_new_int64((int64_t)cfg->max_command_bytes));
 	json_object_object_add(o, "output_cap_bytes",
 			       json_object_new_int64((int64_t)cfg->output_cap_bytes));
+	{
+		struct json_object *b = json_object_new_object();
+
+		json_object_object_add(
+		    b, "account_bytes",
+		    json_object_new_int64((int64_t)(cfg->output_budget_account_mib << 20)));
+		json_object_object_add(
+		    b, "host_bytes",
+		    json_object_new_int64((int64_t)(cfg->output_budget_host_mib << 20)));
+		json_object_object_add(b, "per_exec_bytes_utf8",
+				       json_object_new_int64((int64_t)(2 * cfg->output_cap_bytes *
+								       SANDBOX_REPLY_COST_UTF8)));
+		json_object_object_add(b, "per_exec_bytes_base64",
+				       json_object_new_int64((int64_t)(2 * cfg->output_cap_bytes *
+								       SANDBOX_REPLY_COST_BASE64)));
+		json_object_object_add(o, "output_budget", b);
+	}
 	for (size_t i = 0; i < cfg->n_sizes && i < SANDBOX_MAX_SIZES; i++) {
 		const struct sandbox_size *s = &cfg->sizes[i];
 		struct json_object *e = json_object_new_object();

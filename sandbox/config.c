@@ -46,6 +46,8 @@ void sandbox_config_defaults(struct sandbox_config *cfg)
 
 	cfg->max_sandboxes_per_account = 20;
 	cfg->max_execs_per_sandbox = 64;
+	cfg->output_budget_account_mib = 512;
+	cfg->output_budget_host_mib = 2048;
 	cfg->max_body_bytes = 1024 * 1024;
 	cfg->max_command_bytes = 256 * 1024;
 	cfg->output_cap_bytes = 1024 * 1024;
@@ -167,6 +169,11 @@ int sandbox_config_validate(const struct sandbox_config *cfg, struct sbx_error *
 	if (cfg->tb_cache_mib > 4096)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "tb_cache_mib",
 				     "tb_cache_mib must be 0..4096");
+	if (cfg->output_budget_account_mib < 1 || cfg->output_budget_host_mib < 1 ||
+	    cfg->output_budget_account_mib > cfg->output_budget_host_mib)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "output_budget_account_mib",
+				     "output budgets must be >= 1 MiB, the account's at most the "
+				     "host's");
 	if (cfg->max_execs_per_sandbox < 1 || cfg->max_execs_per_sandbox > 1024)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "max_execs_per_sandbox",
 				     "max_execs_per_sandbox must be 1..1024");

@@ -17,6 +17,93 @@
 
 #define MOD "sandbox"
 
+/* --------------------------------------------------------- output budget */
+
+static struct output_account **output_account_find_locked(struct sandbox_svc *svc,
+							  const char *account_id)
+{
+	struct output_account **pp;
+
+	for (pp = &svc->output_accounts; *pp; pp = &(*pp)->next)
+		if (strcmp((*pp)->id, account_id) == 0)
+			break;
+	return pp;
+}
+
+/* Take `bytes` of the account's and the host's budget into *hold. 0, or
+ * -1 with 429 (account) / 503 (host). */
+static int output_reserve(struct sandbox_svc *svc, const char *account_id, uint64_t bytes,
+			  struct sandbox_output_hold *hold, struct sbx_error *err)
+{
+	const struct sandbox_config *cfg = &svc->cfg;
+	uint64_t acct_max = cfg->output_budget_account_mib << 20;
+	uint64_t host_max = cfg->output_budget_host_mib << 20;
+	struct output_account **pp, *a;
+	int rc = 0;
+
+	pthread_mutex_lock(&svc->lock);
+	pp = output_account_find_locked(svc, account_id);
+	a = *pp;
+	if ((a ? a->held : 0) + bytes > acct_max) {
+		rc = sbx_error_set(err, SBX_E_RATE_LIMITED, NULL,
+				   "the output of this account's running commands would pass its "
+				   "buffer budget (%llu MiB); wait for one to finish",
+				   (unsigned long long)cfg->output_budget_account_mib);
+	} else if (svc->output_held + bytes > host_max) {
+		rc = sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
+				   "this node is buffering too much command output right now; "
+				   "retry shortly");
+	} else if (!a && !(a = calloc(1, sizeof(*a)))) {
+		rc = sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+	} else {
+		if (!*pp) {
+			snprintf(a->id, sizeof(a->id), "%s", account_id);
+			*pp = a;
+		}
+		a->held += bytes;
+		svc->output_held += bytes;
+		snprintf(hold->account_id, sizeof(hold->account_id), "%s", account_id);
+		hold->bytes = bytes;
+	}
+	pthread_mutex_unlock(&svc->lock);
+	if (rc < 0 && err)
+		err->retry_after_s = 1;
+	return rc;
+}
+
+void sandbox_output_release(struct sandbox_svc *svc, struct sandbox_output_hold *hold)
+{
+	struct output_account **pp, *a;
+
+	if (!hold || !hold->bytes)
+		return;
+	pthread_mutex_lock(&svc->lock);
+	pp = output_account_find_locked(svc, hold->account_id);
+	a = *pp;
+	if (a) {
+		a->held -= SBX_MIN(a->held, hold->bytes);
+		if (a->held == 0) {
+			*pp = a->next;
+			free(a);
+		}
+	}
+	svc->output_held -= SBX_MIN(svc->output_held, hold->bytes);
+	pthread_mutex_unlock(&svc->lock);
+	hold->bytes = 0;
+}
+
+void sandbox_output_held(struct sandbox_svc *svc, const char *account_id, uint64_t *host,
+			 uint64_t *account)
+{
+	struct output_account *a;
+
+	pthread_mutex_lock(&svc->lock);
+	a = *output_account_find_locked(svc, account_id);
+	*host = svc->output_held;
+	*account = a ? a->held : 0;
+	pthread_mutex_unlock(&svc->lock);
+}
+
 /* ------------------------------------------------------------------ exec */
 
 void sandbox_exec_result_release(struct sandbox_exec_result *r)
@@ -34,7 +121,18 @@ struct exec_call {
 	/* Valid for every exec_done call: a live is freed only after
 	 * agentless_conn_free() has failed all of its execs. */
 	struct live *l;
+	/* The budget held for the reply: the caller's (req->hold), given back
+	 * by the caller, or own_hold, given back after done returns. */
+	struct sandbox_output_hold own_hold;
+	bool own;
 };
+
+static void exec_call_free(struct exec_call *call)
+{
+	if (call->own)
+		sandbox_output_release(call->l->svc, &call->own_hold);
+	free(call);
+}
 
 static void exec_done(void *opaque, struct agentless_exec_result *res, const struct sbx_error *aerr)
 {
@@ -60,7 +158,7 @@ static void exec_done(void *opaque, struct agentless_exec_result *res, const str
 			aerr = &e;
 		}
 		call->done(call->opaque, NULL, aerr);
-		free(call);
+		exec_call_free(call);
 		return;
 	}
 	out.stdout_buf = TAKE_PTR(res->stdout_buf);
@@ -73,7 +171,7 @@ static void exec_done(void *opaque, struct agentless_exec_result *res, const str
 	out.truncated = res->truncated;
 	agentless_exec_result_release(res);
 	call->done(call->opaque, &out, NULL);
-	free(call);
+	exec_call_free(call);
 }
 
 int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const char *id,
@@ -83,6 +181,7 @@ int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const ch
 	const struct sandbox_config *cfg = &svc->cfg;
 	struct store_sandbox row;
 	struct exec_call *call;
+	struct sandbox_output_hold *hold;
 	struct live *l;
 	int64_t now = sbx_wall_ms(), left_ms;
 	uint32_t timeout;
@@ -126,11 +225,21 @@ int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const ch
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
 	call->done = done;
 	call->opaque = opaque;
+	call->own = !req->hold;
+	hold = req->hold ? req->hold : &call->own_hold;
+	if (output_reserve(svc, account_id,
+			   2 * (uint64_t)cfg->output_cap_bytes *
+			       (req->base64 ? SANDBOX_REPLY_COST_BASE64 : SANDBOX_REPLY_COST_UTF8),
+			   hold, err) < 0) {
+		free(call);
+		return -1;
+	}
 
 	pthread_mutex_lock(&svc->lock);
 	l = sandbox_live_find_locked(svc, id);
 	if (!l || l->dead) {
 		pthread_mutex_unlock(&svc->lock);
+		sandbox_output_release(svc, hold);
 		free(call);
 		return sbx_error_set(err, SBX_E_SANDBOX_NOT_RUNNING, NULL,
 				     "sandbox '%s' is no longer running", id);
@@ -145,6 +254,7 @@ int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const ch
 	sandbox_live_unref_locked(svc, l);
 	pthread_mutex_unlock(&svc->lock);
 	if (rc < 0) {
+		sandbox_output_release(svc, hold);
 		free(call);
 		if (err && err->code == SBX_E_RATE_LIMITED) {
 			sbx_error_set(err, SBX_E_RATE_LIMITED, NULL,
@@ -157,4 +267,3 @@ int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const ch
 	}
 	return 0;
 }
-

@@ -118,8 +118,8 @@ void sandbox_on_domain_stopped(void *opaque, const char *name)
  * the row with `status` at ended_at_ms. Safe to call concurrently and
  * repeatedly: the store settles exactly once. */
 int sandbox_end(struct sandbox_svc *svc, const char *id, enum store_status status,
-		       int64_t ended_at_ms, const char *why, struct store_sandbox *out,
-		       struct sbx_error *err)
+		int64_t ended_at_ms, const char *why, struct store_sandbox *out,
+		struct sbx_error *err)
 {
 	struct live *l;
 
@@ -283,4 +283,3 @@ void *sandbox_ender_main(void *arg)
 	pthread_mutex_unlock(&svc->lock);
 	return NULL;
 }
-

@@ -60,6 +60,12 @@ struct end_job {
 
 #define SANDBOX_ENDERS 2
 
+struct output_account {
+	struct output_account *next;
+	char id[SANDBOX_ID_MAX];
+	uint64_t held;
+};
+
 struct startup_ring {
 	int64_t ms[SANDBOX_STARTUP_WINDOW];
 	size_t n;   /* samples held, <= window */
@@ -97,6 +103,11 @@ struct sandbox_svc {
 	int64_t pool_backoff_until_mono; /* after a failed pool boot */
 
 	struct startup_ring startup_warm, startup_cold;
+
+	/* The output budget (exec.c): bytes held by the host, and by each
+	 * account holding any (entries go when they drop to 0). */
+	uint64_t output_held;
+	struct output_account *output_accounts;
 
 	/* Liveness ping (liveness.c). */
 	bool liveness_started;

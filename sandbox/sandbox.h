@@ -55,16 +55,18 @@ struct sandbox_config {
 	int max_timeout_minutes;     /* 1440 */
 	int max_lifetime_minutes;    /* 1440: 24 h from created_at */
 
-	int max_sandboxes_per_account;	  /* 20 */
-	int max_execs_per_sandbox;	  /* 64 */
-	size_t max_body_bytes;		  /* HTTP request body cap, 1 MiB */
-	size_t max_command_bytes;	  /* 256 KiB */
-	size_t output_cap_bytes;	  /* per stream, 1 MiB */
-	uint32_t default_exec_timeout_ms; /* 60000 */
-	char exec_user[32];		  /* guest user commands run as: "root" */
-	uint32_t boot_timeout_ms;	  /* boot start -> HELLO deadline, 60000 */
-	uint32_t boot_queue_timeout_ms;	  /* wait for a boot slot, 180000 */
-	uint32_t exec_backstop_grace_ms;  /* 10000 */
+	int max_sandboxes_per_account;	    /* 20 */
+	int max_execs_per_sandbox;	    /* 64 */
+	uint64_t output_budget_account_mib; /* 512: buffered exec output per account */
+	uint64_t output_budget_host_mib;    /* 2048: the same for the whole host */
+	size_t max_body_bytes;		    /* HTTP request body cap, 1 MiB */
+	size_t max_command_bytes;	    /* 256 KiB */
+	size_t output_cap_bytes;	    /* per stream, 1 MiB */
+	uint32_t default_exec_timeout_ms;   /* 60000 */
+	char exec_user[32];		    /* guest user commands run as: "root" */
+	uint32_t boot_timeout_ms;	    /* boot start -> HELLO deadline, 60000 */
+	uint32_t boot_queue_timeout_ms;	    /* wait for a boot slot, 180000 */
+	uint32_t exec_backstop_grace_ms;    /* 10000 */
 
 	int max_guests;		  /* host capacity */
 	double memory_overcommit; /* guest memory <= ratio * host RAM */
@@ -289,7 +291,33 @@ struct sandbox_exec_req {
 	const char *cwd;	/* NULL = /home/sandbox */
 	const char *const *env; /* "KEY=VALUE", keys already validated */
 	size_t n_env;
+	bool base64; /* the reply encodes the streams in base64 (cheaper to hold) */
+	/* Out: the exec's share of the output budget, filled when it starts;
+	 * the caller gives it back with sandbox_output_release() once the
+	 * reply was sent (a slow reader keeps holding it). NULL: given back
+	 * when the done callback returns. */
+	struct sandbox_output_hold *hold;
 };
+
+/* The output budget (docs/api.md "Output budget"). A started exec holds
+ * (stdout cap + stderr cap) x SANDBOX_REPLY_COST_UTF8 bytes (x
+ * SANDBOX_REPLY_COST_BASE64 with base64 encoding) of its account's budget
+ * (output_budget_account_mib) and of the host's (output_budget_host_mib)
+ * until its reply was sent. The factor is what the reply can take at its
+ * worst: the raw bytes, the JSON tree's strings and the JSON text, where
+ * a control byte is escaped as \u00XX (6 bytes). Past the account's
+ * budget an exec gets 429 rate_limited, past the host's 503; both with
+ * Retry-After. */
+#define SANDBOX_REPLY_COST_UTF8	  10
+#define SANDBOX_REPLY_COST_BASE64 4
+struct sandbox_output_hold {
+	char account_id[SANDBOX_ID_MAX];
+	uint64_t bytes; /* 0 = holds nothing */
+};
+void sandbox_output_release(struct sandbox_svc *svc, struct sandbox_output_hold *hold);
+/* Bytes of output budget held now, by the host and by one account. */
+void sandbox_output_held(struct sandbox_svc *svc, const char *account_id, uint64_t *host,
+			 uint64_t *account);
 
 /* Raw result; api/ encodes stdout/stderr (UTF-8 sanitised or base64). */
 struct sandbox_exec_result {

@@ -213,7 +213,8 @@ static int setup(void **state)
 	alarm(1500);
 	if (daemon_config_full(&d,
 			       "\"test_hostile_guests\": true, \"exec_backstop_grace_ms\": 2000, "
-			       "\"liveness_interval_ms\": 0, \"destroy_on_exit\": true") < 0) {
+			       "\"liveness_interval_ms\": 0, \"output_budget_account_mib\": 50, "
+			       "\"destroy_on_exit\": true") < 0) {
 		fprintf(stderr, "the full image is not built (make image-full)\n");
 		return -1;
 	}
@@ -438,6 +439,56 @@ static void output_flood_is_answered_and_bounded(void **state)
 	delete_sandbox(id);
 }
 
+struct sleeper {
+	const char *id;
+	int status;
+};
+
+static void *sleeper_main(void *arg)
+{
+	struct sleeper *s = arg;
+	struct http_reply r = exec_as(d.key, s->id, "sleep 3", 0, NULL);
+
+	s->status = r.status;
+	http_reply_free(&r);
+	return NULL;
+}
+
+/* The output budget is per account: with 50 MiB and 20 MiB held per exec
+ * (two 1 MiB streams x 10), A's third concurrent exec is refused with 429
+ * and Retry-After while B's execs run; once A's finish, A runs again. */
+static void output_budget_caps_an_account(void **state)
+{
+	char id[64];
+	struct sleeper s[2];
+	pthread_t t[2];
+	struct http_reply r;
+
+	(void)state;
+	assert_int_equal(create_sandbox(d.key, id, sizeof(id)), 0);
+	for (int i = 0; i < 2; i++) {
+		s[i].id = id;
+		assert_int_equal(pthread_create(&t[i], NULL, sleeper_main, &s[i]), 0);
+	}
+	usleep(1000 * 1000);
+	r = exec_as(d.key, id, "true", 0, NULL);
+	assert_int_equal(r.status, 429);
+	assert_string_equal(jerr(r.json, "type"), "rate_limited");
+	assert_non_null(strstr(r.headers, "Retry-After: 1"));
+	http_reply_free(&r);
+	r = exec_as(key_b, sbx_b, "echo b", 0, NULL);
+	assert_int_equal(r.status, 200);
+	http_reply_free(&r);
+	for (int i = 0; i < 2; i++) {
+		pthread_join(t[i], NULL);
+		assert_int_equal(s[i].status, 200);
+	}
+	r = exec_as(d.key, id, "echo again", 0, NULL);
+	assert_int_equal(r.status, 200);
+	http_reply_free(&r);
+	delete_sandbox(id);
+}
+
 /* After all that: no thread or fd of the hostile guests is left, the
  * ledger adds up, and SIGTERM stops the daemon. */
 static void nothing_leaked_and_sigterm_stops(void **state)
@@ -475,6 +526,7 @@ int main(void)
 	    cmocka_unit_test(stop_reading_fails_the_sandbox),
 	    cmocka_unit_test(frozen_filesystem_costs_only_its_sandbox),
 	    cmocka_unit_test(output_flood_is_answered_and_bounded),
+	    cmocka_unit_test(output_budget_caps_an_account),
 	    cmocka_unit_test(nothing_leaked_and_sigterm_stops),
 	};
 	if (getenv("SBX_TEST_FILTER"))
