@@ -44,7 +44,7 @@ FULL_IMAGE := $(BUILD)/images/full
 # make run RUN_IMAGE=tiny serves the busybox image instead.
 RUN_IMAGE  ?= full
 
-.PHONY: all deps image image-tiny image-full run test test-unit test-integration asan fuzz format \
+.PHONY: all deps image image-tiny image-full run test test-unit test-integration asan tsan fuzz format \
 	format-check lint bench clean libvirt-up
 all: $(BIN)/sandboxd $(GUEST_INIT)
 
@@ -127,6 +127,23 @@ bench: all image-tiny $(BENCH_BINS)
 asan:
 	$(MAKE) BUILD=build-asan BIN=build-asan/bin SANITIZE="-fsanitize=address,undefined -fno-omit-frame-pointer" all test-unit
 
+# ThreadSanitizer: the unit tests, then the integration tests that drive
+# the daemon's threads hardest (TSAN_INTEG) against a TSan-built daemon.
+# Any report fails the run (halt_on_error). docs/lifecycle.md, "Threads".
+TSAN_INTEG ?= test_hostile test_exec test_lifecycle
+TSAN_OPTIONS_RUN := halt_on_error=1 second_deadlock_stack=1 report_mutex_bugs=0 suppressions=$(CURDIR)/tests/tsan.supp
+tsan:
+	$(MAKE) BUILD=build-tsan BIN=build-tsan/bin SANITIZE="-fsanitize=thread -fno-omit-frame-pointer" all
+	TSAN_OPTIONS="$(TSAN_OPTIONS_RUN)" $(MAKE) BUILD=build-tsan BIN=build-tsan/bin \
+		SANITIZE="-fsanitize=thread -fno-omit-frame-pointer" test-unit
+	$(MAKE) BUILD=build-tsan BIN=build-tsan/bin SANITIZE="-fsanitize=thread -fno-omit-frame-pointer" \
+		$(TSAN_INTEG:%=build-tsan/tests/%)
+	$(MAKE) image-tiny image-full libvirt-up
+	@set -e; for t in $(TSAN_INTEG); do echo "== tsan $$t"; \
+		TSAN_OPTIONS="$(TSAN_OPTIONS_RUN)" SBX_TEST_IMAGE_DIR=$(CURDIR)/$(TINY_IMAGE) \
+		SBX_TEST_FULL_IMAGE_DIR=$(CURDIR)/$(FULL_IMAGE) SBX_BIN=$(CURDIR)/build-tsan/bin/sandboxd \
+		build-tsan/tests/$$t; done
+
 fuzz:
 	./scripts/deps.sh fuzz
 	./scripts/fuzz.sh
@@ -141,6 +158,6 @@ lint:
 	./scripts/lint.sh
 
 clean:
-	rm -rf $(BUILD) $(BIN) build-asan
+	rm -rf $(BUILD) $(BIN) build-asan build-tsan
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,208 @@
+/* bench/hostile: what a hostile guest costs the other tenants.
+ *
+ * One daemon (harness.h, the tiny image, the hostile-guest kit on). Tenant
+ * B keeps one sandbox and calls GET /v1/usage and exec `true` in a loop;
+ * the bench measures those calls for SBX_BENCH_SECONDS (default 10) with
+ * nothing else going on (idle), then while tenant A's guest misbehaves in
+ * each way of the kit (docs/protocol.md, "A hostile guest") and while A
+ * floods control-byte output, and prints p50/p99 per phase and the ratio
+ * of each p99 to the idle one, measured in the same run.
+ *
+ *   make bench && SBX_TEST_IMAGE_DIR=$PWD/build/images/tiny \
+ *     SBX_BIN=$PWD/bin/sandboxd build/bench/hostile
+ *
+ * Prints figures; never fails on them. */
+#include <pthread.h>
+#include <stdbool.h>
+
+#include "../tests/integration/harness.h"
+#include "bench.h"
+
+#define MAX_SAMPLES 20000
+
+static struct daemon d;
+static char key_b[128], sbx_b[64];
+
+static int create_sandbox(const char *key, char *id, size_t idlen)
+{
+	struct http_reply r;
+	int ok;
+
+	if (http_request(&d, "POST", "/v1/sandboxes", key, NULL, "{\"timeout_minutes\": 30}", 0,
+			 &r) < 0)
+		return -1;
+	ok = r.status == 201 && jstr(r.json, "id");
+	if (ok)
+		snprintf(id, idlen, "%s", jstr(r.json, "id"));
+	http_reply_free(&r);
+	return ok ? 0 : -1;
+}
+
+static int exec_status(const char *key, const char *id, const char *cmd, uint32_t timeout_ms,
+		       const char *how)
+{
+	struct http_reply r;
+	json_object *o = json_object_new_object();
+	char path[128];
+	int st;
+
+	json_object_object_add(o, "command", json_object_new_string(cmd));
+	if (timeout_ms)
+		json_object_object_add(o, "timeout_ms", json_object_new_int64(timeout_ms));
+	if (how) {
+		json_object *env = json_object_new_object();
+
+		json_object_object_add(env, "SBX_TEST_HOSTILE", json_object_new_string(how));
+		json_object_object_add(o, "env", env);
+	}
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s/exec", id);
+	st = http_request(&d, "POST", path, key, NULL, json_object_to_json_string(o), 0, &r) == 0
+		 ? r.status
+		 : -1;
+	http_reply_free(&r);
+	json_object_put(o);
+	return st;
+}
+
+/* ------------------------------------------------ A's misbehaviour */
+
+struct hostile {
+	const char *how; /* kit behaviour, "flood" (output), or NULL (idle) */
+	char id[64];
+	pthread_t thread;
+	bool stop;
+	pthread_mutex_t lock;
+};
+
+static void *hostile_main(void *arg)
+{
+	struct hostile *h = arg;
+
+	if (strcmp(h->how, "flood") == 0) {
+		for (;;) {
+			pthread_mutex_lock(&h->lock);
+			bool stop = h->stop;
+			pthread_mutex_unlock(&h->lock);
+			if (stop)
+				break;
+			exec_status(d.key, h->id,
+				    "head -c 1048576 /dev/zero | tr '\\0' '\\1'; "
+				    "head -c 1048576 /dev/zero | tr '\\0' '\\2' >&2",
+				    30000, NULL);
+		}
+		return NULL;
+	}
+	exec_status(d.key, h->id, "true", 2000, h->how);
+	return NULL;
+}
+
+/* --------------------------------------------------- B's measurement */
+
+struct lat {
+	int64_t usage[MAX_SAMPLES], exec[MAX_SAMPLES];
+	int n_usage, n_exec, failures;
+};
+
+static void measure(struct lat *l, int seconds)
+{
+	int64_t end = sbx_mono_ms() + (int64_t)seconds * 1000;
+
+	memset(l, 0, sizeof(*l));
+	while (sbx_mono_ms() < end && l->n_exec < MAX_SAMPLES) {
+		struct http_reply r;
+		int64_t t0 = sbx_mono_ms();
+		int st = http_request(&d, "GET", "/v1/usage", key_b, NULL, NULL, 0, &r) == 0
+			     ? r.status
+			     : -1;
+
+		http_reply_free(&r);
+		l->usage[l->n_usage++] = sbx_mono_ms() - t0;
+		l->failures += st != 200;
+		t0 = sbx_mono_ms();
+		st = exec_status(key_b, sbx_b, "true", 0, NULL);
+		l->exec[l->n_exec++] = sbx_mono_ms() - t0;
+		l->failures += st != 200;
+	}
+}
+
+static int64_t p99_of(int64_t *v, int n)
+{
+	int i;
+
+	if (n <= 0)
+		return 0;
+	stats_of(v, n); /* sorts */
+	i = (n * 99 + 99) / 100 - 1;
+	return v[i < 0 ? 0 : i >= n ? n - 1 : i];
+}
+
+static void report(const char *phase, struct lat *l, int64_t idle_usage_p99,
+		   int64_t idle_exec_p99)
+{
+	int64_t up99 = p99_of(l->usage, l->n_usage), ep99 = p99_of(l->exec, l->n_exec);
+	struct stats us = stats_of(l->usage, l->n_usage), es = stats_of(l->exec, l->n_exec);
+
+	printf("%-13s usage p50 %4lld ms p99 %5lld ms (x%.2f)   exec true p50 %4lld ms p99 %5lld "
+	       "ms (x%.2f)   n=%d failures=%d\n",
+	       phase, (long long)us.median, (long long)up99,
+	       idle_usage_p99 ? (double)up99 / (double)idle_usage_p99 : 0.0, (long long)es.median,
+	       (long long)ep99, idle_exec_p99 ? (double)ep99 / (double)idle_exec_p99 : 0.0,
+	       l->n_exec, l->failures);
+	fflush(stdout);
+}
+
+int main(void)
+{
+	static const char *const phases[] = {"blackhole", "unknown_ids", "hello_flood",
+					     "stop_reading", "flood"};
+	int seconds = env_int_max("SBX_BENCH_SECONDS", 10, 600);
+	static struct lat l;
+	int64_t idle_u, idle_e;
+
+	daemon_config(&d, "\"test_hostile_guests\": true, \"exec_backstop_grace_ms\": 2000, "
+			  "\"destroy_on_exit\": true");
+	daemon_create_account(&d, "100");
+	json_object *o = daemon_admin(&d, "create-account --name tenant-b --credit-usd 100");
+	json_object *v;
+	if (!o || !json_object_object_get_ex(o, "api_key", &v)) {
+		fprintf(stderr, "hostile bench: no second account\n");
+		return 1;
+	}
+	snprintf(key_b, sizeof(key_b), "%s", json_object_get_string(v));
+	json_object_put(o);
+	if (daemon_start(&d) < 0 || create_sandbox(key_b, sbx_b, sizeof(sbx_b)) < 0) {
+		fprintf(stderr, "hostile bench: daemon or B's sandbox did not start\n");
+		daemon_down(&d);
+		return 1;
+	}
+	printf("tenant B's calls, %d s per phase, while tenant A's guest misbehaves "
+	       "(ratios: p99 / idle p99)\n",
+	       seconds);
+	measure(&l, seconds);
+	idle_u = p99_of(l.usage, l.n_usage);
+	idle_e = p99_of(l.exec, l.n_exec);
+	report("idle", &l, idle_u, idle_e);
+
+	for (size_t i = 0; i < SBX_ARRAY_SIZE(phases); i++) {
+		struct hostile h = {.how = phases[i], .lock = PTHREAD_MUTEX_INITIALIZER};
+
+		if (create_sandbox(d.key, h.id, sizeof(h.id)) < 0) {
+			printf("%-13s (A's sandbox did not start)\n", phases[i]);
+			continue;
+		}
+		pthread_create(&h.thread, NULL, hostile_main, &h);
+		measure(&l, seconds);
+		report(phases[i], &l, idle_u, idle_e);
+		pthread_mutex_lock(&h.lock);
+		h.stop = true;
+		pthread_mutex_unlock(&h.lock);
+		pthread_join(h.thread, NULL);
+		char path[128];
+		struct http_reply r;
+		snprintf(path, sizeof(path), "/v1/sandboxes/%s", h.id);
+		if (http_request(&d, "DELETE", path, d.key, NULL, NULL, 0, &r) == 0)
+			http_reply_free(&r);
+	}
+	daemon_down(&d);
+	return 0;
+}
