@@ -404,8 +404,19 @@ struct store *store_reader_acquire(struct store *s)
 	return r;
 }
 
+/* Before SQLite's first use in the process: no global memory statistics,
+ * whose mutex every allocation of every connection would otherwise take
+ * (the read connections contended on it). */
+static void store_sqlite_config(void)
+{
+	sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
+}
+
 struct store *store_open(const char *path, struct sbx_error *err)
 {
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	pthread_once(&once, store_sqlite_config);
+
 	if (!path || !*path) {
 		sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL, "no database path given");
 		return NULL;
@@ -1251,15 +1262,20 @@ int store_sandbox_list(struct store *s, const char *account_id, const enum store
 		cursor_id = cur.id;
 	}
 	_cleanup_stmt_ sqlite3_stmt *q = NULL;
+	/* Two texts, so that a status filter is an index term
+	 * (sandboxes_by_account_status: O(rows of that status), e.g. the few
+	 * running ones) rather than a filter over the whole history. */
+#define STORE_LIST_TAIL                                                                            \
+	" AND (?4 IS NULL OR requested_at_ms < ?3 OR (requested_at_ms = ?3 AND id < ?4))"          \
+	" ORDER BY requested_at_ms DESC, id DESC LIMIT ?5"
 	if (store_prepare(s,
-			  "SELECT " SBX_COLS " FROM sandboxes"
-			  " WHERE account_id = ?1 AND status != 'aborted'"
-			  " AND (?2 IS NULL OR status = ?2)"
-			  " AND (?4 IS NULL OR requested_at_ms < ?3"
-			  "      OR (requested_at_ms = ?3 AND id < ?4))"
-			  " ORDER BY requested_at_ms DESC, id DESC LIMIT ?5",
+			  status ? "SELECT " SBX_COLS " FROM sandboxes WHERE account_id = ?1"
+				   " AND status = ?2" STORE_LIST_TAIL
+				 : "SELECT " SBX_COLS " FROM sandboxes WHERE account_id = ?1"
+				   " AND status != 'aborted' AND ?2 IS NULL" STORE_LIST_TAIL,
 			  &q, err) < 0)
 		return -1;
+#undef STORE_LIST_TAIL
 	store_bind_text(q, 1, account_id);
 	store_bind_text(q, 2, status ? store_status_name(*status) : NULL);
 	sqlite3_bind_int64(q, 3, cursor_ts);

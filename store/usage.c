@@ -61,7 +61,8 @@ int store_usage_split(int64_t start_ms, int64_t end_ms, int64_t seconds, int64_t
 	int64_t h = floor_to(start_ms, STORE_HOUR_MS);
 
 	do {
-		int64_t pe = SBX_MIN(end_ms, h + STORE_HOUR_MS), cum_s = seconds, cum_c = cost_micro;
+		int64_t pe = SBX_MIN(end_ms, h + STORE_HOUR_MS), cum_s = seconds,
+			cum_c = cost_micro;
 
 		if (pe < end_ms) { /* not the last hour, so len > 0 */
 			cum_s = (int64_t)((__int128)seconds * (pe - start_ms) / len);
@@ -110,13 +111,14 @@ static int rollup_add(void *arg, int64_t hour_ms, int64_t seconds, int64_t cost_
 
 static int rollup_prepare(struct store *s, sqlite3_stmt **up, struct sbx_error *err)
 {
-	return store_prepare(s,
-			     "INSERT INTO usage_rollups (account_id, grain, start_ms, size, seconds,"
-			     " cost_micro) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
-			     " ON CONFLICT (account_id, grain, start_ms, size) DO UPDATE SET"
-			     " seconds = seconds + excluded.seconds,"
-			     " cost_micro = cost_micro + excluded.cost_micro",
-			     up, err);
+	return store_prepare(
+	    s,
+	    "INSERT INTO usage_rollups (account_id, grain, start_ms, size, seconds,"
+	    " cost_micro) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
+	    " ON CONFLICT (account_id, grain, start_ms, size) DO UPDATE SET"
+	    " seconds = seconds + excluded.seconds,"
+	    " cost_micro = cost_micro + excluded.cost_micro",
+	    up, err);
 }
 
 /* The runtime API.md bills: [created_at, min(ended_at, expires_at)). */
@@ -152,7 +154,8 @@ int store_usage_rebuild_tx(struct store *s, struct sbx_error *err)
 	_cleanup_stmt_ sqlite3_stmt *up = NULL, *q = NULL;
 	int rc;
 
-	if (store_exec(s, "DELETE FROM usage_rollups", err) < 0 || rollup_prepare(s, &up, err) < 0 ||
+	if (store_exec(s, "DELETE FROM usage_rollups", err) < 0 ||
+	    rollup_prepare(s, &up, err) < 0 ||
 	    store_prepare(s,
 			  "SELECT account_id, size, created_at_ms, expires_at_ms, ended_at_ms,"
 			  " charge_micro FROM sandboxes WHERE created_at_ms > 0"
@@ -194,9 +197,8 @@ struct usage_rows {
 };
 
 /* Append the rows of one grain whose start is in [lo, hi). */
-static int usage_range(struct store *s, sqlite3_stmt *q, const char *account_id,
-		       const char *grain, int64_t lo, int64_t hi, struct usage_rows *rows,
-		       struct sbx_error *err)
+static int usage_range(struct store *s, sqlite3_stmt *q, const char *account_id, const char *grain,
+		       int64_t lo, int64_t hi, struct usage_rows *rows, struct sbx_error *err)
 {
 	int rc;
 
@@ -237,11 +239,12 @@ static int usage_ranges(struct store *s, const char *account_id, int64_t from, i
 {
 	_cleanup_stmt_ sqlite3_stmt *q = NULL;
 
-	if (store_prepare(s,
-			  "SELECT start_ms, size, seconds, cost_micro FROM usage_rollups"
-			  " WHERE account_id = ?1 AND grain = ?2 AND start_ms >= ?3 AND start_ms < ?4"
-			  " ORDER BY start_ms, size",
-			  &q, err) < 0)
+	if (store_prepare(
+		s,
+		"SELECT start_ms, size, seconds, cost_micro FROM usage_rollups"
+		" WHERE account_id = ?1 AND grain = ?2 AND start_ms >= ?3 AND start_ms < ?4"
+		" ORDER BY start_ms, size",
+		&q, err) < 0)
 		return -1;
 	if (step == STORE_HOUR_MS)
 		return usage_range(s, q, account_id, "hour", from, to, rows, err);
