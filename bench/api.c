@@ -94,30 +94,33 @@ static void fill_db(const struct fill *fl, int64_t now)
 	must(sqlite3_exec(db, "PRAGMA synchronous = OFF; PRAGMA foreign_keys = ON; BEGIN", NULL,
 			  NULL, NULL) == SQLITE_OK,
 	     "begin", db);
-	must(sqlite3_prepare_v2(db,
-				"INSERT INTO accounts (id, name, created_at_ms) VALUES (?1, 'bench', ?2)",
-				-1, &acct, NULL) == SQLITE_OK &&
-		 sqlite3_prepare_v2(db,
-				    "INSERT INTO ledger (account_id, kind, amount_micro, created_at_ms)"
-				    " VALUES (?1, 'credit', ?2, ?3)",
-				    -1, &credit, NULL) == SQLITE_OK &&
-		 sqlite3_prepare_v2(db,
-				    "INSERT INTO api_keys (id, account_id, digest, prefix, created_at_ms)"
-				    " VALUES (?1, ?2, ?3, 'aas_sk_bench', ?4)",
-				    -1, &key, NULL) == SQLITE_OK &&
-		 sqlite3_prepare_v2(
-		     db,
-		     "INSERT INTO sandboxes (id, account_id, size, domain, status, timeout_minutes,"
-		     " price_micro_per_hour, requested_at_ms, created_at_ms, expires_at_ms,"
-		     " ended_at_ms, last_seen_at_ms, hold_micro, charge_micro)"
-		     " VALUES (?1, 'acct_big', 'small', ?1, 'destroyed', 60, ?2, ?3, ?3, ?4, ?5, ?5,"
-		     " ?6, ?7)",
-		     -1, &sbx, NULL) == SQLITE_OK &&
-		 sqlite3_prepare_v2(db,
-				    "INSERT INTO ledger (account_id, sandbox_id, kind, amount_micro,"
-				    " created_at_ms) VALUES ('acct_big', ?1, ?2, ?3, ?4)",
-				    -1, &led, NULL) == SQLITE_OK,
-	     "prepare", db);
+	must(
+	    sqlite3_prepare_v2(
+		db, "INSERT INTO accounts (id, name, created_at_ms) VALUES (?1, 'bench', ?2)", -1,
+		&acct, NULL) == SQLITE_OK &&
+		sqlite3_prepare_v2(
+		    db,
+		    "INSERT INTO ledger (account_id, kind, amount_micro, created_at_ms)"
+		    " VALUES (?1, 'credit', ?2, ?3)",
+		    -1, &credit, NULL) == SQLITE_OK &&
+		sqlite3_prepare_v2(
+		    db,
+		    "INSERT INTO api_keys (id, account_id, digest, prefix, created_at_ms)"
+		    " VALUES (?1, ?2, ?3, 'aas_sk_bench', ?4)",
+		    -1, &key, NULL) == SQLITE_OK &&
+		sqlite3_prepare_v2(
+		    db,
+		    "INSERT INTO sandboxes (id, account_id, size, domain, status, timeout_minutes,"
+		    " price_micro_per_hour, requested_at_ms, created_at_ms, expires_at_ms,"
+		    " ended_at_ms, last_seen_at_ms, hold_micro, charge_micro)"
+		    " VALUES (?1, 'acct_big', 'small', ?1, 'destroyed', 60, ?2, ?3, ?3, ?4, ?5, ?5,"
+		    " ?6, ?7)",
+		    -1, &sbx, NULL) == SQLITE_OK &&
+		sqlite3_prepare_v2(db,
+				   "INSERT INTO ledger (account_id, sandbox_id, kind, amount_micro,"
+				   " created_at_ms) VALUES ('acct_big', ?1, ?2, ?3, ?4)",
+				   -1, &led, NULL) == SQLITE_OK,
+	    "prepare", db);
 	for (int i = 0; i < fl->accounts; i++) {
 		char id[40], tag[40];
 		snprintf(id, sizeof(id), "acct_quiet%06d", i);
@@ -197,8 +200,7 @@ static double wrk_ms(const char *v)
 	return x;
 }
 
-static int wrk_run(const char *path, const char *key, int seconds, int conns,
-		   struct wrk_result *r)
+static int wrk_run(const char *path, const char *key, int seconds, int conns, struct wrk_result *r)
 {
 	char cmd[1024], line[512], auth[160] = "";
 	FILE *p;
@@ -301,6 +303,7 @@ int main(void)
 	struct sbx_error err = {0};
 	char cmd[400];
 
+	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (run_cmd("command -v wrk >/dev/null") != 0) {
 		fprintf(stderr, "bench/api: needs wrk (scripts/deps.sh bench)\n");
 		return 1;
@@ -343,7 +346,8 @@ int main(void)
 		fresh[i] = reserve_once(s, "acct_fresh");
 	}
 	struct stats sb = stats_of(big, reserves), sf = stats_of(fresh, reserves);
-	int64_t p99b = big[(reserves * 99 + 99) / 100 - 1], p99f = fresh[(reserves * 99 + 99) / 100 - 1];
+	int64_t p99b = big[(reserves * 99 + 99) / 100 - 1],
+		p99f = fresh[(reserves * 99 + 99) / 100 - 1];
 	printf("\ncreate admission (store_sandbox_reserve, BEGIN IMMEDIATE + fsync), n=%d each\n",
 	       reserves);
 	printf("  big account:   median %.3f ms, p99 %.3f ms\n", sb.median / 1000.0, p99b / 1000.0);
