@@ -185,22 +185,22 @@ static void make_history(struct fx *f, const char *account_id, struct history *h
 		r.timeout_minutes = timeout_min;
 		r.price_micro_per_hour = sizes[si].price;
 		r.requested_at_ms = created - 1000;
-		assert_int_equal(store_sandbox_reserve(f->s, &r,
-						       billing_hold_for_minutes(timeout_min,
-										sizes[si].price),
-						       1000000, &err),
-				 0);
+		assert_int_equal(
+		    store_sandbox_reserve(f->s, &r,
+					  billing_hold_for_minutes(timeout_min, sizes[si].price),
+					  1000000, &err),
+		    0);
 		if (kind == 0) { /* never became ready */
 			assert_int_equal(store_sandbox_abort(f->s, r.id, &err), 1);
 			continue;
 		}
-		assert_int_equal(
-		    store_sandbox_activate(f->s, r.id, r.id, created, expires, &err), 0);
+		assert_int_equal(store_sandbox_activate(f->s, r.id, r.id, created, expires, &err),
+				 0);
 		if (kind == 1)
 			continue; /* still running: not in the rollups */
-		enum store_status st = kind == 2 ? STORE_FAILED
+		enum store_status st = kind == 2			     ? STORE_FAILED
 				       : ran >= (int64_t)timeout_min * 60000 ? STORE_EXPIRED
-									       : STORE_DESTROYED;
+									     : STORE_DESTROYED;
 		assert_int_equal(store_sandbox_end(f->s, r.id, st, created + ran,
 						   billing_charge_for_row, &out, &err),
 				 1);
@@ -270,9 +270,10 @@ static void check_period(struct fx *f, const char *account_id, const struct hist
 		expect(h, sizes[k], from, to, &es, &ec);
 		sum_rows(rows, n, sizes[k], from, to, &gs, &gc);
 		if (es != gs || ec != gc)
-			fail_msg("%s [%lld, %lld) step %lld: want %lld s %lld u$, got %lld s %lld u$",
-				 sizes[k], (long long)from, (long long)to, (long long)step,
-				 (long long)es, (long long)ec, (long long)gs, (long long)gc);
+			fail_msg(
+			    "%s [%lld, %lld) step %lld: want %lld s %lld u$, got %lld s %lld u$",
+			    sizes[k], (long long)from, (long long)to, (long long)step,
+			    (long long)es, (long long)ec, (long long)gs, (long long)gc);
 		/* Each bucket too, when there are buckets. */
 		for (int64_t b = from; step && b < to; b += step) {
 			expect(h, sizes[k], b, b + step, &es, &ec);
@@ -363,8 +364,8 @@ static void test_split_by_time_ran(void **state)
 	assert_int_equal(store_month_start(day - 1), day - 31 * D);
 	assert_int_equal(store_month_next(day), day + 30 * D);
 	/* Across the month boundary: 23:30 -> 01:30. */
-	assert_int_equal(store_usage_split(day - H / 2, day + 3 * H / 2, 7200, 1001, collect_piece, v),
-			 0);
+	assert_int_equal(
+	    store_usage_split(day - H / 2, day + 3 * H / 2, 7200, 1001, collect_piece, v), 0);
 	assert_int_equal(v[0][0], day - H);
 	assert_int_equal(v[0][1], 1800);
 	assert_int_equal(v[0][2], 250);
@@ -434,8 +435,9 @@ static void test_migration_computes_totals(void **state)
 	exec_sql(f->path, "UPDATE accounts SET holds_micro = holds_micro - 1 WHERE name = 'bob'");
 	assert_int_equal(store_ledger_check(f->s, NULL, &err), 0);
 	/* ... and rollups that drift from the charges. */
-	exec_sql(f->path, "UPDATE usage_rollups SET cost_micro = cost_micro + 1 WHERE grain = 'month'"
-			  " AND start_ms = (SELECT MIN(start_ms) FROM usage_rollups)");
+	exec_sql(f->path,
+		 "UPDATE usage_rollups SET cost_micro = cost_micro + 1 WHERE grain = 'month'"
+		 " AND start_ms = (SELECT MIN(start_ms) FROM usage_rollups)");
 	assert_int_equal(store_ledger_check(f->s, NULL, &err), -1);
 	assert_non_null(strstr(err.message, "rollups"));
 	assert_int_equal(store_usage_rebuild(f->s, &err), 0);
@@ -528,8 +530,8 @@ static void test_reads_beside_writer(void **state)
 	struct store_sandbox *rows = NULL;
 	size_t n = 0;
 	bool more;
-	assert_int_equal(
-	    store_sandbox_list(f->s, f->a.id, NULL, 10, NULL, &rows, &n, &more, &err), 0);
+	assert_int_equal(store_sandbox_list(f->s, f->a.id, NULL, 10, NULL, &rows, &n, &more, &err),
+			 0);
 	assert_int_equal(n, 1);
 	free(rows);
 	assert_int_equal(store_balance_get(f->s, f->a.id, &during, &err), 0);
