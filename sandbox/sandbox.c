@@ -1154,44 +1154,93 @@ static int64_t next_month_utc(int64_t month_ms)
 	return (int64_t)timegm(&tm) * 1000;
 }
 
-/* Runtime of a row inside [from, to), and its cost share: the cost of a
- * slice is the row's own formula over that slice, so slices of one
- * sandbox may round up separately; the lifetime figures stay exact. */
-static void slice(const struct store_sandbox *row, int64_t now, int64_t from, int64_t to,
-		  int64_t *seconds, int64_t *cost)
+/* Add a share of usage to its size and, with buckets, to the bucket that
+ * holds start_ms (rows and pieces never straddle a bucket). */
+static void usage_add(struct sandbox_usage *u, int64_t step, const char *size, int64_t start_ms,
+		      int64_t seconds, int64_t cost)
 {
-	int64_t start = row->created_at_ms;
-	int64_t end = row->ended_at_ms ? row->ended_at_ms : now;
-
-	if (row->expires_at_ms && end > row->expires_at_ms)
-		end = row->expires_at_ms;
-	if (start < from)
-		start = from;
-	if (end > to)
-		end = to;
-	*seconds = 0;
-	*cost = 0;
-	if (end <= start)
+	if (start_ms < u->from_ms || start_ms >= u->to_ms)
 		return;
-	*seconds = (end - start + 999) / 1000;
-	*cost = billing_cost(end - start, row->price_micro_per_hour);
+	for (size_t k = 0; k < u->n_sizes; k++) {
+		if (strcmp(u->by_size[k].size, size) == 0) {
+			u->by_size[k].seconds += seconds;
+			u->by_size[k].cost_micro += cost;
+		}
+	}
+	if (step && u->n_buckets) {
+		size_t b = (size_t)((start_ms - u->from_ms) / step);
+		if (b < u->n_buckets) {
+			u->buckets[b].seconds += seconds;
+			u->buckets[b].cost_micro += cost;
+		}
+	}
+}
+
+struct usage_live {
+	struct sandbox_usage *u;
+	int64_t step;
+	const char *size;
+};
+
+static int usage_live_piece(void *arg, int64_t hour_ms, int64_t seconds, int64_t cost)
+{
+	struct usage_live *l = arg;
+
+	usage_add(l->u, l->step, l->size, hour_ms, seconds, cost);
+	return 0;
+}
+
+/* The running sandboxes of an account (bounded by its live cap): their
+ * cost so far, split over hours the way settlement will split it. */
+static int usage_add_running(struct sandbox_svc *svc, const char *account_id, int64_t now,
+			     int64_t step, struct sandbox_usage *u, struct sbx_error *err)
+{
+	enum store_status running = STORE_RUNNING;
+	char after[STORE_ID_MAX] = "";
+
+	for (;;) {
+		struct store_sandbox *rows = NULL;
+		size_t n = 0;
+		bool more = false;
+
+		if (store_sandbox_list(svc->store, account_id, &running, 100, *after ? after : NULL,
+				       &rows, &n, &more, err) < 0)
+			return -1;
+		for (size_t i = 0; i < n; i++) {
+			const struct store_sandbox *r = &rows[i];
+			int64_t end =
+			    r->expires_at_ms && now > r->expires_at_ms ? r->expires_at_ms : now;
+			struct usage_live l = {u, step, r->size};
+
+			if (end < r->created_at_ms)
+				end = r->created_at_ms;
+			store_usage_split(r->created_at_ms, end,
+					  store_billed_seconds(end - r->created_at_ms),
+					  billing_cost_so_far(r, now), usage_live_piece, &l);
+		}
+		if (n)
+			snprintf(after, sizeof(after), "%s", rows[n - 1].id);
+		free(rows);
+		if (!more || n == 0)
+			return 0;
+	}
 }
 
 int sandbox_usage(struct sandbox_svc *svc, const char *account_id, int64_t from_ms, int64_t to_ms,
 		  const char *granularity, struct sandbox_usage *out, struct sbx_error *err)
 {
 	const struct sandbox_config *cfg = &svc->cfg;
-	struct store_sandbox *rows = NULL;
+	struct store_usage_row *rows = NULL;
 	struct store_balance bal;
-	int64_t now = sbx_wall_ms(), step = 0;
+	int64_t now = sbx_wall_ms(), step = 0, align;
 	size_t n = 0;
 	int running = 0;
 
 	memset(out, 0, sizeof(*out));
 	if (granularity && strcmp(granularity, "day") == 0)
-		step = 86400000;
+		step = STORE_DAY_MS;
 	else if (granularity && strcmp(granularity, "hour") == 0)
-		step = 3600000;
+		step = STORE_HOUR_MS;
 	else if (granularity)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "granularity",
 				     "granularity must be 'day' or 'hour'");
@@ -1201,15 +1250,24 @@ int sandbox_usage(struct sandbox_svc *svc, const char *account_id, int64_t from_
 		to_ms = next_month_utc(month_start_utc(from_ms));
 	if (to_ms <= from_ms)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "to", "'to' must be after 'from'");
+	/* Usage is kept per UTC hour (per UTC day for daily buckets): the
+	 * period widens to whole ones. */
+	align = step ? step : STORE_HOUR_MS;
+	from_ms -= ((from_ms % align) + align) % align;
+	to_ms += (align - ((to_ms % align) + align) % align) % align;
 	if (step && (to_ms - from_ms) / step > 10000)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "granularity",
 				     "that period has more than 10000 buckets; narrow it");
 
-	if (billing_balance(svc->store, account_id, now, &bal, err) < 0 ||
-	    store_sandbox_count_live(svc->store, account_id, &running, err) < 0 ||
-	    store_sandbox_list_overlapping(svc->store, account_id, from_ms, to_ms, &rows, &n, err) <
-		0)
+	/* Settled usage before the running list: a sandbox that ends in
+	 * between is briefly missing, never counted twice. */
+	if (store_usage_read(svc->store, account_id, from_ms, to_ms, step, &rows, &n, err) < 0)
 		return -1;
+	if (billing_balance(svc->store, account_id, now, &bal, err) < 0 ||
+	    store_sandbox_count_live(svc->store, account_id, &running, err) < 0) {
+		free(rows);
+		return -1;
+	}
 	out->balance_micro = bal.balance_micro;
 	out->reserved_micro = bal.reserved_micro;
 	out->available_micro = bal.available_micro;
@@ -1223,7 +1281,7 @@ int sandbox_usage(struct sandbox_svc *svc, const char *account_id, int64_t from_
 		snprintf(out->by_size[i].size, sizeof(out->by_size[i].size), "%s",
 			 cfg->sizes[i].name);
 	if (step) {
-		out->n_buckets = (size_t)((to_ms - from_ms + step - 1) / step);
+		out->n_buckets = (size_t)((to_ms - from_ms) / step);
 		out->buckets = calloc(out->n_buckets, sizeof(*out->buckets));
 		if (!out->buckets) {
 			free(rows);
@@ -1232,25 +1290,14 @@ int sandbox_usage(struct sandbox_svc *svc, const char *account_id, int64_t from_
 		for (size_t b = 0; b < out->n_buckets; b++)
 			out->buckets[b].start_ms = from_ms + (int64_t)b * step;
 	}
-	for (size_t i = 0; i < n; i++) {
-		int64_t secs, cost;
-
-		slice(&rows[i], now, from_ms, to_ms, &secs, &cost);
-		for (size_t k = 0; k < out->n_sizes; k++) {
-			if (strcmp(out->by_size[k].size, rows[i].size) == 0) {
-				out->by_size[k].seconds += secs;
-				out->by_size[k].cost_micro += cost;
-			}
-		}
-		for (size_t b = 0; b < out->n_buckets; b++) {
-			int64_t bs = out->buckets[b].start_ms, be = SBX_MIN(bs + step, to_ms);
-
-			slice(&rows[i], now, bs, be, &secs, &cost);
-			out->buckets[b].seconds += secs;
-			out->buckets[b].cost_micro += cost;
-		}
-	}
+	for (size_t i = 0; i < n; i++)
+		usage_add(out, step, rows[i].size, rows[i].start_ms, rows[i].seconds,
+			  rows[i].cost_micro);
 	free(rows);
+	if (usage_add_running(svc, account_id, now, step, out, err) < 0) {
+		sandbox_usage_release(out);
+		return -1;
+	}
 	return 0;
 }
 

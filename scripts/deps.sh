@@ -2,12 +2,14 @@
 # Install the Debian packages sandboxd needs, skipping what is present.
 #   scripts/deps.sh        build, run and test dependencies
 #   scripts/deps.sh fuzz   plus clang and its fuzzer runtime
+#   scripts/deps.sh bench  plus wrk, the HTTP load generator of bench/api
 set -euo pipefail
 pkgs=(build-essential pkg-config libvirt-daemon-system libvirt-dev qemu-system-x86 qemu-utils
       linux-image-cloud-amd64 busybox-static libmicrohttpd-dev libjson-c-dev libsqlite3-dev
       libssl-dev libcmocka-dev e2fsprogs cpio lz4 curl jq procps)
 [ "${1:-}" = fuzz ] && pkgs+=(clang libclang-rt-14-dev)
 [ "${1:-}" = image ] && pkgs+=(mmdebstrap)
+[ "${1:-}" = bench ] && pkgs+=(wrk)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

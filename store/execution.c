@@ -171,7 +171,7 @@ static int sx_running_ids(struct store *s, char (*ids)[STORE_ID_MAX], int max,
 	_cleanup_stmt_ sqlite3_stmt *q = NULL;
 	int n = 0, rc;
 
-	STORE_LOCK(s);
+	STORE_READ(s);
 	rc = sx_run(s, &q, "SELECT id FROM executions WHERE status = 'running' LIMIT ?1", "i", err,
 		    (int64_t)max);
 	while (rc == SQLITE_ROW && n < max) {
@@ -208,7 +208,7 @@ int store_execution_get(struct store *s, const char *account_id, const char *id,
 	_cleanup_stmt_ sqlite3_stmt *q = NULL;
 	int rc;
 
-	STORE_LOCK(s);
+	STORE_READ(s);
 	rc = sx_run(s, &q,
 		    "SELECT id, account_id, runtime, runner, status, timeout_seconds,"
 		    " price_micro_per_second, requested_at_ms, ended_at_ms, hold_micro,"
@@ -259,7 +259,7 @@ int store_receipt_get(struct store *s, const char *account_id, const char *id, c
 	_cleanup_stmt_ sqlite3_stmt *q = NULL;
 	int rc;
 
-	STORE_LOCK(s);
+	STORE_READ(s);
 	rc = sx_run(s, &q,
 		    "SELECT body, hash, signature, signer FROM receipts"
 		    " WHERE id = ?1 AND account_id = ?2",
@@ -281,7 +281,7 @@ int store_key_scopes_get(struct store *s, const char *key_id, char out[STORE_SCO
 	_cleanup_stmt_ sqlite3_stmt *q = NULL;
 	int rc;
 
-	STORE_LOCK(s);
+	STORE_READ(s);
 	rc = sx_run(s, &q, "SELECT scopes FROM api_keys WHERE id = ?1", "t", err, key_id);
 	if (rc < 0)
 		return -1;

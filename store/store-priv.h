@@ -5,13 +5,20 @@
 #include <pthread.h>
 #include <sqlite3.h>
 
+/* Read connections: each a struct store of its own (db + lock, no
+ * readers), so that every helper below works on either kind. */
+#define STORE_READERS 4
+
 struct store {
 	sqlite3 *db;
 	pthread_mutex_t lock;
+	struct store *readers; /* STORE_READERS of them; NULL on a reader */
+	unsigned next_reader;  /* round-robin start (atomic) */
 };
 
 /* Shared helpers (store.c). */
 #include "../util/util.h"
+#include "store.h"
 
 /* Finalise a statement at the end of its scope: _cleanup_stmt_. */
 void store_stmt_finalizep(sqlite3_stmt **stmt);
@@ -21,6 +28,13 @@ void store_unlockp(struct store **s);
 #define STORE_LOCK(s)                                                                              \
 	pthread_mutex_lock(&(s)->lock);                                                            \
 	struct store *store_locked_ _cleanup_(store_unlockp) = (s)
+/* Take a read connection of s (never the writer's mutex) until the end of
+ * the enclosing scope, and point s at it: the function's statements then
+ * run on that connection. For functions that only read. */
+struct store *store_reader_acquire(struct store *s);
+#define STORE_READ(s)                                                                              \
+	struct store *store_locked_ _cleanup_(store_unlockp) = store_reader_acquire(s);            \
+	(s) = store_locked_
 /* Log what failed (with SQLite's message) and fill err with a tenant-safe
  * SBX_E_INTERNAL. Returns -1. */
 int store_db_error(struct store *s, const char *what, struct sbx_error *err);
@@ -31,6 +45,16 @@ int store_tx_begin(struct store *s, struct sbx_error *err);
 int store_tx_commit(struct store *s, struct sbx_error *err);
 /* Roll back the open transaction, if any. */
 void store_tx_rollback(struct store *s);
+int store_prepare(struct store *s, const char *sql, sqlite3_stmt **stmt, struct sbx_error *err);
+/* Bind text (NULL binds NULL), copied. */
+int store_bind_text(sqlite3_stmt *stmt, int i, const char *v);
+/* Step a statement that returns no row (INSERT/UPDATE). 0 or -1. */
+int store_step_done(struct store *s, sqlite3_stmt *stmt, struct sbx_error *err);
+/* Collect up to max_rows rows of a query into a malloc'd array (*out, *n)
+ * through a row decoder. */
+typedef void (*store_row_fn)(sqlite3_stmt *q, void *elem);
+int store_collect(struct store *s, sqlite3_stmt *q, size_t elem_size, size_t max_rows,
+		  store_row_fn decode, void **out, size_t *n, struct sbx_error *err);
 /* Copy a text column into a fixed buffer ("" for NULL, cut to fit). */
 void store_copy_col(char *dst, size_t dstlen, sqlite3_stmt *stmt, int col);
 /* What an account can still reserve, in micro-USD: credits - holds +
@@ -38,5 +62,15 @@ void store_copy_col(char *dst, size_t dstlen, sqlite3_stmt *stmt, int col);
  * one place the formula lives. 0 or -1. */
 int store_available(struct store *s, const char *account_id, int64_t *available,
 		    struct sbx_error *err);
+
+/* Usage rollups (usage.c). Inside the open write transaction that ends
+ * `row` (still as it was read, RUNNING) at ended_at_ms with its final
+ * charge: add its billed seconds and charge to the hour, day and month
+ * buckets of its account and size, split by the time it ran in each. */
+int store_usage_settle(struct store *s, const struct store_sandbox *row, int64_t ended_at_ms,
+		       int64_t charge_micro, struct sbx_error *err);
+/* Inside an open write transaction: recompute every rollup from the
+ * sandboxes that ended (migration 5 runs it once). */
+int store_usage_rebuild_tx(struct store *s, struct sbx_error *err);
 
 #endif

@@ -1,8 +1,10 @@
 /* store: accounts, API keys, sandboxes and the append-only ledger in SQLite.
  *
- * One connection (SQLITE_OPEN_FULLMUTEX) behind one pthread mutex: every
- * public function holds s->lock for its whole duration, so a multi-statement
- * transaction never interleaves with another thread's statements. Every write
+ * One write connection (SQLITE_OPEN_FULLMUTEX) behind one pthread mutex:
+ * every writing function holds s->lock for its whole duration, so a
+ * multi-statement transaction never interleaves with another thread's
+ * statements. Reading functions take one of STORE_READERS read connections
+ * (STORE_READ), each behind its own mutex, instead. Every write
  * is BEGIN IMMEDIATE ... COMMIT (ROLLBACK on any failure), which also keeps
  * other processes on the same file (the admin CLI) out of the middle of it.
  * Values are always bound, never formatted into SQL.
@@ -41,8 +43,7 @@ int store_db_error(struct store *s, const char *what, struct sbx_error *err)
 	return sbx_error_set(err, SBX_E_INTERNAL, NULL, "the database failed; try again later");
 }
 
-static int store_prepare(struct store *s, const char *sql, sqlite3_stmt **stmt,
-			 struct sbx_error *err)
+int store_prepare(struct store *s, const char *sql, sqlite3_stmt **stmt, struct sbx_error *err)
 {
 	if (sqlite3_prepare_v2(s->db, sql, -1, stmt, NULL) != SQLITE_OK) {
 		*stmt = NULL;
@@ -51,7 +52,7 @@ static int store_prepare(struct store *s, const char *sql, sqlite3_stmt **stmt,
 	return 0;
 }
 
-static int store_bind_text(sqlite3_stmt *stmt, int i, const char *v)
+int store_bind_text(sqlite3_stmt *stmt, int i, const char *v)
 {
 	if (!v)
 		return sqlite3_bind_null(stmt, i);
@@ -87,7 +88,7 @@ void store_tx_rollback(struct store *s)
 }
 
 /* Step a statement that returns no row (INSERT/UPDATE). */
-static int store_step_done(struct store *s, sqlite3_stmt *stmt, struct sbx_error *err)
+int store_step_done(struct store *s, sqlite3_stmt *stmt, struct sbx_error *err)
 {
 	if (sqlite3_step(stmt) != SQLITE_DONE)
 		return store_db_error(s, "step", err);
@@ -254,6 +255,57 @@ static const char *const store_migrations[] = {
     "  created_at_ms INTEGER NOT NULL"
     ");"
     "ALTER TABLE api_keys ADD COLUMN scopes TEXT NOT NULL DEFAULT 'sandboxes';",
+    /* 5 (issue 14, money at scale): the account row carries its running
+     * ledger totals, kept by a trigger in the transaction of each ledger
+     * row (so a balance is one row read) and computed here from the ledger
+     * of an existing database; usage rollups per account x grain (hour,
+     * day, month) x bucket start x size, written when a sandbox settles
+     * (those of sandboxes that ended before this step are filled by
+     * store_usage_rebuild, run right after it: see store_migration_after);
+     * and an index that makes an account's live sandboxes O(live). */
+    "ALTER TABLE accounts ADD COLUMN credits_micro INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE accounts ADD COLUMN holds_micro INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE accounts ADD COLUMN releases_micro INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE accounts ADD COLUMN charges_micro INTEGER NOT NULL DEFAULT 0;"
+    "UPDATE accounts SET"
+    "  credits_micro = (SELECT COALESCE(SUM(amount_micro), 0) FROM ledger"
+    "    WHERE account_id = accounts.id AND kind = 'credit'),"
+    "  holds_micro = (SELECT COALESCE(SUM(amount_micro), 0) FROM ledger"
+    "    WHERE account_id = accounts.id AND kind = 'hold'),"
+    "  releases_micro = (SELECT COALESCE(SUM(amount_micro), 0) FROM ledger"
+    "    WHERE account_id = accounts.id AND kind = 'release'),"
+    "  charges_micro = (SELECT COALESCE(SUM(amount_micro), 0) FROM ledger"
+    "    WHERE account_id = accounts.id AND kind = 'charge');"
+    "CREATE TRIGGER ledger_totals AFTER INSERT ON ledger BEGIN"
+    "  UPDATE accounts SET"
+    "    credits_micro = credits_micro"
+    "      + CASE NEW.kind WHEN 'credit' THEN NEW.amount_micro ELSE 0 END,"
+    "    holds_micro = holds_micro"
+    "      + CASE NEW.kind WHEN 'hold' THEN NEW.amount_micro ELSE 0 END,"
+    "    releases_micro = releases_micro"
+    "      + CASE NEW.kind WHEN 'release' THEN NEW.amount_micro ELSE 0 END,"
+    "    charges_micro = charges_micro"
+    "      + CASE NEW.kind WHEN 'charge' THEN NEW.amount_micro ELSE 0 END"
+    "  WHERE id = NEW.account_id;"
+    "END;"
+    "CREATE TABLE usage_rollups ("
+    "  account_id TEXT NOT NULL REFERENCES accounts(id),"
+    "  grain TEXT NOT NULL CHECK (grain IN ('hour','day','month')),"
+    "  start_ms INTEGER NOT NULL,"
+    "  size TEXT NOT NULL,"
+    "  seconds INTEGER NOT NULL CHECK (seconds >= 0),"
+    "  cost_micro INTEGER NOT NULL CHECK (cost_micro >= 0),"
+    "  PRIMARY KEY (account_id, grain, start_ms, size)"
+    ") WITHOUT ROWID;"
+    "CREATE INDEX sandboxes_by_account_status"
+    "  ON sandboxes(account_id, status, requested_at_ms, id);",
+};
+
+/* Work in C that a migration needs after its SQL, in the same transaction,
+ * by the version that SQL brings the schema to. Renumber an entry together
+ * with its SQL. */
+static int (*const store_migration_after[])(struct store *s, struct sbx_error *err) = {
+    [5] = store_usage_rebuild_tx,
 };
 
 static int store_migrate(struct store *s, struct sbx_error *err)
@@ -275,6 +327,9 @@ static int store_migrate(struct store *s, struct sbx_error *err)
 	for (int v = version; v < target; v++) {
 		if (store_exec(s, store_migrations[v], err) < 0)
 			goto err_rollback;
+		if ((size_t)v + 1 < SBX_ARRAY_SIZE(store_migration_after) &&
+		    store_migration_after[v + 1] && store_migration_after[v + 1](s, err) < 0)
+			goto err_rollback;
 		sbx_info(MOD, "migrated schema to version %d", v + 1);
 	}
 	if (version < target) {
@@ -293,8 +348,75 @@ err_rollback:
 	return -1;
 }
 
+static void store_readers_close(struct store *s, size_t n)
+{
+	if (!s->readers)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		sqlite3_close(s->readers[i].db);
+		pthread_mutex_destroy(&s->readers[i].lock);
+	}
+	free(s->readers);
+	s->readers = NULL;
+}
+
+/* The read connections (after migration: they never write). WAL lets them
+ * read a committed snapshot while the writer writes. */
+static int store_readers_open(struct store *s, const char *path, struct sbx_error *err)
+{
+	s->readers = calloc(STORE_READERS, sizeof(*s->readers));
+	if (!s->readers)
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+	for (size_t i = 0; i < STORE_READERS; i++) {
+		struct store *r = &s->readers[i];
+		if (pthread_mutex_init(&r->lock, NULL) != 0) {
+			store_readers_close(s, i);
+			return sbx_error_set(err, SBX_E_INTERNAL, NULL,
+					     "cannot initialise the store lock");
+		}
+		if (sqlite3_open_v2(path, &r->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX,
+				    NULL) != SQLITE_OK ||
+		    store_exec(r, "PRAGMA busy_timeout = 5000; PRAGMA query_only = ON", err) < 0) {
+			sbx_err(MOD, "open reader %s: %s", path,
+				r->db ? sqlite3_errmsg(r->db) : "out of memory");
+			store_readers_close(s, i + 1);
+			return sbx_error_set(err, SBX_E_INTERNAL, NULL, "cannot open the database");
+		}
+		sqlite3_extended_result_codes(r->db, 1);
+	}
+	return 0;
+}
+
+struct store *store_reader_acquire(struct store *s)
+{
+	if (!s->readers) {
+		pthread_mutex_lock(&s->lock);
+		return s;
+	}
+	unsigned start = __atomic_fetch_add(&s->next_reader, 1, __ATOMIC_RELAXED);
+	for (unsigned i = 0; i < STORE_READERS; i++) {
+		struct store *r = &s->readers[(start + i) % STORE_READERS];
+		if (pthread_mutex_trylock(&r->lock) == 0)
+			return r;
+	}
+	struct store *r = &s->readers[start % STORE_READERS];
+	pthread_mutex_lock(&r->lock);
+	return r;
+}
+
+/* Before SQLite's first use in the process: no global memory statistics,
+ * whose mutex every allocation of every connection would otherwise take
+ * (the read connections contended on it). */
+static void store_sqlite_config(void)
+{
+	sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
+}
+
 struct store *store_open(const char *path, struct sbx_error *err)
 {
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	pthread_once(&once, store_sqlite_config);
+
 	if (!path || !*path) {
 		sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL, "no database path given");
 		return NULL;
@@ -336,6 +458,8 @@ struct store *store_open(const char *path, struct sbx_error *err)
 		goto err_close;
 	if (store_migrate(s, err) < 0)
 		goto err_close;
+	if (store_readers_open(s, path, err) < 0)
+		goto err_close;
 	return s;
 
 err_close:
@@ -349,6 +473,7 @@ void store_close(struct store *s)
 {
 	if (!s)
 		return;
+	store_readers_close(s, STORE_READERS);
 	if (sqlite3_close(s->db) != SQLITE_OK)
 		sbx_err(MOD, "close: %s", sqlite3_errmsg(s->db));
 	pthread_mutex_destroy(&s->lock);
@@ -445,7 +570,7 @@ static void store_account_from_stmt(sqlite3_stmt *q, struct store_account *a)
 int store_account_get(struct store *s, const char *account_id, struct store_account *acct,
 		      struct sbx_error *err)
 {
-	STORE_LOCK(s);
+	STORE_READ(s);
 	_cleanup_stmt_ sqlite3_stmt *q = NULL;
 	if (store_prepare(s, "SELECT id, name, created_at_ms FROM accounts WHERE id = ?1", &q,
 			  err) < 0)
@@ -490,11 +615,8 @@ err_rollback:
 	return -1;
 }
 
-/* Collect rows of a query into a malloc'd array via a row decoder. */
-typedef void (*store_row_fn)(sqlite3_stmt *q, void *elem);
-
-static int store_collect(struct store *s, sqlite3_stmt *q, size_t elem_size, size_t max_rows,
-			 store_row_fn decode, void **out, size_t *n, struct sbx_error *err)
+int store_collect(struct store *s, sqlite3_stmt *q, size_t elem_size, size_t max_rows,
+		  store_row_fn decode, void **out, size_t *n, struct sbx_error *err)
 {
 	_cleanup_free_ char *arr = NULL;
 	size_t len = 0, cap = 0;
@@ -526,7 +648,7 @@ static void store_account_decode(sqlite3_stmt *q, void *elem)
 int store_account_list(struct store *s, struct store_account **out, size_t *n,
 		       struct sbx_error *err)
 {
-	STORE_LOCK(s);
+	STORE_READ(s);
 	_cleanup_stmt_ sqlite3_stmt *q = NULL;
 	if (store_prepare(s,
 			  "SELECT id, name, created_at_ms FROM accounts"
@@ -615,7 +737,7 @@ int store_key_find(struct store *s, const char *digest_hex, struct store_key *ke
 	if (!store_is_hex64(digest_hex))
 		return sbx_error_set(err, SBX_E_AUTHENTICATION, NULL,
 				     "invalid api key; pass a valid key as 'Bearer aas_sk_...'");
-	STORE_LOCK(s);
+	STORE_READ(s);
 	_cleanup_stmt_ sqlite3_stmt *q = NULL;
 	if (store_prepare(s,
 			  "SELECT id, account_id, prefix, created_at_ms, revoked_at_ms, digest"
@@ -679,7 +801,7 @@ err_rollback:
 int store_key_list(struct store *s, const char *account_id, struct store_key **out, size_t *n,
 		   struct sbx_error *err)
 {
-	STORE_LOCK(s);
+	STORE_READ(s);
 	_cleanup_stmt_ sqlite3_stmt *q = NULL;
 	if (store_prepare(s,
 			  "SELECT id, account_id, prefix, created_at_ms, revoked_at_ms"
@@ -748,20 +870,24 @@ static int store_sandbox_read(struct store *s, const char *account_id, const cha
 	return 1;
 }
 
-/* available = credits - holds + releases (= balance - reserved). */
+/* available = credits - holds + releases (= balance - reserved), from the
+ * account row's running totals: one row read, whatever the history. */
 int store_available(struct store *s, const char *account_id, int64_t *available,
 		    struct sbx_error *err)
 {
 	_cleanup_stmt_ sqlite3_stmt *q = NULL;
 	if (store_prepare(s,
-			  "SELECT COALESCE(SUM(CASE kind WHEN 'credit' THEN amount_micro"
-			  " WHEN 'release' THEN amount_micro WHEN 'hold' THEN -amount_micro"
-			  " ELSE 0 END), 0) FROM ledger WHERE account_id = ?1",
+			  "SELECT credits_micro - holds_micro + releases_micro FROM accounts"
+			  " WHERE id = ?1",
 			  &q, err) < 0)
 		return -1;
 	store_bind_text(q, 1, account_id);
-	if (store_step_row(s, q, err) < 0)
-		return -1;
+	int rc = sqlite3_step(q);
+	if (rc == SQLITE_DONE)
+		return sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such account '%.64s'",
+				     account_id ? account_id : "");
+	if (rc != SQLITE_ROW)
+		return store_db_error(s, "available", err);
 	*available = sqlite3_column_int64(q, 0);
 	return 0;
 }
@@ -1021,6 +1147,8 @@ int store_sandbox_end(struct store *s, const char *id, enum store_status status,
 	if (release > 0 &&
 	    store_ledger_insert(s, row.account_id, row.id, "release", release, now, err) < 0)
 		goto err_rollback;
+	if (store_usage_settle(s, &row, ended_at_ms, charge, err) < 0)
+		goto err_rollback;
 	if (store_tx_commit(s, err) < 0)
 		goto err_rollback;
 	row.status = status;
@@ -1094,7 +1222,7 @@ err_rollback:
 int store_sandbox_get(struct store *s, const char *account_id, const char *id,
 		      struct store_sandbox *out, struct sbx_error *err)
 {
-	STORE_LOCK(s);
+	STORE_READ(s);
 	struct store_sandbox row;
 	int found = store_sandbox_read(s, account_id, id, &row, err);
 	if (found < 0)
@@ -1119,7 +1247,7 @@ int store_sandbox_list(struct store *s, const char *account_id, const enum store
 	if (status && *status == STORE_ABORTED)
 		return 0; /* never shown */
 
-	STORE_LOCK(s);
+	STORE_READ(s);
 	int64_t cursor_ts = INT64_MAX;
 	const char *cursor_id = NULL;
 	struct store_sandbox cur;
@@ -1134,15 +1262,20 @@ int store_sandbox_list(struct store *s, const char *account_id, const enum store
 		cursor_id = cur.id;
 	}
 	_cleanup_stmt_ sqlite3_stmt *q = NULL;
+	/* Two texts, so that a status filter is an index term
+	 * (sandboxes_by_account_status: O(rows of that status), e.g. the few
+	 * running ones) rather than a filter over the whole history. */
+#define STORE_LIST_TAIL                                                                            \
+	" AND (?4 IS NULL OR requested_at_ms < ?3 OR (requested_at_ms = ?3 AND id < ?4))"          \
+	" ORDER BY requested_at_ms DESC, id DESC LIMIT ?5"
 	if (store_prepare(s,
-			  "SELECT " SBX_COLS " FROM sandboxes"
-			  " WHERE account_id = ?1 AND status != 'aborted'"
-			  " AND (?2 IS NULL OR status = ?2)"
-			  " AND (?4 IS NULL OR requested_at_ms < ?3"
-			  "      OR (requested_at_ms = ?3 AND id < ?4))"
-			  " ORDER BY requested_at_ms DESC, id DESC LIMIT ?5",
+			  status ? "SELECT " SBX_COLS " FROM sandboxes WHERE account_id = ?1"
+				   " AND status = ?2" STORE_LIST_TAIL
+				 : "SELECT " SBX_COLS " FROM sandboxes WHERE account_id = ?1"
+				   " AND status != 'aborted' AND ?2 IS NULL" STORE_LIST_TAIL,
 			  &q, err) < 0)
 		return -1;
+#undef STORE_LIST_TAIL
 	store_bind_text(q, 1, account_id);
 	store_bind_text(q, 2, status ? store_status_name(*status) : NULL);
 	sqlite3_bind_int64(q, 3, cursor_ts);
@@ -1165,7 +1298,7 @@ int store_sandbox_list(struct store *s, const char *account_id, const enum store
 int store_sandbox_list_live(struct store *s, struct store_sandbox **out, size_t *n,
 			    struct sbx_error *err)
 {
-	STORE_LOCK(s);
+	STORE_READ(s);
 	_cleanup_stmt_ sqlite3_stmt *q = NULL;
 	if (store_prepare(s,
 			  "SELECT " SBX_COLS " FROM sandboxes"
@@ -1212,7 +1345,7 @@ int store_sandbox_list_overlapping(struct store *s, const char *account_id, int6
 				   int64_t to_ms, struct store_sandbox **out, size_t *n,
 				   struct sbx_error *err)
 {
-	STORE_LOCK(s);
+	STORE_READ(s);
 	_cleanup_stmt_ sqlite3_stmt *q = NULL;
 	if (store_prepare(s,
 			  "SELECT " SBX_COLS " FROM sandboxes"
@@ -1230,7 +1363,7 @@ int store_sandbox_list_overlapping(struct store *s, const char *account_id, int6
 
 int store_sandbox_count_live(struct store *s, const char *account_id, int *n, struct sbx_error *err)
 {
-	STORE_LOCK(s);
+	STORE_READ(s);
 	return store_count_live_locked(s, account_id, n, err);
 }
 
@@ -1239,26 +1372,20 @@ int store_sandbox_count_live(struct store *s, const char *account_id, int *n, st
 int store_balance_get(struct store *s, const char *account_id, struct store_balance *out,
 		      struct sbx_error *err)
 {
-	STORE_LOCK(s);
-	int found = store_account_exists(s, account_id, err);
-	if (found < 0)
-		return -1;
-	if (found == 0)
-		return sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such account '%.64s'",
-				     account_id ? account_id : "");
+	STORE_READ(s);
 	_cleanup_stmt_ sqlite3_stmt *q = NULL;
 	if (store_prepare(s,
-			  "SELECT"
-			  " COALESCE(SUM(CASE kind WHEN 'credit' THEN amount_micro END), 0),"
-			  " COALESCE(SUM(CASE kind WHEN 'hold' THEN amount_micro END), 0),"
-			  " COALESCE(SUM(CASE kind WHEN 'release' THEN amount_micro END), 0),"
-			  " COALESCE(SUM(CASE kind WHEN 'charge' THEN amount_micro END), 0)"
-			  " FROM ledger WHERE account_id = ?1",
+			  "SELECT credits_micro, holds_micro, releases_micro, charges_micro"
+			  " FROM accounts WHERE id = ?1",
 			  &q, err) < 0)
 		return -1;
 	store_bind_text(q, 1, account_id);
-	if (store_step_row(s, q, err) < 0)
-		return -1;
+	int rc = sqlite3_step(q);
+	if (rc == SQLITE_DONE)
+		return sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such account '%.64s'",
+				     account_id ? account_id : "");
+	if (rc != SQLITE_ROW)
+		return store_db_error(s, "balance", err);
 	int64_t credits = sqlite3_column_int64(q, 0), holds = sqlite3_column_int64(q, 1),
 		releases = sqlite3_column_int64(q, 2), charges = sqlite3_column_int64(q, 3);
 	out->credits_micro = credits;
@@ -1330,6 +1457,23 @@ int store_ledger_check(struct store *s, const char *account_id, struct sbx_error
 		const char *what;
 		const char *sql;
 	} checks[] = {
+	    {"account's running totals differ from the sums of its ledger",
+	     "SELECT x.id FROM (" STORE_ACCOUNT_SUMS ") x JOIN accounts a ON a.id = x.id"
+	     " WHERE a.credits_micro != x.credits OR a.holds_micro != x.holds"
+	     " OR a.releases_micro != x.releases OR a.charges_micro != x.charges"},
+	    {"usage rollups differ from the sandbox charges of the ledger (account grain size)",
+	     "WITH c AS (SELECT l.account_id AS acct, x.size AS size, SUM(l.amount_micro) AS cost"
+	     "  FROM ledger l JOIN sandboxes x ON x.id = l.sandbox_id WHERE l.kind = 'charge'"
+	     "  AND (?1 IS NULL OR l.account_id = ?1) GROUP BY 1, 2),"
+	     " g AS (SELECT account_id AS acct, grain, size, SUM(cost_micro) AS cost"
+	     "  FROM usage_rollups WHERE (?1 IS NULL OR account_id = ?1) GROUP BY 1, 2, 3),"
+	     " k AS (SELECT c.acct, c.size, gr.grain FROM c, (SELECT 'hour' AS grain"
+	     "  UNION ALL SELECT 'day' UNION ALL SELECT 'month') gr"
+	     "  UNION SELECT acct, size, grain FROM g)"
+	     " SELECT k.acct || ' ' || k.grain || ' ' || k.size FROM k"
+	     " LEFT JOIN c ON c.acct = k.acct AND c.size = k.size"
+	     " LEFT JOIN g ON g.acct = k.acct AND g.grain = k.grain AND g.size = k.size"
+	     " WHERE COALESCE(c.cost, 0) != COALESCE(g.cost, 0)"},
 	    {"reserve is negative",
 	     "SELECT id FROM (" STORE_ACCOUNT_SUMS ") WHERE holds - releases - charges < 0"},
 	    {"available is negative (balance - reserved < 0)",
@@ -1377,7 +1521,7 @@ int store_ledger_check(struct store *s, const char *account_id, struct sbx_error
 	     "SELECT id FROM (" STORE_SANDBOX_SUMS ") WHERE status IN"
 	     " ('creating', 'running') AND n_charges + n_releases > 0"},
 	};
-	STORE_LOCK(s);
+	STORE_READ(s);
 	/* One read transaction: every check sees the same snapshot. */
 	if (store_exec(s, "BEGIN", err) < 0)
 		return -1;

@@ -18,9 +18,20 @@
  * A sandbox's holds are settled (charge + release of the rest) exactly once,
  * in the same transaction that ends it.
  *
+ * The account row carries running totals of its ledger (credits, holds,
+ * releases, charges), kept by a trigger in the same transaction as each
+ * ledger row, so a balance or an admission check is one row read whatever
+ * the history; store_ledger_check proves totals = sums of the ledger.
+ *
  * Every query that touches tenant data takes the account id. Functions are
- * thread-safe (one connection behind a mutex). Errors: SBX_E_INTERNAL for
- * database failures (details logged), or the code named per function.
+ * thread-safe. Writes go through one connection behind one mutex (every
+ * write a BEGIN IMMEDIATE transaction); functions that only read (key
+ * lookup, gets, lists, balance, usage, the ledger check) run on one of a
+ * small pool of read connections instead (WAL: they read the last commit
+ * and never wait for the writer or its mutex). Lock order: a function
+ * holds either the writer's mutex or one reader's, never both. Errors:
+ * SBX_E_INTERNAL for database failures (details logged), or the code named
+ * per function.
  */
 #ifndef SBX_STORE_H
 #define SBX_STORE_H
@@ -213,6 +224,59 @@ int store_balance_get(struct store *s, const char *account_id, struct store_bala
  * with SBX_E_INTERNAL and the first violation in the message. For tests
  * and `admin check-ledger`. */
 int store_ledger_check(struct store *s, const char *account_id, struct sbx_error *err);
+
+/* ------------------------------------------------ usage rollups (usage.c)
+ *
+ * When a sandbox settles, its billed seconds and its charge are added, in
+ * the same transaction, to buckets of its account and size: the UTC hour,
+ * day and month it ran in (table usage_rollups). A sandbox that ran across
+ * a bucket boundary is split by the time it ran on each side, so that the
+ * parts add up to its seconds and its charge exactly: the cumulative share
+ * up to each boundary is floor(total * elapsed / runtime) and each bucket
+ * gets the difference (the last one the rest). Hours nest in days and days
+ * in months, so every grain sums to the same totals, and the sum of all
+ * buckets equals the sandbox charges in the ledger (store_ledger_check
+ * proves it per account, grain and size). */
+
+#define STORE_HOUR_MS INT64_C(3600000)
+#define STORE_DAY_MS  INT64_C(86400000)
+
+/* Billed seconds of a runtime (API.md: started seconds, at least one). */
+int64_t store_billed_seconds(int64_t runtime_ms);
+/* Start of the UTC month holding t_ms, and of the month after month_ms. */
+int64_t store_month_start(int64_t t_ms);
+int64_t store_month_next(int64_t month_ms);
+
+/* One part of a split: the UTC hour it falls in and its share. Return -1
+ * to stop the split (which then returns -1). */
+typedef int (*store_usage_piece_fn)(void *ctx, int64_t hour_ms, int64_t seconds,
+				    int64_t cost_micro);
+/* Split seconds and cost_micro of the runtime [start_ms, end_ms) over the
+ * UTC hours it touches, as above, calling fn once per hour in order (one
+ * call, for start's hour, when end <= start). 0 or -1. */
+int store_usage_split(int64_t start_ms, int64_t end_ms, int64_t seconds, int64_t cost_micro,
+		      store_usage_piece_fn fn, void *ctx);
+
+struct store_usage_row {
+	int64_t start_ms; /* start of the bucket (UTC hour, day or month) */
+	int64_t span_ms;  /* its length: hour, day, or that month's */
+	char size[16];
+	int64_t seconds;
+	int64_t cost_micro;
+};
+/* The settled usage of an account over [from_ms, to_ms), in one read
+ * snapshot, O(buckets): with step_ms STORE_HOUR_MS or STORE_DAY_MS, the
+ * rows of that grain (from and to must be multiples of it); with step 0,
+ * the coarsest rows that tile the period exactly (months inside it, then
+ * days, then hours at its edges; from and to whole hours). Rows of sizes
+ * with no usage are absent. *out malloc'd (free it). SBX_E_INVALID_REQUEST
+ * for a misaligned or empty period. */
+int store_usage_read(struct store *s, const char *account_id, int64_t from_ms, int64_t to_ms,
+		     int64_t step_ms, struct store_usage_row **out, size_t *n,
+		     struct sbx_error *err);
+/* Recompute every rollup from the sandboxes that ended, one transaction
+ * (after filling a database by hand, as bench/api does). */
+int store_usage_rebuild(struct store *s, struct sbx_error *err);
 
 /* ------------------------------------------------------ idempotency keys
  *
