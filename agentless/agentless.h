@@ -65,6 +65,15 @@ int agentless_conn_wait_hello(struct agentless_conn *c, int64_t deadline_ms, str
 int64_t agentless_conn_ping(struct agentless_conn *c, size_t len, int64_t deadline_ms,
 			    struct sbx_error *err);
 
+/* The same in two steps, so one thread can have many pings in flight:
+ * send a PING (no payload) and return its handle, or NULL with err; then
+ * wait for its PONG until the deadline, which also frees the handle (call
+ * it exactly once per handle, before agentless_conn_free). */
+struct agentless_ping;
+struct agentless_ping *agentless_conn_ping_send(struct agentless_conn *c, struct sbx_error *err);
+int64_t agentless_conn_ping_wait(struct agentless_conn *c, struct agentless_ping *p,
+				 int64_t deadline_ms, struct sbx_error *err);
+
 /* Send the host's wall clock (WIRE_TIME). 0 or -1. */
 int agentless_conn_send_time(struct agentless_conn *c, struct sbx_error *err);
 

@@ -10,8 +10,10 @@
  * guest answers, so a daemon restart ends a frozen guest's row where it
  * stopped answering, not where it stopped being watched.
  *
- * Pings are sent on this thread, one guest after another, never on the
- * timer thread; a live is pinned with refs while its ping is in flight so
+ * Pings are sent on this thread, never on the timer thread: first to every
+ * guest (sends only queue), then each answer is awaited until one common
+ * deadline, so a round takes at most one interval however many guests
+ * stay silent. A live is pinned with refs while its ping is in flight so
  * no ender frees its conn under us.
  */
 #include <errno.h>
@@ -38,6 +40,7 @@ struct watch {
 struct pinned {
 	struct live *l;
 	struct watch *w;
+	struct agentless_ping *ping; /* NULL when it could not be sent */
 };
 
 static struct watch *watch_find(struct watch *ws, size_t n, const char *id)
@@ -100,15 +103,18 @@ static void liveness_round(struct sandbox_svc *svc, struct watch *ws, size_t *n_
 	}
 	pthread_mutex_unlock(&svc->lock);
 
-	/* 2. Ping them, one after another, without the lock. */
+	/* 2. Ping them all without the lock, then collect the answers until
+	 * one deadline. */
+	int64_t deadline = sbx_mono_ms() + interval;
+	for (size_t i = 0; i < n_pins; i++)
+		pins[i].ping = agentless_conn_ping_send(pins[i].l->conn, NULL);
 	for (size_t i = 0; i < n_pins; i++) {
 		struct live *l = pins[i].l;
 		struct watch *w = pins[i].w;
-		struct sbx_error err;
 		int64_t rtt, t;
 
-		sbx_error_clear(&err);
-		rtt = agentless_conn_ping(l->conn, 0, sbx_mono_ms() + interval, &err);
+		rtt = pins[i].ping ? agentless_conn_ping_wait(l->conn, pins[i].ping, deadline, NULL)
+				   : -1;
 		t = sbx_wall_ms();
 		if (rtt >= 0) {
 			w->misses = 0;

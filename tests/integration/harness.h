@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -193,6 +194,9 @@ static inline int daemon_start(struct daemon *d)
 		return -1;
 	d->pid = fork();
 	if (d->pid == 0) {
+		/* a test that dies (an assertion, a sanitizer) takes its
+		 * daemon with it instead of leaving it and its guests */
+		prctl(PR_SET_PDEATHSIG, SIGTERM);
 		dup2(fds[1], 1);
 		close(fds[0]);
 		close(fds[1]);

@@ -314,17 +314,14 @@ struct big_exec {
 	int status;
 };
 
+static char big_cmd[250 * 1024]; /* "true" and spaces; filled before the threads */
+
 static void *big_exec_main(void *arg)
 {
 	struct big_exec *b = arg;
-	static char cmd[250 * 1024];
 	struct http_reply r;
 
-	if (!cmd[0]) {
-		memset(cmd, ' ', sizeof(cmd) - 1);
-		memcpy(cmd, "true", 4);
-	}
-	r = exec_as(d.key, b->id, cmd, 60000, NULL);
+	r = exec_as(d.key, b->id, big_cmd, 60000, NULL);
 	b->status = r.status;
 	http_reply_free(&r);
 	return NULL;
@@ -344,6 +341,8 @@ static void stop_reading_fails_the_sandbox(void **state)
 	(void)state;
 	assert_int_equal(create_sandbox(d.key, id, sizeof(id)), 0);
 	probe_start();
+	memset(big_cmd, ' ', sizeof(big_cmd) - 1);
+	memcpy(big_cmd, "true", 4);
 	int64_t t0 = sbx_mono_ms();
 	r = exec_as(d.key, id, "true", 3000, "stop_reading");
 	/* that one never got an answer: 500 at its backstop */

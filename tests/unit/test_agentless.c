@@ -1066,6 +1066,31 @@ static void test_ping_and_sync_exec(void **state)
 	    agentless_conn_ping(fx->conn, WIRE_MAX_GUEST_PAYLOAD + 1, sbx_mono_ms() + 5000, &err),
 	    -1);
 
+	/* Two pings in flight from one thread, answered out of order: the
+	 * guest answers the second before the first. */
+	shutdown(fx->gfd, SHUT_RDWR);
+	pthread_join(t, NULL);
+	fx_free(fx);
+	fx = fx_new(1000, 0);
+	fx_handshake(fx);
+	struct agentless_ping *p1 = agentless_conn_ping_send(fx->conn, &err);
+	struct agentless_ping *p2 = agentless_conn_ping_send(fx->conn, &err);
+	struct wire_header h1, h2;
+	uint8_t *b1, *b2;
+	assert_non_null(p1);
+	assert_non_null(p2);
+	guest_recv(fx->gfd, &h1, &b1);
+	guest_recv(fx->gfd, &h2, &b2);
+	assert_int_equal(h1.type, WIRE_PING);
+	assert_int_equal(h2.type, WIRE_PING);
+	guest_send(fx->gfd, WIRE_PONG, h2.id, NULL, 0);
+	assert_true(agentless_conn_ping_wait(fx->conn, p2, sbx_mono_ms() + 5000, &err) >= 0);
+	/* the first is unanswered: it times out at its deadline */
+	assert_int_equal(agentless_conn_ping_wait(fx->conn, p1, sbx_mono_ms() + 50, &err), -1);
+	free(b1);
+	free(b2);
+	assert_int_equal(pthread_create(&t, NULL, echo_guest, &fx->gfd), 0);
+
 	assert_int_equal(agentless_exec(fx->conn, simple_req(), &res, &err), 0);
 	assert_string_equal(res.stdout_buf, "sync");
 	assert_int_equal(res.exit_code, 7);
