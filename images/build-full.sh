@@ -6,6 +6,9 @@
 #
 #   images/build-full.sh TINYDIR OUTDIR
 #
+# FULL_NETWORK=1 builds an image for guests that do have a network: the
+# package tools keep their normal retries (no offline settings, below).
+#
 # Output (world-readable; qemu runs as libvirt-qemu):
 #   OUTDIR/base.qcow2          the root filesystem (ext4 in qcow2), 0444
 #   OUTDIR/vmlinux             copied from TINYDIR
@@ -27,6 +30,8 @@ TINY=${1%/}
 OUTDIR=${2%/}
 SOURCES=${FULL_APT_SOURCES:-/etc/apt/sources.list.d/debian.sources}
 SUITE=bookworm
+NETWORK=${FULL_NETWORK:-0}
+case "$NETWORK" in 0 | 1) ;; *) die "FULL_NETWORK must be 0 or 1" ;; esac
 PACKAGES=(python3 python3-pip python3-venv nodejs npm git curl ca-certificates build-essential
 	  procps less vim-tiny unzip xz-utils jq sudo)
 
@@ -41,7 +46,7 @@ done
 
 SELF=$(readlink -f "$0")
 digest=$({
-	echo "suite=$SUITE packages=${PACKAGES[*]}"
+	echo "suite=$SUITE packages=${PACKAGES[*]} network=$NETWORK"
 	mmdebstrap --version
 	sha256sum "$SELF" "$SOURCES" | awk '{print $1}'
 } | sha256sum | awk '{print $1}')
@@ -72,10 +77,29 @@ trap 'exit 130' INT TERM
 R=$TMP/root
 
 include=$(IFS=,; echo "${PACKAGES[*]}")
+
+# Offline settings (FULL_NETWORK=0, the default: guests have no NIC). The
+# package tools fail at once with their normal error and exit code instead
+# of retrying for a minute or more: pip (retries 5, ~14 s here), npm
+# (fetch-retries 2 with 10-60 s back-off, ~90 s), apt (mmdebstrap's
+# Acquire::Retries 3, and `apt-get update` exiting 0 after failed fetches).
+# git and curl do not retry: nothing to set. resolv.conf names no server
+# (the build host's would be meaningless in a guest): lookups go to
+# 127.0.0.1 on lo and are refused at once. images/README.md lists them.
+offline=()
+if [ "$NETWORK" = 0 ]; then
+	offline=(
+		--customize-hook='printf "# sandboxd: guests have no network (images/README.md)\n[global]\nretries = 0\ntimeout = 5\ndisable-pip-version-check = true\n" > "$1/etc/pip.conf"'
+		--customize-hook='printf "# sandboxd: guests have no network (images/README.md)\nfetch-retries=0\nupdate-notifier=false\n" > "$1/etc/npmrc"'
+		--customize-hook='printf "// sandboxd: guests have no network (images/README.md)\nAcquire::Retries \"0\";\nAPT::Update::Error-Mode \"any\";\n" > "$1/etc/apt/apt.conf.d/99sandboxd-offline"'
+		--customize-hook='rm -f "$1/etc/resolv.conf"; printf "# sandboxd: guests have no network, so no name server (images/README.md)\n" > "$1/etc/resolv.conf"'
+	)
+fi
 log "step 1/3: mmdebstrap $SUITE minbase + ${PACKAGES[*]} (sources: $SOURCES; a few minutes)"
 # Customize: the user 'sandbox' (uid 1000, home /home/sandbox, sudo without
-# password), a default git identity (git commit works out of the box),
-# hostname, and no apt caches in the image.
+# password), a default git identity (git commit works out of the box), the
+# open-file limits for su/sudo sessions, hostname, the offline settings
+# above, and no apt caches in the image.
 mmdebstrap --variant=minbase --include="$include" \
 	--aptopt='Acquire::Retries "3"' \
 	--dpkgopt='path-exclude=/usr/share/doc/*' \
@@ -85,7 +109,9 @@ mmdebstrap --variant=minbase --include="$include" \
 	--customize-hook='chroot "$1" useradd -m -u 1000 -U -s /bin/bash -c sandbox sandbox' \
 	--customize-hook='echo "sandbox ALL=(ALL) NOPASSWD:ALL" > "$1/etc/sudoers.d/sandbox"; chmod 0440 "$1/etc/sudoers.d/sandbox"' \
 	--customize-hook='printf "[user]\n\tname = sandbox\n\temail = sandbox@localhost\n[init]\n\tdefaultBranch = main\n" > "$1/etc/gitconfig"' \
+	--customize-hook='printf "# sandboxd: su and sudo sessions keep the limits of the init (pam_limits would cut ulimit -n to 1024)\n*\tsoft\tnofile\t65536\n*\thard\tnofile\t1048576\nroot\tsoft\tnofile\t65536\nroot\thard\tnofile\t1048576\n" > "$1/etc/security/limits.d/90-sandboxd.conf"' \
 	--customize-hook='echo sandbox > "$1/etc/hostname"; printf "127.0.0.1 localhost\n127.0.1.1 sandbox\n::1 localhost\n" > "$1/etc/hosts"' \
+	"${offline[@]}" \
 	--customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin "$1"/var/log/*.log' \
 	"$SUITE" "$R" - <"$SOURCES" 2>&1 | sed -u 's/^/  mmdebstrap: /'
 log "rootfs: $(du -sm "$R" | cut -f1) MB"

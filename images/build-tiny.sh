@@ -142,6 +142,9 @@ sandbox:x:1000:
 nogroup:x:65534:
 EOF
 echo sandbox >"$R/etc/hostname"
+# localhost and the hostname resolve on lo (the init brings it up).
+printf '127.0.0.1 localhost\n127.0.1.1 sandbox\n::1 localhost ip6-localhost ip6-loopback\n' \
+	>"$R/etc/hosts"
 chown -R 1000:1000 "$R/home/sandbox"
 # The kernel opens /dev/console for init before devtmpfs is mounted.
 mknod -m 0600 "$R/dev/console" c 5 1 2>/dev/null || log "no mknod here: relying on the kernel's /dev/console"

@@ -29,18 +29,43 @@
 #define MOD "execution"
 
 /* The launcher: the code arrives on stdin (never on a command line), is
- * written to a private file, and the program runs with stdin at /dev/null. */
-#define LAUNCH_HEAD                                                                                \
-	"umask 077; d=$(mktemp -d /tmp/sbxr.XXXXXX) || exit 125; cat > \"$d/main.%s\" || exit "    \
-	"125; cd \"$d\" && exec %s main.%s </dev/null"
+ * written to main.EXT in a fresh directory of its own (mktemp -d: 0700, so
+ * the code stays private whatever the umask), and the program runs with
+ * stdin at /dev/null. Nothing else of the launcher reaches user code: it
+ * keeps the exec's umask (022), environment, limits, signal dispositions
+ * and descriptors, and starts in the exec's default cwd (EXEC_CWD). */
+#define LAUNCH_HEAD "d=$(mktemp -d /tmp/sbxr.XXXXXX) && cat > \"$d/main.%s\" || exit 125; "
+#define EXEC_CWD    "/home/sandbox"
+
+/* node: run.cjs decides how main.js runs, by Node's own rule (Node >= 22
+ * detects modules the same way): compiled as CommonJS first; when that
+ * fails only because of module syntax (import/export statements,
+ * import.meta, top-level await, a top-level declaration of a CommonJS
+ * name), main.js becomes main.mjs and runs as an ES module. Either way it
+ * runs as the main module (Module.runMain: require.main, process.argv[1]),
+ * in the same process, with no extra node flags. docs/receipts.md. */
+#define NODE_RUN                                                                                   \
+	"\"use strict\";{const fs=require(\"fs\"),vm=require(\"vm\"),M=require(\"module\");"       \
+	"let f=__dirname+\"/main.js\",esm=false;"                                                  \
+	"try{new vm.Script(M.wrap(fs.readFileSync(f,\"utf8\")),{filename:f})}"                     \
+	"catch(e){esm=e instanceof SyntaxError&&/^(Cannot use import statement outside a module|"  \
+	"Unexpected token \\x27export\\x27|Cannot use \\x27import\\.meta\\x27 outside a module|"   \
+	"await is only valid in async functions and the top level bodies of modules|"              \
+	"Identifier \\x27(module|exports|require|__filename|__dirname)\\x27 has already been "     \
+	"declared)$/.test(e.message)}"                                                             \
+	"if(esm){const m=f.slice(0,-3)+\".mjs\";fs.renameSync(f,m);f=m}"                           \
+	"process.argv[1]=f;M.runMain(f)}"
 
 static const struct runtime {
-	const char *name, *ext, *interp;
+	const char *name, *ext;
+	const char *prep; /* shell run after the code is written, or "" */
+	const char *run;  /* what the launcher execs */
 	bool test_only;
 } runtimes[] = {
-    {"python", "py", "python3", false},
-    {"node", "js", "node", false},
-    {"sh", "sh", "/bin/sh", true},
+    {"python", "py", "", "python3 \"$d/main.py\"", false},
+    {"node", "js", "printf %s '" NODE_RUN "' > \"$d/run.cjs\" || exit 125; ", "node \"$d/run.cjs\"",
+     false},
+    {"sh", "sh", "", "/bin/sh \"$d/main.sh\"", true},
 };
 
 static const struct runtime *runtime_find(const struct sandbox_config *cfg, const char *name)
@@ -221,7 +246,7 @@ int sandbox_exec_receipt_sign(struct sandbox_svc *svc, const char *account_id,
 	struct receipt_signer *sg = signer_get(svc, err);
 	struct receipt_json *in, *env, *outj, *body;
 	char fin[RECEIPT_HEX32_LEN], fout[RECEIPT_HEX32_LEN], ts_start[32], ts_end[32];
-	const char *cwd = req->cwd ? req->cwd : "/home/sandbox";
+	const char *cwd = req->cwd ? req->cwd : EXEC_CWD;
 	int64_t ended = sbx_wall_ms(), started = ended - (int64_t)duration_ms;
 	char *canon = NULL;
 	int rc = -1;
@@ -372,6 +397,9 @@ static int run_dev_process(const char *launcher, const struct sandbox_execution_
 	pid = fork();
 	if (pid == 0) {
 		setpgid(0, 0);
+		/* no /home/sandbox on a host: its /tmp stands for the cwd */
+		if (chdir("/tmp") < 0)
+			_exit(126);
 		dup2(in, 0);
 		dup2(o[1], 1);
 		dup2(e[1], 2);
@@ -594,12 +622,14 @@ static int run_libvirt(struct sandbox_svc *svc, const char *id, const char *laun
 	struct agentless_exec_req ar = {
 	    .command = launcher,
 	    .command_len = strlen(launcher),
-	    .cwd = "/tmp",
+	    .cwd = EXEC_CWD,
 	    .timeout_ms = timeout_ms,
 	    .stdout_cap = (uint32_t)cap,
 	    .stderr_cap = (uint32_t)cap,
 	    .stdin_data = req->code,
 	    .stdin_len = req->code_len,
+	    /* the exec's user too (config exec_user) */
+	    .user = strcmp(cfg->exec_user, "root") == 0 ? NULL : cfg->exec_user,
 	};
 	struct live *l;
 
@@ -679,7 +709,7 @@ int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
 	struct receipt_signer *sg;
 	struct receipt_json *in = NULL, *outj = NULL, *body = NULL, *resp = NULL, *r = NULL,
 			    *bill = NULL;
-	char launcher[512], salt[RECEIPT_HEX32_LEN], fin[RECEIPT_HEX32_LEN],
+	char launcher[2048], salt[RECEIPT_HEX32_LEN], fin[RECEIPT_HEX32_LEN],
 	    fout[RECEIPT_HEX32_LEN], hash[RECEIPT_HEX32_LEN], sig[RECEIPT_SIG_HEX_LEN],
 	    rcpt[SANDBOX_ID_MAX], ts_start[32], ts_end[32], usd[32], url[96];
 	char *sout = NULL, *serr = NULL, *canon_body = NULL, *canon_resp = NULL;
@@ -694,7 +724,8 @@ int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
 		return -1;
 	if (!(sg = signer_get(svc, err)))
 		return -1;
-	snprintf(launcher, sizeof launcher, LAUNCH_HEAD, rt->ext, rt->interp, rt->ext);
+	snprintf(launcher, sizeof launcher, LAUNCH_HEAD "%sexec %s </dev/null", rt->ext, rt->prep,
+		 rt->run);
 	if (sbx_random_id("sbxr_", 12, row.id, sizeof row.id) < 0 ||
 	    sbx_random_id("rcpt_", 12, rcpt, sizeof rcpt) < 0 || receipt_salt_new(salt, err) < 0)
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "no randomness available");

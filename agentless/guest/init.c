@@ -11,8 +11,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
+#include <sys/socket.h>
 #include <sys/statfs.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -38,6 +41,12 @@
 /* How long to wait for the exec port to appear after virtio_console loads. */
 #define PORT_WAIT_MS 10000
 #define PORT_POLL_MS 10
+
+/* Open files per process: the soft limit every command starts with (npm,
+ * webpack and test runners open thousands of files; 1024 is too few) and
+ * the hard limit it may raise itself to (the kernel's default fs.nr_open). */
+#define NOFILE_SOFT 65536
+#define NOFILE_HARD 1048576
 
 char guest_cgroup_root[64];
 
@@ -396,11 +405,68 @@ static void limits_raise(void)
 {
 	struct rlimit rl;
 
-	/* Background pipes kept open after EXIT need fds. */
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-		rl.rlim_cur = rl.rlim_max;
-		setrlimit(RLIMIT_NOFILE, &rl);
+	/* Background pipes kept open after EXIT need fds, and every command
+	 * inherits these limits (`ulimit -n`). */
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return;
+	if (rl.rlim_max < NOFILE_HARD)
+		rl.rlim_max = NOFILE_HARD;
+	rl.rlim_cur = NOFILE_SOFT < rl.rlim_max ? NOFILE_SOFT : rl.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+		guest_log("RLIMIT_NOFILE %llu/%llu: %s", (unsigned long long)rl.rlim_cur,
+			  (unsigned long long)rl.rlim_max, strerror(errno));
+}
+
+/* 1 when the kernel lists ::1 on lo (IPv6 can be disabled by sysctl). */
+static int loopback_has_ipv6(void)
+{
+	char buf[4096];
+
+	if (read_file("/proc/net/if_inet6", buf, sizeof(buf)) < 0)
+		return 0;
+	return strstr(buf, "00000000000000000000000000000001") != NULL;
+}
+
+/* Bring the loopback interface up. Guests have no NIC and nothing else
+ * does it, yet servers that talk to themselves on localhost (test and dev
+ * servers, databases, language servers) need it. Coming up, lo gets
+ * 127.0.0.1/8 and ::1 from the kernel; 127.0.0.1 is set by hand should it
+ * be missing. No `ip` binary: the tiny image has none to rely on. */
+static void loopback_up(void)
+{
+	struct ifreq ifr;
+	struct sockaddr_in *sin = (struct sockaddr_in *)&ifr.ifr_addr;
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0) {
+		guest_log("lo: socket: %s", strerror(errno));
+		return;
 	}
+	memset(&ifr, 0, sizeof(ifr));
+	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo");
+	if (ioctl(fd, SIOCGIFFLAGS, &ifr) < 0) {
+		guest_log("lo: get flags: %s", strerror(errno));
+		goto out;
+	}
+	ifr.ifr_flags |= IFF_UP;
+	if (ioctl(fd, SIOCSIFFLAGS, &ifr) < 0) {
+		guest_log("lo: up: %s", strerror(errno));
+		goto out;
+	}
+	memset(&ifr.ifr_addr, 0, sizeof(ifr.ifr_addr));
+	if (ioctl(fd, SIOCGIFADDR, &ifr) < 0) {
+		sin->sin_family = AF_INET;
+		sin->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		if (ioctl(fd, SIOCSIFADDR, &ifr) < 0)
+			guest_log("lo: 127.0.0.1: %s", strerror(errno));
+		sin->sin_addr.s_addr = htonl(0xff000000u);
+		if (ioctl(fd, SIOCSIFNETMASK, &ifr) < 0)
+			guest_log("lo: netmask: %s", strerror(errno));
+	}
+	if (!loopback_has_ipv6())
+		guest_log("lo: no ::1 (IPv6 disabled?)");
+out:
+	close(fd);
 }
 
 int main(void)
@@ -420,6 +486,7 @@ int main(void)
 	if (root_switch() < 0)
 		return 1;
 	sethostname("sandbox", 7);
+	loopback_up();
 	limits_raise();
 	setenv("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", 1);
 	if (chdir("/") < 0)

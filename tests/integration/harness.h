@@ -119,26 +119,39 @@ static inline void daemon_config(struct daemon *d, const char *extra)
 }
 
 /* The full image (SBX_TEST_FULL_IMAGE_DIR, default build/images/full: its
- * base.qcow2 is installed once, by digest, into
- * /var/lib/sandboxd-test/full/ where qemu can read it and every test run
- * shares it). Returns -1 when the image was not built. */
+ * base.qcow2 is installed once per digest into
+ * /var/lib/sandboxd-test/full-<digest>/ where qemu can read it and every
+ * test run of that image shares it; runs of different images, e.g. from
+ * two worktrees, do not replace each other's, and concurrent installs of
+ * one copy to temporary names). Returns -1 when the image was not built. */
 static inline int daemon_config_full(struct daemon *d, const char *extra)
 {
 	const char *img = getenv("SBX_TEST_FULL_IMAGE_DIR");
-	char cmd[2048];
+	char cmd[2048], base[128];
+	FILE *f;
+	char sum[17] = "";
 
 	if (!img)
 		img = "build/images/full";
+	snprintf(cmd, sizeof(cmd), "%s/base.sha256", img);
+	f = fopen(cmd, "r");
+	if (!f || fscanf(f, "%16[0-9a-f]", sum) != 1 || strlen(sum) != 16) {
+		if (f)
+			fclose(f);
+		return -1;
+	}
+	fclose(f);
+	snprintf(base, sizeof(base), "/var/lib/sandboxd-test/full-%s", sum);
 	snprintf(cmd, sizeof(cmd),
-		 "set -e; test -f '%s/base.qcow2'; b=/var/lib/sandboxd-test/full; "
+		 "set -e; test -f '%s/base.qcow2'; b=%s; "
 		 "mkdir -p -m 0755 /var/lib/sandboxd-test $b; "
-		 "if ! cmp -s '%s/base.sha256' $b/base.sha256 || ! test -f $b/base.qcow2; then "
-		 "cp '%s/base.qcow2' $b/base.qcow2.new; chmod 0444 $b/base.qcow2.new; "
-		 "mv -f $b/base.qcow2.new $b/base.qcow2; install -m 0644 '%s/base.sha256' $b/; fi",
-		 img, img, img, img);
+		 "if ! test -f $b/base.qcow2; then t=$(mktemp $b/base.qcow2.XXXXXX); "
+		 "cp '%s/base.qcow2' $t; chmod 0444 $t; mv -f $t $b/base.qcow2; fi",
+		 img, base, img);
 	if (run_cmd(cmd) != 0)
 		return -1;
-	daemon_config_image(d, img, "/var/lib/sandboxd-test/full/base.qcow2", extra);
+	snprintf(cmd, sizeof(cmd), "%s/base.qcow2", base);
+	daemon_config_image(d, img, cmd, extra);
 	return 0;
 }
 
@@ -446,6 +459,53 @@ static inline const char *jerr(json_object *o, const char *key)
 	if (!o || !json_object_object_get_ex(o, "error", &e))
 		return NULL;
 	return jstr(e, key);
+}
+
+/* Write `len` bytes of `data` to `path` (created or truncated). 0 or -1. */
+static inline int file_write(const char *path, const void *data, size_t len)
+{
+	FILE *f = fopen(path, "w");
+	int rc = 0;
+
+	if (!f)
+		return -1;
+	if (fwrite(data, 1, len, f) != len)
+		rc = -1;
+	if (fclose(f) != 0)
+		rc = -1;
+	return rc;
+}
+
+/* Keep what the caller of one execution keeps, in STATE_DIR/<sub>/ (made
+ * afresh; its path into dir, PATH_MAX-ish): r.json (the 200 reply `r`),
+ * `code_name` (the code as sent) and receipt.json (GET of the reply's
+ * receipt.url). 0, or -1 when a step fails. */
+static inline int execution_keep(struct daemon *d, const struct http_reply *r, const char *code,
+				 const char *code_name, const char *sub, char *dir, size_t dir_len)
+{
+	struct http_reply g;
+	json_object *rc;
+	char path[1024];
+	int ret = -1;
+
+	snprintf(dir, dir_len, "%s/%s", d->state_dir, sub);
+	snprintf(path, sizeof(path), "rm -rf '%s' && mkdir -p '%s'", dir, dir);
+	if (run_cmd(path) != 0)
+		return -1;
+	snprintf(path, sizeof(path), "%s/r.json", dir);
+	if (file_write(path, r->body, r->body_len) < 0)
+		return -1;
+	snprintf(path, sizeof(path), "%s/%s", dir, code_name);
+	if (file_write(path, code, strlen(code)) < 0)
+		return -1;
+	if (!json_object_object_get_ex(r->json, "receipt", &rc) || !jstr(rc, "url") ||
+	    http_request(d, "GET", jstr(rc, "url"), d->key, NULL, NULL, 0, &g) < 0)
+		return -1;
+	snprintf(path, sizeof(path), "%s/receipt.json", dir);
+	if (g.status == 200 && file_write(path, g.body, g.body_len) == 0)
+		ret = 0;
+	http_reply_free(&g);
+	return ret;
 }
 
 #endif

@@ -177,14 +177,9 @@ static void test_receipt(void **state)
 	    "import sys\nprint(7.25)\nprint(0)\nprint('\\u00e9\\t', file=sys.stderr)\n";
 	struct http_reply r = execute(d.key, "python", 30, code, 200), g, k;
 	char dir[400], path[512], cmd[2048], url[128];
-	json_object *rc;
 
 	check_execution(&r, 30);
 	assert_string_equal(jstr(r.json, "stdout"), "7.25\n0\n");
-	snprintf(dir, sizeof(dir), "%s/rcheck", d.state_dir);
-	snprintf(cmd, sizeof(cmd), "rm -rf %s && mkdir -p %s", dir, dir);
-	assert_int_equal(run_cmd(cmd), 0);
-
 	/* GET returns the same bytes */
 	snprintf(url, sizeof(url), "/v1/sandbox/executions/%s", jstr(r.json, "id"));
 	assert_int_equal(http_request(&d, "GET", url, d.key, NULL, NULL, 0, &g), 0);
@@ -192,24 +187,14 @@ static void test_receipt(void **state)
 	assert_string_equal(g.body, r.body);
 	http_reply_free(&g);
 
-	/* the caller's files: response, code, pinned public key, receipt */
-	snprintf(path, sizeof(path), "%s/r.json", dir);
-	write_file(path, r.body, r.body_len);
-	snprintf(path, sizeof(path), "%s/code.py", dir);
-	write_file(path, code, strlen(code));
+	/* the caller's files: response, code, receipt, pinned public key */
+	assert_int_equal(execution_keep(&d, &r, code, "code.py", "rcheck", dir, sizeof(dir)), 0);
 	assert_int_equal(
 	    http_request(&d, "GET", "/v1/receipts/public-key", d.key, NULL, NULL, 0, &k), 0);
 	assert_int_equal(k.status, 200);
 	snprintf(path, sizeof(path), "%s/pub.pem", dir);
 	write_file(path, jstr(k.json, "public_key_pem"), strlen(jstr(k.json, "public_key_pem")));
 	http_reply_free(&k);
-	assert_true(json_object_object_get_ex(r.json, "receipt", &rc));
-	assert_int_equal(http_request(&d, "GET", jstr(rc, "url"), d.key, NULL, NULL, 0, &g), 0);
-	assert_int_equal(g.status, 200);
-	snprintf(path, sizeof(path), "%s/receipt.json", dir);
-	write_file(path, g.body, g.body_len);
-	http_reply_free(&g);
-
 	/* 1. the CLI */
 	snprintf(cmd, sizeof(cmd),
 		 "cd %s && %s verify-receipt receipt.json --public-key pub.pem --execution r.json "

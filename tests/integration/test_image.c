@@ -1,7 +1,10 @@
 /* The full guest image (images/build-full.sh) in a real guest of the real
  * default size (small: 2 vCPU, 4 GiB, 40 GiB): the tools users expect run,
  * the guest sees its size, the user/env/clock are right, and the overlay is
- * thin and goes away with the sandbox.
+ * thin and goes away with the sandbox. The box behaves as programs expect
+ * (issue 17): loopback up, offline package tools fail at once, a shell
+ * user's environment; one-shot executions start user code like exec does
+ * (umask, env, limits, signals, fds, cwd) and run node ES modules.
  *
  * SBX_TEST_FULL_IMAGE_DIR names the image (default build/images/full).
  * SBX_TEST_FIGURES=1 also measures create-to-ready, full vs tiny (5 each).
@@ -20,6 +23,8 @@
 
 static struct daemon d;
 static char sbx_id[64];
+/* The probe's output under exec, compared with a one-shot execution's. */
+static char exec_probe[4096];
 
 static int setup(void **state)
 {
@@ -257,6 +262,213 @@ static void write_1_gb_to_home(void **state)
 	free(run_ok("rm -f /home/sandbox/big", 60000));
 }
 
+/* lo is up with 127.0.0.1 and ::1 before the first exec: a program serves
+ * on localhost and talks to itself, by address and by name. */
+static void loopback_is_up(void **state)
+{
+	_cleanup_free_ char *flags = run_ok("cat /sys/class/net/lo/flags", 30000);
+	_cleanup_free_ char *talk = run_ok(
+	    "python3 -c '\n"
+	    "import socket\n"
+	    "for fam, host in ((socket.AF_INET, \"127.0.0.1\"), (socket.AF_INET6, \"::1\"),\n"
+	    "                  (socket.AF_INET, \"localhost\"), (socket.AF_INET, \"sandbox\")):\n"
+	    "    s = socket.socket(fam); s.bind((host, 0)); s.listen(1)\n"
+	    "    c = socket.create_connection((host, s.getsockname()[1]))\n"
+	    "    a, _ = s.accept(); c.sendall(b\"hi\"); print(host, a.recv(2).decode())\n"
+	    "'",
+	    60000);
+
+	/* IFF_UP (0x1) | IFF_LOOPBACK (0x8), and RUNNING is not in this file */
+	assert_true(strtol(flags, NULL, 16) & 0x1);
+	assert_string_equal(talk, "127.0.0.1 hi\n::1 hi\nlocalhost hi\nsandbox hi\n");
+}
+
+/* Without a network the package tools fail with their own error and a
+ * non-zero status, without retrying (the retries were the ~90 s "hang").
+ * Durations are printed, not asserted. */
+static void offline_tools_fail_at_once(void **state)
+{
+	static const struct {
+		const char *cmd, *want; /* want: in the output */
+		int rc;
+	} tools[] = {
+	    {"pip download -d /tmp/dl requests", "No matching distribution found for requests", 1},
+	    {"npm view left-pad version", "EAI_AGAIN", 1},
+	    {"apt-get update", "E: Failed to fetch", 100},
+	    {"git clone https://github.com/git/git /tmp/g", "Could not resolve host", 128},
+	    {"curl -sS https://pypi.org/simple/", "Could not resolve host", 6},
+	};
+	_cleanup_free_ char *cfg = run_ok("npm config get fetch-retries; pip config list", 120000);
+
+	assert_string_equal(cfg, "0\nglobal.disable-pip-version-check='true'\nglobal.retries='0'\n"
+				 "global.timeout='5'\n");
+	for (size_t i = 0; i < sizeof(tools) / sizeof(tools[0]); i++) {
+		char cmd[512];
+		struct http_reply r;
+		const char *out;
+		int64_t t0 = sbx_mono_ms();
+
+		snprintf(cmd, sizeof(cmd), "cd /tmp && %s >/tmp/o 2>&1; echo $?; cat /tmp/o",
+			 tools[i].cmd);
+		r = run(cmd, 300000);
+		out = jstr(r.json, "stdout");
+		print_message("offline: '%s' exit %d after %lld ms\n", tools[i].cmd, atoi(out),
+			      (long long)(sbx_mono_ms() - t0));
+		assert_int_equal(atoi(out), tools[i].rc);
+		if (!strstr(out, tools[i].want) || strstr(out, "Retrying"))
+			print_message("%s\n", out);
+		assert_non_null(strstr(out, tools[i].want));
+		assert_null(strstr(out, "Retrying")); /* pip's retry line */
+		http_reply_free(&r);
+	}
+}
+
+/* What a shell user expects of a fresh box (images/README.md). */
+static void a_fresh_box_for_a_shell_user(void **state)
+{
+	_cleanup_free_ char *env =
+	    run_ok("echo \"$HOME|$USER|$LANG|$TERM\"; hostname; python3 -c 'import "
+		   "socket as s; print(s.gethostbyname(\"sandbox\"), "
+		   "s.gethostbyname(\"localhost\"))'",
+		   30000);
+	_cleanup_free_ char *utf8 = run_ok("python3 -c 'print(\"h\\u00e9llo \\u2713\")'; "
+					   "node -e 'console.log(\"h\\u00e9llo \\u2713\")'",
+					   120000);
+	_cleanup_free_ char *noterm =
+	    run_ok("env -u TERM top -bn1 | head -c4; echo; env -u TERM less /etc/hostname", 60000);
+	_cleanup_free_ char *dirs = run_ok(
+	    "stat -c '%n %a' /tmp /dev/shm; stat -f -c %T /dev/shm; "
+	    "su sandbox -c 'echo x > /dev/shm/t && echo y > /tmp/t && cat /dev/shm/t /tmp/t' && "
+	    "rm /dev/shm/t /tmp/t; df -B1 --output=avail /tmp | tail -n1",
+	    30000);
+	_cleanup_free_ char *fds =
+	    run_ok("ulimit -n; ulimit -Hn; su sandbox -c 'ulimit -n'", 30000);
+	char expect[256];
+	long long avail = 0;
+
+	assert_string_equal(env, "/root|root|C.UTF-8|dumb\nsandbox\n127.0.1.1 127.0.0.1\n");
+	assert_string_equal(utf8, "h\xc3\xa9llo \xe2\x9c\x93\nh\xc3\xa9llo \xe2\x9c\x93\n");
+	assert_string_equal(noterm, "top \nsandbox\n");
+	assert_int_equal(sscanf(strrchr(dirs, 'y') + 2, "%lld", &avail), 1);
+	snprintf(expect, sizeof(expect), "/tmp 1777\n/dev/shm 1777\ntmpfs\nx\ny\n%lld\n", avail);
+	assert_string_equal(dirs, expect);
+	assert_true(avail > 30 * GIB); /* the disk's, not RAM */
+	assert_string_equal(fds, "65536\n1048576\n65536\n");
+}
+
+/* Process state user code starts with: the same program runs under exec
+ * here and as a one-shot execution later (execution_starts_like_exec).
+ * The files it creates show the umask; lo is up in both. */
+#define PROBE                                                                                      \
+	"import os, resource, socket, stat\n"                                                      \
+	"for l in open('/proc/self/status'):\n"                                                    \
+	"    k, v = l.split(':', 1)\n"                                                             \
+	"    if k in ('SigIgn', 'SigBlk', 'Uid', 'Gid', 'Groups'): print(k, v.split())\n"          \
+	"print('umask', oct(os.umask(0o22)), 'cwd', os.getcwd())\n"                                \
+	"print('env', sorted(os.environ.items()))\n"                                               \
+	"for n in ('NOFILE', 'NPROC', 'STACK', 'CORE', 'MEMLOCK', 'AS', 'FSIZE', 'CPU'):\n"        \
+	"    print(n, resource.getrlimit(getattr(resource, 'RLIMIT_' + n)))\n"                     \
+	"fds = []\n"                                                                               \
+	"for f in sorted(int(x) for x in os.listdir('/proc/self/fd')):\n"                          \
+	"    try: fds.append((f, os.readlink('/proc/self/fd/%d' % f).split(':')[0]))\n"            \
+	"    except OSError: pass\n"                                                               \
+	"print('fds', fds)\n"                                                                      \
+	"os.mkdir('probe-dir'); open('probe-file', 'w').close()\n"                                 \
+	"print('modes', oct(stat.S_IMODE(os.stat('probe-dir').st_mode)),\n"                        \
+	"      oct(stat.S_IMODE(os.stat('probe-file').st_mode)))\n"                                \
+	"os.rmdir('probe-dir'); os.remove('probe-file')\n"                                         \
+	"for fam, host in ((socket.AF_INET, '127.0.0.1'), (socket.AF_INET6, '::1')):\n"            \
+	"    s = socket.socket(fam); s.bind((host, 0)); s.listen(1)\n"                             \
+	"    socket.create_connection((host, s.getsockname()[1])); print('lo', host, 'ok')\n"
+
+static void exec_probe_runs(void **state)
+{
+	_cleanup_free_ char *out =
+	    run_ok("cat > /tmp/probe.py <<'EOF'\n" PROBE "EOF\npython3 /tmp/probe.py", 60000);
+
+	print_message("exec probe:\n%s", out);
+	assert_non_null(strstr(out, "umask 0o22 cwd /home/sandbox\n"));
+	assert_non_null(strstr(out, "modes 0o755 0o644\n"));
+	assert_non_null(strstr(out, "NOFILE (65536, 1048576)\n"));
+	assert_non_null(strstr(out, "fds [(0, '/dev/null'), (1, 'pipe'), (2, 'pipe')]\n"));
+	assert_non_null(strstr(out, "lo ::1 ok\n"));
+	assert_true(strlen(out) < sizeof(exec_probe));
+	snprintf(exec_probe, sizeof(exec_probe), "%s", out);
+}
+
+/* POST /v1/sandbox/executions; fails the test unless 200. */
+static struct http_reply execute(const char *runtime, const char *code)
+{
+	json_object *o = json_object_new_object();
+	struct http_reply r;
+
+	json_object_object_add(o, "runtime", json_object_new_string(runtime));
+	json_object_object_add(o, "timeout_seconds", json_object_new_int(60));
+	json_object_object_add(o, "code", json_object_new_string(code));
+	assert_int_equal(http_request(&d, "POST", "/v1/sandbox/executions", d.key, NULL,
+				      json_object_to_json_string(o), 0, &r),
+			 0);
+	json_object_put(o);
+	if (r.status != 200)
+		print_message("execution %s: %d %.400s\n", runtime, r.status, r.body);
+	assert_int_equal(r.status, 200);
+	print_message("execution %s: exit %lld in %lld ms (%s)\n", runtime,
+		      (long long)jint(r.json, "exit_code"), (long long)jint(r.json, "duration_ms"),
+		      jstr(r.json, "startup_path"));
+	return r;
+}
+
+/* The launcher's own state (it keeps the code private) does not reach
+ * user code: the same probe prints the same as under exec. */
+static void execution_starts_like_exec(void **state)
+{
+	struct http_reply r = execute("python", PROBE);
+
+	assert_int_equal(jint(r.json, "exit_code"), 0);
+	assert_string_equal(jstr(r.json, "stdout"), exec_probe);
+	http_reply_free(&r);
+}
+
+/* node: ES module syntax (import from 'node:os', top-level await) runs as
+ * a module, CommonJS keeps working as the main module; the receipt's input
+ * fingerprint is over the code as sent. */
+static void node_runs_modules_and_commonjs(void **state)
+{
+	static const char esm[] =
+	    "import os from 'node:os';\n"
+	    "const n = await Promise.resolve(6 * 7);\n"
+	    "console.log(typeof os.cpus, n, import.meta.url.endsWith('/main.mjs'),\n"
+	    "  process.argv.length, process.execArgv.length);\n";
+	static const char cjs[] =
+	    "const os = require('node:os');\n"
+	    "async function f() { return await Promise.resolve(6 * 7); }\n"
+	    "f().then((n) => console.log(typeof os.cpus, n, require.main === module,\n"
+	    "  __filename.endsWith('/main.js'), process.argv.length,\n"
+	    "  process.execArgv.length, process.cwd(), process.umask().toString(8)));\n";
+	struct http_reply r = execute("node", esm);
+	char dir[400], cmd[2048];
+	json_object *rc;
+
+	assert_int_equal(jint(r.json, "exit_code"), 0);
+	assert_string_equal(jstr(r.json, "stdout"), "function 42 true 2 0\n");
+	assert_string_equal(jstr(r.json, "stderr"), "");
+
+	assert_int_equal(execution_keep(&d, &r, esm, "code.js", "esm", dir, sizeof(dir)), 0);
+	assert_true(json_object_object_get_ex(r.json, "receipt", &rc));
+	snprintf(cmd, sizeof(cmd),
+		 "cd %s && %s verify-receipt receipt.json --signer %s --execution r.json "
+		 "--code code.js --runtime node",
+		 dir, sbx_bin(), jstr(rc, "signer"));
+	assert_int_equal(run_cmd(cmd), 0);
+	http_reply_free(&r);
+
+	r = execute("node", cjs);
+	assert_int_equal(jint(r.json, "exit_code"), 0);
+	assert_string_equal(jstr(r.json, "stdout"), "function 42 true true 2 0 /home/sandbox 22\n");
+	assert_string_equal(jstr(r.json, "stderr"), "");
+	http_reply_free(&r);
+}
+
 static void delete_removes_the_overlay(void **state)
 {
 	destroy(&d, sbx_id);
@@ -264,8 +476,9 @@ static void delete_removes_the_overlay(void **state)
 	assert_int_equal(count_overlays(), 0);
 }
 
-/* exec_user "sandbox": commands run unprivileged with the user's HOME, and
- * sudo still works. A second daemon on the same state dir. */
+/* exec_user "sandbox": commands and one-shot executions run unprivileged
+ * with the user's HOME, and sudo still works. A second daemon on the same
+ * state dir. */
 static void exec_user_runs_commands_unprivileged(void **state)
 {
 	struct daemon u = d;
@@ -298,6 +511,11 @@ static void exec_user_runs_commands_unprivileged(void **state)
 	assert_non_null(strstr(jstr(r.json, "stderr"), "Permission denied"));
 	http_reply_free(&r);
 	destroy(&d, sbx_id);
+
+	/* one-shot executions run as the exec user too */
+	r = execute("python", "import os\nprint(os.getuid(), os.getcwd(), oct(os.umask(0o22)))\n");
+	assert_string_equal(jstr(r.json, "stdout"), "1000 /home/sandbox 0o22\n");
+	http_reply_free(&r);
 }
 
 static int cmp_ll(const void *a, const void *b)
@@ -356,7 +574,14 @@ int main(void)
 	    cmocka_unit_test(git_init_and_commit),
 	    cmocka_unit_test(gcc_and_make),
 	    cmocka_unit_test(write_1_gb_to_home),
+	    cmocka_unit_test(loopback_is_up),
+	    cmocka_unit_test(offline_tools_fail_at_once),
+	    cmocka_unit_test(a_fresh_box_for_a_shell_user),
+	    cmocka_unit_test(exec_probe_runs),
 	    cmocka_unit_test(delete_removes_the_overlay),
+	    /* after the overlay count: each execution has a guest of its own */
+	    cmocka_unit_test(execution_starts_like_exec),
+	    cmocka_unit_test(node_runs_modules_and_commonjs),
 	    cmocka_unit_test(exec_user_runs_commands_unprivileged),
 	    cmocka_unit_test(figures_create_to_ready),
 	};
