@@ -24,7 +24,7 @@ GUEST_INIT=$1
 OUTDIR=${2%/}
 COMPRESS=${TINY_COMPRESS:-lz4}
 MODULES=(virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci
-	 virtio_console virtio_blk virtio_balloon)
+	 virtio_console virtio_blk virtio_balloon virtio-rng)
 
 [ -f "$GUEST_INIT" ] || die "guest init '$GUEST_INIT' not found (make build/guest/sandboxd-init)"
 BUSYBOX=$(command -v busybox || true)

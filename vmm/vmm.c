@@ -404,6 +404,14 @@ static int vmm_xml_build(struct sbx_buf *b, const struct vmm_config *cfg, const 
 		r |= sbx_buf_printf(b, "    <memballoon model='virtio' freePageReporting='on'/>\n");
 	else
 		r |= sbx_buf_printf(b, "    <memballoon model='none'/>\n");
+	/* Entropy from the host's /dev/urandom (rate-limited): a TCG guest
+	 * has no RDRAND and no other entropy source, and its kernel's random
+	 * pool took 8-23 s after boot to get ready, which node and anything
+	 * else reading getrandom() early waited for. */
+	r |= sbx_buf_printf(b, "    <rng model='virtio'>\n"
+			       "      <rate bytes='65536' period='1000'/>\n"
+			       "      <backend model='random'>/dev/urandom</backend>\n"
+			       "    </rng>\n");
 	r |= sbx_buf_printf(b, "  </devices>\n</domain>\n");
 	return r ? -1 : 0;
 }

@@ -195,6 +195,7 @@ static void modules_load(void)
 	    "virtio_console",
 	    "virtio_blk",
 	    "virtio_balloon", /* free page reporting (vmm's <memballoon>) */
+	    "virtio-rng",     /* entropy from the host (vmm's <rng>) */
 	};
 	struct utsname u;
 	char path[512];

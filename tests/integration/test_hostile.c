@@ -48,15 +48,18 @@ static int create_sandbox(const char *key, char *id, size_t idlen)
 	return ok ? 0 : -1;
 }
 
-/* POST exec {"command": cmd, "timeout_ms": t, "env": {SBX_TEST_HOSTILE: how}}. */
-static struct http_reply exec_as(const char *key, const char *id, const char *cmd,
-				 uint32_t timeout_ms, const char *how)
+/* POST exec {"command": cmd, "timeout_ms": t, "env": {SBX_TEST_HOSTILE:
+ * how}}, with "encoding": "base64" when base64. */
+static struct http_reply exec_enc(const char *key, const char *id, const char *cmd,
+				  uint32_t timeout_ms, const char *how, bool base64)
 {
 	struct http_reply r;
 	json_object *o = json_object_new_object();
 	char path[128];
 
 	json_object_object_add(o, "command", json_object_new_string(cmd));
+	if (base64)
+		json_object_object_add(o, "encoding", json_object_new_string("base64"));
 	if (timeout_ms)
 		json_object_object_add(o, "timeout_ms", json_object_new_int64(timeout_ms));
 	if (how) {
@@ -70,6 +73,12 @@ static struct http_reply exec_as(const char *key, const char *id, const char *cm
 		r.status = -1;
 	json_object_put(o);
 	return r;
+}
+
+static struct http_reply exec_as(const char *key, const char *id, const char *cmd,
+				 uint32_t timeout_ms, const char *how)
+{
+	return exec_enc(key, id, cmd, timeout_ms, how, false);
 }
 
 static const char *sandbox_status(const char *id)
@@ -213,7 +222,7 @@ static int setup(void **state)
 	alarm(1500);
 	if (daemon_config_full(&d,
 			       "\"test_hostile_guests\": true, \"exec_backstop_grace_ms\": 2000, "
-			       "\"liveness_interval_ms\": 0, \"output_budget_account_mib\": 50, "
+			       "\"liveness_interval_ms\": 0, \"output_budget_account_mib\": 110, "
 			       "\"destroy_on_exit\": true") < 0) {
 		fprintf(stderr, "the full image is not built (make image-full)\n");
 		return -1;
@@ -321,7 +330,8 @@ static void *big_exec_main(void *arg)
 	struct big_exec *b = arg;
 	struct http_reply r;
 
-	r = exec_as(d.key, b->id, big_cmd, 60000, NULL);
+	/* base64: 8 MiB of the output budget each, so all twelve start */
+	r = exec_enc(d.key, b->id, big_cmd, 60000, NULL, true);
 	b->status = r.status;
 	http_reply_free(&r);
 	return NULL;
@@ -350,10 +360,10 @@ static void stop_reading_fails_the_sandbox(void **state)
 		b[i].id = id;
 		assert_int_equal(pthread_create(&t[i], NULL, big_exec_main, &b[i]), 0);
 	}
-	for (int i = 0; i < 12; i++) {
+	for (int i = 0; i < 12; i++)
 		pthread_join(t[i], NULL);
+	for (int i = 0; i < 12; i++)
 		assert_true(b[i].status == 500 || b[i].status == 410);
-	}
 	assert_int_equal(r.status, 500);
 	http_reply_free(&r);
 	assert_string_equal(wait_ended(id, 30000), "failed");
@@ -453,19 +463,19 @@ static void *sleeper_main(void *arg)
 	return NULL;
 }
 
-/* The output budget is per account: with 50 MiB and 20 MiB held per exec
- * (two 1 MiB streams x 10), A's third concurrent exec is refused with 429
+/* The output budget is per account: with 110 MiB and 20 MiB held per exec
+ * (two 1 MiB streams x 10), A's sixth concurrent exec is refused with 429
  * and Retry-After while B's execs run; once A's finish, A runs again. */
 static void output_budget_caps_an_account(void **state)
 {
 	char id[64];
-	struct sleeper s[2];
-	pthread_t t[2];
+	struct sleeper s[5];
+	pthread_t t[5];
 	struct http_reply r;
 
 	(void)state;
 	assert_int_equal(create_sandbox(d.key, id, sizeof(id)), 0);
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < 5; i++) {
 		s[i].id = id;
 		assert_int_equal(pthread_create(&t[i], NULL, sleeper_main, &s[i]), 0);
 	}
@@ -478,7 +488,7 @@ static void output_budget_caps_an_account(void **state)
 	r = exec_as(key_b, sbx_b, "echo b", 0, NULL);
 	assert_int_equal(r.status, 200);
 	http_reply_free(&r);
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < 5; i++) {
 		pthread_join(t[i], NULL);
 		assert_int_equal(s[i].status, 200);
 	}

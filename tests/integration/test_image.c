@@ -283,6 +283,21 @@ static void loopback_is_up(void **state)
 	assert_string_equal(talk, "127.0.0.1 hi\n::1 hi\nlocalhost hi\nsandbox hi\n");
 }
 
+/* The guest's entropy comes from the host (virtio-rng): the hardware RNG
+ * in use is the virtio one, and the kernel's random pool is ready (a
+ * non-blocking getrandom() succeeds) by the time the first exec runs. */
+static void entropy_from_the_host(void **state)
+{
+	_cleanup_free_ char *rng =
+	    run_ok("cat /sys/devices/virtual/misc/hw_random/rng_current", 30000);
+	_cleanup_free_ char *ready = run_ok(
+	    "python3 -c 'import os; os.getrandom(16, os.GRND_NONBLOCK); print(\"ready\")'", 30000);
+
+	(void)state;
+	assert_non_null(strstr(rng, "virtio_rng"));
+	assert_string_equal(ready, "ready\n");
+}
+
 /* Without a network the package tools fail with their own error and a
  * non-zero status, without retrying (the retries were the ~90 s "hang").
  * Durations are printed, not asserted. */
@@ -575,6 +590,7 @@ int main(void)
 	    cmocka_unit_test(gcc_and_make),
 	    cmocka_unit_test(write_1_gb_to_home),
 	    cmocka_unit_test(loopback_is_up),
+	    cmocka_unit_test(entropy_from_the_host),
 	    cmocka_unit_test(offline_tools_fail_at_once),
 	    cmocka_unit_test(a_fresh_box_for_a_shell_user),
 	    cmocka_unit_test(exec_probe_runs),

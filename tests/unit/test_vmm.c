@@ -80,6 +80,7 @@ static void test_xml_tcg(void **state)
 	assert_non_null(strstr(x, "qemu64"));
 	assert_null(strstr(x, "host-passthrough"));
 	assert_non_null(strstr(x, "<memballoon model='virtio' freePageReporting='on'/>"));
+	assert_non_null(strstr(x, "<backend model='random'>/dev/urandom</backend>"));
 	assert_non_null(strstr(x, "<controller type='usb' model='none'/>"));
 	assert_non_null(strstr(x, "<controller type='virtio-serial'"));
 	assert_null(strstr(x, "<interface"));
