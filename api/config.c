@@ -72,6 +72,7 @@ static const struct key_spec keys[] = {
     NUM(destroy_on_exit, K_BOOL),
     NUM(test_minute_ms, K_U32),
     STR(test_fault_point),
+    NUM(test_fault_pause_ms, K_U32),
     NUM(liveness_interval_ms, K_U32),
     NUM(liveness_misses, K_INT),
     NUM(http_threads, K_INT),

@@ -214,6 +214,9 @@ int sandbox_config_validate(const struct sandbox_config *cfg, struct sbx_error *
 	if (cfg->test_fault_point[0] && strcmp(cfg->mode, "production") == 0)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "test_fault_point",
 				     "test_fault_point is for tests; production mode refuses it");
+	if (cfg->test_fault_pause_ms > 600000)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "test_fault_pause_ms",
+				     "test_fault_pause_ms must be 0..600000");
 	if (cfg->liveness_interval_ms && (cfg->liveness_interval_ms < 100 ||
 					  cfg->liveness_misses < 1 || cfg->liveness_misses > 100))
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "liveness_interval_ms",

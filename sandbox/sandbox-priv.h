@@ -150,8 +150,10 @@ enum sandbox_fault {
 const char *sandbox_fault_name(enum sandbox_fault point);
 /* True when `name` is "" (no fault) or one of the point names. */
 bool sandbox_fault_name_valid(const char *name);
-/* If the config names `point`, log one line to stderr and _exit(137).
- * Otherwise return at once. */
+/* If the config names `point`, log one line to stderr and _exit(137); with
+ * test_fault_pause_ms set, sleep that long instead, at the first hit only
+ * (a race made deterministic: the first request waits there while another
+ * passes the same point). Otherwise return at once. Call with no lock held. */
 void sandbox_fault_hit(const struct sandbox_config *cfg, enum sandbox_fault point);
 
 #endif

@@ -1310,7 +1310,10 @@ int sandbox_extend(struct sandbox_svc *svc, const char *account_id, const char *
 		sandbox_fault_hit(cfg, SANDBOX_FAULT_EXTEND_AFTER_HOLD);
 		pthread_mutex_lock(&svc->lock);
 		struct live *l = live_find_locked(svc, id);
-		if (l)
+		/* Another extend may have published a later expiry since we
+		 * read the row: the in-memory expiry never moves backwards
+		 * (the row keeps the larger one too, store_sandbox_extend). */
+		if (l && want > l->expires_at_ms)
 			l->expires_at_ms = want;
 		pthread_mutex_unlock(&svc->lock);
 	}

@@ -105,6 +105,9 @@ struct sandbox_config {
 	/* Tests only: die with _exit(137) at this named step (sandbox/fault.h
 	 * lists them; "" = never). Refused in production mode. */
 	char test_fault_point[48];
+	/* Tests only: when > 0, the first request to reach test_fault_point
+	 * sleeps this many ms there instead of dying (0 = die). */
+	uint32_t test_fault_pause_ms;
 };
 
 /* Built-in defaults (API.md tables). */
