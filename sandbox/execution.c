@@ -215,14 +215,14 @@ int sandbox_key_scopes(struct sandbox_svc *svc, const char *key_id, char out[128
 int sandbox_exec_receipt_sign(struct sandbox_svc *svc, const char *account_id,
 			      const char *sandbox_id, const struct sandbox_exec_req *req,
 			      int exit_code, const char *out, size_t out_len, const char *errs,
-			      size_t errs_len, uint32_t duration_ms, bool timed_out,
+			      size_t errs_len, uint32_t host_ms, bool timed_out,
 			      struct sandbox_exec_receipt *r, struct sbx_error *err)
 {
 	struct receipt_signer *sg = signer_get(svc, err);
 	struct receipt_json *in, *env, *outj, *body;
 	char fin[RECEIPT_HEX32_LEN], fout[RECEIPT_HEX32_LEN], ts_start[32], ts_end[32];
 	const char *cwd = req->cwd ? req->cwd : "/home/sandbox";
-	int64_t ended = sbx_wall_ms(), started = ended - (int64_t)duration_ms;
+	int64_t ended = sbx_wall_ms(), started = ended - (int64_t)host_ms;
 	char *canon = NULL;
 	int rc = -1;
 
@@ -266,7 +266,7 @@ int sandbox_exec_receipt_sign(struct sandbox_svc *svc, const char *account_id,
 	receipt_json_set_str(body, "status", timed_out ? "timed_out" : "completed", 9);
 	receipt_json_set_int(body, "input_tokens", 0);
 	receipt_json_set_int(body, "output_tokens", 0);
-	receipt_json_set_int(body, "latency_ms", duration_ms);
+	receipt_json_set_int(body, "latency_ms", host_ms);
 	receipt_json_set_str(body, "input_fingerprint", fin, strlen(fin));
 	receipt_json_set_str(body, "output_fingerprint", fout, strlen(fout));
 	/* the sandbox's seconds are billed with the sandbox, not per exec */
@@ -297,8 +297,12 @@ struct run_result {
 	size_t out_len, err_len;
 	uint64_t out_total, err_total;
 	int exit_code;
-	uint32_t duration_ms;
+	uint32_t duration_ms; /* as the runner reports it (the guest's own) */
+	/* Host-observed run time (monotonic), <= the timeout: what is billed
+	 * and signed. Set on a guest-caused failure too (guest_failed). */
+	uint32_t host_ms;
 	bool timed_out;
+	bool guest_failed; /* the run started and the guest broke it */
 };
 
 static void run_result_release(struct run_result *r)
@@ -417,6 +421,7 @@ static int run_dev_process(const char *launcher, const struct sandbox_execution_
 	}
 	kill(-pid, SIGKILL); /* whatever it left behind */
 	res->duration_ms = (uint32_t)(sbx_mono_ms() - t0);
+	res->host_ms = SBX_MIN(res->duration_ms, timeout_ms);
 	res->exit_code = res->timed_out	       ? 137
 			 : WIFEXITED(status)   ? WEXITSTATUS(status)
 			 : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
@@ -602,11 +607,13 @@ static int run_libvirt(struct sandbox_svc *svc, const char *id, const char *laun
 	    .stdin_len = req->code_len,
 	};
 	struct live *l;
+	int64_t t0;
 
 	if (!size)
 		return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL, "no guest size configured");
 	if (guest_get(svc, size, id, &l, warm, err) < 0)
 		return -1;
+	t0 = sbx_mono_ms();
 	if (agentless_exec_start(l->conn, &ar, sync_done, &sc, err) < 0) {
 		guest_put_background(svc, size, l);
 		if (err->code != SBX_E_SERVICE_UNAVAILABLE)
@@ -630,6 +637,10 @@ static int run_libvirt(struct sandbox_svc *svc, const char *id, const char *laun
 	guest_put_background(svc, size, l);
 	if (!sc.ok) {
 		*err = sc.err;
+		/* The guest died, rebooted, broke the protocol or never
+		 * answered (the backstop): it used the time until then. */
+		res->guest_failed = err->code == SBX_E_SANDBOX_ERROR;
+		res->host_ms = (uint32_t)SBX_MIN(sbx_mono_ms() - t0, (int64_t)timeout_ms);
 		if (err->code != SBX_E_SERVICE_UNAVAILABLE)
 			err->code = SBX_E_SANDBOX_ERROR;
 		return -1;
@@ -639,11 +650,21 @@ static int run_libvirt(struct sandbox_svc *svc, const char *id, const char *laun
 	res->out_total = sc.res.stdout_total, res->err_total = sc.res.stderr_total;
 	res->exit_code = sc.res.exit_code;
 	res->duration_ms = sc.res.duration_ms;
+	res->host_ms = SBX_MIN(sc.res.host_ms, timeout_ms);
 	res->timed_out = sc.res.timed_out;
 	return 0;
 }
 
 /* ------------------------------------------------------------ the use case */
+
+/* Started seconds of host-observed time (min 1) at the price, at most the
+ * hold (the whole timeout). micro-USD. */
+static int64_t execution_cost(uint32_t host_ms, int64_t price, int timeout_seconds)
+{
+	int64_t seconds = SBX_MAX((int64_t)1, ((int64_t)host_ms + 999) / 1000);
+
+	return SBX_MIN(seconds * price, price * timeout_seconds);
+}
 
 static int check_req(const struct sandbox_config *cfg, const struct sandbox_execution_req *req,
 		     const struct runtime **rt, struct sbx_error *err)
@@ -684,8 +705,7 @@ int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
 	    rcpt[SANDBOX_ID_MAX], ts_start[32], ts_end[32], usd[32], url[96];
 	char *sout = NULL, *serr = NULL, *canon_body = NULL, *canon_resp = NULL;
 	size_t sout_len = 0, serr_len = 0;
-	int64_t started, ended, seconds, cost,
-	    price = (int64_t)cfg->execution_price_micro_per_second;
+	int64_t started, ended, cost, price = (int64_t)cfg->execution_price_micro_per_second;
 	bool warm = false, out_trunc, err_trunc;
 	int rc = -1;
 
@@ -722,8 +742,16 @@ int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
 				 &res, &warm, err);
 	ended = sbx_wall_ms();
 	if (rc < 0) {
-		sbx_warn(MOD, "execution %s: could not run: %s", row.id, err->message);
-		store_execution_settle(svc->store, row.id, "failed", ended, 0, NULL, NULL, NULL);
+		/* A run the guest broke is charged for the time it used; one
+		 * that could not start (no capacity, no boot) costs nothing. */
+		cost =
+		    res.guest_failed ? execution_cost(res.host_ms, price, req->timeout_seconds) : 0;
+		sbx_warn(MOD, "execution %s: could not run: %s (%s, charged %lld micro-USD)",
+			 row.id, err->message,
+			 res.guest_failed ? "the guest broke it" : "it did not start",
+			 (long long)cost);
+		store_execution_settle(svc->store, row.id, "failed", ended, cost, NULL, NULL, NULL);
+		run_result_release(&res);
 		return -1;
 	}
 
@@ -736,8 +764,7 @@ int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
 		sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
 		goto err_release;
 	}
-	seconds = SBX_MAX((int64_t)1, ((int64_t)res.duration_ms + 999) / 1000);
-	cost = SBX_MIN(seconds * price, price * req->timeout_seconds);
+	cost = execution_cost(res.host_ms, price, req->timeout_seconds);
 	in = receipt_json_object();
 	receipt_json_set_str(in, "code", req->code, req->code_len);
 	receipt_json_set_str(in, "runtime", rt->name, strlen(rt->name));
@@ -768,7 +795,7 @@ int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
 			     res.timed_out ? 9 : 9);
 	receipt_json_set_int(body, "input_tokens", 0);
 	receipt_json_set_int(body, "output_tokens", 0);
-	receipt_json_set_int(body, "latency_ms", res.duration_ms);
+	receipt_json_set_int(body, "latency_ms", res.host_ms);
 	receipt_json_set_str(body, "input_fingerprint", fin, strlen(fin));
 	receipt_json_set_str(body, "output_fingerprint", fout, strlen(fout));
 	receipt_json_set_int(body, "cost_micro_usd", cost);
@@ -806,6 +833,7 @@ int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
 	/* An integer, as all money in API.md (the seed's example shows a
 	 * string; API.md is the contract). */
 	receipt_json_set_int(bill, "cost_micro_usd", cost);
+	receipt_json_set_int(bill, "billed_ms", res.host_ms);
 	receipt_json_set_str(bill, "cost_usd", usd, strlen(usd));
 	receipt_json_set_str(bill, "fingerprint_salt", salt, strlen(salt));
 	receipt_json_set_obj(resp, "billing", bill);
@@ -818,8 +846,9 @@ int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
 	    store_execution_settle(svc->store, row.id, res.timed_out ? "timed_out" : "completed",
 				   ended, cost, rcpt, canon_resp, err) < 0)
 		goto err_release;
-	sbx_info(MOD, "execution %s: %s %s exit %d in %u ms (%s), %lld micro-USD", row.id, runner,
-		 rt->name, res.exit_code, res.duration_ms, warm ? "warm" : "cold", (long long)cost);
+	sbx_info(MOD, "execution %s: %s %s exit %d in %u ms (guest says %u; %s), %lld micro-USD",
+		 row.id, runner, rt->name, res.exit_code, res.host_ms, res.duration_ms,
+		 warm ? "warm" : "cold", (long long)cost);
 	*response = TAKE_PTR(canon_resp);
 	rc = 0;
 	goto out;

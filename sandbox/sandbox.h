@@ -298,7 +298,8 @@ struct sandbox_exec_result {
 	char *stderr_buf;
 	size_t stderr_len;
 	int exit_code;
-	uint32_t duration_ms;
+	uint32_t duration_ms; /* measured in the guest (API.md): informative */
+	uint32_t host_ms;     /* measured on the host: EXEC sent -> EXIT seen */
 	bool timed_out;
 	bool truncated;
 };
@@ -379,9 +380,13 @@ void sandbox_usage_release(struct sandbox_usage *u);
  * POST /v1/sandbox/executions: a fresh guest (from the warm pool when there
  * is one) runs `code` with a fixed launcher that reads it on stdin (exec
  * protocol v2), and is destroyed afterwards. Billing: the cost of the whole
- * timeout is held first; then ceil(duration_ms / 1000) (min 1) seconds at
- * execution_price_micro_per_second are charged and the rest released. A
- * run that could not happen releases the hold and issues no receipt. */
+ * timeout is held first; then ceil(host_ms / 1000) (min 1) seconds at
+ * execution_price_micro_per_second are charged and the rest released,
+ * host_ms being the host-observed time from EXEC sent to EXIT received
+ * (never the guest's own duration_ms), at most the timeout. A run the
+ * guest broke (died, rebooted, never answered) is charged the same way up
+ * to the failure; a run that could not start releases the hold. Only a
+ * completed or timed-out run gets a receipt. */
 
 /* Which runner executions use under cfg: "libvirt", "dev-process" or
  * "mock" (borrowed). */
@@ -430,7 +435,9 @@ int sandbox_key_scopes(struct sandbox_svc *svc, const char *key_id, char out[128
 		       struct sbx_error *err);
 
 /* A signed receipt for one exec call on a sandbox (operation
- * "sandbox.exec"; docs/receipts.md). Input {"command", "cwd", "env"} with
+ * "sandbox.exec"; docs/receipts.md). host_ms is the host-observed run time
+ * (never the guest's own figure), already clamped to the exec's timeout:
+ * it is signed as latency_ms and dates started_at. Input {"command", "cwd", "env"} with
  * the effective cwd and env as an object of strings (env entries
  * "KEY=VALUE"); output {"exit_code", "stderr", "stdout"} with the streams
  * exactly as the reply returns them (UTF-8 sanitised or base64 text).
@@ -447,7 +454,7 @@ struct sandbox_exec_receipt {
 int sandbox_exec_receipt_sign(struct sandbox_svc *svc, const char *account_id,
 			      const char *sandbox_id, const struct sandbox_exec_req *req,
 			      int exit_code, const char *out, size_t out_len, const char *errs,
-			      size_t errs_len, uint32_t duration_ms, bool timed_out,
+			      size_t errs_len, uint32_t host_ms, bool timed_out,
 			      struct sandbox_exec_receipt *r, struct sbx_error *err);
 /* true when the space-separated list holds scope. */
 bool sandbox_scopes_have(const char *scopes, const char *scope);

@@ -116,9 +116,8 @@ int store_execution_settle(struct store *s, const char *id, const char *status, 
 {
 	char account[STORE_ID_MAX];
 	int64_t hold, now = sbx_wall_ms();
-	bool failed = strcmp(status, "failed") == 0;
-
-	if (!failed && strcmp(status, "completed") != 0 && strcmp(status, "timed_out") != 0)
+	if (strcmp(status, "failed") != 0 && strcmp(status, "completed") != 0 &&
+	    strcmp(status, "timed_out") != 0)
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "bad execution status");
 	STORE_LOCK(s);
 	if (store_tx_begin(s, err) < 0)
@@ -139,7 +138,7 @@ int store_execution_settle(struct store *s, const char *id, const char *status, 
 		store_copy_col(account, sizeof account, q, 0);
 		hold = sqlite3_column_int64(q, 1);
 	}
-	if (failed || charge_micro < 0)
+	if (charge_micro < 0)
 		charge_micro = 0;
 	if (charge_micro > hold)
 		charge_micro = hold;

@@ -1351,9 +1351,11 @@ int store_ledger_check(struct store *s, const char *account_id, struct sbx_error
 	    {"ended execution's hold not settled exactly (charges + releases != holds)",
 	     "SELECT id FROM (" STORE_EXECUTION_SUMS ") WHERE status != 'running'"
 	     " AND charges + releases != holds"},
-	    {"running execution already settled, or a failed one charged",
-	     "SELECT id FROM (" STORE_EXECUTION_SUMS ") WHERE (status = 'running'"
-	     " AND n_charges + n_releases > 0) OR (status = 'failed' AND n_charges > 0)"},
+	    /* A failed execution may be charged: the time a guest used
+	     * before it broke the run (issue 13). */
+	    {"running execution already settled",
+	     "SELECT id FROM (" STORE_EXECUTION_SUMS ") WHERE status = 'running'"
+	     " AND n_charges + n_releases > 0"},
 	    {"entry's account is not its sandbox's account",
 	     "SELECT l.seq FROM ledger l JOIN sandboxes s ON s.id = l.sandbox_id"
 	     " WHERE (?1 IS NULL OR l.account_id = ?1 OR s.account_id = ?1)"

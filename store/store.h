@@ -303,10 +303,11 @@ struct store_execution {
  * SBX_E_INSUFFICIENT_CREDIT when available < hold_micro. */
 int store_execution_reserve(struct store *s, const struct store_execution *row, int64_t hold_micro,
 			    struct sbx_error *err);
-/* running -> status ("completed"/"timed_out") at ended_at: charge
- * min(charge_micro, hold) and release the rest, remember the response
- * bytes and receipt id, one transaction. running -> "failed" releases the
- * whole hold (charge ignored). SBX_E_NOT_FOUND if not running. */
+/* running -> status ("completed"/"timed_out"/"failed") at ended_at:
+ * charge min(charge_micro, hold) and release the rest, remember the
+ * response bytes and receipt id (NULL for "failed"), one transaction. A
+ * run that could not happen passes 0; one the guest broke, the time it
+ * used. SBX_E_NOT_FOUND if not running. */
 int store_execution_settle(struct store *s, const char *id, const char *status, int64_t ended_at_ms,
 			   int64_t charge_micro, const char *receipt_id, const char *response,
 			   struct sbx_error *err);

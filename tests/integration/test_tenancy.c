@@ -43,6 +43,92 @@ static void create_ok(const char *body, char id[64])
 	http_reply_free(&r);
 }
 
+/* --------------------------------------------- item 4: host-timed money */
+
+#define EXEC_PRICE 1000 /* micro-USD per second: 1 s is plain in the totals */
+
+static void exec_daemon(void)
+{
+	daemon_config(&d, "\"execution_test_shell_runtime\": true, "
+			  "\"execution_price_micro_per_second\": 1000, " SMALL_SIZE);
+	assert_int_equal(daemon_up(&d), 0);
+}
+
+static void execute(const char *code, int timeout_s, struct http_reply *r)
+{
+	json_object *o = json_object_new_object();
+
+	json_object_object_add(o, "runtime", json_object_new_string("sh"));
+	json_object_object_add(o, "timeout_seconds", json_object_new_int(timeout_s));
+	json_object_object_add(o, "code", json_object_new_string(code));
+	req(d.key, "POST", "/v1/sandbox/executions", json_object_to_json_string(o), r);
+	json_object_put(o);
+}
+
+static void usage(int64_t *consumed, int64_t *reserved)
+{
+	struct http_reply r;
+
+	req(d.key, "GET", "/v1/usage", NULL, &r);
+	assert_int_equal(r.status, 200);
+	*consumed = jint(r.json, "consumed_micro_usd");
+	*reserved = jint(r.json, "reserved_micro_usd");
+	http_reply_free(&r);
+}
+
+/* The bill and the signed latency are the host's measure (billing.billed_ms),
+ * not the guest's duration_ms: cost = started seconds of billed_ms. */
+static void execution_bills_and_signs_host_time(void **state)
+{
+	struct http_reply r, g;
+	json_object *bill, *rc, *body;
+	int64_t billed, consumed, reserved;
+	char path[160];
+
+	exec_daemon();
+	execute("sleep 2; echo done", 10, &r);
+	if (r.status != 200)
+		fail_msg("execute: %d %s", r.status, r.body);
+	assert_string_equal(jstr(r.json, "stdout"), "done\n");
+	assert_true(json_object_object_get_ex(r.json, "billing", &bill));
+	assert_true(json_object_object_get_ex(r.json, "receipt", &rc));
+	billed = jint(bill, "billed_ms");
+	print_message("billed %lld ms, guest says %lld ms\n", (long long)billed,
+		      (long long)jint(r.json, "duration_ms"));
+	assert_true(billed >= 2000 && billed <= 10000);
+	assert_int_equal(jint(bill, "cost_micro_usd"), (billed + 999) / 1000 * EXEC_PRICE);
+	snprintf(path, sizeof(path), "/v1/receipts/%s", jstr(rc, "id"));
+	req(d.key, "GET", path, NULL, &g);
+	assert_int_equal(g.status, 200);
+	assert_true(json_object_object_get_ex(g.json, "body", &body));
+	assert_int_equal(jint(body, "latency_ms"), billed);
+	assert_int_equal(jint(body, "cost_micro_usd"), jint(bill, "cost_micro_usd"));
+	http_reply_free(&g);
+	usage(&consumed, &reserved);
+	assert_int_equal(consumed, jint(bill, "cost_micro_usd"));
+	assert_int_equal(reserved, 0);
+	http_reply_free(&r);
+}
+
+/* A guest that reboots itself mid-run breaks the execution (500), and the
+ * time it used is charged: before, the whole hold was released. */
+static void guest_that_reboots_pays_for_its_time(void **state)
+{
+	struct http_reply r;
+	int64_t consumed, reserved;
+
+	exec_daemon();
+	execute("sleep 2; echo b > /proc/sysrq-trigger; reboot -f; sleep 30", 10, &r);
+	print_message("reboot: %d %s\n", r.status, r.body);
+	assert_int_equal(r.status, 500);
+	assert_string_equal(jerr(r.json, "type"), "sandbox_error");
+	http_reply_free(&r);
+	usage(&consumed, &reserved);
+	print_message("consumed %lld reserved %lld\n", (long long)consumed, (long long)reserved);
+	assert_int_equal(reserved, 0);
+	assert_true(consumed >= 2 * EXEC_PRICE && consumed <= 10 * EXEC_PRICE);
+}
+
 /* ------------------------------------------------- item 8: extend race */
 
 struct bg_extend {
@@ -120,6 +206,8 @@ static void concurrent_extends_never_shorten(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_teardown(execution_bills_and_signs_host_time, teardown_each),
+	    cmocka_unit_test_teardown(guest_that_reboots_pays_for_its_time, teardown_each),
 	    cmocka_unit_test_teardown(concurrent_extends_never_shorten, teardown_each),
 	};
 	if (getenv("SBX_TEST_FILTER"))

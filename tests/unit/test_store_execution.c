@@ -62,15 +62,27 @@ static void test_execution_money(void **state)
 	free(got.response);
 	assert_int_equal(store_execution_get(s, "acct_other", "sbxr_1", &got, &err), -1);
 
-	/* 2. failed: the whole hold comes back, nothing charged, not visible */
+	/* 2. failed before it ran (charge 0): the whole hold comes back, not
+	 * visible */
 	snprintf(row.id, sizeof row.id, "sbxr_2");
 	assert_int_equal(store_execution_reserve(s, &row, 400, &err), 0);
 	assert_int_equal(
-	    store_execution_settle(s, "sbxr_2", "failed", sbx_wall_ms(), 40, NULL, NULL, &err), 0);
+	    store_execution_settle(s, "sbxr_2", "failed", sbx_wall_ms(), 0, NULL, NULL, &err), 0);
 	assert_int_equal(store_balance_get(s, a.id, &b, &err), 0);
 	assert_int_equal(b.reserved_micro, 0);
 	assert_int_equal(b.balance_micro, 960);
 	assert_int_equal(store_execution_get(s, a.id, "sbxr_2", &got, &err), -1);
+	/* 2b. broken by the guest: the time it used is charged, at most the
+	 * hold, the rest released */
+	snprintf(row.id, sizeof row.id, "sbxr_2b");
+	assert_int_equal(store_execution_reserve(s, &row, 400, &err), 0);
+	assert_int_equal(
+	    store_execution_settle(s, "sbxr_2b", "failed", sbx_wall_ms(), 40, NULL, NULL, &err), 0);
+	assert_int_equal(store_balance_get(s, a.id, &b, &err), 0);
+	assert_int_equal(b.reserved_micro, 0);
+	assert_int_equal(b.balance_micro, 920);
+	assert_int_equal(b.consumed_micro, 80);
+	assert_int_equal(store_ledger_check(s, NULL, &err), 0);
 
 	/* 3. not enough credit for the hold */
 	snprintf(row.id, sizeof row.id, "sbxr_3");
@@ -89,7 +101,7 @@ static void test_execution_money(void **state)
 	assert_int_equal(store_execution_fail_unfinished(s, sbx_wall_ms(), &err), 0);
 	assert_int_equal(store_balance_get(s, a.id, &b, &err), 0);
 	assert_int_equal(b.reserved_micro, 0);
-	assert_int_equal(b.balance_micro, 960);
+	assert_int_equal(b.balance_micro, 920);
 	assert_int_equal(store_ledger_check(s, NULL, &err), 0);
 
 	/* receipts are per account */
