@@ -74,6 +74,7 @@ struct req {
 	enum route route;
 	char id[SANDBOX_ID_MAX];
 	char account_id[SANDBOX_ID_MAX];
+	char scopes[SANDBOX_SCOPES_MAX]; /* the key's, on the key routes */
 	struct sbx_buf body;
 	bool too_large;
 
@@ -331,13 +332,14 @@ static int authenticate(struct api_server *srv, struct MHD_Connection *c, char *
 			     "aas_sk_...' with a valid, unrevoked key");
 }
 
-/* The key's scopes must include `scope` (403 permission_error). */
+/* The key's scopes must include `scope` (403 permission_error); they are
+ * copied to `out` when it is not NULL. */
 static int require_scope(struct api_server *srv, struct MHD_Connection *c, const char *scope,
-			 struct sbx_error *err)
+			 char out[SANDBOX_SCOPES_MAX], struct sbx_error *err)
 {
 	const char *h =
 	    MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-	char token[API_TOKEN_MAX + 1], account[SANDBOX_ID_MAX], scopes[128];
+	char token[API_TOKEN_MAX + 1], account[SANDBOX_ID_MAX], scopes[SANDBOX_SCOPES_MAX];
 
 	if (!bearer_token(h, token) ||
 	    sandbox_authenticate_scopes(srv->svc, token, account, scopes, err) < 0)
@@ -347,6 +349,8 @@ static int require_scope(struct api_server *srv, struct MHD_Connection *c, const
 				     "this API key lacks the '%s' scope; create a key with "
 				     "'admin create-key ACCOUNT --scope %s'",
 				     scope, scope);
+	if (out)
+		snprintf(out, SANDBOX_SCOPES_MAX, "%s", scopes);
 	return 0;
 }
 
@@ -522,12 +526,15 @@ static enum MHD_Result handle_keys(struct req *r, const char *method)
 	sbx_error_clear(&err);
 	if (strcmp(method, "POST") == 0) {
 		struct sandbox_key key;
-		char secret[80];
+		char secret[80], scopes[SANDBOX_SCOPES_MAX];
 		enum MHD_Result ret;
+		bool has_scopes;
 
-		if (api_key_create_decode(r->body.data, r->body.len, &err) < 0)
+		if (api_key_create_decode(r->body.data, r->body.len, scopes, &has_scopes, &err) < 0)
 			return reply_error(r->conn, &err);
-		if (sandbox_key_create(r->srv->svc, r->account_id, &key, secret, &err) < 0)
+		/* at most the creating key's scopes; all of them by default */
+		if (sandbox_key_create(r->srv->svc, r->account_id, has_scopes ? scopes : NULL,
+				       r->scopes, &key, secret, &err) < 0)
 			return reply_error(r->conn, &err);
 		ret = reply_json(r->conn, 201, api_key_encode(&key, secret), 0, NULL);
 		explicit_bzero(secret, sizeof(secret));
@@ -550,7 +557,7 @@ static enum MHD_Result handle_key_revoke(struct req *r)
 	struct json_object *o;
 
 	sbx_error_clear(&err);
-	if (sandbox_key_revoke(r->srv->svc, r->account_id, r->id, &err) < 0)
+	if (sandbox_key_revoke(r->srv->svc, r->account_id, r->id, r->scopes, &err) < 0)
 		return reply_error(r->conn, &err);
 	o = json_object_new_object();
 	json_object_object_add(o, "id", json_object_new_string(r->id));
@@ -1076,7 +1083,10 @@ static enum MHD_Result request_begin(struct api_server *srv, struct MHD_Connecti
 	if (r->route != R_LIMITS && authenticate(srv, c, r->account_id, &err) < 0)
 		return reply_error(c, &err);
 	if ((r->route == R_EXECUTIONS || r->route == R_EXECUTION) &&
-	    require_scope(srv, c, "sandboxes", &err) < 0)
+	    require_scope(srv, c, "sandboxes", NULL, &err) < 0)
+		return reply_error(c, &err);
+	if ((r->route == R_KEYS || r->route == R_KEY) &&
+	    require_scope(srv, c, "keys", r->scopes, &err) < 0)
 		return reply_error(c, &err);
 	cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
 	if (cl) {

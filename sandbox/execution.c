@@ -174,33 +174,60 @@ int sandbox_authenticate_scopes(struct sandbox_svc *svc, const char *token,
 	return store_key_scopes_get(svc->store, key.id, scopes, err);
 }
 
-int sandbox_key_set_scopes(struct sandbox_svc *svc, const char *key_id, const char *scopes,
-			   struct sbx_error *err)
+/* The scopes there are, in their canonical order. */
+static const char *const known_scopes[] = {"sandboxes", "keys"};
+
+int sandbox_scopes_normalize(const char *scopes, char out[SANDBOX_SCOPES_MAX],
+			     struct sbx_error *err)
 {
-	char norm[STORE_SCOPES_MAX] = "";
+	bool want[SBX_ARRAY_SIZE(known_scopes)] = {false};
 	size_t used = 0;
 
 	for (const char *p = scopes; p && *p;) {
+		size_t i, len;
+
 		while (*p == ' ' || *p == ',')
 			p++;
-		size_t len = strcspn(p, " ,");
+		len = strcspn(p, " ,");
 		if (len == 0)
 			break;
-		if (!(len == 9 && strncmp(p, "sandboxes", 9) == 0))
-			return sbx_error_set(err, SBX_E_INVALID_REQUEST, "scope",
-					     "unknown scope '%.*s'; known: sandboxes",
+		for (i = 0; i < SBX_ARRAY_SIZE(known_scopes); i++)
+			if (strlen(known_scopes[i]) == len && strncmp(p, known_scopes[i], len) == 0)
+				break;
+		if (i == SBX_ARRAY_SIZE(known_scopes))
+			return sbx_error_set(err, SBX_E_INVALID_REQUEST, "scopes",
+					     "unknown scope '%.*s'; known: sandboxes, keys",
 					     (int)SBX_MIN(len, 32), p);
-		if (sandbox_scopes_have(norm, "sandboxes")) {
-			p += len;
-			continue;
-		}
-		if (used + len + 2 > sizeof norm)
-			return sbx_error_set(err, SBX_E_INVALID_REQUEST, "scope",
-					     "too many scopes");
-		used += (size_t)snprintf(norm + used, sizeof norm - used, "%s%.*s", used ? " " : "",
-					 (int)len, p);
+		want[i] = true;
 		p += len;
 	}
+	out[0] = '\0';
+	for (size_t i = 0; i < SBX_ARRAY_SIZE(known_scopes); i++)
+		if (want[i])
+			used += (size_t)snprintf(out + used, SANDBOX_SCOPES_MAX - used, "%s%s",
+						 used ? " " : "", known_scopes[i]);
+	return 0;
+}
+
+bool sandbox_scopes_within(const char *scopes, const char *limit, const char **missing)
+{
+	for (size_t i = 0; i < SBX_ARRAY_SIZE(known_scopes); i++)
+		if (sandbox_scopes_have(scopes, known_scopes[i]) &&
+		    !sandbox_scopes_have(limit, known_scopes[i])) {
+			if (missing)
+				*missing = known_scopes[i];
+			return false;
+		}
+	return true;
+}
+
+int sandbox_key_set_scopes(struct sandbox_svc *svc, const char *key_id, const char *scopes,
+			   struct sbx_error *err)
+{
+	char norm[SANDBOX_SCOPES_MAX];
+
+	if (sandbox_scopes_normalize(scopes, norm, err) < 0)
+		return -1;
 	return store_key_scopes_set(svc->store, key_id, norm, err);
 }
 

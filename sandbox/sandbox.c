@@ -582,15 +582,27 @@ static void key_from_store(const struct store_key *k, struct sandbox_key *out)
 	snprintf(out->prefix, sizeof(out->prefix), "%s", k->prefix);
 	out->created_at_ms = k->created_at_ms;
 	out->revoked_at_ms = k->revoked_at_ms;
+	snprintf(out->scopes, sizeof(out->scopes), "%s", k->scopes);
 }
 
-int sandbox_key_create(struct sandbox_svc *svc, const char *account_id, struct sandbox_key *key,
-		       char secret[static 80], struct sbx_error *err)
+int sandbox_key_create(struct sandbox_svc *svc, const char *account_id, const char *scopes,
+		       const char *creator_scopes, struct sandbox_key *key, char secret[static 80],
+		       struct sbx_error *err)
 {
 	struct store_key k = {0};
 	struct store_account acct;
+	const char *missing = NULL;
 	char digest[65];
 
+	if (!scopes)
+		scopes = creator_scopes ? creator_scopes : SANDBOX_SCOPES_DEFAULT;
+	if (sandbox_scopes_normalize(scopes, k.scopes, err) < 0)
+		return -1;
+	if (creator_scopes && !sandbox_scopes_within(k.scopes, creator_scopes, &missing))
+		return sbx_error_set(err, SBX_E_PERMISSION, NULL,
+				     "a new key's scopes are at most its creator's, and this key "
+				     "lacks the '%s' scope",
+				     missing);
 	if (store_account_get(svc->store, account_id, &acct, err) < 0)
 		return -1;
 	if (sbx_random_id(KEY_PREFIX, 32, secret, 80) < 0 ||
@@ -627,8 +639,20 @@ int sandbox_key_list(struct sandbox_svc *svc, const char *account_id, struct san
 }
 
 int sandbox_key_revoke(struct sandbox_svc *svc, const char *account_id, const char *key_id,
-		       struct sbx_error *err)
+		       const char *caller_scopes, struct sbx_error *err)
 {
+	struct store_key k;
+	const char *missing = NULL;
+
+	if (caller_scopes) {
+		if (store_key_get(svc->store, account_id, key_id, &k, err) < 0)
+			return -1;
+		if (!sandbox_scopes_within(k.scopes, caller_scopes, &missing))
+			return sbx_error_set(err, SBX_E_PERMISSION, NULL,
+					     "key '%s' has the '%s' scope, which this key lacks; "
+					     "revoke it with a key that has all of its scopes",
+					     k.id, missing);
+	}
 	return store_key_revoke(svc->store, account_id, key_id, err);
 }
 
@@ -662,7 +686,7 @@ int sandbox_account_create(struct sandbox_svc *svc, const char *name, int64_t cr
 				     "credit must not be negative");
 	if (store_account_create(svc->store, name, credit_micro, &a, err) < 0)
 		return -1;
-	if (sandbox_key_create(svc, a.id, key, secret, err) < 0)
+	if (sandbox_key_create(svc, a.id, NULL, NULL, key, secret, err) < 0)
 		return -1;
 	return account_view(svc, &a, acct, err);
 }

@@ -148,23 +148,40 @@ const struct sandbox_config *sandbox_svc_config(const struct sandbox_svc *svc);
 int sandbox_authenticate(struct sandbox_svc *svc, const char *token,
 			 char account_id[SANDBOX_ID_MAX], struct sbx_error *err);
 
+/* API key scopes (docs/api.md "Scopes"): "sandboxes" (one-shot
+ * executions), "keys" (POST/GET /v1/api_keys, DELETE /v1/api_keys/{id}).
+ * A list is space-separated; keys made by the admin without --scope, and by
+ * create-account, get SANDBOX_SCOPES_DEFAULT. */
+#define SANDBOX_SCOPES_MAX     128
+#define SANDBOX_SCOPES_DEFAULT "sandboxes keys"
+
 struct sandbox_key {
 	char id[SANDBOX_ID_MAX];
 	char account_id[SANDBOX_ID_MAX];
 	char prefix[24];
 	int64_t created_at_ms;
 	int64_t revoked_at_ms; /* 0 = valid */
+	char scopes[SANDBOX_SCOPES_MAX];
 };
 
 /* A new API key "aas_sk_" + 64 hex (32 random bytes); the secret is shown
- * only here. secret must hold >= 80 bytes. */
-int sandbox_key_create(struct sandbox_svc *svc, const char *account_id, struct sandbox_key *key,
-		       char secret[static 80], struct sbx_error *err);
+ * only here. secret must hold >= 80 bytes. `scopes` (space/comma separated)
+ * NULL = the creator's scopes, or SANDBOX_SCOPES_DEFAULT for the admin.
+ * `creator_scopes` are those of the key that asks (NULL = the admin, no
+ * bound): a new key's scopes are at most its creator's, else
+ * SBX_E_PERMISSION; an unknown scope is SBX_E_INVALID_REQUEST (param
+ * "scopes"). */
+int sandbox_key_create(struct sandbox_svc *svc, const char *account_id, const char *scopes,
+		       const char *creator_scopes, struct sandbox_key *key, char secret[static 80],
+		       struct sbx_error *err);
 int sandbox_key_list(struct sandbox_svc *svc, const char *account_id, struct sandbox_key **out,
 		     size_t *n, struct sbx_error *err);
-/* account_id NULL = admin (any account). */
+/* account_id NULL = admin (any account). caller_scopes: those of the key
+ * that asks (NULL = the admin): a key may revoke only keys of its account
+ * whose scopes are within its own (SBX_E_PERMISSION otherwise), so a
+ * lesser key cannot lock out a stronger one. SBX_E_NOT_FOUND. */
 int sandbox_key_revoke(struct sandbox_svc *svc, const char *account_id, const char *key_id,
-		       struct sbx_error *err);
+		       const char *caller_scopes, struct sbx_error *err);
 
 struct sandbox_account {
 	char id[SANDBOX_ID_MAX];
@@ -426,8 +443,9 @@ int sandbox_authenticate_scopes(struct sandbox_svc *svc, const char *token,
 				char account_id[SANDBOX_ID_MAX], char scopes[128],
 				struct sbx_error *err);
 /* Replace a key's scopes (space/comma separated; known: "sandboxes", which
- * POST /v1/sandbox/executions needs; "" = none). SBX_E_INVALID_REQUEST
- * naming an unknown scope, SBX_E_NOT_FOUND for an unknown key. */
+ * /v1/sandbox/executions needs, and "keys", which /v1/api_keys needs; "" =
+ * none). SBX_E_INVALID_REQUEST naming an unknown scope, SBX_E_NOT_FOUND
+ * for an unknown key. Admin only: no bound. */
 int sandbox_key_set_scopes(struct sandbox_svc *svc, const char *key_id, const char *scopes,
 			   struct sbx_error *err);
 /* A key's scopes (space-separated) into out. SBX_E_NOT_FOUND. */
@@ -458,5 +476,13 @@ int sandbox_exec_receipt_sign(struct sandbox_svc *svc, const char *account_id,
 			      struct sandbox_exec_receipt *r, struct sbx_error *err);
 /* true when the space-separated list holds scope. */
 bool sandbox_scopes_have(const char *scopes, const char *scope);
+/* Validate a space/comma separated list and write it canonical (known
+ * scopes, no repeats, fixed order) into out. SBX_E_INVALID_REQUEST (param
+ * "scopes") naming an unknown scope. */
+int sandbox_scopes_normalize(const char *scopes, char out[SANDBOX_SCOPES_MAX],
+			     struct sbx_error *err);
+/* true when every scope of `scopes` is in `limit`; else false and
+ * *missing (if non-NULL) names one that is not (borrowed, static). */
+bool sandbox_scopes_within(const char *scopes, const char *limit, const char **missing);
 
 #endif

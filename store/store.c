@@ -254,6 +254,11 @@ static const char *const store_migrations[] = {
     "  created_at_ms INTEGER NOT NULL"
     ");"
     "ALTER TABLE api_keys ADD COLUMN scopes TEXT NOT NULL DEFAULT 'sandboxes';",
+    /* 5: key management needs the 'keys' scope (issue 13). Every key made
+     * before it could manage keys, so every existing key gets it; new keys
+     * are inserted with their scopes spelled out. */
+    "UPDATE api_keys SET scopes = CASE WHEN scopes = '' THEN 'keys'"
+    "  ELSE scopes || ' keys' END;",
 };
 
 static int store_migrate(struct store *s, struct sbx_error *err)
@@ -573,7 +578,8 @@ int store_key_insert(struct store *s, const struct store_key *key, const char *d
 		_cleanup_stmt_ sqlite3_stmt *q = NULL;
 		if (store_prepare(s,
 				  "INSERT INTO api_keys (id, account_id, digest, prefix,"
-				  " created_at_ms, revoked_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+				  " created_at_ms, revoked_at_ms, scopes)"
+				  " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
 				  &q, err) < 0)
 			goto err_rollback;
 		store_bind_text(q, 1, key->id);
@@ -582,6 +588,7 @@ int store_key_insert(struct store *s, const struct store_key *key, const char *d
 		store_bind_text(q, 4, key->prefix);
 		sqlite3_bind_int64(q, 5, key->created_at_ms ? key->created_at_ms : sbx_wall_ms());
 		sqlite3_bind_int64(q, 6, key->revoked_at_ms);
+		store_bind_text(q, 7, key->scopes);
 		if (store_step_done(s, q, err) < 0)
 			goto err_rollback;
 	}
@@ -602,6 +609,7 @@ static void store_key_from_stmt(sqlite3_stmt *q, struct store_key *k)
 	store_copy_col(k->prefix, sizeof k->prefix, q, 2);
 	k->created_at_ms = sqlite3_column_int64(q, 3);
 	k->revoked_at_ms = sqlite3_column_int64(q, 4);
+	store_copy_col(k->scopes, sizeof k->scopes, q, 5);
 }
 
 static void store_key_decode(sqlite3_stmt *q, void *elem)
@@ -618,17 +626,17 @@ int store_key_find(struct store *s, const char *digest_hex, struct store_key *ke
 	STORE_LOCK(s);
 	_cleanup_stmt_ sqlite3_stmt *q = NULL;
 	if (store_prepare(s,
-			  "SELECT id, account_id, prefix, created_at_ms, revoked_at_ms, digest"
-			  " FROM api_keys WHERE digest = ?1",
+			  "SELECT id, account_id, prefix, created_at_ms, revoked_at_ms, scopes,"
+			  " digest FROM api_keys WHERE digest = ?1",
 			  &q, err) < 0)
 		return -1;
 	store_bind_text(q, 1, digest_hex);
 	int rc = sqlite3_step(q);
 	if (rc != SQLITE_ROW && rc != SQLITE_DONE)
 		return store_db_error(s, "key find", err);
-	const unsigned char *stored = rc == SQLITE_ROW ? sqlite3_column_text(q, 5) : NULL;
+	const unsigned char *stored = rc == SQLITE_ROW ? sqlite3_column_text(q, 6) : NULL;
 	/* The index found it; accept only after a constant-time comparison. */
-	if (!stored || sqlite3_column_bytes(q, 5) != 64 || !sbx_ct_equal(stored, digest_hex, 64))
+	if (!stored || sqlite3_column_bytes(q, 6) != 64 || !sbx_ct_equal(stored, digest_hex, 64))
 		return sbx_error_set(err, SBX_E_AUTHENTICATION, NULL,
 				     "invalid api key; pass a valid key as 'Bearer aas_sk_...'");
 	struct store_key k;
@@ -676,13 +684,35 @@ err_rollback:
 	return -1;
 }
 
+int store_key_get(struct store *s, const char *account_id, const char *key_id,
+		  struct store_key *key, struct sbx_error *err)
+{
+	STORE_LOCK(s);
+	_cleanup_stmt_ sqlite3_stmt *q = NULL;
+	if (store_prepare(s,
+			  "SELECT id, account_id, prefix, created_at_ms, revoked_at_ms, scopes"
+			  " FROM api_keys WHERE id = ?1 AND account_id = ?2",
+			  &q, err) < 0)
+		return -1;
+	store_bind_text(q, 1, key_id);
+	store_bind_text(q, 2, account_id);
+	int rc = sqlite3_step(q);
+	if (rc == SQLITE_DONE)
+		return sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such key '%.64s'",
+				     key_id ? key_id : "");
+	if (rc != SQLITE_ROW)
+		return store_db_error(s, "key get", err);
+	store_key_from_stmt(q, key);
+	return 0;
+}
+
 int store_key_list(struct store *s, const char *account_id, struct store_key **out, size_t *n,
 		   struct sbx_error *err)
 {
 	STORE_LOCK(s);
 	_cleanup_stmt_ sqlite3_stmt *q = NULL;
 	if (store_prepare(s,
-			  "SELECT id, account_id, prefix, created_at_ms, revoked_at_ms"
+			  "SELECT id, account_id, prefix, created_at_ms, revoked_at_ms, scopes"
 			  " FROM api_keys WHERE account_id = ?1"
 			  " ORDER BY created_at_ms DESC, rowid DESC",
 			  &q, err) < 0)

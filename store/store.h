@@ -60,15 +60,20 @@ int store_credit_add(struct store *s, const char *account_id, int64_t amount_mic
 int store_account_list(struct store *s, struct store_account **out, size_t *n,
 		       struct sbx_error *err);
 
+/* API key scopes: a space-separated list ("sandboxes keys"). */
+#define STORE_SCOPES_MAX 128
+
 struct store_key {
 	char id[STORE_ID_MAX]; /* "key_" + 24 hex, not a secret */
 	char account_id[STORE_ID_MAX];
 	char prefix[24]; /* first characters of the secret, for display */
 	int64_t created_at_ms;
-	int64_t revoked_at_ms; /* 0 while valid */
+	int64_t revoked_at_ms;	       /* 0 while valid */
+	char scopes[STORE_SCOPES_MAX]; /* space-separated; "" = none */
 };
 
-/* Store a key by its SHA-256 digest (64 hex). */
+/* Store a key by its SHA-256 digest (64 hex), with key->scopes as given
+ * (the caller validated them). */
 int store_key_insert(struct store *s, const struct store_key *key, const char *digest_hex,
 		     struct sbx_error *err);
 /* The key whose digest matches (compared in constant time against the
@@ -78,6 +83,10 @@ int store_key_find(struct store *s, const char *digest_hex, struct store_key *ke
 /* Revoke; account_id NULL means any account (admin). SBX_E_NOT_FOUND. */
 int store_key_revoke(struct store *s, const char *account_id, const char *key_id,
 		     struct sbx_error *err);
+/* One key of this account (revoked or not). SBX_E_NOT_FOUND for an unknown
+ * key or another account's. */
+int store_key_get(struct store *s, const char *account_id, const char *key_id,
+		  struct store_key *key, struct sbx_error *err);
 /* Keys of an account (including revoked), newest first. */
 int store_key_list(struct store *s, const char *account_id, struct store_key **out, size_t *n,
 		   struct sbx_error *err);
@@ -331,8 +340,7 @@ int store_receipt_insert(struct store *s, const char *id, const char *account_id
 int store_receipt_get(struct store *s, const char *account_id, const char *id, char **body,
 		      char **hash, char **signature, char **signer, struct sbx_error *err);
 
-/* API key scopes: a space-separated list ("sandboxes"). */
-#define STORE_SCOPES_MAX 128
+/* A key's scopes (any account: admin and authentication use). */
 int store_key_scopes_get(struct store *s, const char *key_id, char out[STORE_SCOPES_MAX],
 			 struct sbx_error *err);
 /* SBX_E_NOT_FOUND for an unknown key, SBX_E_INVALID_REQUEST when too long. */

@@ -43,6 +43,123 @@ static void create_ok(const char *body, char id[64])
 	http_reply_free(&r);
 }
 
+/* ------------------------------------------------------ item 5: scopes */
+
+/* `admin create-key ACCOUNT --scope SCOPES`: the secret into key, its id
+ * into id. */
+static void admin_key(const char *scopes, char key[128], char id[64])
+{
+	char args[256];
+	json_object *o;
+
+	snprintf(args, sizeof(args), "create-key %s --scope '%s'", d.account_id, scopes);
+	o = daemon_admin(&d, args);
+	assert_non_null(o);
+	const char *secret = jstr(o, "api_key"), *key_id = jstr(o, "key_id");
+	assert_non_null(secret);
+	assert_non_null(key_id);
+	snprintf(key, 128, "%s", secret);
+	snprintf(id, 64, "%s", key_id);
+	json_object_put(o);
+}
+
+/* POST /v1/api_keys with `key`; on 201 the secret and id of the new key. */
+static int new_key(const char *key, const char *body, char out[128], char id[64], char scopes[64])
+{
+	struct http_reply r;
+	json_object *sc;
+	int status;
+
+	req(key, "POST", "/v1/api_keys", body, &r);
+	status = r.status;
+	if (status == 201) {
+		snprintf(out, 128, "%s", jstr(r.json, "secret"));
+		snprintf(id, 64, "%s", jstr(r.json, "id"));
+		scopes[0] = '\0';
+		assert_true(json_object_object_get_ex(r.json, "scopes", &sc));
+		for (size_t i = 0; i < json_object_array_length(sc); i++)
+			snprintf(scopes + strlen(scopes), 64 - strlen(scopes), "%s%s", i ? " " : "",
+				 json_object_get_string(json_object_array_get_idx(sc, i)));
+	} else {
+		assert_int_equal(status, 403);
+		assert_string_equal(jerr(r.json, "type"), "permission_error");
+	}
+	http_reply_free(&r);
+	return status;
+}
+
+static int status_of(const char *key, const char *method, const char *path, const char *body)
+{
+	struct http_reply r;
+	int status;
+
+	req(key, method, path, body, &r);
+	status = r.status;
+	http_reply_free(&r);
+	return status;
+}
+
+/* A key gets no right it was not given: what it creates has at most its
+ * scopes, key management needs the 'keys' scope, and it cannot revoke a
+ * key that has a scope it lacks. */
+static void keys_cannot_escalate(void **state)
+{
+	char k_keys[128], id_keys[64], k_none[128], id_none[64], k2[128], id2[64], k3[128], id3[64],
+	    sc[64], path[160], full_id[64] = "";
+	struct http_reply r;
+	json_object *data;
+
+	daemon_config(&d, "");
+	assert_int_equal(daemon_up(&d), 0);
+	/* no scope: no key management at all (it could mint a key with
+	 * 'sandboxes' before) */
+	admin_key("", k_none, id_none);
+	assert_int_equal(new_key(k_none, "{}", k3, id3, sc), 403);
+	assert_int_equal(status_of(k_none, "GET", "/v1/api_keys", NULL), 403);
+	assert_int_equal(status_of(k_none, "GET", "/v1/sandboxes", NULL), 200);
+
+	/* the account's first key (create-account): both scopes, listed */
+	req(d.key, "GET", "/v1/api_keys", NULL, &r);
+	assert_int_equal(r.status, 200);
+	assert_true(json_object_object_get_ex(r.json, "data", &data));
+	const char *first = jstr(json_object_array_get_idx(data, 1), "id"); /* oldest last */
+	assert_non_null(first);
+	snprintf(full_id, sizeof(full_id), "%s", first);
+	assert_non_null(strstr(r.body, "\"scopes\":[\"sandboxes\",\"keys\"]"));
+	http_reply_free(&r);
+
+	admin_key("keys", k_keys, id_keys);
+	snprintf(path, sizeof(path), "/v1/api_keys/%s", id_keys);
+	assert_int_equal(status_of(k_none, "DELETE", path, NULL), 403);
+
+	/* keys-only: a new key inherits its scopes, not more */
+	assert_int_equal(new_key(k_keys, "{}", k2, id2, sc), 201);
+	assert_string_equal(sc, "keys");
+	assert_int_equal(status_of(k2, "POST", "/v1/sandbox/executions", "{}"), 403);
+	assert_int_equal(new_key(k_keys, "{\"scopes\": [\"sandboxes\"]}", k3, id3, sc), 403);
+	assert_int_equal(new_key(k_keys, "{\"scopes\": [\"keys\", \"sandboxes\"]}", k3, id3, sc),
+			 403);
+	/* ... and cannot revoke the stronger key, only its equals */
+	snprintf(path, sizeof(path), "/v1/api_keys/%s", full_id);
+	assert_int_equal(status_of(k_keys, "DELETE", path, NULL), 403);
+	assert_int_equal(status_of(d.key, "GET", "/v1/sandboxes", NULL), 200);
+	snprintf(path, sizeof(path), "/v1/api_keys/%s", id2);
+	assert_int_equal(status_of(k_keys, "DELETE", path, NULL), 200);
+	assert_int_equal(status_of(k2, "GET", "/v1/sandboxes", NULL), 401);
+
+	/* the full key may hand out less, and revoke anything */
+	assert_int_equal(new_key(d.key, "{\"scopes\": [\"sandboxes\"]}", k3, id3, sc), 201);
+	assert_string_equal(sc, "sandboxes");
+	assert_int_equal(status_of(k3, "GET", "/v1/api_keys", NULL), 403);
+	req(d.key, "POST", "/v1/api_keys", "{\"scopes\": [\"admin\"]}", &r);
+	assert_int_equal(r.status, 400);
+	assert_string_equal(jerr(r.json, "param"), "scopes");
+	http_reply_free(&r);
+	snprintf(path, sizeof(path), "/v1/api_keys/%s", id_keys);
+	assert_int_equal(status_of(d.key, "DELETE", path, NULL), 200);
+	assert_int_equal(status_of(k_keys, "GET", "/v1/api_keys", NULL), 401);
+}
+
 /* --------------------------------------------- item 4: host-timed money */
 
 #define EXEC_PRICE 1000 /* micro-USD per second: 1 s is plain in the totals */
@@ -206,6 +323,7 @@ static void concurrent_extends_never_shorten(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_teardown(keys_cannot_escalate, teardown_each),
 	    cmocka_unit_test_teardown(execution_bills_and_signs_host_time, teardown_each),
 	    cmocka_unit_test_teardown(guest_that_reboots_pays_for_its_time, teardown_each),
 	    cmocka_unit_test_teardown(concurrent_extends_never_shorten, teardown_each),

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <sqlite3.h>
 
 #include "store/store.h"
 
@@ -125,7 +126,7 @@ static void test_scopes(void **state)
 	char path[64], scopes[STORE_SCOPES_MAX];
 	struct store *s = open_tmp(path);
 	struct store_account a;
-	struct store_key k = {.id = "key_1", .prefix = "aas_sk_1"};
+	struct store_key k = {.id = "key_1", .prefix = "aas_sk_1", .scopes = "sandboxes keys"}, got;
 	struct sbx_error err = {0};
 
 	assert_int_equal(store_account_create(s, "t", 0, &a, &err), 0);
@@ -135,11 +136,59 @@ static void test_scopes(void **state)
 		s, &k, "0000000000000000000000000000000000000000000000000000000000000001", &err),
 	    0);
 	assert_int_equal(store_key_scopes_get(s, "key_1", scopes, &err), 0);
-	assert_string_equal(scopes, "sandboxes"); /* the migration's default */
+	assert_string_equal(scopes, "sandboxes keys"); /* as inserted */
+	assert_int_equal(store_key_get(s, a.id, "key_1", &got, &err), 0);
+	assert_string_equal(got.scopes, "sandboxes keys");
+	assert_int_equal(store_key_get(s, "acct_other", "key_1", &got, &err), -1);
+	assert_int_equal(err.code, SBX_E_NOT_FOUND);
 	assert_int_equal(store_key_scopes_set(s, "key_1", "usage", &err), 0);
 	assert_int_equal(store_key_scopes_get(s, "key_1", scopes, &err), 0);
 	assert_string_equal(scopes, "usage");
 	assert_int_equal(store_key_scopes_set(s, "key_none", "usage", &err), -1);
+	store_close(s);
+	unlink(path);
+}
+
+/* Migration 5: keys made before the 'keys' scope existed could manage
+ * keys, so each gets it and keeps what it had (a database left at
+ * version 4 with such keys, reopened). */
+static void test_scopes_migration(void **state)
+{
+	char path[64], scopes[STORE_SCOPES_MAX];
+	struct store *s = open_tmp(path);
+	struct store_account a;
+	struct store_key k = {.prefix = "aas_sk_1"};
+	struct sbx_error err = {0};
+	sqlite3 *db;
+
+	assert_int_equal(store_account_create(s, "t", 0, &a, &err), 0);
+	snprintf(k.account_id, sizeof k.account_id, "%s", a.id);
+	snprintf(k.id, sizeof k.id, "key_old_default");
+	assert_int_equal(
+	    store_key_insert(
+		s, &k, "0000000000000000000000000000000000000000000000000000000000000001", &err),
+	    0);
+	snprintf(k.id, sizeof k.id, "key_old_none");
+	assert_int_equal(
+	    store_key_insert(
+		s, &k, "0000000000000000000000000000000000000000000000000000000000000002", &err),
+	    0);
+	store_close(s);
+	/* what version 4 left: 'sandboxes' (its default) and '' */
+	assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+	assert_int_equal(sqlite3_exec(db,
+				      "UPDATE api_keys SET scopes = 'sandboxes' WHERE id = "
+				      "'key_old_default'; UPDATE api_keys SET scopes = '' WHERE id "
+				      "= 'key_old_none'; PRAGMA user_version = 4;",
+				      NULL, NULL, NULL),
+			 SQLITE_OK);
+	sqlite3_close(db);
+	s = store_open(path, &err);
+	assert_non_null(s);
+	assert_int_equal(store_key_scopes_get(s, "key_old_default", scopes, &err), 0);
+	assert_string_equal(scopes, "sandboxes keys");
+	assert_int_equal(store_key_scopes_get(s, "key_old_none", scopes, &err), 0);
+	assert_string_equal(scopes, "keys");
 	store_close(s);
 	unlink(path);
 }
@@ -149,6 +198,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_execution_money),
 	    cmocka_unit_test(test_scopes),
+	    cmocka_unit_test(test_scopes_migration),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
