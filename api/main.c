@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 #include <json-c/json.h>
 
@@ -687,6 +688,10 @@ out:
 
 int main(int argc, char **argv)
 {
+	/* Everything the daemon creates (database and its -wal/-shm, overlays
+	 * through qemu-img, keys, directories) is its owner's only; libvirt's
+	 * DAC relabelling gives qemu what it needs (docs/configuration.md). */
+	umask(077);
 	if (argc < 2)
 		return usage_error("%s", "a command is required");
 	if (strcmp(argv[1], "serve") == 0)

@@ -109,7 +109,7 @@ static struct receipt_signer *signer_get(struct sandbox_svc *svc, struct sbx_err
 	snprintf(path, sizeof path, "%s/receipt-ed25519.pem", svc->cfg.state_dir);
 	pthread_mutex_lock(&signer_lock);
 	if (!signer || strcmp(signer_path, path) != 0) {
-		sbx_mkdir_p(svc->cfg.state_dir, 0755);
+		sbx_mkdir_p(svc->cfg.state_dir, SANDBOX_STATE_DIR_MODE);
 		sg = receipt_signer_load_or_create(path, err);
 		if (!sg) {
 			pthread_mutex_unlock(&signer_lock);

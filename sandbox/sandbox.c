@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/sysinfo.h>
 #include <time.h>
@@ -433,7 +434,14 @@ struct sandbox_svc *sandbox_svc_new(const struct sandbox_config *cfg, int flags,
 	svc->cfg = *cfg;
 	pthread_mutex_init(&svc->lock, NULL);
 	pthread_cond_init(&svc->cond, NULL);
-	if (sbx_mkdir_p(cfg->state_dir, 0755) < 0) {
+	/* Owner only, plus the search bit qemu (libvirt-qemu) needs to reach
+	 * the kernel, the images and the overlays under it; an existing state
+	 * dir is narrowed to that too. */
+	snprintf(run_dir, sizeof(run_dir), "%s/run", cfg->state_dir);
+	if (sbx_mkdir_p(cfg->state_dir, SANDBOX_STATE_DIR_MODE) < 0 ||
+	    chmod(cfg->state_dir, SANDBOX_STATE_DIR_MODE) < 0 ||
+	    (!(flags & SANDBOX_SVC_ADMIN) && (sbx_mkdir_p(run_dir, SANDBOX_STATE_DIR_MODE) < 0 ||
+					      chmod(run_dir, SANDBOX_STATE_DIR_MODE) < 0))) {
 		sbx_error_set(err, SBX_E_INTERNAL, NULL, "cannot create the state dir: %s",
 			      strerror(errno));
 		goto err_free;
@@ -445,7 +453,6 @@ struct sandbox_svc *sandbox_svc_new(const struct sandbox_config *cfg, int flags,
 	if (flags & SANDBOX_SVC_ADMIN)
 		return svc;
 
-	snprintf(run_dir, sizeof(run_dir), "%s/run", cfg->state_dir);
 	struct vmm_config vc = {
 	    .uri = cfg->libvirt_uri,
 	    .name_prefix = cfg->domain_prefix,

@@ -110,6 +110,11 @@ struct sandbox_config {
 	uint32_t test_fault_pause_ms;
 };
 
+/* The state dir and its run/ subdirectory (overlays, channel sockets,
+ * console logs): the owner's only, plus o+x so qemu (libvirt-qemu) can
+ * reach the files libvirt relabels for it (docs/configuration.md). */
+#define SANDBOX_STATE_DIR_MODE 0711
+
 /* Built-in defaults (API.md tables). */
 void sandbox_config_defaults(struct sandbox_config *cfg);
 /* Fill what derives from others when left empty: db_path =

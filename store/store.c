@@ -9,11 +9,13 @@
  */
 #include "store.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define MOD "store"
 /* A single credit may not exceed $1e9: keeps every sum far from int64 overflow. */
@@ -298,6 +300,21 @@ err_rollback:
 	return -1;
 }
 
+/* The database holds execution outputs and receipts: owner only. New
+ * files get that from the daemon's umask (SQLite gives -wal and -shm the
+ * database's mode); a database made by an older build is narrowed here. */
+static void store_files_private(const char *path)
+{
+	static const char *const suffixes[] = {"", "-wal", "-shm", "-journal"};
+	char p[4096];
+
+	for (size_t i = 0; i < SBX_ARRAY_SIZE(suffixes); i++) {
+		snprintf(p, sizeof p, "%s%s", path, suffixes[i]);
+		if (chmod(p, 0600) < 0 && errno != ENOENT)
+			sbx_warn(MOD, "chmod 0600 %s: %s", p, strerror(errno));
+	}
+}
+
 struct store *store_open(const char *path, struct sbx_error *err)
 {
 	if (!path || !*path) {
@@ -341,6 +358,7 @@ struct store *store_open(const char *path, struct sbx_error *err)
 		goto err_close;
 	if (store_migrate(s, err) < 0)
 		goto err_close;
+	store_files_private(path);
 	return s;
 
 err_close:

@@ -246,6 +246,83 @@ static void guest_that_reboots_pays_for_its_time(void **state)
 	assert_true(consumed >= 2 * EXEC_PRICE && consumed <= 10 * EXEC_PRICE);
 }
 
+/* ------------------------------------------------- item 7: file modes */
+
+static unsigned mode_of(const char *path)
+{
+	struct stat st;
+
+	if (stat(path, &st) < 0)
+		fail_msg("stat %s: %s", path, strerror(errno));
+	return st.st_mode & 07777;
+}
+
+/* Every file the daemon made under run/ is its owner's only. */
+static int check_run_dir(const char *run, int *overlays)
+{
+	char cmd[512], line[600];
+	int n = 0;
+	FILE *p;
+
+	snprintf(cmd, sizeof(cmd), "find '%s' -mindepth 1 -printf '%%m %%u %%p\\n'", run);
+	p = popen(cmd, "r");
+	assert_non_null(p);
+	while (fgets(line, sizeof(line), p)) {
+		unsigned m = (unsigned)strtoul(line, NULL, 8);
+
+		print_message("  %s", line);
+		if (strstr(line, ".qcow2"))
+			(*overlays)++;
+		/* the channel socket is qemu's (its own umask): connecting needs
+		 * write permission, which others lack; files have no bit for
+		 * group or others at all */
+		if (strstr(line, ".sock\n") ? (m & 002) != 0 : (m & 077) != 0)
+			n++;
+	}
+	pclose(p);
+	return n;
+}
+
+/* The daemon runs with umask 077: the database (and -wal/-shm), overlays
+ * and the run dir's files are the owner's only, the state and run
+ * directories 0711 (qemu, as libvirt-qemu, needs only to reach the files
+ * libvirt relabels for it), and a guest with a 0600 overlay still boots
+ * and writes its disk. */
+static void files_are_the_owners_only(void **state)
+{
+	char id[64], path[600], run[300];
+	struct http_reply r;
+	int overlays = 0;
+
+	if (daemon_config_full(&d, "\"sizes\": {\"small\": {\"vcpus\": 1, \"memory_mib\": 512, "
+				   "\"disk_gib\": 2, \"price_micro_usd_per_hour\": 90000}}") < 0)
+		fail_msg("no full image (make image-full)");
+	assert_int_equal(daemon_up(&d), 0);
+	create_ok("{}", id);
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s/exec", id);
+	req(d.key, "POST", path, "{\"command\": \"echo hi > /root/x && cat /root/x\"}", &r);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(jstr(r.json, "stdout"), "hi\n");
+	http_reply_free(&r);
+
+	snprintf(run, sizeof(run), "%s/run", d.state_dir);
+	print_message("state dir %o, run dir %o, db %o\n", mode_of(d.state_dir), mode_of(run),
+		      mode_of(d.db));
+	assert_int_equal(mode_of(d.state_dir), 0711);
+	assert_int_equal(mode_of(run), 0711);
+	assert_int_equal(mode_of(d.db), 0600);
+	snprintf(path, sizeof(path), "%s-wal", d.db);
+	assert_int_equal(mode_of(path), 0600);
+	snprintf(path, sizeof(path), "%s-shm", d.db);
+	assert_int_equal(mode_of(path), 0600);
+	assert_int_equal(check_run_dir(run, &overlays), 0);
+	assert_int_equal(overlays, 1);
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s", id);
+	req(d.key, "DELETE", path, NULL, &r);
+	assert_int_equal(r.status, 200);
+	http_reply_free(&r);
+}
+
 /* ------------------------------------------------- item 8: extend race */
 
 struct bg_extend {
@@ -327,6 +404,7 @@ int main(void)
 	    cmocka_unit_test_teardown(execution_bills_and_signs_host_time, teardown_each),
 	    cmocka_unit_test_teardown(guest_that_reboots_pays_for_its_time, teardown_each),
 	    cmocka_unit_test_teardown(concurrent_extends_never_shorten, teardown_each),
+	    cmocka_unit_test_teardown(files_are_the_owners_only, teardown_each),
 	};
 	if (getenv("SBX_TEST_FILTER"))
 		cmocka_set_test_filter(getenv("SBX_TEST_FILTER"));
