@@ -67,6 +67,7 @@ static const struct key_spec keys[] = {
     NUM(memory_overcommit, K_DOUBLE),
     NUM(max_concurrent_boots, K_INT),
     NUM(min_free_disk_mib, K_U64),
+    NUM(disk_overcommit, K_DOUBLE),
     NUM(pool_max_idle_s, K_U32),
     NUM(pool_max_boots, K_INT),
     NUM(destroy_on_exit, K_BOOL),
@@ -81,6 +82,9 @@ static const struct key_spec keys[] = {
     NUM(execution_max_timeout_seconds, K_INT),
     STR(execution_size),
     NUM(execution_max_code_bytes, K_SIZE),
+    NUM(execution_store_max_bytes, K_SIZE),
+    NUM(execution_store_account_max_bytes, K_U64),
+    NUM(execution_retention_hours, K_INT),
     NUM(execution_test_shell_runtime, K_BOOL),
 };
 

@@ -88,6 +88,17 @@ int sandbox_execution_config_validate(const struct sandbox_config *cfg, struct s
 	if (cfg->execution_max_code_bytes < 1 || cfg->execution_max_code_bytes > 512 * 1024)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "execution_max_code_bytes",
 				     "execution_max_code_bytes must be 1..524288");
+	if (cfg->execution_store_max_bytes < 4096 || cfg->execution_store_max_bytes > 16u << 20)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "execution_store_max_bytes",
+				     "execution_store_max_bytes must be 4096..16777216");
+	if (cfg->execution_store_account_max_bytes < cfg->execution_store_max_bytes)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST,
+				     "execution_store_account_max_bytes",
+				     "execution_store_account_max_bytes must be >= "
+				     "execution_store_max_bytes");
+	if (cfg->execution_retention_hours < 1 || cfg->execution_retention_hours > 24 * 366)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "execution_retention_hours",
+				     "execution_retention_hours must be 1..8784");
 	if (cfg->execution_size[0] && !sandbox_config_size(cfg, cfg->execution_size))
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "execution_size",
 				     "execution_size '%s' is not in the size table",
@@ -469,7 +480,7 @@ static int guest_get(struct sandbox_svc *svc, const struct sandbox_size *size, c
 
 	pthread_mutex_lock(&svc->lock);
 	l = sandbox_pool_take_locked(svc, size->name);
-	if (!l && !sandbox_capacity_fits_locked(svc, size->memory_mib)) {
+	if (!l && !sandbox_capacity_fits_locked(svc, size)) {
 		pthread_mutex_unlock(&svc->lock);
 		sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
 			      "this node has no capacity for another execution right now; "
@@ -479,6 +490,7 @@ static int guest_get(struct sandbox_svc *svc, const struct sandbox_size *size, c
 	}
 	svc->booting++;
 	svc->booting_mib += size->memory_mib;
+	svc->booting_disk_gib += size->disk_gib;
 	pthread_cond_broadcast(&svc->cond); /* the pool refills */
 	if (l) {
 		pthread_mutex_unlock(&svc->lock);
@@ -508,6 +520,7 @@ err_forget:
 	pthread_mutex_lock(&svc->lock);
 	svc->booting--;
 	svc->booting_mib -= size->memory_mib;
+	svc->booting_disk_gib -= size->disk_gib;
 	pthread_cond_broadcast(&svc->cond);
 	pthread_mutex_unlock(&svc->lock);
 	return -1;
@@ -522,6 +535,7 @@ static void guest_put(struct sandbox_svc *svc, const struct sandbox_size *size, 
 	pthread_mutex_lock(&svc->lock);
 	svc->booting--;
 	svc->booting_mib -= size->memory_mib;
+	svc->booting_disk_gib -= size->disk_gib;
 	if (background)
 		svc->teardowns--;
 	pthread_cond_broadcast(&svc->cond);
@@ -730,7 +744,8 @@ int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
 	char launcher[512], salt[RECEIPT_HEX32_LEN], fin[RECEIPT_HEX32_LEN],
 	    fout[RECEIPT_HEX32_LEN], hash[RECEIPT_HEX32_LEN], sig[RECEIPT_SIG_HEX_LEN],
 	    rcpt[SANDBOX_ID_MAX], ts_start[32], ts_end[32], usd[32], url[96];
-	char *sout = NULL, *serr = NULL, *canon_body = NULL, *canon_resp = NULL;
+	char *sout = NULL, *serr = NULL, *canon_body = NULL, *canon_resp = NULL,
+	     *canon_stored = NULL;
 	size_t sout_len = 0, serr_len = 0;
 	int64_t started, ended, cost, price = (int64_t)cfg->execution_price_micro_per_second;
 	bool warm = false, out_trunc, err_trunc;
@@ -741,6 +756,17 @@ int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
 		return -1;
 	if (!(sg = signer_get(svc, err)))
 		return -1;
+	/* A warm guest is admitted already; the disk must still leave the
+	 * ledger its room before anything is written for this run. */
+	pthread_mutex_lock(&svc->lock);
+	bool disk_ok = sandbox_disk_fits_locked(svc);
+	pthread_mutex_unlock(&svc->lock);
+	if (!disk_ok) {
+		sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
+			      "this node is low on disk space; retry later");
+		err->retry_after_s = 30;
+		return -1;
+	}
 	snprintf(launcher, sizeof launcher, LAUNCH_HEAD, rt->ext, rt->interp, rt->ext);
 	if (sbx_random_id("sbxr_", 12, row.id, sizeof row.id) < 0 ||
 	    sbx_random_id("rcpt_", 12, rcpt, sizeof rcpt) < 0 || receipt_salt_new(salt, err) < 0)
@@ -777,7 +803,8 @@ int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
 			 row.id, err->message,
 			 res.guest_failed ? "the guest broke it" : "it did not start",
 			 (long long)cost);
-		store_execution_settle(svc->store, row.id, "failed", ended, cost, NULL, NULL, NULL);
+		store_execution_settle(svc->store, row.id, "failed", ended, cost, NULL, NULL, NULL,
+				       NULL);
 		run_result_release(&res);
 		return -1;
 	}
@@ -866,12 +893,36 @@ int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
 	receipt_json_set_obj(resp, "billing", bill);
 	if (!(canon_resp = receipt_json_canonical(resp, NULL, err)))
 		goto err_release;
+	/* What the database keeps: the same bytes, unless they pass
+	 * execution_store_max_bytes; then the head of each stream (1/16 of
+	 * the cap: JSON escapes at most 6 bytes per byte) and a flag. */
+	if (strlen(canon_resp) > cfg->execution_store_max_bytes) {
+		size_t keep = cfg->execution_store_max_bytes / 16, n_out, n_err;
+		char *o = sbx_utf8_sanitize(sout, SBX_MIN(keep, sout_len), true, &n_out),
+		     *e = sbx_utf8_sanitize(serr, SBX_MIN(keep, serr_len), true, &n_err);
 
-	/* 5. Receipt, then charge + release + response in one transaction. */
+		if (o && e) {
+			receipt_json_set_str(resp, "stdout", o, n_out);
+			receipt_json_set_str(resp, "stderr", e, n_err);
+			receipt_json_set_bool(resp, "stored_truncated", true);
+		}
+		free(o);
+		free(e);
+		if (!o || !e || !(canon_stored = receipt_json_canonical(resp, NULL, err)))
+			goto err_release;
+	}
+
+	/* 5. Receipt, then charge + release + response in one transaction
+	 * (which also drops what retention no longer keeps). */
+	struct store_execution_keep keep = {
+	    .account_max_bytes = cfg->execution_store_account_max_bytes,
+	    .ended_before_ms = ended - (int64_t)cfg->execution_retention_hours * 3600 * 1000,
+	};
 	if (store_receipt_insert(svc->store, rcpt, account_id, row.id, canon_body, hash, sig,
 				 receipt_signer_public(sg), ended, err) < 0 ||
 	    store_execution_settle(svc->store, row.id, res.timed_out ? "timed_out" : "completed",
-				   ended, cost, rcpt, canon_resp, err) < 0)
+				   ended, cost, rcpt, canon_stored ? canon_stored : canon_resp,
+				   &keep, err) < 0)
 		goto err_release;
 	sbx_info(MOD, "execution %s: %s %s exit %d in %u ms (guest says %u; %s), %lld micro-USD",
 		 row.id, runner, rt->name, res.exit_code, res.host_ms, res.duration_ms,
@@ -881,7 +932,7 @@ int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
 	goto out;
 
 err_release:
-	store_execution_settle(svc->store, row.id, "failed", ended, 0, NULL, NULL, NULL);
+	store_execution_settle(svc->store, row.id, "failed", ended, 0, NULL, NULL, NULL, NULL);
 	rc = -1;
 out:
 	receipt_json_free(in);
@@ -890,6 +941,7 @@ out:
 	receipt_json_free(resp);
 	free(canon_body);
 	free(canon_resp);
+	free(canon_stored);
 	free(sout);
 	free(serr);
 	run_result_release(&res);
@@ -903,8 +955,15 @@ int sandbox_execution_get(struct sandbox_svc *svc, const char *account_id, const
 
 	if (store_execution_get(svc->store, account_id, id, &row, err) < 0)
 		return -1;
-	if (!row.response)
+	if (!row.response && strcmp(row.status, "running") == 0)
 		return sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such execution '%.40s'", id);
+	if (!row.response)
+		return sbx_error_set(
+		    err, SBX_E_NOT_FOUND, NULL,
+		    "the result of execution '%.40s' is no longer stored (results "
+		    "are kept %d hours, at most %llu bytes per account)",
+		    id, svc->cfg.execution_retention_hours,
+		    (unsigned long long)svc->cfg.execution_store_account_max_bytes);
 	*response = row.response;
 	return 0;
 }

@@ -359,6 +359,12 @@ static int reconcile(struct sandbox_svc *svc, struct sbx_error *err)
 	int cut = store_execution_fail_unfinished(svc->store, now, NULL);
 	if (cut > 0)
 		sbx_info(MOD, "reconcile: released the holds of %d interrupted execution(s)", cut);
+	/* Stored results past their retention (execution_retention_hours). */
+	cut = store_execution_prune(
+	    svc->store, now - (int64_t)svc->cfg.execution_retention_hours * 3600 * 1000, NULL);
+	if (cut > 0)
+		sbx_info(MOD, "reconcile: dropped %d stored execution result(s) past retention",
+			 cut);
 	for (size_t i = 0; i < rc.n_orphans; i++) {
 		sbx_info(MOD, "reconcile: destroying domain %s (no live sandbox)", rc.orphans[i]);
 		vmm_destroy_by_name(svc->vmm, rc.orphans[i], NULL);
@@ -739,13 +745,69 @@ int sandbox_account_list(struct sandbox_svc *svc, struct sandbox_account **out, 
 
 /* ---------------------------------------------------------------- create */
 
-bool sandbox_capacity_fits_locked(struct sandbox_svc *svc, uint64_t mem_mib)
+/* GiB an overlay of a guest of this size may grow to (0 without a
+ * base image: no disk). */
+static uint64_t disk_gib_of(const struct sandbox_config *cfg, const char *size)
+{
+	const struct sandbox_size *s = sandbox_config_size(cfg, size);
+
+	return cfg->base_image[0] && s ? s->disk_gib : 0;
+}
+
+/* The disk rule (docs/configuration.md "Disk"): every overlay on the state
+ * dir's filesystem may grow to its guest's full disk_gib, so free space
+ * there must cover all of them (divided by disk_overcommit) plus
+ * min_free_disk_mib, which stays for the ledger; the database's filesystem,
+ * if another one, keeps min_free_disk_mib. */
+static bool disk_fits_locked(struct sandbox_svc *svc, uint64_t add_gib)
 {
 	const struct sandbox_config *cfg = &svc->cfg;
-	uint64_t used_mib = svc->booting_mib, pool_mib;
+	uint64_t gib = add_gib, free_mib, need_mib;
+	struct statvfs st = {0}, db;
+
+	/* booting: customers' boots and executions' guests (from their boot
+	 * until their teardown is done), then the pool's */
+	if (cfg->base_image[0])
+		gib += svc->booting_disk_gib + svc->pool_booting_disk_gib;
+	for (struct live *l = svc->lives; l; l = l->next)
+		gib += disk_gib_of(cfg, l->size);
+	for (struct live *p = svc->pool; p; p = p->next)
+		gib += disk_gib_of(cfg, p->size);
+	need_mib = cfg->min_free_disk_mib + (uint64_t)((double)gib * 1024.0 / cfg->disk_overcommit);
+	if (statvfs(cfg->state_dir, &st) == 0) {
+		free_mib = (uint64_t)st.f_bavail * st.f_frsize / (1024 * 1024);
+		if (free_mib < need_mib) {
+			sbx_warn(MOD,
+				 "disk: %llu MiB free in the state dir, %llu needed (%llu GiB of "
+				 "guest disks / %.1f + min_free_disk_mib %llu): refusing",
+				 (unsigned long long)free_mib, (unsigned long long)need_mib,
+				 (unsigned long long)gib, cfg->disk_overcommit,
+				 (unsigned long long)cfg->min_free_disk_mib);
+			return false;
+		}
+	}
+	if (statvfs(cfg->db_path, &db) == 0 && db.f_fsid != st.f_fsid &&
+	    (uint64_t)db.f_bavail * db.f_frsize / (1024 * 1024) < cfg->min_free_disk_mib) {
+		sbx_warn(MOD,
+			 "disk: the database's filesystem has less than %llu MiB free: "
+			 "refusing",
+			 (unsigned long long)cfg->min_free_disk_mib);
+		return false;
+	}
+	return true;
+}
+
+bool sandbox_disk_fits_locked(struct sandbox_svc *svc)
+{
+	return disk_fits_locked(svc, 0);
+}
+
+bool sandbox_capacity_fits_locked(struct sandbox_svc *svc, const struct sandbox_size *size)
+{
+	const struct sandbox_config *cfg = &svc->cfg;
+	uint64_t used_mib = svc->booting_mib, pool_mib, mem_mib = size->memory_mib;
 	int guests = svc->booting, pool_guests;
 	struct sysinfo si;
-	struct statvfs vfs;
 
 	for (struct live *l = svc->lives; l; l = l->next) {
 		guests++;
@@ -762,10 +824,7 @@ bool sandbox_capacity_fits_locked(struct sandbox_svc *svc, uint64_t mem_mib)
 		if ((double)(used_mib + mem_mib) > host_mib * cfg->memory_overcommit)
 			return false;
 	}
-	if (statvfs(cfg->state_dir, &vfs) == 0 &&
-	    (uint64_t)vfs.f_bavail * vfs.f_frsize / (1024 * 1024) < cfg->min_free_disk_mib)
-		return false;
-	return true;
+	return disk_fits_locked(svc, disk_gib_of(cfg, size->name));
 }
 
 /* Host capacity (config: max guests, memory overcommit, free disk) for a
@@ -776,7 +835,7 @@ bool sandbox_capacity_fits_locked(struct sandbox_svc *svc, uint64_t mem_mib)
 static int capacity_admit_locked(struct sandbox_svc *svc, const struct sandbox_size *size,
 				 struct live **evicted, struct sbx_error *err)
 {
-	while (!sandbox_capacity_fits_locked(svc, size->memory_mib)) {
+	while (!sandbox_capacity_fits_locked(svc, size)) {
 		struct live *p = sandbox_pool_evict_locked(svc);
 
 		if (!p) {
@@ -791,6 +850,7 @@ static int capacity_admit_locked(struct sandbox_svc *svc, const struct sandbox_s
 	}
 	svc->booting++;
 	svc->booting_mib += size->memory_mib;
+	svc->booting_disk_gib += size->disk_gib;
 	return 0;
 }
 
@@ -842,6 +902,7 @@ static void capacity_forget(struct sandbox_svc *svc, const struct sandbox_size *
 	pthread_mutex_lock(&svc->lock);
 	svc->booting--;
 	svc->booting_mib -= size->memory_mib;
+	svc->booting_disk_gib -= size->disk_gib;
 	pthread_mutex_unlock(&svc->lock);
 }
 
@@ -1031,6 +1092,7 @@ int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 		warm = true;
 		svc->booting++;
 		svc->booting_mib += size->memory_mib;
+		svc->booting_disk_gib += size->disk_gib;
 		rc = 0;
 	} else {
 		rc = capacity_admit_locked(svc, size, &evicted, err);
@@ -1087,6 +1149,7 @@ int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 	svc->lives = l;
 	svc->booting--;
 	svc->booting_mib -= size->memory_mib;
+	svc->booting_disk_gib -= size->disk_gib;
 	startup_record_locked(svc, warm, startup_ms);
 	pthread_mutex_unlock(&svc->lock);
 	sbx_info(MOD, "sandbox %s: running in %s (%s, %s), ready %lld ms after the request", row.id,

@@ -69,7 +69,14 @@ struct sandbox_config {
 	int max_guests;		  /* host capacity */
 	double memory_overcommit; /* guest memory <= ratio * host RAM */
 	int max_concurrent_boots;
+	/* Free disk (MiB) the filesystems of the state dir and the database
+	 * always keep for the ledger: creates and executions are refused (503)
+	 * when they would leave less, counting every running or booting
+	 * guest's overlay at its full disk_gib (it may grow that far) divided
+	 * by disk_overcommit (1.0: a guest filling its disk can never take
+	 * the ledger's space). */
 	uint64_t min_free_disk_mib;
+	double disk_overcommit; /* 1.0 */
 
 	/* Warm pool (docs/pool.md): pre-booted guests per size, handed out
 	 * once. pool[i].count guests of size pool[i].size are kept ready. */
@@ -94,7 +101,15 @@ struct sandbox_config {
 	int execution_max_timeout_seconds;	   /* 60 */
 	char execution_size[16];		   /* guest size, "" = default_size */
 	size_t execution_max_code_bytes;	   /* 256 KiB */
-	bool execution_test_shell_runtime;	   /* tests only: runtime "sh" */
+	/* What the database keeps of execution responses (GET
+	 * /v1/sandbox/executions/{id}): one stored copy at most this many
+	 * bytes (larger ones keep the head of stdout/stderr), at most
+	 * execution_store_account_max_bytes of them per account (the oldest
+	 * are dropped), each for execution_retention_hours. */
+	size_t execution_store_max_bytes;	    /* 256 KiB */
+	uint64_t execution_store_account_max_bytes; /* 64 MiB */
+	int execution_retention_hours;		    /* 168 (7 days) */
+	bool execution_test_shell_runtime;	    /* tests only: runtime "sh" */
 
 	/* Liveness (docs/lifecycle.md): every live guest is pinged over its
 	 * channel every liveness_interval_ms (0 = off), each ping waiting at

@@ -261,6 +261,13 @@ static const char *const store_migrations[] = {
      * are inserted with their scopes spelled out. */
     "UPDATE api_keys SET scopes = CASE WHEN scopes = '' THEN 'keys'"
     "  ELSE scopes || ' keys' END;",
+    /* 6: stored execution responses are bounded per account and in time
+     * (issue 13): their sizes, and an index over the ones still stored */
+    "ALTER TABLE executions ADD COLUMN response_bytes INTEGER NOT NULL DEFAULT 0"
+    "  CHECK (response_bytes >= 0);"
+    "UPDATE executions SET response_bytes = COALESCE(length(response), 0);"
+    "CREATE INDEX executions_stored ON executions(account_id, ended_at_ms)"
+    "  WHERE response IS NOT NULL;",
 };
 
 static int store_migrate(struct store *s, struct sbx_error *err)

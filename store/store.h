@@ -312,14 +312,26 @@ struct store_execution {
  * SBX_E_INSUFFICIENT_CREDIT when available < hold_micro. */
 int store_execution_reserve(struct store *s, const struct store_execution *row, int64_t hold_micro,
 			    struct sbx_error *err);
+/* What the database keeps of execution responses. */
+struct store_execution_keep {
+	uint64_t account_max_bytes; /* stored response bytes per account */
+	int64_t ended_before_ms;    /* responses of runs that ended earlier go */
+};
+
 /* running -> status ("completed"/"timed_out"/"failed") at ended_at:
  * charge min(charge_micro, hold) and release the rest, remember the
  * response bytes and receipt id (NULL for "failed"), one transaction. A
  * run that could not happen passes 0; one the guest broke, the time it
- * used. SBX_E_NOT_FOUND if not running. */
+ * used. With `keep` (NULL = keep all), the same transaction drops (sets to
+ * NULL) this account's stored responses that ended before
+ * keep->ended_before_ms, then the oldest ones until the account's total is
+ * at most keep->account_max_bytes. SBX_E_NOT_FOUND if not running. */
 int store_execution_settle(struct store *s, const char *id, const char *status, int64_t ended_at_ms,
 			   int64_t charge_micro, const char *receipt_id, const char *response,
-			   struct sbx_error *err);
+			   const struct store_execution_keep *keep, struct sbx_error *err);
+/* Drop every stored response of runs that ended before ended_before_ms
+ * (all accounts; the daemon's start). Returns how many, or -1. */
+int store_execution_prune(struct store *s, int64_t ended_before_ms, struct sbx_error *err);
 /* At daemon start: every execution still `running` was cut by the crash
  * (its guest is gone: reconcile destroys it); end each as failed and
  * release its whole hold, no charge, no receipt. Returns the count. */

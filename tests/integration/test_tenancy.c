@@ -10,8 +10,11 @@
 
 #include <cmocka.h>
 #include <pthread.h>
+#include <sys/mount.h>
+#include <sys/statvfs.h>
 
 #include "harness.h"
+#include "store/store.h"
 
 #define SMALL_SIZE                                                                                 \
 	"\"sizes\": {\"small\": {\"vcpus\": 1, \"memory_mib\": 256, \"disk_gib\": 1, "             \
@@ -164,11 +167,21 @@ static void keys_cannot_escalate(void **state)
 
 #define EXEC_PRICE 1000 /* micro-USD per second: 1 s is plain in the totals */
 
+static void exec_daemon_with(const char *extra)
+{
+	char cfg[1024];
+
+	snprintf(cfg, sizeof(cfg),
+		 "\"execution_test_shell_runtime\": true, "
+		 "\"execution_price_micro_per_second\": 1000, " SMALL_SIZE "%s",
+		 extra);
+	daemon_config(&d, cfg);
+	assert_int_equal(daemon_up(&d), 0);
+}
+
 static void exec_daemon(void)
 {
-	daemon_config(&d, "\"execution_test_shell_runtime\": true, "
-			  "\"execution_price_micro_per_second\": 1000, " SMALL_SIZE);
-	assert_int_equal(daemon_up(&d), 0);
+	exec_daemon_with("");
 }
 
 static void execute(const char *code, int timeout_s, struct http_reply *r)
@@ -244,6 +257,172 @@ static void guest_that_reboots_pays_for_its_time(void **state)
 	print_message("consumed %lld reserved %lld\n", (long long)consumed, (long long)reserved);
 	assert_int_equal(reserved, 0);
 	assert_true(consumed >= 2 * EXEC_PRICE && consumed <= 10 * EXEC_PRICE);
+}
+
+/* ------------------------------------------------- item 6: host disk */
+
+#define FS_MIB	     1400 /* the state dir's own filesystem in this test */
+#define MIN_FREE_MIB 128
+
+static bool fs_mounted;
+
+static int teardown_fs(void **state)
+{
+	char dir[256];
+
+	snprintf(dir, sizeof(dir), "%s", d.state_dir);
+	teardown_each(state);
+	if (fs_mounted) {
+		umount2(dir, MNT_DETACH);
+		rmdir(dir);
+		fs_mounted = false;
+	}
+	return 0;
+}
+
+static uint64_t fs_free_mib(const char *path)
+{
+	struct statvfs st;
+
+	assert_int_equal(statvfs(path, &st), 0);
+	return (uint64_t)st.f_bavail * st.f_frsize / (1024 * 1024);
+}
+
+static void create_status(const char *body, int want, char id[64])
+{
+	struct http_reply r;
+
+	req(d.key, "POST", "/v1/sandboxes", body, &r);
+	if (r.status != want)
+		fail_msg("create %s: %d %s", body, r.status, r.body);
+	if (want == 201)
+		snprintf(id, 64, "%s", jstr(r.json, "id"));
+	else
+		assert_non_null(strstr(r.headers, "Retry-After"));
+	http_reply_free(&r);
+}
+
+/* The state dir and the database on a small filesystem of their own
+ * (tmpfs, FS_MIB). A guest whose disk could outgrow what is free (2 GiB)
+ * is refused up front; one that fits (1 GiB) writes every block of its
+ * disk, and the filesystem still has min_free_disk_mib for the ledger:
+ * further creates get 503, the delete settles, the ledger checks out. */
+static void a_full_guest_disk_leaves_the_ledger_room(void **state)
+{
+	char id[64], other[64], path[160], cmd[512];
+	struct http_reply r;
+	struct sbx_error err;
+	struct store *s;
+
+	/* the harness's state dir, mounted before it copies the images in */
+	snprintf(d.state_dir, sizeof(d.state_dir), "/var/lib/sandboxd-test/%d", (int)getpid());
+	snprintf(cmd, sizeof(cmd), "mkdir -p -m 0755 %s", d.state_dir);
+	assert_int_equal(run_cmd(cmd), 0);
+	snprintf(cmd, sizeof(cmd), "size=%dm,mode=0755", FS_MIB);
+	assert_int_equal(mount("tmpfs", d.state_dir, "tmpfs", 0, cmd), 0);
+	fs_mounted = true;
+	if (daemon_config_full(&d, "\"min_free_disk_mib\": 128, \"default_size\": \"small\", "
+				   "\"sizes\": {\"small\": {\"vcpus\": 1, \"memory_mib\": 512, "
+				   "\"disk_gib\": 1, \"price_micro_usd_per_hour\": 90000}, "
+				   "\"big\": {\"vcpus\": 1, \"memory_mib\": 512, \"disk_gib\": 2, "
+				   "\"price_micro_usd_per_hour\": 90000}}") < 0)
+		fail_msg("no full image (make image-full)");
+	assert_int_equal(daemon_up(&d), 0);
+	print_message("%llu MiB free on the state dir's filesystem\n",
+		      (unsigned long long)fs_free_mib(d.state_dir));
+
+	/* 2 GiB of guest disk cannot be covered: refused before anything */
+	create_status("{\"size\": \"big\"}", 503, NULL);
+	create_status("{\"size\": \"small\"}", 201, id);
+	/* ... and a second 1 GiB once the first is admitted */
+	create_status("{\"size\": \"small\"}", 503, NULL);
+
+	/* the tenant writes every block of its disk (the raw device) */
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s/exec", id);
+	req(d.key, "POST", path,
+	    "{\"command\": \"dd if=/dev/zero of=/dev/vda bs=1M oflag=direct 2>&1 | tail -1\", "
+	    "\"timeout_ms\": 240000}",
+	    &r);
+	print_message("fill: %d %.300s\n", r.status, r.body);
+	http_reply_free(&r);
+	print_message("%llu MiB free after the fill\n",
+		      (unsigned long long)fs_free_mib(d.state_dir));
+	assert_true(fs_free_mib(d.state_dir) >= MIN_FREE_MIB);
+	create_status("{\"size\": \"small\"}", 503, NULL);
+
+	/* the ledger still writes: the delete settles */
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s", id);
+	req(d.key, "DELETE", path, NULL, &r);
+	assert_int_equal(r.status, 200);
+	http_reply_free(&r);
+	req(d.key, "GET", "/v1/usage", NULL, &r);
+	assert_int_equal(r.status, 200);
+	assert_int_equal(jint(r.json, "reserved_micro_usd"), 0);
+	http_reply_free(&r);
+	sbx_error_clear(&err);
+	s = store_open(d.db, &err);
+	assert_non_null(s);
+	if (store_ledger_check(s, NULL, &err) < 0)
+		fail_msg("ledger: %s", err.message);
+	store_close(s);
+	/* the room came back with the overlay */
+	create_status("{\"size\": \"small\"}", 201, other);
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s", other);
+	req(d.key, "DELETE", path, NULL, &r);
+	assert_int_equal(r.status, 200);
+	http_reply_free(&r);
+}
+
+/* What the database keeps of execution results is bounded: one stored copy
+ * at most execution_store_max_bytes (the reply itself is whole), at most
+ * execution_store_account_max_bytes per account, the oldest dropped. */
+static void stored_results_are_bounded(void **state)
+{
+	struct http_reply r[3], g;
+	char path[3][160];
+
+	exec_daemon_with(", \"execution_store_max_bytes\": 4096, "
+			 "\"execution_store_account_max_bytes\": 8192");
+	execute("head -c 20000 /dev/zero | tr '\\0' a", 10, &r[0]);
+	execute("head -c 3000 /dev/zero | tr '\\0' b", 10, &r[1]);
+	execute("head -c 3000 /dev/zero | tr '\\0' c", 10, &r[2]);
+	for (int i = 0; i < 3; i++) {
+		if (r[i].status != 200)
+			fail_msg("execute %d: %d %s", i, r[i].status, r[i].body);
+		snprintf(path[i], sizeof(path[i]), "/v1/sandbox/executions/%s",
+			 jstr(r[i].json, "id"));
+	}
+	/* the reply had it all */
+	assert_int_equal(strlen(jstr(r[0].json, "stdout")), 20000);
+	/* the oldest stored copy made room for the newer two (1.1 + 3.8 + 3.8
+	 * KB > 8 KiB) */
+	req(d.key, "GET", path[0], NULL, &g);
+	print_message("oldest: %d %s\n", g.status, g.body);
+	assert_int_equal(g.status, 404);
+	assert_non_null(strstr(jerr(g.json, "message"), "no longer stored"));
+	http_reply_free(&g);
+	for (int i = 1; i < 3; i++) {
+		req(d.key, "GET", path[i], NULL, &g);
+		assert_int_equal(g.status, 200);
+		assert_string_equal(g.body, r[i].body); /* the same bytes */
+		http_reply_free(&g);
+		http_reply_free(&r[i]);
+	}
+	http_reply_free(&r[0]);
+
+	/* a big one alone: kept cut to the cap, flagged */
+	execute("head -c 20000 /dev/zero | tr '\\0' d", 10, &r[0]);
+	assert_int_equal(r[0].status, 200);
+	snprintf(path[0], sizeof(path[0]), "/v1/sandbox/executions/%s", jstr(r[0].json, "id"));
+	req(d.key, "GET", path[0], NULL, &g);
+	assert_int_equal(g.status, 200);
+	print_message("stored copy: %zu bytes of %zu\n", g.body_len, r[0].body_len);
+	assert_true(g.body_len <= 4096);
+	assert_int_equal(jbool(g.json, "stored_truncated"), 1);
+	assert_int_equal(strlen(jstr(g.json, "stdout")), 4096 / 16);
+	assert_string_equal(jstr(g.json, "id"), jstr(r[0].json, "id"));
+	http_reply_free(&g);
+	http_reply_free(&r[0]);
 }
 
 /* ------------------------------------------------- item 7: file modes */
@@ -405,6 +584,8 @@ int main(void)
 	    cmocka_unit_test_teardown(guest_that_reboots_pays_for_its_time, teardown_each),
 	    cmocka_unit_test_teardown(concurrent_extends_never_shorten, teardown_each),
 	    cmocka_unit_test_teardown(files_are_the_owners_only, teardown_each),
+	    cmocka_unit_test_teardown(a_full_guest_disk_leaves_the_ledger_room, teardown_fs),
+	    cmocka_unit_test_teardown(stored_results_are_bounded, teardown_each),
 	};
 	if (getenv("SBX_TEST_FILTER"))
 		cmocka_set_test_filter(getenv("SBX_TEST_FILTER"));
