@@ -48,6 +48,7 @@ struct sandbox_svc {
 	int booting; /* admitted creates not yet live, execution guests until torn down */
 	uint64_t booting_mib;
 	uint64_t booting_disk_gib; /* disk_gib of the sizes booting */
+	int64_t disk_warned_mono;  /* last "refusing: disk" warning, mono ms */
 	int boots_active;	   /* boots holding a boot slot (customers and pool) */
 	int teardowns;		   /* execution guests torn down in the background */
 	int customers_waiting;	   /* customer creates waiting for a boot slot */

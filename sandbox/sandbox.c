@@ -777,12 +777,17 @@ static bool disk_fits_locked(struct sandbox_svc *svc, uint64_t add_gib)
 	if (statvfs(cfg->state_dir, &st) == 0) {
 		free_mib = (uint64_t)st.f_bavail * st.f_frsize / (1024 * 1024);
 		if (free_mib < need_mib) {
-			sbx_warn(MOD,
-				 "disk: %llu MiB free in the state dir, %llu needed (%llu GiB of "
-				 "guest disks / %.1f + min_free_disk_mib %llu): refusing",
-				 (unsigned long long)free_mib, (unsigned long long)need_mib,
-				 (unsigned long long)gib, cfg->disk_overcommit,
-				 (unsigned long long)cfg->min_free_disk_mib);
+			/* the pool asks on every tick: say it once a minute */
+			if (sbx_mono_ms() - svc->disk_warned_mono >= 60000) {
+				svc->disk_warned_mono = sbx_mono_ms();
+				sbx_warn(MOD,
+					 "disk: %llu MiB free in the state dir, %llu needed (%llu "
+					 "GiB of guest disks / %.1f + min_free_disk_mib %llu): "
+					 "refusing",
+					 (unsigned long long)free_mib, (unsigned long long)need_mib,
+					 (unsigned long long)gib, cfg->disk_overcommit,
+					 (unsigned long long)cfg->min_free_disk_mib);
+			}
 			return false;
 		}
 	}

@@ -265,7 +265,7 @@ static const char *const store_migrations[] = {
      * (issue 13): their sizes, and an index over the ones still stored */
     "ALTER TABLE executions ADD COLUMN response_bytes INTEGER NOT NULL DEFAULT 0"
     "  CHECK (response_bytes >= 0);"
-    "UPDATE executions SET response_bytes = COALESCE(length(response), 0);"
+    "UPDATE executions SET response_bytes = COALESCE(length(CAST(response AS BLOB)), 0);"
     "CREATE INDEX executions_stored ON executions(account_id, ended_at_ms)"
     "  WHERE response IS NOT NULL;",
 };
