@@ -645,6 +645,8 @@ static void handle_exit(struct agentless_conn *c, const struct wire_header *h, c
 	 * exec run (plus a second for clock noise). */
 	int64_t seen = sbx_mono_ms() - e->started_ms + 1000;
 	res.duration_ms = (int64_t)duration > seen ? (uint32_t)seen : duration;
+	/* The host's own measure; the caller clamps it to the timeout. */
+	res.host_ms = (uint32_t)SBX_MIN(sbx_mono_ms() - e->started_ms, (int64_t)UINT32_MAX);
 	res.timed_out = timed_out != 0;
 	/* never report fewer bytes than we hold */
 	res.stdout_total = SBX_MAX(out_total, (uint64_t)res.stdout_len);

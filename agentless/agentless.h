@@ -112,7 +112,11 @@ struct agentless_exec_result {
 	char *stderr_buf;
 	size_t stderr_len;
 	int exit_code;	      /* status, or 128+signal; 137 on timeout */
-	uint32_t duration_ms; /* measured in the guest */
+	uint32_t duration_ms; /* measured in the guest: informative only */
+	/* Measured on the host (monotonic): EXEC sent -> EXIT received, in
+	 * ms. May pass timeout_ms by up to the backstop grace plus transit:
+	 * clamp it to the timeout before billing or signing it. */
+	uint32_t host_ms;
 	bool timed_out;
 	bool truncated;	       /* either stream was cut at its cap */
 	uint64_t stdout_total; /* bytes the command wrote, kept or not */

@@ -47,8 +47,12 @@ int api_create_decode(const char *body, size_t len, const struct sandbox_config 
 int api_extend_decode(const char *body, size_t len, const struct sandbox_config *cfg,
 		      int *timeout_minutes, struct sbx_error *err);
 
-/* POST /v1/api_keys: an empty body or {}; any field is unknown (400). */
-int api_key_create_decode(const char *body, size_t len, struct sbx_error *err);
+/* POST /v1/api_keys: an empty body, {} or {"scopes": [string, ...]} (at
+ * most 8 names of at most 32 bytes; [] = a key with no scope). With
+ * "scopes", *has_scopes is set and scopes holds them space-separated (the
+ * sandbox layer checks the names). Any other field is unknown (400). */
+int api_key_create_decode(const char *body, size_t len, char scopes[SANDBOX_SCOPES_MAX],
+			  bool *has_scopes, struct sbx_error *err);
 
 /* POST /v1/sandboxes/{id}/exec, decoded. Owns its strings; release with
  * api_exec_body_release (also safe after a failed decode). */
@@ -92,6 +96,8 @@ struct json_object *api_limits_encode_stats(const struct sandbox_config *cfg,
 struct json_object *api_usage_encode(const struct sandbox_usage *u);
 /* An API key object; `secret` NULL when not to be shown. */
 struct json_object *api_key_encode(const struct sandbox_key *k, const char *secret);
+/* "a b" -> ["a", "b"] */
+struct json_object *api_scopes_encode(const char *scopes);
 /* An account object (admin command line). */
 struct json_object *api_account_encode(const struct sandbox_account *a);
 /* RFC 3339 string or JSON null when epoch_ms is 0. */

@@ -74,6 +74,7 @@ struct req {
 	enum route route;
 	char id[SANDBOX_ID_MAX];
 	char account_id[SANDBOX_ID_MAX];
+	char scopes[SANDBOX_SCOPES_MAX]; /* the key's, on the key routes */
 	struct sbx_buf body;
 	bool too_large;
 
@@ -341,13 +342,14 @@ static int authenticate(struct api_server *srv, struct MHD_Connection *c, char *
 			     "aas_sk_...' with a valid, unrevoked key");
 }
 
-/* The key's scopes must include `scope` (403 permission_error). */
+/* The key's scopes must include `scope` (403 permission_error); they are
+ * copied to `out` when it is not NULL. */
 static int require_scope(struct api_server *srv, struct MHD_Connection *c, const char *scope,
-			 struct sbx_error *err)
+			 char out[SANDBOX_SCOPES_MAX], struct sbx_error *err)
 {
 	const char *h =
 	    MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-	char token[API_TOKEN_MAX + 1], account[SANDBOX_ID_MAX], scopes[128];
+	char token[API_TOKEN_MAX + 1], account[SANDBOX_ID_MAX], scopes[SANDBOX_SCOPES_MAX];
 
 	if (!bearer_token(h, token) ||
 	    sandbox_authenticate_scopes(srv->svc, token, account, scopes, err) < 0)
@@ -357,6 +359,8 @@ static int require_scope(struct api_server *srv, struct MHD_Connection *c, const
 				     "this API key lacks the '%s' scope; create a key with "
 				     "'admin create-key ACCOUNT --scope %s'",
 				     scope, scope);
+	if (out)
+		snprintf(out, SANDBOX_SCOPES_MAX, "%s", scopes);
 	return 0;
 }
 
@@ -532,12 +536,15 @@ static enum MHD_Result handle_keys(struct req *r, const char *method)
 	sbx_error_clear(&err);
 	if (strcmp(method, "POST") == 0) {
 		struct sandbox_key key;
-		char secret[80];
+		char secret[80], scopes[SANDBOX_SCOPES_MAX];
 		enum MHD_Result ret;
+		bool has_scopes;
 
-		if (api_key_create_decode(r->body.data, r->body.len, &err) < 0)
+		if (api_key_create_decode(r->body.data, r->body.len, scopes, &has_scopes, &err) < 0)
 			return reply_error(r->conn, &err);
-		if (sandbox_key_create(r->srv->svc, r->account_id, &key, secret, &err) < 0)
+		/* at most the creating key's scopes; all of them by default */
+		if (sandbox_key_create(r->srv->svc, r->account_id, has_scopes ? scopes : NULL,
+				       r->scopes, &key, secret, &err) < 0)
 			return reply_error(r->conn, &err);
 		ret = reply_json(r->conn, 201, api_key_encode(&key, secret), 0, NULL);
 		explicit_bzero(secret, sizeof(secret));
@@ -560,7 +567,7 @@ static enum MHD_Result handle_key_revoke(struct req *r)
 	struct json_object *o;
 
 	sbx_error_clear(&err);
-	if (sandbox_key_revoke(r->srv->svc, r->account_id, r->id, &err) < 0)
+	if (sandbox_key_revoke(r->srv->svc, r->account_id, r->id, r->scopes, &err) < 0)
 		return reply_error(r->conn, &err);
 	o = json_object_new_object();
 	json_object_object_add(o, "id", json_object_new_string(r->id));
@@ -647,6 +654,9 @@ static int exec_receipt_add(struct req *r, struct json_object *o,
 {
 	struct sandbox_exec_receipt rc;
 	struct json_object *out = NULL, *errs = NULL, *j;
+	/* host time, at most the timeout the exec ran with (or could run with) */
+	uint32_t limit =
+	    r->exec.req.has_timeout ? r->exec.req.timeout_ms : r->srv->cfg->default_exec_timeout_ms;
 	char url[96];
 
 	json_object_object_get_ex(o, "stdout", &out);
@@ -657,7 +667,7 @@ static int exec_receipt_add(struct req *r, struct json_object *o,
 		r->srv->svc, r->account_id, r->id, &r->exec.req, res->exit_code,
 		json_object_get_string(out), (size_t)json_object_get_string_len(out),
 		json_object_get_string(errs), (size_t)json_object_get_string_len(errs),
-		res->duration_ms, res->timed_out, &rc, err) < 0) {
+		SBX_MIN(res->host_ms, limit), res->timed_out, &rc, err) < 0) {
 		sbx_warn(MOD, "sandbox %s: exec receipt: %s", r->id, err->message);
 		sbx_error_clear(err);
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL,
@@ -1087,7 +1097,10 @@ static enum MHD_Result request_begin(struct api_server *srv, struct MHD_Connecti
 	if (r->route != R_LIMITS && authenticate(srv, c, r->account_id, &err) < 0)
 		return reply_error(c, &err);
 	if ((r->route == R_EXECUTIONS || r->route == R_EXECUTION) &&
-	    require_scope(srv, c, "sandboxes", &err) < 0)
+	    require_scope(srv, c, "sandboxes", NULL, &err) < 0)
+		return reply_error(c, &err);
+	if ((r->route == R_KEYS || r->route == R_KEY) &&
+	    require_scope(srv, c, "keys", r->scopes, &err) < 0)
 		return reply_error(c, &err);
 	cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
 	if (cl) {

@@ -359,18 +359,44 @@ out:
 	return rc;
 }
 
-int api_key_create_decode(const char *body, size_t len, struct sbx_error *err)
+int api_key_create_decode(const char *body, size_t len, char scopes[SANDBOX_SCOPES_MAX],
+			  bool *has_scopes, struct sbx_error *err)
 {
 	struct json_object *obj = api_json_parse_object(body, len, err);
 	int rc = 0;
 
+	scopes[0] = '\0';
+	*has_scopes = false;
 	if (!obj)
 		return -1;
 	json_object_object_foreach(obj, key, val)
 	{
-		(void)val;
-		rc = unknown_field(key, err);
-		break;
+		if (strcmp(key, "scopes") != 0) {
+			rc = unknown_field(key, err);
+			break;
+		}
+		size_t n = json_object_is_type(val, json_type_array) ? json_object_array_length(val)
+								     : SIZE_MAX,
+		       used = 0;
+		if (n > 8) {
+			rc = sbx_error_set(err, SBX_E_INVALID_REQUEST, "scopes",
+					   "scopes must be an array of at most 8 scope names");
+			break;
+		}
+		for (size_t i = 0; i < n && rc == 0; i++) {
+			struct json_object *s = json_object_array_get_idx(val, i);
+			const char *name = json_object_get_string(s);
+			size_t l = name ? strlen(name) : 0;
+
+			if (!json_object_is_type(s, json_type_string) || l == 0 || l > 32 ||
+			    strcspn(name, " ,") != l)
+				rc = sbx_error_set(err, SBX_E_INVALID_REQUEST, "scopes",
+						   "each scope must be a name like 'sandboxes'");
+			else
+				used += (size_t)snprintf(scopes + used, SANDBOX_SCOPES_MAX - used,
+							 "%s%s", used ? " " : "", name);
+		}
+		*has_scopes = rc == 0;
 	}
 	json_object_put(obj);
 	return rc;
@@ -812,7 +838,22 @@ struct json_object *api_key_encode(const struct sandbox_key *k, const char *secr
 				       json_object_new_boolean(k->revoked_at_ms != 0));
 		json_object_object_add(o, "revoked_at", api_time_encode(k->revoked_at_ms));
 	}
+	json_object_object_add(o, "scopes", api_scopes_encode(k->scopes));
 	return o;
+}
+
+struct json_object *api_scopes_encode(const char *scopes)
+{
+	struct json_object *arr = json_object_new_array();
+
+	for (const char *p = scopes; *p;) {
+		size_t n = strcspn(p, " ");
+		if (n)
+			json_object_array_add(arr, json_object_new_string_len(p, (int)n));
+		p += n;
+		p += *p == ' ';
+	}
+	return arr;
 }
 
 struct json_object *api_account_encode(const struct sandbox_account *a)

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 #include <json-c/json.h>
 
@@ -31,7 +32,8 @@ static const char usage_text[] =
     "  sandboxd admin list-accounts [options]\n"
     "  sandboxd admin set-scopes KEY_ID --scope SCOPE[,SCOPE...] [options]\n"
     "admin options: [--config FILE] [--db PATH] [--state-dir DIR]\n"
-    "scopes: sandboxes (POST /v1/sandbox/executions); '' = none\n"
+    "scopes: sandboxes (/v1/sandbox/executions), keys (/v1/api_keys); '' = none;\n"
+    "  default (no --scope): sandboxes,keys\n"
     "  sandboxd verify-receipt RECEIPT.json (--signer 0xHEX | --public-key PEM)\n"
     "      [--execution RESPONSE.json] [--code FILE --runtime NAME | --input INPUT.json]\n";
 
@@ -262,21 +264,6 @@ static struct json_object *accounts_encode(const struct sandbox_account *a, size
 	return arr;
 }
 
-/* "a b" -> ["a", "b"] */
-static struct json_object *scopes_encode(const char *scopes)
-{
-	struct json_object *arr = json_object_new_array();
-
-	for (const char *p = scopes; *p;) {
-		size_t n = strcspn(p, " ");
-		if (n)
-			json_object_array_add(arr, json_object_new_string_len(p, (int)n));
-		p += n;
-		p += *p == ' ';
-	}
-	return arr;
-}
-
 static int cmd_admin(int argc, char **argv)
 {
 	static const char *const allowed[] = {"config",	    "db",    "state-dir", "name",
@@ -351,18 +338,9 @@ static int cmd_admin(int argc, char **argv)
 	} else if (strcmp(sub, "create-key") == 0) {
 		struct sandbox_key k;
 		char secret[80];
-		char scopes[128] = "";
-		if (sandbox_key_create(svc, o.positional[0], &k, secret, &err) < 0) {
-			runtime_error("create-key", &err);
-			goto out;
-		}
-		/* no --scope: the default scopes the key was created with */
-		if ((o.scope && sandbox_key_set_scopes(svc, k.id, o.scope, &err) < 0) ||
-		    sandbox_key_scopes(svc, k.id, scopes, &err) < 0) {
-			struct sbx_error e2;
-			sbx_error_clear(&e2);
-			sandbox_key_revoke(svc, NULL, k.id, &e2);
-			explicit_bzero(secret, sizeof(secret));
+		/* no --scope: SANDBOX_SCOPES_DEFAULT; the key is stored with its
+		 * scopes in one insert, or not at all */
+		if (sandbox_key_create(svc, o.positional[0], o.scope, NULL, &k, secret, &err) < 0) {
 			runtime_error("create-key", &err);
 			goto out;
 		}
@@ -370,7 +348,7 @@ static int cmd_admin(int argc, char **argv)
 		json_object_object_add(j, "key_id", json_object_new_string(k.id));
 		json_object_object_add(j, "api_key", json_object_new_string(secret));
 		json_object_object_add(j, "account_id", json_object_new_string(k.account_id));
-		json_object_object_add(j, "scopes", scopes_encode(scopes));
+		json_object_object_add(j, "scopes", api_scopes_encode(k.scopes));
 		print_json(j);
 		explicit_bzero(secret, sizeof(secret));
 	} else if (strcmp(sub, "set-scopes") == 0) {
@@ -382,10 +360,10 @@ static int cmd_admin(int argc, char **argv)
 		}
 		struct json_object *j = json_object_new_object();
 		json_object_object_add(j, "key_id", json_object_new_string(o.positional[0]));
-		json_object_object_add(j, "scopes", scopes_encode(scopes));
+		json_object_object_add(j, "scopes", api_scopes_encode(scopes));
 		print_json(j);
 	} else if (strcmp(sub, "revoke-key") == 0) {
-		if (sandbox_key_revoke(svc, NULL, o.positional[0], &err) < 0) {
+		if (sandbox_key_revoke(svc, NULL, o.positional[0], NULL, &err) < 0) {
 			runtime_error("revoke-key", &err);
 			goto out;
 		}
@@ -710,6 +688,10 @@ out:
 
 int main(int argc, char **argv)
 {
+	/* Everything the daemon creates (database and its -wal/-shm, overlays
+	 * through qemu-img, keys, directories) is its owner's only; libvirt's
+	 * DAC relabelling gives qemu what it needs (docs/configuration.md). */
+	umask(077);
 	if (argc < 2)
 		return usage_error("%s", "a command is required");
 	if (strcmp(argv[1], "serve") == 0)

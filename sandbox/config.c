@@ -63,6 +63,7 @@ void sandbox_config_defaults(struct sandbox_config *cfg)
 	cfg->memory_overcommit = 4.0;
 	cfg->max_concurrent_boots = 2;
 	cfg->min_free_disk_mib = 2048;
+	cfg->disk_overcommit = 1.0;
 
 	cfg->n_pool = 0; /* no warm pool unless the config asks for one */
 	cfg->pool_max_idle_s = 600;
@@ -75,6 +76,9 @@ void sandbox_config_defaults(struct sandbox_config *cfg)
 	cfg->execution_price_micro_per_second = 40;
 	cfg->execution_max_timeout_seconds = 60;
 	cfg->execution_max_code_bytes = 256 * 1024;
+	cfg->execution_store_max_bytes = 256 * 1024;
+	cfg->execution_store_account_max_bytes = 64ull * 1024 * 1024;
+	cfg->execution_retention_hours = 168;
 }
 
 /* dst = base + suffix unless dst is set; a path that does not fit is left
@@ -186,6 +190,12 @@ int sandbox_config_validate(const struct sandbox_config *cfg, struct sbx_error *
 	if (cfg->max_body_bytes < 1024)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "max_body_bytes",
 				     "max_body_bytes must be >= 1024");
+	if (cfg->disk_overcommit < 1.0 || cfg->disk_overcommit > 100.0)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "disk_overcommit",
+				     "disk_overcommit must be 1.0..100.0");
+	if (cfg->min_free_disk_mib < 64)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "min_free_disk_mib",
+				     "min_free_disk_mib must be >= 64 (the ledger's room)");
 	if (cfg->max_guests < 1 || cfg->max_concurrent_boots < 1 || cfg->memory_overcommit <= 0)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "max_guests",
 				     "host capacity settings must be positive");
@@ -225,6 +235,9 @@ int sandbox_config_validate(const struct sandbox_config *cfg, struct sbx_error *
 	if (cfg->test_fault_point[0] && strcmp(cfg->mode, "production") == 0)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "test_fault_point",
 				     "test_fault_point is for tests; production mode refuses it");
+	if (cfg->test_fault_pause_ms > 600000)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "test_fault_pause_ms",
+				     "test_fault_pause_ms must be 0..600000");
 	if (cfg->liveness_interval_ms && (cfg->liveness_interval_ms < 100 ||
 					  cfg->liveness_misses < 1 || cfg->liveness_misses > 100))
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "liveness_interval_ms",

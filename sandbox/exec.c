@@ -167,6 +167,7 @@ static void exec_done(void *opaque, struct agentless_exec_result *res, const str
 	out.stderr_len = res->stderr_len;
 	out.exit_code = res->exit_code;
 	out.duration_ms = res->duration_ms;
+	out.host_ms = res->host_ms;
 	out.timed_out = res->timed_out;
 	out.truncated = res->truncated;
 	agentless_exec_result_release(res);

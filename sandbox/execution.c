@@ -113,6 +113,17 @@ int sandbox_execution_config_validate(const struct sandbox_config *cfg, struct s
 	if (cfg->execution_max_code_bytes < 1 || cfg->execution_max_code_bytes > 512 * 1024)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "execution_max_code_bytes",
 				     "execution_max_code_bytes must be 1..524288");
+	if (cfg->execution_store_max_bytes < 4096 || cfg->execution_store_max_bytes > 16u << 20)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "execution_store_max_bytes",
+				     "execution_store_max_bytes must be 4096..16777216");
+	if (cfg->execution_store_account_max_bytes < cfg->execution_store_max_bytes)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST,
+				     "execution_store_account_max_bytes",
+				     "execution_store_account_max_bytes must be >= "
+				     "execution_store_max_bytes");
+	if (cfg->execution_retention_hours < 1 || cfg->execution_retention_hours > 24 * 366)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "execution_retention_hours",
+				     "execution_retention_hours must be 1..8784");
 	if (cfg->execution_size[0] && !sandbox_config_size(cfg, cfg->execution_size))
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "execution_size",
 				     "execution_size '%s' is not in the size table",
@@ -134,7 +145,7 @@ static struct receipt_signer *signer_get(struct sandbox_svc *svc, struct sbx_err
 	snprintf(path, sizeof path, "%s/receipt-ed25519.pem", svc->cfg.state_dir);
 	pthread_mutex_lock(&signer_lock);
 	if (!signer || strcmp(signer_path, path) != 0) {
-		sbx_mkdir_p(svc->cfg.state_dir, 0755);
+		sbx_mkdir_p(svc->cfg.state_dir, SANDBOX_STATE_DIR_MODE);
 		sg = receipt_signer_load_or_create(path, err);
 		if (!sg) {
 			pthread_mutex_unlock(&signer_lock);
@@ -199,33 +210,60 @@ int sandbox_authenticate_scopes(struct sandbox_svc *svc, const char *token,
 	return store_key_scopes_get(svc->store, key.id, scopes, err);
 }
 
-int sandbox_key_set_scopes(struct sandbox_svc *svc, const char *key_id, const char *scopes,
-			   struct sbx_error *err)
+/* The scopes there are, in their canonical order. */
+static const char *const known_scopes[] = {"sandboxes", "keys"};
+
+int sandbox_scopes_normalize(const char *scopes, char out[SANDBOX_SCOPES_MAX],
+			     struct sbx_error *err)
 {
-	char norm[STORE_SCOPES_MAX] = "";
+	bool want[SBX_ARRAY_SIZE(known_scopes)] = {false};
 	size_t used = 0;
 
 	for (const char *p = scopes; p && *p;) {
+		size_t i, len;
+
 		while (*p == ' ' || *p == ',')
 			p++;
-		size_t len = strcspn(p, " ,");
+		len = strcspn(p, " ,");
 		if (len == 0)
 			break;
-		if (!(len == 9 && strncmp(p, "sandboxes", 9) == 0))
-			return sbx_error_set(err, SBX_E_INVALID_REQUEST, "scope",
-					     "unknown scope '%.*s'; known: sandboxes",
+		for (i = 0; i < SBX_ARRAY_SIZE(known_scopes); i++)
+			if (strlen(known_scopes[i]) == len && strncmp(p, known_scopes[i], len) == 0)
+				break;
+		if (i == SBX_ARRAY_SIZE(known_scopes))
+			return sbx_error_set(err, SBX_E_INVALID_REQUEST, "scopes",
+					     "unknown scope '%.*s'; known: sandboxes, keys",
 					     (int)SBX_MIN(len, 32), p);
-		if (sandbox_scopes_have(norm, "sandboxes")) {
-			p += len;
-			continue;
-		}
-		if (used + len + 2 > sizeof norm)
-			return sbx_error_set(err, SBX_E_INVALID_REQUEST, "scope",
-					     "too many scopes");
-		used += (size_t)snprintf(norm + used, sizeof norm - used, "%s%.*s", used ? " " : "",
-					 (int)len, p);
+		want[i] = true;
 		p += len;
 	}
+	out[0] = '\0';
+	for (size_t i = 0; i < SBX_ARRAY_SIZE(known_scopes); i++)
+		if (want[i])
+			used += (size_t)snprintf(out + used, SANDBOX_SCOPES_MAX - used, "%s%s",
+						 used ? " " : "", known_scopes[i]);
+	return 0;
+}
+
+bool sandbox_scopes_within(const char *scopes, const char *limit, const char **missing)
+{
+	for (size_t i = 0; i < SBX_ARRAY_SIZE(known_scopes); i++)
+		if (sandbox_scopes_have(scopes, known_scopes[i]) &&
+		    !sandbox_scopes_have(limit, known_scopes[i])) {
+			if (missing)
+				*missing = known_scopes[i];
+			return false;
+		}
+	return true;
+}
+
+int sandbox_key_set_scopes(struct sandbox_svc *svc, const char *key_id, const char *scopes,
+			   struct sbx_error *err)
+{
+	char norm[SANDBOX_SCOPES_MAX];
+
+	if (sandbox_scopes_normalize(scopes, norm, err) < 0)
+		return -1;
 	return store_key_scopes_set(svc->store, key_id, norm, err);
 }
 
@@ -240,14 +278,14 @@ int sandbox_key_scopes(struct sandbox_svc *svc, const char *key_id, char out[128
 int sandbox_exec_receipt_sign(struct sandbox_svc *svc, const char *account_id,
 			      const char *sandbox_id, const struct sandbox_exec_req *req,
 			      int exit_code, const char *out, size_t out_len, const char *errs,
-			      size_t errs_len, uint32_t duration_ms, bool timed_out,
+			      size_t errs_len, uint32_t host_ms, bool timed_out,
 			      struct sandbox_exec_receipt *r, struct sbx_error *err)
 {
 	struct receipt_signer *sg = signer_get(svc, err);
 	struct receipt_json *in, *env, *outj, *body;
 	char fin[RECEIPT_HEX32_LEN], fout[RECEIPT_HEX32_LEN], ts_start[32], ts_end[32];
 	const char *cwd = req->cwd ? req->cwd : EXEC_CWD;
-	int64_t ended = sbx_wall_ms(), started = ended - (int64_t)duration_ms;
+	int64_t ended = sbx_wall_ms(), started = ended - (int64_t)host_ms;
 	char *canon = NULL;
 	int rc = -1;
 
@@ -291,7 +329,7 @@ int sandbox_exec_receipt_sign(struct sandbox_svc *svc, const char *account_id,
 	receipt_json_set_str(body, "status", timed_out ? "timed_out" : "completed", 9);
 	receipt_json_set_int(body, "input_tokens", 0);
 	receipt_json_set_int(body, "output_tokens", 0);
-	receipt_json_set_int(body, "latency_ms", duration_ms);
+	receipt_json_set_int(body, "latency_ms", host_ms);
 	receipt_json_set_str(body, "input_fingerprint", fin, strlen(fin));
 	receipt_json_set_str(body, "output_fingerprint", fout, strlen(fout));
 	/* the sandbox's seconds are billed with the sandbox, not per exec */
@@ -322,8 +360,12 @@ struct run_result {
 	size_t out_len, err_len;
 	uint64_t out_total, err_total;
 	int exit_code;
-	uint32_t duration_ms;
+	uint32_t duration_ms; /* as the runner reports it (the guest's own) */
+	/* Host-observed run time (monotonic), <= the timeout: what is billed
+	 * and signed. Set on a guest-caused failure too (guest_failed). */
+	uint32_t host_ms;
 	bool timed_out;
+	bool guest_failed; /* the run started and the guest broke it */
 };
 
 static void run_result_release(struct run_result *r)
@@ -445,6 +487,7 @@ static int run_dev_process(const char *launcher, const struct sandbox_execution_
 	}
 	kill(-pid, SIGKILL); /* whatever it left behind */
 	res->duration_ms = (uint32_t)(sbx_mono_ms() - t0);
+	res->host_ms = SBX_MIN(res->duration_ms, timeout_ms);
 	res->exit_code = res->timed_out	       ? 137
 			 : WIFEXITED(status)   ? WEXITSTATUS(status)
 			 : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
@@ -465,7 +508,7 @@ static int guest_get(struct sandbox_svc *svc, const struct sandbox_size *size, c
 
 	pthread_mutex_lock(&svc->lock);
 	l = sandbox_pool_take_locked(svc, size->name);
-	if (!l && !sandbox_capacity_fits_locked(svc, size->memory_mib)) {
+	if (!l && !sandbox_capacity_fits_locked(svc, size)) {
 		pthread_mutex_unlock(&svc->lock);
 		sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
 			      "this node has no capacity for another execution right now; "
@@ -475,6 +518,7 @@ static int guest_get(struct sandbox_svc *svc, const struct sandbox_size *size, c
 	}
 	svc->booting++;
 	svc->booting_mib += size->memory_mib;
+	svc->booting_disk_gib += size->disk_gib;
 	pthread_cond_broadcast(&svc->cond); /* the pool refills */
 	if (l) {
 		pthread_mutex_unlock(&svc->lock);
@@ -504,6 +548,7 @@ err_forget:
 	pthread_mutex_lock(&svc->lock);
 	svc->booting--;
 	svc->booting_mib -= size->memory_mib;
+	svc->booting_disk_gib -= size->disk_gib;
 	pthread_cond_broadcast(&svc->cond);
 	pthread_mutex_unlock(&svc->lock);
 	return -1;
@@ -518,6 +563,7 @@ static void guest_put(struct sandbox_svc *svc, const struct sandbox_size *size, 
 	pthread_mutex_lock(&svc->lock);
 	svc->booting--;
 	svc->booting_mib -= size->memory_mib;
+	svc->booting_disk_gib -= size->disk_gib;
 	if (background)
 		svc->teardowns--;
 	pthread_cond_broadcast(&svc->cond);
@@ -632,11 +678,13 @@ static int run_libvirt(struct sandbox_svc *svc, const char *id, const char *laun
 	    .user = strcmp(cfg->exec_user, "root") == 0 ? NULL : cfg->exec_user,
 	};
 	struct live *l;
+	int64_t t0;
 
 	if (!size)
 		return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL, "no guest size configured");
 	if (guest_get(svc, size, id, &l, warm, err) < 0)
 		return -1;
+	t0 = sbx_mono_ms();
 	if (agentless_exec_start(l->conn, &ar, sync_done, &sc, err) < 0) {
 		guest_put_background(svc, size, l);
 		if (err->code != SBX_E_SERVICE_UNAVAILABLE)
@@ -660,6 +708,10 @@ static int run_libvirt(struct sandbox_svc *svc, const char *id, const char *laun
 	guest_put_background(svc, size, l);
 	if (!sc.ok) {
 		*err = sc.err;
+		/* The guest died, rebooted, broke the protocol or never
+		 * answered (the backstop): it used the time until then. */
+		res->guest_failed = err->code == SBX_E_SANDBOX_ERROR;
+		res->host_ms = (uint32_t)SBX_MIN(sbx_mono_ms() - t0, (int64_t)timeout_ms);
 		if (err->code != SBX_E_SERVICE_UNAVAILABLE)
 			err->code = SBX_E_SANDBOX_ERROR;
 		return -1;
@@ -669,11 +721,21 @@ static int run_libvirt(struct sandbox_svc *svc, const char *id, const char *laun
 	res->out_total = sc.res.stdout_total, res->err_total = sc.res.stderr_total;
 	res->exit_code = sc.res.exit_code;
 	res->duration_ms = sc.res.duration_ms;
+	res->host_ms = SBX_MIN(sc.res.host_ms, timeout_ms);
 	res->timed_out = sc.res.timed_out;
 	return 0;
 }
 
 /* ------------------------------------------------------------ the use case */
+
+/* Started seconds of host-observed time (min 1) at the price, at most the
+ * hold (the whole timeout). micro-USD. */
+static int64_t execution_cost(uint32_t host_ms, int64_t price, int timeout_seconds)
+{
+	int64_t seconds = SBX_MAX((int64_t)1, ((int64_t)host_ms + 999) / 1000);
+
+	return SBX_MIN(seconds * price, price * timeout_seconds);
+}
 
 static int check_req(const struct sandbox_config *cfg, const struct sandbox_execution_req *req,
 		     const struct runtime **rt, struct sbx_error *err)
@@ -712,10 +774,10 @@ int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
 	char launcher[2048], salt[RECEIPT_HEX32_LEN], fin[RECEIPT_HEX32_LEN],
 	    fout[RECEIPT_HEX32_LEN], hash[RECEIPT_HEX32_LEN], sig[RECEIPT_SIG_HEX_LEN],
 	    rcpt[SANDBOX_ID_MAX], ts_start[32], ts_end[32], usd[32], url[96];
-	char *sout = NULL, *serr = NULL, *canon_body = NULL, *canon_resp = NULL;
+	char *sout = NULL, *serr = NULL, *canon_body = NULL, *canon_resp = NULL,
+	     *canon_stored = NULL;
 	size_t sout_len = 0, serr_len = 0;
-	int64_t started, ended, seconds, cost,
-	    price = (int64_t)cfg->execution_price_micro_per_second;
+	int64_t started, ended, cost, price = (int64_t)cfg->execution_price_micro_per_second;
 	bool warm = false, out_trunc, err_trunc;
 	int rc = -1;
 
@@ -724,6 +786,17 @@ int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
 		return -1;
 	if (!(sg = signer_get(svc, err)))
 		return -1;
+	/* A warm guest is admitted already; the disk must still leave the
+	 * ledger its room before anything is written for this run. */
+	pthread_mutex_lock(&svc->lock);
+	bool disk_ok = sandbox_disk_fits_locked(svc);
+	pthread_mutex_unlock(&svc->lock);
+	if (!disk_ok) {
+		sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
+			      "this node is low on disk space; retry later");
+		err->retry_after_s = 30;
+		return -1;
+	}
 	snprintf(launcher, sizeof launcher, LAUNCH_HEAD "%sexec %s </dev/null", rt->ext, rt->prep,
 		 rt->run);
 	if (sbx_random_id("sbxr_", 12, row.id, sizeof row.id) < 0 ||
@@ -753,8 +826,17 @@ int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
 				 &res, &warm, err);
 	ended = sbx_wall_ms();
 	if (rc < 0) {
-		sbx_warn(MOD, "execution %s: could not run: %s", row.id, err->message);
-		store_execution_settle(svc->store, row.id, "failed", ended, 0, NULL, NULL, NULL);
+		/* A run the guest broke is charged for the time it used; one
+		 * that could not start (no capacity, no boot) costs nothing. */
+		cost =
+		    res.guest_failed ? execution_cost(res.host_ms, price, req->timeout_seconds) : 0;
+		sbx_warn(MOD, "execution %s: could not run: %s (%s, charged %lld micro-USD)",
+			 row.id, err->message,
+			 res.guest_failed ? "the guest broke it" : "it did not start",
+			 (long long)cost);
+		store_execution_settle(svc->store, row.id, "failed", ended, cost, NULL, NULL, NULL,
+				       NULL);
+		run_result_release(&res);
 		return -1;
 	}
 
@@ -767,8 +849,7 @@ int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
 		sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
 		goto err_release;
 	}
-	seconds = SBX_MAX((int64_t)1, ((int64_t)res.duration_ms + 999) / 1000);
-	cost = SBX_MIN(seconds * price, price * req->timeout_seconds);
+	cost = execution_cost(res.host_ms, price, req->timeout_seconds);
 	in = receipt_json_object();
 	receipt_json_set_str(in, "code", req->code, req->code_len);
 	receipt_json_set_str(in, "runtime", rt->name, strlen(rt->name));
@@ -799,7 +880,7 @@ int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
 			     res.timed_out ? 9 : 9);
 	receipt_json_set_int(body, "input_tokens", 0);
 	receipt_json_set_int(body, "output_tokens", 0);
-	receipt_json_set_int(body, "latency_ms", res.duration_ms);
+	receipt_json_set_int(body, "latency_ms", res.host_ms);
 	receipt_json_set_str(body, "input_fingerprint", fin, strlen(fin));
 	receipt_json_set_str(body, "output_fingerprint", fout, strlen(fout));
 	receipt_json_set_int(body, "cost_micro_usd", cost);
@@ -837,26 +918,52 @@ int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
 	/* An integer, as all money in API.md (the seed's example shows a
 	 * string; API.md is the contract). */
 	receipt_json_set_int(bill, "cost_micro_usd", cost);
+	receipt_json_set_int(bill, "billed_ms", res.host_ms);
 	receipt_json_set_str(bill, "cost_usd", usd, strlen(usd));
 	receipt_json_set_str(bill, "fingerprint_salt", salt, strlen(salt));
 	receipt_json_set_obj(resp, "billing", bill);
 	if (!(canon_resp = receipt_json_canonical(resp, NULL, err)))
 		goto err_release;
+	/* What the database keeps: the same bytes, unless they pass
+	 * execution_store_max_bytes; then the head of each stream (1/16 of
+	 * the cap: JSON escapes at most 6 bytes per byte) and a flag. */
+	if (strlen(canon_resp) > cfg->execution_store_max_bytes) {
+		size_t keep = cfg->execution_store_max_bytes / 16, n_out, n_err;
+		char *o = sbx_utf8_sanitize(sout, SBX_MIN(keep, sout_len), true, &n_out),
+		     *e = sbx_utf8_sanitize(serr, SBX_MIN(keep, serr_len), true, &n_err);
 
-	/* 5. Receipt, then charge + release + response in one transaction. */
+		if (o && e) {
+			receipt_json_set_str(resp, "stdout", o, n_out);
+			receipt_json_set_str(resp, "stderr", e, n_err);
+			receipt_json_set_bool(resp, "stored_truncated", true);
+		}
+		free(o);
+		free(e);
+		if (!o || !e || !(canon_stored = receipt_json_canonical(resp, NULL, err)))
+			goto err_release;
+	}
+
+	/* 5. Receipt, then charge + release + response in one transaction
+	 * (which also drops what retention no longer keeps). */
+	struct store_execution_keep keep = {
+	    .account_max_bytes = cfg->execution_store_account_max_bytes,
+	    .ended_before_ms = ended - (int64_t)cfg->execution_retention_hours * 3600 * 1000,
+	};
 	if (store_receipt_insert(svc->store, rcpt, account_id, row.id, canon_body, hash, sig,
 				 receipt_signer_public(sg), ended, err) < 0 ||
 	    store_execution_settle(svc->store, row.id, res.timed_out ? "timed_out" : "completed",
-				   ended, cost, rcpt, canon_resp, err) < 0)
+				   ended, cost, rcpt, canon_stored ? canon_stored : canon_resp,
+				   &keep, err) < 0)
 		goto err_release;
-	sbx_info(MOD, "execution %s: %s %s exit %d in %u ms (%s), %lld micro-USD", row.id, runner,
-		 rt->name, res.exit_code, res.duration_ms, warm ? "warm" : "cold", (long long)cost);
+	sbx_info(MOD, "execution %s: %s %s exit %d in %u ms (guest says %u; %s), %lld micro-USD",
+		 row.id, runner, rt->name, res.exit_code, res.host_ms, res.duration_ms,
+		 warm ? "warm" : "cold", (long long)cost);
 	*response = TAKE_PTR(canon_resp);
 	rc = 0;
 	goto out;
 
 err_release:
-	store_execution_settle(svc->store, row.id, "failed", ended, 0, NULL, NULL, NULL);
+	store_execution_settle(svc->store, row.id, "failed", ended, 0, NULL, NULL, NULL, NULL);
 	rc = -1;
 out:
 	receipt_json_free(in);
@@ -865,6 +972,7 @@ out:
 	receipt_json_free(resp);
 	free(canon_body);
 	free(canon_resp);
+	free(canon_stored);
 	free(sout);
 	free(serr);
 	run_result_release(&res);
@@ -878,8 +986,15 @@ int sandbox_execution_get(struct sandbox_svc *svc, const char *account_id, const
 
 	if (store_execution_get(svc->store, account_id, id, &row, err) < 0)
 		return -1;
-	if (!row.response)
+	if (!row.response && strcmp(row.status, "running") == 0)
 		return sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such execution '%.40s'", id);
+	if (!row.response)
+		return sbx_error_set(
+		    err, SBX_E_NOT_FOUND, NULL,
+		    "the result of execution '%.40s' is no longer stored (results "
+		    "are kept %d hours, at most %llu bytes per account)",
+		    id, svc->cfg.execution_retention_hours,
+		    (unsigned long long)svc->cfg.execution_store_account_max_bytes);
 	*response = row.response;
 	return 0;
 }

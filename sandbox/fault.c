@@ -1,8 +1,10 @@
 /* sandbox: fault injection for crash tests. See fault.h. */
 #include "sandbox-priv.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static const char *const fault_names[SANDBOX_FAULT_COUNT] = {
@@ -38,8 +40,23 @@ void sandbox_fault_hit(const struct sandbox_config *cfg, enum sandbox_fault poin
 	char line[128];
 	int n;
 
+	static atomic_bool paused;
+
 	if (!cfg->test_fault_point[0] || !name || strcmp(cfg->test_fault_point, name) != 0)
 		return;
+	if (cfg->test_fault_pause_ms) {
+		/* only the first request that gets here waits; the others pass */
+		if (!atomic_exchange(&paused, true)) {
+			struct timespec ts = {.tv_sec = cfg->test_fault_pause_ms / 1000,
+					      .tv_nsec = (long)(cfg->test_fault_pause_ms % 1000) *
+							 1000000L};
+			fprintf(stderr, "sandboxd: test fault point '%s' reached: pausing %u ms\n",
+				name, cfg->test_fault_pause_ms);
+			while (nanosleep(&ts, &ts) < 0) {
+			}
+		}
+		return;
+	}
 	/* write(2), not stdio: nothing buffered may be flushed on the way out. */
 	n = snprintf(line, sizeof(line), "sandboxd: test fault point '%s' reached: _exit(137)\n",
 		     name);

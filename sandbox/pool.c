@@ -134,6 +134,7 @@ static void *pool_boot_main(void *arg)
 	}
 	svc->pool_booting--;
 	svc->pool_booting_mib -= size->memory_mib;
+	svc->pool_booting_disk_gib -= size->disk_gib;
 	pthread_cond_broadcast(&svc->cond);
 	pthread_mutex_unlock(&svc->lock);
 
@@ -157,7 +158,7 @@ static bool pool_boot_maybe_locked(struct sandbox_svc *svc, const struct sandbox
 	if (svc->customers_waiting > 0 || svc->boots_active >= svc->cfg.max_concurrent_boots ||
 	    svc->pool_booting >= svc->cfg.pool_max_boots ||
 	    sbx_mono_ms() < svc->pool_backoff_until_mono ||
-	    !sandbox_capacity_fits_locked(svc, size->memory_mib))
+	    !sandbox_capacity_fits_locked(svc, size))
 		return false;
 	pb = malloc(sizeof(*pb));
 	if (!pb)
@@ -167,6 +168,7 @@ static bool pool_boot_maybe_locked(struct sandbox_svc *svc, const struct sandbox
 	svc->boots_active++;
 	svc->pool_booting++;
 	svc->pool_booting_mib += size->memory_mib;
+	svc->pool_booting_disk_gib += size->disk_gib;
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	rc = pthread_create(&t, &attr, pool_boot_main, pb);
@@ -176,6 +178,7 @@ static bool pool_boot_maybe_locked(struct sandbox_svc *svc, const struct sandbox
 		svc->boots_active--;
 		svc->pool_booting--;
 		svc->pool_booting_mib -= size->memory_mib;
+		svc->pool_booting_disk_gib -= size->disk_gib;
 		return false;
 	}
 	return true;

@@ -82,9 +82,11 @@ struct sandbox_svc {
 	struct live *lives;
 	int booting; /* admitted creates not yet live, execution guests until torn down */
 	uint64_t booting_mib;
-	int boots_active;      /* boots holding a boot slot (customers and pool) */
-	int teardowns;	       /* execution guests torn down in the background */
-	int customers_waiting; /* customer creates waiting for a boot slot */
+	uint64_t booting_disk_gib; /* disk_gib of the sizes booting */
+	int64_t disk_warned_mono;  /* last "refusing: disk" warning, mono ms */
+	int boots_active;	   /* boots holding a boot slot (customers and pool) */
+	int teardowns;		   /* execution guests torn down in the background */
+	int customers_waiting;	   /* customer creates waiting for a boot slot */
 	bool stop;
 	int64_t started_wall_ms; /* this daemon's start: older pending keys are orphans */
 	bool timer_started;
@@ -98,6 +100,7 @@ struct sandbox_svc {
 	struct live *pool; /* ready pooled guests */
 	int pool_booting;  /* pool boots in flight (they count for capacity) */
 	uint64_t pool_booting_mib;
+	uint64_t pool_booting_disk_gib;
 	bool pool_started;
 	pthread_t pool_thread;
 	int64_t pool_backoff_until_mono; /* after a failed pool boot */
@@ -172,9 +175,14 @@ void sandbox_end_queue_locked(struct sandbox_svc *svc, struct live *l, enum stor
 void sandbox_live_unref_locked(struct sandbox_svc *svc, struct live *l);
 /* Fail in-flight execs, destroy the domain, free. No lock held. */
 void sandbox_live_teardown(struct live *l, const char *why);
-/* Would one more guest of mem_mib fit the host's capacity, counting
- * customers' guests, boots and the pool? Call with lock. */
-bool sandbox_capacity_fits_locked(struct sandbox_svc *svc, uint64_t mem_mib);
+/* Would one more guest of `size` fit the host's capacity (guests, memory,
+ * disk), counting customers' guests, boots and the pool? Call with lock
+ * (it calls statvfs(2), which does not wait on the guests). */
+bool sandbox_capacity_fits_locked(struct sandbox_svc *svc, const struct sandbox_size *size);
+/* Do the guests already admitted leave min_free_disk_mib for the ledger
+ * (sandbox_capacity_fits_locked's disk rule, adding no guest)? Call with
+ * lock. */
+bool sandbox_disk_fits_locked(struct sandbox_svc *svc);
 
 /* execution.c */
 
@@ -233,8 +241,10 @@ enum sandbox_fault {
 const char *sandbox_fault_name(enum sandbox_fault point);
 /* True when `name` is "" (no fault) or one of the point names. */
 bool sandbox_fault_name_valid(const char *name);
-/* If the config names `point`, log one line to stderr and _exit(137).
- * Otherwise return at once. */
+/* If the config names `point`, log one line to stderr and _exit(137); with
+ * test_fault_pause_ms set, sleep that long instead, at the first hit only
+ * (a race made deterministic: the first request waits there while another
+ * passes the same point). Otherwise return at once. Call with no lock held. */
 void sandbox_fault_hit(const struct sandbox_config *cfg, enum sandbox_fault point);
 
 #endif

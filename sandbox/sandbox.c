@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/sysinfo.h>
 #include <time.h>
@@ -160,6 +161,12 @@ static int reconcile(struct sandbox_svc *svc, struct sbx_error *err)
 	int cut = store_execution_fail_unfinished(svc->store, now, NULL);
 	if (cut > 0)
 		sbx_info(MOD, "reconcile: released the holds of %d interrupted execution(s)", cut);
+	/* Stored results past their retention (execution_retention_hours). */
+	cut = store_execution_prune(
+	    svc->store, now - (int64_t)svc->cfg.execution_retention_hours * 3600 * 1000, NULL);
+	if (cut > 0)
+		sbx_info(MOD, "reconcile: dropped %d stored execution result(s) past retention",
+			 cut);
 	for (size_t i = 0; i < rc.n_orphans; i++) {
 		sbx_info(MOD, "reconcile: destroying domain %s (no live sandbox)", rc.orphans[i]);
 		vmm_destroy_by_name(svc->vmm, rc.orphans[i], NULL);
@@ -237,7 +244,14 @@ struct sandbox_svc *sandbox_svc_new(const struct sandbox_config *cfg, int flags,
 	svc->ends_tail = &svc->ends;
 	pthread_mutex_init(&svc->lock, NULL);
 	pthread_cond_init(&svc->cond, NULL);
-	if (sbx_mkdir_p(cfg->state_dir, 0755) < 0) {
+	/* Owner only, plus the search bit qemu (libvirt-qemu) needs to reach
+	 * the kernel, the images and the overlays under it; an existing state
+	 * dir is narrowed to that too. */
+	snprintf(run_dir, sizeof(run_dir), "%s/run", cfg->state_dir);
+	if (sbx_mkdir_p(cfg->state_dir, SANDBOX_STATE_DIR_MODE) < 0 ||
+	    chmod(cfg->state_dir, SANDBOX_STATE_DIR_MODE) < 0 ||
+	    (!(flags & SANDBOX_SVC_ADMIN) && (sbx_mkdir_p(run_dir, SANDBOX_STATE_DIR_MODE) < 0 ||
+					      chmod(run_dir, SANDBOX_STATE_DIR_MODE) < 0))) {
 		sbx_error_set(err, SBX_E_INTERNAL, NULL, "cannot create the state dir: %s",
 			      strerror(errno));
 		goto err_free;
@@ -396,15 +410,27 @@ static void key_from_store(const struct store_key *k, struct sandbox_key *out)
 	snprintf(out->prefix, sizeof(out->prefix), "%s", k->prefix);
 	out->created_at_ms = k->created_at_ms;
 	out->revoked_at_ms = k->revoked_at_ms;
+	snprintf(out->scopes, sizeof(out->scopes), "%s", k->scopes);
 }
 
-int sandbox_key_create(struct sandbox_svc *svc, const char *account_id, struct sandbox_key *key,
-		       char secret[static 80], struct sbx_error *err)
+int sandbox_key_create(struct sandbox_svc *svc, const char *account_id, const char *scopes,
+		       const char *creator_scopes, struct sandbox_key *key, char secret[static 80],
+		       struct sbx_error *err)
 {
 	struct store_key k = {0};
 	struct store_account acct;
+	const char *missing = NULL;
 	char digest[65];
 
+	if (!scopes)
+		scopes = creator_scopes ? creator_scopes : SANDBOX_SCOPES_DEFAULT;
+	if (sandbox_scopes_normalize(scopes, k.scopes, err) < 0)
+		return -1;
+	if (creator_scopes && !sandbox_scopes_within(k.scopes, creator_scopes, &missing))
+		return sbx_error_set(err, SBX_E_PERMISSION, NULL,
+				     "a new key's scopes are at most its creator's, and this key "
+				     "lacks the '%s' scope",
+				     missing);
 	if (store_account_get(svc->store, account_id, &acct, err) < 0)
 		return -1;
 	if (sbx_random_id(KEY_PREFIX, 32, secret, 80) < 0 ||
@@ -441,8 +467,20 @@ int sandbox_key_list(struct sandbox_svc *svc, const char *account_id, struct san
 }
 
 int sandbox_key_revoke(struct sandbox_svc *svc, const char *account_id, const char *key_id,
-		       struct sbx_error *err)
+		       const char *caller_scopes, struct sbx_error *err)
 {
+	struct store_key k;
+	const char *missing = NULL;
+
+	if (caller_scopes) {
+		if (store_key_get(svc->store, account_id, key_id, &k, err) < 0)
+			return -1;
+		if (!sandbox_scopes_within(k.scopes, caller_scopes, &missing))
+			return sbx_error_set(err, SBX_E_PERMISSION, NULL,
+					     "key '%s' has the '%s' scope, which this key lacks; "
+					     "revoke it with a key that has all of its scopes",
+					     k.id, missing);
+	}
 	return store_key_revoke(svc->store, account_id, key_id, err);
 }
 
@@ -476,7 +514,7 @@ int sandbox_account_create(struct sandbox_svc *svc, const char *name, int64_t cr
 				     "credit must not be negative");
 	if (store_account_create(svc->store, name, credit_micro, &a, err) < 0)
 		return -1;
-	if (sandbox_key_create(svc, a.id, key, secret, err) < 0)
+	if (sandbox_key_create(svc, a.id, NULL, NULL, key, secret, err) < 0)
 		return -1;
 	return account_view(svc, &a, acct, err);
 }
@@ -522,13 +560,74 @@ int sandbox_account_list(struct sandbox_svc *svc, struct sandbox_account **out, 
 
 /* ---------------------------------------------------------------- create */
 
-bool sandbox_capacity_fits_locked(struct sandbox_svc *svc, uint64_t mem_mib)
+/* GiB an overlay of a guest of this size may grow to (0 without a
+ * base image: no disk). */
+static uint64_t disk_gib_of(const struct sandbox_config *cfg, const char *size)
+{
+	const struct sandbox_size *s = sandbox_config_size(cfg, size);
+
+	return cfg->base_image[0] && s ? s->disk_gib : 0;
+}
+
+/* The disk rule (docs/configuration.md "Disk"): every overlay on the state
+ * dir's filesystem may grow to its guest's full disk_gib, so free space
+ * there must cover all of them (divided by disk_overcommit) plus
+ * min_free_disk_mib, which stays for the ledger; the database's filesystem,
+ * if another one, keeps min_free_disk_mib. */
+static bool disk_fits_locked(struct sandbox_svc *svc, uint64_t add_gib)
 {
 	const struct sandbox_config *cfg = &svc->cfg;
-	uint64_t used_mib = svc->booting_mib, pool_mib;
+	uint64_t gib = add_gib, free_mib, need_mib;
+	struct statvfs st = {0}, db;
+
+	/* booting: customers' boots and executions' guests (from their boot
+	 * until their teardown is done), then the pool's */
+	if (cfg->base_image[0])
+		gib += svc->booting_disk_gib + svc->pool_booting_disk_gib;
+	for (struct live *l = svc->lives; l; l = l->next)
+		gib += disk_gib_of(cfg, l->size);
+	for (struct live *p = svc->pool; p; p = p->next)
+		gib += disk_gib_of(cfg, p->size);
+	need_mib = cfg->min_free_disk_mib + (uint64_t)((double)gib * 1024.0 / cfg->disk_overcommit);
+	if (statvfs(cfg->state_dir, &st) == 0) {
+		free_mib = (uint64_t)st.f_bavail * st.f_frsize / (1024 * 1024);
+		if (free_mib < need_mib) {
+			/* the pool asks on every tick: say it once a minute */
+			if (sbx_mono_ms() - svc->disk_warned_mono >= 60000) {
+				svc->disk_warned_mono = sbx_mono_ms();
+				sbx_warn(MOD,
+					 "disk: %llu MiB free in the state dir, %llu needed (%llu "
+					 "GiB of guest disks / %.1f + min_free_disk_mib %llu): "
+					 "refusing",
+					 (unsigned long long)free_mib, (unsigned long long)need_mib,
+					 (unsigned long long)gib, cfg->disk_overcommit,
+					 (unsigned long long)cfg->min_free_disk_mib);
+			}
+			return false;
+		}
+	}
+	if (statvfs(cfg->db_path, &db) == 0 && db.f_fsid != st.f_fsid &&
+	    (uint64_t)db.f_bavail * db.f_frsize / (1024 * 1024) < cfg->min_free_disk_mib) {
+		sbx_warn(MOD,
+			 "disk: the database's filesystem has less than %llu MiB free: "
+			 "refusing",
+			 (unsigned long long)cfg->min_free_disk_mib);
+		return false;
+	}
+	return true;
+}
+
+bool sandbox_disk_fits_locked(struct sandbox_svc *svc)
+{
+	return disk_fits_locked(svc, 0);
+}
+
+bool sandbox_capacity_fits_locked(struct sandbox_svc *svc, const struct sandbox_size *size)
+{
+	const struct sandbox_config *cfg = &svc->cfg;
+	uint64_t used_mib = svc->booting_mib, pool_mib, mem_mib = size->memory_mib;
 	int guests = svc->booting, pool_guests;
 	struct sysinfo si;
-	struct statvfs vfs;
 
 	for (struct live *l = svc->lives; l; l = l->next) {
 		guests++;
@@ -545,10 +644,7 @@ bool sandbox_capacity_fits_locked(struct sandbox_svc *svc, uint64_t mem_mib)
 		if ((double)(used_mib + mem_mib) > host_mib * cfg->memory_overcommit)
 			return false;
 	}
-	if (statvfs(cfg->state_dir, &vfs) == 0 &&
-	    (uint64_t)vfs.f_bavail * vfs.f_frsize / (1024 * 1024) < cfg->min_free_disk_mib)
-		return false;
-	return true;
+	return disk_fits_locked(svc, disk_gib_of(cfg, size->name));
 }
 
 /* Host capacity (config: max guests, memory overcommit, free disk) for a
@@ -559,7 +655,7 @@ bool sandbox_capacity_fits_locked(struct sandbox_svc *svc, uint64_t mem_mib)
 static int capacity_admit_locked(struct sandbox_svc *svc, const struct sandbox_size *size,
 				 struct live **evicted, struct sbx_error *err)
 {
-	while (!sandbox_capacity_fits_locked(svc, size->memory_mib)) {
+	while (!sandbox_capacity_fits_locked(svc, size)) {
 		struct live *p = sandbox_pool_evict_locked(svc);
 
 		if (!p) {
@@ -574,6 +670,7 @@ static int capacity_admit_locked(struct sandbox_svc *svc, const struct sandbox_s
 	}
 	svc->booting++;
 	svc->booting_mib += size->memory_mib;
+	svc->booting_disk_gib += size->disk_gib;
 	return 0;
 }
 
@@ -625,6 +722,7 @@ static void capacity_forget(struct sandbox_svc *svc, const struct sandbox_size *
 	pthread_mutex_lock(&svc->lock);
 	svc->booting--;
 	svc->booting_mib -= size->memory_mib;
+	svc->booting_disk_gib -= size->disk_gib;
 	pthread_mutex_unlock(&svc->lock);
 }
 
@@ -814,6 +912,7 @@ int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 		warm = true;
 		svc->booting++;
 		svc->booting_mib += size->memory_mib;
+		svc->booting_disk_gib += size->disk_gib;
 		rc = 0;
 	} else {
 		rc = capacity_admit_locked(svc, size, &evicted, err);
@@ -870,6 +969,7 @@ int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 	svc->lives = l;
 	svc->booting--;
 	svc->booting_mib -= size->memory_mib;
+	svc->booting_disk_gib -= size->disk_gib;
 	startup_record_locked(svc, warm, startup_ms);
 	pthread_mutex_unlock(&svc->lock);
 	sbx_info(MOD, "sandbox %s: running in %s (%s, %s), ready %lld ms after the request", row.id,
@@ -1124,7 +1224,10 @@ int sandbox_extend(struct sandbox_svc *svc, const char *account_id, const char *
 		sandbox_fault_hit(cfg, SANDBOX_FAULT_EXTEND_AFTER_HOLD);
 		pthread_mutex_lock(&svc->lock);
 		struct live *l = sandbox_live_find_locked(svc, id);
-		if (l)
+		/* Another extend may have published a later expiry since we
+		 * read the row: the in-memory expiry never moves backwards
+		 * (the row keeps the larger one too, store_sandbox_extend). */
+		if (l && want > l->expires_at_ms)
 			l->expires_at_ms = want;
 		pthread_mutex_unlock(&svc->lock);
 	}

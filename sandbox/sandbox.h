@@ -71,7 +71,14 @@ struct sandbox_config {
 	int max_guests;		  /* host capacity */
 	double memory_overcommit; /* guest memory <= ratio * host RAM */
 	int max_concurrent_boots;
+	/* Free disk (MiB) the filesystems of the state dir and the database
+	 * always keep for the ledger: creates and executions are refused (503)
+	 * when they would leave less, counting every running or booting
+	 * guest's overlay at its full disk_gib (it may grow that far) divided
+	 * by disk_overcommit (1.0: a guest filling its disk can never take
+	 * the ledger's space). */
 	uint64_t min_free_disk_mib;
+	double disk_overcommit; /* 1.0 */
 
 	/* Warm pool (docs/pool.md): pre-booted guests per size, handed out
 	 * once. pool[i].count guests of size pool[i].size are kept ready. */
@@ -96,7 +103,15 @@ struct sandbox_config {
 	int execution_max_timeout_seconds;	   /* 60 */
 	char execution_size[16];		   /* guest size, "" = default_size */
 	size_t execution_max_code_bytes;	   /* 256 KiB */
-	bool execution_test_shell_runtime;	   /* tests only: runtime "sh" */
+	/* What the database keeps of execution responses (GET
+	 * /v1/sandbox/executions/{id}): one stored copy at most this many
+	 * bytes (larger ones keep the head of stdout/stderr), at most
+	 * execution_store_account_max_bytes of them per account (the oldest
+	 * are dropped), each for execution_retention_hours. */
+	size_t execution_store_max_bytes;	    /* 256 KiB */
+	uint64_t execution_store_account_max_bytes; /* 64 MiB */
+	int execution_retention_hours;		    /* 168 (7 days) */
+	bool execution_test_shell_runtime;	    /* tests only: runtime "sh" */
 
 	/* Liveness (docs/lifecycle.md): every live guest is pinged over its
 	 * channel every liveness_interval_ms (0 = off), each ping waiting at
@@ -110,7 +125,15 @@ struct sandbox_config {
 	/* Tests only: guests boot with the hostile-guest test kit switched on
 	 * (sandboxd.test_hostile=1; docs/protocol.md). Refused in production. */
 	bool test_hostile_guests;
+	/* Tests only: when > 0, the first request to reach test_fault_point
+	 * sleeps this many ms there instead of dying (0 = die). */
+	uint32_t test_fault_pause_ms;
 };
+
+/* The state dir and its run/ subdirectory (overlays, channel sockets,
+ * console logs): the owner's only, plus o+x so qemu (libvirt-qemu) can
+ * reach the files libvirt relabels for it (docs/configuration.md). */
+#define SANDBOX_STATE_DIR_MODE 0711
 
 /* Built-in defaults (API.md tables). */
 void sandbox_config_defaults(struct sandbox_config *cfg);
@@ -150,23 +173,40 @@ const struct sandbox_config *sandbox_svc_config(const struct sandbox_svc *svc);
 int sandbox_authenticate(struct sandbox_svc *svc, const char *token,
 			 char account_id[SANDBOX_ID_MAX], struct sbx_error *err);
 
+/* API key scopes (docs/api.md "Scopes"): "sandboxes" (one-shot
+ * executions), "keys" (POST/GET /v1/api_keys, DELETE /v1/api_keys/{id}).
+ * A list is space-separated; keys made by the admin without --scope, and by
+ * create-account, get SANDBOX_SCOPES_DEFAULT. */
+#define SANDBOX_SCOPES_MAX     128
+#define SANDBOX_SCOPES_DEFAULT "sandboxes keys"
+
 struct sandbox_key {
 	char id[SANDBOX_ID_MAX];
 	char account_id[SANDBOX_ID_MAX];
 	char prefix[24];
 	int64_t created_at_ms;
 	int64_t revoked_at_ms; /* 0 = valid */
+	char scopes[SANDBOX_SCOPES_MAX];
 };
 
 /* A new API key "aas_sk_" + 64 hex (32 random bytes); the secret is shown
- * only here. secret must hold >= 80 bytes. */
-int sandbox_key_create(struct sandbox_svc *svc, const char *account_id, struct sandbox_key *key,
-		       char secret[static 80], struct sbx_error *err);
+ * only here. secret must hold >= 80 bytes. `scopes` (space/comma separated)
+ * NULL = the creator's scopes, or SANDBOX_SCOPES_DEFAULT for the admin.
+ * `creator_scopes` are those of the key that asks (NULL = the admin, no
+ * bound): a new key's scopes are at most its creator's, else
+ * SBX_E_PERMISSION; an unknown scope is SBX_E_INVALID_REQUEST (param
+ * "scopes"). */
+int sandbox_key_create(struct sandbox_svc *svc, const char *account_id, const char *scopes,
+		       const char *creator_scopes, struct sandbox_key *key, char secret[static 80],
+		       struct sbx_error *err);
 int sandbox_key_list(struct sandbox_svc *svc, const char *account_id, struct sandbox_key **out,
 		     size_t *n, struct sbx_error *err);
-/* account_id NULL = admin (any account). */
+/* account_id NULL = admin (any account). caller_scopes: those of the key
+ * that asks (NULL = the admin): a key may revoke only keys of its account
+ * whose scopes are within its own (SBX_E_PERMISSION otherwise), so a
+ * lesser key cannot lock out a stronger one. SBX_E_NOT_FOUND. */
 int sandbox_key_revoke(struct sandbox_svc *svc, const char *account_id, const char *key_id,
-		       struct sbx_error *err);
+		       const char *caller_scopes, struct sbx_error *err);
 
 struct sandbox_account {
 	char id[SANDBOX_ID_MAX];
@@ -326,7 +366,8 @@ struct sandbox_exec_result {
 	char *stderr_buf;
 	size_t stderr_len;
 	int exit_code;
-	uint32_t duration_ms;
+	uint32_t duration_ms; /* measured in the guest (API.md): informative */
+	uint32_t host_ms;     /* measured on the host: EXEC sent -> EXIT seen */
 	bool timed_out;
 	bool truncated;
 };
@@ -407,9 +448,13 @@ void sandbox_usage_release(struct sandbox_usage *u);
  * POST /v1/sandbox/executions: a fresh guest (from the warm pool when there
  * is one) runs `code` with a fixed launcher that reads it on stdin (exec
  * protocol v2), and is destroyed afterwards. Billing: the cost of the whole
- * timeout is held first; then ceil(duration_ms / 1000) (min 1) seconds at
- * execution_price_micro_per_second are charged and the rest released. A
- * run that could not happen releases the hold and issues no receipt. */
+ * timeout is held first; then ceil(host_ms / 1000) (min 1) seconds at
+ * execution_price_micro_per_second are charged and the rest released,
+ * host_ms being the host-observed time from EXEC sent to EXIT received
+ * (never the guest's own duration_ms), at most the timeout. A run the
+ * guest broke (died, rebooted, never answered) is charged the same way up
+ * to the failure; a run that could not start releases the hold. Only a
+ * completed or timed-out run gets a receipt. */
 
 /* Which runner executions use under cfg: "libvirt", "dev-process" or
  * "mock" (borrowed). */
@@ -449,8 +494,9 @@ int sandbox_authenticate_scopes(struct sandbox_svc *svc, const char *token,
 				char account_id[SANDBOX_ID_MAX], char scopes[128],
 				struct sbx_error *err);
 /* Replace a key's scopes (space/comma separated; known: "sandboxes", which
- * POST /v1/sandbox/executions needs; "" = none). SBX_E_INVALID_REQUEST
- * naming an unknown scope, SBX_E_NOT_FOUND for an unknown key. */
+ * /v1/sandbox/executions needs, and "keys", which /v1/api_keys needs; "" =
+ * none). SBX_E_INVALID_REQUEST naming an unknown scope, SBX_E_NOT_FOUND
+ * for an unknown key. Admin only: no bound. */
 int sandbox_key_set_scopes(struct sandbox_svc *svc, const char *key_id, const char *scopes,
 			   struct sbx_error *err);
 /* A key's scopes (space-separated) into out. SBX_E_NOT_FOUND. */
@@ -458,7 +504,9 @@ int sandbox_key_scopes(struct sandbox_svc *svc, const char *key_id, char out[128
 		       struct sbx_error *err);
 
 /* A signed receipt for one exec call on a sandbox (operation
- * "sandbox.exec"; docs/receipts.md). Input {"command", "cwd", "env"} with
+ * "sandbox.exec"; docs/receipts.md). host_ms is the host-observed run time
+ * (never the guest's own figure), already clamped to the exec's timeout:
+ * it is signed as latency_ms and dates started_at. Input {"command", "cwd", "env"} with
  * the effective cwd and env as an object of strings (env entries
  * "KEY=VALUE"); output {"exit_code", "stderr", "stdout"} with the streams
  * exactly as the reply returns them (UTF-8 sanitised or base64 text).
@@ -475,9 +523,17 @@ struct sandbox_exec_receipt {
 int sandbox_exec_receipt_sign(struct sandbox_svc *svc, const char *account_id,
 			      const char *sandbox_id, const struct sandbox_exec_req *req,
 			      int exit_code, const char *out, size_t out_len, const char *errs,
-			      size_t errs_len, uint32_t duration_ms, bool timed_out,
+			      size_t errs_len, uint32_t host_ms, bool timed_out,
 			      struct sandbox_exec_receipt *r, struct sbx_error *err);
 /* true when the space-separated list holds scope. */
 bool sandbox_scopes_have(const char *scopes, const char *scope);
+/* Validate a space/comma separated list and write it canonical (known
+ * scopes, no repeats, fixed order) into out. SBX_E_INVALID_REQUEST (param
+ * "scopes") naming an unknown scope. */
+int sandbox_scopes_normalize(const char *scopes, char out[SANDBOX_SCOPES_MAX],
+			     struct sbx_error *err);
+/* true when every scope of `scopes` is in `limit`; else false and
+ * *missing (if non-NULL) names one that is not (borrowed, static). */
+bool sandbox_scopes_within(const char *scopes, const char *limit, const char **missing);
 
 #endif

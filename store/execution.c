@@ -112,13 +112,12 @@ err_rollback:
 
 int store_execution_settle(struct store *s, const char *id, const char *status, int64_t ended_at_ms,
 			   int64_t charge_micro, const char *receipt_id, const char *response,
-			   struct sbx_error *err)
+			   const struct store_execution_keep *keep, struct sbx_error *err)
 {
 	char account[STORE_ID_MAX];
 	int64_t hold, now = sbx_wall_ms();
-	bool failed = strcmp(status, "failed") == 0;
-
-	if (!failed && strcmp(status, "completed") != 0 && strcmp(status, "timed_out") != 0)
+	if (strcmp(status, "failed") != 0 && strcmp(status, "completed") != 0 &&
+	    strcmp(status, "timed_out") != 0)
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "bad execution status");
 	STORE_LOCK(s);
 	if (store_tx_begin(s, err) < 0)
@@ -139,7 +138,7 @@ int store_execution_settle(struct store *s, const char *id, const char *status, 
 		store_copy_col(account, sizeof account, q, 0);
 		hold = sqlite3_column_int64(q, 1);
 	}
-	if (failed || charge_micro < 0)
+	if (charge_micro < 0)
 		charge_micro = 0;
 	if (charge_micro > hold)
 		charge_micro = hold;
@@ -150,9 +149,25 @@ int store_execution_settle(struct store *s, const char *id, const char *status, 
 		_cleanup_stmt_ sqlite3_stmt *q = NULL;
 		if (sx_run(s, &q,
 			   "UPDATE executions SET status = ?2, ended_at_ms = ?3, charge_micro = ?4,"
-			   " receipt_id = ?5, response = ?6 WHERE id = ?1",
-			   "ttiitt", err, id, status, ended_at_ms, charge_micro, receipt_id,
-			   response) < 0)
+			   " receipt_id = ?5, response = ?6, response_bytes = ?7 WHERE id = ?1",
+			   "ttiitti", err, id, status, ended_at_ms, charge_micro, receipt_id,
+			   response, (int64_t)(response ? strlen(response) : 0)) < 0)
+			goto err_rollback;
+	}
+	if (keep) {
+		_cleanup_stmt_ sqlite3_stmt *q1 = NULL, *q2 = NULL;
+		/* the newest responses whose running total fits stay */
+		if (sx_run(s, &q1,
+			   "UPDATE executions SET response = NULL, response_bytes = 0"
+			   " WHERE account_id = ?1 AND response IS NOT NULL AND ended_at_ms < ?2",
+			   "ti", err, account, keep->ended_before_ms) < 0 ||
+		    sx_run(s, &q2,
+			   "UPDATE executions SET response = NULL, response_bytes = 0 WHERE id IN"
+			   " (SELECT id FROM (SELECT id, SUM(response_bytes) OVER"
+			   "  (ORDER BY ended_at_ms DESC, rowid DESC) AS total FROM executions"
+			   "  WHERE account_id = ?1 AND response IS NOT NULL) WHERE total > ?2)",
+			   "ti", err, account,
+			   (int64_t)SBX_MIN(keep->account_max_bytes, (uint64_t)INT64_MAX)) < 0)
 			goto err_rollback;
 	}
 	if (store_tx_commit(s, err) < 0)
@@ -193,13 +208,26 @@ int store_execution_fail_unfinished(struct store *s, int64_t now_ms, struct sbx_
 		if (n < 0)
 			return -1;
 		for (int i = 0; i < n; i++) {
-			if (store_execution_settle(s, ids[i], "failed", now_ms, 0, NULL, NULL,
+			if (store_execution_settle(s, ids[i], "failed", now_ms, 0, NULL, NULL, NULL,
 						   err) < 0)
 				return -1;
 			total++;
 		}
 	} while (n == 64);
 	return total;
+}
+
+int store_execution_prune(struct store *s, int64_t ended_before_ms, struct sbx_error *err)
+{
+	_cleanup_stmt_ sqlite3_stmt *q = NULL;
+
+	STORE_LOCK(s);
+	if (sx_run(s, &q,
+		   "UPDATE executions SET response = NULL, response_bytes = 0"
+		   " WHERE response IS NOT NULL AND ended_at_ms < ?1",
+		   "i", err, ended_before_ms) < 0)
+		return -1;
+	return sqlite3_changes(s->db);
 }
 
 int store_execution_get(struct store *s, const char *account_id, const char *id,

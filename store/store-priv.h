@@ -73,4 +73,18 @@ int store_usage_settle(struct store *s, const struct store_sandbox *row, int64_t
  * sandboxes that ended (migration 5 runs it once). */
 int store_usage_rebuild_tx(struct store *s, struct sbx_error *err);
 
+/* Tests only: SQL that takes a current database back to what schema
+ * version 4 left (before the running totals and rollups of migration 5,
+ * the 'keys' scope of 6 and the stored-response sizes of 7), so migration
+ * tests can run those steps on old data. Keep it in step with the list. */
+#define STORE_PRIV_BACK_TO_SCHEMA_4                                                                \
+	"DROP TRIGGER ledger_totals; DROP TABLE usage_rollups;"                                    \
+	"DROP INDEX sandboxes_by_account_status;"                                                  \
+	"ALTER TABLE accounts DROP COLUMN credits_micro;"                                          \
+	"ALTER TABLE accounts DROP COLUMN holds_micro;"                                            \
+	"ALTER TABLE accounts DROP COLUMN releases_micro;"                                         \
+	"ALTER TABLE accounts DROP COLUMN charges_micro;"                                          \
+	"DROP INDEX executions_stored; ALTER TABLE executions DROP COLUMN response_bytes;"         \
+	"PRAGMA user_version = 4;"
+
 #endif

@@ -11,11 +11,13 @@
  */
 #include "store.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define MOD "store"
 /* A single credit may not exceed $1e9: keeps every sum far from int64 overflow. */
@@ -299,6 +301,18 @@ static const char *const store_migrations[] = {
     ") WITHOUT ROWID;"
     "CREATE INDEX sandboxes_by_account_status"
     "  ON sandboxes(account_id, status, requested_at_ms, id);",
+    /* 6: key management needs the 'keys' scope (issue 13). Every key made
+     * before it could manage keys, so every existing key gets it; new keys
+     * are inserted with their scopes spelled out. */
+    "UPDATE api_keys SET scopes = CASE WHEN scopes = '' THEN 'keys'"
+    "  ELSE scopes || ' keys' END;",
+    /* 7: stored execution responses are bounded per account and in time
+     * (issue 13): their sizes, and an index over the ones still stored */
+    "ALTER TABLE executions ADD COLUMN response_bytes INTEGER NOT NULL DEFAULT 0"
+    "  CHECK (response_bytes >= 0);"
+    "UPDATE executions SET response_bytes = COALESCE(length(CAST(response AS BLOB)), 0);"
+    "CREATE INDEX executions_stored ON executions(account_id, ended_at_ms)"
+    "  WHERE response IS NOT NULL;",
 };
 
 /* Work in C that a migration needs after its SQL, in the same transaction,
@@ -412,6 +426,21 @@ static void store_sqlite_config(void)
 	sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
 }
 
+/* The database holds execution outputs and receipts: owner only. New
+ * files get that from the daemon's umask (SQLite gives -wal and -shm the
+ * database's mode); a database made by an older build is narrowed here. */
+static void store_files_private(const char *path)
+{
+	static const char *const suffixes[] = {"", "-wal", "-shm", "-journal"};
+	char p[4096];
+
+	for (size_t i = 0; i < SBX_ARRAY_SIZE(suffixes); i++) {
+		snprintf(p, sizeof p, "%s%s", path, suffixes[i]);
+		if (chmod(p, 0600) < 0 && errno != ENOENT)
+			sbx_warn(MOD, "chmod 0600 %s: %s", p, strerror(errno));
+	}
+}
+
 struct store *store_open(const char *path, struct sbx_error *err)
 {
 	static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -460,6 +489,7 @@ struct store *store_open(const char *path, struct sbx_error *err)
 		goto err_close;
 	if (store_readers_open(s, path, err) < 0)
 		goto err_close;
+	store_files_private(path);
 	return s;
 
 err_close:
@@ -695,7 +725,8 @@ int store_key_insert(struct store *s, const struct store_key *key, const char *d
 		_cleanup_stmt_ sqlite3_stmt *q = NULL;
 		if (store_prepare(s,
 				  "INSERT INTO api_keys (id, account_id, digest, prefix,"
-				  " created_at_ms, revoked_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+				  " created_at_ms, revoked_at_ms, scopes)"
+				  " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
 				  &q, err) < 0)
 			goto err_rollback;
 		store_bind_text(q, 1, key->id);
@@ -704,6 +735,7 @@ int store_key_insert(struct store *s, const struct store_key *key, const char *d
 		store_bind_text(q, 4, key->prefix);
 		sqlite3_bind_int64(q, 5, key->created_at_ms ? key->created_at_ms : sbx_wall_ms());
 		sqlite3_bind_int64(q, 6, key->revoked_at_ms);
+		store_bind_text(q, 7, key->scopes);
 		if (store_step_done(s, q, err) < 0)
 			goto err_rollback;
 	}
@@ -724,6 +756,7 @@ static void store_key_from_stmt(sqlite3_stmt *q, struct store_key *k)
 	store_copy_col(k->prefix, sizeof k->prefix, q, 2);
 	k->created_at_ms = sqlite3_column_int64(q, 3);
 	k->revoked_at_ms = sqlite3_column_int64(q, 4);
+	store_copy_col(k->scopes, sizeof k->scopes, q, 5);
 }
 
 static void store_key_decode(sqlite3_stmt *q, void *elem)
@@ -740,17 +773,17 @@ int store_key_find(struct store *s, const char *digest_hex, struct store_key *ke
 	STORE_READ(s);
 	_cleanup_stmt_ sqlite3_stmt *q = NULL;
 	if (store_prepare(s,
-			  "SELECT id, account_id, prefix, created_at_ms, revoked_at_ms, digest"
-			  " FROM api_keys WHERE digest = ?1",
+			  "SELECT id, account_id, prefix, created_at_ms, revoked_at_ms, scopes,"
+			  " digest FROM api_keys WHERE digest = ?1",
 			  &q, err) < 0)
 		return -1;
 	store_bind_text(q, 1, digest_hex);
 	int rc = sqlite3_step(q);
 	if (rc != SQLITE_ROW && rc != SQLITE_DONE)
 		return store_db_error(s, "key find", err);
-	const unsigned char *stored = rc == SQLITE_ROW ? sqlite3_column_text(q, 5) : NULL;
+	const unsigned char *stored = rc == SQLITE_ROW ? sqlite3_column_text(q, 6) : NULL;
 	/* The index found it; accept only after a constant-time comparison. */
-	if (!stored || sqlite3_column_bytes(q, 5) != 64 || !sbx_ct_equal(stored, digest_hex, 64))
+	if (!stored || sqlite3_column_bytes(q, 6) != 64 || !sbx_ct_equal(stored, digest_hex, 64))
 		return sbx_error_set(err, SBX_E_AUTHENTICATION, NULL,
 				     "invalid api key; pass a valid key as 'Bearer aas_sk_...'");
 	struct store_key k;
@@ -798,13 +831,35 @@ err_rollback:
 	return -1;
 }
 
+int store_key_get(struct store *s, const char *account_id, const char *key_id,
+		  struct store_key *key, struct sbx_error *err)
+{
+	STORE_LOCK(s);
+	_cleanup_stmt_ sqlite3_stmt *q = NULL;
+	if (store_prepare(s,
+			  "SELECT id, account_id, prefix, created_at_ms, revoked_at_ms, scopes"
+			  " FROM api_keys WHERE id = ?1 AND account_id = ?2",
+			  &q, err) < 0)
+		return -1;
+	store_bind_text(q, 1, key_id);
+	store_bind_text(q, 2, account_id);
+	int rc = sqlite3_step(q);
+	if (rc == SQLITE_DONE)
+		return sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such key '%.64s'",
+				     key_id ? key_id : "");
+	if (rc != SQLITE_ROW)
+		return store_db_error(s, "key get", err);
+	store_key_from_stmt(q, key);
+	return 0;
+}
+
 int store_key_list(struct store *s, const char *account_id, struct store_key **out, size_t *n,
 		   struct sbx_error *err)
 {
 	STORE_READ(s);
 	_cleanup_stmt_ sqlite3_stmt *q = NULL;
 	if (store_prepare(s,
-			  "SELECT id, account_id, prefix, created_at_ms, revoked_at_ms"
+			  "SELECT id, account_id, prefix, created_at_ms, revoked_at_ms, scopes"
 			  " FROM api_keys WHERE account_id = ?1"
 			  " ORDER BY created_at_ms DESC, rowid DESC",
 			  &q, err) < 0)
@@ -1495,9 +1550,11 @@ int store_ledger_check(struct store *s, const char *account_id, struct sbx_error
 	    {"ended execution's hold not settled exactly (charges + releases != holds)",
 	     "SELECT id FROM (" STORE_EXECUTION_SUMS ") WHERE status != 'running'"
 	     " AND charges + releases != holds"},
-	    {"running execution already settled, or a failed one charged",
-	     "SELECT id FROM (" STORE_EXECUTION_SUMS ") WHERE (status = 'running'"
-	     " AND n_charges + n_releases > 0) OR (status = 'failed' AND n_charges > 0)"},
+	    /* A failed execution may be charged: the time a guest used
+	     * before it broke the run (issue 13). */
+	    {"running execution already settled",
+	     "SELECT id FROM (" STORE_EXECUTION_SUMS ") WHERE status = 'running'"
+	     " AND n_charges + n_releases > 0"},
 	    {"entry's account is not its sandbox's account",
 	     "SELECT l.seq FROM ledger l JOIN sandboxes s ON s.id = l.sandbox_id"
 	     " WHERE (?1 IS NULL OR l.account_id = ?1 OR s.account_id = ?1)"

@@ -71,15 +71,20 @@ int store_credit_add(struct store *s, const char *account_id, int64_t amount_mic
 int store_account_list(struct store *s, struct store_account **out, size_t *n,
 		       struct sbx_error *err);
 
+/* API key scopes: a space-separated list ("sandboxes keys"). */
+#define STORE_SCOPES_MAX 128
+
 struct store_key {
 	char id[STORE_ID_MAX]; /* "key_" + 24 hex, not a secret */
 	char account_id[STORE_ID_MAX];
 	char prefix[24]; /* first characters of the secret, for display */
 	int64_t created_at_ms;
-	int64_t revoked_at_ms; /* 0 while valid */
+	int64_t revoked_at_ms;	       /* 0 while valid */
+	char scopes[STORE_SCOPES_MAX]; /* space-separated; "" = none */
 };
 
-/* Store a key by its SHA-256 digest (64 hex). */
+/* Store a key by its SHA-256 digest (64 hex), with key->scopes as given
+ * (the caller validated them). */
 int store_key_insert(struct store *s, const struct store_key *key, const char *digest_hex,
 		     struct sbx_error *err);
 /* The key whose digest matches (compared in constant time against the
@@ -89,6 +94,10 @@ int store_key_find(struct store *s, const char *digest_hex, struct store_key *ke
 /* Revoke; account_id NULL means any account (admin). SBX_E_NOT_FOUND. */
 int store_key_revoke(struct store *s, const char *account_id, const char *key_id,
 		     struct sbx_error *err);
+/* One key of this account (revoked or not). SBX_E_NOT_FOUND for an unknown
+ * key or another account's. */
+int store_key_get(struct store *s, const char *account_id, const char *key_id,
+		  struct store_key *key, struct sbx_error *err);
 /* Keys of an account (including revoked), newest first. */
 int store_key_list(struct store *s, const char *account_id, struct store_key **out, size_t *n,
 		   struct sbx_error *err);
@@ -367,13 +376,26 @@ struct store_execution {
  * SBX_E_INSUFFICIENT_CREDIT when available < hold_micro. */
 int store_execution_reserve(struct store *s, const struct store_execution *row, int64_t hold_micro,
 			    struct sbx_error *err);
-/* running -> status ("completed"/"timed_out") at ended_at: charge
- * min(charge_micro, hold) and release the rest, remember the response
- * bytes and receipt id, one transaction. running -> "failed" releases the
- * whole hold (charge ignored). SBX_E_NOT_FOUND if not running. */
+/* What the database keeps of execution responses. */
+struct store_execution_keep {
+	uint64_t account_max_bytes; /* stored response bytes per account */
+	int64_t ended_before_ms;    /* responses of runs that ended earlier go */
+};
+
+/* running -> status ("completed"/"timed_out"/"failed") at ended_at:
+ * charge min(charge_micro, hold) and release the rest, remember the
+ * response bytes and receipt id (NULL for "failed"), one transaction. A
+ * run that could not happen passes 0; one the guest broke, the time it
+ * used. With `keep` (NULL = keep all), the same transaction drops (sets to
+ * NULL) this account's stored responses that ended before
+ * keep->ended_before_ms, then the oldest ones until the account's total is
+ * at most keep->account_max_bytes. SBX_E_NOT_FOUND if not running. */
 int store_execution_settle(struct store *s, const char *id, const char *status, int64_t ended_at_ms,
 			   int64_t charge_micro, const char *receipt_id, const char *response,
-			   struct sbx_error *err);
+			   const struct store_execution_keep *keep, struct sbx_error *err);
+/* Drop every stored response of runs that ended before ended_before_ms
+ * (all accounts; the daemon's start). Returns how many, or -1. */
+int store_execution_prune(struct store *s, int64_t ended_before_ms, struct sbx_error *err);
 /* At daemon start: every execution still `running` was cut by the crash
  * (its guest is gone: reconcile destroys it); end each as failed and
  * release its whole hold, no charge, no receipt. Returns the count. */
@@ -394,8 +416,7 @@ int store_receipt_insert(struct store *s, const char *id, const char *account_id
 int store_receipt_get(struct store *s, const char *account_id, const char *id, char **body,
 		      char **hash, char **signature, char **signer, struct sbx_error *err);
 
-/* API key scopes: a space-separated list ("sandboxes"). */
-#define STORE_SCOPES_MAX 128
+/* A key's scopes (any account: admin and authentication use). */
 int store_key_scopes_get(struct store *s, const char *key_id, char out[STORE_SCOPES_MAX],
 			 struct sbx_error *err);
 /* SBX_E_NOT_FOUND for an unknown key, SBX_E_INVALID_REQUEST when too long. */

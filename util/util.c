@@ -467,11 +467,15 @@ int sbx_mkdir_p(const char *path, unsigned mode)
 		if (*p != '/')
 			continue;
 		*p = '\0';
-		if (mkdir(tmp, mode) < 0 && errno != EEXIST)
+		if (mkdir(tmp, mode) == 0)
+			chmod(tmp, mode);
+		else if (errno != EEXIST)
 			return -1;
 		*p = '/';
 	}
-	if (mkdir(tmp, mode) < 0 && errno != EEXIST)
+	if (mkdir(tmp, mode) == 0)
+		chmod(tmp, mode);
+	else if (errno != EEXIST)
 		return -1;
 	return 0;
 }

@@ -194,7 +194,9 @@ struct sbx_channel {
 #define SBX_MIN(a, b)	  ((a) < (b) ? (a) : (b))
 #define SBX_MAX(a, b)	  ((a) > (b) ? (a) : (b))
 
-/* Create a directory and its parents with `mode`; existing is fine. */
+/* Create a directory and its parents with exactly `mode` (chmod after
+ * mkdir: the process umask does not narrow it); existing ones are left as
+ * they are. */
 int sbx_mkdir_p(const char *path, unsigned mode);
 /* Read a whole small file (up to max bytes) into a new NUL-terminated
  * string. NULL with errno on failure or when larger than max. */

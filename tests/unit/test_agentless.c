@@ -649,6 +649,29 @@ static void test_interleaved(void **state)
 	fx_free(fx);
 }
 
+/* Billing and receipts use the host's own measure: a guest that claims
+ * 42 ms for an exec the host saw take 300 ms or more changes nothing. */
+static void test_host_time_not_the_guests(void **state)
+{
+	struct fx *fx = fx_new(1000, 0);
+	struct probe pr;
+	uint32_t id;
+
+	(void)state;
+	fx_handshake(fx);
+	probe_init(&pr);
+	start(fx, simple_req(), &pr);
+	id = guest_expect_exec(fx->gfd);
+	usleep(300 * 1000);
+	guest_exit(fx->gfd, id, 0, 0, 0, 0);
+	probe_wait(&pr);
+	assert_true(pr.ok);
+	assert_int_equal(pr.res.duration_ms, 42);
+	assert_true(pr.res.host_ms >= 300);
+	probe_release(&pr);
+	fx_free(fx);
+}
+
 static void test_guest_errors(void **state)
 {
 	struct fx *fx = fx_new(1000, 0);
@@ -1149,6 +1172,7 @@ int main(void)
 	    cmocka_unit_test(test_reattach),
 	    cmocka_unit_test(test_stdin_v2_and_v1_refusal),
 	    cmocka_unit_test(test_ping_and_sync_exec),
+	    cmocka_unit_test(test_host_time_not_the_guests),
 	};
 
 	sbx_log_set_level(SBX_LOG_ERROR);

@@ -315,6 +315,8 @@ static void test_extend_and_key_decode(void **state)
 {
 	struct sbx_error err;
 	int m = 0;
+	char sc[SANDBOX_SCOPES_MAX];
+	bool has = false;
 
 	sbx_error_clear(&err);
 	assert_int_equal(api_extend_decode(S("{\"timeout_minutes\": 30}"), &cfg, &m, &err), 0);
@@ -324,10 +326,28 @@ static void test_extend_and_key_decode(void **state)
 	assert_int_equal(
 	    api_extend_decode(S("{\"timeout_minutes\": 30, \"x\": 1}"), &cfg, &m, &err), -1);
 	assert_string_equal(err.param, "x");
-	assert_int_equal(api_key_create_decode(S(""), &err), 0);
-	assert_int_equal(api_key_create_decode(S("{}"), &err), 0);
-	assert_int_equal(api_key_create_decode(S("{\"name\": \"ci\"}"), &err), -1);
+	assert_int_equal(api_key_create_decode(S(""), sc, &has, &err), 0);
+	assert_false(has);
+	assert_int_equal(api_key_create_decode(S("{}"), sc, &has, &err), 0);
+	assert_false(has);
+	assert_int_equal(api_key_create_decode(S("{\"name\": \"ci\"}"), sc, &has, &err), -1);
 	assert_string_equal(err.param, "name");
+	assert_int_equal(
+	    api_key_create_decode(S("{\"scopes\": [\"keys\", \"sandboxes\"]}"), sc, &has, &err), 0);
+	assert_true(has);
+	assert_string_equal(sc, "keys sandboxes");
+	assert_int_equal(api_key_create_decode(S("{\"scopes\": []}"), sc, &has, &err), 0);
+	assert_true(has);
+	assert_string_equal(sc, "");
+	assert_int_equal(api_key_create_decode(S("{\"scopes\": \"keys\"}"), sc, &has, &err), -1);
+	assert_string_equal(err.param, "scopes");
+	assert_int_equal(api_key_create_decode(S("{\"scopes\": [\"a b\"]}"), sc, &has, &err), -1);
+	assert_int_equal(api_key_create_decode(S("{\"scopes\": [1]}"), sc, &has, &err), -1);
+	assert_int_equal(
+	    api_key_create_decode(
+		S("{\"scopes\": [\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\"]}"), sc,
+		&has, &err),
+	    -1);
 }
 
 static const char *to_s(struct json_object *o)

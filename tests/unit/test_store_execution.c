@@ -7,7 +7,9 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <sqlite3.h>
 
+#include "store/store-priv.h"
 #include "store/store.h"
 
 static struct store *open_tmp(char path[64])
@@ -46,10 +48,10 @@ static void test_execution_money(void **state)
 	assert_int_equal(b.available_micro, 600);
 	assert_int_equal(store_ledger_check(s, NULL, &err), 0);
 	assert_int_equal(store_execution_settle(s, "sbxr_1", "completed", sbx_wall_ms(), 40,
-						"rcpt_1", "{\"x\":1}", &err),
+						"rcpt_1", "{\"x\":1}", NULL, &err),
 			 0);
 	assert_int_equal(store_execution_settle(s, "sbxr_1", "completed", sbx_wall_ms(), 40,
-						"rcpt_1", "{}", &err),
+						"rcpt_1", "{}", NULL, &err),
 			 -1); /* exactly once */
 	assert_int_equal(err.code, SBX_E_NOT_FOUND);
 	assert_int_equal(store_balance_get(s, a.id, &b, &err), 0);
@@ -62,15 +64,29 @@ static void test_execution_money(void **state)
 	free(got.response);
 	assert_int_equal(store_execution_get(s, "acct_other", "sbxr_1", &got, &err), -1);
 
-	/* 2. failed: the whole hold comes back, nothing charged, not visible */
+	/* 2. failed before it ran (charge 0): the whole hold comes back, not
+	 * visible */
 	snprintf(row.id, sizeof row.id, "sbxr_2");
 	assert_int_equal(store_execution_reserve(s, &row, 400, &err), 0);
 	assert_int_equal(
-	    store_execution_settle(s, "sbxr_2", "failed", sbx_wall_ms(), 40, NULL, NULL, &err), 0);
+	    store_execution_settle(s, "sbxr_2", "failed", sbx_wall_ms(), 0, NULL, NULL, NULL, &err),
+	    0);
 	assert_int_equal(store_balance_get(s, a.id, &b, &err), 0);
 	assert_int_equal(b.reserved_micro, 0);
 	assert_int_equal(b.balance_micro, 960);
 	assert_int_equal(store_execution_get(s, a.id, "sbxr_2", &got, &err), -1);
+	/* 2b. broken by the guest: the time it used is charged, at most the
+	 * hold, the rest released */
+	snprintf(row.id, sizeof row.id, "sbxr_2b");
+	assert_int_equal(store_execution_reserve(s, &row, 400, &err), 0);
+	assert_int_equal(store_execution_settle(s, "sbxr_2b", "failed", sbx_wall_ms(), 40, NULL,
+						NULL, NULL, &err),
+			 0);
+	assert_int_equal(store_balance_get(s, a.id, &b, &err), 0);
+	assert_int_equal(b.reserved_micro, 0);
+	assert_int_equal(b.balance_micro, 920);
+	assert_int_equal(b.consumed_micro, 80);
+	assert_int_equal(store_ledger_check(s, NULL, &err), 0);
 
 	/* 3. not enough credit for the hold */
 	snprintf(row.id, sizeof row.id, "sbxr_3");
@@ -89,7 +105,7 @@ static void test_execution_money(void **state)
 	assert_int_equal(store_execution_fail_unfinished(s, sbx_wall_ms(), &err), 0);
 	assert_int_equal(store_balance_get(s, a.id, &b, &err), 0);
 	assert_int_equal(b.reserved_micro, 0);
-	assert_int_equal(b.balance_micro, 960);
+	assert_int_equal(b.balance_micro, 920);
 	assert_int_equal(store_ledger_check(s, NULL, &err), 0);
 
 	/* receipts are per account */
@@ -113,7 +129,7 @@ static void test_scopes(void **state)
 	char path[64], scopes[STORE_SCOPES_MAX];
 	struct store *s = open_tmp(path);
 	struct store_account a;
-	struct store_key k = {.id = "key_1", .prefix = "aas_sk_1"};
+	struct store_key k = {.id = "key_1", .prefix = "aas_sk_1", .scopes = "sandboxes keys"}, got;
 	struct sbx_error err = {0};
 
 	assert_int_equal(store_account_create(s, "t", 0, &a, &err), 0);
@@ -123,11 +139,114 @@ static void test_scopes(void **state)
 		s, &k, "0000000000000000000000000000000000000000000000000000000000000001", &err),
 	    0);
 	assert_int_equal(store_key_scopes_get(s, "key_1", scopes, &err), 0);
-	assert_string_equal(scopes, "sandboxes"); /* the migration's default */
+	assert_string_equal(scopes, "sandboxes keys"); /* as inserted */
+	assert_int_equal(store_key_get(s, a.id, "key_1", &got, &err), 0);
+	assert_string_equal(got.scopes, "sandboxes keys");
+	assert_int_equal(store_key_get(s, "acct_other", "key_1", &got, &err), -1);
+	assert_int_equal(err.code, SBX_E_NOT_FOUND);
 	assert_int_equal(store_key_scopes_set(s, "key_1", "usage", &err), 0);
 	assert_int_equal(store_key_scopes_get(s, "key_1", scopes, &err), 0);
 	assert_string_equal(scopes, "usage");
 	assert_int_equal(store_key_scopes_set(s, "key_none", "usage", &err), -1);
+	store_close(s);
+	unlink(path);
+}
+
+/* Stored responses are bounded per account (the newest that fit stay) and
+ * in time; other accounts' are untouched; the ledger is not. */
+static void test_response_retention(void **state)
+{
+	char path[64], id[16], body[101];
+	struct store *s = open_tmp(path);
+	struct store_account a, b;
+	struct store_execution row = {.runtime = "sh", .runner = "mock", .timeout_seconds = 1}, got;
+	struct store_execution_keep keep = {.account_max_bytes = 250, .ended_before_ms = 0};
+	struct sbx_error err = {0};
+
+	memset(body, 'x', 100);
+	body[100] = '\0';
+	assert_int_equal(store_account_create(s, "a", 1000, &a, &err), 0);
+	assert_int_equal(store_account_create(s, "b", 1000, &b, &err), 0);
+	/* b: one stored response, ended long ago */
+	snprintf(row.account_id, sizeof row.account_id, "%s", b.id);
+	snprintf(row.id, sizeof row.id, "sbxr_b");
+	assert_int_equal(store_execution_reserve(s, &row, 10, &err), 0);
+	assert_int_equal(
+	    store_execution_settle(s, "sbxr_b", "completed", 1000, 1, NULL, body, NULL, &err), 0);
+	/* a: four of 100 bytes; at most 250 stay: the newest two */
+	snprintf(row.account_id, sizeof row.account_id, "%s", a.id);
+	for (int i = 0; i < 4; i++) {
+		snprintf(id, sizeof id, "sbxr_a%d", i);
+		snprintf(row.id, sizeof row.id, "%s", id);
+		assert_int_equal(store_execution_reserve(s, &row, 10, &err), 0);
+		assert_int_equal(store_execution_settle(s, id, "completed", 2000 + i, 1, NULL, body,
+							&keep, &err),
+				 0);
+	}
+	for (int i = 0; i < 4; i++) {
+		snprintf(id, sizeof id, "sbxr_a%d", i);
+		assert_int_equal(store_execution_get(s, a.id, id, &got, &err), 0);
+		if (i < 2)
+			assert_null(got.response);
+		else
+			assert_string_equal(got.response, body);
+		free(got.response);
+	}
+	assert_int_equal(store_execution_get(s, b.id, "sbxr_b", &got, &err), 0);
+	assert_non_null(got.response);
+	free(got.response);
+	/* retention in time: a's newer than 2003 stay, b's (1000) goes */
+	assert_int_equal(store_execution_prune(s, 2003, &err), 2); /* a2 and b */
+	assert_int_equal(store_execution_get(s, b.id, "sbxr_b", &got, &err), 0);
+	assert_null(got.response);
+	assert_int_equal(store_execution_get(s, a.id, "sbxr_a3", &got, &err), 0);
+	assert_string_equal(got.response, body);
+	free(got.response);
+	assert_int_equal(store_ledger_check(s, NULL, &err), 0);
+	store_close(s);
+	unlink(path);
+}
+
+/* Migration 5: keys made before the 'keys' scope existed could manage
+ * keys, so each gets it and keeps what it had (a database left at
+ * version 4 with such keys, reopened). */
+static void test_scopes_migration(void **state)
+{
+	char path[64], scopes[STORE_SCOPES_MAX];
+	struct store *s = open_tmp(path);
+	struct store_account a;
+	struct store_key k = {.prefix = "aas_sk_1"};
+	struct sbx_error err = {0};
+	sqlite3 *db;
+
+	assert_int_equal(store_account_create(s, "t", 0, &a, &err), 0);
+	snprintf(k.account_id, sizeof k.account_id, "%s", a.id);
+	snprintf(k.id, sizeof k.id, "key_old_default");
+	assert_int_equal(
+	    store_key_insert(
+		s, &k, "0000000000000000000000000000000000000000000000000000000000000001", &err),
+	    0);
+	snprintf(k.id, sizeof k.id, "key_old_none");
+	assert_int_equal(
+	    store_key_insert(
+		s, &k, "0000000000000000000000000000000000000000000000000000000000000002", &err),
+	    0);
+	store_close(s);
+	/* what version 4 left: 'sandboxes' (its default) and '' */
+	assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+	assert_int_equal(sqlite3_exec(db,
+				      "UPDATE api_keys SET scopes = 'sandboxes' WHERE id = "
+				      "'key_old_default'; UPDATE api_keys SET scopes = '' WHERE id "
+				      "= 'key_old_none';" STORE_PRIV_BACK_TO_SCHEMA_4,
+				      NULL, NULL, NULL),
+			 SQLITE_OK);
+	sqlite3_close(db);
+	s = store_open(path, &err);
+	assert_non_null(s);
+	assert_int_equal(store_key_scopes_get(s, "key_old_default", scopes, &err), 0);
+	assert_string_equal(scopes, "sandboxes keys");
+	assert_int_equal(store_key_scopes_get(s, "key_old_none", scopes, &err), 0);
+	assert_string_equal(scopes, "keys");
 	store_close(s);
 	unlink(path);
 }
@@ -137,6 +256,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_execution_money),
 	    cmocka_unit_test(test_scopes),
+	    cmocka_unit_test(test_scopes_migration),
+	    cmocka_unit_test(test_response_retention),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
