@@ -136,8 +136,7 @@ static int64_t p99_of(int64_t *v, int n)
 	return v[i < 0 ? 0 : i >= n ? n - 1 : i];
 }
 
-static void report(const char *phase, struct lat *l, int64_t idle_usage_p99,
-		   int64_t idle_exec_p99)
+static void report(const char *phase, struct lat *l, int64_t idle_usage_p99, int64_t idle_exec_p99)
 {
 	int64_t up99 = p99_of(l->usage, l->n_usage), ep99 = p99_of(l->exec, l->n_exec);
 	struct stats us = stats_of(l->usage, l->n_usage), es = stats_of(l->exec, l->n_exec);
