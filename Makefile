@@ -27,6 +27,12 @@ LIB_SRCS := $(wildcard util/*.c) agentless/agentless.c agentless/wire.c \
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 LIB      := $(BUILD)/libsandboxd.a
 
+# sbx, the command-line client (cli/): libcurl, json-c, and receipt/ for
+# the offline receipt check; no daemon code.
+CLI_SRCS := $(wildcard cli/*.c)
+CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
+CLI_LIBS  = $(shell pkg-config --libs libcurl json-c libcrypto 2>/dev/null) -pthread
+
 GUEST_SRCS := $(wildcard agentless/guest/*.c) agentless/wire.c
 GUEST_INIT := $(BUILD)/guest/sandboxd-init
 
@@ -46,7 +52,7 @@ RUN_IMAGE  ?= full
 
 .PHONY: all deps image image-tiny image-full run test test-unit test-integration asan tsan fuzz format \
 	format-check lint bench clean libvirt-up
-all: $(BIN)/sandboxd $(GUEST_INIT)
+all: $(BIN)/sandboxd $(BIN)/sbx $(GUEST_INIT)
 
 deps:
 	./scripts/deps.sh
@@ -62,6 +68,10 @@ $(LIB): $(LIB_OBJS)
 $(BIN)/sandboxd: $(BUILD)/obj/api/main.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BIN)/sbx: $(CLI_OBJS) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $(CLI_OBJS) $(LIB) $(CLI_LIBS)
 
 # PID 1 of every guest: static, libc only.
 $(GUEST_INIT): $(GUEST_SRCS) agentless/wire.h
@@ -86,6 +96,8 @@ $(BUILD)/tests/%: tests/unit/%.c $(LIB)
 $(BUILD)/tests/%: tests/integration/%.c tests/integration/harness.h $(LIB) $(BIN)/sandboxd
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(PKG_CFLAGS) -o $@ $< $(LIB) $(LDLIBS) -lcmocka
+# test_cli runs bin/sbx against the daemon.
+$(BUILD)/tests/test_cli: $(BIN)/sbx
 # The guest side is a static program of its own: link its serve.c in, built
 # so that it decodes but starts nothing (SBX_GUEST_FUZZ).
 $(BUILD)/tests/fuzz_guest: tests/fuzz/fuzz_guest.c tests/fuzz/replay.c agentless/guest/serve.c agentless/guest/hostile.c $(LIB)

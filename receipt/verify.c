@@ -178,12 +178,15 @@ enum receipt_check_result receipt_check_files(const struct receipt_check *c, cha
 		_cleanup_free_ char *pem = NULL;
 		size_t len = 0;
 		if (!(pem = file_read(c->public_key_path, &len)))
-			return say(RECEIPT_CHECK_USAGE, msg, msglen, "--public-key: cannot read '%s'", c->public_key_path);
+			return say(RECEIPT_CHECK_USAGE, msg, msglen,
+				   "--public-key: cannot read '%s'", c->public_key_path);
 		if (receipt_public_pem_to_hex(pem, len, signer, &err) < 0)
-			return say(RECEIPT_CHECK_USAGE, msg, msglen, "--public-key: %s", err.message);
+			return say(RECEIPT_CHECK_USAGE, msg, msglen, "--public-key: %s",
+				   err.message);
 	} else {
 		if (strlen(c->signer) != RECEIPT_HEX32_LEN - 1 || strncmp(c->signer, "0x", 2) != 0)
-			return say(RECEIPT_CHECK_USAGE, msg, msglen, "%s", "--signer must be 0x and 64 hex digits");
+			return say(RECEIPT_CHECK_USAGE, msg, msglen, "%s",
+				   "--signer must be 0x and 64 hex digits");
 		for (size_t i = 0; c->signer[i]; i++)
 			signer[i] =
 			    (char)(i < 2 ? c->signer[i] : tolower((unsigned char)c->signer[i]));
@@ -199,25 +202,28 @@ enum receipt_check_result receipt_check_files(const struct receipt_check *c, cha
 	sig = jget_str(rc_json, "signature");
 	rid = jget_str(rc_json, "id");
 	if (!body || !hash || !sig || !rid) {
-		rc = say(RECEIPT_CHECK_INVALID, msg, msglen, "%s is not a receipt (GET /v1/receipts/{id}: id, hash, "
-				 "signature, body)",
-				 c->receipt_path);
+		rc = say(RECEIPT_CHECK_INVALID, msg, msglen,
+			 "%s is not a receipt (GET /v1/receipts/{id}: id, hash, "
+			 "signature, body)",
+			 c->receipt_path);
 		goto out;
 	}
 	if (!(rbody = receipt_json_from(body, 0)) ||
 	    !(canon = receipt_json_canonical(rbody, &canon_len, &err))) {
-		rc = say(RECEIPT_CHECK_INVALID, msg, msglen, "the receipt body is not canonicalisable (floats, arrays or "
-				 "bad UTF-8)");
+		rc = say(RECEIPT_CHECK_INVALID, msg, msglen,
+			 "the receipt body is not canonicalisable (floats, arrays or "
+			 "bad UTF-8)");
 		goto out;
 	}
 	if (!jget_str(body, "id") || strcmp(jget_str(body, "id"), rid) != 0) {
-		rc = say(RECEIPT_CHECK_INVALID, msg, msglen, "the receipt id '%.40s' is not the one in its signed body", rid);
+		rc = say(RECEIPT_CHECK_INVALID, msg, msglen,
+			 "the receipt id '%.40s' is not the one in its signed body", rid);
 		goto out;
 	}
 	if (!jget_str(body, "signer") || strcasecmp(jget_str(body, "signer"), signer) != 0) {
-		rc = say(RECEIPT_CHECK_INVALID, msg, msglen, "signed by %.70s, not by the pinned signer %s",
-				 jget_str(body, "signer") ? jget_str(body, "signer") : "nobody",
-				 signer);
+		rc = say(RECEIPT_CHECK_INVALID, msg, msglen,
+			 "signed by %.70s, not by the pinned signer %s",
+			 jget_str(body, "signer") ? jget_str(body, "signer") : "nobody", signer);
 		goto out;
 	}
 	if (receipt_verify(canon, canon_len, hash, sig, signer, &err) < 0) {
@@ -230,7 +236,8 @@ enum receipt_check_result receipt_check_files(const struct receipt_check *c, cha
 		const char *op = jget_str(body, "operation"),
 			   *exid = jget_str(body, "execution_id");
 		if (!(ex = json_file(c->execution_path, &why))) {
-			rc = say(RECEIPT_CHECK_INVALID, msg, msglen, "%s: %s", c->execution_path, why);
+			rc = say(RECEIPT_CHECK_INVALID, msg, msglen, "%s: %s", c->execution_path,
+				 why);
 			goto out;
 		}
 		rr = jget_obj(ex, "receipt");
@@ -239,23 +246,25 @@ enum receipt_check_result receipt_check_files(const struct receipt_check *c, cha
 		if (!salt)
 			salt = jget_str(rr, "fingerprint_salt");
 		if (!rr || !jget_str(rr, "id") || strcmp(jget_str(rr, "id"), rid) != 0 || !salt) {
-			rc = say(RECEIPT_CHECK_INVALID, msg, msglen, "%s does not carry this receipt (receipt.id) and its "
-					 "fingerprint_salt",
-					 c->execution_path);
+			rc = say(RECEIPT_CHECK_INVALID, msg, msglen,
+				 "%s does not carry this receipt (receipt.id) and its "
+				 "fingerprint_salt",
+				 c->execution_path);
 			goto out;
 		}
 		if (op && strcmp(op, "sandbox.execute") == 0 &&
 		    (!exid || !jget_str(ex, "id") || strcmp(exid, jget_str(ex, "id")) != 0)) {
-			rc = say(RECEIPT_CHECK_INVALID, msg, msglen, "the receipt is for execution '%.40s', not '%.40s'",
-					 exid ? exid : "?",
-					 jget_str(ex, "id") ? jget_str(ex, "id") : "?");
+			rc = say(RECEIPT_CHECK_INVALID, msg, msglen,
+				 "the receipt is for execution '%.40s', not '%.40s'",
+				 exid ? exid : "?", jget_str(ex, "id") ? jget_str(ex, "id") : "?");
 			goto out;
 		}
 		outj = receipt_json_object();
 		if (!json_object_object_get_ex(ex, "exit_code", &v) ||
 		    !json_object_is_type(v, json_type_int) || !jget_str(ex, "stdout") ||
 		    !jget_str(ex, "stderr")) {
-			rc = say(RECEIPT_CHECK_INVALID, msg, msglen, "%s lacks exit_code, stdout or stderr", c->execution_path);
+			rc = say(RECEIPT_CHECK_INVALID, msg, msglen,
+				 "%s lacks exit_code, stdout or stderr", c->execution_path);
 			goto out;
 		}
 		receipt_json_set_int(outj, "exit_code", json_object_get_int64(v));
@@ -266,16 +275,16 @@ enum receipt_check_result receipt_check_files(const struct receipt_check *c, cha
 		receipt_json_set_str(outj, "stderr", json_object_get_string(v),
 				     (size_t)json_object_get_string_len(v));
 		if (!fingerprint_matches(salt, outj, jget_str(body, "output_fingerprint"))) {
-			rc = say(RECEIPT_CHECK_INVALID, msg, msglen, "the output (exit_code, stdout, stderr) in %s does not "
-					 "match the receipt's output_fingerprint",
-					 c->execution_path);
+			rc = say(RECEIPT_CHECK_INVALID, msg, msglen,
+				 "the output (exit_code, stdout, stderr) in %s does not "
+				 "match the receipt's output_fingerprint",
+				 c->execution_path);
 			goto out;
 		}
 		snprintf(what + strlen(what), sizeof(what) - strlen(what), ", output fingerprint");
 	}
 	if (c->code_path) {
-		if (!(code = file_read(c->code_path, &code_len)))
-		{
+		if (!(code = file_read(c->code_path, &code_len))) {
 			rc = say(RECEIPT_CHECK_USAGE, msg, msglen, "--code: cannot read '%s'",
 				 c->code_path);
 			goto out;
@@ -285,15 +294,17 @@ enum receipt_check_result receipt_check_files(const struct receipt_check *c, cha
 		receipt_json_set_str(inj, "runtime", c->runtime, strlen(c->runtime));
 	} else if (c->input_path) {
 		if (!(inp = json_file(c->input_path, &why)) || !(inj = receipt_json_from(inp, 0))) {
-			rc = say(RECEIPT_CHECK_INVALID, msg, msglen, "%s: %s", c->input_path, why ? why : "floats or arrays");
+			rc = say(RECEIPT_CHECK_INVALID, msg, msglen, "%s: %s", c->input_path,
+				 why ? why : "floats or arrays");
 			goto out;
 		}
 	}
 	if (inj) {
 		if (!fingerprint_matches(salt, inj, jget_str(body, "input_fingerprint"))) {
-			rc = say(RECEIPT_CHECK_INVALID, msg, msglen, "the input in %s does not match the receipt's "
-					 "input_fingerprint",
-					 c->code_path ? c->code_path : c->input_path);
+			rc = say(RECEIPT_CHECK_INVALID, msg, msglen,
+				 "the input in %s does not match the receipt's "
+				 "input_fingerprint",
+				 c->code_path ? c->code_path : c->input_path);
 			goto out;
 		}
 		snprintf(what + strlen(what), sizeof(what) - strlen(what), ", input fingerprint");
@@ -309,4 +320,3 @@ out:
 	json_object_put(inp);
 	return rc;
 }
-
