@@ -239,10 +239,12 @@ static int cmd_serve(int argc, char **argv)
 	printf("listening on http://%s:%u\n", host, api_server_port(srv));
 	fflush(stdout);
 	sbx_info("main", "listening on http://%s:%u", host, api_server_port(srv));
+	sbx_notify("READY=1");
 
 	while (sigwait(&set, &sig) != 0)
 		;
 	sbx_info("main", "signal %d: stopping (draining up to %d ms)", sig, DRAIN_TIMEOUT_MS);
+	sbx_notify("STOPPING=1");
 	api_server_quiesce(srv);
 	left = api_server_drain(srv, DRAIN_TIMEOUT_MS);
 	if (left)

@@ -127,9 +127,9 @@ int cmd_ls(struct cli *c, int argc, char **argv)
 	    json_object_is_type(data, json_type_array))
 		for (size_t i = 0; i < json_object_array_length(data); i++) {
 			json_object *s = json_object_array_get_idx(data, i);
-			cli_table_row(t, cli_str(s, "id"), cli_str(s, "status"),
-				      cli_str(s, "size"), cli_str(s, "created_at"),
-				      cli_str(s, "expires_at"), cli_str(s, "cost_usd"));
+			cli_table_row(t, cli_str(s, "id"), cli_str(s, "status"), cli_str(s, "size"),
+				      cli_str(s, "created_at"), cli_str(s, "expires_at"),
+				      cli_str(s, "cost_usd"));
 		}
 	cli_table_print(t);
 	if (cli_bool(r.json, "has_more"))

@@ -181,7 +181,7 @@ bool cli_parse_int(const char *s, long long min, long long max, long long *out)
 /* Parse, print the help on --help, check the configuration. Returns -1 to
  * go on, else the exit code. */
 int cli_begin(struct cli *c, int argc, char **argv, struct cli_opt *opts, const char **pos,
-		 int maxpos, int *npos, char ***rest, int *nrest, const char *help)
+	      int maxpos, int *npos, char ***rest, int *nrest, const char *help)
 {
 	int rc = cli_parse(c, argc, argv, opts, pos, maxpos, npos, rest, nrest);
 
@@ -241,8 +241,9 @@ static int config_file(struct cli *c, char *url, size_t urlsz, char *key, size_t
 			snprintf(key, keysz, "%s", v);
 		else {
 			fclose(f);
-			return cli_usage(c, "%s:%d: unknown name '%.40s' or value too long (known: "
-					    "url, key)",
+			return cli_usage(c,
+					 "%s:%d: unknown name '%.40s' or value too long (known: "
+					 "url, key)",
 					 path, lineno, k),
 			       -1;
 		}
@@ -261,7 +262,9 @@ int cli_config(struct cli *c, bool need_key)
 		return CLI_EXIT_USAGE;
 	if (!c->url[0])
 		snprintf(c->url, sizeof(c->url), "%s",
-			 eurl && eurl[0] ? eurl : furl[0] ? furl : "http://127.0.0.1:8080");
+			 eurl && eurl[0] ? eurl
+			 : furl[0]	 ? furl
+					 : "http://127.0.0.1:8080");
 	if (!c->key[0])
 		snprintf(c->key, sizeof(c->key), "%s", ekey && ekey[0] ? ekey : fkey);
 	if (strncmp(c->url, "http://", 7) != 0 && strncmp(c->url, "https://", 8) != 0)
@@ -427,11 +430,12 @@ int cli_fail(struct cli *c, const struct cli_reply *r)
 	long s = r->status;
 
 	if (c->json && r->json)
-		fprintf(stderr, "%s\n", json_object_to_json_string_ext(r->json,
-									JSON_C_TO_STRING_PLAIN));
+		fprintf(stderr, "%s\n",
+			json_object_to_json_string_ext(r->json, JSON_C_TO_STRING_PLAIN));
 	else if (msg[0])
-		fprintf(stderr, "sbx: %s (%ld %s%s%s%s%s)\n", msg, s, type, param[0] ? ", param " : "",
-			param, r->request_id[0] ? ", request " : "", r->request_id);
+		fprintf(stderr, "sbx: %s (%ld %s%s%s%s%s)\n", msg, s, type,
+			param[0] ? ", param " : "", param, r->request_id[0] ? ", request " : "",
+			r->request_id);
 	else
 		fprintf(stderr, "sbx: the daemon answered %ld: %.200s\n", s, r->body);
 	if (s == 401 || s == 403)
@@ -463,9 +467,9 @@ int cli_get_human(struct cli *c, const char *path, struct cli_reply *r)
 
 void cli_print_json(json_object *o)
 {
-	printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY |
-							     JSON_C_TO_STRING_SPACED |
-							     JSON_C_TO_STRING_NOSLASHESCAPE));
+	printf("%s\n",
+	       json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED |
+						     JSON_C_TO_STRING_NOSLASHESCAPE));
 }
 
 json_object *cli_obj(json_object *o, const char *key)
@@ -473,7 +477,7 @@ json_object *cli_obj(json_object *o, const char *key)
 	json_object *v;
 
 	return o && json_object_object_get_ex(o, key, &v) &&
-			   json_object_is_type(v, json_type_object)
+		       json_object_is_type(v, json_type_object)
 		   ? v
 		   : NULL;
 }
@@ -483,7 +487,7 @@ const char *cli_str(json_object *o, const char *key)
 	json_object *v;
 
 	return o && json_object_object_get_ex(o, key, &v) &&
-			   json_object_is_type(v, json_type_string)
+		       json_object_is_type(v, json_type_string)
 		   ? json_object_get_string(v)
 		   : "";
 }
@@ -641,8 +645,8 @@ static const struct {
 	const char *name;
 	int (*fn)(struct cli *, int, char **);
 } commands[] = {
-    {"create", cmd_create}, {"ls", cmd_ls},	  {"get", cmd_get},	{"extend", cmd_extend},
-    {"rm", cmd_rm},	    {"exec", cmd_exec},	  {"run", cmd_run},	{"receipt", cmd_receipt},
+    {"create", cmd_create}, {"ls", cmd_ls},	{"get", cmd_get}, {"extend", cmd_extend},
+    {"rm", cmd_rm},	    {"exec", cmd_exec}, {"run", cmd_run}, {"receipt", cmd_receipt},
     {"usage", cmd_usage},   {"keys", cmd_keys},
 };
 

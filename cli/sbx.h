@@ -21,13 +21,13 @@
  * CLI_EXIT_EXEC_FAILED for their own outcomes. */
 enum {
 	CLI_EXIT_OK = 0,
-	CLI_EXIT_API = 1,	  /* the API refused or failed (400, 402, 409, 422, 5xx...) */
-	CLI_EXIT_USAGE = 2,	  /* bad flags or configuration; nothing was sent */
-	CLI_EXIT_CONNECT = 3,	  /* the daemon could not be reached, or replied garbage */
-	CLI_EXIT_AUTH = 4,	  /* 401 / 403 */
-	CLI_EXIT_NOT_FOUND = 5,	  /* 404 / 410 */
-	CLI_EXIT_RETRY = 6,	  /* 429 / 503: try again later */
-	CLI_EXIT_TIMEOUT = 124,	  /* exec/run: the command timed out */
+	CLI_EXIT_API = 1,	    /* the API refused or failed (400, 402, 409, 422, 5xx...) */
+	CLI_EXIT_USAGE = 2,	    /* bad flags or configuration; nothing was sent */
+	CLI_EXIT_CONNECT = 3,	    /* the daemon could not be reached, or replied garbage */
+	CLI_EXIT_AUTH = 4,	    /* 401 / 403 */
+	CLI_EXIT_NOT_FOUND = 5,	    /* 404 / 410 */
+	CLI_EXIT_RETRY = 6,	    /* 429 / 503: try again later */
+	CLI_EXIT_TIMEOUT = 124,	    /* exec/run: the command timed out */
 	CLI_EXIT_EXEC_FAILED = 125, /* exec/run: sbx could not run it (any code above) */
 };
 
@@ -36,10 +36,10 @@ enum {
 #define CLI_REPLY_MAX (256u * 1024 * 1024)
 
 struct cli {
-	char url[512];	/* base URL without a trailing slash */
-	char key[256];	/* API key, "" when none */
-	bool json;	/* --json: print the API's JSON */
-	bool progress;	/* stderr is a terminal: progress lines allowed */
+	char url[512];	 /* base URL without a trailing slash */
+	char key[256];	 /* API key, "" when none */
+	bool json;	 /* --json: print the API's JSON */
+	bool progress;	 /* stderr is a terminal: progress lines allowed */
 	const char *cmd; /* the command's name, for messages */
 };
 

@@ -188,6 +188,15 @@ struct sbx_channel {
 	void (*close)(void *ctx);
 };
 
+/* ----------------------------------------------------- service manager */
+
+/* Tell the service manager (systemd, Type=notify) about a state change,
+ * e.g. "READY=1" or "STOPPING=1", with the sd_notify(3) datagram protocol
+ * on the AF_UNIX socket named by $NOTIFY_SOCKET (a path, or "@name" for
+ * the abstract namespace). No libsystemd. Returns 1 when sent, 0 when
+ * $NOTIFY_SOCKET is unset (not run by systemd), -1 on an error. */
+int sbx_notify(const char *state);
+
 /* ---------------------------------------------------------------- misc */
 
 #define SBX_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))

@@ -6,6 +6,7 @@
  * progress output on a pipe; `run` with a signed receipt (the daemon's
  * dev-process runner: no second guest) checked offline by `sbx receipt
  * verify`, a tampered reply refused; usage tables; keys create/revoke.
+ * And the daemon's sd_notify READY=1 (the systemd unit is Type=notify).
  *
  * SBX_CLI names the binary (default: sbx next to SBX_BIN).
  */
@@ -16,12 +17,16 @@
 
 #include <cmocka.h>
 
+#include <sys/time.h>
+#include <sys/un.h>
+
 #include "harness.h"
 
 static struct daemon d;
 static char sbx_id[64];
 static char cli_path[512];
 static char work[320]; /* scratch dir under the state dir */
+static int notify_fd = -1;
 
 struct run {
 	int rc;
@@ -53,12 +58,40 @@ static int setup(void **state)
 	snprintf(work, sizeof(work), "%s/cli", d.state_dir);
 	if (sbx_mkdir_p(work, 0700) < 0)
 		return -1;
-	return daemon_up(&d) < 0 ? -1 : 0;
+	/* a service manager's notify socket, as systemd's Type=notify gives */
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct timeval tv = {.tv_sec = 60};
+	if (strlen(work) + sizeof("/notify") > sizeof(sa.sun_path))
+		return -1;
+	memcpy(sa.sun_path, work, strlen(work));
+	memcpy(sa.sun_path + strlen(work), "/notify", sizeof("/notify"));
+	notify_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (notify_fd < 0 || bind(notify_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+	    setsockopt(notify_fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0)
+		return -1;
+	setenv("NOTIFY_SOCKET", sa.sun_path, 1);
+	int rc = daemon_up(&d);
+	unsetenv("NOTIFY_SOCKET");
+	return rc < 0 ? -1 : 0;
 }
 
 static int teardown(void **state)
 {
+	if (notify_fd >= 0)
+		close(notify_fd);
 	return daemon_down(&d);
+}
+
+/* sd_notify: READY=1 once the port is bound (the first line on stdout was
+ * read by daemon_up, so the datagram has been sent). */
+static void daemon_tells_systemd_it_is_ready(void **state)
+{
+	char buf[256];
+	ssize_t n = recv(notify_fd, buf, sizeof(buf) - 1, 0);
+
+	assert_true(n > 0);
+	buf[n] = '\0';
+	assert_string_equal(buf, "READY=1");
 }
 
 /* Run `sbx ARGS` under `env` (shell assignments, "" for the default: the
@@ -84,8 +117,8 @@ static struct run sbx(const char *env, const char *fmt, ...)
 		env = def;
 	}
 	snprintf(cmd, sizeof(cmd),
-		 "env -i PATH=/usr/bin:/bin HOME=%s/home %s %s %s </dev/null >%s/out 2>%s/err", work,
-		 env, cli_path, args, work, work);
+		 "env -i PATH=/usr/bin:/bin HOME=%s/home %s %s %s </dev/null >%s/out 2>%s/err",
+		 work, env, cli_path, args, work, work);
 	r.rc = run_cmd(cmd);
 	snprintf(path, sizeof(path), "%s/out", work);
 	r.out = sbx_read_file(path, 64u << 20, &r.out_len);
@@ -238,8 +271,10 @@ static void exec_streams_and_exit_code(void **state)
 	run_free(&r);
 
 	/* several words are joined with spaces (as ssh does) */
-	r = sbx("", "exec %s --env GREETING=hi --env B=x=y --cwd /tmp -- echo '$GREETING' '$B' '&&' pwd",
-		sbx_id);
+	r = sbx(
+	    "",
+	    "exec %s --env GREETING=hi --env B=x=y --cwd /tmp -- echo '$GREETING' '$B' '&&' pwd",
+	    sbx_id);
 	assert_int_equal(r.rc, 0);
 	assert_string_equal(r.out, "hi x=y\n/tmp\n");
 	run_free(&r);
@@ -336,8 +371,7 @@ static void run_and_verify_a_receipt_offline(void **state)
 	run_free(&r);
 
 	/* offline: no URL that answers, no key */
-	snprintf(env, sizeof(env), "SANDBOXD_URL=http://127.0.0.1:1 XDG_CONFIG_HOME=%s/none",
-		 work);
+	snprintf(env, sizeof(env), "SANDBOXD_URL=http://127.0.0.1:1 XDG_CONFIG_HOME=%s/none", work);
 	r = sbx(env,
 		"receipt verify %s/receipt.json --public-key %s/key.pem --execution "
 		"%s/execution.json --code %s/code.sh --runtime sh",
@@ -350,11 +384,12 @@ static void run_and_verify_a_receipt_offline(void **state)
 	/* another output than the one signed */
 	{
 		char cmd[1200];
-		snprintf(cmd, sizeof(cmd), "sed 's/hello/HELLO/' %s/execution.json > %s/forged.json",
-			 work, work);
+		snprintf(cmd, sizeof(cmd),
+			 "sed 's/hello/HELLO/' %s/execution.json > %s/forged.json", work, work);
 		assert_int_equal(run_cmd(cmd), 0);
 	}
-	r = sbx(env, "receipt verify %s/receipt.json --public-key %s/key.pem --execution %s/forged.json",
+	r = sbx(env,
+		"receipt verify %s/receipt.json --public-key %s/key.pem --execution %s/forged.json",
 		work, work, work);
 	assert_int_equal(r.rc, 1);
 	assert_non_null(strstr(r.out, "invalid: the output"));
@@ -431,6 +466,7 @@ static void usage_and_keys(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(daemon_tells_systemd_it_is_ready),
 	    cmocka_unit_test(help_and_usage_errors),
 	    cmocka_unit_test(configuration_order_and_exit_codes),
 	    cmocka_unit_test(create_ls_get),
