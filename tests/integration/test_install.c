@@ -112,11 +112,12 @@ static void destdir_file_list(void **state)
 	assert_non_null(strstr(unit, "\nExecStart=/usr/local/sbin/sandboxd serve --config "
 				     "/usr/local/etc/sandboxd/config.json\n"));
 	assert_null(strstr(unit, "DIR@")); /* every @...DIR@ placeholder filled */
-	for (const char *const *k = (const char *const[]){
-		 "\nType=notify\n", "\nWants=libvirtd.service\n", "libvirtd.service\n",
-		 "\nRestart=on-failure\n", "\nStateDirectory=sandboxd\n",
-		 "\nProtectSystem=strict\n", "\nNoNewPrivileges=yes\n", "\nPrivateTmp=yes\n",
-		 "\nWantedBy=multi-user.target\n", NULL};
+	for (const char *const *k =
+		 (const char *const[]){"\nType=notify\n", "\nWants=libvirtd.service\n",
+				       "libvirtd.service\n", "\nRestart=on-failure\n",
+				       "\nStateDirectory=sandboxd\n", "\nProtectSystem=strict\n",
+				       "\nNoNewPrivileges=yes\n", "\nPrivateTmp=yes\n",
+				       "\nWantedBy=multi-user.target\n", NULL};
 	     *k; k++)
 		if (!strstr(unit, *k))
 			fail_msg("the unit lacks '%s'", *k);
@@ -164,10 +165,11 @@ static void systemd_analyze_verify_passes(void **state)
 
 	/* the daemon's own parser accepts the installed config (admin only
 	 * reads it and opens the database: nothing boots) */
-	snprintf(cmd, sizeof(cmd),
-		 "%s/pfx/sbin/sandboxd admin list-accounts --config %s/pfx/etc/sandboxd/config.json "
-		 "--state-dir %s/state 2>&1; echo rc=$?",
-		 tmp, tmp, tmp);
+	snprintf(
+	    cmd, sizeof(cmd),
+	    "%s/pfx/sbin/sandboxd admin list-accounts --config %s/pfx/etc/sandboxd/config.json "
+	    "--state-dir %s/state 2>&1; echo rc=$?",
+	    tmp, tmp, tmp);
 	admin = output_of(cmd);
 	assert_non_null(strstr(admin, "[]"));
 	assert_non_null(strstr(admin, "rc=0\n"));
