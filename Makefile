@@ -5,6 +5,7 @@
 #   make asan       the same build with ASan+UBSan (build-asan/)
 #   make fuzz       libFuzzer targets (clang)
 #   make format / make lint
+#   make install    binaries, guest images, config, systemd unit (PREFIX, DESTDIR)
 
 CC       ?= cc
 BUILD    ?= build
@@ -27,6 +28,12 @@ LIB_SRCS := $(wildcard util/*.c) agentless/agentless.c agentless/wire.c \
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 LIB      := $(BUILD)/libsandboxd.a
 
+# sbx, the command-line client (cli/): libcurl, json-c, and receipt/ for
+# the offline receipt check; no daemon code.
+CLI_SRCS := $(wildcard cli/*.c)
+CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
+CLI_LIBS  = $(shell pkg-config --libs libcurl json-c libcrypto 2>/dev/null) -pthread
+
 GUEST_SRCS := $(wildcard agentless/guest/*.c) agentless/wire.c
 GUEST_INIT := $(BUILD)/guest/sandboxd-init
 
@@ -44,12 +51,61 @@ FULL_IMAGE := $(BUILD)/images/full
 # make run RUN_IMAGE=tiny serves the busybox image instead.
 RUN_IMAGE  ?= full
 
+.PHONY: install uninstall
 .PHONY: all deps image image-tiny image-full run test test-unit test-integration asan tsan fuzz format \
 	format-check lint bench clean libvirt-up
-all: $(BIN)/sandboxd $(GUEST_INIT)
+all: $(BIN)/sandboxd $(BIN)/sbx $(GUEST_INIT)
 
 deps:
 	./scripts/deps.sh
+
+# ------------------------------------------------------------- install
+# FHS paths under PREFIX (/usr/local by default; /usr puts the config in
+# /etc). DESTDIR stages the tree (packaging, tests). The guest images come
+# from INSTALL_TINY (required) and INSTALL_FULL (installed when its
+# base.qcow2 exists; it then becomes the configured image). An existing
+# config file is kept. README.md, "Install as a service".
+PREFIX      ?= /usr/local
+BINDIR      ?= $(PREFIX)/bin
+SBINDIR     ?= $(PREFIX)/sbin
+PKGLIBDIR   ?= $(PREFIX)/lib/sandboxd
+SYSCONFDIR  ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
+UNITDIR     ?= $(PREFIX)/lib/systemd/system
+DOCDIR      ?= $(PREFIX)/share/doc/sandboxd
+INSTALL_TINY ?= $(TINY_IMAGE)
+INSTALL_FULL ?= $(FULL_IMAGE)
+HAVE_FULL    = $(wildcard $(INSTALL_FULL)/base.qcow2)
+IMAGEDIR     = $(PKGLIBDIR)/images/$(if $(HAVE_FULL),full,tiny)
+SUBST = sed -e 's|@SBINDIR@|$(SBINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
+	-e 's|@DOCDIR@|$(DOCDIR)|g' -e 's|@IMAGEDIR@|$(IMAGEDIR)|g' \
+	-e 's|@BASE_IMAGE@|$(if $(HAVE_FULL),$(IMAGEDIR)/base.qcow2,)|g'
+
+install: all
+	@test -f $(INSTALL_TINY)/vmlinux -a -f $(INSTALL_TINY)/initramfs.cpio.gz || \
+		{ echo "install: no guest image in $(INSTALL_TINY) (make image-tiny, or INSTALL_TINY=DIR)"; exit 1; }
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SBINDIR) $(DESTDIR)$(UNITDIR) \
+		$(DESTDIR)$(SYSCONFDIR)/sandboxd $(DESTDIR)$(DOCDIR) $(DESTDIR)$(PKGLIBDIR)/images/tiny
+	install -m 0755 $(BIN)/sandboxd $(DESTDIR)$(SBINDIR)/sandboxd
+	install -m 0755 $(BIN)/sbx $(DESTDIR)$(BINDIR)/sbx
+	install -m 0644 $(INSTALL_TINY)/vmlinux $(INSTALL_TINY)/initramfs.cpio.gz \
+		$(DESTDIR)$(PKGLIBDIR)/images/tiny/
+	$(if $(HAVE_FULL),install -d $(DESTDIR)$(PKGLIBDIR)/images/full && \
+		install -m 0644 $(INSTALL_FULL)/vmlinux $(INSTALL_FULL)/initramfs.cpio.gz \
+		$(INSTALL_FULL)/base.sha256 $(DESTDIR)$(PKGLIBDIR)/images/full/ && \
+		install -m 0444 $(INSTALL_FULL)/base.qcow2 $(DESTDIR)$(PKGLIBDIR)/images/full/base.qcow2.new && \
+		mv -f $(DESTDIR)$(PKGLIBDIR)/images/full/base.qcow2.new $(DESTDIR)$(PKGLIBDIR)/images/full/base.qcow2,)
+	$(SUBST) etc/sandboxd.service.in > $(DESTDIR)$(UNITDIR)/sandboxd.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/sandboxd.service
+	test -e $(DESTDIR)$(SYSCONFDIR)/sandboxd/config.json || \
+		{ $(SUBST) etc/sandboxd.json.in > $(DESTDIR)$(SYSCONFDIR)/sandboxd/config.json && \
+		  chmod 0644 $(DESTDIR)$(SYSCONFDIR)/sandboxd/config.json; }
+	install -m 0644 README.md docs/*.md docs/openapi.yaml $(DESTDIR)$(DOCDIR)/
+
+uninstall:
+	rm -f $(DESTDIR)$(SBINDIR)/sandboxd $(DESTDIR)$(BINDIR)/sbx \
+		$(DESTDIR)$(UNITDIR)/sandboxd.service
+	rm -rf $(DESTDIR)$(PKGLIBDIR) $(DESTDIR)$(DOCDIR)
+	@echo "uninstall: kept $(SYSCONFDIR)/sandboxd/config.json and /var/lib/sandboxd"
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -62,6 +118,10 @@ $(LIB): $(LIB_OBJS)
 $(BIN)/sandboxd: $(BUILD)/obj/api/main.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BIN)/sbx: $(CLI_OBJS) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $(CLI_OBJS) $(LIB) $(CLI_LIBS)
 
 # PID 1 of every guest: static, libc only.
 $(GUEST_INIT): $(GUEST_SRCS) agentless/wire.h
@@ -86,6 +146,8 @@ $(BUILD)/tests/%: tests/unit/%.c $(LIB)
 $(BUILD)/tests/%: tests/integration/%.c tests/integration/harness.h $(LIB) $(BIN)/sandboxd
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(PKG_CFLAGS) -o $@ $< $(LIB) $(LDLIBS) -lcmocka
+# test_cli runs bin/sbx against the daemon.
+$(BUILD)/tests/test_cli: $(BIN)/sbx
 # The guest side is a static program of its own: link its serve.c in, built
 # so that it decodes but starts nothing (SBX_GUEST_FUZZ).
 $(BUILD)/tests/fuzz_guest: tests/fuzz/fuzz_guest.c tests/fuzz/replay.c agentless/guest/serve.c agentless/guest/hostile.c $(LIB)

@@ -47,6 +47,7 @@ static const struct key_spec keys[] = {
     STR(base_image),
     STR(kernel_cmdline),
     STR(transport),
+    STR(log_format),
     STR(exec_user),
     NUM(tb_cache_mib, K_UINT),
     NUM(free_page_reporting, K_BOOL),

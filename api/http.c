@@ -20,6 +20,7 @@
 #include <microhttpd.h>
 
 #include "api-priv.h"
+#include "reqctx.h"
 
 #define MOD		     "api"
 #define API_CONNECTION_LIMIT 1024
@@ -75,6 +76,7 @@ struct req {
 	char id[SANDBOX_ID_MAX];
 	char account_id[SANDBOX_ID_MAX];
 	char scopes[SANDBOX_SCOPES_MAX]; /* the key's, on the key routes */
+	char request_id[API_REQUEST_ID_MAX]; /* X-Request-Id, api/reqctx.h */
 	struct sbx_buf body;
 	bool too_large;
 
@@ -144,6 +146,7 @@ static enum MHD_Result reply_json(struct MHD_Connection *c, unsigned status, str
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
 	if (status == 401)
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+	api_reqctx_header(resp);
 	ret = MHD_queue_response(c, status, resp);
 	MHD_destroy_response(resp);
 	return ret;
@@ -376,6 +379,7 @@ static enum MHD_Result reply_text(struct MHD_Connection *c, unsigned status, cha
 		return MHD_NO;
 	}
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+	api_reqctx_header(resp);
 	ret = MHD_queue_response(c, status, resp);
 	MHD_destroy_response(resp);
 	return ret;
@@ -789,6 +793,7 @@ static enum MHD_Result reply_bytes(struct MHD_Connection *c, unsigned status, co
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
 	if (replayed)
 		MHD_add_response_header(resp, "Idempotent-Replayed", "true");
+	api_reqctx_header(resp);
 	ret = MHD_queue_response(c, status, resp);
 	MHD_destroy_response(resp);
 	return ret;
@@ -1074,6 +1079,7 @@ static enum MHD_Result request_begin(struct api_server *srv, struct MHD_Connecti
 	srv->live_reqs++;
 	pthread_mutex_unlock(&srv->lock);
 	*con_cls = r;
+	api_reqctx_begin(c, r->request_id);
 
 	sbx_error_clear(&err);
 	r->route = route_resolve(url, r->id);
@@ -1128,6 +1134,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
 
 	if (!r)
 		return request_begin(srv, c, url, method, con_cls);
+	api_reqctx_enter(r->request_id, r->account_id, r->id);
 	if (*upload_data_size) {
 		/* Keep at most max_body_bytes; past that, read and drop. */
 		if (!r->too_large && sbx_buf_append(&r->body, upload_data, *upload_data_size) < 0) {

@@ -14,7 +14,7 @@
 
 #include <json-c/json.h>
 
-#include "../receipt/receipt.h"
+#include "../receipt/verify.h"
 #include "api-priv.h"
 #include "api.h"
 
@@ -228,6 +228,7 @@ static int cmd_serve(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 
 	sbx_error_clear(&err);
+	sbx_log_set_format(strcmp(cfg.log_format, "json") == 0 ? SBX_LOG_JSON : SBX_LOG_TEXT);
 	svc = sandbox_svc_new(&cfg, SANDBOX_SVC_FULL, &err);
 	if (!svc)
 		return runtime_error("cannot start the service", &err);
@@ -241,10 +242,12 @@ static int cmd_serve(int argc, char **argv)
 	printf("listening on http://%s:%u\n", host, api_server_port(srv));
 	fflush(stdout);
 	sbx_info("main", "listening on http://%s:%u", host, api_server_port(srv));
+	sbx_notify("READY=1");
 
 	while (sigwait(&set, &sig) != 0)
 		;
 	sbx_info("main", "signal %d: stopping (draining up to %d ms)", sig, DRAIN_TIMEOUT_MS);
+	sbx_notify("STOPPING=1");
 	api_server_quiesce(srv);
 	left = api_server_drain(srv, DRAIN_TIMEOUT_MS);
 	if (left)
@@ -389,301 +392,38 @@ out:
 
 /* ------------------------------------------------------- verify-receipt */
 
-#define VERIFY_FILE_MAX (64u * 1024 * 1024)
-#define VERIFY_DEPTH	8
-
-/* The whole file (NUL-terminated, at most VERIFY_FILE_MAX bytes). */
-static char *file_read(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	struct sbx_buf b;
-	char chunk[65536];
-	size_t n;
-
-	if (!f)
-		return NULL;
-	sbx_buf_init(&b, VERIFY_FILE_MAX);
-	while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
-		if (sbx_buf_append(&b, chunk, n) < 0) {
-			fclose(f);
-			sbx_buf_release(&b);
-			return NULL;
-		}
-	fclose(f);
-	if (sbx_buf_append(&b, "", 0) < 0 || !b.data) {
-		sbx_buf_release(&b);
-		return NULL;
-	}
-	return sbx_buf_steal(&b, len);
-}
-
-static struct json_object *json_file(const char *path, const char **why)
-{
-	_cleanup_free_ char *data = NULL;
-	struct json_tokener *tok;
-	struct json_object *o;
-	size_t len = 0;
-
-	if (!(data = file_read(path, &len))) {
-		*why = "cannot read it (or it is over 64 MiB)";
-		return NULL;
-	}
-	tok = json_tokener_new_ex(64);
-	o = tok ? json_tokener_parse_ex(tok, data, (int)len) : NULL;
-	if (!o || json_tokener_get_error(tok) != json_tokener_success ||
-	    !json_object_is_type(o, json_type_object)) {
-		json_object_put(o);
-		o = NULL;
-		*why = "not a JSON object";
-	}
-	json_tokener_free(tok);
-	return o;
-}
-
-/* A parsed JSON object as the receipt module's value (strings, integers,
- * booleans, null, objects); NULL when it holds floats or arrays. */
-static struct receipt_json *receipt_json_from(struct json_object *o, int depth)
-{
-	struct receipt_json *r;
-
-	if (depth > VERIFY_DEPTH || !json_object_is_type(o, json_type_object))
-		return NULL;
-	r = receipt_json_object();
-	json_object_object_foreach(o, key, val)
-	{
-		struct receipt_json *child;
-
-		switch (val ? json_object_get_type(val) : json_type_null) {
-		case json_type_null:
-			receipt_json_set_null(r, key);
-			break;
-		case json_type_boolean:
-			receipt_json_set_bool(r, key, json_object_get_boolean(val));
-			break;
-		case json_type_int:
-			receipt_json_set_int(r, key, json_object_get_int64(val));
-			break;
-		case json_type_string:
-			receipt_json_set_str(r, key, json_object_get_string(val),
-					     (size_t)json_object_get_string_len(val));
-			break;
-		case json_type_object:
-			if (!(child = receipt_json_from(val, depth + 1)))
-				goto err_free;
-			receipt_json_set_obj(r, key, child);
-			break;
-		default:
-			goto err_free;
-		}
-	}
-	return r;
-err_free:
-	receipt_json_free(r);
-	return NULL;
-}
-
-/* member `key` of o as a string, or NULL */
-static const char *jget_str(struct json_object *o, const char *key)
-{
-	struct json_object *v;
-
-	if (!o || !json_object_object_get_ex(o, key, &v) ||
-	    !json_object_is_type(v, json_type_string))
-		return NULL;
-	return json_object_get_string(v);
-}
-
-static struct json_object *jget_obj(struct json_object *o, const char *key)
-{
-	struct json_object *v;
-
-	if (!o || !json_object_object_get_ex(o, key, &v) ||
-	    !json_object_is_type(v, json_type_object))
-		return NULL;
-	return v;
-}
-
-static int verify_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int verify_fail(const char *fmt, ...)
-{
-	va_list ap;
-
-	printf("invalid: ");
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf("\n");
-	return EXIT_RUNTIME;
-}
-
-/* Recompute a salted fingerprint of `obj` and compare it with want. */
-static bool fingerprint_matches(const char *salt, struct receipt_json *obj, const char *want)
-{
-	char fp[RECEIPT_HEX32_LEN];
-	struct sbx_error err;
-
-	sbx_error_clear(&err);
-	return want && receipt_fingerprint(salt, obj, fp, &err) == 0 && strcmp(fp, want) == 0;
-}
-
-/* verify-receipt: everything is recomputed here from what the user holds;
- * nothing is asked of the server. Exit 0 valid, 1 invalid, 2 usage. */
+/* verify-receipt: receipt/verify.c recomputes everything from what the
+ * user holds; nothing is asked of the server. Exit 0 valid, 1 invalid,
+ * 2 usage. */
 static int cmd_verify_receipt(int argc, char **argv)
 {
 	static const char *const allowed[] = {"signer",	 "public-key", "execution", "code",
 					      "runtime", "input",      NULL};
-	struct json_object *rc_json = NULL, *ex = NULL, *inp = NULL, *body;
-	struct receipt_json *rbody = NULL, *outj = NULL, *inj = NULL;
-	char signer[RECEIPT_HEX32_LEN], what[160] = "hash, signature";
-	_cleanup_free_ char *canon = NULL, *code = NULL;
-	const char *why = NULL, *hash, *sig, *rid, *salt = NULL;
-	struct sbx_error err;
 	struct opts o = {0};
-	size_t canon_len = 0, code_len = 0;
+	char msg[512];
 	int rc;
 
 	if ((rc = parse_opts(argc, argv, 2, allowed, &o)))
 		return rc;
 	if (o.n_positional != 1)
 		return usage_error("%s", "verify-receipt takes one RECEIPT.json");
-	if (!o.signer == !o.public_key)
-		return usage_error("%s", "pin the signer: give --signer 0xHEX or --public-key PEM "
-					 "(from GET /v1/receipts/public-key, fetched once)");
-	if ((o.code || o.runtime) && (!o.code || !o.runtime || o.input))
-		return usage_error("%s", "--code and --runtime go together, instead of --input");
-	if ((o.code || o.input) && !o.execution)
-		return usage_error("%s", "checking the input needs --execution (its salt)");
-	sbx_error_clear(&err);
-	if (o.public_key) {
-		_cleanup_free_ char *pem = NULL;
-		size_t len = 0;
-		if (!(pem = file_read(o.public_key, &len)))
-			return usage_error("--public-key: cannot read '%s'", o.public_key);
-		if (receipt_public_pem_to_hex(pem, len, signer, &err) < 0)
-			return usage_error("--public-key: %s", err.message);
-	} else {
-		if (strlen(o.signer) != RECEIPT_HEX32_LEN - 1 || strncmp(o.signer, "0x", 2) != 0)
-			return usage_error("%s", "--signer must be 0x and 64 hex digits");
-		for (size_t i = 0; o.signer[i]; i++)
-			signer[i] =
-			    (char)(i < 2 ? o.signer[i] : tolower((unsigned char)o.signer[i]));
-		signer[RECEIPT_HEX32_LEN - 1] = '\0';
+	switch (receipt_check_files(&(struct receipt_check){.receipt_path = o.positional[0],
+							    .signer = o.signer,
+							    .public_key_path = o.public_key,
+							    .execution_path = o.execution,
+							    .code_path = o.code,
+							    .runtime = o.runtime,
+							    .input_path = o.input},
+				    msg, sizeof(msg))) {
+	case RECEIPT_CHECK_VALID:
+		printf("valid: %s\n", msg);
+		return 0;
+	case RECEIPT_CHECK_INVALID:
+		printf("invalid: %s\n", msg);
+		return EXIT_RUNTIME;
+	default:
+		return usage_error("%s", msg);
 	}
-
-	if (!(rc_json = json_file(o.positional[0], &why))) {
-		rc = verify_fail("%s: %s", o.positional[0], why);
-		goto out;
-	}
-	body = jget_obj(rc_json, "body");
-	hash = jget_str(rc_json, "hash");
-	sig = jget_str(rc_json, "signature");
-	rid = jget_str(rc_json, "id");
-	if (!body || !hash || !sig || !rid) {
-		rc = verify_fail("%s is not a receipt (GET /v1/receipts/{id}: id, hash, "
-				 "signature, body)",
-				 o.positional[0]);
-		goto out;
-	}
-	if (!(rbody = receipt_json_from(body, 0)) ||
-	    !(canon = receipt_json_canonical(rbody, &canon_len, &err))) {
-		rc = verify_fail("the receipt body is not canonicalisable (floats, arrays or "
-				 "bad UTF-8)");
-		goto out;
-	}
-	if (!jget_str(body, "id") || strcmp(jget_str(body, "id"), rid) != 0) {
-		rc = verify_fail("the receipt id '%.40s' is not the one in its signed body", rid);
-		goto out;
-	}
-	if (!jget_str(body, "signer") || strcasecmp(jget_str(body, "signer"), signer) != 0) {
-		rc = verify_fail("signed by %.70s, not by the pinned signer %s",
-				 jget_str(body, "signer") ? jget_str(body, "signer") : "nobody",
-				 signer);
-		goto out;
-	}
-	if (receipt_verify(canon, canon_len, hash, sig, signer, &err) < 0) {
-		rc = verify_fail("%s", err.message);
-		goto out;
-	}
-
-	if (o.execution) {
-		struct json_object *rr, *bill, *v;
-		const char *op = jget_str(body, "operation"),
-			   *exid = jget_str(body, "execution_id");
-		if (!(ex = json_file(o.execution, &why))) {
-			rc = verify_fail("%s: %s", o.execution, why);
-			goto out;
-		}
-		rr = jget_obj(ex, "receipt");
-		bill = jget_obj(ex, "billing");
-		salt = jget_str(bill, "fingerprint_salt");
-		if (!salt)
-			salt = jget_str(rr, "fingerprint_salt");
-		if (!rr || !jget_str(rr, "id") || strcmp(jget_str(rr, "id"), rid) != 0 || !salt) {
-			rc = verify_fail("%s does not carry this receipt (receipt.id) and its "
-					 "fingerprint_salt",
-					 o.execution);
-			goto out;
-		}
-		if (op && strcmp(op, "sandbox.execute") == 0 &&
-		    (!exid || !jget_str(ex, "id") || strcmp(exid, jget_str(ex, "id")) != 0)) {
-			rc = verify_fail("the receipt is for execution '%.40s', not '%.40s'",
-					 exid ? exid : "?",
-					 jget_str(ex, "id") ? jget_str(ex, "id") : "?");
-			goto out;
-		}
-		outj = receipt_json_object();
-		if (!json_object_object_get_ex(ex, "exit_code", &v) ||
-		    !json_object_is_type(v, json_type_int) || !jget_str(ex, "stdout") ||
-		    !jget_str(ex, "stderr")) {
-			rc = verify_fail("%s lacks exit_code, stdout or stderr", o.execution);
-			goto out;
-		}
-		receipt_json_set_int(outj, "exit_code", json_object_get_int64(v));
-		json_object_object_get_ex(ex, "stdout", &v);
-		receipt_json_set_str(outj, "stdout", json_object_get_string(v),
-				     (size_t)json_object_get_string_len(v));
-		json_object_object_get_ex(ex, "stderr", &v);
-		receipt_json_set_str(outj, "stderr", json_object_get_string(v),
-				     (size_t)json_object_get_string_len(v));
-		if (!fingerprint_matches(salt, outj, jget_str(body, "output_fingerprint"))) {
-			rc = verify_fail("the output (exit_code, stdout, stderr) in %s does not "
-					 "match the receipt's output_fingerprint",
-					 o.execution);
-			goto out;
-		}
-		snprintf(what + strlen(what), sizeof(what) - strlen(what), ", output fingerprint");
-	}
-	if (o.code) {
-		if (!(code = file_read(o.code, &code_len)))
-			return usage_error("--code: cannot read '%s'", o.code);
-		inj = receipt_json_object();
-		receipt_json_set_str(inj, "code", code, code_len);
-		receipt_json_set_str(inj, "runtime", o.runtime, strlen(o.runtime));
-	} else if (o.input) {
-		if (!(inp = json_file(o.input, &why)) || !(inj = receipt_json_from(inp, 0))) {
-			rc = verify_fail("%s: %s", o.input, why ? why : "floats or arrays");
-			goto out;
-		}
-	}
-	if (inj) {
-		if (!fingerprint_matches(salt, inj, jget_str(body, "input_fingerprint"))) {
-			rc = verify_fail("the input in %s does not match the receipt's "
-					 "input_fingerprint",
-					 o.code ? o.code : o.input);
-			goto out;
-		}
-		snprintf(what + strlen(what), sizeof(what) - strlen(what), ", input fingerprint");
-	}
-	printf("valid: receipt %s signed by %s (%s verified)\n", rid, signer, what);
-	rc = 0;
-out:
-	receipt_json_free(rbody);
-	receipt_json_free(outj);
-	receipt_json_free(inj);
-	json_object_put(rc_json);
-	json_object_put(ex);
-	json_object_put(inp);
-	return rc;
 }
 
 int main(int argc, char **argv)

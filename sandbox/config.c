@@ -28,6 +28,7 @@ void sandbox_config_defaults(struct sandbox_config *cfg)
 	snprintf(cfg->accel, sizeof(cfg->accel), "auto");
 	cfg->allow_tcg = false;
 	snprintf(cfg->transport, sizeof(cfg->transport), "socket");
+	snprintf(cfg->log_format, sizeof(cfg->log_format), "text");
 	/* 32 MiB instead of QEMU's 1 GiB cap: ~31 MiB of code cache per guest
 	 * instead of 46 idle and 371 after a build session, for ~30-65% more
 	 * time in code-heavy work under TCG (docs/benchmarks.md). */
@@ -123,6 +124,9 @@ int sandbox_config_validate(const struct sandbox_config *cfg, struct sbx_error *
 	if (!one_of(cfg->accel, "auto", "kvm", "tcg"))
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "accel",
 				     "accel must be 'auto', 'kvm' or 'tcg'");
+	if (!one_of(cfg->log_format, "text", "json", NULL))
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "log_format",
+				     "log_format must be 'text' or 'json'");
 	if (!one_of(cfg->transport, "stream", "socket", NULL))
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "transport",
 				     "transport must be 'stream' or 'socket'");

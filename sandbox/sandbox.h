@@ -45,6 +45,7 @@ struct sandbox_config {
 	char base_image[PATH_MAX]; /* "" = initramfs only (tiny image) */
 	char kernel_cmdline[256];
 	char transport[16]; /* "stream" | "socket" */
+	char log_format[8]; /* "text" | "json" (util's logger) */
 	unsigned tb_cache_mib;
 	bool free_page_reporting; /* true */
 

@@ -6,7 +6,8 @@
 set -euo pipefail
 pkgs=(build-essential pkg-config libvirt-daemon-system libvirt-dev qemu-system-x86 qemu-utils
       linux-image-cloud-amd64 busybox-static libmicrohttpd-dev libjson-c-dev libsqlite3-dev
-      libssl-dev libcmocka-dev e2fsprogs cpio lz4 curl jq procps)
+      libssl-dev libcmocka-dev libcurl4-openssl-dev e2fsprogs cpio lz4 curl jq procps
+      systemd)
 [ "${1:-}" = fuzz ] && pkgs+=(clang libclang-rt-14-dev)
 [ "${1:-}" = image ] && pkgs+=(mmdebstrap)
 [ "${1:-}" = bench ] && pkgs+=(wrk)

@@ -73,11 +73,57 @@ void sbx_log_set_level(enum sbx_log_level level)
 	log_level = level;
 }
 
+static enum sbx_log_format log_format = SBX_LOG_TEXT;
+
+void sbx_log_set_format(enum sbx_log_format format)
+{
+	log_format = format;
+}
+
+static _Thread_local struct {
+	char request_id[64], account_id[64], sandbox_id[64];
+} log_ctx;
+
+void sbx_log_context_set(const char *request_id, const char *account_id, const char *sandbox_id)
+{
+	snprintf(log_ctx.request_id, sizeof(log_ctx.request_id), "%s",
+		 request_id ? request_id : "");
+	snprintf(log_ctx.account_id, sizeof(log_ctx.account_id), "%s",
+		 account_id ? account_id : "");
+	snprintf(log_ctx.sandbox_id, sizeof(log_ctx.sandbox_id), "%s",
+		 sandbox_id ? sandbox_id : "");
+}
+
+const char *sbx_log_request_id(void)
+{
+	return log_ctx.request_id;
+}
+
+/* `s` as a JSON string (quotes included) appended to b; control bytes
+ * escaped, bytes >= 0x80 kept (messages are ASCII or UTF-8). */
+static void log_json_str(struct sbx_buf *b, const char *s)
+{
+	sbx_buf_append(b, "\"", 1);
+	for (; *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+		if (ch == '"' || ch == '\\')
+			sbx_buf_printf(b, "\\%c", ch);
+		else if (ch < 0x20 || ch == 0x7f)
+			sbx_buf_printf(b, "\\u%04x", ch);
+		else
+			sbx_buf_append(b, s, 1);
+	}
+	sbx_buf_append(b, "\"", 1);
+}
+
 void sbx_log(enum sbx_log_level level, const char *module, const char *fmt, ...)
 {
 	static const char *names[] = {"debug", "info", "warn", "error"};
-	char ts[32], msg[1024];
+	static const char *keys[] = {"request_id", "account_id", "sandbox_id"};
+	const char *vals[] = {log_ctx.request_id, log_ctx.account_id, log_ctx.sandbox_id};
+	char ts[48], msg[1024];
 	struct timespec now;
+	struct sbx_buf line;
 	struct tm tm;
 	va_list ap;
 
@@ -85,14 +131,36 @@ void sbx_log(enum sbx_log_level level, const char *module, const char *fmt, ...)
 		return;
 	clock_gettime(CLOCK_REALTIME, &now);
 	gmtime_r(&now.tv_sec, &tm);
-	strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm);
+	strftime(ts, 32, "%Y-%m-%dT%H:%M:%S", &tm);
+	snprintf(ts + strlen(ts), sizeof(ts) - strlen(ts), ".%03ldZ", now.tv_nsec / 1000000);
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
+	sbx_buf_init(&line, 8192);
+	if (log_format == SBX_LOG_JSON) {
+		sbx_buf_printf(&line, "{\"time\":\"%s\",\"level\":\"%s\",\"module\":", ts,
+			       names[level]);
+		log_json_str(&line, module);
+		sbx_buf_append(&line, ",\"message\":", 11);
+		log_json_str(&line, msg);
+		for (size_t i = 0; i < SBX_ARRAY_SIZE(keys); i++)
+			if (vals[i][0]) {
+				sbx_buf_printf(&line, ",\"%s\":", keys[i]);
+				log_json_str(&line, vals[i]);
+			}
+		sbx_buf_append(&line, "}\n", 2);
+	} else {
+		sbx_buf_printf(&line, "%s %s %s: %s", ts, names[level], module, msg);
+		for (size_t i = 0; i < SBX_ARRAY_SIZE(keys); i++)
+			if (vals[i][0])
+				sbx_buf_printf(&line, " %s=%s", keys[i], vals[i]);
+		sbx_buf_append(&line, "\n", 1);
+	}
 	pthread_mutex_lock(&log_lock);
-	fprintf(stderr, "%s.%03ldZ %s %s: %s\n", ts, now.tv_nsec / 1000000, names[level], module,
-		msg);
+	if (line.data)
+		fputs(line.data, stderr);
 	pthread_mutex_unlock(&log_lock);
+	sbx_buf_release(&line);
 }
 
 /* ------------------------------------------------------------------ time */

@@ -71,8 +71,21 @@ void sbx_error_clear(struct sbx_error *err);
 /* --------------------------------------------------------------- logging */
 
 enum sbx_log_level { SBX_LOG_DEBUG, SBX_LOG_INFO, SBX_LOG_WARN, SBX_LOG_ERROR };
-/* Lines go to stderr as "2026-11-29T19:40:00.123Z level module: message". */
+/* Lines go to stderr, one per call. SBX_LOG_TEXT (the default):
+ * "2026-11-29T19:40:00.123Z level module: message", then " request_id=R"
+ * (and account_id=, sandbox_id=) when this thread has a log context.
+ * SBX_LOG_JSON: one object per line, {"time","level","module","message"}
+ * plus "request_id", "account_id", "sandbox_id" when known. Set the
+ * format once at start, before other threads log. */
+enum sbx_log_format { SBX_LOG_TEXT, SBX_LOG_JSON };
 void sbx_log_set_level(enum sbx_log_level level);
+void sbx_log_set_format(enum sbx_log_format format);
+/* The calling thread's log context (thread-local): lines it logs carry
+ * these until the next call. Each string is copied (at most 63 bytes);
+ * NULL or "" = unknown. The HTTP handler sets it per request. */
+void sbx_log_context_set(const char *request_id, const char *account_id, const char *sandbox_id);
+/* This thread's request id, "" when none (borrowed, thread-local). */
+const char *sbx_log_request_id(void);
 void sbx_log(enum sbx_log_level level, const char *module, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 #define sbx_debug(mod, ...) sbx_log(SBX_LOG_DEBUG, mod, __VA_ARGS__)
@@ -187,6 +200,15 @@ struct sbx_channel {
 	 * Must not be called from inside the recv callback. */
 	void (*close)(void *ctx);
 };
+
+/* ----------------------------------------------------- service manager */
+
+/* Tell the service manager (systemd, Type=notify) about a state change,
+ * e.g. "READY=1" or "STOPPING=1", with the sd_notify(3) datagram protocol
+ * on the AF_UNIX socket named by $NOTIFY_SOCKET (a path, or "@name" for
+ * the abstract namespace). No libsystemd. Returns 1 when sent, 0 when
+ * $NOTIFY_SOCKET is unset (not run by systemd), -1 on an error. */
+int sbx_notify(const char *state);
 
 /* ---------------------------------------------------------------- misc */
 

@@ -537,13 +537,63 @@ static void test_keep_alive_two_requests(void **state)
 	resp_release(&r);
 }
 
+/* X-Request-Id: a sane client value echoed, else a generated one; on
+ * errors (404 before auth, 401) and successes alike. */
+static void test_request_id(void **state)
+{
+	char v[256], first[256];
+	struct resp r;
+	static const char *const reqs[] = {
+	    "GET /v1/limits HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+	    "X-Request-Id: trace-42.a:b\r\n\r\n",
+	    "GET /v1/nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+	    "X-Request-Id: trace-42.a:b\r\n\r\n",
+	    "GET /v1/usage HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+	    "X-Request-Id: trace-42.a:b\r\n\r\n"};
+
+	for (size_t i = 0; i < 3; i++) {
+		http_raw(reqs[i], strlen(reqs[i]), &r);
+		assert_int_equal(r.status, i == 0 ? 200 : i == 1 ? 404 : 401);
+		assert_non_null(resp_header(&r, "X-Request-Id", v));
+		assert_string_equal(v, "trace-42.a:b");
+		resp_release(&r);
+	}
+	/* none: generated, and another one per request */
+	http("GET", "/v1/limits", NULL, NULL, NULL, &r);
+	assert_non_null(resp_header(&r, "X-Request-Id", first));
+	assert_int_equal(strncmp(first, "req_", 4), 0);
+	assert_int_equal(strlen(first), 4 + 24);
+	resp_release(&r);
+	http("GET", "/v1/limits", NULL, NULL, NULL, &r);
+	assert_non_null(resp_header(&r, "X-Request-Id", v));
+	assert_string_not_equal(v, first);
+	resp_release(&r);
+	/* not sane (a quote, or over 64 bytes): replaced */
+	static const char *const bad[] = {
+	    "GET /v1/limits HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+	    "X-Request-Id: a\"b\r\n\r\n",
+	    "GET /v1/limits HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Request-Id: "
+	    "0123456789012345678901234567890123456789012345678901234567890123456789\r\n\r\n"};
+	for (size_t i = 0; i < 2; i++) {
+		http_raw(bad[i], strlen(bad[i]), &r);
+		assert_non_null(resp_header(&r, "X-Request-Id", v));
+		assert_int_equal(strncmp(v, "req_", 4), 0);
+		resp_release(&r);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_auth),     cmocka_unit_test(test_routes),
-	    cmocka_unit_test(test_bodies),   cmocka_unit_test(test_oversize),
-	    cmocka_unit_test(test_limits),   cmocka_unit_test(test_sandboxes_list_and_usage),
-	    cmocka_unit_test(test_api_keys), cmocka_unit_test(test_keep_alive_two_requests),
+	    cmocka_unit_test(test_auth),
+	    cmocka_unit_test(test_routes),
+	    cmocka_unit_test(test_request_id),
+	    cmocka_unit_test(test_bodies),
+	    cmocka_unit_test(test_oversize),
+	    cmocka_unit_test(test_limits),
+	    cmocka_unit_test(test_sandboxes_list_and_usage),
+	    cmocka_unit_test(test_api_keys),
+	    cmocka_unit_test(test_keep_alive_two_requests),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

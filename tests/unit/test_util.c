@@ -3,7 +3,9 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -138,13 +140,52 @@ static void timespec_in_carries_and_clamps(void **state)
 	assert_true(c.tv_sec > 1700000000); /* the wall clock, not the monotonic one */
 }
 
+/* The log line's context and its JSON form: stderr redirected to a file. */
+static void log_context_and_json(void **state)
+{
+	char path[] = "/tmp/sbx-test-log-XXXXXX", *text;
+	int fd = mkstemp(path), saved = dup(2);
+	size_t n;
+
+	assert_true(fd >= 0 && saved >= 0);
+	fflush(stderr);
+	dup2(fd, 2);
+	sbx_log_context_set("req_1", "acct_2", NULL);
+	sbx_info("mod", "plain %d", 1);
+	sbx_log_set_format(SBX_LOG_JSON);
+	sbx_warn("mod", "quote \" tab \t");
+	sbx_log_context_set(NULL, NULL, NULL);
+	sbx_err("m2", "none");
+	sbx_log_set_format(SBX_LOG_TEXT);
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	close(fd);
+	assert_non_null(text = sbx_read_file(path, 1 << 16, &n));
+	unlink(path);
+	char *l2 = strchr(text, '\n') + 1, *l3 = strchr(l2, '\n') + 1;
+	assert_non_null(strstr(text, " info mod: plain 1 request_id=req_1 account_id=acct_2\n"));
+	assert_int_equal(strncmp(l2, "{\"time\":\"", 9), 0);
+	assert_non_null(strstr(l2, "\"level\":\"warn\",\"module\":\"mod\",\"message\":\"quote "
+				   "\\\" tab \\u0009\",\"request_id\":\"req_1\",\"account_id\":"
+				   "\"acct_2\"}\n"));
+	assert_null(strstr(l3, "request_id"));
+	assert_non_null(strstr(l3, "\"message\":\"none\"}\n"));
+	free(text);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(utf8_valid_kept),	  cmocka_unit_test(utf8_invalid_replaced_nul_kept),
-	    cmocka_unit_test(utf8_cut_tail),	  cmocka_unit_test(base64_vectors),
-	    cmocka_unit_test(rfc3339_round_trip), cmocka_unit_test(buf_bounded),
-	    cmocka_unit_test(ids_and_errors),	  cmocka_unit_test(timespec_in_carries_and_clamps),
+	    cmocka_unit_test(utf8_valid_kept),
+	    cmocka_unit_test(utf8_invalid_replaced_nul_kept),
+	    cmocka_unit_test(utf8_cut_tail),
+	    cmocka_unit_test(base64_vectors),
+	    cmocka_unit_test(rfc3339_round_trip),
+	    cmocka_unit_test(buf_bounded),
+	    cmocka_unit_test(log_context_and_json),
+	    cmocka_unit_test(ids_and_errors),
+	    cmocka_unit_test(timespec_in_carries_and_clamps),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

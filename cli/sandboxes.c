@@ -1,0 +1,363 @@
+/* sbx: the sandbox commands (create, ls, get, extend, rm, exec). */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../util/util.h"
+#include "sbx.h"
+
+/* A sandbox as two aligned columns. */
+static void print_sandbox(json_object *s)
+{
+	struct cli_table *t = cli_table_new(2, "id", cli_str(s, "id"));
+	char startup[64];
+
+	cli_table_row(t, "status", cli_str(s, "status"));
+	cli_table_row(t, "size", cli_str(s, "size"));
+	cli_table_row(t, "created_at", cli_str(s, "created_at"));
+	cli_table_row(t, "expires_at", cli_str(s, "expires_at"));
+	cli_table_row(t, "ended_at", cli_str(s, "ended_at")[0] ? cli_str(s, "ended_at") : "-");
+	cli_table_row(t, "cost_usd", cli_str(s, "cost_usd"));
+	if (cli_str(s, "startup_path")[0])
+		snprintf(startup, sizeof(startup), "%s, %lld ms", cli_str(s, "startup_path"),
+			 (long long)cli_int(s, "startup_ms"));
+	else
+		snprintf(startup, sizeof(startup), "-");
+	cli_table_row(t, "startup", startup);
+	cli_table_print(t);
+}
+
+/* ------------------------------------------------------------- create */
+
+static const char create_help[] =
+    "usage: sbx create [--size S] [--timeout MIN] [--idempotency-key K] [--json]\n"
+    "Create a sandbox and wait until it accepts commands; print its id (--json:\n"
+    "the sandbox object). --timeout: minutes until it expires (the daemon's\n"
+    "default when absent). --idempotency-key: a retry with the same key returns\n"
+    "the same sandbox instead of creating another.\n";
+
+int cmd_create(struct cli *c, int argc, char **argv)
+{
+	struct cli_opt opts[] = {{.name = "size", .arg = true},
+				 {.name = "timeout", .arg = true},
+				 {.name = "idempotency-key", .arg = true},
+				 {0}};
+	json_object *body;
+	struct cli_reply r;
+	const char *pos[1];
+	long long minutes;
+	int npos, rc;
+
+	if ((rc = cli_begin(c, argc, argv, opts, pos, 0, &npos, NULL, NULL, create_help)) >= 0)
+		return rc;
+	body = json_object_new_object();
+	if (opts[0].set)
+		json_object_object_add(body, "size", json_object_new_string(opts[0].value));
+	if (opts[1].set) {
+		if (!cli_parse_int(opts[1].value, 1, INT_MAX, &minutes)) {
+			json_object_put(body);
+			return cli_usage(c, "--timeout must be a whole number of minutes >= 1");
+		}
+		json_object_object_add(body, "timeout_minutes", json_object_new_int64(minutes));
+	}
+	rc = cli_call(c, "POST", "/v1/sandboxes", body, opts[2].value, "creating sandbox", &r);
+	json_object_put(body);
+	if (rc)
+		return rc;
+	if (r.status != 200 && r.status != 201)
+		rc = cli_fail(c, &r);
+	else if (c->json)
+		cli_print_json(r.json);
+	else
+		printf("%s\n", cli_str(r.json, "id"));
+	cli_reply_free(&r);
+	return rc;
+}
+
+/* ----------------------------------------------------------------- ls */
+
+static const char ls_help[] =
+    "usage: sbx ls [--status running|destroyed|expired|failed] [--limit N]\n"
+    "              [--starting-after ID] [--json]\n"
+    "List sandboxes, newest first (one page: --limit, default 20, at most 100;\n"
+    "the next page starts after the last id shown).\n";
+
+int cmd_ls(struct cli *c, int argc, char **argv)
+{
+	struct cli_opt opts[] = {{.name = "status", .arg = true},
+				 {.name = "limit", .arg = true},
+				 {.name = "starting-after", .arg = true},
+				 {0}};
+	char path[256] = "/v1/sandboxes";
+	struct cli_table *t;
+	struct cli_reply r;
+	json_object *data;
+	const char *pos[1], *sep = "?";
+	long long limit;
+	int npos, rc;
+
+	if ((rc = cli_begin(c, argc, argv, opts, pos, 0, &npos, NULL, NULL, ls_help)) >= 0)
+		return rc;
+	if (opts[0].set) {
+		if (!cli_id_ok(opts[0].value))
+			return cli_usage(c, "%s", "unknown --status");
+		snprintf(path + strlen(path), sizeof(path) - strlen(path), "%sstatus=%s", sep,
+			 opts[0].value);
+		sep = "&";
+	}
+	if (opts[1].set) {
+		if (!cli_parse_int(opts[1].value, 1, 100, &limit))
+			return cli_usage(c, "%s", "--limit must be 1..100");
+		snprintf(path + strlen(path), sizeof(path) - strlen(path), "%slimit=%lld", sep,
+			 limit);
+		sep = "&";
+	}
+	if (opts[2].set) {
+		if (!cli_id_ok(opts[2].value))
+			return cli_usage(c, "%s", "--starting-after is not a sandbox id");
+		snprintf(path + strlen(path), sizeof(path) - strlen(path), "%sstarting_after=%s",
+			 sep, opts[2].value);
+	}
+	if ((rc = cli_get_human(c, path, &r)) >= 0)
+		return rc;
+	t = cli_table_new(6, "ID", "STATUS", "SIZE", "CREATED", "EXPIRES", "COST_USD");
+	if (json_object_object_get_ex(r.json, "data", &data) &&
+	    json_object_is_type(data, json_type_array))
+		for (size_t i = 0; i < json_object_array_length(data); i++) {
+			json_object *s = json_object_array_get_idx(data, i);
+			cli_table_row(t, cli_str(s, "id"), cli_str(s, "status"), cli_str(s, "size"),
+				      cli_str(s, "created_at"), cli_str(s, "expires_at"),
+				      cli_str(s, "cost_usd"));
+		}
+	cli_table_print(t);
+	if (cli_bool(r.json, "has_more"))
+		fprintf(stderr, "sbx: more sandboxes: sbx ls --starting-after LAST_ID\n");
+	cli_reply_free(&r);
+	return 0;
+}
+
+/* ---------------------------------------------------- get, extend, rm */
+
+static const char get_help[] = "usage: sbx get ID [--json]\nShow one sandbox.\n";
+
+static const char extend_help[] =
+    "usage: sbx extend ID MINUTES [--json]\n"
+    "Set the sandbox to expire MINUTES from now (within the daemon's lifetime\n"
+    "cap); prints the new expiry.\n";
+
+static const char rm_help[] =
+    "usage: sbx rm ID... [--json]\n"
+    "Destroy each sandbox and print its final cost. Goes on past failures and\n"
+    "exits with the code of the last one that failed.\n";
+
+/* One request on /v1/sandboxes/ID[suffix]; prints per `how`. */
+static int sandbox_call(struct cli *c, const char *method, const char *id, const char *suffix,
+			json_object *body, char how)
+{
+	struct cli_reply r;
+	char path[128];
+	int rc;
+
+	if (!cli_id_ok(id))
+		return cli_usage(c, "'%.60s' is not a sandbox id", id);
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s%s", id, suffix);
+	if ((rc = cli_call(c, method, path, body, NULL, NULL, &r)))
+		return rc;
+	if (r.status != 200)
+		rc = cli_fail(c, &r);
+	else if (c->json)
+		cli_print_json(r.json);
+	else if (how == 'g')
+		print_sandbox(r.json);
+	else if (how == 'e')
+		printf("%s expires at %s\n", cli_str(r.json, "id"), cli_str(r.json, "expires_at"));
+	else
+		printf("%s %s, cost %s USD\n", cli_str(r.json, "id"), cli_str(r.json, "status"),
+		       cli_str(r.json, "cost_usd"));
+	cli_reply_free(&r);
+	return rc;
+}
+
+int cmd_get(struct cli *c, int argc, char **argv)
+{
+	const char *pos[1];
+	int npos, rc;
+
+	if ((rc = cli_begin(c, argc, argv, NULL, pos, 1, &npos, NULL, NULL, get_help)) >= 0)
+		return rc;
+	if (npos != 1)
+		return cli_usage(c, "%s", "give one sandbox id");
+	return sandbox_call(c, "GET", pos[0], "", NULL, 'g');
+}
+
+int cmd_extend(struct cli *c, int argc, char **argv)
+{
+	const char *pos[2];
+	long long minutes;
+	json_object *body;
+	int npos, rc;
+
+	if ((rc = cli_begin(c, argc, argv, NULL, pos, 2, &npos, NULL, NULL, extend_help)) >= 0)
+		return rc;
+	if (npos != 2)
+		return cli_usage(c, "%s", "give a sandbox id and a number of minutes");
+	if (!cli_parse_int(pos[1], 1, INT_MAX, &minutes))
+		return cli_usage(c, "%s", "MINUTES must be a whole number >= 1");
+	body = json_object_new_object();
+	json_object_object_add(body, "timeout_minutes", json_object_new_int64(minutes));
+	rc = sandbox_call(c, "POST", pos[0], "/extend", body, 'e');
+	json_object_put(body);
+	return rc;
+}
+
+int cmd_rm(struct cli *c, int argc, char **argv)
+{
+	const char *pos[64];
+	int npos, rc, worst = 0;
+
+	if ((rc = cli_begin(c, argc, argv, NULL, pos, 64, &npos, NULL, NULL, rm_help)) >= 0)
+		return rc;
+	if (npos == 0)
+		return cli_usage(c, "%s", "give at least one sandbox id (at most 64)");
+	for (int i = 0; i < npos; i++)
+		if ((rc = sandbox_call(c, "DELETE", pos[i], "", NULL, 'r')))
+			worst = rc;
+	return worst;
+}
+
+/* --------------------------------------------------------------- exec */
+
+static const char exec_help[] =
+    "usage: sbx exec ID [--cwd DIR] [--env K=V]... [--timeout-ms N] [--json] -- CMD...\n"
+    "Run CMD in the sandbox with /bin/sh -c (several words are joined with\n"
+    "spaces, as ssh does: quote what the guest's shell should see). Its stdout\n"
+    "and stderr go to sbx's stdout and stderr, byte for byte, and sbx exits\n"
+    "with its exit code. The output arrives when the command ends (the API has\n"
+    "no streamed exec yet). A timeout exits 124, output cut at the daemon's cap\n"
+    "is said on stderr; 125 when sbx could not run the command at all.\n"
+    "--json prints the API's reply instead (and still exits with the code).\n";
+
+/* Write all of buf to fd. */
+static void write_all(int fd, const unsigned char *buf, size_t len)
+{
+	while (len) {
+		ssize_t n = write(fd, buf, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return;
+		buf += n;
+		len -= (size_t)n;
+	}
+}
+
+/* Decode a base64 member of the reply and write it to fd. false when it is
+ * not base64. */
+static bool write_b64(json_object *o, const char *key, int fd)
+{
+	json_object *v;
+	unsigned char *bytes;
+	size_t n = 0;
+
+	if (!json_object_object_get_ex(o, key, &v) || !json_object_is_type(v, json_type_string))
+		return false;
+	if (!(bytes = cli_base64_decode(json_object_get_string(v),
+					(size_t)json_object_get_string_len(v), &n)))
+		return false;
+	write_all(fd, bytes, n);
+	free(bytes);
+	return true;
+}
+
+int cmd_exec(struct cli *c, int argc, char **argv)
+{
+	struct cli_opt opts[] = {{.name = "cwd", .arg = true},
+				 {.name = "env", .arg = true, .multi = true},
+				 {.name = "timeout-ms", .arg = true},
+				 {0}};
+	json_object *body, *env = NULL;
+	struct sbx_buf cmd;
+	struct cli_reply r;
+	const char *pos[1];
+	char **rest, path[128];
+	long long ms;
+	int npos, nrest, rc;
+
+	if ((rc = cli_begin(c, argc, argv, opts, pos, 1, &npos, &rest, &nrest, exec_help)) >= 0)
+		return rc ? CLI_EXIT_EXEC_FAILED : 0;
+	if (npos != 1 || nrest == 0)
+		return cli_usage(c, "%s", "give a sandbox id, then -- and the command"),
+		       CLI_EXIT_EXEC_FAILED;
+	if (!cli_id_ok(pos[0]))
+		return cli_usage(c, "'%.60s' is not a sandbox id", pos[0]), CLI_EXIT_EXEC_FAILED;
+	body = json_object_new_object();
+	sbx_buf_init(&cmd, 4u * 1024 * 1024);
+	for (int i = 0; i < nrest; i++)
+		if ((i && sbx_buf_append(&cmd, " ", 1) < 0) ||
+		    sbx_buf_append(&cmd, rest[i], strlen(rest[i])) < 0) {
+			sbx_buf_release(&cmd);
+			json_object_put(body);
+			return cli_usage(c, "%s", "the command is over 4 MiB"),
+			       CLI_EXIT_EXEC_FAILED;
+		}
+	json_object_object_add(body, "command", json_object_new_string_len(cmd.data, (int)cmd.len));
+	sbx_buf_release(&cmd);
+	if (opts[0].set)
+		json_object_object_add(body, "cwd", json_object_new_string(opts[0].value));
+	for (size_t i = 0; i < opts[1].n; i++) {
+		const char *kv = opts[1].vals[i], *eq = strchr(kv, '=');
+		if (!eq || eq == kv) {
+			json_object_put(body);
+			json_object_put(env);
+			return cli_usage(c, "--env '%.60s' is not KEY=VALUE", kv),
+			       CLI_EXIT_EXEC_FAILED;
+		}
+		if (!env)
+			env = json_object_new_object();
+		char key[256];
+		snprintf(key, sizeof(key), "%.*s", (int)SBX_MIN((size_t)(eq - kv), 255), kv);
+		json_object_object_add(env, key, json_object_new_string(eq + 1));
+	}
+	if (env)
+		json_object_object_add(body, "env", env);
+	if (opts[2].set) {
+		if (!cli_parse_int(opts[2].value, 1, UINT32_MAX, &ms)) {
+			json_object_put(body);
+			return cli_usage(c, "%s", "--timeout-ms must be a whole number >= 1"),
+			       CLI_EXIT_EXEC_FAILED;
+		}
+		json_object_object_add(body, "timeout_ms", json_object_new_int64(ms));
+	}
+	/* base64 gives the exact bytes; --json shows the readable form */
+	if (!c->json)
+		json_object_object_add(body, "encoding", json_object_new_string("base64"));
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s/exec", pos[0]);
+	rc = cli_call(c, "POST", path, body, NULL, NULL, &r);
+	json_object_put(body);
+	if (rc)
+		return CLI_EXIT_EXEC_FAILED;
+	if (r.status != 200) {
+		cli_fail(c, &r);
+		cli_reply_free(&r);
+		return CLI_EXIT_EXEC_FAILED;
+	}
+	rc = (int)(cli_int(r.json, "exit_code") & 0xff);
+	if (c->json) {
+		cli_print_json(r.json);
+	} else if (!write_b64(r.json, "stdout", STDOUT_FILENO) ||
+		   !write_b64(r.json, "stderr", STDERR_FILENO)) {
+		fprintf(stderr, "sbx: the reply's output is not base64\n");
+		rc = CLI_EXIT_EXEC_FAILED;
+	}
+	if (cli_bool(r.json, "truncated"))
+		fprintf(stderr, "sbx: the output was truncated at the daemon's output cap\n");
+	if (cli_bool(r.json, "timed_out")) {
+		fprintf(stderr, "sbx: the command timed out after %lld ms\n",
+			(long long)cli_int(r.json, "duration_ms"));
+		rc = CLI_EXIT_TIMEOUT;
+	}
+	cli_reply_free(&r);
+	return rc;
+}
