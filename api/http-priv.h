@@ -53,9 +53,11 @@ struct api_server {
 	int inflight;  /* requests received and not yet completed */
 	int live_reqs; /* struct req alive (some may wait on a late exec callback) */
 	bool stopping;
-	bool released;	   /* api_server_stop returned: the last req frees srv */
-	int async_threads; /* create/DELETE threads still running */
+	bool released; /* api_server_stop returned: the last req frees srv */
 	struct req *suspended;
+
+	struct api_workpool *pool;	  /* runs create, DELETE, executions */
+	struct api_inflight *per_account; /* their counts (and execs') per account */
 };
 
 struct req {
@@ -75,10 +77,17 @@ struct req {
 	struct sbx_error exec_err;
 	int refs; /* MHD's (until completed) + the exec callback's */
 
-	/* create and DELETE take seconds (a boot, a domain destroy): they run
-	 * on a thread of their own (async_main) and leave the answer here. */
+	/* The per-account count this request holds until its work ends
+	 * (enum api_inflight_kind), or -1. */
+	int slot;
+
+	/* create, DELETE and executions take seconds (a boot, a domain
+	 * destroy, a program): they run on srv->pool (async_job) and leave
+	 * the answer here. */
 	bool is_async;
 	struct api_create_body create;
+	struct api_execution_body execution; /* code owned when has_execution */
+	bool has_execution;
 	char idem_key[256];
 	bool has_idem_key;
 	int op_rc; /* 0, or -1 with exec_err */
@@ -112,6 +121,12 @@ void api_park_locked(struct api_server *srv, struct req *r);
 void api_finish_locked(struct api_server *srv, struct req *r);
 /* Take a request off the list of parked ones. srv->lock held. */
 void api_parked_remove(struct api_server *srv, struct req *r);
+/* Count r against its account's cap of `kind` (the config's
+ * max_*_in_flight_per_account) until api_req_slot_put. 0, or -1 with 429
+ * rate_limited (Retry-After) when the account is at the cap. */
+int api_req_slot_take(struct req *r, enum api_inflight_kind kind, struct sbx_error *err);
+/* Give r's count back (no-op when it holds none). Any thread. */
+void api_req_slot_put(struct req *r);
 
 /* ----------------------------------------------------- api/http_exec.c */
 
@@ -122,14 +137,15 @@ enum MHD_Result api_exec_answer(struct req *r);
 
 /* ---------------------------------------------------- api/http_async.c */
 
-/* Send exact bytes as a JSON reply (an idempotent create's answer). */
-enum MHD_Result api_reply_bytes(struct MHD_Connection *c, unsigned status, const char *body,
-				size_t len, bool replayed);
 /* POST /v1/sandboxes: decode, then api_async_run. */
 enum MHD_Result api_create_handle(struct req *r);
-/* Run r's create or DELETE off MHD's threads and park the connection. */
+/* POST /v1/sandbox/executions: decode, then api_async_run. */
+enum MHD_Result api_execution_handle(struct req *r);
+/* Count r against its account's cap for its route, queue its create,
+ * DELETE or execution on srv->pool and park the connection. 429 at the
+ * cap, 503 when the pool's queue is full or the server stops. */
 enum MHD_Result api_async_run(struct req *r);
-/* The reply of a finished (or aborted) create/DELETE. */
+/* The reply of a finished (or aborted) create/DELETE/execution. */
 enum MHD_Result api_async_answer(struct req *r);
 
 #endif

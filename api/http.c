@@ -287,8 +287,8 @@ static enum MHD_Result reply_text(struct MHD_Connection *c, unsigned status, cha
 	return ret;
 }
 
-/* The one-shot execution routes (sandbox/execution.c). A POST runs on this
- * worker until the program ends (<= execution_max_timeout_seconds). */
+/* The one-shot execution routes (sandbox/execution.c). A POST runs on the
+ * pool (http_async.c). */
 static enum MHD_Result handle_execution_routes(struct api_server *srv, struct req *r)
 {
 	struct sbx_error err;
@@ -296,18 +296,8 @@ static enum MHD_Result handle_execution_routes(struct api_server *srv, struct re
 
 	sbx_error_clear(&err);
 	switch (r->route) {
-	case R_EXECUTIONS: {
-		struct api_execution_body b;
-		int rc;
-
-		if (api_execution_decode(r->body.data, r->body.len, &b, &err) < 0)
-			return api_reply_error(r->conn, &err);
-		rc = sandbox_execution_run(srv->svc, r->account_id, &b.req, &out, &err);
-		free(b.code);
-		if (rc < 0)
-			return api_reply_error(r->conn, &err);
-		break;
-	}
+	case R_EXECUTIONS:
+		return api_execution_handle(r);
 	case R_EXECUTION:
 		if (sandbox_execution_get(srv->svc, r->account_id, r->id, &out, &err) < 0)
 			return api_reply_error(r->conn, &err);
@@ -518,6 +508,56 @@ void api_finish_locked(struct api_server *srv, struct req *r)
 	r->state = EXEC_DONE;
 }
 
+/* ------------------------------------------------- per-account counts */
+
+static const struct {
+	const char *what;
+	int retry_after_s;
+} slot_kinds[API_INFLIGHT_KINDS] = {
+    [API_INFLIGHT_CREATE] = {"creates", 2},
+    [API_INFLIGHT_DELETE] = {"DELETEs", 1},
+    [API_INFLIGHT_EXECUTION] = {"executions", 2},
+    [API_INFLIGHT_EXEC] = {"execs", 1},
+};
+
+static int slot_cap(const struct sandbox_config *cfg, enum api_inflight_kind kind)
+{
+	switch (kind) {
+	case API_INFLIGHT_CREATE:
+		return cfg->max_creates_in_flight_per_account;
+	case API_INFLIGHT_DELETE:
+		return cfg->max_deletes_in_flight_per_account;
+	case API_INFLIGHT_EXECUTION:
+		return cfg->max_executions_in_flight_per_account;
+	default:
+		return cfg->max_execs_in_flight_per_account;
+	}
+}
+
+int api_req_slot_take(struct req *r, enum api_inflight_kind kind, struct sbx_error *err)
+{
+	int cap = slot_cap(r->srv->cfg, kind);
+
+	if (!api_inflight_take(r->srv->per_account, r->account_id, kind, cap)) {
+		sbx_error_set(err, SBX_E_RATE_LIMITED, NULL,
+			      "this account has %d %s in flight, the most it may have at once "
+			      "(GET /v1/limits); retry when one of them has finished",
+			      cap, slot_kinds[kind].what);
+		err->retry_after_s = slot_kinds[kind].retry_after_s;
+		return -1;
+	}
+	r->slot = (int)kind;
+	return 0;
+}
+
+void api_req_slot_put(struct req *r)
+{
+	if (r->slot < 0)
+		return;
+	api_inflight_put(r->srv->per_account, r->account_id, (enum api_inflight_kind)r->slot);
+	r->slot = -1;
+}
+
 /* -------------------------------------------------------------- dispatch */
 
 static enum MHD_Result dispatch(struct req *r, const char *method)
@@ -587,6 +627,7 @@ static enum MHD_Result request_begin(struct api_server *srv, struct MHD_Connecti
 	r->srv = srv;
 	r->conn = c;
 	r->refs = 1;
+	r->slot = -1;
 	sbx_buf_init(&r->body, srv->cfg->max_body_bytes);
 	pthread_mutex_lock(&srv->lock);
 	srv->inflight++;
@@ -674,25 +715,36 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
 	return dispatch(r, method);
 }
 
+/* The last of api_server_stop and the requests that outlive it (a late
+ * exec callback) frees the server. */
+static void server_free(struct api_server *srv)
+{
+	api_workpool_free(srv->pool);
+	api_inflight_free(srv->per_account);
+	pthread_mutex_destroy(&srv->lock);
+	pthread_cond_destroy(&srv->idle);
+	free(srv);
+}
+
 void api_req_free(struct req *r)
 {
 	struct api_server *srv = r->srv;
 	bool free_srv;
 
+	api_req_slot_put(r); /* a no-op unless its work never ran */
 	sbx_buf_release(&r->body);
 	api_exec_body_release(&r->exec);
 	if (r->has_res)
 		sandbox_exec_result_release(&r->res);
+	if (r->has_execution)
+		free(r->execution.code);
 	free(r->out_body);
 	free(r);
 	pthread_mutex_lock(&srv->lock);
 	free_srv = --srv->live_reqs == 0 && srv->released;
 	pthread_mutex_unlock(&srv->lock);
-	if (free_srv) {
-		pthread_mutex_destroy(&srv->lock);
-		pthread_cond_destroy(&srv->idle);
-		free(srv);
-	}
+	if (free_srv)
+		server_free(srv);
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
@@ -784,6 +836,13 @@ struct api_server *api_server_start(struct sandbox_svc *svc, struct sbx_error *e
 	srv->listen_fd = MHD_INVALID_SOCKET;
 	pthread_mutex_init(&srv->lock, NULL);
 	pthread_cond_init(&srv->idle, NULL);
+	srv->pool = api_workpool_new(cfg->http_work_threads, cfg->http_work_queue);
+	srv->per_account = api_inflight_new();
+	if (!srv->pool || !srv->per_account) {
+		sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+		server_free(srv);
+		return NULL;
+	}
 
 	srv->daemon = MHD_start_daemon(
 	    MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
@@ -796,9 +855,7 @@ struct api_server *api_server_start(struct sandbox_svc *svc, struct sbx_error *e
 	if (!srv->daemon) {
 		sbx_error_set(err, SBX_E_INTERNAL, "listen", "cannot listen on '%s': %s",
 			      cfg->listen, strerror(errno));
-		pthread_mutex_destroy(&srv->lock);
-		pthread_cond_destroy(&srv->idle);
-		free(srv);
+		server_free(srv);
 		return NULL;
 	}
 	info = MHD_get_daemon_info(srv->daemon, MHD_DAEMON_INFO_BIND_PORT);
@@ -857,6 +914,11 @@ void api_server_stop(struct api_server *srv)
 		return;
 	pthread_mutex_lock(&srv->lock);
 	srv->stopping = true;
+	pthread_mutex_unlock(&srv->lock);
+	/* Long requests still waiting for a pool thread never start: they
+	 * answer 503 (async_job, cancelled). */
+	api_workpool_stop(srv->pool);
+	pthread_mutex_lock(&srv->lock);
 	while (srv->suspended) {
 		struct req *r = srv->suspended;
 		api_parked_remove(srv, r);
@@ -869,12 +931,11 @@ void api_server_stop(struct api_server *srv)
 		sbx_warn(MOD, "answered %d running exec(s) with 503 at shutdown", n);
 	/* Let the 503s (and anything else in flight) go out. */
 	api_server_drain(srv, 2000);
-	/* Create/DELETE threads still use the service, which the caller frees
-	 * next: wait for them (a boot ends by boot_timeout_ms). */
-	pthread_mutex_lock(&srv->lock);
-	while (srv->async_threads > 0)
-		pthread_cond_wait(&srv->idle, &srv->lock);
-	pthread_mutex_unlock(&srv->lock);
+	/* Running creates, DELETEs and executions still use the service,
+	 * which the caller frees next: wait for them (a boot ends by
+	 * boot_timeout_ms, an execution by its timeout). */
+	api_workpool_free(srv->pool);
+	srv->pool = NULL;
 	MHD_stop_daemon(srv->daemon);
 	srv->daemon = NULL;
 	if (srv->listen_fd != MHD_INVALID_SOCKET)
@@ -884,9 +945,6 @@ void api_server_stop(struct api_server *srv)
 	srv->released = true;
 	free_srv = srv->live_reqs == 0;
 	pthread_mutex_unlock(&srv->lock);
-	if (free_srv) {
-		pthread_mutex_destroy(&srv->lock);
-		pthread_cond_destroy(&srv->idle);
-		free(srv);
-	}
+	if (free_srv)
+		server_free(srv);
 }

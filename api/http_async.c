@@ -1,6 +1,8 @@
-/* api/http_async.c: create and DELETE, which take seconds (a boot, a
- * domain destroy): they run off MHD's threads while the connection is
- * parked, and leave their answer in the request. */
+/* api/http_async.c: create, DELETE and one-shot executions, which take
+ * seconds to minutes (a boot, a domain destroy, a program): they run on the
+ * server's bounded pool (api/workpool.c) while the connection is parked,
+ * counted against their account's cap, and leave their answer in the
+ * request. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,24 +12,6 @@
 #define MOD "api"
 
 /* ---------------------------------------------------------------- create */
-
-/* Send exact bytes as a JSON reply (an idempotent create's answer). */
-enum MHD_Result api_reply_bytes(struct MHD_Connection *c, unsigned status, const char *body,
-				size_t len, bool replayed)
-{
-	struct MHD_Response *resp;
-	enum MHD_Result ret;
-
-	resp = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
-	if (!resp)
-		return MHD_NO;
-	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-	if (replayed)
-		MHD_add_response_header(resp, "Idempotent-Replayed", "true");
-	ret = MHD_queue_response(c, status, resp);
-	MHD_destroy_response(resp);
-	return ret;
-}
 
 /* Render a JSON object into r->out_body (owned). 0 or -1. */
 static int out_json(struct req *r, unsigned status, struct json_object *o)
@@ -113,7 +97,23 @@ static int delete_work(struct req *r, struct sbx_error *err)
 	return 0;
 }
 
-static void *async_main(void *arg)
+/* POST /v1/sandbox/executions: the whole run (a boot or a warm guest, the
+ * program, up to execution_max_timeout_seconds). */
+static int execution_work(struct req *r, struct sbx_error *err)
+{
+	char *out = NULL;
+
+	if (sandbox_execution_run(r->srv->svc, r->account_id, &r->execution.req, &out, err) < 0)
+		return -1;
+	r->out_body = out;
+	r->out_len = strlen(out);
+	r->out_status = 200;
+	return 0;
+}
+
+/* A job of srv->pool: the work, then the answer for the parked connection.
+ * A job cancelled at shutdown answers 503 without doing the work. */
+static void async_job(void *arg, bool cancelled)
 {
 	struct req *r = arg;
 	struct api_server *srv = r->srv;
@@ -122,29 +122,40 @@ static void *async_main(void *arg)
 	int rc;
 
 	sbx_error_clear(&err);
-	rc = r->route == R_SANDBOXES ? create_work(r, &err) : delete_work(r, &err);
+	if (cancelled) {
+		rc = sbx_error_set(&err, SBX_E_SERVICE_UNAVAILABLE, NULL,
+				   "the service is shutting down; retry on the restarted service");
+		err.retry_after_s = 5;
+	} else if (r->route == R_SANDBOXES) {
+		rc = create_work(r, &err);
+	} else if (r->route == R_EXECUTIONS) {
+		rc = execution_work(r, &err);
+	} else {
+		rc = delete_work(r, &err);
+	}
+	/* Before the reply goes out: a client that sends its next request as
+	 * soon as it reads this one must find the count freed. */
+	api_req_slot_put(r);
 	pthread_mutex_lock(&srv->lock);
 	r->op_rc = rc;
 	if (rc < 0)
 		r->exec_err = err;
-	if (r->state == EXEC_RUNNING || r->state == EXEC_SUSPENDED) {
+	if (r->state == EXEC_RUNNING || r->state == EXEC_SUSPENDED)
 		api_finish_locked(srv, r);
-	}
 	free_now = --r->refs == 0;
-	srv->async_threads--;
-	pthread_cond_broadcast(&srv->idle);
 	pthread_mutex_unlock(&srv->lock);
 	if (free_now)
 		api_req_free(r);
-	return NULL;
 }
 
-/* The answer of a finished create/DELETE (on MHD's thread). */
+/* The answer of a finished create/DELETE/execution (on MHD's thread). */
 enum MHD_Result api_async_answer(struct req *r)
 {
 	struct api_server *srv = r->srv;
+	struct MHD_Response *resp;
 	enum exec_state state;
 	struct sbx_error err;
+	enum MHD_Result ret;
 
 	pthread_mutex_lock(&srv->lock);
 	state = r->state;
@@ -159,44 +170,58 @@ enum MHD_Result api_async_answer(struct req *r)
 	}
 	if (r->op_rc < 0)
 		return api_reply_error(r->conn, &err);
-	return api_reply_bytes(r->conn, r->out_status, r->out_body, r->out_len, r->out_replayed);
+	/* The exact bytes (an idempotent create's remembered answer); MHD
+	 * takes them over. */
+	resp = MHD_create_response_from_buffer(r->out_len, r->out_body, MHD_RESPMEM_MUST_FREE);
+	if (!resp)
+		return MHD_NO;
+	r->out_body = NULL;
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+	if (r->out_replayed)
+		MHD_add_response_header(resp, "Idempotent-Replayed", "true");
+	ret = MHD_queue_response(r->conn, r->out_status, resp);
+	MHD_destroy_response(resp);
+	return ret;
 }
 
-/* Start create/DELETE on a thread and park the connection (like exec): a
- * burst of creates then queues for boot slots in sandbox/, not for HTTP
- * workers, and GETs keep being answered. */
+/* Queue the work on the bounded pool and park the connection (like exec):
+ * a burst of creates then waits for boot slots in sandbox/ on pool
+ * threads, not on HTTP workers, and GETs keep being answered. */
 enum MHD_Result api_async_run(struct req *r)
 {
 	struct api_server *srv = r->srv;
-	pthread_attr_t attr;
-	pthread_t t;
-	int rc;
+	enum api_inflight_kind kind = r->route == R_SANDBOXES	 ? API_INFLIGHT_CREATE
+				      : r->route == R_EXECUTIONS ? API_INFLIGHT_EXECUTION
+								 : API_INFLIGHT_DELETE;
+	struct sbx_error err;
 
+	sbx_error_clear(&err);
 	pthread_mutex_lock(&srv->lock);
 	if (srv->stopping) {
 		pthread_mutex_unlock(&srv->lock);
 		return api_reply_new_error(r->conn, SBX_E_SERVICE_UNAVAILABLE, NULL,
 					   "the service is shutting down; retry shortly");
 	}
+	pthread_mutex_unlock(&srv->lock);
+	if (api_req_slot_take(r, kind, &err) < 0)
+		return api_reply_error(r->conn, &err);
+
+	pthread_mutex_lock(&srv->lock);
 	r->is_async = true;
 	r->state = EXEC_RUNNING;
 	r->refs++;
-	srv->async_threads++;
 	pthread_mutex_unlock(&srv->lock);
-
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	rc = pthread_create(&t, &attr, async_main, r);
-	pthread_attr_destroy(&attr);
-	if (rc != 0) {
+	if (api_workpool_submit(srv->pool, async_job, r) < 0) {
 		pthread_mutex_lock(&srv->lock);
 		r->is_async = false;
 		r->state = EXEC_NONE;
 		r->refs--;
-		srv->async_threads--;
 		pthread_mutex_unlock(&srv->lock);
-		return api_reply_new_error(r->conn, SBX_E_SERVICE_UNAVAILABLE, NULL,
-					   "the service is busy; retry shortly");
+		api_req_slot_put(r);
+		sbx_error_set(&err, SBX_E_SERVICE_UNAVAILABLE, NULL,
+			      "the service is busy with long requests; retry shortly");
+		err.retry_after_s = 2;
+		return api_reply_error(r->conn, &err);
 	}
 	pthread_mutex_lock(&srv->lock);
 	if (r->state == EXEC_DONE) {
@@ -232,5 +257,16 @@ enum MHD_Result api_create_handle(struct req *r)
 		}
 		r->has_idem_key = true;
 	}
+	return api_async_run(r);
+}
+
+enum MHD_Result api_execution_handle(struct req *r)
+{
+	struct sbx_error err;
+
+	sbx_error_clear(&err);
+	if (api_execution_decode(r->body.data, r->body.len, &r->execution, &err) < 0)
+		return api_reply_error(r->conn, &err);
+	r->has_execution = true;
 	return api_async_run(r);
 }

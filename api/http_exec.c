@@ -16,6 +16,8 @@ static void exec_done(void *opaque, struct sandbox_exec_result *res, const struc
 	struct api_server *srv = r->srv;
 	bool free_now;
 
+	/* The account may start another exec once this one has answered. */
+	api_req_slot_put(r);
 	/* *res is the caller's struct; its buffers become ours. */
 	pthread_mutex_lock(&srv->lock);
 	if (r->state == EXEC_RUNNING || r->state == EXEC_SUSPENDED) {
@@ -131,6 +133,12 @@ enum MHD_Result api_exec_handle(struct req *r)
 		return api_reply_new_error(r->conn, SBX_E_SERVICE_UNAVAILABLE, NULL,
 					   "the service is shutting down; retry shortly");
 	}
+	pthread_mutex_unlock(&srv->lock);
+	/* Parked execs hold connections: one account may park only so many
+	 * (max_execs_in_flight_per_account, well below the host's limit). */
+	if (api_req_slot_take(r, API_INFLIGHT_EXEC, &err) < 0)
+		return api_reply_error(r->conn, &err);
+	pthread_mutex_lock(&srv->lock);
 	r->state = EXEC_RUNNING;
 	r->refs++;
 	pthread_mutex_unlock(&srv->lock);
@@ -141,6 +149,7 @@ enum MHD_Result api_exec_handle(struct req *r)
 		r->state = EXEC_NONE;
 		r->refs--;
 		pthread_mutex_unlock(&srv->lock);
+		api_req_slot_put(r);
 		return api_reply_error(r->conn, &err);
 	}
 

@@ -87,6 +87,17 @@ struct sandbox_config {
 	 * mode. Billing still prices real elapsed time. */
 	uint32_t test_minute_ms;
 	int http_threads; /* libmicrohttpd thread pool size */
+	/* Long requests (create, DELETE, executions) run on a bounded pool of
+	 * http_work_threads threads while their connection is parked; at most
+	 * http_work_queue more wait for one (503 beyond). Per account, at most
+	 * max_*_in_flight_per_account requests of each kind are in flight at
+	 * once (429 rate_limited beyond): docs/api.md "Fair share". */
+	int http_work_threads;			  /* 32 */
+	int http_work_queue;			  /* 64 */
+	int max_creates_in_flight_per_account;	  /* 4 */
+	int max_deletes_in_flight_per_account;	  /* 8 */
+	int max_executions_in_flight_per_account; /* 4 */
+	int max_execs_in_flight_per_account;	  /* 32 */
 
 	/* One-shot executions (docs/executions.md). */
 	char execution_runner[16];		   /* "" = auto | libvirt | dev-process | mock */
