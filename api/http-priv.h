@@ -56,6 +56,7 @@ struct api_server {
 	bool released; /* api_server_stop returned: the last req frees srv */
 	struct req *suspended;
 
+	struct api_conns *conns;	  /* receive deadlines (http_conn.c) */
 	struct api_workpool *pool;	  /* runs create, DELETE, executions */
 	struct api_inflight *per_account; /* their counts (and execs') per account */
 };
@@ -134,6 +135,23 @@ void api_req_slot_put(struct req *r);
 enum MHD_Result api_exec_handle(struct req *r);
 /* The reply of a finished (or aborted) exec, when MHD calls again. */
 enum MHD_Result api_exec_answer(struct req *r);
+
+/* ----------------------------------------------------- api/http_conn.c */
+
+/* The receive deadlines of the server's connections: a thread shuts down
+ * every connection that has not delivered a whole request within
+ * timeout_ms of being accepted or of sending its previous reply. */
+struct api_conns;
+struct api_conns *api_conns_new(uint32_t timeout_ms, struct sbx_error *err);
+/* Stop the sweeper and free; after MHD_stop_daemon. NULL is a no-op. */
+void api_conns_free(struct api_conns *t);
+/* MHD_OPTION_NOTIFY_CONNECTION with the table as cls. */
+void api_conn_notify(void *cls, struct MHD_Connection *c, void **socket_context,
+		     enum MHD_ConnectionNotificationCode toe);
+/* The request on c is in (or answered): its deadline stops. */
+void api_conn_received(struct MHD_Connection *c);
+/* The reply on c went out: the next request's window starts now. */
+void api_conn_rearm(struct MHD_Connection *c);
 
 /* ---------------------------------------------------- api/http_async.c */
 

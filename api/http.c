@@ -14,10 +14,11 @@
 
 #include "http-priv.h"
 
-#define MOD		     "api"
-#define API_CONNECTION_LIMIT 1024
-#define API_IDLE_TIMEOUT_S   120
-#define API_TOKEN_MAX	     128
+#define MOD "api"
+/* Idle timeout: mainly a client that stops reading its reply (the receive
+ * deadline, http_conn.c, bounds the time to send a request). */
+#define API_IDLE_TIMEOUT_S 120
+#define API_TOKEN_MAX	   128
 
 /* ---------------------------------------------------------------- replies */
 
@@ -694,6 +695,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
 		*upload_data_size = 0;
 		return MHD_YES;
 	}
+	api_conn_received(c);	   /* the whole request is in: no deadline from here */
 	if (r->state != EXEC_NONE) /* resumed */
 		return r->is_async ? api_async_answer(r) : api_exec_answer(r);
 
@@ -721,6 +723,7 @@ static void server_free(struct api_server *srv)
 {
 	api_workpool_free(srv->pool);
 	api_inflight_free(srv->per_account);
+	api_conns_free(srv->conns);
 	pthread_mutex_destroy(&srv->lock);
 	pthread_cond_destroy(&srv->idle);
 	free(srv);
@@ -762,6 +765,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
 		api_parked_remove(srv, r);
 	if (r->state == EXEC_RUNNING || r->state == EXEC_SUSPENDED)
 		r->state = EXEC_ABORTED; /* the late callback only drops its ref */
+	api_conn_rearm(c);		 /* the next request on this connection starts now */
 	free_now = --r->refs == 0;
 	srv->inflight--;
 	pthread_cond_broadcast(&srv->idle);
@@ -843,15 +847,22 @@ struct api_server *api_server_start(struct sandbox_svc *svc, struct sbx_error *e
 		server_free(srv);
 		return NULL;
 	}
+	srv->conns = api_conns_new(cfg->http_receive_timeout_ms, err);
+	if (!srv->conns) {
+		server_free(srv);
+		return NULL;
+	}
 
 	srv->daemon = MHD_start_daemon(
 	    MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
 		MHD_USE_ITC,
 	    ntohs(sa.sin_port), NULL, NULL, handler, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv,
 	    MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)&sa, MHD_OPTION_THREAD_POOL_SIZE,
-	    threads, MHD_OPTION_CONNECTION_LIMIT, (unsigned)API_CONNECTION_LIMIT,
+	    threads, MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->http_max_connections,
+	    MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->http_connections_per_ip,
 	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)API_IDLE_TIMEOUT_S,
-	    MHD_OPTION_NOTIFY_COMPLETED, completed, srv, MHD_OPTION_END);
+	    MHD_OPTION_NOTIFY_CONNECTION, api_conn_notify, srv->conns, MHD_OPTION_NOTIFY_COMPLETED,
+	    completed, srv, MHD_OPTION_END);
 	if (!srv->daemon) {
 		sbx_error_set(err, SBX_E_INTERNAL, "listen", "cannot listen on '%s': %s",
 			      cfg->listen, strerror(errno));
@@ -938,6 +949,8 @@ void api_server_stop(struct api_server *srv)
 	srv->pool = NULL;
 	MHD_stop_daemon(srv->daemon);
 	srv->daemon = NULL;
+	api_conns_free(srv->conns); /* MHD told it of every close */
+	srv->conns = NULL;
 	if (srv->listen_fd != MHD_INVALID_SOCKET)
 		close(srv->listen_fd);
 	srv->listen_fd = MHD_INVALID_SOCKET;

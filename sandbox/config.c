@@ -77,6 +77,9 @@ void sandbox_config_defaults(struct sandbox_config *cfg)
 	cfg->max_deletes_in_flight_per_account = 8;
 	cfg->max_executions_in_flight_per_account = 4;
 	cfg->max_execs_in_flight_per_account = 32;
+	cfg->http_max_connections = 1024;
+	cfg->http_connections_per_ip = 64;
+	cfg->http_receive_timeout_ms = 30000;
 	cfg->liveness_interval_ms = 5000;
 	cfg->liveness_misses = 3;
 	cfg->execution_price_micro_per_second = 40;
@@ -234,6 +237,15 @@ int sandbox_config_validate(const struct sandbox_config *cfg, struct sbx_error *
 	if (cfg->http_work_threads < 1 || cfg->http_work_threads > 1024)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "http_work_threads",
 				     "http_work_threads must be 1..1024");
+	if (cfg->http_max_connections < 16 || cfg->http_max_connections > 65536)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "http_max_connections",
+				     "http_max_connections must be 16..65536");
+	if (cfg->http_connections_per_ip < 0 || cfg->http_connections_per_ip > 65536)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "http_connections_per_ip",
+				     "http_connections_per_ip must be 0 (no limit) ..65536");
+	if (cfg->http_receive_timeout_ms < 100 || cfg->http_receive_timeout_ms > 3600000)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "http_receive_timeout_ms",
+				     "http_receive_timeout_ms must be 100..3600000");
 	if (cfg->http_work_queue < 0 || cfg->http_work_queue > 65536)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "http_work_queue",
 				     "http_work_queue must be 0..65536");

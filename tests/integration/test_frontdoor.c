@@ -1,10 +1,13 @@
 /* The front door is shared fairly (issue 13): long requests run on a
- * bounded pool with per-account caps and leave the HTTP workers free, one
- * account's parked requests cannot take the host's connections.
+ * bounded pool with per-account caps and leave the HTTP workers free; a
+ * request must arrive whole within the receive deadline (slowloris);
+ * connections per client address are limited; one account's parked
+ * requests cannot take the host's connections.
  *
  * Executions run with the dev-process runner (`sh` on the host, no
- * guest), so these groups need libvirt only for the daemon to start; the
- * last group boots tiny guests for the create and exec caps.
+ * guest), so most groups need libvirt only for the daemon to start; the
+ * "creates and execs" group boots one tiny guest for the create and exec
+ * caps. Other loopback addresses (127.0.0.2, ...) act as other clients.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +17,8 @@
 #include <cmocka.h>
 #include <pthread.h>
 #include <strings.h>
+#include <poll.h>
+#include <sys/time.h>
 
 #include "harness.h"
 
@@ -39,12 +44,105 @@ static void account_new(char key[128])
 	json_object_put(o);
 }
 
+/* A TCP connection to the daemon from source address `src` (a loopback
+ * address such as "127.0.0.2": each is a client address of its own for
+ * the per-address limit), or from the default one when NULL. -1 when the
+ * connection cannot be made. */
+static int connect_from(const char *src)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET}, me = {.sin_family = AF_INET};
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -1;
+	if (src) {
+		inet_pton(AF_INET, src, &me.sin_addr);
+		if (bind(fd, (struct sockaddr *)&me, sizeof(me)) < 0) {
+			close(fd);
+			return -1;
+		}
+	}
+	sa.sin_port = htons((uint16_t)d.port);
+	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* Read what the server sends until it closes (at most 16 MiB, 30 s);
+ * the bytes read, or -1 when nothing came before the close. */
+static ssize_t read_to_close(int fd, struct sbx_buf *in)
+{
+	struct timeval tv = {.tv_sec = 30};
+	char chunk[65536];
+
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	sbx_buf_init(in, 16u * 1024 * 1024);
+	for (;;) {
+		ssize_t got = read(fd, chunk, sizeof(chunk));
+
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0 || sbx_buf_append(in, chunk, (size_t)got) < 0)
+			break;
+	}
+	return in->len ? (ssize_t)in->len : -1;
+}
+
+/* Parse one reply (status line, headers, body) from `in`. 0 or -1. */
+static int reply_parse(const struct sbx_buf *in, struct http_reply *r)
+{
+	const char *sep;
+
+	memset(r, 0, sizeof(*r));
+	if (!in->data || sscanf(in->data, "HTTP/1.1 %d", &r->status) != 1 ||
+	    !(sep = strstr(in->data, "\r\n\r\n")))
+		return -1;
+	snprintf(r->headers, sizeof(r->headers), "%.*s", (int)(sep - in->data), in->data);
+	r->body_len = in->len - (size_t)(sep + 4 - in->data);
+	r->body = malloc(r->body_len + 1);
+	memcpy(r->body, sep + 4, r->body_len);
+	r->body[r->body_len] = '\0';
+	r->json = json_tokener_parse(r->body);
+	return 0;
+}
+
+/* The harness's http_request, from source address `src`. */
+static int request_from(const char *src, const char *method, const char *path, const char *key,
+			const char *body, struct http_reply *r)
+{
+	char head[2048];
+	struct sbx_buf in;
+	int fd = connect_from(src), n, rc;
+
+	memset(r, 0, sizeof(*r));
+	if (fd < 0)
+		return -1;
+	n = snprintf(head, sizeof(head),
+		     "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n%s%s%s"
+		     "Content-Length: %zu\r\n\r\n%s",
+		     method, path, key ? "Authorization: Bearer " : "", key ? key : "",
+		     key ? "\r\n" : "", body ? strlen(body) : (size_t)0, body ? body : "");
+	if (write(fd, head, (size_t)n) != n) {
+		close(fd);
+		return -1;
+	}
+	read_to_close(fd, &in);
+	close(fd);
+	rc = reply_parse(&in, r);
+	sbx_buf_release(&in);
+	return rc;
+}
+
 /* One request on a thread of its own. */
 struct call {
 	const char *method;
 	const char *path;
 	const char *key;
 	const char *body;
+	const char *src; /* source address, NULL = default */
 	struct http_reply r;
 	int rc;
 	int64_t ms;
@@ -56,7 +154,7 @@ static void *call_main(void *arg)
 	struct call *c = arg;
 	int64_t t0 = sbx_mono_ms();
 
-	c->rc = http_request(&d, c->method, c->path, c->key, NULL, c->body, 0, &c->r);
+	c->rc = request_from(c->src, c->method, c->path, c->key, c->body, &c->r);
 	c->ms = sbx_mono_ms() - t0;
 	return NULL;
 }
@@ -126,6 +224,8 @@ static void limits_publish_the_caps(void **state)
 	assert_int_equal(jint(r.json, "creates_in_flight_per_account"), 4);
 	assert_int_equal(jint(r.json, "deletes_in_flight_per_account"), 8);
 	assert_int_equal(jint(r.json, "execs_in_flight_per_account"), 32);
+	assert_int_equal(jint(r.json, "connections_per_ip"), 64);
+	assert_int_equal(jint(r.json, "request_receive_timeout_ms"), 30000);
 	http_reply_free(&r);
 }
 
@@ -213,6 +313,8 @@ static void a_full_pool_queue_is_503(void **state)
 	assert_true(b[1].ms >= 4000); /* it waited for a thread */
 }
 
+static void flood_leaves_connections_for_others(const char *path, const char *body);
+
 /* ---------------------------------------- group 2: creates and execs */
 
 static char sbx_a[64];
@@ -221,7 +323,7 @@ static char exec_path[128];
 static int guests_setup(void **state)
 {
 	daemon_config(&d, "\"max_creates_in_flight_per_account\": 1, "
-			  "\"max_execs_in_flight_per_account\": 2, "
+			  "\"max_execs_in_flight_per_account\": 2, \"http_max_connections\": 16, "
 			  "\"sizes\": {\"small\": {\"vcpus\": 1, \"memory_mib\": 256, "
 			  "\"disk_gib\": 1, \"price_micro_usd_per_hour\": 90000}}");
 	if (daemon_up(&d) < 0)
@@ -295,12 +397,229 @@ static void execs_past_the_cap_are_429(void **state)
 	assert_true(ms_usage < 500);
 }
 
+/* The issue's case: execs park their connection for as long as they run;
+ * one account cannot park enough of them to take the host's connections. */
+static void parked_execs_cannot_take_the_connections(void **state)
+{
+	flood_leaves_connections_for_others(exec_path, "{\"command\": \"sleep 3; echo slept\"}");
+}
+
 static void delete_the_sandbox(void **state)
 {
 	char path[128];
 
 	snprintf(path, sizeof(path), "/v1/sandboxes/%s", sbx_a);
 	assert_int_equal(quick("DELETE", path, d.key, NULL), 200);
+}
+
+/* ------------------------------------------------ group 3: connections */
+
+#define RECEIVE_MS 2000
+
+static int conns_setup(void **state)
+{
+	daemon_config(&d, "\"http_receive_timeout_ms\": 2000, \"http_connections_per_ip\": 4, "
+			  "\"http_max_connections\": 16, \"execution_runner\": \"dev-process\", "
+			  "\"execution_test_shell_runtime\": true, "
+			  "\"max_executions_in_flight_per_account\": 2");
+	if (daemon_up(&d) < 0)
+		return -1;
+	account_new(key_b);
+	return 0;
+}
+
+/* Write `head`, then one `byte` every 300 ms, as a slowloris does, until
+ * the server closes the connection: the ms that took, or -1 when it was
+ * still open after max_ms. */
+static int64_t dribble(const char *head, char byte, int64_t max_ms)
+{
+	int fd = connect_from(NULL);
+	int64_t t0 = sbx_mono_ms();
+
+	assert_true(fd >= 0);
+	if (head[0])
+		assert_int_equal(send(fd, head, strlen(head), MSG_NOSIGNAL), (ssize_t)strlen(head));
+	while (sbx_mono_ms() - t0 < max_ms) {
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		char c;
+
+		if (poll(&p, 1, 300) > 0 && recv(fd, &c, 1, MSG_DONTWAIT) <= 0)
+			break; /* the server closed (nothing is ever answered here) */
+		if (byte && send(fd, &byte, 1, MSG_NOSIGNAL) != 1)
+			break;
+	}
+	close(fd);
+	return sbx_mono_ms() - t0 < max_ms ? sbx_mono_ms() - t0 : -1;
+}
+
+/* Headers a byte at a time, a body a byte at a time, or nothing at all:
+ * each connection is closed at its receive deadline (2 s here), though
+ * every byte would reset an idle timeout. */
+static void slow_requests_are_cut_at_the_deadline(void **state)
+{
+	char head[512];
+	int64_t t_head, t_body, t_idle;
+
+	t_head = dribble("GET /v1/limits HTTP/1.1\r\nHost: x\r\nX-Slow: ", 'a', 10000);
+	snprintf(head, sizeof(head),
+		 "POST /v1/sandboxes/sbx_0000000000000000/extend HTTP/1.1\r\nHost: x\r\n"
+		 "Authorization: Bearer %s\r\nContent-Length: 200\r\n\r\n{",
+		 d.key);
+	t_body = dribble(head, ' ', 10000);
+	t_idle = dribble("", 0, 10000);
+	print_message("closed after: slow headers %lld ms, slow body %lld ms, idle %lld ms\n",
+		      (long long)t_head, (long long)t_body, (long long)t_idle);
+	assert_true(t_head >= RECEIVE_MS - 100 && t_head < RECEIVE_MS + 1500);
+	assert_true(t_body >= RECEIVE_MS - 100 && t_body < RECEIVE_MS + 1500);
+	assert_true(t_idle >= RECEIVE_MS - 100 && t_idle < RECEIVE_MS + 1500);
+}
+
+/* One reply on a kept-alive connection: headers, then Content-Length
+ * bytes. 0 or -1. */
+static int read_one_reply(int fd, struct http_reply *r)
+{
+	struct sbx_buf in;
+	char chunk[4096];
+	const char *sep = NULL, *cl;
+	size_t want = 0;
+	int rc;
+
+	sbx_buf_init(&in, 1024 * 1024);
+	for (;;) {
+		ssize_t got = read(fd, chunk, sizeof(chunk));
+
+		if (got <= 0 || sbx_buf_append(&in, chunk, (size_t)got) < 0)
+			break;
+		if (!sep && (sep = strstr(in.data, "\r\n\r\n")) != NULL) {
+			cl = strcasestr(in.data, "\r\nContent-Length:");
+			want = (size_t)(sep + 4 - in.data) + (cl ? strtoul(cl + 17, NULL, 10) : 0);
+		}
+		if (sep && in.len >= want)
+			break;
+	}
+	rc = sep && in.len >= want ? reply_parse(&in, r) : -1;
+	sbx_buf_release(&in);
+	return rc;
+}
+
+/* The deadline stops once the request is in: an execution parked longer
+ * than the deadline still answers, a second request on the same kept-alive
+ * connection is served, and the idle connection is closed at the deadline
+ * after the last reply. */
+static void parked_requests_outlive_the_deadline(void **state)
+{
+	int fd = connect_from(NULL);
+	char req[1024];
+	struct http_reply r;
+	int64_t t0;
+	char c;
+	int n;
+
+	assert_true(fd >= 0);
+	n = snprintf(req, sizeof(req),
+		     "POST /v1/sandbox/executions HTTP/1.1\r\nHost: x\r\n"
+		     "Authorization: Bearer %s\r\nContent-Length: %zu\r\n\r\n%s",
+		     d.key, strlen(SLEEP3), SLEEP3);
+	t0 = sbx_mono_ms();
+	assert_int_equal(write(fd, req, (size_t)n), n);
+	assert_int_equal(read_one_reply(fd, &r), 0);
+	print_message("execution on a kept-alive connection: %d after %lld ms\n", r.status,
+		      (long long)(sbx_mono_ms() - t0));
+	assert_int_equal(r.status, 200);
+	assert_true(sbx_mono_ms() - t0 > RECEIVE_MS);
+	http_reply_free(&r);
+	usleep(1000 * 1000);
+	n = snprintf(req, sizeof(req), "GET /v1/limits HTTP/1.1\r\nHost: x\r\n\r\n");
+	assert_int_equal(write(fd, req, (size_t)n), n);
+	assert_int_equal(read_one_reply(fd, &r), 0);
+	assert_int_equal(r.status, 200);
+	http_reply_free(&r);
+	t0 = sbx_mono_ms();
+	assert_true(read(fd, &c, 1) <= 0); /* closed while idle */
+	print_message("idle kept-alive connection closed after %lld ms\n",
+		      (long long)(sbx_mono_ms() - t0));
+	assert_true(sbx_mono_ms() - t0 < RECEIVE_MS + 1500);
+	close(fd);
+}
+
+/* 4 connections per client address: a fifth from the same address is
+ * closed unanswered, another address is served, and once one of the four
+ * is gone the address may connect again. */
+static void connections_per_address_are_limited(void **state)
+{
+	int fds[4];
+	struct http_reply r;
+	int rc;
+
+	for (int i = 0; i < 4; i++)
+		assert_true((fds[i] = connect_from("127.0.0.2")) >= 0);
+	usleep(100 * 1000);
+	rc = request_from("127.0.0.2", "GET", "/v1/limits", NULL, NULL, &r);
+	print_message("fifth connection from 127.0.0.2: %s %d\n", rc < 0 ? "closed" : "answered",
+		      r.status);
+	assert_int_equal(rc, -1);
+	http_reply_free(&r);
+	assert_int_equal(request_from("127.0.0.3", "GET", "/v1/limits", NULL, NULL, &r), 0);
+	assert_int_equal(r.status, 200);
+	http_reply_free(&r);
+	close(fds[0]);
+	usleep(200 * 1000);
+	assert_int_equal(request_from("127.0.0.2", "GET", "/v1/limits", NULL, NULL, &r), 0);
+	assert_int_equal(r.status, 200);
+	http_reply_free(&r);
+	for (int i = 1; i < 4; i++)
+		close(fds[i]);
+}
+
+/* One account sends 20 long requests at once from 10 addresses (2 per
+ * address): if they all stayed parked they would hold all of the host's 16
+ * connections, and every other client would wait in the listen backlog
+ * until they end. Its cap (2 here) keeps 2 parked and answers the rest 429
+ * at once, so another account's 12 requests from 4 addresses are all
+ * served meanwhile, each in well under a second. `path`/`body`: the long
+ * request (3 s). */
+static void flood_leaves_connections_for_others(const char *path, const char *body)
+{
+	enum { N_A = 20, N_B = 12 };
+	char src_a[N_A][16], src_b[N_B][16];
+	struct call a[N_A] = {0}, b[N_B] = {0};
+	int parked = 0, limited = 0, served = 0;
+	int64_t slowest = 0;
+
+	for (int i = 0; i < N_A; i++) {
+		snprintf(src_a[i], sizeof(src_a[i]), "127.0.0.%d", 10 + i / 2);
+		a[i].src = src_a[i];
+		call_start(&a[i], "POST", path, d.key, body);
+	}
+	usleep(800 * 1000);
+	for (int i = 0; i < N_B; i++) {
+		snprintf(src_b[i], sizeof(src_b[i]), "127.0.0.%d", 30 + i / 3);
+		b[i].src = src_b[i];
+		call_start(&b[i], "GET", "/v1/usage", key_b, NULL);
+	}
+	for (int i = 0; i < N_B; i++) {
+		call_join(&b[i]);
+		served += b[i].rc == 0 && b[i].r.status == 200 && b[i].ms < 1000;
+		slowest = SBX_MAX(slowest, b[i].ms);
+		http_reply_free(&b[i].r);
+	}
+	for (int i = 0; i < N_A; i++) {
+		call_join(&a[i]);
+		parked += a[i].rc == 0 && a[i].r.status == 200;
+		limited += a[i].rc == 0 && a[i].r.status == 429;
+		http_reply_free(&a[i].r);
+	}
+	print_message("account A: %d ran, %d answered 429; account B: %d of %d served within "
+		      "1 s (slowest %lld ms)\n",
+		      parked, limited, served, N_B, (long long)slowest);
+	assert_int_equal(parked, 2);
+	assert_int_equal(limited, N_A - 2);
+	assert_int_equal(served, N_B);
+}
+
+static void parked_executions_cannot_take_the_connections(void **state)
+{
+	flood_leaves_connections_for_others("/v1/sandbox/executions", SLEEP3);
 }
 
 int main(void)
@@ -313,11 +632,20 @@ int main(void)
 	const struct CMUnitTest guests[] = {
 	    cmocka_unit_test(creates_past_the_cap_are_429),
 	    cmocka_unit_test(execs_past_the_cap_are_429),
+	    cmocka_unit_test(parked_execs_cannot_take_the_connections),
 	    cmocka_unit_test(delete_the_sandbox),
+	};
+	const struct CMUnitTest conns[] = {
+	    cmocka_unit_test(slow_requests_are_cut_at_the_deadline),
+	    cmocka_unit_test(parked_requests_outlive_the_deadline),
+	    cmocka_unit_test(connections_per_address_are_limited),
+	    cmocka_unit_test(parked_executions_cannot_take_the_connections),
 	};
 	int fails = 0;
 
 	fails += cmocka_run_group_tests_name("frontdoor: pool and caps", pool, pool_setup,
+					     group_teardown);
+	fails += cmocka_run_group_tests_name("frontdoor: connections", conns, conns_setup,
 					     group_teardown);
 	fails += cmocka_run_group_tests_name("frontdoor: creates and execs", guests, guests_setup,
 					     group_teardown);
