@@ -69,6 +69,12 @@ struct req {
 	char account_id[SANDBOX_ID_MAX];
 	struct sbx_buf body;
 	bool too_large;
+	uint64_t body_bytes; /* of the body, read so far (kept or dropped) */
+	/* Refused from its headers: the answer, sent once the body is in
+	 * (http.c, reject). */
+	bool rejected;
+	struct sbx_error reject;
+	const char *reject_allow; /* the Allow header of a 405 (static), or NULL */
 
 	/* exec; guarded by srv->lock from the moment the exec starts */
 	struct api_exec_body exec;

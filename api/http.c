@@ -5,6 +5,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
@@ -19,11 +20,16 @@
  * deadline, http_conn.c, bounds the time to send a request). */
 #define API_IDLE_TIMEOUT_S 120
 #define API_TOKEN_MAX	   128
+/* The most of a refused request's body read and dropped so that its client
+ * can read the answer (reject). */
+#define API_DRAIN_MAX_BYTES (16u * 1024 * 1024)
 
 /* ---------------------------------------------------------------- replies */
 
-enum MHD_Result api_reply_json(struct MHD_Connection *c, unsigned status, struct json_object *o,
-			       int retry_after_s, const char *allow)
+/* api_reply_json, with 'Connection: close' when `close`. */
+static enum MHD_Result reply_json_ex(struct MHD_Connection *c, unsigned status,
+				     struct json_object *o, int retry_after_s, const char *allow,
+				     bool close)
 {
 	struct MHD_Response *resp;
 	const char *text;
@@ -54,13 +60,22 @@ enum MHD_Result api_reply_json(struct MHD_Connection *c, unsigned status, struct
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
 	if (status == 401)
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+	if (close)
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
 	ret = MHD_queue_response(c, status, resp);
 	MHD_destroy_response(resp);
 	return ret;
 }
 
-enum MHD_Result api_reply_error_allow(struct MHD_Connection *c, const struct sbx_error *err,
-				      const char *allow)
+enum MHD_Result api_reply_json(struct MHD_Connection *c, unsigned status, struct json_object *o,
+			       int retry_after_s, const char *allow)
+{
+	return reply_json_ex(c, status, o, retry_after_s, allow, false);
+}
+
+/* api_reply_error_allow, with 'Connection: close' when `close`. */
+static enum MHD_Result reply_error_ex(struct MHD_Connection *c, const struct sbx_error *err,
+				      const char *allow, bool close)
 {
 	struct sbx_error e = *err;
 	int status, retry = 0;
@@ -78,7 +93,13 @@ enum MHD_Result api_reply_error_allow(struct MHD_Connection *c, const struct sbx
 	}
 	if (status == 429 || status == 503)
 		retry = e.retry_after_s > 0 ? e.retry_after_s : 1;
-	return api_reply_json(c, (unsigned)status, api_error_encode(&e), retry, allow);
+	return reply_json_ex(c, (unsigned)status, api_error_encode(&e), retry, allow, close);
+}
+
+enum MHD_Result api_reply_error_allow(struct MHD_Connection *c, const struct sbx_error *err,
+				      const char *allow)
+{
+	return reply_error_ex(c, err, allow, false);
 }
 
 enum MHD_Result api_reply_error(struct MHD_Connection *c, const struct sbx_error *err)
@@ -614,6 +635,40 @@ static enum MHD_Result dispatch(struct req *r, const char *method)
 	return api_reply_new_error(r->conn, SBX_E_NOT_FOUND, NULL, "unknown endpoint");
 }
 
+/* A request refused from its headers alone (404, 405, 401, 403, 413 by
+ * Content-Length, a store failure). A client that sends its whole body
+ * before it reads (Python's http.client and urllib, requests, many SDKs)
+ * must be able to read the answer, but a socket closed while the body
+ * still arrives resets the connection under it ("Connection reset",
+ * "Broken pipe"). So, like the lingering close of mature servers, the body
+ * is read and dropped (up to API_DRAIN_MAX_BYTES, within the receive
+ * deadline) and the answer goes out once it is all in, with 'Connection:
+ * close': nothing of the refused body is ever read as a next request.
+ * A client that waits for '100 Continue' before it sends the body, or
+ * that declared a body over the drain cap, is answered at once instead
+ * (libmicrohttpd then never reads the body and closes after the answer). */
+static enum MHD_Result reject(struct req *r, const struct sbx_error *err, const char *allow)
+{
+	const char *expect =
+	    MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
+	const char *cl =
+	    MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+	unsigned long long declared = 0;
+
+	if (cl) {
+		errno = 0;
+		declared = strtoull(cl, NULL, 10);
+		if (errno == ERANGE)
+			declared = ULLONG_MAX;
+	}
+	if ((expect && strcasecmp(expect, "100-continue") == 0) || declared > API_DRAIN_MAX_BYTES)
+		return reply_error_ex(r->conn, err, allow, true);
+	r->reject = *err;
+	r->reject_allow = allow;
+	r->rejected = true;
+	return MHD_YES;
+}
+
 /* First call for a request: headers only. Route, method, auth and the
  * declared length are checked here, before any body is read. */
 static enum MHD_Result request_begin(struct api_server *srv, struct MHD_Connection *c,
@@ -648,18 +703,18 @@ static enum MHD_Result request_begin(struct api_server *srv, struct MHD_Connecti
 		sbx_error_set(&err, SBX_E_NOT_FOUND, NULL,
 			      "unknown endpoint '%s %s'; see docs/api.md for the endpoints",
 			      strlen(method) < 10 ? method : "?", shown);
-		return api_reply_error(c, &err);
+		return reject(r, &err, NULL);
 	}
 	if (!method_allowed(r->route, method)) {
 		sbx_error_set(&err, SBX_E_METHOD_NOT_ALLOWED, NULL,
 			      "method not allowed here; use %s", route_allow(r->route));
-		return api_reply_error_allow(c, &err, route_allow(r->route));
+		return reject(r, &err, route_allow(r->route));
 	}
 	if (r->route != R_LIMITS && authenticate(srv, c, r->account_id, &err) < 0)
-		return api_reply_error(c, &err);
+		return reject(r, &err, NULL);
 	if ((r->route == R_EXECUTIONS || r->route == R_EXECUTION) &&
 	    require_scope(srv, c, "sandboxes", &err) < 0)
-		return api_reply_error(c, &err);
+		return reject(r, &err, NULL);
 	cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
 	if (cl) {
 		char *end;
@@ -670,7 +725,7 @@ static enum MHD_Result request_begin(struct api_server *srv, struct MHD_Connecti
 			sbx_error_set(&err, SBX_E_PAYLOAD_TOO_LARGE, NULL,
 				      "the request body is larger than %zu bytes",
 				      srv->cfg->max_body_bytes);
-			return api_reply_error(c, &err);
+			return reject(r, &err, NULL);
 		}
 	}
 	return MHD_YES;
@@ -687,24 +742,36 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
 	if (!r)
 		return request_begin(srv, c, url, method, con_cls);
 	if (*upload_data_size) {
-		/* Keep at most max_body_bytes; past that, read and drop. */
-		if (!r->too_large && sbx_buf_append(&r->body, upload_data, *upload_data_size) < 0) {
+		r->body_bytes += *upload_data_size;
+		/* Keep at most max_body_bytes; past that, and for a refused
+		 * request, read and drop (reject), up to the drain cap. */
+		if (!r->too_large && !r->rejected &&
+		    sbx_buf_append(&r->body, upload_data, *upload_data_size) < 0) {
 			r->too_large = true;
 			sbx_buf_release(&r->body);
 		}
 		*upload_data_size = 0;
+		if ((r->too_large || r->rejected) && r->body_bytes > API_DRAIN_MAX_BYTES) {
+			sbx_info(MOD,
+				 "closed a connection whose refused request body passed %u "
+				 "bytes",
+				 API_DRAIN_MAX_BYTES);
+			return MHD_NO;
+		}
 		return MHD_YES;
 	}
 	api_conn_received(c);	   /* the whole request is in: no deadline from here */
 	if (r->state != EXEC_NONE) /* resumed */
 		return r->is_async ? api_async_answer(r) : api_exec_answer(r);
+	if (r->rejected)
+		return reply_error_ex(c, &r->reject, r->reject_allow, true);
 
 	sbx_error_clear(&err);
 	if (r->too_large) {
 		sbx_error_set(&err, SBX_E_PAYLOAD_TOO_LARGE, NULL,
 			      "the request body is larger than %zu bytes",
 			      srv->cfg->max_body_bytes);
-		return api_reply_error(c, &err);
+		return reply_error_ex(c, &err, NULL, true);
 	}
 	if (r->body.len > 0 && route_has_body(r->route, method)) {
 		const char *ct =

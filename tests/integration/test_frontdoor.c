@@ -622,6 +622,149 @@ static void parked_executions_cannot_take_the_connections(void **state)
 	flood_leaves_connections_for_others("/v1/sandbox/executions", SLEEP3);
 }
 
+/* ------------------------------------------- refusals before the body */
+
+/* Python's http.client and urllib send the whole body before they read:
+ * each refusal decided from the headers (401, 404, 405, 413 by
+ * Content-Length, 413 of a chunked body) of a 4 MiB body must be readable,
+ * not "Connection reset" or "Broken pipe". Prints "NAME STATUS CONNECTION"
+ * per request, or "NAME EXC ..." */
+static const char python_probe[] =
+    "import http.client, sys, urllib.request, urllib.error\n"
+    "port, key = int(sys.argv[1]), sys.argv[2]\n"
+    "big = b'{' + b' ' * (4 * 1024 * 1024 - 2) + b'}'\n"
+    "def hc(name, method, path, auth, chunked=False):\n"
+    "    c = http.client.HTTPConnection('127.0.0.1', port, timeout=20)\n"
+    "    h = {'Content-Type': 'application/json'}\n"
+    "    if auth: h['Authorization'] = 'Bearer ' + key\n"
+    "    try:\n"
+    "        if chunked:\n"
+    "            parts = (big[i:i + 65536] for i in range(0, len(big), 65536))\n"
+    "            c.request(method, path, body=parts, headers=h, encode_chunked=True)\n"
+    "        else:\n"
+    "            c.request(method, path, body=big, headers=h)\n"
+    "        r = c.getresponse(); r.read()\n"
+    "        print(name, r.status, r.getheader('Connection'))\n"
+    "    except Exception as e:\n"
+    "        print(name, 'EXC', repr(e))\n"
+    "hc('noauth', 'POST', '/v1/sandboxes', False)\n"
+    "hc('unknown', 'POST', '/v1/nothing/here', True)\n"
+    "hc('method', 'POST', '/v1/limits', False)\n"
+    "hc('toolarge', 'POST', '/v1/sandboxes/sbx_0000000000000000/extend', True)\n"
+    "hc('chunked', 'POST', '/v1/sandboxes/sbx_0000000000000000/extend', True, True)\n"
+    "try:\n"
+    "    urllib.request.urlopen(urllib.request.Request(\n"
+    "        'http://127.0.0.1:%d/v1/sandboxes' % port, data=big,\n"
+    "        headers={'Content-Type': 'application/json'}), timeout=20)\n"
+    "    print('urllib 200 -')\n"
+    "except urllib.error.HTTPError as e:\n"
+    "    print('urllib', e.code, e.headers.get('Connection'))\n"
+    "except Exception as e:\n"
+    "    print('urllib EXC', repr(e))\n";
+
+static void python_clients_read_early_refusals(void **state)
+{
+	static const struct {
+		const char *name;
+		int status;
+	} want[] = {{"noauth", 401},   {"unknown", 404}, {"method", 405},
+		    {"toolarge", 413}, {"chunked", 413}, {"urllib", 401}};
+	char path[400], cmd[800], line[512];
+	int seen = 0;
+	FILE *f, *p;
+
+	snprintf(path, sizeof(path), "%s/probe.py", d.state_dir);
+	f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(python_probe, f);
+	fclose(f);
+	snprintf(cmd, sizeof(cmd), "python3 %s %d %s 2>&1", path, d.port, d.key);
+	p = popen(cmd, "r");
+	assert_non_null(p);
+	while (fgets(line, sizeof(line), p)) {
+		char name[32], conn[32];
+		int status;
+
+		print_message("python: %s", line);
+		if (sscanf(line, "%31s %d %31s", name, &status, conn) != 3)
+			continue;
+		for (size_t i = 0; i < SBX_ARRAY_SIZE(want); i++) {
+			if (strcmp(name, want[i].name) != 0)
+				continue;
+			assert_int_equal(status, want[i].status);
+			/* Nothing of the refused body is read as a next request. */
+			assert_string_equal(conn, "close");
+			seen++;
+		}
+	}
+	assert_int_equal(pclose(p), 0);
+	assert_int_equal(seen, (int)SBX_ARRAY_SIZE(want));
+}
+
+/* Raw bytes: a refused body made of requests yields one reply (401, then
+ * close), never replies to the requests inside it; a client that waits
+ * for '100 Continue' gets the refusal at once instead; a refused body that
+ * never ends is read only up to the drain cap (16 MiB) and cut. */
+static void refused_bodies_are_dropped_and_bounded(void **state)
+{
+	static const char inner[] = "GET /v1/limits HTTP/1.1\r\nHost: x\r\n\r\n";
+	size_t n_inner = 20000, len = n_inner * (sizeof(inner) - 1), sent = 0;
+	char head[256], *body = malloc(len), chunk_head[32], *chunk;
+	struct sbx_buf in;
+	int fd, n, replies = 0;
+
+	assert_non_null(body);
+	for (size_t i = 0; i < n_inner; i++)
+		memcpy(body + i * (sizeof(inner) - 1), inner, sizeof(inner) - 1);
+	fd = connect_from(NULL);
+	n = snprintf(head, sizeof(head),
+		     "POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n", len);
+	assert_int_equal(write(fd, head, (size_t)n), n);
+	assert_int_equal(write(fd, body, len), (ssize_t)len);
+	assert_true(read_to_close(fd, &in) > 0);
+	for (const char *p = in.data; (p = strstr(p, "HTTP/1.1 ")) != NULL; p++)
+		replies++;
+	print_message("a %zu-byte refused body of requests: %d reply, '%.25s'\n", len, replies,
+		      in.data);
+	assert_int_equal(replies, 1);
+	assert_true(strncmp(in.data, "HTTP/1.1 401", 12) == 0);
+	assert_non_null(strcasestr(in.data, "\r\nConnection: close"));
+	sbx_buf_release(&in);
+	close(fd);
+	free(body);
+
+	fd = connect_from(NULL);
+	n = snprintf(head, sizeof(head),
+		     "POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nContent-Length: 5000000\r\n"
+		     "Expect: 100-continue\r\n\r\n");
+	assert_int_equal(write(fd, head, (size_t)n), n);
+	assert_true(read_to_close(fd, &in) > 0);
+	assert_true(strncmp(in.data, "HTTP/1.1 401", 12) == 0);
+	sbx_buf_release(&in);
+	close(fd);
+
+	fd = connect_from(NULL);
+	n = snprintf(head, sizeof(head),
+		     "POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\n"
+		     "Transfer-Encoding: chunked\r\n\r\n");
+	assert_int_equal(write(fd, head, (size_t)n), n);
+	chunk = calloc(1, 1024 * 1024);
+	memset(chunk, ' ', 1024 * 1024);
+	n = snprintf(chunk_head, sizeof(chunk_head), "%x\r\n", 1024 * 1024);
+	while (sent < 256u * 1024 * 1024) {
+		if (send(fd, chunk_head, (size_t)n, MSG_NOSIGNAL) != n ||
+		    send(fd, chunk, 1024 * 1024, MSG_NOSIGNAL) != 1024 * 1024 ||
+		    send(fd, "\r\n", 2, MSG_NOSIGNAL) != 2)
+			break;
+		sent += 1024 * 1024;
+	}
+	print_message("an endless refused chunked body: cut after %zu MiB sent\n",
+		      sent / (1024 * 1024));
+	assert_true(sent < 64u * 1024 * 1024);
+	free(chunk);
+	close(fd);
+}
+
 int main(void)
 {
 	const struct CMUnitTest pool[] = {
@@ -640,6 +783,8 @@ int main(void)
 	    cmocka_unit_test(parked_requests_outlive_the_deadline),
 	    cmocka_unit_test(connections_per_address_are_limited),
 	    cmocka_unit_test(parked_executions_cannot_take_the_connections),
+	    cmocka_unit_test(python_clients_read_early_refusals),
+	    cmocka_unit_test(refused_bodies_are_dropped_and_bounded),
 	};
 	int fails = 0;
 
