@@ -1,5 +1,6 @@
 /* api-priv: test-only entry points of api/ (the request decoders, the
- * response encoders and the config parser), for tests/unit/test_api_* and
+ * response encoders, the config parser, the work pool and the per-account
+ * counts of the HTTP server), for tests/unit/test_api_* and
  * tests/fuzz/fuzz_request.c. Not for other modules.
  */
 #ifndef SBX_API_PRIV_H
@@ -123,5 +124,49 @@ struct api_execution_body {
 };
 int api_execution_decode(const char *body, size_t len, struct api_execution_body *out,
 			 struct sbx_error *err);
+
+/* ------------------------------------------------ the HTTP server's parts */
+
+/* The bounded pool of threads that runs long requests (api/workpool.c).
+ * A job is fn(arg, false) on a pool thread, or fn(arg, true) when the pool
+ * stopped before running it (then it only releases arg). */
+typedef void (*api_workpool_fn)(void *arg, bool cancelled);
+struct api_workpool;
+/* `threads` >= 1 threads at most (started as jobs need them), and at most
+ * `queue_max` jobs waiting past the free threads. NULL on ENOMEM. */
+struct api_workpool *api_workpool_new(int threads, int queue_max);
+/* Queue a job. 0, or -1 (fn never called) when every thread is busy and
+ * queue_max jobs already wait, or the pool stops: the caller answers 503. */
+int api_workpool_submit(struct api_workpool *p, api_workpool_fn fn, void *arg);
+struct api_workpool_stats {
+	int threads; /* started */
+	int running; /* jobs running */
+	int queued;  /* jobs waiting for a thread */
+};
+void api_workpool_stats(struct api_workpool *p, struct api_workpool_stats *st);
+/* Refuse new jobs and cancel the queued ones (fn(arg, true), on this
+ * thread); running jobs go on. Idempotent. */
+void api_workpool_stop(struct api_workpool *p);
+/* Stop, wait for the running jobs, join the threads, free. NULL is a no-op. */
+void api_workpool_free(struct api_workpool *p);
+
+/* Per-account counts of long requests in flight (api/inflight.c). */
+enum api_inflight_kind {
+	API_INFLIGHT_CREATE,	/* POST /v1/sandboxes */
+	API_INFLIGHT_DELETE,	/* DELETE /v1/sandboxes/{id} */
+	API_INFLIGHT_EXECUTION, /* POST /v1/sandbox/executions */
+	API_INFLIGHT_EXEC,	/* POST /v1/sandboxes/{id}/exec */
+	API_INFLIGHT_KINDS,
+};
+struct api_inflight;
+struct api_inflight *api_inflight_new(void);
+void api_inflight_free(struct api_inflight *t);
+/* Count one more `kind` for the account unless it has `cap` in flight
+ * already: true when counted (give it back with api_inflight_put). */
+bool api_inflight_take(struct api_inflight *t, const char *account_id, enum api_inflight_kind kind,
+		       int cap);
+void api_inflight_put(struct api_inflight *t, const char *account_id, enum api_inflight_kind kind);
+/* How many `kind` the account has in flight. */
+int api_inflight_count(struct api_inflight *t, const char *account_id, enum api_inflight_kind kind);
 
 #endif

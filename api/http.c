@@ -1,107 +1,28 @@
 /* api/http.c: the libmicrohttpd server. Routing, the check order of API.md
- * (route, auth, body, fields; then sandbox/ for the rest), and the exec
- * path that suspends the connection while the command runs so that no
- * worker thread waits on a guest.
- *
- * Locking: srv->lock guards the server's counters, the list of suspended
- * requests and every request's exec state (state, result, refs). It is
- * held around MHD_suspend_connection/MHD_resume_connection so that a
- * completion never resumes a connection that is not (yet) suspended. */
+ * (route, auth, body, fields; then sandbox/ for the rest), the short
+ * requests, and the list of parked connections. The exec path is in
+ * http_exec.c, create and DELETE in http_async.c (http-priv.h).
+ */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <limits.h>
 #include <netinet/in.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 
-#include <microhttpd.h>
+#include "http-priv.h"
 
-#include "api-priv.h"
-#include "reqctx.h"
-
-#define MOD		     "api"
-#define API_CONNECTION_LIMIT 1024
-#define API_IDLE_TIMEOUT_S   120
-#define API_TOKEN_MAX	     128
-
-enum route {
-	R_NONE,
-	R_SANDBOXES,   /* /v1/sandboxes */
-	R_SANDBOX,     /* /v1/sandboxes/{id} */
-	R_EXEC,	       /* /v1/sandboxes/{id}/exec */
-	R_EXTEND,      /* /v1/sandboxes/{id}/extend */
-	R_USAGE,       /* /v1/usage */
-	R_LIMITS,      /* /v1/limits */
-	R_KEYS,	       /* /v1/api_keys */
-	R_KEY,	       /* /v1/api_keys/{id} */
-	R_EXECUTIONS,  /* /v1/sandbox/executions */
-	R_EXECUTION,   /* /v1/sandbox/executions/{id} */
-	R_RECEIPT,     /* /v1/receipts/{id} */
-	R_RECEIPT_KEY, /* /v1/receipts/public-key */
-};
-
-enum exec_state {
-	EXEC_NONE,	/* no exec started */
-	EXEC_RUNNING,	/* started, connection not suspended (yet) */
-	EXEC_SUSPENDED, /* connection suspended, waiting for the callback */
-	EXEC_DONE,	/* callback ran: res or exec_err holds the outcome */
-	EXEC_ABORTED,	/* the server is stopping: answered 503 */
-};
-
-struct api_server {
-	struct sandbox_svc *svc;
-	const struct sandbox_config *cfg;
-	struct MHD_Daemon *daemon;
-	unsigned port;
-	MHD_socket listen_fd; /* owned after quiesce */
-	bool quiesced;
-
-	pthread_mutex_t lock;
-	pthread_cond_t idle;
-	int inflight;  /* requests received and not yet completed */
-	int live_reqs; /* struct req alive (some may wait on a late exec callback) */
-	bool stopping;
-	bool released;	   /* api_server_stop returned: the last req frees srv */
-	int async_threads; /* create/DELETE threads still running */
-	struct req *suspended;
-};
-
-struct req {
-	struct api_server *srv;
-	struct MHD_Connection *conn;
-	enum route route;
-	char id[SANDBOX_ID_MAX];
-	char account_id[SANDBOX_ID_MAX];
-	char scopes[SANDBOX_SCOPES_MAX]; /* the key's, on the key routes */
-	char request_id[API_REQUEST_ID_MAX]; /* X-Request-Id, api/reqctx.h */
-	struct sbx_buf body;
-	bool too_large;
-
-	/* exec; guarded by srv->lock from the moment the exec starts */
-	struct api_exec_body exec;
-	enum exec_state state;
-	struct sandbox_exec_result res; /* buffers owned when has_res */
-	bool has_res;
-	struct sbx_error exec_err;
-	struct sandbox_output_hold hold; /* the reply's output budget, until req_free */
-	int refs;			 /* MHD's (until completed) + the exec callback's */
-
-	/* create and DELETE take seconds (a boot, a domain destroy): they run
-	 * on a thread of their own (async_main) and leave the answer here. */
-	bool is_async;
-	struct api_create_body create;
-	char idem_key[256];
-	bool has_idem_key;
-	int op_rc; /* 0, or -1 with exec_err */
-	unsigned out_status;
-	char *out_body;
-	size_t out_len;
-	bool out_replayed;
-	struct req *prev, *next;
-};
+#define MOD "api"
+/* Idle timeout: mainly a client that stops reading its reply (the receive
+ * deadline, http_conn.c, bounds the time to send a request). */
+#define API_IDLE_TIMEOUT_S 120
+#define API_TOKEN_MAX	   128
+/* The most of a refused request's body read and dropped so that its client
+ * can read the answer (reject). */
+#define API_DRAIN_MAX_BYTES (16u * 1024 * 1024)
 
 /* ---------------------------------------------------------------- replies */
 
@@ -110,8 +31,10 @@ static void json_put_cb(void *cls)
 	json_object_put(cls);
 }
 
-static enum MHD_Result reply_json(struct MHD_Connection *c, unsigned status, struct json_object *o,
-				  int retry_after_s, const char *allow)
+/* api_reply_json, with 'Connection: close' when `close`. */
+static enum MHD_Result reply_json_ex(struct MHD_Connection *c, unsigned status,
+				     struct json_object *o, int retry_after_s, const char *allow,
+				     bool close)
 {
 	struct MHD_Response *resp;
 	const char *text;
@@ -146,14 +69,23 @@ static enum MHD_Result reply_json(struct MHD_Connection *c, unsigned status, str
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
 	if (status == 401)
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+	if (close)
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
 	api_reqctx_header(resp);
 	ret = MHD_queue_response(c, status, resp);
 	MHD_destroy_response(resp);
 	return ret;
 }
 
-static enum MHD_Result reply_error_allow(struct MHD_Connection *c, const struct sbx_error *err,
-					 const char *allow)
+enum MHD_Result api_reply_json(struct MHD_Connection *c, unsigned status, struct json_object *o,
+			       int retry_after_s, const char *allow)
+{
+	return reply_json_ex(c, status, o, retry_after_s, allow, false);
+}
+
+/* api_reply_error_allow, with 'Connection: close' when `close`. */
+static enum MHD_Result reply_error_ex(struct MHD_Connection *c, const struct sbx_error *err,
+				      const char *allow, bool close)
 {
 	struct sbx_error e = *err;
 	int status, retry = 0;
@@ -171,22 +103,28 @@ static enum MHD_Result reply_error_allow(struct MHD_Connection *c, const struct 
 	}
 	if (status == 429 || status == 503)
 		retry = e.retry_after_s > 0 ? e.retry_after_s : 1;
-	return reply_json(c, (unsigned)status, api_error_encode(&e), retry, allow);
+	return reply_json_ex(c, (unsigned)status, api_error_encode(&e), retry, allow, close);
 }
 
-static enum MHD_Result reply_error(struct MHD_Connection *c, const struct sbx_error *err)
+enum MHD_Result api_reply_error_allow(struct MHD_Connection *c, const struct sbx_error *err,
+				      const char *allow)
 {
-	return reply_error_allow(c, err, NULL);
+	return reply_error_ex(c, err, allow, false);
 }
 
-static enum MHD_Result reply_new_error(struct MHD_Connection *c, enum sbx_code code,
-				       const char *param, const char *msg)
+enum MHD_Result api_reply_error(struct MHD_Connection *c, const struct sbx_error *err)
+{
+	return api_reply_error_allow(c, err, NULL);
+}
+
+enum MHD_Result api_reply_new_error(struct MHD_Connection *c, enum sbx_code code, const char *param,
+				    const char *msg)
 {
 	struct sbx_error e;
 
 	sbx_error_clear(&e);
 	sbx_error_set(&e, code, param, "%s", msg);
-	return reply_error(c, &e);
+	return api_reply_error(c, &e);
 }
 
 static struct json_object *list_encode(struct json_object *data, bool has_more)
@@ -385,8 +323,8 @@ static enum MHD_Result reply_text(struct MHD_Connection *c, unsigned status, cha
 	return ret;
 }
 
-/* The one-shot execution routes (sandbox/execution.c). A POST runs on this
- * worker until the program ends (<= execution_max_timeout_seconds). */
+/* The one-shot execution routes (sandbox/execution.c). A POST runs on the
+ * pool (http_async.c). */
 static enum MHD_Result handle_execution_routes(struct api_server *srv, struct req *r)
 {
 	struct sbx_error err;
@@ -394,29 +332,19 @@ static enum MHD_Result handle_execution_routes(struct api_server *srv, struct re
 
 	sbx_error_clear(&err);
 	switch (r->route) {
-	case R_EXECUTIONS: {
-		struct api_execution_body b;
-		int rc;
-
-		if (api_execution_decode(r->body.data, r->body.len, &b, &err) < 0)
-			return reply_error(r->conn, &err);
-		rc = sandbox_execution_run(srv->svc, r->account_id, &b.req, &out, &err);
-		free(b.code);
-		if (rc < 0)
-			return reply_error(r->conn, &err);
-		break;
-	}
+	case R_EXECUTIONS:
+		return api_execution_handle(r);
 	case R_EXECUTION:
 		if (sandbox_execution_get(srv->svc, r->account_id, r->id, &out, &err) < 0)
-			return reply_error(r->conn, &err);
+			return api_reply_error(r->conn, &err);
 		break;
 	case R_RECEIPT:
 		if (sandbox_receipt_get(srv->svc, r->account_id, r->id, &out, &err) < 0)
-			return reply_error(r->conn, &err);
+			return api_reply_error(r->conn, &err);
 		break;
 	default:
 		if (sandbox_receipt_public_key(srv->svc, &out, &pem, &err) < 0)
-			return reply_error(r->conn, &err);
+			return api_reply_error(r->conn, &err);
 		{
 			struct json_object *o = json_object_new_object();
 
@@ -426,7 +354,7 @@ static enum MHD_Result handle_execution_routes(struct api_server *srv, struct re
 			json_object_object_add(o, "public_key_pem", json_object_new_string(pem));
 			free(out);
 			free(pem);
-			return reply_json(r->conn, 200, o, 0, NULL);
+			return api_reply_json(r->conn, 200, o, 0, NULL);
 		}
 	}
 	return reply_text(r->conn, 200, out, "application/json");
@@ -476,29 +404,30 @@ static enum MHD_Result handle_list(struct req *r)
 	sbx_error_clear(&err);
 	if (status && strcmp(status, "running") != 0 && strcmp(status, "destroyed") != 0 &&
 	    strcmp(status, "expired") != 0 && strcmp(status, "failed") != 0)
-		return reply_new_error(r->conn, SBX_E_INVALID_REQUEST, "status",
-				       "status must be one of running, destroyed, expired, failed");
+		return api_reply_new_error(
+		    r->conn, SBX_E_INVALID_REQUEST, "status",
+		    "status must be one of running, destroyed, expired, failed");
 	if (limit_s) {
 		char *end;
 		long v;
 		errno = 0;
 		v = strtol(limit_s, &end, 10);
 		if (limit_s[0] < '0' || limit_s[0] > '9' || *end || errno || v < 1 || v > 100)
-			return reply_new_error(r->conn, SBX_E_INVALID_REQUEST, "limit",
-					       "limit must be an integer from 1 to 100");
+			return api_reply_new_error(r->conn, SBX_E_INVALID_REQUEST, "limit",
+						   "limit must be an integer from 1 to 100");
 		limit = (int)v;
 	}
 	if (after && (!after[0] || strlen(after) >= SANDBOX_ID_MAX))
-		return reply_new_error(r->conn, SBX_E_INVALID_REQUEST, "starting_after",
-				       "starting_after must be a sandbox id");
+		return api_reply_new_error(r->conn, SBX_E_INVALID_REQUEST, "starting_after",
+					   "starting_after must be a sandbox id");
 	if (sandbox_list(r->srv->svc, r->account_id, status, limit, after, &views, &n, &more,
 			 &err) < 0)
-		return reply_error(r->conn, &err);
+		return api_reply_error(r->conn, &err);
 	struct json_object *data = json_object_new_array();
 	for (size_t i = 0; i < n; i++)
 		json_object_array_add(data, api_sandbox_encode(&views[i]));
 	free(views);
-	return reply_json(r->conn, 200, list_encode(data, more), 0, NULL);
+	return api_reply_json(r->conn, 200, list_encode(data, more), 0, NULL);
 }
 
 static enum MHD_Result handle_usage(struct req *r)
@@ -512,21 +441,22 @@ static enum MHD_Result handle_usage(struct req *r)
 
 	sbx_error_clear(&err);
 	if (from_s && (sbx_rfc3339_parse(from_s, &from) < 0 || from <= 0))
-		return reply_new_error(r->conn, SBX_E_INVALID_REQUEST, "from",
-				       "from must be an RFC 3339 time like 2026-08-01T00:00:00Z");
+		return api_reply_new_error(
+		    r->conn, SBX_E_INVALID_REQUEST, "from",
+		    "from must be an RFC 3339 time like 2026-08-01T00:00:00Z");
 	if (to_s && (sbx_rfc3339_parse(to_s, &to) < 0 || to <= 0))
-		return reply_new_error(r->conn, SBX_E_INVALID_REQUEST, "to",
-				       "to must be an RFC 3339 time like 2026-09-01T00:00:00Z");
+		return api_reply_new_error(r->conn, SBX_E_INVALID_REQUEST, "to",
+					   "to must be an RFC 3339 time like 2026-09-01T00:00:00Z");
 	if (from && to && to <= from)
-		return reply_new_error(r->conn, SBX_E_INVALID_REQUEST, "to",
-				       "to must be later than from");
+		return api_reply_new_error(r->conn, SBX_E_INVALID_REQUEST, "to",
+					   "to must be later than from");
 	if (gran && strcmp(gran, "day") != 0 && strcmp(gran, "hour") != 0)
-		return reply_new_error(r->conn, SBX_E_INVALID_REQUEST, "granularity",
-				       "granularity must be 'day' or 'hour'");
+		return api_reply_new_error(r->conn, SBX_E_INVALID_REQUEST, "granularity",
+					   "granularity must be 'day' or 'hour'");
 	memset(&u, 0, sizeof(u));
 	if (sandbox_usage(r->srv->svc, r->account_id, from, to, gran, &u, &err) < 0)
-		return reply_error(r->conn, &err);
-	ret = reply_json(r->conn, 200, api_usage_encode(&u), 0, NULL);
+		return api_reply_error(r->conn, &err);
+	ret = api_reply_json(r->conn, 200, api_usage_encode(&u), 0, NULL);
 	sandbox_usage_release(&u);
 	return ret;
 }
@@ -545,24 +475,24 @@ static enum MHD_Result handle_keys(struct req *r, const char *method)
 		bool has_scopes;
 
 		if (api_key_create_decode(r->body.data, r->body.len, scopes, &has_scopes, &err) < 0)
-			return reply_error(r->conn, &err);
+			return api_reply_error(r->conn, &err);
 		/* at most the creating key's scopes; all of them by default */
 		if (sandbox_key_create(r->srv->svc, r->account_id, has_scopes ? scopes : NULL,
 				       r->scopes, &key, secret, &err) < 0)
-			return reply_error(r->conn, &err);
-		ret = reply_json(r->conn, 201, api_key_encode(&key, secret), 0, NULL);
+			return api_reply_error(r->conn, &err);
+		ret = api_reply_json(r->conn, 201, api_key_encode(&key, secret), 0, NULL);
 		explicit_bzero(secret, sizeof(secret));
 		return ret;
 	}
 	struct sandbox_key *keys = NULL;
 	size_t n = 0;
 	if (sandbox_key_list(r->srv->svc, r->account_id, &keys, &n, &err) < 0)
-		return reply_error(r->conn, &err);
+		return api_reply_error(r->conn, &err);
 	struct json_object *data = json_object_new_array();
 	for (size_t i = 0; i < n; i++)
 		json_object_array_add(data, api_key_encode(&keys[i], NULL));
 	free(keys);
-	return reply_json(r->conn, 200, list_encode(data, false), 0, NULL);
+	return api_reply_json(r->conn, 200, list_encode(data, false), 0, NULL);
 }
 
 static enum MHD_Result handle_key_revoke(struct req *r)
@@ -572,19 +502,17 @@ static enum MHD_Result handle_key_revoke(struct req *r)
 
 	sbx_error_clear(&err);
 	if (sandbox_key_revoke(r->srv->svc, r->account_id, r->id, r->scopes, &err) < 0)
-		return reply_error(r->conn, &err);
+		return api_reply_error(r->conn, &err);
 	o = json_object_new_object();
 	json_object_object_add(o, "id", json_object_new_string(r->id));
 	json_object_object_add(o, "object", json_object_new_string("api_key"));
 	json_object_object_add(o, "revoked", json_object_new_boolean(true));
-	return reply_json(r->conn, 200, o, 0, NULL);
+	return api_reply_json(r->conn, 200, o, 0, NULL);
 }
 
-/* ------------------------------------------------------------------ exec */
+/* ------------------------------------------------------- parked requests */
 
-static void req_free(struct req *r);
-
-static void list_remove(struct api_server *srv, struct req *r)
+void api_parked_remove(struct api_server *srv, struct req *r)
 {
 	if (r->prev)
 		r->prev->next = r->next;
@@ -598,7 +526,7 @@ static void list_remove(struct api_server *srv, struct req *r)
 /* Park a request's connection until its work finishes (exec, create,
  * DELETE): no worker thread waits meanwhile. Call with srv->lock held,
  * state EXEC_RUNNING. */
-static void park_locked(struct api_server *srv, struct req *r)
+void api_park_locked(struct api_server *srv, struct req *r)
 {
 	MHD_suspend_connection(r->conn);
 	r->state = EXEC_SUSPENDED;
@@ -610,399 +538,63 @@ static void park_locked(struct api_server *srv, struct req *r)
 
 /* The work of a running or parked request finished: wake its connection
  * (MHD calls the handler again) if it was parked. srv->lock held. */
-static void finish_locked(struct api_server *srv, struct req *r)
+void api_finish_locked(struct api_server *srv, struct req *r)
 {
 	if (r->state == EXEC_SUSPENDED) {
-		list_remove(srv, r);
+		api_parked_remove(srv, r);
 		MHD_resume_connection(r->conn);
 	}
 	r->state = EXEC_DONE;
 }
 
-/* Completion of sandbox_exec_start: any thread, maybe before it returned. */
-static void exec_done(void *opaque, struct sandbox_exec_result *res, const struct sbx_error *err)
-{
-	struct req *r = opaque;
-	struct api_server *srv = r->srv;
-	bool free_now;
+/* ------------------------------------------------- per-account counts */
 
-	/* *res is the caller's struct; its buffers become ours. */
-	pthread_mutex_lock(&srv->lock);
-	if (r->state == EXEC_RUNNING || r->state == EXEC_SUSPENDED) {
-		if (res) {
-			r->res = *res;
-			r->has_res = true;
-			res = NULL;
-		} else {
-			if (err)
-				r->exec_err = *err;
-			else
-				sbx_error_set(&r->exec_err, SBX_E_INTERNAL, NULL,
-					      "exec ended without a result");
-		}
-		finish_locked(srv, r);
+static const struct {
+	const char *what;
+	int retry_after_s;
+} slot_kinds[API_INFLIGHT_KINDS] = {
+    [API_INFLIGHT_CREATE] = {"creates", 2},
+    [API_INFLIGHT_DELETE] = {"DELETEs", 1},
+    [API_INFLIGHT_EXECUTION] = {"executions", 2},
+    [API_INFLIGHT_EXEC] = {"execs", 1},
+};
+
+static int slot_cap(const struct sandbox_config *cfg, enum api_inflight_kind kind)
+{
+	switch (kind) {
+	case API_INFLIGHT_CREATE:
+		return cfg->max_creates_in_flight_per_account;
+	case API_INFLIGHT_DELETE:
+		return cfg->max_deletes_in_flight_per_account;
+	case API_INFLIGHT_EXECUTION:
+		return cfg->max_executions_in_flight_per_account;
+	default:
+		return cfg->max_execs_in_flight_per_account;
 	}
-	free_now = --r->refs == 0;
-	pthread_mutex_unlock(&srv->lock);
-	if (res)
-		sandbox_exec_result_release(res);
-	if (free_now)
-		req_free(r);
 }
 
-/* "receipt": true: sign the reply's exit_code/stdout/stderr as encoded in
- * `o` and add {"id", "hash", "signature", "signer", "url",
- * "fingerprint_salt"} (docs/receipts.md). */
-static int exec_receipt_add(struct req *r, struct json_object *o,
-			    const struct sandbox_exec_result *res, struct sbx_error *err)
+int api_req_slot_take(struct req *r, enum api_inflight_kind kind, struct sbx_error *err)
 {
-	struct sandbox_exec_receipt rc;
-	struct json_object *out = NULL, *errs = NULL, *j;
-	/* host time, at most the timeout the exec ran with (or could run with) */
-	uint32_t limit =
-	    r->exec.req.has_timeout ? r->exec.req.timeout_ms : r->srv->cfg->default_exec_timeout_ms;
-	char url[96];
+	int cap = slot_cap(r->srv->cfg, kind);
 
-	json_object_object_get_ex(o, "stdout", &out);
-	json_object_object_get_ex(o, "stderr", &errs);
-	sbx_error_clear(err);
-	if (!out || !errs ||
-	    sandbox_exec_receipt_sign(
-		r->srv->svc, r->account_id, r->id, &r->exec.req, res->exit_code,
-		json_object_get_string(out), (size_t)json_object_get_string_len(out),
-		json_object_get_string(errs), (size_t)json_object_get_string_len(errs),
-		SBX_MIN(res->host_ms, limit), res->timed_out, &rc, err) < 0) {
-		sbx_warn(MOD, "sandbox %s: exec receipt: %s", r->id, err->message);
-		sbx_error_clear(err);
-		return sbx_error_set(err, SBX_E_INTERNAL, NULL,
-				     "the command ran but its receipt could not be signed");
+	if (!api_inflight_take(r->srv->per_account, r->account_id, kind, cap)) {
+		sbx_error_set(err, SBX_E_RATE_LIMITED, NULL,
+			      "this account has %d %s in flight, the most it may have at once "
+			      "(GET /v1/limits); retry when one of them has finished",
+			      cap, slot_kinds[kind].what);
+		err->retry_after_s = slot_kinds[kind].retry_after_s;
+		return -1;
 	}
-	snprintf(url, sizeof(url), "/v1/receipts/%s", rc.id);
-	j = json_object_new_object();
-	json_object_object_add(j, "id", json_object_new_string(rc.id));
-	json_object_object_add(j, "hash", json_object_new_string(rc.hash));
-	json_object_object_add(j, "signature", json_object_new_string(rc.signature));
-	json_object_object_add(j, "signer", json_object_new_string(rc.signer));
-	json_object_object_add(j, "url", json_object_new_string(url));
-	json_object_object_add(j, "fingerprint_salt", json_object_new_string(rc.salt));
-	json_object_object_add(o, "receipt", j);
+	r->slot = (int)kind;
 	return 0;
 }
 
-static enum MHD_Result exec_answer(struct req *r)
+void api_req_slot_put(struct req *r)
 {
-	struct api_server *srv = r->srv;
-	struct sandbox_exec_result res;
-	enum exec_state state;
-	struct sbx_error err;
-	enum MHD_Result ret;
-	bool has_res;
-
-	pthread_mutex_lock(&srv->lock);
-	state = r->state;
-	res = r->res;
-	has_res = r->has_res;
-	r->has_res = false;
-	memset(&r->res, 0, sizeof(r->res));
-	err = r->exec_err;
-	pthread_mutex_unlock(&srv->lock);
-	if (state == EXEC_ABORTED) {
-		if (has_res)
-			sandbox_exec_result_release(&res);
-		sbx_error_clear(&err);
-		sbx_error_set(&err, SBX_E_SERVICE_UNAVAILABLE, NULL,
-			      "the service is shutting down; the command may still be running, "
-			      "retry on the restarted service");
-		err.retry_after_s = 5;
-		return reply_error(r->conn, &err);
-	}
-	if (!has_res)
-		return reply_error(r->conn, &err);
-	struct json_object *o = api_exec_result_encode(&res, r->exec.base64);
-	if (o && r->exec.receipt && exec_receipt_add(r, o, &res, &err) < 0) {
-		json_object_put(o);
-		sandbox_exec_result_release(&res);
-		return reply_error(r->conn, &err);
-	}
-	/* the raw streams are copied into o: let them go before the reply is
-	 * held for a slow reader */
-	sandbox_exec_result_release(&res);
-	ret = reply_json(r->conn, 200, o, 0, NULL);
-	return ret;
-}
-
-static enum MHD_Result handle_exec(struct req *r)
-{
-	struct api_server *srv = r->srv;
-	struct sbx_error err;
-
-	sbx_error_clear(&err);
-	if (api_exec_decode(r->body.data, r->body.len, srv->cfg, &r->exec, &err) < 0)
-		return reply_error(r->conn, &err);
-	r->exec.req.base64 = r->exec.base64;
-	r->exec.req.hold = &r->hold;
-
-	pthread_mutex_lock(&srv->lock);
-	if (srv->stopping) {
-		pthread_mutex_unlock(&srv->lock);
-		return reply_new_error(r->conn, SBX_E_SERVICE_UNAVAILABLE, NULL,
-				       "the service is shutting down; retry shortly");
-	}
-	r->state = EXEC_RUNNING;
-	r->refs++;
-	pthread_mutex_unlock(&srv->lock);
-
-	if (sandbox_exec_start(srv->svc, r->account_id, r->id, &r->exec.req, exec_done, r, &err) <
-	    0) {
-		pthread_mutex_lock(&srv->lock);
-		r->state = EXEC_NONE;
-		r->refs--;
-		pthread_mutex_unlock(&srv->lock);
-		return reply_error(r->conn, &err);
-	}
-
-	pthread_mutex_lock(&srv->lock);
-	if (r->state == EXEC_DONE) {
-		pthread_mutex_unlock(&srv->lock);
-		return exec_answer(r);
-	}
-	if (srv->stopping) {
-		r->state = EXEC_ABORTED;
-		pthread_mutex_unlock(&srv->lock);
-		return exec_answer(r);
-	}
-	/* No worker thread waits on the guest: MHD parks the connection until
-	 * exec_done resumes it, then calls the handler again. */
-	park_locked(srv, r);
-	pthread_mutex_unlock(&srv->lock);
-	return MHD_YES;
-}
-
-/* ---------------------------------------------------------------- create */
-
-/* Send exact bytes as a JSON reply (an idempotent create's answer). */
-static enum MHD_Result reply_bytes(struct MHD_Connection *c, unsigned status, const char *body,
-				   size_t len, bool replayed)
-{
-	struct MHD_Response *resp;
-	enum MHD_Result ret;
-
-	resp = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
-	if (!resp)
-		return MHD_NO;
-	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-	if (replayed)
-		MHD_add_response_header(resp, "Idempotent-Replayed", "true");
-	api_reqctx_header(resp);
-	ret = MHD_queue_response(c, status, resp);
-	MHD_destroy_response(resp);
-	return ret;
-}
-
-/* Render a JSON object into r->out_body (owned). 0 or -1. */
-static int out_json(struct req *r, unsigned status, struct json_object *o)
-{
-	const char *text;
-	size_t len = 0;
-
-	if (!o)
-		return -1;
-	text = json_object_to_json_string_length(
-	    o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &len);
-	r->out_body = text ? malloc(len + 1) : NULL;
-	if (r->out_body) {
-		memcpy(r->out_body, text, len + 1);
-		r->out_len = len;
-		r->out_status = status;
-	}
-	json_object_put(o);
-	return r->out_body ? 0 : -1;
-}
-
-/* POST /v1/sandboxes, on its own thread. With an Idempotency-Key the 201
- * body is rendered here, handed to sandbox/ to remember byte for byte,
- * then sent; a replay sends the remembered bytes with
- * 'Idempotent-Replayed: true'. Rendering and remembering happen on this
- * thread, so a client that hung up still leaves the key completed. */
-static int create_work(struct req *r, struct sbx_error *err)
-{
-	struct api_server *srv = r->srv;
-	struct sandbox_create_result res;
-	const char *key = r->has_idem_key ? r->idem_key : NULL;
-
-	r->create.req.idempotency_key = key;
-	if (sandbox_create_idempotent(srv->svc, r->account_id, &r->create.req, &res, err) < 0)
-		return -1;
-	if (res.replayed && !res.body) {
-		/* The first create's sandbox, whose answer a crash lost: render
-		 * it now and remember it, so later replays are these bytes. */
-		if (out_json(r, 201, api_sandbox_encode(&res.view)) < 0) {
-			sandbox_create_result_release(&res);
-			return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
-		}
-		r->out_replayed = true;
-		sandbox_idempotency_complete(srv->svc, r->account_id, key, res.view.id, 201,
-					     r->out_body, r->out_len, NULL);
-		sandbox_create_result_release(&res);
-		return 0;
-	}
-	if (res.replayed) {
-		r->out_body = malloc(res.body_len + 1);
-		if (r->out_body) {
-			memcpy(r->out_body, res.body, res.body_len);
-			r->out_body[res.body_len] = '\0';
-			r->out_len = res.body_len;
-			r->out_status = (unsigned)res.status;
-			r->out_replayed = true;
-		}
-		sandbox_create_result_release(&res);
-		return r->out_body ? 0 : sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
-	}
-	if (out_json(r, 201, api_sandbox_encode(&res.view)) < 0) {
-		if (key)
-			sandbox_idempotency_release(srv->svc, r->account_id, key);
-		sandbox_create_result_release(&res);
-		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
-	}
-	if (key && sandbox_idempotency_complete(srv->svc, r->account_id, key, res.view.id, 201,
-						r->out_body, r->out_len, err) < 0)
-		sbx_warn(MOD, "sandbox %s: its Idempotency-Key was not remembered", res.view.id);
-	sandbox_create_result_release(&res);
-	return 0;
-}
-
-static int delete_work(struct req *r, struct sbx_error *err)
-{
-	struct sandbox_view v;
-
-	memset(&v, 0, sizeof(v));
-	if (sandbox_destroy(r->srv->svc, r->account_id, r->id, &v, err) < 0)
-		return -1;
-	if (out_json(r, 200, api_sandbox_encode(&v)) < 0)
-		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
-	return 0;
-}
-
-static void *async_main(void *arg)
-{
-	struct req *r = arg;
-	struct api_server *srv = r->srv;
-	struct sbx_error err;
-	bool free_now;
-	int rc;
-
-	sbx_error_clear(&err);
-	rc = r->route == R_SANDBOXES ? create_work(r, &err) : delete_work(r, &err);
-	pthread_mutex_lock(&srv->lock);
-	r->op_rc = rc;
-	if (rc < 0)
-		r->exec_err = err;
-	if (r->state == EXEC_RUNNING || r->state == EXEC_SUSPENDED) {
-		finish_locked(srv, r);
-	}
-	free_now = --r->refs == 0;
-	srv->async_threads--;
-	pthread_cond_broadcast(&srv->idle);
-	pthread_mutex_unlock(&srv->lock);
-	if (free_now)
-		req_free(r);
-	return NULL;
-}
-
-/* The answer of a finished create/DELETE (on MHD's thread). */
-static enum MHD_Result async_answer(struct req *r)
-{
-	struct api_server *srv = r->srv;
-	enum exec_state state;
-	struct sbx_error err;
-
-	pthread_mutex_lock(&srv->lock);
-	state = r->state;
-	err = r->exec_err;
-	pthread_mutex_unlock(&srv->lock);
-	if (state == EXEC_ABORTED) {
-		sbx_error_clear(&err);
-		sbx_error_set(&err, SBX_E_SERVICE_UNAVAILABLE, NULL,
-			      "the service is shutting down; retry on the restarted service");
-		err.retry_after_s = 5;
-		return reply_error(r->conn, &err);
-	}
-	if (r->op_rc < 0)
-		return reply_error(r->conn, &err);
-	return reply_bytes(r->conn, r->out_status, r->out_body, r->out_len, r->out_replayed);
-}
-
-/* Start create/DELETE on a thread and park the connection (like exec): a
- * burst of creates then queues for boot slots in sandbox/, not for HTTP
- * workers, and GETs keep being answered. */
-static enum MHD_Result run_async(struct req *r)
-{
-	struct api_server *srv = r->srv;
-	pthread_attr_t attr;
-	pthread_t t;
-	int rc;
-
-	pthread_mutex_lock(&srv->lock);
-	if (srv->stopping) {
-		pthread_mutex_unlock(&srv->lock);
-		return reply_new_error(r->conn, SBX_E_SERVICE_UNAVAILABLE, NULL,
-				       "the service is shutting down; retry shortly");
-	}
-	r->is_async = true;
-	r->state = EXEC_RUNNING;
-	r->refs++;
-	srv->async_threads++;
-	pthread_mutex_unlock(&srv->lock);
-
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	rc = pthread_create(&t, &attr, async_main, r);
-	pthread_attr_destroy(&attr);
-	if (rc != 0) {
-		pthread_mutex_lock(&srv->lock);
-		r->is_async = false;
-		r->state = EXEC_NONE;
-		r->refs--;
-		srv->async_threads--;
-		pthread_mutex_unlock(&srv->lock);
-		return reply_new_error(r->conn, SBX_E_SERVICE_UNAVAILABLE, NULL,
-				       "the service is busy; retry shortly");
-	}
-	pthread_mutex_lock(&srv->lock);
-	if (r->state == EXEC_DONE) {
-		pthread_mutex_unlock(&srv->lock);
-		return async_answer(r);
-	}
-	park_locked(srv, r);
-	pthread_mutex_unlock(&srv->lock);
-	return MHD_YES;
-}
-
-static enum MHD_Result handle_create(struct req *r)
-{
-	struct sbx_error err;
-	const char *key;
-
-	sbx_error_clear(&err);
-	if (api_create_decode(r->body.data, r->body.len, r->srv->cfg, &r->create, &err) < 0)
-		return reply_error(r->conn, &err);
-	key = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Idempotency-Key");
-	if (key) {
-		/* The key must outlive the connection (the create thread may).
-		 * One longer than 255 characters cannot be a valid key: keep it
-		 * invalid (a non-printable byte) so sandbox/ answers 400. */
-		size_t n = strlen(key);
-
-		if (n >= sizeof(r->idem_key)) {
-			memcpy(r->idem_key, key, sizeof(r->idem_key) - 2);
-			r->idem_key[sizeof(r->idem_key) - 2] = '\x01';
-			r->idem_key[sizeof(r->idem_key) - 1] = '\0';
-		} else {
-			memcpy(r->idem_key, key, n + 1);
-		}
-		r->has_idem_key = true;
-	}
-	return run_async(r);
+	if (r->slot < 0)
+		return;
+	api_inflight_put(r->srv->per_account, r->account_id, (enum api_inflight_kind)r->slot);
+	r->slot = -1;
 }
 
 /* -------------------------------------------------------------- dispatch */
@@ -1020,7 +612,8 @@ static enum MHD_Result dispatch(struct req *r, const char *method)
 		struct sandbox_startup_stats st;
 
 		sandbox_startup_stats(srv->svc, &st);
-		return reply_json(r->conn, 200, api_limits_encode_stats(srv->cfg, &st), 0, NULL);
+		return api_reply_json(r->conn, 200, api_limits_encode_stats(srv->cfg, &st), 0,
+				      NULL);
 	}
 	case R_USAGE:
 		return handle_usage(r);
@@ -1029,24 +622,24 @@ static enum MHD_Result dispatch(struct req *r, const char *method)
 	case R_KEY:
 		return handle_key_revoke(r);
 	case R_EXEC:
-		return handle_exec(r);
+		return api_exec_handle(r);
 	case R_SANDBOXES:
 		if (strcmp(method, "GET") == 0)
 			return handle_list(r);
-		return handle_create(r);
+		return api_create_handle(r);
 	case R_SANDBOX:
 		if (strcmp(method, "GET") != 0)
-			return run_async(r); /* DELETE: destroying a domain takes ~1 s */
+			return api_async_run(r); /* DELETE: destroying a domain takes ~1 s */
 		if (sandbox_get(srv->svc, r->account_id, r->id, &v, &err) < 0)
-			return reply_error(r->conn, &err);
-		return reply_json(r->conn, 200, api_sandbox_encode(&v), 0, NULL);
+			return api_reply_error(r->conn, &err);
+		return api_reply_json(r->conn, 200, api_sandbox_encode(&v), 0, NULL);
 	case R_EXTEND: {
 		int minutes = 0;
 		if (api_extend_decode(r->body.data, r->body.len, srv->cfg, &minutes, &err) < 0)
-			return reply_error(r->conn, &err);
+			return api_reply_error(r->conn, &err);
 		if (sandbox_extend(srv->svc, r->account_id, r->id, minutes, &v, &err) < 0)
-			return reply_error(r->conn, &err);
-		return reply_json(r->conn, 200, api_sandbox_encode(&v), 0, NULL);
+			return api_reply_error(r->conn, &err);
+		return api_reply_json(r->conn, 200, api_sandbox_encode(&v), 0, NULL);
 	}
 	case R_EXECUTIONS:
 	case R_EXECUTION:
@@ -1056,7 +649,41 @@ static enum MHD_Result dispatch(struct req *r, const char *method)
 	case R_NONE:
 		break;
 	}
-	return reply_new_error(r->conn, SBX_E_NOT_FOUND, NULL, "unknown endpoint");
+	return api_reply_new_error(r->conn, SBX_E_NOT_FOUND, NULL, "unknown endpoint");
+}
+
+/* A request refused from its headers alone (404, 405, 401, 403, 413 by
+ * Content-Length, a store failure). A client that sends its whole body
+ * before it reads (Python's http.client and urllib, requests, many SDKs)
+ * must be able to read the answer, but a socket closed while the body
+ * still arrives resets the connection under it ("Connection reset",
+ * "Broken pipe"). So, like the lingering close of mature servers, the body
+ * is read and dropped (up to API_DRAIN_MAX_BYTES, within the receive
+ * deadline) and the answer goes out once it is all in, with 'Connection:
+ * close': nothing of the refused body is ever read as a next request.
+ * A client that waits for '100 Continue' before it sends the body, or
+ * that declared a body over the drain cap, is answered at once instead
+ * (libmicrohttpd then never reads the body and closes after the answer). */
+static enum MHD_Result reject(struct req *r, const struct sbx_error *err, const char *allow)
+{
+	const char *expect =
+	    MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
+	const char *cl =
+	    MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+	unsigned long long declared = 0;
+
+	if (cl) {
+		errno = 0;
+		declared = strtoull(cl, NULL, 10);
+		if (errno == ERANGE)
+			declared = ULLONG_MAX;
+	}
+	if ((expect && strcasecmp(expect, "100-continue") == 0) || declared > API_DRAIN_MAX_BYTES)
+		return reply_error_ex(r->conn, err, allow, true);
+	r->reject = *err;
+	r->reject_allow = allow;
+	r->rejected = true;
+	return MHD_YES;
 }
 
 /* First call for a request: headers only. Route, method, auth and the
@@ -1073,6 +700,7 @@ static enum MHD_Result request_begin(struct api_server *srv, struct MHD_Connecti
 	r->srv = srv;
 	r->conn = c;
 	r->refs = 1;
+	r->slot = -1;
 	sbx_buf_init(&r->body, srv->cfg->max_body_bytes);
 	pthread_mutex_lock(&srv->lock);
 	srv->inflight++;
@@ -1093,21 +721,21 @@ static enum MHD_Result request_begin(struct api_server *srv, struct MHD_Connecti
 		sbx_error_set(&err, SBX_E_NOT_FOUND, NULL,
 			      "unknown endpoint '%s %s'; see docs/api.md for the endpoints",
 			      strlen(method) < 10 ? method : "?", shown);
-		return reply_error(c, &err);
+		return reject(r, &err, NULL);
 	}
 	if (!method_allowed(r->route, method)) {
 		sbx_error_set(&err, SBX_E_METHOD_NOT_ALLOWED, NULL,
 			      "method not allowed here; use %s", route_allow(r->route));
-		return reply_error_allow(c, &err, route_allow(r->route));
+		return reject(r, &err, route_allow(r->route));
 	}
 	if (r->route != R_LIMITS && authenticate(srv, c, r->account_id, &err) < 0)
-		return reply_error(c, &err);
+		return reject(r, &err, NULL);
 	if ((r->route == R_EXECUTIONS || r->route == R_EXECUTION) &&
 	    require_scope(srv, c, "sandboxes", NULL, &err) < 0)
-		return reply_error(c, &err);
+		return reject(r, &err, NULL);
 	if ((r->route == R_KEYS || r->route == R_KEY) &&
 	    require_scope(srv, c, "keys", r->scopes, &err) < 0)
-		return reply_error(c, &err);
+		return reject(r, &err, NULL);
 	cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
 	if (cl) {
 		char *end;
@@ -1118,7 +746,7 @@ static enum MHD_Result request_begin(struct api_server *srv, struct MHD_Connecti
 			sbx_error_set(&err, SBX_E_PAYLOAD_TOO_LARGE, NULL,
 				      "the request body is larger than %zu bytes",
 				      srv->cfg->max_body_bytes);
-			return reply_error(c, &err);
+			return reject(r, &err, NULL);
 		}
 	}
 	return MHD_YES;
@@ -1136,43 +764,72 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
 		return request_begin(srv, c, url, method, con_cls);
 	api_reqctx_enter(r->request_id, r->account_id, r->id);
 	if (*upload_data_size) {
-		/* Keep at most max_body_bytes; past that, read and drop. */
-		if (!r->too_large && sbx_buf_append(&r->body, upload_data, *upload_data_size) < 0) {
+		r->body_bytes += *upload_data_size;
+		/* Keep at most max_body_bytes; past that, and for a refused
+		 * request, read and drop (reject), up to the drain cap. */
+		if (!r->too_large && !r->rejected &&
+		    sbx_buf_append(&r->body, upload_data, *upload_data_size) < 0) {
 			r->too_large = true;
 			sbx_buf_release(&r->body);
 		}
 		*upload_data_size = 0;
+		if ((r->too_large || r->rejected) && r->body_bytes > API_DRAIN_MAX_BYTES) {
+			sbx_info(MOD,
+				 "closed a connection whose refused request body passed %u "
+				 "bytes",
+				 API_DRAIN_MAX_BYTES);
+			return MHD_NO;
+		}
 		return MHD_YES;
 	}
+	api_conn_received(c);	   /* the whole request is in: no deadline from here */
 	if (r->state != EXEC_NONE) /* resumed */
-		return r->is_async ? async_answer(r) : exec_answer(r);
+		return r->is_async ? api_async_answer(r) : api_exec_answer(r);
+	if (r->rejected)
+		return reply_error_ex(c, &r->reject, r->reject_allow, true);
 
 	sbx_error_clear(&err);
 	if (r->too_large) {
 		sbx_error_set(&err, SBX_E_PAYLOAD_TOO_LARGE, NULL,
 			      "the request body is larger than %zu bytes",
 			      srv->cfg->max_body_bytes);
-		return reply_error(c, &err);
+		return reply_error_ex(c, &err, NULL, true);
 	}
 	if (r->body.len > 0 && route_has_body(r->route, method)) {
 		const char *ct =
 		    MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
 		if (ct && !content_type_json(ct))
-			return reply_new_error(c, SBX_E_UNSUPPORTED_MEDIA_TYPE, NULL,
-					       "send the body as 'Content-Type: application/json'");
+			return api_reply_new_error(
+			    c, SBX_E_UNSUPPORTED_MEDIA_TYPE, NULL,
+			    "send the body as 'Content-Type: application/json'");
 	}
 	return dispatch(r, method);
 }
 
-static void req_free(struct req *r)
+/* The last of api_server_stop and the requests that outlive it (a late
+ * exec callback) frees the server. */
+static void server_free(struct api_server *srv)
+{
+	api_workpool_free(srv->pool);
+	api_inflight_free(srv->per_account);
+	api_conns_free(srv->conns);
+	pthread_mutex_destroy(&srv->lock);
+	pthread_cond_destroy(&srv->idle);
+	free(srv);
+}
+
+void api_req_free(struct req *r)
 {
 	struct api_server *srv = r->srv;
 	bool free_srv;
 
+	api_req_slot_put(r); /* a no-op unless its work never ran */
 	sbx_buf_release(&r->body);
 	api_exec_body_release(&r->exec);
 	if (r->has_res)
 		sandbox_exec_result_release(&r->res);
+	if (r->has_execution)
+		free(r->execution.code);
 	/* the reply was sent (or never will be): its budget goes back */
 	sandbox_output_release(srv->svc, &r->hold);
 	free(r->out_body);
@@ -1180,11 +837,8 @@ static void req_free(struct req *r)
 	pthread_mutex_lock(&srv->lock);
 	free_srv = --srv->live_reqs == 0 && srv->released;
 	pthread_mutex_unlock(&srv->lock);
-	if (free_srv) {
-		pthread_mutex_destroy(&srv->lock);
-		pthread_cond_destroy(&srv->idle);
-		free(srv);
-	}
+	if (free_srv)
+		server_free(srv);
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
@@ -1199,15 +853,16 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	*con_cls = NULL;
 	pthread_mutex_lock(&srv->lock);
 	if (r->state == EXEC_SUSPENDED)
-		list_remove(srv, r);
+		api_parked_remove(srv, r);
 	if (r->state == EXEC_RUNNING || r->state == EXEC_SUSPENDED)
 		r->state = EXEC_ABORTED; /* the late callback only drops its ref */
+	api_conn_rearm(c);		 /* the next request on this connection starts now */
 	free_now = --r->refs == 0;
 	srv->inflight--;
 	pthread_cond_broadcast(&srv->idle);
 	pthread_mutex_unlock(&srv->lock);
 	if (free_now)
-		req_free(r);
+		api_req_free(r);
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap)
@@ -1276,21 +931,33 @@ struct api_server *api_server_start(struct sandbox_svc *svc, struct sbx_error *e
 	srv->listen_fd = MHD_INVALID_SOCKET;
 	pthread_mutex_init(&srv->lock, NULL);
 	pthread_cond_init(&srv->idle, NULL);
+	srv->pool = api_workpool_new(cfg->http_work_threads, cfg->http_work_queue);
+	srv->per_account = api_inflight_new();
+	if (!srv->pool || !srv->per_account) {
+		sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+		server_free(srv);
+		return NULL;
+	}
+	srv->conns = api_conns_new(cfg->http_receive_timeout_ms, err);
+	if (!srv->conns) {
+		server_free(srv);
+		return NULL;
+	}
 
 	srv->daemon = MHD_start_daemon(
 	    MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
 		MHD_USE_ITC,
 	    ntohs(sa.sin_port), NULL, NULL, handler, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv,
 	    MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)&sa, MHD_OPTION_THREAD_POOL_SIZE,
-	    threads, MHD_OPTION_CONNECTION_LIMIT, (unsigned)API_CONNECTION_LIMIT,
+	    threads, MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->http_max_connections,
+	    MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->http_connections_per_ip,
 	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)API_IDLE_TIMEOUT_S,
-	    MHD_OPTION_NOTIFY_COMPLETED, completed, srv, MHD_OPTION_END);
+	    MHD_OPTION_NOTIFY_CONNECTION, api_conn_notify, srv->conns, MHD_OPTION_NOTIFY_COMPLETED,
+	    completed, srv, MHD_OPTION_END);
 	if (!srv->daemon) {
 		sbx_error_set(err, SBX_E_INTERNAL, "listen", "cannot listen on '%s': %s",
 			      cfg->listen, strerror(errno));
-		pthread_mutex_destroy(&srv->lock);
-		pthread_cond_destroy(&srv->idle);
-		free(srv);
+		server_free(srv);
 		return NULL;
 	}
 	info = MHD_get_daemon_info(srv->daemon, MHD_DAEMON_INFO_BIND_PORT);
@@ -1349,9 +1016,14 @@ void api_server_stop(struct api_server *srv)
 		return;
 	pthread_mutex_lock(&srv->lock);
 	srv->stopping = true;
+	pthread_mutex_unlock(&srv->lock);
+	/* Long requests still waiting for a pool thread never start: they
+	 * answer 503 (async_job, cancelled). */
+	api_workpool_stop(srv->pool);
+	pthread_mutex_lock(&srv->lock);
 	while (srv->suspended) {
 		struct req *r = srv->suspended;
-		list_remove(srv, r);
+		api_parked_remove(srv, r);
 		r->state = EXEC_ABORTED;
 		MHD_resume_connection(r->conn);
 		n++;
@@ -1361,14 +1033,15 @@ void api_server_stop(struct api_server *srv)
 		sbx_warn(MOD, "answered %d running exec(s) with 503 at shutdown", n);
 	/* Let the 503s (and anything else in flight) go out. */
 	api_server_drain(srv, 2000);
-	/* Create/DELETE threads still use the service, which the caller frees
-	 * next: wait for them (a boot ends by boot_timeout_ms). */
-	pthread_mutex_lock(&srv->lock);
-	while (srv->async_threads > 0)
-		pthread_cond_wait(&srv->idle, &srv->lock);
-	pthread_mutex_unlock(&srv->lock);
+	/* Running creates, DELETEs and executions still use the service,
+	 * which the caller frees next: wait for them (a boot ends by
+	 * boot_timeout_ms, an execution by its timeout). */
+	api_workpool_free(srv->pool);
+	srv->pool = NULL;
 	MHD_stop_daemon(srv->daemon);
 	srv->daemon = NULL;
+	api_conns_free(srv->conns); /* MHD told it of every close */
+	srv->conns = NULL;
 	if (srv->listen_fd != MHD_INVALID_SOCKET)
 		close(srv->listen_fd);
 	srv->listen_fd = MHD_INVALID_SOCKET;
@@ -1376,9 +1049,6 @@ void api_server_stop(struct api_server *srv)
 	srv->released = true;
 	free_srv = srv->live_reqs == 0;
 	pthread_mutex_unlock(&srv->lock);
-	if (free_srv) {
-		pthread_mutex_destroy(&srv->lock);
-		pthread_cond_destroy(&srv->idle);
-		free(srv);
-	}
+	if (free_srv)
+		server_free(srv);
 }

@@ -734,6 +734,18 @@ struct json_object *api_limits_encode_stats(const struct sandbox_config *cfg,
 			       json_object_new_int(cfg->max_sandboxes_per_account));
 	json_object_object_add(o, "execs_per_sandbox",
 			       json_object_new_int(cfg->max_execs_per_sandbox));
+	json_object_object_add(o, "creates_in_flight_per_account",
+			       json_object_new_int(cfg->max_creates_in_flight_per_account));
+	json_object_object_add(o, "deletes_in_flight_per_account",
+			       json_object_new_int(cfg->max_deletes_in_flight_per_account));
+	json_object_object_add(o, "executions_in_flight_per_account",
+			       json_object_new_int(cfg->max_executions_in_flight_per_account));
+	json_object_object_add(o, "execs_in_flight_per_account",
+			       json_object_new_int(cfg->max_execs_in_flight_per_account));
+	json_object_object_add(o, "connections_per_ip",
+			       json_object_new_int(cfg->http_connections_per_ip));
+	json_object_object_add(o, "request_receive_timeout_ms",
+			       json_object_new_int64(cfg->http_receive_timeout_ms));
 	json_object_object_add(t, "default", json_object_new_int(cfg->default_timeout_minutes));
 	json_object_object_add(t, "max", json_object_new_int(cfg->max_timeout_minutes));
 	json_object_object_add(o, "timeout_minutes", t);

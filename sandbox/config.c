@@ -2,6 +2,7 @@
  * docs/configuration.md). */
 #include "sandbox.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -72,6 +73,17 @@ void sandbox_config_defaults(struct sandbox_config *cfg)
 
 	cfg->destroy_on_exit = false;
 	cfg->http_threads = 4;
+	cfg->http_work_threads = 32;
+	cfg->http_work_queue = 64;
+	/* Well below the connection limit: one account's parked requests
+	 * (4 + 8 + 4 + 32) cannot take the host's 1024 connections. */
+	cfg->max_creates_in_flight_per_account = 4;
+	cfg->max_deletes_in_flight_per_account = 8;
+	cfg->max_executions_in_flight_per_account = 4;
+	cfg->max_execs_in_flight_per_account = 32;
+	cfg->http_max_connections = 1024;
+	cfg->http_connections_per_ip = 64;
+	cfg->http_receive_timeout_ms = 30000;
 	cfg->liveness_interval_ms = 5000;
 	cfg->liveness_misses = 3;
 	cfg->execution_price_micro_per_second = 40;
@@ -250,5 +262,43 @@ int sandbox_config_validate(const struct sandbox_config *cfg, struct sbx_error *
 	if (cfg->http_threads < 1 || cfg->http_threads > 256)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "http_threads",
 				     "http_threads must be 1..256");
+	if (cfg->http_work_threads < 1 || cfg->http_work_threads > 1024)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "http_work_threads",
+				     "http_work_threads must be 1..1024");
+	if (cfg->http_max_connections < 16 || cfg->http_max_connections > 65536)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "http_max_connections",
+				     "http_max_connections must be 16..65536");
+	if (cfg->http_connections_per_ip < 0 || cfg->http_connections_per_ip > 65536)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "http_connections_per_ip",
+				     "http_connections_per_ip must be 0 (no limit) ..65536");
+	if (cfg->http_receive_timeout_ms < 100 || cfg->http_receive_timeout_ms > 3600000)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "http_receive_timeout_ms",
+				     "http_receive_timeout_ms must be 100..3600000");
+	if (cfg->http_work_queue < 0 || cfg->http_work_queue > 65536)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "http_work_queue",
+				     "http_work_queue must be 0..65536");
+	{
+		static const struct {
+			const char *key;
+			size_t off;
+		} caps[] = {
+		    {"max_creates_in_flight_per_account",
+		     offsetof(struct sandbox_config, max_creates_in_flight_per_account)},
+		    {"max_deletes_in_flight_per_account",
+		     offsetof(struct sandbox_config, max_deletes_in_flight_per_account)},
+		    {"max_executions_in_flight_per_account",
+		     offsetof(struct sandbox_config, max_executions_in_flight_per_account)},
+		    {"max_execs_in_flight_per_account",
+		     offsetof(struct sandbox_config, max_execs_in_flight_per_account)},
+		};
+
+		for (size_t i = 0; i < SBX_ARRAY_SIZE(caps); i++) {
+			int v = *(const int *)((const char *)cfg + caps[i].off);
+
+			if (v < 1 || v > 65536)
+				return sbx_error_set(err, SBX_E_INVALID_REQUEST, caps[i].key,
+						     "%s must be 1..65536", caps[i].key);
+		}
+	}
 	return 0;
 }

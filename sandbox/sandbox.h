@@ -97,6 +97,25 @@ struct sandbox_config {
 	 * mode. Billing still prices real elapsed time. */
 	uint32_t test_minute_ms;
 	int http_threads; /* libmicrohttpd thread pool size */
+	/* Long requests (create, DELETE, executions) run on a bounded pool of
+	 * http_work_threads threads while their connection is parked; at most
+	 * http_work_queue more wait for one (503 beyond). Per account, at most
+	 * max_*_in_flight_per_account requests of each kind are in flight at
+	 * once (429 rate_limited beyond): docs/api.md "Fair share". */
+	int http_work_threads;			  /* 32 */
+	int http_work_queue;			  /* 64 */
+	int max_creates_in_flight_per_account;	  /* 4 */
+	int max_deletes_in_flight_per_account;	  /* 8 */
+	int max_executions_in_flight_per_account; /* 4 */
+	int max_execs_in_flight_per_account;	  /* 32 */
+	/* Connections (docs/api.md "Connections"): at most http_max_connections
+	 * in all and http_connections_per_ip from one client address (0 = no
+	 * per-address limit); a connection that has not delivered a whole
+	 * request (headers and body) http_receive_timeout_ms after it was
+	 * accepted or sent its previous reply is closed. */
+	int http_max_connections;	  /* 1024 */
+	int http_connections_per_ip;	  /* 64 */
+	uint32_t http_receive_timeout_ms; /* 30000 */
 
 	/* One-shot executions (docs/executions.md). */
 	char execution_runner[16];		   /* "" = auto | libvirt | dev-process | mock */

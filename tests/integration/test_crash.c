@@ -25,6 +25,7 @@
 
 #define BASE_CFG                                                                                   \
 	"\"max_concurrent_boots\": 2, \"liveness_interval_ms\": 1000, \"liveness_misses\": 3, "    \
+	"\"max_creates_in_flight_per_account\": 10, "                                              \
 	"\"sizes\": {\"small\": {\"vcpus\": 1, \"memory_mib\": 256, \"disk_gib\": 1, "             \
 	"\"price_micro_usd_per_hour\": 90000}}"
 

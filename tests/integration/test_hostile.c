@@ -223,6 +223,7 @@ static int setup(void **state)
 	if (daemon_config_full(&d,
 			       "\"test_hostile_guests\": true, \"exec_backstop_grace_ms\": 2000, "
 			       "\"liveness_interval_ms\": 0, \"output_budget_account_mib\": 110, "
+			       "\"disk_overcommit\": 16, "
 			       "\"destroy_on_exit\": true") < 0) {
 		fprintf(stderr, "the full image is not built (make image-full)\n");
 		return -1;

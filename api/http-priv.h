@@ -1,0 +1,179 @@
+/* api/http-priv.h: what the files of the HTTP server (api/http*.c) share:
+ * the server and request structs, the reply helpers and the entry points of
+ * each use case's file. Not for other modules.
+ *
+ * Locking: srv->lock guards the server's counters, the list of suspended
+ * requests and every request's exec state (state, result, refs). It is
+ * held around MHD_suspend_connection/MHD_resume_connection so that a
+ * completion never resumes a connection that is not (yet) suspended. */
+#ifndef SBX_API_HTTP_PRIV_H
+#define SBX_API_HTTP_PRIV_H
+
+#include <pthread.h>
+#include <stdbool.h>
+
+#include <microhttpd.h>
+
+#include "api-priv.h"
+#include "reqctx.h"
+
+enum route {
+	R_NONE,
+	R_SANDBOXES,   /* /v1/sandboxes */
+	R_SANDBOX,     /* /v1/sandboxes/{id} */
+	R_EXEC,	       /* /v1/sandboxes/{id}/exec */
+	R_EXTEND,      /* /v1/sandboxes/{id}/extend */
+	R_USAGE,       /* /v1/usage */
+	R_LIMITS,      /* /v1/limits */
+	R_KEYS,	       /* /v1/api_keys */
+	R_KEY,	       /* /v1/api_keys/{id} */
+	R_EXECUTIONS,  /* /v1/sandbox/executions */
+	R_EXECUTION,   /* /v1/sandbox/executions/{id} */
+	R_RECEIPT,     /* /v1/receipts/{id} */
+	R_RECEIPT_KEY, /* /v1/receipts/public-key */
+};
+
+enum exec_state {
+	EXEC_NONE,	/* no exec started */
+	EXEC_RUNNING,	/* started, connection not suspended (yet) */
+	EXEC_SUSPENDED, /* connection suspended, waiting for the callback */
+	EXEC_DONE,	/* callback ran: res or exec_err holds the outcome */
+	EXEC_ABORTED,	/* the server is stopping: answered 503 */
+};
+
+struct api_server {
+	struct sandbox_svc *svc;
+	const struct sandbox_config *cfg;
+	struct MHD_Daemon *daemon;
+	unsigned port;
+	MHD_socket listen_fd; /* owned after quiesce */
+	bool quiesced;
+
+	pthread_mutex_t lock;
+	pthread_cond_t idle;
+	int inflight;  /* requests received and not yet completed */
+	int live_reqs; /* struct req alive (some may wait on a late exec callback) */
+	bool stopping;
+	bool released; /* api_server_stop returned: the last req frees srv */
+	struct req *suspended;
+
+	struct api_conns *conns;	  /* receive deadlines (http_conn.c) */
+	struct api_workpool *pool;	  /* runs create, DELETE, executions */
+	struct api_inflight *per_account; /* their counts (and execs') per account */
+};
+
+struct req {
+	struct api_server *srv;
+	struct MHD_Connection *conn;
+	enum route route;
+	char id[SANDBOX_ID_MAX];
+	char account_id[SANDBOX_ID_MAX];
+	char scopes[SANDBOX_SCOPES_MAX];     /* the key's, on the key routes */
+	char request_id[API_REQUEST_ID_MAX]; /* X-Request-Id, api/reqctx.h */
+	struct sbx_buf body;
+	bool too_large;
+	uint64_t body_bytes; /* of the body, read so far (kept or dropped) */
+	/* Refused from its headers: the answer, sent once the body is in
+	 * (http.c, reject). */
+	bool rejected;
+	struct sbx_error reject;
+	const char *reject_allow; /* the Allow header of a 405 (static), or NULL */
+
+	/* exec; guarded by srv->lock from the moment the exec starts */
+	struct api_exec_body exec;
+	enum exec_state state;
+	struct sandbox_exec_result res; /* buffers owned when has_res */
+	bool has_res;
+	struct sbx_error exec_err;
+	struct sandbox_output_hold hold; /* the reply's output budget, until api_req_free */
+	int refs;			 /* MHD's (until completed) + the exec callback's */
+
+	/* The per-account count this request holds until its work ends
+	 * (enum api_inflight_kind), or -1. */
+	int slot;
+
+	/* create, DELETE and executions take seconds (a boot, a domain
+	 * destroy, a program): they run on srv->pool (async_job) and leave
+	 * the answer here. */
+	bool is_async;
+	struct api_create_body create;
+	struct api_execution_body execution; /* code owned when has_execution */
+	bool has_execution;
+	char idem_key[256];
+	bool has_idem_key;
+	int op_rc; /* 0, or -1 with exec_err */
+	unsigned out_status;
+	char *out_body;
+	size_t out_len;
+	bool out_replayed;
+	struct req *prev, *next;
+};
+
+/* ---------------------------------------------------------- api/http.c */
+
+/* Queue a JSON reply (takes `o`; NULL answers 500 out of memory), with
+ * Retry-After when retry_after_s > 0 and Allow when `allow` is set. */
+enum MHD_Result api_reply_json(struct MHD_Connection *c, unsigned status, struct json_object *o,
+			       int retry_after_s, const char *allow);
+/* The error reply of err (its status, type and message; 5xx detail logged). */
+enum MHD_Result api_reply_error(struct MHD_Connection *c, const struct sbx_error *err);
+enum MHD_Result api_reply_error_allow(struct MHD_Connection *c, const struct sbx_error *err,
+				      const char *allow);
+enum MHD_Result api_reply_new_error(struct MHD_Connection *c, enum sbx_code code, const char *param,
+				    const char *msg);
+/* Free a request once its last reference is gone. */
+void api_req_free(struct req *r);
+/* Park a request's connection until its work finishes (exec, create,
+ * DELETE): no worker thread waits meanwhile. Call with srv->lock held,
+ * state EXEC_RUNNING. */
+void api_park_locked(struct api_server *srv, struct req *r);
+/* The work of a running or parked request finished: wake its connection
+ * (MHD calls the handler again) if it was parked. srv->lock held. */
+void api_finish_locked(struct api_server *srv, struct req *r);
+/* Take a request off the list of parked ones. srv->lock held. */
+void api_parked_remove(struct api_server *srv, struct req *r);
+/* Count r against its account's cap of `kind` (the config's
+ * max_*_in_flight_per_account) until api_req_slot_put. 0, or -1 with 429
+ * rate_limited (Retry-After) when the account is at the cap. */
+int api_req_slot_take(struct req *r, enum api_inflight_kind kind, struct sbx_error *err);
+/* Give r's count back (no-op when it holds none). Any thread. */
+void api_req_slot_put(struct req *r);
+
+/* ----------------------------------------------------- api/http_exec.c */
+
+/* POST /v1/sandboxes/{id}/exec: start the command and park the connection. */
+enum MHD_Result api_exec_handle(struct req *r);
+/* The reply of a finished (or aborted) exec, when MHD calls again. */
+enum MHD_Result api_exec_answer(struct req *r);
+
+/* ----------------------------------------------------- api/http_conn.c */
+
+/* The receive deadlines of the server's connections: a thread shuts down
+ * every connection that has not delivered a whole request within
+ * timeout_ms of being accepted or of sending its previous reply. */
+struct api_conns;
+struct api_conns *api_conns_new(uint32_t timeout_ms, struct sbx_error *err);
+/* Stop the sweeper and free; after MHD_stop_daemon. NULL is a no-op. */
+void api_conns_free(struct api_conns *t);
+/* MHD_OPTION_NOTIFY_CONNECTION with the table as cls. */
+void api_conn_notify(void *cls, struct MHD_Connection *c, void **socket_context,
+		     enum MHD_ConnectionNotificationCode toe);
+/* The request on c is in (or answered): its deadline stops. */
+void api_conn_received(struct MHD_Connection *c);
+/* The reply on c went out: the next request's window starts now. */
+void api_conn_rearm(struct MHD_Connection *c);
+
+/* ---------------------------------------------------- api/http_async.c */
+
+/* POST /v1/sandboxes: decode, then api_async_run. */
+enum MHD_Result api_create_handle(struct req *r);
+/* POST /v1/sandbox/executions: decode, then api_async_run. */
+enum MHD_Result api_execution_handle(struct req *r);
+/* Count r against its account's cap for its route, queue its create,
+ * DELETE or execution on srv->pool and park the connection. 429 at the
+ * cap, 503 when the pool's queue is full or the server stops. */
+enum MHD_Result api_async_run(struct req *r);
+/* The reply of a finished (or aborted) create/DELETE/execution. */
+enum MHD_Result api_async_answer(struct req *r);
+
+#endif
