@@ -20,6 +20,10 @@
  * a second store on the daemon's file. And, for the record, the old
  * balance query (SUM over the account's ledger) on the big account.
  *
+ * SBX_BENCH_CONFIG: extra members of the daemon's JSON config (e.g.
+ * '"http_threads": 2'); SBX_BENCH_ONLY: run only the routes whose name
+ * contains it (the /v1/limits ceiling always runs).
+ *
  * Environment: SBX_BIN, SBX_TEST_IMAGE_DIR, the knobs above. Needs wrk
  * (scripts/deps.sh bench). Prints figures; never fails on timing. */
 #include <pthread.h>
@@ -310,7 +314,8 @@ int main(void)
 	}
 	if (fl.sandboxes * 3 + 1 > fl.ledger_rows)
 		fl.sandboxes = (fl.ledger_rows - 1) / 3;
-	daemon_config(&d, "");
+	const char *extra = getenv("SBX_BENCH_CONFIG"), *only = getenv("SBX_BENCH_ONLY");
+	daemon_config(&d, extra ? extra : "");
 	unlink(d.db);
 	t0 = now_us();
 	fill_db(&fl, sbx_wall_ms());
@@ -323,9 +328,14 @@ int main(void)
 		daemon_kill9(&d);
 		return 1;
 	}
+	printf("daemon pid %d\n", (int)d.pid);
 	printf("\nwrk -t2 -c%d -d%ds --latency, loopback, one route at a time\n", conns, seconds);
 	printf("%-40s %10s %9s %9s %9s\n", "route", "req/s", "p50 ms", "p99 ms", "% limits");
+	if (extra && *extra)
+		printf("daemon config: %s\n", extra);
 	for (size_t i = 0; i < SBX_ARRAY_SIZE(routes); i++) {
+		if (i > 0 && only && *only && !strstr(routes[i].name, only))
+			continue;
 		if (wrk_run(routes[i].path, routes[i].key, seconds, conns, &res[i]) < 0) {
 			printf("%-40s wrk failed\n", routes[i].name);
 			continue;
