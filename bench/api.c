@@ -22,7 +22,11 @@
  *
  * SBX_BENCH_CONFIG: extra members of the daemon's JSON config (e.g.
  * '"http_threads": 2'); SBX_BENCH_ONLY: run only the routes whose name
- * contains it (the /v1/limits ceiling always runs).
+ * contains it (the /v1/limits ceiling always runs); SBX_BENCH_FILL_CACHE:
+ * a file that keeps the filled database between runs (copied in instead of
+ * filling when it exists, written after a fill otherwise; delete it when
+ * the fill knobs change or it grows old: its sandboxes end relative to the
+ * day it was filled).
  *
  * Environment: SBX_BIN, SBX_TEST_IMAGE_DIR, the knobs above. Needs wrk
  * (scripts/deps.sh bench). Prints figures; never fails on timing. */
@@ -317,11 +321,22 @@ int main(void)
 	const char *extra = getenv("SBX_BENCH_CONFIG"), *only = getenv("SBX_BENCH_ONLY");
 	daemon_config(&d, extra ? extra : "");
 	unlink(d.db);
+	const char *cache = getenv("SBX_BENCH_FILL_CACHE");
 	t0 = now_us();
-	fill_db(&fl, sbx_wall_ms());
-	printf("filled: big account %d ledger rows, %d ended sandboxes over 90 days; %d quiet "
-	       "accounts; %.1f s (rollups rebuilt)\n",
-	       fl.ledger_rows, fl.sandboxes, fl.accounts, (double)(now_us() - t0) / 1e6);
+	if (cache && *cache && access(cache, R_OK) == 0) {
+		snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", cache, d.db);
+		must(run_cmd(cmd) == 0, "copying SBX_BENCH_FILL_CACHE", NULL);
+		printf("filled: copied from %s (filled earlier)\n", cache);
+	} else {
+		fill_db(&fl, sbx_wall_ms());
+		printf("filled: big account %d ledger rows, %d ended sandboxes over 90 days; %d "
+		       "quiet accounts; %.1f s (rollups rebuilt)\n",
+		       fl.ledger_rows, fl.sandboxes, fl.accounts, (double)(now_us() - t0) / 1e6);
+		if (cache && *cache) {
+			snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", d.db, cache);
+			must(run_cmd(cmd) == 0, "writing SBX_BENCH_FILL_CACHE", NULL);
+		}
+	}
 	printf("old balance query (SUM over the ledger), big account: %.1f ms\n", old_balance_ms());
 	if (daemon_start(&d) < 0) {
 		fprintf(stderr, "bench/api: the daemon did not start\n");
