@@ -237,9 +237,9 @@ static int usage_range(struct store *s, sqlite3_stmt *q, const char *account_id,
 static int usage_ranges(struct store *s, const char *account_id, int64_t from, int64_t to,
 			int64_t step, struct usage_rows *rows, struct sbx_error *err)
 {
-	_cleanup_stmt_ sqlite3_stmt *q = NULL;
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
 
-	if (store_prepare(
+	if (store_prepare_cached(
 		s,
 		"SELECT start_ms, size, seconds, cost_micro FROM usage_rollups"
 		" WHERE account_id = ?1 AND grain = ?2 AND start_ms >= ?3 AND start_ms < ?4"
@@ -285,10 +285,12 @@ int store_usage_read(struct store *s, const char *account_id, int64_t from_ms, i
 				     "a usage period must be whole UTC hours (days for daily "
 				     "buckets), 'to' after 'from'");
 	STORE_READ(s);
-	if (store_exec(s, "BEGIN", err) < 0)
+	if (store_exec_cached(s, "BEGIN", err) < 0)
 		return -1;
 	int rc = usage_ranges(s, account_id, from_ms, to_ms, step_ms, &rows, err);
-	store_tx_rollback(s);
+	/* A read transaction: COMMIT only ends it. */
+	if (store_exec_cached(s, "COMMIT", NULL) < 0)
+		store_tx_rollback(s);
 	if (rc < 0) {
 		free(rows.v);
 		return -1;
