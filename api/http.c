@@ -321,8 +321,9 @@ static bool bearer_token(const char *h, char out[API_TOKEN_MAX + 1])
 	return true;
 }
 
+/* One key lookup per request: the account and the key's scopes. */
 static int authenticate(struct api_server *srv, struct MHD_Connection *c, char *account_id,
-			struct sbx_error *err)
+			char scopes[128], struct sbx_error *err)
 {
 	const char *h =
 	    MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
@@ -330,7 +331,8 @@ static int authenticate(struct api_server *srv, struct MHD_Connection *c, char *
 	struct sbx_error e;
 
 	sbx_error_clear(&e);
-	if (bearer_token(h, token) && sandbox_authenticate(srv->svc, token, account_id, &e) == 0)
+	if (bearer_token(h, token) &&
+	    sandbox_authenticate_scopes(srv->svc, token, account_id, scopes, &e) == 0)
 		return 0;
 	if (e.code != SBX_OK && e.code != SBX_E_AUTHENTICATION) {
 		*err = e; /* the store failed: not the tenant's fault */
@@ -341,17 +343,10 @@ static int authenticate(struct api_server *srv, struct MHD_Connection *c, char *
 			     "aas_sk_...' with a valid, unrevoked key");
 }
 
-/* The key's scopes must include `scope` (403 permission_error). */
-static int require_scope(struct api_server *srv, struct MHD_Connection *c, const char *scope,
-			 struct sbx_error *err)
+/* The key's scopes (from authenticate) must include `scope` (403
+ * permission_error). */
+static int require_scope(const char *scopes, const char *scope, struct sbx_error *err)
 {
-	const char *h =
-	    MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-	char token[API_TOKEN_MAX + 1], account[SANDBOX_ID_MAX], scopes[128];
-
-	if (!bearer_token(h, token) ||
-	    sandbox_authenticate_scopes(srv->svc, token, account, scopes, err) < 0)
-		return -1;
 	if (!sandbox_scopes_have(scopes, scope))
 		return sbx_error_set(err, SBX_E_PERMISSION, NULL,
 				     "this API key lacks the '%s' scope; create a key with "
@@ -1051,6 +1046,7 @@ static enum MHD_Result request_begin(struct api_server *srv, struct MHD_Connecti
 {
 	struct req *r = calloc(1, sizeof(*r));
 	struct sbx_error err;
+	char scopes[128] = "";
 	const char *cl;
 
 	if (!r)
@@ -1084,10 +1080,10 @@ static enum MHD_Result request_begin(struct api_server *srv, struct MHD_Connecti
 			      "method not allowed here; use %s", route_allow(r->route));
 		return reply_error_allow(c, &err, route_allow(r->route));
 	}
-	if (r->route != R_LIMITS && authenticate(srv, c, r->account_id, &err) < 0)
+	if (r->route != R_LIMITS && authenticate(srv, c, r->account_id, scopes, &err) < 0)
 		return reply_error(c, &err);
 	if ((r->route == R_EXECUTIONS || r->route == R_EXECUTION) &&
-	    require_scope(srv, c, "sandboxes", &err) < 0)
+	    require_scope(scopes, "sandboxes", &err) < 0)
 		return reply_error(c, &err);
 	cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
 	if (cl) {

@@ -365,8 +365,9 @@ const struct sandbox_config *sandbox_svc_config(const struct sandbox_svc *svc)
 
 #define KEY_PREFIX "aas_sk_"
 
-int sandbox_authenticate(struct sandbox_svc *svc, const char *token,
-			 char account_id[SANDBOX_ID_MAX], struct sbx_error *err)
+int sandbox_authenticate_scopes(struct sandbox_svc *svc, const char *token,
+				char account_id[SANDBOX_ID_MAX], char scopes[128],
+				struct sbx_error *err)
 {
 	struct store_key key;
 	char digest[65];
@@ -385,7 +386,15 @@ int sandbox_authenticate(struct sandbox_svc *svc, const char *token,
 		return -1;
 	}
 	snprintf(account_id, SANDBOX_ID_MAX, "%s", key.account_id);
+	if (scopes)
+		snprintf(scopes, 128, "%s", key.scopes);
 	return 0;
+}
+
+int sandbox_authenticate(struct sandbox_svc *svc, const char *token,
+			 char account_id[SANDBOX_ID_MAX], struct sbx_error *err)
+{
+	return sandbox_authenticate_scopes(svc, token, account_id, NULL, err);
 }
 
 static void key_from_store(const struct store_key *k, struct sandbox_key *out)

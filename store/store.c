@@ -796,8 +796,8 @@ int store_key_find(struct store *s, const char *digest_hex, struct store_key *ke
 	_cleanup_reset_ sqlite3_stmt *q = NULL;
 	if (store_prepare_cached(
 		s,
-		"SELECT id, account_id, prefix, created_at_ms, revoked_at_ms, digest"
-		" FROM api_keys WHERE digest = ?1",
+		"SELECT id, account_id, prefix, created_at_ms, revoked_at_ms, digest,"
+		" scopes FROM api_keys WHERE digest = ?1",
 		&q, err) < 0)
 		return -1;
 	store_bind_text(q, 1, digest_hex);
@@ -811,6 +811,7 @@ int store_key_find(struct store *s, const char *digest_hex, struct store_key *ke
 				     "invalid api key; pass a valid key as 'Bearer aas_sk_...'");
 	struct store_key k;
 	store_key_from_stmt(q, &k);
+	store_copy_col(k.scopes, sizeof k.scopes, q, 6);
 	if (k.revoked_at_ms != 0)
 		return sbx_error_set(err, SBX_E_AUTHENTICATION, NULL,
 				     "this api key has been revoked; use another key");

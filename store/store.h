@@ -71,19 +71,23 @@ int store_credit_add(struct store *s, const char *account_id, int64_t amount_mic
 int store_account_list(struct store *s, struct store_account **out, size_t *n,
 		       struct sbx_error *err);
 
+#define STORE_SCOPES_MAX 128 /* bytes of a key's scopes, with the NUL */
+
 struct store_key {
 	char id[STORE_ID_MAX]; /* "key_" + 24 hex, not a secret */
 	char account_id[STORE_ID_MAX];
 	char prefix[24]; /* first characters of the secret, for display */
 	int64_t created_at_ms;
-	int64_t revoked_at_ms; /* 0 while valid */
+	int64_t revoked_at_ms;	       /* 0 while valid */
+	char scopes[STORE_SCOPES_MAX]; /* space-separated; filled by store_key_find only */
 };
 
 /* Store a key by its SHA-256 digest (64 hex). */
 int store_key_insert(struct store *s, const struct store_key *key, const char *digest_hex,
 		     struct sbx_error *err);
 /* The key whose digest matches (compared in constant time against the
- * stored digest), valid and not revoked; SBX_E_AUTHENTICATION otherwise. */
+ * stored digest), valid and not revoked, with its scopes: one indexed
+ * lookup on a read connection. SBX_E_AUTHENTICATION otherwise. */
 int store_key_find(struct store *s, const char *digest_hex, struct store_key *key,
 		   struct sbx_error *err);
 /* Revoke; account_id NULL means any account (admin). SBX_E_NOT_FOUND. */
@@ -395,7 +399,6 @@ int store_receipt_get(struct store *s, const char *account_id, const char *id, c
 		      char **hash, char **signature, char **signer, struct sbx_error *err);
 
 /* API key scopes: a space-separated list ("sandboxes"). */
-#define STORE_SCOPES_MAX 128
 int store_key_scopes_get(struct store *s, const char *key_id, char out[STORE_SCOPES_MAX],
 			 struct sbx_error *err);
 /* SBX_E_NOT_FOUND for an unknown key, SBX_E_INVALID_REQUEST when too long. */

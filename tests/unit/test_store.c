@@ -298,6 +298,13 @@ static void test_accounts_and_keys(void **state)
 	assert_string_equal(found.id, "key_000000000000000000000001");
 	assert_string_equal(found.account_id, f->a.id);
 	assert_string_equal(found.prefix, "aas_sk_0123");
+	/* The same lookup returns the key's scopes (authentication reads
+	 * them once per request): the default, then what was set. */
+	assert_string_equal(found.scopes, "sandboxes");
+	assert_int_equal(store_key_scopes_set(f->s, found.id, "", &err), 0);
+	assert_int_equal(store_key_find(f->s, digest, &found, &err), 0);
+	assert_string_equal(found.scopes, "");
+	assert_int_equal(store_key_scopes_set(f->s, found.id, "sandboxes", &err), 0);
 	char unknown[65];
 	sbx_sha256_hex("nobody", 6, unknown);
 	assert_int_equal(store_key_find(f->s, unknown, &found, &err), -1);
