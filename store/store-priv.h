@@ -92,6 +92,17 @@ void store_copy_col(char *dst, size_t dstlen, sqlite3_stmt *stmt, int col);
 int store_available(struct store *s, const char *account_id, int64_t *available,
 		    struct sbx_error *err);
 
+/* The reading halves of store_balance_get, store_sandbox_count_live and
+ * the running list, for a caller that holds a connection (STORE_READ) and
+ * may have opened a read transaction on it: the usage snapshot. The
+ * running list is every 'running' sandbox of the account, newest first
+ * (bounded by the account's live cap); *out malloc'd, NULL when none. */
+int store_balance_locked(struct store *s, const char *account_id, struct store_balance *out,
+			 struct sbx_error *err);
+int store_count_live_locked(struct store *s, const char *account_id, int *n, struct sbx_error *err);
+int store_sandbox_list_running_locked(struct store *s, const char *account_id,
+				      struct store_sandbox **out, size_t *n, struct sbx_error *err);
+
 /* Usage rollups (usage.c). Inside the open write transaction that ends
  * `row` (still as it was read, RUNNING) at ended_at_ms with its final
  * charge: add its billed seconds and charge to the hour, day and month

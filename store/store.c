@@ -949,8 +949,7 @@ int store_available(struct store *s, const char *account_id, int64_t *available,
 	return 0;
 }
 
-static int store_count_live_locked(struct store *s, const char *account_id, int *n,
-				   struct sbx_error *err)
+int store_count_live_locked(struct store *s, const char *account_id, int *n, struct sbx_error *err)
 {
 	_cleanup_reset_ sqlite3_stmt *q = NULL;
 	if (store_prepare_cached(s,
@@ -1419,6 +1418,20 @@ int store_sandbox_list_overlapping(struct store *s, const char *account_id, int6
 			     err);
 }
 
+int store_sandbox_list_running_locked(struct store *s, const char *account_id,
+				      struct store_sandbox **out, size_t *n, struct sbx_error *err)
+{
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
+	if (store_prepare_cached(s,
+				 "SELECT " SBX_COLS " FROM sandboxes WHERE account_id = ?1"
+				 " AND status = 'running' ORDER BY requested_at_ms DESC, id DESC",
+				 &q, err) < 0)
+		return -1;
+	store_bind_text(q, 1, account_id);
+	return store_collect(s, q, sizeof **out, SIZE_MAX, store_sandbox_decode, (void **)out, n,
+			     err);
+}
+
 int store_sandbox_count_live(struct store *s, const char *account_id, int *n, struct sbx_error *err)
 {
 	STORE_READ(s);
@@ -1427,10 +1440,9 @@ int store_sandbox_count_live(struct store *s, const char *account_id, int *n, st
 
 /* --------------------------------------------------------------- ledger */
 
-int store_balance_get(struct store *s, const char *account_id, struct store_balance *out,
-		      struct sbx_error *err)
+int store_balance_locked(struct store *s, const char *account_id, struct store_balance *out,
+			 struct sbx_error *err)
 {
-	STORE_READ(s);
 	_cleanup_reset_ sqlite3_stmt *q = NULL;
 	if (store_prepare_cached(s,
 				 "SELECT credits_micro, holds_micro, releases_micro, charges_micro"
@@ -1452,6 +1464,13 @@ int store_balance_get(struct store *s, const char *account_id, struct store_bala
 	out->reserved_micro = holds - releases - charges;
 	out->available_micro = out->balance_micro - out->reserved_micro;
 	return 0;
+}
+
+int store_balance_get(struct store *s, const char *account_id, struct store_balance *out,
+		      struct sbx_error *err)
+{
+	STORE_READ(s);
+	return store_balance_locked(s, account_id, out, err);
 }
 
 /* Run an invariant query: every row it returns is a violation, described by
