@@ -263,8 +263,9 @@ static bool bearer_token(const char *h, char out[API_TOKEN_MAX + 1])
 	return true;
 }
 
+/* One key lookup per request: the account and the key's scopes. */
 static int authenticate(struct api_server *srv, struct MHD_Connection *c, char *account_id,
-			struct sbx_error *err)
+			char scopes[SANDBOX_SCOPES_MAX], struct sbx_error *err)
 {
 	const char *h =
 	    MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
@@ -272,7 +273,8 @@ static int authenticate(struct api_server *srv, struct MHD_Connection *c, char *
 	struct sbx_error e;
 
 	sbx_error_clear(&e);
-	if (bearer_token(h, token) && sandbox_authenticate(srv->svc, token, account_id, &e) == 0)
+	if (bearer_token(h, token) &&
+	    sandbox_authenticate_scopes(srv->svc, token, account_id, scopes, &e) == 0)
 		return 0;
 	if (e.code != SBX_OK && e.code != SBX_E_AUTHENTICATION) {
 		*err = e; /* the store failed: not the tenant's fault */
@@ -283,25 +285,15 @@ static int authenticate(struct api_server *srv, struct MHD_Connection *c, char *
 			     "aas_sk_...' with a valid, unrevoked key");
 }
 
-/* The key's scopes must include `scope` (403 permission_error); they are
- * copied to `out` when it is not NULL. */
-static int require_scope(struct api_server *srv, struct MHD_Connection *c, const char *scope,
-			 char out[SANDBOX_SCOPES_MAX], struct sbx_error *err)
+/* The key's scopes (from authenticate) must include `scope` (403
+ * permission_error). */
+static int require_scope(const char *scopes, const char *scope, struct sbx_error *err)
 {
-	const char *h =
-	    MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-	char token[API_TOKEN_MAX + 1], account[SANDBOX_ID_MAX], scopes[SANDBOX_SCOPES_MAX];
-
-	if (!bearer_token(h, token) ||
-	    sandbox_authenticate_scopes(srv->svc, token, account, scopes, err) < 0)
-		return -1;
 	if (!sandbox_scopes_have(scopes, scope))
 		return sbx_error_set(err, SBX_E_PERMISSION, NULL,
 				     "this API key lacks the '%s' scope; create a key with "
 				     "'admin create-key ACCOUNT --scope %s'",
 				     scope, scope);
-	if (out)
-		snprintf(out, SANDBOX_SCOPES_MAX, "%s", scopes);
 	return 0;
 }
 
@@ -728,13 +720,12 @@ static enum MHD_Result request_begin(struct api_server *srv, struct MHD_Connecti
 			      "method not allowed here; use %s", route_allow(r->route));
 		return reject(r, &err, route_allow(r->route));
 	}
-	if (r->route != R_LIMITS && authenticate(srv, c, r->account_id, &err) < 0)
+	if (r->route != R_LIMITS && authenticate(srv, c, r->account_id, r->scopes, &err) < 0)
 		return reject(r, &err, NULL);
 	if ((r->route == R_EXECUTIONS || r->route == R_EXECUTION) &&
-	    require_scope(srv, c, "sandboxes", NULL, &err) < 0)
+	    require_scope(r->scopes, "sandboxes", &err) < 0)
 		return reject(r, &err, NULL);
-	if ((r->route == R_KEYS || r->route == R_KEY) &&
-	    require_scope(srv, c, "keys", r->scopes, &err) < 0)
+	if ((r->route == R_KEYS || r->route == R_KEY) && require_scope(r->scopes, "keys", &err) < 0)
 		return reject(r, &err, NULL);
 	cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
 	if (cl) {

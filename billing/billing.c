@@ -142,6 +142,24 @@ int billing_settle(struct store *s, const char *sandbox_id, enum store_status st
 				 err);
 }
 
+/* Take accrued cost out of the balance and the reserve, as if settled. */
+static void billing_balance_add_accrued(struct store_balance *b, int64_t accrued)
+{
+	b->consumed_micro += accrued;
+	b->balance_micro -= accrued;
+	b->reserved_micro -= accrued;
+	b->available_micro = b->balance_micro - b->reserved_micro;
+}
+
+void billing_balance_accrue(struct store_balance *b, const struct store_sandbox *running, size_t n,
+			    int64_t now_ms)
+{
+	int64_t accrued = 0;
+	for (size_t i = 0; i < n; i++)
+		accrued = billing_add_sat(accrued, billing_cost_so_far(&running[i], now_ms));
+	billing_balance_add_accrued(b, accrued);
+}
+
 int billing_balance(struct store *s, const char *account_id, int64_t now_ms,
 		    struct store_balance *out, struct sbx_error *err)
 {
@@ -167,10 +185,7 @@ int billing_balance(struct store *s, const char *account_id, int64_t now_ms,
 			break;
 		snprintf(after, sizeof after, "%s", rows[n - 1].id);
 	}
-	b.consumed_micro += accrued;
-	b.balance_micro -= accrued;
-	b.reserved_micro -= accrued;
-	b.available_micro = b.balance_micro - b.reserved_micro;
+	billing_balance_add_accrued(&b, accrued);
 	*out = b;
 	return 0;
 }

@@ -52,5 +52,9 @@ int billing_settle(struct store *s, const char *sandbox_id, enum store_status st
  * balance and the reserve, as if settled now). */
 int billing_balance(struct store *s, const char *account_id, int64_t now_ms,
 		    struct store_balance *out, struct sbx_error *err);
+/* The same accrual applied to ledger totals `b` read together with the
+ * account's running sandboxes `running` (store_usage_snapshot). */
+void billing_balance_accrue(struct store_balance *b, const struct store_sandbox *running, size_t n,
+			    int64_t now_ms);
 
 #endif

@@ -194,22 +194,6 @@ bool sandbox_scopes_have(const char *scopes, const char *scope)
 	return false;
 }
 
-int sandbox_authenticate_scopes(struct sandbox_svc *svc, const char *token,
-				char account_id[SANDBOX_ID_MAX], char scopes[128],
-				struct sbx_error *err)
-{
-	struct store_key key;
-	char digest[65];
-	size_t len = token ? strlen(token) : 0;
-
-	if (sandbox_authenticate(svc, token, account_id, err) < 0)
-		return -1;
-	sbx_sha256_hex(token, len, digest);
-	if (store_key_find(svc->store, digest, &key, err) < 0)
-		return -1;
-	return store_key_scopes_get(svc->store, key.id, scopes, err);
-}
-
 /* The scopes there are, in their canonical order. */
 static const char *const known_scopes[] = {"sandboxes", "keys"};
 

@@ -379,8 +379,9 @@ const struct sandbox_config *sandbox_svc_config(const struct sandbox_svc *svc)
 
 #define KEY_PREFIX "aas_sk_"
 
-int sandbox_authenticate(struct sandbox_svc *svc, const char *token,
-			 char account_id[SANDBOX_ID_MAX], struct sbx_error *err)
+int sandbox_authenticate_scopes(struct sandbox_svc *svc, const char *token,
+				char account_id[SANDBOX_ID_MAX], char scopes[SANDBOX_SCOPES_MAX],
+				struct sbx_error *err)
 {
 	struct store_key key;
 	char digest[65];
@@ -399,7 +400,15 @@ int sandbox_authenticate(struct sandbox_svc *svc, const char *token,
 		return -1;
 	}
 	snprintf(account_id, SANDBOX_ID_MAX, "%s", key.account_id);
+	if (scopes)
+		snprintf(scopes, SANDBOX_SCOPES_MAX, "%s", key.scopes);
 	return 0;
+}
+
+int sandbox_authenticate(struct sandbox_svc *svc, const char *token,
+			 char account_id[SANDBOX_ID_MAX], struct sbx_error *err)
+{
+	return sandbox_authenticate_scopes(svc, token, account_id, NULL, err);
 }
 
 static void key_from_store(const struct store_key *k, struct sandbox_key *out)
@@ -1295,37 +1304,19 @@ static int usage_live_piece(void *arg, int64_t hour_ms, int64_t seconds, int64_t
 
 /* The running sandboxes of an account (bounded by its live cap): their
  * cost so far, split over hours the way settlement will split it. */
-static int usage_add_running(struct sandbox_svc *svc, const char *account_id, int64_t now,
-			     int64_t step, struct sandbox_usage *u, struct sbx_error *err)
+static void usage_add_running(const struct store_sandbox *rows, size_t n, int64_t now, int64_t step,
+			      struct sandbox_usage *u)
 {
-	enum store_status running = STORE_RUNNING;
-	char after[STORE_ID_MAX] = "";
+	for (size_t i = 0; i < n; i++) {
+		const struct store_sandbox *r = &rows[i];
+		int64_t end = r->expires_at_ms && now > r->expires_at_ms ? r->expires_at_ms : now;
+		struct usage_live l = {u, step, r->size};
 
-	for (;;) {
-		struct store_sandbox *rows = NULL;
-		size_t n = 0;
-		bool more = false;
-
-		if (store_sandbox_list(svc->store, account_id, &running, 100, *after ? after : NULL,
-				       &rows, &n, &more, err) < 0)
-			return -1;
-		for (size_t i = 0; i < n; i++) {
-			const struct store_sandbox *r = &rows[i];
-			int64_t end =
-			    r->expires_at_ms && now > r->expires_at_ms ? r->expires_at_ms : now;
-			struct usage_live l = {u, step, r->size};
-
-			if (end < r->created_at_ms)
-				end = r->created_at_ms;
-			store_usage_split(r->created_at_ms, end,
-					  store_billed_seconds(end - r->created_at_ms),
-					  billing_cost_so_far(r, now), usage_live_piece, &l);
-		}
-		if (n)
-			snprintf(after, sizeof(after), "%s", rows[n - 1].id);
-		free(rows);
-		if (!more || n == 0)
-			return 0;
+		if (end < r->created_at_ms)
+			end = r->created_at_ms;
+		store_usage_split(r->created_at_ms, end,
+				  store_billed_seconds(end - r->created_at_ms),
+				  billing_cost_so_far(r, now), usage_live_piece, &l);
 	}
 }
 
@@ -1333,11 +1324,8 @@ int sandbox_usage(struct sandbox_svc *svc, const char *account_id, int64_t from_
 		  const char *granularity, struct sandbox_usage *out, struct sbx_error *err)
 {
 	const struct sandbox_config *cfg = &svc->cfg;
-	struct store_usage_row *rows = NULL;
-	struct store_balance bal;
+	struct store_usage_snapshot snap;
 	int64_t now = sbx_wall_ms(), step = 0, align;
-	size_t n = 0;
-	int running = 0;
 
 	memset(out, 0, sizeof(*out));
 	if (granularity && strcmp(granularity, "day") == 0)
@@ -1362,20 +1350,16 @@ int sandbox_usage(struct sandbox_svc *svc, const char *account_id, int64_t from_
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "granularity",
 				     "that period has more than 10000 buckets; narrow it");
 
-	/* Settled usage before the running list: a sandbox that ends in
-	 * between is briefly missing, never counted twice. */
-	if (store_usage_read(svc->store, account_id, from_ms, to_ms, step, &rows, &n, err) < 0)
+	/* Settled rows, totals, live count and running list in one snapshot:
+	 * a sandbox that ends meanwhile counts once, settled or running. */
+	if (store_usage_snapshot(svc->store, account_id, from_ms, to_ms, step, &snap, err) < 0)
 		return -1;
-	if (billing_balance(svc->store, account_id, now, &bal, err) < 0 ||
-	    store_sandbox_count_live(svc->store, account_id, &running, err) < 0) {
-		free(rows);
-		return -1;
-	}
-	out->balance_micro = bal.balance_micro;
-	out->reserved_micro = bal.reserved_micro;
-	out->available_micro = bal.available_micro;
-	out->consumed_micro = bal.consumed_micro;
-	out->running = running;
+	billing_balance_accrue(&snap.balance, snap.running, snap.n_running, now);
+	out->balance_micro = snap.balance.balance_micro;
+	out->reserved_micro = snap.balance.reserved_micro;
+	out->available_micro = snap.balance.available_micro;
+	out->consumed_micro = snap.balance.consumed_micro;
+	out->running = snap.live;
 	out->limit = cfg->max_sandboxes_per_account;
 	out->from_ms = from_ms;
 	out->to_ms = to_ms;
@@ -1387,20 +1371,17 @@ int sandbox_usage(struct sandbox_svc *svc, const char *account_id, int64_t from_
 		out->n_buckets = (size_t)((to_ms - from_ms) / step);
 		out->buckets = calloc(out->n_buckets, sizeof(*out->buckets));
 		if (!out->buckets) {
-			free(rows);
+			store_usage_snapshot_release(&snap);
 			return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
 		}
 		for (size_t b = 0; b < out->n_buckets; b++)
 			out->buckets[b].start_ms = from_ms + (int64_t)b * step;
 	}
-	for (size_t i = 0; i < n; i++)
-		usage_add(out, step, rows[i].size, rows[i].start_ms, rows[i].seconds,
-			  rows[i].cost_micro);
-	free(rows);
-	if (usage_add_running(svc, account_id, now, step, out, err) < 0) {
-		sandbox_usage_release(out);
-		return -1;
-	}
+	for (size_t i = 0; i < snap.n_rows; i++)
+		usage_add(out, step, snap.rows[i].size, snap.rows[i].start_ms, snap.rows[i].seconds,
+			  snap.rows[i].cost_micro);
+	usage_add_running(snap.running, snap.n_running, now, step, out);
+	store_usage_snapshot_release(&snap);
 	return 0;
 }
 

@@ -189,7 +189,7 @@ const struct sandbox_config *sandbox_svc_config(const struct sandbox_svc *svc);
 /* ------------------------------------------------------------- accounts */
 
 /* Bearer token -> account id. SBX_E_AUTHENTICATION for missing, malformed,
- * unknown or revoked keys. */
+ * unknown or revoked keys. One indexed lookup (store_key_find). */
 int sandbox_authenticate(struct sandbox_svc *svc, const char *token,
 			 char account_id[SANDBOX_ID_MAX], struct sbx_error *err);
 
@@ -509,9 +509,10 @@ int sandbox_receipt_get(struct sandbox_svc *svc, const char *account_id, const c
 int sandbox_receipt_public_key(struct sandbox_svc *svc, char **hex, char **pem,
 			       struct sbx_error *err);
 
-/* Bearer token -> account id and the key's scopes (space-separated). */
+/* Bearer token -> account id and, unless scopes is NULL, the key's scopes
+ * (space-separated), from the same single lookup as sandbox_authenticate. */
 int sandbox_authenticate_scopes(struct sandbox_svc *svc, const char *token,
-				char account_id[SANDBOX_ID_MAX], char scopes[128],
+				char account_id[SANDBOX_ID_MAX], char scopes[SANDBOX_SCOPES_MAX],
 				struct sbx_error *err);
 /* Replace a key's scopes (space/comma separated; known: "sandboxes", which
  * /v1/sandbox/executions needs, and "keys", which /v1/api_keys needs; "" =

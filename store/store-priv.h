@@ -9,11 +9,23 @@
  * readers), so that every helper below works on either kind. */
 #define STORE_READERS 4
 
+/* A statement prepared once on one connection, keyed by the address of
+ * its SQL text (a string literal). */
+struct store_stmt_slot {
+	const char *sql;
+	sqlite3_stmt *stmt;
+};
+
 struct store {
 	sqlite3 *db;
 	pthread_mutex_t lock;
 	struct store *readers; /* STORE_READERS of them; NULL on a reader */
 	unsigned next_reader;  /* round-robin start (atomic) */
+	/* This connection's cached statements (store_prepare_cached), under
+	 * lock; finalised by store_close. Grows to the number of distinct
+	 * cached texts in the code (a few dozen), never with traffic. */
+	struct store_stmt_slot *cache;
+	size_t n_cache, cap_cache;
 };
 
 /* Shared helpers (store.c). */
@@ -40,12 +52,29 @@ struct store *store_reader_acquire(struct store *s);
 int store_db_error(struct store *s, const char *what, struct sbx_error *err);
 /* Run one statement without results (DDL, BEGIN, COMMIT). 0 or -1. */
 int store_exec(struct store *s, const char *sql, struct sbx_error *err);
+/* Run one statement without results through the connection's cache
+ * (BEGIN, COMMIT: the hot ones; `sql` a string literal). 0 or -1. */
+int store_exec_cached(struct store *s, const char *sql, struct sbx_error *err);
 /* BEGIN IMMEDIATE / COMMIT. 0 or -1. */
 int store_tx_begin(struct store *s, struct sbx_error *err);
 int store_tx_commit(struct store *s, struct sbx_error *err);
 /* Roll back the open transaction, if any. */
 void store_tx_rollback(struct store *s);
 int store_prepare(struct store *s, const char *sql, sqlite3_stmt **stmt, struct sbx_error *err);
+/* The connection's own copy of the statement for `sql`, prepared on first
+ * use (SQLITE_PREPARE_PERSISTENT) and kept until store_close: no parsing,
+ * planning or allocation on later calls. `sql` must be a string literal
+ * (its address is the key). Call with s->lock held (STORE_LOCK,
+ * STORE_READ) and declare the statement _cleanup_reset_ inside that scope
+ * (after STORE_READ/STORE_LOCK), so that it is reset and its bindings
+ * cleared before the connection is given back: a statement left mid-step
+ * would keep its read snapshot open. Never finalise it. 0 or -1. */
+int store_prepare_cached(struct store *s, const char *sql, sqlite3_stmt **stmt,
+			 struct sbx_error *err);
+/* Reset a cached statement and clear its bindings at the end of its
+ * scope: _cleanup_reset_. */
+void store_stmt_resetp(sqlite3_stmt **stmt);
+#define _cleanup_reset_ _cleanup_(store_stmt_resetp)
 /* Bind text (NULL binds NULL), copied. */
 int store_bind_text(sqlite3_stmt *stmt, int i, const char *v);
 /* Step a statement that returns no row (INSERT/UPDATE). 0 or -1. */
@@ -62,6 +91,17 @@ void store_copy_col(char *dst, size_t dstlen, sqlite3_stmt *stmt, int col);
  * one place the formula lives. 0 or -1. */
 int store_available(struct store *s, const char *account_id, int64_t *available,
 		    struct sbx_error *err);
+
+/* The reading halves of store_balance_get, store_sandbox_count_live and
+ * the running list, for a caller that holds a connection (STORE_READ) and
+ * may have opened a read transaction on it: the usage snapshot. The
+ * running list is every 'running' sandbox of the account, newest first
+ * (bounded by the account's live cap); *out malloc'd, NULL when none. */
+int store_balance_locked(struct store *s, const char *account_id, struct store_balance *out,
+			 struct sbx_error *err);
+int store_count_live_locked(struct store *s, const char *account_id, int *n, struct sbx_error *err);
+int store_sandbox_list_running_locked(struct store *s, const char *account_id,
+				      struct store_sandbox **out, size_t *n, struct sbx_error *err);
 
 /* Usage rollups (usage.c). Inside the open write transaction that ends
  * `row` (still as it was read, RUNNING) at ended_at_ms with its final

@@ -54,6 +54,50 @@ int store_prepare(struct store *s, const char *sql, sqlite3_stmt **stmt, struct 
 	return 0;
 }
 
+void store_stmt_resetp(sqlite3_stmt **stmt)
+{
+	if (*stmt) {
+		sqlite3_reset(*stmt);
+		sqlite3_clear_bindings(*stmt);
+	}
+}
+
+int store_prepare_cached(struct store *s, const char *sql, sqlite3_stmt **stmt,
+			 struct sbx_error *err)
+{
+	for (size_t i = 0; i < s->n_cache; i++) {
+		if (s->cache[i].sql == sql) {
+			*stmt = s->cache[i].stmt;
+			return 0;
+		}
+	}
+	*stmt = NULL;
+	if (s->n_cache == s->cap_cache) {
+		size_t ncap = s->cap_cache ? s->cap_cache * 2 : 16;
+		struct store_stmt_slot *p = realloc(s->cache, ncap * sizeof(*p));
+		if (!p)
+			return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+		s->cache = p;
+		s->cap_cache = ncap;
+	}
+	sqlite3_stmt *q = NULL;
+	if (sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &q, NULL) != SQLITE_OK)
+		return store_db_error(s, "prepare", err);
+	s->cache[s->n_cache++] = (struct store_stmt_slot){sql, q};
+	*stmt = q;
+	return 0;
+}
+
+/* Finalise every cached statement of one connection (before closing it). */
+static void store_cache_clear(struct store *s)
+{
+	for (size_t i = 0; i < s->n_cache; i++)
+		sqlite3_finalize(s->cache[i].stmt);
+	free(s->cache);
+	s->cache = NULL;
+	s->n_cache = s->cap_cache = 0;
+}
+
 int store_bind_text(sqlite3_stmt *stmt, int i, const char *v)
 {
 	if (!v)
@@ -73,14 +117,22 @@ int store_exec(struct store *s, const char *sql, struct sbx_error *err)
 	return 0;
 }
 
+int store_exec_cached(struct store *s, const char *sql, struct sbx_error *err)
+{
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
+	if (store_prepare_cached(s, sql, &q, err) < 0)
+		return -1;
+	return store_step_done(s, q, err);
+}
+
 int store_tx_begin(struct store *s, struct sbx_error *err)
 {
-	return store_exec(s, "BEGIN IMMEDIATE", err);
+	return store_exec_cached(s, "BEGIN IMMEDIATE", err);
 }
 
 int store_tx_commit(struct store *s, struct sbx_error *err)
 {
-	return store_exec(s, "COMMIT", err);
+	return store_exec_cached(s, "COMMIT", err);
 }
 
 void store_tx_rollback(struct store *s)
@@ -367,6 +419,7 @@ static void store_readers_close(struct store *s, size_t n)
 	if (!s->readers)
 		return;
 	for (size_t i = 0; i < n; i++) {
+		store_cache_clear(&s->readers[i]);
 		sqlite3_close(s->readers[i].db);
 		pthread_mutex_destroy(&s->readers[i].lock);
 	}
@@ -493,6 +546,7 @@ struct store *store_open(const char *path, struct sbx_error *err)
 	return s;
 
 err_close:
+	store_cache_clear(s);
 	sqlite3_close(s->db);
 	pthread_mutex_destroy(&s->lock);
 	free(s);
@@ -504,6 +558,7 @@ void store_close(struct store *s)
 	if (!s)
 		return;
 	store_readers_close(s, STORE_READERS);
+	store_cache_clear(s);
 	if (sqlite3_close(s->db) != SQLITE_OK)
 		sbx_err(MOD, "close: %s", sqlite3_errmsg(s->db));
 	pthread_mutex_destroy(&s->lock);
@@ -515,8 +570,8 @@ void store_close(struct store *s)
 /* 1 if the account exists, 0 if not, -1 on error. */
 static int store_account_exists(struct store *s, const char *account_id, struct sbx_error *err)
 {
-	_cleanup_stmt_ sqlite3_stmt *q = NULL;
-	if (store_prepare(s, "SELECT 1 FROM accounts WHERE id = ?1", &q, err) < 0)
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
+	if (store_prepare_cached(s, "SELECT 1 FROM accounts WHERE id = ?1", &q, err) < 0)
 		return -1;
 	store_bind_text(q, 1, account_id);
 	int rc = sqlite3_step(q);
@@ -531,11 +586,11 @@ static int store_ledger_insert(struct store *s, const char *account_id, const ch
 			       const char *kind, int64_t amount_micro, int64_t now_ms,
 			       struct sbx_error *err)
 {
-	_cleanup_stmt_ sqlite3_stmt *q = NULL;
-	if (store_prepare(s,
-			  "INSERT INTO ledger (account_id, sandbox_id, kind, amount_micro,"
-			  " created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
-			  &q, err) < 0)
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
+	if (store_prepare_cached(s,
+				 "INSERT INTO ledger (account_id, sandbox_id, kind, amount_micro,"
+				 " created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+				 &q, err) < 0)
 		return -1;
 	store_bind_text(q, 1, account_id);
 	store_bind_text(q, 2, sandbox_id);
@@ -771,11 +826,12 @@ int store_key_find(struct store *s, const char *digest_hex, struct store_key *ke
 		return sbx_error_set(err, SBX_E_AUTHENTICATION, NULL,
 				     "invalid api key; pass a valid key as 'Bearer aas_sk_...'");
 	STORE_READ(s);
-	_cleanup_stmt_ sqlite3_stmt *q = NULL;
-	if (store_prepare(s,
-			  "SELECT id, account_id, prefix, created_at_ms, revoked_at_ms, scopes,"
-			  " digest FROM api_keys WHERE digest = ?1",
-			  &q, err) < 0)
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
+	if (store_prepare_cached(
+		s,
+		"SELECT id, account_id, prefix, created_at_ms, revoked_at_ms, scopes,"
+		" digest FROM api_keys WHERE digest = ?1",
+		&q, err) < 0)
 		return -1;
 	store_bind_text(q, 1, digest_hex);
 	int rc = sqlite3_step(q);
@@ -908,11 +964,11 @@ static void store_sandbox_decode(sqlite3_stmt *q, void *elem)
 static int store_sandbox_read(struct store *s, const char *account_id, const char *id,
 			      struct store_sandbox *out, struct sbx_error *err)
 {
-	_cleanup_stmt_ sqlite3_stmt *q = NULL;
-	if (store_prepare(s,
-			  "SELECT " SBX_COLS " FROM sandboxes"
-			  " WHERE id = ?1 AND (?2 IS NULL OR account_id = ?2)",
-			  &q, err) < 0)
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
+	if (store_prepare_cached(s,
+				 "SELECT " SBX_COLS " FROM sandboxes"
+				 " WHERE id = ?1 AND (?2 IS NULL OR account_id = ?2)",
+				 &q, err) < 0)
 		return -1;
 	store_bind_text(q, 1, id);
 	store_bind_text(q, 2, account_id);
@@ -930,11 +986,11 @@ static int store_sandbox_read(struct store *s, const char *account_id, const cha
 int store_available(struct store *s, const char *account_id, int64_t *available,
 		    struct sbx_error *err)
 {
-	_cleanup_stmt_ sqlite3_stmt *q = NULL;
-	if (store_prepare(s,
-			  "SELECT credits_micro - holds_micro + releases_micro FROM accounts"
-			  " WHERE id = ?1",
-			  &q, err) < 0)
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
+	if (store_prepare_cached(s,
+				 "SELECT credits_micro - holds_micro + releases_micro FROM accounts"
+				 " WHERE id = ?1",
+				 &q, err) < 0)
 		return -1;
 	store_bind_text(q, 1, account_id);
 	int rc = sqlite3_step(q);
@@ -947,14 +1003,13 @@ int store_available(struct store *s, const char *account_id, int64_t *available,
 	return 0;
 }
 
-static int store_count_live_locked(struct store *s, const char *account_id, int *n,
-				   struct sbx_error *err)
+int store_count_live_locked(struct store *s, const char *account_id, int *n, struct sbx_error *err)
 {
-	_cleanup_stmt_ sqlite3_stmt *q = NULL;
-	if (store_prepare(s,
-			  "SELECT COUNT(*) FROM sandboxes WHERE account_id = ?1"
-			  " AND status IN ('creating', 'running')",
-			  &q, err) < 0)
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
+	if (store_prepare_cached(s,
+				 "SELECT COUNT(*) FROM sandboxes WHERE account_id = ?1"
+				 " AND status IN ('creating', 'running')",
+				 &q, err) < 0)
 		return -1;
 	store_bind_text(q, 1, account_id);
 	if (store_step_row(s, q, err) < 0)
@@ -1020,13 +1075,14 @@ int store_sandbox_reserve(struct store *s, struct store_sandbox *row, int64_t ho
 		goto err_rollback;
 	}
 	{
-		_cleanup_stmt_ sqlite3_stmt *q = NULL;
-		if (store_prepare(s,
-				  "INSERT INTO sandboxes (id, account_id, size, domain, status,"
-				  " timeout_minutes, price_micro_per_hour, requested_at_ms,"
-				  " last_seen_at_ms, hold_micro)"
-				  " VALUES (?1, ?2, ?3, ?4, 'creating', ?5, ?6, ?7, ?7, ?8)",
-				  &q, err) < 0)
+		_cleanup_reset_ sqlite3_stmt *q = NULL;
+		if (store_prepare_cached(
+			s,
+			"INSERT INTO sandboxes (id, account_id, size, domain, status,"
+			" timeout_minutes, price_micro_per_hour, requested_at_ms,"
+			" last_seen_at_ms, hold_micro)"
+			" VALUES (?1, ?2, ?3, ?4, 'creating', ?5, ?6, ?7, ?7, ?8)",
+			&q, err) < 0)
 			goto err_rollback;
 		store_bind_text(q, 1, row->id);
 		store_bind_text(q, 2, row->account_id);
@@ -1316,19 +1372,19 @@ int store_sandbox_list(struct store *s, const char *account_id, const enum store
 		cursor_ts = cur.requested_at_ms;
 		cursor_id = cur.id;
 	}
-	_cleanup_stmt_ sqlite3_stmt *q = NULL;
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
 	/* Two texts, so that a status filter is an index term
 	 * (sandboxes_by_account_status: O(rows of that status), e.g. the few
 	 * running ones) rather than a filter over the whole history. */
 #define STORE_LIST_TAIL                                                                            \
 	" AND (?4 IS NULL OR requested_at_ms < ?3 OR (requested_at_ms = ?3 AND id < ?4))"          \
 	" ORDER BY requested_at_ms DESC, id DESC LIMIT ?5"
-	if (store_prepare(s,
-			  status ? "SELECT " SBX_COLS " FROM sandboxes WHERE account_id = ?1"
-				   " AND status = ?2" STORE_LIST_TAIL
-				 : "SELECT " SBX_COLS " FROM sandboxes WHERE account_id = ?1"
-				   " AND status != 'aborted' AND ?2 IS NULL" STORE_LIST_TAIL,
-			  &q, err) < 0)
+	if (store_prepare_cached(s,
+				 status ? "SELECT " SBX_COLS " FROM sandboxes WHERE account_id = ?1"
+					  " AND status = ?2" STORE_LIST_TAIL
+					: "SELECT " SBX_COLS " FROM sandboxes WHERE account_id = ?1"
+					  " AND status != 'aborted' AND ?2 IS NULL" STORE_LIST_TAIL,
+				 &q, err) < 0)
 		return -1;
 #undef STORE_LIST_TAIL
 	store_bind_text(q, 1, account_id);
@@ -1416,6 +1472,20 @@ int store_sandbox_list_overlapping(struct store *s, const char *account_id, int6
 			     err);
 }
 
+int store_sandbox_list_running_locked(struct store *s, const char *account_id,
+				      struct store_sandbox **out, size_t *n, struct sbx_error *err)
+{
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
+	if (store_prepare_cached(s,
+				 "SELECT " SBX_COLS " FROM sandboxes WHERE account_id = ?1"
+				 " AND status = 'running' ORDER BY requested_at_ms DESC, id DESC",
+				 &q, err) < 0)
+		return -1;
+	store_bind_text(q, 1, account_id);
+	return store_collect(s, q, sizeof **out, SIZE_MAX, store_sandbox_decode, (void **)out, n,
+			     err);
+}
+
 int store_sandbox_count_live(struct store *s, const char *account_id, int *n, struct sbx_error *err)
 {
 	STORE_READ(s);
@@ -1424,15 +1494,14 @@ int store_sandbox_count_live(struct store *s, const char *account_id, int *n, st
 
 /* --------------------------------------------------------------- ledger */
 
-int store_balance_get(struct store *s, const char *account_id, struct store_balance *out,
-		      struct sbx_error *err)
+int store_balance_locked(struct store *s, const char *account_id, struct store_balance *out,
+			 struct sbx_error *err)
 {
-	STORE_READ(s);
-	_cleanup_stmt_ sqlite3_stmt *q = NULL;
-	if (store_prepare(s,
-			  "SELECT credits_micro, holds_micro, releases_micro, charges_micro"
-			  " FROM accounts WHERE id = ?1",
-			  &q, err) < 0)
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
+	if (store_prepare_cached(s,
+				 "SELECT credits_micro, holds_micro, releases_micro, charges_micro"
+				 " FROM accounts WHERE id = ?1",
+				 &q, err) < 0)
 		return -1;
 	store_bind_text(q, 1, account_id);
 	int rc = sqlite3_step(q);
@@ -1449,6 +1518,13 @@ int store_balance_get(struct store *s, const char *account_id, struct store_bala
 	out->reserved_micro = holds - releases - charges;
 	out->available_micro = out->balance_micro - out->reserved_micro;
 	return 0;
+}
+
+int store_balance_get(struct store *s, const char *account_id, struct store_balance *out,
+		      struct sbx_error *err)
+{
+	STORE_READ(s);
+	return store_balance_locked(s, account_id, out, err);
 }
 
 /* Run an invariant query: every row it returns is a violation, described by

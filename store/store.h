@@ -88,7 +88,8 @@ struct store_key {
 int store_key_insert(struct store *s, const struct store_key *key, const char *digest_hex,
 		     struct sbx_error *err);
 /* The key whose digest matches (compared in constant time against the
- * stored digest), valid and not revoked; SBX_E_AUTHENTICATION otherwise. */
+ * stored digest), valid and not revoked, with its scopes: one indexed
+ * lookup on a read connection. SBX_E_AUTHENTICATION otherwise. */
 int store_key_find(struct store *s, const char *digest_hex, struct store_key *key,
 		   struct sbx_error *err);
 /* Revoke; account_id NULL means any account (admin). SBX_E_NOT_FOUND. */
@@ -283,6 +284,25 @@ struct store_usage_row {
 int store_usage_read(struct store *s, const char *account_id, int64_t from_ms, int64_t to_ms,
 		     int64_t step_ms, struct store_usage_row **out, size_t *n,
 		     struct sbx_error *err);
+/* Everything GET /v1/usage reads, in one read transaction (one snapshot,
+ * so the parts agree: a sandbox that ends meanwhile is either in the
+ * running list or in the rows, never both, never neither): the settled
+ * rows as store_usage_read gives them, the account's ledger totals as
+ * store_balance_get, its live count (creating + running) and its running
+ * sandboxes (all of them, bounded by its live cap; newest first). On a
+ * read connection, never the writer's mutex. Release with
+ * store_usage_snapshot_release (also after an error). */
+struct store_usage_snapshot {
+	struct store_usage_row *rows; /* malloc'd */
+	size_t n_rows;
+	struct store_balance balance;
+	int live;
+	struct store_sandbox *running; /* malloc'd, NULL when none */
+	size_t n_running;
+};
+int store_usage_snapshot(struct store *s, const char *account_id, int64_t from_ms, int64_t to_ms,
+			 int64_t step_ms, struct store_usage_snapshot *out, struct sbx_error *err);
+void store_usage_snapshot_release(struct store_usage_snapshot *u);
 /* Recompute every rollup from the sandboxes that ended, one transaction
  * (after filling a database by hand, as bench/api does). */
 int store_usage_rebuild(struct store *s, struct sbx_error *err);

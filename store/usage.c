@@ -237,9 +237,9 @@ static int usage_range(struct store *s, sqlite3_stmt *q, const char *account_id,
 static int usage_ranges(struct store *s, const char *account_id, int64_t from, int64_t to,
 			int64_t step, struct usage_rows *rows, struct sbx_error *err)
 {
-	_cleanup_stmt_ sqlite3_stmt *q = NULL;
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
 
-	if (store_prepare(
+	if (store_prepare_cached(
 		s,
 		"SELECT start_ms, size, seconds, cost_micro FROM usage_rollups"
 		" WHERE account_id = ?1 AND grain = ?2 AND start_ms >= ?3 AND start_ms < ?4"
@@ -269,31 +269,78 @@ static int usage_ranges(struct store *s, const char *account_id, int64_t from, i
 	return 0;
 }
 
-int store_usage_read(struct store *s, const char *account_id, int64_t from_ms, int64_t to_ms,
-		     int64_t step_ms, struct store_usage_row **out, size_t *n,
-		     struct sbx_error *err)
+static int usage_period_check(int64_t from_ms, int64_t to_ms, int64_t step_ms,
+			      struct sbx_error *err)
 {
 	int64_t align = step_ms ? step_ms : STORE_HOUR_MS;
-	struct usage_rows rows = {0};
 
-	*out = NULL;
-	*n = 0;
 	if ((step_ms != 0 && step_ms != STORE_HOUR_MS && step_ms != STORE_DAY_MS) ||
 	    floor_to(from_ms, align) != from_ms || floor_to(to_ms, align) != to_ms ||
 	    to_ms <= from_ms)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL,
 				     "a usage period must be whole UTC hours (days for daily "
 				     "buckets), 'to' after 'from'");
+	return 0;
+}
+
+/* The snapshot, with (extras) or without balance, live count and running
+ * list: one read transaction on one read connection. */
+static int usage_snapshot(struct store *s, const char *account_id, int64_t from_ms, int64_t to_ms,
+			  int64_t step_ms, bool extras, struct store_usage_snapshot *out,
+			  struct sbx_error *err)
+{
+	struct usage_rows rows = {0};
+
+	memset(out, 0, sizeof(*out));
+	if (usage_period_check(from_ms, to_ms, step_ms, err) < 0)
+		return -1;
 	STORE_READ(s);
-	if (store_exec(s, "BEGIN", err) < 0)
+	if (store_exec_cached(s, "BEGIN", err) < 0)
 		return -1;
 	int rc = usage_ranges(s, account_id, from_ms, to_ms, step_ms, &rows, err);
-	store_tx_rollback(s);
+	if (rc == 0 && extras)
+		rc = store_balance_locked(s, account_id, &out->balance, err);
+	if (rc == 0 && extras)
+		rc = store_count_live_locked(s, account_id, &out->live, err);
+	if (rc == 0 && extras)
+		rc = store_sandbox_list_running_locked(s, account_id, &out->running,
+						       &out->n_running, err);
+	/* A read transaction: COMMIT only ends it. */
+	if (store_exec_cached(s, "COMMIT", NULL) < 0)
+		store_tx_rollback(s);
+	out->rows = rows.v;
+	out->n_rows = rows.n;
 	if (rc < 0) {
-		free(rows.v);
+		store_usage_snapshot_release(out);
 		return -1;
 	}
-	*out = rows.v;
-	*n = rows.n;
+	return 0;
+}
+
+int store_usage_snapshot(struct store *s, const char *account_id, int64_t from_ms, int64_t to_ms,
+			 int64_t step_ms, struct store_usage_snapshot *out, struct sbx_error *err)
+{
+	return usage_snapshot(s, account_id, from_ms, to_ms, step_ms, true, out, err);
+}
+
+void store_usage_snapshot_release(struct store_usage_snapshot *u)
+{
+	free(u->rows);
+	free(u->running);
+	memset(u, 0, sizeof(*u));
+}
+
+int store_usage_read(struct store *s, const char *account_id, int64_t from_ms, int64_t to_ms,
+		     int64_t step_ms, struct store_usage_row **out, size_t *n,
+		     struct sbx_error *err)
+{
+	struct store_usage_snapshot u;
+
+	*out = NULL;
+	*n = 0;
+	if (usage_snapshot(s, account_id, from_ms, to_ms, step_ms, false, &u, err) < 0)
+		return -1;
+	*out = u.rows;
+	*n = u.n_rows;
 	return 0;
 }

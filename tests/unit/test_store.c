@@ -285,6 +285,7 @@ static void test_accounts_and_keys(void **state)
 	snprintf(k.account_id, sizeof k.account_id, "%s", f->a.id);
 	snprintf(k.prefix, sizeof k.prefix, "aas_sk_0123");
 	k.created_at_ms = 1000;
+	snprintf(k.scopes, sizeof k.scopes, "sandboxes keys"); /* inserted as given */
 	assert_int_equal(store_key_insert(f->s, &k, digest, &err), 0);
 	/* Same digest twice is refused (UNIQUE). */
 	snprintf(k.id, sizeof k.id, "key_000000000000000000000002");
@@ -298,6 +299,13 @@ static void test_accounts_and_keys(void **state)
 	assert_string_equal(found.id, "key_000000000000000000000001");
 	assert_string_equal(found.account_id, f->a.id);
 	assert_string_equal(found.prefix, "aas_sk_0123");
+	/* The same lookup returns the key's scopes (authentication reads
+	 * them once per request): as inserted, then what was set. */
+	assert_string_equal(found.scopes, "sandboxes keys");
+	assert_int_equal(store_key_scopes_set(f->s, found.id, "", &err), 0);
+	assert_int_equal(store_key_find(f->s, digest, &found, &err), 0);
+	assert_string_equal(found.scopes, "");
+	assert_int_equal(store_key_scopes_set(f->s, found.id, "sandboxes", &err), 0);
 	char unknown[65];
 	sbx_sha256_hex("nobody", 6, unknown);
 	assert_int_equal(store_key_find(f->s, unknown, &found, &err), -1);
