@@ -103,6 +103,15 @@ struct lat {
 	int n_usage, n_exec, failures;
 };
 
+static int64_t now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* B's calls for `seconds`; latencies in microseconds. */
 static void measure(struct lat *l, int seconds)
 {
 	int64_t end = sbx_mono_ms() + (int64_t)seconds * 1000;
@@ -110,17 +119,17 @@ static void measure(struct lat *l, int seconds)
 	memset(l, 0, sizeof(*l));
 	while (sbx_mono_ms() < end && l->n_exec < MAX_SAMPLES) {
 		struct http_reply r;
-		int64_t t0 = sbx_mono_ms();
+		int64_t t0 = now_us();
 		int st = http_request(&d, "GET", "/v1/usage", key_b, NULL, NULL, 0, &r) == 0
 			     ? r.status
 			     : -1;
 
 		http_reply_free(&r);
-		l->usage[l->n_usage++] = sbx_mono_ms() - t0;
+		l->usage[l->n_usage++] = now_us() - t0;
 		l->failures += st != 200;
-		t0 = sbx_mono_ms();
+		t0 = now_us();
 		st = exec_status(key_b, sbx_b, "true", 0, NULL);
-		l->exec[l->n_exec++] = sbx_mono_ms() - t0;
+		l->exec[l->n_exec++] = now_us() - t0;
 		l->failures += st != 200;
 	}
 }
@@ -141,11 +150,11 @@ static void report(const char *phase, struct lat *l, int64_t idle_usage_p99, int
 	int64_t up99 = p99_of(l->usage, l->n_usage), ep99 = p99_of(l->exec, l->n_exec);
 	struct stats us = stats_of(l->usage, l->n_usage), es = stats_of(l->exec, l->n_exec);
 
-	printf("%-13s usage p50 %4lld ms p99 %5lld ms (x%.2f)   exec true p50 %4lld ms p99 %5lld "
+	printf("%-13s usage p50 %6.2f ms p99 %7.2f ms (x%.2f)   exec true p50 %6.1f ms p99 %7.1f "
 	       "ms (x%.2f)   n=%d failures=%d\n",
-	       phase, (long long)us.median, (long long)up99,
-	       idle_usage_p99 ? (double)up99 / (double)idle_usage_p99 : 0.0, (long long)es.median,
-	       (long long)ep99, idle_exec_p99 ? (double)ep99 / (double)idle_exec_p99 : 0.0,
+	       phase, us.median / 1000.0, up99 / 1000.0,
+	       idle_usage_p99 ? (double)up99 / (double)idle_usage_p99 : 0.0, es.median / 1000.0,
+	       ep99 / 1000.0, idle_exec_p99 ? (double)ep99 / (double)idle_exec_p99 : 0.0,
 	       l->n_exec, l->failures);
 	fflush(stdout);
 }

@@ -220,11 +220,16 @@ static int setup(void **state)
 {
 	(void)state;
 	alarm(1500);
-	if (daemon_config_full(&d,
-			       "\"test_hostile_guests\": true, \"exec_backstop_grace_ms\": 2000, "
-			       "\"liveness_interval_ms\": 0, \"output_budget_account_mib\": 110, "
-			       "\"disk_overcommit\": 16, "
-			       "\"destroy_on_exit\": true") < 0) {
+	/* SBX_TEST_TRANSPORT=stream runs the same tests over libvirt streams
+	 * (the default is the channel socket). */
+	char cfg[512];
+	const char *transport = getenv("SBX_TEST_TRANSPORT");
+	snprintf(cfg, sizeof cfg,
+		 "\"test_hostile_guests\": true, \"exec_backstop_grace_ms\": 2000, "
+		 "\"liveness_interval_ms\": 0, \"output_budget_account_mib\": 110, "
+		 "\"disk_overcommit\": 16, \"destroy_on_exit\": true, \"transport\": \"%s\"",
+		 transport && strcmp(transport, "stream") == 0 ? "stream" : "socket");
+	if (daemon_config_full(&d, cfg) < 0) {
 		fprintf(stderr, "the full image is not built (make image-full)\n");
 		return -1;
 	}
