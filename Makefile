@@ -25,7 +25,11 @@ LIB_SRCS := $(wildcard util/*.c) agentless/agentless.c agentless/wire.c \
 	    $(wildcard vmm/*.c) $(wildcard store/*.c) $(wildcard billing/*.c) \
 	    $(wildcard receipt/*.c) $(wildcard sandbox/*.c) \
 	    $(filter-out api/main.c,$(wildcard api/*.c))
-LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
+# The dashboard and /v1/openapi.json (api/http_static.c): web/ and
+# docs/openapi.yaml compiled into a generated C file (docs/dashboard.md).
+WEB_FILES  := $(wildcard web/*)
+WEB_ASSETS := $(BUILD)/gen/web_assets.c
+LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/web_assets.o
 LIB      := $(BUILD)/libsandboxd.a
 
 # sbx, the command-line client (cli/): libcurl, json-c, and receipt/ for
@@ -111,6 +115,19 @@ $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(PKG_CFLAGS) -MMD -MP -c $< -o $@
 
+$(WEB_ASSETS): scripts/web-assets.py $(WEB_FILES) docs/openapi.yaml
+	@mkdir -p $(dir $@)
+	python3 scripts/web-assets.py $@ web docs/openapi.yaml
+$(BUILD)/obj/gen/web_assets.o: $(WEB_ASSETS) api/assets.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+# The browser tests' tools (package.json, package-lock.json): Playwright
+# (driving Debian's chromium) and an OpenAPI 3.1 validator. Tests only.
+node_modules/.package-lock.json: package.json package-lock.json
+	npm ci --no-audit --no-fund
+	@touch $@
+
 $(LIB): $(LIB_OBJS)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
@@ -146,6 +163,8 @@ $(BUILD)/tests/%: tests/unit/%.c $(LIB)
 $(BUILD)/tests/%: tests/integration/%.c tests/integration/harness.h $(LIB) $(BIN)/sandboxd
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(PKG_CFLAGS) -o $@ $< $(LIB) $(LDLIBS) -lcmocka
+# test_dashboard drives the dashboard in chromium (tests/browser/).
+$(BUILD)/tests/test_dashboard: node_modules/.package-lock.json
 # test_cli runs bin/sbx against the daemon.
 $(BUILD)/tests/test_cli: $(BIN)/sbx
 # The guest side is a static program of its own: link its serve.c in, built

@@ -103,6 +103,10 @@ struct json_object *api_scopes_encode(const char *scopes);
 struct json_object *api_account_encode(const struct sandbox_account *a);
 /* RFC 3339 string or JSON null when epoch_ms is 0. */
 struct json_object *api_time_encode(int64_t epoch_ms);
+/* One listed execution: {"id","object":"sandbox.execution","status",
+ * "runtime","requested_at","ended_at","cost_micro_usd","cost_usd",
+ * "receipt_id"} (receipt_id null without a receipt). */
+struct json_object *api_execution_view_encode(const struct sandbox_execution_view *v);
 
 /* Apply a JSON config document (len bytes) over cfg; see api_config_load. */
 int api_config_parse(const char *json, size_t len, struct sandbox_config *cfg,

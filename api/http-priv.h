@@ -31,6 +31,7 @@ enum route {
 	R_EXECUTION,   /* /v1/sandbox/executions/{id} */
 	R_RECEIPT,     /* /v1/receipts/{id} */
 	R_RECEIPT_KEY, /* /v1/receipts/public-key */
+	R_STATIC,      /* a compiled-in file (http_static.c): r->asset */
 };
 
 enum exec_state {
@@ -70,6 +71,7 @@ struct req {
 	char account_id[SANDBOX_ID_MAX];
 	char scopes[SANDBOX_SCOPES_MAX];     /* the key's, on the key routes */
 	char request_id[API_REQUEST_ID_MAX]; /* X-Request-Id, api/reqctx.h */
+	int asset;			     /* R_STATIC: index in api_assets[] */
 	struct sbx_buf body;
 	bool too_large;
 	uint64_t body_bytes; /* of the body, read so far (kept or dropped) */
@@ -162,6 +164,19 @@ void api_conn_notify(void *cls, struct MHD_Connection *c, void **socket_context,
 void api_conn_received(struct MHD_Connection *c);
 /* The reply on c went out: the next request's window starts now. */
 void api_conn_rearm(struct MHD_Connection *c);
+
+/* --------------------------------------------------- api/http_static.c */
+
+/* The index in api_assets[] of the file served at `url`, or -1. */
+int api_static_find(const char *url);
+/* 200 with that file (GET; no auth). */
+enum MHD_Result api_static_reply(struct MHD_Connection *c, int asset);
+/* nosniff, a Content-Security-Policy (a page's when `page`, else one that
+ * allows nothing), no framing, no referrer: on every reply. */
+void api_security_headers(struct MHD_Response *resp, bool page);
+/* GET /v1/sandbox/executions?limit=: the account's newest executions
+ * (what the dashboard lists; no stdout, see GET .../executions/{id}). */
+enum MHD_Result api_execution_list_handle(struct req *r);
 
 /* ---------------------------------------------------- api/http_async.c */
 

@@ -71,6 +71,7 @@ static enum MHD_Result reply_json_ex(struct MHD_Connection *c, unsigned status,
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
 	if (close)
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+	api_security_headers(resp, false);
 	api_reqctx_header(resp);
 	ret = MHD_queue_response(c, status, resp);
 	MHD_destroy_response(resp);
@@ -194,12 +195,12 @@ static const char *route_allow(enum route r)
 	switch (r) {
 	case R_SANDBOXES:
 	case R_KEYS:
+	case R_EXECUTIONS:
 		return "GET, POST";
 	case R_SANDBOX:
 		return "GET, DELETE";
 	case R_EXEC:
 	case R_EXTEND:
-	case R_EXECUTIONS:
 		return "POST";
 	case R_EXECUTION:
 	case R_RECEIPT:
@@ -207,6 +208,7 @@ static const char *route_allow(enum route r)
 		return "GET";
 	case R_USAGE:
 	case R_LIMITS:
+	case R_STATIC:
 		return "GET";
 	case R_KEY:
 		return "DELETE";
@@ -309,6 +311,7 @@ static enum MHD_Result reply_text(struct MHD_Connection *c, unsigned status, cha
 		return MHD_NO;
 	}
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+	api_security_headers(resp, false);
 	api_reqctx_header(resp);
 	ret = MHD_queue_response(c, status, resp);
 	MHD_destroy_response(resp);
@@ -317,7 +320,8 @@ static enum MHD_Result reply_text(struct MHD_Connection *c, unsigned status, cha
 
 /* The one-shot execution routes (sandbox/execution.c). A POST runs on the
  * pool (http_async.c). */
-static enum MHD_Result handle_execution_routes(struct api_server *srv, struct req *r)
+static enum MHD_Result handle_execution_routes(struct api_server *srv, struct req *r,
+					       const char *method)
 {
 	struct sbx_error err;
 	char *out = NULL, *pem = NULL;
@@ -325,6 +329,8 @@ static enum MHD_Result handle_execution_routes(struct api_server *srv, struct re
 	sbx_error_clear(&err);
 	switch (r->route) {
 	case R_EXECUTIONS:
+		if (strcmp(method, "GET") == 0)
+			return api_execution_list_handle(r);
 		return api_execution_handle(r);
 	case R_EXECUTION:
 		if (sandbox_execution_get(srv->svc, r->account_id, r->id, &out, &err) < 0)
@@ -637,7 +643,9 @@ static enum MHD_Result dispatch(struct req *r, const char *method)
 	case R_EXECUTION:
 	case R_RECEIPT:
 	case R_RECEIPT_KEY:
-		return handle_execution_routes(srv, r);
+		return handle_execution_routes(srv, r, method);
+	case R_STATIC:
+		return api_static_reply(r->conn, r->asset);
 	case R_NONE:
 		break;
 	}
@@ -703,6 +711,8 @@ static enum MHD_Result request_begin(struct api_server *srv, struct MHD_Connecti
 
 	sbx_error_clear(&err);
 	r->route = route_resolve(url, r->id);
+	if (r->route == R_NONE && (r->asset = api_static_find(url)) >= 0)
+		r->route = R_STATIC;
 	if (r->route == R_NONE) {
 		char shown[80];
 		size_t i = 0;
@@ -720,7 +730,8 @@ static enum MHD_Result request_begin(struct api_server *srv, struct MHD_Connecti
 			      "method not allowed here; use %s", route_allow(r->route));
 		return reject(r, &err, route_allow(r->route));
 	}
-	if (r->route != R_LIMITS && authenticate(srv, c, r->account_id, r->scopes, &err) < 0)
+	if (r->route != R_LIMITS && r->route != R_STATIC &&
+	    authenticate(srv, c, r->account_id, r->scopes, &err) < 0)
 		return reject(r, &err, NULL);
 	if ((r->route == R_EXECUTIONS || r->route == R_EXECUTION) &&
 	    require_scope(r->scopes, "sandboxes", &err) < 0)

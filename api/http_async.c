@@ -179,6 +179,7 @@ enum MHD_Result api_async_answer(struct req *r)
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
 	if (r->out_replayed)
 		MHD_add_response_header(resp, "Idempotent-Replayed", "true");
+	api_security_headers(resp, false);
 	api_reqctx_header(resp);
 	ret = MHD_queue_response(r->conn, r->out_status, resp);
 	MHD_destroy_response(resp);

@@ -621,6 +621,23 @@ struct json_object *api_sandbox_encode(const struct sandbox_view *v)
 	return o;
 }
 
+struct json_object *api_execution_view_encode(const struct sandbox_execution_view *v)
+{
+	struct json_object *o = json_object_new_object();
+
+	json_object_object_add(o, "id", json_object_new_string(v->id));
+	json_object_object_add(o, "object", json_object_new_string("sandbox.execution"));
+	json_object_object_add(o, "status", json_object_new_string(v->status));
+	json_object_object_add(o, "runtime", json_object_new_string(v->runtime));
+	json_object_object_add(o, "requested_at", api_time_encode(v->requested_at_ms));
+	json_object_object_add(o, "ended_at", api_time_encode(v->ended_at_ms));
+	json_object_object_add(o, "cost_micro_usd", json_object_new_int64(v->cost_micro));
+	json_object_object_add(o, "cost_usd", usd_encode(v->cost_micro));
+	json_object_object_add(o, "receipt_id",
+			       v->receipt_id[0] ? json_object_new_string(v->receipt_id) : NULL);
+	return o;
+}
+
 static struct json_object *stream_encode(const char *buf, size_t len, bool base64, bool cut)
 {
 	struct json_object *s;

@@ -983,6 +983,33 @@ int sandbox_execution_get(struct sandbox_svc *svc, const char *account_id, const
 	return 0;
 }
 
+int sandbox_execution_list(struct sandbox_svc *svc, const char *account_id, int limit,
+			   struct sandbox_execution_view **out, size_t *n, bool *has_more,
+			   struct sbx_error *err)
+{
+	_cleanup_free_ struct store_execution *rows = NULL;
+	size_t count = 0;
+
+	if (store_execution_list(svc->store, account_id, limit, &rows, &count, has_more, err) < 0)
+		return -1;
+	*out = calloc(count ? count : 1, sizeof(**out));
+	if (!*out)
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+	for (size_t i = 0; i < count; i++) {
+		struct sandbox_execution_view *v = &(*out)[i];
+
+		snprintf(v->id, sizeof(v->id), "%s", rows[i].id);
+		snprintf(v->runtime, sizeof(v->runtime), "%s", rows[i].runtime);
+		snprintf(v->status, sizeof(v->status), "%s", rows[i].status);
+		snprintf(v->receipt_id, sizeof(v->receipt_id), "%s", rows[i].receipt_id);
+		v->requested_at_ms = rows[i].requested_at_ms;
+		v->ended_at_ms = rows[i].ended_at_ms;
+		v->cost_micro = rows[i].charge_micro;
+	}
+	*n = count;
+	return 0;
+}
+
 int sandbox_receipt_get(struct sandbox_svc *svc, const char *account_id, const char *id,
 			char **json, struct sbx_error *err)
 {

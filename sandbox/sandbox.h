@@ -500,6 +500,23 @@ int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
 int sandbox_execution_get(struct sandbox_svc *svc, const char *account_id, const char *id,
 			  char **response, struct sbx_error *err);
 
+/* One execution as listed (GET /v1/sandbox/executions). */
+struct sandbox_execution_view {
+	char id[SANDBOX_ID_MAX];
+	char runtime[16];
+	char status[16]; /* running | completed | timed_out | failed */
+	int64_t requested_at_ms;
+	int64_t ended_at_ms;		 /* 0 while running */
+	int64_t cost_micro;		 /* charged (0 while running) */
+	char receipt_id[SANDBOX_ID_MAX]; /* "" without a receipt */
+};
+
+/* The account's newest executions, newest first, at most `limit`
+ * (1..100); *out malloc'd (free it). */
+int sandbox_execution_list(struct sandbox_svc *svc, const char *account_id, int limit,
+			   struct sandbox_execution_view **out, size_t *n, bool *has_more,
+			   struct sbx_error *err);
+
 /* A receipt of this account: *json is {"object": "receipt", "id", "hash",
  * "signature", "signer", "body": {...}} (new string). */
 int sandbox_receipt_get(struct sandbox_svc *svc, const char *account_id, const char *id,

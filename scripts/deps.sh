@@ -3,11 +3,16 @@
 #   scripts/deps.sh        build, run and test dependencies
 #   scripts/deps.sh fuzz   plus clang and its fuzzer runtime
 #   scripts/deps.sh bench  plus wrk, the HTTP load generator of bench/api
+# The dashboard's browser tests (tests/browser/) drive Debian's chromium
+# through playwright-core from npm (node 18 or later); python3-yaml turns
+# docs/openapi.yaml into the JSON the daemon serves (at build time).
 set -euo pipefail
 pkgs=(build-essential pkg-config libvirt-daemon-system libvirt-dev qemu-system-x86 qemu-utils
       linux-image-cloud-amd64 busybox-static libmicrohttpd-dev libjson-c-dev libsqlite3-dev
       libssl-dev libcmocka-dev libcurl4-openssl-dev e2fsprogs cpio lz4 curl jq procps
-      systemd)
+      systemd chromium python3 python3-yaml)
+# node and npm: Debian's nodejs + npm unless a node with its own npm is there.
+command -v npm >/dev/null || pkgs+=(nodejs npm)
 [ "${1:-}" = fuzz ] && pkgs+=(clang libclang-rt-14-dev)
 [ "${1:-}" = image ] && pkgs+=(mmdebstrap)
 [ "${1:-}" = bench ] && pkgs+=(wrk)

@@ -23,7 +23,7 @@ check store '^(util/util\.h|store\.h|store-priv\.h)$'
 check billing '^(util/util\.h|store/store\.h|billing\.h)$'
 check receipt '^(util/util\.h|receipt\.h|verify\.h)$'
 check sandbox '^(util/util\.h|store/store\.h|billing/billing\.h|vmm/vmm\.h|agentless/agentless\.h|receipt/receipt\.h|sandbox\.h|sandbox-priv\.h)$'
-check api '^(util/util\.h|sandbox/sandbox\.h|api\.h|api-priv\.h|http-priv\.h|reqctx\.h|receipt/receipt\.h|receipt/verify\.h)$'
+check api '^(util/util\.h|sandbox/sandbox\.h|api\.h|assets\.h|api-priv\.h|http-priv\.h|reqctx\.h|receipt/receipt\.h|receipt/verify\.h)$'
 # Only main.c, the composition root, may use receipt/ directly: its
 # `verify-receipt` checks a receipt offline, with no service or database.
 if git grep -l '#include "\(\.\./\)\?receipt/\(receipt\|verify\)\.h"' -- 'api/*.c' 'api/*.h' | grep -v '^api/main\.c$'; then

@@ -230,23 +230,12 @@ int store_execution_prune(struct store *s, int64_t ended_before_ms, struct sbx_e
 	return sqlite3_changes(s->db);
 }
 
-int store_execution_get(struct store *s, const char *account_id, const char *id,
-			struct store_execution *out, struct sbx_error *err)
+/* The columns EXECUTION_COLS of the row at q into out (response NULL). */
+#define EXECUTION_COLS                                                                             \
+	"id, account_id, runtime, runner, status, timeout_seconds, price_micro_per_second,"        \
+	" requested_at_ms, ended_at_ms, hold_micro, charge_micro, receipt_id"
+static void execution_row_read(sqlite3_stmt *q, struct store_execution *out)
 {
-	_cleanup_stmt_ sqlite3_stmt *q = NULL;
-	int rc;
-
-	STORE_READ(s);
-	rc = sx_run(s, &q,
-		    "SELECT id, account_id, runtime, runner, status, timeout_seconds,"
-		    " price_micro_per_second, requested_at_ms, ended_at_ms, hold_micro,"
-		    " charge_micro, receipt_id, response FROM executions"
-		    " WHERE id = ?1 AND account_id = ?2 AND status != 'failed'",
-		    "tt", err, id, account_id);
-	if (rc < 0)
-		return -1;
-	if (rc == SQLITE_DONE)
-		return sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such execution '%.40s'", id);
 	memset(out, 0, sizeof(*out));
 	store_copy_col(out->id, sizeof out->id, q, 0);
 	store_copy_col(out->account_id, sizeof out->account_id, q, 1);
@@ -260,7 +249,70 @@ int store_execution_get(struct store *s, const char *account_id, const char *id,
 	out->hold_micro = sqlite3_column_int64(q, 9);
 	out->charge_micro = sqlite3_column_int64(q, 10);
 	store_copy_col(out->receipt_id, sizeof out->receipt_id, q, 11);
+}
+
+int store_execution_get(struct store *s, const char *account_id, const char *id,
+			struct store_execution *out, struct sbx_error *err)
+{
+	_cleanup_stmt_ sqlite3_stmt *q = NULL;
+	int rc;
+
+	STORE_READ(s);
+	rc = sx_run(
+	    s, &q,
+	    "SELECT " EXECUTION_COLS
+	    ", response FROM executions WHERE id = ?1 AND account_id = ?2 AND status != 'failed'",
+	    "tt", err, id, account_id);
+	if (rc < 0)
+		return -1;
+	if (rc == SQLITE_DONE)
+		return sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such execution '%.40s'", id);
+	execution_row_read(q, out);
 	out->response = sx_dup(q, 12);
+	return 0;
+}
+
+int store_execution_list(struct store *s, const char *account_id, int limit,
+			 struct store_execution **out, size_t *n, bool *has_more,
+			 struct sbx_error *err)
+{
+	_cleanup_stmt_ sqlite3_stmt *q = NULL;
+	struct store_execution *rows;
+	size_t count = 0;
+	int rc;
+
+	*out = NULL;
+	*n = 0;
+	*has_more = false;
+	if (limit < 1 || limit > 100)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "limit",
+				     "limit must be between 1 and 100");
+	rows = calloc((size_t)limit, sizeof(*rows));
+	if (!rows)
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+	STORE_READ(s);
+	/* one more than asked: has_more without a count */
+	rc = sx_run(s, &q,
+		    "SELECT " EXECUTION_COLS " FROM executions WHERE account_id = ?1"
+		    " ORDER BY requested_at_ms DESC, id DESC LIMIT ?2",
+		    "ti", err, account_id, (int64_t)limit + 1);
+	while (rc == SQLITE_ROW) {
+		if (count == (size_t)limit) {
+			*has_more = true;
+			break;
+		}
+		execution_row_read(q, &rows[count]);
+		count++;
+		rc = sqlite3_step(q);
+		if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+			rc = store_db_error(s, "step", err);
+	}
+	if (rc < 0) {
+		free(rows);
+		return -1;
+	}
+	*out = rows;
+	*n = count;
 	return 0;
 }
 

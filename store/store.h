@@ -426,6 +426,13 @@ int store_execution_fail_unfinished(struct store *s, int64_t now_ms, struct sbx_
 int store_execution_get(struct store *s, const char *account_id, const char *id,
 			struct store_execution *out, struct sbx_error *err);
 
+/* The account's newest executions, newest first: at most `limit`
+ * (1..100) rows without their response (NULL), *has_more when there are
+ * older ones. *out is malloc'd (free it; NULL when *n is 0). */
+int store_execution_list(struct store *s, const char *account_id, int limit,
+			 struct store_execution **out, size_t *n, bool *has_more,
+			 struct sbx_error *err);
+
 /* A signed receipt: body is its canonical JSON. */
 int store_receipt_insert(struct store *s, const char *id, const char *account_id,
 			 const char *subject_id, const char *body, const char *hash,

@@ -1,0 +1,216 @@
+// The dashboard and the API reference page in a real browser: Debian's
+// chromium driven by playwright-core. Run by tests/integration/
+// test_dashboard.c against a daemon it started, with SBX_URL (the daemon)
+// and SBX_KEY (an account's key with both scopes) in the environment;
+// screenshots of each step go to SBX_ARTIFACTS (build/browser).
+//   node --test tests/browser/
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdirSync, readdirSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { chromium } from 'playwright-core';
+import { Validator } from '@seriousme/openapi-schema-validator';
+
+const URL = process.env.SBX_URL;
+const KEY = process.env.SBX_KEY;
+const ART = process.env.SBX_ARTIFACTS || 'build/browser';
+const HOSTILE = '<img src=x onerror="window.__pwned=1">';
+const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
+// Without the background-networking flags chromium calls home on a
+// closed network. Playwright gives each launch a fresh profile.
+const ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+  '--disable-background-networking', '--disable-component-update', '--disable-sync'];
+
+let browser, page;
+const problems = []; // CSP violations and script errors seen by the page
+let shot = 0;
+
+async function screenshot(name, fullPage = true) {
+  shot++;
+  await page.screenshot({ path: join(ART, `${String(shot).padStart(2, '0')}-${name}.png`), fullPage });
+}
+
+async function call(method, path, body, key = KEY) {
+  const res = await fetch(URL + path, {
+    method,
+    headers: { Authorization: `Bearer ${key}`, ...(body ? { 'Content-Type': 'application/json' } : {}) },
+    body: body ? JSON.stringify(body) : undefined,
+  });
+  return { status: res.status, json: await res.json() };
+}
+
+async function refresh() {
+  const before = await page.getAttribute('body', 'data-loaded');
+  await page.click('#refresh');
+  await page.waitForFunction((b) => document.body.getAttribute('data-loaded') !== b, before);
+}
+
+const chartTotal = async () => Number(await page.getAttribute('#chart', 'data-total'));
+
+before(async () => {
+  assert.ok(URL && KEY, 'SBX_URL and SBX_KEY must be set (tests/integration/test_dashboard.c)');
+  mkdirSync(ART, { recursive: true });
+  for (const f of readdirSync(ART)) if (f.endsWith('.png')) rmSync(join(ART, f));
+  browser = await chromium.launch({ executablePath: CHROMIUM, args: ARGS });
+  page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  page.on('console', (m) => {
+    if (/Content Security Policy|Refused to/i.test(m.text())) problems.push(m.text());
+  });
+  page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+});
+
+after(async () => {
+  await browser?.close();
+});
+
+test('the OpenAPI description is valid OpenAPI 3.1', async () => {
+  const res = await fetch(`${URL}/v1/openapi.json`);
+  assert.equal(res.status, 200);
+  assert.match(res.headers.get('content-type'), /^application\/json/);
+  const spec = await res.json();
+  const v = new Validator();
+  const r = await v.validate(spec);
+  assert.equal(v.version, '3.1');
+  assert.ok(r.valid, JSON.stringify(r.errors, null, 1));
+  // every documented endpoint of docs/api.md is in it
+  for (const p of ['/v1/sandboxes', '/v1/sandboxes/{id}/extend', '/v1/usage', '/v1/api_keys/{key_id}',
+    '/v1/sandbox/executions', '/v1/receipts/{id}', '/v1/openapi.json'])
+    assert.ok(spec.paths[p], `${p} is described`);
+  assert.ok(spec.paths['/v1/sandbox/executions'].get, 'the executions list is described');
+});
+
+test('the reference page renders every operation', async () => {
+  const spec = await (await fetch(`${URL}/v1/openapi.json`)).json();
+  let ops = 0;
+  for (const item of Object.values(spec.paths)) ops += ['get', 'post', 'delete'].filter((m) => item[m]).length;
+  await page.goto(`${URL}/reference.html`);
+  await page.waitForSelector('body[data-loaded]');
+  assert.equal(await page.locator('section.op h3 .method').count(), ops);
+  assert.ok(await page.locator('#schema-Sandbox').isVisible());
+  await screenshot('reference', false); // the whole page is ~10000 px tall
+});
+
+test('sign in, sandboxes, usage, executions, keys', async (t) => {
+  let sandbox, total0;
+
+  await t.test('a wrong key is refused', async () => {
+    await page.goto(`${URL}/`);
+    await page.fill('#key', 'aas_sk_0000000000000000000000000000000000000000000000000000000000000000');
+    await page.click('#signin-form button');
+    await page.waitForFunction(() => document.querySelector('#signin-error').textContent !== '');
+    assert.ok(await page.isVisible('#signin'));
+    assert.equal(await page.evaluate(() => sessionStorage.length), 0);
+    await screenshot('signin-refused');
+  });
+
+  await t.test('sign in: the key stays in session storage only', async () => {
+    await page.fill('#key', KEY);
+    await page.click('#signin-form button');
+    await page.waitForSelector('#app:not([hidden])');
+    await page.waitForSelector('body[data-loaded]');
+    assert.equal(await page.evaluate(() => sessionStorage.getItem('sandboxd.api_key')), KEY);
+    assert.equal(await page.evaluate(() => document.cookie), '');
+    assert.ok(!page.url().includes(KEY.slice(7)));
+    assert.match(await page.textContent('#bal-balance'), /^\$10\.00$/);
+    total0 = await chartTotal();
+    await screenshot('signed-in');
+  });
+
+  await t.test('a created sandbox appears with its cost', async () => {
+    const r = await call('POST', '/v1/sandboxes', { timeout_minutes: 10 });
+    assert.equal(r.status, 201, JSON.stringify(r.json));
+    sandbox = r.json.id;
+    await refresh();
+    const row = page.locator(`#running tr[data-id="${sandbox}"]`);
+    await row.waitFor();
+    assert.match(await row.locator('.cost').textContent(), /^\$\d+\.\d+$/);
+    assert.match(await page.textContent('#bal-running'), /^1 \//);
+    await screenshot('sandbox-running');
+  });
+
+  await t.test('extend it', async () => {
+    const before = (await call('GET', `/v1/sandboxes/${sandbox}`)).json.expires_at;
+    const row = page.locator(`#running tr[data-id="${sandbox}"]`);
+    await row.locator('input[type=number]').fill('30');
+    await row.locator('button.extend').click();
+    await page.waitForFunction(([id, b]) =>
+      document.querySelector(`#running tr[data-id="${id}"] .expires`)?.getAttribute('title') !== b, [sandbox, before]);
+    const after = (await call('GET', `/v1/sandboxes/${sandbox}`)).json.expires_at;
+    assert.ok(Date.parse(after) > Date.parse(before), `${after} > ${before}`);
+    assert.equal(await row.locator('.expires').getAttribute('title'), after);
+    await screenshot('sandbox-extended');
+  });
+
+  await t.test('delete it: it leaves the running list and is charged', async () => {
+    await page.locator(`#running tr[data-id="${sandbox}"] button.delete`).click();
+    await page.locator(`#running tr[data-id="${sandbox}"]`).waitFor({ state: 'detached' });
+    const recent = page.locator(`#recent tr[data-id="${sandbox}"]`);
+    await recent.waitFor();
+    assert.equal(await recent.locator('td').nth(1).textContent(), 'destroyed');
+    const cost = (await call('GET', `/v1/sandboxes/${sandbox}`)).json.cost_micro_usd;
+    assert.ok(cost > 0);
+    await screenshot('sandbox-deleted');
+  });
+
+  await t.test('the usage chart changes', async () => {
+    const total = await chartTotal();
+    assert.ok(total > total0, `chart total ${total} > ${total0}`);
+    assert.ok(await page.locator('#chart rect.bar[height]:not([height="0"])').count() >= 1);
+    await page.selectOption('#period', '7d');
+    await page.waitForFunction(() => document.querySelector('#chart').getAttribute('data-buckets') === '8' ||
+      document.querySelector('#chart').getAttribute('data-buckets') === '7');
+    assert.equal(await chartTotal(), total);
+    assert.ok(await page.locator('#by-size tbody tr').count() >= 1);
+    await screenshot('usage-7d');
+    await page.selectOption('#period', '24h');
+  });
+
+  await t.test('hostile output is shown as text, with the receipt checked', async () => {
+    const code = `printf '%s' '${HOSTILE}'; printf '%s' '${HOSTILE}' >&2`;
+    const r = await call('POST', '/v1/sandbox/executions', { runtime: 'sh', timeout_seconds: 10, code });
+    assert.equal(r.status, 200, JSON.stringify(r.json));
+    assert.equal(r.json.stdout, HOSTILE);
+    await refresh();
+    const row = page.locator(`#executions tr[data-id="${r.json.id}"]`);
+    await row.waitFor();
+    await row.locator('a.receipt-link').click();
+    await page.waitForFunction(() => document.querySelector('#receipt-stdout').textContent !== '');
+    await page.waitForFunction(() => !/checking/.test(document.querySelector('#receipt-checks').textContent));
+    assert.equal(await page.textContent('#receipt-stdout'), HOSTILE);
+    assert.equal(await page.textContent('#receipt-stderr'), HOSTILE);
+    assert.equal(await page.locator('img').count(), 0);
+    assert.equal(await page.evaluate(() => window.__pwned), undefined);
+    const checks = await page.locator('#receipt-checks li').allTextContents();
+    assert.ok(checks.length >= 4, checks.join('\n'));
+    assert.equal(await page.locator('#receipt-checks li.bad').count(), 0, checks.join('\n'));
+    assert.ok(checks.some((c) => /signature: Ed25519 .* verifies/.test(c)), checks.join('\n'));
+    assert.ok(!page.url().includes(KEY.slice(7)));
+    await screenshot('execution-receipt');
+  });
+
+  await t.test('create a key (secret shown once), sign in with it, revoke it: signed out', async () => {
+    await page.click('#key-form button');
+    await page.waitForSelector('#new-secret:not([hidden])');
+    const secret = await page.textContent('#new-secret-value');
+    assert.match(secret, /^aas_sk_[0-9a-f]+$/);
+    await screenshot('key-created');
+    await page.click('#signout');
+    assert.equal(await page.evaluate(() => sessionStorage.length), 0);
+    assert.equal(await page.textContent('#new-secret-value'), '');
+    await page.fill('#key', secret);
+    await page.click('#signin-form button');
+    await page.waitForSelector('#keys tr[data-current="yes"]');
+    const mine = page.locator('#keys tr[data-current="yes"]');
+    assert.equal(await mine.count(), 1);
+    await mine.locator('button.revoke').click();
+    await page.waitForSelector('#signin:not([hidden])');
+    assert.match(await page.textContent('#notice'), /signed out/);
+    assert.equal(await page.evaluate(() => sessionStorage.length), 0);
+    assert.equal((await call('GET', '/v1/usage', undefined, secret)).status, 401);
+    await screenshot('revoked-signed-out');
+  });
+
+  await t.test('the page met no CSP refusal and no script error', () => {
+    assert.deepEqual(problems, []);
+  });
+});

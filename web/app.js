@@ -1,0 +1,411 @@
+// The sandboxd dashboard: plain DOM, public API only, the user's key in
+// sessionStorage. Every value from the API is put in the page as text
+// (textContent, text nodes, attributes): a sandbox's output is hostile.
+// docs/dashboard.md.
+
+const KEY_STORE = 'sandboxd.api_key';
+const REFRESH_MS = 15000;
+const $ = (sel) => document.querySelector(sel);
+
+class SignedOut extends Error {}
+
+// el('td', {class: 'x'}, 'text', child...): strings become text nodes.
+function el(tag, attrs = {}, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
+    else e.setAttribute(k, v === true ? '' : String(v));
+  }
+  for (const c of children) e.append(c instanceof Node ? c : document.createTextNode(String(c ?? '')));
+  return e;
+}
+
+function svg(tag, attrs = {}, text) {
+  const e = document.createElementNS('http://www.w3.org/2000/svg', tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, String(v));
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+function notice(msg) {
+  const n = $('#notice');
+  n.textContent = msg || '';
+  n.hidden = !msg;
+}
+
+// ------------------------------------------------------------------ API
+
+async function api(method, path, body) {
+  const key = sessionStorage.getItem(KEY_STORE);
+  if (!key) throw new SignedOut();
+  const opts = { method, headers: { Authorization: `Bearer ${key}` }, cache: 'no-store', credentials: 'omit' };
+  if (body !== undefined) {
+    opts.headers['Content-Type'] = 'application/json';
+    opts.body = JSON.stringify(body);
+  }
+  const res = await fetch(path, opts);
+  let data = null;
+  try { data = await res.json(); } catch { /* not JSON */ }
+  if (res.status === 401) {
+    signOut('The service refused this key (revoked or unknown): you are signed out.');
+    throw new SignedOut();
+  }
+  if (!res.ok) {
+    const err = new Error(data?.error?.message || `HTTP ${res.status}`);
+    err.status = res.status;
+    err.type = data?.error?.type;
+    throw err;
+  }
+  return data;
+}
+
+// ------------------------------------------------------------- formats
+
+// Exact dollars from micro-dollars: 6 places, trailing zeros cut to 2.
+const usd = (micro) => {
+  if (typeof micro !== 'number') return '–';
+  const neg = micro < 0;
+  const m = Math.abs(micro);
+  const frac = String(m % 1e6).padStart(6, '0').replace(/0{1,4}$/, '');
+  return `${neg ? '-' : ''}$${Math.floor(m / 1e6)}.${frac}`;
+};
+
+function duration(ms) {
+  if (ms < 0) ms = 0;
+  const s = Math.floor(ms / 1000);
+  if (s < 60) return `${s} s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m} min ${s % 60} s`;
+  const h = Math.floor(m / 60);
+  if (h < 48) return `${h} h ${m % 60} min`;
+  return `${Math.floor(h / 24)} d ${h % 24} h`;
+}
+
+const when = (iso) => (iso ? new Date(iso).toLocaleString() : '–');
+const shortTime = (iso, hourly) => {
+  const d = new Date(iso);
+  return hourly ? `${String(d.getHours()).padStart(2, '0')}:00` : `${d.getMonth() + 1}/${d.getDate()}`;
+};
+
+function statusCell(status) {
+  return el('td', { class: `status-${status}` }, status);
+}
+
+// ---------------------------------------------------------- sign in/out
+
+function signOut(msg) {
+  sessionStorage.removeItem(KEY_STORE);
+  clearInterval(state.timer);
+  state.timer = null;
+  $('#app').hidden = true;
+  $('#who').hidden = true;
+  $('#signin').hidden = false;
+  $('#new-secret').hidden = true;
+  $('#new-secret-value').textContent = '';
+  notice(msg);
+}
+
+async function signIn(key) {
+  sessionStorage.setItem(KEY_STORE, key);
+  try {
+    await api('GET', '/v1/usage');
+  } catch (e) {
+    if (!(e instanceof SignedOut)) {
+      sessionStorage.removeItem(KEY_STORE);
+      $('#signin-error').textContent = e.message;
+    } else {
+      $('#signin-error').textContent = 'This key was refused.';
+    }
+    return;
+  }
+  $('#signin-error').textContent = '';
+  notice('');
+  showApp();
+}
+
+function showApp() {
+  const key = sessionStorage.getItem(KEY_STORE);
+  $('#signin').hidden = true;
+  $('#app').hidden = false;
+  $('#who').hidden = false;
+  $('#who-key').textContent = `key ${key.slice(0, 14)}…`;
+  refresh();
+  clearInterval(state.timer);
+  state.timer = setInterval(refresh, REFRESH_MS);
+}
+
+// ----------------------------------------------------------------- views
+
+const state = { timer: null, loading: null };
+
+function fill(section, rows) {
+  $(`${section} tbody`).replaceChildren(...rows);
+  const empty = $(`${section} .empty`);
+  if (empty) empty.hidden = rows.length > 0;
+}
+
+function sectionError(section, e) {
+  fill(section, [el('tr', {}, el('td', { colspan: 6, class: 'error' }, e.message))]);
+}
+
+async function loadBalanceAndUsage() {
+  const period = $('#period').value;
+  const hourly = period.endsWith('h');
+  const hours = hourly ? parseInt(period, 10) : parseInt(period, 10) * 24;
+  const to = new Date();
+  const from = new Date(to.getTime() - hours * 3600 * 1000);
+  const q = new URLSearchParams({ granularity: hourly ? 'hour' : 'day', from: from.toISOString().replace(/\.\d+Z$/, 'Z'), to: to.toISOString().replace(/\.\d+Z$/, 'Z') });
+  const u = await api('GET', `/v1/usage?${q}`);
+  $('#bal-balance').textContent = usd(u.balance_micro_usd);
+  $('#bal-reserved').textContent = usd(u.reserved_micro_usd);
+  $('#bal-available').textContent = usd(u.available_micro_usd);
+  $('#bal-running').textContent = `${u.sandboxes?.running ?? '–'} / ${u.sandboxes?.limit ?? '–'}`;
+  const sizes = Object.entries(u.by_size || {});
+  const inSandboxes = sizes.reduce((a, [, s]) => a + (s.cost_micro_usd || 0), 0);
+  $('#usage-summary').textContent =
+    `${usd(u.consumed_micro_usd)} consumed from ${when(u.period?.from)} to ${when(u.period?.to)} ` +
+    `(whole UTC ${hourly ? 'hours' : 'days'}): ${usd(inSandboxes)} in sandboxes (chart and sizes below), ` +
+    `${usd(u.consumed_micro_usd - inSandboxes)} in one-shot executions.`;
+  drawChart(u.buckets || [], hourly);
+  fill('#by-size', sizes.map(([name, s]) =>
+    el('tr', { 'data-size': name }, el('td', {}, name), el('td', {}, duration((s.seconds || 0) * 1000)), el('td', {}, usd(s.cost_micro_usd)))));
+}
+
+// Bars of sandbox cost per bucket (hour or day), in the SVG's own units
+// (one per CSS pixel of the chart's width); each bar's <title> says more.
+function drawChart(buckets, hourly) {
+  const chart = $('#chart');
+  const W = Math.max(400, chart.clientWidth || 900), H = 220, L = 72, B = 24, T = 10;
+  chart.setAttribute('viewBox', `0 0 ${W} ${H}`);
+  chart.setAttribute('data-total', String(buckets.reduce((a, b) => a + (b.cost_micro_usd || 0), 0)));
+  chart.setAttribute('data-buckets', String(buckets.length));
+  const max = Math.max(1, ...buckets.map((b) => b.cost_micro_usd || 0));
+  const bw = (W - L - 4) / Math.max(1, buckets.length);
+  const parts = [
+    svg('line', { class: 'axis', x1: L, y1: H - B, x2: W, y2: H - B }),
+    svg('text', { x: L - 6, y: T + 8, 'text-anchor': 'end' }, usd(max)),
+    svg('text', { x: L - 6, y: H - B, 'text-anchor': 'end' }, '$0'),
+  ];
+  const every = Math.max(1, Math.ceil(buckets.length / Math.floor((W - L) / 60)));
+  buckets.forEach((b, i) => {
+    const v = b.cost_micro_usd || 0;
+    const h = v > 0 ? Math.max(2, ((H - B - T) * v) / max) : 0;
+    const x = L + i * bw;
+    const bar = svg('rect', { class: 'bar', x: x + 1, y: H - B - h, width: Math.max(1, bw - 2), height: h, 'data-cost': v });
+    bar.append(svg('title', {}, `${when(b.start)}: ${usd(v)}, ${duration((b.seconds || 0) * 1000)} of sandbox time`));
+    parts.push(bar);
+    if (i % every === 0) parts.push(svg('text', { x: x + bw / 2, y: H - 6, 'text-anchor': 'middle' }, shortTime(b.start, hourly)));
+  });
+  chart.replaceChildren(...parts);
+}
+
+async function loadRunning() {
+  const list = await api('GET', '/v1/sandboxes?status=running&limit=100');
+  const now = Date.now();
+  fill('#running', list.data.map((s) => {
+    const minutes = el('input', { type: 'number', min: 1, max: 1440, value: 15, 'aria-label': 'minutes from now' });
+    const extend = el('button', { type: 'button', class: 'extend', onclick: () => act(`extend ${s.id}`, () =>
+      api('POST', `/v1/sandboxes/${encodeURIComponent(s.id)}/extend`, { timeout_minutes: parseInt(minutes.value, 10) })) }, 'Extend');
+    const del = el('button', { type: 'button', class: 'delete danger', onclick: () => act(`delete ${s.id}`, () =>
+      api('DELETE', `/v1/sandboxes/${encodeURIComponent(s.id)}`)) }, 'Delete');
+    return el('tr', { 'data-id': s.id },
+      el('td', { class: 'id' }, s.id), el('td', {}, s.size),
+      el('td', {}, duration(now - Date.parse(s.created_at))),
+      el('td', { class: 'expires', title: s.expires_at }, `${when(s.expires_at)} (in ${duration(Date.parse(s.expires_at) - now)})`),
+      el('td', { class: 'cost' }, usd(s.cost_micro_usd)),
+      el('td', {}, minutes, ' min ', extend, ' ', del));
+  }));
+}
+
+async function loadRecent() {
+  const list = await api('GET', '/v1/sandboxes?limit=20');
+  fill('#recent', list.data.map((s) => el('tr', { 'data-id': s.id },
+    el('td', { class: 'id' }, s.id), statusCell(s.status), el('td', {}, s.size),
+    el('td', {}, when(s.created_at)), el('td', {}, when(s.ended_at)), el('td', { class: 'cost' }, usd(s.cost_micro_usd)))));
+}
+
+async function loadExecutions() {
+  let list;
+  try {
+    list = await api('GET', '/v1/sandbox/executions?limit=20');
+  } catch (e) {
+    if (e.status === 403) return fill('#executions', [el('tr', {}, el('td', { colspan: 6, class: 'muted' }, 'This key lacks the sandboxes scope.'))]);
+    throw e;
+  }
+  fill('#executions', list.data.map((x) => el('tr', { 'data-id': x.id },
+    el('td', { class: 'id' }, x.id), statusCell(x.status), el('td', {}, x.runtime),
+    el('td', {}, when(x.requested_at)), el('td', { class: 'cost' }, usd(x.cost_micro_usd)),
+    el('td', {}, x.receipt_id ? el('a', { href: `#execution=${encodeURIComponent(x.id)}`, class: 'receipt-link' }, 'receipt') : '–'))));
+}
+
+async function loadKeys() {
+  let list;
+  try {
+    list = await api('GET', '/v1/api_keys');
+  } catch (e) {
+    if (e.status === 403) {
+      $('#keys-note').textContent = 'This key lacks the keys scope: it cannot list or create keys.';
+      return fill('#keys', []);
+    }
+    throw e;
+  }
+  const mine = sessionStorage.getItem(KEY_STORE) || '';
+  $('#keys-note').textContent = 'A revoked key is refused from its next call; revoking the key this browser uses signs you out.';
+  fill('#keys', list.data.map((k) => {
+    const current = k.prefix && mine.startsWith(k.prefix);
+    const revoke = k.revoked ? '' : el('button', { type: 'button', class: 'revoke danger', onclick: () => act(`revoke ${k.id}`, () =>
+      api('DELETE', `/v1/api_keys/${encodeURIComponent(k.id)}`)) }, 'Revoke');
+    return el('tr', { 'data-id': k.id, 'data-current': current ? 'yes' : 'no' },
+      el('td', { class: 'id' }, k.id, current ? ' (this browser)' : ''), el('td', { class: 'id' }, k.prefix),
+      el('td', {}, (k.scopes || []).join(', ') || 'none'), el('td', {}, when(k.created_at)),
+      el('td', { class: k.revoked ? 'bad' : 'ok' }, k.revoked ? `revoked ${when(k.revoked_at)}` : 'active'), el('td', {}, revoke));
+  }));
+}
+
+async function refresh() {
+  if (state.loading) return state.loading;
+  const views = [['#usage', loadBalanceAndUsage], ['#running', loadRunning], ['#recent', loadRecent],
+    ['#executions', loadExecutions], ['#keys', loadKeys]];
+  state.loading = (async () => {
+    for (const [section, load] of views) {
+      try {
+        await load();
+      } catch (e) {
+        if (e instanceof SignedOut) return;
+        if (section === '#usage') $('#usage-summary').textContent = e.message;
+        else sectionError(section, e);
+      }
+    }
+    document.body.setAttribute('data-loaded', String(Date.now()));
+  })();
+  try { await state.loading; } finally { state.loading = null; }
+}
+
+// An action, then a refresh; its error shown in the notice.
+async function act(what, fn) {
+  try {
+    await fn();
+    notice('');
+  } catch (e) {
+    if (e instanceof SignedOut) return;
+    notice(`${what}: ${e.message}`);
+  }
+  await refresh();
+}
+
+// ------------------------------------------------------------- receipts
+
+// RFC 8785 for what receipts hold: objects, strings, integers, booleans, null.
+function jcs(v) {
+  if (v === null || typeof v !== 'object') return JSON.stringify(v);
+  if (Array.isArray(v)) return `[${v.map(jcs).join(',')}]`;
+  return `{${Object.keys(v).sort().map((k) => `${JSON.stringify(k)}:${jcs(v[k])}`).join(',')}}`;
+}
+
+const hex = (buf) => [...new Uint8Array(buf)].map((b) => b.toString(16).padStart(2, '0')).join('');
+const unhex = (s) => new Uint8Array((s.replace(/^0x/, '').match(/../g) || []).map((h) => parseInt(h, 16)));
+
+async function showExecution(id) {
+  const box = $('#receipt');
+  box.hidden = false;
+  const checks = $('#receipt-checks');
+  const facts = $('#receipt-facts');
+  checks.replaceChildren(el('li', {}, 'checking…'));
+  facts.replaceChildren();
+  for (const p of ['#receipt-stdout', '#receipt-stderr', '#receipt-json']) $(p).textContent = '';
+  box.scrollIntoView({ block: 'start' });
+  const check = (ok, text) => el('li', { class: ok ? 'ok' : 'bad' }, `${ok ? '✓' : '✗'} ${text}`);
+  try {
+    const x = await api('GET', `/v1/sandbox/executions/${encodeURIComponent(id)}`);
+    const add = (k, v) => facts.append(el('dt', {}, k), el('dd', {}, v));
+    add('execution', x.id);
+    add('status', `${x.status}, exit code ${x.exit_code}`);
+    add('cost', `${usd(x.billing?.cost_micro_usd)} for ${x.billing?.billed_ms} ms (host-measured)`);
+    $('#receipt-stdout').textContent = x.stdout ?? '';
+    $('#receipt-stderr').textContent = x.stderr ?? '';
+    if (!x.receipt?.id) {
+      checks.replaceChildren(el('li', {}, 'This execution has no receipt.'));
+      return;
+    }
+    const [r, pk] = await Promise.all([api('GET', `/v1/receipts/${encodeURIComponent(x.receipt.id)}`), api('GET', '/v1/receipts/public-key')]);
+    add('receipt', r.id ?? x.receipt.id);
+    add('signer', r.signer ?? '');
+    $('#receipt-json').textContent = JSON.stringify(r, null, 2);
+    const body = new TextEncoder().encode(jcs(r.body));
+    const out = [];
+    const digest = `0x${hex(await crypto.subtle.digest('SHA-256', body))}`;
+    out.push(check(digest === r.hash, `hash: SHA-256 of the canonical body is ${digest.slice(0, 18)}…, the receipt says ${String(r.hash).slice(0, 18)}…`));
+    out.push(check(r.signer === pk.signer, 'signer: the receipt names the key this node publishes'));
+    try {
+      const key = await crypto.subtle.importKey('raw', unhex(r.signer), { name: 'Ed25519' }, false, ['verify']);
+      const ok = await crypto.subtle.verify({ name: 'Ed25519' }, key, unhex(r.signature), body);
+      out.push(check(ok, `signature: Ed25519 over the canonical body ${ok ? 'verifies' : 'does NOT verify'} with the signer key`));
+    } catch (e) {
+      out.push(el('li', { class: 'muted' }, `signature: this browser cannot check Ed25519 (${e.message}); use sandboxd verify-receipt`));
+    }
+    out.push(check(r.body?.execution_id === x.id, 'the receipt is about this execution'));
+    if (x.stored_truncated) {
+      out.push(el('li', { class: 'muted' }, 'output fingerprint: the stored output is cut, check it with the reply you kept'));
+    } else if (x.billing?.fingerprint_salt) {
+      const o = { exit_code: x.exit_code, stderr: x.stderr, stdout: x.stdout };
+      const salt = unhex(x.billing.fingerprint_salt);
+      const j = new TextEncoder().encode(jcs(o));
+      const both = new Uint8Array(salt.length + j.length);
+      both.set(salt);
+      both.set(j, salt.length);
+      const fp = `0x${hex(await crypto.subtle.digest('SHA-256', both))}`;
+      out.push(check(fp === r.body?.output_fingerprint, 'output fingerprint: stdout, stderr and exit code are the ones signed'));
+    }
+    checks.replaceChildren(...out);
+  } catch (e) {
+    if (e instanceof SignedOut) return;
+    checks.replaceChildren(el('li', { class: 'bad' }, e.message));
+  }
+}
+
+function route() {
+  const m = location.hash.match(/^#execution=([A-Za-z0-9_]{1,40})$/);
+  if (m && sessionStorage.getItem(KEY_STORE)) showExecution(m[1]);
+  else $('#receipt').hidden = true;
+}
+
+// ------------------------------------------------------------------ keys
+
+async function createKey(ev) {
+  ev.preventDefault();
+  const scopes = [...document.querySelectorAll('#key-form input[name=scope]:checked')].map((i) => i.value);
+  try {
+    const k = await api('POST', '/v1/api_keys', { scopes });
+    $('#new-secret-value').textContent = k.secret;
+    $('#new-secret').hidden = false;
+    notice('');
+  } catch (e) {
+    if (!(e instanceof SignedOut)) notice(`create key failed: ${e.message}`);
+  }
+  await loadKeys().catch(() => {});
+}
+
+// ------------------------------------------------------------------ start
+
+function start() {
+  $('#signin-form').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const key = $('#key').value.trim();
+    $('#key').value = '';
+    if (key) signIn(key);
+  });
+  $('#signout').addEventListener('click', () => signOut('Signed out.'));
+  $('#refresh').addEventListener('click', () => refresh());
+  $('#period').addEventListener('change', () => loadBalanceAndUsage().catch((e) => { if (!(e instanceof SignedOut)) $('#usage-summary').textContent = e.message; }));
+  $('#key-form').addEventListener('submit', createKey);
+  $('#copy-secret').addEventListener('click', () => navigator.clipboard?.writeText($('#new-secret-value').textContent));
+  $('#receipt-close').addEventListener('click', (ev) => { ev.preventDefault(); history.replaceState(null, '', location.pathname); route(); });
+  window.addEventListener('hashchange', route);
+  if (sessionStorage.getItem(KEY_STORE)) {
+    showApp();
+    route();
+  }
+}
+
+start();
