@@ -154,8 +154,8 @@ static void report(const char *phase, struct lat *l, int64_t idle_usage_p99, int
 	       "ms (x%.2f)   n=%d failures=%d\n",
 	       phase, us.median / 1000.0, up99 / 1000.0,
 	       idle_usage_p99 ? (double)up99 / (double)idle_usage_p99 : 0.0, es.median / 1000.0,
-	       ep99 / 1000.0, idle_exec_p99 ? (double)ep99 / (double)idle_exec_p99 : 0.0,
-	       l->n_exec, l->failures);
+	       ep99 / 1000.0, idle_exec_p99 ? (double)ep99 / (double)idle_exec_p99 : 0.0, l->n_exec,
+	       l->failures);
 	fflush(stdout);
 }
 
