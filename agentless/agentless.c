@@ -405,6 +405,7 @@ static void conn_break(struct agentless_conn *c, const char *tenant_msg, const c
 	pthread_mutex_unlock(&c->lock);
 
 	sbx_warn(MOD, "exec channel broken: %s", why);
+	sbx_counter_add(SBX_C_CHANNEL_BROKEN, 1);
 	sbx_error_set(&err, SBX_E_SANDBOX_ERROR, NULL, "%s", tenant_msg);
 	execs_fail(list, &err);
 	if (c->on_broken)
@@ -423,6 +424,7 @@ static void conn_violation(struct agentless_conn *c, const char *fmt, ...)
 		detail[0] = '\0';
 	va_end(ap);
 	snprintf(why, sizeof why, "protocol violation: %s", detail);
+	sbx_counter_add(SBX_C_CHANNEL_VIOLATIONS, 1);
 	conn_break(c, MSG_VIOLATION, why);
 }
 
@@ -621,6 +623,7 @@ static void handle_exit(struct agentless_conn *c, const struct wire_header *h, c
 	e = conn_exec_finish(c, h->id, "EXIT");
 	if (!e)
 		return;
+	sbx_hist_observe_us(SBX_H_EXEC, (sbx_mono_ms() - e->started_ms) * 1000);
 
 	/* The guest is hostile: an exit status is 0..255 (128+signal when
 	 * killed), timed_out a flag; anything else is a forged frame. */

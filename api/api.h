@@ -44,6 +44,20 @@ int api_server_drain(struct api_server *srv, int64_t timeout_ms);
  * callbacks stay safe to call until sandbox_svc_free). */
 void api_server_stop(struct api_server *srv);
 
+/* ------------------------------------------------------------- metrics */
+
+struct api_metrics;
+/* Serve GET /metrics (Prometheus text, docs/operations.md) on `listen`
+ * ("HOST:PORT", the operator's address: never the tenants' port) for the
+ * tenant server `srv` (borrowed; stop the metrics first). NULL with err
+ * (param "metrics_listen"). */
+struct api_metrics *api_metrics_start(struct api_server *srv, const char *listen,
+				      struct sbx_error *err);
+/* The bound port (the real one when 0 was asked). */
+unsigned api_metrics_port(const struct api_metrics *m);
+/* Stop and free; NULL is a no-op. */
+void api_metrics_stop(struct api_metrics *m);
+
 /* ------------------------------------------------------------ the config */
 
 /* Apply the JSON config file at `path` over `cfg` (normally filled by

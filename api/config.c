@@ -77,6 +77,7 @@ static const struct key_spec keys[] = {
     NUM(test_minute_ms, K_U32),
     STR(test_fault_point),
     NUM(test_hostile_guests, K_BOOL),
+    STR(metrics_listen),
     NUM(test_fault_pause_ms, K_U32),
     NUM(liveness_interval_ms, K_U32),
     NUM(liveness_misses, K_INT),

@@ -71,6 +71,8 @@ struct req {
 	char account_id[SANDBOX_ID_MAX];
 	char scopes[SANDBOX_SCOPES_MAX];     /* the key's, on the key routes */
 	char request_id[API_REQUEST_ID_MAX]; /* X-Request-Id, api/reqctx.h */
+	int64_t started_us;		     /* received (metrics) */
+	unsigned status;		     /* the status answered, 0 until then (metrics) */
 	int asset;			     /* R_STATIC: index in api_assets[] */
 	struct sbx_buf body;
 	bool too_large;
@@ -190,5 +192,16 @@ enum MHD_Result api_execution_handle(struct req *r);
 enum MHD_Result api_async_run(struct req *r);
 /* The reply of a finished (or aborted) create/DELETE/execution. */
 enum MHD_Result api_async_answer(struct req *r);
+
+/* ------------------------------------------------------- api/metrics.c */
+
+/* MHD_queue_response that remembers the status for the request metrics
+ * (every reply of the tenant server goes through it). */
+enum MHD_Result api_queue_response(struct MHD_Connection *c, unsigned status,
+				   struct MHD_Response *resp);
+/* The status this thread queued since the last call (0 = none). */
+unsigned api_metrics_take_status(void);
+/* Count one answered request: its route, status and time (us). */
+void api_metrics_request(int route, unsigned status, int64_t us);
 
 #endif

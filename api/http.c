@@ -73,7 +73,7 @@ static enum MHD_Result reply_json_ex(struct MHD_Connection *c, unsigned status,
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
 	api_security_headers(resp, false);
 	api_reqctx_header(resp);
-	ret = MHD_queue_response(c, status, resp);
+	ret = api_queue_response(c, status, resp);
 	MHD_destroy_response(resp);
 	return ret;
 }
@@ -313,7 +313,7 @@ static enum MHD_Result reply_text(struct MHD_Connection *c, unsigned status, cha
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
 	api_security_headers(resp, false);
 	api_reqctx_header(resp);
-	ret = MHD_queue_response(c, status, resp);
+	ret = api_queue_response(c, status, resp);
 	MHD_destroy_response(resp);
 	return ret;
 }
@@ -688,6 +688,14 @@ static enum MHD_Result reject(struct req *r, const struct sbx_error *err, const 
 
 /* First call for a request: headers only. Route, method, auth and the
  * declared length are checked here, before any body is read. */
+static int64_t now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 static enum MHD_Result request_begin(struct api_server *srv, struct MHD_Connection *c,
 				     const char *url, const char *method, void **con_cls)
 {
@@ -701,6 +709,7 @@ static enum MHD_Result request_begin(struct api_server *srv, struct MHD_Connecti
 	r->conn = c;
 	r->refs = 1;
 	r->slot = -1;
+	r->started_us = now_us();
 	sbx_buf_init(&r->body, srv->cfg->max_body_bytes);
 	pthread_mutex_lock(&srv->lock);
 	srv->inflight++;
@@ -754,9 +763,9 @@ static enum MHD_Result request_begin(struct api_server *srv, struct MHD_Connecti
 	return MHD_YES;
 }
 
-static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url,
-			       const char *method, const char *version, const char *upload_data,
-			       size_t *upload_data_size, void **con_cls)
+static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
+			      const char *method, const char *version, const char *upload_data,
+			      size_t *upload_data_size, void **con_cls)
 {
 	struct api_server *srv = cls;
 	struct req *r = *con_cls;
@@ -808,6 +817,22 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
 	return dispatch(r, method);
 }
 
+/* MHD's access handler: handle(), then note the status it answered. */
+static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url,
+			       const char *method, const char *version, const char *upload_data,
+			       size_t *upload_data_size, void **con_cls)
+{
+	enum MHD_Result ret;
+	unsigned status;
+
+	(void)api_metrics_take_status();
+	ret = handle(cls, c, url, method, version, upload_data, upload_data_size, con_cls);
+	status = api_metrics_take_status();
+	if (status && *con_cls)
+		((struct req *)*con_cls)->status = status;
+	return ret;
+}
+
 /* The last of api_server_stop and the requests that outlive it (a late
  * exec callback) frees the server. */
 static void server_free(struct api_server *srv)
@@ -853,6 +878,8 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	if (!r)
 		return;
 	*con_cls = NULL;
+	if (r->status)
+		api_metrics_request(r->route, r->status, now_us() - r->started_us);
 	pthread_mutex_lock(&srv->lock);
 	if (r->state == EXEC_SUSPENDED)
 		api_parked_remove(srv, r);

@@ -181,7 +181,7 @@ enum MHD_Result api_async_answer(struct req *r)
 		MHD_add_response_header(resp, "Idempotent-Replayed", "true");
 	api_security_headers(resp, false);
 	api_reqctx_header(resp);
-	ret = MHD_queue_response(r->conn, r->out_status, resp);
+	ret = api_queue_response(r->conn, r->out_status, resp);
 	MHD_destroy_response(resp);
 	return ret;
 }

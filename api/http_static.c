@@ -52,7 +52,7 @@ enum MHD_Result api_static_reply(struct MHD_Connection *c, int asset)
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
 	api_security_headers(resp, a->page);
 	api_reqctx_header(resp);
-	ret = MHD_queue_response(c, 200, resp);
+	ret = api_queue_response(c, 200, resp);
 	MHD_destroy_response(resp);
 	return ret;
 }

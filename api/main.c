@@ -201,6 +201,7 @@ static int cmd_serve(int argc, char **argv)
 	struct sandbox_config cfg;
 	struct sandbox_svc *svc;
 	struct api_server *srv;
+	struct api_metrics *metrics = NULL;
 	struct sbx_error err;
 	sigset_t set;
 	char host[64];
@@ -237,6 +238,14 @@ static int cmd_serve(int argc, char **argv)
 		sandbox_svc_free(svc);
 		return runtime_error("cannot start the HTTP server", &err);
 	}
+	if (cfg.metrics_listen[0]) {
+		metrics = api_metrics_start(srv, cfg.metrics_listen, &err);
+		if (!metrics) {
+			api_server_stop(srv);
+			sandbox_svc_free(svc);
+			return runtime_error("cannot start the metrics server", &err);
+		}
+	}
 	snprintf(host, sizeof(host), "%.*s", (int)(strrchr(cfg.listen, ':') - cfg.listen),
 		 cfg.listen);
 	printf("listening on http://%s:%u\n", host, api_server_port(srv));
@@ -252,6 +261,7 @@ static int cmd_serve(int argc, char **argv)
 	left = api_server_drain(srv, DRAIN_TIMEOUT_MS);
 	if (left)
 		sbx_warn("main", "%d request(s) still in flight at the deadline", left);
+	api_metrics_stop(metrics);
 	api_server_stop(srv);
 	sandbox_svc_free(svc);
 	sbx_info("main", "stopped");

@@ -779,6 +779,7 @@ int sandbox_guest_boot(struct sandbox_svc *svc, const struct sandbox_size *size,
 	l->memory_mib = size->memory_mib;
 	snprintf(l->size, sizeof(l->size), "%s", size->name);
 	snprintf(l->id, sizeof(l->id), "%s", marker);
+	int64_t boot_t0 = sbx_mono_ms();
 	l->vm = vmm_vm_start(svc->vmm, &spec, err);
 	if (!l->vm) {
 		free(l);
@@ -791,6 +792,7 @@ int sandbox_guest_boot(struct sandbox_svc *svc, const struct sandbox_size *size,
 		goto err_teardown;
 	agentless_conn_attach(l->conn, ch, false);
 	if (agentless_conn_wait_hello(l->conn, deadline_mono, err) < 0) {
+		sbx_counter_add(SBX_C_BOOT_FAILURES, 1);
 		_cleanup_free_ char *tail = vmm_vm_console_tail(l->vm, 2048);
 
 		sbx_err(MOD, "%s: guest %s not ready: %s; console tail:\n%s", marker, l->domain,
@@ -800,6 +802,7 @@ int sandbox_guest_boot(struct sandbox_svc *svc, const struct sandbox_size *size,
 		sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL, "the guest did not get ready");
 		goto err_teardown;
 	}
+	sbx_hist_observe_us(SBX_H_BOOT, (sbx_mono_ms() - boot_t0) * 1000);
 	*out = l;
 	return 0;
 
@@ -845,6 +848,37 @@ static void startup_path_stats(const struct startup_ring *r, struct sandbox_star
 	qsort(sorted, r->n, sizeof(sorted[0]), cmp_i64);
 	out->p50_ms = nearest_rank(sorted, r->n, 50);
 	out->p95_ms = nearest_rank(sorted, r->n, 95);
+}
+
+void sandbox_metrics_get(struct sandbox_svc *svc, struct sandbox_metrics *out)
+{
+	const struct sandbox_config *cfg = &svc->cfg;
+	struct store_ledger_totals t;
+
+	memset(out, 0, sizeof(*out));
+	for (size_t i = 0; i < cfg->n_sizes && i < SANDBOX_MAX_SIZES; i++)
+		snprintf(out->sizes[i].size, sizeof(out->sizes[i].size), "%s", cfg->sizes[i].name);
+	out->n_sizes = SBX_MIN(cfg->n_sizes, (size_t)SANDBOX_MAX_SIZES);
+	pthread_mutex_lock(&svc->lock);
+	for (size_t i = 0; i < out->n_sizes; i++) {
+		for (struct live *l = svc->lives; l; l = l->next)
+			out->sizes[i].running += strcmp(l->size, out->sizes[i].size) == 0;
+		for (struct live *p = svc->pool; p; p = p->next)
+			out->sizes[i].pooled +=
+			    !p->dead && strcmp(p->size, out->sizes[i].size) == 0;
+	}
+	out->booting = svc->booting;
+	out->pool_booting = svc->pool_booting;
+	out->output_held = svc->output_held;
+	pthread_mutex_unlock(&svc->lock);
+	if (store_ledger_totals_get(svc->store, &t, NULL) == 0) {
+		out->ledger_ok = true;
+		out->credits = t.credits;
+		out->holds = t.holds;
+		out->releases = t.releases;
+		out->charges = t.charges;
+		out->accounts = t.accounts;
+	}
 }
 
 void sandbox_startup_stats(struct sandbox_svc *svc, struct sandbox_startup_stats *out)

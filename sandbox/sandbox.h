@@ -32,8 +32,9 @@ struct sandbox_size {
 /* Every knob of the daemon; docs/configuration.md lists each key of the
  * JSON config file with its default. Paths are absolute. */
 struct sandbox_config {
-	char mode[16];	 /* "development" | "production" */
-	char listen[64]; /* "127.0.0.1:8080" */
+	char mode[16];		 /* "development" | "production" */
+	char listen[64];	 /* "127.0.0.1:8080" */
+	char metrics_listen[64]; /* "" = off; the operator's /metrics address */
 	char db_path[PATH_MAX];
 	char state_dir[PATH_MAX]; /* kernel, images, overlays, sockets; qemu-readable */
 	char libvirt_uri[256];
@@ -429,6 +430,26 @@ struct sandbox_startup_stats {
 };
 /* Fill *out; never fails. svc may be NULL (all empty). */
 void sandbox_startup_stats(struct sandbox_svc *svc, struct sandbox_startup_stats *out);
+
+/* --------------------------------------------------------------- metrics */
+
+/* What the operator's /metrics reports of the service (api/metrics.c). */
+struct sandbox_metrics {
+	struct {
+		char size[16];
+		int running; /* customers' live guests */
+		int pooled;  /* ready in the warm pool */
+	} sizes[SANDBOX_MAX_SIZES];
+	size_t n_sizes;
+	int booting;	      /* customer boots and execution guests in flight */
+	int pool_booting;     /* pool boots in flight */
+	uint64_t output_held; /* bytes of output budget held now */
+	/* The ledger's running totals over every account (micro-USD);
+	 * ledger_ok false when the store could not be read. */
+	bool ledger_ok;
+	int64_t credits, holds, releases, charges, accounts;
+};
+void sandbox_metrics_get(struct sandbox_svc *svc, struct sandbox_metrics *out);
 
 /* ----------------------------------------------------------------- usage */
 

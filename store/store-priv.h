@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 #include <sqlite3.h>
+#include <stdint.h>
 
 /* Read connections: each a struct store of its own (db + lock, no
  * readers), so that every helper below works on either kind. */
@@ -26,6 +27,7 @@ struct store {
 	 * cached texts in the code (a few dozen), never with traffic. */
 	struct store_stmt_slot *cache;
 	size_t n_cache, cap_cache;
+	int64_t tx_started_us; /* the open write transaction's BEGIN (metrics) */
 };
 
 /* Shared helpers (store.c). */

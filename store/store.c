@@ -17,6 +17,7 @@
 #include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 
 #define MOD "store"
@@ -125,14 +126,27 @@ int store_exec_cached(struct store *s, const char *sql, struct sbx_error *err)
 	return store_step_done(s, q, err);
 }
 
+static int64_t store_now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 int store_tx_begin(struct store *s, struct sbx_error *err)
 {
+	s->tx_started_us = store_now_us();
 	return store_exec_cached(s, "BEGIN IMMEDIATE", err);
 }
 
 int store_tx_commit(struct store *s, struct sbx_error *err)
 {
-	return store_exec_cached(s, "COMMIT", err);
+	int rc = store_exec_cached(s, "COMMIT", err);
+
+	if (rc == 0)
+		sbx_hist_observe_us(SBX_H_STORE_TX, store_now_us() - s->tx_started_us);
+	return rc;
 }
 
 void store_tx_rollback(struct store *s)
@@ -1900,4 +1914,24 @@ int store_idem_release_pending(struct store *s, struct sbx_error *err)
 err_rollback:
 	store_tx_rollback(s);
 	return -1;
+}
+
+int store_ledger_totals_get(struct store *s, struct store_ledger_totals *out, struct sbx_error *err)
+{
+	STORE_READ(s);
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
+	if (store_prepare_cached(
+		s,
+		"SELECT COALESCE(SUM(credits_micro), 0), COALESCE(SUM(holds_micro), 0),"
+		" COALESCE(SUM(releases_micro), 0), COALESCE(SUM(charges_micro), 0),"
+		" COUNT(*) FROM accounts",
+		&q, err) < 0 ||
+	    store_step_row(s, q, err) < 0)
+		return -1;
+	out->credits = sqlite3_column_int64(q, 0);
+	out->holds = sqlite3_column_int64(q, 1);
+	out->releases = sqlite3_column_int64(q, 2);
+	out->charges = sqlite3_column_int64(q, 3);
+	out->accounts = sqlite3_column_int64(q, 4);
+	return 0;
 }

@@ -224,6 +224,15 @@ struct store_balance {
 };
 /* Ledger totals of an account (settled entries only; cost accrued by
  * running sandboxes is billing/'s to add). */
+/* The running totals of every account added up (micro-USD; for the
+ * operator's metrics). One read of the account rows. 0 or -1. */
+struct store_ledger_totals {
+	int64_t credits, holds, releases, charges;
+	int64_t accounts;
+};
+int store_ledger_totals_get(struct store *s, struct store_ledger_totals *out,
+			    struct sbx_error *err);
+
 int store_balance_get(struct store *s, const char *account_id, struct store_balance *out,
 		      struct sbx_error *err);
 

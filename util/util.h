@@ -226,4 +226,37 @@ char *sbx_read_file(const char *path, size_t max, size_t *len);
 /* Write data to path atomically (tmp + rename) with `mode`. 0 or -1. */
 int sbx_write_file(const char *path, const void *data, size_t len, unsigned mode);
 
+/* ------------------------------------------------------------- metrics
+ * Process-wide counters and latency histograms (util/metrics.c), lock-free
+ * so any thread may count. api/metrics.c serves them as Prometheus text on
+ * the operator's address (docs/operations.md). */
+
+enum sbx_counter {
+	SBX_C_CHANNEL_VIOLATIONS,     /* guests that broke the exec protocol */
+	SBX_C_CHANNEL_SEND_DEADLINES, /* channels broken: the guest stopped reading */
+	SBX_C_CHANNEL_BROKEN,	      /* channels broken for any reason */
+	SBX_C_BOOT_FAILURES,	      /* guests that did not become ready */
+	SBX_C_COUNT
+};
+enum sbx_hist {
+	SBX_H_BOOT,	/* domain start -> HELLO */
+	SBX_H_EXEC,	/* EXEC sent -> EXIT received */
+	SBX_H_STORE_TX, /* a write transaction, BEGIN -> COMMIT */
+	SBX_H_COUNT
+};
+#define SBX_HIST_BUCKETS 12 /* 1 ms .. 30 s, plus +Inf */
+
+void sbx_counter_add(enum sbx_counter c, uint64_t n);
+uint64_t sbx_counter_get(enum sbx_counter c);
+/* Record one observation, in microseconds. */
+void sbx_hist_observe_us(enum sbx_hist h, int64_t us);
+/* The bucket index of an observation (SBX_HIST_BUCKETS: above the last). */
+size_t sbx_hist_bucket_of(int64_t us);
+/* One histogram as Prometheus text lines (`labels` "" or `k="v",...`);
+ * bucket[] holds per-bucket (not cumulative) counts. 0 or -1. */
+int sbx_hist_render(struct sbx_buf *b, const char *name, const char *labels,
+		    const uint64_t bucket[SBX_HIST_BUCKETS], uint64_t count, uint64_t sum_us);
+/* Every counter and histogram above, with HELP and TYPE lines. 0 or -1. */
+int sbx_metrics_render(struct sbx_buf *b);
+
 #endif

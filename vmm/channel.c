@@ -211,6 +211,7 @@ static void vmm_stream_leave(struct vmm_stream_chan *c, bool eof)
 	if (!eof && outq_overdue(&c->q, now)) {
 		sbx_warn(MOD, "channel of '%s': the guest stopped reading (send deadline)",
 			 c->name);
+		sbx_counter_add(SBX_C_CHANNEL_SEND_DEADLINES, 1);
 		eof = true;
 	}
 	bool want = !eof && c->q.head;
@@ -451,6 +452,7 @@ static void *vmm_sock_main(void *arg)
 			timeout = (int)SBX_MAX((int64_t)0, c->q.head->deadline_ms - now);
 		pthread_mutex_unlock(&c->lock);
 		if (failed || overdue) {
+			sbx_counter_add(SBX_C_CHANNEL_SEND_DEADLINES, 1);
 			sbx_warn(MOD, "channel socket of '%s': %s", c->name,
 				 failed ? "too many bytes wait for the guest"
 					: "the guest stopped reading (send deadline)");
