@@ -80,7 +80,8 @@ static int run_one(const char *runtime, const char *code, int64_t *rt_ms, int64_
 	if (http_request(&d, "POST", "/v1/sandbox/executions", d.key, NULL, body, 0, &r) < 0)
 		return -1;
 	*rt_ms = sbx_mono_ms() - t0;
-	if (r.status == 200 && jstr(r.json, "stdout") && strcmp(jstr(r.json, "stdout"), "1\n") == 0 &&
+	if (r.status == 200 && jstr(r.json, "stdout") &&
+	    strcmp(jstr(r.json, "stdout"), "1\n") == 0 &&
 	    json_object_object_get_ex(r.json, "billing", &bill)) {
 		*billed = jint(bill, "billed_ms");
 		*prestarted = jbool(r.json, "prestarted");
@@ -138,10 +139,11 @@ static void pool_memory(const char *what)
 		if (pid > 0 && qemu_mem_of(pid, 4096, &m) == 0) {
 			rss += m.rss_kib;
 			pss += m.pss_kib;
-			printf("  %s: %s qemu VmRSS %ld MiB (guest RAM %ld, TCG %ld, rest %ld), PSS "
-			       "%ld MiB\n",
-			       what, names[i], m.rss_kib / 1024, m.guest_kib / 1024, m.tcg_kib / 1024,
-			       m.rest_kib / 1024, m.pss_kib / 1024);
+			printf(
+			    "  %s: %s qemu VmRSS %ld MiB (guest RAM %ld, TCG %ld, rest %ld), PSS "
+			    "%ld MiB\n",
+			    what, names[i], m.rss_kib / 1024, m.guest_kib / 1024, m.tcg_kib / 1024,
+			    m.rest_kib / 1024, m.pss_kib / 1024);
 		}
 	}
 	printf("  %s: %d guest(s), VmRSS %ld MiB, PSS %ld MiB in all\n", what, n, rss / 1024,

@@ -242,9 +242,10 @@ static void test_node_esm(void **state)
 	struct http_reply r;
 
 	wait_pools(600 * 1000);
-	r = execute("node", 30,
-		    "import os from 'node:os';\nconsole.log(typeof os.cpus, import.meta.url.endsWith("
-		    "'/main.mjs'));\n");
+	r = execute(
+	    "node", 30,
+	    "import os from 'node:os';\nconsole.log(typeof os.cpus, import.meta.url.endsWith("
+	    "'/main.mjs'));\n");
 	assert_true(jbool(r.json, "prestarted"));
 	assert_string_equal(jstr(r.json, "stdout"), "function true\n");
 	http_reply_free(&r);
@@ -335,9 +336,12 @@ static void test_limits_and_billing(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_python_state), cmocka_unit_test(test_python_traceback),
-	    cmocka_unit_test(test_node_state),	 cmocka_unit_test(test_node_esm),
-	    cmocka_unit_test(test_timeout),	 cmocka_unit_test(test_refill),
+	    cmocka_unit_test(test_python_state),
+	    cmocka_unit_test(test_python_traceback),
+	    cmocka_unit_test(test_node_state),
+	    cmocka_unit_test(test_node_esm),
+	    cmocka_unit_test(test_timeout),
+	    cmocka_unit_test(test_refill),
 	    cmocka_unit_test(test_limits_and_billing),
 	};
 
