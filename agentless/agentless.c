@@ -1321,6 +1321,21 @@ void agentless_conn_tick(struct agentless_conn *c, int64_t now_ms)
 	}
 }
 
+int agentless_exec_set_deadline(struct agentless_conn *c, const void *opaque, int64_t deadline_ms)
+{
+	int rc = -1;
+
+	pthread_mutex_lock(&c->lock);
+	for (struct exec *e = c->execs; e; e = e->next)
+		if (e->opaque == opaque && !e->killed) {
+			e->deadline_ms = deadline_ms;
+			rc = 0;
+			break;
+		}
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
 unsigned agentless_conn_inflight(struct agentless_conn *c)
 {
 	unsigned n;

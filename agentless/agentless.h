@@ -147,6 +147,15 @@ int agentless_exec(struct agentless_conn *c, const struct agentless_exec_req *re
  * monotonic time now_ms: KILL and fail overdue execs. Call every ~250 ms. */
 void agentless_conn_tick(struct agentless_conn *c, int64_t now_ms);
 
+/* Move the host backstop of the in-flight exec that was started with
+ * `opaque` to deadline_ms (monotonic, sbx_mono_ms()): the first tick at or
+ * after it sends KILL (the guest answers EXIT with timed_out set), and one
+ * backstop_grace_ms later the exec fails with SBX_E_SANDBOX_ERROR. For an
+ * exec started long before its program's run begins (a pre-started
+ * interpreter). 0, or -1 when no such exec is in flight (or KILL was sent
+ * already). */
+int agentless_exec_set_deadline(struct agentless_conn *c, const void *opaque, int64_t deadline_ms);
+
 /* Number of execs in flight. */
 unsigned agentless_conn_inflight(struct agentless_conn *c);
 

@@ -307,6 +307,37 @@ static int apply_pool(struct json_object *v, struct sandbox_config *cfg, struct 
 	return 0;
 }
 
+/* "execution_pool": {"python": 1, "node": 1}: execution guests kept
+ * ready per runtime (names checked by sandbox_config_validate). */
+static int apply_execution_pool(struct json_object *v, struct sandbox_config *cfg,
+				struct sbx_error *err)
+{
+	size_t n = 0;
+
+	if (!json_object_is_type(v, json_type_object))
+		return bad_type("execution_pool", "an object of runtime: count", err);
+	json_object_object_foreach(v, name, cv)
+	{
+		char key[48];
+		int64_t x;
+
+		if (n == SANDBOX_EXECUTION_RUNTIMES || strlen(name) == 0 ||
+		    strlen(name) >= sizeof(cfg->execution_pool[0].runtime))
+			return sbx_error_set(
+			    err, SBX_E_INVALID_REQUEST, "execution_pool",
+			    "config key 'execution_pool' names an unknown runtime");
+		snprintf(key, sizeof(key), "execution_pool.%s", name);
+		if (get_count(cv, key, 0, 1024, &x, err) < 0)
+			return -1;
+		snprintf(cfg->execution_pool[n].runtime, sizeof(cfg->execution_pool[n].runtime),
+			 "%s", name);
+		cfg->execution_pool[n].count = (int)x;
+		n++;
+	}
+	cfg->n_execution_pool = n;
+	return 0;
+}
+
 int api_config_parse(const char *json, size_t len, struct sandbox_config *cfg,
 		     struct sbx_error *err)
 {
@@ -358,6 +389,11 @@ int api_config_parse(const char *json, size_t len, struct sandbox_config *cfg,
 		}
 		if (strcmp(key, "pool") == 0) {
 			if (apply_pool(val, cfg, err) < 0)
+				goto out;
+			continue;
+		}
+		if (strcmp(key, "execution_pool") == 0) {
+			if (apply_execution_pool(val, cfg, err) < 0)
 				goto out;
 			continue;
 		}

@@ -720,6 +720,7 @@ static struct json_object *startup_path_encode(const struct sandbox_startup_path
 static struct json_object *startup_encode(const struct sandbox_startup_stats *st)
 {
 	struct json_object *o = json_object_new_object(), *pool = json_object_new_object();
+	struct json_object *x, *xpool;
 
 	json_object_object_add(o, "window", json_object_new_int(SANDBOX_STARTUP_WINDOW));
 	json_object_object_add(o, "warm", startup_path_encode(st ? &st->warm : NULL));
@@ -732,6 +733,21 @@ static struct json_object *startup_encode(const struct sandbox_startup_stats *st
 		json_object_object_add(pool, st->pool[i].size, p);
 	}
 	json_object_object_add(o, "pool", pool);
+	x = json_object_new_object();
+	xpool = json_object_new_object();
+	json_object_object_add(x, "prestarted",
+			       startup_path_encode(st ? &st->exec_prestarted : NULL));
+	json_object_object_add(x, "warm", startup_path_encode(st ? &st->exec_warm : NULL));
+	json_object_object_add(x, "cold", startup_path_encode(st ? &st->exec_cold : NULL));
+	for (size_t i = 0; st && i < st->n_exec_pool && i < SANDBOX_EXECUTION_RUNTIMES; i++) {
+		struct json_object *p = json_object_new_object();
+
+		json_object_object_add(p, "target", json_object_new_int(st->exec_pool[i].target));
+		json_object_object_add(p, "ready", json_object_new_int(st->exec_pool[i].ready));
+		json_object_object_add(xpool, st->exec_pool[i].runtime, p);
+	}
+	json_object_object_add(x, "pool", xpool);
+	json_object_object_add(o, "executions", x);
 	return o;
 }
 

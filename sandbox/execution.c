@@ -44,8 +44,9 @@
  * name), main.js becomes main.mjs and runs as an ES module. Either way it
  * runs as the main module (Module.runMain: require.main, process.argv[1]),
  * in the same process, with no extra node flags. docs/receipts.md. */
-#define NODE_RUN                                                                                   \
-	"\"use strict\";{const fs=require(\"fs\"),vm=require(\"vm\"),M=require(\"module\");"       \
+#define NODE_STRICT "\"use strict\";"
+#define NODE_BODY                                                                                  \
+	"{const fs=require(\"fs\"),vm=require(\"vm\"),M=require(\"module\");"                      \
 	"let f=__dirname+\"/main.js\",esm=false;"                                                  \
 	"try{new vm.Script(M.wrap(fs.readFileSync(f,\"utf8\")),{filename:f})}"                     \
 	"catch(e){esm=e instanceof SyntaxError&&/^(Cannot use import statement outside a module|"  \
@@ -55,17 +56,79 @@
 	"declared)$/.test(e.message)}"                                                             \
 	"if(esm){const m=f.slice(0,-3)+\".mjs\";fs.renameSync(f,m);f=m}"                           \
 	"process.argv[1]=f;M.runMain(f)}"
+#define NODE_RUN NODE_STRICT NODE_BODY
+
+/* The execution pool (docs/pool.md "Execution guests"): the launcher is
+ * started at pool time in a directory the host named (PRE_HEAD: mode 0700
+ * like mktemp's, two FIFOs of mode 0600). The interpreter starts, opens
+ * `ready` for writing (which blocks until the pool's readiness exec,
+ * PRE_READY, reads it: then the guest joins the pool) and blocks reading
+ * `in`. The execution's delivery exec (PRE_DELIVER) writes main.EXT as the
+ * cold launcher does, then opens and closes `in`: the interpreter removes
+ * both FIFOs and runs the code exactly as the cold path would. It imports
+ * nothing a cold start does not (python: sys and os, loaded by every
+ * start-up; node: fs, vm, module, which run.cjs loads cold too). A
+ * delivery that could not write the code writes a byte into `in`: the
+ * launcher then exits 125, as the cold one does. */
+#define PRE_HEAD "d=%s; mkdir -m 0700 \"$d\" && mkfifo -m 0600 \"$d/ready\" \"$d/in\" || exit 125; "
+#define PRE_READY                                                                                  \
+	"d=%s; while [ ! -p \"$d/ready\" ]; do sleep 0.05; done; exec cat \"$d/ready\" >/dev/null"
+#define PRE_DELIVER                                                                                \
+	"d=%s; cat > \"$d/main.%s\" && : > \"$d/in\" || { echo x > \"$d/in\"; exit 125; }"
+/* python: the code runs in __main__ with what `python3 main.py` sets
+ * (__file__, __cached__, __loader__, sys.argv, sys.path[0],
+ * sys.orig_argv), compiled from the file like a script; an uncaught
+ * exception prints through sys.excepthook without the bootstrap's frame. */
+#define PY_BOOT                                                                                    \
+	"def _sbx(d):\n"                                                                           \
+	" import sys,os\n"                                                                         \
+	" f=d+\"/main.py\"\n"                                                                      \
+	" os.close(os.open(d+\"/ready\",os.O_WRONLY))\n"                                           \
+	" with open(d+\"/in\",\"rb\") as p:\n"                                                     \
+	"  x=p.read()\n"                                                                           \
+	" os.unlink(d+\"/ready\");os.unlink(d+\"/in\")\n"                                          \
+	" if x:\n"                                                                                 \
+	"  os._exit(125)\n"                                                                        \
+	" g=sys.modules[\"__main__\"].__dict__\n"                                                  \
+	" del g[\"_sbx\"]\n"                                                                       \
+	" g[\"__file__\"]=f;g[\"__cached__\"]=None\n"                                              \
+	" g[\"__loader__\"]=sys.modules[\"_frozen_importlib_external\"]"                           \
+	".SourceFileLoader(\"__main__\",f)\n"                                                      \
+	" sys.argv[:]=[f];sys.path[0]=d;sys.orig_argv[:]=[sys.orig_argv[0],f]\n"                   \
+	" try:\n"                                                                                  \
+	"  with open(f,\"rb\") as p:\n"                                                            \
+	"   c=p.read()\n"                                                                          \
+	"  exec(compile(c,f,\"exec\",dont_inherit=True),g)\n"                                      \
+	" except SystemExit:\n"                                                                    \
+	"  raise\n"                                                                                \
+	" except BaseException as e:\n"                                                            \
+	"  t=e.__traceback__.tb_next\n"                                                            \
+	"  e.__traceback__=t\n"                                                                    \
+	"  sys.last_type,sys.last_value,sys.last_traceback=type(e),e,t\n"                          \
+	"  sys.excepthook(type(e),e,t)\n"                                                          \
+	"  sys.exit(1)\n"                                                                          \
+	"_sbx(__import__(\"sys\").argv[1])\n"
+/* node: wait, then what the cold run.cjs does (a block of its own, so
+ * nothing of the wait is in scope of the code's loader). */
+#define NODE_WAIT                                                                                  \
+	"{const fs=require(\"fs\"),d=__dirname;fs.closeSync(fs.openSync(d+\"/ready\",\"w\"));"     \
+	"const x=fs.readFileSync(d+\"/in\");fs.unlinkSync(d+\"/ready\");fs.unlinkSync(d+\"/in\");" \
+	"if(x.length)process.exit(125)}"
 
 static const struct runtime {
 	const char *name, *ext;
 	const char *prep; /* shell run after the code is written, or "" */
 	const char *run;  /* what the launcher execs */
 	bool test_only;
+	/* The pre-started launcher's prep and exec (the execution pool);
+	 * NULL: this runtime has no execution pool. */
+	const char *pre_prep, *pre_run;
 } runtimes[] = {
-    {"python", "py", "", "python3 \"$d/main.py\"", false},
+    {"python", "py", "", "python3 \"$d/main.py\"", false, "", "python3 -c '" PY_BOOT "' \"$d\""},
     {"node", "js", "printf %s '" NODE_RUN "' > \"$d/run.cjs\" || exit 125; ", "node \"$d/run.cjs\"",
-     false},
-    {"sh", "sh", "", "/bin/sh \"$d/main.sh\"", true},
+     false, "printf %s '" NODE_STRICT NODE_WAIT NODE_BODY "' > \"$d/run.cjs\" || exit 125; ",
+     "node \"$d/run.cjs\""},
+    {"sh", "sh", "", "/bin/sh \"$d/main.sh\"", true, NULL, NULL},
 };
 
 static const struct runtime *runtime_find(const struct sandbox_config *cfg, const char *name)
@@ -124,6 +187,19 @@ int sandbox_execution_config_validate(const struct sandbox_config *cfg, struct s
 	if (cfg->execution_retention_hours < 1 || cfg->execution_retention_hours > 24 * 366)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "execution_retention_hours",
 				     "execution_retention_hours must be 1..8784");
+	for (size_t i = 0; i < cfg->n_execution_pool; i++) {
+		const struct runtime *rt = runtime_find(cfg, cfg->execution_pool[i].runtime);
+
+		if (!rt || !rt->pre_run)
+			return sbx_error_set(err, SBX_E_INVALID_REQUEST, "execution_pool",
+					     "execution_pool names runtime '%s'; it takes 'python' "
+					     "and 'node'",
+					     cfg->execution_pool[i].runtime);
+		if (cfg->execution_pool[i].count < 0 ||
+		    cfg->execution_pool[i].count > cfg->max_guests)
+			return sbx_error_set(err, SBX_E_INVALID_REQUEST, "execution_pool",
+					     "execution_pool counts must be 0..max_guests");
+	}
 	if (cfg->execution_size[0] && !sandbox_config_size(cfg, cfg->execution_size))
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "execution_size",
 				     "execution_size '%s' is not in the size table",
@@ -483,15 +559,21 @@ static int run_dev_process(const char *launcher, const struct sandbox_execution_
 }
 
 /* libvirt: a fresh guest, counted for host capacity while it lives. */
-static int guest_get(struct sandbox_svc *svc, const struct sandbox_size *size, const char *marker,
-		     struct live **out, bool *warm, struct sbx_error *err)
+static int guest_get(struct sandbox_svc *svc, const struct sandbox_size *size,
+		     const struct runtime *rt, const char *marker, struct live **out, bool *warm,
+		     bool *prestarted, struct sbx_error *err)
 {
 	int64_t deadline = sbx_mono_ms() + svc->cfg.boot_timeout_ms;
-	struct live *l;
+	struct live *l = NULL;
 	int rc;
 
 	pthread_mutex_lock(&svc->lock);
-	l = sandbox_pool_take_locked(svc, size->name);
+	/* an execution guest of this runtime, else a plain pooled guest */
+	if (rt->pre_run)
+		l = sandbox_pool_take_runtime_locked(svc, rt->name);
+	*prestarted = l != NULL;
+	if (!l)
+		l = sandbox_pool_take_locked(svc, size->name);
 	if (!l && !sandbox_capacity_fits_locked(svc, size)) {
 		pthread_mutex_unlock(&svc->lock);
 		sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
@@ -622,6 +704,7 @@ struct sync_call {
 	struct agentless_exec_result res;
 	struct sbx_error err;
 	bool ok;
+	int64_t done_mono; /* when the result (or failure) arrived */
 };
 
 static void sync_done(void *opaque, struct agentless_exec_result *res, const struct sbx_error *e)
@@ -637,13 +720,198 @@ static void sync_done(void *opaque, struct agentless_exec_result *res, const str
 		sc->err = *e;
 	}
 	sc->done = true;
+	sc->done_mono = sbx_mono_ms();
 	pthread_cond_broadcast(&sc->cond);
 	pthread_mutex_unlock(&sc->lock);
 }
 
-static int run_libvirt(struct sandbox_svc *svc, const char *id, const char *launcher,
-		       const struct sandbox_execution_req *req, uint32_t timeout_ms, size_t cap,
-		       struct run_result *res, bool *warm, struct sbx_error *err)
+/* ------------------------------------------------- the execution pool */
+
+/* The launcher exec of an execution guest, started at pool time. */
+struct prestart {
+	struct sync_call sc; /* its completion (the exec's opaque) */
+	const struct runtime *rt;
+	char dir[32]; /* /tmp/sbxr.<6 hex>, named by the host */
+};
+
+static const char *exec_user_of(const struct sandbox_config *cfg)
+{
+	return strcmp(cfg->exec_user, "root") == 0 ? NULL : cfg->exec_user;
+}
+
+int sandbox_execution_prestart(struct sandbox_svc *svc, struct live *l, const char *runtime,
+			       int64_t deadline_mono, struct sbx_error *err)
+{
+	const struct sandbox_config *cfg = &svc->cfg;
+	const struct runtime *rt = runtime_find(cfg, runtime);
+	struct agentless_exec_result rr = {0};
+	struct prestart *ps;
+	char cmd[4096], ready[256];
+	int64_t left;
+	int rc;
+
+	if (!rt || !rt->pre_run)
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL,
+				     "runtime '%s' has no execution pool", runtime);
+	ps = calloc(1, sizeof(*ps));
+	if (!ps)
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+	pthread_mutex_init(&ps->sc.lock, NULL);
+	pthread_cond_init(&ps->sc.cond, NULL);
+	ps->rt = rt;
+	if (sbx_random_id("/tmp/sbxr.", 3, ps->dir, sizeof ps->dir) < 0) {
+		sandbox_execution_prestart_free(ps);
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "no randomness available");
+	}
+	snprintf(cmd, sizeof cmd, PRE_HEAD "%sexec %s </dev/null", ps->dir, rt->pre_prep,
+		 rt->pre_run);
+	/* The guest's own timeout only has to outlast the pool's idle limit
+	 * and the longest run: the host kills it at delivery + timeout
+	 * (agentless_exec_set_deadline). Never ticked while pooled. */
+	struct agentless_exec_req ar = {
+	    .command = cmd,
+	    .command_len = strlen(cmd),
+	    .cwd = EXEC_CWD,
+	    .timeout_ms =
+		(cfg->pool_max_idle_s + (uint32_t)cfg->execution_max_timeout_seconds) * 1000u +
+		60000u,
+	    .stdout_cap = (uint32_t)cfg->output_cap_bytes,
+	    .stderr_cap = (uint32_t)cfg->output_cap_bytes,
+	    .user = exec_user_of(cfg),
+	};
+	if (agentless_exec_start(l->conn, &ar, sync_done, &ps->sc, err) < 0) {
+		sandbox_execution_prestart_free(ps);
+		return -1;
+	}
+	/* from here the conn may write into ps: it belongs to l */
+	l->prestart = ps;
+	snprintf(l->runtime, sizeof l->runtime, "%s", rt->name);
+	left = deadline_mono - sbx_mono_ms();
+	snprintf(ready, sizeof ready, PRE_READY, ps->dir);
+	struct agentless_exec_req rq = {
+	    .command = ready,
+	    .command_len = strlen(ready),
+	    .cwd = EXEC_CWD,
+	    .timeout_ms = (uint32_t)SBX_MAX(left, (int64_t)1000),
+	    .stdout_cap = 1024,
+	    .stderr_cap = 1024,
+	    .user = exec_user_of(cfg),
+	};
+	rc = agentless_exec(l->conn, &rq, &rr, err);
+	if (rc == 0 && (rr.exit_code != 0 || !sandbox_execution_prestart_waiting(ps)))
+		rc = sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL,
+				   "the %s launcher did not wait for the code (exit %d)", rt->name,
+				   rr.exit_code);
+	agentless_exec_result_release(&rr);
+	return rc;
+}
+
+bool sandbox_execution_prestart_waiting(struct prestart *ps)
+{
+	bool waiting;
+
+	if (!ps)
+		return false;
+	pthread_mutex_lock(&ps->sc.lock);
+	waiting = !ps->sc.done;
+	pthread_mutex_unlock(&ps->sc.lock);
+	return waiting;
+}
+
+void sandbox_execution_prestart_free(struct prestart *ps)
+{
+	if (!ps)
+		return;
+	if (ps->sc.ok)
+		agentless_exec_result_release(&ps->sc.res);
+	pthread_cond_destroy(&ps->sc.cond);
+	pthread_mutex_destroy(&ps->sc.lock);
+	free(ps);
+}
+
+/* Wait for sc's completion, ticking the conn (nobody else ticks an
+ * execution guest) at least every 250 ms and at deadline_mono, when the
+ * host's KILL is due. */
+static void sync_wait(struct agentless_conn *conn, struct sync_call *sc, int64_t deadline_mono)
+{
+	pthread_mutex_lock(&sc->lock);
+	while (!sc->done) {
+		int64_t left = deadline_mono - sbx_mono_ms();
+		struct timespec ts =
+		    sbx_timespec_in(CLOCK_REALTIME, SBX_MAX(1, SBX_MIN(250, left)));
+
+		pthread_cond_timedwait(&sc->cond, &sc->lock, &ts);
+		if (!sc->done) {
+			pthread_mutex_unlock(&sc->lock);
+			agentless_conn_tick(conn, sbx_mono_ms());
+			pthread_mutex_lock(&sc->lock);
+		}
+	}
+	pthread_mutex_unlock(&sc->lock);
+}
+
+/* The warm path of an execution guest: deliver the code to the waiting
+ * launcher and take the launcher's result as the run's. Host time and the
+ * timeout count from the delivery: the host KILLs the launcher at delivery
+ * + timeout_ms. */
+static int run_prestarted(struct sandbox_svc *svc, struct live *l,
+			  const struct sandbox_execution_req *req, uint32_t timeout_ms,
+			  struct run_result *res, struct sbx_error *err)
+{
+	struct prestart *ps = l->prestart;
+	struct agentless_exec_result dr = {0};
+	char cmd[256];
+	struct agentless_exec_req ar = {
+	    .command = cmd,
+	    .cwd = EXEC_CWD,
+	    .timeout_ms = timeout_ms,
+	    .stdout_cap = 1024,
+	    .stderr_cap = 1024,
+	    .stdin_data = req->code,
+	    .stdin_len = req->code_len,
+	    .user = exec_user_of(&svc->cfg),
+	};
+	int64_t t0 = sbx_mono_ms(), deadline = t0 + timeout_ms;
+
+	snprintf(cmd, sizeof cmd, PRE_DELIVER, ps->dir, ps->rt->ext);
+	ar.command_len = strlen(cmd);
+	/* no code sent yet: a launcher that is gone costs nothing */
+	if (agentless_exec_set_deadline(l->conn, &ps->sc, deadline) < 0)
+		return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL,
+				     "the pre-started %s interpreter ended before the code arrived",
+				     ps->rt->name);
+	if (agentless_exec(l->conn, &ar, &dr, err) < 0) {
+		res->guest_failed = true;
+		res->host_ms = (uint32_t)SBX_MIN(sbx_mono_ms() - t0, (int64_t)timeout_ms);
+		return -1;
+	}
+	if (dr.exit_code != 0)
+		sbx_warn(MOD, "the code could not be delivered (exit %d): %.200s", dr.exit_code,
+			 dr.stderr_buf ? dr.stderr_buf : "");
+	agentless_exec_result_release(&dr);
+	sync_wait(l->conn, &ps->sc, deadline);
+	res->host_ms = (uint32_t)SBX_MIN(ps->sc.done_mono - t0, (int64_t)timeout_ms);
+	if (!ps->sc.ok) {
+		*err = ps->sc.err;
+		res->guest_failed = true;
+		return -1;
+	}
+	res->out = ps->sc.res.stdout_buf, res->out_len = ps->sc.res.stdout_len;
+	res->errb = ps->sc.res.stderr_buf, res->err_len = ps->sc.res.stderr_len;
+	res->out_total = ps->sc.res.stdout_total, res->err_total = ps->sc.res.stderr_total;
+	res->exit_code = ps->sc.res.exit_code;
+	/* the guest's figure covers the wait at pool time too */
+	res->duration_ms = SBX_MIN(ps->sc.res.duration_ms, res->host_ms);
+	res->timed_out = ps->sc.res.timed_out;
+	memset(&ps->sc.res, 0, sizeof ps->sc.res); /* moved out */
+	ps->sc.ok = false;
+	return 0;
+}
+
+static int run_libvirt(struct sandbox_svc *svc, const char *id, const struct runtime *rt,
+		       const char *launcher, const struct sandbox_execution_req *req,
+		       uint32_t timeout_ms, size_t cap, struct run_result *res, bool *warm,
+		       bool *prestarted, struct sbx_error *err)
 {
 	const struct sandbox_config *cfg = &svc->cfg;
 	const struct sandbox_size *size = sandbox_config_size(
@@ -659,15 +927,23 @@ static int run_libvirt(struct sandbox_svc *svc, const char *id, const char *laun
 	    .stdin_data = req->code,
 	    .stdin_len = req->code_len,
 	    /* the exec's user too (config exec_user) */
-	    .user = strcmp(cfg->exec_user, "root") == 0 ? NULL : cfg->exec_user,
+	    .user = exec_user_of(cfg),
 	};
 	struct live *l;
 	int64_t t0;
 
 	if (!size)
 		return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL, "no guest size configured");
-	if (guest_get(svc, size, id, &l, warm, err) < 0)
+	if (guest_get(svc, size, rt, id, &l, warm, prestarted, err) < 0)
 		return -1;
+	if (*prestarted) {
+		int rc = run_prestarted(svc, l, req, timeout_ms, res, err);
+
+		guest_put_background(svc, size, l);
+		if (rc < 0 && err->code != SBX_E_SERVICE_UNAVAILABLE)
+			err->code = SBX_E_SANDBOX_ERROR;
+		return rc;
+	}
 	t0 = sbx_mono_ms();
 	if (agentless_exec_start(l->conn, &ar, sync_done, &sc, err) < 0) {
 		guest_put_background(svc, size, l);
@@ -675,20 +951,8 @@ static int run_libvirt(struct sandbox_svc *svc, const char *id, const char *laun
 			err->code = SBX_E_SANDBOX_ERROR;
 		return -1;
 	}
-	pthread_mutex_lock(&sc.lock);
-	while (!sc.done) {
-		struct timespec ts;
-
-		ts = sbx_timespec_in(CLOCK_REALTIME, 250);
-		pthread_cond_timedwait(&sc.cond, &sc.lock, &ts);
-		if (!sc.done) {
-			/* the host backstop: nobody else ticks this guest's conn */
-			pthread_mutex_unlock(&sc.lock);
-			agentless_conn_tick(l->conn, sbx_mono_ms());
-			pthread_mutex_lock(&sc.lock);
-		}
-	}
-	pthread_mutex_unlock(&sc.lock);
+	/* the host backstop: nobody else ticks this guest's conn */
+	sync_wait(l->conn, &sc, INT64_MAX);
 	guest_put_background(svc, size, l);
 	if (!sc.ok) {
 		*err = sc.err;
@@ -762,7 +1026,8 @@ int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
 	     *canon_stored = NULL;
 	size_t sout_len = 0, serr_len = 0;
 	int64_t started, ended, cost, price = (int64_t)cfg->execution_price_micro_per_second;
-	bool warm = false, out_trunc, err_trunc;
+	bool warm = false, prestarted = false, out_trunc, err_trunc;
+	int64_t t_req = sbx_mono_ms();
 	int rc = -1;
 
 	*response = NULL;
@@ -806,8 +1071,8 @@ int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
 	else if (strcmp(runner, "dev-process") == 0)
 		rc = run_dev_process(launcher, req, timeout_ms, cfg->output_cap_bytes, &res, err);
 	else
-		rc = run_libvirt(svc, row.id, launcher, req, timeout_ms, cfg->output_cap_bytes,
-				 &res, &warm, err);
+		rc = run_libvirt(svc, row.id, rt, launcher, req, timeout_ms, cfg->output_cap_bytes,
+				 &res, &warm, &prestarted, err);
 	ended = sbx_wall_ms();
 	if (rc < 0) {
 		/* A run the guest broke is charged for the time it used; one
@@ -890,6 +1155,7 @@ int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
 	receipt_json_set_int(resp, "duration_ms", res.duration_ms);
 	receipt_json_set_str(resp, "runner", runner, strlen(runner));
 	receipt_json_set_str(resp, "startup_path", warm ? "warm" : "cold", 4);
+	receipt_json_set_bool(resp, "prestarted", prestarted);
 	r = receipt_json_object();
 	receipt_json_set_str(r, "id", rcpt, strlen(rcpt));
 	receipt_json_set_str(r, "hash", hash, strlen(hash));
@@ -939,9 +1205,17 @@ int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
 				   ended, cost, rcpt, canon_stored ? canon_stored : canon_resp,
 				   &keep, err) < 0)
 		goto err_release;
+	if (strcmp(runner, "libvirt") == 0) {
+		pthread_mutex_lock(&svc->lock);
+		sandbox_execution_record_locked(svc, warm, prestarted, sbx_mono_ms() - t_req);
+		pthread_mutex_unlock(&svc->lock);
+	}
 	sbx_info(MOD, "execution %s: %s %s exit %d in %u ms (guest says %u; %s), %lld micro-USD",
 		 row.id, runner, rt->name, res.exit_code, res.host_ms, res.duration_ms,
-		 warm ? "warm" : "cold", (long long)cost);
+		 prestarted ? "warm, interpreter waiting"
+		 : warm	    ? "warm"
+			    : "cold",
+		 (long long)cost);
 	*response = TAKE_PTR(canon_resp);
 	rc = 0;
 	goto out;

@@ -70,6 +70,8 @@ void sandbox_live_teardown(struct live *l, const char *why)
 
 	if (l->conn)
 		agentless_conn_free(l->conn, why);
+	/* after the conn: freeing it fails the launcher exec into it */
+	sandbox_execution_prestart_free(l->prestart);
 	t1 = sbx_mono_ms();
 	if (l->vm) {
 		if (vmm_vm_destroy(l->vm, &err) < 0)

@@ -12,7 +12,15 @@
  * needs host capacity without evicting anything. Each boot runs on its
  * own short-lived thread.
  *
- * Pooled guests carry "pool:<size>" as the sandbox id in their metadata,
+ * Execution guests (execution_pool, per runtime) are booted the same way
+ * (of execution_size), then get their launcher started
+ * (sandbox_execution_prestart: the interpreter starts and waits for the
+ * code) before they join the pool with l->runtime set; only an execution
+ * of that runtime takes one (sandbox_pool_take_runtime_locked). One whose
+ * launcher ended meanwhile is recycled like a dead guest.
+ *
+ * Pooled guests carry "pool:<size>" (execution guests "pool:<runtime>")
+ * as the sandbox id in their metadata,
  * which names no sandbox row: a restarted daemon's reconcile destroys them
  * like any other domain without a live row, and the new pool refills.
  */
@@ -32,19 +40,33 @@
 struct pool_boot {
 	struct sandbox_svc *svc;
 	const struct sandbox_size *size;
+	const char *runtime; /* in svc->cfg.execution_pool, or NULL */
 };
 
-static int pool_count_size_locked(struct sandbox_svc *svc, const char *size)
+/* Usable: not dead, and an execution guest's launcher still waits. Call
+ * with lock. */
+static bool pool_usable_locked(struct live *p)
+{
+	return !p->dead && (!p->runtime[0] || sandbox_execution_prestart_waiting(p->prestart));
+}
+
+static bool pool_kind(const struct live *p, const char *size, const char *runtime)
+{
+	return runtime ? strcmp(p->runtime, runtime) == 0
+		       : !p->runtime[0] && strcmp(p->size, size) == 0;
+}
+
+int sandbox_pool_ready_locked(struct sandbox_svc *svc, const char *size, const char *runtime)
 {
 	int n = 0;
 
 	for (struct live *p = svc->pool; p; p = p->next)
-		if (!p->dead && strcmp(p->size, size) == 0)
+		if (pool_kind(p, size, runtime) && pool_usable_locked(p))
 			n++;
 	return n;
 }
 
-struct live *sandbox_pool_take_locked(struct sandbox_svc *svc, const char *size)
+static struct live *pool_take_locked(struct sandbox_svc *svc, const char *size, const char *runtime)
 {
 	struct live **pp, *oldest = NULL, **oldest_pp = NULL;
 
@@ -52,7 +74,8 @@ struct live *sandbox_pool_take_locked(struct sandbox_svc *svc, const char *size)
 	for (pp = &svc->pool; *pp; pp = &(*pp)->next) {
 		struct live *p = *pp;
 
-		if (p->dead || strcmp(p->size, size) != 0 || !agentless_conn_alive(p->conn))
+		if (!pool_kind(p, size, runtime) || !pool_usable_locked(p) ||
+		    !agentless_conn_alive(p->conn))
 			continue;
 		if (!oldest || p->pooled_at_mono < oldest->pooled_at_mono) {
 			oldest = p;
@@ -65,6 +88,16 @@ struct live *sandbox_pool_take_locked(struct sandbox_svc *svc, const char *size)
 	oldest->next = NULL;
 	oldest->pooled = false;
 	return oldest;
+}
+
+struct live *sandbox_pool_take_locked(struct sandbox_svc *svc, const char *size)
+{
+	return pool_take_locked(svc, size, NULL);
+}
+
+struct live *sandbox_pool_take_runtime_locked(struct sandbox_svc *svc, const char *runtime)
+{
+	return pool_take_locked(svc, NULL, runtime);
 }
 
 struct live *sandbox_pool_evict_locked(struct sandbox_svc *svc)
@@ -104,16 +137,25 @@ static void *pool_boot_main(void *arg)
 	struct pool_boot *pb = arg;
 	struct sandbox_svc *svc = pb->svc;
 	const struct sandbox_size *size = pb->size;
+	const char *runtime = pb->runtime;
 	struct live *l = NULL;
 	struct sbx_error err;
 	char marker[32];
-	int64_t t0 = sbx_mono_ms();
+	int64_t t0 = sbx_mono_ms(), deadline = t0 + svc->cfg.boot_timeout_ms;
 	int rc;
 
 	free(pb);
-	snprintf(marker, sizeof(marker), "pool:%s", size->name);
+	snprintf(marker, sizeof(marker), "pool:%s", runtime ? runtime : size->name);
 	sbx_error_clear(&err);
-	rc = sandbox_guest_boot(svc, size, marker, t0 + svc->cfg.boot_timeout_ms, &l, &err);
+	rc = sandbox_guest_boot(svc, size, marker, deadline, &l, &err);
+	/* an execution guest: its interpreter starts now (a second boot
+	 * timeout: python or node under TCG on a busy host) */
+	if (rc == 0 && runtime &&
+	    (rc = sandbox_execution_prestart(svc, l, runtime,
+					     sbx_mono_ms() + svc->cfg.boot_timeout_ms, &err)) < 0) {
+		sandbox_live_teardown(l, "the launcher did not start");
+		l = NULL;
+	}
 
 	pthread_mutex_lock(&svc->lock);
 	svc->boots_active--;
@@ -139,16 +181,18 @@ static void *pool_boot_main(void *arg)
 	pthread_mutex_unlock(&svc->lock);
 
 	if (rc < 0)
-		sbx_warn(MOD, "a %s pool guest did not boot: %s", size->name, err.message);
+		sbx_warn(MOD, "a %s pool guest did not boot: %s", runtime ? runtime : size->name,
+			 err.message);
 	else if (l)
-		sbx_info(MOD, "a %s guest joined the pool, ready in %lld ms", size->name,
-			 (long long)(sbx_mono_ms() - t0));
+		sbx_info(MOD, "a %s guest joined the pool, ready in %lld ms",
+			 runtime ? runtime : size->name, (long long)(sbx_mono_ms() - t0));
 	return NULL;
 }
 
 /* Start one pool boot if the rules allow it. Call with lock; returns true
  * when a boot was started. */
-static bool pool_boot_maybe_locked(struct sandbox_svc *svc, const struct sandbox_size *size)
+static bool pool_boot_maybe_locked(struct sandbox_svc *svc, const struct sandbox_size *size,
+				   const char *runtime)
 {
 	struct pool_boot *pb;
 	pthread_attr_t attr;
@@ -165,6 +209,7 @@ static bool pool_boot_maybe_locked(struct sandbox_svc *svc, const struct sandbox
 		return false;
 	pb->svc = svc;
 	pb->size = size;
+	pb->runtime = runtime;
 	svc->boots_active++;
 	svc->pool_booting++;
 	svc->pool_booting_mib += size->memory_mib;
@@ -193,7 +238,7 @@ static void pool_reap_locked(struct sandbox_svc *svc, int64_t mono, struct live 
 	while (*pp) {
 		struct live *p = *pp;
 
-		if (p->dead || mono - p->pooled_at_mono >= max_idle) {
+		if (!pool_usable_locked(p) || mono - p->pooled_at_mono >= max_idle) {
 			*pp = p->next;
 			p->next = *out;
 			p->pooled = false;
@@ -222,11 +267,21 @@ static void *pool_main(void *arg)
 
 			if (!size)
 				continue;
-			have = pool_count_size_locked(svc, size->name);
+			have = sandbox_pool_ready_locked(svc, size->name, NULL);
 			/* Boots in flight count toward every size's target only
 			 * roughly; pool_max_boots keeps it small. */
 			if (have + svc->pool_booting < svc->cfg.pool[i].count)
-				pool_boot_maybe_locked(svc, size);
+				pool_boot_maybe_locked(svc, size, NULL);
+		}
+		for (size_t i = 0; i < svc->cfg.n_execution_pool; i++) {
+			const char *rt = svc->cfg.execution_pool[i].runtime;
+			const struct sandbox_size *size = sandbox_config_size(
+			    &svc->cfg, svc->cfg.execution_size[0] ? svc->cfg.execution_size
+								  : svc->cfg.default_size);
+
+			if (size && sandbox_pool_ready_locked(svc, NULL, rt) + svc->pool_booting <
+					svc->cfg.execution_pool[i].count)
+				pool_boot_maybe_locked(svc, size, rt);
 		}
 		if (reaped) {
 			pthread_mutex_unlock(&svc->lock);
@@ -234,7 +289,9 @@ static void *pool_main(void *arg)
 				struct live *next = reaped->next;
 
 				sbx_info(MOD, "recycling pooled guest %s (%s)", reaped->domain,
-					 reaped->dead ? "it died" : "idle too long");
+					 reaped->dead		       ? "it died"
+					 : !pool_usable_locked(reaped) ? "its launcher ended"
+								       : "idle too long");
 				sandbox_live_teardown(reaped, "recycled from the warm pool");
 				reaped = next;
 			}
@@ -254,6 +311,8 @@ int sandbox_pool_start(struct sandbox_svc *svc, struct sbx_error *err)
 
 	for (size_t i = 0; i < svc->cfg.n_pool; i++)
 		total += svc->cfg.pool[i].count;
+	for (size_t i = 0; i < svc->cfg.n_execution_pool; i++)
+		total += svc->cfg.execution_pool[i].count;
 	if (total == 0)
 		return 0;
 	if (pthread_create(&svc->pool_thread, NULL, pool_main, svc) != 0)

@@ -28,6 +28,8 @@
 #include "../vmm/vmm.h"
 #include "sandbox.h"
 
+struct prestart; /* execution.c */
+
 /* A running guest: a customer's (in svc->lives, id = the sandbox id) or a
  * pooled one (in svc->pool, pooled = true, never seen by tenant code). */
 struct live {
@@ -47,6 +49,12 @@ struct live {
 	int64_t dead_at_ms;
 	bool pooled;		/* in svc->pool, not handed out yet */
 	int64_t pooled_at_mono; /* when it said HELLO (for pool_max_idle_s) */
+	/* An execution guest (execution_pool): the runtime whose interpreter
+	 * waits in it ("" for a plain pooled guest) and that launcher exec's
+	 * state, owned by the live (freed by sandbox_live_teardown after the
+	 * conn, whose failure of the exec still writes into it). */
+	char runtime[8];
+	struct prestart *prestart;
 	struct live *next;
 };
 
@@ -106,6 +114,9 @@ struct sandbox_svc {
 	int64_t pool_backoff_until_mono; /* after a failed pool boot */
 
 	struct startup_ring startup_warm, startup_cold;
+	/* Executions (request received -> result known), per path: a pooled
+	 * guest whose interpreter waited, a pooled guest, a booted guest. */
+	struct startup_ring exec_prestarted, exec_warm, exec_cold;
 
 	/* The output budget (exec.c): bytes held by the host, and by each
 	 * account holding any (entries go when they drop to 0). */
@@ -189,6 +200,20 @@ bool sandbox_disk_fits_locked(struct sandbox_svc *svc);
 /* The execution keys of a config: runner known, dev-process and the test
  * shell runtime refused in production, price and caps in range. */
 int sandbox_execution_config_validate(const struct sandbox_config *cfg, struct sbx_error *err);
+/* Execution pool: start `runtime`'s launcher in the freshly booted guest l
+ * (its interpreter starts and waits for the code) and wait until the
+ * interpreter waits, at most until deadline_mono. On success l->prestart
+ * and l->runtime are set. No lock held. 0 or -1 with err. */
+int sandbox_execution_prestart(struct sandbox_svc *svc, struct live *l, const char *runtime,
+			       int64_t deadline_mono, struct sbx_error *err);
+/* Is the pre-started launcher still waiting (its exec not finished)? Takes
+ * only the prestart's leaf lock: callable with svc->lock held. */
+bool sandbox_execution_prestart_waiting(struct prestart *ps);
+/* Free a prestart once its conn is freed (NULL is fine). */
+void sandbox_execution_prestart_free(struct prestart *ps);
+/* Record one execution's latency for /v1/limits. Call with lock. */
+void sandbox_execution_record_locked(struct sandbox_svc *svc, bool warm, bool prestarted,
+				     int64_t ms);
 /* Wait until the background teardowns of execution guests are done
  * (svc->teardowns is 0). Call lock not held, after the API stopped. */
 void sandbox_execution_teardowns_wait(struct sandbox_svc *svc);
@@ -210,6 +235,11 @@ void sandbox_pool_stop(struct sandbox_svc *svc);
 /* Take a ready pooled guest of `size` out of the pool (NULL if none). The
  * guest is never put back. Call with lock. */
 struct live *sandbox_pool_take_locked(struct sandbox_svc *svc, const char *size);
+/* The same for an execution guest whose `runtime` interpreter waits. */
+struct live *sandbox_pool_take_runtime_locked(struct sandbox_svc *svc, const char *runtime);
+/* Ready guests of the plain pool of `size` (runtime NULL) or of the
+ * execution pool of `runtime`. Call with lock. */
+int sandbox_pool_ready_locked(struct sandbox_svc *svc, const char *size, const char *runtime);
 /* Unlink one pooled guest (any size) to free capacity for a customer;
  * NULL when the pool is empty. The caller tears it down without the lock. */
 struct live *sandbox_pool_evict_locked(struct sandbox_svc *svc);

@@ -811,14 +811,24 @@ err_teardown:
 	return -1;
 }
 
-static void startup_record_locked(struct sandbox_svc *svc, bool warm, int64_t ms)
+static void ring_record(struct startup_ring *r, int64_t ms)
 {
-	struct startup_ring *r = warm ? &svc->startup_warm : &svc->startup_cold;
-
 	r->ms[r->pos] = ms;
 	r->pos = (r->pos + 1) % SANDBOX_STARTUP_WINDOW;
 	if (r->n < SANDBOX_STARTUP_WINDOW)
 		r->n++;
+}
+
+static void startup_record_locked(struct sandbox_svc *svc, bool warm, int64_t ms)
+{
+	ring_record(warm ? &svc->startup_warm : &svc->startup_cold, ms);
+}
+
+void sandbox_execution_record_locked(struct sandbox_svc *svc, bool warm, bool prestarted,
+				     int64_t ms)
+{
+	ring_record(prestarted ? &svc->exec_prestarted : (warm ? &svc->exec_warm : &svc->exec_cold),
+		    ms);
 }
 
 static int cmp_i64(const void *a, const void *b)
@@ -883,10 +893,13 @@ void sandbox_metrics_get(struct sandbox_svc *svc, struct sandbox_metrics *out)
 
 void sandbox_startup_stats(struct sandbox_svc *svc, struct sandbox_startup_stats *out)
 {
-	struct startup_ring warm, cold;
+	struct startup_ring warm, cold, xp, xw, xc;
 
 	memset(out, 0, sizeof(*out));
 	out->warm.p50_ms = out->warm.p95_ms = out->cold.p50_ms = out->cold.p95_ms = -1;
+	out->exec_prestarted.p50_ms = out->exec_prestarted.p95_ms = -1;
+	out->exec_warm.p50_ms = out->exec_warm.p95_ms = -1;
+	out->exec_cold.p50_ms = out->exec_cold.p95_ms = -1;
 	if (!svc)
 		return;
 	pthread_mutex_lock(&svc->lock);
@@ -895,14 +908,26 @@ void sandbox_startup_stats(struct sandbox_svc *svc, struct sandbox_startup_stats
 	for (size_t i = 0; i < svc->cfg.n_pool && i < SANDBOX_MAX_SIZES; i++) {
 		snprintf(out->pool[i].size, sizeof(out->pool[i].size), "%s", svc->cfg.pool[i].size);
 		out->pool[i].target = svc->cfg.pool[i].count;
-		for (struct live *p = svc->pool; p; p = p->next)
-			if (!p->dead && strcmp(p->size, svc->cfg.pool[i].size) == 0)
-				out->pool[i].ready++;
+		out->pool[i].ready = sandbox_pool_ready_locked(svc, svc->cfg.pool[i].size, NULL);
 		out->n_pool++;
 	}
+	for (size_t i = 0; i < svc->cfg.n_execution_pool && i < SANDBOX_EXECUTION_RUNTIMES; i++) {
+		const char *rt = svc->cfg.execution_pool[i].runtime;
+
+		snprintf(out->exec_pool[i].runtime, sizeof(out->exec_pool[i].runtime), "%s", rt);
+		out->exec_pool[i].target = svc->cfg.execution_pool[i].count;
+		out->exec_pool[i].ready = sandbox_pool_ready_locked(svc, NULL, rt);
+		out->n_exec_pool++;
+	}
+	xp = svc->exec_prestarted;
+	xw = svc->exec_warm;
+	xc = svc->exec_cold;
 	pthread_mutex_unlock(&svc->lock);
 	startup_path_stats(&warm, &out->warm);
 	startup_path_stats(&cold, &out->cold);
+	startup_path_stats(&xp, &out->exec_prestarted);
+	startup_path_stats(&xw, &out->exec_warm);
+	startup_path_stats(&xc, &out->exec_cold);
 }
 
 int sandbox_create(struct sandbox_svc *svc, const char *account_id,

@@ -31,6 +31,8 @@ struct sandbox_size {
 
 /* Every knob of the daemon; docs/configuration.md lists each key of the
  * JSON config file with its default. Paths are absolute. */
+#define SANDBOX_EXECUTION_RUNTIMES 4 /* entries of execution_pool at most */
+
 struct sandbox_config {
 	char mode[16];		 /* "development" | "production" */
 	char listen[64];	 /* "127.0.0.1:8080" */
@@ -133,6 +135,15 @@ struct sandbox_config {
 	uint64_t execution_store_account_max_bytes; /* 64 MiB */
 	int execution_retention_hours;		    /* 168 (7 days) */
 	bool execution_test_shell_runtime;	    /* tests only: runtime "sh" */
+	/* Execution pool (docs/pool.md "Execution guests"): guests of
+	 * execution_size per runtime whose interpreter is already started and
+	 * waits for the code. execution_pool[i].count for runtime
+	 * execution_pool[i].runtime ("python" | "node"); none by default. */
+	struct {
+		char runtime[8];
+		int count;
+	} execution_pool[SANDBOX_EXECUTION_RUNTIMES];
+	size_t n_execution_pool;
 
 	/* Liveness (docs/lifecycle.md): every live guest is pinged over its
 	 * channel every liveness_interval_ms (0 = off), each ping waiting at
@@ -427,6 +438,17 @@ struct sandbox_startup_stats {
 		int ready;
 	} pool[SANDBOX_MAX_SIZES];
 	size_t n_pool;
+	/* One-shot executions over the last SANDBOX_STARTUP_WINDOW of each
+	 * path, request received -> result known: an execution guest whose
+	 * interpreter waited (prestarted), a plain pooled guest (warm), a
+	 * guest booted for it (cold); and the execution pool per runtime. */
+	struct sandbox_startup_path exec_prestarted, exec_warm, exec_cold;
+	struct {
+		char runtime[8];
+		int target;
+		int ready;
+	} exec_pool[SANDBOX_EXECUTION_RUNTIMES];
+	size_t n_exec_pool;
 };
 /* Fill *out; never fails. svc may be NULL (all empty). */
 void sandbox_startup_stats(struct sandbox_svc *svc, struct sandbox_startup_stats *out);

@@ -506,10 +506,15 @@ static void test_limits_encode(void **state)
 			    "\"price_micro_usd_per_hour\":90000,\"price_usd_per_hour\":"
 			    "\"0.090000\"}");
 	assert_true(json_object_object_get_ex(o, "startup", &v));
-	assert_string_equal(to_s(v), "{\"window\":200,"
-				     "\"warm\":{\"p50_ms\":null,\"p95_ms\":null,\"samples\":0},"
-				     "\"cold\":{\"p50_ms\":null,\"p95_ms\":null,\"samples\":0},"
-				     "\"pool\":{}}");
+	assert_string_equal(to_s(v),
+			    "{\"window\":200,"
+			    "\"warm\":{\"p50_ms\":null,\"p95_ms\":null,\"samples\":0},"
+			    "\"cold\":{\"p50_ms\":null,\"p95_ms\":null,\"samples\":0},"
+			    "\"pool\":{},\"executions\":{"
+			    "\"prestarted\":{\"p50_ms\":null,\"p95_ms\":null,\"samples\":0},"
+			    "\"warm\":{\"p50_ms\":null,\"p95_ms\":null,\"samples\":0},"
+			    "\"cold\":{\"p50_ms\":null,\"p95_ms\":null,\"samples\":0},"
+			    "\"pool\":{}}}");
 	assert_true(json_object_object_get_ex(o, "sandboxes_per_account", &v));
 	assert_int_equal(json_object_get_int(v), 20);
 	json_object_put(o);

@@ -1,0 +1,198 @@
+/* bench/executions: one-shot `print(1)` and `console.log(1)` through the
+ * API (POST /v1/sandbox/executions, full image), in one run, three ways:
+ *   1. warm, interpreter waiting: "execution_pool": {"python": 1, "node": 1}
+ *      (each request sent once /v1/limits shows that runtime's guest ready);
+ *   2. warm, the old way: "pool": {"small": 1}, a pooled guest in which the
+ *      launcher starts the interpreter on request (sent once ready);
+ *   3. cold: no pool, a guest booted per request.
+ * For each: the client's round trip p50/p95 (min..max) and billing.billed_ms
+ * p50; then the host memory (qemu VmRSS, PSS) of the pooled guests of 1
+ * and 2, and the load average at start and end (the host is shared).
+ *
+ * Environment: SBX_BIN, SBX_TEST_FULL_IMAGE_DIR, SBX_BENCH_N (default 10
+ * per runtime and way). Prints figures; never fails on timing. Exit 1 only
+ * when it cannot run. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "../tests/integration/harness.h"
+
+static struct daemon d;
+
+static void loadavg(const char *when)
+{
+	char buf[128] = "";
+	FILE *f = fopen("/proc/loadavg", "r");
+
+	if (f) {
+		if (!fgets(buf, sizeof buf, f))
+			buf[0] = '\0';
+		fclose(f);
+	}
+	printf("load average %s: %s", when, buf[0] ? buf : "?\n");
+}
+
+/* startup.executions.pool.<rt>.ready, or startup.pool.small.ready when
+ * rt is NULL; -1 on error. */
+static int ready(const char *rt)
+{
+	struct http_reply r;
+	json_object *st, *x, *pool, *e;
+	int n = -1;
+
+	if (http_request(&d, "GET", "/v1/limits", NULL, NULL, NULL, 0, &r) < 0)
+		return -1;
+	if (r.status == 200 && json_object_object_get_ex(r.json, "startup", &st) &&
+	    (rt ? json_object_object_get_ex(st, "executions", &x) : (x = st, true)) &&
+	    json_object_object_get_ex(x, "pool", &pool) &&
+	    json_object_object_get_ex(pool, rt ? rt : "small", &e))
+		n = (int)jint(e, "ready");
+	http_reply_free(&r);
+	return n;
+}
+
+static int wait_ready(const char *rt)
+{
+	int64_t end = sbx_mono_ms() + 600000;
+
+	while (sbx_mono_ms() < end) {
+		if (ready(rt) >= 1)
+			return 0;
+		usleep(100 * 1000);
+	}
+	return -1;
+}
+
+/* One execution; round trip and billed ms; -1 unless 200 with stdout 1. */
+static int run_one(const char *runtime, const char *code, int64_t *rt_ms, int64_t *billed,
+		   bool *prestarted)
+{
+	char body[256];
+	struct http_reply r;
+	json_object *bill;
+	int64_t t0 = sbx_mono_ms();
+	int rc = -1;
+
+	snprintf(body, sizeof body, "{\"runtime\":\"%s\",\"timeout_seconds\":30,\"code\":\"%s\"}",
+		 runtime, code);
+	if (http_request(&d, "POST", "/v1/sandbox/executions", d.key, NULL, body, 0, &r) < 0)
+		return -1;
+	*rt_ms = sbx_mono_ms() - t0;
+	if (r.status == 200 && jstr(r.json, "stdout") &&
+	    strcmp(jstr(r.json, "stdout"), "1\n") == 0 &&
+	    json_object_object_get_ex(r.json, "billing", &bill)) {
+		*billed = jint(bill, "billed_ms");
+		*prestarted = jbool(r.json, "prestarted");
+		rc = 0;
+	} else {
+		fprintf(stderr, "execution: %d %.300s\n", r.status, r.body);
+	}
+	http_reply_free(&r);
+	return rc;
+}
+
+static void series(const char *way, const char *runtime, const char *code, const char *wait_rt,
+		   bool wait_plain, int n)
+{
+	int64_t rt[256], billed[256];
+	int got = 0, pre = 0;
+
+	for (int i = 0; i < n && i < 256; i++) {
+		bool p = false;
+
+		if ((wait_rt && wait_ready(wait_rt) < 0) || (wait_plain && wait_ready(NULL) < 0)) {
+			fprintf(stderr, "the pool did not refill\n");
+			break;
+		}
+		if (!wait_rt && !wait_plain)
+			sleep(2); /* let the last guest's teardown pass */
+		if (run_one(runtime, code, &rt[got], &billed[got], &p) == 0) {
+			pre += p;
+			got++;
+		}
+	}
+	struct stats s = stats_of(rt, got), b = stats_of(billed, got);
+	printf("%-34s %-7s n=%-3d p50 %6lld ms  p95 %6lld ms  (%lld..%lld)  billed p50 %5lld ms"
+	       "  [%d with the interpreter waiting]\n",
+	       way, runtime, got, (long long)s.median, (long long)s.p95, (long long)s.min,
+	       (long long)s.max, (long long)b.median, pre);
+	fflush(stdout);
+}
+
+/* Sum of qemu VmRSS and PSS of this daemon's domains (MiB). */
+static void pool_memory(const char *what)
+{
+	char names[16][64];
+	int n = list_own_domains(&d, false, names, 16);
+	long rss = 0, pss = 0;
+
+	for (int i = 0; i < n; i++) {
+		struct qemu_mem m;
+		char name[64];
+		int pid;
+
+		snprintf(name, sizeof name, "%.60s", names[i]);
+		pid = qemu_pid(name);
+
+		if (pid > 0 && qemu_mem_of(pid, 4096, &m) == 0) {
+			rss += m.rss_kib;
+			pss += m.pss_kib;
+			printf(
+			    "  %s: %s qemu VmRSS %ld MiB (guest RAM %ld, TCG %ld, rest %ld), PSS "
+			    "%ld MiB\n",
+			    what, names[i], m.rss_kib / 1024, m.guest_kib / 1024, m.tcg_kib / 1024,
+			    m.rest_kib / 1024, m.pss_kib / 1024);
+		}
+	}
+	printf("  %s: %d guest(s), VmRSS %ld MiB, PSS %ld MiB in all\n", what, n, rss / 1024,
+	       pss / 1024);
+}
+
+static int up(const char *extra)
+{
+	char cfg[256];
+
+	snprintf(cfg, sizeof cfg, "%s%s\"disk_overcommit\": 16.0", extra, extra[0] ? ", " : "");
+	if (daemon_config_full(&d, cfg) < 0) {
+		fprintf(stderr, "bench/executions: no full image (make image-full)\n");
+		return -1;
+	}
+	return daemon_up(&d);
+}
+
+int main(void)
+{
+	int n = env_int_max("SBX_BENCH_N", 10, 256);
+	static const char py[] = "print(1)", js[] = "console.log(1)";
+
+	loadavg("at start");
+	if (up("\"execution_pool\": {\"python\": 1, \"node\": 1}") < 0)
+		return 1;
+	if (wait_ready("python") < 0 || wait_ready("node") < 0)
+		return 1;
+	sleep(5); /* let both interpreters settle */
+	pool_memory("execution pool (python + node waiting)");
+	series("warm, interpreter waiting", "python", py, "python", false, n);
+	series("warm, interpreter waiting", "node", js, "node", false, n);
+	daemon_down(&d);
+
+	if (up("\"pool\": {\"small\": 1}") < 0)
+		return 1;
+	if (wait_ready(NULL) < 0)
+		return 1;
+	sleep(5);
+	pool_memory("plain pool (one small guest)");
+	series("warm, the old way (started on request)", "python", py, NULL, true, n);
+	series("warm, the old way (started on request)", "node", js, NULL, true, n);
+	daemon_down(&d);
+
+	if (up("") < 0)
+		return 1;
+	series("cold (guest booted per request)", "python", py, NULL, false, n);
+	series("cold (guest booted per request)", "node", js, NULL, false, n);
+	daemon_down(&d);
+	loadavg("at end");
+	return 0;
+}
