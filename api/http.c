@@ -40,6 +40,7 @@ enum route {
 	R_EXECUTION,   /* /v1/sandbox/executions/{id} */
 	R_RECEIPT,     /* /v1/receipts/{id} */
 	R_RECEIPT_KEY, /* /v1/receipts/public-key */
+	R_FILES,       /* /v1/sandboxes/{id}/files (http_files.c) */
 };
 
 enum exec_state {
@@ -66,6 +67,7 @@ struct api_server {
 	bool released;	   /* api_server_stop returned: the last req frees srv */
 	int async_threads; /* create/DELETE threads still running */
 	struct req *suspended;
+	struct api_files_ctx *files;
 };
 
 struct req {
@@ -90,6 +92,7 @@ struct req {
 	 * on a thread of their own (async_main) and leave the answer here. */
 	bool is_async;
 	struct api_create_body create;
+	struct api_files *files; /* R_FILES */
 	char idem_key[256];
 	bool has_idem_key;
 	int op_rc; /* 0, or -1 with exec_err */
@@ -240,6 +243,8 @@ static enum route route_resolve(const char *url, char id[SANDBOX_ID_MAX])
 			return R_EXEC;
 		if (strcmp(rest, "/extend") == 0)
 			return R_EXTEND;
+		if (strcmp(rest, "/files") == 0)
+			return R_FILES;
 		return R_NONE;
 	}
 	if (strncmp(url, "/v1/api_keys/", 13) == 0 && take_id(url + 13, id, &rest) && *rest == '\0')
@@ -268,6 +273,8 @@ static const char *route_allow(enum route r)
 		return "GET";
 	case R_KEY:
 		return "DELETE";
+	case R_FILES:
+		return "GET, PUT, DELETE";
 	case R_NONE:
 		break;
 	}
@@ -1038,6 +1045,7 @@ static enum MHD_Result dispatch(struct req *r, const char *method)
 	case R_RECEIPT:
 	case R_RECEIPT_KEY:
 		return handle_execution_routes(srv, r);
+	case R_FILES: /* handled by http_files.c before dispatch */
 	case R_NONE:
 		break;
 	}
@@ -1089,6 +1097,8 @@ static enum MHD_Result request_begin(struct api_server *srv, struct MHD_Connecti
 	if ((r->route == R_EXECUTIONS || r->route == R_EXECUTION) &&
 	    require_scope(srv, c, "sandboxes", &err) < 0)
 		return reply_error(c, &err);
+	if (r->route == R_FILES) /* streams its body: max_file_bytes, not max_body_bytes */
+		return api_files_begin(srv->files, c, method, r->account_id, r->id, &r->files);
 	cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
 	if (cl) {
 		char *end;
@@ -1115,6 +1125,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
 
 	if (!r)
 		return request_begin(srv, c, url, method, con_cls);
+	if (r->route == R_FILES)
+		return api_files_step(r->files, upload_data, upload_data_size);
 	if (*upload_data_size) {
 		/* Keep at most max_body_bytes; past that, read and drop. */
 		if (!r->too_large && sbx_buf_append(&r->body, upload_data, *upload_data_size) < 0) {
@@ -1150,6 +1162,7 @@ static void req_free(struct req *r)
 	bool free_srv;
 
 	sbx_buf_release(&r->body);
+	api_files_free(r->files);
 	api_exec_body_release(&r->exec);
 	if (r->has_res)
 		sandbox_exec_result_release(&r->res);
@@ -1256,6 +1269,7 @@ struct api_server *api_server_start(struct sandbox_svc *svc, struct sbx_error *e
 	srv->listen_fd = MHD_INVALID_SOCKET;
 	pthread_mutex_init(&srv->lock, NULL);
 	pthread_cond_init(&srv->idle, NULL);
+	srv->files = api_files_ctx_new(svc, cfg);
 
 	srv->daemon = MHD_start_daemon(
 	    MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
@@ -1268,6 +1282,7 @@ struct api_server *api_server_start(struct sandbox_svc *svc, struct sbx_error *e
 	if (!srv->daemon) {
 		sbx_error_set(err, SBX_E_INTERNAL, "listen", "cannot listen on '%s': %s",
 			      cfg->listen, strerror(errno));
+		api_files_ctx_free(srv->files);
 		pthread_mutex_destroy(&srv->lock);
 		pthread_cond_destroy(&srv->idle);
 		free(srv);
@@ -1337,6 +1352,7 @@ void api_server_stop(struct api_server *srv)
 		n++;
 	}
 	pthread_mutex_unlock(&srv->lock);
+	api_files_ctx_stop(srv->files);
 	if (n)
 		sbx_warn(MOD, "answered %d running exec(s) with 503 at shutdown", n);
 	/* Let the 503s (and anything else in flight) go out. */
@@ -1349,6 +1365,8 @@ void api_server_stop(struct api_server *srv)
 	pthread_mutex_unlock(&srv->lock);
 	MHD_stop_daemon(srv->daemon);
 	srv->daemon = NULL;
+	api_files_ctx_free(srv->files);
+	srv->files = NULL;
 	if (srv->listen_fd != MHD_INVALID_SOCKET)
 		close(srv->listen_fd);
 	srv->listen_fd = MHD_INVALID_SOCKET;

@@ -404,7 +404,7 @@ static void test_stdin_v2_and_v1_refusal(void **state)
 	req.stdin_data = data;
 	req.stdin_len = sizeof(data) - 1;
 	fx_handshake(fx);
-	assert_int_equal(agentless_conn_version(fx->conn), 2);
+	assert_int_equal(agentless_conn_version(fx->conn), WIRE_VERSION);
 	struct probe first;
 	probe_init(&first);
 	assert_int_equal(agentless_exec_start(fx->conn, &req, probe_done, &first, &err), 0);
