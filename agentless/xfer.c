@@ -25,20 +25,22 @@
 
 #define MOD "agentless"
 /* Transfers in flight per connection; more -> SBX_E_RATE_LIMITED. */
-#define XFER_MAX	   32
+#define XFER_MAX 32
 /* Listed at most, aborted ones included (they leave within
  * XFER_ABORT_KEEP_MS). */
-#define XFER_LISTED_MAX (2 * XFER_MAX)
+#define XFER_LISTED_MAX	   (2 * XFER_MAX)
 #define XFER_STALL_DEFAULT 30000
 /* An aborted transfer stays listed this long, absorbing the frames the
  * guest had in flight (up to its credit plus XFER_LATE_FRAMES others). */
 #define XFER_ABORT_KEEP_MS 10000
 #define XFER_LATE_FRAMES   64
 /* A download grants more credit once the caller read this much. */
-#define XFER_ACK_STEP	(WIRE_FILE_WINDOW / 4)
-#define ENTRY_NAME_MAX	255
-#define MSG_STALL	"the sandbox's guest stalled the file transfer"
-#define MSG_OLD_VERSION "this sandbox's guest speaks exec protocol v%u, which has no file transfer; create a new sandbox"
+#define XFER_ACK_STEP  (WIRE_FILE_WINDOW / 4)
+#define ENTRY_NAME_MAX 255
+#define MSG_STALL      "the sandbox's guest stalled the file transfer"
+#define MSG_OLD_VERSION                                                                            \
+	"this sandbox's guest speaks exec protocol v%u, which has no file transfer; create a new " \
+	"sandbox"
 
 struct agentless_xfer {
 	struct agentless_xfer *next; /* conn->xfers; conn->lock */
@@ -340,7 +342,8 @@ static void on_meta(struct agentless_xfer *x, const uint8_t *p, size_t len, stru
 		return;
 	}
 	x->have_meta = true;
-	if (x->max_bytes && have_size && x->size > x->max_bytes && x->state == AGENTLESS_XFER_OPEN) {
+	if (x->max_bytes && have_size && x->size > x->max_bytes &&
+	    x->state == AGENTLESS_XFER_OPEN) {
 		struct sbx_error e;
 
 		sbx_error_clear(&e);
@@ -568,8 +571,7 @@ static bool late_ok_locked(struct agentless_conn *c, struct agentless_xfer *x,
 	return conn_unsolicited_ok_locked(c);
 }
 
-bool xfer_frame(struct agentless_conn *c, const struct wire_header *h, const uint8_t *p,
-		size_t len)
+bool xfer_frame(struct agentless_conn *c, const struct wire_header *h, const uint8_t *p, size_t len)
 {
 	struct verdict v = {0};
 	struct agentless_xfer *x;

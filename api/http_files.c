@@ -11,7 +11,7 @@
 
 #include "api-priv.h"
 
-#define MOD	     "api"
+#define MOD	      "api"
 #define FILE_PATH_MAX 4096
 
 enum fkind { FK_PUT, FK_TAR_PUT, FK_GET, FK_TAR_GET, FK_LIST, FK_DELETE };
@@ -100,9 +100,9 @@ static enum MHD_Result reply_error(struct MHD_Connection *c, const struct sbx_er
 			 "the service failed to handle the request; retry later");
 		e.param[0] = '\0';
 	}
-	return reply_json(c, (unsigned)status, api_error_encode(&e),
-			  status == 429 || status == 503 ? (e.retry_after_s > 0 ? e.retry_after_s : 1)
-							 : 0);
+	return reply_json(
+	    c, (unsigned)status, api_error_encode(&e),
+	    status == 429 || status == 503 ? (e.retry_after_s > 0 ? e.retry_after_s : 1) : 0);
 }
 
 static enum MHD_Result reply_stopping(struct MHD_Connection *c)
@@ -145,9 +145,12 @@ static void files_wake(void *opaque)
 	pthread_mutex_unlock(&ctx->lock);
 }
 
-/* Suspend the connection until the next wake, unless one came since the
- * last look (then MHD simply calls again). On MHD's thread. */
-static void park(struct api_files *fr)
+/* Suspend the connection until the next wake and return true; or, when a
+ * wake came since the last look (or the server stops), return false: the
+ * caller looks again at once. libmicrohttpd must never be left with
+ * unread upload data and a connection that is not suspended (it would not
+ * call again until the client sends more). On MHD's thread. */
+static bool park(struct api_files *fr)
 {
 	struct api_files_ctx *ctx = fr->ctx;
 
@@ -155,7 +158,7 @@ static void park(struct api_files *fr)
 	if (fr->woke || ctx->stopping) {
 		fr->woke = false;
 		pthread_mutex_unlock(&ctx->lock);
-		return;
+		return false;
 	}
 	MHD_suspend_connection(fr->conn);
 	fr->parked = true;
@@ -164,6 +167,7 @@ static void park(struct api_files *fr)
 		fr->next->prev = fr;
 	ctx->parked = fr;
 	pthread_mutex_unlock(&ctx->lock);
+	return true;
 }
 
 static bool stopping(struct api_files *fr)
@@ -172,7 +176,6 @@ static bool stopping(struct api_files *fr)
 
 	pthread_mutex_lock(&fr->ctx->lock);
 	s = fr->ctx->stopping;
-	fr->woke = false;
 	pthread_mutex_unlock(&fr->ctx->lock);
 	return s;
 }
@@ -270,9 +273,11 @@ static int request_parse(struct api_files *fr, const char *method, struct sandbo
 				     FILE_PATH_MAX);
 	memcpy(fr->path, path, plen + 1);
 	if (query_bool(c, "list", &list) < 0)
-		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "list", "list must be true or false");
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "list",
+				     "list must be true or false");
 	if (query_bool(c, "gzip", &gzip) < 0)
-		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "gzip", "gzip must be true or false");
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "gzip",
+				     "gzip must be true or false");
 	if (query_bool(c, "recursive", &recursive) < 0)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "recursive",
 				     "recursive must be true or false");
@@ -302,8 +307,8 @@ static int request_parse(struct api_files *fr, const char *method, struct sandbo
 		req->gzip = tar && gzip;
 		fr->gzip = req->gzip;
 		if (!tar) {
-			const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-								    MHD_HTTP_HEADER_RANGE);
+			const char *h =
+			    MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_RANGE);
 			int rc = parse_range(h, &fr->range_start, &fr->range_len);
 
 			if (rc < 0)
@@ -317,10 +322,11 @@ static int request_parse(struct api_files *fr, const char *method, struct sandbo
 		return 0;
 	}
 	/* PUT */
-	const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-						     MHD_HTTP_HEADER_CONTENT_TYPE);
+	const char *ct =
+	    MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
 	bool ct_tar = media_type_is(ct, "application/x-tar");
-	bool ct_gz = media_type_is(ct, "application/gzip") || media_type_is(ct, "application/x-gzip");
+	bool ct_gz =
+	    media_type_is(ct, "application/gzip") || media_type_is(ct, "application/x-gzip");
 
 	fr->kind = ct_tar || ct_gz ? FK_TAR_PUT : FK_PUT;
 	req->op = fr->kind == FK_TAR_PUT ? SANDBOX_FILE_TAR_PUT : SANDBOX_FILE_PUT;
@@ -456,27 +462,29 @@ static ssize_t download_read(void *cls, uint64_t pos, char *buf, size_t max)
 	size_t n;
 
 	(void)pos;
-	n = sandbox_file_read(fr->f, buf, max);
-	if (n > 0)
-		return (ssize_t)n;
-	sandbox_file_status(fr->f, &st);
-	if (st.buffered > 0) /* raced with a frame: take it next call */
-		return 0;
-	if (st.state == SANDBOX_FILE_DONE)
-		return MHD_CONTENT_READER_END_OF_STREAM;
-	if (st.state == SANDBOX_FILE_FAILED || stopping(fr)) {
-		/* the status line went out already: cut the body short, the
-		 * client sees a truncated transfer */
-		sbx_warn(MOD, "download cut short: %s",
-			 st.state == SANDBOX_FILE_FAILED ? st.err.message : "shutting down");
-		return MHD_CONTENT_READER_END_WITH_ERROR;
+	for (;;) {
+		n = sandbox_file_read(fr->f, buf, max);
+		if (n > 0)
+			return (ssize_t)n;
+		sandbox_file_status(fr->f, &st);
+		if (st.buffered > 0) /* raced with a frame: take it now */
+			continue;
+		if (st.state == SANDBOX_FILE_DONE)
+			return MHD_CONTENT_READER_END_OF_STREAM;
+		if (st.state == SANDBOX_FILE_FAILED || stopping(fr)) {
+			/* the status line went out already: cut the body
+			 * short, the client sees a truncated transfer */
+			sbx_warn(MOD, "download cut short: %s",
+				 st.state == SANDBOX_FILE_FAILED ? st.err.message
+								 : "shutting down");
+			return MHD_CONTENT_READER_END_WITH_ERROR;
+		}
+		if (park(fr))
+			return 0; /* resumed by the next wake */
 	}
-	park(fr);
-	return 0;
 }
 
-static enum MHD_Result answer_download(struct api_files *fr,
-				       const struct sandbox_file_status *st)
+static enum MHD_Result answer_download(struct api_files *fr, const struct sandbox_file_status *st)
 {
 	bool tar = fr->kind == FK_TAR_GET;
 	struct MHD_Response *resp;
@@ -497,11 +505,11 @@ static enum MHD_Result answer_download(struct api_files *fr,
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCEPT_RANGES, "bytes");
 		if (fr->ranged) {
 			status = 206;
-			snprintf(h, sizeof(h), "bytes %llu-%llu/%llu",
-				 (unsigned long long)fr->range_start,
-				 (unsigned long long)(fr->range_start + st->size -
-						      (st->size ? 1 : 0)),
-				 (unsigned long long)st->total);
+			snprintf(
+			    h, sizeof(h), "bytes %llu-%llu/%llu",
+			    (unsigned long long)fr->range_start,
+			    (unsigned long long)(fr->range_start + st->size - (st->size ? 1 : 0)),
+			    (unsigned long long)st->total);
 			MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_RANGE, h);
 		}
 	}
@@ -553,16 +561,19 @@ static enum MHD_Result upload_piece(struct api_files *fr, const char *data, size
 		*size = 0;
 		return MHD_YES;
 	}
-	n = sandbox_file_write(fr->f, data, *size, &fr->err);
-	if (n < 0) {
-		fr->drop = true;
-		*size = 0;
-		return MHD_YES;
-	}
-	EVP_DigestUpdate(fr->md, data, (size_t)n);
-	fr->received += (uint64_t)n;
-	*size -= (size_t)n;
-	if (*size > 0) {
+	for (;;) {
+		n = sandbox_file_write(fr->f, data, *size, &fr->err);
+		if (n < 0) {
+			fr->drop = true;
+			*size = 0;
+			return MHD_YES;
+		}
+		EVP_DigestUpdate(fr->md, data, (size_t)n);
+		fr->received += (uint64_t)n;
+		data += n;
+		*size -= (size_t)n;
+		if (*size == 0)
+			return MHD_YES;
 		/* the guest's credit is used up: wait for its FILE_ACK */
 		if (stopping(fr)) {
 			sbx_error_set(&fr->err, SBX_E_SERVICE_UNAVAILABLE, NULL,
@@ -573,9 +584,9 @@ static enum MHD_Result upload_piece(struct api_files *fr, const char *data, size
 			*size = 0;
 			return MHD_YES;
 		}
-		park(fr);
+		if (park(fr))
+			return MHD_YES; /* MHD calls again with the rest */
 	}
-	return MHD_YES;
 }
 
 enum MHD_Result api_files_step(struct api_files *fr, const char *upload_data,
@@ -601,23 +612,25 @@ enum MHD_Result api_files_step(struct api_files *fr, const char *upload_data,
 		if (sandbox_file_end(fr->f, &fr->err) < 0)
 			return reply_error(fr->conn, &fr->err);
 	}
-	sandbox_file_status(fr->f, &st);
-	if (st.state == SANDBOX_FILE_FAILED)
-		return reply_error(fr->conn, &st.err);
-	if (stopping(fr))
-		return reply_stopping(fr->conn);
-	if (fr->kind == FK_GET || fr->kind == FK_TAR_GET) {
-		if (st.have_meta)
-			return answer_download(fr, &st);
-	} else if (st.state == SANDBOX_FILE_DONE) {
-		if (fr->kind == FK_LIST)
-			return answer_list(fr, &st);
-		if (fr->kind == FK_DELETE)
-			return answer_delete(fr);
-		return answer_put(fr, &st);
+	for (;;) {
+		sandbox_file_status(fr->f, &st);
+		if (st.state == SANDBOX_FILE_FAILED)
+			return reply_error(fr->conn, &st.err);
+		if (stopping(fr))
+			return reply_stopping(fr->conn);
+		if (fr->kind == FK_GET || fr->kind == FK_TAR_GET) {
+			if (st.have_meta)
+				return answer_download(fr, &st);
+		} else if (st.state == SANDBOX_FILE_DONE) {
+			if (fr->kind == FK_LIST)
+				return answer_list(fr, &st);
+			if (fr->kind == FK_DELETE)
+				return answer_delete(fr);
+			return answer_put(fr, &st);
+		}
+		if (park(fr))
+			return MHD_YES; /* MHD calls again once woken */
 	}
-	park(fr); /* MHD calls again once woken */
-	return MHD_YES;
 }
 
 void api_files_free(struct api_files *fr)

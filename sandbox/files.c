@@ -25,7 +25,7 @@ struct sandbox_file {
 	struct agentless_xfer *x;
 	sandbox_file_wake_fn wake;
 	void *opaque;
-	enum store_status ending; /* svc->lock: how the sandbox ended, if it did */
+	enum store_status ending;	    /* svc->lock: how the sandbox ended, if it did */
 	struct sandbox_file_entry *entries; /* LIST, made at the first ask */
 	size_t n_entries;
 };
@@ -145,8 +145,7 @@ int sandbox_file_start(struct sandbox_svc *svc, const char *account_id, const ch
 	return 0;
 }
 
-long sandbox_file_write(struct sandbox_file *f, const void *data, size_t len,
-			struct sbx_error *err)
+long sandbox_file_write(struct sandbox_file *f, const void *data, size_t len, struct sbx_error *err)
 {
 	struct live *l = file_pin(f);
 	long n;

@@ -218,7 +218,7 @@ static int req_parse(uint32_t id, const uint8_t *p, size_t len, struct file_req 
 			if (f.len == 0 || f.len >= sizeof(r->path) || f.value[0] != '/' ||
 			    memchr(f.value, '\0', f.len)) {
 				guest_send_error(id, WIRE_ERR_BAD_REQUEST, "path",
-					 "path must be absolute, without NUL bytes");
+						 "path must be absolute, without NUL bytes");
 				return -1;
 			}
 			memcpy(r->path, f.value, f.len);
@@ -229,9 +229,10 @@ static int req_parse(uint32_t id, const uint8_t *p, size_t len, struct file_req 
 			r->has_mode = true;
 			break;
 		case WIRE_T_USER:
-			if (f.len == 0 || f.len >= sizeof(r->user) || memchr(f.value, '\0', f.len) ||
-			    memchr(f.value, ':', f.len)) {
-				guest_send_error(id, WIRE_ERR_BAD_REQUEST, "user", "user must be a user name");
+			if (f.len == 0 || f.len >= sizeof(r->user) ||
+			    memchr(f.value, '\0', f.len) || memchr(f.value, ':', f.len)) {
+				guest_send_error(id, WIRE_ERR_BAD_REQUEST, "user",
+						 "user must be a user name");
 				return -1;
 			}
 			memcpy(r->user, f.value, f.len);
@@ -259,7 +260,8 @@ static int req_parse(uint32_t id, const uint8_t *p, size_t len, struct file_req 
 			break;
 		}
 		if (bad) {
-			guest_send_error(id, WIRE_ERR_BAD_REQUEST, NULL, "a field has a bad length or value");
+			guest_send_error(id, WIRE_ERR_BAD_REQUEST, NULL,
+					 "a field has a bad length or value");
 			return -1;
 		}
 	}
@@ -394,7 +396,8 @@ static void put_data(struct gxfer *x, const uint8_t *p, size_t len)
 static void put_end(struct gxfer *x)
 {
 	if (x->end_size != x->got) {
-		guest_send_error(x->id, WIRE_ERR_BAD_REQUEST, NULL, "FILE_END size differs from the data");
+		guest_send_error(x->id, WIRE_ERR_BAD_REQUEST, NULL,
+				 "FILE_END size differs from the data");
 		goto drop;
 	}
 	if (fchmod(x->fd, x->mode) < 0 || (x->as_user && fchown(x->fd, x->uid, x->gid) < 0)) {
@@ -459,7 +462,8 @@ static void get_open(struct gxfer *x, const struct file_req *r)
 	}
 	size = (uint64_t)st.st_size;
 	if (r->offset > size || (r->offset == size && size > 0)) {
-		guest_send_error(x->id, WIRE_ERR_RANGE, "range", "the range starts past the end of the file");
+		guest_send_error(x->id, WIRE_ERR_RANGE, "range",
+				 "the range starts past the end of the file");
 		goto drop;
 	}
 	x->left = size - r->offset;
@@ -528,7 +532,7 @@ static bool get_pump(struct gxfer *x)
 
 static uint32_t ftype(mode_t m)
 {
-	return S_ISREG(m) ? WIRE_FTYPE_FILE
+	return S_ISREG(m)   ? WIRE_FTYPE_FILE
 	       : S_ISDIR(m) ? WIRE_FTYPE_DIR
 	       : S_ISLNK(m) ? WIRE_FTYPE_SYMLINK
 			    : WIRE_FTYPE_OTHER;
@@ -623,7 +627,8 @@ static void helper_errtext(struct gxfer *x, char *msg, size_t cap)
 	ssize_t n = x->err_fd >= 0 ? pread(x->err_fd, msg, cap - 1, 0) : -1;
 
 	if (n <= 0) {
-		snprintf(msg, cap, "exit status %d", WIFEXITED(x->status) ? WEXITSTATUS(x->status) : 128 + WTERMSIG(x->status));
+		snprintf(msg, cap, "exit status %d",
+			 WIFEXITED(x->status) ? WEXITSTATUS(x->status) : 128 + WTERMSIG(x->status));
 		return;
 	}
 	msg[n] = '\0';
@@ -639,8 +644,8 @@ static void helper_finish(struct gxfer *x)
 		send_done(x, x->op == WIRE_FILE_OP_TAR_GET ? x->sent : x->got, false);
 	} else {
 		helper_errtext(x, msg, sizeof(msg));
-		guest_send_error(x->id, strstr(msg, "No space") ? WIRE_ERR_NO_SPACE : WIRE_ERR_IO, NULL,
-			 msg);
+		guest_send_error(x->id, strstr(msg, "No space") ? WIRE_ERR_NO_SPACE : WIRE_ERR_IO,
+				 NULL, msg);
 	}
 	xfer_drop(x);
 }
@@ -650,10 +655,9 @@ static void tree_open(struct gxfer *x, const struct file_req *r)
 	int fds[2] = {-1, -1};
 	struct stat st;
 	bool put = x->op == WIRE_FILE_OP_TAR_PUT;
-	const char *script = put ? (r->gzip ? "exec tar -x -z -f - -C \"$1\""
-					    : "exec tar -x -f - -C \"$1\"")
-				 : (r->gzip ? "exec tar -c -z -f - -C \"$1\" ."
-					    : "exec tar -c -f - -C \"$1\" .");
+	const char *script =
+	    put ? (r->gzip ? "exec tar -x -z -f - -C \"$1\"" : "exec tar -x -f - -C \"$1\"")
+		: (r->gzip ? "exec tar -c -z -f - -C \"$1\" ." : "exec tar -c -f - -C \"$1\" .");
 
 	if (put && make_parents(r->path, x, true) < 0) {
 		send_errno(x->id, errno, "cannot create the directory");
@@ -718,7 +722,8 @@ static void tar_put_data(struct gxfer *x, const uint8_t *p, size_t len)
 		return;
 	}
 	if (x->pend_len + len > WIRE_FILE_WINDOW + WIRE_MAX_CHUNK) {
-		guest_send_error(x->id, WIRE_ERR_BAD_REQUEST, NULL, "the host sent past its credit");
+		guest_send_error(x->id, WIRE_ERR_BAD_REQUEST, NULL,
+				 "the host sent past its credit");
 		xfer_drop(x);
 		return;
 	}
@@ -766,7 +771,8 @@ static void delete_run(struct gxfer *x, const struct file_req *r)
 	struct stat st;
 
 	if (strcmp(r->path, "/") == 0) {
-		guest_send_error(x->id, WIRE_ERR_BAD_REQUEST, "path", "the root directory cannot be deleted");
+		guest_send_error(x->id, WIRE_ERR_BAD_REQUEST, "path",
+				 "the root directory cannot be deleted");
 		goto drop;
 	}
 	if (lstat(r->path, &st) < 0) {
@@ -815,14 +821,16 @@ static void file_open(uint32_t id, const uint8_t *p, size_t len)
 	struct gxfer *x;
 
 	if (id == 0 || xfer_find(id)) {
-		guest_send_error(id, WIRE_ERR_BAD_REQUEST, "id", "transfer id is zero or already in use");
+		guest_send_error(id, WIRE_ERR_BAD_REQUEST, "id",
+				 "transfer id is zero or already in use");
 		return;
 	}
 	if (req_parse(id, p, len, &r) < 0)
 		return;
 	x = xfer_new(id, r.op);
 	if (!x) {
-		guest_send_error(id, WIRE_ERR_BUSY, NULL, "too many file transfers in this sandbox");
+		guest_send_error(id, WIRE_ERR_BUSY, NULL,
+				 "too many file transfers in this sandbox");
 		return;
 	}
 	if (user_lookup(id, &r, x) < 0) {
