@@ -164,8 +164,12 @@ void agentless_conn_tick(struct agentless_conn *c, int64_t now_ms);
 
 struct agentless_xfer;
 
+/* wire.h's WIRE_FILE_WINDOW and WIRE_FILE_LIST_MAX, for the modules above */
+#define AGENTLESS_FILE_WINDOW	(2u * 1024 * 1024)
+#define AGENTLESS_FILE_LIST_MAX 10000
+
 struct agentless_file_req {
-	uint32_t op;	  /* enum wire_file_op */
+	uint32_t op;	  /* enum wire_file_op (1 PUT .. 6 TAR_GET) */
 	const char *path; /* absolute, NUL-terminated */
 	uint32_t mode;	  /* PUT: permission bits (0..07777) */
 	const char *user; /* PUT, TAR_PUT: owner (exec user); NULL = root */

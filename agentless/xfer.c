@@ -42,6 +42,11 @@
 	"this sandbox's guest speaks exec protocol v%u, which has no file transfer; create a new " \
 	"sandbox"
 
+_Static_assert(AGENTLESS_FILE_WINDOW == WIRE_FILE_WINDOW, "one window");
+_Static_assert(AGENTLESS_FILE_LIST_MAX == WIRE_FILE_LIST_MAX, "one list cap");
+_Static_assert(WIRE_FILE_OP_PUT == 1 && WIRE_FILE_OP_TAR_GET == 6, "sandbox.h's op values");
+_Static_assert(WIRE_FTYPE_FILE == 1 && WIRE_FTYPE_OTHER == 4, "sandbox.h's type values");
+
 struct agentless_xfer {
 	struct agentless_xfer *next; /* conn->xfers; conn->lock */
 	uint32_t id;

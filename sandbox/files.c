@@ -15,7 +15,6 @@
 #include <string.h>
 
 #include "../agentless/agentless.h"
-#include "../agentless/wire.h"
 #include "../store/store.h"
 #include "sandbox-priv.h"
 
@@ -30,10 +29,11 @@ struct sandbox_file {
 	size_t n_entries;
 };
 
-_Static_assert(SANDBOX_FILE_WINDOW == WIRE_FILE_WINDOW, "one window");
-_Static_assert(SANDBOX_FILE_LIST_MAX == WIRE_FILE_LIST_MAX, "one list cap");
-_Static_assert((int)SANDBOX_FILE_TAR_GET == (int)WIRE_FILE_OP_TAR_GET, "same op values");
-_Static_assert((int)SANDBOX_FTYPE_OTHER == (int)WIRE_FTYPE_OTHER, "same type values");
+/* sandbox.h repeats agentless' numbers (api/ sees only sandbox.h) */
+_Static_assert(SANDBOX_FILE_WINDOW == AGENTLESS_FILE_WINDOW, "one window");
+_Static_assert(SANDBOX_FILE_LIST_MAX == AGENTLESS_FILE_LIST_MAX, "one list cap");
+_Static_assert(SANDBOX_FILE_PUT == 1 && SANDBOX_FILE_TAR_GET == 6, "wire_file_op values");
+_Static_assert(SANDBOX_FTYPE_FILE == 1 && SANDBOX_FTYPE_OTHER == 4, "wire_file_type values");
 
 static void file_wake(void *opaque)
 {

@@ -115,9 +115,8 @@ static struct http_reply exec_cmd(const char *id, const char *cmd)
 
 	json_object_object_add(o, "command", json_object_new_string(cmd));
 	snprintf(path, sizeof(path), "/v1/sandboxes/%s/exec", id);
-	assert_int_equal(http_request(&d, "POST", path, d.key, NULL, json_object_to_json_string(o),
-				      0, &r),
-			 0);
+	assert_int_equal(
+	    http_request(&d, "POST", path, d.key, NULL, json_object_to_json_string(o), 0, &r), 0);
 	json_object_put(o);
 	return r;
 }
@@ -247,9 +246,8 @@ static void test_roundtrip_100mib(void **state)
 	expect_error(&r, 416, "range_not_satisfiable", "range");
 	http_reply_free(&r);
 
-	assert_int_equal(files(d.key, sbx, "DELETE", "/home/sandbox/big.bin", NULL, NULL, NULL, 0,
-			       &r),
-			 0);
+	assert_int_equal(
+	    files(d.key, sbx, "DELETE", "/home/sandbox/big.bin", NULL, NULL, NULL, 0, &r), 0);
 	assert_int_equal(r.status, 200);
 	http_reply_free(&r);
 	free(data);
@@ -275,9 +273,9 @@ static void test_owner_mode_and_exec(void **state)
 	free(out);
 
 	/* replaced atomically: the new bytes, no temporary left */
-	assert_int_equal(files(d.key, sbx, "PUT", "/home/sandbox/new/deep/x.sh", NULL, NULL,
-			       "second", 0, &r),
-			 0);
+	assert_int_equal(
+	    files(d.key, sbx, "PUT", "/home/sandbox/new/deep/x.sh", NULL, NULL, "second", 0, &r),
+	    0);
 	assert_int_equal(r.status, 201);
 	assert_string_equal(jstr(r.json, "mode"), "0644");
 	http_reply_free(&r);
@@ -287,8 +285,7 @@ static void test_owner_mode_and_exec(void **state)
 
 	out = exec_out("printf 'made\\000by exec' > /tmp/made.bin; : > /tmp/empty");
 	free(out);
-	assert_int_equal(files(d.key, sbx, "GET", "/tmp/made.bin", NULL, NULL, NULL, 0, &r),
-			 0);
+	assert_int_equal(files(d.key, sbx, "GET", "/tmp/made.bin", NULL, NULL, NULL, 0, &r), 0);
 	assert_int_equal(r.status, 200);
 	assert_int_equal(r.body_len, 12);
 	assert_memory_equal(r.body, "made\0by exec", 12);
@@ -323,8 +320,7 @@ static void test_list_and_delete(void **state)
 	out = exec_out("mkdir -p /tmp/ls/sub && printf abc > /tmp/ls/f && "
 		       "chmod 0604 /tmp/ls/f && ln -s f /tmp/ls/link");
 	free(out);
-	assert_int_equal(files(d.key, sbx, "GET", "/tmp/ls", "list=true", NULL, NULL, 0, &r),
-			 0);
+	assert_int_equal(files(d.key, sbx, "GET", "/tmp/ls", "list=true", NULL, NULL, 0, &r), 0);
 	assert_int_equal(r.status, 200);
 	assert_int_equal(jbool(r.json, "has_more"), 0);
 	e = find_entry(r.json, "f");
@@ -341,17 +337,15 @@ static void test_list_and_delete(void **state)
 	assert_int_equal(files(d.key, sbx, "DELETE", "/tmp/ls", NULL, NULL, NULL, 0, &r), 0);
 	expect_error(&r, 400, "invalid_request", "recursive");
 	http_reply_free(&r);
-	assert_int_equal(files(d.key, sbx, "DELETE", "/tmp/ls/f", NULL, NULL, NULL, 0, &r),
-			 0);
+	assert_int_equal(files(d.key, sbx, "DELETE", "/tmp/ls/f", NULL, NULL, NULL, 0, &r), 0);
 	assert_int_equal(r.status, 200);
 	assert_int_equal(jbool(r.json, "deleted"), 1);
 	http_reply_free(&r);
 	assert_int_equal(files(d.key, sbx, "GET", "/tmp/ls/f", NULL, NULL, NULL, 0, &r), 0);
 	expect_error(&r, 404, "file_not_found", "path");
 	http_reply_free(&r);
-	assert_int_equal(files(d.key, sbx, "DELETE", "/tmp/ls", "recursive=true", NULL,
-			       NULL, 0, &r),
-			 0);
+	assert_int_equal(
+	    files(d.key, sbx, "DELETE", "/tmp/ls", "recursive=true", NULL, NULL, 0, &r), 0);
 	assert_int_equal(r.status, 200);
 	http_reply_free(&r);
 	out = exec_out("test -e /tmp/ls && echo still || echo gone");
@@ -398,8 +392,9 @@ static void test_tar_tree(void **state)
 	assert_int_equal(jint(r.json, "size"), (int64_t)len);
 	http_reply_free(&r);
 	free(tar);
-	out = exec_out("cd /home/sandbox/tree && cat a/link && stat -c '%a %U' a/run.sh a/b/private "
-		       "empty && readlink a/link && printf '%s/' * | od -An -tx1 | tr -d ' \\n'");
+	out =
+	    exec_out("cd /home/sandbox/tree && cat a/link && stat -c '%a %U' a/run.sh a/b/private "
+		     "empty && readlink a/link && printf '%s/' * | od -An -tx1 | tr -d ' \\n'");
 	assert_non_null(strstr(out, "nested755 sandbox\n600 sandbox\n700 sandbox\nb/c/deep.txt\n"));
 	/* "caf\xe9.txt" */
 	if (!strstr(out, "636166e92e747874"))
@@ -428,7 +423,8 @@ static void test_tar_tree(void **state)
 	assert_int_equal(run_cmd(cmd), 0);
 
 	/* a directory where a file is expected, and the reverse */
-	assert_int_equal(files(d.key, sbx, "GET", "/home/sandbox/tree", NULL, NULL, NULL, 0, &r), 0);
+	assert_int_equal(files(d.key, sbx, "GET", "/home/sandbox/tree", NULL, NULL, NULL, 0, &r),
+			 0);
 	expect_error(&r, 400, "invalid_request", "path");
 	http_reply_free(&r);
 	assert_int_equal(files(d.key, sbx, "GET", "/home/sandbox/tree/a/run.sh", "format=tar", NULL,
@@ -520,7 +516,8 @@ static int raw_head(const char *head, struct http_reply *r)
 	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
 	    write(fd, head, strlen(head)) != (ssize_t)strlen(head))
 		return -1;
-	for (ssize_t n; got < sizeof(buf) - 1 && (n = read(fd, buf + got, sizeof(buf) - 1 - got)) > 0;)
+	for (ssize_t n;
+	     got < sizeof(buf) - 1 && (n = read(fd, buf + got, sizeof(buf) - 1 - got)) > 0;)
 		got += (size_t)n;
 	close(fd);
 	buf[got] = '\0';
@@ -585,9 +582,8 @@ static void test_errors(void **state)
 	assert_int_equal(files(d.key, sbx, "GET", "/tmp/huge", NULL, NULL, NULL, 0, &r), 0);
 	expect_error(&r, 413, "payload_too_large", "path");
 	http_reply_free(&r);
-	assert_int_equal(files(d.key, sbx, "GET", "/tmp/huge", NULL, "Range: bytes=0-9\r\n", NULL, 0,
-			       &r),
-			 0);
+	assert_int_equal(
+	    files(d.key, sbx, "GET", "/tmp/huge", NULL, "Range: bytes=0-9\r\n", NULL, 0, &r), 0);
 	assert_int_equal(r.status, 206);
 	assert_int_equal(r.body_len, 10);
 	http_reply_free(&r);
@@ -683,9 +679,8 @@ static void test_stalled_download(void **state)
 	json_object_object_add(o, "command", json_object_new_string("true"));
 	json_object_object_add(o, "env", env);
 	snprintf(url, sizeof(url), "/v1/sandboxes/%s/exec", sbx);
-	assert_int_equal(http_request(&d, "POST", url, d.key, NULL, json_object_to_json_string(o),
-				      0, &e),
-			 0);
+	assert_int_equal(
+	    http_request(&d, "POST", url, d.key, NULL, json_object_to_json_string(o), 0, &e), 0);
 	assert_int_equal(e.status, 200);
 	http_reply_free(&e);
 	json_object_put(o);
