@@ -211,8 +211,8 @@ err:
 static int raw_transfer(struct raw *raw, const uint8_t *data, size_t len, int64_t *put_us,
 			int64_t *get_us)
 {
-	struct agentless_file_req put = {.op = WIRE_FILE_OP_PUT, .path = "/tmp/raw.bin",
-					 .mode = 0644};
+	struct agentless_file_req put = {
+	    .op = WIRE_FILE_OP_PUT, .path = "/tmp/raw.bin", .mode = 0644};
 	struct agentless_file_req get = {.op = WIRE_FILE_OP_GET, .path = "/tmp/raw.bin"};
 	struct agentless_xfer_status st;
 	struct agentless_xfer *x;
@@ -270,8 +270,8 @@ static double raw_echo(struct raw *raw, int n)
 	int done = 0;
 
 	for (int i = 0; i < n; i++) {
-		int64_t us = agentless_conn_ping(raw->conn, WIRE_MAX_CHUNK, sbx_mono_ms() + 5000,
-						 &err);
+		int64_t us =
+		    agentless_conn_ping(raw->conn, WIRE_MAX_CHUNK, sbx_mono_ms() + 5000, &err);
 
 		if (us < 0)
 			break;
@@ -316,8 +316,8 @@ int main(void)
 	}
 	snprintf(sbx, sizeof(sbx), "%s", jstr(r.json, "id"));
 	http_reply_free(&r);
-	printf("sandbox %s: tiny image, 1 vCPU, 1 GiB, TCG, transport socket; file %d MiB\n",
-	       sbx, mib);
+	printf("sandbox %s: tiny image, 1 vCPU, 1 GiB, TCG, transport socket; file %d MiB\n", sbx,
+	       mib);
 
 	rss0 = daemon_kib("VmRSS");
 	snprintf(url, sizeof(url), "/v1/sandboxes/%s/files?path=/tmp/bench.bin", sbx);
