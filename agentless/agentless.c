@@ -9,7 +9,9 @@
  * callbacks do not take them (sandbox/ and api/ call in with none held);
  * `lock` is taken before the channel's internal lock (vmm/channel.c), never
  * after. A channel is closed only once no sender uses it any more
- * (`senders` drops to 0), so send() never touches a freed ctx.
+ * (`senders` drops to 0), so send() never touches a freed ctx. Each file
+ * transfer (xfer.c) has its own mutex, a leaf taken under `lock` or alone,
+ * never held across a send or a wake.
  *
  * Frames the host did not ask for (a HELLO after the first, a PONG nobody
  * waits for, late frames of an exec the host gave up on) are allowed at
