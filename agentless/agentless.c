@@ -9,7 +9,9 @@
  * callbacks do not take them (sandbox/ and api/ call in with none held);
  * `lock` is taken before the channel's internal lock (vmm/channel.c), never
  * after. A channel is closed only once no sender uses it any more
- * (`senders` drops to 0), so send() never touches a freed ctx.
+ * (`senders` drops to 0), so send() never touches a freed ctx. Each file
+ * transfer (xfer.c) has its own mutex, a leaf taken under `lock` or alone,
+ * never held across a send or a wake.
  *
  * Frames the host did not ask for (a HELLO after the first, a PONG nobody
  * waits for, late frames of an exec the host gave up on) are allowed at
@@ -17,6 +19,7 @@
  * is flooding, which is a protocol violation.
  */
 #include "agentless/agentless.h"
+#include "agentless/agentless-priv.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -27,19 +30,11 @@
 
 #include "agentless/wire.h"
 
-#define MOD "agentless"
-/* Ids of execs the host gave up on (backstop, reconnect) whose late frames
- * are dropped silently instead of counting as a violation. */
-#define ABANDONED_MAX	     64
+#define MOD		     "agentless"
 #define DEFAULT_MAX_INFLIGHT 64
-/* Guest-supplied text echoed into an error is cut to this many bytes. */
-#define GUEST_TEXT_MAX 200
 /* Unsolicited frames: a token bucket per connection. */
 #define UNSOLICITED_BURST 32
 #define UNSOLICITED_PER_S 8
-
-#define MSG_VIOLATION "the sandbox's guest broke the exec protocol"
-#define MSG_GONE      "the sandbox's guest stopped responding"
 
 /* One output stream of an exec: the head the guest shipped, <= cap bytes. */
 struct stream_buf {
@@ -71,49 +66,6 @@ struct ping_waiter {
 	bool answered;
 };
 
-struct agentless_conn {
-	pthread_mutex_t lock;
-	pthread_cond_t cond; /* handshake, pongs, senders */
-
-	struct agentless_limits lim;
-	agentless_broken_fn on_broken;
-	void *opaque;
-
-	struct sbx_channel ch;
-	bool have_ch;
-	bool ch_eof;	  /* the attached channel reported EOF */
-	unsigned senders; /* threads inside ch.send() */
-
-	bool ready;	    /* HELLO answered with WELCOME */
-	bool hello_pending; /* HELLO arrived with no usable channel yet */
-	uint32_t version;   /* negotiated */
-	bool broken;	    /* no execs until the next attach */
-	bool rx_dead;	    /* ignore input until EOF or the next attach */
-	char broken_msg[128];
-
-	/* frame reassembly */
-	uint8_t hdr[WIRE_HEADER_LEN];
-	size_t hdr_got;
-	struct wire_header cur;
-	uint8_t *payload;
-	size_t payload_alloc;
-	size_t payload_got;
-
-	struct exec *execs;
-	unsigned n_execs;
-	uint32_t next_id;
-	uint32_t abandoned[ABANDONED_MAX];
-	unsigned n_abandoned;
-	unsigned abandoned_pos;
-
-	struct ping_waiter *pings;
-	uint32_t next_ping;
-
-	unsigned hellos;	   /* HELLOs on this channel */
-	double unsolicited_tokens; /* bucket, refilled at UNSOLICITED_PER_S */
-	int64_t unsolicited_at_ms; /* last refill, sbx_mono_ms() */
-};
-
 /* ------------------------------------------------------------- helpers */
 
 static void *xcalloc(size_t n, size_t size)
@@ -126,7 +78,7 @@ static void *xcalloc(size_t n, size_t size)
 }
 
 /* Printable ASCII only, at most GUEST_TEXT_MAX bytes, into out. */
-static void sanitize_text(const void *in, size_t len, char *out, size_t outlen)
+void sanitize_text(const void *in, size_t len, char *out, size_t outlen)
 {
 	const unsigned char *s = in;
 	size_t n = SBX_MIN(len, (size_t)GUEST_TEXT_MAX);
@@ -262,7 +214,12 @@ static struct exec *conn_exec_find(struct agentless_conn *c, uint32_t id)
 	return NULL;
 }
 
-static void conn_abandon(struct agentless_conn *c, uint32_t id)
+bool conn_id_used_locked(struct agentless_conn *c, uint32_t id)
+{
+	return conn_exec_find(c, id) || xfer_find_locked(c, id);
+}
+
+void conn_abandon(struct agentless_conn *c, uint32_t id)
 {
 	c->abandoned[c->abandoned_pos] = id;
 	c->abandoned_pos = (c->abandoned_pos + 1) % ABANDONED_MAX;
@@ -270,7 +227,7 @@ static void conn_abandon(struct agentless_conn *c, uint32_t id)
 		c->n_abandoned++;
 }
 
-static bool conn_is_abandoned(struct agentless_conn *c, uint32_t id)
+bool conn_is_abandoned(struct agentless_conn *c, uint32_t id)
 {
 	for (unsigned i = 0; i < c->n_abandoned; i++)
 		if (c->abandoned[i] == id)
@@ -280,7 +237,7 @@ static bool conn_is_abandoned(struct agentless_conn *c, uint32_t id)
 
 /* Take one token for an unsolicited frame: false when the guest is
  * flooding. Call with c->lock held. */
-static bool conn_unsolicited_ok_locked(struct agentless_conn *c)
+bool conn_unsolicited_ok_locked(struct agentless_conn *c)
 {
 	int64_t now = sbx_mono_ms();
 
@@ -317,8 +274,8 @@ static void reasm_reset(struct agentless_conn *c)
 
 /* Queue one frame on the channel (never blocks: the channel has its own
  * deadline). -1 when there is no usable channel or its queue refused. */
-static int conn_send(struct agentless_conn *c, uint8_t type, uint32_t id, const uint8_t *payload,
-		     size_t len)
+int conn_send(struct agentless_conn *c, uint8_t type, uint32_t id, const uint8_t *payload,
+	      size_t len)
 {
 	struct wire_header h = {.type = type, .id = id, .len = (uint32_t)len};
 	_cleanup_free_ uint8_t *frame = NULL;
@@ -387,6 +344,7 @@ static void conn_break(struct agentless_conn *c, const char *tenant_msg, const c
 {
 	struct sbx_error err;
 	struct exec *list;
+	struct agentless_xfer *xlist;
 
 	pthread_mutex_lock(&c->lock);
 	c->rx_dead = true;
@@ -401,6 +359,9 @@ static void conn_break(struct agentless_conn *c, const char *tenant_msg, const c
 	list = c->execs;
 	c->execs = NULL;
 	c->n_execs = 0;
+	xlist = c->xfers;
+	c->xfers = NULL;
+	c->n_xfers = 0;
 	pthread_cond_broadcast(&c->cond);
 	pthread_mutex_unlock(&c->lock);
 
@@ -408,13 +369,12 @@ static void conn_break(struct agentless_conn *c, const char *tenant_msg, const c
 	sbx_counter_add(SBX_C_CHANNEL_BROKEN, 1);
 	sbx_error_set(&err, SBX_E_SANDBOX_ERROR, NULL, "%s", tenant_msg);
 	execs_fail(list, &err);
+	xfer_fail_list(xlist, &err);
 	if (c->on_broken)
 		c->on_broken(c->opaque, why);
 }
 
-static void conn_violation(struct agentless_conn *c, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void conn_violation(struct agentless_conn *c, const char *fmt, ...)
+void conn_violation(struct agentless_conn *c, const char *fmt, ...)
 {
 	char detail[192], why[256];
 	va_list ap;
@@ -744,6 +704,8 @@ static void handle_error(struct agentless_conn *c, const struct wire_header *h, 
 static void conn_handle_frame(struct agentless_conn *c, const struct wire_header *h,
 			      const uint8_t *p, size_t len)
 {
+	if (xfer_frame(c, h, p, len))
+		return;
 	switch (h->type) {
 	case WIRE_HELLO:
 		handle_hello(c, p, len);
@@ -878,6 +840,7 @@ void agentless_conn_attach(struct agentless_conn *c, struct sbx_channel ch, bool
 	struct sbx_channel old;
 	bool had_old, old_live, welcome;
 	struct exec *list;
+	struct agentless_xfer *xlist;
 	struct sbx_error err;
 	uint32_t version;
 
@@ -910,6 +873,9 @@ void agentless_conn_attach(struct agentless_conn *c, struct sbx_channel ch, bool
 	c->n_execs = 0;
 	for (struct exec *e = list; e; e = e->next)
 		conn_abandon(c, e->id);
+	xlist = c->xfers;
+	c->xfers = NULL;
+	c->n_xfers = 0;
 	welcome = reattach || c->hello_pending;
 	/* A guest we did not hear HELLO from is assumed to speak only the
 	 * oldest version (it may have been booted by an older daemon). */
@@ -918,9 +884,10 @@ void agentless_conn_attach(struct agentless_conn *c, struct sbx_channel ch, bool
 	version = c->version;
 	pthread_mutex_unlock(&c->lock);
 
-	if (list) {
+	if (list || xlist) {
 		sbx_error_set(&err, SBX_E_SANDBOX_ERROR, NULL, MSG_GONE);
 		execs_fail(list, &err);
+		xfer_fail_list(xlist, &err);
 	}
 	if (welcome) {
 		if (conn_send_welcome(c, version) < 0) {
@@ -1175,7 +1142,7 @@ int agentless_exec_start(struct agentless_conn *c, const struct agentless_exec_r
 		id = c->next_id++;
 		if (c->next_id == 0)
 			c->next_id = 1;
-	} while (id == 0 || conn_exec_find(c, id));
+	} while (id == 0 || conn_id_used_locked(c, id));
 	e->id = id;
 	e->started_ms = sbx_mono_ms();
 	e->deadline_ms = e->started_ms + (int64_t)req->timeout_ms + c->lim.backstop_grace_ms;
@@ -1312,6 +1279,7 @@ void agentless_conn_tick(struct agentless_conn *c, int64_t now_ms)
 		sbx_warn(MOD, "exec %u missed its deadline: sending KILL", kill_ids[i]);
 		conn_send(c, WIRE_KILL, kill_ids[i], NULL, 0);
 	}
+	xfer_tick(c, now_ms);
 	if (failed) {
 		sbx_warn(MOD, "giving up on execs the guest did not finish after KILL");
 		sbx_error_set(&err, SBX_E_SANDBOX_ERROR, NULL,
@@ -1350,6 +1318,7 @@ void agentless_conn_free(struct agentless_conn *c, const char *why)
 {
 	struct sbx_channel ch;
 	struct exec *list;
+	struct agentless_xfer *xlist;
 	struct sbx_error err;
 	bool had;
 
@@ -1365,9 +1334,13 @@ void agentless_conn_free(struct agentless_conn *c, const char *why)
 	list = c->execs;
 	c->execs = NULL;
 	c->n_execs = 0;
+	xlist = c->xfers;
+	c->xfers = NULL;
+	c->n_xfers = 0;
 	pthread_mutex_unlock(&c->lock);
 	sbx_error_set(&err, SBX_E_SANDBOX_ERROR, NULL, "%s", why ? why : MSG_GONE);
 	execs_fail(list, &err);
+	xfer_fail_list(xlist, &err);
 
 	free(c->payload);
 	pthread_cond_destroy(&c->cond);

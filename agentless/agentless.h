@@ -31,6 +31,10 @@ struct agentless_limits {
 	uint32_t backstop_grace_ms;
 	/* Max execs in flight on this connection; more -> SBX_E_RATE_LIMITED. */
 	uint32_t max_inflight;
+	/* A file transfer that waits this long on the guest (its credit
+	 * unused, its answer not given) fails with SBX_E_SANDBOX_ERROR and is
+	 * aborted; the sandbox keeps working. ms; 0 = 30000. */
+	uint32_t xfer_stall_ms;
 };
 
 /* Called once, on the recv thread, when the channel breaks (EOF, I/O error)
@@ -155,6 +159,102 @@ void agentless_conn_tick(struct agentless_conn *c, int64_t now_ms);
  * interpreter). 0, or -1 when no such exec is in flight (or KILL was sent
  * already). */
 int agentless_exec_set_deadline(struct agentless_conn *c, const void *opaque, int64_t deadline_ms);
+/* ------------------------------------------------------- file transfer
+ *
+ * Protocol v3 (wire.h FILE_*). A transfer streams: an upload takes bytes
+ * only while the guest's credit allows (at most WIRE_FILE_WINDOW unacked),
+ * a download holds at most WIRE_FILE_WINDOW bytes the caller has not read,
+ * so memory per transfer is bounded whatever the file's size.
+ *
+ * Lifetime: agentless_xfer_start() gives the caller a handle, released
+ * with agentless_xfer_release() exactly once. The calls that take `c`
+ * need the conn alive (not freed); the caller guarantees it (sandbox/ pins
+ * the guest). `wake` runs with no lock held on the recv thread, the tick's
+ * thread or the thread freeing the conn, whenever the transfer may have
+ * changed (credit, data, meta, end); it must not call
+ * agentless_xfer_release(). No wake runs after release returns. */
+
+struct agentless_xfer;
+
+/* wire.h's WIRE_FILE_WINDOW and WIRE_FILE_LIST_MAX, for the modules above */
+#define AGENTLESS_FILE_WINDOW	(2u * 1024 * 1024)
+#define AGENTLESS_FILE_LIST_MAX 10000
+
+struct agentless_file_req {
+	uint32_t op;	  /* enum wire_file_op (1 PUT .. 6 TAR_GET) */
+	const char *path; /* absolute, NUL-terminated */
+	uint32_t mode;	  /* PUT: permission bits (0..07777) */
+	const char *user; /* PUT, TAR_PUT: owner (exec user); NULL = root */
+	uint64_t offset;  /* GET */
+	uint64_t length;  /* GET; 0 = to the end */
+	bool recursive;	  /* DELETE */
+	bool gzip;	  /* TAR_*: the stream is gzip */
+	/* GET, TAR_GET: the most bytes the host accepts; a larger file fails
+	 * the transfer with SBX_E_PAYLOAD_TOO_LARGE. 0 = no limit. */
+	uint64_t max_bytes;
+	uint32_t list_limit; /* LIST: most entries, <= WIRE_FILE_LIST_MAX */
+};
+
+enum agentless_xfer_state {
+	AGENTLESS_XFER_OPEN,
+	AGENTLESS_XFER_DONE,   /* the guest said FILE_DONE */
+	AGENTLESS_XFER_FAILED, /* err says why */
+};
+
+struct agentless_xfer_status {
+	enum agentless_xfer_state state;
+	struct sbx_error err; /* FAILED */
+	/* downloads, once have_meta: bytes that follow (UINT64_MAX = unknown,
+	 * TAR_GET), the file's size, mode and mtime */
+	bool have_meta;
+	uint64_t size, total;
+	uint32_t mode;
+	uint64_t mtime_s;
+	/* DONE: bytes written (PUT, TAR_PUT) or sent, mode set (PUT), and
+	 * whether a LIST was cut at its limit */
+	uint64_t done_size;
+	uint32_t done_mode;
+	bool truncated;
+	size_t buffered;   /* downloads: bytes ready for agentless_xfer_read */
+	uint64_t received; /* downloads: data bytes the guest sent so far */
+	uint64_t writable; /* uploads: bytes agentless_xfer_write takes now */
+};
+
+struct agentless_file_entry {
+	char *name;    /* raw bytes, NUL-terminated, no '/' or NUL inside */
+	uint32_t type; /* enum wire_file_type */
+	uint32_t mode;
+	uint64_t size;
+	uint64_t mtime_s;
+};
+
+typedef void (*agentless_xfer_wake_fn)(void *opaque);
+
+/* Send FILE_OPEN. 0 and *out, or -1: SBX_E_SANDBOX_ERROR (channel down, or
+ * a guest older than protocol v3), SBX_E_RATE_LIMITED (too many transfers
+ * on this conn), SBX_E_INVALID_REQUEST (param "path"). */
+int agentless_xfer_start(struct agentless_conn *c, const struct agentless_file_req *req,
+			 agentless_xfer_wake_fn wake, void *opaque, struct agentless_xfer **out,
+			 struct sbx_error *err);
+/* Upload: send up to len bytes as FILE_DATA, as many as the credit allows
+ * (possibly 0: wait for a wake). Returns bytes taken, or -1 (the transfer
+ * failed: see status). */
+long agentless_xfer_write(struct agentless_conn *c, struct agentless_xfer *x, const void *data,
+			  size_t len);
+/* Upload: all bytes were written; send FILE_END. 0 or -1. */
+int agentless_xfer_end(struct agentless_conn *c, struct agentless_xfer *x);
+/* Download: copy up to max buffered bytes into buf; returns how many (0 =
+ * none now). Grants the guest credit for what was read; `c` may be NULL
+ * once the transfer is no longer OPEN. */
+size_t agentless_xfer_read(struct agentless_conn *c, struct agentless_xfer *x, void *buf,
+			   size_t max);
+void agentless_xfer_status(struct agentless_xfer *x, struct agentless_xfer_status *st);
+/* LIST, once DONE: the entries (owned by x, valid until release). */
+const struct agentless_file_entry *agentless_xfer_entries(struct agentless_xfer *x, size_t *n);
+/* Give the handle back. A transfer still open is aborted (FILE_ABORT at
+ * the next tick: a partial upload is removed in the guest). Never touches
+ * the conn. */
+void agentless_xfer_release(struct agentless_xfer *x);
 
 /* Number of execs in flight. */
 unsigned agentless_conn_inflight(struct agentless_conn *c);

@@ -27,6 +27,13 @@
  * Version 2 added WIRE_T_STDIN and WIRE_T_USER to EXEC. A version-1 guest
  * skips unknown tags (it would run the command with stdin at EOF, or as
  * root), so a host sends them only to guests that negotiated version >= 2.
+ *
+ * Version 3 added file transfer (FILE_OPEN .. FILE_ABORT below). A transfer
+ * has an id from the same space as execs. Bytes flow in FILE_DATA frames
+ * (<= WIRE_MAX_CHUNK each) under a credit window in both directions: the
+ * sender keeps at most WIRE_FILE_WINDOW bytes past the last FILE_ACK it got,
+ * so neither side buffers more than that per transfer. A host sends
+ * FILE_OPEN only to guests that negotiated version >= 3.
  */
 #ifndef SBX_WIRE_H
 #define SBX_WIRE_H
@@ -34,7 +41,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define WIRE_VERSION	 2
+#define WIRE_VERSION	 3
 #define WIRE_VERSION_MIN 1
 #define WIRE_PORT_NAME	 "org.sandboxd.exec.0"
 
@@ -47,6 +54,11 @@
  * refuses any guest frame longer than WIRE_MAX_GUEST_PAYLOAD. */
 #define WIRE_MAX_CHUNK	       (60 * 1024)
 #define WIRE_MAX_GUEST_PAYLOAD (64 * 1024)
+/* File transfer credit: data bytes a sender may have in flight past the
+ * receiver's last FILE_ACK (v3). */
+#define WIRE_FILE_WINDOW (2u * 1024 * 1024)
+/* Most entries one FILE_OP_LIST may return (the host sends LIMIT <= it). */
+#define WIRE_FILE_LIST_MAX 10000
 
 enum wire_type {
 	/* guest -> host, id 0: {VERSION, VERSION_MIN, BOOT_MS} once at start */
@@ -74,6 +86,48 @@ enum wire_type {
 	/* host -> guest: kill the exec's whole cgroup now (host backstop);
 	 * the guest still answers with EXIT (timed_out = 1) */
 	WIRE_KILL = 15,
+	/* v3 file transfer; id = transfer id (same space as exec ids).
+	 * host -> guest: {FILE_OP, PATH, MODE?, USER?, OFFSET?, LENGTH?,
+	 * RECURSIVE?, GZIP?, LIMIT?}; the guest answers with FILE_DONE or
+	 * ERROR, after FILE_META + FILE_DATA* (GET, TAR_GET) or FILE_ENTRY*
+	 * (LIST) */
+	WIRE_FILE_OPEN = 16,
+	/* both ways: raw bytes of the file or tar stream, <= WIRE_MAX_CHUNK,
+	 * within the receiver's credit (FILE_ACK) */
+	WIRE_FILE_DATA = 17,
+	/* host -> guest: an upload's bytes are all sent: {SIZE} (their total) */
+	WIRE_FILE_END = 18,
+	/* both ways: {ACKED}: data bytes of this transfer consumed so far
+	 * (cumulative); the peer may send up to ACKED + WIRE_FILE_WINDOW */
+	WIRE_FILE_ACK = 19,
+	/* guest -> host, once, before a download's data: {SIZE (bytes that
+	 * follow; absent for TAR_GET), TOTAL (file size), MODE, MTIME_S} */
+	WIRE_FILE_META = 20,
+	/* guest -> host: one directory entry {NAME, FILE_TYPE, SIZE, MODE,
+	 * MTIME_S}, at most LIMIT of them */
+	WIRE_FILE_ENTRY = 21,
+	/* guest -> host, ends a transfer that succeeded: {SIZE (bytes written
+	 * or sent), MODE?, TRUNCATED? (LIST)} */
+	WIRE_FILE_DONE = 22,
+	/* host -> guest: give the transfer up (remove a partial upload, stop
+	 * a helper); the guest sends nothing more for it */
+	WIRE_FILE_ABORT = 23,
+};
+
+enum wire_file_op {
+	WIRE_FILE_OP_PUT = 1,	  /* write PATH atomically (temp + rename) */
+	WIRE_FILE_OP_GET = 2,	  /* read PATH from OFFSET, LENGTH bytes */
+	WIRE_FILE_OP_LIST = 3,	  /* the entries of directory PATH */
+	WIRE_FILE_OP_DELETE = 4,  /* unlink PATH, or a tree with RECURSIVE */
+	WIRE_FILE_OP_TAR_PUT = 5, /* extract the tar stream into directory PATH */
+	WIRE_FILE_OP_TAR_GET = 6, /* a tar stream of directory PATH */
+};
+
+enum wire_file_type {
+	WIRE_FTYPE_FILE = 1,
+	WIRE_FTYPE_DIR = 2,
+	WIRE_FTYPE_SYMLINK = 3,
+	WIRE_FTYPE_OTHER = 4,
 };
 
 enum wire_tag {
@@ -98,6 +152,21 @@ enum wire_tag {
 	WIRE_T_ERROR_KIND = 30,	  /* u32, enum wire_error_kind */
 	WIRE_T_PARAM = 31,	  /* bytes, the request field to blame */
 	WIRE_T_MESSAGE = 32,	  /* bytes, one sentence */
+	WIRE_T_FILE_OP = 40,	  /* u32, enum wire_file_op (v3) */
+	WIRE_T_PATH = 41,	  /* bytes, absolute path, no NUL */
+	WIRE_T_MODE = 42,	  /* u32, permission bits (07777) */
+	WIRE_T_OFFSET = 43,	  /* u64 */
+	WIRE_T_LENGTH = 44,	  /* u64; absent = to the end */
+	WIRE_T_RECURSIVE = 45,	  /* u32, 0 or 1 */
+	WIRE_T_GZIP = 46,	  /* u32, 0 or 1: the tar stream is gzip */
+	WIRE_T_LIMIT = 47,	  /* u32, most entries wanted */
+	WIRE_T_SIZE = 48,	  /* u64 bytes */
+	WIRE_T_TOTAL = 49,	  /* u64 bytes */
+	WIRE_T_MTIME_S = 50,	  /* u64, seconds since the epoch */
+	WIRE_T_FILE_TYPE = 51,	  /* u32, enum wire_file_type */
+	WIRE_T_NAME = 52,	  /* bytes, one entry name (<= 255, no '/' or NUL) */
+	WIRE_T_ACKED = 53,	  /* u64, cumulative data bytes consumed */
+	WIRE_T_TRUNCATED = 54,	  /* u32, 0 or 1 */
 };
 
 enum wire_error_kind {
@@ -105,6 +174,14 @@ enum wire_error_kind {
 	WIRE_ERR_CWD = 2,	  /* cwd missing or not a directory */
 	WIRE_ERR_BUSY = 3,	  /* guest at its own in-flight limit */
 	WIRE_ERR_SPAWN = 4,	  /* fork/exec/cgroup failed in the guest */
+	/* v3, transfers only */
+	WIRE_ERR_NOT_FOUND = 5,	 /* PATH (or a parent) does not exist */
+	WIRE_ERR_IS_DIR = 6,	 /* a directory where a file is expected */
+	WIRE_ERR_NOT_DIR = 7,	 /* a file where a directory is expected */
+	WIRE_ERR_NO_SPACE = 8,	 /* the guest's disk is full (nothing left behind) */
+	WIRE_ERR_IO = 9,	 /* any other failure; MESSAGE says which */
+	WIRE_ERR_NOT_EMPTY = 10, /* DELETE of a non-empty directory without RECURSIVE */
+	WIRE_ERR_RANGE = 11,	 /* OFFSET past the end of the file */
 };
 
 struct wire_header {

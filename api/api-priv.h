@@ -172,5 +172,47 @@ bool api_inflight_take(struct api_inflight *t, const char *account_id, enum api_
 void api_inflight_put(struct api_inflight *t, const char *account_id, enum api_inflight_kind kind);
 /* How many `kind` the account has in flight. */
 int api_inflight_count(struct api_inflight *t, const char *account_id, enum api_inflight_kind kind);
+/* ------------------------------------------------------------------ files */
+
+#include <microhttpd.h>
+
+/* The files routes, GET/PUT/DELETE
+ * /v1/sandboxes/{id}/files (api/http_files.c), called by http.c's handler.
+ *
+ * Bodies stream: an upload's bytes go to the guest as libmicrohttpd hands
+ * them over, and the connection is suspended while the guest's credit is
+ * used up; a download is a callback response that suspends the connection
+ * while the guest has not sent more. No worker thread ever waits on a
+ * guest, and a transfer holds at most one credit window (2 MiB) of data in
+ * the daemon (plus libmicrohttpd's connection buffer).
+ *
+ * Locking: the context's lock guards the list of suspended transfers and
+ * each one's parked/woke flags, and is held around MHD_suspend_connection
+ * and MHD_resume_connection (as srv->lock is in http.c). It is a leaf: no
+ * call into sandbox/ is made with it held.
+ */
+struct api_files_ctx;
+struct api_files;
+
+/* One per server. Never NULL (aborts on ENOMEM). */
+struct api_files_ctx *api_files_ctx_new(struct sandbox_svc *svc, const struct sandbox_config *cfg);
+/* The server is stopping: resume every suspended transfer, which then
+ * answers 503 (or cuts its download short). */
+void api_files_ctx_stop(struct api_files_ctx *ctx);
+/* After MHD_stop_daemon (every request completed). */
+void api_files_ctx_free(struct api_files_ctx *ctx);
+
+/* The first call of a files request (headers only; route, method and
+ * account checked): validate the query, start the transfer. Queues an
+ * error reply itself, or returns MHD_YES with *out set. */
+enum MHD_Result api_files_begin(struct api_files_ctx *ctx, struct MHD_Connection *c,
+				const char *method, const char *account_id, const char *id,
+				struct api_files **out);
+/* Every later call of the access handler for that request (fr may be NULL
+ * when begin answered with an error: the rest of the body is dropped). */
+enum MHD_Result api_files_step(struct api_files *fr, const char *upload_data,
+			       size_t *upload_data_size);
+/* The request completed: abort an unfinished transfer, free. NULL ok. */
+void api_files_free(struct api_files *fr);
 
 #endif

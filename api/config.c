@@ -60,6 +60,8 @@ static const struct key_spec keys[] = {
     NUM(output_budget_account_mib, K_U64),
     NUM(output_budget_host_mib, K_U64),
     NUM(max_body_bytes, K_SIZE),
+    NUM(max_file_bytes, K_U64),
+    NUM(file_stall_timeout_ms, K_U32),
     NUM(max_command_bytes, K_SIZE),
     NUM(output_cap_bytes, K_SIZE),
     NUM(default_exec_timeout_ms, K_U32),

@@ -31,6 +31,7 @@ enum route {
 	R_EXECUTION,   /* /v1/sandbox/executions/{id} */
 	R_RECEIPT,     /* /v1/receipts/{id} */
 	R_RECEIPT_KEY, /* /v1/receipts/public-key */
+	R_FILES,       /* /v1/sandboxes/{id}/files (http_files.c) */
 	R_STATIC,      /* a compiled-in file (http_static.c): r->asset */
 };
 
@@ -61,6 +62,7 @@ struct api_server {
 	struct api_conns *conns;	  /* receive deadlines (http_conn.c) */
 	struct api_workpool *pool;	  /* runs create, DELETE, executions */
 	struct api_inflight *per_account; /* their counts (and execs') per account */
+	struct api_files_ctx *files;	  /* the files routes (http_files.c) */
 };
 
 struct req {
@@ -100,6 +102,7 @@ struct req {
 	 * destroy, a program): they run on srv->pool (async_job) and leave
 	 * the answer here. */
 	bool is_async;
+	struct api_files *files; /* R_FILES */
 	struct api_create_body create;
 	struct api_execution_body execution; /* code owned when has_execution */
 	bool has_execution;

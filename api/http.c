@@ -183,6 +183,8 @@ static enum route route_resolve(const char *url, char id[SANDBOX_ID_MAX])
 			return R_EXEC;
 		if (strcmp(rest, "/extend") == 0)
 			return R_EXTEND;
+		if (strcmp(rest, "/files") == 0)
+			return R_FILES;
 		return R_NONE;
 	}
 	if (strncmp(url, "/v1/api_keys/", 13) == 0 && take_id(url + 13, id, &rest) && *rest == '\0')
@@ -212,6 +214,8 @@ static const char *route_allow(enum route r)
 		return "GET";
 	case R_KEY:
 		return "DELETE";
+	case R_FILES:
+		return "GET, PUT, DELETE";
 	case R_NONE:
 		break;
 	}
@@ -646,6 +650,7 @@ static enum MHD_Result dispatch(struct req *r, const char *method)
 		return handle_execution_routes(srv, r, method);
 	case R_STATIC:
 		return api_static_reply(r->conn, r->asset);
+	case R_FILES: /* handled by http_files.c before dispatch */
 	case R_NONE:
 		break;
 	}
@@ -747,6 +752,13 @@ static enum MHD_Result request_begin(struct api_server *srv, struct MHD_Connecti
 		return reject(r, &err, NULL);
 	if ((r->route == R_KEYS || r->route == R_KEY) && require_scope(r->scopes, "keys", &err) < 0)
 		return reject(r, &err, NULL);
+	if (r->route == R_FILES) {
+		/* streams its body (max_file_bytes, not max_body_bytes), so the
+		 * receive deadline ends with the headers: the transfer's own
+		 * stall deadline and the idle timeout bound it from here */
+		api_conn_received(c);
+		return api_files_begin(srv->files, c, method, r->account_id, r->id, &r->files);
+	}
 	cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
 	if (cl) {
 		char *end;
@@ -774,6 +786,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 	if (!r)
 		return request_begin(srv, c, url, method, con_cls);
 	api_reqctx_enter(r->request_id, r->account_id, r->id);
+	if (r->route == R_FILES)
+		return api_files_step(r->files, upload_data, upload_data_size);
 	if (*upload_data_size) {
 		r->body_bytes += *upload_data_size;
 		/* Keep at most max_body_bytes; past that, and for a refused
@@ -839,6 +853,7 @@ static void server_free(struct api_server *srv)
 {
 	api_workpool_free(srv->pool);
 	api_inflight_free(srv->per_account);
+	api_files_ctx_free(srv->files);
 	api_conns_free(srv->conns);
 	pthread_mutex_destroy(&srv->lock);
 	pthread_cond_destroy(&srv->idle);
@@ -852,6 +867,7 @@ void api_req_free(struct req *r)
 
 	api_req_slot_put(r); /* a no-op unless its work never ran */
 	sbx_buf_release(&r->body);
+	api_files_free(r->files);
 	api_exec_body_release(&r->exec);
 	if (r->has_res)
 		sandbox_exec_result_release(&r->res);
@@ -962,7 +978,8 @@ struct api_server *api_server_start(struct sandbox_svc *svc, struct sbx_error *e
 	pthread_cond_init(&srv->idle, NULL);
 	srv->pool = api_workpool_new(cfg->http_work_threads, cfg->http_work_queue);
 	srv->per_account = api_inflight_new();
-	if (!srv->pool || !srv->per_account) {
+	srv->files = api_files_ctx_new(svc, cfg);
+	if (!srv->pool || !srv->per_account || !srv->files) {
 		sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
 		server_free(srv);
 		return NULL;
@@ -1058,6 +1075,7 @@ void api_server_stop(struct api_server *srv)
 		n++;
 	}
 	pthread_mutex_unlock(&srv->lock);
+	api_files_ctx_stop(srv->files);
 	if (n)
 		sbx_warn(MOD, "answered %d running exec(s) with 503 at shutdown", n);
 	/* Let the 503s (and anything else in flight) go out. */

@@ -788,6 +788,8 @@ struct json_object *api_limits_encode_stats(const struct sandbox_config *cfg,
 			       json_object_new_int64(cfg->default_exec_timeout_ms));
 	json_object_object_add(o, "max_body_bytes",
 			       json_object_new_int64((int64_t)cfg->max_body_bytes));
+	json_object_object_add(o, "max_file_bytes",
+			       json_object_new_int64((int64_t)cfg->max_file_bytes));
 	json_object_object_add(o, "max_command_bytes",
 			       json_object_new_int64((int64_t)cfg->max_command_bytes));
 	json_object_object_add(o, "output_cap_bytes",

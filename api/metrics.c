@@ -27,13 +27,21 @@ static const unsigned statuses[] = {200, 201, 400, 401, 402, 403, 404, 405, 409,
 #define N_ROUTES (R_STATIC + 1)
 
 static const char *const route_names[N_ROUTES] = {
-    [R_NONE] = "unknown",	      [R_SANDBOXES] = "sandboxes",
-    [R_SANDBOX] = "sandbox",	      [R_EXEC] = "exec",
-    [R_EXTEND] = "extend",	      [R_USAGE] = "usage",
-    [R_LIMITS] = "limits",	      [R_KEYS] = "api_keys",
-    [R_KEY] = "api_key",	      [R_EXECUTIONS] = "executions",
-    [R_EXECUTION] = "execution",      [R_RECEIPT] = "receipt",
-    [R_RECEIPT_KEY] = "receipt_key", [R_STATIC] = "static",
+    [R_NONE] = "unknown",
+    [R_SANDBOXES] = "sandboxes",
+    [R_SANDBOX] = "sandbox",
+    [R_EXEC] = "exec",
+    [R_EXTEND] = "extend",
+    [R_USAGE] = "usage",
+    [R_LIMITS] = "limits",
+    [R_KEYS] = "api_keys",
+    [R_KEY] = "api_key",
+    [R_EXECUTIONS] = "executions",
+    [R_EXECUTION] = "execution",
+    [R_RECEIPT] = "receipt",
+    [R_RECEIPT_KEY] = "receipt_key",
+    [R_FILES] = "files",
+    [R_STATIC] = "static",
 };
 
 static struct {
@@ -160,11 +168,12 @@ static int render_service(struct sbx_buf *b, struct api_server *srv)
 		    (long long)m.credits, (long long)m.holds, (long long)m.releases,
 		    (long long)m.charges, (long long)m.accounts);
 	info = MHD_get_daemon_info(srv->daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
-	r |= sbx_buf_printf(b,
-			    "# HELP sandboxd_http_connections Tenant connections open now "
-			    "(limit http_max_connections).\n# TYPE sandboxd_http_connections gauge\n"
-			    "sandboxd_http_connections %u\n",
-			    info ? info->num_connections : 0);
+	r |=
+	    sbx_buf_printf(b,
+			   "# HELP sandboxd_http_connections Tenant connections open now "
+			   "(limit http_max_connections).\n# TYPE sandboxd_http_connections gauge\n"
+			   "sandboxd_http_connections %u\n",
+			   info ? info->num_connections : 0);
 	return r ? -1 : 0;
 }
 
@@ -231,11 +240,10 @@ struct api_metrics *api_metrics_start(struct api_server *srv, const char *listen
 		return NULL;
 	}
 	m->srv = srv;
-	m->daemon = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG,
-				     ntohs(sa.sin_port), NULL, NULL, metrics_handler, m,
-				     MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)&sa,
-				     MHD_OPTION_CONNECTION_LIMIT, 16u, MHD_OPTION_CONNECTION_TIMEOUT,
-				     10u, MHD_OPTION_END);
+	m->daemon = MHD_start_daemon(
+	    MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, ntohs(sa.sin_port), NULL, NULL,
+	    metrics_handler, m, MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)&sa,
+	    MHD_OPTION_CONNECTION_LIMIT, 16u, MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
 	if (!m->daemon) {
 		free(m);
 		sbx_error_set(err, SBX_E_INTERNAL, "metrics_listen", "cannot listen on '%s'",

@@ -51,6 +51,8 @@ void sandbox_config_defaults(struct sandbox_config *cfg)
 	cfg->output_budget_account_mib = 512;
 	cfg->output_budget_host_mib = 2048;
 	cfg->max_body_bytes = 1024 * 1024;
+	cfg->max_file_bytes = 1024ULL * 1024 * 1024;
+	cfg->file_stall_timeout_ms = 30000;
 	cfg->max_command_bytes = 256 * 1024;
 	cfg->output_cap_bytes = 1024 * 1024;
 	cfg->default_exec_timeout_ms = 60000;
@@ -203,6 +205,12 @@ int sandbox_config_validate(const struct sandbox_config *cfg, struct sbx_error *
 	if (cfg->max_command_bytes < 1 || cfg->max_command_bytes > 512u * 1024)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "max_command_bytes",
 				     "max_command_bytes must be 1..524288 (one protocol frame)");
+	if (cfg->max_file_bytes < 1)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "max_file_bytes",
+				     "max_file_bytes must be >= 1");
+	if (cfg->file_stall_timeout_ms < 100)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "file_stall_timeout_ms",
+				     "file_stall_timeout_ms must be >= 100");
 	if (cfg->max_body_bytes < 1024)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "max_body_bytes",
 				     "max_body_bytes must be >= 1024");

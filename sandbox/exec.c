@@ -188,12 +188,8 @@ int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const ch
 	uint32_t timeout;
 	int rc;
 
-	if (sandbox_visible_row(svc, account_id, id, &row, err) < 0)
+	if (sandbox_running_row(svc, account_id, id, now, &row, err) < 0)
 		return -1;
-	if (row.status != STORE_RUNNING || row.expires_at_ms <= now)
-		return sbx_error_set(
-		    err, SBX_E_SANDBOX_NOT_RUNNING, NULL, "sandbox '%s' is %s; create a new one",
-		    id, row.status == STORE_RUNNING ? "expired" : store_status_name(row.status));
 	left_ms = row.expires_at_ms - now;
 	if (req->has_timeout) {
 		if (req->timeout_ms < 1 || (int64_t)req->timeout_ms > left_ms)

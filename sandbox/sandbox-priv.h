@@ -176,6 +176,10 @@ void *sandbox_ender_main(void *arg);
 int sandbox_visible_row(struct sandbox_svc *svc, const char *account_id, const char *id,
 			struct store_sandbox *row, struct sbx_error *err);
 
+/* The same, and running (not expired at wall time `now`): else 410. */
+int sandbox_running_row(struct sandbox_svc *svc, const char *account_id, const char *id,
+			int64_t now, struct store_sandbox *row, struct sbx_error *err);
+
 /* Queue the end of a live sandbox (dead: FAILED at dead_at_ms; expired:
  * EXPIRED at expires_at_ms) for an ender thread; once per live. Call with
  * lock. */

@@ -46,6 +46,18 @@ static void view_from_row(const struct store_sandbox *row, int64_t now_ms, struc
 }
 
 /* Tenants see a sandbox that is still being created as not existing yet. */
+int sandbox_running_row(struct sandbox_svc *svc, const char *account_id, const char *id,
+			int64_t now, struct store_sandbox *row, struct sbx_error *err)
+{
+	if (sandbox_visible_row(svc, account_id, id, row, err) < 0)
+		return -1;
+	if (row->status != STORE_RUNNING || row->expires_at_ms <= now)
+		return sbx_error_set(
+		    err, SBX_E_SANDBOX_NOT_RUNNING, NULL, "sandbox '%s' is %s; create a new one",
+		    id, row->status == STORE_RUNNING ? "expired" : store_status_name(row->status));
+	return 0;
+}
+
 int sandbox_visible_row(struct sandbox_svc *svc, const char *account_id, const char *id,
 			struct store_sandbox *row, struct sbx_error *err)
 {
@@ -100,6 +112,7 @@ static int reattach(struct sandbox_svc *svc, const struct store_sandbox *row, st
 	struct live *l = calloc(1, sizeof(*l));
 	struct agentless_limits lim = {
 	    .backstop_grace_ms = svc->cfg.exec_backstop_grace_ms,
+	    .xfer_stall_ms = svc->cfg.file_stall_timeout_ms,
 	    .max_inflight = (uint32_t)svc->cfg.max_execs_per_sandbox,
 	};
 	const struct sandbox_size *size = sandbox_config_size(&svc->cfg, row->size);
@@ -762,6 +775,7 @@ int sandbox_guest_boot(struct sandbox_svc *svc, const struct sandbox_size *size,
 	const struct sandbox_config *cfg = &svc->cfg;
 	struct agentless_limits lim = {
 	    .backstop_grace_ms = cfg->exec_backstop_grace_ms,
+	    .xfer_stall_ms = cfg->file_stall_timeout_ms,
 	    .max_inflight = (uint32_t)cfg->max_execs_per_sandbox,
 	};
 	struct vmm_guest_spec spec = {
@@ -1267,12 +1281,8 @@ int sandbox_extend(struct sandbox_svc *svc, const char *account_id, const char *
 	if (timeout_minutes < 1 || timeout_minutes > cfg->max_timeout_minutes)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "timeout_minutes",
 				     "timeout_minutes must be 1..%d", cfg->max_timeout_minutes);
-	if (sandbox_visible_row(svc, account_id, id, &row, err) < 0)
+	if (sandbox_running_row(svc, account_id, id, now, &row, err) < 0)
 		return -1;
-	if (row.status != STORE_RUNNING || row.expires_at_ms <= now)
-		return sbx_error_set(
-		    err, SBX_E_SANDBOX_NOT_RUNNING, NULL, "sandbox '%s' is %s; create a new one",
-		    id, row.status == STORE_RUNNING ? "expired" : store_status_name(row.status));
 	want = now + (int64_t)timeout_minutes * minute_ms(cfg);
 	latest = row.created_at_ms + (int64_t)cfg->max_lifetime_minutes * minute_ms(cfg);
 	if (want > latest) {

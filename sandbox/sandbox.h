@@ -64,6 +64,8 @@ struct sandbox_config {
 	uint64_t output_budget_account_mib; /* 512: buffered exec output per account */
 	uint64_t output_budget_host_mib;    /* 2048: the same for the whole host */
 	size_t max_body_bytes;		    /* HTTP request body cap, 1 MiB */
+	uint64_t max_file_bytes;	    /* one upload or download, 1 GiB */
+	uint32_t file_stall_timeout_ms;	    /* a transfer the guest stalls fails, 30000 */
 	size_t max_command_bytes;	    /* 256 KiB */
 	size_t output_cap_bytes;	    /* per stream, 1 MiB */
 	uint32_t default_exec_timeout_ms;   /* 60000 */
@@ -416,6 +418,90 @@ typedef void (*sandbox_exec_done_fn)(void *opaque, struct sandbox_exec_result *r
 int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const char *id,
 		       const struct sandbox_exec_req *req, sandbox_exec_done_fn done, void *opaque,
 		       struct sbx_error *err);
+
+/* ----------------------------------------------------------------- files */
+
+/* A file transfer with a running sandbox (docs/api.md "Files"; the
+ * protocol side is agentless.h "file transfer"). The handle pins nothing:
+ * each call below pins the guest only while it runs, so deleting or
+ * expiring the sandbox is never held up by a transfer (which then fails
+ * with 410, like an exec). Memory per transfer stays within one credit
+ * window (SANDBOX_FILE_WINDOW) of data whatever the file's size. */
+#define SANDBOX_FILE_WINDOW   (2u * 1024 * 1024)
+#define SANDBOX_FILE_LIST_MAX 10000
+
+enum sandbox_file_op { /* the values of wire.h's enum wire_file_op */
+		       SANDBOX_FILE_PUT = 1,
+		       SANDBOX_FILE_GET = 2,
+		       SANDBOX_FILE_LIST = 3,
+		       SANDBOX_FILE_DELETE = 4,
+		       SANDBOX_FILE_TAR_PUT = 5,
+		       SANDBOX_FILE_TAR_GET = 6,
+};
+
+enum sandbox_file_type { /* wire.h's enum wire_file_type */
+			 SANDBOX_FTYPE_FILE = 1,
+			 SANDBOX_FTYPE_DIR = 2,
+			 SANDBOX_FTYPE_SYMLINK = 3,
+			 SANDBOX_FTYPE_OTHER = 4,
+};
+
+struct sandbox_file_req {
+	enum sandbox_file_op op;
+	const char *path;   /* absolute, NUL-terminated, no NUL inside */
+	uint32_t mode;	    /* PUT: permission bits */
+	uint64_t offset;    /* GET */
+	uint64_t length;    /* GET; 0 = to the end */
+	bool recursive;	    /* DELETE */
+	bool gzip;	    /* TAR_*: the tar stream is gzip */
+	uint64_t max_bytes; /* GET, TAR_GET: larger fails with 413; 0 = none */
+};
+
+enum sandbox_file_state { SANDBOX_FILE_OPEN, SANDBOX_FILE_DONE, SANDBOX_FILE_FAILED };
+
+struct sandbox_file_status {
+	enum sandbox_file_state state;
+	struct sbx_error err; /* FAILED */
+	bool have_meta;	      /* downloads: size (UINT64_MAX = unknown), total, mode */
+	uint64_t size, total, mtime_s;
+	uint32_t mode;
+	uint64_t done_size; /* DONE: bytes written or sent */
+	uint32_t done_mode; /* DONE (PUT) */
+	bool truncated;	    /* DONE (LIST): cut at SANDBOX_FILE_LIST_MAX */
+	size_t buffered;    /* downloads: bytes sandbox_file_read gives now */
+};
+
+struct sandbox_file_entry {
+	const char *name; /* raw bytes, NUL-terminated */
+	enum sandbox_file_type type;
+	uint32_t mode;
+	uint64_t size, mtime_s;
+};
+
+struct sandbox_file;
+/* Called with no lock held (any thread) when the transfer may have moved
+ * on; must not call sandbox_file_release. */
+typedef void (*sandbox_file_wake_fn)(void *opaque);
+
+/* Start a transfer with sandbox `id` of this account: 404 (not this
+ * account's), 410 (not running), 429, 500 (a guest without file transfer).
+ * Files are owned by exec_user. 0 and *out, or -1. */
+int sandbox_file_start(struct sandbox_svc *svc, const char *account_id, const char *id,
+		       const struct sandbox_file_req *req, sandbox_file_wake_fn wake, void *opaque,
+		       struct sandbox_file **out, struct sbx_error *err);
+/* Upload: bytes taken now (0: wait for a wake), or -1 with err. */
+long sandbox_file_write(struct sandbox_file *f, const void *data, size_t len,
+			struct sbx_error *err);
+/* Upload: the last byte was written. 0 or -1 with err. */
+int sandbox_file_end(struct sandbox_file *f, struct sbx_error *err);
+/* Download: up to max bytes ready now (0: none yet; see the status). */
+size_t sandbox_file_read(struct sandbox_file *f, void *buf, size_t max);
+/* Where it stands; a failure because the sandbox ended reads as 410. */
+void sandbox_file_status(struct sandbox_file *f, struct sandbox_file_status *st);
+/* LIST, once done: the entries (owned by f, valid until release). */
+const struct sandbox_file_entry *sandbox_file_entries(struct sandbox_file *f, size_t *n);
+/* Give the transfer back (an unfinished one is aborted in the guest). */
+void sandbox_file_release(struct sandbox_file *f);
 
 /* --------------------------------------------------------------- startup */
 

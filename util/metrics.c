@@ -21,8 +21,7 @@ static const struct {
 				      "Channels broken because the guest stopped reading."},
     [SBX_C_CHANNEL_BROKEN] = {"sandboxd_channel_broken_total",
 			      "Exec channels that broke for any reason."},
-    [SBX_C_BOOT_FAILURES] = {"sandboxd_boot_failures_total",
-			     "Guests that did not become ready."},
+    [SBX_C_BOOT_FAILURES] = {"sandboxd_boot_failures_total", "Guests that did not become ready."},
 };
 
 static const struct {

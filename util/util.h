@@ -37,7 +37,10 @@
 	X(SBX_E_CONCURRENCY_LIMIT, 429, "concurrency_limit")                                       \
 	X(SBX_E_INTERNAL, 500, "api_error")                                                        \
 	X(SBX_E_SANDBOX_ERROR, 500, "sandbox_error")                                               \
-	X(SBX_E_SERVICE_UNAVAILABLE, 503, "service_unavailable")
+	X(SBX_E_SERVICE_UNAVAILABLE, 503, "service_unavailable")                                   \
+	X(SBX_E_FILE_NOT_FOUND, 404, "file_not_found")                                             \
+	X(SBX_E_RANGE_NOT_SATISFIABLE, 416, "range_not_satisfiable")                               \
+	X(SBX_E_INSUFFICIENT_STORAGE, 507, "insufficient_storage")
 
 enum sbx_code {
 #define SBX_X_ENUM(code, status, type) code,

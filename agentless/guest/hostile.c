@@ -11,6 +11,8 @@
  *   blackhole     accept this EXEC and never answer it, not even a KILL
  *   hello_flood   send HELLO frames without end and stop reading
  *   unknown_ids   send output and EXIT frames for ids the host never gave
+ *   file_stall    answer this EXEC (exit 0), then never send another byte
+ *                 of a download (its META goes, its data does not)
  *
  * Without the command-line switch the env variable is an ordinary one. */
 #include "agentless/guest/init.h"
@@ -26,6 +28,7 @@ static struct {
 	int checked; /* 0 = not yet, 1 = on, -1 = off */
 	bool deaf;
 	bool hello_flood;
+	bool file_stall;
 	guest_send_fn send;
 	void (*hello)(void);
 } H;
@@ -77,10 +80,23 @@ bool guest_hostile_exec(uint32_t id, const uint8_t *p, size_t len)
 	} else if (strcmp(what, "unknown_ids") == 0) {
 		H.send(WIRE_STDOUT, id + 100000, "x", 1);
 		H.send(WIRE_EXIT, id + 200000, NULL, 0);
+	} else if (strcmp(what, "file_stall") == 0) {
+		uint8_t b[16];
+		struct wire_writer w;
+
+		H.file_stall = true;
+		wire_writer_init(&w, b, sizeof b);
+		wire_put_u32(&w, WIRE_T_EXIT_CODE, 0);
+		H.send(WIRE_EXIT, id, w.buf, w.len);
 	} else if (strcmp(what, "blackhole") != 0) {
 		return false; /* unknown: run the command as usual */
 	}
 	return true; /* blackhole: nothing, ever */
+}
+
+bool guest_hostile_file_stall(void)
+{
+	return H.file_stall;
 }
 
 bool guest_hostile_deaf(void)

@@ -27,6 +27,15 @@ void guest_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int64_t guest_mono_ms(void);
 int64_t guest_boot_ms(void);
 
+/* Look `name` up in the guest's /etc/passwd: uid, gid, home (serve.c).
+ * 0, or -1 when there is no such user. */
+#include <sys/types.h>
+int guest_passwd_lookup(const char *name, uid_t *uid, gid_t *gid, char *home, size_t home_len);
+
+/* Queue an ERROR frame {ERROR_KIND, PARAM?, MESSAGE} for exec or
+ * transfer `id` (serve.c). */
+void guest_send_error(uint32_t id, uint32_t kind, const char *param, const char *msg);
+
 /* Serve the exec protocol on the virtio-serial port `port_fd` (opened
  * O_RDWR|O_NONBLOCK|O_CLOEXEC). Never returns unless the event loop
  * itself cannot run (signalfd or poll failing for good): returns -1. */
@@ -46,6 +55,29 @@ bool guest_hostile_exec(uint32_t id, const uint8_t *p, size_t len);
 bool guest_hostile_deaf(void);
 /* Once per loop turn: floods, when ordered. */
 void guest_hostile_tick(void);
+/* True once ordered to stop sending the data of downloads (file_stall). */
+bool guest_hostile_file_stall(void);
+
+/* File transfer (files.c, protocol v3), driven by serve.c's loop. */
+struct pollfd;
+/* `send` queues a frame; `queue_size` is the outbound queue's bytes, and
+ * downloads read nothing while it is above `queue_soft`. */
+void guest_files_init(guest_send_fn send, size_t (*queue_size)(void), size_t queue_soft);
+/* A FILE_OPEN, FILE_DATA, FILE_END, FILE_ACK or FILE_ABORT from the host. */
+void guest_files_frame(uint8_t type, uint32_t id, const uint8_t *p, size_t len);
+/* Send a FILE_ACK for every upload that consumed bytes since its last. */
+void guest_files_acks(void);
+/* Once per loop turn: send downloads' data within credit, answer
+ * transfers whose helper ended. True when more could be sent at once. */
+bool guest_files_pump(void);
+/* The helper pipes to poll: fills pfd and slot (<= max); returns how many. */
+unsigned guest_files_pollfds(struct pollfd *pfd, unsigned *slot, unsigned max);
+/* A polled pipe of transfer `slot` is ready. */
+void guest_files_ready(unsigned slot);
+/* A child exited: true when it was a transfer's helper. */
+bool guest_files_reaped(pid_t pid, int status);
+/* The host went away: drop every transfer (partial uploads removed). */
+void guest_files_disconnected(void);
 
 #ifdef SBX_GUEST_FUZZ
 /* Test-only (tests/fuzz/fuzz_guest.c): run the guest's frame reassembly

@@ -218,7 +218,7 @@ static void send_hello(void)
 	frame_send_w(WIRE_HELLO, 0, &w);
 }
 
-static void send_error(uint32_t id, uint32_t kind, const char *param, const char *msg)
+void guest_send_error(uint32_t id, uint32_t kind, const char *param, const char *msg)
 {
 	uint8_t buf[512];
 	struct wire_writer w;
@@ -523,7 +523,7 @@ static int env_merge(struct exec_req *r, const uint8_t *v, size_t len, size_t kl
 /* Look `name` up in the guest's /etc/passwd ("name:x:uid:gid:gecos:home:
  * shell"); static binaries have no NSS. Fills uid, gid and home (>= 256
  * bytes). 0, or -1 when there is no such user. */
-static int passwd_lookup(const char *name, uid_t *uid, gid_t *gid, char *home, size_t home_len)
+int guest_passwd_lookup(const char *name, uid_t *uid, gid_t *gid, char *home, size_t home_len)
 {
 	char line[512];
 	size_t nlen = strlen(name);
@@ -585,19 +585,21 @@ static int exec_req_user(uint32_t id, const uint8_t *p, size_t len, struct exec_
 			continue;
 		if (f.len == 0 || f.len >= sizeof(name) || memchr(f.value, '\0', f.len) ||
 		    memchr(f.value, ':', f.len)) {
-			send_error(id, WIRE_ERR_BAD_REQUEST, "user", "user must be a user name");
+			guest_send_error(id, WIRE_ERR_BAD_REQUEST, "user",
+					 "user must be a user name");
 			return -1;
 		}
 		memcpy(name, f.value, f.len);
 		name[f.len] = '\0';
-		if (passwd_lookup(name, &r->uid, &r->gid, home, sizeof(home)) < 0) {
-			send_error(id, WIRE_ERR_SPAWN, NULL, "the exec user is not in the guest");
+		if (guest_passwd_lookup(name, &r->uid, &r->gid, home, sizeof(home)) < 0) {
+			guest_send_error(id, WIRE_ERR_SPAWN, NULL,
+					 "the exec user is not in the guest");
 			return -1;
 		}
 		r->as_user = true;
 		if (env_default_set(r, "HOME", home) < 0 || env_default_set(r, "USER", name) < 0 ||
 		    env_default_set(r, "LOGNAME", name) < 0) {
-			send_error(id, WIRE_ERR_SPAWN, NULL, "guest out of memory");
+			guest_send_error(id, WIRE_ERR_SPAWN, NULL, "guest out of memory");
 			return -1;
 		}
 		break;
@@ -633,8 +635,8 @@ static int exec_req_parse(uint32_t id, const uint8_t *p, size_t len, struct exec
 		switch (f.tag) {
 		case WIRE_T_COMMAND:
 			if (r->command || memchr(f.value, '\0', f.len)) {
-				send_error(id, WIRE_ERR_BAD_REQUEST, "command",
-					   "command must be one string without NUL bytes");
+				guest_send_error(id, WIRE_ERR_BAD_REQUEST, "command",
+						 "command must be one string without NUL bytes");
 				goto err;
 			}
 			if (!(r->command = dup_bytes(f.value, f.len)))
@@ -643,8 +645,8 @@ static int exec_req_parse(uint32_t id, const uint8_t *p, size_t len, struct exec
 		case WIRE_T_CWD:
 			if (r->cwd || f.len == 0 || f.len >= PATH_MAX || f.value[0] != '/' ||
 			    memchr(f.value, '\0', f.len)) {
-				send_error(id, WIRE_ERR_BAD_REQUEST, "cwd",
-					   "cwd must be an absolute path without NUL bytes");
+				guest_send_error(id, WIRE_ERR_BAD_REQUEST, "cwd",
+						 "cwd must be an absolute path without NUL bytes");
 				goto err;
 			}
 			if (!(r->cwd = dup_bytes(f.value, f.len)))
@@ -655,7 +657,7 @@ static int exec_req_parse(uint32_t id, const uint8_t *p, size_t len, struct exec
 
 			if (n_req_env == ENV_MAX || memchr(f.value, '\0', f.len) ||
 			    !env_name_ok(f.value, f.len, &klen)) {
-				send_error(
+				guest_send_error(
 				    id, WIRE_ERR_BAD_REQUEST, "env",
 				    "env entries must be KEY=VALUE with a POSIX name, no NUL");
 				goto err;
@@ -674,8 +676,8 @@ static int exec_req_parse(uint32_t id, const uint8_t *p, size_t len, struct exec
 									 : "stderr_cap";
 
 			if (wire_field_u32(&f, &v) < 0 || (f.tag == WIRE_T_TIMEOUT_MS && v == 0)) {
-				send_error(id, WIRE_ERR_BAD_REQUEST, param,
-					   "integer field has a bad length or value");
+				guest_send_error(id, WIRE_ERR_BAD_REQUEST, param,
+						 "integer field has a bad length or value");
 				goto err;
 			}
 			if (f.tag == WIRE_T_TIMEOUT_MS)
@@ -688,7 +690,8 @@ static int exec_req_parse(uint32_t id, const uint8_t *p, size_t len, struct exec
 		}
 		case WIRE_T_STDIN:
 			if (r->stdin_data) {
-				send_error(id, WIRE_ERR_BAD_REQUEST, "stdin", "stdin given twice");
+				guest_send_error(id, WIRE_ERR_BAD_REQUEST, "stdin",
+						 "stdin given twice");
 				goto err;
 			}
 			if (!(r->stdin_data = malloc(f.len ? f.len : 1)))
@@ -701,11 +704,11 @@ static int exec_req_parse(uint32_t id, const uint8_t *p, size_t len, struct exec
 		}
 	}
 	if (rc < 0) {
-		send_error(id, WIRE_ERR_BAD_REQUEST, NULL, "malformed exec payload");
+		guest_send_error(id, WIRE_ERR_BAD_REQUEST, NULL, "malformed exec payload");
 		goto err;
 	}
 	if (!r->command) {
-		send_error(id, WIRE_ERR_BAD_REQUEST, "command", "command is required");
+		guest_send_error(id, WIRE_ERR_BAD_REQUEST, "command", "command is required");
 		goto err;
 	}
 	if (!r->cwd && !(r->cwd = strdup(DEFAULT_CWD)))
@@ -713,7 +716,7 @@ static int exec_req_parse(uint32_t id, const uint8_t *p, size_t len, struct exec
 	return 0;
 
 err_nomem:
-	send_error(id, WIRE_ERR_SPAWN, NULL, "guest out of memory");
+	guest_send_error(id, WIRE_ERR_SPAWN, NULL, "guest out of memory");
 err:
 	exec_req_release(r);
 	return -1;
@@ -867,11 +870,13 @@ static void exec_start(uint32_t id, const uint8_t *p, size_t len)
 	pid_t pid;
 
 	if (id == 0 || exec_find(id)) {
-		send_error(id, WIRE_ERR_BAD_REQUEST, "id", "exec id is zero or already in use");
+		guest_send_error(id, WIRE_ERR_BAD_REQUEST, "id",
+				 "exec id is zero or already in use");
 		return;
 	}
 	if (S.n_execs >= EXEC_MAX || !(e = exec_slot())) {
-		send_error(id, WIRE_ERR_BUSY, NULL, "too many commands running in this sandbox");
+		guest_send_error(id, WIRE_ERR_BUSY, NULL,
+				 "too many commands running in this sandbox");
 		return;
 	}
 	if (exec_req_parse(id, p, len, &r) < 0)
@@ -881,26 +886,27 @@ static void exec_start(uint32_t id, const uint8_t *p, size_t len)
 	return;
 #endif
 	if (stat(r.cwd, &st) < 0 || !S_ISDIR(st.st_mode)) {
-		send_error(id, WIRE_ERR_CWD, "cwd", "cwd does not exist or is not a directory");
+		guest_send_error(id, WIRE_ERR_CWD, "cwd",
+				 "cwd does not exist or is not a directory");
 		goto err_req;
 	}
 	for (size_t i = 0; i < r.n_env; i++) {
 		if (strlen(r.env[i]) + 1 > ARG_STRLEN_MAX) {
-			send_error(id, WIRE_ERR_BAD_REQUEST, "env",
-				   "each env entry must be shorter than 128 KiB");
+			guest_send_error(id, WIRE_ERR_BAD_REQUEST, "env",
+					 "each env entry must be shorter than 128 KiB");
 			goto err_req;
 		}
 	}
 	if (strlen(r.command) + 1 > ARG_STRLEN_MAX && (script_fd = script_memfd(r.command)) < 0) {
-		send_error(id, WIRE_ERR_SPAWN, NULL, "cannot stage the command in the guest");
+		guest_send_error(id, WIRE_ERR_SPAWN, NULL, "cannot stage the command in the guest");
 		goto err_req;
 	}
 	if (r.stdin_data && (stdin_fd = stdin_memfd(r.stdin_data, r.stdin_len)) < 0) {
-		send_error(id, WIRE_ERR_SPAWN, NULL, "cannot stage stdin in the guest");
+		guest_send_error(id, WIRE_ERR_SPAWN, NULL, "cannot stage stdin in the guest");
 		goto err_req;
 	}
 	if (pipe_nb(out) < 0 || pipe_nb(err) < 0) {
-		send_error(id, WIRE_ERR_SPAWN, NULL, "cannot create pipes in the guest");
+		guest_send_error(id, WIRE_ERR_SPAWN, NULL, "cannot create pipes in the guest");
 		goto err_pipes;
 	}
 
@@ -924,7 +930,7 @@ static void exec_start(uint32_t id, const uint8_t *p, size_t len)
 	e->start_ms = guest_mono_ms();
 	pid = fork();
 	if (pid < 0) {
-		send_error(id, WIRE_ERR_SPAWN, NULL, "cannot fork in the guest");
+		guest_send_error(id, WIRE_ERR_SPAWN, NULL, "cannot fork in the guest");
 		goto err_cgroup;
 	}
 	if (pid == 0)
@@ -993,9 +999,12 @@ static void reap(void)
 				e->reaped = true;
 				e->status = status;
 				e->end_ms = guest_mono_ms();
+				pid = 0;
 				break;
 			}
 		}
+		if (pid)
+			guest_files_reaped(pid, status);
 	}
 	if (S.n_linger)
 		linger_retry();
@@ -1041,6 +1050,13 @@ static void frame_handle(const struct wire_header *h, const uint8_t *p)
 		break;
 	case WIRE_KILL:
 		exec_kill_req(h->id);
+		break;
+	case WIRE_FILE_OPEN:
+	case WIRE_FILE_DATA:
+	case WIRE_FILE_END:
+	case WIRE_FILE_ACK:
+	case WIRE_FILE_ABORT:
+		guest_files_frame(h->type, h->id, p, h->len);
 		break;
 	default:
 		break; /* unknown or guest-bound types: ignore */
@@ -1106,6 +1122,7 @@ static void port_read(void)
 			if (!S.in_bad) {
 				S.in_len += (size_t)n;
 				input_parse();
+				guest_files_acks();
 			}
 			continue;
 		}
@@ -1125,6 +1142,7 @@ static void port_disconnected(void)
 	S.in_bad = false;
 	S.in_len = 0;
 	queue_drop();
+	guest_files_disconnected();
 	/* What the old host sent and we did not read is not for the next one. */
 	while ((n = read(S.port, S.scratch, sizeof(S.scratch))) > 0 || (n < 0 && errno == EINTR))
 		;
@@ -1207,13 +1225,16 @@ static void signals_read(void)
 
 /* ------------------------------------------------------------ the loop */
 
-enum pfd_kind { PK_SIG, PK_PORT, PK_OUT, PK_ERR, PK_ORPHAN };
+enum pfd_kind { PK_SIG, PK_PORT, PK_OUT, PK_ERR, PK_ORPHAN, PK_FILE };
+
+#define FILES_POLL_MAX 64
 
 #define NOHOST_RECHECK_MS 500
 
 int guest_serve(int port_fd)
 {
-	static struct pollfd pfd[2 + 2 * EXEC_MAX + ORPHAN_MAX];
+	static struct pollfd pfd[2 + 2 * EXEC_MAX + ORPHAN_MAX + FILES_POLL_MAX];
+	static unsigned file_slot[FILES_POLL_MAX];
 	static struct {
 		enum pfd_kind kind;
 		unsigned idx;
@@ -1222,6 +1243,7 @@ int guest_serve(int port_fd)
 
 	S.port = port_fd;
 	guest_hostile_init(frame_send, send_hello);
+	guest_files_init(frame_send, queue_size, QUEUE_SOFT);
 	if (signals_setup() < 0) {
 		guest_log("signal setup failed: %s", strerror(errno));
 		return -1;
@@ -1231,10 +1253,13 @@ int guest_serve(int port_fd)
 	for (;;) {
 		nfds_t n = 0;
 		int64_t now = guest_mono_ms(), next = -1;
-		bool backpressure = queue_size() > QUEUE_SOFT;
+		bool backpressure, more_files;
 		int timeout;
+		unsigned nf;
 
 		guest_hostile_tick();
+		more_files = S.connected && guest_files_pump();
+		backpressure = queue_size() > QUEUE_SOFT;
 
 		pfd[n] = (struct pollfd){.fd = S.sfd, .events = POLLIN};
 		who[n].kind = PK_SIG;
@@ -1276,6 +1301,12 @@ int guest_serve(int port_fd)
 			who[n].idx = i;
 			n++;
 		}
+		nf = guest_files_pollfds(pfd + n, file_slot, FILES_POLL_MAX);
+		for (unsigned i = 0; i < nf; i++) {
+			who[n + i].kind = PK_FILE;
+			who[n + i].idx = file_slot[i];
+		}
+		n += nf;
 		timeout = next < 0		 ? -1
 			  : next <= now		 ? 0
 			  : next - now > INT_MAX ? INT_MAX
@@ -1287,6 +1318,8 @@ int guest_serve(int port_fd)
 		 * wake-up twice a second, only while nobody is connected). */
 		if (!S.connected && (timeout < 0 || timeout > NOHOST_RECHECK_MS))
 			timeout = NOHOST_RECHECK_MS;
+		if (more_files && !backpressure)
+			timeout = 0;
 
 		if (poll(pfd, n, timeout) < 0) {
 			if (errno == EINTR)
@@ -1335,6 +1368,9 @@ int guest_serve(int port_fd)
 			case PK_ORPHAN:
 				if (!orphan_read(S.orphans[who[i].idx]))
 					S.orphans[who[i].idx] = -1;
+				break;
+			case PK_FILE:
+				guest_files_ready(who[i].idx);
 				break;
 			}
 		}

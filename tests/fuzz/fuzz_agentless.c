@@ -1,13 +1,16 @@
 /* Fuzz target: the host side of the exec protocol fed arbitrary guest
- * bytes, with one exec in flight, over a channel that drops what the host
- * sends. Byte 0 steers the run (chunk size, EOF at the end, a backstop tick
- * halfway); the rest is the guest's byte stream. Whatever arrives, the exec's
- * completion runs exactly once and nothing crashes or leaks. */
+ * bytes, with one exec (id 1), one download (id 2, GET, at most 1 MiB)
+ * and one upload (id 3, PUT, 100 bytes sent) in flight on a v3 connection,
+ * over a channel that drops what the host sends. Byte 0 steers the run (chunk size, EOF at the end,
+ * a backstop tick halfway); the rest is the guest's byte stream. Whatever arrives, the exec's
+ * completion runs exactly once, a download never holds more than its
+ * credit window, and nothing crashes or leaks. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "agentless/agentless.h"
+#include "agentless/wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -52,6 +55,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	    .stdout_cap = 4096,
 	    .stderr_cap = 512,
 	};
+	/* HELLO {VERSION 3, VERSION_MIN 1} */
+	static const uint8_t hello_v3[] = {1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 20, 0, 1, 0, 0,
+					   0, 4, 0, 0, 0, 3, 0, 2, 0, 0, 0, 4,	0, 0, 0, 1};
+	const struct agentless_file_req get = {
+	    .op = WIRE_FILE_OP_GET, .path = "/f", .max_bytes = 1 << 20};
+	const struct agentless_file_req put = {.op = WIRE_FILE_OP_PUT, .path = "/g", .mode = 0644};
+	static uint8_t ones[100], sink[4096];
+	struct agentless_xfer *down = NULL, *up = NULL;
 	struct sbx_channel ch = {.ctx = NULL, .send = null_send, .close = null_close};
 	struct agentless_conn *c;
 	struct sbx_error err;
@@ -68,13 +79,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	c = agentless_conn_new(&lim, NULL, NULL);
 	agentless_conn_attach(c, ch, true); /* ready at once: WELCOME to nowhere */
-	if (agentless_exec_start(c, &req, count_done, &calls, &err) < 0)
+	agentless_conn_recv(c, hello_v3, sizeof hello_v3);
+	if (agentless_exec_start(c, &req, count_done, &calls, &err) < 0 ||
+	    agentless_xfer_start(c, &get, NULL, NULL, &down, &err) < 0 ||
+	    agentless_xfer_start(c, &put, NULL, NULL, &up, &err) < 0 ||
+	    agentless_xfer_write(c, up, ones, sizeof ones) != (long)sizeof ones)
 		abort();
 	while (off < size) {
 		size_t n = SBX_MIN(chunk, size - off);
+		struct agentless_xfer_status st;
 
 		agentless_conn_recv(c, data + off, n);
 		off += n;
+		agentless_xfer_status(down, &st);
+		if (st.buffered > WIRE_FILE_WINDOW ||
+		    (st.have_meta && st.size != UINT64_MAX && st.received > st.size))
+			abort();
+		agentless_xfer_read(c, down, sink, sizeof sink);
 		if ((ctl & 0x40) && !ticked && off >= size / 2) {
 			/* twice past the backstop: KILL, then give up */
 			agentless_conn_tick(c, sbx_mono_ms() + 100000);
@@ -86,6 +107,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		agentless_conn_recv(c, NULL, 0);
 	if (calls > 1)
 		abort();
+	agentless_xfer_release(down);
+	agentless_xfer_release(up);
 	agentless_conn_free(c, "fuzz over");
 	if (calls != 1)
 		abort();

@@ -103,8 +103,8 @@ static void counters_move_with_requests(void **state)
 	after = scrape();
 	assert_true(sample(after, limits) - zero_if_absent(sample(before, limits)) == 3);
 	assert_true(sample(after, no_key) - zero_if_absent(sample(before, no_key)) == 1);
-	assert_true(sample(after, "sandboxd_http_request_duration_seconds_count{route=\"limits\"}") >=
-		    3);
+	assert_true(
+	    sample(after, "sandboxd_http_request_duration_seconds_count{route=\"limits\"}") >= 3);
 	assert_non_null(strstr(after, "# TYPE sandboxd_http_requests_total counter"));
 	assert_true(sample(after, "sandboxd_http_connections") >= 0);
 }

@@ -404,7 +404,7 @@ static void test_stdin_v2_and_v1_refusal(void **state)
 	req.stdin_data = data;
 	req.stdin_len = sizeof(data) - 1;
 	fx_handshake(fx);
-	assert_int_equal(agentless_conn_version(fx->conn), 2);
+	assert_int_equal(agentless_conn_version(fx->conn), WIRE_VERSION);
 	struct probe first;
 	probe_init(&first);
 	assert_int_equal(agentless_exec_start(fx->conn, &req, probe_done, &first, &err), 0);
@@ -1151,6 +1151,329 @@ static void test_violation_flood(void **state)
 	}
 }
 
+/* ------------------------------------------------------- file transfer */
+
+struct wakes {
+	pthread_mutex_t lock;
+	int n;
+};
+
+static void count_wake(void *opaque)
+{
+	struct wakes *w = opaque;
+
+	pthread_mutex_lock(&w->lock);
+	w->n++;
+	pthread_mutex_unlock(&w->lock);
+}
+
+/* Wait until the transfer is no longer open (or its status says so). */
+static void xfer_wait(struct agentless_xfer *x, struct agentless_xfer_status *st,
+		      bool (*cond)(const struct agentless_xfer_status *))
+{
+	for (int i = 0; i < 5000; i++) {
+		agentless_xfer_status(x, st);
+		if (cond(st))
+			return;
+		usleep(1000);
+	}
+	fail_msg("transfer did not get there");
+}
+
+static bool not_open(const struct agentless_xfer_status *st)
+{
+	return st->state != AGENTLESS_XFER_OPEN;
+}
+
+static bool has_meta(const struct agentless_xfer_status *st)
+{
+	return st->have_meta || st->state != AGENTLESS_XFER_OPEN;
+}
+
+static bool writable(const struct agentless_xfer_status *st)
+{
+	return st->writable > 0 || st->state != AGENTLESS_XFER_OPEN;
+}
+
+static bool has_data(const struct agentless_xfer_status *st)
+{
+	return st->buffered > 0 || st->state != AGENTLESS_XFER_OPEN;
+}
+
+static void guest_u64(int fd, uint8_t type, uint32_t id, uint16_t tag, uint64_t v)
+{
+	uint8_t buf[32];
+	struct wire_writer w;
+
+	wire_writer_init(&w, buf, sizeof buf);
+	wire_put_u64(&w, tag, v);
+	guest_send(fd, type, id, buf, w.len);
+}
+
+static void guest_meta(int fd, uint32_t id, uint64_t size)
+{
+	uint8_t buf[64];
+	struct wire_writer w;
+
+	wire_writer_init(&w, buf, sizeof buf);
+	wire_put_u64(&w, WIRE_T_SIZE, size);
+	wire_put_u64(&w, WIRE_T_TOTAL, size);
+	wire_put_u32(&w, WIRE_T_MODE, 0640);
+	wire_put_u64(&w, WIRE_T_MTIME_S, 1700000000);
+	guest_send(fd, WIRE_FILE_META, id, buf, w.len);
+}
+
+/* A guest that negotiated v2 has no file transfer: a clear refusal. */
+static void test_xfer_v2_guest_refused(void **state)
+{
+	struct fx *fx = fx_new(1000, 4);
+	struct agentless_file_req req = {.op = WIRE_FILE_OP_GET, .path = "/etc/hostname"};
+	struct agentless_xfer *x = NULL;
+	struct sbx_error err;
+	struct wire_header h;
+	uint8_t *p;
+
+	(void)state;
+	guest_hello(fx->gfd, 2, 1);
+	assert_int_equal(agentless_conn_wait_hello(fx->conn, sbx_mono_ms() + 5000, &err), 0);
+	guest_recv(fx->gfd, &h, &p);
+	free(p);
+	sbx_error_clear(&err);
+	assert_int_equal(agentless_xfer_start(fx->conn, &req, NULL, NULL, &x, &err), -1);
+	assert_int_equal(err.code, SBX_E_SANDBOX_ERROR);
+	assert_non_null(strstr(err.message, "protocol v2"));
+	assert_null(x);
+	fx_free(fx);
+}
+
+struct writer {
+	struct agentless_conn *c;
+	struct agentless_xfer *x;
+	const uint8_t *data;
+	size_t len;
+	long n;
+};
+
+/* The test channel writes synchronously: write from another thread while
+ * the "guest" reads. */
+static void *writer_main(void *arg)
+{
+	struct writer *wr = arg;
+
+	wr->n = agentless_xfer_write(wr->c, wr->x, wr->data, wr->len);
+	return NULL;
+}
+
+static long write_async(struct agentless_conn *c, struct agentless_xfer *x, const uint8_t *data,
+			size_t len, int fd, size_t *got, const uint8_t *base)
+{
+	struct writer wr = {.c = c, .x = x, .data = data, .len = len};
+	struct wire_header h;
+	pthread_t t;
+	uint8_t *p;
+
+	assert_int_equal(pthread_create(&t, NULL, writer_main, &wr), 0);
+	for (;;) {
+		struct pollfd pfd = {.fd = fd, .events = POLLIN};
+
+		if (poll(&pfd, 1, 300) != 1)
+			break; /* the writer is done and nothing more comes */
+		guest_recv(fd, &h, &p);
+		assert_int_equal(h.type, WIRE_FILE_DATA);
+		assert_true(h.len <= WIRE_MAX_CHUNK);
+		assert_memory_equal(p, base + *got, h.len);
+		*got += h.len;
+		free(p);
+	}
+	pthread_join(t, NULL);
+	return wr.n;
+}
+
+/* An upload takes exactly the credit window, then more after FILE_ACK; its
+ * frames carry the bytes in order; FILE_END names the total; DONE ends it. */
+static void test_xfer_upload_credit(void **state)
+{
+	struct fx *fx = fx_new(1000, 4);
+	struct wakes wk = {.lock = PTHREAD_MUTEX_INITIALIZER};
+	struct agentless_file_req req = {
+	    .op = WIRE_FILE_OP_PUT, .path = "/tmp/f", .mode = 0600, .user = "sandbox"};
+	size_t total = WIRE_FILE_WINDOW + 100000, got = 0;
+	uint8_t *data = malloc(total), *p;
+	struct agentless_xfer_status st;
+	struct agentless_xfer *x;
+	struct sbx_error err;
+	struct wire_header h;
+	long n;
+
+	(void)state;
+	for (size_t i = 0; i < total; i++)
+		data[i] = (uint8_t)(i * 7);
+	fx_handshake(fx);
+	assert_int_equal(agentless_xfer_start(fx->conn, &req, count_wake, &wk, &x, &err), 0);
+	guest_recv(fx->gfd, &h, &p);
+	assert_int_equal(h.type, WIRE_FILE_OPEN);
+	assert_int_equal(field_u32(p, h.len, WIRE_T_FILE_OP), WIRE_FILE_OP_PUT);
+	assert_int_equal(field_u32(p, h.len, WIRE_T_MODE), 0600);
+	free(p);
+	n = write_async(fx->conn, x, data, total, fx->gfd, &got, data);
+	assert_int_equal(n, WIRE_FILE_WINDOW);
+	assert_int_equal(got, WIRE_FILE_WINDOW);
+	assert_int_equal(agentless_xfer_write(fx->conn, x, data + n, total - (size_t)n), 0);
+	guest_u64(fx->gfd, WIRE_FILE_ACK, h.id, WIRE_T_ACKED, got);
+	xfer_wait(x, &st, writable);
+	assert_true(wk.n >= 1);
+	assert_int_equal(write_async(fx->conn, x, data + got, total - got, fx->gfd, &got, data),
+			 (long)(total - WIRE_FILE_WINDOW));
+	assert_int_equal(got, total);
+	assert_int_equal(agentless_xfer_end(fx->conn, x), 0);
+	guest_recv(fx->gfd, &h, &p);
+	assert_int_equal(h.type, WIRE_FILE_END);
+	free(p);
+	/* a FILE_DONE that claims another size is a lie: here the right one */
+	guest_u64(fx->gfd, WIRE_FILE_DONE, h.id, WIRE_T_SIZE, total);
+	xfer_wait(x, &st, not_open);
+	assert_int_equal(st.state, AGENTLESS_XFER_DONE);
+	assert_int_equal(st.done_size, total);
+	agentless_xfer_release(x);
+	assert_true(agentless_conn_alive(fx->conn));
+	fx_free(fx);
+	free(data);
+}
+
+/* A download holds what the guest sent until read; reading grants credit
+ * (FILE_ACK); data past the announced size breaks the connection. */
+static void test_xfer_download_bounds(void **state)
+{
+	struct fx *fx = fx_new(1000, 4);
+	struct agentless_file_req req = {.op = WIRE_FILE_OP_GET, .path = "/f", .max_bytes = 1000};
+	struct agentless_xfer_status st;
+	struct agentless_xfer *x;
+	struct sbx_error err;
+	struct wire_header h;
+	uint8_t *p, buf[200], chunk[100];
+
+	(void)state;
+	memset(chunk, 'z', sizeof chunk);
+	fx_handshake(fx);
+	assert_int_equal(agentless_xfer_start(fx->conn, &req, NULL, NULL, &x, &err), 0);
+	guest_recv(fx->gfd, &h, &p);
+	free(p);
+	guest_meta(fx->gfd, h.id, 150);
+	xfer_wait(x, &st, has_meta);
+	assert_true(st.have_meta);
+	assert_int_equal(st.size, 150);
+	assert_int_equal(st.mode, 0640);
+	guest_send(fx->gfd, WIRE_FILE_DATA, h.id, chunk, 100);
+	xfer_wait(x, &st, has_data);
+	assert_int_equal(agentless_xfer_read(fx->conn, x, buf, sizeof buf), 100);
+	{
+		struct wire_header a;
+
+		guest_recv(fx->gfd, &a, &p); /* the buffer ran dry: credit */
+		assert_int_equal(a.type, WIRE_FILE_ACK);
+		free(p);
+	}
+	guest_send(fx->gfd, WIRE_FILE_DATA, h.id, chunk, 100); /* 200 > 150 */
+	fx_wait_broken(fx);
+	assert_int_equal(fx_broken_calls(fx), 1);
+	agentless_xfer_status(x, &st);
+	assert_int_equal(st.state, AGENTLESS_XFER_FAILED);
+	assert_int_equal(st.err.code, SBX_E_SANDBOX_ERROR);
+	agentless_xfer_release(x);
+	fx_free(fx);
+}
+
+/* Larger than max_bytes: 413 and an abort, not a violation; a guest
+ * error kind maps to its API error. */
+static void test_xfer_too_large_and_errors(void **state)
+{
+	struct fx *fx = fx_new(1000, 4);
+	struct agentless_file_req req = {.op = WIRE_FILE_OP_GET, .path = "/f", .max_bytes = 10};
+	struct agentless_xfer_status st;
+	struct agentless_xfer *x;
+	struct sbx_error err;
+	struct wire_header h, a;
+	uint8_t *p, buf[512];
+	struct wire_writer w;
+	static const struct {
+		uint32_t kind;
+		enum sbx_code code;
+	} kinds[] = {{WIRE_ERR_NOT_FOUND, SBX_E_FILE_NOT_FOUND},
+		     {WIRE_ERR_NO_SPACE, SBX_E_INSUFFICIENT_STORAGE},
+		     {WIRE_ERR_IS_DIR, SBX_E_INVALID_REQUEST},
+		     {WIRE_ERR_RANGE, SBX_E_RANGE_NOT_SATISFIABLE}};
+
+	(void)state;
+	fx_handshake(fx);
+	assert_int_equal(agentless_xfer_start(fx->conn, &req, NULL, NULL, &x, &err), 0);
+	guest_recv(fx->gfd, &h, &p);
+	free(p);
+	guest_meta(fx->gfd, h.id, 11);
+	xfer_wait(x, &st, not_open);
+	assert_int_equal(st.err.code, SBX_E_PAYLOAD_TOO_LARGE);
+	guest_recv(fx->gfd, &a, &p);
+	assert_int_equal(a.type, WIRE_FILE_ABORT);
+	assert_int_equal(a.id, h.id);
+	free(p);
+	agentless_xfer_release(x);
+	for (size_t i = 0; i < SBX_ARRAY_SIZE(kinds); i++) {
+		req.op = WIRE_FILE_OP_DELETE;
+		assert_int_equal(agentless_xfer_start(fx->conn, &req, NULL, NULL, &x, &err), 0);
+		guest_recv(fx->gfd, &h, &p);
+		free(p);
+		wire_writer_init(&w, buf, sizeof buf);
+		wire_put_u32(&w, WIRE_T_ERROR_KIND, kinds[i].kind);
+		wire_put_str(&w, WIRE_T_MESSAGE, "no");
+		guest_send(fx->gfd, WIRE_ERROR, h.id, buf, w.len);
+		xfer_wait(x, &st, not_open);
+		assert_int_equal(st.err.code, kinds[i].code);
+		agentless_xfer_release(x);
+	}
+	assert_true(agentless_conn_alive(fx->conn));
+	fx_free(fx);
+}
+
+/* A guest that never answers: the tick fails the transfer at
+ * xfer_stall_ms and sends FILE_ABORT; the connection lives on. */
+static void test_xfer_stall(void **state)
+{
+	struct fx *fx = calloc(1, sizeof(*fx));
+	struct agentless_limits lim = {.backstop_grace_ms = 1000, .xfer_stall_ms = 100};
+	struct agentless_file_req req = {.op = WIRE_FILE_OP_LIST, .path = "/"};
+	struct agentless_xfer_status st;
+	struct agentless_xfer *x;
+	struct sbx_error err;
+	struct wire_header h;
+	uint8_t *p;
+
+	(void)state;
+	pthread_mutex_init(&fx->lock, NULL);
+	fx->conn = agentless_conn_new(&lim, fx_on_broken, fx);
+	agentless_conn_attach(fx->conn, sock_chan_new(fx->conn, &fx->gfd), false);
+	fx_handshake(fx);
+	assert_int_equal(agentless_xfer_start(fx->conn, &req, NULL, NULL, &x, &err), 0);
+	guest_recv(fx->gfd, &h, &p);
+	assert_int_equal(field_u32(p, h.len, WIRE_T_LIMIT), WIRE_FILE_LIST_MAX);
+	free(p);
+	agentless_conn_tick(fx->conn, sbx_mono_ms());
+	agentless_xfer_status(x, &st);
+	assert_int_equal(st.state, AGENTLESS_XFER_OPEN);
+	agentless_conn_tick(fx->conn, sbx_mono_ms() + 200);
+	agentless_xfer_status(x, &st);
+	assert_int_equal(st.state, AGENTLESS_XFER_FAILED);
+	assert_non_null(strstr(st.err.message, "stalled"));
+	guest_recv(fx->gfd, &h, &p);
+	assert_int_equal(h.type, WIRE_FILE_ABORT);
+	free(p);
+	/* its late answer is dropped, not a violation */
+	guest_u64(fx->gfd, WIRE_FILE_DONE, h.id, WIRE_T_SIZE, 0);
+	agentless_xfer_release(x);
+	usleep(50000);
+	assert_int_equal(fx_broken_calls(fx), 0);
+	assert_true(agentless_conn_alive(fx->conn));
+	fx_free(fx);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1173,6 +1496,11 @@ int main(void)
 	    cmocka_unit_test(test_stdin_v2_and_v1_refusal),
 	    cmocka_unit_test(test_ping_and_sync_exec),
 	    cmocka_unit_test(test_host_time_not_the_guests),
+	    cmocka_unit_test(test_xfer_v2_guest_refused),
+	    cmocka_unit_test(test_xfer_upload_credit),
+	    cmocka_unit_test(test_xfer_download_bounds),
+	    cmocka_unit_test(test_xfer_too_large_and_errors),
+	    cmocka_unit_test(test_xfer_stall),
 	};
 
 	sbx_log_set_level(SBX_LOG_ERROR);

@@ -1,0 +1,107 @@
+/* agentless-priv: what agentless.c and xfer.c share (not for other
+ * modules). The connection's state and the helpers that file transfer
+ * needs from the exec side; the locking is agentless.c's (its header
+ * comment), with each transfer's own mutex as a leaf below `lock`.
+ */
+#ifndef SBX_AGENTLESS_PRIV_H
+#define SBX_AGENTLESS_PRIV_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "agentless/agentless.h"
+#include "agentless/wire.h"
+
+#define MSG_VIOLATION "the sandbox's guest broke the exec protocol"
+#define MSG_GONE      "the sandbox's guest stopped responding"
+/* Guest-supplied text echoed into an error is cut to this many bytes. */
+#define GUEST_TEXT_MAX 200
+
+/* Ids of execs the host gave up on (backstop, reconnect) whose late frames
+ * are dropped silently instead of counting as a violation. */
+#define ABANDONED_MAX 64
+
+struct exec;
+struct ping_waiter;
+
+struct agentless_conn {
+	pthread_mutex_t lock;
+	pthread_cond_t cond; /* handshake, pongs, senders */
+
+	struct agentless_limits lim;
+	agentless_broken_fn on_broken;
+	void *opaque;
+
+	struct sbx_channel ch;
+	bool have_ch;
+	bool ch_eof;	  /* the attached channel reported EOF */
+	unsigned senders; /* threads inside ch.send() */
+
+	bool ready;	    /* HELLO answered with WELCOME */
+	bool hello_pending; /* HELLO arrived with no usable channel yet */
+	uint32_t version;   /* negotiated */
+	bool broken;	    /* no execs until the next attach */
+	bool rx_dead;	    /* ignore input until EOF or the next attach */
+	char broken_msg[128];
+
+	/* frame reassembly */
+	uint8_t hdr[WIRE_HEADER_LEN];
+	size_t hdr_got;
+	struct wire_header cur;
+	uint8_t *payload;
+	size_t payload_alloc;
+	size_t payload_got;
+
+	struct exec *execs;
+	unsigned n_execs;
+	uint32_t next_id;
+	uint32_t abandoned[ABANDONED_MAX];
+	unsigned n_abandoned;
+	unsigned abandoned_pos;
+
+	struct ping_waiter *pings;
+	uint32_t next_ping;
+
+	/* file transfers (xfer.c): in flight, and aborted ones kept a while
+	 * to absorb the frames the guest had already sent */
+	struct agentless_xfer *xfers;
+	unsigned n_xfers;
+
+	unsigned hellos;	   /* HELLOs on this channel */
+	double unsolicited_tokens; /* bucket, refilled at UNSOLICITED_PER_S */
+	int64_t unsolicited_at_ms; /* last refill, sbx_mono_ms() */
+};
+
+/* agentless.c */
+/* Queue one frame on the channel (never blocks). 0, or -1 without a usable
+ * channel. No lock held. */
+int conn_send(struct agentless_conn *c, uint8_t type, uint32_t id, const uint8_t *payload,
+	      size_t len);
+/* Break the connection for a protocol violation. No lock held. */
+void conn_violation(struct agentless_conn *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* One token of the unsolicited-frame budget; false when flooding. Lock. */
+bool conn_unsolicited_ok_locked(struct agentless_conn *c);
+/* Remember an id the host gave up on (its late frames are dropped). Lock. */
+void conn_abandon(struct agentless_conn *c, uint32_t id);
+bool conn_is_abandoned(struct agentless_conn *c, uint32_t id);
+/* True when an exec or a transfer uses `id`. Lock. */
+bool conn_id_used_locked(struct agentless_conn *c, uint32_t id);
+/* Printable ASCII only, at most GUEST_TEXT_MAX bytes, into out. */
+void sanitize_text(const void *in, size_t len, char *out, size_t outlen);
+
+/* xfer.c */
+/* The transfer (in flight or aborted) with this id, or NULL. Lock. */
+struct agentless_xfer *xfer_find_locked(struct agentless_conn *c, uint32_t id);
+/* A frame for a transfer (FILE_*, or ERROR naming a transfer's id): true
+ * when handled here. Recv thread, no lock held. */
+bool xfer_frame(struct agentless_conn *c, const struct wire_header *h, const uint8_t *p,
+		size_t len);
+/* Fail every transfer of the list (already unlinked from the conn) with
+ * err, and drop the conn's references. No lock held. */
+void xfer_fail_list(struct agentless_xfer *list, const struct sbx_error *err);
+/* Transfers' deadlines and releases, from agentless_conn_tick. */
+void xfer_tick(struct agentless_conn *c, int64_t now_ms);
+
+#endif

@@ -1,0 +1,250 @@
+/* sandbox/files.c: file transfer with a running sandbox (the files routes
+ * of docs/api.md), over agentless' transfers.
+ *
+ * Who owns what: a struct sandbox_file holds its agentless transfer and a
+ * pointer to the sandbox's live. That pointer is cleared (under svc->lock)
+ * by the transfer's wake once it is no longer open; a live is freed only
+ * after agentless_conn_free() failed (and so woke) every open transfer,
+ * and a channel's wakes run before its close returns. So while f->l is set
+ * the live is not freed; a call pins it (refs) unless it is unlinked (an
+ * ender is taking it), so nothing here delays a delete or an expiry.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../agentless/agentless.h"
+#include "../store/store.h"
+#include "sandbox-priv.h"
+
+struct sandbox_file {
+	struct sandbox_svc *svc;
+	struct live *l; /* svc->lock; NULL once the transfer is over */
+	struct agentless_xfer *x;
+	sandbox_file_wake_fn wake;
+	void *opaque;
+	enum store_status ending;	    /* svc->lock: how the sandbox ended, if it did */
+	struct sandbox_file_entry *entries; /* LIST, made at the first ask */
+	size_t n_entries;
+};
+
+/* sandbox.h repeats agentless' numbers (api/ sees only sandbox.h) */
+_Static_assert(SANDBOX_FILE_WINDOW == AGENTLESS_FILE_WINDOW, "one window");
+_Static_assert(SANDBOX_FILE_LIST_MAX == AGENTLESS_FILE_LIST_MAX, "one list cap");
+_Static_assert(SANDBOX_FILE_PUT == 1 && SANDBOX_FILE_TAR_GET == 6, "wire_file_op values");
+_Static_assert(SANDBOX_FTYPE_FILE == 1 && SANDBOX_FTYPE_OTHER == 4, "wire_file_type values");
+
+static void file_wake(void *opaque)
+{
+	struct sandbox_file *f = opaque;
+	struct agentless_xfer_status st;
+
+	agentless_xfer_status(f->x, &st);
+	if (st.state != AGENTLESS_XFER_OPEN) {
+		pthread_mutex_lock(&f->svc->lock);
+		if (f->l)
+			f->ending = f->l->ending;
+		f->l = NULL;
+		pthread_mutex_unlock(&f->svc->lock);
+	}
+	f->wake(f->opaque);
+}
+
+/* Pin the live for one call; NULL when the transfer or the sandbox is
+ * over. */
+static struct live *file_pin(struct sandbox_file *f)
+{
+	struct live *l;
+
+	pthread_mutex_lock(&f->svc->lock);
+	l = f->l;
+	if (l && l->unlinked)
+		l = NULL;
+	if (l)
+		l->refs++;
+	pthread_mutex_unlock(&f->svc->lock);
+	return l;
+}
+
+static void file_unpin(struct sandbox_file *f, struct live *l)
+{
+	pthread_mutex_lock(&f->svc->lock);
+	sandbox_live_unref_locked(f->svc, l);
+	pthread_mutex_unlock(&f->svc->lock);
+}
+
+static int gone(struct sandbox_file *f, struct sbx_error *err)
+{
+	struct sandbox_file_status st;
+
+	sandbox_file_status(f, &st);
+	if (st.state == SANDBOX_FILE_FAILED) {
+		if (err)
+			*err = st.err;
+		return -1;
+	}
+	return sbx_error_set(err, SBX_E_SANDBOX_NOT_RUNNING, NULL,
+			     "the sandbox ended during the file transfer");
+}
+
+int sandbox_file_start(struct sandbox_svc *svc, const char *account_id, const char *id,
+		       const struct sandbox_file_req *req, sandbox_file_wake_fn wake, void *opaque,
+		       struct sandbox_file **out, struct sbx_error *err)
+{
+	const struct sandbox_config *cfg = &svc->cfg;
+	struct agentless_file_req areq = {
+	    .op = (uint32_t)req->op,
+	    .path = req->path,
+	    .mode = req->mode,
+	    .user = strcmp(cfg->exec_user, "root") == 0 ? NULL : cfg->exec_user,
+	    .offset = req->offset,
+	    .length = req->length,
+	    .recursive = req->recursive,
+	    .gzip = req->gzip,
+	    .max_bytes = req->max_bytes,
+	    .list_limit = SANDBOX_FILE_LIST_MAX,
+	};
+	struct store_sandbox row;
+	struct sandbox_file *f;
+	struct live *l;
+	int64_t now = sbx_wall_ms();
+	int rc;
+
+	if (sandbox_running_row(svc, account_id, id, now, &row, err) < 0)
+		return -1;
+	f = calloc(1, sizeof(*f));
+	if (!f)
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+	f->svc = svc;
+	f->wake = wake;
+	f->opaque = opaque;
+
+	pthread_mutex_lock(&svc->lock);
+	l = sandbox_live_find_locked(svc, id);
+	if (!l || l->dead || l->unlinked) {
+		pthread_mutex_unlock(&svc->lock);
+		free(f);
+		return sbx_error_set(err, SBX_E_SANDBOX_NOT_RUNNING, NULL,
+				     "sandbox '%s' is no longer running", id);
+	}
+	l->refs++;
+	f->l = l;
+	pthread_mutex_unlock(&svc->lock);
+
+	rc = agentless_xfer_start(l->conn, &areq, file_wake, f, &f->x, err);
+
+	pthread_mutex_lock(&svc->lock);
+	sandbox_live_unref_locked(svc, l);
+	pthread_mutex_unlock(&svc->lock);
+	if (rc < 0) {
+		free(f);
+		return -1;
+	}
+	*out = f;
+	return 0;
+}
+
+long sandbox_file_write(struct sandbox_file *f, const void *data, size_t len, struct sbx_error *err)
+{
+	struct live *l = file_pin(f);
+	long n;
+
+	if (!l)
+		return gone(f, err);
+	n = agentless_xfer_write(l->conn, f->x, data, len);
+	file_unpin(f, l);
+	return n < 0 ? gone(f, err) : n;
+}
+
+int sandbox_file_end(struct sandbox_file *f, struct sbx_error *err)
+{
+	struct live *l = file_pin(f);
+	int rc;
+
+	if (!l)
+		return gone(f, err);
+	rc = agentless_xfer_end(l->conn, f->x);
+	file_unpin(f, l);
+	return rc < 0 ? gone(f, err) : 0;
+}
+
+size_t sandbox_file_read(struct sandbox_file *f, void *buf, size_t max)
+{
+	struct live *l = file_pin(f);
+	size_t n;
+
+	/* without the live the transfer is over: no credit to give */
+	n = agentless_xfer_read(l ? l->conn : NULL, f->x, buf, max);
+	if (l)
+		file_unpin(f, l);
+	return n;
+}
+
+void sandbox_file_status(struct sandbox_file *f, struct sandbox_file_status *out)
+{
+	struct agentless_xfer_status st;
+	enum store_status ending;
+
+	agentless_xfer_status(f->x, &st);
+	memset(out, 0, sizeof(*out));
+	out->state = st.state == AGENTLESS_XFER_OPEN   ? SANDBOX_FILE_OPEN
+		     : st.state == AGENTLESS_XFER_DONE ? SANDBOX_FILE_DONE
+						       : SANDBOX_FILE_FAILED;
+	out->err = st.err;
+	out->have_meta = st.have_meta;
+	out->size = st.size;
+	out->total = st.total;
+	out->mtime_s = st.mtime_s;
+	out->mode = st.mode;
+	out->done_size = st.done_size;
+	out->done_mode = st.done_mode;
+	out->truncated = st.truncated;
+	out->buffered = st.buffered;
+	if (out->state != SANDBOX_FILE_FAILED)
+		return;
+	pthread_mutex_lock(&f->svc->lock);
+	ending = f->l ? f->l->ending : f->ending;
+	pthread_mutex_unlock(&f->svc->lock);
+	/* cut short because the sandbox expired or was deleted: 410, as exec */
+	if (ending == STORE_EXPIRED || ending == STORE_DESTROYED) {
+		sbx_error_clear(&out->err);
+		sbx_error_set(&out->err, SBX_E_SANDBOX_NOT_RUNNING, NULL,
+			      "the sandbox %s during the file transfer",
+			      ending == STORE_EXPIRED ? "expired" : "was deleted");
+	}
+}
+
+const struct sandbox_file_entry *sandbox_file_entries(struct sandbox_file *f, size_t *n)
+{
+	const struct agentless_file_entry *e;
+	size_t k = 0;
+
+	if (!f->entries) {
+		e = agentless_xfer_entries(f->x, &k);
+		f->entries = calloc(k ? k : 1, sizeof(*f->entries));
+		if (!f->entries)
+			k = 0;
+		for (size_t i = 0; i < k; i++)
+			f->entries[i] = (struct sandbox_file_entry){
+			    .name = e[i].name,
+			    .type = (enum sandbox_file_type)e[i].type,
+			    .mode = e[i].mode,
+			    .size = e[i].size,
+			    .mtime_s = e[i].mtime_s,
+			};
+		f->n_entries = k;
+	}
+	*n = f->n_entries;
+	return f->entries;
+}
+
+void sandbox_file_release(struct sandbox_file *f)
+{
+	if (!f)
+		return;
+	/* no wake runs after this returns */
+	agentless_xfer_release(f->x);
+	free(f->entries);
+	free(f);
+}
