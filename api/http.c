@@ -786,7 +786,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 	if (!r)
 		return request_begin(srv, c, url, method, con_cls);
 	api_reqctx_enter(r->request_id, r->account_id, r->id);
-	if (r->route == R_FILES)
+	if (r->route == R_FILES && r->files) /* a refused one drains like any other */
 		return api_files_step(r->files, upload_data, upload_data_size);
 	if (*upload_data_size) {
 		r->body_bytes += *upload_data_size;
