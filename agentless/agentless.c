@@ -41,18 +41,21 @@
 #define MSG_VIOLATION "the sandbox's guest broke the exec protocol"
 #define MSG_GONE      "the sandbox's guest stopped responding"
 
-/* One output stream of an exec: the head the guest shipped, <= cap bytes. */
+/* One output stream of an exec: the head the guest shipped, <= cap bytes
+ * (only counted in `len`, not kept, for a streamed exec). */
 struct stream_buf {
 	char *data;
 	size_t len;
 	size_t alloc;
 	uint32_t cap;
+	bool count_only;
 };
 
 struct exec {
 	struct exec *next;
 	uint32_t id;
 	agentless_exec_done_fn done;
+	agentless_output_fn on_output; /* NULL: output is buffered */
 	void *opaque;
 	struct stream_buf out;
 	struct stream_buf err;
@@ -60,6 +63,9 @@ struct exec {
 	int64_t deadline_ms;	      /* monotonic backstop */
 	int64_t started_ms;	      /* monotonic, when the EXEC was sent */
 	bool killed;		      /* KILL sent once already */
+	bool paused;		      /* PAUSE sent, no RESUME since */
+	bool in_output;		      /* the recv thread is inside on_output */
+	bool resume_wanted;	      /* resume asked for while in_output */
 };
 
 struct ping_waiter {
@@ -191,6 +197,10 @@ static int stream_append(struct stream_buf *s, const void *data, size_t len)
 		return 0;
 	if (len > s->cap || s->len > s->cap - len)
 		return -1;
+	if (s->count_only) {
+		s->len += len;
+		return 0;
+	}
 	need = s->len + len + 1;
 	if (need > s->alloc) {
 		size_t n = s->alloc ? s->alloc : 4096;
@@ -219,7 +229,7 @@ static char *stream_steal(struct stream_buf *s, size_t *len)
 	if (!p) {
 		p = xcalloc(1, 1);
 	}
-	*len = s->len;
+	*len = s->count_only ? 0 : s->len;
 	s->data = NULL;
 	s->len = s->alloc = 0;
 	return p;
@@ -532,6 +542,9 @@ static void handle_output(struct agentless_conn *c, const struct wire_header *h,
 			  size_t len)
 {
 	struct exec *e;
+	agentless_output_fn fn;
+	void *opaque;
+	bool pause, send_pause, resume;
 	int rc;
 
 	pthread_mutex_lock(&c->lock);
@@ -547,10 +560,39 @@ static void handle_output(struct agentless_conn *c, const struct wire_header *h,
 		return;
 	}
 	rc = stream_append(h->type == WIRE_STDOUT ? &e->out : &e->err, p, len);
+	fn = rc == 0 && len > 0 ? e->on_output : NULL;
+	opaque = e->opaque;
+	/* Only this thread ends an exec while in_output is set (tick skips
+	 * it; attach and free close the channel, which waits for us), so e
+	 * stays valid across the unlocked call. */
+	e->in_output = fn != NULL;
 	pthread_mutex_unlock(&c->lock);
-	if (rc < 0)
+	if (rc < 0) {
 		conn_violation(c, "exec %u: %s past the cap the host asked for", h->id,
 			       h->type == WIRE_STDOUT ? "stdout" : "stderr");
+		return;
+	}
+	if (!fn)
+		return;
+	pause = fn(opaque, h->id, h->type == WIRE_STDERR, p, len);
+	pthread_mutex_lock(&c->lock);
+	send_pause = pause && !e->paused && c->version >= 3;
+	if (send_pause)
+		e->paused = true;
+	pthread_mutex_unlock(&c->lock);
+	/* in_output stays set until PAUSE is queued: a resume asked for in
+	 * the meantime (the consumer drained) is sent after it, never before */
+	if (send_pause)
+		conn_send(c, WIRE_PAUSE, h->id, NULL, 0);
+	pthread_mutex_lock(&c->lock);
+	e->in_output = false;
+	resume = e->resume_wanted && e->paused;
+	e->resume_wanted = false;
+	if (resume)
+		e->paused = false;
+	pthread_mutex_unlock(&c->lock);
+	if (resume)
+		conn_send(c, WIRE_RESUME, h->id, NULL, 0);
 }
 
 /* Take the in-flight exec a final frame (EXIT, ERROR) names. NULL when
@@ -638,6 +680,9 @@ static void handle_exit(struct agentless_conn *c, const struct wire_header *h, c
 	}
 
 	memset(&res, 0, sizeof(res));
+	/* shipped bytes (kept, or only counted when streamed) */
+	uint64_t out_shipped = e->out.len, err_shipped = e->err.len;
+
 	res.stdout_buf = stream_steal(&e->out, &res.stdout_len);
 	res.stderr_buf = stream_steal(&e->err, &res.stderr_len);
 	res.exit_code = (int)(int32_t)code;
@@ -649,9 +694,9 @@ static void handle_exit(struct agentless_conn *c, const struct wire_header *h, c
 	res.host_ms = (uint32_t)SBX_MIN(sbx_mono_ms() - e->started_ms, (int64_t)UINT32_MAX);
 	res.timed_out = timed_out != 0;
 	/* never report fewer bytes than we hold */
-	res.stdout_total = SBX_MAX(out_total, (uint64_t)res.stdout_len);
-	res.stderr_total = SBX_MAX(err_total, (uint64_t)res.stderr_len);
-	res.truncated = res.stdout_total > res.stdout_len || res.stderr_total > res.stderr_len;
+	res.stdout_total = SBX_MAX(out_total, out_shipped);
+	res.stderr_total = SBX_MAX(err_total, err_shipped);
+	res.truncated = res.stdout_total > out_shipped || res.stderr_total > err_shipped;
 	e->done(e->opaque, &res, NULL);
 	exec_free(e);
 }
@@ -1085,7 +1130,7 @@ void agentless_exec_result_release(struct agentless_exec_result *r)
 /* Encoded EXEC payload size, or SIZE_MAX past WIRE_MAX_PAYLOAD. */
 static size_t exec_payload_size(const struct agentless_exec_req *req)
 {
-	size_t n = 6 + req->command_len + 6 + strlen(req->cwd) + 3 * (6 + 4);
+	size_t n = 6 + req->command_len + 6 + strlen(req->cwd) + 4 * (6 + 4);
 
 	if (req->stdin_data)
 		n += 6 + SBX_MIN(req->stdin_len, (size_t)WIRE_MAX_PAYLOAD + 1);
@@ -1131,14 +1176,19 @@ int agentless_exec_start(struct agentless_conn *c, const struct agentless_exec_r
 		wire_put_bytes(&w, WIRE_T_STDIN, req->stdin_data, req->stdin_len);
 	if (req->user)
 		wire_put_str(&w, WIRE_T_USER, req->user);
+	/* a v1/v2 guest skips the tag and batches: later, never wrong */
+	if (req->on_output)
+		wire_put_u32(&w, WIRE_T_STREAM, 1);
 	if (w.overflow)
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "exec request encoding overflow");
 
 	e = xcalloc(1, sizeof(*e));
 	e->done = done;
+	e->on_output = req->on_output;
 	e->opaque = opaque;
 	stream_init(&e->out, req->stdout_cap);
 	stream_init(&e->err, req->stderr_cap);
+	e->out.count_only = e->err.count_only = req->on_output != NULL;
 	sanitize_text(req->cwd, strlen(req->cwd), e->cwd, sizeof e->cwd);
 
 	pthread_mutex_lock(&c->lock);
@@ -1196,6 +1246,26 @@ int agentless_exec_start(struct agentless_conn *c, const struct agentless_exec_r
 		return 0;
 	exec_free(e);
 	return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL, MSG_GONE);
+}
+
+void agentless_exec_resume(struct agentless_conn *c, uint32_t exec_id)
+{
+	struct exec *e;
+	bool send;
+
+	pthread_mutex_lock(&c->lock);
+	e = conn_exec_find(c, exec_id);
+	if (e && e->in_output) {
+		e->resume_wanted = true; /* handle_output sends it */
+		pthread_mutex_unlock(&c->lock);
+		return;
+	}
+	send = e && e->paused && c->ready && !c->broken;
+	if (send)
+		e->paused = false;
+	pthread_mutex_unlock(&c->lock);
+	if (send)
+		conn_send(c, WIRE_RESUME, exec_id, NULL, 0);
 }
 
 struct sync_exec {
@@ -1282,7 +1352,7 @@ void agentless_conn_tick(struct agentless_conn *c, int64_t now_ms)
 	while (*pp) {
 		struct exec *e = *pp;
 
-		if (now_ms < e->deadline_ms) {
+		if (now_ms < e->deadline_ms || e->in_output) {
 			pp = &e->next;
 			continue;
 		}

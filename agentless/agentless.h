@@ -83,6 +83,16 @@ uint32_t agentless_conn_version(struct agentless_conn *c);
 /* True while the channel works and the handshake is done. */
 bool agentless_conn_alive(struct agentless_conn *c);
 
+/* The output of a streamed exec as it arrives: called on the recv thread
+ * with no agentless lock held, once per STDOUT/STDERR frame of the exec
+ * (len <= WIRE_MAX_CHUNK), in order, never concurrently with another call
+ * for the same exec and always before its done. `opaque` is done's. Must
+ * not block. Return true to ask the guest to stop reading the exec's pipes
+ * (PAUSE, protocol v3; an older guest keeps shipping, still within the
+ * caps) until agentless_exec_resume(). */
+typedef bool (*agentless_output_fn)(void *opaque, uint32_t exec_id, bool is_stderr,
+				    const void *data, size_t len);
+
 struct agentless_exec_req {
 	const char *command; /* bytes, not NUL-terminated necessarily */
 	size_t command_len;
@@ -100,6 +110,11 @@ struct agentless_exec_req {
 	/* Optional (protocol v2): run as this user of the guest (a name in its
 	 * /etc/passwd); NULL = root. Refused like stdin_data on a v1 guest. */
 	const char *user;
+	/* Optional: stream the output to this callback instead of buffering
+	 * it; the result's buffers are then empty (totals and truncated still
+	 * hold). The caps hold as for a buffered exec. A v3 guest ships each
+	 * read at once (STREAM); an older one in full chunks and at the end. */
+	agentless_output_fn on_output;
 };
 
 /* The outcome of one exec. Buffers are owned by the result: free with
@@ -138,6 +153,11 @@ typedef void (*agentless_exec_done_fn)(void *opaque, struct agentless_exec_resul
  * is down) and never calls done. */
 int agentless_exec_start(struct agentless_conn *c, const struct agentless_exec_req *req,
 			 agentless_exec_done_fn done, void *opaque, struct sbx_error *err);
+
+/* Let a streamed exec that its on_output paused run again (RESUME). A no-op
+ * when the exec is not in flight (ended, unknown) or not paused. Any thread;
+ * never blocks. */
+void agentless_exec_resume(struct agentless_conn *c, uint32_t exec_id);
 
 /* Synchronous wrapper for tools and tests. 0 and fills *res, or -1. */
 int agentless_exec(struct agentless_conn *c, const struct agentless_exec_req *req,

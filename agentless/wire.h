@@ -27,6 +27,11 @@
  * Version 2 added WIRE_T_STDIN and WIRE_T_USER to EXEC. A version-1 guest
  * skips unknown tags (it would run the command with stdin at EOF, or as
  * root), so a host sends them only to guests that negotiated version >= 2.
+ *
+ * Version 3 (issue 16, streamed output) added WIRE_T_STREAM to EXEC and the
+ * PAUSE/RESUME flow-control frames. Their numbers are taken from the TOP of
+ * the free ranges, counting down (frame types from 255, tags from 65535),
+ * so that frames other branches add from the bottom never collide.
  */
 #ifndef SBX_WIRE_H
 #define SBX_WIRE_H
@@ -34,7 +39,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define WIRE_VERSION	 2
+#define WIRE_VERSION	 3
 #define WIRE_VERSION_MIN 1
 #define WIRE_PORT_NAME	 "org.sandboxd.exec.0"
 
@@ -74,6 +79,12 @@ enum wire_type {
 	/* host -> guest: kill the exec's whole cgroup now (host backstop);
 	 * the guest still answers with EXIT (timed_out = 1) */
 	WIRE_KILL = 15,
+	/* v3, host -> guest, id = exec id, empty payload: stop reading the
+	 * exec's pipes (its writers then block on a full pipe) until RESUME.
+	 * Flow control for a slow consumer of a streamed exec; the deadline
+	 * still runs. Ignored for an unknown id. */
+	WIRE_RESUME = 254,
+	WIRE_PAUSE = 255,
 };
 
 enum wire_tag {
@@ -98,6 +109,9 @@ enum wire_tag {
 	WIRE_T_ERROR_KIND = 30,	  /* u32, enum wire_error_kind */
 	WIRE_T_PARAM = 31,	  /* bytes, the request field to blame */
 	WIRE_T_MESSAGE = 32,	  /* bytes, one sentence */
+	/* v3 (counting down from the top of the range, see above) */
+	WIRE_T_STREAM = 65535, /* u32 1 in EXEC: ship output as soon as it is
+				* read instead of batching it into full chunks */
 };
 
 enum wire_error_kind {

@@ -86,6 +86,7 @@ struct req {
 	bool has_res;
 	struct sbx_error exec_err;
 	struct sandbox_output_hold hold; /* the reply's output budget, until api_req_free */
+	struct api_stream *stream;	 /* a streamed exec's events (http_stream.c) */
 	int refs;			 /* MHD's (until completed) + the exec callback's */
 
 	/* The per-account count this request holds until its work ends
@@ -143,8 +144,21 @@ void api_req_slot_put(struct req *r);
 
 /* POST /v1/sandboxes/{id}/exec: start the command and park the connection. */
 enum MHD_Result api_exec_handle(struct req *r);
+/* Take r's per-account exec count and start its decoded exec with `done`
+ * (opaque r, holding a ref of r). 0, or -1 with err (count given back). */
+int api_exec_begin(struct req *r, sandbox_exec_done_fn done, struct sbx_error *err);
 /* The reply of a finished (or aborted) exec, when MHD calls again. */
 enum MHD_Result api_exec_answer(struct req *r);
+
+/* --------------------------------------------------- api/http_stream.c */
+
+/* Does the request ask for a streamed exec (Accept: application/x-ndjson,
+ * or text/event-stream: *sse)? */
+bool api_stream_wanted(struct MHD_Connection *c, bool *sse);
+/* Start the decoded exec of r as a stream and queue its 200 reply, whose
+ * events follow as the guest produces them. */
+enum MHD_Result api_stream_start(struct req *r, bool sse);
+void api_stream_free(struct api_stream *s);
 
 /* ----------------------------------------------------- api/http_conn.c */
 

@@ -826,6 +826,7 @@ void api_req_free(struct req *r)
 	api_req_slot_put(r); /* a no-op unless its work never ran */
 	sbx_buf_release(&r->body);
 	api_exec_body_release(&r->exec);
+	api_stream_free(r->stream);
 	if (r->has_res)
 		sandbox_exec_result_release(&r->res);
 	if (r->has_execution)

@@ -117,6 +117,7 @@ void sandbox_exec_result_release(struct sandbox_exec_result *r)
 
 struct exec_call {
 	sandbox_exec_done_fn done;
+	sandbox_exec_output_fn on_output;
 	void *opaque;
 	/* Valid for every exec_done call: a live is freed only after
 	 * agentless_conn_free() has failed all of its execs. */
@@ -132,6 +133,14 @@ static void exec_call_free(struct exec_call *call)
 	if (call->own)
 		sandbox_output_release(call->l->svc, &call->own_hold);
 	free(call);
+}
+
+static bool exec_output(void *opaque, uint32_t exec_id, bool is_stderr, const void *data,
+			size_t len)
+{
+	struct exec_call *call = opaque;
+
+	return call->on_output(call->opaque, exec_id, is_stderr, data, len);
 }
 
 static void exec_done(void *opaque, struct agentless_exec_result *res, const struct sbx_error *aerr)
@@ -220,11 +229,13 @@ int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const ch
 	    .stdout_cap = (uint32_t)cfg->output_cap_bytes,
 	    .stderr_cap = (uint32_t)cfg->output_cap_bytes,
 	    .user = strcmp(cfg->exec_user, "root") == 0 ? NULL : cfg->exec_user,
+	    .on_output = req->on_output ? exec_output : NULL,
 	};
 	call = calloc(1, sizeof(*call));
 	if (!call)
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
 	call->done = done;
+	call->on_output = req->on_output;
 	call->opaque = opaque;
 	call->own = !req->hold;
 	hold = req->hold ? req->hold : &call->own_hold;
@@ -267,4 +278,22 @@ int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const ch
 		return -1;
 	}
 	return 0;
+}
+
+void sandbox_exec_resume(struct sandbox_svc *svc, const char *sandbox_id, uint32_t exec_id)
+{
+	struct live *l;
+
+	pthread_mutex_lock(&svc->lock);
+	l = sandbox_live_find_locked(svc, sandbox_id);
+	if (!l || l->dead) {
+		pthread_mutex_unlock(&svc->lock);
+		return;
+	}
+	l->refs++;
+	pthread_mutex_unlock(&svc->lock);
+	agentless_exec_resume(l->conn, exec_id);
+	pthread_mutex_lock(&svc->lock);
+	sandbox_live_unref_locked(svc, l);
+	pthread_mutex_unlock(&svc->lock);
 }

@@ -343,6 +343,13 @@ int sandbox_extend(struct sandbox_svc *svc, const char *account_id, const char *
 
 /* ------------------------------------------------------------------ exec */
 
+/* Output of a streamed exec as it arrives (agentless_output_fn's contract:
+ * the channel's thread, no lock held, in order, before done; must not
+ * block). Return true to pause the command's output until
+ * sandbox_exec_resume(). */
+typedef bool (*sandbox_exec_output_fn)(void *opaque, uint32_t exec_id, bool is_stderr,
+				       const void *data, size_t len);
+
 struct sandbox_exec_req {
 	const char *command; /* NUL-terminated; api/ checked non-empty and cap */
 	size_t command_len;
@@ -357,6 +364,10 @@ struct sandbox_exec_req {
 	 * reply was sent (a slow reader keeps holding it). NULL: given back
 	 * when the done callback returns. */
 	struct sandbox_output_hold *hold;
+	/* Optional: stream the output to this callback (opaque = done's);
+	 * the result's buffers are then empty. Caps, timeout and the output
+	 * budget are those of a buffered exec. */
+	sandbox_exec_output_fn on_output;
 };
 
 /* The output budget (docs/api.md "Output budget"). A started exec holds
@@ -404,6 +415,10 @@ typedef void (*sandbox_exec_done_fn)(void *opaque, struct sandbox_exec_result *r
 int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const char *id,
 		       const struct sandbox_exec_req *req, sandbox_exec_done_fn done, void *opaque,
 		       struct sbx_error *err);
+
+/* Let a streamed exec that its on_output paused run again. A no-op when
+ * the sandbox or the exec is gone. No lock held; never blocks. */
+void sandbox_exec_resume(struct sandbox_svc *svc, const char *sandbox_id, uint32_t exec_id);
 
 /* --------------------------------------------------------------- startup */
 

@@ -86,6 +86,8 @@ struct exec {
 	bool detached;	/* its connection is gone: ship nothing */
 	bool reaped;	/* the sh exited; EXIT pending */
 	bool timed_out; /* killed on deadline or KILL */
+	bool stream;	/* v3 STREAM: ship output as soon as it is read */
+	bool paused;	/* v3 PAUSE: its pipes are not read until RESUME */
 	uint32_t id;
 	pid_t pid;
 	int status;
@@ -319,12 +321,21 @@ static void stream_flush(const struct exec *e, struct stream *s)
 	s->chunk_len = 0;
 }
 
+static void stream_read_some(struct exec *e, struct stream *s, size_t budget);
+
 /* Read up to `budget` bytes of one stream. The part under its cap is
  * batched into WIRE_MAX_CHUNK frames (attached execs only; the tail is
- * flushed at exit: the API is not streaming, so batching costs no
- * latency), the rest is read and dropped; all of it is counted. Closes the
- * fd at EOF. */
+ * flushed at exit, so a synchronous exec costs no extra frames), the rest
+ * is read and dropped; all of it is counted. A streamed exec (v3 STREAM)
+ * ships what it read at once. Closes the fd at EOF. */
 static void stream_read(struct exec *e, struct stream *s, size_t budget)
+{
+	stream_read_some(e, s, budget);
+	if (e->stream)
+		stream_flush(e, s);
+}
+
+static void stream_read_some(struct exec *e, struct stream *s, size_t budget)
 {
 	size_t done = 0;
 
@@ -464,6 +475,7 @@ struct exec_req {
 	char **env; /* merged, NULL-terminated */
 	size_t n_env;
 	uint32_t timeout_ms, out_cap, err_cap;
+	bool stream;	  /* v3 STREAM */
 	char *stdin_data; /* v2: the command's stdin, NULL = /dev/null */
 	size_t stdin_len;
 	bool as_user; /* v2 USER: drop to uid/gid before exec */
@@ -684,6 +696,17 @@ static int exec_req_parse(uint32_t id, const uint8_t *p, size_t len, struct exec
 				r->out_cap = v;
 			else
 				r->err_cap = v;
+			break;
+		}
+		case WIRE_T_STREAM: {
+			uint32_t v;
+
+			if (wire_field_u32(&f, &v) < 0) {
+				send_error(id, WIRE_ERR_BAD_REQUEST, "stream",
+					   "integer field has a bad length or value");
+				goto err;
+			}
+			r->stream = v != 0;
 			break;
 		}
 		case WIRE_T_STDIN:
@@ -942,6 +965,7 @@ static void exec_start(uint32_t id, const uint8_t *p, size_t len)
 	e->id = id;
 	e->pid = pid;
 	e->deadline_ms = e->start_ms + r.timeout_ms;
+	e->stream = r.stream;
 	e->out = (struct stream){.fd = out[0], .type = WIRE_STDOUT, .cap = r.out_cap};
 	e->err = (struct stream){.fd = err[0], .type = WIRE_STDERR, .cap = r.err_cap};
 	S.n_execs++;
@@ -978,6 +1002,16 @@ static void exec_kill_req(uint32_t id)
 	e->timed_out = true;
 	e->deadline_ms = guest_mono_ms() + KILL_RETRY_MS;
 	exec_kill(e);
+}
+
+/* v3 flow control: a slow consumer of a streamed exec pauses the reading
+ * of its pipes (the command then blocks writing) and resumes it. */
+static void exec_pause_req(uint32_t id, bool paused)
+{
+	struct exec *e = exec_find(id);
+
+	if (e)
+		e->paused = paused;
 }
 
 static void reap(void)
@@ -1041,6 +1075,10 @@ static void frame_handle(const struct wire_header *h, const uint8_t *p)
 		break;
 	case WIRE_KILL:
 		exec_kill_req(h->id);
+		break;
+	case WIRE_PAUSE:
+	case WIRE_RESUME:
+		exec_pause_req(h->id, h->type == WIRE_PAUSE);
 		break;
 	default:
 		break; /* unknown or guest-bound types: ignore */
@@ -1255,7 +1293,7 @@ int guest_serve(int port_fd)
 				continue;
 			if (!e->reaped && (next < 0 || e->deadline_ms < next))
 				next = e->deadline_ms;
-			if (backpressure && !e->detached)
+			if ((backpressure || e->paused) && !e->detached)
 				continue;
 			if (e->out.fd >= 0) {
 				pfd[n] = (struct pollfd){.fd = e->out.fd, .events = POLLIN};

@@ -404,7 +404,7 @@ static void test_stdin_v2_and_v1_refusal(void **state)
 	req.stdin_data = data;
 	req.stdin_len = sizeof(data) - 1;
 	fx_handshake(fx);
-	assert_int_equal(agentless_conn_version(fx->conn), 2);
+	assert_int_equal(agentless_conn_version(fx->conn), WIRE_VERSION);
 	struct probe first;
 	probe_init(&first);
 	assert_int_equal(agentless_exec_start(fx->conn, &req, probe_done, &first, &err), 0);
@@ -441,6 +441,116 @@ static void test_stdin_v2_and_v1_refusal(void **state)
 	assert_true(pr.ok);
 	probe_release(&pr);
 	fx_free(old);
+}
+
+/* Protocol v3 streaming: output reaches on_output as it arrives (in order,
+ * before done, not buffered), the EXEC carries STREAM, and a consumer that
+ * asks for a pause gets PAUSE sent, then RESUME; a v2 guest gets no
+ * flow-control frame it would not understand. */
+struct sink {
+	pthread_mutex_t lock;
+	char bytes[64];
+	size_t len;
+	int calls;
+	uint32_t id;
+	bool pause_at_second;
+};
+
+static bool sink_output(void *opaque, uint32_t exec_id, bool is_stderr, const void *data,
+			size_t len)
+{
+	struct probe *pr = opaque;
+	struct sink *s = *(struct sink **)(pr + 1);
+	bool pause;
+
+	pthread_mutex_lock(&s->lock);
+	if (s->len + len + 1 < sizeof(s->bytes)) {
+		s->bytes[s->len++] = is_stderr ? 'E' : 'O';
+		memcpy(s->bytes + s->len, data, len);
+		s->len += len;
+	}
+	s->id = exec_id;
+	pause = ++s->calls == 2 && s->pause_at_second;
+	pthread_mutex_unlock(&s->lock);
+	return pause;
+}
+
+static void test_stream_output_and_flow_control(void **state)
+{
+	for (uint32_t version = WIRE_VERSION; version >= 2; version--) {
+		struct fx *fx = fx_new(1000, 0);
+		struct agentless_exec_req req = *simple_req();
+		struct {
+			struct probe pr;
+			struct sink *s;
+		} ctx;
+		struct sink s = {.pause_at_second = true};
+		struct sbx_error err;
+		struct wire_header h;
+		uint8_t *p;
+		uint32_t id;
+
+		(void)state;
+		pthread_mutex_init(&s.lock, NULL);
+		ctx.s = &s;
+		if (version == WIRE_VERSION) {
+			fx_handshake(fx);
+		} else {
+			guest_hello(fx->gfd, version, WIRE_VERSION_MIN);
+			assert_int_equal(
+			    agentless_conn_wait_hello(fx->conn, sbx_mono_ms() + 5000, &err), 0);
+			guest_recv(fx->gfd, &h, &p); /* WELCOME */
+			free(p);
+		}
+		req.on_output = sink_output;
+		probe_init(&ctx.pr);
+		start(fx, &req, &ctx.pr);
+		guest_recv(fx->gfd, &h, &p);
+		assert_int_equal(h.type, WIRE_EXEC);
+		assert_int_equal(field_u32(p, h.len, WIRE_T_STREAM), 1);
+		id = h.id;
+		free(p);
+		guest_send(fx->gfd, WIRE_STDOUT, id, "hello", 5);
+		guest_send(fx->gfd, WIRE_STDERR, id, "world!", 6);
+		if (version >= 3) {
+			guest_recv(fx->gfd, &h, &p);
+			assert_int_equal(h.type, WIRE_PAUSE);
+			assert_int_equal(h.id, id);
+			assert_int_equal(h.len, 0);
+			free(p);
+			agentless_exec_resume(fx->conn, id);
+			guest_recv(fx->gfd, &h, &p);
+			assert_int_equal(h.type, WIRE_RESUME);
+			assert_int_equal(h.id, id);
+			free(p);
+		}
+		/* not paused (any more): no frame; the next one is the PING */
+		agentless_exec_resume(fx->conn, id);
+		struct agentless_ping *ping = agentless_conn_ping_send(fx->conn, &err);
+		assert_non_null(ping);
+		guest_recv(fx->gfd, &h, &p);
+		assert_int_equal(h.type, WIRE_PING);
+		guest_send(fx->gfd, WIRE_PONG, h.id, NULL, 0);
+		free(p);
+		assert_true(agentless_conn_ping_wait(fx->conn, ping, sbx_mono_ms() + 5000, &err) >=
+			    0);
+		guest_exit(fx->gfd, id, 0, 5, 9, 0);
+		probe_wait(&ctx.pr);
+		assert_true(ctx.pr.ok);
+		pthread_mutex_lock(&s.lock);
+		assert_int_equal(s.calls, 2);
+		assert_int_equal(s.id, id);
+		assert_memory_equal(s.bytes, "OhelloEworld!", 13);
+		pthread_mutex_unlock(&s.lock);
+		/* streamed, not buffered; the totals still tell the truncation */
+		assert_int_equal(ctx.pr.res.stdout_len, 0);
+		assert_int_equal(ctx.pr.res.stderr_len, 0);
+		assert_int_equal(ctx.pr.res.stdout_total, 5);
+		assert_true(ctx.pr.res.truncated); /* 9 written, 6 shipped */
+		probe_release(&ctx.pr);
+		fx_free(fx);
+		pthread_mutex_destroy(&s.lock);
+	}
 }
 
 static void test_handshake_and_welcome(void **state)
@@ -1171,6 +1281,7 @@ int main(void)
 	    cmocka_unit_test(test_limits),
 	    cmocka_unit_test(test_reattach),
 	    cmocka_unit_test(test_stdin_v2_and_v1_refusal),
+	    cmocka_unit_test(test_stream_output_and_flow_control),
 	    cmocka_unit_test(test_ping_and_sync_exec),
 	    cmocka_unit_test(test_host_time_not_the_guests),
 	};

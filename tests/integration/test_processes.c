@@ -1,0 +1,404 @@
+/* Long jobs (issue 16) in real guests: a streamed exec (events as the guest
+ * writes them, interleaved as written, timeouts, a slow reader that holds
+ * the daemon's memory to its budget while the guest prints 500 MB), and
+ * another account's 404.
+ *
+ * One daemon, the tiny image, a 1 vCPU / 512 MiB size. Event arrival times
+ * are printed; assertions are orderings and gaps far larger than any
+ * scheduling noise (a gap the guest itself makes with `sleep`). */
+#include <poll.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+
+#define OUTPUT_CAP (1024 * 1024)
+
+static struct daemon d;
+static char other_key[128];
+static char sbx_a[64];
+
+static int setup(void **state)
+{
+	struct daemon other;
+
+	(void)state;
+	daemon_config(&d, "\"sizes\": {\"small\": {\"vcpus\": 1, \"memory_mib\": 512, "
+			  "\"disk_gib\": 1, \"price_micro_usd_per_hour\": 90000}}, "
+			  "\"http_threads\": 2, \"destroy_on_exit\": true");
+	other = d;
+	daemon_create_account(&other, "10");
+	snprintf(other_key, sizeof(other_key), "%s", other.key);
+	if (daemon_up(&d) < 0)
+		return -1;
+	return daemon_create_sandbox(&d, sbx_a, sizeof(sbx_a));
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	return daemon_down(&d);
+}
+
+/* ------------------------------------------------------- a streaming client */
+
+#define EVENTS_MAX 4096
+
+struct event {
+	int64_t at_ms; /* arrival, monotonic, since the request was sent */
+	json_object *o;
+};
+
+struct stream {
+	int status;
+	char headers[4096];
+	struct event ev[EVENTS_MAX];
+	int n;
+	size_t data_bytes[2]; /* decoded stdout / stderr bytes */
+	int64_t t0;
+	struct sbx_buf raw;  /* the HTTP bytes not parsed yet */
+	struct sbx_buf body; /* de-chunked body, not yet split into lines */
+	bool head_done, chunks_done;
+};
+
+static void stream_release(struct stream *s)
+{
+	for (int i = 0; i < s->n; i++)
+		json_object_put(s->ev[i].o);
+	sbx_buf_release(&s->raw);
+	sbx_buf_release(&s->body);
+}
+
+static void stream_lines(struct stream *s)
+{
+	char *nl;
+
+	while (s->body.len && (nl = memchr(s->body.data, '\n', s->body.len))) {
+		size_t n = (size_t)(nl - s->body.data);
+		json_object *o, *v = NULL;
+		const char *line = s->body.data;
+
+		*nl = '\0';
+		/* SSE: the JSON is on the "data: " line */
+		if (strncmp(line, "data: ", 6) == 0)
+			line += 6;
+		o = json_tokener_parse(line);
+		if (o && s->n < EVENTS_MAX) {
+			const char *type = jstr(o, "type");
+
+			if (type && (strcmp(type, "stdout") == 0 || strcmp(type, "stderr") == 0) &&
+			    json_object_object_get_ex(o, "data", &v))
+				s->data_bytes[type[3] == 'e'] += (size_t)json_object_get_string_len(v);
+			/* keep only small events: a big stream is counted, not kept */
+			if (v && json_object_get_string_len(v) > 4096 && s->n > 16) {
+				json_object_put(o);
+			} else {
+				s->ev[s->n].at_ms = sbx_mono_ms() - s->t0;
+				s->ev[s->n++].o = o;
+			}
+		} else if (o) {
+			json_object_put(o);
+		}
+		memmove(s->body.data, nl + 1, s->body.len - n - 1);
+		s->body.len -= n + 1;
+	}
+}
+
+/* Parse what arrived: the head, then chunks into body lines. */
+static void stream_parse(struct stream *s)
+{
+	for (;;) {
+		char *p = s->raw.data, *crlf;
+		size_t used;
+
+		if (!s->head_done) {
+			char *sep = s->raw.len ? strstr(p, "\r\n\r\n") : NULL;
+
+			if (!sep)
+				return;
+			sscanf(p, "HTTP/1.1 %d", &s->status);
+			snprintf(s->headers, sizeof(s->headers), "%.*s", (int)(sep - p), p);
+			used = (size_t)(sep + 4 - p);
+			s->head_done = true;
+			if (!strcasestr(s->headers, "chunked")) {
+				/* an error reply: the rest is one JSON body */
+				sbx_buf_append(&s->body, sep + 4, s->raw.len - used);
+				sbx_buf_append(&s->body, "\n", 1);
+				s->raw.len = 0;
+				s->chunks_done = true;
+				stream_lines(s);
+				return;
+			}
+		} else {
+			unsigned long size;
+
+			crlf = s->raw.len ? strstr(p, "\r\n") : NULL;
+			if (!crlf)
+				return;
+			size = strtoul(p, NULL, 16);
+			if (size == 0) {
+				s->chunks_done = true;
+				return;
+			}
+			if ((size_t)(crlf + 2 - p) + size + 2 > s->raw.len)
+				return;
+			sbx_buf_append(&s->body, crlf + 2, size);
+			used = (size_t)(crlf + 2 - p) + size + 2;
+			stream_lines(s);
+		}
+		memmove(s->raw.data, s->raw.data + used, s->raw.len - used);
+		s->raw.len -= used;
+		s->raw.data[s->raw.len] = '\0';
+	}
+}
+
+/* POST body to /exec of `id` with `accept`, reading the reply as it comes;
+ * read_delay_ms > 0 reads 4 KiB at a time with that pause (a slow client).
+ * on_event (may be NULL) runs after each read. */
+static int stream_exec(const char *key, const char *id, const char *accept, const char *body,
+		       int read_delay_ms, struct stream *s, void (*on_read)(struct stream *))
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	char head[1024], chunk[65536], path[128];
+	int fd, n, rcvbuf = 4096;
+
+	memset(s, 0, sizeof(*s));
+	sbx_buf_init(&s->raw, 64u << 20);
+	sbx_buf_init(&s->body, 64u << 20);
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s/exec", id);
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	if (read_delay_ms > 0)
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+	sa.sin_port = htons((uint16_t)d.port);
+	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		close(fd);
+		return -1;
+	}
+	n = snprintf(head, sizeof(head),
+		     "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+		     "Authorization: Bearer %s\r\nAccept: %s\r\nContent-Type: application/json\r\n"
+		     "Content-Length: %zu\r\n\r\n",
+		     path, key, accept, strlen(body));
+	s->t0 = sbx_mono_ms();
+	if (write(fd, head, (size_t)n) != n ||
+	    write(fd, body, strlen(body)) != (ssize_t)strlen(body)) {
+		close(fd);
+		return -1;
+	}
+	while (!s->chunks_done) {
+		size_t want = read_delay_ms > 0 ? 4096 : sizeof(chunk);
+		ssize_t got = read(fd, chunk, want);
+
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0)
+			break;
+		sbx_buf_append(&s->raw, chunk, (size_t)got);
+		stream_parse(s);
+		if (on_read)
+			on_read(s);
+		if (read_delay_ms > 0)
+			usleep((useconds_t)read_delay_ms * 1000);
+	}
+	close(fd);
+	return 0;
+}
+
+static const char *ev_type(const struct stream *s, int i)
+{
+	return jstr(s->ev[i].o, "type");
+}
+
+static void stream_print(const struct stream *s)
+{
+	for (int i = 0; i < s->n && i < 40; i++)
+		print_message("  +%5lld ms %s\n", (long long)s->ev[i].at_ms,
+			      json_object_to_json_string_ext(s->ev[i].o, JSON_C_TO_STRING_PLAIN));
+}
+
+/* The index of the first data event whose data contains `text`, or -1. */
+static int ev_find(const struct stream *s, const char *type, const char *text)
+{
+	for (int i = 0; i < s->n; i++) {
+		const char *t = ev_type(s, i), *data = jstr(s->ev[i].o, "data");
+
+		if (t && strcmp(t, type) == 0 && data && strstr(data, text))
+			return i;
+	}
+	return -1;
+}
+
+static json_object *ev_last(const struct stream *s)
+{
+	return s->n ? s->ev[s->n - 1].o : NULL;
+}
+
+/* ------------------------------------------------------------- 1. streaming */
+
+static void stream_delivers_output_as_it_is_written(void **state)
+{
+	struct stream s;
+	int i1, i3;
+
+	(void)state;
+	assert_int_equal(stream_exec(d.key, sbx_a, "application/x-ndjson",
+				     "{\"command\": \"for i in 1 2 3; do echo line$i; sleep 1; done\"}",
+				     0, &s, NULL),
+			 0);
+	print_message("stream of 1 2 3:\n");
+	stream_print(&s);
+	assert_int_equal(s.status, 200);
+	assert_non_null(strcasestr(s.headers, "application/x-ndjson"));
+	i1 = ev_find(&s, "stdout", "line1");
+	i3 = ev_find(&s, "stdout", "line3");
+	assert_true(i1 >= 0 && i3 > i1);
+	/* Two one-second sleeps lie between the two lines in the guest: had
+	 * the output been held until the end, both would arrive together. */
+	assert_true(s.ev[i3].at_ms - s.ev[i1].at_ms >= 1000);
+	assert_string_equal(jstr(ev_last(&s), "type"), "exit");
+	assert_int_equal(jint(ev_last(&s), "exit_code"), 0);
+	assert_int_equal(jbool(ev_last(&s), "timed_out"), 0);
+	assert_int_equal(jbool(ev_last(&s), "truncated"), 0);
+	stream_release(&s);
+}
+
+static void stream_interleaves_stdout_and_stderr_as_written(void **state)
+{
+	static const char *const want[][2] = {
+	    {"stdout", "o1"}, {"stderr", "e1"}, {"stdout", "o2"}, {"stderr", "e2"}};
+	struct stream s;
+	int last = -1;
+
+	(void)state;
+	assert_int_equal(
+	    stream_exec(d.key, sbx_a, "text/event-stream",
+			"{\"command\": \"echo o1; sleep 0.3; echo e1 >&2; sleep 0.3; echo o2; "
+			"sleep 0.3; echo e2 >&2; exit 3\"}",
+			0, &s, NULL),
+	    0);
+	print_message("interleaved (SSE):\n");
+	stream_print(&s);
+	assert_int_equal(s.status, 200);
+	assert_non_null(strcasestr(s.headers, "text/event-stream"));
+	for (size_t k = 0; k < 4; k++) {
+		int i = ev_find(&s, want[k][0], want[k][1]);
+
+		assert_true(i > last);
+		last = i;
+	}
+	assert_string_equal(jstr(ev_last(&s), "type"), "exit");
+	assert_int_equal(jint(ev_last(&s), "exit_code"), 3);
+	stream_release(&s);
+}
+
+static void stream_past_its_timeout_ends_timed_out(void **state)
+{
+	struct stream s;
+
+	(void)state;
+	assert_int_equal(stream_exec(d.key, sbx_a, "application/x-ndjson",
+				     "{\"command\": \"echo started; sleep 60\", \"timeout_ms\": 2000}",
+				     0, &s, NULL),
+			 0);
+	stream_print(&s);
+	assert_int_equal(s.status, 200);
+	assert_true(ev_find(&s, "stdout", "started") >= 0);
+	assert_string_equal(jstr(ev_last(&s), "type"), "exit");
+	assert_int_equal(jbool(ev_last(&s), "timed_out"), 1);
+	assert_int_equal(jint(ev_last(&s), "exit_code"), 137);
+	stream_release(&s);
+}
+
+static void stream_base64_decodes_each_event(void **state)
+{
+	struct stream s;
+	const char *data;
+	int i;
+
+	(void)state;
+	assert_int_equal(stream_exec(d.key, sbx_a, "application/x-ndjson",
+				     "{\"command\": \"printf 'a\\\\000b'\", \"encoding\": \"base64\"}",
+				     0, &s, NULL),
+			 0);
+	stream_print(&s);
+	i = ev_find(&s, "stdout", "");
+	assert_true(i >= 0);
+	data = jstr(s.ev[i].o, "data");
+	assert_string_equal(data, "YQBi"); /* "a\0b" */
+	stream_release(&s);
+}
+
+static long rss_base, rss_peak;
+
+static void rss_sample(struct stream *s)
+{
+	long v = daemon_proc_kib(&d, "VmRSS");
+
+	(void)s;
+	if (v > rss_peak)
+		rss_peak = v;
+}
+
+static void stream_slow_reader_holds_memory_to_the_budget(void **state)
+{
+	struct stream s;
+	json_object *last;
+
+	(void)state;
+	rss_base = rss_peak = daemon_proc_kib(&d, "VmRSS");
+	/* 500 MB of output, read at ~4 KiB per 2 ms by the client. */
+	assert_int_equal(
+	    stream_exec(d.key, sbx_a, "application/x-ndjson",
+			"{\"command\": \"head -c 500000000 /dev/zero | tr '\\\\0' x; echo done >&2\", "
+			"\"timeout_ms\": 240000}",
+			2, &s, rss_sample),
+	    0);
+	last = ev_last(&s);
+	print_message("slow reader: %zu stdout bytes, %d events kept, RSS %ld -> peak %ld KiB; "
+		      "last %s\n",
+		      s.data_bytes[0], s.n, rss_base, rss_peak,
+		      json_object_to_json_string_ext(last, JSON_C_TO_STRING_PLAIN));
+	assert_int_equal(s.status, 200);
+	assert_string_equal(jstr(last, "type"), "exit");
+	assert_int_equal(jbool(last, "truncated"), 1);
+	assert_int_equal(jbool(last, "timed_out"), 0);
+	/* the cap, as for the buffered reply */
+	assert_int_equal(s.data_bytes[0], OUTPUT_CAP);
+	/* The exec's budget share is 2 x cap x 10 = 20 MiB; the daemon grew
+	 * by less than that. */
+	assert_true(rss_peak - rss_base < 20 * 1024);
+	stream_release(&s);
+}
+
+static void stream_of_another_account_is_404(void **state)
+{
+	struct stream s;
+
+	(void)state;
+	assert_int_equal(stream_exec(other_key, sbx_a, "application/x-ndjson",
+				     "{\"command\": \"echo no\"}", 0, &s, NULL),
+			 0);
+	assert_int_equal(s.status, 404);
+	stream_release(&s);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(stream_delivers_output_as_it_is_written),
+	    cmocka_unit_test(stream_interleaves_stdout_and_stderr_as_written),
+	    cmocka_unit_test(stream_past_its_timeout_ends_timed_out),
+	    cmocka_unit_test(stream_base64_decodes_each_event),
+	    cmocka_unit_test(stream_slow_reader_holds_memory_to_the_budget),
+	    cmocka_unit_test(stream_of_another_account_is_404),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
