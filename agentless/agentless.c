@@ -28,12 +28,21 @@
 #include "agentless/wire.h"
 
 #define MOD "agentless"
+
+_Static_assert(AGENTLESS_PROC_RING == WIRE_PROC_RING && AGENTLESS_PROC_CHUNK == WIRE_PROC_CHUNK &&
+		   AGENTLESS_PROC_MAX == WIRE_PROC_MAX,
+	       "agentless.h mirrors wire.h's process constants");
 /* Ids of execs the host gave up on (backstop, reconnect) whose late frames
  * are dropped silently instead of counting as a violation. */
 #define ABANDONED_MAX	     64
 #define DEFAULT_MAX_INFLIGHT 64
 /* Guest-supplied text echoed into an error is cut to this many bytes. */
 #define GUEST_TEXT_MAX 200
+/* After a reattach without HELLO, how long a request that needs a newer
+ * version than the assumed oldest one is told to retry (503) rather than
+ * refused (500): the guest says HELLO when a host connects, or when a
+ * WELCOME names an older version than its own. */
+#define VERSION_WAIT_MS 10000
 /* Unsolicited frames: a token bucket per connection. */
 #define UNSOLICITED_BURST 32
 #define UNSOLICITED_PER_S 8
@@ -56,6 +65,8 @@ struct exec {
 	uint32_t id;
 	agentless_exec_done_fn done;
 	agentless_output_fn on_output; /* NULL: output is buffered */
+	/* set for a PROC request instead of an exec: its reply */
+	agentless_proc_done_fn proc_done;
 	void *opaque;
 	struct stream_buf out;
 	struct stream_buf err;
@@ -90,11 +101,13 @@ struct agentless_conn {
 	bool ch_eof;	  /* the attached channel reported EOF */
 	unsigned senders; /* threads inside ch.send() */
 
-	bool ready;	    /* HELLO answered with WELCOME */
-	bool hello_pending; /* HELLO arrived with no usable channel yet */
-	uint32_t version;   /* negotiated */
-	bool broken;	    /* no execs until the next attach */
-	bool rx_dead;	    /* ignore input until EOF or the next attach */
+	bool ready;		  /* HELLO answered with WELCOME */
+	bool hello_pending;	  /* HELLO arrived with no usable channel yet */
+	uint32_t version;	  /* negotiated */
+	bool version_assumed;	  /* reattached without a HELLO yet: WIRE_VERSION_MIN */
+	int64_t assumed_until_ms; /* sbx_mono_ms(): the guest's HELLO is due by then */
+	bool broken;		  /* no execs until the next attach */
+	bool rx_dead;		  /* ignore input until EOF or the next attach */
 	char broken_msg[128];
 
 	/* frame reassembly */
@@ -305,12 +318,21 @@ static bool conn_unsolicited_ok_locked(struct agentless_conn *c)
 }
 
 /* Fail a list of execs (already unlinked) with err; no lock held. */
+/* Fail one exec or PROC request (its callback, whichever it has). */
+static void exec_fail_one(struct exec *e, const struct sbx_error *err)
+{
+	if (e->proc_done)
+		e->proc_done(e->opaque, NULL, 0, err);
+	else
+		e->done(e->opaque, NULL, err);
+}
+
 static void execs_fail(struct exec *list, const struct sbx_error *err)
 {
 	while (list) {
 		struct exec *next = list->next;
 
-		list->done(list->opaque, NULL, err);
+		exec_fail_one(list, err);
 		exec_free(list);
 		list = next;
 	}
@@ -495,6 +517,7 @@ static void handle_hello(struct agentless_conn *c, const uint8_t *p, size_t len)
 
 	pthread_mutex_lock(&c->lock);
 	c->version = version;
+	c->version_assumed = false;
 	send_now = c->have_ch && !c->ch_eof;
 	if (!send_now)
 		c->hello_pending = true;
@@ -663,6 +686,8 @@ static void handle_exit(struct agentless_conn *c, const struct wire_header *h, c
 	e = conn_exec_finish(c, h->id, "EXIT");
 	if (!e)
 		return;
+	if (e->proc_done)
+		rc = -1; /* a PROC is answered by PROC_REPLY, never EXIT */
 
 	/* The guest is hostile: an exit status is 0..255 (128+signal when
 	 * killed), timed_out a flag; anything else is a forged frame. */
@@ -673,7 +698,7 @@ static void handle_exit(struct agentless_conn *c, const struct wire_header *h, c
 		struct sbx_error err;
 
 		sbx_error_set(&err, SBX_E_SANDBOX_ERROR, NULL, MSG_VIOLATION);
-		e->done(e->opaque, NULL, &err);
+		exec_fail_one(e, &err);
 		exec_free(e);
 		conn_violation(c, "malformed EXIT for exec %u", h->id);
 		return;
@@ -701,9 +726,29 @@ static void handle_exit(struct agentless_conn *c, const struct wire_header *h, c
 	exec_free(e);
 }
 
+static void handle_proc_reply(struct agentless_conn *c, const struct wire_header *h,
+			      const uint8_t *p, size_t len)
+{
+	struct exec *e = conn_exec_finish(c, h->id, "PROC_REPLY");
+	struct sbx_error err;
+
+	if (!e)
+		return;
+	if (!e->proc_done) {
+		sbx_error_set(&err, SBX_E_SANDBOX_ERROR, NULL, MSG_VIOLATION);
+		exec_fail_one(e, &err);
+		exec_free(e);
+		conn_violation(c, "PROC_REPLY for exec %u", h->id);
+		return;
+	}
+	/* the payload is checked by the caller, which knows its op */
+	e->proc_done(e->opaque, p, len, NULL);
+	exec_free(e);
+}
+
 static bool param_known(const char *param)
 {
-	static const char *const known[] = {"command", "cwd", "env", "timeout_ms"};
+	static const char *const known[] = {"command", "cwd", "env", "timeout_ms", "pid", "signal"};
 
 	for (size_t i = 0; i < SBX_ARRAY_SIZE(known); i++)
 		if (strcmp(param, known[i]) == 0)
@@ -745,7 +790,7 @@ static void handle_error(struct agentless_conn *c, const struct wire_header *h, 
 
 	if (rc < 0 || !have_kind) {
 		sbx_error_set(&err, SBX_E_SANDBOX_ERROR, NULL, MSG_VIOLATION);
-		e->done(e->opaque, NULL, &err);
+		exec_fail_one(e, &err);
 		exec_free(e);
 		conn_violation(c, "malformed ERROR for exec %u", h->id);
 		return;
@@ -772,13 +817,16 @@ static void handle_error(struct agentless_conn *c, const struct wire_header *h, 
 			      "the sandbox could not start the command: %s",
 			      msg[0] ? msg : "spawn failed");
 		break;
+	case WIRE_ERR_NO_PROCESS:
+		sbx_error_set(&err, SBX_E_NOT_FOUND, NULL, "no such process in the sandbox");
+		break;
 	default:
 		sbx_error_set(&err, SBX_E_SANDBOX_ERROR, NULL,
 			      "the sandbox could not run the command");
 		break;
 	}
 	sbx_debug(MOD, "exec %u refused by the guest (kind %u): %s", h->id, kind, msg);
-	e->done(e->opaque, NULL, &err);
+	exec_fail_one(e, &err);
 	exec_free(e);
 }
 
@@ -802,6 +850,9 @@ static void conn_handle_frame(struct agentless_conn *c, const struct wire_header
 		break;
 	case WIRE_ERROR:
 		handle_error(c, h, p, len);
+		break;
+	case WIRE_PROC_REPLY:
+		handle_proc_reply(c, h, p, len);
 		break;
 	default:
 		conn_violation(c, "unexpected frame type %u from the guest", h->type);
@@ -955,8 +1006,11 @@ void agentless_conn_attach(struct agentless_conn *c, struct sbx_channel ch, bool
 	welcome = reattach || c->hello_pending;
 	/* A guest we did not hear HELLO from is assumed to speak only the
 	 * oldest version (it may have been booted by an older daemon). */
-	if (reattach && c->version == 0)
+	if (reattach && c->version == 0) {
 		c->version = WIRE_VERSION_MIN;
+		c->version_assumed = true;
+		c->assumed_until_ms = sbx_mono_ms() + VERSION_WAIT_MS;
+	}
 	version = c->version;
 	pthread_mutex_unlock(&c->lock);
 
@@ -1146,6 +1200,89 @@ static size_t exec_payload_size(const struct agentless_exec_req *req)
 	return n;
 }
 
+/* Put e in flight and send its frame: the channel must be up, the guest
+ * must speak `need_version` (`too_old` says what an older one cannot do)
+ * and max_inflight not be reached; e gets a fresh id and its backstop at
+ * timeout_ms + backstop_grace_ms. 0: e's callback will run; -1 with err:
+ * e was freed and no callback runs. */
+static int conn_launch(struct agentless_conn *c, struct exec *e, uint8_t type, const void *payload,
+		       size_t len, uint32_t timeout_ms, uint32_t need_version, const char *too_old,
+		       struct sbx_error *err)
+{
+	uint32_t id;
+
+	pthread_mutex_lock(&c->lock);
+	if (!c->have_ch || c->ch_eof || c->broken || !c->ready) {
+		char msg[sizeof c->broken_msg];
+
+		snprintf(msg, sizeof msg, "%s", c->broken_msg[0] ? c->broken_msg : MSG_GONE);
+		pthread_mutex_unlock(&c->lock);
+		exec_free(e);
+		return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL, "%s", msg);
+	}
+	if (c->version < need_version && c->version_assumed &&
+	    sbx_mono_ms() < c->assumed_until_ms) {
+		/* the guest's HELLO (it says one whenever a host connects)
+		 * will tell its real version in a moment */
+		pthread_mutex_unlock(&c->lock);
+		exec_free(e);
+		sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
+			      "the sandbox's guest is reconnecting; retry in a second");
+		if (err)
+			err->retry_after_s = 1;
+		return -1;
+	}
+	if (c->version < need_version) {
+		uint32_t v = c->version;
+
+		pthread_mutex_unlock(&c->lock);
+		exec_free(e);
+		return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL,
+				     "this sandbox's guest speaks exec protocol v%u, which cannot "
+				     "%s (v%u); create a new sandbox",
+				     v, too_old, need_version);
+	}
+	if (c->n_execs >= c->lim.max_inflight) {
+		pthread_mutex_unlock(&c->lock);
+		exec_free(e);
+		sbx_error_set(err, SBX_E_RATE_LIMITED, NULL,
+			      "too many commands are running in this sandbox at once (limit %u)",
+			      c->lim.max_inflight);
+		if (err)
+			err->retry_after_s = 1;
+		return -1;
+	}
+	/* ids are never 0 and never reused while in flight */
+	do {
+		id = c->next_id++;
+		if (c->next_id == 0)
+			c->next_id = 1;
+	} while (id == 0 || conn_exec_find(c, id));
+	e->id = id;
+	e->started_ms = sbx_mono_ms();
+	e->deadline_ms = e->started_ms + (int64_t)timeout_ms + c->lim.backstop_grace_ms;
+	/* in the table before the frame leaves, so a fast reply finds it */
+	e->next = c->execs;
+	c->execs = e;
+	c->n_execs++;
+	pthread_mutex_unlock(&c->lock);
+
+	if (conn_send(c, type, id, payload, len) == 0)
+		return 0;
+
+	/* not sent: unless someone already failed it (and called its
+	 * callback), take it back and report the error to the caller */
+	pthread_mutex_lock(&c->lock);
+	e = conn_exec_take(c, id);
+	if (e)
+		conn_abandon(c, id);
+	pthread_mutex_unlock(&c->lock);
+	if (!e)
+		return 0;
+	exec_free(e);
+	return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL, MSG_GONE);
+}
+
 int agentless_exec_start(struct agentless_conn *c, const struct agentless_exec_req *req,
 			 agentless_exec_done_fn done, void *opaque, struct sbx_error *err)
 {
@@ -1153,7 +1290,6 @@ int agentless_exec_start(struct agentless_conn *c, const struct agentless_exec_r
 	struct wire_writer w;
 	struct exec *e;
 	size_t size;
-	uint32_t id;
 
 	if (!req || !done || (!req->command && req->command_len) || !req->cwd ||
 	    (req->n_env && !req->env))
@@ -1191,61 +1327,9 @@ int agentless_exec_start(struct agentless_conn *c, const struct agentless_exec_r
 	e->out.count_only = e->err.count_only = req->on_output != NULL;
 	sanitize_text(req->cwd, strlen(req->cwd), e->cwd, sizeof e->cwd);
 
-	pthread_mutex_lock(&c->lock);
-	if (!c->have_ch || c->ch_eof || c->broken || !c->ready) {
-		char msg[sizeof c->broken_msg];
-
-		snprintf(msg, sizeof msg, "%s", c->broken_msg[0] ? c->broken_msg : MSG_GONE);
-		pthread_mutex_unlock(&c->lock);
-		exec_free(e);
-		return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL, "%s", msg);
-	}
-	if ((req->stdin_data || req->user) && c->version < 2) {
-		pthread_mutex_unlock(&c->lock);
-		exec_free(e);
-		return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL,
-				     "this guest speaks exec protocol v%u, which cannot pass %s",
-				     c->version, req->user ? "a user" : "stdin");
-	}
-	if (c->n_execs >= c->lim.max_inflight) {
-		pthread_mutex_unlock(&c->lock);
-		exec_free(e);
-		sbx_error_set(err, SBX_E_RATE_LIMITED, NULL,
-			      "too many commands are running in this sandbox at once (limit %u)",
-			      c->lim.max_inflight);
-		if (err)
-			err->retry_after_s = 1;
-		return -1;
-	}
-	/* ids are never 0 and never reused while in flight */
-	do {
-		id = c->next_id++;
-		if (c->next_id == 0)
-			c->next_id = 1;
-	} while (id == 0 || conn_exec_find(c, id));
-	e->id = id;
-	e->started_ms = sbx_mono_ms();
-	e->deadline_ms = e->started_ms + (int64_t)req->timeout_ms + c->lim.backstop_grace_ms;
-	/* in the table before the frame leaves, so a fast reply finds it */
-	e->next = c->execs;
-	c->execs = e;
-	c->n_execs++;
-	pthread_mutex_unlock(&c->lock);
-
-	if (conn_send(c, WIRE_EXEC, id, payload, w.len) == 0)
-		return 0;
-
-	/* not sent: unless someone already failed it (and called done), take
-	 * it back and report the error to the caller instead */
-	pthread_mutex_lock(&c->lock);
-	e = conn_exec_take(c, id);
-	if (e)
-		conn_abandon(c, id);
-	pthread_mutex_unlock(&c->lock);
-	if (!e)
-		return 0;
-	exec_free(e);
-	return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL, MSG_GONE);
+	return conn_launch(c, e, WIRE_EXEC, payload, w.len, req->timeout_ms,
+			   req->stdin_data || req->user ? 2 : 1,
+			   req->user ? "pass a user" : "pass stdin", err);
 }
 
 void agentless_exec_resume(struct agentless_conn *c, uint32_t exec_id)
@@ -1266,6 +1350,24 @@ void agentless_exec_resume(struct agentless_conn *c, uint32_t exec_id)
 	pthread_mutex_unlock(&c->lock);
 	if (send)
 		conn_send(c, WIRE_RESUME, exec_id, NULL, 0);
+}
+
+int agentless_proc_call(struct agentless_conn *c, const void *payload, size_t len,
+			uint32_t timeout_ms, agentless_proc_done_fn done, void *opaque,
+			struct sbx_error *err)
+{
+	struct exec *e;
+
+	if (!done || len > WIRE_MAX_PAYLOAD)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL,
+				     "the request exceeds %d bytes", WIRE_MAX_PAYLOAD);
+	e = xcalloc(1, sizeof(*e));
+	e->proc_done = done;
+	e->opaque = opaque;
+	stream_init(&e->out, 0); /* output for a PROC id is a violation */
+	stream_init(&e->err, 0);
+	return conn_launch(c, e, WIRE_PROC, payload, len, timeout_ms, 3, "run background processes",
+			   err);
 }
 
 struct sync_exec {

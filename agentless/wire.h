@@ -85,7 +85,39 @@ enum wire_type {
 	 * still runs. Ignored for an unknown id. */
 	WIRE_RESUME = 254,
 	WIRE_PAUSE = 255,
+	/* v3, host -> guest, id = a request id (from the exec id space):
+	 * {PROC_OP, ...} on background processes (enum wire_proc_op). The
+	 * guest answers PROC_REPLY, or ERROR (kind NO_PROCESS for a pid it
+	 * does not know). */
+	WIRE_PROC = 253,
+	/* v3, guest -> host, id = the PROC's: the op's result (wire_proc_op) */
+	WIRE_PROC_REPLY = 252,
 };
+
+/* PROC_OP values and their fields (request -> reply). */
+enum wire_proc_op {
+	/* {COMMAND, CWD?, ENV*, USER?, TIMEOUT_MS? (absent: none), MAX_PROCS}
+	 * -> {PID, TIME_NS (started, guest clock), RUNNING (1)} */
+	WIRE_PROC_START = 1,
+	/* {} -> {PROC*}, each a nested payload {PID, COMMAND (head, <= 256
+	 * bytes), TIME_NS, RUNNING, EXIT_CODE?} */
+	WIRE_PROC_LIST = 2,
+	/* {PID, OUT_OFFSET, ERR_OFFSET} -> {PID, RUNNING, EXIT_CODE?, OUT_OFFSET,
+	 * OUT_DATA, OUT_END, ERR_OFFSET, ERR_DATA, ERR_END}: the bytes of each
+	 * stream from max(asked, oldest kept) (OUT_OFFSET in the reply), at
+	 * most WIRE_PROC_CHUNK of each; *_END = bytes written so far */
+	WIRE_PROC_OUTPUT = 3,
+	/* {PID, DATA?, CLOSE?} -> {WRITTEN}: bytes the pipe took now */
+	WIRE_PROC_STDIN = 4,
+	/* {PID, SIGNAL (2, 9 or 15)} -> {}: to its process group */
+	WIRE_PROC_SIGNAL = 5,
+};
+
+/* Background processes: each stream's ring in the guest, the most output
+ * one OUTPUT reply carries per stream, the guest's own table size. */
+#define WIRE_PROC_RING	(1024 * 1024)
+#define WIRE_PROC_CHUNK (30 * 1024)
+#define WIRE_PROC_MAX	64
 
 enum wire_tag {
 	WIRE_T_VERSION = 1,	  /* u32 */
@@ -110,8 +142,23 @@ enum wire_tag {
 	WIRE_T_PARAM = 31,	  /* bytes, the request field to blame */
 	WIRE_T_MESSAGE = 32,	  /* bytes, one sentence */
 	/* v3 (counting down from the top of the range, see above) */
-	WIRE_T_STREAM = 65535, /* u32 1 in EXEC: ship output as soon as it is
-				* read instead of batching it into full chunks */
+	WIRE_T_STREAM = 65535,	   /* u32 1 in EXEC: ship output as soon as it is
+				    * read instead of batching it into full chunks */
+	WIRE_T_PROC_OP = 65534,	   /* u32, enum wire_proc_op */
+	WIRE_T_PID = 65533,	   /* u32, a guest pid (> 1) */
+	WIRE_T_OUT_OFFSET = 65532, /* u64, a byte offset into stdout */
+	WIRE_T_ERR_OFFSET = 65531, /* u64 */
+	WIRE_T_OUT_END = 65530,	   /* u64, stdout bytes written so far */
+	WIRE_T_ERR_END = 65529,	   /* u64 */
+	WIRE_T_OUT_DATA = 65528,   /* bytes */
+	WIRE_T_ERR_DATA = 65527,   /* bytes */
+	WIRE_T_DATA = 65526,	   /* bytes for a process's stdin */
+	WIRE_T_CLOSE = 65525,	   /* u32 1: close its stdin after DATA */
+	WIRE_T_SIGNAL = 65524,	   /* u32 signal number */
+	WIRE_T_PROC_ENTRY = 65523, /* bytes: one process, a nested payload */
+	WIRE_T_RUNNING = 65522,	   /* u32 0/1 */
+	WIRE_T_MAX_PROCS = 65521,  /* u32, the host's limit of running ones */
+	WIRE_T_WRITTEN = 65520,	   /* u32 bytes */
 };
 
 enum wire_error_kind {
@@ -119,6 +166,8 @@ enum wire_error_kind {
 	WIRE_ERR_CWD = 2,	  /* cwd missing or not a directory */
 	WIRE_ERR_BUSY = 3,	  /* guest at its own in-flight limit */
 	WIRE_ERR_SPAWN = 4,	  /* fork/exec/cgroup failed in the guest */
+	/* v3 (top of the range): a PROC named a pid the guest does not keep */
+	WIRE_ERR_NO_PROCESS = 255,
 };
 
 struct wire_header {

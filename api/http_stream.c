@@ -67,7 +67,7 @@ bool api_stream_wanted(struct MHD_Connection *c, bool *sse)
 
 /* How many bytes at the end of p[0..n) start a UTF-8 sequence that the
  * next chunk may complete (0..3). */
-static size_t utf8_incomplete_tail(const uint8_t *p, size_t n)
+size_t api_utf8_incomplete_tail(const uint8_t *p, size_t n)
 {
 	for (size_t i = 1; i <= CARRY_MAX && i <= n; i++) {
 		uint8_t b = p[n - i];
@@ -203,7 +203,7 @@ static bool stream_output(void *opaque, uint32_t exec_id, bool is_stderr, const 
 	memcpy(s->scratch, s->carry[k], n);
 	memcpy(s->scratch + n, data, len);
 	n += len;
-	tail = s->base64 ? 0 : utf8_incomplete_tail((const uint8_t *)s->scratch, n);
+	tail = s->base64 ? 0 : api_utf8_incomplete_tail((const uint8_t *)s->scratch, n);
 	memcpy(s->carry[k], s->scratch + n - tail, tail);
 	s->carry_len[k] = tail;
 	if (n == tail)

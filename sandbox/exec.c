@@ -32,8 +32,8 @@ static struct output_account **output_account_find_locked(struct sandbox_svc *sv
 
 /* Take `bytes` of the account's and the host's budget into *hold. 0, or
  * -1 with 429 (account) / 503 (host). */
-static int output_reserve(struct sandbox_svc *svc, const char *account_id, uint64_t bytes,
-			  struct sandbox_output_hold *hold, struct sbx_error *err)
+int sandbox_output_reserve(struct sandbox_svc *svc, const char *account_id, uint64_t bytes,
+			   struct sandbox_output_hold *hold, struct sbx_error *err)
 {
 	const struct sandbox_config *cfg = &svc->cfg;
 	uint64_t acct_max = cfg->output_budget_account_mib << 20;
@@ -197,12 +197,8 @@ int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const ch
 	uint32_t timeout;
 	int rc;
 
-	if (sandbox_visible_row(svc, account_id, id, &row, err) < 0)
+	if (sandbox_running_row(svc, account_id, id, now, &row, err) < 0)
 		return -1;
-	if (row.status != STORE_RUNNING || row.expires_at_ms <= now)
-		return sbx_error_set(
-		    err, SBX_E_SANDBOX_NOT_RUNNING, NULL, "sandbox '%s' is %s; create a new one",
-		    id, row.status == STORE_RUNNING ? "expired" : store_status_name(row.status));
 	left_ms = row.expires_at_ms - now;
 	if (req->has_timeout) {
 		if (req->timeout_ms < 1 || (int64_t)req->timeout_ms > left_ms)
@@ -239,32 +235,24 @@ int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const ch
 	call->opaque = opaque;
 	call->own = !req->hold;
 	hold = req->hold ? req->hold : &call->own_hold;
-	if (output_reserve(svc, account_id,
-			   2 * (uint64_t)cfg->output_cap_bytes *
-			       (req->base64 ? SANDBOX_REPLY_COST_BASE64 : SANDBOX_REPLY_COST_UTF8),
-			   hold, err) < 0) {
+	if (sandbox_output_reserve(
+		svc, account_id,
+		2 * (uint64_t)cfg->output_cap_bytes *
+		    (req->base64 ? SANDBOX_REPLY_COST_BASE64 : SANDBOX_REPLY_COST_UTF8),
+		hold, err) < 0) {
 		free(call);
 		return -1;
 	}
 
-	pthread_mutex_lock(&svc->lock);
-	l = sandbox_live_find_locked(svc, id);
-	if (!l || l->dead) {
-		pthread_mutex_unlock(&svc->lock);
+	l = sandbox_live_pin(svc, id, err);
+	if (!l) {
 		sandbox_output_release(svc, hold);
 		free(call);
-		return sbx_error_set(err, SBX_E_SANDBOX_NOT_RUNNING, NULL,
-				     "sandbox '%s' is no longer running", id);
+		return -1;
 	}
-	l->refs++;
 	call->l = l;
-	pthread_mutex_unlock(&svc->lock);
-
 	rc = agentless_exec_start(l->conn, &areq, exec_done, call, err);
-
-	pthread_mutex_lock(&svc->lock);
-	sandbox_live_unref_locked(svc, l);
-	pthread_mutex_unlock(&svc->lock);
+	sandbox_live_unpin(svc, l);
 	if (rc < 0) {
 		sandbox_output_release(svc, hold);
 		free(call);
@@ -280,20 +268,36 @@ int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const ch
 	return 0;
 }
 
-void sandbox_exec_resume(struct sandbox_svc *svc, const char *sandbox_id, uint32_t exec_id)
+struct live *sandbox_live_pin(struct sandbox_svc *svc, const char *id, struct sbx_error *err)
 {
 	struct live *l;
 
 	pthread_mutex_lock(&svc->lock);
-	l = sandbox_live_find_locked(svc, sandbox_id);
+	l = sandbox_live_find_locked(svc, id);
 	if (!l || l->dead) {
 		pthread_mutex_unlock(&svc->lock);
-		return;
+		sbx_error_set(err, SBX_E_SANDBOX_NOT_RUNNING, NULL,
+			      "sandbox '%s' is no longer running", id);
+		return NULL;
 	}
 	l->refs++;
 	pthread_mutex_unlock(&svc->lock);
-	agentless_exec_resume(l->conn, exec_id);
+	return l;
+}
+
+void sandbox_live_unpin(struct sandbox_svc *svc, struct live *l)
+{
 	pthread_mutex_lock(&svc->lock);
 	sandbox_live_unref_locked(svc, l);
 	pthread_mutex_unlock(&svc->lock);
+}
+
+void sandbox_exec_resume(struct sandbox_svc *svc, const char *sandbox_id, uint32_t exec_id)
+{
+	struct live *l = sandbox_live_pin(svc, sandbox_id, NULL);
+
+	if (!l)
+		return;
+	agentless_exec_resume(l->conn, exec_id);
+	sandbox_live_unpin(svc, l);
 }

@@ -56,6 +56,18 @@ int sandbox_visible_row(struct sandbox_svc *svc, const char *account_id, const c
 	return 0;
 }
 
+int sandbox_running_row(struct sandbox_svc *svc, const char *account_id, const char *id,
+			int64_t now, struct store_sandbox *row, struct sbx_error *err)
+{
+	if (sandbox_visible_row(svc, account_id, id, row, err) < 0)
+		return -1;
+	if (row->status != STORE_RUNNING || row->expires_at_ms <= now)
+		return sbx_error_set(
+		    err, SBX_E_SANDBOX_NOT_RUNNING, NULL, "sandbox '%s' is %s; create a new one",
+		    id, row->status == STORE_RUNNING ? "expired" : store_status_name(row->status));
+	return 0;
+}
+
 /* ------------------------------------------------------------- reconcile */
 
 struct live_rows {
@@ -1199,12 +1211,8 @@ int sandbox_extend(struct sandbox_svc *svc, const char *account_id, const char *
 	if (timeout_minutes < 1 || timeout_minutes > cfg->max_timeout_minutes)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "timeout_minutes",
 				     "timeout_minutes must be 1..%d", cfg->max_timeout_minutes);
-	if (sandbox_visible_row(svc, account_id, id, &row, err) < 0)
+	if (sandbox_running_row(svc, account_id, id, now, &row, err) < 0)
 		return -1;
-	if (row.status != STORE_RUNNING || row.expires_at_ms <= now)
-		return sbx_error_set(
-		    err, SBX_E_SANDBOX_NOT_RUNNING, NULL, "sandbox '%s' is %s; create a new one",
-		    id, row.status == STORE_RUNNING ? "expired" : store_status_name(row.status));
 	want = now + (int64_t)timeout_minutes * minute_ms(cfg);
 	latest = row.created_at_ms + (int64_t)cfg->max_lifetime_minutes * minute_ms(cfg);
 	if (want > latest) {

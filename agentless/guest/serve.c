@@ -99,7 +99,8 @@ struct exec {
 static struct {
 	int port;
 	bool connected;
-	bool in_bad; /* framing lost: discard input until reconnect */
+	bool in_bad;	   /* framing lost: discard input until reconnect */
+	bool rehello_sent; /* HELLO repeated after a low WELCOME (welcome_check) */
 	int sfd;
 
 	/* outbound bytes: frames back to back, [head, len) unsent */
@@ -231,6 +232,16 @@ static void send_error(uint32_t id, uint32_t kind, const char *param, const char
 		wire_put_str(&w, WIRE_T_PARAM, param);
 	wire_put_str(&w, WIRE_T_MESSAGE, msg);
 	frame_send_w(WIRE_ERROR, id, &w);
+}
+
+void guest_frame_send(uint8_t type, uint32_t id, const void *payload, size_t len)
+{
+	frame_send(type, id, payload, len);
+}
+
+void guest_send_error(uint32_t id, uint32_t kind, const char *param, const char *msg)
+{
+	send_error(id, kind, param, msg);
 }
 
 /* ------------------------------------------------------------- cgroups */
@@ -881,27 +892,27 @@ static int pipe_nb(int fds[2])
 
 #define SBX_GUEST_MIN(a, b) ((a) < (b) ? (a) : (b))
 
-static void exec_start(uint32_t id, const uint8_t *p, size_t len)
+/* Decode an EXEC-shaped request (EXEC, or a PROC start) and start its
+ * command in its own cgroup and session: stdout/stderr to non-blocking
+ * pipes, stdin from the request's STDIN, or a pipe when `stdin_pipe` (its
+ * write end non-blocking in c->in_fd), else /dev/null. 0, or -1 after
+ * sending ERROR for `id`. */
+int guest_spawn(uint32_t id, const uint8_t *p, size_t len, bool stdin_pipe, struct guest_child *c)
 {
 	struct exec_req r;
-	struct exec *e;
 	struct stat st;
-	int out[2] = {-1, -1}, err[2] = {-1, -1}, procs_fd = -1, script_fd = -1, stdin_fd = -1;
+	int out[2] = {-1, -1}, err[2] = {-1, -1}, in[2] = {-1, -1}, procs_fd = -1, script_fd = -1,
+	    stdin_fd = -1;
 	pid_t pid;
 
-	if (id == 0 || exec_find(id)) {
-		send_error(id, WIRE_ERR_BAD_REQUEST, "id", "exec id is zero or already in use");
-		return;
-	}
-	if (S.n_execs >= EXEC_MAX || !(e = exec_slot())) {
-		send_error(id, WIRE_ERR_BUSY, NULL, "too many commands running in this sandbox");
-		return;
-	}
+	memset(c, 0, sizeof(*c));
+	c->in_fd = -1;
 	if (exec_req_parse(id, p, len, &r) < 0)
-		return;
+		return -1;
 #ifdef SBX_GUEST_FUZZ
 	exec_req_release(&r); /* the fuzzer checks decoding only: start nothing */
-	return;
+	(void)stdin_pipe;
+	return -1;
 #endif
 	if (stat(r.cwd, &st) < 0 || !S_ISDIR(st.st_mode)) {
 		send_error(id, WIRE_ERR_CWD, "cwd", "cwd does not exist or is not a directory");
@@ -922,29 +933,35 @@ static void exec_start(uint32_t id, const uint8_t *p, size_t len)
 		send_error(id, WIRE_ERR_SPAWN, NULL, "cannot stage stdin in the guest");
 		goto err_req;
 	}
-	if (pipe_nb(out) < 0 || pipe_nb(err) < 0) {
+	if (pipe_nb(out) < 0 || pipe_nb(err) < 0 ||
+	    (stdin_pipe && stdin_fd < 0 && pipe2(in, O_CLOEXEC) < 0)) {
 		send_error(id, WIRE_ERR_SPAWN, NULL, "cannot create pipes in the guest");
 		goto err_pipes;
 	}
+	if (in[0] >= 0) {
+		/* our end (write) non-blocking, the command reads blocking */
+		fcntl(in[1], F_SETFL, fcntl(in[1], F_GETFL) | O_NONBLOCK);
+		stdin_fd = in[0];
+		in[0] = -1;
+	}
 
-	memset(e, 0, sizeof(*e));
 	if (guest_cgroup_root[0]) {
 		char path[160];
 
-		snprintf(e->cgroup, sizeof(e->cgroup), "%s/sbx-exec-%u.%llu", guest_cgroup_root, id,
+		snprintf(c->cgroup, sizeof(c->cgroup), "%s/sbx-exec-%u.%llu", guest_cgroup_root, id,
 			 (unsigned long long)++S.serial);
-		if (mkdir(e->cgroup, 0755) == 0) {
-			snprintf(path, sizeof(path), "%s/cgroup.procs", e->cgroup);
+		if (mkdir(c->cgroup, 0755) == 0) {
+			snprintf(path, sizeof(path), "%s/cgroup.procs", c->cgroup);
 			procs_fd = open(path, O_WRONLY | O_CLOEXEC);
 		}
 		if (procs_fd < 0) {
-			guest_log("cgroup %s: %s", e->cgroup, strerror(errno));
-			rmdir(e->cgroup);
-			e->cgroup[0] = '\0';
+			guest_log("cgroup %s: %s", c->cgroup, strerror(errno));
+			rmdir(c->cgroup);
+			c->cgroup[0] = '\0';
 		}
 	}
 
-	e->start_ms = guest_mono_ms();
+	c->start_ms = guest_mono_ms();
 	pid = fork();
 	if (pid < 0) {
 		send_error(id, WIRE_ERR_SPAWN, NULL, "cannot fork in the guest");
@@ -961,29 +978,30 @@ static void exec_start(uint32_t id, const uint8_t *p, size_t len)
 		close(procs_fd);
 	close(out[1]);
 	close(err[1]);
-	e->used = true;
-	e->id = id;
-	e->pid = pid;
-	e->deadline_ms = e->start_ms + r.timeout_ms;
-	e->stream = r.stream;
-	e->out = (struct stream){.fd = out[0], .type = WIRE_STDOUT, .cap = r.out_cap};
-	e->err = (struct stream){.fd = err[0], .type = WIRE_STDERR, .cap = r.err_cap};
-	S.n_execs++;
+	c->pid = pid;
+	c->out_fd = out[0];
+	c->err_fd = err[0];
+	c->in_fd = in[1];
+	c->timeout_ms = r.timeout_ms;
+	c->out_cap = r.out_cap;
+	c->err_cap = r.err_cap;
+	c->stream = r.stream;
 	exec_req_release(&r);
-	return;
+	return 0;
 
 err_cgroup:
 	if (procs_fd >= 0)
 		close(procs_fd);
-	if (e->cgroup[0])
-		rmdir(e->cgroup);
-	memset(e, 0, sizeof(*e));
+	if (c->cgroup[0])
+		rmdir(c->cgroup);
 err_pipes:
 	for (int i = 0; i < 2; i++) {
 		if (out[i] >= 0)
 			close(out[i]);
 		if (err[i] >= 0)
 			close(err[i]);
+		if (in[i] >= 0)
+			close(in[i]);
 	}
 err_req:
 	if (script_fd >= 0)
@@ -991,6 +1009,37 @@ err_req:
 	if (stdin_fd >= 0)
 		close(stdin_fd);
 	exec_req_release(&r);
+	memset(c, 0, sizeof(*c));
+	c->in_fd = -1;
+	return -1;
+}
+
+static void exec_start(uint32_t id, const uint8_t *p, size_t len)
+{
+	struct guest_child c;
+	struct exec *e;
+
+	if (id == 0 || exec_find(id)) {
+		send_error(id, WIRE_ERR_BAD_REQUEST, "id", "exec id is zero or already in use");
+		return;
+	}
+	if (S.n_execs >= EXEC_MAX || !(e = exec_slot())) {
+		send_error(id, WIRE_ERR_BUSY, NULL, "too many commands running in this sandbox");
+		return;
+	}
+	if (guest_spawn(id, p, len, false, &c) < 0)
+		return;
+	memset(e, 0, sizeof(*e));
+	e->used = true;
+	e->id = id;
+	e->pid = c.pid;
+	e->start_ms = c.start_ms;
+	e->deadline_ms = c.start_ms + c.timeout_ms;
+	e->stream = c.stream;
+	memcpy(e->cgroup, c.cgroup, sizeof(e->cgroup));
+	e->out = (struct stream){.fd = c.out_fd, .type = WIRE_STDOUT, .cap = c.out_cap};
+	e->err = (struct stream){.fd = c.err_fd, .type = WIRE_STDERR, .cap = c.err_cap};
+	S.n_execs++;
 }
 
 static void exec_kill_req(uint32_t id)
@@ -1020,6 +1069,8 @@ static void reap(void)
 	pid_t pid;
 
 	while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+		if (guest_proc_reaped(pid, status))
+			continue;
 		for (unsigned i = 0; i < EXEC_MAX; i++) {
 			struct exec *e = &S.execs[i];
 
@@ -1058,10 +1109,32 @@ static void set_clock(const uint8_t *p, size_t len)
 	}
 }
 
+/* A WELCOME below our version may be a host that reattached without
+ * seeing our HELLO (a reconnect this loop did not notice) and assumed the
+ * oldest version: say HELLO once more on this connection so it learns the
+ * real one. Once only: an older host answers the same again. */
+static void welcome_check(const uint8_t *p, size_t len)
+{
+	struct wire_reader rd;
+	struct wire_field f;
+	uint32_t v;
+
+	wire_reader_init(&rd, p, len);
+	while (wire_next(&rd, &f) == 1)
+		if (f.tag == WIRE_T_VERSION && wire_field_u32(&f, &v) == 0 && v < WIRE_VERSION &&
+		    !S.rehello_sent) {
+			S.rehello_sent = true;
+			send_hello();
+		}
+}
+
 static void frame_handle(const struct wire_header *h, const uint8_t *p)
 {
 	switch (h->type) {
 	case WIRE_WELCOME:
+		welcome_check(p, h->len);
+		set_clock(p, h->len);
+		break;
 	case WIRE_TIME:
 		set_clock(p, h->len);
 		break;
@@ -1079,6 +1152,9 @@ static void frame_handle(const struct wire_header *h, const uint8_t *p)
 	case WIRE_PAUSE:
 	case WIRE_RESUME:
 		exec_pause_req(h->id, h->type == WIRE_PAUSE);
+		break;
+	case WIRE_PROC:
+		guest_proc_request(h->id, p, h->len);
 		break;
 	default:
 		break; /* unknown or guest-bound types: ignore */
@@ -1179,6 +1255,7 @@ static void port_connected(void)
 	S.connected = true;
 	S.in_bad = false;
 	S.in_len = 0;
+	S.rehello_sent = false;
 	send_hello();
 	queue_flush();
 }
@@ -1245,13 +1322,14 @@ static void signals_read(void)
 
 /* ------------------------------------------------------------ the loop */
 
-enum pfd_kind { PK_SIG, PK_PORT, PK_OUT, PK_ERR, PK_ORPHAN };
+enum pfd_kind { PK_SIG, PK_PORT, PK_OUT, PK_ERR, PK_ORPHAN, PK_PROC };
 
 #define NOHOST_RECHECK_MS 500
 
 int guest_serve(int port_fd)
 {
-	static struct pollfd pfd[2 + 2 * EXEC_MAX + ORPHAN_MAX];
+	static struct pollfd pfd[2 + 2 * EXEC_MAX + ORPHAN_MAX + 2 * WIRE_PROC_MAX];
+	static unsigned proc_tags[2 * WIRE_PROC_MAX];
 	static struct {
 		enum pfd_kind kind;
 		unsigned idx;
@@ -1314,6 +1392,18 @@ int guest_serve(int port_fd)
 			who[n].idx = i;
 			n++;
 		}
+		{
+			unsigned k = guest_proc_pollfds(pfd + n, proc_tags, 2 * WIRE_PROC_MAX);
+			int64_t pnext = guest_proc_tick(now);
+
+			for (unsigned j = 0; j < k; j++) {
+				who[n + j].kind = PK_PROC;
+				who[n + j].idx = proc_tags[j];
+			}
+			n += k;
+			if (pnext >= 0 && (next < 0 || pnext < next))
+				next = pnext;
+		}
 		timeout = next < 0		 ? -1
 			  : next <= now		 ? 0
 			  : next - now > INT_MAX ? INT_MAX
@@ -1370,6 +1460,9 @@ int guest_serve(int port_fd)
 						    READ_BUDGET);
 				break;
 			}
+			case PK_PROC:
+				guest_proc_ready(who[i].idx);
+				break;
 			case PK_ORPHAN:
 				if (!orphan_read(S.orphans[who[i].idx]))
 					S.orphans[who[i].idx] = -1;

@@ -1,7 +1,10 @@
 /* Long jobs (issue 16) in real guests: a streamed exec (events as the guest
  * writes them, interleaved as written, timeouts, a slow reader that holds
  * the daemon's memory to its budget while the guest prints 500 MB), and
- * another account's 404.
+ * background processes (polled to completion with offsets and compared
+ * with the guest's own log, stdin, a signal to a process tree, the ring's
+ * overflow, the per-sandbox limit, a daemon restart that keeps them), and
+ * another account's 404 on every route.
  *
  * One daemon, the tiny image, a 1 vCPU / 512 MiB size. Event arrival times
  * are printed; assertions are orderings and gaps far larger than any
@@ -29,7 +32,8 @@ static int setup(void **state)
 	(void)state;
 	daemon_config(&d, "\"sizes\": {\"small\": {\"vcpus\": 1, \"memory_mib\": 512, "
 			  "\"disk_gib\": 1, \"price_micro_usd_per_hour\": 90000}}, "
-			  "\"http_threads\": 2, \"destroy_on_exit\": true");
+			  "\"http_threads\": 2, \"destroy_on_exit\": true, "
+			  "\"max_processes_per_sandbox\": 4");
 	other = d;
 	daemon_create_account(&other, "10");
 	snprintf(other_key, sizeof(other_key), "%s", other.key);
@@ -92,7 +96,8 @@ static void stream_lines(struct stream *s)
 
 			if (type && (strcmp(type, "stdout") == 0 || strcmp(type, "stderr") == 0) &&
 			    json_object_object_get_ex(o, "data", &v))
-				s->data_bytes[type[3] == 'e'] += (size_t)json_object_get_string_len(v);
+				s->data_bytes[type[3] == 'e'] +=
+				    (size_t)json_object_get_string_len(v);
 			/* keep only small events: a big stream is counted, not kept */
 			if (v && json_object_get_string_len(v) > 4096 && s->n > 16) {
 				json_object_put(o);
@@ -248,10 +253,11 @@ static void stream_delivers_output_as_it_is_written(void **state)
 	int i1, i3;
 
 	(void)state;
-	assert_int_equal(stream_exec(d.key, sbx_a, "application/x-ndjson",
-				     "{\"command\": \"for i in 1 2 3; do echo line$i; sleep 1; done\"}",
-				     0, &s, NULL),
-			 0);
+	assert_int_equal(
+	    stream_exec(d.key, sbx_a, "application/x-ndjson",
+			"{\"command\": \"for i in 1 2 3; do echo line$i; sleep 1; done\"}", 0, &s,
+			NULL),
+	    0);
 	print_message("stream of 1 2 3:\n");
 	stream_print(&s);
 	assert_int_equal(s.status, 200);
@@ -303,10 +309,11 @@ static void stream_past_its_timeout_ends_timed_out(void **state)
 	struct stream s;
 
 	(void)state;
-	assert_int_equal(stream_exec(d.key, sbx_a, "application/x-ndjson",
-				     "{\"command\": \"echo started; sleep 60\", \"timeout_ms\": 2000}",
-				     0, &s, NULL),
-			 0);
+	assert_int_equal(
+	    stream_exec(d.key, sbx_a, "application/x-ndjson",
+			"{\"command\": \"echo started; sleep 60\", \"timeout_ms\": 2000}", 0, &s,
+			NULL),
+	    0);
 	stream_print(&s);
 	assert_int_equal(s.status, 200);
 	assert_true(ev_find(&s, "stdout", "started") >= 0);
@@ -323,10 +330,11 @@ static void stream_base64_decodes_each_event(void **state)
 	int i;
 
 	(void)state;
-	assert_int_equal(stream_exec(d.key, sbx_a, "application/x-ndjson",
-				     "{\"command\": \"printf 'a\\\\000b'\", \"encoding\": \"base64\"}",
-				     0, &s, NULL),
-			 0);
+	assert_int_equal(
+	    stream_exec(d.key, sbx_a, "application/x-ndjson",
+			"{\"command\": \"printf 'a\\\\000b'\", \"encoding\": \"base64\"}", 0, &s,
+			NULL),
+	    0);
 	stream_print(&s);
 	i = ev_find(&s, "stdout", "");
 	assert_true(i >= 0);
@@ -355,10 +363,11 @@ static void stream_slow_reader_holds_memory_to_the_budget(void **state)
 	rss_base = rss_peak = daemon_proc_kib(&d, "VmRSS");
 	/* 500 MB of output, read at ~4 KiB per 2 ms by the client. */
 	assert_int_equal(
-	    stream_exec(d.key, sbx_a, "application/x-ndjson",
-			"{\"command\": \"head -c 500000000 /dev/zero | tr '\\\\0' x; echo done >&2\", "
-			"\"timeout_ms\": 240000}",
-			2, &s, rss_sample),
+	    stream_exec(
+		d.key, sbx_a, "application/x-ndjson",
+		"{\"command\": \"head -c 500000000 /dev/zero | tr '\\\\0' x; echo done >&2\", "
+		"\"timeout_ms\": 240000}",
+		2, &s, rss_sample),
 	    0);
 	last = ev_last(&s);
 	print_message("slow reader: %zu stdout bytes, %d events kept, RSS %ld -> peak %ld KiB; "
@@ -389,6 +398,339 @@ static void stream_of_another_account_is_404(void **state)
 	stream_release(&s);
 }
 
+/* ------------------------------------------------- 2. background processes */
+
+/* A buffered exec of `cmd` in sbx_a. */
+static struct http_reply exec_json(const char *cmd)
+{
+	json_object *o = json_object_new_object();
+	struct http_reply r;
+	char path[128];
+
+	json_object_object_add(o, "command", json_object_new_string(cmd));
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s/exec", sbx_a);
+	assert_int_equal(
+	    http_request(&d, "POST", path, d.key, NULL, json_object_to_json_string(o), 0, &r), 0);
+	json_object_put(o);
+	return r;
+}
+
+static struct http_reply proc_req(const char *key, const char *method, const char *suffix,
+				  const char *body)
+{
+	struct http_reply r;
+	char path[256];
+
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s/processes%s", sbx_a, suffix);
+	assert_int_equal(http_request(&d, method, path, key, NULL, body, 0, &r), 0);
+	return r;
+}
+
+/* POST /processes {"command": cmd}: the pid (the reply must be 201). */
+static long proc_start(const char *cmd)
+{
+	json_object *o = json_object_new_object();
+	struct http_reply r;
+	long pid;
+
+	json_object_object_add(o, "command", json_object_new_string(cmd));
+	r = proc_req(d.key, "POST", "", json_object_to_json_string(o));
+	json_object_put(o);
+	if (r.status != 201)
+		print_message("start: %d %s\n", r.status, r.body);
+	assert_int_equal(r.status, 201);
+	assert_string_equal(jstr(r.json, "status"), "running");
+	pid = (long)jint(r.json, "pid");
+	assert_true(pid > 1);
+	http_reply_free(&r);
+	return pid;
+}
+
+/* Poll the output until the process exited and every byte was read:
+ * the concatenated stdout into *out (owned), the exit code returned. */
+static int proc_drain(long pid, struct sbx_buf *out, uint64_t *lost, int *polls)
+{
+	int64_t so = 0, eo = 0;
+	char suffix[128];
+
+	sbx_buf_init(out, 64u << 20);
+	*lost = 0;
+	*polls = 0;
+	for (int i = 0; i < 2000; i++) {
+		struct http_reply r;
+		json_object *v;
+		bool done;
+		int code;
+
+		snprintf(suffix, sizeof(suffix),
+			 "/%ld/output?stdout_offset=%lld&stderr_offset=%lld", pid, (long long)so,
+			 (long long)eo);
+		r = proc_req(d.key, "GET", suffix, NULL);
+		assert_int_equal(r.status, 200);
+		(*polls)++;
+		*lost += (uint64_t)jint(r.json, "stdout_lost_bytes");
+		assert_true(json_object_object_get_ex(r.json, "stdout", &v));
+		sbx_buf_append(out, json_object_get_string(v),
+			       (size_t)json_object_get_string_len(v));
+		so = jint(r.json, "stdout_next_offset");
+		eo = jint(r.json, "stderr_next_offset");
+		done = strcmp(jstr(r.json, "status"), "exited") == 0 &&
+		       so == jint(r.json, "stdout_total") && eo == jint(r.json, "stderr_total");
+		code = (int)jint(r.json, "exit_code");
+		http_reply_free(&r);
+		if (done)
+			return code;
+		usleep(100 * 1000);
+	}
+	fail_msg("process %ld never finished", pid);
+	return -1;
+}
+
+/* POST/GET .../processes/{pid}/{what}. */
+static struct http_reply proc_pid_req(const char *method, long pid, const char *what,
+				      const char *body)
+{
+	char suffix[64];
+
+	snprintf(suffix, sizeof(suffix), "/%ld/%s", pid, what);
+	return proc_req(d.key, method, suffix, body);
+}
+
+/* Drain pid: it exits with `code`, and its whole stdout is `want` (NULL:
+ * not checked). */
+static void drain_expect(long pid, int code, const char *want)
+{
+	struct sbx_buf out;
+	uint64_t lost;
+	int polls;
+
+	assert_int_equal(proc_drain(pid, &out, &lost, &polls), code);
+	if (want) {
+		assert_int_equal(out.len, strlen(want));
+		assert_memory_equal(out.data, want, out.len);
+	}
+	sbx_buf_release(&out);
+}
+
+static void process_polled_to_completion_equals_its_log(void **state)
+{
+	struct sbx_buf out;
+	struct http_reply r;
+	uint64_t lost;
+	int polls;
+	long pid;
+
+	(void)state;
+	/* ~140 KB in bursts: several polls, each bounded */
+	pid = proc_start(
+	    "i=0; while [ $i -lt 8000 ]; do echo \"build step $i of 8000\"; "
+	    "i=$((i+1)); [ $((i % 1000)) -eq 0 ] && sleep 0.2; done | tee /tmp/build.log; "
+	    "echo finished >&2");
+	/* it is listed while it runs or after */
+	r = proc_req(d.key, "GET", "", NULL);
+	assert_int_equal(r.status, 200);
+	assert_non_null(strstr(r.body, "build step"));
+	http_reply_free(&r);
+
+	assert_int_equal(proc_drain(pid, &out, &lost, &polls), 0);
+	print_message("polled %zu bytes in %d polls, %llu lost\n", out.len, polls,
+		      (unsigned long long)lost);
+	assert_int_equal(lost, 0);
+	assert_true(polls >= 5); /* > 4 x 30 KiB: it came in pieces */
+	r = exec_json("cat /tmp/build.log");
+	assert_int_equal(r.status, 200);
+	assert_int_equal(out.len, strlen(jstr(r.json, "stdout")));
+	assert_memory_equal(out.data, jstr(r.json, "stdout"), out.len);
+	http_reply_free(&r);
+	sbx_buf_release(&out);
+
+	/* the list shows it ended, with its exit code and command */
+	r = proc_req(d.key, "GET", "", NULL);
+	assert_int_equal(r.status, 200);
+	{
+		json_object *data, *p;
+		bool seen = false;
+
+		assert_true(json_object_object_get_ex(r.json, "data", &data));
+		for (size_t i = 0; i < json_object_array_length(data); i++) {
+			p = json_object_array_get_idx(data, i);
+			if (jint(p, "pid") != pid)
+				continue;
+			seen = true;
+			assert_string_equal(jstr(p, "status"), "exited");
+			assert_int_equal(jint(p, "exit_code"), 0);
+			assert_non_null(strstr(jstr(p, "command"), "build step"));
+			assert_non_null(jstr(p, "started_at"));
+		}
+		assert_true(seen);
+	}
+	http_reply_free(&r);
+}
+
+static void process_stdin_reaches_the_process(void **state)
+{
+	struct http_reply r;
+	long pid;
+
+	(void)state;
+	pid = proc_start("read line; echo \"got:$line\"");
+	r = proc_pid_req("POST", pid, "stdin", "{\"data\": \"hello there\\n\"}");
+	assert_int_equal(r.status, 200);
+	assert_int_equal(jint(r.json, "written"), 12);
+	http_reply_free(&r);
+	drain_expect(pid, 0, "got:hello there\n");
+
+	/* base64 bytes, then close: cat sees EOF and ends */
+	pid = proc_start("cat; echo '<eof>'");
+	r = proc_pid_req("POST", pid, "stdin",
+			 "{\"data\": \"YWJj\", \"encoding\": \"base64\", \"close\": true}");
+	assert_int_equal(r.status, 200);
+	assert_int_equal(jint(r.json, "written"), 3);
+	assert_int_equal(jbool(r.json, "closed"), 1);
+	http_reply_free(&r);
+	drain_expect(pid, 0, "abc<eof>\n");
+}
+
+static void process_signal_kills_its_tree(void **state)
+{
+	struct http_reply r;
+	long pid;
+
+	(void)state;
+	pid = proc_start("sleep 981 & sleep 982 & echo started; wait");
+	r = proc_pid_req("POST", pid, "signal", "{\"signal\": \"QUIT\"}");
+	assert_int_equal(r.status, 400);
+	assert_string_equal(jerr(r.json, "param"), "signal");
+	http_reply_free(&r);
+	r = exec_json("ps -o args | grep -c '^[s]leep 98[12]'");
+	assert_string_equal(jstr(r.json, "stdout"), "2\n");
+	http_reply_free(&r);
+	r = proc_pid_req("POST", pid, "signal", "{\"signal\": \"TERM\"}");
+	assert_int_equal(r.status, 200);
+	http_reply_free(&r);
+	drain_expect(pid, 128 + 15, "started\n");
+	r = exec_json("sleep 0.5; ps -o args | grep -c '^[s]leep 98[12]'");
+	assert_string_equal(jstr(r.json, "stdout"), "0\n");
+	http_reply_free(&r);
+}
+
+static void process_ring_overflow_is_reported(void **state)
+{
+	char suffix[128];
+	struct http_reply r;
+	struct sbx_buf out;
+	uint64_t lost;
+	int polls;
+	long pid;
+
+	(void)state;
+	pid = proc_start("head -c 3000000 /dev/zero | tr '\\0' a; echo end >&2");
+	/* wait for the end without reading stdout (only stderr) */
+	for (int i = 0; i < 600; i++) {
+		snprintf(suffix, sizeof(suffix), "/%ld/output?stdout_offset=3000000", pid);
+		r = proc_req(d.key, "GET", suffix, NULL);
+		bool ended = strcmp(jstr(r.json, "status"), "exited") == 0;
+		http_reply_free(&r);
+		if (ended)
+			break;
+		usleep(200 * 1000);
+	}
+	snprintf(suffix, sizeof(suffix), "/%ld/output?stdout_offset=0", pid);
+	r = proc_req(d.key, "GET", suffix, NULL);
+	print_message("overflow: %s\n", strlen(r.body) > 400 ? "(long)" : r.body);
+	assert_int_equal(r.status, 200);
+	assert_int_equal(jint(r.json, "stdout_total"), 3000000);
+	assert_int_equal(jint(r.json, "stdout_lost_bytes"), 3000000 - 1048576);
+	assert_int_equal(jint(r.json, "stdout_offset"), 3000000 - 1048576);
+	http_reply_free(&r);
+	/* read on from there: exactly the ring's bytes, then the end */
+	assert_int_equal(proc_drain(pid, &out, &lost, &polls), 0);
+	assert_int_equal(lost, 3000000 - 1048576);
+	assert_int_equal(out.len, 1048576);
+	sbx_buf_release(&out);
+}
+
+static void process_limit_and_limits_endpoint(void **state)
+{
+	struct http_reply r;
+	long pids[4];
+
+	(void)state;
+	r = proc_req(NULL, "GET", "", NULL); /* no key: 401 */
+	assert_int_equal(r.status, 401);
+	http_reply_free(&r);
+	assert_int_equal(http_request(&d, "GET", "/v1/limits", NULL, NULL, NULL, 0, &r), 0);
+	assert_int_equal(jint(r.json, "processes_per_sandbox"), 4);
+	assert_int_equal(jint(r.json, "process_output_ring_bytes"), 1048576);
+	http_reply_free(&r);
+	for (int i = 0; i < 4; i++)
+		pids[i] = proc_start("sleep 300");
+	r = proc_req(d.key, "POST", "", "{\"command\": \"true\"}");
+	assert_int_equal(r.status, 429);
+	http_reply_free(&r);
+	for (int i = 0; i < 4; i++) {
+		r = proc_pid_req("POST", pids[i], "signal", "{\"signal\": \"KILL\"}");
+		assert_int_equal(r.status, 200);
+		http_reply_free(&r);
+	}
+	/* an unknown pid is 404 */
+	r = proc_req(d.key, "GET", "/4000000/output", NULL);
+	assert_int_equal(r.status, 404);
+	http_reply_free(&r);
+}
+
+static void process_routes_of_another_account_are_404(void **state)
+{
+	static const char *const routes[][3] = {
+	    {"GET", "", NULL},
+	    {"POST", "", "{\"command\": \"true\"}"},
+	    {"GET", "/2/output", NULL},
+	    {"POST", "/2/stdin", "{\"data\": \"x\"}"},
+	    {"POST", "/2/signal", "{\"signal\": \"KILL\"}"},
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+		struct http_reply r = proc_req(other_key, routes[i][0], routes[i][1], routes[i][2]);
+
+		if (r.status != 404)
+			print_message("%s %s -> %d %s\n", routes[i][0], routes[i][1], r.status,
+				      r.body);
+		assert_int_equal(r.status, 404);
+		http_reply_free(&r);
+	}
+}
+
+static void process_survives_a_daemon_restart(void **state)
+{
+	char suffix[128];
+	struct http_reply r;
+	long pid;
+
+	(void)state;
+	pid = proc_start("i=0; while [ $i -lt 120 ]; do echo tick $i; i=$((i+1)); sleep 0.5; done");
+	sleep(2);
+	daemon_kill9(&d);
+	assert_int_equal(daemon_start(&d), 0);
+	/* reconcile reattached the channel: the process and its output */
+	snprintf(suffix, sizeof(suffix), "/%ld/output?stdout_offset=0", pid);
+	for (int i = 0; i < 100; i++) {
+		r = proc_req(d.key, "GET", suffix, NULL);
+		if (r.status == 200)
+			break;
+		print_message("after restart: %d %s\n", r.status, r.body);
+		http_reply_free(&r);
+		usleep(300 * 1000);
+	}
+	assert_int_equal(r.status, 200);
+	assert_string_equal(jstr(r.json, "status"), "running");
+	assert_non_null(strstr(jstr(r.json, "stdout"), "tick 0\ntick 1\n"));
+	http_reply_free(&r);
+	r = proc_pid_req("POST", pid, "signal", "{\"signal\": \"KILL\"}");
+	assert_int_equal(r.status, 200);
+	http_reply_free(&r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -398,7 +740,16 @@ int main(void)
 	    cmocka_unit_test(stream_base64_decodes_each_event),
 	    cmocka_unit_test(stream_slow_reader_holds_memory_to_the_budget),
 	    cmocka_unit_test(stream_of_another_account_is_404),
+	    cmocka_unit_test(process_polled_to_completion_equals_its_log),
+	    cmocka_unit_test(process_stdin_reaches_the_process),
+	    cmocka_unit_test(process_signal_kills_its_tree),
+	    cmocka_unit_test(process_ring_overflow_is_reported),
+	    cmocka_unit_test(process_limit_and_limits_endpoint),
+	    cmocka_unit_test(process_routes_of_another_account_are_404),
+	    cmocka_unit_test(process_survives_a_daemon_restart),
 	};
 
+	if (getenv("SBX_TEST_FILTER"))
+		cmocka_set_test_filter(getenv("SBX_TEST_FILTER"));
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -553,6 +553,114 @@ static void test_stream_output_and_flow_control(void **state)
 	}
 }
 
+static void check_violation(struct fx *fx, struct probe *pr, const char *msg_part);
+
+/* Protocol v3 PROC requests: the payload travels as given, PROC_REPLY
+ * answers it (once), ERROR NO_PROCESS is 404, a v2 guest is refused before
+ * sending, and a PROC_REPLY for an exec is a violation. */
+struct proc_probe {
+	pthread_mutex_t lock;
+	int calls;
+	uint8_t payload[64];
+	size_t len;
+	struct sbx_error err;
+	bool ok;
+};
+
+static void proc_probe_done(void *opaque, const uint8_t *payload, size_t len,
+			    const struct sbx_error *err)
+{
+	struct proc_probe *pp = opaque;
+
+	pthread_mutex_lock(&pp->lock);
+	pp->calls++;
+	pp->ok = payload != NULL;
+	if (payload && len <= sizeof(pp->payload)) {
+		memcpy(pp->payload, payload, len);
+		pp->len = len;
+	}
+	if (err)
+		pp->err = *err;
+	pthread_mutex_unlock(&pp->lock);
+}
+
+static int proc_probe_calls(struct proc_probe *pp)
+{
+	int64_t deadline = sbx_mono_ms() + 5000;
+	int n;
+
+	for (;;) {
+		pthread_mutex_lock(&pp->lock);
+		n = pp->calls;
+		pthread_mutex_unlock(&pp->lock);
+		if (n || sbx_mono_ms() > deadline)
+			return n;
+		usleep(1000);
+	}
+}
+
+static void test_proc_call(void **state)
+{
+	struct fx *fx = fx_new(1000, 0), *old = fx_new(1000, 0);
+	struct proc_probe pp = {.lock = PTHREAD_MUTEX_INITIALIZER};
+	uint8_t req[32], rep[32];
+	struct wire_writer w;
+	struct sbx_error err;
+	struct wire_header h;
+	struct probe pr;
+	uint8_t *p;
+
+	(void)state;
+	fx_handshake(fx);
+	wire_writer_init(&w, req, sizeof req);
+	wire_put_u32(&w, WIRE_T_PROC_OP, WIRE_PROC_LIST);
+	assert_int_equal(
+	    agentless_proc_call(fx->conn, req, w.len, 1000, proc_probe_done, &pp, &err), 0);
+	guest_recv(fx->gfd, &h, &p);
+	assert_int_equal(h.type, WIRE_PROC);
+	assert_int_equal(field_u32(p, h.len, WIRE_T_PROC_OP), WIRE_PROC_LIST);
+	free(p);
+	wire_writer_init(&w, rep, sizeof rep);
+	wire_put_u32(&w, WIRE_T_PID, 42);
+	guest_send(fx->gfd, WIRE_PROC_REPLY, h.id, rep, w.len);
+	assert_int_equal(proc_probe_calls(&pp), 1);
+	assert_true(pp.ok);
+	assert_int_equal(pp.len, w.len);
+	assert_memory_equal(pp.payload, rep, w.len);
+	assert_int_equal(agentless_conn_inflight(fx->conn), 0);
+
+	/* an unknown pid */
+	memset(&pp, 0, sizeof(pp));
+	pthread_mutex_init(&pp.lock, NULL);
+	assert_int_equal(agentless_proc_call(fx->conn, req, 10, 1000, proc_probe_done, &pp, &err),
+			 0);
+	guest_recv(fx->gfd, &h, &p);
+	free(p);
+	guest_error(fx->gfd, h.id, WIRE_ERR_NO_PROCESS, "pid", "no such process");
+	assert_int_equal(proc_probe_calls(&pp), 1);
+	assert_false(pp.ok);
+	assert_int_equal(pp.err.code, SBX_E_NOT_FOUND);
+
+	/* a PROC_REPLY answering an exec breaks the protocol */
+	probe_init(&pr);
+	start(fx, simple_req(), &pr);
+	guest_send(fx->gfd, WIRE_PROC_REPLY, guest_expect_exec(fx->gfd), NULL, 0);
+	check_violation(fx, &pr, "broke the exec protocol");
+	probe_release(&pr);
+	fx_free(fx);
+
+	/* a v2 guest: refused with a clear error, nothing sent */
+	guest_hello(old->gfd, 2, 1);
+	assert_int_equal(agentless_conn_wait_hello(old->conn, sbx_mono_ms() + 5000, &err), 0);
+	guest_recv(old->gfd, &h, &p);
+	free(p);
+	assert_int_equal(agentless_proc_call(old->conn, req, 10, 1000, proc_probe_done, &pp, &err),
+			 -1);
+	assert_int_equal(err.code, SBX_E_SANDBOX_ERROR);
+	assert_non_null(strstr(err.message, "v3"));
+	fx_free(old);
+}
+
 static void test_handshake_and_welcome(void **state)
 {
 	struct fx *fx = fx_new(1000, 0);
@@ -1282,6 +1390,7 @@ int main(void)
 	    cmocka_unit_test(test_reattach),
 	    cmocka_unit_test(test_stdin_v2_and_v1_refusal),
 	    cmocka_unit_test(test_stream_output_and_flow_control),
+	    cmocka_unit_test(test_proc_call),
 	    cmocka_unit_test(test_ping_and_sync_exec),
 	    cmocka_unit_test(test_host_time_not_the_guests),
 	};
