@@ -11,7 +11,7 @@
 #include "agentless/agentless.h"
 #include "agentless/wire.h"
 
-#define MOD "agentless"
+#define MOD	     "agentless"
 #define MSG_NONSENSE "the sandbox's guest answered a process request with nonsense"
 
 _Static_assert((int)AGENTLESS_PROC_START == (int)WIRE_PROC_START &&
@@ -268,8 +268,7 @@ static uint8_t *start_encode(const struct agentless_proc_req *x, size_t *len)
 	return p;
 }
 
-static uint8_t *req_encode(const struct agentless_proc_req *req, size_t *len,
-			   struct sbx_error *err)
+static uint8_t *req_encode(const struct agentless_proc_req *req, size_t *len, struct sbx_error *err)
 {
 	struct wire_writer w;
 	size_t n = 64 + req->data_len;

@@ -78,7 +78,8 @@ static struct json_object *process_encode(const struct sandbox_proc_info *p)
 	json_object_object_add(o, "pid", json_object_new_int64(p->pid));
 	json_object_object_add(o, "command", text_encode(p->command, p->command_len, false));
 	json_object_object_add(o, "started_at", api_time_encode(p->started_at_ms));
-	json_object_object_add(o, "status", json_object_new_string(p->running ? "running" : "exited"));
+	json_object_object_add(o, "status",
+			       json_object_new_string(p->running ? "running" : "exited"));
 	json_object_object_add(o, "exit_code",
 			       p->running ? NULL : json_object_new_int(p->exit_code));
 	return o;
@@ -129,12 +130,11 @@ static struct json_object *result_encode(const struct req *r, const struct sandb
 		o = json_object_new_object();
 		json_object_object_add(o, "object", json_object_new_string("process_output"));
 		json_object_object_add(o, "pid", json_object_new_int64(res->info.pid));
-		json_object_object_add(o, "status", json_object_new_string(res->info.running
-										? "running"
-										: "exited"));
-		json_object_object_add(o, "exit_code",
-				       res->info.running ? NULL
-							 : json_object_new_int(res->info.exit_code));
+		json_object_object_add(
+		    o, "status", json_object_new_string(res->info.running ? "running" : "exited"));
+		json_object_object_add(
+		    o, "exit_code",
+		    res->info.running ? NULL : json_object_new_int(res->info.exit_code));
 		output_stream_add(o, "stdout", &res->out, r->exec.base64, !res->info.running);
 		output_stream_add(o, "stderr", &res->err, r->exec.base64, !res->info.running);
 		return o;
@@ -142,9 +142,9 @@ static struct json_object *result_encode(const struct req *r, const struct sandb
 		o = json_object_new_object();
 		json_object_object_add(o, "pid", json_object_new_int64(r->pid));
 		json_object_object_add(o, "written", json_object_new_int64(res->written));
-		json_object_object_add(o, "closed", json_object_new_boolean(r->proc_close &&
-									    res->written ==
-										r->proc_data_len));
+		json_object_object_add(
+		    o, "closed",
+		    json_object_new_boolean(r->proc_close && res->written == r->proc_data_len));
 		return o;
 	default:
 		o = json_object_new_object();
@@ -202,8 +202,7 @@ static void proc_done(void *opaque, struct sandbox_proc_result *res, const struc
 
 /* ------------------------------------------------------------- decoding */
 
-static int u64_arg(struct MHD_Connection *c, const char *name, uint64_t *out,
-		   struct sbx_error *err)
+static int u64_arg(struct MHD_Connection *c, const char *name, uint64_t *out, struct sbx_error *err)
 {
 	const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, name);
 	char *end;
@@ -249,13 +248,14 @@ static int stdin_decode(struct req *r, struct sandbox_proc_req *pr, struct sbx_e
 		(void)val;
 		if (strcmp(key, "data") != 0 && strcmp(key, "encoding") != 0 &&
 		    strcmp(key, "close") != 0) {
-			sbx_error_set(err, SBX_E_INVALID_REQUEST, key, "unknown field '%.40s'", key);
+			sbx_error_set(err, SBX_E_INVALID_REQUEST, key, "unknown field '%.40s'",
+				      key);
 			goto out;
 		}
 	}
 	if (json_object_object_get_ex(o, "encoding", &v)) {
-		const char *e = json_object_is_type(v, json_type_string) ? json_object_get_string(v)
-									  : "";
+		const char *e =
+		    json_object_is_type(v, json_type_string) ? json_object_get_string(v) : "";
 		if (strcmp(e, "base64") != 0 && strcmp(e, "utf-8") != 0) {
 			sbx_error_set(err, SBX_E_INVALID_REQUEST, "encoding",
 				      "encoding must be \"utf-8\" or \"base64\"");
@@ -265,7 +265,8 @@ static int stdin_decode(struct req *r, struct sandbox_proc_req *pr, struct sbx_e
 	}
 	if (json_object_object_get_ex(o, "close", &v)) {
 		if (!json_object_is_type(v, json_type_boolean)) {
-			sbx_error_set(err, SBX_E_INVALID_REQUEST, "close", "close must be a boolean");
+			sbx_error_set(err, SBX_E_INVALID_REQUEST, "close",
+				      "close must be a boolean");
 			goto out;
 		}
 		r->proc_close = json_object_get_boolean(v);
@@ -284,7 +285,8 @@ static int stdin_decode(struct req *r, struct sandbox_proc_req *pr, struct sbx_e
 	if (base64) {
 		r->proc_data = sbx_base64_decode(data, len, &r->proc_data_len);
 		if (!r->proc_data) {
-			sbx_error_set(err, SBX_E_INVALID_REQUEST, "data", "data is not valid base64");
+			sbx_error_set(err, SBX_E_INVALID_REQUEST, "data",
+				      "data is not valid base64");
 			goto out;
 		}
 	} else {
@@ -327,7 +329,8 @@ static int signal_decode(struct req *r, struct sandbox_proc_req *pr, struct sbx_
 	{
 		(void)val;
 		if (strcmp(key, "signal") != 0) {
-			sbx_error_set(err, SBX_E_INVALID_REQUEST, key, "unknown field '%.40s'", key);
+			sbx_error_set(err, SBX_E_INVALID_REQUEST, key, "unknown field '%.40s'",
+				      key);
 			goto out;
 		}
 	}

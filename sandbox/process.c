@@ -32,6 +32,8 @@ _Static_assert((int)SANDBOX_PROC_START == (int)AGENTLESS_PROC_START &&
 struct proc_call {
 	sandbox_proc_done_fn done;
 	void *opaque;
+	enum sandbox_proc_op op;
+	int max_procs;
 };
 
 void sandbox_proc_result_release(struct sandbox_proc_result *r)
@@ -64,13 +66,23 @@ static void stream_move(struct sandbox_proc_stream *to, struct agentless_proc_st
 	to->len = from->len;
 }
 
-static void proc_done(void *opaque, struct agentless_proc_result *ares,
-		      const struct sbx_error *err)
+static void proc_done(void *opaque, struct agentless_proc_result *ares, const struct sbx_error *err)
 {
 	struct proc_call *call = opaque;
 	struct sandbox_proc_result res;
 
 	if (!ares) {
+		struct sbx_error e;
+
+		/* the guest's BUSY for a START: its limit of running ones */
+		if (err && err->code == SBX_E_RATE_LIMITED && call->op == SANDBOX_PROC_START) {
+			sbx_error_set(&e, SBX_E_RATE_LIMITED, NULL,
+				      "this sandbox already runs %d background processes "
+				      "(max_processes_per_sandbox); wait for one to end",
+				      call->max_procs);
+			e.retry_after_s = 1;
+			err = &e;
+		}
 		call->done(call->opaque, NULL, err);
 		free(call);
 		return;
@@ -120,7 +132,8 @@ int sandbox_proc_call(struct sandbox_svc *svc, const char *account_id, const cha
 	if (sandbox_running_row(svc, account_id, id, now, &row, err) < 0)
 		return -1;
 	if (req->op == SANDBOX_PROC_START && req->start->has_timeout &&
-	    (req->start->timeout_ms < 1 || (int64_t)req->start->timeout_ms > row.expires_at_ms - now))
+	    (req->start->timeout_ms < 1 ||
+	     (int64_t)req->start->timeout_ms > row.expires_at_ms - now))
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "timeout_ms",
 				     "timeout_ms must be 1..%lld (the time left in the session); "
 				     "leave it out to run until the sandbox ends",
@@ -139,10 +152,10 @@ int sandbox_proc_call(struct sandbox_svc *svc, const char *account_id, const cha
 		areq.timeout_ms = x->timeout_ms;
 	}
 	/* the reply, JSON-encoded at its worst, until the caller sent it */
-	if (req->hold && sandbox_output_reserve(svc, account_id,
-						2 * (uint64_t)SANDBOX_PROC_CHUNK *
-						    SANDBOX_REPLY_COST_UTF8,
-						req->hold, err) < 0)
+	if (req->hold &&
+	    sandbox_output_reserve(svc, account_id,
+				   2 * (uint64_t)SANDBOX_PROC_CHUNK * SANDBOX_REPLY_COST_UTF8,
+				   req->hold, err) < 0)
 		return -1;
 	call = calloc(1, sizeof(*call));
 	if (!call) {
@@ -151,6 +164,8 @@ int sandbox_proc_call(struct sandbox_svc *svc, const char *account_id, const cha
 	}
 	call->done = done;
 	call->opaque = opaque;
+	call->op = req->op;
+	call->max_procs = cfg->max_processes_per_sandbox;
 
 	l = sandbox_live_pin(svc, id, err);
 	if (!l) {

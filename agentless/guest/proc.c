@@ -25,9 +25,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CMD_HEAD	256	   /* bytes of the command kept for the list */
+#define CMD_HEAD	 256	      /* bytes of the command kept for the list */
 #define PROC_READ_BUDGET (256u << 10) /* bytes per pipe per loop turn */
-#define KILL_RETRY_MS	1000
+#define KILL_RETRY_MS	 1000
 
 struct ring {
 	int fd;		/* read end, -1 once closed */
@@ -42,7 +42,7 @@ struct proc {
 	int exit_code;
 	int in_fd; /* write end of its stdin, -1 once closed */
 	uint64_t started_ns;
-	int64_t ended_mono; /* for picking the oldest ended entry */
+	int64_t ended_mono;  /* for picking the oldest ended entry */
 	int64_t deadline_ms; /* 0 = none */
 	bool timed_out;
 	char cmd[CMD_HEAD];
