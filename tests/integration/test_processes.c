@@ -731,6 +731,81 @@ static void process_survives_a_daemon_restart(void **state)
 	http_reply_free(&r);
 }
 
+/* ------------------------------------------- 3. the full image: gcc, python3 */
+
+static int setup_full(void **state)
+{
+	(void)state;
+	memset(&d, 0, sizeof(d));
+	if (daemon_config_full(&d, "\"http_threads\": 2, \"destroy_on_exit\": true") < 0) {
+		print_message("the full image is not built (make image-full)\n");
+		return -1;
+	}
+	if (daemon_up(&d) < 0)
+		return -1;
+	return daemon_create_sandbox(&d, sbx_a, sizeof(sbx_a));
+}
+
+static int teardown_full(void **state)
+{
+	(void)state;
+	return daemon_down(&d);
+}
+
+static void process_c_build_polled_equals_its_log(void **state)
+{
+	static const char *const prepare =
+	    "mkdir -p /tmp/proj && cd /tmp/proj && "
+	    "for i in 1 2 3 4 5 6; do echo \"int f$i(int x) { return x * $i; }\" > u$i.c; done && "
+	    "echo '#include <stdio.h>' > main.c && echo 'int f2(int);' >> main.c && "
+	    "printf '%s\\n' 'int main(void) { printf(\"%d\\n\", f2(21)); return 0; }' "
+	    ">> main.c";
+	struct sbx_buf out;
+	struct http_reply r;
+	uint64_t lost;
+	int polls;
+	long pid;
+
+	(void)state;
+	r = exec_json(prepare);
+	assert_int_equal(r.status, 200);
+	assert_int_equal(jint(r.json, "exit_code"), 0);
+	http_reply_free(&r);
+	/* gcc -v is chatty: ~20 KB, polled while the build runs */
+	pid = proc_start("cd /tmp/proj && (for i in 1 2 3 4 5 6; do echo \"== unit $i\"; "
+			 "gcc -v -O2 -c u$i.c -o u$i.o 2>&1; done; "
+			 "gcc -o app main.c u*.o 2>&1 && ./app) | tee build.log");
+	assert_int_equal(proc_drain(pid, &out, &lost, &polls), 0);
+	print_message("C build: %zu bytes in %d polls\n", out.len, polls);
+	assert_int_equal(lost, 0);
+	/* gcc -v's chatter, read while the build ran: in several pieces */
+	assert_true(out.len > 10 * 1024);
+	assert_true(polls > 1);
+	if (out.len < 3 || memcmp(out.data + out.len - 3, "42\n", 3) != 0)
+		fail_msg("the build did not end with the program's 42: ...%s",
+			 out.len > 300 ? out.data + out.len - 300 : out.data);
+	r = exec_json("cat /tmp/proj/build.log");
+	assert_int_equal(r.status, 200);
+	assert_int_equal(out.len, strlen(jstr(r.json, "stdout")));
+	assert_memory_equal(out.data, jstr(r.json, "stdout"), out.len);
+	http_reply_free(&r);
+	sbx_buf_release(&out);
+}
+
+static void process_python_reads_stdin(void **state)
+{
+	struct http_reply r;
+	long pid;
+
+	(void)state;
+	pid = proc_start("python3 -c 'print(input())'");
+	r = proc_pid_req("POST", pid, "stdin", "{\"data\": \"hello from stdin\\n\"}");
+	assert_int_equal(r.status, 200);
+	assert_int_equal(jint(r.json, "written"), 17);
+	http_reply_free(&r);
+	drain_expect(pid, 0, "hello from stdin\n");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -749,7 +824,14 @@ int main(void)
 	    cmocka_unit_test(process_survives_a_daemon_restart),
 	};
 
+	const struct CMUnitTest full[] = {
+	    cmocka_unit_test(process_c_build_polled_equals_its_log),
+	    cmocka_unit_test(process_python_reads_stdin),
+	};
+	int failed;
+
 	if (getenv("SBX_TEST_FILTER"))
 		cmocka_set_test_filter(getenv("SBX_TEST_FILTER"));
-	return cmocka_run_group_tests(tests, setup, teardown);
+	failed = cmocka_run_group_tests(tests, setup, teardown);
+	return failed + cmocka_run_group_tests(full, setup_full, teardown_full);
 }
