@@ -1260,6 +1260,50 @@ static void test_reattach(void **state)
 	fx_free(fx);
 }
 
+/* A daemon that reattaches to a running guest without its HELLO assumes
+ * version 1: a request that needs v3 is told to retry (503), not refused,
+ * until the guest's HELLO tells the real version. */
+static void test_reattach_version_assumed(void **state)
+{
+	struct fx *fx = fx_new(1000, 0);
+	struct proc_probe pp = {.lock = PTHREAD_MUTEX_INITIALIZER};
+	uint8_t req[16];
+	struct wire_writer w;
+	struct sbx_error err;
+	struct wire_header h;
+	uint8_t *p;
+	int oldfd = fx->gfd;
+
+	(void)state;
+	agentless_conn_attach(fx->conn, sock_chan_new(fx->conn, &fx->gfd), true);
+	close(oldfd);
+	guest_recv(fx->gfd, &h, &p);
+	assert_int_equal(h.type, WIRE_WELCOME);
+	assert_int_equal(field_u32(p, h.len, WIRE_T_VERSION), WIRE_VERSION_MIN);
+	free(p);
+	wire_writer_init(&w, req, sizeof req);
+	wire_put_u32(&w, WIRE_T_PROC_OP, WIRE_PROC_LIST);
+	assert_int_equal(
+	    agentless_proc_call(fx->conn, req, w.len, 1000, proc_probe_done, &pp, &err), -1);
+	assert_int_equal(err.code, SBX_E_SERVICE_UNAVAILABLE);
+	assert_int_equal(err.retry_after_s, 1);
+	/* the guest says HELLO (as a v3 guest does on a low WELCOME) */
+	guest_hello(fx->gfd, WIRE_VERSION, WIRE_VERSION_MIN);
+	guest_recv(fx->gfd, &h, &p);
+	assert_int_equal(field_u32(p, h.len, WIRE_T_VERSION), WIRE_VERSION);
+	free(p);
+	assert_int_equal(agentless_conn_version(fx->conn), WIRE_VERSION);
+	assert_int_equal(
+	    agentless_proc_call(fx->conn, req, w.len, 1000, proc_probe_done, &pp, &err), 0);
+	guest_recv(fx->gfd, &h, &p);
+	assert_int_equal(h.type, WIRE_PROC);
+	free(p);
+	guest_send(fx->gfd, WIRE_PROC_REPLY, h.id, NULL, 0);
+	assert_int_equal(proc_probe_calls(&pp), 1);
+	assert_true(pp.ok);
+	fx_free(fx);
+}
+
 /* A guest thread that echoes PINGs and answers EXECs, for the blocking
  * calls. */
 static void *echo_guest(void *arg)
@@ -1391,6 +1435,7 @@ int main(void)
 	    cmocka_unit_test(test_stdin_v2_and_v1_refusal),
 	    cmocka_unit_test(test_stream_output_and_flow_control),
 	    cmocka_unit_test(test_proc_call),
+	    cmocka_unit_test(test_reattach_version_assumed),
 	    cmocka_unit_test(test_ping_and_sync_exec),
 	    cmocka_unit_test(test_host_time_not_the_guests),
 	};
