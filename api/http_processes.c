@@ -116,8 +116,15 @@ static struct json_object *result_encode(const struct req *r, const struct sandb
 	switch (r->route) {
 	case R_PROCESSES:
 		if (r->proc_op == SANDBOX_PROC_START) {
+			struct sandbox_proc_info info = res->info;
+
+			/* the guest answers the pid; the command is the request's */
+			info.command_len =
+			    SBX_MIN(r->exec.req.command_len, (size_t)SANDBOX_PROC_CMD_HEAD);
+			memcpy(info.command, r->exec.req.command, info.command_len);
+			info.command[info.command_len] = '\0';
 			*status = 201;
-			return process_encode(&res->info);
+			return process_encode(&info);
 		}
 		o = json_object_new_object();
 		data = json_object_new_array();

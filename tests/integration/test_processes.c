@@ -440,6 +440,8 @@ static long proc_start(const char *cmd)
 		print_message("start: %d %s\n", r.status, r.body);
 	assert_int_equal(r.status, 201);
 	assert_string_equal(jstr(r.json, "status"), "running");
+	assert_true(jis_null(r.json, "exit_code"));
+	assert_int_equal(strncmp(jstr(r.json, "command"), cmd, 256), 0);
 	pid = (long)jint(r.json, "pid");
 	assert_true(pid > 1);
 	http_reply_free(&r);
