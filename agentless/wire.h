@@ -64,7 +64,8 @@ enum wire_type {
 	WIRE_PING = 4,
 	WIRE_PONG = 5,
 	/* host -> guest, id = exec id (non-zero, unique per connection):
-	 * {COMMAND, CWD, ENV*, TIMEOUT_MS, STDOUT_CAP, STDERR_CAP, STDIN?} */
+	 * {COMMAND, CWD, ENV*, TIMEOUT_MS, STDOUT_CAP, STDERR_CAP, STDIN?,
+	 * USER?, STREAM?} */
 	WIRE_EXEC = 10,
 	/* guest -> host: raw bytes of the stream, <= WIRE_MAX_CHUNK, only the
 	 * first STDOUT_CAP/STDERR_CAP bytes of each stream are ever shipped */
