@@ -22,6 +22,12 @@
  * reaped -> drain the pipes -> EXIT. Pipes still held by background
  * processes stay in the poll set (read and dropped) until EOF; the cgroup
  * is removed once empty.
+ *
+ * Version 3: a streamed exec (STREAM) ships each read at once, and PAUSE /
+ * RESUME take its pipes out of the poll set and back. Background processes
+ * (PROC) are proc.c's: serve.c hands it their frames, polls their pipes
+ * for it, and tells it which children were reaped; both start commands
+ * with guest_spawn().
  */
 #include "agentless/guest/init.h"
 #include "agentless/wire.h"
