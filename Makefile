@@ -21,7 +21,7 @@ PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 LDLIBS   += $(PKG_LIBS) -pthread -lm
 
 # Library: every module's .c except the program entry and the guest side.
-LIB_SRCS := $(wildcard util/*.c) agentless/agentless.c agentless/xfer.c agentless/wire.c \
+LIB_SRCS := $(wildcard util/*.c) agentless/agentless.c agentless/xfer.c agentless/process.c agentless/wire.c \
 	    $(wildcard vmm/*.c) $(wildcard store/*.c) $(wildcard billing/*.c) \
 	    $(wildcard receipt/*.c) $(wildcard sandbox/*.c) \
 	    $(filter-out api/main.c,$(wildcard api/*.c))
@@ -169,9 +169,9 @@ $(BUILD)/tests/test_dashboard: node_modules/.package-lock.json
 $(BUILD)/tests/test_cli: $(BIN)/sbx
 # The guest side is a static program of its own: link its serve.c in, built
 # so that it decodes but starts nothing (SBX_GUEST_FUZZ).
-$(BUILD)/tests/fuzz_guest: tests/fuzz/fuzz_guest.c tests/fuzz/replay.c agentless/guest/serve.c agentless/guest/hostile.c agentless/guest/files.c $(LIB)
+$(BUILD)/tests/fuzz_guest: tests/fuzz/fuzz_guest.c tests/fuzz/replay.c agentless/guest/serve.c agentless/guest/hostile.c agentless/guest/files.c agentless/guest/proc.c $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -DSBX_GUEST_FUZZ -o $@ $< tests/fuzz/replay.c agentless/guest/serve.c agentless/guest/hostile.c agentless/guest/files.c \
+	$(CC) $(CFLAGS) -DSBX_GUEST_FUZZ -o $@ $< tests/fuzz/replay.c agentless/guest/serve.c agentless/guest/hostile.c agentless/guest/files.c agentless/guest/proc.c \
 		$(LIB) $(LDLIBS)
 $(BUILD)/tests/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(LIB)
 	@mkdir -p $(dir $@)

@@ -38,11 +38,13 @@ struct agentless_conn {
 	bool ch_eof;	  /* the attached channel reported EOF */
 	unsigned senders; /* threads inside ch.send() */
 
-	bool ready;	    /* HELLO answered with WELCOME */
-	bool hello_pending; /* HELLO arrived with no usable channel yet */
-	uint32_t version;   /* negotiated */
-	bool broken;	    /* no execs until the next attach */
-	bool rx_dead;	    /* ignore input until EOF or the next attach */
+	bool ready;		  /* HELLO answered with WELCOME */
+	bool hello_pending;	  /* HELLO arrived with no usable channel yet */
+	uint32_t version;	  /* negotiated */
+	bool version_assumed;	  /* reattached without a HELLO yet: WIRE_VERSION_MIN */
+	int64_t assumed_until_ms; /* sbx_mono_ms(): the guest's HELLO is due by then */
+	bool broken;		  /* no execs until the next attach */
+	bool rx_dead;		  /* ignore input until EOF or the next attach */
 	char broken_msg[128];
 
 	/* frame reassembly */

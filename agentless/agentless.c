@@ -32,22 +32,36 @@
 
 #define MOD		     "agentless"
 #define DEFAULT_MAX_INFLIGHT 64
+
+_Static_assert(AGENTLESS_PROC_RING == WIRE_PROC_RING && AGENTLESS_PROC_CHUNK == WIRE_PROC_CHUNK &&
+		   AGENTLESS_PROC_MAX == WIRE_PROC_MAX,
+	       "agentless.h mirrors wire.h's process constants");
+/* After a reattach without HELLO, how long a request that needs a newer
+ * version than the assumed oldest one is told to retry (503) rather than
+ * refused (500): the guest says HELLO when a host connects, or when a
+ * WELCOME names an older version than its own. */
+#define VERSION_WAIT_MS 10000
 /* Unsolicited frames: a token bucket per connection. */
 #define UNSOLICITED_BURST 32
 #define UNSOLICITED_PER_S 8
 
-/* One output stream of an exec: the head the guest shipped, <= cap bytes. */
+/* One output stream of an exec: the head the guest shipped, <= cap bytes
+ * (only counted in `len`, not kept, for a streamed exec). */
 struct stream_buf {
 	char *data;
 	size_t len;
 	size_t alloc;
 	uint32_t cap;
+	bool count_only;
 };
 
 struct exec {
 	struct exec *next;
 	uint32_t id;
 	agentless_exec_done_fn done;
+	agentless_output_fn on_output; /* NULL: output is buffered */
+	/* set for a PROC request instead of an exec: its reply */
+	agentless_proc_done_fn proc_done;
 	void *opaque;
 	struct stream_buf out;
 	struct stream_buf err;
@@ -55,6 +69,9 @@ struct exec {
 	int64_t deadline_ms;	      /* monotonic backstop */
 	int64_t started_ms;	      /* monotonic, when the EXEC was sent */
 	bool killed;		      /* KILL sent once already */
+	bool paused;		      /* PAUSE sent, no RESUME since */
+	bool in_output;		      /* the recv thread is inside on_output */
+	bool resume_wanted;	      /* resume asked for while in_output */
 };
 
 struct ping_waiter {
@@ -143,6 +160,10 @@ static int stream_append(struct stream_buf *s, const void *data, size_t len)
 		return 0;
 	if (len > s->cap || s->len > s->cap - len)
 		return -1;
+	if (s->count_only) {
+		s->len += len;
+		return 0;
+	}
 	need = s->len + len + 1;
 	if (need > s->alloc) {
 		size_t n = s->alloc ? s->alloc : 4096;
@@ -171,7 +192,7 @@ static char *stream_steal(struct stream_buf *s, size_t *len)
 	if (!p) {
 		p = xcalloc(1, 1);
 	}
-	*len = s->len;
+	*len = s->count_only ? 0 : s->len;
 	s->data = NULL;
 	s->len = s->alloc = 0;
 	return p;
@@ -252,12 +273,21 @@ bool conn_unsolicited_ok_locked(struct agentless_conn *c)
 }
 
 /* Fail a list of execs (already unlinked) with err; no lock held. */
+/* Fail one exec or PROC request (its callback, whichever it has). */
+static void exec_fail_one(struct exec *e, const struct sbx_error *err)
+{
+	if (e->proc_done)
+		e->proc_done(e->opaque, NULL, 0, err);
+	else
+		e->done(e->opaque, NULL, err);
+}
+
 static void execs_fail(struct exec *list, const struct sbx_error *err)
 {
 	while (list) {
 		struct exec *next = list->next;
 
-		list->done(list->opaque, NULL, err);
+		exec_fail_one(list, err);
 		exec_free(list);
 		list = next;
 	}
@@ -447,6 +477,7 @@ static void handle_hello(struct agentless_conn *c, const uint8_t *p, size_t len)
 
 	pthread_mutex_lock(&c->lock);
 	c->version = version;
+	c->version_assumed = false;
 	send_now = c->have_ch && !c->ch_eof;
 	if (!send_now)
 		c->hello_pending = true;
@@ -494,6 +525,9 @@ static void handle_output(struct agentless_conn *c, const struct wire_header *h,
 			  size_t len)
 {
 	struct exec *e;
+	agentless_output_fn fn;
+	void *opaque;
+	bool pause, send_pause, resume;
 	int rc;
 
 	pthread_mutex_lock(&c->lock);
@@ -509,10 +543,39 @@ static void handle_output(struct agentless_conn *c, const struct wire_header *h,
 		return;
 	}
 	rc = stream_append(h->type == WIRE_STDOUT ? &e->out : &e->err, p, len);
+	fn = rc == 0 && len > 0 ? e->on_output : NULL;
+	opaque = e->opaque;
+	/* Only this thread ends an exec while in_output is set (tick skips
+	 * it; attach and free close the channel, which waits for us), so e
+	 * stays valid across the unlocked call. */
+	e->in_output = fn != NULL;
 	pthread_mutex_unlock(&c->lock);
-	if (rc < 0)
+	if (rc < 0) {
 		conn_violation(c, "exec %u: %s past the cap the host asked for", h->id,
 			       h->type == WIRE_STDOUT ? "stdout" : "stderr");
+		return;
+	}
+	if (!fn)
+		return;
+	pause = fn(opaque, h->id, h->type == WIRE_STDERR, p, len);
+	pthread_mutex_lock(&c->lock);
+	send_pause = pause && !e->paused && c->version >= 3;
+	if (send_pause)
+		e->paused = true;
+	pthread_mutex_unlock(&c->lock);
+	/* in_output stays set until PAUSE is queued: a resume asked for in
+	 * the meantime (the consumer drained) is sent after it, never before */
+	if (send_pause)
+		conn_send(c, WIRE_PAUSE, h->id, NULL, 0);
+	pthread_mutex_lock(&c->lock);
+	e->in_output = false;
+	resume = e->resume_wanted && e->paused;
+	e->resume_wanted = false;
+	if (resume)
+		e->paused = false;
+	pthread_mutex_unlock(&c->lock);
+	if (resume)
+		conn_send(c, WIRE_RESUME, h->id, NULL, 0);
 }
 
 /* Take the in-flight exec a final frame (EXIT, ERROR) names. NULL when
@@ -584,6 +647,8 @@ static void handle_exit(struct agentless_conn *c, const struct wire_header *h, c
 	if (!e)
 		return;
 	sbx_hist_observe_us(SBX_H_EXEC, (sbx_mono_ms() - e->started_ms) * 1000);
+	if (e->proc_done)
+		rc = -1; /* a PROC is answered by PROC_REPLY, never EXIT */
 
 	/* The guest is hostile: an exit status is 0..255 (128+signal when
 	 * killed), timed_out a flag; anything else is a forged frame. */
@@ -594,13 +659,16 @@ static void handle_exit(struct agentless_conn *c, const struct wire_header *h, c
 		struct sbx_error err;
 
 		sbx_error_set(&err, SBX_E_SANDBOX_ERROR, NULL, MSG_VIOLATION);
-		e->done(e->opaque, NULL, &err);
+		exec_fail_one(e, &err);
 		exec_free(e);
 		conn_violation(c, "malformed EXIT for exec %u", h->id);
 		return;
 	}
 
 	memset(&res, 0, sizeof(res));
+	/* shipped bytes (kept, or only counted when streamed) */
+	uint64_t out_shipped = e->out.len, err_shipped = e->err.len;
+
 	res.stdout_buf = stream_steal(&e->out, &res.stdout_len);
 	res.stderr_buf = stream_steal(&e->err, &res.stderr_len);
 	res.exit_code = (int)(int32_t)code;
@@ -612,16 +680,36 @@ static void handle_exit(struct agentless_conn *c, const struct wire_header *h, c
 	res.host_ms = (uint32_t)SBX_MIN(sbx_mono_ms() - e->started_ms, (int64_t)UINT32_MAX);
 	res.timed_out = timed_out != 0;
 	/* never report fewer bytes than we hold */
-	res.stdout_total = SBX_MAX(out_total, (uint64_t)res.stdout_len);
-	res.stderr_total = SBX_MAX(err_total, (uint64_t)res.stderr_len);
-	res.truncated = res.stdout_total > res.stdout_len || res.stderr_total > res.stderr_len;
+	res.stdout_total = SBX_MAX(out_total, out_shipped);
+	res.stderr_total = SBX_MAX(err_total, err_shipped);
+	res.truncated = res.stdout_total > out_shipped || res.stderr_total > err_shipped;
 	e->done(e->opaque, &res, NULL);
+	exec_free(e);
+}
+
+static void handle_proc_reply(struct agentless_conn *c, const struct wire_header *h,
+			      const uint8_t *p, size_t len)
+{
+	struct exec *e = conn_exec_finish(c, h->id, "PROC_REPLY");
+	struct sbx_error err;
+
+	if (!e)
+		return;
+	if (!e->proc_done) {
+		sbx_error_set(&err, SBX_E_SANDBOX_ERROR, NULL, MSG_VIOLATION);
+		exec_fail_one(e, &err);
+		exec_free(e);
+		conn_violation(c, "PROC_REPLY for exec %u", h->id);
+		return;
+	}
+	/* the payload is checked by the caller, which knows its op */
+	e->proc_done(e->opaque, p, len, NULL);
 	exec_free(e);
 }
 
 static bool param_known(const char *param)
 {
-	static const char *const known[] = {"command", "cwd", "env", "timeout_ms"};
+	static const char *const known[] = {"command", "cwd", "env", "timeout_ms", "pid", "signal"};
 
 	for (size_t i = 0; i < SBX_ARRAY_SIZE(known); i++)
 		if (strcmp(param, known[i]) == 0)
@@ -663,7 +751,7 @@ static void handle_error(struct agentless_conn *c, const struct wire_header *h, 
 
 	if (rc < 0 || !have_kind) {
 		sbx_error_set(&err, SBX_E_SANDBOX_ERROR, NULL, MSG_VIOLATION);
-		e->done(e->opaque, NULL, &err);
+		exec_fail_one(e, &err);
 		exec_free(e);
 		conn_violation(c, "malformed ERROR for exec %u", h->id);
 		return;
@@ -690,13 +778,16 @@ static void handle_error(struct agentless_conn *c, const struct wire_header *h, 
 			      "the sandbox could not start the command: %s",
 			      msg[0] ? msg : "spawn failed");
 		break;
+	case WIRE_ERR_NO_PROCESS:
+		sbx_error_set(&err, SBX_E_NOT_FOUND, NULL, "no such process in the sandbox");
+		break;
 	default:
 		sbx_error_set(&err, SBX_E_SANDBOX_ERROR, NULL,
 			      "the sandbox could not run the command");
 		break;
 	}
 	sbx_debug(MOD, "exec %u refused by the guest (kind %u): %s", h->id, kind, msg);
-	e->done(e->opaque, NULL, &err);
+	exec_fail_one(e, &err);
 	exec_free(e);
 }
 
@@ -722,6 +813,9 @@ static void conn_handle_frame(struct agentless_conn *c, const struct wire_header
 		break;
 	case WIRE_ERROR:
 		handle_error(c, h, p, len);
+		break;
+	case WIRE_PROC_REPLY:
+		handle_proc_reply(c, h, p, len);
 		break;
 	default:
 		conn_violation(c, "unexpected frame type %u from the guest", h->type);
@@ -879,8 +973,11 @@ void agentless_conn_attach(struct agentless_conn *c, struct sbx_channel ch, bool
 	welcome = reattach || c->hello_pending;
 	/* A guest we did not hear HELLO from is assumed to speak only the
 	 * oldest version (it may have been booted by an older daemon). */
-	if (reattach && c->version == 0)
+	if (reattach && c->version == 0) {
 		c->version = WIRE_VERSION_MIN;
+		c->version_assumed = true;
+		c->assumed_until_ms = sbx_mono_ms() + VERSION_WAIT_MS;
+	}
 	version = c->version;
 	pthread_mutex_unlock(&c->lock);
 
@@ -1055,7 +1152,7 @@ void agentless_exec_result_release(struct agentless_exec_result *r)
 /* Encoded EXEC payload size, or SIZE_MAX past WIRE_MAX_PAYLOAD. */
 static size_t exec_payload_size(const struct agentless_exec_req *req)
 {
-	size_t n = 6 + req->command_len + 6 + strlen(req->cwd) + 3 * (6 + 4);
+	size_t n = 6 + req->command_len + 6 + strlen(req->cwd) + 4 * (6 + 4);
 
 	if (req->stdin_data)
 		n += 6 + SBX_MIN(req->stdin_len, (size_t)WIRE_MAX_PAYLOAD + 1);
@@ -1071,6 +1168,89 @@ static size_t exec_payload_size(const struct agentless_exec_req *req)
 	return n;
 }
 
+/* Put e in flight and send its frame: the channel must be up, the guest
+ * must speak `need_version` (`too_old` says what an older one cannot do)
+ * and max_inflight not be reached; e gets a fresh id and its backstop at
+ * timeout_ms + backstop_grace_ms. 0: e's callback will run; -1 with err:
+ * e was freed and no callback runs. */
+static int conn_launch(struct agentless_conn *c, struct exec *e, uint8_t type, const void *payload,
+		       size_t len, uint32_t timeout_ms, uint32_t need_version, const char *too_old,
+		       struct sbx_error *err)
+{
+	uint32_t id;
+
+	pthread_mutex_lock(&c->lock);
+	if (!c->have_ch || c->ch_eof || c->broken || !c->ready) {
+		char msg[sizeof c->broken_msg];
+
+		snprintf(msg, sizeof msg, "%s", c->broken_msg[0] ? c->broken_msg : MSG_GONE);
+		pthread_mutex_unlock(&c->lock);
+		exec_free(e);
+		return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL, "%s", msg);
+	}
+	if (c->version < need_version && c->version_assumed &&
+	    sbx_mono_ms() < c->assumed_until_ms) {
+		/* the guest's HELLO (it says one whenever a host connects)
+		 * will tell its real version in a moment */
+		pthread_mutex_unlock(&c->lock);
+		exec_free(e);
+		sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
+			      "the sandbox's guest is reconnecting; retry in a second");
+		if (err)
+			err->retry_after_s = 1;
+		return -1;
+	}
+	if (c->version < need_version) {
+		uint32_t v = c->version;
+
+		pthread_mutex_unlock(&c->lock);
+		exec_free(e);
+		return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL,
+				     "this sandbox's guest speaks exec protocol v%u, which cannot "
+				     "%s (v%u); create a new sandbox",
+				     v, too_old, need_version);
+	}
+	if (c->n_execs >= c->lim.max_inflight) {
+		pthread_mutex_unlock(&c->lock);
+		exec_free(e);
+		sbx_error_set(err, SBX_E_RATE_LIMITED, NULL,
+			      "too many commands are running in this sandbox at once (limit %u)",
+			      c->lim.max_inflight);
+		if (err)
+			err->retry_after_s = 1;
+		return -1;
+	}
+	/* ids are never 0 and never reused while in flight */
+	do {
+		id = c->next_id++;
+		if (c->next_id == 0)
+			c->next_id = 1;
+	} while (id == 0 || conn_id_used_locked(c, id));
+	e->id = id;
+	e->started_ms = sbx_mono_ms();
+	e->deadline_ms = e->started_ms + (int64_t)timeout_ms + c->lim.backstop_grace_ms;
+	/* in the table before the frame leaves, so a fast reply finds it */
+	e->next = c->execs;
+	c->execs = e;
+	c->n_execs++;
+	pthread_mutex_unlock(&c->lock);
+
+	if (conn_send(c, type, id, payload, len) == 0)
+		return 0;
+
+	/* not sent: unless someone already failed it (and called its
+	 * callback), take it back and report the error to the caller */
+	pthread_mutex_lock(&c->lock);
+	e = conn_exec_take(c, id);
+	if (e)
+		conn_abandon(c, id);
+	pthread_mutex_unlock(&c->lock);
+	if (!e)
+		return 0;
+	exec_free(e);
+	return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL, MSG_GONE);
+}
+
 int agentless_exec_start(struct agentless_conn *c, const struct agentless_exec_req *req,
 			 agentless_exec_done_fn done, void *opaque, struct sbx_error *err)
 {
@@ -1078,7 +1258,6 @@ int agentless_exec_start(struct agentless_conn *c, const struct agentless_exec_r
 	struct wire_writer w;
 	struct exec *e;
 	size_t size;
-	uint32_t id;
 
 	if (!req || !done || (!req->command && req->command_len) || !req->cwd ||
 	    (req->n_env && !req->env))
@@ -1101,71 +1280,62 @@ int agentless_exec_start(struct agentless_conn *c, const struct agentless_exec_r
 		wire_put_bytes(&w, WIRE_T_STDIN, req->stdin_data, req->stdin_len);
 	if (req->user)
 		wire_put_str(&w, WIRE_T_USER, req->user);
+	/* a v1/v2 guest skips the tag and batches: later, never wrong */
+	if (req->on_output)
+		wire_put_u32(&w, WIRE_T_STREAM, 1);
 	if (w.overflow)
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "exec request encoding overflow");
 
 	e = xcalloc(1, sizeof(*e));
 	e->done = done;
+	e->on_output = req->on_output;
 	e->opaque = opaque;
 	stream_init(&e->out, req->stdout_cap);
 	stream_init(&e->err, req->stderr_cap);
+	e->out.count_only = e->err.count_only = req->on_output != NULL;
 	sanitize_text(req->cwd, strlen(req->cwd), e->cwd, sizeof e->cwd);
 
+	return conn_launch(c, e, WIRE_EXEC, payload, w.len, req->timeout_ms,
+			   req->stdin_data || req->user ? 2 : 1,
+			   req->user ? "pass a user" : "pass stdin", err);
+}
+
+void agentless_exec_resume(struct agentless_conn *c, uint32_t exec_id)
+{
+	struct exec *e;
+	bool send;
+
 	pthread_mutex_lock(&c->lock);
-	if (!c->have_ch || c->ch_eof || c->broken || !c->ready) {
-		char msg[sizeof c->broken_msg];
-
-		snprintf(msg, sizeof msg, "%s", c->broken_msg[0] ? c->broken_msg : MSG_GONE);
+	e = conn_exec_find(c, exec_id);
+	if (e && e->in_output) {
+		e->resume_wanted = true; /* handle_output sends it */
 		pthread_mutex_unlock(&c->lock);
-		exec_free(e);
-		return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL, "%s", msg);
+		return;
 	}
-	if ((req->stdin_data || req->user) && c->version < 2) {
-		pthread_mutex_unlock(&c->lock);
-		exec_free(e);
-		return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL,
-				     "this guest speaks exec protocol v%u, which cannot pass %s",
-				     c->version, req->user ? "a user" : "stdin");
-	}
-	if (c->n_execs >= c->lim.max_inflight) {
-		pthread_mutex_unlock(&c->lock);
-		exec_free(e);
-		sbx_error_set(err, SBX_E_RATE_LIMITED, NULL,
-			      "too many commands are running in this sandbox at once (limit %u)",
-			      c->lim.max_inflight);
-		if (err)
-			err->retry_after_s = 1;
-		return -1;
-	}
-	/* ids are never 0 and never reused while in flight */
-	do {
-		id = c->next_id++;
-		if (c->next_id == 0)
-			c->next_id = 1;
-	} while (id == 0 || conn_id_used_locked(c, id));
-	e->id = id;
-	e->started_ms = sbx_mono_ms();
-	e->deadline_ms = e->started_ms + (int64_t)req->timeout_ms + c->lim.backstop_grace_ms;
-	/* in the table before the frame leaves, so a fast reply finds it */
-	e->next = c->execs;
-	c->execs = e;
-	c->n_execs++;
+	send = e && e->paused && c->ready && !c->broken;
+	if (send)
+		e->paused = false;
 	pthread_mutex_unlock(&c->lock);
+	if (send)
+		conn_send(c, WIRE_RESUME, exec_id, NULL, 0);
+}
 
-	if (conn_send(c, WIRE_EXEC, id, payload, w.len) == 0)
-		return 0;
+int agentless_proc_call(struct agentless_conn *c, const void *payload, size_t len,
+			uint32_t timeout_ms, agentless_proc_done_fn done, void *opaque,
+			struct sbx_error *err)
+{
+	struct exec *e;
 
-	/* not sent: unless someone already failed it (and called done), take
-	 * it back and report the error to the caller instead */
-	pthread_mutex_lock(&c->lock);
-	e = conn_exec_take(c, id);
-	if (e)
-		conn_abandon(c, id);
-	pthread_mutex_unlock(&c->lock);
-	if (!e)
-		return 0;
-	exec_free(e);
-	return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL, MSG_GONE);
+	if (!done || len > WIRE_MAX_PAYLOAD)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL,
+				     "the request exceeds %d bytes", WIRE_MAX_PAYLOAD);
+	e = xcalloc(1, sizeof(*e));
+	e->proc_done = done;
+	e->opaque = opaque;
+	stream_init(&e->out, 0); /* output for a PROC id is a violation */
+	stream_init(&e->err, 0);
+	return conn_launch(c, e, WIRE_PROC, payload, len, timeout_ms, 3, "run background processes",
+			   err);
 }
 
 struct sync_exec {
@@ -1252,7 +1422,7 @@ void agentless_conn_tick(struct agentless_conn *c, int64_t now_ms)
 	while (*pp) {
 		struct exec *e = *pp;
 
-		if (now_ms < e->deadline_ms) {
+		if (now_ms < e->deadline_ms || e->in_output) {
 			pp = &e->next;
 			continue;
 		}

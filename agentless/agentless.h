@@ -87,6 +87,16 @@ uint32_t agentless_conn_version(struct agentless_conn *c);
 /* True while the channel works and the handshake is done. */
 bool agentless_conn_alive(struct agentless_conn *c);
 
+/* The output of a streamed exec as it arrives: called on the recv thread
+ * with no agentless lock held, once per STDOUT/STDERR frame of the exec
+ * (len <= WIRE_MAX_CHUNK), in order, never concurrently with another call
+ * for the same exec and always before its done. `opaque` is done's. Must
+ * not block. Return true to ask the guest to stop reading the exec's pipes
+ * (PAUSE, protocol v3; an older guest keeps shipping, still within the
+ * caps) until agentless_exec_resume(). */
+typedef bool (*agentless_output_fn)(void *opaque, uint32_t exec_id, bool is_stderr,
+				    const void *data, size_t len);
+
 struct agentless_exec_req {
 	const char *command; /* bytes, not NUL-terminated necessarily */
 	size_t command_len;
@@ -104,6 +114,11 @@ struct agentless_exec_req {
 	/* Optional (protocol v2): run as this user of the guest (a name in its
 	 * /etc/passwd); NULL = root. Refused like stdin_data on a v1 guest. */
 	const char *user;
+	/* Optional: stream the output to this callback instead of buffering
+	 * it; the result's buffers are then empty (totals and truncated still
+	 * hold). The caps hold as for a buffered exec. A v3 guest ships each
+	 * read at once (STREAM); an older one in full chunks and at the end. */
+	agentless_output_fn on_output;
 };
 
 /* The outcome of one exec. Buffers are owned by the result: free with
@@ -142,6 +157,110 @@ typedef void (*agentless_exec_done_fn)(void *opaque, struct agentless_exec_resul
  * is down) and never calls done. */
 int agentless_exec_start(struct agentless_conn *c, const struct agentless_exec_req *req,
 			 agentless_exec_done_fn done, void *opaque, struct sbx_error *err);
+
+/* Background processes live in the guest (wire.h WIRE_PROC): each output
+ * stream keeps its last AGENTLESS_PROC_RING bytes there, an OUTPUT reply
+ * carries at most AGENTLESS_PROC_CHUNK bytes of each, and the guest keeps at
+ * most AGENTLESS_PROC_MAX processes (running and ended). */
+#define AGENTLESS_PROC_RING  (1024 * 1024)
+#define AGENTLESS_PROC_CHUNK (30 * 1024)
+#define AGENTLESS_PROC_MAX   64
+
+/* The answer to a PROC request (protocol v3, wire.h): on success `payload`
+ * (len bytes, borrowed for the call: the PROC_REPLY's, not yet checked:
+ * the caller decodes it for its op and treats anything odd as the guest's
+ * fault) and err NULL; otherwise payload NULL and err: SBX_E_NOT_FOUND
+ * (the guest keeps no such pid), SBX_E_RATE_LIMITED (guest at its limit),
+ * SBX_E_INVALID_REQUEST, SBX_E_SANDBOX_ERROR. Called exactly once, like
+ * an exec's done (same threads, no lock held). */
+typedef void (*agentless_proc_done_fn)(void *opaque, const uint8_t *payload, size_t len,
+				       const struct sbx_error *err);
+
+/* Send a PROC request (payload: its TLV fields, PROC_OP first). It counts
+ * as an exec in flight (max_inflight) until answered; the backstop fails it
+ * at timeout_ms + backstop_grace_ms. 0 and later done once, or -1 with err
+ * and never done (SBX_E_SANDBOX_ERROR when the guest is older than v3:
+ * "create a new sandbox"). */
+int agentless_proc_call(struct agentless_conn *c, const void *payload, size_t len,
+			uint32_t timeout_ms, agentless_proc_done_fn done, void *opaque,
+			struct sbx_error *err);
+
+/* Typed PROC calls (agentless/process.c): the request encoded, the reply
+ * decoded and checked. */
+#define AGENTLESS_PROC_CMD_HEAD 256 /* bytes of a command the list shows */
+
+enum agentless_proc_op {
+	AGENTLESS_PROC_START = 1, /* = WIRE_PROC_START ... */
+	AGENTLESS_PROC_LIST,
+	AGENTLESS_PROC_OUTPUT,
+	AGENTLESS_PROC_STDIN,
+	AGENTLESS_PROC_SIGNAL,
+};
+
+struct agentless_proc_req {
+	enum agentless_proc_op op;
+	uint32_t answer_ms; /* how long the guest gets to answer (backstop) */
+	uint32_t pid;	    /* OUTPUT, STDIN, SIGNAL */
+	/* START: like an exec's (no caps); timeout only when has_timeout */
+	const char *command;
+	size_t command_len;
+	const char *cwd; /* NULL = /home/sandbox */
+	const char *const *env;
+	size_t n_env;
+	bool has_timeout;
+	uint32_t timeout_ms;
+	const char *user;   /* NULL = root */
+	uint32_t max_procs; /* running processes the guest may have */
+	/* OUTPUT */
+	uint64_t stdout_offset, stderr_offset;
+	/* STDIN */
+	const char *data;
+	size_t data_len;
+	bool close;
+	/* SIGNAL: 2, 9 or 15 */
+	int signal;
+};
+
+struct agentless_proc_info {
+	uint32_t pid; /* > 1 */
+	char command[AGENTLESS_PROC_CMD_HEAD + 1];
+	size_t command_len;
+	int64_t started_at_ms; /* guest wall clock */
+	bool running;
+	int exit_code; /* 0..255 once ended */
+};
+
+struct agentless_proc_stream {
+	uint64_t offset; /* where data starts: the offset asked, the oldest
+			  * byte kept (wrapped), or the end (asked past it) */
+	uint64_t lost;	 /* offset - asked when the ring wrapped, else 0 */
+	uint64_t end;	 /* bytes written so far */
+	char *data;	 /* owned, NUL-terminated, len <= AGENTLESS_PROC_CHUNK */
+	size_t len;
+};
+
+struct agentless_proc_result {
+	struct agentless_proc_info info;  /* START (pid, started), OUTPUT */
+	struct agentless_proc_info *list; /* LIST: n_list, owned */
+	size_t n_list;
+	struct agentless_proc_stream out, err; /* OUTPUT */
+	uint32_t written;		       /* STDIN, <= data_len */
+};
+void agentless_proc_result_release(struct agentless_proc_result *r);
+
+/* Called once: res (the callback owns it) or err; no lock held. */
+typedef void (*agentless_proc_result_fn)(void *opaque, struct agentless_proc_result *res,
+					 const struct sbx_error *err);
+/* 0 and later done once, or -1 with err (agentless_proc_call's errors;
+ * SBX_E_INVALID_REQUEST "command" when START's fields exceed
+ * WIRE_MAX_PAYLOAD). */
+int agentless_proc(struct agentless_conn *c, const struct agentless_proc_req *req,
+		   agentless_proc_result_fn done, void *opaque, struct sbx_error *err);
+
+/* Let a streamed exec that its on_output paused run again (RESUME). A no-op
+ * when the exec is not in flight (ended, unknown) or not paused. Any thread;
+ * never blocks. */
+void agentless_exec_resume(struct agentless_conn *c, uint32_t exec_id);
 
 /* Synchronous wrapper for tools and tests. 0 and fills *res, or -1. */
 int agentless_exec(struct agentless_conn *c, const struct agentless_exec_req *req,

@@ -34,6 +34,10 @@
  * sender keeps at most WIRE_FILE_WINDOW bytes past the last FILE_ACK it got,
  * so neither side buffers more than that per transfer. A host sends
  * FILE_OPEN only to guests that negotiated version >= 3.
+ * Version 3 also (issue 16, streamed output) added WIRE_T_STREAM to EXEC and the
+ * PAUSE/RESUME flow-control frames. Their numbers are taken from the TOP of
+ * the free ranges, counting down (frame types from 255, tags from 65535),
+ * so that frames other branches add from the bottom never collide.
  */
 #ifndef SBX_WIRE_H
 #define SBX_WIRE_H
@@ -71,7 +75,8 @@ enum wire_type {
 	WIRE_PING = 4,
 	WIRE_PONG = 5,
 	/* host -> guest, id = exec id (non-zero, unique per connection):
-	 * {COMMAND, CWD, ENV*, TIMEOUT_MS, STDOUT_CAP, STDERR_CAP, STDIN?} */
+	 * {COMMAND, CWD, ENV*, TIMEOUT_MS, STDOUT_CAP, STDERR_CAP, STDIN?,
+	 * USER?, STREAM?} */
 	WIRE_EXEC = 10,
 	/* guest -> host: raw bytes of the stream, <= WIRE_MAX_CHUNK, only the
 	 * first STDOUT_CAP/STDERR_CAP bytes of each stream are ever shipped */
@@ -112,6 +117,19 @@ enum wire_type {
 	/* host -> guest: give the transfer up (remove a partial upload, stop
 	 * a helper); the guest sends nothing more for it */
 	WIRE_FILE_ABORT = 23,
+	/* v3, host -> guest, id = exec id, empty payload: stop reading the
+	 * exec's pipes (its writers then block on a full pipe) until RESUME.
+	 * Flow control for a slow consumer of a streamed exec; the deadline
+	 * still runs. Ignored for an unknown id. */
+	WIRE_RESUME = 254,
+	WIRE_PAUSE = 255,
+	/* v3, host -> guest, id = a request id (from the exec id space):
+	 * {PROC_OP, ...} on background processes (enum wire_proc_op). The
+	 * guest answers PROC_REPLY, or ERROR (kind NO_PROCESS for a pid it
+	 * does not know). */
+	WIRE_PROC = 253,
+	/* v3, guest -> host, id = the PROC's: the op's result (wire_proc_op) */
+	WIRE_PROC_REPLY = 252,
 };
 
 enum wire_file_op {
@@ -129,6 +147,31 @@ enum wire_file_type {
 	WIRE_FTYPE_SYMLINK = 3,
 	WIRE_FTYPE_OTHER = 4,
 };
+
+/* PROC_OP values and their fields (request -> reply). */
+enum wire_proc_op {
+	/* {COMMAND, CWD?, ENV*, USER?, TIMEOUT_MS? (absent: none), MAX_PROCS}
+	 * -> {PID, TIME_NS (started, guest clock), RUNNING (1)} */
+	WIRE_PROC_START = 1,
+	/* {} -> {PROC*}, each a nested payload {PID, COMMAND (head, <= 256
+	 * bytes), TIME_NS, RUNNING, EXIT_CODE?} */
+	WIRE_PROC_LIST = 2,
+	/* {PID, OUT_OFFSET, ERR_OFFSET} -> {PID, RUNNING, EXIT_CODE?, OUT_OFFSET,
+	 * OUT_DATA, OUT_END, ERR_OFFSET, ERR_DATA, ERR_END}: the bytes of each
+	 * stream from max(asked, oldest kept) (OUT_OFFSET in the reply), at
+	 * most WIRE_PROC_CHUNK of each; *_END = bytes written so far */
+	WIRE_PROC_OUTPUT = 3,
+	/* {PID, DATA?, CLOSE?} -> {WRITTEN}: bytes the pipe took now */
+	WIRE_PROC_STDIN = 4,
+	/* {PID, SIGNAL (2, 9 or 15)} -> {}: to its process group */
+	WIRE_PROC_SIGNAL = 5,
+};
+
+/* Background processes: each stream's ring in the guest, the most output
+ * one OUTPUT reply carries per stream, the guest's own table size. */
+#define WIRE_PROC_RING	(1024 * 1024)
+#define WIRE_PROC_CHUNK (30 * 1024)
+#define WIRE_PROC_MAX	64
 
 enum wire_tag {
 	WIRE_T_VERSION = 1,	  /* u32 */
@@ -167,6 +210,24 @@ enum wire_tag {
 	WIRE_T_NAME = 52,	  /* bytes, one entry name (<= 255, no '/' or NUL) */
 	WIRE_T_ACKED = 53,	  /* u64, cumulative data bytes consumed */
 	WIRE_T_TRUNCATED = 54,	  /* u32, 0 or 1 */
+	/* v3 (counting down from the top of the range, see above) */
+	WIRE_T_STREAM = 65535,	   /* u32 1 in EXEC: ship output as soon as it is
+				    * read instead of batching it into full chunks */
+	WIRE_T_PROC_OP = 65534,	   /* u32, enum wire_proc_op */
+	WIRE_T_PID = 65533,	   /* u32, a guest pid (> 1) */
+	WIRE_T_OUT_OFFSET = 65532, /* u64, a byte offset into stdout */
+	WIRE_T_ERR_OFFSET = 65531, /* u64 */
+	WIRE_T_OUT_END = 65530,	   /* u64, stdout bytes written so far */
+	WIRE_T_ERR_END = 65529,	   /* u64 */
+	WIRE_T_OUT_DATA = 65528,   /* bytes */
+	WIRE_T_ERR_DATA = 65527,   /* bytes */
+	WIRE_T_DATA = 65526,	   /* bytes for a process's stdin */
+	WIRE_T_CLOSE = 65525,	   /* u32 1: close its stdin after DATA */
+	WIRE_T_SIGNAL = 65524,	   /* u32 signal number */
+	WIRE_T_PROC_ENTRY = 65523, /* bytes: one process, a nested payload */
+	WIRE_T_RUNNING = 65522,	   /* u32 0/1 */
+	WIRE_T_MAX_PROCS = 65521,  /* u32, the host's limit of running ones */
+	WIRE_T_WRITTEN = 65520,	   /* u32 bytes */
 };
 
 enum wire_error_kind {
@@ -182,6 +243,8 @@ enum wire_error_kind {
 	WIRE_ERR_IO = 9,	 /* any other failure; MESSAGE says which */
 	WIRE_ERR_NOT_EMPTY = 10, /* DELETE of a non-empty directory without RECURSIVE */
 	WIRE_ERR_RANGE = 11,	 /* OFFSET past the end of the file */
+	/* v3 (top of the range): a PROC named a pid the guest does not keep */
+	WIRE_ERR_NO_PROCESS = 255,
 };
 
 struct wire_header {

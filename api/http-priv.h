@@ -19,20 +19,24 @@
 
 enum route {
 	R_NONE,
-	R_SANDBOXES,   /* /v1/sandboxes */
-	R_SANDBOX,     /* /v1/sandboxes/{id} */
-	R_EXEC,	       /* /v1/sandboxes/{id}/exec */
-	R_EXTEND,      /* /v1/sandboxes/{id}/extend */
-	R_USAGE,       /* /v1/usage */
-	R_LIMITS,      /* /v1/limits */
-	R_KEYS,	       /* /v1/api_keys */
-	R_KEY,	       /* /v1/api_keys/{id} */
-	R_EXECUTIONS,  /* /v1/sandbox/executions */
-	R_EXECUTION,   /* /v1/sandbox/executions/{id} */
-	R_RECEIPT,     /* /v1/receipts/{id} */
-	R_RECEIPT_KEY, /* /v1/receipts/public-key */
-	R_FILES,       /* /v1/sandboxes/{id}/files (http_files.c) */
-	R_STATIC,      /* a compiled-in file (http_static.c): r->asset */
+	R_SANDBOXES,	  /* /v1/sandboxes */
+	R_SANDBOX,	  /* /v1/sandboxes/{id} */
+	R_EXEC,		  /* /v1/sandboxes/{id}/exec */
+	R_EXTEND,	  /* /v1/sandboxes/{id}/extend */
+	R_USAGE,	  /* /v1/usage */
+	R_LIMITS,	  /* /v1/limits */
+	R_KEYS,		  /* /v1/api_keys */
+	R_KEY,		  /* /v1/api_keys/{id} */
+	R_EXECUTIONS,	  /* /v1/sandbox/executions */
+	R_EXECUTION,	  /* /v1/sandbox/executions/{id} */
+	R_RECEIPT,	  /* /v1/receipts/{id} */
+	R_RECEIPT_KEY,	  /* /v1/receipts/public-key */
+	R_PROCESSES,	  /* /v1/sandboxes/{id}/processes */
+	R_PROCESS_OUTPUT, /* /v1/sandboxes/{id}/processes/{pid}/output */
+	R_PROCESS_STDIN,  /* /v1/sandboxes/{id}/processes/{pid}/stdin */
+	R_PROCESS_SIGNAL, /* /v1/sandboxes/{id}/processes/{pid}/signal */
+	R_FILES,	  /* /v1/sandboxes/{id}/files (http_files.c) */
+	R_STATIC,	  /* a compiled-in file (http_static.c): r->asset */
 };
 
 enum exec_state {
@@ -92,7 +96,16 @@ struct req {
 	bool has_res;
 	struct sbx_error exec_err;
 	struct sandbox_output_hold hold; /* the reply's output budget, until api_req_free */
-	int refs;			 /* MHD's (until completed) + the exec callback's */
+	struct api_stream *stream;	 /* a streamed exec's events (http_stream.c) */
+
+	/* the processes routes (http_processes.c) */
+	uint32_t pid; /* from the path */
+	int proc_op;  /* enum sandbox_proc_op */
+	char *proc_data;
+	size_t proc_data_len;
+	bool proc_close;
+	const char *proc_signal_name; /* static */
+	int refs;		      /* MHD's (until completed) + the exec callback's */
 
 	/* The per-account count this request holds until its work ends
 	 * (enum api_inflight_kind), or -1. */
@@ -150,8 +163,33 @@ void api_req_slot_put(struct req *r);
 
 /* POST /v1/sandboxes/{id}/exec: start the command and park the connection. */
 enum MHD_Result api_exec_handle(struct req *r);
+/* Take r's per-account exec count and start its decoded exec with `done`
+ * (opaque r, holding a ref of r). 0, or -1 with err (count given back). */
+int api_exec_begin(struct req *r, sandbox_exec_done_fn done, struct sbx_error *err);
 /* The reply of a finished (or aborted) exec, when MHD calls again. */
 enum MHD_Result api_exec_answer(struct req *r);
+
+/* ------------------------------------------------ api/http_processes.c */
+
+/* The route of "/v1/sandboxes/{id}/processes" + rest (the pid into *pid),
+ * or R_NONE. */
+enum route api_processes_resolve(const char *rest, uint32_t *pid);
+/* Every processes route: decode, ask the guest, park the connection. */
+enum MHD_Result api_processes_handle(struct req *r, const char *method);
+
+/* --------------------------------------------------- api/http_stream.c */
+
+/* Bytes at the end of p[0..n) that begin a UTF-8 character the next bytes
+ * may complete (0..3). */
+size_t api_utf8_incomplete_tail(const uint8_t *p, size_t n);
+
+/* Does the request ask for a streamed exec (Accept: application/x-ndjson,
+ * or text/event-stream: *sse)? */
+bool api_stream_wanted(struct MHD_Connection *c, bool *sse);
+/* Start the decoded exec of r as a stream and queue its 200 reply, whose
+ * events follow as the guest produces them. */
+enum MHD_Result api_stream_start(struct req *r, bool sse);
+void api_stream_free(struct api_stream *s);
 
 /* ----------------------------------------------------- api/http_conn.c */
 

@@ -155,7 +155,7 @@ static bool take_id(const char *s, char id[SANDBOX_ID_MAX], const char **rest)
 
 /* Resolve a path; for R_NONE the id may be partly written. An id longer
  * than any real one makes the route unknown (404 either way). */
-static enum route route_resolve(const char *url, char id[SANDBOX_ID_MAX])
+static enum route route_resolve(const char *url, char id[SANDBOX_ID_MAX], uint32_t *pid)
 {
 	const char *rest;
 
@@ -185,6 +185,8 @@ static enum route route_resolve(const char *url, char id[SANDBOX_ID_MAX])
 			return R_EXTEND;
 		if (strcmp(rest, "/files") == 0)
 			return R_FILES;
+		if (strncmp(rest, "/processes", 10) == 0)
+			return api_processes_resolve(rest + 10, pid);
 		return R_NONE;
 	}
 	if (strncmp(url, "/v1/api_keys/", 13) == 0 && take_id(url + 13, id, &rest) && *rest == '\0')
@@ -203,7 +205,13 @@ static const char *route_allow(enum route r)
 		return "GET, DELETE";
 	case R_EXEC:
 	case R_EXTEND:
+	case R_PROCESS_STDIN:
+	case R_PROCESS_SIGNAL:
 		return "POST";
+	case R_PROCESSES:
+		return "GET, POST";
+	case R_PROCESS_OUTPUT:
+		return "GET";
 	case R_EXECUTION:
 	case R_RECEIPT:
 	case R_RECEIPT_KEY:
@@ -235,8 +243,10 @@ static bool method_allowed(enum route r, const char *method)
 
 static bool route_has_body(enum route r, const char *method)
 {
-	return strcmp(method, "POST") == 0 && (r == R_SANDBOXES || r == R_EXEC || r == R_EXTEND ||
-					       r == R_KEYS || r == R_EXECUTIONS);
+	return strcmp(method, "POST") == 0 &&
+	       (r == R_SANDBOXES || r == R_EXEC || r == R_EXTEND || r == R_KEYS ||
+		r == R_EXECUTIONS || r == R_PROCESSES || r == R_PROCESS_STDIN ||
+		r == R_PROCESS_SIGNAL);
 }
 
 /* ------------------------------------------------------------------- auth */
@@ -625,6 +635,11 @@ static enum MHD_Result dispatch(struct req *r, const char *method)
 		return handle_key_revoke(r);
 	case R_EXEC:
 		return api_exec_handle(r);
+	case R_PROCESSES:
+	case R_PROCESS_OUTPUT:
+	case R_PROCESS_STDIN:
+	case R_PROCESS_SIGNAL:
+		return api_processes_handle(r, method);
 	case R_SANDBOXES:
 		if (strcmp(method, "GET") == 0)
 			return handle_list(r);
@@ -724,7 +739,7 @@ static enum MHD_Result request_begin(struct api_server *srv, struct MHD_Connecti
 	api_reqctx_begin(c, r->request_id);
 
 	sbx_error_clear(&err);
-	r->route = route_resolve(url, r->id);
+	r->route = route_resolve(url, r->id, &r->pid);
 	if (r->route == R_NONE && (r->asset = api_static_find(url)) >= 0)
 		r->route = R_STATIC;
 	if (r->route == R_NONE) {
@@ -869,6 +884,8 @@ void api_req_free(struct req *r)
 	sbx_buf_release(&r->body);
 	api_files_free(r->files);
 	api_exec_body_release(&r->exec);
+	api_stream_free(r->stream);
+	free(r->proc_data);
 	if (r->has_res)
 		sandbox_exec_result_release(&r->res);
 	if (r->has_execution)

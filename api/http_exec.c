@@ -123,10 +123,34 @@ enum MHD_Result api_exec_answer(struct req *r)
 	return ret;
 }
 
+int api_exec_begin(struct req *r, sandbox_exec_done_fn done, struct sbx_error *err)
+{
+	struct api_server *srv = r->srv;
+
+	/* Parked execs hold connections: one account may park only so many
+	 * (max_execs_in_flight_per_account, well below the host's limit). */
+	if (api_req_slot_take(r, API_INFLIGHT_EXEC, err) < 0)
+		return -1;
+	pthread_mutex_lock(&srv->lock);
+	r->state = EXEC_RUNNING;
+	r->refs++; /* the exec's callbacks */
+	pthread_mutex_unlock(&srv->lock);
+	if (sandbox_exec_start(srv->svc, r->account_id, r->id, &r->exec.req, done, r, err) < 0) {
+		pthread_mutex_lock(&srv->lock);
+		r->state = EXEC_NONE;
+		r->refs--;
+		pthread_mutex_unlock(&srv->lock);
+		api_req_slot_put(r);
+		return -1;
+	}
+	return 0;
+}
+
 enum MHD_Result api_exec_handle(struct req *r)
 {
 	struct api_server *srv = r->srv;
 	struct sbx_error err;
+	bool sse = false;
 
 	sbx_error_clear(&err);
 	if (api_exec_decode(r->body.data, r->body.len, srv->cfg, &r->exec, &err) < 0)
@@ -141,24 +165,10 @@ enum MHD_Result api_exec_handle(struct req *r)
 					   "the service is shutting down; retry shortly");
 	}
 	pthread_mutex_unlock(&srv->lock);
-	/* Parked execs hold connections: one account may park only so many
-	 * (max_execs_in_flight_per_account, well below the host's limit). */
-	if (api_req_slot_take(r, API_INFLIGHT_EXEC, &err) < 0)
+	if (api_stream_wanted(r->conn, &sse))
+		return api_stream_start(r, sse);
+	if (api_exec_begin(r, exec_done, &err) < 0)
 		return api_reply_error(r->conn, &err);
-	pthread_mutex_lock(&srv->lock);
-	r->state = EXEC_RUNNING;
-	r->refs++;
-	pthread_mutex_unlock(&srv->lock);
-
-	if (sandbox_exec_start(srv->svc, r->account_id, r->id, &r->exec.req, exec_done, r, &err) <
-	    0) {
-		pthread_mutex_lock(&srv->lock);
-		r->state = EXEC_NONE;
-		r->refs--;
-		pthread_mutex_unlock(&srv->lock);
-		api_req_slot_put(r);
-		return api_reply_error(r->conn, &err);
-	}
 
 	pthread_mutex_lock(&srv->lock);
 	if (r->state == EXEC_DONE) {

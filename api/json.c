@@ -767,6 +767,10 @@ struct json_object *api_limits_encode_stats(const struct sandbox_config *cfg,
 			       json_object_new_int(cfg->max_sandboxes_per_account));
 	json_object_object_add(o, "execs_per_sandbox",
 			       json_object_new_int(cfg->max_execs_per_sandbox));
+	json_object_object_add(o, "processes_per_sandbox",
+			       json_object_new_int(cfg->max_processes_per_sandbox));
+	json_object_object_add(o, "process_output_ring_bytes",
+			       json_object_new_int(SANDBOX_PROC_RING_BYTES));
 	json_object_object_add(o, "creates_in_flight_per_account",
 			       json_object_new_int(cfg->max_creates_in_flight_per_account));
 	json_object_object_add(o, "deletes_in_flight_per_account",

@@ -72,7 +72,7 @@ void api_metrics_request(int route, unsigned status, int64_t us)
 {
 	size_t si = N_STATUS - 1;
 
-	if (route < 0 || route >= (int)N_ROUTES)
+	if (route < 0 || route >= (int)N_ROUTES || !route_names[route])
 		route = R_NONE;
 	for (size_t i = 0; i + 1 < N_STATUS; i++)
 		if (statuses[i] == status)

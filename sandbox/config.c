@@ -48,6 +48,7 @@ void sandbox_config_defaults(struct sandbox_config *cfg)
 
 	cfg->max_sandboxes_per_account = 20;
 	cfg->max_execs_per_sandbox = 64;
+	cfg->max_processes_per_sandbox = 16;
 	cfg->output_budget_account_mib = 512;
 	cfg->output_budget_host_mib = 2048;
 	cfg->max_body_bytes = 1024 * 1024;
@@ -196,6 +197,9 @@ int sandbox_config_validate(const struct sandbox_config *cfg, struct sbx_error *
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "output_budget_account_mib",
 				     "output budgets must be >= 1 MiB, the account's at most the "
 				     "host's");
+	if (cfg->max_processes_per_sandbox < 1 || cfg->max_processes_per_sandbox > SANDBOX_PROC_MAX)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "max_processes_per_sandbox",
+				     "max_processes_per_sandbox must be 1..%d", SANDBOX_PROC_MAX);
 	if (cfg->max_execs_per_sandbox < 1 || cfg->max_execs_per_sandbox > 1024)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "max_execs_per_sandbox",
 				     "max_execs_per_sandbox must be 1..1024");

@@ -32,8 +32,8 @@ static struct output_account **output_account_find_locked(struct sandbox_svc *sv
 
 /* Take `bytes` of the account's and the host's budget into *hold. 0, or
  * -1 with 429 (account) / 503 (host). */
-static int output_reserve(struct sandbox_svc *svc, const char *account_id, uint64_t bytes,
-			  struct sandbox_output_hold *hold, struct sbx_error *err)
+int sandbox_output_reserve(struct sandbox_svc *svc, const char *account_id, uint64_t bytes,
+			   struct sandbox_output_hold *hold, struct sbx_error *err)
 {
 	const struct sandbox_config *cfg = &svc->cfg;
 	uint64_t acct_max = cfg->output_budget_account_mib << 20;
@@ -117,6 +117,7 @@ void sandbox_exec_result_release(struct sandbox_exec_result *r)
 
 struct exec_call {
 	sandbox_exec_done_fn done;
+	sandbox_exec_output_fn on_output;
 	void *opaque;
 	/* Valid for every exec_done call: a live is freed only after
 	 * agentless_conn_free() has failed all of its execs. */
@@ -132,6 +133,14 @@ static void exec_call_free(struct exec_call *call)
 	if (call->own)
 		sandbox_output_release(call->l->svc, &call->own_hold);
 	free(call);
+}
+
+static bool exec_output(void *opaque, uint32_t exec_id, bool is_stderr, const void *data,
+			size_t len)
+{
+	struct exec_call *call = opaque;
+
+	return call->on_output(call->opaque, exec_id, is_stderr, data, len);
 }
 
 static void exec_done(void *opaque, struct agentless_exec_result *res, const struct sbx_error *aerr)
@@ -216,40 +225,34 @@ int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const ch
 	    .stdout_cap = (uint32_t)cfg->output_cap_bytes,
 	    .stderr_cap = (uint32_t)cfg->output_cap_bytes,
 	    .user = strcmp(cfg->exec_user, "root") == 0 ? NULL : cfg->exec_user,
+	    .on_output = req->on_output ? exec_output : NULL,
 	};
 	call = calloc(1, sizeof(*call));
 	if (!call)
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
 	call->done = done;
+	call->on_output = req->on_output;
 	call->opaque = opaque;
 	call->own = !req->hold;
 	hold = req->hold ? req->hold : &call->own_hold;
-	if (output_reserve(svc, account_id,
-			   2 * (uint64_t)cfg->output_cap_bytes *
-			       (req->base64 ? SANDBOX_REPLY_COST_BASE64 : SANDBOX_REPLY_COST_UTF8),
-			   hold, err) < 0) {
+	if (sandbox_output_reserve(
+		svc, account_id,
+		2 * (uint64_t)cfg->output_cap_bytes *
+		    (req->base64 ? SANDBOX_REPLY_COST_BASE64 : SANDBOX_REPLY_COST_UTF8),
+		hold, err) < 0) {
 		free(call);
 		return -1;
 	}
 
-	pthread_mutex_lock(&svc->lock);
-	l = sandbox_live_find_locked(svc, id);
-	if (!l || l->dead) {
-		pthread_mutex_unlock(&svc->lock);
+	l = sandbox_live_pin(svc, id, err);
+	if (!l) {
 		sandbox_output_release(svc, hold);
 		free(call);
-		return sbx_error_set(err, SBX_E_SANDBOX_NOT_RUNNING, NULL,
-				     "sandbox '%s' is no longer running", id);
+		return -1;
 	}
-	l->refs++;
 	call->l = l;
-	pthread_mutex_unlock(&svc->lock);
-
 	rc = agentless_exec_start(l->conn, &areq, exec_done, call, err);
-
-	pthread_mutex_lock(&svc->lock);
-	sandbox_live_unref_locked(svc, l);
-	pthread_mutex_unlock(&svc->lock);
+	sandbox_live_unpin(svc, l);
 	if (rc < 0) {
 		sandbox_output_release(svc, hold);
 		free(call);
@@ -263,4 +266,38 @@ int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const ch
 		return -1;
 	}
 	return 0;
+}
+
+struct live *sandbox_live_pin(struct sandbox_svc *svc, const char *id, struct sbx_error *err)
+{
+	struct live *l;
+
+	pthread_mutex_lock(&svc->lock);
+	l = sandbox_live_find_locked(svc, id);
+	if (!l || l->dead) {
+		pthread_mutex_unlock(&svc->lock);
+		sbx_error_set(err, SBX_E_SANDBOX_NOT_RUNNING, NULL,
+			      "sandbox '%s' is no longer running", id);
+		return NULL;
+	}
+	l->refs++;
+	pthread_mutex_unlock(&svc->lock);
+	return l;
+}
+
+void sandbox_live_unpin(struct sandbox_svc *svc, struct live *l)
+{
+	pthread_mutex_lock(&svc->lock);
+	sandbox_live_unref_locked(svc, l);
+	pthread_mutex_unlock(&svc->lock);
+}
+
+void sandbox_exec_resume(struct sandbox_svc *svc, const char *sandbox_id, uint32_t exec_id)
+{
+	struct live *l = sandbox_live_pin(svc, sandbox_id, NULL);
+
+	if (!l)
+		return;
+	agentless_exec_resume(l->conn, exec_id);
+	sandbox_live_unpin(svc, l);
 }

@@ -176,9 +176,15 @@ void *sandbox_ender_main(void *arg);
 int sandbox_visible_row(struct sandbox_svc *svc, const char *account_id, const char *id,
 			struct store_sandbox *row, struct sbx_error *err);
 
-/* The same, and running (not expired at wall time `now`): else 410. */
+/* sandbox_visible_row, and the sandbox runs at `now` (wall ms): else 410
+ * sandbox_not_running. */
 int sandbox_running_row(struct sandbox_svc *svc, const char *account_id, const char *id,
 			int64_t now, struct store_sandbox *row, struct sbx_error *err);
+/* Pin the live of a running sandbox (a ref) to call into its conn with no
+ * lock held; NULL with 410 when it is gone or dead. Unpin with
+ * sandbox_live_unpin. No lock held. */
+struct live *sandbox_live_pin(struct sandbox_svc *svc, const char *id, struct sbx_error *err);
+void sandbox_live_unpin(struct sandbox_svc *svc, struct live *l);
 
 /* Queue the end of a live sandbox (dead: FAILED at dead_at_ms; expired:
  * EXPIRED at expires_at_ms) for an ender thread; once per live. Call with
@@ -198,6 +204,13 @@ bool sandbox_capacity_fits_locked(struct sandbox_svc *svc, const struct sandbox_
  * (sandbox_capacity_fits_locked's disk rule, adding no guest)? Call with
  * lock. */
 bool sandbox_disk_fits_locked(struct sandbox_svc *svc);
+
+/* exec.c */
+
+/* Take `bytes` of the account's and the host's output budget into *hold.
+ * 0, or -1 with 429 (account) / 503 (host), Retry-After 1. */
+int sandbox_output_reserve(struct sandbox_svc *svc, const char *account_id, uint64_t bytes,
+			   struct sandbox_output_hold *hold, struct sbx_error *err);
 
 /* execution.c */
 

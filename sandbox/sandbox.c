@@ -46,6 +46,16 @@ static void view_from_row(const struct store_sandbox *row, int64_t now_ms, struc
 }
 
 /* Tenants see a sandbox that is still being created as not existing yet. */
+int sandbox_visible_row(struct sandbox_svc *svc, const char *account_id, const char *id,
+			struct store_sandbox *row, struct sbx_error *err)
+{
+	if (store_sandbox_get(svc->store, account_id, id, row, err) < 0)
+		return -1;
+	if (row->status == STORE_CREATING)
+		return sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such sandbox '%s'", id);
+	return 0;
+}
+
 int sandbox_running_row(struct sandbox_svc *svc, const char *account_id, const char *id,
 			int64_t now, struct store_sandbox *row, struct sbx_error *err)
 {
@@ -55,16 +65,6 @@ int sandbox_running_row(struct sandbox_svc *svc, const char *account_id, const c
 		return sbx_error_set(
 		    err, SBX_E_SANDBOX_NOT_RUNNING, NULL, "sandbox '%s' is %s; create a new one",
 		    id, row->status == STORE_RUNNING ? "expired" : store_status_name(row->status));
-	return 0;
-}
-
-int sandbox_visible_row(struct sandbox_svc *svc, const char *account_id, const char *id,
-			struct store_sandbox *row, struct sbx_error *err)
-{
-	if (store_sandbox_get(svc->store, account_id, id, row, err) < 0)
-		return -1;
-	if (row->status == STORE_CREATING)
-		return sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such sandbox '%s'", id);
 	return 0;
 }
 

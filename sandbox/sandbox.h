@@ -61,6 +61,7 @@ struct sandbox_config {
 
 	int max_sandboxes_per_account;	    /* 20 */
 	int max_execs_per_sandbox;	    /* 64 */
+	int max_processes_per_sandbox;	    /* 16: running background processes */
 	uint64_t output_budget_account_mib; /* 512: buffered exec output per account */
 	uint64_t output_budget_host_mib;    /* 2048: the same for the whole host */
 	size_t max_body_bytes;		    /* HTTP request body cap, 1 MiB */
@@ -357,6 +358,13 @@ int sandbox_extend(struct sandbox_svc *svc, const char *account_id, const char *
 
 /* ------------------------------------------------------------------ exec */
 
+/* Output of a streamed exec as it arrives (agentless_output_fn's contract:
+ * the channel's thread, no lock held, in order, before done; must not
+ * block). Return true to pause the command's output until
+ * sandbox_exec_resume(). */
+typedef bool (*sandbox_exec_output_fn)(void *opaque, uint32_t exec_id, bool is_stderr,
+				       const void *data, size_t len);
+
 struct sandbox_exec_req {
 	const char *command; /* NUL-terminated; api/ checked non-empty and cap */
 	size_t command_len;
@@ -371,6 +379,10 @@ struct sandbox_exec_req {
 	 * reply was sent (a slow reader keeps holding it). NULL: given back
 	 * when the done callback returns. */
 	struct sandbox_output_hold *hold;
+	/* Optional: stream the output to this callback (opaque = done's);
+	 * the result's buffers are then empty. Caps, timeout and the output
+	 * budget are those of a buffered exec. */
+	sandbox_exec_output_fn on_output;
 };
 
 /* The output budget (docs/api.md "Output budget"). A started exec holds
@@ -502,6 +514,90 @@ void sandbox_file_status(struct sandbox_file *f, struct sandbox_file_status *st)
 const struct sandbox_file_entry *sandbox_file_entries(struct sandbox_file *f, size_t *n);
 /* Give the transfer back (an unfinished one is aborted in the guest). */
 void sandbox_file_release(struct sandbox_file *f);
+/* Let a streamed exec that its on_output paused run again. A no-op when
+ * the sandbox or the exec is gone. No lock held; never blocks. */
+void sandbox_exec_resume(struct sandbox_svc *svc, const char *sandbox_id, uint32_t exec_id);
+
+/* ---------------------------------------------------- background processes
+ *
+ * Commands started without waiting (docs/api.md "Processes"). They live in
+ * the guest (protocol v3): its PID 1 keeps each one's last
+ * SANDBOX_PROC_RING_BYTES of stdout and of stderr, and the list, so both
+ * survive a daemon restart. The host keeps no state per process: every call
+ * asks the guest, and checks what it answers. */
+#define SANDBOX_PROC_MAX	64	      /* processes a guest keeps (running or ended) */
+#define SANDBOX_PROC_RING_BYTES (1024 * 1024) /* per stream */
+#define SANDBOX_PROC_CHUNK	(30 * 1024)   /* per stream, per output call */
+#define SANDBOX_PROC_CMD_HEAD	256	      /* bytes of the command listed */
+
+enum sandbox_proc_op {
+	SANDBOX_PROC_START = 1,
+	SANDBOX_PROC_LIST,
+	SANDBOX_PROC_OUTPUT,
+	SANDBOX_PROC_STDIN,
+	SANDBOX_PROC_SIGNAL,
+};
+
+struct sandbox_proc_req {
+	enum sandbox_proc_op op;
+	uint32_t pid; /* OUTPUT, STDIN, SIGNAL */
+	/* START: as an exec (command, cwd, env; no caps); timeout optional:
+	 * without it the process runs until it ends or the sandbox does */
+	const struct sandbox_exec_req *start;
+	/* OUTPUT: the byte offsets to read from */
+	uint64_t stdout_offset, stderr_offset;
+	/* STDIN: bytes to write (<= 64 KiB), then close stdin when asked */
+	const char *data;
+	size_t data_len;
+	bool close;
+	/* SIGNAL: 2 (INT), 9 (KILL) or 15 (TERM) */
+	int signal;
+	/* The reply's share of the output budget (as an exec's, docs/api.md
+	 * "Output budget"): filled when the call starts, given back by the
+	 * caller with sandbox_output_release() once its reply was sent. */
+	struct sandbox_output_hold *hold;
+};
+
+struct sandbox_proc_info {
+	uint32_t pid;
+	char command[SANDBOX_PROC_CMD_HEAD + 1]; /* raw bytes, NUL-terminated */
+	size_t command_len;
+	int64_t started_at_ms; /* the guest's wall clock (the host sets it) */
+	bool running;
+	int exit_code; /* once ended; 128+signal when killed */
+};
+
+struct sandbox_proc_stream {
+	uint64_t offset; /* where data starts (>= the offset asked for) */
+	uint64_t lost;	 /* bytes between the offset asked for and `offset`:
+			  * overwritten in the ring before they were read */
+	uint64_t end;	 /* bytes written so far; next offset = offset + len */
+	char *data;	 /* raw bytes, owned, NUL-terminated */
+	size_t len;	 /* <= SANDBOX_PROC_CHUNK */
+};
+
+struct sandbox_proc_result {
+	struct sandbox_proc_info info;	/* START (pid, started_at_ms), OUTPUT */
+	struct sandbox_proc_info *list; /* LIST: n_list entries, owned */
+	size_t n_list;
+	struct sandbox_proc_stream out, err; /* OUTPUT */
+	uint32_t written;		     /* STDIN: bytes the pipe took now */
+};
+void sandbox_proc_result_release(struct sandbox_proc_result *r);
+
+/* Called exactly once per started call, from any thread, no lock held. On
+ * success err is NULL and the callback owns *res. */
+typedef void (*sandbox_proc_done_fn)(void *opaque, struct sandbox_proc_result *res,
+				     const struct sbx_error *err);
+
+/* Ask the sandbox's guest. 0 (done will be called), or -1 with err: 404
+ * (no such sandbox for this account, or no such process), 410, 400
+ * (timeout_ms, signal), 429 (max_processes_per_sandbox running), 500 (the
+ * guest answered nonsense, or speaks a protocol older than v3: "create a
+ * new sandbox"). */
+int sandbox_proc_call(struct sandbox_svc *svc, const char *account_id, const char *id,
+		      const struct sandbox_proc_req *req, sandbox_proc_done_fn done, void *opaque,
+		      struct sbx_error *err);
 
 /* --------------------------------------------------------------- startup */
 

@@ -488,6 +488,53 @@ char *sbx_utf8_sanitize(const char *in, size_t len, bool cut_tail, size_t *out_l
 	return out;
 }
 
+static int b64_value(char c)
+{
+	if (c >= 'A' && c <= 'Z')
+		return c - 'A';
+	if (c >= 'a' && c <= 'z')
+		return c - 'a' + 26;
+	if (c >= '0' && c <= '9')
+		return c - '0' + 52;
+	return c == '+' ? 62 : c == '/' ? 63 : -1;
+}
+
+char *sbx_base64_decode(const char *in, size_t len, size_t *out_len)
+{
+	size_t o = 0, pad = 0;
+	char *out;
+
+	if (len % 4)
+		return NULL;
+	if (len && in[len - 1] == '=')
+		pad = len >= 2 && in[len - 2] == '=' ? 2 : 1;
+	out = malloc(len / 4 * 3 + 1);
+	if (!out)
+		return NULL;
+	for (size_t i = 0; i < len; i += 4) {
+		uint32_t v = 0;
+
+		for (size_t k = 0; k < 4; k++) {
+			bool tail_pad = i + 4 == len && k >= 4 - pad;
+			int d = tail_pad ? 0 : b64_value(in[i + k]);
+
+			if (d < 0) {
+				free(out);
+				return NULL;
+			}
+			v = v << 6 | (uint32_t)d;
+		}
+		out[o++] = (char)(v >> 16);
+		if (!(i + 4 == len && pad == 2))
+			out[o++] = (char)(v >> 8);
+		if (!(i + 4 == len && pad >= 1))
+			out[o++] = (char)v;
+	}
+	out[o] = '\0';
+	*out_len = o;
+	return out;
+}
+
 char *sbx_base64_encode(const void *in, size_t len)
 {
 	static const char tbl[] =

@@ -177,6 +177,10 @@ bool sbx_ct_equal(const void *a, const void *b, size_t len);
 char *sbx_utf8_sanitize(const char *in, size_t len, bool cut_tail, size_t *out_len);
 /* Standard base64 (RFC 4648, with padding) as a new NUL-terminated string. */
 char *sbx_base64_encode(const void *in, size_t len);
+/* Decode standard padded base64 (length a multiple of 4, '=' only at the
+ * end) into new bytes (NUL-terminated for convenience, *out_len without
+ * it). NULL when the text is not such base64, or on ENOMEM. */
+char *sbx_base64_decode(const char *in, size_t len, size_t *out_len);
 
 /* ------------------------------------------------------ the byte channel */
 

@@ -14,6 +14,7 @@
 #ifndef SBX_GUEST_INIT_H
 #define SBX_GUEST_INIT_H
 
+#include <poll.h>
 #include <stdint.h>
 
 /* Where the per-exec cgroups live; "" when cgroup2 is not usable. */
@@ -40,6 +41,37 @@ void guest_send_error(uint32_t id, uint32_t kind, const char *param, const char 
  * O_RDWR|O_NONBLOCK|O_CLOEXEC). Never returns unless the event loop
  * itself cannot run (signalfd or poll failing for good): returns -1. */
 int guest_serve(int port_fd);
+
+/* A command started by guest_spawn() (serve.c) for an EXEC or a
+ * background process (proc.c). */
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+struct guest_child {
+	pid_t pid;	    /* its session and process group leader */
+	int out_fd, err_fd; /* read ends, non-blocking */
+	int in_fd;	    /* write end of its stdin pipe (non-blocking), or -1 */
+	char cgroup[96];    /* "" without cgroup2 */
+	int64_t start_ms;   /* guest_mono_ms() at fork */
+	uint32_t timeout_ms, out_cap, err_cap;
+	bool stream;
+};
+int guest_spawn(uint32_t id, const uint8_t *p, size_t len, bool stdin_pipe, struct guest_child *c);
+/* Queue one frame to the host (dropped while none is connected). */
+void guest_frame_send(uint8_t type, uint32_t id, const void *payload, size_t len);
+
+/* Background processes (proc.c), driven by serve.c's loop. */
+/* A PROC frame from the host. */
+void guest_proc_request(uint32_t id, const uint8_t *p, size_t len);
+/* Fill up to `max` pollfds for the processes' pipes; tags[i] identifies
+ * each for guest_proc_ready(). Returns the count. */
+unsigned guest_proc_pollfds(struct pollfd *pfd, unsigned *tags, unsigned max);
+void guest_proc_ready(unsigned tag);
+/* A reaped child: true when it was a background process. */
+bool guest_proc_reaped(pid_t pid, int status);
+/* Deadlines (a process's own timeout_ms): kill the overdue, return the
+ * next deadline (guest_mono_ms) or -1. */
+int64_t guest_proc_tick(int64_t now_ms);
 
 /* The hostile-guest test kit (hostile.c; tests only, off unless the kernel
  * command line says sandboxd.test_hostile=1). */

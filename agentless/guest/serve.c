@@ -22,6 +22,12 @@
  * reaped -> drain the pipes -> EXIT. Pipes still held by background
  * processes stay in the poll set (read and dropped) until EOF; the cgroup
  * is removed once empty.
+ *
+ * Version 3: a streamed exec (STREAM) ships each read at once, and PAUSE /
+ * RESUME take its pipes out of the poll set and back. Background processes
+ * (PROC) are proc.c's: serve.c hands it their frames, polls their pipes
+ * for it, and tells it which children were reaped; both start commands
+ * with guest_spawn().
  */
 #include "agentless/guest/init.h"
 #include "agentless/wire.h"
@@ -86,6 +92,8 @@ struct exec {
 	bool detached;	/* its connection is gone: ship nothing */
 	bool reaped;	/* the sh exited; EXIT pending */
 	bool timed_out; /* killed on deadline or KILL */
+	bool stream;	/* v3 STREAM: ship output as soon as it is read */
+	bool paused;	/* v3 PAUSE: its pipes are not read until RESUME */
 	uint32_t id;
 	pid_t pid;
 	int status;
@@ -97,7 +105,8 @@ struct exec {
 static struct {
 	int port;
 	bool connected;
-	bool in_bad; /* framing lost: discard input until reconnect */
+	bool in_bad;	   /* framing lost: discard input until reconnect */
+	bool rehello_sent; /* HELLO repeated after a low WELCOME (welcome_check) */
 	int sfd;
 
 	/* outbound bytes: frames back to back, [head, len) unsent */
@@ -231,6 +240,11 @@ void guest_send_error(uint32_t id, uint32_t kind, const char *param, const char 
 	frame_send_w(WIRE_ERROR, id, &w);
 }
 
+void guest_frame_send(uint8_t type, uint32_t id, const void *payload, size_t len)
+{
+	frame_send(type, id, payload, len);
+}
+
 /* ------------------------------------------------------------- cgroups */
 
 static int write_str(const char *path, const char *s)
@@ -319,12 +333,21 @@ static void stream_flush(const struct exec *e, struct stream *s)
 	s->chunk_len = 0;
 }
 
+static void stream_read_some(struct exec *e, struct stream *s, size_t budget);
+
 /* Read up to `budget` bytes of one stream. The part under its cap is
  * batched into WIRE_MAX_CHUNK frames (attached execs only; the tail is
- * flushed at exit: the API is not streaming, so batching costs no
- * latency), the rest is read and dropped; all of it is counted. Closes the
- * fd at EOF. */
+ * flushed at exit, so a synchronous exec costs no extra frames), the rest
+ * is read and dropped; all of it is counted. A streamed exec (v3 STREAM)
+ * ships what it read at once. Closes the fd at EOF. */
 static void stream_read(struct exec *e, struct stream *s, size_t budget)
+{
+	stream_read_some(e, s, budget);
+	if (e->stream)
+		stream_flush(e, s);
+}
+
+static void stream_read_some(struct exec *e, struct stream *s, size_t budget)
 {
 	size_t done = 0;
 
@@ -464,6 +487,7 @@ struct exec_req {
 	char **env; /* merged, NULL-terminated */
 	size_t n_env;
 	uint32_t timeout_ms, out_cap, err_cap;
+	bool stream;	  /* v3 STREAM */
 	char *stdin_data; /* v2: the command's stdin, NULL = /dev/null */
 	size_t stdin_len;
 	bool as_user; /* v2 USER: drop to uid/gid before exec */
@@ -688,6 +712,17 @@ static int exec_req_parse(uint32_t id, const uint8_t *p, size_t len, struct exec
 				r->err_cap = v;
 			break;
 		}
+		case WIRE_T_STREAM: {
+			uint32_t v;
+
+			if (wire_field_u32(&f, &v) < 0) {
+				guest_send_error(id, WIRE_ERR_BAD_REQUEST, "stream",
+						 "integer field has a bad length or value");
+				goto err;
+			}
+			r->stream = v != 0;
+			break;
+		}
 		case WIRE_T_STDIN:
 			if (r->stdin_data) {
 				guest_send_error(id, WIRE_ERR_BAD_REQUEST, "stdin",
@@ -861,29 +896,27 @@ static int pipe_nb(int fds[2])
 
 #define SBX_GUEST_MIN(a, b) ((a) < (b) ? (a) : (b))
 
-static void exec_start(uint32_t id, const uint8_t *p, size_t len)
+/* Decode an EXEC-shaped request (EXEC, or a PROC start) and start its
+ * command in its own cgroup and session: stdout/stderr to non-blocking
+ * pipes, stdin from the request's STDIN, or a pipe when `stdin_pipe` (its
+ * write end non-blocking in c->in_fd), else /dev/null. 0, or -1 after
+ * sending ERROR for `id`. */
+int guest_spawn(uint32_t id, const uint8_t *p, size_t len, bool stdin_pipe, struct guest_child *c)
 {
 	struct exec_req r;
-	struct exec *e;
 	struct stat st;
-	int out[2] = {-1, -1}, err[2] = {-1, -1}, procs_fd = -1, script_fd = -1, stdin_fd = -1;
+	int out[2] = {-1, -1}, err[2] = {-1, -1}, in[2] = {-1, -1}, procs_fd = -1, script_fd = -1,
+	    stdin_fd = -1;
 	pid_t pid;
 
-	if (id == 0 || exec_find(id)) {
-		guest_send_error(id, WIRE_ERR_BAD_REQUEST, "id",
-				 "exec id is zero or already in use");
-		return;
-	}
-	if (S.n_execs >= EXEC_MAX || !(e = exec_slot())) {
-		guest_send_error(id, WIRE_ERR_BUSY, NULL,
-				 "too many commands running in this sandbox");
-		return;
-	}
+	memset(c, 0, sizeof(*c));
+	c->in_fd = -1;
 	if (exec_req_parse(id, p, len, &r) < 0)
-		return;
+		return -1;
 #ifdef SBX_GUEST_FUZZ
 	exec_req_release(&r); /* the fuzzer checks decoding only: start nothing */
-	return;
+	(void)stdin_pipe;
+	return -1;
 #endif
 	if (stat(r.cwd, &st) < 0 || !S_ISDIR(st.st_mode)) {
 		guest_send_error(id, WIRE_ERR_CWD, "cwd",
@@ -905,29 +938,35 @@ static void exec_start(uint32_t id, const uint8_t *p, size_t len)
 		guest_send_error(id, WIRE_ERR_SPAWN, NULL, "cannot stage stdin in the guest");
 		goto err_req;
 	}
-	if (pipe_nb(out) < 0 || pipe_nb(err) < 0) {
+	if (pipe_nb(out) < 0 || pipe_nb(err) < 0 ||
+	    (stdin_pipe && stdin_fd < 0 && pipe2(in, O_CLOEXEC) < 0)) {
 		guest_send_error(id, WIRE_ERR_SPAWN, NULL, "cannot create pipes in the guest");
 		goto err_pipes;
 	}
+	if (in[0] >= 0) {
+		/* our end (write) non-blocking, the command reads blocking */
+		fcntl(in[1], F_SETFL, fcntl(in[1], F_GETFL) | O_NONBLOCK);
+		stdin_fd = in[0];
+		in[0] = -1;
+	}
 
-	memset(e, 0, sizeof(*e));
 	if (guest_cgroup_root[0]) {
 		char path[160];
 
-		snprintf(e->cgroup, sizeof(e->cgroup), "%s/sbx-exec-%u.%llu", guest_cgroup_root, id,
+		snprintf(c->cgroup, sizeof(c->cgroup), "%s/sbx-exec-%u.%llu", guest_cgroup_root, id,
 			 (unsigned long long)++S.serial);
-		if (mkdir(e->cgroup, 0755) == 0) {
-			snprintf(path, sizeof(path), "%s/cgroup.procs", e->cgroup);
+		if (mkdir(c->cgroup, 0755) == 0) {
+			snprintf(path, sizeof(path), "%s/cgroup.procs", c->cgroup);
 			procs_fd = open(path, O_WRONLY | O_CLOEXEC);
 		}
 		if (procs_fd < 0) {
-			guest_log("cgroup %s: %s", e->cgroup, strerror(errno));
-			rmdir(e->cgroup);
-			e->cgroup[0] = '\0';
+			guest_log("cgroup %s: %s", c->cgroup, strerror(errno));
+			rmdir(c->cgroup);
+			c->cgroup[0] = '\0';
 		}
 	}
 
-	e->start_ms = guest_mono_ms();
+	c->start_ms = guest_mono_ms();
 	pid = fork();
 	if (pid < 0) {
 		guest_send_error(id, WIRE_ERR_SPAWN, NULL, "cannot fork in the guest");
@@ -944,28 +983,30 @@ static void exec_start(uint32_t id, const uint8_t *p, size_t len)
 		close(procs_fd);
 	close(out[1]);
 	close(err[1]);
-	e->used = true;
-	e->id = id;
-	e->pid = pid;
-	e->deadline_ms = e->start_ms + r.timeout_ms;
-	e->out = (struct stream){.fd = out[0], .type = WIRE_STDOUT, .cap = r.out_cap};
-	e->err = (struct stream){.fd = err[0], .type = WIRE_STDERR, .cap = r.err_cap};
-	S.n_execs++;
+	c->pid = pid;
+	c->out_fd = out[0];
+	c->err_fd = err[0];
+	c->in_fd = in[1];
+	c->timeout_ms = r.timeout_ms;
+	c->out_cap = r.out_cap;
+	c->err_cap = r.err_cap;
+	c->stream = r.stream;
 	exec_req_release(&r);
-	return;
+	return 0;
 
 err_cgroup:
 	if (procs_fd >= 0)
 		close(procs_fd);
-	if (e->cgroup[0])
-		rmdir(e->cgroup);
-	memset(e, 0, sizeof(*e));
+	if (c->cgroup[0])
+		rmdir(c->cgroup);
 err_pipes:
 	for (int i = 0; i < 2; i++) {
 		if (out[i] >= 0)
 			close(out[i]);
 		if (err[i] >= 0)
 			close(err[i]);
+		if (in[i] >= 0)
+			close(in[i]);
 	}
 err_req:
 	if (script_fd >= 0)
@@ -973,6 +1014,39 @@ err_req:
 	if (stdin_fd >= 0)
 		close(stdin_fd);
 	exec_req_release(&r);
+	memset(c, 0, sizeof(*c));
+	c->in_fd = -1;
+	return -1;
+}
+
+static void exec_start(uint32_t id, const uint8_t *p, size_t len)
+{
+	struct guest_child c;
+	struct exec *e;
+
+	if (id == 0 || exec_find(id)) {
+		guest_send_error(id, WIRE_ERR_BAD_REQUEST, "id",
+				 "exec id is zero or already in use");
+		return;
+	}
+	if (S.n_execs >= EXEC_MAX || !(e = exec_slot())) {
+		guest_send_error(id, WIRE_ERR_BUSY, NULL,
+				 "too many commands running in this sandbox");
+		return;
+	}
+	if (guest_spawn(id, p, len, false, &c) < 0)
+		return;
+	memset(e, 0, sizeof(*e));
+	e->used = true;
+	e->id = id;
+	e->pid = c.pid;
+	e->start_ms = c.start_ms;
+	e->deadline_ms = c.start_ms + c.timeout_ms;
+	e->stream = c.stream;
+	memcpy(e->cgroup, c.cgroup, sizeof(e->cgroup));
+	e->out = (struct stream){.fd = c.out_fd, .type = WIRE_STDOUT, .cap = c.out_cap};
+	e->err = (struct stream){.fd = c.err_fd, .type = WIRE_STDERR, .cap = c.err_cap};
+	S.n_execs++;
 }
 
 static void exec_kill_req(uint32_t id)
@@ -986,12 +1060,24 @@ static void exec_kill_req(uint32_t id)
 	exec_kill(e);
 }
 
+/* v3 flow control: a slow consumer of a streamed exec pauses the reading
+ * of its pipes (the command then blocks writing) and resumes it. */
+static void exec_pause_req(uint32_t id, bool paused)
+{
+	struct exec *e = exec_find(id);
+
+	if (e)
+		e->paused = paused;
+}
+
 static void reap(void)
 {
 	int status;
 	pid_t pid;
 
 	while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+		if (guest_proc_reaped(pid, status))
+			continue;
 		for (unsigned i = 0; i < EXEC_MAX; i++) {
 			struct exec *e = &S.execs[i];
 
@@ -1033,10 +1119,32 @@ static void set_clock(const uint8_t *p, size_t len)
 	}
 }
 
+/* A WELCOME below our version may be a host that reattached without
+ * seeing our HELLO (a reconnect this loop did not notice) and assumed the
+ * oldest version: say HELLO once more on this connection so it learns the
+ * real one. Once only: an older host answers the same again. */
+static void welcome_check(const uint8_t *p, size_t len)
+{
+	struct wire_reader rd;
+	struct wire_field f;
+	uint32_t v;
+
+	wire_reader_init(&rd, p, len);
+	while (wire_next(&rd, &f) == 1)
+		if (f.tag == WIRE_T_VERSION && wire_field_u32(&f, &v) == 0 && v < WIRE_VERSION &&
+		    !S.rehello_sent) {
+			S.rehello_sent = true;
+			send_hello();
+		}
+}
+
 static void frame_handle(const struct wire_header *h, const uint8_t *p)
 {
 	switch (h->type) {
 	case WIRE_WELCOME:
+		welcome_check(p, h->len);
+		set_clock(p, h->len);
+		break;
 	case WIRE_TIME:
 		set_clock(p, h->len);
 		break;
@@ -1057,6 +1165,13 @@ static void frame_handle(const struct wire_header *h, const uint8_t *p)
 	case WIRE_FILE_ACK:
 	case WIRE_FILE_ABORT:
 		guest_files_frame(h->type, h->id, p, h->len);
+		break;
+	case WIRE_PAUSE:
+	case WIRE_RESUME:
+		exec_pause_req(h->id, h->type == WIRE_PAUSE);
+		break;
+	case WIRE_PROC:
+		guest_proc_request(h->id, p, h->len);
 		break;
 	default:
 		break; /* unknown or guest-bound types: ignore */
@@ -1159,6 +1274,7 @@ static void port_connected(void)
 	S.connected = true;
 	S.in_bad = false;
 	S.in_len = 0;
+	S.rehello_sent = false;
 	send_hello();
 	queue_flush();
 }
@@ -1225,7 +1341,7 @@ static void signals_read(void)
 
 /* ------------------------------------------------------------ the loop */
 
-enum pfd_kind { PK_SIG, PK_PORT, PK_OUT, PK_ERR, PK_ORPHAN, PK_FILE };
+enum pfd_kind { PK_SIG, PK_PORT, PK_OUT, PK_ERR, PK_ORPHAN, PK_FILE, PK_PROC };
 
 #define FILES_POLL_MAX 64
 
@@ -1233,8 +1349,10 @@ enum pfd_kind { PK_SIG, PK_PORT, PK_OUT, PK_ERR, PK_ORPHAN, PK_FILE };
 
 int guest_serve(int port_fd)
 {
-	static struct pollfd pfd[2 + 2 * EXEC_MAX + ORPHAN_MAX + FILES_POLL_MAX];
+	static struct pollfd
+	    pfd[2 + 2 * EXEC_MAX + ORPHAN_MAX + FILES_POLL_MAX + 2 * WIRE_PROC_MAX];
 	static unsigned file_slot[FILES_POLL_MAX];
+	static unsigned proc_tags[2 * WIRE_PROC_MAX];
 	static struct {
 		enum pfd_kind kind;
 		unsigned idx;
@@ -1280,7 +1398,7 @@ int guest_serve(int port_fd)
 				continue;
 			if (!e->reaped && (next < 0 || e->deadline_ms < next))
 				next = e->deadline_ms;
-			if (backpressure && !e->detached)
+			if ((backpressure || e->paused) && !e->detached)
 				continue;
 			if (e->out.fd >= 0) {
 				pfd[n] = (struct pollfd){.fd = e->out.fd, .events = POLLIN};
@@ -1307,6 +1425,18 @@ int guest_serve(int port_fd)
 			who[n + i].idx = file_slot[i];
 		}
 		n += nf;
+		{
+			unsigned k = guest_proc_pollfds(pfd + n, proc_tags, 2 * WIRE_PROC_MAX);
+			int64_t pnext = guest_proc_tick(now);
+
+			for (unsigned j = 0; j < k; j++) {
+				who[n + j].kind = PK_PROC;
+				who[n + j].idx = proc_tags[j];
+			}
+			n += k;
+			if (pnext >= 0 && (next < 0 || pnext < next))
+				next = pnext;
+		}
 		timeout = next < 0		 ? -1
 			  : next <= now		 ? 0
 			  : next - now > INT_MAX ? INT_MAX
@@ -1365,6 +1495,9 @@ int guest_serve(int port_fd)
 						    READ_BUDGET);
 				break;
 			}
+			case PK_PROC:
+				guest_proc_ready(who[i].idx);
+				break;
 			case PK_ORPHAN:
 				if (!orphan_read(S.orphans[who[i].idx]))
 					S.orphans[who[i].idx] = -1;

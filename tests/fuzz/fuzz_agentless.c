@@ -43,11 +43,42 @@ static void count_done(void *opaque, struct agentless_exec_result *res, const st
 	(*calls)++;
 }
 
+/* A streamed exec's consumer: every other chunk asks for a pause, and the
+ * next call resumes (from inside the callback, the in_output path). */
+struct stream_sink {
+	struct agentless_conn *c;
+	int *calls; /* the done count: output after done is a bug */
+	unsigned n;
+};
+
+static bool sink_output(void *opaque, uint32_t exec_id, bool is_stderr, const void *data,
+			size_t len)
+{
+	struct stream_sink *s = opaque;
+
+	(void)is_stderr;
+	(void)data;
+	if (*s->calls != 0 || len == 0 || len > 64 * 1024)
+		abort();
+	if (s->n++ % 2)
+		agentless_exec_resume(s->c, exec_id);
+	return s->n % 2;
+}
+
+static void sink_done(void *opaque, struct agentless_exec_result *res, const struct sbx_error *err)
+{
+	struct stream_sink *s = opaque;
+
+	if (res && (res->stdout_len || res->stderr_len))
+		abort(); /* streamed output is never buffered */
+	count_done(s->calls, res, err);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static const size_t chunks[] = {1, 2, 5, 11, 12, 13, 64, 100, 1000, 4096, 65536, 1 << 20};
 	const struct agentless_limits lim = {.backstop_grace_ms = 10, .max_inflight = 4};
-	const struct agentless_exec_req req = {
+	struct agentless_exec_req req = {
 	    .command = "true",
 	    .command_len = 4,
 	    .cwd = "/",
@@ -79,8 +110,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	c = agentless_conn_new(&lim, NULL, NULL);
 	agentless_conn_attach(c, ch, true); /* ready at once: WELCOME to nowhere */
+	struct stream_sink ssink = {.c = c, .calls = &calls};
+
 	agentless_conn_recv(c, hello_v3, sizeof hello_v3);
-	if (agentless_exec_start(c, &req, count_done, &calls, &err) < 0 ||
+	/* bit 0x20: a streamed exec (protocol v3 output callback) */
+	if (ctl & 0x20)
+		req.on_output = sink_output;
+	if (agentless_exec_start(c, &req, (ctl & 0x20) ? sink_done : count_done,
+				 (ctl & 0x20) ? (void *)&ssink : (void *)&calls, &err) < 0 ||
 	    agentless_xfer_start(c, &get, NULL, NULL, &down, &err) < 0 ||
 	    agentless_xfer_start(c, &put, NULL, NULL, &up, &err) < 0 ||
 	    agentless_xfer_write(c, up, ones, sizeof ones) != (long)sizeof ones)

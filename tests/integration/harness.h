@@ -318,6 +318,10 @@ static inline void destroy_own_domains(const struct daemon *d)
 	run_cmd(cmd);
 }
 
+/* POST /v1/sandboxes {"timeout_minutes": 10} with d's key; the new id
+ * into id. 0, or -1 (the reply printed). */
+static inline int daemon_create_sandbox(const struct daemon *d, char *id, size_t idlen);
+
 /* The common setup after daemon_config*(): an account with $10, then
  * `serve`. 0 or -1. */
 static inline int daemon_up(struct daemon *d)
@@ -411,6 +415,44 @@ static inline int http_request(const struct daemon *d, const char *method, const
 	sbx_buf_release(&in);
 	r->json = json_tokener_parse(r->body);
 	return 0;
+}
+
+static inline int daemon_create_sandbox(const struct daemon *d, char *id, size_t idlen)
+{
+	struct http_reply r;
+	int ok;
+
+	if (http_request(d, "POST", "/v1/sandboxes", d->key, NULL, "{\"timeout_minutes\": 10}", 0,
+			 &r) < 0)
+		return -1;
+	ok = r.status == 201 && r.json && json_object_object_get_ex(r.json, "id", NULL);
+	if (ok)
+		snprintf(id, idlen, "%s",
+			 json_object_get_string(json_object_object_get(r.json, "id")));
+	else
+		fprintf(stderr, "create: %d %s\n", r.status, r.body);
+	http_reply_free(&r);
+	return ok ? 0 : -1;
+}
+
+/* A "Field: N kB" line of the daemon's /proc/PID/status (VmRSS, VmHWM), in
+ * KiB, or -1. */
+static inline long daemon_proc_kib(const struct daemon *d, const char *field)
+{
+	char path[64], line[256];
+	size_t fl = strlen(field);
+	long v = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)d->pid);
+	f = fopen(path, "re");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, field, fl) == 0 && line[fl] == ':')
+			v = strtol(line + fl + 1, NULL, 10);
+	fclose(f);
+	return v;
 }
 
 /* Convenience: string / int member of the reply's JSON (NULL / -1). */

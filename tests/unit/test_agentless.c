@@ -443,6 +443,224 @@ static void test_stdin_v2_and_v1_refusal(void **state)
 	fx_free(old);
 }
 
+/* Protocol v3 streaming: output reaches on_output as it arrives (in order,
+ * before done, not buffered), the EXEC carries STREAM, and a consumer that
+ * asks for a pause gets PAUSE sent, then RESUME; a v2 guest gets no
+ * flow-control frame it would not understand. */
+struct sink {
+	pthread_mutex_t lock;
+	char bytes[64];
+	size_t len;
+	int calls;
+	uint32_t id;
+	bool pause_at_second;
+};
+
+static bool sink_output(void *opaque, uint32_t exec_id, bool is_stderr, const void *data,
+			size_t len)
+{
+	struct probe *pr = opaque;
+	struct sink *s = *(struct sink **)(pr + 1);
+	bool pause;
+
+	pthread_mutex_lock(&s->lock);
+	if (s->len + len + 1 < sizeof(s->bytes)) {
+		s->bytes[s->len++] = is_stderr ? 'E' : 'O';
+		memcpy(s->bytes + s->len, data, len);
+		s->len += len;
+	}
+	s->id = exec_id;
+	pause = ++s->calls == 2 && s->pause_at_second;
+	pthread_mutex_unlock(&s->lock);
+	return pause;
+}
+
+static void test_stream_output_and_flow_control(void **state)
+{
+	for (uint32_t version = WIRE_VERSION; version >= 2; version--) {
+		struct fx *fx = fx_new(1000, 0);
+		struct agentless_exec_req req = *simple_req();
+		struct {
+			struct probe pr;
+			struct sink *s;
+		} ctx;
+		struct sink s = {.pause_at_second = true};
+		struct sbx_error err;
+		struct wire_header h;
+		uint8_t *p;
+		uint32_t id;
+
+		(void)state;
+		pthread_mutex_init(&s.lock, NULL);
+		ctx.s = &s;
+		if (version == WIRE_VERSION) {
+			fx_handshake(fx);
+		} else {
+			guest_hello(fx->gfd, version, WIRE_VERSION_MIN);
+			assert_int_equal(
+			    agentless_conn_wait_hello(fx->conn, sbx_mono_ms() + 5000, &err), 0);
+			guest_recv(fx->gfd, &h, &p); /* WELCOME */
+			free(p);
+		}
+		req.on_output = sink_output;
+		probe_init(&ctx.pr);
+		start(fx, &req, &ctx.pr);
+		guest_recv(fx->gfd, &h, &p);
+		assert_int_equal(h.type, WIRE_EXEC);
+		assert_int_equal(field_u32(p, h.len, WIRE_T_STREAM), 1);
+		id = h.id;
+		free(p);
+		guest_send(fx->gfd, WIRE_STDOUT, id, "hello", 5);
+		guest_send(fx->gfd, WIRE_STDERR, id, "world!", 6);
+		if (version >= 3) {
+			guest_recv(fx->gfd, &h, &p);
+			assert_int_equal(h.type, WIRE_PAUSE);
+			assert_int_equal(h.id, id);
+			assert_int_equal(h.len, 0);
+			free(p);
+			agentless_exec_resume(fx->conn, id);
+			guest_recv(fx->gfd, &h, &p);
+			assert_int_equal(h.type, WIRE_RESUME);
+			assert_int_equal(h.id, id);
+			free(p);
+		}
+		/* not paused (any more): no frame; the next one is the PING */
+		agentless_exec_resume(fx->conn, id);
+		struct agentless_ping *ping = agentless_conn_ping_send(fx->conn, &err);
+		assert_non_null(ping);
+		guest_recv(fx->gfd, &h, &p);
+		assert_int_equal(h.type, WIRE_PING);
+		guest_send(fx->gfd, WIRE_PONG, h.id, NULL, 0);
+		free(p);
+		assert_true(agentless_conn_ping_wait(fx->conn, ping, sbx_mono_ms() + 5000, &err) >=
+			    0);
+		guest_exit(fx->gfd, id, 0, 5, 9, 0);
+		probe_wait(&ctx.pr);
+		assert_true(ctx.pr.ok);
+		pthread_mutex_lock(&s.lock);
+		assert_int_equal(s.calls, 2);
+		assert_int_equal(s.id, id);
+		assert_memory_equal(s.bytes, "OhelloEworld!", 13);
+		pthread_mutex_unlock(&s.lock);
+		/* streamed, not buffered; the totals still tell the truncation */
+		assert_int_equal(ctx.pr.res.stdout_len, 0);
+		assert_int_equal(ctx.pr.res.stderr_len, 0);
+		assert_int_equal(ctx.pr.res.stdout_total, 5);
+		assert_true(ctx.pr.res.truncated); /* 9 written, 6 shipped */
+		probe_release(&ctx.pr);
+		fx_free(fx);
+		pthread_mutex_destroy(&s.lock);
+	}
+}
+
+static void check_violation(struct fx *fx, struct probe *pr, const char *msg_part);
+
+/* Protocol v3 PROC requests: the payload travels as given, PROC_REPLY
+ * answers it (once), ERROR NO_PROCESS is 404, a v2 guest is refused before
+ * sending, and a PROC_REPLY for an exec is a violation. */
+struct proc_probe {
+	pthread_mutex_t lock;
+	int calls;
+	uint8_t payload[64];
+	size_t len;
+	struct sbx_error err;
+	bool ok;
+};
+
+static void proc_probe_done(void *opaque, const uint8_t *payload, size_t len,
+			    const struct sbx_error *err)
+{
+	struct proc_probe *pp = opaque;
+
+	pthread_mutex_lock(&pp->lock);
+	pp->calls++;
+	pp->ok = payload != NULL;
+	if (payload && len <= sizeof(pp->payload)) {
+		memcpy(pp->payload, payload, len);
+		pp->len = len;
+	}
+	if (err)
+		pp->err = *err;
+	pthread_mutex_unlock(&pp->lock);
+}
+
+static int proc_probe_calls(struct proc_probe *pp)
+{
+	int64_t deadline = sbx_mono_ms() + 5000;
+	int n;
+
+	for (;;) {
+		pthread_mutex_lock(&pp->lock);
+		n = pp->calls;
+		pthread_mutex_unlock(&pp->lock);
+		if (n || sbx_mono_ms() > deadline)
+			return n;
+		usleep(1000);
+	}
+}
+
+static void test_proc_call(void **state)
+{
+	struct fx *fx = fx_new(1000, 0), *old = fx_new(1000, 0);
+	struct proc_probe pp = {.lock = PTHREAD_MUTEX_INITIALIZER};
+	uint8_t req[32], rep[32];
+	struct wire_writer w;
+	struct sbx_error err;
+	struct wire_header h;
+	struct probe pr;
+	uint8_t *p;
+
+	(void)state;
+	fx_handshake(fx);
+	wire_writer_init(&w, req, sizeof req);
+	wire_put_u32(&w, WIRE_T_PROC_OP, WIRE_PROC_LIST);
+	assert_int_equal(
+	    agentless_proc_call(fx->conn, req, w.len, 1000, proc_probe_done, &pp, &err), 0);
+	guest_recv(fx->gfd, &h, &p);
+	assert_int_equal(h.type, WIRE_PROC);
+	assert_int_equal(field_u32(p, h.len, WIRE_T_PROC_OP), WIRE_PROC_LIST);
+	free(p);
+	wire_writer_init(&w, rep, sizeof rep);
+	wire_put_u32(&w, WIRE_T_PID, 42);
+	guest_send(fx->gfd, WIRE_PROC_REPLY, h.id, rep, w.len);
+	assert_int_equal(proc_probe_calls(&pp), 1);
+	assert_true(pp.ok);
+	assert_int_equal(pp.len, w.len);
+	assert_memory_equal(pp.payload, rep, w.len);
+	assert_int_equal(agentless_conn_inflight(fx->conn), 0);
+
+	/* an unknown pid */
+	memset(&pp, 0, sizeof(pp));
+	pthread_mutex_init(&pp.lock, NULL);
+	assert_int_equal(agentless_proc_call(fx->conn, req, 10, 1000, proc_probe_done, &pp, &err),
+			 0);
+	guest_recv(fx->gfd, &h, &p);
+	free(p);
+	guest_error(fx->gfd, h.id, WIRE_ERR_NO_PROCESS, "pid", "no such process");
+	assert_int_equal(proc_probe_calls(&pp), 1);
+	assert_false(pp.ok);
+	assert_int_equal(pp.err.code, SBX_E_NOT_FOUND);
+
+	/* a PROC_REPLY answering an exec breaks the protocol */
+	probe_init(&pr);
+	start(fx, simple_req(), &pr);
+	guest_send(fx->gfd, WIRE_PROC_REPLY, guest_expect_exec(fx->gfd), NULL, 0);
+	check_violation(fx, &pr, "broke the exec protocol");
+	probe_release(&pr);
+	fx_free(fx);
+
+	/* a v2 guest: refused with a clear error, nothing sent */
+	guest_hello(old->gfd, 2, 1);
+	assert_int_equal(agentless_conn_wait_hello(old->conn, sbx_mono_ms() + 5000, &err), 0);
+	guest_recv(old->gfd, &h, &p);
+	free(p);
+	assert_int_equal(agentless_proc_call(old->conn, req, 10, 1000, proc_probe_done, &pp, &err),
+			 -1);
+	assert_int_equal(err.code, SBX_E_SANDBOX_ERROR);
+	assert_non_null(strstr(err.message, "v3"));
+	fx_free(old);
+}
+
 static void test_handshake_and_welcome(void **state)
 {
 	struct fx *fx = fx_new(1000, 0);
@@ -1042,6 +1260,50 @@ static void test_reattach(void **state)
 	fx_free(fx);
 }
 
+/* A daemon that reattaches to a running guest without its HELLO assumes
+ * version 1: a request that needs v3 is told to retry (503), not refused,
+ * until the guest's HELLO tells the real version. */
+static void test_reattach_version_assumed(void **state)
+{
+	struct fx *fx = fx_new(1000, 0);
+	struct proc_probe pp = {.lock = PTHREAD_MUTEX_INITIALIZER};
+	uint8_t req[16];
+	struct wire_writer w;
+	struct sbx_error err;
+	struct wire_header h;
+	uint8_t *p;
+	int oldfd = fx->gfd;
+
+	(void)state;
+	agentless_conn_attach(fx->conn, sock_chan_new(fx->conn, &fx->gfd), true);
+	close(oldfd);
+	guest_recv(fx->gfd, &h, &p);
+	assert_int_equal(h.type, WIRE_WELCOME);
+	assert_int_equal(field_u32(p, h.len, WIRE_T_VERSION), WIRE_VERSION_MIN);
+	free(p);
+	wire_writer_init(&w, req, sizeof req);
+	wire_put_u32(&w, WIRE_T_PROC_OP, WIRE_PROC_LIST);
+	assert_int_equal(
+	    agentless_proc_call(fx->conn, req, w.len, 1000, proc_probe_done, &pp, &err), -1);
+	assert_int_equal(err.code, SBX_E_SERVICE_UNAVAILABLE);
+	assert_int_equal(err.retry_after_s, 1);
+	/* the guest says HELLO (as a v3 guest does on a low WELCOME) */
+	guest_hello(fx->gfd, WIRE_VERSION, WIRE_VERSION_MIN);
+	guest_recv(fx->gfd, &h, &p);
+	assert_int_equal(field_u32(p, h.len, WIRE_T_VERSION), WIRE_VERSION);
+	free(p);
+	assert_int_equal(agentless_conn_version(fx->conn), WIRE_VERSION);
+	assert_int_equal(
+	    agentless_proc_call(fx->conn, req, w.len, 1000, proc_probe_done, &pp, &err), 0);
+	guest_recv(fx->gfd, &h, &p);
+	assert_int_equal(h.type, WIRE_PROC);
+	free(p);
+	guest_send(fx->gfd, WIRE_PROC_REPLY, h.id, NULL, 0);
+	assert_int_equal(proc_probe_calls(&pp), 1);
+	assert_true(pp.ok);
+	fx_free(fx);
+}
+
 /* A guest thread that echoes PINGs and answers EXECs, for the blocking
  * calls. */
 static void *echo_guest(void *arg)
@@ -1494,6 +1756,9 @@ int main(void)
 	    cmocka_unit_test(test_limits),
 	    cmocka_unit_test(test_reattach),
 	    cmocka_unit_test(test_stdin_v2_and_v1_refusal),
+	    cmocka_unit_test(test_stream_output_and_flow_control),
+	    cmocka_unit_test(test_proc_call),
+	    cmocka_unit_test(test_reattach_version_assumed),
 	    cmocka_unit_test(test_ping_and_sync_exec),
 	    cmocka_unit_test(test_host_time_not_the_guests),
 	    cmocka_unit_test(test_xfer_v2_guest_refused),

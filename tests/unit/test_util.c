@@ -65,8 +65,22 @@ static void base64_vectors(void **state)
 
 	for (size_t i = 0; i < SBX_ARRAY_SIZE(vec); i++) {
 		char *out = sbx_base64_encode(vec[i][0], strlen(vec[i][0]));
+		size_t n = 99;
+		char *back = sbx_base64_decode(vec[i][1], strlen(vec[i][1]), &n);
+
 		assert_string_equal(out, vec[i][1]);
+		assert_non_null(back);
+		assert_int_equal(n, strlen(vec[i][0]));
+		assert_memory_equal(back, vec[i][0], n);
 		free(out);
+		free(back);
+	}
+	/* not base64: bad length, bad characters, '=' inside */
+	static const char *const bad[] = {"Zg=", "Zm9v!A==", "Zg==Zg==", "Z===", "====", "Zm9"};
+	for (size_t i = 0; i < SBX_ARRAY_SIZE(bad); i++) {
+		size_t n;
+
+		assert_null(sbx_base64_decode(bad[i], strlen(bad[i]), &n));
 	}
 }
 
