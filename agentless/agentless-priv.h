@@ -92,6 +92,11 @@ bool conn_is_abandoned(struct agentless_conn *c, uint32_t id);
 bool conn_id_used_locked(struct agentless_conn *c, uint32_t id);
 /* Printable ASCII only, at most GUEST_TEXT_MAX bytes, into out. */
 void sanitize_text(const void *in, size_t len, char *out, size_t outlen);
+/* Decode an ERROR payload: its kind, and PARAM / MESSAGE sanitised into
+ * param / msg (either may be NULL). 0, or -1 when malformed or without a
+ * kind. */
+int conn_error_parse(const uint8_t *p, size_t len, uint32_t *kind, char *param, size_t param_len,
+		     char *msg, size_t msg_len);
 
 /* xfer.c */
 /* The transfer (in flight or aborted) with this id, or NULL. Lock. */

@@ -717,39 +717,46 @@ static bool param_known(const char *param)
 	return false;
 }
 
-static void handle_error(struct agentless_conn *c, const struct wire_header *h, const uint8_t *p,
-			 size_t len)
+int conn_error_parse(const uint8_t *p, size_t len, uint32_t *kind, char *param, size_t param_len,
+		     char *msg, size_t msg_len)
 {
 	struct wire_reader r;
 	struct wire_field f;
-	uint32_t kind = 0;
 	bool have_kind = false;
+	int rc;
+
+	wire_reader_init(&r, p, len);
+	while ((rc = wire_next(&r, &f)) == 1) {
+		if (f.tag == WIRE_T_ERROR_KIND) {
+			if (wire_field_u32(&f, kind) < 0)
+				return -1;
+			have_kind = true;
+		} else if (f.tag == WIRE_T_PARAM && param) {
+			sanitize_text(f.value, f.len, param, param_len);
+		} else if (f.tag == WIRE_T_MESSAGE && msg) {
+			sanitize_text(f.value, f.len, msg, msg_len);
+		}
+	}
+	return rc < 0 || !have_kind ? -1 : 0;
+}
+
+static void handle_error(struct agentless_conn *c, const struct wire_header *h, const uint8_t *p,
+			 size_t len)
+{
+	uint32_t kind = 0;
 	char param[32] = "";
 	char msg[GUEST_TEXT_MAX + 1] = "";
 	struct sbx_error err;
 	struct exec *e;
 	int rc;
 
-	wire_reader_init(&r, p, len);
-	while ((rc = wire_next(&r, &f)) == 1) {
-		if (f.tag == WIRE_T_ERROR_KIND) {
-			if (wire_field_u32(&f, &kind) < 0) {
-				rc = -1;
-				break;
-			}
-			have_kind = true;
-		} else if (f.tag == WIRE_T_PARAM) {
-			sanitize_text(f.value, f.len, param, sizeof param);
-		} else if (f.tag == WIRE_T_MESSAGE) {
-			sanitize_text(f.value, f.len, msg, sizeof msg);
-		}
-	}
+	rc = conn_error_parse(p, len, &kind, param, sizeof param, msg, sizeof msg);
 
 	e = conn_exec_finish(c, h->id, "ERROR");
 	if (!e)
 		return;
 
-	if (rc < 0 || !have_kind) {
+	if (rc < 0) {
 		sbx_error_set(&err, SBX_E_SANDBOX_ERROR, NULL, MSG_VIOLATION);
 		exec_fail_one(e, &err);
 		exec_free(e);

@@ -489,28 +489,14 @@ static void on_done(struct agentless_xfer *x, const uint8_t *p, size_t len, stru
 
 static void on_error(struct agentless_xfer *x, const uint8_t *p, size_t len, struct verdict *v)
 {
-	struct wire_reader r;
-	struct wire_field f;
 	uint32_t kind = 0;
-	bool have_kind = false;
 	char msg[GUEST_TEXT_MAX + 1] = "";
 	struct sbx_error e;
 	int rc;
 
-	wire_reader_init(&r, p, len);
-	while ((rc = wire_next(&r, &f)) == 1) {
-		if (f.tag == WIRE_T_ERROR_KIND) {
-			if (wire_field_u32(&f, &kind) < 0) {
-				rc = -1;
-				break;
-			}
-			have_kind = true;
-		} else if (f.tag == WIRE_T_MESSAGE) {
-			sanitize_text(f.value, f.len, msg, sizeof msg);
-		}
-	}
+	rc = conn_error_parse(p, len, &kind, NULL, 0, msg, sizeof msg);
 	v->final = true;
-	if (rc < 0 || !have_kind) {
+	if (rc < 0) {
 		snprintf(v->violation, sizeof v->violation, "malformed ERROR for transfer %u",
 			 x->id);
 		return;
