@@ -303,9 +303,13 @@ static void test_v3_frames_and_nested_entries(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_header_round_trip), cmocka_unit_test(test_header_bounds),
-	    cmocka_unit_test(test_tlv_round_trip),    cmocka_unit_test(test_tlv_overflow),
-	    cmocka_unit_test(test_tlv_truncated),     cmocka_unit_test(test_file_frames),
+	    cmocka_unit_test(test_header_round_trip),
+	    cmocka_unit_test(test_header_bounds),
+	    cmocka_unit_test(test_tlv_round_trip),
+	    cmocka_unit_test(test_tlv_overflow),
+	    cmocka_unit_test(test_tlv_truncated),
+	    cmocka_unit_test(test_file_frames),
+	    cmocka_unit_test(test_v3_frames_and_nested_entries),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
