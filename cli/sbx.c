@@ -29,6 +29,7 @@ static const char main_help[] =
     "  rm ID...                                                  destroy them\n"
     "  exec ID [--cwd D] [--env K=V]... [--timeout-ms N] -- CMD...\n"
     "                                                            run CMD, exit with its code\n"
+    "  cp LOCAL ID:/path | cp ID:/path LOCAL [--mode OCTAL]      copy a file or a directory\n"
     "one-shot executions and receipts:\n"
     "  run (--python | --node | --runtime R) FILE|- [--timeout S]\n"
     "  receipt get RCPT_ID | receipt public-key\n"
@@ -293,6 +294,9 @@ void cli_reply_free(struct cli_reply *r)
 
 struct call_ctx {
 	struct cli *c;
+	CURL *cu;
+	FILE *download; /* a 2xx body goes here (cli_call_stream) */
+	bool download_failed;
 	struct sbx_buf buf;
 	struct cli_reply *r;
 	const char *progress;
@@ -303,7 +307,18 @@ struct call_ctx {
 static size_t on_body(char *data, size_t size, size_t n, void *opaque)
 {
 	struct call_ctx *x = opaque;
+	long status = 0;
 
+	if (x->download) {
+		curl_easy_getinfo(x->cu, CURLINFO_RESPONSE_CODE, &status);
+		if (status >= 200 && status < 300) {
+			if (fwrite(data, 1, size * n, x->download) != size * n) {
+				x->download_failed = true;
+				return 0;
+			}
+			return size * n;
+		}
+	}
 	return sbx_buf_append(&x->buf, data, size * n) < 0 ? 0 : size * n;
 }
 
@@ -340,10 +355,15 @@ static int on_progress(void *opaque, curl_off_t dt, curl_off_t dn, curl_off_t ut
 	return 0;
 }
 
-int cli_call(struct cli *c, const char *method, const char *path, json_object *body,
-	     const char *idempotency_key, const char *progress, struct cli_reply *r)
+static int call(struct cli *c, const char *method, const char *path, json_object *body,
+		const char *idempotency_key, const struct cli_stream *s, const char *progress,
+		struct cli_reply *r)
 {
-	struct call_ctx x = {.c = c, .r = r, .progress = progress, .start_ms = sbx_mono_ms()};
+	struct call_ctx x = {.c = c,
+			     .r = r,
+			     .progress = progress,
+			     .start_ms = sbx_mono_ms(),
+			     .download = s ? s->download : NULL};
 	struct curl_slist *h = NULL;
 	char url[2048], line[512], errbuf[CURL_ERROR_SIZE] = "";
 	CURLcode rc;
@@ -368,8 +388,21 @@ int cli_call(struct cli *c, const char *method, const char *path, json_object *b
 	h = curl_slist_append(h, "Expect:");
 	if (body)
 		h = curl_slist_append(h, "Content-Type: application/json");
+	x.cu = cu;
 	curl_easy_setopt(cu, CURLOPT_URL, url);
-	if (strcmp(method, "GET") == 0) {
+	if (s && s->upload) {
+		snprintf(line, sizeof(line), "Content-Type: %s",
+			 s->content_type ? s->content_type : "application/octet-stream");
+		h = curl_slist_append(h, line);
+		curl_easy_setopt(cu, CURLOPT_UPLOAD, 1L);
+		curl_easy_setopt(cu, CURLOPT_READDATA, s->upload);
+		if (s->upload_size >= 0)
+			curl_easy_setopt(cu, CURLOPT_INFILESIZE_LARGE, (curl_off_t)s->upload_size);
+		else
+			h = curl_slist_append(h, "Transfer-Encoding: chunked");
+		if (strcmp(method, "PUT") != 0)
+			curl_easy_setopt(cu, CURLOPT_CUSTOMREQUEST, method);
+	} else if (strcmp(method, "GET") == 0) {
 		curl_easy_setopt(cu, CURLOPT_HTTPGET, 1L);
 	} else if (strcmp(method, "POST") == 0) {
 		curl_easy_setopt(cu, CURLOPT_POSTFIELDS,
@@ -400,7 +433,9 @@ int cli_call(struct cli *c, const char *method, const char *path, json_object *b
 	curl_slist_free_all(h);
 	if (rc != CURLE_OK) {
 		sbx_buf_release(&x.buf);
-		if (rc == CURLE_WRITE_ERROR)
+		if (rc == CURLE_WRITE_ERROR && x.download_failed)
+			fprintf(stderr, "sbx: cannot write the download: %s\n", strerror(errno));
+		else if (rc == CURLE_WRITE_ERROR)
 			fprintf(stderr, "sbx: the reply is larger than %u MiB\n",
 				CLI_REPLY_MAX >> 20);
 		else
@@ -413,7 +448,7 @@ int cli_call(struct cli *c, const char *method, const char *path, json_object *b
 		r->body_len = 0;
 	}
 	r->json = json_tokener_parse(r->body);
-	if (!r->json && r->status >= 200 && r->status < 300) {
+	if (!r->json && r->status >= 200 && r->status < 300 && !x.download) {
 		fprintf(stderr, "sbx: %s replied %ld with a body that is not JSON\n", c->url,
 			r->status);
 		cli_reply_free(r);
@@ -639,6 +674,18 @@ unsigned char *cli_base64_decode(const char *s, size_t len, size_t *out_len)
 	return out;
 }
 
+int cli_call(struct cli *c, const char *method, const char *path, json_object *body,
+	     const char *idempotency_key, const char *progress, struct cli_reply *r)
+{
+	return call(c, method, path, body, idempotency_key, NULL, progress, r);
+}
+
+int cli_call_stream(struct cli *c, const char *method, const char *path, const struct cli_stream *s,
+		    const char *progress, struct cli_reply *r)
+{
+	return call(c, method, path, NULL, NULL, s, progress, r);
+}
+
 /* --------------------------------------------------------------- main */
 
 static const struct {
@@ -647,7 +694,7 @@ static const struct {
 } commands[] = {
     {"create", cmd_create}, {"ls", cmd_ls},	{"get", cmd_get}, {"extend", cmd_extend},
     {"rm", cmd_rm},	    {"exec", cmd_exec}, {"run", cmd_run}, {"receipt", cmd_receipt},
-    {"usage", cmd_usage},   {"keys", cmd_keys},
+    {"usage", cmd_usage},   {"keys", cmd_keys}, {"cp", cmd_cp},
 };
 
 int main(int argc, char **argv)

@@ -97,6 +97,19 @@ int cli_config(struct cli *c, bool need_key);
 int cli_call(struct cli *c, const char *method, const char *path, json_object *body,
 	     const char *idempotency_key, const char *progress, struct cli_reply *r);
 
+/* A request whose body streams from a file and/or whose 2xx body streams
+ * to one (files routes). */
+struct cli_stream {
+	FILE *upload;		  /* request body (NULL: none) */
+	long long upload_size;	  /* its size, -1 unknown (sent chunked) */
+	const char *content_type; /* of the upload; NULL: application/octet-stream */
+	FILE *download;		  /* a 2xx body is written here; r->body stays empty */
+};
+/* cli_call with streamed bodies; the same returns (a failed write of the
+ * download is CLI_EXIT_CONNECT). */
+int cli_call_stream(struct cli *c, const char *method, const char *path, const struct cli_stream *s,
+		    const char *progress, struct cli_reply *r);
+
 /* GET path for a command with a human form: returns -1 with a 200 reply
  * in r for the caller to print (and free); else the exit code, after
  * printing the error, or the JSON with --json (r is then freed). */
@@ -147,5 +160,6 @@ int cmd_run(struct cli *c, int argc, char **argv);
 int cmd_receipt(struct cli *c, int argc, char **argv);
 int cmd_usage(struct cli *c, int argc, char **argv);
 int cmd_keys(struct cli *c, int argc, char **argv);
+int cmd_cp(struct cli *c, int argc, char **argv);
 
 #endif

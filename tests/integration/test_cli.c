@@ -305,6 +305,60 @@ static void exec_streams_and_exit_code(void **state)
 	run_free(&r);
 }
 
+/* sbx cp: a file (bytes and mode) up and back down, a directory as tar
+ * up and down, and the error of a missing remote file (exit 5, no local
+ * file left behind). */
+static void cp_files_and_directories(void **state)
+{
+	char cmd[2048], path[400];
+	struct run r;
+
+	(void)state;
+	snprintf(cmd, sizeof cmd,
+		 "set -e; cd %s; head -c 300000 /dev/urandom > blob; chmod 0640 blob; "
+		 "mkdir -p tree/sub; echo one > tree/a; echo two > tree/sub/b",
+		 work);
+	assert_int_equal(run_cmd(cmd), 0);
+	r = sbx("", "cp %s/blob %s:/home/sandbox/blob", work, sbx_id);
+	assert_int_equal(r.rc, 0);
+	assert_non_null(strstr(r.err, "300000 bytes"));
+	run_free(&r);
+	r = sbx("", "exec %s -- 'stat -c %%a /home/sandbox/blob; wc -c < /home/sandbox/blob'",
+		sbx_id);
+	assert_int_equal(r.rc, 0);
+	assert_string_equal(r.out, "640\n300000\n");
+	run_free(&r);
+	r = sbx("", "cp %s:/home/sandbox/blob %s/back", sbx_id, work);
+	assert_int_equal(r.rc, 0);
+	run_free(&r);
+	snprintf(cmd, sizeof cmd, "cmp -s %s/blob %s/back", work, work);
+	assert_int_equal(run_cmd(cmd), 0);
+
+	r = sbx("", "cp %s/tree %s:/home/sandbox/tree", work, sbx_id);
+	assert_int_equal(r.rc, 0);
+	run_free(&r);
+	r = sbx("", "exec %s -- 'cat /home/sandbox/tree/a /home/sandbox/tree/sub/b'", sbx_id);
+	assert_string_equal(r.out, "one\ntwo\n");
+	run_free(&r);
+	r = sbx("", "cp %s:/home/sandbox/tree %s/tree2", sbx_id, work);
+	assert_int_equal(r.rc, 0);
+	run_free(&r);
+	snprintf(cmd, sizeof cmd, "diff -r %s/tree %s/tree2", work, work);
+	assert_int_equal(run_cmd(cmd), 0);
+
+	r = sbx("", "cp %s:/home/sandbox/nothing-here %s/none", sbx_id, work);
+	assert_int_equal(r.rc, 5);
+	assert_non_null(strstr(r.err, "file_not_found"));
+	run_free(&r);
+	snprintf(path, sizeof path, "%s/none", work);
+	assert_int_not_equal(access(path, F_OK), 0);
+	snprintf(path, sizeof path, "%s/none.sbx-partial", work);
+	assert_int_not_equal(access(path, F_OK), 0);
+	r = sbx("", "cp %s/blob %s/elsewhere", work, work);
+	assert_int_equal(r.rc, 2);
+	run_free(&r);
+}
+
 static void extend_then_rm(void **state)
 {
 	struct run r = sbx("", "extend %s 10", sbx_id);
@@ -471,6 +525,7 @@ int main(void)
 	    cmocka_unit_test(configuration_order_and_exit_codes),
 	    cmocka_unit_test(create_ls_get),
 	    cmocka_unit_test(exec_streams_and_exit_code),
+	    cmocka_unit_test(cp_files_and_directories),
 	    cmocka_unit_test(extend_then_rm),
 	    cmocka_unit_test(run_and_verify_a_receipt_offline),
 	    cmocka_unit_test(usage_and_keys),
