@@ -109,7 +109,7 @@ static int upload(struct cli *c, const char *local, const char *id, const char *
 		S_ISDIR(st.st_mode) ? pclose(s.upload) : fclose(s.upload);
 		return CLI_EXIT_EXEC_FAILED;
 	}
-	rc = cli_call_stream(c, "PUT", url, &s, "uploading", &r);
+	rc = cli_call_stream(c, "PUT", url, NULL, &s, "uploading", &r);
 	if (S_ISDIR(st.st_mode)) {
 		if (pclose(s.upload) != 0 && rc == 0 && r.status < 300) {
 			fprintf(stderr, "sbx: tar could not read %s\n", local);
@@ -191,7 +191,7 @@ static int download(struct cli *c, const char *id, const char *path, const char 
 		free(tmp);
 		return CLI_EXIT_USAGE;
 	}
-	rc = cli_call_stream(c, "GET", url, &s, "downloading", &r);
+	rc = cli_call_stream(c, "GET", url, NULL, &s, "downloading", &r);
 	if (dir) {
 		if (pclose(s.download) != 0 && rc == 0 && r.status < 300) {
 			fprintf(stderr, "sbx: tar could not unpack into %s\n", local);
@@ -227,9 +227,11 @@ int cmd_cp(struct cli *c, int argc, char **argv)
 	mode = cli_opt_get(opts, "mode")->set ? cli_opt_get(opts, "mode")->value : NULL;
 	if (mode && (strspn(mode, "01234567") != strlen(mode) || !*mode || strlen(mode) > 5))
 		return cli_usage(c, "--mode takes octal digits, like 0644");
-	if (remote_split(pos[1], id, &path) && !remote_split(pos[0], (char[64]){0}, &(const char *){0}))
+	if (remote_split(pos[1], id, &path) &&
+	    !remote_split(pos[0], (char[64]){0}, &(const char *){0}))
 		return upload(c, pos[0], id, path, mode);
-	if (remote_split(pos[0], id, &path) && !remote_split(pos[1], (char[64]){0}, &(const char *){0}))
+	if (remote_split(pos[0], id, &path) &&
+	    !remote_split(pos[1], (char[64]){0}, &(const char *){0}))
 		return download(c, id, path, pos[1]);
 	return cli_usage(c, "exactly one side is ID:/absolute/path");
 }

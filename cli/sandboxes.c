@@ -271,6 +271,82 @@ static bool write_b64(json_object *o, const char *key, int fd)
 	return true;
 }
 
+/* The streamed exec's NDJSON events (docs/api.md "Streamed exec"): output
+ * is written as it arrives, the final event is kept. */
+struct exec_events {
+	struct sbx_buf line;
+	json_object *final; /* the exit or error event */
+	bool bad;
+};
+
+static bool exec_event(struct exec_events *ev, const char *text, size_t len)
+{
+	json_object *o = json_tokener_parse(text);
+	const char *type = cli_str(o, "type");
+	bool ok = true;
+
+	(void)len;
+	if (!o)
+		return false;
+	if (strcmp(type, "stdout") == 0 || strcmp(type, "stderr") == 0) {
+		ok = write_b64(o, "data",
+			       strcmp(type, "stdout") == 0 ? STDOUT_FILENO : STDERR_FILENO);
+		json_object_put(o);
+	} else if ((strcmp(type, "exit") == 0 || strcmp(type, "error") == 0) && !ev->final) {
+		ev->final = o;
+	} else {
+		json_object_put(o);
+		ok = false;
+	}
+	return ok;
+}
+
+static bool exec_sink(void *opaque, const char *data, size_t len)
+{
+	struct exec_events *ev = opaque;
+
+	for (size_t i = 0; i < len; i++) {
+		if (data[i] != '\n') {
+			if (sbx_buf_append(&ev->line, data + i, 1) < 0)
+				return ev->bad = true, false;
+			continue;
+		}
+		if (ev->line.len && (sbx_buf_append(&ev->line, "", 0) < 0 ||
+				     !exec_event(ev, ev->line.data, ev->line.len)))
+			return ev->bad = true, false;
+		ev->line.len = 0;
+	}
+	return true;
+}
+
+/* Print the result of a streamed exec from its final event; the exit code. */
+static int exec_finish(struct cli *c, json_object *fin)
+{
+	int rc;
+
+	if (!fin) {
+		fprintf(stderr, "sbx: the stream ended without an exit event\n");
+		return CLI_EXIT_EXEC_FAILED;
+	}
+	if (strcmp(cli_str(fin, "type"), "error") == 0) {
+		json_object *e = cli_obj(fin, "error");
+		const char *param = cli_str(e, "param");
+
+		fprintf(stderr, "sbx: %s (%s%s%s)\n", cli_str(e, "message"), cli_str(e, "type"),
+			param[0] ? ", param " : "", param);
+		return CLI_EXIT_EXEC_FAILED;
+	}
+	rc = (int)(cli_int(fin, "exit_code") & 0xff);
+	if (cli_bool(fin, "truncated"))
+		fprintf(stderr, "sbx: the output was truncated at the daemon's output cap\n");
+	if (cli_bool(fin, "timed_out")) {
+		fprintf(stderr, "sbx: the command timed out after %lld ms\n",
+			(long long)cli_int(fin, "duration_ms"));
+		rc = CLI_EXIT_TIMEOUT;
+	}
+	return rc;
+}
+
 int cmd_exec(struct cli *c, int argc, char **argv)
 {
 	struct cli_opt opts[] = {{.name = "cwd", .arg = true},
@@ -334,6 +410,33 @@ int cmd_exec(struct cli *c, int argc, char **argv)
 	if (!c->json)
 		json_object_object_add(body, "encoding", json_object_new_string("base64"));
 	snprintf(path, sizeof(path), "/v1/sandboxes/%s/exec", pos[0]);
+	if (!c->json) {
+		/* the output as it arrives: the streamed exec */
+		struct exec_events ev = {0};
+		struct cli_stream s = {
+		    .sink = exec_sink, .sink_opaque = &ev, .accept = "application/x-ndjson"};
+
+		sbx_buf_init(&ev.line, 16u * 1024 * 1024);
+		rc = cli_call_stream(c, "POST", path, body, &s, NULL, &r);
+		json_object_put(body);
+		sbx_buf_release(&ev.line);
+		if (rc || ev.bad) {
+			json_object_put(ev.final);
+			if (!rc)
+				cli_reply_free(&r);
+			return CLI_EXIT_EXEC_FAILED;
+		}
+		if (r.status != 200) {
+			cli_fail(c, &r);
+			cli_reply_free(&r);
+			json_object_put(ev.final);
+			return CLI_EXIT_EXEC_FAILED;
+		}
+		cli_reply_free(&r);
+		rc = exec_finish(c, ev.final);
+		json_object_put(ev.final);
+		return rc;
+	}
 	rc = cli_call(c, "POST", path, body, NULL, NULL, &r);
 	json_object_put(body);
 	if (rc)

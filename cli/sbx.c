@@ -296,6 +296,8 @@ struct call_ctx {
 	struct cli *c;
 	CURL *cu;
 	FILE *download; /* a 2xx body goes here (cli_call_stream) */
+	bool (*sink)(void *opaque, const char *data, size_t len);
+	void *sink_opaque;
 	bool download_failed;
 	struct sbx_buf buf;
 	struct cli_reply *r;
@@ -309,8 +311,15 @@ static size_t on_body(char *data, size_t size, size_t n, void *opaque)
 	struct call_ctx *x = opaque;
 	long status = 0;
 
-	if (x->download) {
+	if (x->download || x->sink) {
 		curl_easy_getinfo(x->cu, CURLINFO_RESPONSE_CODE, &status);
+		if (status >= 200 && status < 300 && x->sink) {
+			if (!x->sink(x->sink_opaque, data, size * n)) {
+				x->download_failed = true;
+				return 0;
+			}
+			return size * n;
+		}
 		if (status >= 200 && status < 300) {
 			if (fwrite(data, 1, size * n, x->download) != size * n) {
 				x->download_failed = true;
@@ -363,7 +372,9 @@ static int call(struct cli *c, const char *method, const char *path, json_object
 			     .r = r,
 			     .progress = progress,
 			     .start_ms = sbx_mono_ms(),
-			     .download = s ? s->download : NULL};
+			     .download = s ? s->download : NULL,
+			     .sink = s ? s->sink : NULL,
+			     .sink_opaque = s ? s->sink_opaque : NULL};
 	struct curl_slist *h = NULL;
 	char url[2048], line[512], errbuf[CURL_ERROR_SIZE] = "";
 	CURLcode rc;
@@ -384,7 +395,12 @@ static int call(struct cli *c, const char *method, const char *path, json_object
 		snprintf(line, sizeof(line), "Idempotency-Key: %s", idempotency_key);
 		h = curl_slist_append(h, line);
 	}
-	h = curl_slist_append(h, "Accept: application/json");
+	if (s && s->accept) {
+		snprintf(line, sizeof(line), "Accept: %s", s->accept);
+		h = curl_slist_append(h, line);
+	} else {
+		h = curl_slist_append(h, "Accept: application/json");
+	}
 	h = curl_slist_append(h, "Expect:");
 	if (body)
 		h = curl_slist_append(h, "Content-Type: application/json");
@@ -433,7 +449,9 @@ static int call(struct cli *c, const char *method, const char *path, json_object
 	curl_slist_free_all(h);
 	if (rc != CURLE_OK) {
 		sbx_buf_release(&x.buf);
-		if (rc == CURLE_WRITE_ERROR && x.download_failed)
+		if (rc == CURLE_WRITE_ERROR && x.download_failed && x.sink)
+			fprintf(stderr, "sbx: the daemon's event stream was malformed\n");
+		else if (rc == CURLE_WRITE_ERROR && x.download_failed)
 			fprintf(stderr, "sbx: cannot write the download: %s\n", strerror(errno));
 		else if (rc == CURLE_WRITE_ERROR)
 			fprintf(stderr, "sbx: the reply is larger than %u MiB\n",
@@ -448,7 +466,7 @@ static int call(struct cli *c, const char *method, const char *path, json_object
 		r->body_len = 0;
 	}
 	r->json = json_tokener_parse(r->body);
-	if (!r->json && r->status >= 200 && r->status < 300 && !x.download) {
+	if (!r->json && r->status >= 200 && r->status < 300 && !x.download && !x.sink) {
 		fprintf(stderr, "sbx: %s replied %ld with a body that is not JSON\n", c->url,
 			r->status);
 		cli_reply_free(r);
@@ -680,10 +698,10 @@ int cli_call(struct cli *c, const char *method, const char *path, json_object *b
 	return call(c, method, path, body, idempotency_key, NULL, progress, r);
 }
 
-int cli_call_stream(struct cli *c, const char *method, const char *path, const struct cli_stream *s,
-		    const char *progress, struct cli_reply *r)
+int cli_call_stream(struct cli *c, const char *method, const char *path, json_object *body,
+		    const struct cli_stream *s, const char *progress, struct cli_reply *r)
 {
-	return call(c, method, path, NULL, NULL, s, progress, r);
+	return call(c, method, path, body, NULL, s, progress, r);
 }
 
 /* --------------------------------------------------------------- main */

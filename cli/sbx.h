@@ -104,11 +104,15 @@ struct cli_stream {
 	long long upload_size;	  /* its size, -1 unknown (sent chunked) */
 	const char *content_type; /* of the upload; NULL: application/octet-stream */
 	FILE *download;		  /* a 2xx body is written here; r->body stays empty */
+	/* Or: a 2xx body is handed to sink as it arrives (false: stop). */
+	bool (*sink)(void *opaque, const char *data, size_t len);
+	void *sink_opaque;
+	const char *accept; /* the Accept header; NULL: application/json */
 };
-/* cli_call with streamed bodies; the same returns (a failed write of the
- * download is CLI_EXIT_CONNECT). */
-int cli_call_stream(struct cli *c, const char *method, const char *path, const struct cli_stream *s,
-		    const char *progress, struct cli_reply *r);
+/* cli_call with streamed bodies (and a JSON `body` when no upload); the
+ * same returns (a failed write of the download is CLI_EXIT_CONNECT). */
+int cli_call_stream(struct cli *c, const char *method, const char *path, json_object *body,
+		    const struct cli_stream *s, const char *progress, struct cli_reply *r);
 
 /* GET path for a command with a human form: returns -1 with a 200 reply
  * in r for the caller to print (and free); else the exit code, after

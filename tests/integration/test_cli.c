@@ -298,6 +298,25 @@ static void exec_streams_and_exit_code(void **state)
 	json_object_put(o);
 	run_free(&r);
 
+	/* output as it arrives (the streamed exec): stopped while the command
+	 * still sleeps, sbx has already written the first line */
+	{
+		char cmd[2048], path[400];
+		size_t n;
+
+		snprintf(
+		    cmd, sizeof cmd,
+		    "env -i PATH=/usr/bin:/bin SANDBOXD_URL=http://127.0.0.1:%d SANDBOXD_KEY=%s "
+		    "timeout -s INT 3 %s exec %s -- 'echo first; sleep 8; echo second' "
+		    ">%s/streamed 2>/dev/null; true",
+		    d.port, d.key, cli_path, sbx_id, work);
+		assert_int_equal(run_cmd(cmd), 0);
+		snprintf(path, sizeof path, "%s/streamed", work);
+		_cleanup_free_ char *got = sbx_read_file(path, 4096, &n);
+		assert_non_null(got);
+		assert_string_equal(got, "first\n");
+	}
+
 	/* an API error: its message on stderr, 125 */
 	r = sbx("", "exec %s --cwd /no/such/dir -- true", sbx_id);
 	assert_int_equal(r.rc, 125);
