@@ -82,7 +82,7 @@ test('the OpenAPI description is valid OpenAPI 3.1', async () => {
 test('the reference page renders every operation', async () => {
   const spec = await (await fetch(`${URL}/v1/openapi.json`)).json();
   let ops = 0;
-  for (const item of Object.values(spec.paths)) ops += ['get', 'post', 'delete'].filter((m) => item[m]).length;
+  for (const item of Object.values(spec.paths)) ops += ['get', 'put', 'post', 'patch', 'delete'].filter((m) => item[m]).length;
   await page.goto(`${URL}/reference.html`);
   await page.waitForSelector('body[data-loaded]');
   assert.equal(await page.locator('section.op h3 .method').count(), ops);
