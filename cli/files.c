@@ -18,7 +18,23 @@ static const char cp_help[] =
     "usage: sbx cp LOCAL ID:/abs/path      upload a file, or a directory (as tar)\n"
     "       sbx cp ID:/abs/path LOCAL      download a file, or a directory (as tar)\n"
     "  --mode OCTAL   mode of an uploaded file (default: the local file's)\n"
-    "A directory is copied into the target directory, which is created.\n";
+    "As with cp(1), a file copied onto an existing directory lands inside it\n"
+    "under its own name. A directory's contents are copied into the target\n"
+    "directory, which is created.\n"
+    "Exit: 0 ok, 1 API error, 2 usage or a local file problem, 3 unreachable,\n"
+    "4 auth, 5 not found (the sandbox or the remote path), 6 retry later.\n";
+
+/* The last component of a path ("" for "/"). */
+static const char *base_name(const char *p)
+{
+	size_t n = strlen(p);
+
+	while (n > 1 && p[n - 1] == '/')
+		n--;
+	while (n > 0 && p[n - 1] != '/')
+		n--;
+	return p + n;
+}
 
 /* "ID:/path" -> id and path; false when `s` is not one. */
 static bool remote_split(const char *s, char id[64], const char **path)
@@ -61,18 +77,53 @@ static int done(struct cli *c, struct cli_reply *r, const char *what)
 	return rc;
 }
 
+/* Is the remote path a directory? (A download of one is refused with 400
+ * naming it; ask the listing instead of parsing messages.) 1, 0, or -1
+ * with the exit code in *rc. */
+static int remote_is_dir(struct cli *c, const char *id, const char *path, int *rc)
+{
+	struct cli_reply r;
+	char url[8192];
+
+	if (files_url(id, path, "&list=true", url, sizeof url) < 0)
+		return *rc = CLI_EXIT_USAGE, -1;
+	if ((*rc = cli_call(c, "GET", url, NULL, NULL, NULL, &r)) != 0)
+		return -1;
+	if (r.status == 200) {
+		cli_reply_free(&r);
+		return 1;
+	}
+	cli_reply_free(&r);
+	return 0; /* not a directory (or missing: the download says so) */
+}
+
 static int upload(struct cli *c, const char *local, const char *id, const char *path,
 		  const char *mode)
 {
 	struct cli_stream s = {.upload_size = -1};
 	struct cli_reply r;
 	struct stat st;
-	char url[8192], extra[32] = "", cmd[8192], what[8400];
-	int rc;
+	char url[8192], extra[32] = "", cmd[8192], what[8400], target[4096];
+	int rc = 0;
 
 	if (stat(local, &st) < 0) {
 		fprintf(stderr, "sbx: %s: %s\n", local, strerror(errno));
 		return CLI_EXIT_USAGE;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		/* onto an existing remote directory: inside it, under the file's
+		 * own name (cp(1)) */
+		int is_dir = remote_is_dir(c, id, path, &rc);
+
+		if (is_dir < 0)
+			return rc;
+		if (is_dir) {
+			size_t n = strlen(path);
+
+			snprintf(target, sizeof target, "%s%s%s", path,
+				 n && path[n - 1] == '/' ? "" : "/", base_name(local));
+			path = target;
+		}
 	}
 	if (S_ISDIR(st.st_mode)) {
 		/* the directory's contents into PATH: a tar stream from tar */
@@ -81,7 +132,7 @@ static int upload(struct cli *c, const char *local, const char *id, const char *
 		FILE *m = open_memstream(&q, &ql);
 
 		if (!m)
-			return CLI_EXIT_EXEC_FAILED;
+			return CLI_EXIT_USAGE;
 		fputs("tar -C '", m);
 		for (const char *p = local; *p; p++)
 			*p == '\'' ? fputs("'\\''", m) : fputc(*p, m);
@@ -107,14 +158,14 @@ static int upload(struct cli *c, const char *local, const char *id, const char *
 	}
 	if (files_url(id, path, extra, url, sizeof url) < 0) {
 		S_ISDIR(st.st_mode) ? pclose(s.upload) : fclose(s.upload);
-		return CLI_EXIT_EXEC_FAILED;
+		return CLI_EXIT_USAGE;
 	}
 	rc = cli_call_stream(c, "PUT", url, NULL, &s, "uploading", &r);
 	if (S_ISDIR(st.st_mode)) {
 		if (pclose(s.upload) != 0 && rc == 0 && r.status < 300) {
 			fprintf(stderr, "sbx: tar could not read %s\n", local);
 			cli_reply_free(&r);
-			return CLI_EXIT_EXEC_FAILED;
+			return CLI_EXIT_USAGE;
 		}
 	} else {
 		fclose(s.upload);
@@ -122,31 +173,11 @@ static int upload(struct cli *c, const char *local, const char *id, const char *
 	return rc ? rc : done(c, &r, what);
 }
 
-/* Is the remote path a directory? (A download of one is refused with 400
- * naming it; ask the listing instead of parsing messages.) 1, 0, or -1
- * with the exit code in *rc. */
-static int remote_is_dir(struct cli *c, const char *id, const char *path, int *rc)
-{
-	struct cli_reply r;
-	char url[8192];
-
-	if (files_url(id, path, "&list=true", url, sizeof url) < 0)
-		return *rc = CLI_EXIT_EXEC_FAILED, -1;
-	if ((*rc = cli_call(c, "GET", url, NULL, NULL, NULL, &r)) != 0)
-		return -1;
-	if (r.status == 200) {
-		cli_reply_free(&r);
-		return 1;
-	}
-	cli_reply_free(&r);
-	return 0; /* not a directory (or missing: the download says so) */
-}
-
 static int download(struct cli *c, const char *id, const char *path, const char *local)
 {
 	struct cli_stream s = {0};
 	struct cli_reply r;
-	char url[8192], what[8400], *tmp = NULL;
+	char url[8192], what[8400], target[4096], *tmp = NULL;
 	int rc = 0, dir = remote_is_dir(c, id, path, &rc);
 
 	if (dir < 0)
@@ -163,7 +194,7 @@ static int download(struct cli *c, const char *id, const char *path, const char 
 		}
 		m = open_memstream(&q, &ql);
 		if (!m)
-			return CLI_EXIT_EXEC_FAILED;
+			return CLI_EXIT_USAGE;
 		fputs("tar -C '", m);
 		for (const char *p = local; *p; p++)
 			*p == '\'' ? fputs("'\\''", m) : fputc(*p, m);
@@ -172,17 +203,28 @@ static int download(struct cli *c, const char *id, const char *path, const char 
 		s.download = popen(q, "w");
 		free(q);
 		if (files_url(id, path, "&format=tar", url, sizeof url) < 0)
-			return CLI_EXIT_EXEC_FAILED;
+			return CLI_EXIT_USAGE;
 		snprintf(what, sizeof what, "copied directory %s:%s to %s", id, path, local);
 	} else {
+		/* onto an existing local directory: inside it, under the remote
+		 * file's own name (cp(1)) */
+		struct stat lst;
+
+		if (stat(local, &lst) == 0 && S_ISDIR(lst.st_mode)) {
+			size_t n = strlen(local);
+
+			snprintf(target, sizeof target, "%s%s%s", local,
+				 n && local[n - 1] == '/' ? "" : "/", base_name(path));
+			local = target;
+		}
 		/* into a temporary name beside LOCAL, renamed at the end: a failed
 		 * download leaves nothing half-written */
 		if (asprintf(&tmp, "%s.sbx-partial", local) < 0)
-			return CLI_EXIT_EXEC_FAILED;
+			return CLI_EXIT_USAGE;
 		s.download = fopen(tmp, "wb");
 		if (files_url(id, path, NULL, url, sizeof url) < 0) {
 			free(tmp);
-			return CLI_EXIT_EXEC_FAILED;
+			return CLI_EXIT_USAGE;
 		}
 		snprintf(what, sizeof what, "copied %s:%s to %s", id, path, local);
 	}
@@ -196,7 +238,7 @@ static int download(struct cli *c, const char *id, const char *path, const char 
 		if (pclose(s.download) != 0 && rc == 0 && r.status < 300) {
 			fprintf(stderr, "sbx: tar could not unpack into %s\n", local);
 			cli_reply_free(&r);
-			return CLI_EXIT_EXEC_FAILED;
+			return CLI_EXIT_USAGE;
 		}
 	} else {
 		bool ok = fclose(s.download) == 0 && rc == 0 && r.status >= 200 && r.status < 300;
@@ -204,7 +246,7 @@ static int download(struct cli *c, const char *id, const char *path, const char 
 		if (ok && rename(tmp, local) < 0) {
 			fprintf(stderr, "sbx: %s: %s\n", local, strerror(errno));
 			ok = false;
-			rc = rc ? rc : CLI_EXIT_EXEC_FAILED;
+			rc = rc ? rc : CLI_EXIT_USAGE;
 		}
 		if (!ok)
 			unlink(tmp);

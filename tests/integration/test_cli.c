@@ -352,6 +352,17 @@ static void cp_files_and_directories(void **state)
 	run_free(&r);
 	snprintf(cmd, sizeof cmd, "cmp -s %s/blob %s/back", work, work);
 	assert_int_equal(run_cmd(cmd), 0);
+	/* onto existing directories, as cp(1): inside them, same name */
+	r = sbx("", "cp %s/blob %s:/tmp", work, sbx_id);
+	assert_int_equal(r.rc, 0);
+	run_free(&r);
+	snprintf(cmd, sizeof cmd, "mkdir -p %s/into", work);
+	assert_int_equal(run_cmd(cmd), 0);
+	r = sbx("", "cp %s:/tmp/blob %s/into/", sbx_id, work);
+	assert_int_equal(r.rc, 0);
+	run_free(&r);
+	snprintf(cmd, sizeof cmd, "cmp -s %s/blob %s/into/blob", work, work);
+	assert_int_equal(run_cmd(cmd), 0);
 
 	r = sbx("", "cp %s/tree %s:/home/sandbox/tree", work, sbx_id);
 	assert_int_equal(r.rc, 0);
