@@ -10,9 +10,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "sandbox/sandbox.h"
 #include "vmm/vmm.h"
+#include "agentless/agentless.h"
 
 static inline int bench_cmp_i64(const void *a, const void *b)
 {
@@ -181,6 +183,69 @@ static inline struct vmm_config bench_vmm_config(const char *prefix, const char 
 	    .free_page_reporting = d.free_page_reporting,
 	    .console_log_max = 1 << 20,
 	};
+}
+
+/* ------------------------------------------------ a guest without the daemon */
+
+/* A guest of the daemon's shape booted straight through vmm/ and agentless/
+ * (no HTTP, no store): the floor a bench compares the service against.
+ * Its files live under STATE_DIR/bench-raw, its domain is named PREFIX"raw-"
+ * + hex. 0, or -1 after printing why (`who` names the bench) with nothing
+ * left behind. Free with bench_raw_free(). */
+struct bench_raw {
+	struct vmm *v;
+	struct vmm_vm *vm;
+	struct agentless_conn *conn;
+};
+
+static inline void bench_raw_free(struct bench_raw *raw)
+{
+	struct sbx_error err = {0};
+
+	if (raw->conn)
+		agentless_conn_free(raw->conn, "bench done");
+	if (raw->vm) {
+		vmm_vm_destroy(raw->vm, &err);
+		vmm_vm_free(raw->vm);
+	}
+	if (raw->v)
+		vmm_free(raw->v);
+	memset(raw, 0, sizeof(*raw));
+}
+
+static inline int bench_raw_boot(struct bench_raw *raw, const char *state_dir, const char *prefix,
+				 const struct vmm_guest_spec *spec, const char *who)
+{
+	char kernel[512], initrd[512], run[512], raw_prefix[64];
+	struct sbx_error err = {0};
+	struct sbx_channel ch;
+	struct agentless_limits lim = {.backstop_grace_ms = 10000, .max_inflight = 64};
+
+	snprintf(kernel, sizeof(kernel), "%s/images/vmlinux", state_dir);
+	snprintf(initrd, sizeof(initrd), "%s/images/initramfs.cpio.gz", state_dir);
+	snprintf(run, sizeof(run), "%s/bench-raw", state_dir);
+	snprintf(raw_prefix, sizeof(raw_prefix), "%sraw-", prefix);
+	mkdir(run, 0755);
+	struct vmm_config cfg = bench_vmm_config(raw_prefix, kernel, initrd, run);
+
+	memset(raw, 0, sizeof(*raw));
+	raw->v = vmm_new(&cfg, &err);
+	if (!raw->v)
+		goto err;
+	raw->vm = vmm_vm_start(raw->v, spec, &err);
+	if (!raw->vm)
+		goto err;
+	raw->conn = agentless_conn_new(&lim, NULL, NULL);
+	if (vmm_vm_open_channel(raw->vm, agentless_conn_recv, raw->conn, &ch, &err) < 0)
+		goto err;
+	agentless_conn_attach(raw->conn, ch, false);
+	if (agentless_conn_wait_hello(raw->conn, sbx_mono_ms() + 120000, &err) < 0)
+		goto err;
+	return 0;
+err:
+	fprintf(stderr, "%s bench: raw guest: %s\n", who, err.message);
+	bench_raw_free(raw);
+	return -1;
 }
 
 #endif

@@ -73,60 +73,17 @@ static int exec_api(const char *command, const char *extra, struct http_reply *r
 /* ------------------------------------------------- the raw channel floor */
 
 struct raw {
-	struct vmm *v;
-	struct vmm_vm *vm;
-	struct agentless_conn *conn;
+	struct bench_raw g;
 };
 
 static void raw_release(struct raw *raw)
 {
-	struct sbx_error err = {0};
-
-	if (raw->conn)
-		agentless_conn_free(raw->conn, "bench done");
-	if (raw->vm) {
-		vmm_vm_destroy(raw->vm, &err);
-		vmm_vm_free(raw->vm);
-	}
-	if (raw->v)
-		vmm_free(raw->v);
-	memset(raw, 0, sizeof(*raw));
+	bench_raw_free(&raw->g);
 }
 
-/* A second guest of the daemon's size, booted through vmm/ with the
- * daemon's transport, spoken to through agentless/ without HTTP. */
 static int raw_start(struct raw *raw, const struct vmm_guest_spec *spec)
 {
-	char kernel[512], initrd[512], run[512], prefix[64];
-	struct sbx_error err = {0};
-	struct sbx_channel ch;
-	struct agentless_limits lim = {.backstop_grace_ms = 10000, .max_inflight = 64};
-
-	snprintf(kernel, sizeof(kernel), "%s/images/vmlinux", d.state_dir);
-	snprintf(initrd, sizeof(initrd), "%s/images/initramfs.cpio.gz", d.state_dir);
-	snprintf(run, sizeof(run), "%s/bench-raw", d.state_dir);
-	snprintf(prefix, sizeof(prefix), "%sraw-", d.prefix);
-	mkdir(run, 0755);
-	struct vmm_config cfg = bench_vmm_config(prefix, kernel, initrd, run);
-
-	memset(raw, 0, sizeof(*raw));
-	raw->v = vmm_new(&cfg, &err);
-	if (!raw->v)
-		goto err;
-	raw->vm = vmm_vm_start(raw->v, spec, &err);
-	if (!raw->vm)
-		goto err;
-	raw->conn = agentless_conn_new(&lim, NULL, NULL);
-	if (vmm_vm_open_channel(raw->vm, agentless_conn_recv, raw->conn, &ch, &err) < 0)
-		goto err;
-	agentless_conn_attach(raw->conn, ch, false);
-	if (agentless_conn_wait_hello(raw->conn, sbx_mono_ms() + 120000, &err) < 0)
-		goto err;
-	return 0;
-err:
-	fprintf(stderr, "exec bench: raw guest: %s\n", err.message);
-	raw_release(raw);
-	return -1;
+	return bench_raw_boot(&raw->g, d.state_dir, d.prefix, spec, "exec");
 }
 
 static struct stats raw_ping(struct raw *raw, int n)
@@ -136,9 +93,9 @@ static struct stats raw_ping(struct raw *raw, int n)
 	int done = 0;
 
 	for (int i = 0; v && i < n / 10; i++) /* warm-up */
-		agentless_conn_ping(raw->conn, 8, sbx_mono_ms() + 5000, &err);
+		agentless_conn_ping(raw->g.conn, 8, sbx_mono_ms() + 5000, &err);
 	for (int i = 0; v && i < n; i++) {
-		int64_t us = agentless_conn_ping(raw->conn, 8, sbx_mono_ms() + 5000, &err);
+		int64_t us = agentless_conn_ping(raw->g.conn, 8, sbx_mono_ms() + 5000, &err);
 
 		if (us < 0)
 			break;
@@ -167,7 +124,7 @@ static struct stats raw_exec_true(struct raw *raw, int n)
 		struct sbx_error err = {0};
 		int64_t t0 = now_us();
 
-		if (agentless_exec(raw->conn, &req, &res, &err) < 0)
+		if (agentless_exec(raw->g.conn, &req, &res, &err) < 0)
 			break;
 		v[done++] = now_us() - t0;
 		agentless_exec_result_release(&res);

@@ -124,9 +124,7 @@ static int api_get(size_t len, char sha[65], int64_t *us)
 /* ------------------------------------------------- the raw connection */
 
 struct raw {
-	struct vmm *v;
-	struct vmm_vm *vm;
-	struct agentless_conn *conn;
+	struct bench_raw g;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	unsigned wakes;
@@ -153,58 +151,20 @@ static unsigned raw_wait(struct raw *raw, unsigned seen)
 		pthread_cond_timedwait(&raw->cond, &raw->lock, &ts);
 	seen = raw->wakes;
 	pthread_mutex_unlock(&raw->lock);
-	agentless_conn_tick(raw->conn, sbx_mono_ms());
+	agentless_conn_tick(raw->g.conn, sbx_mono_ms());
 	return seen;
 }
 
+/* The raw guest lives in raw->g (bench.h); the lock and wakes are the
+ * transfer's. */
 static void raw_release(struct raw *raw)
 {
-	struct sbx_error err = {0};
-
-	if (raw->conn)
-		agentless_conn_free(raw->conn, "bench done");
-	if (raw->vm) {
-		vmm_vm_destroy(raw->vm, &err);
-		vmm_vm_free(raw->vm);
-	}
-	if (raw->v)
-		vmm_free(raw->v);
-	raw->conn = NULL;
-	raw->vm = NULL;
-	raw->v = NULL;
+	bench_raw_free(&raw->g);
 }
 
 static int raw_start(struct raw *raw, const struct vmm_guest_spec *spec)
 {
-	char kernel[512], initrd[512], run[512], prefix[64];
-	struct sbx_error err = {0};
-	struct sbx_channel ch;
-	struct agentless_limits lim = {.backstop_grace_ms = 10000, .max_inflight = 64};
-
-	snprintf(kernel, sizeof(kernel), "%s/images/vmlinux", d.state_dir);
-	snprintf(initrd, sizeof(initrd), "%s/images/initramfs.cpio.gz", d.state_dir);
-	snprintf(run, sizeof(run), "%s/bench-raw", d.state_dir);
-	snprintf(prefix, sizeof(prefix), "%sraw-", d.prefix);
-	mkdir(run, 0755);
-	struct vmm_config cfg = bench_vmm_config(prefix, kernel, initrd, run);
-
-	raw->v = vmm_new(&cfg, &err);
-	if (!raw->v)
-		goto err;
-	raw->vm = vmm_vm_start(raw->v, spec, &err);
-	if (!raw->vm)
-		goto err;
-	raw->conn = agentless_conn_new(&lim, NULL, NULL);
-	if (vmm_vm_open_channel(raw->vm, agentless_conn_recv, raw->conn, &ch, &err) < 0)
-		goto err;
-	agentless_conn_attach(raw->conn, ch, false);
-	if (agentless_conn_wait_hello(raw->conn, sbx_mono_ms() + 120000, &err) < 0)
-		goto err;
-	return 0;
-err:
-	fprintf(stderr, "files bench: raw guest: %s\n", err.message);
-	raw_release(raw);
-	return -1;
+	return bench_raw_boot(&raw->g, d.state_dir, d.prefix, spec, "files");
 }
 
 /* PUT then GET `len` bytes over the raw connection; 0 or -1. */
@@ -222,10 +182,10 @@ static int raw_transfer(struct raw *raw, const uint8_t *data, size_t len, int64_
 	unsigned seen = 0;
 	int64_t t0 = now_us();
 
-	if (agentless_xfer_start(raw->conn, &put, raw_wake, raw, &x, &err) < 0)
+	if (agentless_xfer_start(raw->g.conn, &put, raw_wake, raw, &x, &err) < 0)
 		return -1;
 	while (off < len) {
-		long n = agentless_xfer_write(raw->conn, x, data + off, len - off);
+		long n = agentless_xfer_write(raw->g.conn, x, data + off, len - off);
 
 		if (n < 0)
 			break;
@@ -233,7 +193,7 @@ static int raw_transfer(struct raw *raw, const uint8_t *data, size_t len, int64_
 		if (off < len)
 			seen = raw_wait(raw, seen);
 	}
-	agentless_xfer_end(raw->conn, x);
+	agentless_xfer_end(raw->g.conn, x);
 	do {
 		agentless_xfer_status(x, &st);
 		if (st.state == AGENTLESS_XFER_OPEN)
@@ -245,10 +205,10 @@ static int raw_transfer(struct raw *raw, const uint8_t *data, size_t len, int64_
 		return -1;
 
 	t0 = now_us();
-	if (agentless_xfer_start(raw->conn, &get, raw_wake, raw, &x, &err) < 0)
+	if (agentless_xfer_start(raw->g.conn, &get, raw_wake, raw, &x, &err) < 0)
 		return -1;
 	for (;;) {
-		size_t n = agentless_xfer_read(raw->conn, x, sink, sizeof sink);
+		size_t n = agentless_xfer_read(raw->g.conn, x, sink, sizeof sink);
 
 		got += n;
 		agentless_xfer_status(x, &st);
@@ -271,7 +231,7 @@ static double raw_echo(struct raw *raw, int n)
 
 	for (int i = 0; i < n; i++) {
 		int64_t us =
-		    agentless_conn_ping(raw->conn, WIRE_MAX_CHUNK, sbx_mono_ms() + 5000, &err);
+		    agentless_conn_ping(raw->g.conn, WIRE_MAX_CHUNK, sbx_mono_ms() + 5000, &err);
 
 		if (us < 0)
 			break;
