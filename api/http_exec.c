@@ -50,9 +50,6 @@ static int exec_receipt_add(struct req *r, struct json_object *o,
 {
 	struct sandbox_exec_receipt rc;
 	struct json_object *out = NULL, *errs = NULL, *j;
-	/* host time, at most the timeout the exec ran with (or could run with) */
-	uint32_t limit =
-	    r->exec.req.has_timeout ? r->exec.req.timeout_ms : r->srv->cfg->default_exec_timeout_ms;
 	char url[96];
 
 	json_object_object_get_ex(o, "stdout", &out);
@@ -63,7 +60,7 @@ static int exec_receipt_add(struct req *r, struct json_object *o,
 		r->srv->svc, r->account_id, r->id, &r->exec.req, res->exit_code,
 		json_object_get_string(out), (size_t)json_object_get_string_len(out),
 		json_object_get_string(errs), (size_t)json_object_get_string_len(errs),
-		SBX_MIN(res->host_ms, limit), res->timed_out, &rc, err) < 0) {
+		res->host_ms, res->timed_out, &rc, err) < 0) {
 		sbx_warn(MOD, "sandbox %s: exec receipt: %s", r->id, err->message);
 		sbx_error_clear(err);
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL,

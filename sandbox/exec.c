@@ -126,6 +126,7 @@ struct exec_call {
 	 * by the caller, or own_hold, given back after done returns. */
 	struct sandbox_output_hold own_hold;
 	bool own;
+	uint32_t timeout_ms; /* the timeout the exec runs with (host_ms's bound) */
 };
 
 static void exec_call_free(struct exec_call *call)
@@ -176,7 +177,8 @@ static void exec_done(void *opaque, struct agentless_exec_result *res, const str
 	out.stderr_len = res->stderr_len;
 	out.exit_code = res->exit_code;
 	out.duration_ms = res->duration_ms;
-	out.host_ms = res->host_ms;
+	/* the time the exec could run at most: the timeout it ran with */
+	out.host_ms = SBX_MIN(res->host_ms, call->timeout_ms);
 	out.timed_out = res->timed_out;
 	out.truncated = res->truncated;
 	agentless_exec_result_release(res);
@@ -233,6 +235,7 @@ int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const ch
 	call->done = done;
 	call->on_output = req->on_output;
 	call->opaque = opaque;
+	call->timeout_ms = timeout;
 	call->own = !req->hold;
 	hold = req->hold ? req->hold : &call->own_hold;
 	if (sandbox_output_reserve(

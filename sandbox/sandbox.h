@@ -413,7 +413,8 @@ struct sandbox_exec_result {
 	size_t stderr_len;
 	int exit_code;
 	uint32_t duration_ms; /* measured in the guest (API.md): informative */
-	uint32_t host_ms;     /* measured on the host: EXEC sent -> EXIT seen */
+	uint32_t host_ms;     /* measured on the host: EXEC sent -> EXIT seen, at
+			       * most the timeout the exec ran with */
 	bool timed_out;
 	bool truncated;
 };
