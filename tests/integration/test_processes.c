@@ -604,9 +604,18 @@ static void process_signal_kills_its_tree(void **state)
 	assert_int_equal(r.status, 400);
 	assert_string_equal(jerr(r.json, "param"), "signal");
 	http_reply_free(&r);
-	r = exec_json("ps -o args | grep -c '^[s]leep 98[12]'");
-	assert_string_equal(jstr(r.json, "stdout"), "2\n");
-	http_reply_free(&r);
+	/* both children exist before the signal: under TCG a forked child
+	 * can take a while to exec sleep, so look until both show (10 s) */
+	for (int i = 0;; i++) {
+		r = exec_json("ps -o args | grep -c '^[s]leep 98[12]'");
+		bool both = strcmp(jstr(r.json, "stdout"), "2\n") == 0;
+		if (both || i == 20)
+			assert_string_equal(jstr(r.json, "stdout"), "2\n");
+		http_reply_free(&r);
+		if (both)
+			break;
+		usleep(500 * 1000);
+	}
 	r = proc_pid_req("POST", pid, "signal", "{\"signal\": \"TERM\"}");
 	assert_int_equal(r.status, 200);
 	http_reply_free(&r);
