@@ -240,7 +240,7 @@ struct agentless_proc_stream {
 };
 
 struct agentless_proc_result {
-	struct agentless_proc_info info;  /* START (pid, started), OUTPUT */
+	struct agentless_proc_info info;  /* START (pid, started), OUTPUT, SIGNAL (state before) */
 	struct agentless_proc_info *list; /* LIST: n_list, owned */
 	size_t n_list;
 	struct agentless_proc_stream out, err; /* OUTPUT */

@@ -209,7 +209,7 @@ static int reply_decode(const struct agentless_proc_req *req, const uint8_t *p, 
 				return -1;
 		return rc < 0 ? -1 : 0;
 	case AGENTLESS_PROC_SIGNAL:
-		return 0;
+		return info_decode(p, len, &res->info);
 	}
 	return -1;
 }

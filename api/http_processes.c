@@ -157,7 +157,13 @@ static struct json_object *result_encode(const struct req *r, const struct sandb
 		o = json_object_new_object();
 		json_object_object_add(o, "pid", json_object_new_int64(r->pid));
 		json_object_object_add(o, "signal", json_object_new_string(r->proc_signal_name));
-		json_object_object_add(o, "sent", json_object_new_boolean(true));
+		/* a process that had already exited got nothing */
+		json_object_object_add(o, "sent", json_object_new_boolean(res->info.running));
+		json_object_object_add(
+		    o, "status", json_object_new_string(res->info.running ? "running" : "exited"));
+		json_object_object_add(
+		    o, "exit_code",
+		    res->info.running ? NULL : json_object_new_int(res->info.exit_code));
 		return o;
 	}
 }

@@ -578,7 +578,8 @@ struct sandbox_proc_stream {
 };
 
 struct sandbox_proc_result {
-	struct sandbox_proc_info info;	/* START (pid, started_at_ms), OUTPUT */
+	struct sandbox_proc_info
+	    info; /* START (pid, started_at_ms), OUTPUT, SIGNAL (the state before it) */
 	struct sandbox_proc_info *list; /* LIST: n_list entries, owned */
 	size_t n_list;
 	struct sandbox_proc_stream out, err; /* OUTPUT */

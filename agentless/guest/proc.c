@@ -368,6 +368,23 @@ static void proc_kill_tree(struct proc *pr, int sig)
 		kill(-pr->pid, sig);
 }
 
+/* Signal the tree and answer with the state it was in: a process that
+ * had already exited gets no signal and says so (RUNNING 0, its code). */
+static void proc_signal(uint32_t id, struct proc *pr, int sig)
+{
+	uint8_t buf[32];
+	struct wire_writer w;
+
+	wire_writer_init(&w, buf, sizeof(buf));
+	wire_put_u32(&w, WIRE_T_PID, (uint32_t)pr->pid);
+	wire_put_u32(&w, WIRE_T_RUNNING, pr->running);
+	if (!pr->running)
+		wire_put_u32(&w, WIRE_T_EXIT_CODE, (uint32_t)pr->exit_code);
+	else
+		proc_kill_tree(pr, sig);
+	guest_frame_send(WIRE_PROC_REPLY, id, w.buf, w.len);
+}
+
 void guest_proc_request(uint32_t id, const uint8_t *p, size_t len)
 {
 	struct proc_args a;
@@ -406,8 +423,7 @@ void guest_proc_request(uint32_t id, const uint8_t *p, size_t len)
 					 "signal must be INT, KILL or TERM");
 			return;
 		}
-		proc_kill_tree(pr, (int)a.signal);
-		guest_frame_send(WIRE_PROC_REPLY, id, NULL, 0);
+		proc_signal(id, pr, (int)a.signal);
 		break;
 	}
 }

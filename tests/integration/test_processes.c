@@ -618,10 +618,21 @@ static void process_signal_kills_its_tree(void **state)
 	}
 	r = proc_pid_req("POST", pid, "signal", "{\"signal\": \"TERM\"}");
 	assert_int_equal(r.status, 200);
+	assert_int_equal(jbool(r.json, "sent"), 1);
+	assert_string_equal(jstr(r.json, "status"), "running");
+	assert_true(jis_null(r.json, "exit_code"));
 	http_reply_free(&r);
 	drain_expect(pid, 128 + 15, "started\n");
 	r = exec_json("sleep 0.5; ps -o args | grep -c '^[s]leep 98[12]'");
 	assert_string_equal(jstr(r.json, "stdout"), "0\n");
+	http_reply_free(&r);
+
+	/* a process that has exited is not signalled again, and says so */
+	r = proc_pid_req("POST", pid, "signal", "{\"signal\": \"KILL\"}");
+	assert_int_equal(r.status, 200);
+	assert_int_equal(jbool(r.json, "sent"), 0);
+	assert_string_equal(jstr(r.json, "status"), "exited");
+	assert_int_equal(jint(r.json, "exit_code"), 128 + 15);
 	http_reply_free(&r);
 }
 
