@@ -1040,7 +1040,7 @@ int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 	int64_t startup_ms = sbx_mono_ms() - t_req_mono;
 	if (store_sandbox_activate_startup(svc->store, row.id, l->domain, created_at,
 					   l->expires_at_ms, warm ? "warm" : "cold", startup_ms,
-					   err) < 0) {
+					   NULL, err) < 0) {
 		sandbox_live_teardown(l, "the sandbox could not be created");
 		goto err_capacity;
 	}

@@ -165,6 +165,18 @@ static const char *const store_migrations[] = {
     "UPDATE executions SET response_bytes = COALESCE(length(CAST(response AS BLOB)), 0);"
     "CREATE INDEX executions_stored ON executions(account_id, ended_at_ms)"
     "  WHERE response IS NOT NULL;",
+    /* 8 (issue 20, several hosts): the host a sandbox runs on (every
+     * sandbox before it ran on the one host, named 'local'), and the hosts
+     * an operator drained (`sandboxd admin drain HOST`), which the serving
+     * daemon reads. Executions record no domain: they end with their
+     * request, and a restart fails the unfinished ones. */
+    "ALTER TABLE sandboxes ADD COLUMN host TEXT NOT NULL DEFAULT 'local';"
+    "CREATE INDEX sandboxes_live_by_host ON sandboxes(host)"
+    "  WHERE status IN ('creating','running');"
+    "CREATE TABLE host_drains ("
+    "  host TEXT PRIMARY KEY,"
+    "  drained_at_ms INTEGER NOT NULL"
+    ");",
 };
 
 /* Work in C that a migration needs after its SQL, in the same transaction,

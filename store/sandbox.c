@@ -12,7 +12,8 @@
 #define SBX_COLS                                                                                   \
 	"id, account_id, size, domain, status, timeout_minutes,"                                   \
 	" price_micro_per_hour, requested_at_ms, created_at_ms, expires_at_ms,"                    \
-	" ended_at_ms, last_seen_at_ms, hold_micro, charge_micro, startup_path, startup_ms"
+	" ended_at_ms, last_seen_at_ms, hold_micro, charge_micro, startup_path, startup_ms,"       \
+	" host"
 
 /* "12.345678" without going near floating point (store must not call billing). */
 static void store_usd(int64_t micro, char buf[static 32])
@@ -43,6 +44,7 @@ static void store_sandbox_from_stmt(sqlite3_stmt *q, struct store_sandbox *r)
 	r->charge_micro = sqlite3_column_int64(q, 13);
 	store_copy_col(r->startup_path, sizeof r->startup_path, q, 14);
 	r->startup_ms = sqlite3_column_int64(q, 15);
+	store_copy_col(r->host, sizeof r->host, q, 16);
 }
 
 static void store_sandbox_decode(sqlite3_stmt *q, void *elem)
@@ -207,14 +209,16 @@ int store_sandbox_activate(struct store *s, const char *id, const char *domain,
 			   int64_t created_at_ms, int64_t expires_at_ms, struct sbx_error *err)
 {
 	return store_sandbox_activate_startup(s, id, domain, created_at_ms, expires_at_ms, NULL, 0,
-					      err);
+					      NULL, err);
 }
 
 int store_sandbox_activate_startup(struct store *s, const char *id, const char *domain,
 				   int64_t created_at_ms, int64_t expires_at_ms,
-				   const char *startup_path, int64_t startup_ms,
+				   const char *startup_path, int64_t startup_ms, const char *host,
 				   struct sbx_error *err)
 {
+	if (host && (!host[0] || strlen(host) >= STORE_HOST_MAX))
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL, "bad host name");
 	if (startup_path && strcmp(startup_path, "warm") != 0 && strcmp(startup_path, "cold") != 0)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL, "bad startup path");
 	if (startup_ms < 0)
@@ -232,7 +236,7 @@ int store_sandbox_activate_startup(struct store *s, const char *id, const char *
 		if (store_prepare(s,
 				  "UPDATE sandboxes SET status = 'running', domain = ?2,"
 				  " created_at_ms = ?3, expires_at_ms = ?4, last_seen_at_ms = ?3,"
-				  " startup_path = ?5, startup_ms = ?6"
+				  " startup_path = ?5, startup_ms = ?6, host = COALESCE(?7, host)"
 				  " WHERE id = ?1 AND status = 'creating'",
 				  &q, err) < 0)
 			goto err_rollback;
@@ -242,6 +246,7 @@ int store_sandbox_activate_startup(struct store *s, const char *id, const char *
 		sqlite3_bind_int64(q, 4, expires_at_ms);
 		store_bind_text(q, 5, startup_path ? startup_path : "");
 		sqlite3_bind_int64(q, 6, startup_ms);
+		store_bind_text(q, 7, host);
 		if (store_step_done(s, q, err) < 0)
 			goto err_rollback;
 		if (sqlite3_changes(s->db) != 1) {
@@ -583,3 +588,54 @@ int store_sandbox_count_live(struct store *s, const char *account_id, int *n, st
 	return store_count_live_locked(s, account_id, n, err);
 }
 
+/* ---------------------------------------------------------------- hosts */
+
+int store_host_drain_set(struct store *s, const char *host, bool drained, int64_t now_ms,
+			 struct sbx_error *err)
+{
+	if (!host || !host[0] || strlen(host) >= STORE_HOST_MAX)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "host",
+				     "a host name is 1..%d characters", STORE_HOST_MAX - 1);
+	STORE_LOCK(s);
+	if (store_tx_begin(s, err) < 0)
+		return -1;
+	{
+		_cleanup_stmt_ sqlite3_stmt *q = NULL;
+		if (store_prepare(s,
+				  drained ? "INSERT INTO host_drains (host, drained_at_ms)"
+					    " VALUES (?1, ?2) ON CONFLICT(host) DO NOTHING"
+					  : "DELETE FROM host_drains WHERE host = ?1",
+				  &q, err) < 0)
+			goto err_rollback;
+		store_bind_text(q, 1, host);
+		if (drained)
+			sqlite3_bind_int64(q, 2, now_ms);
+		if (store_step_done(s, q, err) < 0)
+			goto err_rollback;
+	}
+	if (store_tx_commit(s, err) < 0)
+		goto err_rollback;
+	return 0;
+
+err_rollback:
+	store_tx_rollback(s);
+	return -1;
+}
+
+int store_host_drains_list(struct store *s, char (*hosts)[STORE_HOST_MAX], size_t max, size_t *n,
+			   struct sbx_error *err)
+{
+	STORE_READ(s);
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
+	int rc;
+
+	*n = 0;
+	if (store_prepare_cached(s, "SELECT host FROM host_drains ORDER BY host", &q, err) < 0)
+		return -1;
+	while ((rc = sqlite3_step(q)) == SQLITE_ROW)
+		if (*n < max)
+			store_copy_col(hosts[(*n)++], STORE_HOST_MAX, q, 0);
+	if (rc != SQLITE_DONE)
+		return store_db_error(s, "host drains", err);
+	return 0;
+}

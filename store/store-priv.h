@@ -130,7 +130,8 @@ int store_usage_rebuild_tx(struct store *s, struct sbx_error *err);
 
 /* Tests only: SQL that takes a current database back to what schema
  * version 4 left (before the running totals and rollups of migration 5,
- * the 'keys' scope of 6 and the stored-response sizes of 7), so migration
+ * the 'keys' scope of 6, the stored-response sizes of 7 and the hosts of
+ * 8), so migration
  * tests can run those steps on old data. Keep it in step with the list. */
 #define STORE_PRIV_BACK_TO_SCHEMA_4                                                                \
 	"DROP TRIGGER ledger_totals; DROP TABLE usage_rollups;"                                    \
@@ -139,7 +140,11 @@ int store_usage_rebuild_tx(struct store *s, struct sbx_error *err);
 	"ALTER TABLE accounts DROP COLUMN holds_micro;"                                            \
 	"ALTER TABLE accounts DROP COLUMN releases_micro;"                                         \
 	"ALTER TABLE accounts DROP COLUMN charges_micro;"                                          \
-	"DROP INDEX executions_stored; ALTER TABLE executions DROP COLUMN response_bytes;"         \
-	"PRAGMA user_version = 4;"
+	"DROP INDEX executions_stored; ALTER TABLE executions DROP COLUMN "                        \
+	"response_bytes;" STORE_PRIV_BACK_TO_SCHEMA_7_HOSTS "PRAGMA user_version = 4;"
+/* Tests only: undo migration 8 (the sandbox's host and the drains). */
+#define STORE_PRIV_BACK_TO_SCHEMA_7_HOSTS                                                          \
+	"DROP INDEX sandboxes_live_by_host; ALTER TABLE sandboxes DROP COLUMN host;"               \
+	"DROP TABLE host_drains;"
 
 #endif
