@@ -128,6 +128,62 @@ static int render_requests(struct sbx_buf *b)
 	return r ? -1 : 0;
 }
 
+/* Per host, for operators only (docs/hosts.md "What operators see"):
+ * tenants get capacity in aggregate from /v1/limits. */
+static int render_hosts(struct sbx_buf *b, struct sandbox_svc *svc)
+{
+	struct sandbox_host_view v[SANDBOX_MAX_HOSTS];
+	size_t n = sandbox_hosts_view(svc, v, SANDBOX_MAX_HOSTS);
+	int r = 0;
+
+	r |= sbx_buf_printf(
+	    b, "# HELP sandboxd_host_up 1 when the host is up (state: up, draining or down).\n"
+	       "# TYPE sandboxd_host_up gauge\n");
+	for (size_t i = 0; i < n; i++)
+		r |= sbx_buf_printf(b, "sandboxd_host_up{host=\"%s\",uri=\"%s\",state=\"%s\"} %d\n",
+				    v[i].name, v[i].uri, v[i].state,
+				    strcmp(v[i].state, "down") != 0);
+	r |= sbx_buf_printf(b, "# HELP sandboxd_host_guests Guests placed on the host (live, "
+			       "booting, pooled) and its max_guests.\n"
+			       "# TYPE sandboxd_host_guests gauge\n");
+	for (size_t i = 0; i < n; i++)
+		r |= sbx_buf_printf(b,
+				    "sandboxd_host_guests{host=\"%s\",of=\"used\"} %d\n"
+				    "sandboxd_host_guests{host=\"%s\",of=\"total\"} %d\n",
+				    v[i].name, v[i].guests, v[i].name, v[i].max_guests);
+	r |= sbx_buf_printf(b, "# HELP sandboxd_host_memory_mib Guest memory placed on the host "
+			       "and what it takes.\n# TYPE sandboxd_host_memory_mib gauge\n");
+	for (size_t i = 0; i < n; i++)
+		r |= sbx_buf_printf(b,
+				    "sandboxd_host_memory_mib{host=\"%s\",of=\"used\"} %llu\n"
+				    "sandboxd_host_memory_mib{host=\"%s\",of=\"total\"} %llu\n",
+				    v[i].name, (unsigned long long)v[i].memory_used_mib, v[i].name,
+				    (unsigned long long)v[i].memory_total_mib);
+	r |= sbx_buf_printf(b, "# HELP sandboxd_host_disk_gib Guest disk placed on the host and "
+			       "its disk_gib (0: the free-space rule).\n"
+			       "# TYPE sandboxd_host_disk_gib gauge\n");
+	for (size_t i = 0; i < n; i++)
+		r |= sbx_buf_printf(b,
+				    "sandboxd_host_disk_gib{host=\"%s\",of=\"used\"} %llu\n"
+				    "sandboxd_host_disk_gib{host=\"%s\",of=\"total\"} %llu\n",
+				    v[i].name, (unsigned long long)v[i].disk_used_gib, v[i].name,
+				    (unsigned long long)v[i].disk_total_gib);
+	r |= sbx_buf_printf(b, "# HELP sandboxd_host_pool_guests The host's warm pool.\n"
+			       "# TYPE sandboxd_host_pool_guests gauge\n");
+	for (size_t i = 0; i < n; i++)
+		r |= sbx_buf_printf(b,
+				    "sandboxd_host_pool_guests{host=\"%s\",state=\"ready\"} %d\n"
+				    "sandboxd_host_pool_guests{host=\"%s\",state=\"booting\"} %d\n",
+				    v[i].name, v[i].pool_ready, v[i].name, v[i].pool_booting);
+	r |= sbx_buf_printf(b, "# HELP sandboxd_host_last_seen_seconds Since the host last "
+			       "answered a health check.\n"
+			       "# TYPE sandboxd_host_last_seen_seconds gauge\n");
+	for (size_t i = 0; i < n; i++)
+		r |= sbx_buf_printf(b, "sandboxd_host_last_seen_seconds{host=\"%s\"} %.3f\n",
+				    v[i].name, (double)v[i].last_seen_ms_ago / 1000.0);
+	return r ? -1 : 0;
+}
+
 static int render_service(struct sbx_buf *b, struct api_server *srv)
 {
 	struct sandbox_metrics m;
@@ -149,6 +205,7 @@ static int render_service(struct sbx_buf *b, struct api_server *srv)
 			    "sandboxd_guests_booting{for=\"customer\"} %d\n"
 			    "sandboxd_guests_booting{for=\"pool\"} %d\n",
 			    m.booting, m.pool_booting);
+	r |= render_hosts(b, srv->svc);
 	r |= sbx_buf_printf(b,
 			    "# HELP sandboxd_output_budget_held_bytes Exec output budget held "
 			    "now.\n# TYPE sandboxd_output_budget_held_bytes gauge\n"
