@@ -81,8 +81,7 @@ static struct vmm *host_vmm_new(struct sandbox_svc *svc, struct host *h, struct 
 	if (!v)
 		return NULL;
 	vmm_set_stopped_callback(v, sandbox_on_domain_stopped, svc);
-	sbx_info(MOD, "host %s: libvirt %s, accelerator %s%s", hc->name, hc->uri,
-		 vmm_accel_name(v),
+	sbx_info(MOD, "host %s: libvirt %s, accelerator %s%s", hc->name, hc->uri, vmm_accel_name(v),
 		 strcmp(vmm_accel_name(v), "tcg") == 0
 		     ? " (TCG is no security boundary: development only)"
 		     : "");
@@ -266,8 +265,8 @@ static uint64_t free_mib(const struct host_snapshot *s, bool evicting)
  * guest memory wins (ties: the first listed): guests spread, so a host
  * lost takes the fewest sandboxes with it and none is packed while
  * another idles, and memory is what the sizes differ in most. */
-int sandbox_place(const struct host_snapshot *hs, size_t n, uint64_t memory_mib,
-		  uint64_t disk_gib, enum place_how *how)
+int sandbox_place(const struct host_snapshot *hs, size_t n, uint64_t memory_mib, uint64_t disk_gib,
+		  enum place_how *how)
 {
 	static const enum place_how steps[] = {PLACE_WARM, PLACE_ROOM, PLACE_EVICT};
 
@@ -844,7 +843,9 @@ size_t sandbox_hosts_view(struct sandbox_svc *svc, struct sandbox_host_view *out
 		snprintf(v->name, sizeof(v->name), "%s", h->cfg->name);
 		snprintf(v->uri, sizeof(v->uri), "%s", h->cfg->uri);
 		snprintf(v->state, sizeof(v->state), "%s",
-			 h->state != HOST_UP ? "down" : h->draining ? "draining" : "up");
+			 h->state != HOST_UP ? "down"
+			 : h->draining	     ? "draining"
+					     : "up");
 		v->max_guests = h->cfg->max_guests;
 		v->memory_total_mib = host_mem_total(h);
 		v->disk_total_gib = h->cfg->disk_gib;

@@ -115,8 +115,10 @@ struct sandbox_svc *sandbox_svc_new(const struct sandbox_config *cfg, int flags,
 			break;
 		svc->n_enders++;
 	}
-	if (sandbox_liveness_start(svc, err) < 0 || sandbox_pool_start(svc, err) < 0 ||
-	    sandbox_hosts_start(svc, err) < 0) {
+	/* the host thread first: it reads the drained hosts, which the pool
+	 * must not refill */
+	if (sandbox_hosts_start(svc, err) < 0 || sandbox_liveness_start(svc, err) < 0 ||
+	    sandbox_pool_start(svc, err) < 0) {
 		sandbox_svc_free(svc);
 		return NULL;
 	}

@@ -35,17 +35,18 @@ static void write_config(const char *extra)
 {
 	char hosts[2048];
 
-	snprintf(hosts, sizeof(hosts),
-		 "\"sizes\": {\"tiny\": {\"vcpus\": 1, \"memory_mib\": 256, \"disk_gib\": 1, "
-		 "\"price_micro_usd_per_hour\": 90000}, \"huge\": {\"vcpus\": 1, \"memory_mib\": "
-		 "1024, \"disk_gib\": 1, \"price_micro_usd_per_hour\": 90000}}, "
-		 "\"default_size\": \"tiny\", \"host_check_interval_ms\": 200, "
-		 "\"hosts\": [{\"name\": \"a\", \"uri\": \"qemu:///system\", \"state_dir\": \"%s\", "
-		 "\"domain_prefix\": \"%s\", \"max_guests\": 4, \"memory_mib\": 256, "
-		 "\"disk_gib\": 10}, {\"name\": \"b\", \"uri\": \"qemu:///system\", "
-		 "\"state_dir\": \"%s\", \"domain_prefix\": \"%s\", \"max_guests\": 4, "
-		 "\"memory_mib\": 768, \"disk_gib\": 10}]%s%s",
-		 sd_a, pfx_a, sd_b, pfx_b, extra[0] ? ", " : "", extra);
+	snprintf(
+	    hosts, sizeof(hosts),
+	    "\"sizes\": {\"tiny\": {\"vcpus\": 1, \"memory_mib\": 256, \"disk_gib\": 1, "
+	    "\"price_micro_usd_per_hour\": 90000}, \"huge\": {\"vcpus\": 1, \"memory_mib\": "
+	    "1024, \"disk_gib\": 1, \"price_micro_usd_per_hour\": 90000}}, "
+	    "\"default_size\": \"tiny\", \"host_check_interval_ms\": 200, "
+	    "\"hosts\": [{\"name\": \"a\", \"uri\": \"qemu:///system\", \"state_dir\": \"%s\", "
+	    "\"domain_prefix\": \"%s\", \"max_guests\": 4, \"memory_mib\": 256, "
+	    "\"disk_gib\": 10}, {\"name\": \"b\", \"uri\": \"qemu:///system\", "
+	    "\"state_dir\": \"%s\", \"domain_prefix\": \"%s\", \"max_guests\": 4, "
+	    "\"memory_mib\": 768, \"disk_gib\": 10}]%s%s",
+	    sd_a, pfx_a, sd_b, pfx_b, extra[0] ? ", " : "", extra);
 	daemon_config(&d, hosts);
 }
 
@@ -235,8 +236,8 @@ static void drain_moves_creates(void **state)
 
 	(void)state;
 	admin_drain("drain", "b", true);
-	usleep(800 * 1000); /* read within host_check_interval_ms (200) */
-	create_on("tiny", 201, "a", s6, NULL); /* b would win undrained */
+	usleep(800 * 1000);			  /* read within host_check_interval_ms (200) */
+	create_on("tiny", 201, "a", s6, NULL);	  /* b would win undrained */
 	create_on("tiny", 503, NULL, none, NULL); /* a full, b drained */
 	exec_ok(s1);				  /* b's sandbox keeps working */
 	exec_ok(s6);
@@ -276,7 +277,7 @@ static void restart_reconciles_each_host(void **state)
 	write_config("\"pool\": {\"tiny\": 1}");
 	assert_int_equal(daemon_start(&d), 0);
 	assert_string_equal(status_of(s1, st, sizeof(st)), "failed"); /* ghost row: gone */
-	assert_false(domain_running(orphan));			       /* orphan: destroyed */
+	assert_false(domain_running(orphan));			      /* orphan: destroyed */
 	assert_false(domain_running(dom1));
 	exec_ok(s6); /* reattached on a */
 	exec_ok(s7); /* reattached on b */
@@ -289,16 +290,13 @@ static void restart_reconciles_each_host(void **state)
 	bool ready = false;
 	while (!ready && sbx_mono_ms() < end) {
 		struct http_reply r;
-		json_object *pool, *e;
+		json_object *startup, *pool, *tiny;
 
 		assert_int_equal(http_request(&d, "GET", "/v1/limits", d.key, NULL, NULL, 0, &r),
 				 0);
-		if (json_object_object_get_ex(r.json, "pool", &pool) &&
-		    json_object_is_type(pool, json_type_array) &&
-		    json_object_array_length(pool) > 0) {
-			e = json_object_array_get_idx(pool, 0);
-			ready = jint(e, "ready") == 1;
-		}
+		ready = json_object_object_get_ex(r.json, "startup", &startup) &&
+			json_object_object_get_ex(startup, "pool", &pool) &&
+			json_object_object_get_ex(pool, "tiny", &tiny) && jint(tiny, "ready") == 1;
 		http_reply_free(&r);
 		if (!ready)
 			usleep(200 * 1000);

@@ -72,7 +72,7 @@ static void test_hosts_list(void **state)
 	assert_string_equal(C.hosts[0].transport, "socket"); /* local: the top-level one */
 	assert_string_equal(C.hosts[0].kernel, "/srv/a/images/tiny/vmlinux");
 	assert_string_equal(C.hosts[0].base_image, "/opt/base.qcow2"); /* not under state_dir */
-	assert_string_equal(C.hosts[1].transport, "stream");		/* remote: stream */
+	assert_string_equal(C.hosts[1].transport, "stream");	       /* remote: stream */
 	assert_string_equal(C.hosts[1].domain_prefix, "sbx-");
 	assert_string_equal(C.hosts[1].initrd,
 			    "/var/lib/sandboxd-h2/images/tiny/initramfs.cpio.gz");
@@ -83,7 +83,7 @@ static void test_hosts_list(void **state)
 	assert_string_equal(C.db_path, "/srv/gw/sandboxd.db"); /* stays on the gateway */
 }
 
-#define HOSTC(n, guests, mem, disk, extra)                                                          \
+#define HOSTC(n, guests, mem, disk, extra)                                                         \
 	"{\"name\": \"" n "\", \"uri\": \"qemu:///system\", \"state_dir\": \"/srv/" n "\","        \
 	" \"max_guests\": " #guests ", \"memory_mib\": " #mem ", \"disk_gib\": " #disk extra "}"
 #define HOST(n, extra) HOSTC(n, 2, 1024, 10, extra)
@@ -99,8 +99,9 @@ static void test_hosts_refused(void **state)
 	    {"{\"hosts\": [" HOST("a", "") "," HOST("a", ", \"domain_prefix\": \"x-\"") "]}",
 	     "two hosts are named"},
 	    {"{\"hosts\": [" HOST("a", "") ", {\"name\": \"b\", \"uri\": \"qemu:///system\","
-	     " \"state_dir\": \"/srv/a\", \"max_guests\": 1, \"memory_mib\": 1, \"disk_gib\": 1,"
-	     " \"domain_prefix\": \"b-\"}]}",
+					   " \"state_dir\": \"/srv/a\", \"max_guests\": 1, "
+					   "\"memory_mib\": 1, \"disk_gib\": 1,"
+					   " \"domain_prefix\": \"b-\"}]}",
 	     "share a state_dir"},
 	    {"{\"hosts\": [" HOST("a", "") "," HOST("b", ", \"domain_prefix\": \"sbx-b\"") "]}",
 	     "domain prefixes"},
@@ -128,11 +129,12 @@ static void test_hosts_refused(void **state)
 				 bad[i].why);
 	}
 	/* the same plain-text URI is fine outside production */
-	assert_int_equal(parse("{\"hosts\": [{\"name\": \"r\", \"uri\": \"qemu+tcp://10.0.0.2/system\","
-			       " \"state_dir\": \"/srv/r\", \"max_guests\": 1, \"memory_mib\": 1,"
-			       " \"disk_gib\": 1}]}",
-			       &err),
-			 0);
+	assert_int_equal(
+	    parse("{\"hosts\": [{\"name\": \"r\", \"uri\": \"qemu+tcp://10.0.0.2/system\","
+		  " \"state_dir\": \"/srv/r\", \"max_guests\": 1, \"memory_mib\": 1,"
+		  " \"disk_gib\": 1}]}",
+		  &err),
+	    0);
 }
 
 static void test_uri_kinds(void **state)
@@ -213,8 +215,10 @@ static void test_place(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_implicit_local_host), cmocka_unit_test(test_hosts_list),
-	    cmocka_unit_test(test_hosts_refused),	cmocka_unit_test(test_uri_kinds),
+	    cmocka_unit_test(test_implicit_local_host),
+	    cmocka_unit_test(test_hosts_list),
+	    cmocka_unit_test(test_hosts_refused),
+	    cmocka_unit_test(test_uri_kinds),
 	    cmocka_unit_test(test_place),
 	};
 
