@@ -14,9 +14,17 @@
  *      b whose domain vanished, destroys an orphan domain on a and
  *      reattaches the rest; drained offline (store only), b gets no pool;
  *      a create is served warm by a's pooled guest although b has more
- *      free memory; the ledger check passes.
+ *      free memory; the ledger check passes;
+ *   4. a host that really stops answering: b is reached through a unix
+ *      socket proxy to libvirtd (qemu+unix:///system?socket=...) that the
+ *      test kills: b's sandbox ends failed, billed to when b went silent,
+ *      a keeps serving and takes the creates; the proxy back, b is
+ *      reconciled (its orphaned domain destroyed) and placed on again;
+ *      the ledger check passes.
  * Where a sandbox runs is read from the database's sandboxes.host.
  */
+#include <poll.h>
+#include <sys/un.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -31,6 +39,9 @@ static struct daemon d;
 static char sd_a[300], sd_b[300], pfx_a[40], pfx_b[40];
 static char s1[64], s6[64], s7[64]; /* s1, s7 on b, s6 on a (test 2) */
 
+static char b_uri[400] = "qemu:///system";
+static int a_mib = 256;
+
 static void write_config(const char *extra)
 {
 	char hosts[2048];
@@ -42,11 +53,11 @@ static void write_config(const char *extra)
 	    "1024, \"disk_gib\": 1, \"price_micro_usd_per_hour\": 90000}}, "
 	    "\"default_size\": \"tiny\", \"host_check_interval_ms\": 200, "
 	    "\"hosts\": [{\"name\": \"a\", \"uri\": \"qemu:///system\", \"state_dir\": \"%s\", "
-	    "\"domain_prefix\": \"%s\", \"max_guests\": 4, \"memory_mib\": 256, "
-	    "\"disk_gib\": 10}, {\"name\": \"b\", \"uri\": \"qemu:///system\", "
+	    "\"domain_prefix\": \"%s\", \"max_guests\": 4, \"memory_mib\": %d, "
+	    "\"disk_gib\": 10}, {\"name\": \"b\", \"uri\": \"%s\", "
 	    "\"state_dir\": \"%s\", \"domain_prefix\": \"%s\", \"max_guests\": 4, "
 	    "\"memory_mib\": 768, \"disk_gib\": 10}]%s%s",
-	    sd_a, pfx_a, sd_b, pfx_b, extra[0] ? ", " : "", extra);
+	    sd_a, pfx_a, a_mib, b_uri, sd_b, pfx_b, extra[0] ? ", " : "", extra);
 	daemon_config(&d, hosts);
 }
 
@@ -85,23 +96,34 @@ static int group_teardown(void **state)
 	return daemon_down(&d);
 }
 
-/* The host column of a sandbox's row ("" when none). */
-static void row_host(const char *id, char *out, size_t n)
+/* A text column (host, domain) of a sandbox's row ("" when none). */
+static void row_col(const char *id, const char *col, char *out, size_t n)
 {
+	char sql[96];
 	sqlite3 *db;
 	sqlite3_stmt *q;
 
 	out[0] = '\0';
+	snprintf(sql, sizeof(sql), "SELECT %s FROM sandboxes WHERE id = ?1", col);
 	assert_int_equal(sqlite3_open_v2(d.db, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
 	sqlite3_busy_timeout(db, 5000);
-	assert_int_equal(
-	    sqlite3_prepare_v2(db, "SELECT host FROM sandboxes WHERE id = ?1", -1, &q, NULL),
-	    SQLITE_OK);
+	assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &q, NULL), SQLITE_OK);
 	sqlite3_bind_text(q, 1, id, -1, SQLITE_TRANSIENT);
 	if (sqlite3_step(q) == SQLITE_ROW)
 		snprintf(out, n, "%s", (const char *)sqlite3_column_text(q, 0));
 	sqlite3_finalize(q);
 	sqlite3_close(db);
+}
+
+static void ledger_ok(void)
+{
+	struct sbx_error err;
+	struct store *s = store_open(d.db, &err);
+
+	assert_non_null(s);
+	if (store_ledger_check(s, NULL, &err) < 0)
+		fail_msg("ledger check: %s", err.message);
+	store_close(s);
 }
 
 /* Create a sandbox of `size`; expect `status`; on 201 its id into id and
@@ -122,7 +144,7 @@ static void create_on(const char *size, int status, const char *host, char *id, 
 		snprintf(id, 64, "%s", jstr(r.json, "id"));
 		if (path)
 			snprintf(path, 16, "%s", jstr(r.json, "startup_path"));
-		row_host(id, got, sizeof(got));
+		row_col(id, "host", got, sizeof(got));
 		if (strcmp(got, host) != 0)
 			fail_msg("sandbox %s went to host '%s', not '%s'", id, got, host);
 	}
@@ -182,24 +204,6 @@ static void admin_drain(const char *cmd, const char *host, bool want)
 	json_object_put(o);
 }
 
-/* The domain a sandbox runs in. */
-static void domain_of(const char *id, char *out, size_t n)
-{
-	sqlite3 *db;
-	sqlite3_stmt *q;
-
-	out[0] = '\0';
-	assert_int_equal(sqlite3_open_v2(d.db, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-	assert_int_equal(
-	    sqlite3_prepare_v2(db, "SELECT domain FROM sandboxes WHERE id = ?1", -1, &q, NULL),
-	    SQLITE_OK);
-	sqlite3_bind_text(q, 1, id, -1, SQLITE_TRANSIENT);
-	if (sqlite3_step(q) == SQLITE_ROW)
-		snprintf(out, n, "%s", (const char *)sqlite3_column_text(q, 0));
-	sqlite3_finalize(q);
-	sqlite3_close(db);
-}
-
 static bool domain_running(const char *name)
 {
 	char cmd[256];
@@ -250,12 +254,10 @@ static void drain_moves_creates(void **state)
 static void restart_reconciles_each_host(void **state)
 {
 	char dom1[64], dom6[64], orphan[80], cmd[1024], st[32], warm_id[64], path[16];
-	struct store *s;
-	struct sbx_error err;
 
 	(void)state;
-	domain_of(s1, dom1, sizeof(dom1));
-	domain_of(s6, dom6, sizeof(dom6));
+	row_col(s1, "domain", dom1, sizeof(dom1));
+	row_col(s6, "domain", dom6, sizeof(dom6));
 	assert_true(strncmp(dom1, pfx_b, strlen(pfx_b)) == 0);
 	assert_true(strncmp(dom6, pfx_a, strlen(pfx_a)) == 0);
 	assert_int_equal(daemon_stop(&d), 0); /* guests stay for the next start */
@@ -310,12 +312,146 @@ static void restart_reconciles_each_host(void **state)
 	delete_sandbox(warm_id);
 	delete_sandbox(s7);
 
-	/* the money is whole */
-	s = store_open(d.db, &err);
-	assert_non_null(s);
-	if (store_ledger_check(s, NULL, &err) < 0)
-		fail_msg("ledger check: %s", err.message);
-	store_close(s);
+	ledger_ok(); /* the money is whole */
+}
+
+/* ------------------------------------------------ a host that goes silent */
+
+static pid_t proxy_pid;
+
+/* Relay one accepted connection to libvirtd's socket until either side
+ * closes; dies with the proxy (PDEATHSIG). */
+static void relay(int c)
+{
+	struct sockaddr_un up = {.sun_family = AF_UNIX};
+	int u = socket(AF_UNIX, SOCK_STREAM, 0);
+	char buf[65536];
+
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	snprintf(up.sun_path, sizeof(up.sun_path), "/run/libvirt/libvirt-sock");
+	if (u < 0 || connect(u, (struct sockaddr *)&up, sizeof(up)) < 0)
+		_exit(1);
+	for (;;) {
+		struct pollfd p[2] = {{.fd = c, .events = POLLIN}, {.fd = u, .events = POLLIN}};
+
+		if (poll(p, 2, -1) < 0)
+			_exit(1);
+		for (int i = 0; i < 2; i++) {
+			if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR)))
+				continue;
+			ssize_t n = read(p[i].fd, buf, sizeof(buf));
+			if (n <= 0 || write(p[1 - i].fd, buf, (size_t)n) != n)
+				_exit(0);
+		}
+	}
+}
+
+/* A unix socket at `path` that forwards to libvirtd: host b's libvirt as
+ * the daemon sees it. proxy_stop() kills it and every relay: b goes
+ * silent as a remote host whose network dropped. */
+static void proxy_start(const char *path)
+{
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	int l = socket(AF_UNIX, SOCK_STREAM, 0);
+
+	unlink(path);
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
+	assert_true(l >= 0);
+	assert_int_equal(bind(l, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(l, 16), 0);
+	proxy_pid = fork();
+	assert_true(proxy_pid >= 0);
+	if (proxy_pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		signal(SIGCHLD, SIG_IGN);
+		for (;;) {
+			int c = accept(l, NULL, NULL);
+
+			if (c < 0)
+				continue;
+			if (fork() == 0) {
+				close(l);
+				relay(c);
+			}
+			close(c);
+		}
+	}
+	close(l);
+}
+
+static void proxy_stop(void)
+{
+	kill(proxy_pid, SIGKILL);
+	waitpid(proxy_pid, NULL, 0);
+	proxy_pid = 0;
+}
+
+static int64_t ended_at(const char *id)
+{
+	struct http_reply r;
+	char path[128];
+	int64_t t = 0;
+	json_object *v;
+
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s", id);
+	assert_int_equal(http_request(&d, "GET", path, d.key, NULL, NULL, 0, &r), 0);
+	if (json_object_object_get_ex(r.json, "ended_at", &v) &&
+	    json_object_is_type(v, json_type_string)) {
+		struct tm tm = {0};
+		const char *s = json_object_get_string(v);
+
+		if (strptime(s, "%Y-%m-%dT%H:%M:%S", &tm))
+			t = (int64_t)timegm(&tm) * 1000;
+	}
+	http_reply_free(&r);
+	return t;
+}
+
+static void host_down_and_back(void **state)
+{
+	char sa[64], sb[64], sc[64], dom_b[64], sock[300], st[32];
+	int64_t killed, end;
+
+	(void)state;
+	assert_int_equal(daemon_stop(&d), 0);
+	snprintf(sock, sizeof(sock), "%s/libvirt-proxy.sock", d.state_dir);
+	snprintf(b_uri, sizeof(b_uri), "qemu+unix:///system?socket=%s", sock);
+	a_mib = 768; /* room on a for what b loses */
+	proxy_start(sock);
+	write_config("\"host_down_after_ms\": 1500");
+	assert_int_equal(daemon_start(&d), 0);
+
+	create_on("tiny", 201, "a", sa, NULL); /* 768 = 768: a, listed first */
+	create_on("tiny", 201, "b", sb, NULL);
+	exec_ok(sb); /* over the stream transport, through the proxy */
+	row_col(sb, "domain", dom_b, sizeof(dom_b));
+
+	killed = sbx_wall_ms();
+	proxy_stop();
+	end = sbx_mono_ms() + 30000;
+	while (strcmp(status_of(sb, st, sizeof(st)), "failed") != 0 && sbx_mono_ms() < end)
+		usleep(200 * 1000);
+	assert_string_equal(st, "failed");
+	/* billed to when b went silent (the API shows whole seconds) */
+	assert_true(ended_at(sb) <= killed + 1000);
+	exec_ok(sa);			       /* a keeps serving */
+	create_on("tiny", 201, "a", sc, NULL); /* b is down: a, with less room */
+	assert_true(domain_running(dom_b));    /* its guest still runs, unreachable */
+
+	proxy_start(sock);
+	end = sbx_mono_ms() + 60000;
+	while (domain_running(dom_b) && sbx_mono_ms() < end)
+		usleep(300 * 1000);
+	assert_false(domain_running(dom_b)); /* reconciled: the orphan destroyed */
+	usleep(500 * 1000);
+	create_on("tiny", 201, "b", sb, NULL); /* up again: b has the most room */
+	exec_ok(sb);
+	delete_sandbox(sa);
+	delete_sandbox(sb);
+	delete_sandbox(sc);
+	assert_int_equal(daemon_stop(&d), 0);
+	proxy_stop();
+	ledger_ok();
 }
 
 int main(void)
@@ -324,6 +460,7 @@ int main(void)
 	    cmocka_unit_test(creates_spread_by_capacity),
 	    cmocka_unit_test(drain_moves_creates),
 	    cmocka_unit_test(restart_reconciles_each_host),
+	    cmocka_unit_test(host_down_and_back),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
