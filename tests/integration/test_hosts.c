@@ -41,6 +41,7 @@ static char s1[64], s6[64], s7[64]; /* s1, s7 on b, s6 on a (test 2) */
 
 static char b_uri[400] = "qemu:///system";
 static int a_mib = 256;
+static struct daemon metrics; /* d, on metrics_listen */
 
 static void write_config(const char *extra)
 {
@@ -52,12 +53,13 @@ static void write_config(const char *extra)
 	    "\"price_micro_usd_per_hour\": 90000}, \"huge\": {\"vcpus\": 1, \"memory_mib\": "
 	    "1024, \"disk_gib\": 1, \"price_micro_usd_per_hour\": 90000}}, "
 	    "\"default_size\": \"tiny\", \"host_check_interval_ms\": 200, "
+	    "\"metrics_listen\": \"127.0.0.1:%d\", "
 	    "\"hosts\": [{\"name\": \"a\", \"uri\": \"qemu:///system\", \"state_dir\": \"%s\", "
 	    "\"domain_prefix\": \"%s\", \"max_guests\": 4, \"memory_mib\": %d, "
 	    "\"disk_gib\": 10}, {\"name\": \"b\", \"uri\": \"%s\", "
 	    "\"state_dir\": \"%s\", \"domain_prefix\": \"%s\", \"max_guests\": 4, "
 	    "\"memory_mib\": 768, \"disk_gib\": 10}]%s%s",
-	    sd_a, pfx_a, a_mib, b_uri, sd_b, pfx_b, extra[0] ? ", " : "", extra);
+	    metrics.port, sd_a, pfx_a, a_mib, b_uri, sd_b, pfx_b, extra[0] ? ", " : "", extra);
 	daemon_config(&d, hosts);
 }
 
@@ -84,6 +86,7 @@ static int group_setup(void **state)
 	snprintf(sd_b, sizeof(sd_b), "%s/host-b", d.state_dir);
 	snprintf(pfx_a, sizeof(pfx_a), "%sa-", d.prefix);
 	snprintf(pfx_b, sizeof(pfx_b), "%sb-", d.prefix);
+	metrics.port = free_port();
 	write_config("");
 	host_dir(sd_a);
 	host_dir(sd_b);
@@ -233,6 +236,29 @@ static void creates_spread_by_capacity(void **state)
 	delete_sandbox(s4);
 }
 
+/* Per-host detail on the operator's /metrics, none on /v1/limits. */
+static void operators_see_hosts(void)
+{
+	struct http_reply r;
+
+	assert_int_equal(http_request(&metrics, "GET", "/metrics", NULL, NULL, NULL, 0, &r), 0);
+	assert_int_equal(r.status, 200);
+	assert_non_null(strstr(r.body, "sandboxd_host_up{host=\"b\",uri=\"qemu:///system\","
+				       "state=\"draining\"} 1\n"));
+	assert_non_null(strstr(r.body, "sandboxd_host_up{host=\"a\",uri=\"qemu:///system\","
+				       "state=\"up\"} 1\n"));
+	assert_non_null(strstr(r.body, "sandboxd_host_memory_mib{host=\"a\",of=\"used\"} 256\n"));
+	assert_non_null(strstr(r.body, "sandboxd_host_memory_mib{host=\"b\",of=\"total\"} 768\n"));
+	assert_non_null(strstr(r.body, "sandboxd_host_guests{host=\"b\",of=\"used\"} 1\n"));
+	http_reply_free(&r);
+	assert_int_equal(http_request(&d, "GET", "/v1/limits", d.key, NULL, NULL, 0, &r), 0);
+	assert_int_equal(r.status, 200);
+	assert_null(strstr(r.body, "qemu"));
+	assert_null(strstr(r.body, "\"hosts\""));
+	assert_null(strstr(r.body, d.state_dir)); /* no host's state dir either */
+	http_reply_free(&r);
+}
+
 /* 2. Drained, b (with more free memory) gets nothing; its sandbox runs on. */
 static void drain_moves_creates(void **state)
 {
@@ -245,6 +271,7 @@ static void drain_moves_creates(void **state)
 	create_on("tiny", 503, NULL, none, NULL); /* a full, b drained */
 	exec_ok(s1);				  /* b's sandbox keeps working */
 	exec_ok(s6);
+	operators_see_hosts();
 	admin_drain("undrain", "b", false);
 	usleep(800 * 1000);
 	create_on("tiny", 201, "b", s7, NULL);
