@@ -583,12 +583,7 @@ static int guest_get(struct sandbox_svc *svc, const struct sandbox_size *size,
 	pthread_cond_broadcast(&svc->cond); /* the pool refills */
 	if (evicted) {
 		pthread_mutex_unlock(&svc->lock);
-		while (evicted) {
-			struct live *next = evicted->next;
-
-			sandbox_live_teardown(evicted, "evicted from the warm pool");
-			evicted = next;
-		}
+		sandbox_live_teardown_chain(evicted, "evicted from the warm pool");
 		pthread_mutex_lock(&svc->lock);
 	}
 	if (l) {

@@ -628,16 +628,6 @@ void sandbox_hosts_close(struct sandbox_svc *svc)
 
 /* ----------------------------------------------------- the host thread */
 
-static void teardown_chain(struct live *l, const char *why)
-{
-	while (l) {
-		struct live *next = l->next;
-
-		sandbox_live_teardown(l, why);
-		l = next;
-	}
-}
-
 /* Read the drained hosts from the store (`sandboxd admin drain`). */
 static void drains_read(struct sandbox_svc *svc)
 {
@@ -673,7 +663,7 @@ static void drains_read(struct sandbox_svc *svc)
 		}
 	}
 	pthread_mutex_unlock(&svc->lock);
-	teardown_chain(dropped, "its host is drained");
+	sandbox_live_teardown_chain(dropped, "its host is drained");
 }
 
 /* Host h stopped answering: its sandboxes end failed at its last answer
@@ -755,7 +745,7 @@ static void host_check(struct sandbox_svc *svc, struct host *h)
 	}
 	bool back = ok && h->reconcile_due;
 	pthread_mutex_unlock(&svc->lock);
-	teardown_chain(dropped, "its host is down");
+	sandbox_live_teardown_chain(dropped, "its host is down");
 	if (back)
 		host_back(svc, h);
 }

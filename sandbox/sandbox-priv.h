@@ -248,6 +248,9 @@ void sandbox_end_queue_locked(struct sandbox_svc *svc, struct live *l, enum stor
 void sandbox_live_unref_locked(struct sandbox_svc *svc, struct live *l);
 /* Fail in-flight execs, destroy the domain, free. No lock held. */
 void sandbox_live_teardown(struct live *l, const char *why);
+/* The same for each of a chain linked by next (evicted or dropped pooled
+ * guests). No lock held. */
+void sandbox_live_teardown_chain(struct live *l, const char *why);
 /* Do the guests already admitted leave min_free_disk_mib for the ledger
  * on every local host's state dir and the database's filesystem (the
  * disk rule, adding no guest)? Call with lock. */

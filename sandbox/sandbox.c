@@ -11,8 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
-#include <sys/sysinfo.h>
 #include <time.h>
 
 #include "../agentless/agentless.h"
@@ -392,16 +390,6 @@ int sandbox_account_list(struct sandbox_svc *svc, struct sandbox_account **out, 
 
 /* ---------------------------------------------------------------- create */
 
-static void teardown_chain(struct live *l, const char *why)
-{
-	while (l) {
-		struct live *next = l->next;
-
-		sandbox_live_teardown(l, why);
-		l = next;
-	}
-}
-
 int sandbox_boot_slot_acquire(struct sandbox_svc *svc, int64_t deadline_mono, struct sbx_error *err)
 {
 	pthread_mutex_lock(&svc->lock);
@@ -697,7 +685,7 @@ int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 	pthread_mutex_unlock(&svc->lock);
 	if (evicted) {
 		sbx_info(MOD, "sandbox %s: evicting pooled guests to make room", row.id);
-		teardown_chain(evicted, "evicted from the warm pool");
+		sandbox_live_teardown_chain(evicted, "evicted from the warm pool");
 	}
 	if (!h)
 		goto err_abort;
