@@ -70,6 +70,8 @@ static const struct key_spec keys[] = {
     NUM(boot_queue_timeout_ms, K_U32),
     NUM(exec_backstop_grace_ms, K_U32),
     NUM(max_guests, K_INT),
+    NUM(host_check_interval_ms, K_U32),
+    NUM(host_down_after_ms, K_U32),
     NUM(memory_overcommit, K_DOUBLE),
     NUM(max_concurrent_boots, K_INT),
     NUM(min_free_disk_mib, K_U64),
@@ -129,10 +131,12 @@ static int get_count(struct json_object *v, const char *key, int64_t min, int64_
 	return 0;
 }
 
-static int apply_key(const struct key_spec *k, struct json_object *v, struct sandbox_config *cfg,
+/* Apply one key to the struct at base (a struct sandbox_config, or a
+ * struct sandbox_host_config for the host keys). */
+static int apply_key(const struct key_spec *k, struct json_object *v, void *base,
 		     struct sbx_error *err)
 {
-	char *field = (char *)cfg + k->offset;
+	char *field = (char *)base + k->offset;
 	int64_t x;
 
 	switch (k->type) {
@@ -279,6 +283,70 @@ static int apply_sizes(struct json_object *v, struct sandbox_config *cfg, struct
 	return 0;
 }
 
+#define HSTR(f)                                                                                    \
+	{                                                                                          \
+		"hosts[]." #f, K_STR, offsetof(struct sandbox_host_config, f),                     \
+		    sizeof(((struct sandbox_host_config *)0)->f)                                   \
+	}
+#define HNUM(f, t)                                                                                 \
+	{                                                                                          \
+		"hosts[]." #f, t, offsetof(struct sandbox_host_config, f), 0                       \
+	}
+
+/* The keys of one entry of "hosts" (docs/hosts.md). */
+static const struct key_spec host_keys[] = {
+    HSTR(name),
+    HSTR(uri),
+    HSTR(state_dir),
+    HSTR(domain_prefix),
+    HSTR(transport),
+    HNUM(max_guests, K_INT),
+    HNUM(memory_mib, K_U64),
+    HNUM(disk_gib, K_U64),
+    HSTR(kernel),
+    HSTR(initrd),
+    HSTR(base_image),
+};
+
+/* "hosts": [{"name": "h2", "uri": ..., "state_dir": ..., "max_guests": 8,
+ * "memory_mib": 16384, "disk_gib": 200}, ...] (checked by
+ * sandbox_config_validate). */
+static int apply_hosts(struct json_object *v, struct sandbox_config *cfg, struct sbx_error *err)
+{
+	size_t n;
+
+	if (!json_object_is_type(v, json_type_array))
+		return bad_type("hosts", "a list of hosts", err);
+	n = json_object_array_length(v);
+	if (n < 1 || n > SANDBOX_MAX_HOSTS)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "hosts",
+				     "config key 'hosts' lists 1..%d hosts", SANDBOX_MAX_HOSTS);
+	for (size_t i = 0; i < n; i++) {
+		struct json_object *hv = json_object_array_get_idx(v, i);
+		struct sandbox_host_config *h = &cfg->hosts[i];
+
+		if (!json_object_is_type(hv, json_type_object))
+			return bad_type("hosts", "a list of objects", err);
+		memset(h, 0, sizeof(*h));
+		json_object_object_foreach(hv, key, kv)
+		{
+			size_t k;
+
+			for (k = 0; k < SBX_ARRAY_SIZE(host_keys); k++)
+				if (strcmp(key, host_keys[k].name + 8) == 0)
+					break;
+			if (k == SBX_ARRAY_SIZE(host_keys))
+				return sbx_error_set(err, SBX_E_INVALID_REQUEST, "hosts",
+						     "unknown key '%.60s' in a host of 'hosts'",
+						     key);
+			if (apply_key(&host_keys[k], kv, h, err) < 0)
+				return -1;
+		}
+	}
+	cfg->n_hosts = n;
+	return 0;
+}
+
 /* "pool": {"small": 2, ...}: guests kept ready per size (names checked
  * against the sizes by sandbox_config_validate()). */
 static int apply_pool(struct json_object *v, struct sandbox_config *cfg, struct sbx_error *err)
@@ -387,6 +455,11 @@ int api_config_parse(const char *json, size_t len, struct sandbox_config *cfg,
 
 		if (strcmp(key, "sizes") == 0) {
 			if (apply_sizes(val, cfg, err) < 0)
+				goto out;
+			continue;
+		}
+		if (strcmp(key, "hosts") == 0) {
+			if (apply_hosts(val, cfg, err) < 0)
 				goto out;
 			continue;
 		}

@@ -31,6 +31,9 @@ static const char usage_text[] =
     "  sandboxd admin revoke-key KEY_ID [options]\n"
     "  sandboxd admin list-accounts [options]\n"
     "  sandboxd admin set-scopes KEY_ID --scope SCOPE[,SCOPE...] [options]\n"
+    "  sandboxd admin drain HOST [options]      (no new guests on HOST)\n"
+    "  sandboxd admin undrain HOST [options]\n"
+    "  sandboxd admin hosts [options]           (the config's hosts, drained or not)\n"
     "admin options: [--config FILE] [--db PATH] [--state-dir DIR]\n"
     "scopes: sandboxes (/v1/sandbox/executions), keys (/v1/api_keys); '' = none;\n"
     "  default (no --scope): sandboxes,keys\n"
@@ -291,17 +294,19 @@ static int cmd_admin(int argc, char **argv)
 
 	if (!sub)
 		return usage_error("%s", "admin needs a command");
-	if (strcmp(sub, "create-account") == 0 || strcmp(sub, "list-accounts") == 0)
+	if (strcmp(sub, "create-account") == 0 || strcmp(sub, "list-accounts") == 0 ||
+	    strcmp(sub, "hosts") == 0)
 		want_pos = 0;
 	else if (strcmp(sub, "add-credit") == 0 || strcmp(sub, "create-key") == 0 ||
-		 strcmp(sub, "revoke-key") == 0 || strcmp(sub, "set-scopes") == 0)
+		 strcmp(sub, "revoke-key") == 0 || strcmp(sub, "set-scopes") == 0 ||
+		 strcmp(sub, "drain") == 0 || strcmp(sub, "undrain") == 0)
 		want_pos = 1;
 	else
 		return usage_error("unknown admin command '%s'", sub);
 	if ((rc = parse_opts(argc, argv, 3, allowed, &o)))
 		return rc;
 	if (o.n_positional != want_pos)
-		return usage_error("%s", want_pos ? "this command takes one id"
+		return usage_error("%s", want_pos ? "this command takes one id or host name"
 						  : "this command takes no positional argument");
 	bool needs_credit = strcmp(sub, "create-account") == 0 || strcmp(sub, "add-credit") == 0;
 	if (needs_credit != (o.credit_usd != NULL))
@@ -384,6 +389,43 @@ static int cmd_admin(int argc, char **argv)
 		json_object_object_add(j, "key_id", json_object_new_string(o.positional[0]));
 		json_object_object_add(j, "revoked", json_object_new_boolean(true));
 		print_json(j);
+	} else if (strcmp(sub, "drain") == 0 || strcmp(sub, "undrain") == 0) {
+		bool drain = strcmp(sub, "drain") == 0;
+		if (sandbox_host_drain(svc, o.positional[0], drain, &err) < 0) {
+			runtime_error(sub, &err);
+			goto out;
+		}
+		struct json_object *j = json_object_new_object();
+		json_object_object_add(j, "host", json_object_new_string(o.positional[0]));
+		json_object_object_add(j, "drained", json_object_new_boolean(drain));
+		/* the serving daemon reads it within host_check_interval_ms */
+		json_object_object_add(j, "applies_within_ms",
+				       json_object_new_int64(cfg.host_check_interval_ms));
+		print_json(j);
+	} else if (strcmp(sub, "hosts") == 0) {
+		struct json_object *arr = json_object_new_array();
+		for (size_t i = 0; i < cfg.n_hosts; i++) {
+			const struct sandbox_host_config *h = &cfg.hosts[i];
+			int d = sandbox_host_drained(svc, h->name, &err);
+			if (d < 0) {
+				json_object_put(arr);
+				runtime_error(sub, &err);
+				goto out;
+			}
+			struct json_object *j = json_object_new_object();
+			json_object_object_add(j, "name", json_object_new_string(h->name));
+			json_object_object_add(j, "uri", json_object_new_string(h->uri));
+			json_object_object_add(j, "state_dir",
+					       json_object_new_string(h->state_dir));
+			json_object_object_add(j, "max_guests", json_object_new_int(h->max_guests));
+			json_object_object_add(j, "memory_mib",
+					       json_object_new_int64((int64_t)h->memory_mib));
+			json_object_object_add(j, "disk_gib",
+					       json_object_new_int64((int64_t)h->disk_gib));
+			json_object_object_add(j, "drained", json_object_new_boolean(d == 1));
+			json_object_array_add(arr, j);
+		}
+		print_json(arr);
 	} else {
 		struct sandbox_account *a = NULL;
 		size_t n = 0;

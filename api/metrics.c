@@ -128,6 +128,72 @@ static int render_requests(struct sbx_buf *b)
 	return r ? -1 : 0;
 }
 
+/* Per host, for operators only (docs/hosts.md "What operators see"):
+ * tenants get capacity in aggregate from /v1/limits. */
+static int render_hosts(struct sbx_buf *b, struct sandbox_svc *svc)
+{
+	/* two series per host each: used and total (the pool: ready, booting) */
+	static const struct {
+		const char *name, *help, *first, *second;
+	} pairs[] = {
+	    {"sandboxd_host_guests",
+	     "Guests placed on the host (live, booting, pooled) and its max_guests.", "of=\"used\"",
+	     "of=\"total\""},
+	    {"sandboxd_host_memory_mib", "Guest memory placed on the host and what it takes.",
+	     "of=\"used\"", "of=\"total\""},
+	    {"sandboxd_host_disk_gib",
+	     "Guest disk placed on the host and its disk_gib (0: the free-space rule).",
+	     "of=\"used\"", "of=\"total\""},
+	    {"sandboxd_host_pool_guests", "The host's warm pool.", "state=\"ready\"",
+	     "state=\"booting\""},
+	};
+	struct sandbox_host_view v[SANDBOX_MAX_HOSTS];
+	size_t n = sandbox_hosts_view(svc, v, SANDBOX_MAX_HOSTS);
+	int r = 0;
+
+	r |= sbx_buf_printf(
+	    b, "# HELP sandboxd_host_up 1 when the host is up (state: up, draining or down).\n"
+	       "# TYPE sandboxd_host_up gauge\n");
+	for (size_t i = 0; i < n; i++)
+		r |= sbx_buf_printf(b, "sandboxd_host_up{host=\"%s\",uri=\"%s\",state=\"%s\"} %d\n",
+				    v[i].name, v[i].uri, v[i].state,
+				    strcmp(v[i].state, "down") != 0);
+	for (size_t k = 0; k < SBX_ARRAY_SIZE(pairs); k++) {
+		r |= sbx_buf_printf(b, "# HELP %s %s\n# TYPE %s gauge\n", pairs[k].name,
+				    pairs[k].help, pairs[k].name);
+		for (size_t i = 0; i < n; i++) {
+			unsigned long long x = 0, y = 0;
+
+			switch (k) {
+			case 0:
+				x = (unsigned long long)v[i].guests;
+				y = (unsigned long long)v[i].max_guests;
+				break;
+			case 1:
+				x = v[i].memory_used_mib, y = v[i].memory_total_mib;
+				break;
+			case 2:
+				x = v[i].disk_used_gib, y = v[i].disk_total_gib;
+				break;
+			default:
+				x = (unsigned long long)v[i].pool_ready;
+				y = (unsigned long long)v[i].pool_booting;
+				break;
+			}
+			r |= sbx_buf_printf(b, "%s{host=\"%s\",%s} %llu\n%s{host=\"%s\",%s} %llu\n",
+					    pairs[k].name, v[i].name, pairs[k].first, x,
+					    pairs[k].name, v[i].name, pairs[k].second, y);
+		}
+	}
+	r |= sbx_buf_printf(b, "# HELP sandboxd_host_last_seen_seconds Since the host last "
+			       "answered a health check.\n"
+			       "# TYPE sandboxd_host_last_seen_seconds gauge\n");
+	for (size_t i = 0; i < n; i++)
+		r |= sbx_buf_printf(b, "sandboxd_host_last_seen_seconds{host=\"%s\"} %.3f\n",
+				    v[i].name, (double)v[i].last_seen_ms_ago / 1000.0);
+	return r ? -1 : 0;
+}
+
 static int render_service(struct sbx_buf *b, struct api_server *srv)
 {
 	struct sandbox_metrics m;
@@ -149,6 +215,7 @@ static int render_service(struct sbx_buf *b, struct api_server *srv)
 			    "sandboxd_guests_booting{for=\"customer\"} %d\n"
 			    "sandboxd_guests_booting{for=\"pool\"} %d\n",
 			    m.booting, m.pool_booting);
+	r |= render_hosts(b, srv->svc);
 	r |= sbx_buf_printf(b,
 			    "# HELP sandboxd_output_budget_held_bytes Exec output budget held "
 			    "now.\n# TYPE sandboxd_output_budget_held_bytes gauge\n"

@@ -64,6 +64,8 @@ void sandbox_config_defaults(struct sandbox_config *cfg)
 	snprintf(cfg->exec_user, sizeof(cfg->exec_user), "root");
 	cfg->exec_backstop_grace_ms = 10000;
 
+	cfg->host_check_interval_ms = 2000;
+	cfg->host_down_after_ms = 30000;
 	cfg->max_guests = 24;
 	cfg->memory_overcommit = 4.0;
 	cfg->max_concurrent_boots = 2;
@@ -107,11 +109,134 @@ static void derive(char *dst, size_t n, const char *base, const char *suffix)
 		dst[0] = '\0';
 }
 
+/* dst (if empty) = the top-level path `top`, re-rooted from the top-level
+ * state dir to the host's when it lies under it. */
+static void rebase(char *dst, size_t n, const char *top, const char *top_dir, const char *host_dir)
+{
+	size_t k = strlen(top_dir);
+
+	if (dst[0])
+		return;
+	if (top[0] && strncmp(top, top_dir, k) == 0 && top[k] == '/')
+		derive(dst, n, host_dir, top + k);
+	else
+		snprintf(dst, n, "%s", top);
+}
+
 void sandbox_config_resolve(struct sandbox_config *cfg)
 {
 	derive(cfg->db_path, sizeof(cfg->db_path), cfg->state_dir, "/sandboxd.db");
 	derive(cfg->kernel, sizeof(cfg->kernel), cfg->state_dir, "/images/tiny/vmlinux");
 	derive(cfg->initrd, sizeof(cfg->initrd), cfg->state_dir, "/images/tiny/initramfs.cpio.gz");
+	if (cfg->n_hosts == 0) {
+		struct sandbox_host_config *h = &cfg->hosts[0];
+
+		memset(h, 0, sizeof(*h));
+		snprintf(h->name, sizeof(h->name), "local");
+		snprintf(h->uri, sizeof(h->uri), "%s", cfg->libvirt_uri);
+		snprintf(h->state_dir, sizeof(h->state_dir), "%s", cfg->state_dir);
+		h->max_guests = cfg->max_guests;
+		h->implicit = true;
+		cfg->n_hosts = 1;
+	}
+	for (size_t i = 0; i < cfg->n_hosts && i < SANDBOX_MAX_HOSTS; i++) {
+		struct sandbox_host_config *h = &cfg->hosts[i];
+
+		if (!h->domain_prefix[0])
+			snprintf(h->domain_prefix, sizeof(h->domain_prefix), "%s",
+				 cfg->domain_prefix);
+		if (!h->transport[0])
+			snprintf(h->transport, sizeof(h->transport), "%s",
+				 vmm_uri_is_local(h->uri) ? cfg->transport : "stream");
+		rebase(h->kernel, sizeof(h->kernel), cfg->kernel, cfg->state_dir, h->state_dir);
+		rebase(h->initrd, sizeof(h->initrd), cfg->initrd, cfg->state_dir, h->state_dir);
+		rebase(h->base_image, sizeof(h->base_image), cfg->base_image, cfg->state_dir,
+		       h->state_dir);
+	}
+}
+
+static bool one_of(const char *v, const char *a, const char *b, const char *c)
+{
+	return strcmp(v, a) == 0 || strcmp(v, b) == 0 || (c && strcmp(v, c) == 0);
+}
+
+static bool host_name_valid(const char *name)
+{
+	size_t n = strlen(name);
+
+	return n >= 1 && n < SANDBOX_HOST_NAME_MAX &&
+	       strspn(name, "abcdefghijklmnopqrstuvwxyz0123456789_-") == n;
+}
+
+/* The `hosts` list (docs/hosts.md "Config"). */
+static int hosts_validate(const struct sandbox_config *cfg, struct sbx_error *err)
+{
+	bool production = strcmp(cfg->mode, "production") == 0;
+
+	if (cfg->n_hosts < 1 || cfg->n_hosts > SANDBOX_MAX_HOSTS)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "hosts",
+				     "hosts must list 1..%d hosts", SANDBOX_MAX_HOSTS);
+	if (cfg->host_check_interval_ms < 100 ||
+	    cfg->host_down_after_ms < cfg->host_check_interval_ms)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "host_down_after_ms",
+				     "host_check_interval_ms must be >= 100 and "
+				     "host_down_after_ms >= host_check_interval_ms");
+	for (size_t i = 0; i < cfg->n_hosts; i++) {
+		const struct sandbox_host_config *h = &cfg->hosts[i];
+
+		if (!host_name_valid(h->name))
+			return sbx_error_set(err, SBX_E_INVALID_REQUEST, "hosts",
+					     "a host name is 1..%d of a-z, 0-9, '_' and '-'",
+					     SANDBOX_HOST_NAME_MAX - 1);
+		if (!h->uri[0] || h->state_dir[0] != '/' || !h->kernel[0] || !h->initrd[0])
+			return sbx_error_set(err, SBX_E_INVALID_REQUEST, "hosts",
+					     "host '%s' needs a uri and an absolute state_dir "
+					     "(kernel and initrd paths must fit PATH_MAX)",
+					     h->name);
+		if (h->max_guests < 1 || (!h->implicit && (h->memory_mib < 1 || h->disk_gib < 1)))
+			return sbx_error_set(err, SBX_E_INVALID_REQUEST, "hosts",
+					     "host '%s': max_guests, memory_mib and disk_gib must "
+					     "be > 0",
+					     h->name);
+		if (!one_of(h->transport, "stream", "socket", NULL))
+			return sbx_error_set(err, SBX_E_INVALID_REQUEST, "hosts",
+					     "host '%s': transport must be 'stream' or 'socket'",
+					     h->name);
+		if (strcmp(h->transport, "socket") == 0 && !vmm_uri_is_local(h->uri))
+			return sbx_error_set(err, SBX_E_INVALID_REQUEST, "hosts",
+					     "host '%s': transport 'socket' needs a local URI "
+					     "(qemu:///system); a remote host uses 'stream'",
+					     h->name);
+		if (production && vmm_uri_is_plaintext(h->uri))
+			return sbx_error_set(err, SBX_E_INVALID_REQUEST, "hosts",
+					     "host '%s': production mode refuses the plain-text "
+					     "URI '%s'; use qemu+tls:// (docs/remote-hosts.md)",
+					     h->name, h->uri);
+		for (size_t k = 0; k < i; k++) {
+			const struct sandbox_host_config *o = &cfg->hosts[k];
+			size_t a = strlen(h->domain_prefix), b = strlen(o->domain_prefix);
+
+			if (strcmp(h->name, o->name) == 0)
+				return sbx_error_set(err, SBX_E_INVALID_REQUEST, "hosts",
+						     "two hosts are named '%s'", h->name);
+			if (strcmp(h->state_dir, o->state_dir) == 0)
+				return sbx_error_set(err, SBX_E_INVALID_REQUEST, "hosts",
+						     "hosts '%s' and '%s' share a state_dir; each "
+						     "host needs its own",
+						     o->name, h->name);
+			/* one libvirt, two hosts: each must tell its domains
+			 * from the other's by prefix */
+			if (strcmp(h->uri, o->uri) == 0 &&
+			    strncmp(h->domain_prefix, o->domain_prefix, a < b ? a : b) == 0)
+				return sbx_error_set(
+				    err, SBX_E_INVALID_REQUEST, "hosts",
+				    "hosts '%s' and '%s' use the same libvirt URI: "
+				    "give them domain prefixes that are not "
+				    "prefixes of each other",
+				    o->name, h->name);
+		}
+	}
+	return 0;
 }
 
 const struct sandbox_size *sandbox_config_size(const struct sandbox_config *cfg, const char *name)
@@ -120,11 +245,6 @@ const struct sandbox_size *sandbox_config_size(const struct sandbox_config *cfg,
 		if (strcmp(cfg->sizes[i].name, name) == 0)
 			return &cfg->sizes[i];
 	return NULL;
-}
-
-static bool one_of(const char *v, const char *a, const char *b, const char *c)
-{
-	return strcmp(v, a) == 0 || strcmp(v, b) == 0 || (c && strcmp(v, c) == 0);
 }
 
 int sandbox_config_validate(const struct sandbox_config *cfg, struct sbx_error *err)
@@ -254,7 +374,7 @@ int sandbox_config_validate(const struct sandbox_config *cfg, struct sbx_error *
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "test_fault_point",
 				     "test_fault_point '%s' is not a fault point (sandbox/fault.c)",
 				     cfg->test_fault_point);
-	if (sandbox_execution_config_validate(cfg, err) < 0)
+	if (sandbox_execution_config_validate(cfg, err) < 0 || hosts_validate(cfg, err) < 0)
 		return -1;
 	if (cfg->test_hostile_guests && strcmp(cfg->mode, "production") == 0)
 		return sbx_error_set(

@@ -564,28 +564,28 @@ static int guest_get(struct sandbox_svc *svc, const struct sandbox_size *size,
 		     bool *prestarted, struct sbx_error *err)
 {
 	int64_t deadline = sbx_mono_ms() + svc->cfg.boot_timeout_ms;
-	struct live *l = NULL;
+	struct live *l = NULL, *evicted = NULL;
+	struct host *h;
 	int rc;
 
 	pthread_mutex_lock(&svc->lock);
-	/* an execution guest of this runtime, else a plain pooled guest */
-	if (rt->pre_run)
-		l = sandbox_pool_take_runtime_locked(svc, rt->name);
-	*prestarted = l != NULL;
-	if (!l)
-		l = sandbox_pool_take_locked(svc, size->name);
-	if (!l && !sandbox_capacity_fits_locked(svc, size)) {
+	/* placed like a sandbox (docs/hosts.md): an execution guest of this
+	 * runtime, else a plain pooled guest, else a boot where there is room */
+	h = sandbox_host_admit_locked(svc, size, rt->pre_run ? rt->name : NULL, &l, &evicted, err);
+	*prestarted = l && l->runtime[0];
+	if (!h) {
 		pthread_mutex_unlock(&svc->lock);
 		sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
-			      "this node has no capacity for another execution right now; "
-			      "retry later");
+			      "no host has capacity for another execution right now; retry later");
 		err->retry_after_s = 10;
 		return -1;
 	}
-	svc->booting++;
-	svc->booting_mib += size->memory_mib;
-	svc->booting_disk_gib += size->disk_gib;
 	pthread_cond_broadcast(&svc->cond); /* the pool refills */
+	if (evicted) {
+		pthread_mutex_unlock(&svc->lock);
+		sandbox_live_teardown_chain(evicted, "evicted from the warm pool");
+		pthread_mutex_lock(&svc->lock);
+	}
 	if (l) {
 		pthread_mutex_unlock(&svc->lock);
 		*warm = true;
@@ -600,7 +600,7 @@ static int guest_get(struct sandbox_svc *svc, const struct sandbox_size *size,
 	pthread_mutex_unlock(&svc->lock);
 	if (sandbox_boot_slot_acquire(svc, deadline, err) < 0)
 		goto err_forget;
-	rc = sandbox_guest_boot(svc, size, marker, deadline, &l, err);
+	rc = sandbox_guest_boot(svc, h, size, marker, deadline, &l, err);
 	sandbox_boot_slot_release(svc);
 	if (rc < 0)
 		goto err_forget;
@@ -612,9 +612,7 @@ err_teardown:
 	sandbox_live_teardown(l, "the execution could not start");
 err_forget:
 	pthread_mutex_lock(&svc->lock);
-	svc->booting--;
-	svc->booting_mib -= size->memory_mib;
-	svc->booting_disk_gib -= size->disk_gib;
+	sandbox_host_booting_locked(h, size, -1);
 	pthread_cond_broadcast(&svc->cond);
 	pthread_mutex_unlock(&svc->lock);
 	return -1;
@@ -625,11 +623,11 @@ err_forget:
 static void guest_put(struct sandbox_svc *svc, const struct sandbox_size *size, struct live *l,
 		      bool background)
 {
+	struct host *h = l->host;
+
 	sandbox_live_teardown(l, "the execution is over");
 	pthread_mutex_lock(&svc->lock);
-	svc->booting--;
-	svc->booting_mib -= size->memory_mib;
-	svc->booting_disk_gib -= size->disk_gib;
+	sandbox_host_booting_locked(h, size, -1);
 	if (background)
 		svc->teardowns--;
 	pthread_cond_broadcast(&svc->cond);
@@ -654,7 +652,7 @@ static void *guest_end_main(void *arg)
 /* The execution is over: the guest (unlinked from everything, never
  * reused) is torn down on a detached thread, so the reply does not wait
  * for the domain destroy (1.2-1.8 s under TCG). It stays counted for host
- * capacity (booting, booting_mib) until the teardown is done;
+ * capacity (its host's booting counters) until the teardown is done;
  * sandbox_svc_free() waits for svc->teardowns. A crash meanwhile leaves a
  * domain whose metadata names the execution id, no sandbox row: the next
  * start's reconcile destroys it. Without a thread, tear down here. */

@@ -63,6 +63,16 @@ void sandbox_live_unref_locked(struct sandbox_svc *svc, struct live *l)
 		pthread_cond_broadcast(&svc->cond);
 }
 
+void sandbox_live_teardown_chain(struct live *l, const char *why)
+{
+	while (l) {
+		struct live *next = l->next;
+
+		sandbox_live_teardown(l, why);
+		l = next;
+	}
+}
+
 void sandbox_live_teardown(struct live *l, const char *why)
 {
 	struct sbx_error err;

@@ -19,6 +19,11 @@
  * of that runtime takes one (sandbox_pool_take_runtime_locked). One whose
  * launcher ended meanwhile is recycled like a dead guest.
  *
+ * Pools are per host (docs/hosts.md): each host that is up and not
+ * drained keeps the configured counts of its own, every pooled guest
+ * carries its host (l->host), and a host that goes down or is drained has
+ * its pooled guests dropped.
+ *
  * Pooled guests carry "pool:<size>" (execution guests "pool:<runtime>")
  * as the sandbox id in their metadata,
  * which names no sandbox row: a restarted daemon's reconcile destroys them
@@ -39,6 +44,7 @@
 
 struct pool_boot {
 	struct sandbox_svc *svc;
+	struct host *host;
 	const struct sandbox_size *size;
 	const char *runtime; /* in svc->cfg.execution_pool, or NULL */
 };
@@ -56,17 +62,19 @@ static bool pool_kind(const struct live *p, const char *size, const char *runtim
 		       : !p->runtime[0] && strcmp(p->size, size) == 0;
 }
 
-int sandbox_pool_ready_locked(struct sandbox_svc *svc, const char *size, const char *runtime)
+int sandbox_pool_ready_locked(struct sandbox_svc *svc, struct host *h, const char *size,
+			      const char *runtime)
 {
 	int n = 0;
 
 	for (struct live *p = svc->pool; p; p = p->next)
-		if (pool_kind(p, size, runtime) && pool_usable_locked(p))
+		if ((!h || p->host == h) && pool_kind(p, size, runtime) && pool_usable_locked(p))
 			n++;
 	return n;
 }
 
-static struct live *pool_take_locked(struct sandbox_svc *svc, const char *size, const char *runtime)
+struct live *sandbox_pool_take_locked(struct sandbox_svc *svc, struct host *h, const char *size,
+				      const char *runtime)
 {
 	struct live **pp, *oldest = NULL, **oldest_pp = NULL;
 
@@ -74,7 +82,7 @@ static struct live *pool_take_locked(struct sandbox_svc *svc, const char *size, 
 	for (pp = &svc->pool; *pp; pp = &(*pp)->next) {
 		struct live *p = *pp;
 
-		if (!pool_kind(p, size, runtime) || !pool_usable_locked(p) ||
+		if ((h && p->host != h) || !pool_kind(p, size, runtime) || !pool_usable_locked(p) ||
 		    !agentless_conn_alive(p->conn))
 			continue;
 		if (!oldest || p->pooled_at_mono < oldest->pooled_at_mono) {
@@ -90,35 +98,44 @@ static struct live *pool_take_locked(struct sandbox_svc *svc, const char *size, 
 	return oldest;
 }
 
-struct live *sandbox_pool_take_locked(struct sandbox_svc *svc, const char *size)
+struct live *sandbox_pool_evict_locked(struct sandbox_svc *svc, struct host *h)
 {
-	return pool_take_locked(svc, size, NULL);
+	for (struct live **pp = &svc->pool; *pp; pp = &(*pp)->next) {
+		struct live *p = *pp;
+
+		if (p->host != h)
+			continue;
+		*pp = p->next;
+		p->next = NULL;
+		p->pooled = false;
+		return p;
+	}
+	return NULL;
 }
 
-struct live *sandbox_pool_take_runtime_locked(struct sandbox_svc *svc, const char *runtime)
+struct live *sandbox_pool_drop_host_locked(struct sandbox_svc *svc, struct host *h)
 {
-	return pool_take_locked(svc, NULL, runtime);
+	struct live *out = NULL, *p;
+
+	while ((p = sandbox_pool_evict_locked(svc, h)) != NULL) {
+		p->next = out;
+		out = p;
+	}
+	return out;
 }
 
-struct live *sandbox_pool_evict_locked(struct sandbox_svc *svc)
+void sandbox_pool_count_locked(struct sandbox_svc *svc, struct host *h, int *guests, uint64_t *mib,
+			       uint64_t *disk_gib)
 {
-	struct live *p = svc->pool;
-
-	if (!p)
-		return NULL;
-	svc->pool = p->next;
-	p->next = NULL;
-	p->pooled = false;
-	return p;
-}
-
-void sandbox_pool_count_locked(struct sandbox_svc *svc, int *guests, uint64_t *mib)
-{
-	*guests = svc->pool_booting;
-	*mib = svc->pool_booting_mib;
+	*guests = h->pool_booting;
+	*mib = h->pool_booting_mib;
+	*disk_gib = h->pool_booting_disk_gib;
 	for (struct live *p = svc->pool; p; p = p->next) {
+		if (p->host != h)
+			continue;
 		(*guests)++;
 		*mib += p->memory_mib;
+		*disk_gib += sandbox_host_disk_gib(h, sandbox_config_size(&svc->cfg, p->size));
 	}
 }
 
@@ -132,10 +149,18 @@ void sandbox_pool_domain_stopped_locked(struct sandbox_svc *svc, const char *nam
 	}
 }
 
+static void pool_booting_locked(struct host *h, const struct sandbox_size *size, int sign)
+{
+	h->pool_booting += sign;
+	h->pool_booting_mib += (uint64_t)sign * size->memory_mib;
+	h->pool_booting_disk_gib += (uint64_t)sign * size->disk_gib;
+}
+
 static void *pool_boot_main(void *arg)
 {
 	struct pool_boot *pb = arg;
 	struct sandbox_svc *svc = pb->svc;
+	struct host *h = pb->host;
 	const struct sandbox_size *size = pb->size;
 	const char *runtime = pb->runtime;
 	struct live *l = NULL;
@@ -147,7 +172,7 @@ static void *pool_boot_main(void *arg)
 	free(pb);
 	snprintf(marker, sizeof(marker), "pool:%s", runtime ? runtime : size->name);
 	sbx_error_clear(&err);
-	rc = sandbox_guest_boot(svc, size, marker, deadline, &l, &err);
+	rc = sandbox_guest_boot(svc, h, size, marker, deadline, &l, &err);
 	/* an execution guest: its interpreter starts now (a second boot
 	 * timeout: python or node under TCG on a busy host) */
 	if (rc == 0 && runtime &&
@@ -159,11 +184,12 @@ static void *pool_boot_main(void *arg)
 
 	pthread_mutex_lock(&svc->lock);
 	svc->boots_active--;
-	if (rc == 0 && svc->stop) {
+	if (rc == 0 && (svc->stop || h->state != HOST_UP || h->draining)) {
 		/* Destroy it while still counted in pool_booting: sandbox_pool_stop
 		 * waits for that, and the vmm is freed right after. */
 		pthread_mutex_unlock(&svc->lock);
-		sandbox_live_teardown(l, "the service is stopping");
+		sandbox_live_teardown(l, svc->stop ? "the service is stopping"
+						   : "its host is down or drained");
 		l = NULL;
 		pthread_mutex_lock(&svc->lock);
 	} else if (rc == 0) {
@@ -171,28 +197,26 @@ static void *pool_boot_main(void *arg)
 		l->pooled_at_mono = sbx_mono_ms();
 		l->next = svc->pool;
 		svc->pool = l;
-	} else {
-		svc->pool_backoff_until_mono = sbx_mono_ms() + POOL_BACKOFF_MS;
+	} else if (rc < 0) {
+		h->pool_backoff_until_mono = sbx_mono_ms() + POOL_BACKOFF_MS;
 	}
-	svc->pool_booting--;
-	svc->pool_booting_mib -= size->memory_mib;
-	svc->pool_booting_disk_gib -= size->disk_gib;
+	pool_booting_locked(h, size, -1);
 	pthread_cond_broadcast(&svc->cond);
 	pthread_mutex_unlock(&svc->lock);
 
 	if (rc < 0)
-		sbx_warn(MOD, "a %s pool guest did not boot: %s", runtime ? runtime : size->name,
-			 err.message);
+		sbx_warn(MOD, "host %s: a %s pool guest did not boot: %s", h->cfg->name,
+			 runtime ? runtime : size->name, err.message);
 	else if (l)
-		sbx_info(MOD, "a %s guest joined the pool, ready in %lld ms",
+		sbx_info(MOD, "host %s: a %s guest joined the pool, ready in %lld ms", h->cfg->name,
 			 runtime ? runtime : size->name, (long long)(sbx_mono_ms() - t0));
 	return NULL;
 }
 
 /* Start one pool boot if the rules allow it. Call with lock; returns true
  * when a boot was started. */
-static bool pool_boot_maybe_locked(struct sandbox_svc *svc, const struct sandbox_size *size,
-				   const char *runtime)
+static bool pool_boot_maybe_locked(struct sandbox_svc *svc, struct host *h,
+				   const struct sandbox_size *size, const char *runtime)
 {
 	struct pool_boot *pb;
 	pthread_attr_t attr;
@@ -200,20 +224,18 @@ static bool pool_boot_maybe_locked(struct sandbox_svc *svc, const struct sandbox
 	int rc;
 
 	if (svc->customers_waiting > 0 || svc->boots_active >= svc->cfg.max_concurrent_boots ||
-	    svc->pool_booting >= svc->cfg.pool_max_boots ||
-	    sbx_mono_ms() < svc->pool_backoff_until_mono ||
-	    !sandbox_capacity_fits_locked(svc, size))
+	    h->pool_booting >= svc->cfg.pool_max_boots ||
+	    sbx_mono_ms() < h->pool_backoff_until_mono || !sandbox_host_fits_locked(h, size))
 		return false;
 	pb = malloc(sizeof(*pb));
 	if (!pb)
 		return false;
 	pb->svc = svc;
+	pb->host = h;
 	pb->size = size;
 	pb->runtime = runtime;
 	svc->boots_active++;
-	svc->pool_booting++;
-	svc->pool_booting_mib += size->memory_mib;
-	svc->pool_booting_disk_gib += size->disk_gib;
+	pool_booting_locked(h, size, +1);
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	rc = pthread_create(&t, &attr, pool_boot_main, pb);
@@ -221,9 +243,7 @@ static bool pool_boot_maybe_locked(struct sandbox_svc *svc, const struct sandbox
 	if (rc != 0) {
 		free(pb);
 		svc->boots_active--;
-		svc->pool_booting--;
-		svc->pool_booting_mib -= size->memory_mib;
-		svc->pool_booting_disk_gib -= size->disk_gib;
+		pool_booting_locked(h, size, -1);
 		return false;
 	}
 	return true;
@@ -238,7 +258,8 @@ static void pool_reap_locked(struct sandbox_svc *svc, int64_t mono, struct live 
 	while (*pp) {
 		struct live *p = *pp;
 
-		if (!pool_usable_locked(p) || mono - p->pooled_at_mono >= max_idle) {
+		if (!pool_usable_locked(p) || mono - p->pooled_at_mono >= max_idle ||
+		    p->host->state != HOST_UP || p->host->draining) {
 			*pp = p->next;
 			p->next = *out;
 			p->pooled = false;
@@ -247,6 +268,33 @@ static void pool_reap_locked(struct sandbox_svc *svc, int64_t mono, struct live 
 		}
 		/* a pooled guest runs no execs: nothing to tick */
 		pp = &p->next;
+	}
+}
+
+/* Start the boots host h's pool lacks (none on a host down or drained). */
+static void pool_refill_locked(struct sandbox_svc *svc, struct host *h)
+{
+	if (h->state != HOST_UP || h->draining || !h->vmm)
+		return;
+	for (size_t i = 0; i < svc->cfg.n_pool; i++) {
+		const struct sandbox_size *size =
+		    sandbox_config_size(&svc->cfg, svc->cfg.pool[i].size);
+
+		/* Boots in flight count toward every size's target only
+		 * roughly; pool_max_boots keeps it small. */
+		if (size && sandbox_pool_ready_locked(svc, h, size->name, NULL) + h->pool_booting <
+				svc->cfg.pool[i].count)
+			pool_boot_maybe_locked(svc, h, size, NULL);
+	}
+	for (size_t i = 0; i < svc->cfg.n_execution_pool; i++) {
+		const char *rt = svc->cfg.execution_pool[i].runtime;
+		const struct sandbox_size *size = sandbox_config_size(
+		    &svc->cfg,
+		    svc->cfg.execution_size[0] ? svc->cfg.execution_size : svc->cfg.default_size);
+
+		if (size && sandbox_pool_ready_locked(svc, h, NULL, rt) + h->pool_booting <
+				svc->cfg.execution_pool[i].count)
+			pool_boot_maybe_locked(svc, h, size, rt);
 	}
 }
 
@@ -260,38 +308,19 @@ static void *pool_main(void *arg)
 		struct timespec ts;
 
 		pool_reap_locked(svc, sbx_mono_ms(), &reaped);
-		for (size_t i = 0; i < svc->cfg.n_pool; i++) {
-			const struct sandbox_size *size =
-			    sandbox_config_size(&svc->cfg, svc->cfg.pool[i].size);
-			int have;
-
-			if (!size)
-				continue;
-			have = sandbox_pool_ready_locked(svc, size->name, NULL);
-			/* Boots in flight count toward every size's target only
-			 * roughly; pool_max_boots keeps it small. */
-			if (have + svc->pool_booting < svc->cfg.pool[i].count)
-				pool_boot_maybe_locked(svc, size, NULL);
-		}
-		for (size_t i = 0; i < svc->cfg.n_execution_pool; i++) {
-			const char *rt = svc->cfg.execution_pool[i].runtime;
-			const struct sandbox_size *size = sandbox_config_size(
-			    &svc->cfg, svc->cfg.execution_size[0] ? svc->cfg.execution_size
-								  : svc->cfg.default_size);
-
-			if (size && sandbox_pool_ready_locked(svc, NULL, rt) + svc->pool_booting <
-					svc->cfg.execution_pool[i].count)
-				pool_boot_maybe_locked(svc, size, rt);
-		}
+		for (size_t k = 0; k < svc->n_hosts; k++)
+			pool_refill_locked(svc, &svc->hosts[k]);
 		if (reaped) {
 			pthread_mutex_unlock(&svc->lock);
 			while (reaped) {
 				struct live *next = reaped->next;
 
 				sbx_info(MOD, "recycling pooled guest %s (%s)", reaped->domain,
-					 reaped->dead		       ? "it died"
-					 : !pool_usable_locked(reaped) ? "its launcher ended"
-								       : "idle too long");
+					 reaped->dead ? "it died"
+					 : !pool_usable_locked(reaped)
+					     ? "its launcher ended"
+					     : "idle too long, or its host "
+					       "is down or drained");
 				sandbox_live_teardown(reaped, "recycled from the warm pool");
 				reaped = next;
 			}
@@ -333,8 +362,9 @@ void sandbox_pool_stop(struct sandbox_svc *svc)
 	pthread_mutex_lock(&svc->lock);
 	/* Boot threads finish on their own (at most boot_timeout_ms) and
 	 * tear their guest down when they see stop. */
-	while (svc->pool_booting > 0)
-		pthread_cond_wait(&svc->cond, &svc->lock);
+	for (size_t i = 0; i < svc->n_hosts; i++)
+		while (svc->hosts[i].pool_booting > 0)
+			pthread_cond_wait(&svc->cond, &svc->lock);
 	all = svc->pool;
 	svc->pool = NULL;
 	pthread_mutex_unlock(&svc->lock);

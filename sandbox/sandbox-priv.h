@@ -3,13 +3,15 @@
  * Files: sandbox.c (the service, accounts, create, get/list/destroy/extend,
  * usage), live.c (who owns a live guest; the timer and the enders),
  * exec.c (exec and the output budget), execution.c (one-shot executions),
- * pool.c (the warm pool), liveness.c (the ping), reconcile in sandbox.c.
+ * pool.c (the warm pool), liveness.c (the ping), host.c (the hosts:
+ * capacity, placement, reconcile per host, health and drain).
  *
  * Lock order (a lock may be taken while holding the ones left of it):
  *
  *   svc->lock  ->  agentless conn lock  ->  vmm channel lock
  *
- * svc->lock guards lives, pool, counters and the end queue. With it held
+ * svc->lock guards lives, pool, counters and the end queue, and every
+ * host's state and counters (struct host: no lock of its own). With it held
  * only agentless_conn_alive() and agentless_conn_inflight() (queries that
  * take the conn's leaf lock) may be called: never a send, a tick, a free,
  * an exec start, a libvirt call, a store call or a callback. Completions
@@ -30,6 +32,59 @@
 
 struct prestart; /* execution.c */
 
+/* A libvirt host guests are placed on (host.c, docs/hosts.md). Its config
+ * and vmm are set before the service's threads start and never change;
+ * the fields below `vmm` are under svc->lock. */
+enum host_state {
+	HOST_UP,
+	HOST_DOWN, /* did not answer for host_down_after_ms (or never opened) */
+};
+
+struct host {
+	struct sandbox_svc *svc;
+	const struct sandbox_host_config *cfg; /* in svc->cfg.hosts */
+	bool local;			       /* this machine: sysinfo and statvfs apply */
+	/* Its libvirt connection; NULL while it could not be opened (the host
+	 * thread retries). Set under svc->lock, before state turns UP; used
+	 * without the lock by whoever saw the host UP or holds a live on it. */
+	struct vmm *vmm;
+
+	enum host_state state;
+	bool draining;		/* `sandboxd admin drain`: no placements, no pool */
+	bool reconcile_due;	/* came back: the host thread reconciles it */
+	int64_t last_seen_mono; /* the last health check it answered */
+	int64_t last_seen_wall;
+	/* Guests being booted or run by executions (booting) and pool boots
+	 * (pool_booting), counted for capacity until they are live, pooled
+	 * or torn down. */
+	int booting;
+	uint64_t booting_mib, booting_disk_gib;
+	int pool_booting;
+	uint64_t pool_booting_mib, pool_booting_disk_gib;
+	int64_t pool_backoff_until_mono; /* after a failed pool boot */
+	int64_t disk_warned_mono;	 /* last "refusing: disk" warning */
+};
+
+/* What placement knows of one host for a guest of one size (host.c:
+ * sandbox_place, a pure function so it is unit-tested alone). */
+struct host_snapshot {
+	bool up, draining;
+	int guests, max_guests;
+	uint64_t mem_used_mib, mem_total_mib;
+	uint64_t disk_used_gib, disk_total_gib; /* disk_total_gib 0 = no cap */
+	bool disk_ok, disk_ok_evicting;		/* the free-space rule (local hosts) */
+	int pool_guests;			/* pooled (ready or booting): evictable */
+	uint64_t pool_mib, pool_disk_gib;
+	int warm; /* ready pooled guests of the size (or runtime) asked for */
+};
+
+/* How a create is placed. */
+enum place_how {
+	PLACE_WARM,  /* take a pooled guest there */
+	PLACE_ROOM,  /* boot there: it has room */
+	PLACE_EVICT, /* boot there after evicting pooled guests */
+};
+
 /* A running guest: a customer's (in svc->lives, id = the sandbox id) or a
  * pooled one (in svc->pool, pooled = true, never seen by tenant code). */
 struct live {
@@ -37,6 +92,7 @@ struct live {
 	char domain[64];
 	char size[16];
 	struct sandbox_svc *svc;
+	struct host *host; /* the host it runs on */
 	struct vmm_vm *vm;
 	struct agentless_conn *conn;
 	int64_t expires_at_ms; /* cached from the row; the row is the truth */
@@ -83,18 +139,17 @@ struct startup_ring {
 struct sandbox_svc {
 	struct sandbox_config cfg;
 	struct store *store;
-	struct vmm *vmm;
+	struct host hosts[SANDBOX_MAX_HOSTS];
+	size_t n_hosts;
+	bool host_thread_started;
+	pthread_t host_thread;
 
 	pthread_mutex_t lock; /* lives, pool, booting, stop, startup rings */
 	pthread_cond_t cond;  /* live refs dropped, boot slot freed, timer wake */
 	struct live *lives;
-	int booting; /* admitted creates not yet live, execution guests until torn down */
-	uint64_t booting_mib;
-	uint64_t booting_disk_gib; /* disk_gib of the sizes booting */
-	int64_t disk_warned_mono;  /* last "refusing: disk" warning, mono ms */
-	int boots_active;	   /* boots holding a boot slot (customers and pool) */
-	int teardowns;		   /* execution guests torn down in the background */
-	int customers_waiting;	   /* customer creates waiting for a boot slot */
+	int boots_active;      /* boots holding a boot slot (customers and pool) */
+	int teardowns;	       /* execution guests torn down in the background */
+	int customers_waiting; /* customer creates waiting for a boot slot */
 	bool stop;
 	int64_t started_wall_ms; /* this daemon's start: older pending keys are orphans */
 	bool timer_started;
@@ -105,13 +160,9 @@ struct sandbox_svc {
 	pthread_t enders[SANDBOX_ENDERS];
 
 	/* Warm pool (pool.c). */
-	struct live *pool; /* ready pooled guests */
-	int pool_booting;  /* pool boots in flight (they count for capacity) */
-	uint64_t pool_booting_mib;
-	uint64_t pool_booting_disk_gib;
+	struct live *pool; /* ready pooled guests of every host (l->host) */
 	bool pool_started;
 	pthread_t pool_thread;
-	int64_t pool_backoff_until_mono; /* after a failed pool boot */
 
 	struct startup_ring startup_warm, startup_cold;
 	/* Executions (request received -> result known), per path: a pooled
@@ -134,8 +185,9 @@ struct sandbox_svc {
  * open its channel and wait for HELLO until deadline_mono. On success *out
  * is a new struct live (not linked anywhere; id empty). The caller holds a
  * boot slot. -1 with err; nothing is left behind. */
-int sandbox_guest_boot(struct sandbox_svc *svc, const struct sandbox_size *size, const char *marker,
-		       int64_t deadline_mono, struct live **out, struct sbx_error *err);
+int sandbox_guest_boot(struct sandbox_svc *svc, struct host *h, const struct sandbox_size *size,
+		       const char *marker, int64_t deadline_mono, struct live **out,
+		       struct sbx_error *err);
 /* Wait for one of max_concurrent_boots slots (boots are CPU-bound here:
  * queue them rather than thrash), counted as a customer waiting so that the
  * pool's refill yields. No lock held. 0, or -1 with a 503 (retry_after_s 5)
@@ -196,14 +248,50 @@ void sandbox_end_queue_locked(struct sandbox_svc *svc, struct live *l, enum stor
 void sandbox_live_unref_locked(struct sandbox_svc *svc, struct live *l);
 /* Fail in-flight execs, destroy the domain, free. No lock held. */
 void sandbox_live_teardown(struct live *l, const char *why);
-/* Would one more guest of `size` fit the host's capacity (guests, memory,
- * disk), counting customers' guests, boots and the pool? Call with lock
- * (it calls statvfs(2), which does not wait on the guests). */
-bool sandbox_capacity_fits_locked(struct sandbox_svc *svc, const struct sandbox_size *size);
+/* The same for each of a chain linked by next (evicted or dropped pooled
+ * guests). No lock held. */
+void sandbox_live_teardown_chain(struct live *l, const char *why);
 /* Do the guests already admitted leave min_free_disk_mib for the ledger
- * (sandbox_capacity_fits_locked's disk rule, adding no guest)? Call with
- * lock. */
+ * on every local host's state dir and the database's filesystem (the
+ * disk rule, adding no guest)? Call with lock. */
 bool sandbox_disk_fits_locked(struct sandbox_svc *svc);
+
+/* host.c */
+
+/* Open every host's vmm (a host that does not answer starts DOWN; none
+ * answering fails) and reconcile each against the store. 0 or -1. */
+int sandbox_hosts_open(struct sandbox_svc *svc, struct sbx_error *err);
+/* Start / join the host thread (health checks, drain reads, reconcile of
+ * a host that came back). Stop: call with svc->stop set, lock not held. */
+int sandbox_hosts_start(struct sandbox_svc *svc, struct sbx_error *err);
+void sandbox_hosts_stop(struct sandbox_svc *svc);
+/* Free every host's vmm (after every guest is gone). */
+void sandbox_hosts_close(struct sandbox_svc *svc);
+/* The GiB an overlay of `size` may grow to on host h (0 without a base
+ * image there). */
+uint64_t sandbox_host_disk_gib(const struct host *h, const struct sandbox_size *size);
+/* Would one more guest of `size` fit host h's capacity (guests, memory,
+ * disk), counting its customers' guests, boots and pool? Call with lock
+ * (it may call statvfs(2), which does not wait on the guests). */
+bool sandbox_host_fits_locked(struct host *h, const struct sandbox_size *size);
+/* Count a guest of `size` as booting on h (sign +1) or stop counting it
+ * (-1). Call with lock. */
+void sandbox_host_booting_locked(struct host *h, const struct sandbox_size *size, int sign);
+/* Place a guest of `size` (an execution of `runtime`: its pre-started
+ * guests first; NULL for a sandbox) per docs/hosts.md and count it as
+ * booting there. A pooled guest taken is returned in *warm_out (else
+ * NULL: boot one on the host returned), pooled guests evicted to make
+ * room are chained on *evicted (tear them down without the lock). NULL
+ * with a 503 (Retry-After 10) when no host has room. Call with lock. */
+struct host *sandbox_host_admit_locked(struct sandbox_svc *svc, const struct sandbox_size *size,
+				       const char *runtime, struct live **warm_out,
+				       struct live **evicted, struct sbx_error *err);
+/* The placement rule over snapshots of n hosts: the index of the host
+ * chosen and how, or -1 when none has room. Pure. */
+int sandbox_place(const struct host_snapshot *hs, size_t n, uint64_t memory_mib, uint64_t disk_gib,
+		  enum place_how *how);
+/* The host named `name`, or NULL. */
+struct host *sandbox_host_find(struct sandbox_svc *svc, const char *name);
 
 /* exec.c */
 
@@ -249,19 +337,27 @@ int sandbox_pool_start(struct sandbox_svc *svc, struct sbx_error *err);
 /* Stop the refill thread, wait for pool boots in flight, destroy the
  * pooled guests. Call with svc->stop set, lock not held. */
 void sandbox_pool_stop(struct sandbox_svc *svc);
-/* Take a ready pooled guest of `size` out of the pool (NULL if none). The
- * guest is never put back. Call with lock. */
-struct live *sandbox_pool_take_locked(struct sandbox_svc *svc, const char *size);
-/* The same for an execution guest whose `runtime` interpreter waits. */
-struct live *sandbox_pool_take_runtime_locked(struct sandbox_svc *svc, const char *runtime);
+/* Take a ready pooled guest of host h (NULL: any host) out of the pool:
+ * a plain one of `size` (runtime NULL) or an execution guest whose
+ * `runtime` interpreter waits (size NULL). NULL if none. The guest is
+ * never put back. Call with lock. */
+struct live *sandbox_pool_take_locked(struct sandbox_svc *svc, struct host *h, const char *size,
+				      const char *runtime);
 /* Ready guests of the plain pool of `size` (runtime NULL) or of the
- * execution pool of `runtime`. Call with lock. */
-int sandbox_pool_ready_locked(struct sandbox_svc *svc, const char *size, const char *runtime);
-/* Unlink one pooled guest (any size) to free capacity for a customer;
- * NULL when the pool is empty. The caller tears it down without the lock. */
-struct live *sandbox_pool_evict_locked(struct sandbox_svc *svc);
-/* Guests and memory the pool holds (ready and booting). Call with lock. */
-void sandbox_pool_count_locked(struct sandbox_svc *svc, int *guests, uint64_t *mib);
+ * execution pool of `runtime`, on host h (NULL: every host). Call with
+ * lock. */
+int sandbox_pool_ready_locked(struct sandbox_svc *svc, struct host *h, const char *size,
+			      const char *runtime);
+/* Unlink one pooled guest of host h to free capacity for a customer;
+ * NULL when it has none. The caller tears it down without the lock. */
+struct live *sandbox_pool_evict_locked(struct sandbox_svc *svc, struct host *h);
+/* Guests, memory and disk host h's pool holds (ready and booting). Call
+ * with lock. */
+void sandbox_pool_count_locked(struct sandbox_svc *svc, struct host *h, int *guests, uint64_t *mib,
+			       uint64_t *disk_gib);
+/* Unlink every pooled guest of host h into a chain (a host that went
+ * down or is drained): the caller tears them down without the lock. */
+struct live *sandbox_pool_drop_host_locked(struct sandbox_svc *svc, struct host *h);
 /* Mark pooled guests of domain `name` dead. Call with lock. */
 void sandbox_pool_domain_stopped_locked(struct sandbox_svc *svc, const char *name);
 

@@ -11,8 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
-#include <sys/sysinfo.h>
 #include <time.h>
 
 #include "../agentless/agentless.h"
@@ -68,186 +66,13 @@ int sandbox_running_row(struct sandbox_svc *svc, const char *account_id, const c
 	return 0;
 }
 
-/* ------------------------------------------------------------- reconcile */
-
-struct live_rows {
-	struct store_sandbox *rows;
-	size_t n;
-};
-
-static const struct store_sandbox *row_by_domain(const struct live_rows *lr, const char *domain)
-{
-	for (size_t i = 0; i < lr->n; i++)
-		if (lr->rows[i].status == STORE_RUNNING && strcmp(lr->rows[i].domain, domain) == 0)
-			return &lr->rows[i];
-	return NULL;
-}
-
-struct reconcile_ctx {
-	struct sandbox_svc *svc;
-	struct live_rows *lr;
-	char (*kept)[64];
-	size_t n_kept;
-	char (*orphans)[64];
-	size_t n_orphans;
-	size_t cap;
-};
-
-static void reconcile_domain(void *opaque, const char *name, const char *sandbox_id)
-{
-	struct reconcile_ctx *rc = opaque;
-	const struct store_sandbox *row = row_by_domain(rc->lr, name);
-
-	if (row && strcmp(row->id, sandbox_id) == 0) {
-		if (rc->n_kept < rc->cap)
-			snprintf(rc->kept[rc->n_kept++], 64, "%s", name);
-	} else if (rc->n_orphans < rc->cap) {
-		snprintf(rc->orphans[rc->n_orphans++], 64, "%s", name);
-	}
-}
-
-/* Reattach a running guest left by a previous daemon. */
-static int reattach(struct sandbox_svc *svc, const struct store_sandbox *row, struct sbx_error *err)
-{
-	struct live *l = calloc(1, sizeof(*l));
-	struct agentless_limits lim = {
-	    .backstop_grace_ms = svc->cfg.exec_backstop_grace_ms,
-	    .xfer_stall_ms = svc->cfg.file_stall_timeout_ms,
-	    .max_inflight = (uint32_t)svc->cfg.max_execs_per_sandbox,
-	};
-	const struct sandbox_size *size = sandbox_config_size(&svc->cfg, row->size);
-	struct sbx_channel ch;
-
-	if (!l)
-		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
-	snprintf(l->id, sizeof(l->id), "%s", row->id);
-	snprintf(l->domain, sizeof(l->domain), "%s", row->domain);
-	snprintf(l->size, sizeof(l->size), "%s", row->size);
-	l->svc = svc;
-	l->expires_at_ms = row->expires_at_ms;
-	l->memory_mib = size ? size->memory_mib : 0;
-	l->vm = vmm_vm_lookup(svc->vmm, row->domain, err);
-	if (!l->vm) {
-		free(l);
-		return -1;
-	}
-	l->conn = agentless_conn_new(&lim, sandbox_on_conn_broken, l);
-	if (vmm_vm_open_channel(l->vm, agentless_conn_recv, l->conn, &ch, err) < 0) {
-		sandbox_live_teardown(l, "reattach failed");
-		return -1;
-	}
-	agentless_conn_attach(l->conn, ch, true);
-	pthread_mutex_lock(&svc->lock);
-	l->next = svc->lives;
-	svc->lives = l;
-	pthread_mutex_unlock(&svc->lock);
-	sbx_info(MOD, "sandbox %s: reattached to domain %s", row->id, row->domain);
-	return 0;
-}
-
-/* Make libvirt and the database agree after a start (DESIGN.md "Crash
- * safety"): domains without a live row are destroyed; creating rows are
- * rolled back; running rows whose domain is gone end at last_seen_at;
- * running rows past expires_at end there; the rest are reattached. */
-static int reconcile(struct sandbox_svc *svc, struct sbx_error *err)
-{
-	struct live_rows lr = {0};
-	struct reconcile_ctx rc = {.svc = svc, .lr = &lr};
-	int64_t now = sbx_wall_ms();
-	int rcode = -1;
-
-	if (store_sandbox_list_live(svc->store, &lr.rows, &lr.n, err) < 0)
-		return -1;
-	rc.cap = 4096;
-	rc.kept = calloc(rc.cap, sizeof(*rc.kept));
-	rc.orphans = calloc(rc.cap, sizeof(*rc.orphans));
-	if (!rc.kept || !rc.orphans) {
-		sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
-		goto out;
-	}
-	if (vmm_list_domains(svc->vmm, reconcile_domain, &rc, err) < 0)
-		goto out;
-	/* No create survives a restart: their keys are freed (API.md). */
-	if (store_idem_release_pending(svc->store, NULL) > 0)
-		sbx_info(MOD, "reconcile: freed the idempotency keys of interrupted creates");
-	/* Nor does a one-shot execution: release its hold, charge nothing. */
-	int cut = store_execution_fail_unfinished(svc->store, now, NULL);
-	if (cut > 0)
-		sbx_info(MOD, "reconcile: released the holds of %d interrupted execution(s)", cut);
-	/* Stored results past their retention (execution_retention_hours). */
-	cut = store_execution_prune(
-	    svc->store, now - (int64_t)svc->cfg.execution_retention_hours * 3600 * 1000, NULL);
-	if (cut > 0)
-		sbx_info(MOD, "reconcile: dropped %d stored execution result(s) past retention",
-			 cut);
-	for (size_t i = 0; i < rc.n_orphans; i++) {
-		sbx_info(MOD, "reconcile: destroying domain %s (no live sandbox)", rc.orphans[i]);
-		vmm_destroy_by_name(svc->vmm, rc.orphans[i], NULL);
-	}
-	for (size_t i = 0; i < lr.n; i++) {
-		struct store_sandbox *row = &lr.rows[i];
-		bool has_domain = false;
-
-		for (size_t k = 0; k < rc.n_kept; k++)
-			if (row->status == STORE_RUNNING && strcmp(rc.kept[k], row->domain) == 0)
-				has_domain = true;
-		if (row->status == STORE_CREATING) {
-			sbx_info(MOD, "reconcile: rolling back create of %s", row->id);
-			if (row->domain[0])
-				vmm_destroy_by_name(svc->vmm, row->domain, NULL);
-			store_sandbox_abort(svc->store, row->id, NULL);
-		} else if (row->expires_at_ms <= now) {
-			sbx_info(MOD, "reconcile: %s expired while the daemon was down", row->id);
-			if (has_domain)
-				vmm_destroy_by_name(svc->vmm, row->domain, NULL);
-			billing_settle(svc->store, row->id, STORE_EXPIRED, row->expires_at_ms, NULL,
-				       NULL);
-		} else if (!has_domain) {
-			sbx_info(MOD, "reconcile: %s lost its guest; ending at last_seen_at",
-				 row->id);
-			billing_settle(svc->store, row->id, STORE_FAILED, row->last_seen_at_ms,
-				       NULL, NULL);
-		} else {
-			struct sbx_error e;
-
-			if (reattach(svc, row, &e) < 0) {
-				sbx_warn(MOD, "reconcile: %s cannot be reattached: %s", row->id,
-					 e.message);
-				vmm_destroy_by_name(svc->vmm, row->domain, NULL);
-				billing_settle(svc->store, row->id, STORE_FAILED, now, NULL, NULL);
-			}
-		}
-	}
-	/* Overlays, sockets and logs of guests that died while the daemon
-	 * was down (host crash, kill -9): no create is in flight yet. */
-	int pruned = vmm_prune_files(svc->vmm, NULL);
-	if (pruned > 0)
-		sbx_info(MOD, "reconcile: removed %d stale files of stopped guests", pruned);
-	rcode = 0;
-out:
-	free(rc.kept);
-	free(rc.orphans);
-	free(lr.rows);
-	return rcode;
-}
-
 /* ------------------------------------------------------- service lifecycle */
-
-static enum vmm_accel accel_of(const char *s)
-{
-	if (strcmp(s, "kvm") == 0)
-		return VMM_ACCEL_KVM;
-	if (strcmp(s, "tcg") == 0)
-		return VMM_ACCEL_TCG;
-	return VMM_ACCEL_AUTO;
-}
 
 struct sandbox_svc *sandbox_svc_new(const struct sandbox_config *cfg, int flags,
 				    struct sbx_error *err)
 {
 	struct sandbox_svc *svc = calloc(1, sizeof(*svc));
 	char run_dir[PATH_MAX + 8];
-	char cmdline[sizeof(cfg->kernel_cmdline) + 32];
 
 	if (!svc) {
 		sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
@@ -276,39 +101,11 @@ struct sandbox_svc *sandbox_svc_new(const struct sandbox_config *cfg, int flags,
 	if (flags & SANDBOX_SVC_ADMIN)
 		return svc;
 
-	snprintf(run_dir, sizeof(run_dir), "%s/run", cfg->state_dir);
-	snprintf(cmdline, sizeof(cmdline), "%s%s%s", cfg->kernel_cmdline,
-		 cfg->kernel_cmdline[0] && cfg->test_hostile_guests ? " " : "",
-		 cfg->test_hostile_guests ? "sandboxd.test_hostile=1" : "");
-	struct vmm_config vc = {
-	    .uri = cfg->libvirt_uri,
-	    .name_prefix = cfg->domain_prefix,
-	    .accel = accel_of(cfg->accel),
-	    .allow_tcg = cfg->allow_tcg,
-	    .kernel = cfg->kernel,
-	    .initrd = cfg->initrd,
-	    .base_image = cfg->base_image[0] ? cfg->base_image : NULL,
-	    .cmdline = cmdline[0] ? cmdline : NULL,
-	    .run_dir = run_dir,
-	    .transport =
-		strcmp(cfg->transport, "stream") == 0 ? VMM_TRANSPORT_STREAM : VMM_TRANSPORT_SOCKET,
-	    .tb_cache_mib = cfg->tb_cache_mib,
-	    .free_page_reporting = cfg->free_page_reporting,
-	    .console_log_max = 1024 * 1024,
-	};
-	svc->vmm = vmm_new(&vc, err);
-	if (!svc->vmm)
-		goto err_store;
-	vmm_set_stopped_callback(svc->vmm, sandbox_on_domain_stopped, svc);
-	sbx_info(MOD, "libvirt %s, accelerator %s%s", cfg->libvirt_uri, vmm_accel_name(svc->vmm),
-		 strcmp(vmm_accel_name(svc->vmm), "tcg") == 0
-		     ? " (TCG is no security boundary: development only)"
-		     : "");
-	if (reconcile(svc, err) < 0)
-		goto err_vmm;
+	if (sandbox_hosts_open(svc, err) < 0)
+		goto err_hosts;
 	if (pthread_create(&svc->timer, NULL, sandbox_timer_main, svc) != 0) {
 		sbx_error_set(err, SBX_E_INTERNAL, NULL, "cannot start the timer thread");
-		goto err_vmm;
+		goto err_hosts;
 	}
 	svc->timer_started = true;
 	for (int i = 0; i < SANDBOX_ENDERS; i++) {
@@ -316,15 +113,26 @@ struct sandbox_svc *sandbox_svc_new(const struct sandbox_config *cfg, int flags,
 			break;
 		svc->n_enders++;
 	}
-	if (sandbox_liveness_start(svc, err) < 0 || sandbox_pool_start(svc, err) < 0) {
+	/* the host thread first: it reads the drained hosts, which the pool
+	 * must not refill */
+	if (sandbox_hosts_start(svc, err) < 0 || sandbox_liveness_start(svc, err) < 0 ||
+	    sandbox_pool_start(svc, err) < 0) {
 		sandbox_svc_free(svc);
 		return NULL;
 	}
 	return svc;
 
-err_vmm:
-	vmm_free(svc->vmm);
-err_store:
+err_hosts:
+	/* reattached guests stay running for the next start */
+	while (svc->lives) {
+		struct live *l = svc->lives;
+
+		svc->lives = l->next;
+		agentless_conn_free(l->conn, "the service did not start");
+		vmm_vm_free(l->vm);
+		free(l);
+	}
+	sandbox_hosts_close(svc);
 	store_close(svc->store);
 err_free:
 	free(svc);
@@ -344,7 +152,8 @@ void sandbox_svc_free(struct sandbox_svc *svc)
 	for (int i = 0; i < svc->n_enders; i++)
 		pthread_join(svc->enders[i], NULL);
 	sandbox_liveness_stop(svc);
-	if (svc->vmm)
+	sandbox_hosts_stop(svc);
+	if (svc->n_hosts)
 		sandbox_pool_stop(svc);
 
 	for (;;) {
@@ -375,8 +184,7 @@ void sandbox_svc_free(struct sandbox_svc *svc)
 	}
 	/* Execution guests still being destroyed: no domain left behind. */
 	sandbox_execution_teardowns_wait(svc);
-	if (svc->vmm)
-		vmm_free(svc->vmm);
+	sandbox_hosts_close(svc);
 	store_close(svc->store);
 	pthread_cond_destroy(&svc->cond);
 	pthread_mutex_destroy(&svc->lock);
@@ -582,130 +390,6 @@ int sandbox_account_list(struct sandbox_svc *svc, struct sandbox_account **out, 
 
 /* ---------------------------------------------------------------- create */
 
-/* GiB an overlay of a guest of this size may grow to (0 without a
- * base image: no disk). */
-static uint64_t disk_gib_of(const struct sandbox_config *cfg, const char *size)
-{
-	const struct sandbox_size *s = sandbox_config_size(cfg, size);
-
-	return cfg->base_image[0] && s ? s->disk_gib : 0;
-}
-
-/* The disk rule (docs/configuration.md "Disk"): every overlay on the state
- * dir's filesystem may grow to its guest's full disk_gib, so free space
- * there must cover all of them (divided by disk_overcommit) plus
- * min_free_disk_mib, which stays for the ledger; the database's filesystem,
- * if another one, keeps min_free_disk_mib. */
-static bool disk_fits_locked(struct sandbox_svc *svc, uint64_t add_gib)
-{
-	const struct sandbox_config *cfg = &svc->cfg;
-	uint64_t gib = add_gib, free_mib, need_mib;
-	struct statvfs st = {0}, db;
-
-	/* booting: customers' boots and executions' guests (from their boot
-	 * until their teardown is done), then the pool's */
-	if (cfg->base_image[0])
-		gib += svc->booting_disk_gib + svc->pool_booting_disk_gib;
-	for (struct live *l = svc->lives; l; l = l->next)
-		gib += disk_gib_of(cfg, l->size);
-	for (struct live *p = svc->pool; p; p = p->next)
-		gib += disk_gib_of(cfg, p->size);
-	need_mib = cfg->min_free_disk_mib + (uint64_t)((double)gib * 1024.0 / cfg->disk_overcommit);
-	if (statvfs(cfg->state_dir, &st) == 0) {
-		free_mib = (uint64_t)st.f_bavail * st.f_frsize / (1024 * 1024);
-		if (free_mib < need_mib) {
-			/* the pool asks on every tick: say it once a minute */
-			if (sbx_mono_ms() - svc->disk_warned_mono >= 60000) {
-				svc->disk_warned_mono = sbx_mono_ms();
-				sbx_warn(MOD,
-					 "disk: %llu MiB free in the state dir, %llu needed (%llu "
-					 "GiB of guest disks / %.1f + min_free_disk_mib %llu): "
-					 "refusing",
-					 (unsigned long long)free_mib, (unsigned long long)need_mib,
-					 (unsigned long long)gib, cfg->disk_overcommit,
-					 (unsigned long long)cfg->min_free_disk_mib);
-			}
-			return false;
-		}
-	}
-	if (statvfs(cfg->db_path, &db) == 0 && db.f_fsid != st.f_fsid &&
-	    (uint64_t)db.f_bavail * db.f_frsize / (1024 * 1024) < cfg->min_free_disk_mib) {
-		sbx_warn(MOD,
-			 "disk: the database's filesystem has less than %llu MiB free: "
-			 "refusing",
-			 (unsigned long long)cfg->min_free_disk_mib);
-		return false;
-	}
-	return true;
-}
-
-bool sandbox_disk_fits_locked(struct sandbox_svc *svc)
-{
-	return disk_fits_locked(svc, 0);
-}
-
-bool sandbox_capacity_fits_locked(struct sandbox_svc *svc, const struct sandbox_size *size)
-{
-	const struct sandbox_config *cfg = &svc->cfg;
-	uint64_t used_mib = svc->booting_mib, pool_mib, mem_mib = size->memory_mib;
-	int guests = svc->booting, pool_guests;
-	struct sysinfo si;
-
-	for (struct live *l = svc->lives; l; l = l->next) {
-		guests++;
-		used_mib += l->memory_mib;
-	}
-	sandbox_pool_count_locked(svc, &pool_guests, &pool_mib);
-	guests += pool_guests;
-	used_mib += pool_mib;
-	if (guests + 1 > cfg->max_guests)
-		return false;
-	if (sysinfo(&si) == 0) {
-		double host_mib = (double)si.totalram * si.mem_unit / (1024.0 * 1024.0);
-
-		if ((double)(used_mib + mem_mib) > host_mib * cfg->memory_overcommit)
-			return false;
-	}
-	return disk_fits_locked(svc, disk_gib_of(cfg, size->name));
-}
-
-/* Host capacity (config: max guests, memory overcommit, free disk) for a
- * customer's create. Pooled guests count, but give way: idle ones are
- * unlinked into *evicted (the caller destroys them without the lock) until
- * the create fits. Call with lock held; on success the caller's boot is
- * counted in `booting`. */
-static int capacity_admit_locked(struct sandbox_svc *svc, const struct sandbox_size *size,
-				 struct live **evicted, struct sbx_error *err)
-{
-	while (!sandbox_capacity_fits_locked(svc, size)) {
-		struct live *p = sandbox_pool_evict_locked(svc);
-
-		if (!p) {
-			sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
-				      "this node has no capacity for another sandbox right now; "
-				      "retry later");
-			err->retry_after_s = 10;
-			return -1;
-		}
-		p->next = *evicted;
-		*evicted = p;
-	}
-	svc->booting++;
-	svc->booting_mib += size->memory_mib;
-	svc->booting_disk_gib += size->disk_gib;
-	return 0;
-}
-
-static void teardown_chain(struct live *l, const char *why)
-{
-	while (l) {
-		struct live *next = l->next;
-
-		sandbox_live_teardown(l, why);
-		l = next;
-	}
-}
-
 int sandbox_boot_slot_acquire(struct sandbox_svc *svc, int64_t deadline_mono, struct sbx_error *err)
 {
 	pthread_mutex_lock(&svc->lock);
@@ -738,13 +422,13 @@ void sandbox_boot_slot_release(struct sandbox_svc *svc)
 	pthread_mutex_unlock(&svc->lock);
 }
 
-/* Undo capacity_admit_locked() for a create that failed. */
-static void capacity_forget(struct sandbox_svc *svc, const struct sandbox_size *size)
+/* Undo sandbox_host_admit_locked() for a create that failed. */
+static void capacity_forget(struct sandbox_svc *svc, struct host *h,
+			    const struct sandbox_size *size)
 {
 	pthread_mutex_lock(&svc->lock);
-	svc->booting--;
-	svc->booting_mib -= size->memory_mib;
-	svc->booting_disk_gib -= size->disk_gib;
+	sandbox_host_booting_locked(h, size, -1);
+	pthread_cond_broadcast(&svc->cond);
 	pthread_mutex_unlock(&svc->lock);
 }
 
@@ -769,8 +453,9 @@ static int create_params(const struct sandbox_config *cfg, const struct sandbox_
 	return 0;
 }
 
-int sandbox_guest_boot(struct sandbox_svc *svc, const struct sandbox_size *size, const char *marker,
-		       int64_t deadline_mono, struct live **out, struct sbx_error *err)
+int sandbox_guest_boot(struct sandbox_svc *svc, struct host *h, const struct sandbox_size *size,
+		       const char *marker, int64_t deadline_mono, struct live **out,
+		       struct sbx_error *err)
 {
 	const struct sandbox_config *cfg = &svc->cfg;
 	struct agentless_limits lim = {
@@ -781,7 +466,7 @@ int sandbox_guest_boot(struct sandbox_svc *svc, const struct sandbox_size *size,
 	struct vmm_guest_spec spec = {
 	    .vcpus = size->vcpus,
 	    .memory_mib = size->memory_mib,
-	    .disk_gib = cfg->base_image[0] ? size->disk_gib : 0,
+	    .disk_gib = sandbox_host_disk_gib(h, size),
 	    .sandbox_id = marker,
 	};
 	struct sbx_channel ch;
@@ -790,11 +475,12 @@ int sandbox_guest_boot(struct sandbox_svc *svc, const struct sandbox_size *size,
 	if (!l)
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
 	l->svc = svc;
+	l->host = h;
 	l->memory_mib = size->memory_mib;
 	snprintf(l->size, sizeof(l->size), "%s", size->name);
 	snprintf(l->id, sizeof(l->id), "%s", marker);
 	int64_t boot_t0 = sbx_mono_ms();
-	l->vm = vmm_vm_start(svc->vmm, &spec, err);
+	l->vm = vmm_vm_start(h->vmm, &spec, err);
 	if (!l->vm) {
 		free(l);
 		return -1;
@@ -809,8 +495,8 @@ int sandbox_guest_boot(struct sandbox_svc *svc, const struct sandbox_size *size,
 		sbx_counter_add(SBX_C_BOOT_FAILURES, 1);
 		_cleanup_free_ char *tail = vmm_vm_console_tail(l->vm, 2048);
 
-		sbx_err(MOD, "%s: guest %s not ready: %s; console tail:\n%s", marker, l->domain,
-			err ? err->message : "", tail ? tail : "(none)");
+		sbx_err(MOD, "%s: guest %s on host %s not ready: %s; console tail:\n%s", marker,
+			l->domain, h->cfg->name, err ? err->message : "", tail ? tail : "(none)");
 		/* A guest that never got ready is this node failing to run it
 		 * (500), not the host being out of capacity (503). */
 		sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL, "the guest did not get ready");
@@ -891,8 +577,10 @@ void sandbox_metrics_get(struct sandbox_svc *svc, struct sandbox_metrics *out)
 			out->sizes[i].pooled +=
 			    !p->dead && strcmp(p->size, out->sizes[i].size) == 0;
 	}
-	out->booting = svc->booting;
-	out->pool_booting = svc->pool_booting;
+	for (size_t i = 0; i < svc->n_hosts; i++) {
+		out->booting += svc->hosts[i].booting;
+		out->pool_booting += svc->hosts[i].pool_booting;
+	}
 	out->output_held = svc->output_held;
 	pthread_mutex_unlock(&svc->lock);
 	if (store_ledger_totals_get(svc->store, &t, NULL) == 0) {
@@ -922,7 +610,8 @@ void sandbox_startup_stats(struct sandbox_svc *svc, struct sandbox_startup_stats
 	for (size_t i = 0; i < svc->cfg.n_pool && i < SANDBOX_MAX_SIZES; i++) {
 		snprintf(out->pool[i].size, sizeof(out->pool[i].size), "%s", svc->cfg.pool[i].size);
 		out->pool[i].target = svc->cfg.pool[i].count;
-		out->pool[i].ready = sandbox_pool_ready_locked(svc, svc->cfg.pool[i].size, NULL);
+		out->pool[i].ready =
+		    sandbox_pool_ready_locked(svc, NULL, svc->cfg.pool[i].size, NULL);
 		out->n_pool++;
 	}
 	for (size_t i = 0; i < svc->cfg.n_execution_pool && i < SANDBOX_EXECUTION_RUNTIMES; i++) {
@@ -930,7 +619,7 @@ void sandbox_startup_stats(struct sandbox_svc *svc, struct sandbox_startup_stats
 
 		snprintf(out->exec_pool[i].runtime, sizeof(out->exec_pool[i].runtime), "%s", rt);
 		out->exec_pool[i].target = svc->cfg.execution_pool[i].count;
-		out->exec_pool[i].ready = sandbox_pool_ready_locked(svc, NULL, rt);
+		out->exec_pool[i].ready = sandbox_pool_ready_locked(svc, NULL, NULL, rt);
 		out->n_exec_pool++;
 	}
 	xp = svc->exec_prestarted;
@@ -953,6 +642,7 @@ int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 	int minutes;
 	struct store_sandbox row = {0};
 	struct live *l = NULL, *evicted = NULL;
+	struct host *h = NULL;
 	int64_t deadline, created_at, t_req_mono = sbx_mono_ms();
 	bool warm = false;
 	int rc;
@@ -985,27 +675,19 @@ int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 	}
 	sandbox_fault_hit(cfg, SANDBOX_FAULT_CREATE_AFTER_RESERVE);
 
-	/* 2. Host capacity (503): a pooled guest of this size is already
-	 * counted, so taking it needs no room; a cold boot may evict idle
-	 * pooled guests first. */
+	/* 2. Placement and capacity (503, docs/hosts.md): a pooled guest of
+	 * this size is already counted, so taking it needs no room; a cold
+	 * boot may evict idle pooled guests of its host first. */
 	pthread_mutex_lock(&svc->lock);
-	l = sandbox_pool_take_locked(svc, size->name);
-	if (l) {
-		warm = true;
-		svc->booting++;
-		svc->booting_mib += size->memory_mib;
-		svc->booting_disk_gib += size->disk_gib;
-		rc = 0;
-	} else {
-		rc = capacity_admit_locked(svc, size, &evicted, err);
-	}
+	h = sandbox_host_admit_locked(svc, size, NULL, &l, &evicted, err);
+	warm = l != NULL;
 	pthread_cond_broadcast(&svc->cond); /* the pool refills */
 	pthread_mutex_unlock(&svc->lock);
 	if (evicted) {
 		sbx_info(MOD, "sandbox %s: evicting pooled guests to make room", row.id);
-		teardown_chain(evicted, "evicted from the warm pool");
+		sandbox_live_teardown_chain(evicted, "evicted from the warm pool");
 	}
-	if (rc < 0)
+	if (!h)
 		goto err_abort;
 
 	if (warm) {
@@ -1027,7 +709,7 @@ int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 					      err) < 0)
 			goto err_capacity;
 		deadline = sbx_mono_ms() + cfg->boot_timeout_ms;
-		rc = sandbox_guest_boot(svc, size, row.id, deadline, &l, err);
+		rc = sandbox_guest_boot(svc, h, size, row.id, deadline, &l, err);
 		sandbox_boot_slot_release(svc);
 		if (rc < 0)
 			goto err_capacity;
@@ -1040,7 +722,7 @@ int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 	int64_t startup_ms = sbx_mono_ms() - t_req_mono;
 	if (store_sandbox_activate_startup(svc->store, row.id, l->domain, created_at,
 					   l->expires_at_ms, warm ? "warm" : "cold", startup_ms,
-					   err) < 0) {
+					   h->cfg->name, err) < 0) {
 		sandbox_live_teardown(l, "the sandbox could not be created");
 		goto err_capacity;
 	}
@@ -1049,20 +731,26 @@ int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 	pthread_mutex_lock(&svc->lock);
 	l->next = svc->lives;
 	svc->lives = l;
-	svc->booting--;
-	svc->booting_mib -= size->memory_mib;
-	svc->booting_disk_gib -= size->disk_gib;
+	sandbox_host_booting_locked(h, size, -1);
+	/* its host went down while it booted: it ends like the others there */
+	if (h->state == HOST_DOWN && !l->dead) {
+		l->dead = true;
+		l->dead_at_ms = h->last_seen_wall > created_at ? h->last_seen_wall : created_at;
+	}
 	startup_record_locked(svc, warm, startup_ms);
 	pthread_mutex_unlock(&svc->lock);
-	sbx_info(MOD, "sandbox %s: running in %s (%s, %s), ready %lld ms after the request", row.id,
-		 l->domain, size->name, warm ? "warm" : "cold", (long long)startup_ms);
+	sbx_info(MOD,
+		 "sandbox %s: running in %s on host %s (%s, %s), ready %lld ms after the "
+		 "request",
+		 row.id, l->domain, h->cfg->name, size->name, warm ? "warm" : "cold",
+		 (long long)startup_ms);
 	if (store_sandbox_get(svc->store, account_id, row.id, &row, err) < 0)
 		return -1;
 	view_from_row(&row, sbx_wall_ms(), out);
 	return 0;
 
 err_capacity:
-	capacity_forget(svc, size);
+	capacity_forget(svc, h, size);
 err_abort:
 	store_sandbox_abort(svc->store, row.id, NULL);
 	if (err && err->code != SBX_E_SERVICE_UNAVAILABLE)

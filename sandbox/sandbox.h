@@ -29,6 +29,35 @@ struct sandbox_size {
 	int64_t price_micro_per_hour;
 };
 
+/* One libvirt host guests are placed on (docs/hosts.md). Config key
+ * `hosts`: a list of them; without it, one host named "local" made of the
+ * top-level keys (libvirt_uri, state_dir, max_guests, ...). Paths are on
+ * that host. */
+#define SANDBOX_MAX_HOSTS     8
+#define SANDBOX_HOST_NAME_MAX 32 /* with its NUL (STORE_HOST_MAX) */
+struct sandbox_host_config {
+	char name[SANDBOX_HOST_NAME_MAX]; /* [a-z0-9_-], unique */
+	char uri[256];			  /* "qemu:///system", "qemu+tls://10.77.0.2/system" */
+	char state_dir[PATH_MAX];	  /* run/ and images/ on that host; unique */
+	char domain_prefix[32];		  /* "" = the top-level domain_prefix */
+	char transport[16];		  /* "" = stream (remote) / top-level (local) */
+	int max_guests;			  /* > 0 */
+	/* Guest memory (MiB) and disk (GiB) the host takes, > 0. 0 only for
+	 * the "local" host made from the top-level keys: memory is then
+	 * host RAM x memory_overcommit and disk the state dir's free space
+	 * (the rules of docs/configuration.md "Capacity"). */
+	uint64_t memory_mib;
+	uint64_t disk_gib;
+	/* Kernel, initrd, base image on that host: "" = the top-level ones,
+	 * re-rooted from the top-level state_dir to this one when under it
+	 * (the same layout), else the same path. Set by
+	 * sandbox_config_resolve. */
+	char kernel[PATH_MAX];
+	char initrd[PATH_MAX];
+	char base_image[PATH_MAX];
+	bool implicit; /* made from the top-level keys (no `hosts` key) */
+};
+
 /* Every knob of the daemon; docs/configuration.md lists each key of the
  * JSON config file with its default. Paths are absolute. */
 #define SANDBOX_EXECUTION_RUNTIMES 4 /* entries of execution_pool at most */
@@ -74,6 +103,13 @@ struct sandbox_config {
 	uint32_t boot_timeout_ms;	    /* boot start -> HELLO deadline, 60000 */
 	uint32_t boot_queue_timeout_ms;	    /* wait for a boot slot, 180000 */
 	uint32_t exec_backstop_grace_ms;    /* 10000 */
+
+	/* Hosts (docs/hosts.md): filled by sandbox_config_resolve from the
+	 * top-level keys when the config has no `hosts`. */
+	struct sandbox_host_config hosts[SANDBOX_MAX_HOSTS];
+	size_t n_hosts;
+	uint32_t host_check_interval_ms; /* health check and drain read, 2000 */
+	uint32_t host_down_after_ms;	 /* unanswered this long: down, 30000 */
 
 	int max_guests;		  /* host capacity */
 	double memory_overcommit; /* guest memory <= ratio * host RAM */
@@ -174,7 +210,10 @@ struct sandbox_config {
 void sandbox_config_defaults(struct sandbox_config *cfg);
 /* Fill what derives from others when left empty: db_path =
  * state_dir/sandboxd.db, kernel/initrd = state_dir/images/tiny/{vmlinux,
- * initramfs.cpio.gz}. Call after the file and the flags were applied. */
+ * initramfs.cpio.gz}; without `hosts`, the one host "local" from the
+ * top-level keys; each host's empty domain_prefix, transport, kernel,
+ * initrd and base_image (sandbox_host_config). Call after the file and
+ * the flags were applied. */
 void sandbox_config_resolve(struct sandbox_config *cfg);
 /* Check a filled config (sizes sane, production refusals). 0 or -1 with
  * SBX_E_INVALID_REQUEST naming the key in param. */
@@ -185,6 +224,31 @@ const struct sandbox_size *sandbox_config_size(const struct sandbox_config *cfg,
 /* ----------------------------------------------------------- the service */
 
 struct sandbox_svc;
+
+/* ------------------------------------------------------------- hosts */
+
+/* Drain (drained true) or undrain a configured host (docs/hosts.md
+ * "Drain"): written to the store, which the serving daemon reads every
+ * host_check_interval_ms; works without the daemon (admin). 404 for a
+ * name the config does not list. */
+int sandbox_host_drain(struct sandbox_svc *svc, const char *name, bool drained,
+		       struct sbx_error *err);
+/* Is the configured host `name` drained in the store? 0/1, or -1. */
+int sandbox_host_drained(struct sandbox_svc *svc, const char *name, struct sbx_error *err);
+
+/* One host as an operator sees it (/metrics on metrics_listen). */
+struct sandbox_host_view {
+	char name[SANDBOX_HOST_NAME_MAX];
+	char uri[256];
+	char state[16]; /* "up" | "down" | "draining" */
+	int guests, max_guests;
+	uint64_t memory_used_mib, memory_total_mib;
+	uint64_t disk_used_gib, disk_total_gib; /* disk_total_gib 0: free space rules */
+	int pool_ready, pool_booting;
+	int64_t last_seen_ms_ago;
+};
+/* Fill up to max views of the running service's hosts; returns the count. */
+size_t sandbox_hosts_view(struct sandbox_svc *svc, struct sandbox_host_view *out, size_t max);
 
 enum sandbox_svc_flags {
 	SANDBOX_SVC_FULL = 0,  /* store + libvirt + timers: `serve` */

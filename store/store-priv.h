@@ -86,6 +86,19 @@ int store_step_done(struct store *s, sqlite3_stmt *stmt, struct sbx_error *err);
 typedef void (*store_row_fn)(sqlite3_stmt *q, void *elem);
 int store_collect(struct store *s, sqlite3_stmt *q, size_t elem_size, size_t max_rows,
 		  store_row_fn decode, void **out, size_t *n, struct sbx_error *err);
+/* Step a statement that must return a row. 0 or -1. */
+int store_step_row(struct store *s, sqlite3_stmt *stmt, struct sbx_error *err);
+/* 1 when the account exists, 0 when not (err set to 404), -1 on error.
+ * Call with s->lock. */
+int store_account_exists(struct store *s, const char *account_id, struct sbx_error *err);
+/* Append one ledger row (kind 'credit', 'hold', 'release' or 'charge')
+ * inside the open write transaction. 0 or -1. */
+int store_ledger_insert(struct store *s, const char *account_id, const char *sandbox_id,
+			const char *kind, int64_t amount_micro, int64_t now_ms,
+			struct sbx_error *err);
+/* Bring the schema to this build's version (migrate.c): every missing
+ * migration in one write transaction. 0 or -1. */
+int store_migrate(struct store *s, struct sbx_error *err);
 /* Copy a text column into a fixed buffer ("" for NULL, cut to fit). */
 void store_copy_col(char *dst, size_t dstlen, sqlite3_stmt *stmt, int col);
 /* What an account can still reserve, in micro-USD: credits - holds +
@@ -117,7 +130,8 @@ int store_usage_rebuild_tx(struct store *s, struct sbx_error *err);
 
 /* Tests only: SQL that takes a current database back to what schema
  * version 4 left (before the running totals and rollups of migration 5,
- * the 'keys' scope of 6 and the stored-response sizes of 7), so migration
+ * the 'keys' scope of 6, the stored-response sizes of 7 and the hosts of
+ * 8), so migration
  * tests can run those steps on old data. Keep it in step with the list. */
 #define STORE_PRIV_BACK_TO_SCHEMA_4                                                                \
 	"DROP TRIGGER ledger_totals; DROP TABLE usage_rollups;"                                    \
@@ -126,7 +140,11 @@ int store_usage_rebuild_tx(struct store *s, struct sbx_error *err);
 	"ALTER TABLE accounts DROP COLUMN holds_micro;"                                            \
 	"ALTER TABLE accounts DROP COLUMN releases_micro;"                                         \
 	"ALTER TABLE accounts DROP COLUMN charges_micro;"                                          \
-	"DROP INDEX executions_stored; ALTER TABLE executions DROP COLUMN response_bytes;"         \
-	"PRAGMA user_version = 4;"
+	"DROP INDEX executions_stored; ALTER TABLE executions DROP COLUMN "                        \
+	"response_bytes;" STORE_PRIV_BACK_TO_SCHEMA_7_HOSTS "PRAGMA user_version = 4;"
+/* Tests only: undo migration 8 (the sandbox's host and the drains). */
+#define STORE_PRIV_BACK_TO_SCHEMA_7_HOSTS                                                          \
+	"DROP INDEX sandboxes_live_by_host; ALTER TABLE sandboxes DROP COLUMN host;"               \
+	"DROP TABLE host_drains;"
 
 #endif

@@ -117,6 +117,9 @@ enum store_status {
 const char *store_status_name(enum store_status st);
 int store_status_parse(const char *name, enum store_status *st);
 
+/* A host name (config `hosts[].name`) and its terminating NUL. */
+#define STORE_HOST_MAX 32
+
 struct store_sandbox {
 	char id[STORE_ID_MAX]; /* "sbx_" + 24 hex */
 	char account_id[STORE_ID_MAX];
@@ -134,6 +137,7 @@ struct store_sandbox {
 	int64_t charge_micro;	      /* final charge, once ended */
 	char startup_path[8];	      /* "warm" | "cold" | "" (before migration 3) */
 	int64_t startup_ms;	      /* request received -> guest ready and recorded */
+	char host[STORE_HOST_MAX];    /* the host it runs on ("local" before migration 8) */
 };
 
 /* Write a create's intent in one transaction: the row (status CREATING)
@@ -152,11 +156,21 @@ int store_sandbox_activate(struct store *s, const char *id, const char *domain,
 /* store_sandbox_activate() that also records how the guest started:
  * startup_path "warm" (a pooled guest), "cold" (booted for this request) or
  * NULL (unknown, stored as ""), and startup_ms >= 0 (request received ->
- * ready), in the same transaction. SBX_E_INVALID_REQUEST for other paths. */
+ * ready), and the host it runs on (NULL keeps 'local'), in the same
+ * transaction. SBX_E_INVALID_REQUEST for other paths or a bad host name. */
 int store_sandbox_activate_startup(struct store *s, const char *id, const char *domain,
 				   int64_t created_at_ms, int64_t expires_at_ms,
-				   const char *startup_path, int64_t startup_ms,
+				   const char *startup_path, int64_t startup_ms, const char *host,
 				   struct sbx_error *err);
+
+/* Drained hosts (`sandboxd admin drain HOST`): mark (drained true) or
+ * unmark a host by name; idempotent; the host need not be configured (the
+ * admin command runs without the daemon's config of hosts checked). */
+int store_host_drain_set(struct store *s, const char *host, bool drained, int64_t now_ms,
+			 struct sbx_error *err);
+/* The drained hosts' names, at most max of them, sorted. 0 or -1. */
+int store_host_drains_list(struct store *s, char (*hosts)[STORE_HOST_MAX], size_t max, size_t *n,
+			   struct sbx_error *err);
 
 /* CREATING -> ABORTED and release the whole hold, one transaction.
  * Returns 1 if it did, 0 if the row was not CREATING. */

@@ -155,6 +155,22 @@ static inline int daemon_config_full(struct daemon *d, const char *extra)
 	return 0;
 }
 
+/* A loopback port nobody listens on now (bind 0, read it, close). */
+static inline int free_port(void)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	socklen_t len = sizeof sa;
+	int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
+
+	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+	if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
+	    getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
+		port = ntohs(sa.sin_port);
+	if (fd >= 0)
+		close(fd);
+	return port;
+}
+
 static inline const char *sbx_bin(void)
 {
 	const char *b = getenv("SBX_BIN");

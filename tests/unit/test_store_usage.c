@@ -413,7 +413,7 @@ static void test_migration_computes_totals(void **state)
 			  " SELECT id, 'credit', 777, 1 FROM accounts WHERE name = 'alice'");
 	f->s = store_open(f->path, &err);
 	assert_non_null(f->s);
-	assert_int_equal(q64(f->path, "PRAGMA user_version", NULL), 7);
+	assert_int_equal(q64(f->path, "PRAGMA user_version", NULL), 8);
 	assert_totals_match_ledger(f, f->a.id);
 	assert_totals_match_ledger(f, f->b.id);
 	assert_int_equal(q64(f->path,
@@ -556,12 +556,72 @@ static void test_reads_beside_writer(void **state)
 	assert_totals_match_ledger(f, f->a.id);
 }
 
+/* Migration 8: the rows of a database from before several hosts ran on
+ * the one host, "local"; a new activation records its host; drained
+ * hosts are kept by name, idempotently. */
+static void test_migration_hosts(void **state)
+{
+	struct fx *f = *state;
+	struct store_sandbox r = {0}, r2 = {0}, got;
+	struct sbx_error err = {0};
+	char drained[4][STORE_HOST_MAX];
+	size_t n = 9;
+	int64_t now = sbx_wall_ms();
+
+	snprintf(r.account_id, sizeof r.account_id, "%s", f->a.id);
+	snprintf(r.size, sizeof r.size, "small");
+	r.timeout_minutes = 15;
+	r.price_micro_per_hour = 90000;
+	r2 = r;
+	assert_int_equal(store_sandbox_reserve(f->s, &r, 22500, 20, &err), 0);
+	assert_int_equal(store_sandbox_activate(f->s, r.id, "d1", now - 5000, now + 900000, &err),
+			 0);
+	store_close(f->s);
+	exec_sql(f->path, STORE_PRIV_BACK_TO_SCHEMA_7_HOSTS "PRAGMA user_version = 7;");
+	f->s = store_open(f->path, &err);
+	assert_non_null(f->s);
+	assert_int_equal(q64(f->path, "PRAGMA user_version", NULL), 8);
+	assert_int_equal(store_sandbox_get(f->s, f->a.id, r.id, &got, &err), 0);
+	assert_string_equal(got.host, "local");
+	assert_string_equal(got.domain, "d1");
+
+	assert_int_equal(store_sandbox_reserve(f->s, &r2, 22500, 20, &err), 0);
+	assert_int_equal(store_sandbox_activate_startup(f->s, r2.id, "d2", now, now + 900000,
+							"cold", 10, "", &err),
+			 -1);
+	assert_int_equal(store_sandbox_activate_startup(f->s, r2.id, "d2", now, now + 900000,
+							"cold", 10, "h2", &err),
+			 0);
+	assert_int_equal(store_sandbox_get(f->s, f->a.id, r2.id, &got, &err), 0);
+	assert_string_equal(got.host, "h2");
+	assert_int_equal(got.status, STORE_RUNNING);
+
+	assert_int_equal(store_host_drains_list(f->s, drained, 4, &n, &err), 0);
+	assert_int_equal(n, 0);
+	assert_int_equal(store_host_drain_set(f->s, "h2", true, now, &err), 0);
+	assert_int_equal(store_host_drain_set(f->s, "h2", true, now + 1, &err), 0);
+	assert_int_equal(store_host_drain_set(f->s, "alpha", true, now, &err), 0);
+	assert_int_equal(store_host_drain_set(f->s, "", true, now, &err), -1);
+	assert_int_equal(err.code, SBX_E_INVALID_REQUEST);
+	assert_int_equal(store_host_drains_list(f->s, drained, 4, &n, &err), 0);
+	assert_int_equal(n, 2);
+	assert_string_equal(drained[0], "alpha");
+	assert_string_equal(drained[1], "h2");
+	assert_int_equal(store_host_drain_set(f->s, "h2", false, now, &err), 0);
+	assert_int_equal(store_host_drain_set(f->s, "h2", false, now, &err), 0);
+	assert_int_equal(store_host_drains_list(f->s, drained, 4, &n, &err), 0);
+	assert_int_equal(n, 1);
+	assert_string_equal(drained[0], "alpha");
+	assert_int_equal(store_ledger_check(f->s, NULL, &err), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_split_by_time_ran),
 	    cmocka_unit_test_setup_teardown(test_usage_equals_ledger, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_migration_computes_totals, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_migration_hosts, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_reads_beside_writer, fx_setup, fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

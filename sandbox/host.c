@@ -1,0 +1,853 @@
+/* sandbox: the hosts guests are placed on (docs/hosts.md).
+ *
+ * svc->hosts holds one struct host per entry of the config's `hosts` (or
+ * the one "local" host made from the top-level keys). Each has its own
+ * vmm (libvirt connection, run dir, images), its capacity counters and
+ * its share of the warm pool (pooled guests carry their host). Every
+ * guest operation goes through the live's host.
+ *
+ * Placement (sandbox_place) is a pure function over snapshots taken under
+ * svc->lock; the host thread checks each host's connection every
+ * host_check_interval_ms with no lock held, reads the drained hosts from
+ * the store, marks a host that has not answered for host_down_after_ms
+ * down (its sandboxes end failed at its last answer, its pool goes) and
+ * reconciles a host that answers again before placing on it.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/sysinfo.h>
+#include <time.h>
+
+#include "../billing/billing.h"
+#include "sandbox-priv.h"
+
+#define MOD "host"
+
+/* ------------------------------------------------------------- vmm */
+
+static enum vmm_accel accel_of(const char *s)
+{
+	if (strcmp(s, "kvm") == 0)
+		return VMM_ACCEL_KVM;
+	if (strcmp(s, "tcg") == 0)
+		return VMM_ACCEL_TCG;
+	return VMM_ACCEL_AUTO;
+}
+
+/* A new vmm for host h (no lock held: it connects). NULL with err. */
+static struct vmm *host_vmm_new(struct sandbox_svc *svc, struct host *h, struct sbx_error *err)
+{
+	const struct sandbox_config *cfg = &svc->cfg;
+	const struct sandbox_host_config *hc = h->cfg;
+	char run_dir[PATH_MAX + 8];
+	char cmdline[sizeof(cfg->kernel_cmdline) + 32];
+	struct vmm *v;
+
+	snprintf(run_dir, sizeof(run_dir), "%s/run", hc->state_dir);
+	snprintf(cmdline, sizeof(cmdline), "%s%s%s", cfg->kernel_cmdline,
+		 cfg->kernel_cmdline[0] && cfg->test_hostile_guests ? " " : "",
+		 cfg->test_hostile_guests ? "sandboxd.test_hostile=1" : "");
+	struct vmm_config vc = {
+	    .uri = hc->uri,
+	    .name_prefix = hc->domain_prefix,
+	    .accel = accel_of(cfg->accel),
+	    .allow_tcg = cfg->allow_tcg,
+	    .kernel = hc->kernel,
+	    .initrd = hc->initrd,
+	    .base_image = hc->base_image[0] ? hc->base_image : NULL,
+	    .cmdline = cmdline[0] ? cmdline : NULL,
+	    .run_dir = run_dir,
+	    .transport =
+		strcmp(hc->transport, "stream") == 0 ? VMM_TRANSPORT_STREAM : VMM_TRANSPORT_SOCKET,
+	    .tb_cache_mib = cfg->tb_cache_mib,
+	    .free_page_reporting = cfg->free_page_reporting,
+	    .console_log_max = 1024 * 1024,
+	};
+	/* A local host's run dir is ours to make (a remote one is made there
+	 * by its operator, docs/hosts.md). */
+	if (h->local && (sbx_mkdir_p(hc->state_dir, SANDBOX_STATE_DIR_MODE) < 0 ||
+			 sbx_mkdir_p(run_dir, SANDBOX_STATE_DIR_MODE) < 0 ||
+			 chmod(run_dir, SANDBOX_STATE_DIR_MODE) < 0)) {
+		sbx_error_set(err, SBX_E_INTERNAL, NULL, "host %s: cannot create %s: %s", hc->name,
+			      run_dir, strerror(errno));
+		return NULL;
+	}
+	v = vmm_new(&vc, err);
+	if (!v)
+		return NULL;
+	vmm_set_stopped_callback(v, sandbox_on_domain_stopped, svc);
+	sbx_info(MOD, "host %s: libvirt %s, accelerator %s%s", hc->name, hc->uri, vmm_accel_name(v),
+		 strcmp(vmm_accel_name(v), "tcg") == 0
+		     ? " (TCG is no security boundary: development only)"
+		     : "");
+	return v;
+}
+
+struct host *sandbox_host_find(struct sandbox_svc *svc, const char *name)
+{
+	for (size_t i = 0; i < svc->n_hosts; i++)
+		if (strcmp(svc->hosts[i].cfg->name, name) == 0)
+			return &svc->hosts[i];
+	return NULL;
+}
+
+/* ------------------------------------------------------------ capacity */
+
+uint64_t sandbox_host_disk_gib(const struct host *h, const struct sandbox_size *size)
+{
+	return h->cfg->base_image[0] && size ? size->disk_gib : 0;
+}
+
+static uint64_t disk_gib_of(const struct host *h, const char *size)
+{
+	return sandbox_host_disk_gib(h, sandbox_config_size(&h->svc->cfg, size));
+}
+
+/* Guests, memory and disk host h holds now (lives, boots; the pool apart). */
+static void host_used_locked(struct host *h, int *guests, uint64_t *mib, uint64_t *gib)
+{
+	*guests = h->booting;
+	*mib = h->booting_mib;
+	*gib = h->cfg->base_image[0] ? h->booting_disk_gib : 0;
+	for (struct live *l = h->svc->lives; l; l = l->next) {
+		if (l->host != h)
+			continue;
+		(*guests)++;
+		*mib += l->memory_mib;
+		*gib += disk_gib_of(h, l->size);
+	}
+}
+
+static uint64_t host_mem_total(const struct host *h)
+{
+	struct sysinfo si;
+
+	if (h->cfg->memory_mib)
+		return h->cfg->memory_mib;
+	if (sysinfo(&si) != 0)
+		return UINT64_MAX;
+	return (uint64_t)((double)si.totalram * si.mem_unit / (1024.0 * 1024.0) *
+			  h->svc->cfg.memory_overcommit);
+}
+
+/* The free-space rule (docs/configuration.md "Disk") on a local host's
+ * state dir with `gib` GiB of guest disks placed there, and
+ * min_free_disk_mib on the database's filesystem. */
+static bool disk_rule_locked(struct host *h, uint64_t gib)
+{
+	const struct sandbox_config *cfg = &h->svc->cfg;
+	uint64_t free_mib, need_mib;
+	struct statvfs st = {0}, db;
+
+	need_mib = cfg->min_free_disk_mib + (uint64_t)((double)gib * 1024.0 / cfg->disk_overcommit);
+	if (h->local && statvfs(h->cfg->state_dir, &st) == 0) {
+		free_mib = (uint64_t)st.f_bavail * st.f_frsize / (1024 * 1024);
+		if (free_mib < need_mib) {
+			/* the pool asks on every tick: say it once a minute */
+			if (sbx_mono_ms() - h->disk_warned_mono >= 60000) {
+				h->disk_warned_mono = sbx_mono_ms();
+				sbx_warn(MOD,
+					 "host %s: disk: %llu MiB free in the state dir, %llu "
+					 "needed (%llu GiB of guest disks / %.1f + "
+					 "min_free_disk_mib %llu): refusing",
+					 h->cfg->name, (unsigned long long)free_mib,
+					 (unsigned long long)need_mib, (unsigned long long)gib,
+					 cfg->disk_overcommit,
+					 (unsigned long long)cfg->min_free_disk_mib);
+			}
+			return false;
+		}
+	}
+	if (statvfs(cfg->db_path, &db) == 0 && (!h->local || db.f_fsid != st.f_fsid) &&
+	    (uint64_t)db.f_bavail * db.f_frsize / (1024 * 1024) < cfg->min_free_disk_mib) {
+		sbx_warn(MOD,
+			 "disk: the database's filesystem has less than %llu MiB free: "
+			 "refusing",
+			 (unsigned long long)cfg->min_free_disk_mib);
+		return false;
+	}
+	return true;
+}
+
+/* What placement needs of host h for a guest of `size` (runtime: an
+ * execution's pre-started guests count as warm). Call with lock. */
+static void host_snapshot_locked(struct host *h, const struct sandbox_size *size,
+				 const char *runtime, struct host_snapshot *s)
+{
+	uint64_t add = sandbox_host_disk_gib(h, size);
+
+	memset(s, 0, sizeof(*s));
+	s->up = h->state == HOST_UP && h->vmm;
+	s->draining = h->draining;
+	s->max_guests = h->cfg->max_guests;
+	s->mem_total_mib = host_mem_total(h);
+	s->disk_total_gib = h->cfg->disk_gib
+				? (uint64_t)((double)h->cfg->disk_gib * h->svc->cfg.disk_overcommit)
+				: 0;
+	host_used_locked(h, &s->guests, &s->mem_used_mib, &s->disk_used_gib);
+	sandbox_pool_count_locked(h->svc, h, &s->pool_guests, &s->pool_mib, &s->pool_disk_gib);
+	if (!h->cfg->base_image[0])
+		s->pool_disk_gib = 0;
+	s->warm = sandbox_pool_ready_locked(h->svc, h, runtime ? NULL : size->name, runtime);
+	if (runtime && !s->warm)
+		s->warm = sandbox_pool_ready_locked(h->svc, h, size->name, NULL);
+	if (!s->up || s->draining)
+		return; /* no statvfs for a host nothing goes to */
+	s->disk_ok = disk_rule_locked(h, s->disk_used_gib + s->pool_disk_gib + add);
+	s->disk_ok_evicting = s->disk_ok || disk_rule_locked(h, s->disk_used_gib + add);
+}
+
+bool sandbox_host_fits_locked(struct host *h, const struct sandbox_size *size)
+{
+	struct host_snapshot s;
+	enum place_how how;
+
+	host_snapshot_locked(h, size, NULL, &s);
+	s.warm = 0;
+	return sandbox_place(&s, 1, size->memory_mib, sandbox_host_disk_gib(h, size), &how) == 0 &&
+	       how == PLACE_ROOM;
+}
+
+bool sandbox_disk_fits_locked(struct sandbox_svc *svc)
+{
+	for (size_t i = 0; i < svc->n_hosts; i++) {
+		struct host *h = &svc->hosts[i];
+		int guests;
+		uint64_t mib, gib, pool_mib, pool_gib;
+
+		if (h->state != HOST_UP)
+			continue;
+		host_used_locked(h, &guests, &mib, &gib);
+		sandbox_pool_count_locked(svc, h, &guests, &pool_mib, &pool_gib);
+		if (!disk_rule_locked(h, gib + (h->cfg->base_image[0] ? pool_gib : 0)))
+			return false;
+	}
+	return true;
+}
+
+void sandbox_host_booting_locked(struct host *h, const struct sandbox_size *size, int sign)
+{
+	h->booting += sign;
+	h->booting_mib += (uint64_t)sign * size->memory_mib;
+	h->booting_disk_gib += (uint64_t)sign * size->disk_gib;
+}
+
+/* ----------------------------------------------------------- placement */
+
+static bool room(const struct host_snapshot *s, uint64_t mib, uint64_t gib, bool evicting)
+{
+	int guests = s->guests + (evicting ? 0 : s->pool_guests);
+	uint64_t mem = s->mem_used_mib + (evicting ? 0 : s->pool_mib);
+	uint64_t disk = s->disk_used_gib + (evicting ? 0 : s->pool_disk_gib);
+
+	return guests + 1 <= s->max_guests && mem + mib <= s->mem_total_mib &&
+	       (!s->disk_total_gib || disk + gib <= s->disk_total_gib) &&
+	       (evicting ? s->disk_ok_evicting : s->disk_ok);
+}
+
+/* Free memory after everything placed (and, unless evicting, pooled). */
+static uint64_t free_mib(const struct host_snapshot *s, bool evicting)
+{
+	uint64_t used = s->mem_used_mib + (evicting ? 0 : s->pool_mib);
+
+	return used >= s->mem_total_mib ? 0 : s->mem_total_mib - used;
+}
+
+/* docs/hosts.md "Placement": only hosts up and not draining; first a host
+ * with a warm guest of the size (nothing to boot, no room needed: the
+ * guest is already counted), then one with room, then one where evicting
+ * pooled guests makes room. Within each step the host with the most free
+ * guest memory wins (ties: the first listed): guests spread, so a host
+ * lost takes the fewest sandboxes with it and none is packed while
+ * another idles, and memory is what the sizes differ in most. */
+int sandbox_place(const struct host_snapshot *hs, size_t n, uint64_t memory_mib, uint64_t disk_gib,
+		  enum place_how *how)
+{
+	static const enum place_how steps[] = {PLACE_WARM, PLACE_ROOM, PLACE_EVICT};
+
+	for (size_t k = 0; k < SBX_ARRAY_SIZE(steps); k++) {
+		int best = -1;
+		uint64_t best_free = 0;
+
+		for (size_t i = 0; i < n; i++) {
+			const struct host_snapshot *s = &hs[i];
+			bool evicting = steps[k] == PLACE_EVICT;
+			bool ok = steps[k] == PLACE_WARM ? s->warm > 0
+							 : room(s, memory_mib, disk_gib, evicting);
+
+			if (!s->up || s->draining || !ok)
+				continue;
+			if (best < 0 || free_mib(s, evicting) > best_free) {
+				best = (int)i;
+				best_free = free_mib(s, evicting);
+			}
+		}
+		if (best >= 0) {
+			*how = steps[k];
+			return best;
+		}
+	}
+	return -1;
+}
+
+struct host *sandbox_host_admit_locked(struct sandbox_svc *svc, const struct sandbox_size *size,
+				       const char *runtime, struct live **warm_out,
+				       struct live **evicted, struct sbx_error *err)
+{
+	struct host_snapshot snaps[SANDBOX_MAX_HOSTS];
+	enum place_how how = PLACE_ROOM;
+	struct host *h;
+	int i;
+
+	*warm_out = NULL;
+	for (size_t k = 0; k < svc->n_hosts; k++)
+		host_snapshot_locked(&svc->hosts[k], size, runtime, &snaps[k]);
+	i = sandbox_place(snaps, svc->n_hosts, size->memory_mib, size->disk_gib, &how);
+	if (i < 0) {
+		sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
+			      "no host has capacity for another guest of size '%s' right now; "
+			      "retry later",
+			      size->name);
+		err->retry_after_s = 10;
+		return NULL;
+	}
+	h = &svc->hosts[i];
+	if (how == PLACE_WARM) {
+		if (runtime)
+			*warm_out = sandbox_pool_take_locked(svc, h, NULL, runtime);
+		if (!*warm_out)
+			*warm_out = sandbox_pool_take_locked(svc, h, size->name, NULL);
+		if (!*warm_out)
+			how = PLACE_EVICT; /* its one warm guest was not usable */
+	}
+	if (how == PLACE_EVICT) {
+		while (!sandbox_host_fits_locked(h, size)) {
+			struct live *p = sandbox_pool_evict_locked(svc, h);
+
+			if (!p) {
+				sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
+					      "no host has capacity for another guest of size "
+					      "'%s' right now; retry later",
+					      size->name);
+				err->retry_after_s = 10;
+				return NULL;
+			}
+			p->next = *evicted;
+			*evicted = p;
+		}
+	}
+	sandbox_host_booting_locked(h, size, +1);
+	return h;
+}
+
+/* ------------------------------------------------------------ reconcile */
+
+struct live_rows {
+	struct store_sandbox *rows;
+	size_t n;
+};
+
+struct reconcile_ctx {
+	struct sandbox_svc *svc;
+	struct host *h;
+	const struct live_rows *lr;
+	bool restart;
+	char (*orphans)[64];
+	size_t n_orphans;
+	char (*kept)[64];
+	size_t n_kept;
+	size_t cap;
+};
+
+/* Is sandbox `id` live here with a guest that still answers? */
+static bool live_alive(struct sandbox_svc *svc, const char *id)
+{
+	bool alive;
+
+	pthread_mutex_lock(&svc->lock);
+	struct live *l = sandbox_live_find_locked(svc, id);
+	alive = l && !l->dead;
+	pthread_mutex_unlock(&svc->lock);
+	return alive;
+}
+
+static const struct store_sandbox *row_of(const struct reconcile_ctx *rc, const char *domain,
+					  const char *sandbox_id)
+{
+	for (size_t i = 0; i < rc->lr->n; i++) {
+		const struct store_sandbox *r = &rc->lr->rows[i];
+
+		if (r->status == STORE_RUNNING && strcmp(r->host, rc->h->cfg->name) == 0 &&
+		    strcmp(r->domain, domain) == 0 && strcmp(r->id, sandbox_id) == 0)
+			return r;
+	}
+	return NULL;
+}
+
+static void reconcile_domain(void *opaque, const char *name, const char *sandbox_id)
+{
+	struct reconcile_ctx *rc = opaque;
+	const struct store_sandbox *row = row_of(rc, name, sandbox_id);
+
+	/* At a restart a running row keeps its domain (reattached below);
+	 * on a host that came back only a guest still alive here does. */
+	if (row && (rc->restart || live_alive(rc->svc, row->id))) {
+		if (rc->n_kept < rc->cap)
+			snprintf(rc->kept[rc->n_kept++], 64, "%s", name);
+		return;
+	}
+	if (rc->n_orphans < rc->cap)
+		snprintf(rc->orphans[rc->n_orphans++], 64, "%s", name);
+}
+
+/* Reattach a running guest left by a previous daemon. */
+static int reattach(struct sandbox_svc *svc, struct host *h, const struct store_sandbox *row,
+		    struct sbx_error *err)
+{
+	struct live *l = calloc(1, sizeof(*l));
+	struct agentless_limits lim = {
+	    .backstop_grace_ms = svc->cfg.exec_backstop_grace_ms,
+	    .xfer_stall_ms = svc->cfg.file_stall_timeout_ms,
+	    .max_inflight = (uint32_t)svc->cfg.max_execs_per_sandbox,
+	};
+	const struct sandbox_size *size = sandbox_config_size(&svc->cfg, row->size);
+	struct sbx_channel ch;
+
+	if (!l)
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+	snprintf(l->id, sizeof(l->id), "%s", row->id);
+	snprintf(l->domain, sizeof(l->domain), "%s", row->domain);
+	snprintf(l->size, sizeof(l->size), "%s", row->size);
+	l->svc = svc;
+	l->host = h;
+	l->expires_at_ms = row->expires_at_ms;
+	l->memory_mib = size ? size->memory_mib : 0;
+	l->vm = vmm_vm_lookup(h->vmm, row->domain, err);
+	if (!l->vm) {
+		free(l);
+		return -1;
+	}
+	l->conn = agentless_conn_new(&lim, sandbox_on_conn_broken, l);
+	if (vmm_vm_open_channel(l->vm, agentless_conn_recv, l->conn, &ch, err) < 0) {
+		sandbox_live_teardown(l, "reattach failed");
+		return -1;
+	}
+	agentless_conn_attach(l->conn, ch, true);
+	pthread_mutex_lock(&svc->lock);
+	l->next = svc->lives;
+	svc->lives = l;
+	pthread_mutex_unlock(&svc->lock);
+	sbx_info(MOD, "sandbox %s: reattached to domain %s on host %s", row->id, row->domain,
+		 h->cfg->name);
+	return 0;
+}
+
+/* End a running row whose guest cannot be used: expired ones at their
+ * expiry, the rest failed at their last answer (last_seen_at). */
+static void settle_lost(struct sandbox_svc *svc, const struct store_sandbox *row, int64_t now,
+			const char *why)
+{
+	bool expired = row->expires_at_ms <= now;
+
+	sbx_info(MOD, "reconcile: %s %s; ending %s", row->id, why,
+		 expired ? "as expired" : "at last_seen_at");
+	billing_settle(svc->store, row->id, expired ? STORE_EXPIRED : STORE_FAILED,
+		       expired ? row->expires_at_ms : row->last_seen_at_ms, NULL, NULL);
+}
+
+/* Make host h's domains and its running rows agree (DESIGN.md "Crash
+ * safety"): domains of ours without a live row are destroyed (on a host
+ * that came back: without a guest still alive here); at a restart,
+ * running rows past expiry end there, those whose domain is gone end at
+ * last_seen_at and the rest are reattached; on a host that came back
+ * every row without a live guest here ends failed at last_seen_at (their
+ * guests were failed when it went down). No lock held. */
+static int reconcile_host(struct sandbox_svc *svc, struct host *h, const struct live_rows *lr,
+			  bool restart, struct sbx_error *err)
+{
+	struct reconcile_ctx rc = {.svc = svc, .h = h, .lr = lr, .restart = restart, .cap = 4096};
+	int64_t now = sbx_wall_ms();
+
+	int rcode = -1;
+
+	rc.orphans = calloc(rc.cap, sizeof(*rc.orphans));
+	rc.kept = calloc(rc.cap, sizeof(*rc.kept));
+	if (!rc.orphans || !rc.kept) {
+		sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+		goto out;
+	}
+	if (vmm_list_domains(h->vmm, reconcile_domain, &rc, err) < 0)
+		goto out;
+	for (size_t i = 0; i < rc.n_orphans; i++) {
+		sbx_info(MOD, "reconcile: host %s: destroying domain %s (no live sandbox)",
+			 h->cfg->name, rc.orphans[i]);
+		vmm_destroy_by_name(h->vmm, rc.orphans[i], NULL);
+	}
+	for (size_t i = 0; i < lr->n; i++) {
+		const struct store_sandbox *row = &lr->rows[i];
+		bool has_domain = false;
+		struct sbx_error e;
+
+		if (row->status != STORE_RUNNING || strcmp(row->host, h->cfg->name) != 0)
+			continue;
+		if (!restart) {
+			if (!live_alive(svc, row->id))
+				settle_lost(svc, row, now, "ran on a host that was down");
+			continue;
+		}
+		for (size_t k = 0; k < rc.n_kept; k++)
+			if (strcmp(rc.kept[k], row->domain) == 0)
+				has_domain = true;
+		if (row->expires_at_ms <= now) {
+			if (has_domain)
+				vmm_destroy_by_name(h->vmm, row->domain, NULL);
+			settle_lost(svc, row, now, "expired while the daemon was down");
+		} else if (!has_domain) {
+			settle_lost(svc, row, now, "lost its guest");
+		} else if (reattach(svc, h, row, &e) < 0) {
+			sbx_warn(MOD, "reconcile: %s cannot be reattached: %s", row->id, e.message);
+			vmm_destroy_by_name(h->vmm, row->domain, NULL);
+			billing_settle(svc->store, row->id, STORE_FAILED, now, NULL, NULL);
+		}
+	}
+	/* Overlays, sockets and logs of guests that died while nobody
+	 * watched (host crash, kill -9): no create is in flight here yet. */
+	int pruned = vmm_prune_files(h->vmm, NULL);
+	if (pruned > 0)
+		sbx_info(MOD, "reconcile: host %s: removed %d stale files of stopped guests",
+			 h->cfg->name, pruned);
+	rcode = 0;
+out:
+	free(rc.orphans);
+	free(rc.kept);
+	return rcode;
+}
+
+/* The restart reconcile: what no host owns (interrupted creates and
+ * executions, rows on hosts no longer configured or down), then each host
+ * that answers. */
+static int reconcile_all(struct sandbox_svc *svc, struct sbx_error *err)
+{
+	struct live_rows lr = {0};
+	int64_t now = sbx_wall_ms();
+	int cut;
+
+	if (store_sandbox_list_live(svc->store, &lr.rows, &lr.n, err) < 0)
+		return -1;
+	/* No create survives a restart: their keys are freed (API.md). */
+	if (store_idem_release_pending(svc->store, NULL) > 0)
+		sbx_info(MOD, "reconcile: freed the idempotency keys of interrupted creates");
+	/* Nor does a one-shot execution: release its hold, charge nothing. */
+	cut = store_execution_fail_unfinished(svc->store, now, NULL);
+	if (cut > 0)
+		sbx_info(MOD, "reconcile: released the holds of %d interrupted execution(s)", cut);
+	/* Stored results past their retention (execution_retention_hours). */
+	cut = store_execution_prune(
+	    svc->store, now - (int64_t)svc->cfg.execution_retention_hours * 3600 * 1000, NULL);
+	if (cut > 0)
+		sbx_info(MOD, "reconcile: dropped %d stored execution result(s) past retention",
+			 cut);
+	for (size_t i = 0; i < lr.n; i++) {
+		const struct store_sandbox *row = &lr.rows[i];
+		struct host *h = sandbox_host_find(svc, row->host);
+
+		if (row->status == STORE_CREATING) {
+			/* its domain, if any, names a creating row: an orphan */
+			sbx_info(MOD, "reconcile: rolling back create of %s", row->id);
+			store_sandbox_abort(svc->store, row->id, NULL);
+		} else if (!h) {
+			settle_lost(svc, row, now, "ran on a host no longer configured");
+		} else if (!h->vmm) {
+			settle_lost(svc, row, now, "runs on a host that does not answer");
+		}
+	}
+	for (size_t i = 0; i < svc->n_hosts; i++) {
+		struct host *h = &svc->hosts[i];
+		struct sbx_error e;
+
+		if (h->vmm && reconcile_host(svc, h, &lr, true, &e) < 0) {
+			sbx_warn(MOD, "reconcile: host %s: %s", h->cfg->name, e.message);
+			if (svc->n_hosts == 1) {
+				*err = e;
+				free(lr.rows);
+				return -1;
+			}
+		}
+	}
+	free(lr.rows);
+	return 0;
+}
+
+/* ------------------------------------------------------------ lifecycle */
+
+int sandbox_hosts_open(struct sandbox_svc *svc, struct sbx_error *err)
+{
+	size_t up = 0;
+	struct sbx_error last = {0};
+
+	svc->n_hosts = svc->cfg.n_hosts;
+	for (size_t i = 0; i < svc->n_hosts; i++) {
+		struct host *h = &svc->hosts[i];
+		struct sbx_error e;
+
+		h->svc = svc;
+		h->cfg = &svc->cfg.hosts[i];
+		h->local = vmm_uri_is_local(h->cfg->uri);
+		h->state = HOST_DOWN;
+		h->vmm = host_vmm_new(svc, h, &e);
+		if (!h->vmm) {
+			sbx_warn(MOD, "host %s (%s) does not answer: %s; it starts down",
+				 h->cfg->name, h->cfg->uri, e.message);
+			last = e;
+			continue;
+		}
+		h->state = HOST_UP;
+		h->last_seen_mono = sbx_mono_ms();
+		h->last_seen_wall = sbx_wall_ms();
+		up++;
+	}
+	if (up == 0) {
+		*err = last;
+		return -1;
+	}
+	return reconcile_all(svc, err);
+}
+
+void sandbox_hosts_close(struct sandbox_svc *svc)
+{
+	for (size_t i = 0; i < svc->n_hosts; i++) {
+		vmm_free(svc->hosts[i].vmm);
+		svc->hosts[i].vmm = NULL;
+	}
+}
+
+/* ----------------------------------------------------- the host thread */
+
+/* Read the drained hosts from the store (`sandboxd admin drain`). */
+static void drains_read(struct sandbox_svc *svc)
+{
+	char names[SANDBOX_MAX_HOSTS * 4][STORE_HOST_MAX];
+	struct live *dropped = NULL;
+	size_t n = 0;
+
+	if (store_host_drains_list(svc->store, names, SBX_ARRAY_SIZE(names), &n, NULL) < 0)
+		return; /* keep what we knew */
+	pthread_mutex_lock(&svc->lock);
+	for (size_t i = 0; i < svc->n_hosts; i++) {
+		struct host *h = &svc->hosts[i];
+		bool drained = false;
+
+		for (size_t k = 0; k < n; k++)
+			drained |= strcmp(names[k], h->cfg->name) == 0;
+		if (drained != h->draining)
+			sbx_info(MOD, "host %s: %s", h->cfg->name,
+				 drained ? "draining: no new placements, running sandboxes "
+					   "run to their end"
+					 : "undrained: placements resume");
+		h->draining = drained;
+		if (drained) {
+			struct live *p = sandbox_pool_drop_host_locked(svc, h);
+
+			while (p) {
+				struct live *next = p->next;
+
+				p->next = dropped;
+				dropped = p;
+				p = next;
+			}
+		}
+	}
+	pthread_mutex_unlock(&svc->lock);
+	sandbox_live_teardown_chain(dropped, "its host is drained");
+}
+
+/* Host h stopped answering: its sandboxes end failed at its last answer
+ * (the timer queues them, as for a guest liveness gave up on), its pool
+ * goes. Call with lock; the dropped pool is returned for teardown. */
+static struct live *host_down_locked(struct sandbox_svc *svc, struct host *h, int64_t silent_ms)
+{
+	int n = 0;
+
+	h->state = HOST_DOWN;
+	for (struct live *l = svc->lives; l; l = l->next) {
+		if (l->host != h || l->dead)
+			continue;
+		l->dead = true;
+		l->dead_at_ms = h->last_seen_wall;
+		n++;
+	}
+	sbx_err(MOD,
+		"host %s: no answer for %lld ms: down; %d sandbox(es) end failed at its last "
+		"answer, new guests go to other hosts",
+		h->cfg->name, (long long)silent_ms, n);
+	pthread_cond_broadcast(&svc->cond);
+	return sandbox_pool_drop_host_locked(svc, h);
+}
+
+/* A host that answers again: reconcile it, then place on it. No lock. */
+static void host_back(struct sandbox_svc *svc, struct host *h)
+{
+	struct live_rows lr = {0};
+	struct sbx_error e;
+
+	if (store_sandbox_list_live(svc->store, &lr.rows, &lr.n, &e) < 0 ||
+	    reconcile_host(svc, h, &lr, false, &e) < 0) {
+		sbx_warn(MOD, "host %s answers again but reconcile failed: %s; retrying",
+			 h->cfg->name, e.message);
+		free(lr.rows);
+		return;
+	}
+	free(lr.rows);
+	pthread_mutex_lock(&svc->lock);
+	h->state = HOST_UP;
+	h->reconcile_due = false;
+	pthread_cond_broadcast(&svc->cond); /* the pool refills it */
+	pthread_mutex_unlock(&svc->lock);
+	sbx_info(MOD, "host %s: up again, reconciled", h->cfg->name);
+}
+
+static void host_check(struct sandbox_svc *svc, struct host *h)
+{
+	struct vmm *v;
+	bool ok;
+	struct live *dropped = NULL;
+
+	pthread_mutex_lock(&svc->lock);
+	v = h->vmm;
+	pthread_mutex_unlock(&svc->lock);
+	if (!v) {
+		struct sbx_error e;
+
+		v = host_vmm_new(svc, h, &e);
+		if (!v)
+			return;
+		pthread_mutex_lock(&svc->lock);
+		h->vmm = v;
+		h->reconcile_due = true;
+		pthread_mutex_unlock(&svc->lock);
+	}
+	ok = vmm_connected(v);
+	pthread_mutex_lock(&svc->lock);
+	int64_t mono = sbx_mono_ms();
+	if (ok) {
+		h->last_seen_mono = mono;
+		h->last_seen_wall = sbx_wall_ms();
+		if (h->state == HOST_DOWN)
+			h->reconcile_due = true;
+	} else if (h->state == HOST_UP &&
+		   mono - h->last_seen_mono >= (int64_t)svc->cfg.host_down_after_ms) {
+		dropped = host_down_locked(svc, h, mono - h->last_seen_mono);
+	}
+	bool back = ok && h->reconcile_due;
+	pthread_mutex_unlock(&svc->lock);
+	sandbox_live_teardown_chain(dropped, "its host is down");
+	if (back)
+		host_back(svc, h);
+}
+
+static void *host_main(void *arg)
+{
+	struct sandbox_svc *svc = arg;
+
+	for (;;) {
+		struct timespec ts;
+		bool stop;
+
+		pthread_mutex_lock(&svc->lock);
+		ts = sbx_timespec_in(CLOCK_REALTIME, svc->cfg.host_check_interval_ms);
+		while (!svc->stop && pthread_cond_timedwait(&svc->cond, &svc->lock, &ts) == 0)
+			;
+		stop = svc->stop;
+		pthread_mutex_unlock(&svc->lock);
+		if (stop)
+			break;
+		drains_read(svc);
+		for (size_t i = 0; i < svc->n_hosts; i++)
+			host_check(svc, &svc->hosts[i]);
+	}
+	return NULL;
+}
+
+int sandbox_hosts_start(struct sandbox_svc *svc, struct sbx_error *err)
+{
+	drains_read(svc); /* before the first placement */
+	if (pthread_create(&svc->host_thread, NULL, host_main, svc) != 0)
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "cannot start the host thread");
+	svc->host_thread_started = true;
+	return 0;
+}
+
+void sandbox_hosts_stop(struct sandbox_svc *svc)
+{
+	if (svc->host_thread_started) {
+		pthread_join(svc->host_thread, NULL);
+		svc->host_thread_started = false;
+	}
+}
+
+/* ------------------------------------------------------------- operators */
+
+int sandbox_host_drain(struct sandbox_svc *svc, const char *name, bool drained,
+		       struct sbx_error *err)
+{
+	bool known = false;
+
+	for (size_t i = 0; i < svc->cfg.n_hosts; i++)
+		known |= strcmp(svc->cfg.hosts[i].name, name) == 0;
+	if (!known)
+		return sbx_error_set(err, SBX_E_NOT_FOUND, "host",
+				     "no host '%.40s' in the config's hosts", name);
+	return store_host_drain_set(svc->store, name, drained, sbx_wall_ms(), err);
+}
+
+int sandbox_host_drained(struct sandbox_svc *svc, const char *name, struct sbx_error *err)
+{
+	char names[SANDBOX_MAX_HOSTS * 4][STORE_HOST_MAX];
+	size_t n = 0;
+
+	if (store_host_drains_list(svc->store, names, SBX_ARRAY_SIZE(names), &n, err) < 0)
+		return -1;
+	for (size_t k = 0; k < n; k++)
+		if (strcmp(names[k], name) == 0)
+			return 1;
+	return 0;
+}
+
+size_t sandbox_hosts_view(struct sandbox_svc *svc, struct sandbox_host_view *out, size_t max)
+{
+	size_t n = 0;
+
+	pthread_mutex_lock(&svc->lock);
+	for (size_t i = 0; i < svc->n_hosts && n < max; i++) {
+		struct host *h = &svc->hosts[i];
+		struct sandbox_host_view *v = &out[n++];
+		int pool_guests;
+		uint64_t pool_mib, pool_gib;
+
+		memset(v, 0, sizeof(*v));
+		snprintf(v->name, sizeof(v->name), "%s", h->cfg->name);
+		snprintf(v->uri, sizeof(v->uri), "%s", h->cfg->uri);
+		snprintf(v->state, sizeof(v->state), "%s",
+			 h->state != HOST_UP ? "down"
+			 : h->draining	     ? "draining"
+					     : "up");
+		v->max_guests = h->cfg->max_guests;
+		v->memory_total_mib = host_mem_total(h);
+		v->disk_total_gib = h->cfg->disk_gib;
+		host_used_locked(h, &v->guests, &v->memory_used_mib, &v->disk_used_gib);
+		sandbox_pool_count_locked(svc, h, &pool_guests, &pool_mib, &pool_gib);
+		v->pool_booting = h->pool_booting;
+		v->pool_ready = pool_guests - h->pool_booting;
+		v->guests += pool_guests;
+		v->memory_used_mib += pool_mib;
+		v->disk_used_gib += h->cfg->base_image[0] ? pool_gib : 0;
+		v->last_seen_ms_ago = sbx_mono_ms() - h->last_seen_mono;
+	}
+	pthread_mutex_unlock(&svc->lock);
+	return n;
+}

@@ -1,0 +1,641 @@
+/* store: sandbox rows (reserve, activate, end, extend, list, touch).
+ * See store.c for the connection and transaction rules. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "store-priv.h"
+
+#define MOD "store"
+/* ------------------------------------------------------------ sandboxes */
+
+#define SBX_COLS                                                                                   \
+	"id, account_id, size, domain, status, timeout_minutes,"                                   \
+	" price_micro_per_hour, requested_at_ms, created_at_ms, expires_at_ms,"                    \
+	" ended_at_ms, last_seen_at_ms, hold_micro, charge_micro, startup_path, startup_ms,"       \
+	" host"
+
+/* "12.345678" without going near floating point (store must not call billing). */
+static void store_usd(int64_t micro, char buf[static 32])
+{
+	uint64_t m = micro < 0 ? (uint64_t)0 - (uint64_t)micro : (uint64_t)micro;
+	snprintf(buf, 32, "%s%" PRIu64 ".%06" PRIu64, micro < 0 ? "-" : "", m / 1000000,
+		 m % 1000000);
+}
+
+static void store_sandbox_from_stmt(sqlite3_stmt *q, struct store_sandbox *r)
+{
+	memset(r, 0, sizeof *r);
+	store_copy_col(r->id, sizeof r->id, q, 0);
+	store_copy_col(r->account_id, sizeof r->account_id, q, 1);
+	store_copy_col(r->size, sizeof r->size, q, 2);
+	store_copy_col(r->domain, sizeof r->domain, q, 3);
+	const unsigned char *st = sqlite3_column_text(q, 4);
+	if (store_status_parse((const char *)st, &r->status) < 0)
+		r->status = STORE_FAILED; /* the CHECK constraint makes this unreachable */
+	r->timeout_minutes = sqlite3_column_int(q, 5);
+	r->price_micro_per_hour = sqlite3_column_int64(q, 6);
+	r->requested_at_ms = sqlite3_column_int64(q, 7);
+	r->created_at_ms = sqlite3_column_int64(q, 8);
+	r->expires_at_ms = sqlite3_column_int64(q, 9);
+	r->ended_at_ms = sqlite3_column_int64(q, 10);
+	r->last_seen_at_ms = sqlite3_column_int64(q, 11);
+	r->hold_micro = sqlite3_column_int64(q, 12);
+	r->charge_micro = sqlite3_column_int64(q, 13);
+	store_copy_col(r->startup_path, sizeof r->startup_path, q, 14);
+	r->startup_ms = sqlite3_column_int64(q, 15);
+	store_copy_col(r->host, sizeof r->host, q, 16);
+}
+
+static void store_sandbox_decode(sqlite3_stmt *q, void *elem)
+{
+	store_sandbox_from_stmt(q, elem);
+}
+
+/* Read one row by id (any status, any account unless account_id given).
+ * 1 found, 0 not found, -1 error. */
+static int store_sandbox_read(struct store *s, const char *account_id, const char *id,
+			      struct store_sandbox *out, struct sbx_error *err)
+{
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
+	if (store_prepare_cached(s,
+				 "SELECT " SBX_COLS " FROM sandboxes"
+				 " WHERE id = ?1 AND (?2 IS NULL OR account_id = ?2)",
+				 &q, err) < 0)
+		return -1;
+	store_bind_text(q, 1, id);
+	store_bind_text(q, 2, account_id);
+	int rc = sqlite3_step(q);
+	if (rc == SQLITE_DONE)
+		return 0;
+	if (rc != SQLITE_ROW)
+		return store_db_error(s, "sandbox read", err);
+	store_sandbox_from_stmt(q, out);
+	return 1;
+}
+
+/* available = credits - holds + releases (= balance - reserved), from the
+ * account row's running totals: one row read, whatever the history. */
+int store_available(struct store *s, const char *account_id, int64_t *available,
+		    struct sbx_error *err)
+{
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
+	if (store_prepare_cached(s,
+				 "SELECT credits_micro - holds_micro + releases_micro FROM accounts"
+				 " WHERE id = ?1",
+				 &q, err) < 0)
+		return -1;
+	store_bind_text(q, 1, account_id);
+	int rc = sqlite3_step(q);
+	if (rc == SQLITE_DONE)
+		return sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such account '%.64s'",
+				     account_id ? account_id : "");
+	if (rc != SQLITE_ROW)
+		return store_db_error(s, "available", err);
+	*available = sqlite3_column_int64(q, 0);
+	return 0;
+}
+
+int store_count_live_locked(struct store *s, const char *account_id, int *n, struct sbx_error *err)
+{
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
+	if (store_prepare_cached(s,
+				 "SELECT COUNT(*) FROM sandboxes WHERE account_id = ?1"
+				 " AND status IN ('creating', 'running')",
+				 &q, err) < 0)
+		return -1;
+	store_bind_text(q, 1, account_id);
+	if (store_step_row(s, q, err) < 0)
+		return -1;
+	*n = sqlite3_column_int(q, 0);
+	return 0;
+}
+
+static int store_insufficient(struct sbx_error *err, const char *what, int64_t needed,
+			      int64_t available)
+{
+	char need_usd[32], avail_usd[32];
+	store_usd(needed, need_usd);
+	store_usd(available < 0 ? 0 : available, avail_usd);
+	return sbx_error_set(err, SBX_E_INSUFFICIENT_CREDIT, NULL,
+			     "insufficient credit: %s needs $%s reserved but $%s is available; "
+			     "add credit or choose a shorter timeout",
+			     what, need_usd, avail_usd);
+}
+
+int store_sandbox_reserve(struct store *s, struct store_sandbox *row, int64_t hold_micro,
+			  int max_live, struct sbx_error *err)
+{
+	if (!row || !*row->account_id || !*row->size)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL,
+				     "a sandbox needs an account and a size");
+	if (hold_micro < 0 || row->price_micro_per_hour < 0 || max_live < 0)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL,
+				     "hold, price and cap must not be negative");
+	if (!*row->id && sbx_random_id("sbx_", 12, row->id, sizeof row->id) < 0)
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "cannot generate a sandbox id");
+	int64_t now = sbx_wall_ms();
+	if (row->requested_at_ms == 0)
+		row->requested_at_ms = now;
+
+	STORE_LOCK(s);
+	if (store_tx_begin(s, err) < 0)
+		return -1;
+	int found = store_account_exists(s, row->account_id, err);
+	if (found < 0)
+		goto err_rollback;
+	if (found == 0) {
+		sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such account '%.64s'",
+			      row->account_id);
+		goto err_rollback;
+	}
+	int live;
+	if (store_count_live_locked(s, row->account_id, &live, err) < 0)
+		goto err_rollback;
+	if (live >= max_live) {
+		sbx_error_set(
+		    err, SBX_E_CONCURRENCY_LIMIT, NULL,
+		    "account has reached its limit of %d live sandboxes; delete one first",
+		    max_live);
+		err->retry_after_s = 5;
+		goto err_rollback;
+	}
+	int64_t available;
+	if (store_available(s, row->account_id, &available, err) < 0)
+		goto err_rollback;
+	if (available < hold_micro) {
+		store_insufficient(err, "this sandbox", hold_micro, available);
+		goto err_rollback;
+	}
+	{
+		_cleanup_reset_ sqlite3_stmt *q = NULL;
+		if (store_prepare_cached(
+			s,
+			"INSERT INTO sandboxes (id, account_id, size, domain, status,"
+			" timeout_minutes, price_micro_per_hour, requested_at_ms,"
+			" last_seen_at_ms, hold_micro)"
+			" VALUES (?1, ?2, ?3, ?4, 'creating', ?5, ?6, ?7, ?7, ?8)",
+			&q, err) < 0)
+			goto err_rollback;
+		store_bind_text(q, 1, row->id);
+		store_bind_text(q, 2, row->account_id);
+		store_bind_text(q, 3, row->size);
+		store_bind_text(q, 4, row->domain);
+		sqlite3_bind_int(q, 5, row->timeout_minutes);
+		sqlite3_bind_int64(q, 6, row->price_micro_per_hour);
+		sqlite3_bind_int64(q, 7, row->requested_at_ms);
+		sqlite3_bind_int64(q, 8, hold_micro);
+		if (store_step_done(s, q, err) < 0)
+			goto err_rollback;
+	}
+	if (hold_micro > 0 &&
+	    store_ledger_insert(s, row->account_id, row->id, "hold", hold_micro, now, err) < 0)
+		goto err_rollback;
+	if (store_tx_commit(s, err) < 0)
+		goto err_rollback;
+	row->status = STORE_CREATING;
+	row->hold_micro = hold_micro;
+	row->created_at_ms = row->expires_at_ms = row->ended_at_ms = 0;
+	row->last_seen_at_ms = row->requested_at_ms;
+	row->charge_micro = 0;
+	return 0;
+
+err_rollback:
+	store_tx_rollback(s);
+	return -1;
+}
+
+int store_sandbox_activate(struct store *s, const char *id, const char *domain,
+			   int64_t created_at_ms, int64_t expires_at_ms, struct sbx_error *err)
+{
+	return store_sandbox_activate_startup(s, id, domain, created_at_ms, expires_at_ms, NULL, 0,
+					      NULL, err);
+}
+
+int store_sandbox_activate_startup(struct store *s, const char *id, const char *domain,
+				   int64_t created_at_ms, int64_t expires_at_ms,
+				   const char *startup_path, int64_t startup_ms, const char *host,
+				   struct sbx_error *err)
+{
+	if (host && (!host[0] || strlen(host) >= STORE_HOST_MAX))
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL, "bad host name");
+	if (startup_path && strcmp(startup_path, "warm") != 0 && strcmp(startup_path, "cold") != 0)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL, "bad startup path");
+	if (startup_ms < 0)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL, "bad startup time");
+	if (!domain || strlen(domain) >= sizeof((struct store_sandbox *)0)->domain)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL, "bad domain name");
+	if (created_at_ms <= 0 || expires_at_ms < created_at_ms)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL,
+				     "created_at must be set and not after expires_at");
+	STORE_LOCK(s);
+	if (store_tx_begin(s, err) < 0)
+		return -1;
+	{
+		_cleanup_stmt_ sqlite3_stmt *q = NULL;
+		if (store_prepare(s,
+				  "UPDATE sandboxes SET status = 'running', domain = ?2,"
+				  " created_at_ms = ?3, expires_at_ms = ?4, last_seen_at_ms = ?3,"
+				  " startup_path = ?5, startup_ms = ?6, host = COALESCE(?7, host)"
+				  " WHERE id = ?1 AND status = 'creating'",
+				  &q, err) < 0)
+			goto err_rollback;
+		store_bind_text(q, 1, id);
+		store_bind_text(q, 2, domain);
+		sqlite3_bind_int64(q, 3, created_at_ms);
+		sqlite3_bind_int64(q, 4, expires_at_ms);
+		store_bind_text(q, 5, startup_path ? startup_path : "");
+		sqlite3_bind_int64(q, 6, startup_ms);
+		store_bind_text(q, 7, host);
+		if (store_step_done(s, q, err) < 0)
+			goto err_rollback;
+		if (sqlite3_changes(s->db) != 1) {
+			sbx_error_set(err, SBX_E_NOT_FOUND, NULL,
+				      "no sandbox '%.64s' is being created", id ? id : "");
+			goto err_rollback;
+		}
+	}
+	if (store_tx_commit(s, err) < 0)
+		goto err_rollback;
+	return 0;
+
+err_rollback:
+	store_tx_rollback(s);
+	return -1;
+}
+
+/* Set a row's final status, ended_at and charge (the caller checked it is live). */
+static int store_sandbox_finish(struct store *s, const char *id, const char *status,
+				int64_t ended_at_ms, int64_t charge, struct sbx_error *err)
+{
+	_cleanup_stmt_ sqlite3_stmt *q = NULL;
+	if (store_prepare(s,
+			  "UPDATE sandboxes SET status = ?2, ended_at_ms = ?3, charge_micro = ?4"
+			  " WHERE id = ?1",
+			  &q, err) < 0)
+		return -1;
+	store_bind_text(q, 1, id);
+	store_bind_text(q, 2, status);
+	sqlite3_bind_int64(q, 3, ended_at_ms);
+	sqlite3_bind_int64(q, 4, charge);
+	return store_step_done(s, q, err);
+}
+
+int store_sandbox_abort(struct store *s, const char *id, struct sbx_error *err)
+{
+	STORE_LOCK(s);
+	if (store_tx_begin(s, err) < 0)
+		return -1;
+	struct store_sandbox row;
+	int found = store_sandbox_read(s, NULL, id, &row, err);
+	if (found < 0)
+		goto err_rollback;
+	if (found == 0 || row.status != STORE_CREATING) {
+		store_tx_rollback(s);
+		return 0;
+	}
+	int64_t now = sbx_wall_ms();
+	if (store_sandbox_finish(s, row.id, "aborted", now, 0, err) < 0)
+		goto err_rollback;
+	if (row.hold_micro > 0 &&
+	    store_ledger_insert(s, row.account_id, row.id, "release", row.hold_micro, now, err) < 0)
+		goto err_rollback;
+	if (store_tx_commit(s, err) < 0)
+		goto err_rollback;
+	return 1;
+
+err_rollback:
+	store_tx_rollback(s);
+	return -1;
+}
+
+int store_sandbox_end(struct store *s, const char *id, enum store_status status,
+		      int64_t ended_at_ms, store_charge_fn charge_fn, struct store_sandbox *out,
+		      struct sbx_error *err)
+{
+	if (status != STORE_DESTROYED && status != STORE_EXPIRED && status != STORE_FAILED)
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL,
+				     "a sandbox can only end destroyed, expired or failed");
+	if (!charge_fn)
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "no charge function");
+	STORE_LOCK(s);
+	if (store_tx_begin(s, err) < 0)
+		return -1;
+	struct store_sandbox row;
+	int found = store_sandbox_read(s, NULL, id, &row, err);
+	if (found < 0)
+		goto err_rollback;
+	if (found == 0 || row.status == STORE_ABORTED) {
+		sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such sandbox '%.64s'", id ? id : "");
+		goto err_rollback;
+	}
+	if (row.status != STORE_RUNNING) {
+		/* Already ended (or still creating: that is abort's business). */
+		store_tx_rollback(s);
+		if (out)
+			*out = row;
+		return 0;
+	}
+	if (ended_at_ms < row.created_at_ms)
+		ended_at_ms = row.created_at_ms;
+	int64_t charge = charge_fn(&row, ended_at_ms);
+	if (charge < 0)
+		charge = 0;
+	if (charge > row.hold_micro)
+		charge = row.hold_micro;
+	int64_t release = row.hold_micro - charge;
+	int64_t now = sbx_wall_ms();
+	if (store_sandbox_finish(s, row.id, store_status_name(status), ended_at_ms, charge, err) <
+	    0)
+		goto err_rollback;
+	if (charge > 0 &&
+	    store_ledger_insert(s, row.account_id, row.id, "charge", charge, now, err) < 0)
+		goto err_rollback;
+	if (release > 0 &&
+	    store_ledger_insert(s, row.account_id, row.id, "release", release, now, err) < 0)
+		goto err_rollback;
+	if (store_usage_settle(s, &row, ended_at_ms, charge, err) < 0)
+		goto err_rollback;
+	if (store_tx_commit(s, err) < 0)
+		goto err_rollback;
+	row.status = status;
+	row.ended_at_ms = ended_at_ms;
+	row.charge_micro = charge;
+	if (out)
+		*out = row;
+	return 1;
+
+err_rollback:
+	store_tx_rollback(s);
+	return -1;
+}
+
+int store_sandbox_extend(struct store *s, const char *account_id, const char *id,
+			 int64_t new_expires_at_ms, int64_t extra_hold_micro, struct sbx_error *err)
+{
+	if (extra_hold_micro < 0)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL,
+				     "an extension cannot hold a negative amount");
+	STORE_LOCK(s);
+	if (store_tx_begin(s, err) < 0)
+		return -1;
+	struct store_sandbox row;
+	int found = store_sandbox_read(s, account_id, id, &row, err);
+	if (found < 0)
+		goto err_rollback;
+	if (found == 0 || row.status == STORE_ABORTED) {
+		sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such sandbox '%.64s'", id ? id : "");
+		goto err_rollback;
+	}
+	if (row.status != STORE_RUNNING) {
+		sbx_error_set(err, SBX_E_SANDBOX_NOT_RUNNING, NULL,
+			      "sandbox '%s' is %s; create a new one", row.id,
+			      store_status_name(row.status));
+		goto err_rollback;
+	}
+	int64_t available;
+	if (store_available(s, row.account_id, &available, err) < 0)
+		goto err_rollback;
+	if (available < extra_hold_micro) {
+		store_insufficient(err, "this extension", extra_hold_micro, available);
+		goto err_rollback;
+	}
+	{
+		_cleanup_stmt_ sqlite3_stmt *q = NULL;
+		/* expires_at never moves earlier. */
+		if (store_prepare(s,
+				  "UPDATE sandboxes SET expires_at_ms = MAX(expires_at_ms, ?2),"
+				  " hold_micro = hold_micro + ?3 WHERE id = ?1",
+				  &q, err) < 0)
+			goto err_rollback;
+		store_bind_text(q, 1, row.id);
+		sqlite3_bind_int64(q, 2, new_expires_at_ms);
+		sqlite3_bind_int64(q, 3, extra_hold_micro);
+		if (store_step_done(s, q, err) < 0)
+			goto err_rollback;
+	}
+	if (extra_hold_micro > 0 && store_ledger_insert(s, row.account_id, row.id, "hold",
+							extra_hold_micro, sbx_wall_ms(), err) < 0)
+		goto err_rollback;
+	if (store_tx_commit(s, err) < 0)
+		goto err_rollback;
+	return 0;
+
+err_rollback:
+	store_tx_rollback(s);
+	return -1;
+}
+
+int store_sandbox_get(struct store *s, const char *account_id, const char *id,
+		      struct store_sandbox *out, struct sbx_error *err)
+{
+	STORE_READ(s);
+	struct store_sandbox row;
+	int found = store_sandbox_read(s, account_id, id, &row, err);
+	if (found < 0)
+		return -1;
+	if (found == 0 || row.status == STORE_ABORTED)
+		return sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such sandbox '%.64s'",
+				     id ? id : "");
+	*out = row;
+	return 0;
+}
+
+int store_sandbox_list(struct store *s, const char *account_id, const enum store_status *status,
+		       int limit, const char *starting_after, struct store_sandbox **out, size_t *n,
+		       bool *has_more, struct sbx_error *err)
+{
+	if (limit < 1 || limit > 1000)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "limit",
+				     "limit must be between 1 and 1000");
+	*out = NULL;
+	*n = 0;
+	*has_more = false;
+	if (status && *status == STORE_ABORTED)
+		return 0; /* never shown */
+
+	STORE_READ(s);
+	int64_t cursor_ts = INT64_MAX;
+	const char *cursor_id = NULL;
+	struct store_sandbox cur;
+	if (starting_after) {
+		int found = store_sandbox_read(s, account_id, starting_after, &cur, err);
+		if (found < 0)
+			return -1;
+		if (found == 0 || cur.status == STORE_ABORTED)
+			return sbx_error_set(err, SBX_E_NOT_FOUND, "starting_after",
+					     "no such sandbox '%.64s'", starting_after);
+		cursor_ts = cur.requested_at_ms;
+		cursor_id = cur.id;
+	}
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
+	/* Two texts, so that a status filter is an index term
+	 * (sandboxes_by_account_status: O(rows of that status), e.g. the few
+	 * running ones) rather than a filter over the whole history. */
+#define STORE_LIST_TAIL                                                                            \
+	" AND (?4 IS NULL OR requested_at_ms < ?3 OR (requested_at_ms = ?3 AND id < ?4))"          \
+	" ORDER BY requested_at_ms DESC, id DESC LIMIT ?5"
+	if (store_prepare_cached(s,
+				 status ? "SELECT " SBX_COLS " FROM sandboxes WHERE account_id = ?1"
+					  " AND status = ?2" STORE_LIST_TAIL
+					: "SELECT " SBX_COLS " FROM sandboxes WHERE account_id = ?1"
+					  " AND status != 'aborted' AND ?2 IS NULL" STORE_LIST_TAIL,
+				 &q, err) < 0)
+		return -1;
+#undef STORE_LIST_TAIL
+	store_bind_text(q, 1, account_id);
+	store_bind_text(q, 2, status ? store_status_name(*status) : NULL);
+	sqlite3_bind_int64(q, 3, cursor_ts);
+	store_bind_text(q, 4, cursor_id);
+	sqlite3_bind_int(q, 5, limit + 1);
+	struct store_sandbox *rows = NULL;
+	size_t got = 0;
+	if (store_collect(s, q, sizeof *rows, (size_t)limit + 1, store_sandbox_decode,
+			  (void **)&rows, &got, err) < 0)
+		return -1;
+	if (got > (size_t)limit) {
+		*has_more = true;
+		got = (size_t)limit;
+	}
+	*out = rows;
+	*n = got;
+	return 0;
+}
+
+int store_sandbox_list_live(struct store *s, struct store_sandbox **out, size_t *n,
+			    struct sbx_error *err)
+{
+	STORE_READ(s);
+	_cleanup_stmt_ sqlite3_stmt *q = NULL;
+	if (store_prepare(s,
+			  "SELECT " SBX_COLS " FROM sandboxes"
+			  " WHERE status IN ('creating', 'running')"
+			  " ORDER BY requested_at_ms, id",
+			  &q, err) < 0)
+		return -1;
+	return store_collect(s, q, sizeof **out, SIZE_MAX, store_sandbox_decode, (void **)out, n,
+			     err);
+}
+
+int store_sandbox_touch(struct store *s, const char *id, int64_t now_ms, struct sbx_error *err)
+{
+	STORE_LOCK(s);
+	if (store_tx_begin(s, err) < 0)
+		return -1;
+	{
+		_cleanup_stmt_ sqlite3_stmt *q = NULL;
+		if (store_prepare(s,
+				  "UPDATE sandboxes SET last_seen_at_ms = MAX(last_seen_at_ms, ?2)"
+				  " WHERE id = ?1 AND status = 'running'",
+				  &q, err) < 0)
+			goto err_rollback;
+		store_bind_text(q, 1, id);
+		sqlite3_bind_int64(q, 2, now_ms);
+		if (store_step_done(s, q, err) < 0)
+			goto err_rollback;
+		if (sqlite3_changes(s->db) != 1) {
+			sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no running sandbox '%.64s'",
+				      id ? id : "");
+			goto err_rollback;
+		}
+	}
+	if (store_tx_commit(s, err) < 0)
+		goto err_rollback;
+	return 0;
+
+err_rollback:
+	store_tx_rollback(s);
+	return -1;
+}
+
+int store_sandbox_list_overlapping(struct store *s, const char *account_id, int64_t from_ms,
+				   int64_t to_ms, struct store_sandbox **out, size_t *n,
+				   struct sbx_error *err)
+{
+	STORE_READ(s);
+	_cleanup_stmt_ sqlite3_stmt *q = NULL;
+	if (store_prepare(s,
+			  "SELECT " SBX_COLS " FROM sandboxes"
+			  " WHERE account_id = ?1 AND status != 'aborted' AND created_at_ms > 0"
+			  " AND created_at_ms < ?3 AND (ended_at_ms = 0 OR ended_at_ms > ?2)"
+			  " ORDER BY created_at_ms, id",
+			  &q, err) < 0)
+		return -1;
+	store_bind_text(q, 1, account_id);
+	sqlite3_bind_int64(q, 2, from_ms);
+	sqlite3_bind_int64(q, 3, to_ms);
+	return store_collect(s, q, sizeof **out, SIZE_MAX, store_sandbox_decode, (void **)out, n,
+			     err);
+}
+
+int store_sandbox_list_running_locked(struct store *s, const char *account_id,
+				      struct store_sandbox **out, size_t *n, struct sbx_error *err)
+{
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
+	if (store_prepare_cached(s,
+				 "SELECT " SBX_COLS " FROM sandboxes WHERE account_id = ?1"
+				 " AND status = 'running' ORDER BY requested_at_ms DESC, id DESC",
+				 &q, err) < 0)
+		return -1;
+	store_bind_text(q, 1, account_id);
+	return store_collect(s, q, sizeof **out, SIZE_MAX, store_sandbox_decode, (void **)out, n,
+			     err);
+}
+
+int store_sandbox_count_live(struct store *s, const char *account_id, int *n, struct sbx_error *err)
+{
+	STORE_READ(s);
+	return store_count_live_locked(s, account_id, n, err);
+}
+
+/* ---------------------------------------------------------------- hosts */
+
+int store_host_drain_set(struct store *s, const char *host, bool drained, int64_t now_ms,
+			 struct sbx_error *err)
+{
+	if (!host || !host[0] || strlen(host) >= STORE_HOST_MAX)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "host",
+				     "a host name is 1..%d characters", STORE_HOST_MAX - 1);
+	STORE_LOCK(s);
+	if (store_tx_begin(s, err) < 0)
+		return -1;
+	{
+		_cleanup_stmt_ sqlite3_stmt *q = NULL;
+		if (store_prepare(s,
+				  drained ? "INSERT INTO host_drains (host, drained_at_ms)"
+					    " VALUES (?1, ?2) ON CONFLICT(host) DO NOTHING"
+					  : "DELETE FROM host_drains WHERE host = ?1",
+				  &q, err) < 0)
+			goto err_rollback;
+		store_bind_text(q, 1, host);
+		if (drained)
+			sqlite3_bind_int64(q, 2, now_ms);
+		if (store_step_done(s, q, err) < 0)
+			goto err_rollback;
+	}
+	if (store_tx_commit(s, err) < 0)
+		goto err_rollback;
+	return 0;
+
+err_rollback:
+	store_tx_rollback(s);
+	return -1;
+}
+
+int store_host_drains_list(struct store *s, char (*hosts)[STORE_HOST_MAX], size_t max, size_t *n,
+			   struct sbx_error *err)
+{
+	STORE_READ(s);
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
+	int rc;
+
+	*n = 0;
+	if (store_prepare_cached(s, "SELECT host FROM host_drains ORDER BY host", &q, err) < 0)
+		return -1;
+	while ((rc = sqlite3_step(q)) == SQLITE_ROW)
+		if (*n < max)
+			store_copy_col(hosts[(*n)++], STORE_HOST_MAX, q, 0);
+	if (rc != SQLITE_DONE)
+		return store_db_error(s, "host drains", err);
+	return 0;
+}
