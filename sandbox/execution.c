@@ -568,6 +568,7 @@ static int guest_get(struct sandbox_svc *svc, const struct sandbox_size *size,
 	struct host *h;
 	int rc;
 
+	sandbox_hosts_measure_disk(svc);
 	pthread_mutex_lock(&svc->lock);
 	/* placed like a sandbox (docs/hosts.md): an execution guest of this
 	 * runtime, else a plain pooled guest, else a boot where there is room */
@@ -1035,6 +1036,7 @@ int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
 		return -1;
 	/* A warm guest is admitted already; the disk must still leave the
 	 * ledger its room before anything is written for this run. */
+	sandbox_hosts_measure_disk(svc);
 	pthread_mutex_lock(&svc->lock);
 	bool disk_ok = sandbox_disk_fits_locked(svc);
 	pthread_mutex_unlock(&svc->lock);

@@ -135,36 +135,68 @@ static uint64_t host_mem_total(const struct host *h)
 			  h->svc->cfg.memory_overcommit);
 }
 
+void sandbox_hosts_measure_disk(struct sandbox_svc *svc)
+{
+	struct {
+		bool ok, db_own_fs;
+		uint64_t free_mib, db_free_mib;
+	} m[SANDBOX_MAX_HOSTS];
+	struct statvfs db = {0};
+	bool db_ok = statvfs(svc->cfg.db_path, &db) == 0;
+	int64_t now = sbx_mono_ms();
+
+	memset(m, 0, sizeof(m));
+	for (size_t i = 0; i < svc->n_hosts && i < SANDBOX_MAX_HOSTS; i++) {
+		struct statvfs st;
+
+		if (!svc->hosts[i].local || statvfs(svc->hosts[i].cfg->state_dir, &st) != 0) {
+			m[i].db_own_fs = true;
+		} else {
+			m[i].ok = true;
+			m[i].free_mib = (uint64_t)st.f_bavail * st.f_frsize / (1024 * 1024);
+			m[i].db_own_fs = db.f_fsid != st.f_fsid;
+		}
+		m[i].db_free_mib =
+		    db_ok ? (uint64_t)db.f_bavail * db.f_frsize / (1024 * 1024) : UINT64_MAX;
+	}
+	pthread_mutex_lock(&svc->lock);
+	for (size_t i = 0; i < svc->n_hosts && i < SANDBOX_MAX_HOSTS; i++) {
+		struct host *h = &svc->hosts[i];
+
+		h->disk_measured = m[i].ok;
+		h->disk_free_mib = m[i].free_mib;
+		h->db_free_mib = m[i].db_free_mib;
+		h->db_own_fs = m[i].db_own_fs;
+		h->disk_measured_mono = now;
+	}
+	pthread_mutex_unlock(&svc->lock);
+}
+
 /* The free-space rule (docs/configuration.md "Disk") on a local host's
  * state dir with `gib` GiB of guest disks placed there, and
- * min_free_disk_mib on the database's filesystem. */
+ * min_free_disk_mib on the database's filesystem, from the figures
+ * sandbox_hosts_measure_disk() kept. Call with lock. */
 static bool disk_rule_locked(struct host *h, uint64_t gib)
 {
 	const struct sandbox_config *cfg = &h->svc->cfg;
-	uint64_t free_mib, need_mib;
-	struct statvfs st = {0}, db;
+	uint64_t need_mib;
 
 	need_mib = cfg->min_free_disk_mib + (uint64_t)((double)gib * 1024.0 / cfg->disk_overcommit);
-	if (h->local && statvfs(h->cfg->state_dir, &st) == 0) {
-		free_mib = (uint64_t)st.f_bavail * st.f_frsize / (1024 * 1024);
-		if (free_mib < need_mib) {
-			/* the pool asks on every tick: say it once a minute */
-			if (sbx_mono_ms() - h->disk_warned_mono >= 60000) {
-				h->disk_warned_mono = sbx_mono_ms();
-				sbx_warn(MOD,
-					 "host %s: disk: %llu MiB free in the state dir, %llu "
-					 "needed (%llu GiB of guest disks / %.1f + "
-					 "min_free_disk_mib %llu): refusing",
-					 h->cfg->name, (unsigned long long)free_mib,
-					 (unsigned long long)need_mib, (unsigned long long)gib,
-					 cfg->disk_overcommit,
-					 (unsigned long long)cfg->min_free_disk_mib);
-			}
-			return false;
+	if (h->disk_measured && h->disk_free_mib < need_mib) {
+		/* the pool asks on every tick: say it once a minute */
+		if (sbx_mono_ms() - h->disk_warned_mono >= 60000) {
+			h->disk_warned_mono = sbx_mono_ms();
+			sbx_warn(MOD,
+				 "host %s: disk: %llu MiB free in the state dir, %llu "
+				 "needed (%llu GiB of guest disks / %.1f + "
+				 "min_free_disk_mib %llu): refusing",
+				 h->cfg->name, (unsigned long long)h->disk_free_mib,
+				 (unsigned long long)need_mib, (unsigned long long)gib,
+				 cfg->disk_overcommit, (unsigned long long)cfg->min_free_disk_mib);
 		}
+		return false;
 	}
-	if (statvfs(cfg->db_path, &db) == 0 && (!h->local || db.f_fsid != st.f_fsid) &&
-	    (uint64_t)db.f_bavail * db.f_frsize / (1024 * 1024) < cfg->min_free_disk_mib) {
+	if (h->db_own_fs && h->db_free_mib < cfg->min_free_disk_mib) {
 		sbx_warn(MOD,
 			 "disk: the database's filesystem has less than %llu MiB free: "
 			 "refusing",
@@ -615,6 +647,7 @@ int sandbox_hosts_open(struct sandbox_svc *svc, struct sbx_error *err)
 		*err = last;
 		return -1;
 	}
+	sandbox_hosts_measure_disk(svc);
 	return reconcile_all(svc, err);
 }
 
@@ -767,6 +800,7 @@ static void *host_main(void *arg)
 		if (stop)
 			break;
 		drains_read(svc);
+		sandbox_hosts_measure_disk(svc);
 		for (size_t i = 0; i < svc->n_hosts; i++)
 			host_check(svc, &svc->hosts[i]);
 	}

@@ -307,6 +307,14 @@ static void *pool_main(void *arg)
 		struct live *reaped = NULL;
 		struct timespec ts;
 
+		if (svc->n_hosts &&
+		    sbx_mono_ms() - svc->hosts[0].disk_measured_mono >= SANDBOX_DISK_MEASURE_MS) {
+			pthread_mutex_unlock(&svc->lock);
+			sandbox_hosts_measure_disk(svc); /* statvfs: not under the lock */
+			pthread_mutex_lock(&svc->lock);
+			if (svc->stop)
+				break;
+		}
 		pool_reap_locked(svc, sbx_mono_ms(), &reaped);
 		for (size_t k = 0; k < svc->n_hosts; k++)
 			pool_refill_locked(svc, &svc->hosts[k]);

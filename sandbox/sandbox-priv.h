@@ -63,6 +63,13 @@ struct host {
 	uint64_t pool_booting_mib, pool_booting_disk_gib;
 	int64_t pool_backoff_until_mono; /* after a failed pool boot */
 	int64_t disk_warned_mono;	 /* last "refusing: disk" warning */
+	/* The free space the disk rule reads, measured by
+	 * sandbox_hosts_measure_disk() with no lock held (statvfs is I/O). */
+	bool disk_measured;
+	uint64_t disk_free_mib;	    /* the state dir's filesystem (local host) */
+	uint64_t db_free_mib;	    /* the database's filesystem */
+	bool db_own_fs;		    /* the database is on another filesystem */
+	int64_t disk_measured_mono; /* when */
 };
 
 /* What placement knows of one host for a guest of one size (host.c:
@@ -270,9 +277,16 @@ void sandbox_hosts_close(struct sandbox_svc *svc);
 /* The GiB an overlay of `size` may grow to on host h (0 without a base
  * image there). */
 uint64_t sandbox_host_disk_gib(const struct host *h, const struct sandbox_size *size);
+/* Read the free space of every local host's state dir and of the
+ * database's filesystem (statvfs) with no lock held, and keep it in the
+ * hosts for the disk rule. Creates and executions call it before they
+ * take the lock to admit; the pool thread and the host thread when the
+ * figures are older than SANDBOX_DISK_MEASURE_MS. */
+#define SANDBOX_DISK_MEASURE_MS 1000
+void sandbox_hosts_measure_disk(struct sandbox_svc *svc);
 /* Would one more guest of `size` fit host h's capacity (guests, memory,
  * disk), counting its customers' guests, boots and pool? Call with lock
- * (it may call statvfs(2), which does not wait on the guests). */
+ * (the disk rule reads what sandbox_hosts_measure_disk kept). */
 bool sandbox_host_fits_locked(struct host *h, const struct sandbox_size *size);
 /* Count a guest of `size` as booting on h (sign +1) or stop counting it
  * (-1). Call with lock. */

@@ -678,6 +678,7 @@ int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 	/* 2. Placement and capacity (503, docs/hosts.md): a pooled guest of
 	 * this size is already counted, so taking it needs no room; a cold
 	 * boot may evict idle pooled guests of its host first. */
+	sandbox_hosts_measure_disk(svc);
 	pthread_mutex_lock(&svc->lock);
 	h = sandbox_host_admit_locked(svc, size, NULL, &l, &evicted, err);
 	warm = l != NULL;
