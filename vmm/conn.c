@@ -13,7 +13,7 @@
 
 #include "vmm-priv.h"
 
-#define MOD "vmm"
+#define MOD		     "vmm"
 #define VMM_RECONNECT_MIN_MS 100
 #define VMM_RECONNECT_MAX_MS 2000
 
@@ -51,9 +51,24 @@ void vmm_close_cb(virConnectPtr conn, int reason, void *opaque)
 	struct vmm *v = opaque;
 	pthread_t t;
 
+	static const char *const whys[] = {"error", "end of file", "keepalive timeout",
+					   "client closed"};
+	const char *why =
+	    reason >= 0 && (size_t)reason < SBX_ARRAY_SIZE(whys) ? whys[reason] : "closed";
+
 	pthread_mutex_lock(&v->lock);
-	if (conn != v->conn || v->closing || v->reconnecting) {
+	if (conn != v->conn || v->closing || v->reconnecting || v->lost) {
 		pthread_mutex_unlock(&v->lock);
+		return;
+	}
+	if (v->lost_fn) {
+		/* The caller reconnects (vmm_reconnect) when it sees fit. */
+		vmm_conn_lost_fn fn = v->lost_fn;
+		void *fn_opaque = v->lost_opaque;
+		v->lost = true;
+		pthread_mutex_unlock(&v->lock);
+		sbx_err(MOD, "libvirt connection '%s' lost: %s", v->uri, why);
+		fn(fn_opaque, why);
 		return;
 	}
 	sbx_err(MOD, "libvirt connection '%s' closed (reason %d); reconnecting", v->uri, reason);
@@ -90,13 +105,11 @@ virConnectPtr vmm_conn(struct vmm *v)
 	return c;
 }
 
-/* Open a connection with our error func, lifecycle and close callbacks.
- * NULL when libvirtd does not answer. */
-virConnectPtr vmm_conn_open(struct vmm *v, int *lifecycle_id, bool *close_cb)
+/* Our error func, lifecycle and close callbacks and keepalive on a fresh
+ * connection `c` (closed on failure). */
+static virConnectPtr vmm_conn_setup(struct vmm *v, virConnectPtr c, int *lifecycle_id,
+				    bool *close_cb)
 {
-	virConnectPtr c = virConnectOpen(v->uri);
-	if (!c)
-		return NULL;
 	virConnSetErrorFunc(c, NULL, vmm_silent_error);
 	*lifecycle_id = virConnectDomainEventRegisterAny(
 	    c, NULL, VIR_DOMAIN_EVENT_ID_LIFECYCLE, VIR_DOMAIN_EVENT_CALLBACK(vmm_lifecycle_cb), v,
@@ -109,7 +122,33 @@ virConnectPtr vmm_conn_open(struct vmm *v, int *lifecycle_id, bool *close_cb)
 	*close_cb = virConnectRegisterCloseCallback(c, vmm_close_cb, v, NULL) == 0;
 	if (!*close_cb)
 		sbx_warn(MOD, "no close callback on '%s': %s", v->uri, vmm_lv_msg());
+	/* Drivers without keepalive (test:///) say so; remote ones all have it. */
+	if (virConnectSetKeepAlive(c, VMM_KEEPALIVE_INTERVAL_S, VMM_KEEPALIVE_COUNT) != 0)
+		sbx_debug(MOD, "no keepalive on '%s'", v->uri);
 	return c;
+}
+
+virConnectPtr vmm_conn_open(struct vmm *v, int *lifecycle_id, bool *close_cb)
+{
+	virConnectPtr c = virConnectOpen(v->uri);
+	return c ? vmm_conn_setup(v, c, lifecycle_id, close_cb) : NULL;
+}
+
+/* Swap a set-up connection in; the old one is kept until vmm_free. */
+static void vmm_conn_swap(struct vmm *v, virConnectPtr c, int id, bool ccb)
+{
+	pthread_mutex_lock(&v->lock);
+	if (v->n_old < VMM_OLD_CONNS)
+		v->old_conns[v->n_old++] = v->conn;
+	/* else: leak the dead connection rather than free it under a thread
+	 * that may still use it */
+	v->conn = c;
+	v->lifecycle_id = id;
+	v->lifecycle_freed = false;
+	v->close_cb = ccb;
+	v->lost = false;
+	v->gen++;
+	pthread_mutex_unlock(&v->lock);
 }
 
 /* After a reconnect: a guest that stopped while libvirtd was away sent its
@@ -170,17 +209,7 @@ static void *vmm_reconnect_main(void *arg)
 		tries++;
 		c = vmm_conn_open(v, &id, &ccb);
 		if (c) {
-			pthread_mutex_lock(&v->lock);
-			if (v->n_old < VMM_OLD_CONNS)
-				v->old_conns[v->n_old++] = v->conn;
-			/* else: leak the dead connection rather than free it under
-			 * a thread that may still use it */
-			v->conn = c;
-			v->lifecycle_id = id;
-			v->lifecycle_freed = false;
-			v->close_cb = ccb;
-			v->gen++;
-			pthread_mutex_unlock(&v->lock);
+			vmm_conn_swap(v, c, id, ccb);
 			sbx_info(MOD, "reconnected to '%s' after %lld ms (%u tries)", v->uri,
 				 (long long)(sbx_mono_ms() - t0), tries);
 			vmm_check_vms(v);
@@ -209,3 +238,194 @@ void vmm_set_stopped_callback(struct vmm *v, vmm_stopped_fn fn, void *opaque)
 	pthread_mutex_unlock(&v->lock);
 }
 
+void vmm_set_conn_lost_cb(struct vmm *v, vmm_conn_lost_fn fn, void *opaque)
+{
+	pthread_mutex_lock(&v->lock);
+	v->lost_fn = fn;
+	v->lost_opaque = opaque;
+	pthread_mutex_unlock(&v->lock);
+}
+
+bool vmm_connected(struct vmm *v)
+{
+	pthread_mutex_lock(&v->lock);
+	virConnectPtr c = v->conn;
+	bool down = v->lost || v->reconnecting;
+	pthread_mutex_unlock(&v->lock);
+	/* virConnectIsAlive asks no one: it says whether the client still
+	 * holds an open socket that keepalive has not given up on. */
+	return !down && c && virConnectIsAlive(c) == 1;
+}
+
+/* virConnectOpen on a thread of its own, so a host that never answers a
+ * SYN cannot hold vmm_reconnect past its bound. Shared by the two until
+ * the last one lets go. */
+struct vmm_opener {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	char *uri;
+	virConnectPtr conn;
+	bool done;
+	bool abandoned; /* the waiter left: the opener closes and frees */
+};
+
+static void vmm_opener_free(struct vmm_opener *o)
+{
+	pthread_cond_destroy(&o->cond);
+	pthread_mutex_destroy(&o->lock);
+	free(o->uri);
+	free(o);
+}
+
+static void *vmm_opener_main(void *arg)
+{
+	struct vmm_opener *o = arg;
+	virConnectPtr c = virConnectOpen(o->uri);
+
+	pthread_mutex_lock(&o->lock);
+	bool abandoned = o->abandoned;
+	o->conn = c;
+	o->done = true;
+	pthread_cond_broadcast(&o->cond);
+	pthread_mutex_unlock(&o->lock);
+	if (abandoned) {
+		if (c)
+			virConnectClose(c);
+		vmm_opener_free(o);
+	}
+	return NULL;
+}
+
+/* A connection to v->uri within timeout_ms, or NULL. */
+static virConnectPtr vmm_open_bounded(struct vmm *v, int timeout_ms)
+{
+	struct vmm_opener *o = calloc(1, sizeof(*o));
+	pthread_t t;
+
+	if (!o || !(o->uri = strdup(v->uri))) {
+		free(o);
+		return NULL;
+	}
+	pthread_mutex_init(&o->lock, NULL);
+	pthread_cond_init(&o->cond, NULL);
+	pthread_attr_t attr;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	int r = pthread_create(&t, &attr, vmm_opener_main, o);
+	pthread_attr_destroy(&attr);
+	if (r != 0) {
+		vmm_opener_free(o);
+		return NULL;
+	}
+	struct timespec ts = sbx_timespec_in(CLOCK_REALTIME, timeout_ms);
+	pthread_mutex_lock(&o->lock);
+	while (!o->done)
+		if (pthread_cond_timedwait(&o->cond, &o->lock, &ts) != 0)
+			break;
+	bool done = o->done;
+	virConnectPtr c = o->conn;
+	if (!done)
+		o->abandoned = true;
+	pthread_mutex_unlock(&o->lock);
+	if (!done)
+		return NULL;
+	vmm_opener_free(o);
+	return c;
+}
+
+int vmm_reconnect(struct vmm *v, int timeout_ms, struct sbx_error *err)
+{
+	int64_t t0 = sbx_mono_ms();
+
+	pthread_mutex_lock(&v->lock);
+	bool busy = v->reconnecting || v->closing;
+	if (!busy)
+		v->reconnecting = true;
+	pthread_mutex_unlock(&v->lock);
+	if (busy)
+		return sbx_error_set(
+		    err, SBX_E_SERVICE_UNAVAILABLE, NULL,
+		    "the hypervisor connection is being reopened; try again later");
+	virConnectPtr c = vmm_open_bounded(v, timeout_ms > 0 ? timeout_ms : 1);
+	int id = -1;
+	bool ccb = false;
+	if (c)
+		c = vmm_conn_setup(v, c, &id, &ccb);
+	if (c)
+		vmm_conn_swap(v, c, id, ccb);
+	pthread_mutex_lock(&v->lock);
+	v->reconnecting = false;
+	pthread_cond_broadcast(&v->cond);
+	pthread_mutex_unlock(&v->lock);
+	if (!c) {
+		sbx_warn(MOD, "reconnect to '%s' failed after %lld ms", v->uri,
+			 (long long)(sbx_mono_ms() - t0));
+		return sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
+				     "the hypervisor is unreachable; try again later");
+	}
+	sbx_info(MOD, "reconnected to '%s' in %lld ms", v->uri, (long long)(sbx_mono_ms() - t0));
+	vmm_check_vms(v);
+	return 0;
+}
+
+/* ------------------------------------------------------------ URIs */
+
+/* Split "driver[+transport]://[host][/path][?query]": the transport (""
+ * when none) and whether a host part is present. false when `uri` is not
+ * of that shape. */
+static bool vmm_uri_parse(const char *uri, char *transport, size_t tlen, bool *has_host,
+			  const char **query)
+{
+	if (!uri)
+		return false;
+	const char *sep = strstr(uri, "://");
+	if (!sep || sep == uri)
+		return false;
+	const char *plus = memchr(uri, '+', (size_t)(sep - uri));
+	size_t n = plus ? (size_t)(sep - plus - 1) : 0;
+	if (n >= tlen)
+		return false;
+	memcpy(transport, plus ? plus + 1 : "", n);
+	transport[n] = '\0';
+	const char *host = sep + 3;
+	*has_host = *host && *host != '/' && *host != '?';
+	*query = strchr(host, '?');
+	return true;
+}
+
+bool vmm_uri_is_local(const char *uri)
+{
+	char tr[16];
+	bool host;
+	const char *q;
+	if (!vmm_uri_parse(uri, tr, sizeof(tr), &host, &q))
+		return false;
+	return !host && (!tr[0] || strcmp(tr, "unix") == 0);
+}
+
+/* Does the query string carry `key`=`val` as one parameter? */
+static bool vmm_query_has(const char *q, const char *kv)
+{
+	size_t n = strlen(kv);
+	for (const char *p = q; p && *p; p = strchr(p, '&')) {
+		p++; /* skip '?' or '&' */
+		if (strncmp(p, kv, n) == 0 && (p[n] == '\0' || p[n] == '&'))
+			return true;
+	}
+	return false;
+}
+
+bool vmm_uri_is_plaintext(const char *uri)
+{
+	char tr[16];
+	bool host;
+	const char *q;
+	if (!vmm_uri_parse(uri, tr, sizeof(tr), &host, &q))
+		return true; /* not understood: not vouched for either */
+	if (vmm_uri_is_local(uri))
+		return false;
+	/* libvirt's default remote transport is tls. */
+	if (!tr[0] || strcmp(tr, "tls") == 0)
+		return vmm_query_has(q, "no_verify=1");
+	return strcmp(tr, "ssh") != 0 && strcmp(tr, "libssh") != 0 && strcmp(tr, "libssh2") != 0;
+}

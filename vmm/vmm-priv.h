@@ -48,6 +48,10 @@ struct vmm {
 	bool free_page_reporting;
 	uint64_t console_log_max;
 	bool kvm;
+	/* Not this machine's hypervisor (vmm_uri_is_local false): run_dir is
+	 * a path on that host, reached only through libvirt (storage.c). */
+	bool remote;
+	char pool_name[VMM_NAME_MAX + 1]; /* the dir pool at run_dir (remote) */
 
 	pthread_mutex_t lock; /* guards the fields below */
 	pthread_cond_t cond;
@@ -65,6 +69,12 @@ struct vmm {
 	bool lifecycle_freed; /* libvirt dropped our lifecycle callback */
 	vmm_stopped_fn stopped_fn;
 	void *stopped_opaque;
+	/* With a lost callback set, a closed connection stays closed (`lost`)
+	 * until the caller's vmm_reconnect(); without one, conn.c reconnects
+	 * by itself. */
+	vmm_conn_lost_fn lost_fn;
+	void *lost_opaque;
+	bool lost;
 };
 
 struct vmm_vm {
@@ -82,6 +92,8 @@ struct vmm_vm {
 	struct vmm_vm *next;
 };
 
+/* Append s to b with the five XML special characters escaped. */
+int vmm_xml_escape(struct sbx_buf *b, const char *s);
 /* libvirt's error func: we log ourselves. */
 void vmm_silent_error(void *opaque, virErrorPtr e);
 /* The libvirt error code of this thread. */
@@ -93,6 +105,22 @@ bool vmm_has_prefix(const struct vmm *v, const char *name);
 virConnectPtr vmm_conn_open(struct vmm *v, int *lifecycle_id, bool *close_cb);
 /* libvirt's close callback (vmm_free unregisters it). */
 void vmm_close_cb(virConnectPtr conn, int reason, void *opaque);
+
+/* storage.c: run_dir on a remote host as a libvirt `dir` pool. */
+/* Set v->pool_name from the prefix and run_dir. */
+void vmm_storage_init(struct vmm *v);
+/* Create run_dir/NAME.qcow2 (qcow2 over the base image, `gib` GiB) as a
+ * volume of the pool (started, and built, first when missing). 0 or -1. */
+int vmm_storage_overlay_create(struct vmm *v, const char *name, uint64_t gib);
+/* Delete the volumes of `name` (overlay, console logs). */
+void vmm_storage_delete(struct vmm *v, const char *name);
+/* The last `max` bytes of run_dir/NAME.console.log, downloaded. */
+char *vmm_storage_tail(struct vmm *v, const char *name, size_t max);
+/* Delete the volumes of names of ours not in `live` (sorted, n names) and
+ * for which keep(name) is false. The count, or -1 (pool unreachable). */
+int vmm_storage_prune(struct vmm *v,
+		      bool (*prunable)(struct vmm *v, const char *file, char **live, int n),
+		      char **live, int n);
 /* The libvirt error of this thread, for the log (never for tenants). */
 const char *vmm_lv_msg(void);
 /* The connection in use (replaced after a reconnect). */

@@ -182,7 +182,7 @@ bool vmm_has_prefix(const struct vmm *v, const char *name)
 }
 
 /* Append s to b with the five XML special characters escaped. */
-static int vmm_xml_escape(struct sbx_buf *b, const char *s)
+int vmm_xml_escape(struct sbx_buf *b, const char *s)
 {
 	const char *run = s;
 	for (const char *p = s;; p++) {
@@ -226,8 +226,12 @@ static char *vmm_path(const char *run_dir, const char *name, const char *suffix)
 	return p;
 }
 
-static void vmm_unlink_files(const struct vmm *v, const char *name)
+static void vmm_unlink_files(struct vmm *v, const char *name)
 {
+	if (v->remote) {
+		vmm_storage_delete(v, name);
+		return;
+	}
 	static const char *const suffixes[] = {".qcow2",	 ".sock",	   ".console.log",
 					       ".console.log.0", ".console.log.1", ".console.log.2",
 					       ".console.log.3"};
@@ -247,6 +251,7 @@ static int vmm_xml_build(struct sbx_buf *b, const struct vmm_config *cfg, const 
 	int r = 0;
 	const char *run = cfg->run_dir ? cfg->run_dir : "";
 	bool disk = cfg->base_image && cfg->base_image[0] && spec->disk_gib > 0;
+	bool remote = cfg->uri && !vmm_uri_is_local(cfg->uri);
 
 	r |= sbx_buf_printf(b, "<domain type='%s'>\n  <name>", virt_type);
 	r |= vmm_xml_escape(b, name);
@@ -333,12 +338,17 @@ static int vmm_xml_build(struct sbx_buf *b, const struct vmm_config *cfg, const 
 	r |= sbx_buf_printf(b, ".console.log' append='off'/>\n"
 			       "      <target port='0'/>\n"
 			       "    </serial>\n"
-			       "    <channel type='unix'>\n      <source mode='bind' path='");
-	r |= vmm_xml_escape(b, run);
-	r |= sbx_buf_printf(b, "/");
-	r |= vmm_xml_escape(b, name);
+			       "    <channel type='unix'>\n");
+	/* A remote host's channel is reached only as a libvirt stream: let
+	 * libvirt pick the socket path there. */
+	if (!remote) {
+		r |= sbx_buf_printf(b, "      <source mode='bind' path='");
+		r |= vmm_xml_escape(b, run);
+		r |= sbx_buf_printf(b, "/");
+		r |= vmm_xml_escape(b, name);
+		r |= sbx_buf_printf(b, ".sock'/>\n");
+	}
 	r |= sbx_buf_printf(b,
-			    ".sock'/>\n"
 			    "      <target type='virtio' name='%s'/>\n"
 			    "    </channel>\n"
 			    "    <video><model type='none'/></video>\n",
@@ -521,6 +531,13 @@ struct vmm *vmm_new(const struct vmm_config *cfg, struct sbx_error *err)
 			      "kernel command line must be printable ascii");
 		return NULL;
 	}
+	bool remote = !vmm_uri_is_local(cfg->uri);
+	if (remote && cfg->transport == VMM_TRANSPORT_SOCKET) {
+		sbx_error_set(err, SBX_E_INTERNAL, "transport",
+			      "the socket transport needs a local host; use 'stream' for '%s'",
+			      cfg->uri);
+		return NULL;
+	}
 	struct sockaddr_un sun;
 	if (cfg->run_dir[0] != '/' ||
 	    strlen(cfg->run_dir) + 1 + plen + 12 + strlen(".sock") >= sizeof(sun.sun_path)) {
@@ -548,7 +565,9 @@ struct vmm *vmm_new(const struct vmm_config *cfg, struct sbx_error *err)
 	}
 	const char *files[] = {cfg->kernel, cfg->initrd, cfg->base_image};
 	const char *what[] = {"kernel", "initrd", "base_image"};
-	for (size_t i = 0; i < SBX_ARRAY_SIZE(files); i++) {
+	/* A remote host's files are checked by its libvirtd at the first
+	 * start; its run_dir is made as a storage pool (storage.c). */
+	for (size_t i = 0; i < SBX_ARRAY_SIZE(files) && !remote; i++) {
 		if (!files[i] || !files[i][0])
 			continue;
 		if (access(files[i], R_OK) < 0) {
@@ -558,7 +577,7 @@ struct vmm *vmm_new(const struct vmm_config *cfg, struct sbx_error *err)
 			return NULL;
 		}
 	}
-	if (sbx_mkdir_p(cfg->run_dir, 0755) < 0) {
+	if (!remote && sbx_mkdir_p(cfg->run_dir, 0755) < 0) {
 		sbx_err(MOD, "cannot create run_dir '%s': %s", cfg->run_dir, strerror(errno));
 		sbx_error_set(err, SBX_E_INTERNAL, "run_dir", "cannot create run_dir");
 		return NULL;
@@ -583,6 +602,7 @@ struct vmm *vmm_new(const struct vmm_config *cfg, struct sbx_error *err)
 	v->free_page_reporting = cfg->free_page_reporting;
 	v->console_log_max = cfg->console_log_max;
 	v->kvm = kvm;
+	v->remote = remote;
 	v->lifecycle_id = -1;
 	if (!v->uri || !v->prefix || !v->kernel || !v->run_dir ||
 	    (cfg->initrd && cfg->initrd[0] && !v->initrd) ||
@@ -605,6 +625,8 @@ struct vmm *vmm_new(const struct vmm_config *cfg, struct sbx_error *err)
 		goto err_loop;
 	}
 	sbx_info(MOD, "connected to '%s', accel %s", v->uri, kvm ? "kvm" : "tcg");
+	if (remote)
+		vmm_storage_init(v);
 	return v;
 
 err_loop:
@@ -767,6 +789,7 @@ struct vmm_vm *vmm_vm_start(struct vmm *v, const struct vmm_guest_spec *spec, st
 		return NULL;
 	}
 	struct vmm_config cfg = {
+	    .uri = v->uri,
 	    .kernel = v->kernel,
 	    .initrd = v->initrd,
 	    .base_image = v->base_image,
@@ -789,7 +812,10 @@ struct vmm_vm *vmm_vm_start(struct vmm *v, const struct vmm_guest_spec *spec, st
 	_cleanup_free_ char *overlay = NULL;
 	if (disk) {
 		overlay = vmm_path(v->run_dir, name, ".qcow2");
-		if (!overlay || vmm_overlay_create(v->base_image, overlay, spec->disk_gib) < 0) {
+		int r = !overlay    ? -1
+			: v->remote ? vmm_storage_overlay_create(v, name, spec->disk_gib)
+				    : vmm_overlay_create(v->base_image, overlay, spec->disk_gib);
+		if (r < 0) {
 			sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL,
 				      "could not create the sandbox's disk");
 			goto err_files;
@@ -947,6 +973,8 @@ char *vmm_vm_console_tail(struct vmm_vm *vm, size_t max)
 		return NULL;
 	if (vm->v->console_log_max > 0 && max > vm->v->console_log_max)
 		max = (size_t)vm->v->console_log_max;
+	if (vm->v->remote)
+		return vmm_storage_tail(vm->v, vm->name, max);
 	_cleanup_free_ char *path = vmm_path(vm->v->run_dir, vm->name, ".console.log");
 	if (!path)
 		return NULL;
@@ -980,13 +1008,13 @@ char *vmm_vm_console_tail(struct vmm_vm *vm, size_t max)
 
 /* A domain with our prefix may still be another daemon's (two daemons on
  * one host with the same prefix, e.g. two `make run`s with other state
- * dirs): ours have their exec channel socket in our run_dir. */
+ * dirs): ours have their console log in our run_dir. */
 static bool vmm_dom_is_ours(struct vmm *v, virDomainPtr dom, const char *name)
 {
-	_cleanup_free_ char *sock = vmm_path(v->run_dir, name, ".sock");
+	_cleanup_free_ char *log = vmm_path(v->run_dir, name, ".console.log'");
 	_cleanup_free_ char *xml = virDomainGetXMLDesc(dom, 0);
 
-	return sock && xml && strstr(xml, sock) != NULL;
+	return log && xml && strstr(xml, log) != NULL;
 }
 
 int vmm_list_domains(struct vmm *v, vmm_domain_fn fn, void *opaque, struct sbx_error *err)
@@ -1042,6 +1070,25 @@ static int vmm_name_cmp(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* Is `file` in run_dir one vmm_unlink_files() would delete for a name of
+ * ours whose domain is not in `live` (sorted, n names)? */
+static bool vmm_prunable(struct vmm *v, const char *file, char **live, int n)
+{
+	char name[NAME_MAX + 1];
+	const char *dot = strchr(file, '.');
+	if (!dot || dot == file || (size_t)(dot - file) >= sizeof(name))
+		return false;
+	memcpy(name, file, (size_t)(dot - file));
+	name[dot - file] = '\0';
+	if (!vmm_has_prefix(v, name) || !vmm_name_valid(name))
+		return false;
+	if (strcmp(dot, ".qcow2") != 0 && strcmp(dot, ".sock") != 0 &&
+	    strncmp(dot, ".console.log", 12) != 0)
+		return false;
+	const char *key = name;
+	return !(n > 0 && bsearch(&key, live, (size_t)n, sizeof(*live), vmm_name_cmp));
+}
+
 int vmm_prune_files(struct vmm *v, struct sbx_error *err)
 {
 	virDomainPtr *doms = NULL;
@@ -1069,31 +1116,23 @@ int vmm_prune_files(struct vmm *v, struct sbx_error *err)
 			live[i] = strdup("");
 	qsort(live, (size_t)n, sizeof(*live), vmm_name_cmp);
 
+	if (v->remote) {
+		removed = vmm_storage_prune(v, vmm_prunable, live, n);
+		if (removed < 0)
+			sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
+				      "the hypervisor did not answer; try again later");
+		goto out;
+	}
 	d = opendir(v->run_dir);
 	if (!d) {
-		for (int i = 0; i < n; i++)
-			free(live[i]);
-		free(live);
-		if (errno == ENOENT)
-			return 0;
-		return sbx_error_set(err, SBX_E_INTERNAL, "run_dir", "cannot read run_dir");
+		removed = errno == ENOENT ? 0
+					  : sbx_error_set(err, SBX_E_INTERNAL, "run_dir",
+							  "cannot read run_dir");
+		goto out;
 	}
 	struct dirent *de;
 	while ((de = readdir(d))) {
-		char name[NAME_MAX + 1];
-		const char *dot = strchr(de->d_name, '.');
-		if (!dot || dot == de->d_name || (size_t)(dot - de->d_name) >= sizeof(name))
-			continue;
-		memcpy(name, de->d_name, (size_t)(dot - de->d_name));
-		name[dot - de->d_name] = '\0';
-		/* Only files vmm_unlink_files() would delete for a name of ours. */
-		if (!vmm_has_prefix(v, name) || !vmm_name_valid(name))
-			continue;
-		if (strcmp(dot, ".qcow2") != 0 && strcmp(dot, ".sock") != 0 &&
-		    strncmp(dot, ".console.log", 12) != 0)
-			continue;
-		const char *key = name;
-		if (n > 0 && bsearch(&key, live, (size_t)n, sizeof(*live), vmm_name_cmp))
+		if (!vmm_prunable(v, de->d_name, live, n))
 			continue;
 		_cleanup_free_ char *p = vmm_path(v->run_dir, de->d_name, "");
 		if (p && unlink(p) == 0) {
@@ -1102,6 +1141,7 @@ int vmm_prune_files(struct vmm *v, struct sbx_error *err)
 		}
 	}
 	closedir(d);
+out:
 	for (int i = 0; i < n; i++)
 		free(live[i]);
 	free(live);
@@ -1115,6 +1155,9 @@ int vmm_vm_open_channel_via(struct vmm_vm *vm, enum vmm_transport t, sbx_recv_fn
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "invalid channel arguments");
 	if (t == VMM_TRANSPORT_SOCKET) {
 		char path[PATH_MAX];
+		if (vm->v->remote)
+			return sbx_error_set(err, SBX_E_INTERNAL, NULL,
+					     "the socket transport needs a local host");
 		int len = snprintf(path, sizeof(path), "%s/%s.sock", vm->v->run_dir, vm->name);
 
 		if (len < 0 || (size_t)len >= sizeof(struct sockaddr_un) - sizeof(sa_family_t))
