@@ -17,7 +17,7 @@
 
 /* The files vmm keeps per domain in run_dir (vmm.c deletes the same set
  * locally): the overlay, and the console log with virtlogd's rotations. */
-static const char *const vmm_vol_suffixes[] = {".qcow2",	  ".console.log",
+static const char *const vmm_vol_suffixes[] = {".qcow2",	 ".console.log",
 					       ".console.log.0", ".console.log.1",
 					       ".console.log.2", ".console.log.3"};
 
@@ -156,8 +156,7 @@ char *vmm_storage_tail(struct vmm *v, const char *name, size_t max)
 	size_t want = info.capacity < max ? (size_t)info.capacity : max;
 	st = virStreamNew(vmm_conn(v), 0);
 	buf = malloc(want + 1);
-	if (!st || !buf ||
-	    virStorageVolDownload(vol, st, info.capacity - want, want, 0) < 0) {
+	if (!st || !buf || virStorageVolDownload(vol, st, info.capacity - want, want, 0) < 0) {
 		sbx_warn(MOD, "download '%s': %s", file, vmm_lv_msg());
 		goto fail;
 	}
