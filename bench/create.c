@@ -14,6 +14,12 @@
  *   3. a burst of 20 concurrent creates, without a pool and with a pool of
  *      2: the time until all 20 are ready.
  *
+ * With SBX_BENCH_REMOTE_URI (a remote host's qemu+tls:// URI, e.g. from
+ * scripts/remote-host.sh) and SBX_BENCH_REMOTE_STATE (that host's state
+ * dir, holding images/tiny/{vmlinux,initramfs.cpio.gz}), it also prints
+ * cold and warm create on the remote host (transport stream), beside the
+ * local figures and with their ratios.
+ *
  * Environment: SBX_BIN, SBX_TEST_IMAGE_DIR, SBX_BENCH_CREATES,
  * SBX_BENCH_BURST (default 20). Prints figures; never fails on timing.
  * Exit 1 only when it cannot run. */
@@ -215,6 +221,75 @@ static void burst(const char *label, int n)
 	free(c);
 }
 
+/* Point d at the remote host: its state dir (images, overlays, console
+ * logs) and URI; the database stays on this machine. */
+static void remote_config(const char *uri, const char *state, const char *extra)
+{
+	daemon_config(&d, "");
+	FILE *f = fopen(d.config, "w");
+	if (!f)
+		abort();
+	fprintf(f,
+		"{\"state_dir\": \"%s\", \"db_path\": \"%s\", \"libvirt_uri\": \"%s\", "
+		"\"transport\": \"stream\", \"domain_prefix\": \"%s\", \"accel\": \"tcg\", "
+		"\"allow_tcg\": true, \"boot_timeout_ms\": 300000%s%s}\n",
+		state, d.db, uri, d.prefix, extra[0] ? ", " : "", extra);
+	fclose(f);
+}
+
+/* Cold, then warm (pool of 2) creates on the remote host, n of each. */
+static void remote_bench(const char *uri, const char *state, int n, struct stats local_cold,
+			 struct stats local_warm)
+{
+	int64_t *cold = calloc((size_t)n, sizeof(int64_t)), *warm = calloc((size_t)n, sizeof(int64_t));
+	int nc = 0, nw = 0;
+
+	remote_config(uri, state, "");
+	daemon_create_account(&d, "100");
+	if (daemon_start(&d) < 0) {
+		fprintf(stderr, "create bench: the remote daemon did not start\n");
+		return;
+	}
+	for (int i = 0; i <= n; i++) { /* the first is a warm-up */
+		char id[64];
+		int64_t t0 = sbx_mono_ms();
+		if (api_create(id, NULL, NULL) == 201) {
+			if (i > 0)
+				cold[nc++] = sbx_mono_ms() - t0;
+			api_delete(id);
+		}
+	}
+	daemon_stop(&d);
+	remote_config(uri, state, "\"pool\": {\"small\": 2}");
+	daemon_create_account(&d, "100");
+	if (daemon_start(&d) < 0) {
+		fprintf(stderr, "create bench: the remote daemon did not start\n");
+		return;
+	}
+	for (int i = 0; i < n; i++) {
+		char id[64], path[8];
+		if (wait_pool(2, 120000) < 0)
+			break;
+		int64_t t0 = sbx_mono_ms();
+		if (api_create(id, NULL, path) == 201) {
+			warm[nw++] = sbx_mono_ms() - t0;
+			api_delete(id);
+		}
+	}
+	daemon_stop(&d);
+	struct stats sc = stats_of(cold, nc), sw = stats_of(warm, nw);
+	printf("remote cold create   : n=%d median %lld ms, p95 %lld ms (min %lld, max %lld); "
+	       "remote/local median %.3f\n",
+	       sc.n, (long long)sc.median, (long long)sc.p95, (long long)sc.min, (long long)sc.max,
+	       local_cold.median > 0 ? (double)sc.median / (double)local_cold.median : 0.0);
+	printf("remote warm create   : n=%d round trip p50 %lld ms, p95 %lld ms; remote/local p50 "
+	       "%.3f\n",
+	       sw.n, (long long)sw.median, (long long)sw.p95,
+	       local_warm.median > 0 ? (double)sw.median / (double)local_warm.median : 0.0);
+	free(cold);
+	free(warm);
+}
+
 int main(void)
 {
 	int n = env_int("SBX_BENCH_CREATES", 10), nburst = env_int("SBX_BENCH_BURST", 20);
@@ -308,5 +383,11 @@ int main(void)
 	burst("pool of 2 (full)", nburst);
 	daemon_stop(&d);
 	destroy_own_domains(&d);
+
+	/* 4. The same cold and warm creates on a remote host. */
+	const char *ruri = getenv("SBX_BENCH_REMOTE_URI");
+	const char *rstate = getenv("SBX_BENCH_REMOTE_STATE");
+	if (ruri && ruri[0] && rstate && rstate[0])
+		remote_bench(ruri, rstate, n, sa, wr);
 	return 0;
 }

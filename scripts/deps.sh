@@ -6,6 +6,8 @@
 # The dashboard's browser tests (tests/browser/) drive Debian's chromium
 # through playwright-core from npm (node 18 or later); python3-yaml turns
 # docs/openapi.yaml into the JSON the daemon serves (at build time).
+# openssl, iproute2 and util-linux (unshare, nsenter): scripts/remote-host.sh,
+# the second libvirt host of tests/integration/test_remote.c.
 set -euo pipefail
 pkgs=(build-essential pkg-config libvirt-daemon-system libvirt-dev qemu-system-x86 qemu-utils
       linux-image-cloud-amd64 busybox-static libmicrohttpd-dev libjson-c-dev libsqlite3-dev

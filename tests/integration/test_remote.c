@@ -8,6 +8,8 @@
  * Proves: create + exec run on the remote host (its libvirtd lists the
  * domain, the machine's own qemu:///system does not), files go both ways
  * over the stream, DELETE removes the domain and its overlay volume, and a
+ * client certificate not on the host's tls_allowed_dn_list (or from
+ * another CA) is refused, and a
  * lost connection (veth down: keepalive; libvirtd killed: end of file) is
  * seen by vmm within VMM_KEEPALIVE_BOUND_MS while the daemon keeps
  * answering HTTP; vmm_reconnect brings it back. Skips (does not fail)
@@ -269,6 +271,46 @@ static void delete_removes_the_domain_and_its_overlay(void **state)
 	assert_null(strstr(vols, d.prefix));
 }
 
+/* Identity: a client certificate from the same CA whose DN is not on the
+ * host's tls_allowed_dn_list is refused, and so is one from another CA;
+ * the listed one gets in. */
+static void only_the_listed_client_certificate_gets_in(void **state)
+{
+	(void)state;
+	if (rh_skip)
+		skip();
+	char cmd[4096], out[1024];
+	const char *addr = getenv("SBX_RH_ADDR");
+
+	snprintf(cmd, sizeof(cmd),
+		 "set -e; p=%s/pki; t=%s/intruder; mkdir -p $t/same $t/other; "
+		 "printf 'basicConstraints=critical,CA:FALSE\\nkeyUsage=critical,"
+		 "digitalSignature,keyEncipherment\\nextendedKeyUsage=clientAuth\\n' > $t/ext; "
+		 "openssl req -newkey rsa:2048 -nodes -subj '/O=sandboxd test/CN=intruder' "
+		 "-keyout $t/same/clientkey.pem -out $t/same.csr 2>/dev/null; "
+		 "openssl x509 -req -in $t/same.csr -CA $p/ca/cacert.pem -CAkey $p/ca/cakey.pem "
+		 "-CAcreateserial -days 1 -extfile $t/ext -out $t/same/clientcert.pem 2>/dev/null; "
+		 "cp $p/ca/cacert.pem $t/same/; "
+		 "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj '/CN=other CA' "
+		 "-keyout $t/other/cakey.pem -out $t/other/ca.pem 2>/dev/null; "
+		 "openssl req -newkey rsa:2048 -nodes -subj '/O=sandboxd test/CN=gateway' "
+		 "-keyout $t/other/clientkey.pem -out $t/other.csr 2>/dev/null; "
+		 "openssl x509 -req -in $t/other.csr -CA $t/other/ca.pem -CAkey $t/other/cakey.pem "
+		 "-CAcreateserial -days 1 -extfile $t/ext -out $t/other/clientcert.pem 2>/dev/null; "
+		 "cp $p/ca/cacert.pem $t/other/",
+		 rh_dir, rh_dir);
+	assert_int_equal(run_cmd(cmd), 0);
+	for (int i = 0; i < 2; i++) {
+		snprintf(cmd, sizeof(cmd),
+			 "virsh -c 'qemu+tls://%s/system?pkipath=%s/intruder/%s' list 2>&1", addr,
+			 rh_dir, i == 0 ? "same" : "other");
+		assert_int_not_equal(cmd_out(cmd, out, sizeof(out)), 0);
+		assert_non_null(strstr(out, "failed to connect"));
+	}
+	snprintf(cmd, sizeof(cmd), "virsh -c '%s' list >/dev/null 2>&1", rh_uri);
+	assert_int_equal(run_cmd(cmd), 0);
+}
+
 struct lost {
 	pthread_mutex_t lock;
 	int n;
@@ -395,6 +437,7 @@ int main(void)
 	    cmocka_unit_test(create_and_exec_run_on_the_remote_host),
 	    cmocka_unit_test(files_go_both_ways_over_the_stream),
 	    cmocka_unit_test(delete_removes_the_domain_and_its_overlay),
+	    cmocka_unit_test(only_the_listed_client_certificate_gets_in),
 	    cmocka_unit_test(a_lost_connection_is_seen_within_the_bound),
 	};
 	sbx_log_set_level(SBX_LOG_ERROR + 1);
