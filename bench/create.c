@@ -241,7 +241,8 @@ static void remote_config(const char *uri, const char *state, const char *extra)
 static void remote_bench(const char *uri, const char *state, int n, struct stats local_cold,
 			 struct stats local_warm)
 {
-	int64_t *cold = calloc((size_t)n, sizeof(int64_t)), *warm = calloc((size_t)n, sizeof(int64_t));
+	int64_t *cold = calloc((size_t)n, sizeof(int64_t)),
+		*warm = calloc((size_t)n, sizeof(int64_t));
 	int nc = 0, nw = 0;
 
 	remote_config(uri, state, "");

@@ -393,14 +393,18 @@ static bool vmm_uri_parse(const char *uri, char *transport, size_t tlen, bool *h
 	return true;
 }
 
+/* No host part and no network transport: this machine's hypervisor. */
+static bool vmm_uri_parts_local(const char *transport, bool has_host)
+{
+	return !has_host && (!transport[0] || strcmp(transport, "unix") == 0);
+}
+
 bool vmm_uri_is_local(const char *uri)
 {
 	char tr[16];
 	bool host;
 	const char *q;
-	if (!vmm_uri_parse(uri, tr, sizeof(tr), &host, &q))
-		return false;
-	return !host && (!tr[0] || strcmp(tr, "unix") == 0);
+	return vmm_uri_parse(uri, tr, sizeof(tr), &host, &q) && vmm_uri_parts_local(tr, host);
 }
 
 /* Does the query string carry `key`=`val` as one parameter? */
@@ -422,7 +426,7 @@ bool vmm_uri_is_plaintext(const char *uri)
 	const char *q;
 	if (!vmm_uri_parse(uri, tr, sizeof(tr), &host, &q))
 		return true; /* not understood: not vouched for either */
-	if (vmm_uri_is_local(uri))
+	if (vmm_uri_parts_local(tr, host))
 		return false;
 	/* libvirt's default remote transport is tls. */
 	if (!tr[0] || strcmp(tr, "tls") == 0)

@@ -113,8 +113,10 @@ static int setup(void **state)
 	snprintf(cmd, sizeof(cmd), "%s.2", net);
 	setenv("SBX_RH_ADDR", cmd, 1);
 	snprintf(rh_dir, sizeof(rh_dir), "/var/lib/sandboxd-test/remote-%d", (int)getpid());
-	snprintf(cmd, sizeof(cmd), "mkdir -p -m 0755 /var/lib/sandboxd-test && "
-				   "scripts/remote-host.sh up %s >/dev/null", rh_dir);
+	snprintf(cmd, sizeof(cmd),
+		 "mkdir -p -m 0755 /var/lib/sandboxd-test && "
+		 "scripts/remote-host.sh up %s >/dev/null",
+		 rh_dir);
 	if (run_cmd(cmd) != 0) {
 		fprintf(stderr, "test_remote: scripts/remote-host.sh up failed\n");
 		return -1;
@@ -282,23 +284,24 @@ static void only_the_listed_client_certificate_gets_in(void **state)
 	char cmd[4096], out[1024];
 	const char *addr = getenv("SBX_RH_ADDR");
 
-	snprintf(cmd, sizeof(cmd),
-		 "set -e; p=%s/pki; t=%s/intruder; mkdir -p $t/same $t/other; "
-		 "printf 'basicConstraints=critical,CA:FALSE\\nkeyUsage=critical,"
-		 "digitalSignature,keyEncipherment\\nextendedKeyUsage=clientAuth\\n' > $t/ext; "
-		 "openssl req -newkey rsa:2048 -nodes -subj '/O=sandboxd test/CN=intruder' "
-		 "-keyout $t/same/clientkey.pem -out $t/same.csr 2>/dev/null; "
-		 "openssl x509 -req -in $t/same.csr -CA $p/ca/cacert.pem -CAkey $p/ca/cakey.pem "
-		 "-CAcreateserial -days 1 -extfile $t/ext -out $t/same/clientcert.pem 2>/dev/null; "
-		 "cp $p/ca/cacert.pem $t/same/; "
-		 "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj '/CN=other CA' "
-		 "-keyout $t/other/cakey.pem -out $t/other/ca.pem 2>/dev/null; "
-		 "openssl req -newkey rsa:2048 -nodes -subj '/O=sandboxd test/CN=gateway' "
-		 "-keyout $t/other/clientkey.pem -out $t/other.csr 2>/dev/null; "
-		 "openssl x509 -req -in $t/other.csr -CA $t/other/ca.pem -CAkey $t/other/cakey.pem "
-		 "-CAcreateserial -days 1 -extfile $t/ext -out $t/other/clientcert.pem 2>/dev/null; "
-		 "cp $p/ca/cacert.pem $t/other/",
-		 rh_dir, rh_dir);
+	snprintf(
+	    cmd, sizeof(cmd),
+	    "set -e; p=%s/pki; t=%s/intruder; mkdir -p $t/same $t/other; "
+	    "printf 'basicConstraints=critical,CA:FALSE\\nkeyUsage=critical,"
+	    "digitalSignature,keyEncipherment\\nextendedKeyUsage=clientAuth\\n' > $t/ext; "
+	    "openssl req -newkey rsa:2048 -nodes -subj '/O=sandboxd test/CN=intruder' "
+	    "-keyout $t/same/clientkey.pem -out $t/same.csr 2>/dev/null; "
+	    "openssl x509 -req -in $t/same.csr -CA $p/ca/cacert.pem -CAkey $p/ca/cakey.pem "
+	    "-CAcreateserial -days 1 -extfile $t/ext -out $t/same/clientcert.pem 2>/dev/null; "
+	    "cp $p/ca/cacert.pem $t/same/; "
+	    "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj '/CN=other CA' "
+	    "-keyout $t/other/cakey.pem -out $t/other/ca.pem 2>/dev/null; "
+	    "openssl req -newkey rsa:2048 -nodes -subj '/O=sandboxd test/CN=gateway' "
+	    "-keyout $t/other/clientkey.pem -out $t/other.csr 2>/dev/null; "
+	    "openssl x509 -req -in $t/other.csr -CA $t/other/ca.pem -CAkey $t/other/cakey.pem "
+	    "-CAcreateserial -days 1 -extfile $t/ext -out $t/other/clientcert.pem 2>/dev/null; "
+	    "cp $p/ca/cacert.pem $t/other/",
+	    rh_dir, rh_dir);
 	assert_int_equal(run_cmd(cmd), 0);
 	for (int i = 0; i < 2; i++) {
 		snprintf(cmd, sizeof(cmd),
