@@ -337,6 +337,10 @@ int vmm_reconnect(struct vmm *v, int timeout_ms, struct sbx_error *err)
 {
 	int64_t t0 = sbx_mono_ms();
 
+	/* A healthy connection stays: replacing it would leave its lifecycle
+	 * callback registered beside the new one's. */
+	if (vmm_connected(v))
+		return 0;
 	pthread_mutex_lock(&v->lock);
 	bool busy = v->reconnecting || v->closing;
 	if (!busy)

@@ -23,13 +23,42 @@ static const char *const vmm_vol_suffixes[] = {".qcow2",	 ".console.log",
 
 void vmm_storage_init(struct vmm *v)
 {
-	/* One pool per run_dir: FNV-1a of the path after our prefix, so two
-	 * daemons with their own run_dirs on one host do not share it. */
+	/* One pool per directory (libvirt refuses two pools with one target
+	 * path): FNV-1a of run_dir, so daemons sharing a run_dir share the
+	 * pool and two with their own run_dirs do not. */
 	uint64_t h = 1469598103934665603ULL;
 	for (const char *p = v->run_dir; *p; p++)
 		h = (h ^ (unsigned char)*p) * 1099511628211ULL;
-	snprintf(v->pool_name, sizeof(v->pool_name), "%spool-%016llx", v->prefix,
+	snprintf(v->pool_name, sizeof(v->pool_name), "%s%016llx", VMM_POOL_PREFIX,
 		 (unsigned long long)h);
+}
+
+/* An active pool of any name whose target is run_dir (an operator's, or
+ * one of ours made under another name), or NULL. */
+static virStoragePoolPtr vmm_pool_by_path(struct vmm *v, virConnectPtr c)
+{
+	virStoragePoolPtr *pools = NULL, found = NULL;
+	struct sbx_buf want;
+	sbx_buf_init(&want, 4096);
+	int r = sbx_buf_printf(&want, "<path>");
+	r |= vmm_xml_escape(&want, v->run_dir);
+	r |= sbx_buf_printf(&want, "</path>");
+	int n = r ? -1
+		  : virConnectListAllStoragePools(c, &pools, VIR_CONNECT_LIST_STORAGE_POOLS_ACTIVE);
+	for (int i = 0; i < n; i++) {
+		char *xml = found ? NULL : virStoragePoolGetXMLDesc(pools[i], 0);
+		/* The pool's own <target><path> (a <source> path comes first). */
+		const char *t = xml ? strstr(xml, "<target>") : NULL;
+		if (t && strncmp(strstr(t, "<path>") ? strstr(t, "<path>") : "", want.data,
+				 want.len) == 0)
+			found = pools[i];
+		else
+			virStoragePoolFree(pools[i]);
+		free(xml);
+	}
+	free(pools);
+	sbx_buf_release(&want);
+	return found;
 }
 
 /* The pool at run_dir, started (and its directory built) when missing.
@@ -65,11 +94,15 @@ static virStoragePoolPtr vmm_pool(struct vmm *v)
 	p = virStoragePoolCreateXML(c, b.data, VIR_STORAGE_POOL_CREATE_WITH_BUILD);
 	sbx_buf_release(&b);
 	if (!p) {
-		/* Another thread of ours may have made it meanwhile. */
+		/* Another thread of ours may have made it meanwhile, or a pool of
+		 * another name already has this directory. */
+		char msg[256];
+		snprintf(msg, sizeof(msg), "%s", vmm_lv_msg());
 		p = virStoragePoolLookupByName(c, v->pool_name);
 		if (!p)
-			sbx_err(MOD, "create pool '%s' at '%s': %s", v->pool_name, v->run_dir,
-				vmm_lv_msg());
+			p = vmm_pool_by_path(v, c);
+		if (!p)
+			sbx_err(MOD, "create pool '%s' at '%s': %s", v->pool_name, v->run_dir, msg);
 		return p;
 	}
 	sbx_info(MOD, "storage pool '%s' at '%s' on '%s'", v->pool_name, v->run_dir, v->uri);

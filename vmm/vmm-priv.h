@@ -107,7 +107,10 @@ virConnectPtr vmm_conn_open(struct vmm *v, int *lifecycle_id, bool *close_cb);
 void vmm_close_cb(virConnectPtr conn, int reason, void *opaque);
 
 /* storage.c: run_dir on a remote host as a libvirt `dir` pool. */
-/* Set v->pool_name from the prefix and run_dir. */
+/* Our pools are named VMM_POOL_PREFIX + 16 hex digits (of run_dir). */
+#define VMM_POOL_PREFIX "sandboxd-run-"
+
+/* Set v->pool_name from run_dir. */
 void vmm_storage_init(struct vmm *v);
 /* Create run_dir/NAME.qcow2 (qcow2 over the base image, `gib` GiB) as a
  * volume of the pool (started, and built, first when missing). 0 or -1. */

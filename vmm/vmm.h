@@ -181,7 +181,8 @@ void vmm_set_conn_lost_cb(struct vmm *v, vmm_conn_lost_fn fn, void *opaque);
 /* Reopen a lost connection (blocking, bounded by timeout_ms; call from a
  * background thread, never from a request or with a lock held). 0, or -1
  * with SBX_E_SERVICE_UNAVAILABLE (no answer within timeout_ms, or another
- * reconnect in progress). Existing struct vmm_vm handles are re-looked-up
+ * reconnect in progress). A connection that is still up (vmm_connected)
+ * is kept: 0 at once. Existing struct vmm_vm handles are re-looked-up
  * by name on the new connection (a domain that stopped meanwhile gets the
  * stopped callback); their channels must be reopened by the caller with
  * vmm_vm_open_channel. A connect still under way at the timeout finishes

@@ -12,7 +12,8 @@
  * another CA) is refused, and a
  * lost connection (veth down: keepalive; libvirtd killed: end of file) is
  * seen by vmm within VMM_KEEPALIVE_BOUND_MS while the daemon keeps
- * answering HTTP; vmm_reconnect brings it back. Skips (does not fail)
+ * answering HTTP; vmm_reconnect brings it back. The console tail of a guest
+ * on the host is read through the storage pool and deleted with it. Skips (does not fail)
  * where network namespaces cannot be made. Everything it starts is torn
  * down in the group teardown, also after a failure.
  */
@@ -74,10 +75,10 @@ static void remote_volumes(char *out, size_t n)
 	char cmd[2048];
 
 	snprintf(cmd, sizeof(cmd),
-		 "u='%s'; for p in $(virsh -c \"$u\" pool-list --name | grep '^%spool-'); do "
+		 "u='%s'; for p in $(virsh -c \"$u\" pool-list --name | grep '^sandboxd-run-'); do "
 		 "virsh -c \"$u\" pool-refresh $p >/dev/null; "
 		 "virsh -c \"$u\" vol-list $p | awk 'NR>2 && $1 {print $1}'; done",
-		 rh_uri, d.prefix);
+		 rh_uri);
 	assert_int_equal(cmd_out(cmd, out, n), 0);
 }
 
@@ -362,11 +363,12 @@ static void a_lost_connection_is_seen_within_the_bound(void **state)
 	(void)state;
 	if (rh_skip)
 		skip();
-	char kernel[300], run_dir[300], cmd[512];
+	char kernel[300], initrd[300], run_dir[300], cmd[512];
 	struct sbx_error err = {0};
 	struct lost l = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 	snprintf(kernel, sizeof(kernel), "%s/state/images/tiny/vmlinux", rh_dir);
+	snprintf(initrd, sizeof(initrd), "%s/state/images/tiny/initramfs.cpio.gz", rh_dir);
 	snprintf(run_dir, sizeof(run_dir), "%s/state/run", rh_dir);
 	struct vmm_config vc = {
 	    .uri = rh_uri,
@@ -374,6 +376,7 @@ static void a_lost_connection_is_seen_within_the_bound(void **state)
 	    .accel = VMM_ACCEL_TCG,
 	    .allow_tcg = true,
 	    .kernel = kernel,
+	    .initrd = initrd,
 	    .run_dir = run_dir,
 	    .transport = VMM_TRANSPORT_STREAM,
 	};
@@ -381,6 +384,27 @@ static void a_lost_connection_is_seen_within_the_bound(void **state)
 	assert_non_null(v);
 	vmm_set_conn_lost_cb(v, on_lost, &l);
 	assert_true(vmm_connected(v));
+
+	/* The console log is the host's file: read through the pool. */
+	struct vmm_guest_spec spec = {.vcpus = 1, .memory_mib = 256};
+	struct vmm_vm *vm = vmm_vm_start(v, &spec, &err);
+	assert_non_null(vm);
+	char *tail = NULL;
+	for (int i = 0; i < 600 && !(tail && strstr(tail, "sandboxd-init")); i++) {
+		free(tail);
+		struct timespec ts = {0, 100 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+		tail = vmm_vm_console_tail(vm, 4096);
+	}
+	assert_non_null(tail);
+	assert_non_null(strstr(tail, "sandboxd-init"));
+	assert_true(strlen(tail) <= 4096);
+	free(tail);
+	assert_int_equal(vmm_vm_destroy(vm, &err), 0);
+	vmm_vm_free(vm);
+	char vols[4096];
+	remote_volumes(vols, sizeof(vols));
+	assert_null(strstr(vols, d.prefix)); /* its console log went too */
 
 	/* The host goes silent (its end of the link down; the gateway's end
 	 * keeps its route, so packets vanish instead of going elsewhere):
