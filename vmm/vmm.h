@@ -8,7 +8,15 @@
  * VMM_METADATA_NS) so a restarted daemon can reconcile.
  *
  * Threads: vmm_new() starts one thread running libvirt's default event
- * loop (lifecycle events, stream callbacks). All functions are thread-safe.
+ * loop (lifecycle events, stream callbacks, the close callback). A lost
+ * connection is reopened on a thread of vmm's own (no lost callback set)
+ * or by vmm_reconnect(), whose connect runs on a short-lived thread so its
+ * bound holds. All functions are thread-safe; vmm's one lock (struct vmm's)
+ * is never held across a libvirt call or a callback.
+ *
+ * Remote hosts (vmm_uri_is_local false; docs/vmm.md, "Remote hosts"):
+ * paths in the config are the host's, overlays and console logs are
+ * volumes of a libvirt storage pool at run_dir, channels are streams.
  */
 #ifndef SBX_VMM_H
 #define SBX_VMM_H
@@ -124,14 +132,16 @@ int vmm_vm_open_channel_via(struct vmm_vm *vm, enum vmm_transport t, sbx_recv_fn
 bool vmm_vm_is_running(struct vmm_vm *vm);
 
 /* Destroy the domain (if it still runs) and delete its overlay, socket and
- * console log. Idempotent. 0, or -1 when libvirt could not destroy it. */
+ * console log (on a remote host: its volumes). Idempotent. 0, or -1 when libvirt could not destroy
+ * it. */
 int vmm_vm_destroy(struct vmm_vm *vm, struct sbx_error *err);
 
 /* Free the handle only; the domain keeps running. */
 void vmm_vm_free(struct vmm_vm *vm);
 
 /* The last `max` bytes of the guest's serial console (for logs on a failed
- * boot). Caller frees; NULL when there is none. */
+ * boot; on a remote host downloaded through the storage pool, blocking on
+ * libvirt). Caller frees; NULL when there is none. */
 char *vmm_vm_console_tail(struct vmm_vm *vm, size_t max);
 
 /* Called from the event-loop thread when a domain of ours stops for any
