@@ -159,7 +159,10 @@ inner() {
 	mount --bind "$dir/cache" /var/cache/libvirt
 	mount --bind "$dir/log" /var/log/libvirt
 	mount --bind "$dir/etc" /etc/libvirt
-	/usr/sbin/virtlogd -d -p "$dir/virtlogd.pid" -f /etc/libvirt/virtlogd.conf
+	# A virtlogd that outlived libvirtd still holds the running guests'
+	# console logs: keep it (its socket is in the same $dir/run).
+	alive "$dir/virtlogd.pid" virtlogd ||
+		/usr/sbin/virtlogd -d -p "$dir/virtlogd.pid" -f /etc/libvirt/virtlogd.conf
 	/usr/sbin/libvirtd -d --listen -p "$dir/libvirtd.pid" -f /etc/libvirt/libvirtd.conf
 }
 
@@ -167,8 +170,10 @@ daemons_up() {
 	if alive "$dir/libvirtd.pid" libvirtd; then
 		return 0
 	fi
-	# A half-started earlier attempt: stop what is left of it.
-	daemons_down
+	# libvirtd died (or never ran): start it again. Guests that outlived
+	# it keep running and the new libvirtd takes them back, as after a
+	# libvirtd restart on a real host.
+	rm -f "$dir/libvirtd.pid"
 	mkdir -p /run/libvirt /var/lib/libvirt /var/cache/libvirt /var/log/libvirt
 	unshare --mount --propagation private -- \
 		nsenter --net="/run/netns/$NS" -- "$0" inner "$dir"

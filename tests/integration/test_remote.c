@@ -12,8 +12,10 @@
  * another CA) is refused, and a
  * lost connection (veth down: keepalive; libvirtd killed: end of file) is
  * seen by vmm within VMM_KEEPALIVE_BOUND_MS while the daemon keeps
- * answering HTTP; vmm_reconnect brings it back. The console tail of a guest
- * on the host is read through the storage pool and deleted with it. Skips (does not fail)
+ * answering HTTP; vmm_reconnect brings it back, and a guest that outlived
+ * its libvirtd is found again and answers on a reopened stream channel.
+ * The console tail of a guest on the host is read through the storage pool
+ * and deleted with it. Skips (does not fail)
  * where network namespaces cannot be made. Everything it starts is torn
  * down in the group teardown, also after a failure.
  */
@@ -26,6 +28,7 @@
 #include <cmocka.h>
 
 #include "harness.h"
+#include "agentless/wire.h"
 #include "vmm/vmm.h"
 
 static struct daemon d;
@@ -315,6 +318,85 @@ static void only_the_listed_client_certificate_gets_in(void **state)
 	assert_int_equal(run_cmd(cmd), 0);
 }
 
+/* What a channel delivered, kept whole (the test reads frames from it). */
+struct rx {
+	pthread_mutex_t lock;
+	uint8_t buf[65536];
+	size_t len;
+	bool eof;
+};
+
+static void rx_recv(void *opaque, const void *buf, size_t len)
+{
+	struct rx *r = opaque;
+	pthread_mutex_lock(&r->lock);
+	if (len == 0)
+		r->eof = true;
+	size_t n = len < sizeof(r->buf) - r->len ? len : sizeof(r->buf) - r->len;
+	memcpy(r->buf + r->len, buf, n);
+	r->len += n;
+	pthread_mutex_unlock(&r->lock);
+}
+
+static void rx_clear(struct rx *r)
+{
+	pthread_mutex_lock(&r->lock);
+	r->len = 0;
+	r->eof = false;
+	pthread_mutex_unlock(&r->lock);
+}
+
+/* Is there a frame of `type` (and `id`, unless 0) in what arrived? */
+static bool rx_has(struct rx *r, uint8_t type, uint32_t id)
+{
+	bool found = false;
+	pthread_mutex_lock(&r->lock);
+	for (size_t off = 0; off + WIRE_HEADER_LEN <= r->len && !found;) {
+		struct wire_header h;
+		if (wire_header_decode(r->buf + off, sizeof(r->buf), &h) < 0)
+			break;
+		found = h.type == type && (id == 0 || h.id == id);
+		off += WIRE_HEADER_LEN + h.len;
+	}
+	pthread_mutex_unlock(&r->lock);
+	return found;
+}
+
+static bool rx_wait(struct rx *r, uint8_t type, uint32_t id, int timeout_ms)
+{
+	int64_t end = sbx_mono_ms() + timeout_ms;
+	while (!rx_has(r, type, id)) {
+		if (sbx_mono_ms() > end)
+			return false;
+		struct timespec ts = {0, 20 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+	}
+	return true;
+}
+
+/* One frame: `len` bytes of payload p. */
+static int send_frame(struct sbx_channel *ch, uint8_t type, uint32_t id, const uint8_t *p,
+		      size_t len)
+{
+	uint8_t frame[WIRE_HEADER_LEN + 64];
+	struct wire_header h = {.type = type, .id = id, .len = (uint32_t)len};
+	assert_true(len <= sizeof(frame) - WIRE_HEADER_LEN);
+	wire_header_encode(&h, frame);
+	memcpy(frame + WIRE_HEADER_LEN, p, len);
+	return ch->send(ch->ctx, frame, WIRE_HEADER_LEN + len);
+}
+
+/* WELCOME as agentless sends it on a reattach (docs/protocol.md). */
+static int send_welcome(struct sbx_channel *ch)
+{
+	uint8_t p[64];
+	struct wire_writer w;
+	wire_writer_init(&w, p, sizeof(p));
+	wire_put_u32(&w, WIRE_T_VERSION, WIRE_VERSION);
+	wire_put_u64(&w, WIRE_T_TIME_NS, (uint64_t)sbx_wall_ms() * 1000000u);
+	return send_frame(ch, WIRE_WELCOME, 0, p, w.len);
+}
+
 struct lost {
 	pthread_mutex_t lock;
 	int n;
@@ -400,11 +482,12 @@ static void a_lost_connection_is_seen_within_the_bound(void **state)
 	assert_non_null(strstr(tail, "sandboxd-init"));
 	assert_true(strlen(tail) <= 4096);
 	free(tail);
-	assert_int_equal(vmm_vm_destroy(vm, &err), 0);
-	vmm_vm_free(vm);
-	char vols[4096];
-	remote_volumes(vols, sizeof(vols));
-	assert_null(strstr(vols, d.prefix)); /* its console log went too */
+	/* Its exec channel as a stream: HELLO arrives. */
+	struct rx rx = {.lock = PTHREAD_MUTEX_INITIALIZER};
+	struct sbx_channel ch;
+	assert_int_equal(vmm_vm_open_channel(vm, rx_recv, &rx, &ch, &err), 0);
+	assert_true(rx_wait(&rx, WIRE_HELLO, 0, 60000));
+	ch.close(ch.ctx);
 
 	/* The host goes silent (its end of the link down; the gateway's end
 	 * keeps its route, so packets vanish instead of going elsewhere):
@@ -454,6 +537,25 @@ static void a_lost_connection_is_seen_within_the_bound(void **state)
 	assert_int_equal(run_cmd(cmd), 0);
 	assert_int_equal(vmm_reconnect(v, 20000, &err), 0);
 	assert_true(vmm_connected(v));
+
+	/* The guest outlived its libvirtd; the handle finds it on the new
+	 * connection and a reopened stream channel answers a PING. */
+	assert_true(vmm_vm_is_running(vm));
+	rx_clear(&rx);
+	assert_int_equal(vmm_vm_open_channel(vm, rx_recv, &rx, &ch, &err), 0);
+	bool pong = false;
+	assert_int_equal(send_welcome(&ch), 0);
+	for (uint32_t id = 1; id <= 20 && !pong; id++) {
+		assert_int_equal(send_frame(&ch, WIRE_PING, id, (const uint8_t *)"x", 1), 0);
+		pong = rx_wait(&rx, WIRE_PONG, id, 1000);
+	}
+	assert_true(pong);
+	ch.close(ch.ctx);
+	assert_int_equal(vmm_vm_destroy(vm, &err), 0);
+	vmm_vm_free(vm);
+	char vols[4096];
+	remote_volumes(vols, sizeof(vols));
+	assert_null(strstr(vols, d.prefix)); /* its console log went too */
 	vmm_free(v);
 	daemon_answers();
 }
