@@ -374,29 +374,6 @@ static bool rx_wait(struct rx *r, uint8_t type, uint32_t id, int timeout_ms)
 	return true;
 }
 
-/* One frame: `len` bytes of payload p. */
-static int send_frame(struct sbx_channel *ch, uint8_t type, uint32_t id, const uint8_t *p,
-		      size_t len)
-{
-	uint8_t frame[WIRE_HEADER_LEN + 64];
-	struct wire_header h = {.type = type, .id = id, .len = (uint32_t)len};
-	assert_true(len <= sizeof(frame) - WIRE_HEADER_LEN);
-	wire_header_encode(&h, frame);
-	memcpy(frame + WIRE_HEADER_LEN, p, len);
-	return ch->send(ch->ctx, frame, WIRE_HEADER_LEN + len);
-}
-
-/* WELCOME as agentless sends it on a reattach (docs/protocol.md). */
-static int send_welcome(struct sbx_channel *ch)
-{
-	uint8_t p[64];
-	struct wire_writer w;
-	wire_writer_init(&w, p, sizeof(p));
-	wire_put_u32(&w, WIRE_T_VERSION, WIRE_VERSION);
-	wire_put_u64(&w, WIRE_T_TIME_NS, (uint64_t)sbx_wall_ms() * 1000000u);
-	return send_frame(ch, WIRE_WELCOME, 0, p, w.len);
-}
-
 struct lost {
 	pthread_mutex_t lock;
 	int n;
@@ -544,9 +521,9 @@ static void a_lost_connection_is_seen_within_the_bound(void **state)
 	rx_clear(&rx);
 	assert_int_equal(vmm_vm_open_channel(vm, rx_recv, &rx, &ch, &err), 0);
 	bool pong = false;
-	assert_int_equal(send_welcome(&ch), 0);
+	assert_int_equal(chan_send_welcome(&ch), 0);
 	for (uint32_t id = 1; id <= 20 && !pong; id++) {
-		assert_int_equal(send_frame(&ch, WIRE_PING, id, (const uint8_t *)"x", 1), 0);
+		assert_int_equal(chan_send_frame(&ch, WIRE_PING, id, (const uint8_t *)"x", 1), 0);
 		pong = rx_wait(&rx, WIRE_PONG, id, 1000);
 	}
 	assert_true(pong);
