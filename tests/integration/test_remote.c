@@ -131,6 +131,9 @@ static int setup(void **state)
 		abort();
 	fclose(f);
 	rh_uri[strcspn(rh_uri, "\n")] = '\0';
+	/* A run killed before its teardown (a sanitizer's halt) leaves the
+	 * host up: `scripts/remote-host.sh down DIR` removes it. */
+	fprintf(stderr, "test_remote: remote host %s in %s\n", rh_uri, rh_dir);
 
 	/* The operator's step: the images onto the host, in its state dir
 	 * (state_dir/images/tiny/ for the kernel and initramfs). The full
