@@ -211,7 +211,7 @@ asan:
 # ThreadSanitizer: the unit tests, then the integration tests that drive
 # the daemon's threads hardest (TSAN_INTEG) against a TSan-built daemon.
 # Any report fails the run (halt_on_error). docs/lifecycle.md, "Threads".
-TSAN_INTEG ?= test_hostile test_exec test_lifecycle
+TSAN_INTEG ?= test_hostile test_exec test_lifecycle test_remote
 TSAN_OPTIONS_RUN := halt_on_error=1 second_deadlock_stack=1 report_mutex_bugs=0 suppressions=$(CURDIR)/tests/tsan.supp
 tsan:
 	$(MAKE) BUILD=build-tsan BIN=build-tsan/bin SANITIZE="-fsanitize=thread -fno-omit-frame-pointer" all

@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "bench.h"
+#include "../tests/integration/harness.h"
 #include "agentless/wire.h"
 #include "util/util.h"
 #include "vmm/vmm.h"
@@ -135,28 +136,6 @@ static bool rx_wait(struct rx *r, enum wait_for what, uint32_t want, int timeout
 	return ok;
 }
 
-static int send_frame(struct sbx_channel *ch, uint8_t type, uint32_t id, const uint8_t *p,
-		      size_t len)
-{
-	uint8_t frame[WIRE_HEADER_LEN + 4096];
-	if (len > sizeof(frame) - WIRE_HEADER_LEN)
-		return -1;
-	struct wire_header h = {.type = type, .id = id, .len = (uint32_t)len};
-	wire_header_encode(&h, frame);
-	memcpy(frame + WIRE_HEADER_LEN, p, len);
-	return ch->send(ch->ctx, frame, WIRE_HEADER_LEN + len);
-}
-
-static int send_welcome(struct sbx_channel *ch)
-{
-	uint8_t p[64];
-	struct wire_writer w;
-	wire_writer_init(&w, p, sizeof(p));
-	wire_put_u32(&w, WIRE_T_VERSION, WIRE_VERSION);
-	wire_put_u64(&w, WIRE_T_TIME_NS, (uint64_t)sbx_wall_ms() * 1000000u);
-	return send_frame(ch, WIRE_WELCOME, 0, p, w.len);
-}
-
 static int env_int(const char *name, int def)
 {
 	return env_int_max(name, def, INT_MAX - 1);
@@ -172,7 +151,7 @@ static int chan_open(struct vmm_vm *vm, enum vmm_transport t, struct rx *r, stru
 		fprintf(stderr, "open channel: %s\n", err.message);
 		return -1;
 	}
-	if (!rx_wait(r, W_HELLO, 1, timeout_ms) || send_welcome(ch) < 0) {
+	if (!rx_wait(r, W_HELLO, 1, timeout_ms) || chan_send_welcome(ch) < 0) {
 		fprintf(stderr, "no HELLO from the guest\n");
 		ch->close(ch->ctx);
 		return -1;
@@ -193,10 +172,10 @@ static int chan_reopen(struct vmm_vm *vm, enum vmm_transport t, struct rx *r,
 		fprintf(stderr, "open channel: %s\n", err.message);
 		return -1;
 	}
-	if (send_welcome(ch) == 0) {
+	if (chan_send_welcome(ch) == 0) {
 		for (int i = 0; i < 20; i++) {
 			uint32_t my = ++*id;
-			if (send_frame(ch, WIRE_PING, my, (const uint8_t *)"x", 1) < 0)
+			if (chan_send_frame(ch, WIRE_PING, my, (const uint8_t *)"x", 1) < 0)
 				break;
 			if (rx_wait(r, W_PONG, my, 500)) {
 				pthread_mutex_lock(&r->lock);
@@ -222,7 +201,7 @@ static struct stats bench_ping(struct sbx_channel *ch, struct rx *r, int n, uint
 	for (int i = 0; v && i < n; i++) {
 		uint32_t my = ++*id;
 		int64_t t0 = now_us();
-		if (send_frame(ch, WIRE_PING, my, payload, sizeof(payload)) < 0 ||
+		if (chan_send_frame(ch, WIRE_PING, my, payload, sizeof(payload)) < 0 ||
 		    !rx_wait(r, W_PONG, my, 5000))
 			break;
 		v[done++] = now_us() - t0;
@@ -247,7 +226,8 @@ static struct stats bench_exec(struct sbx_channel *ch, struct rx *r, int n, uint
 		wire_put_u32(&w, WIRE_T_STDERR_CAP, 65536);
 		uint32_t my = ++*id;
 		int64_t t0 = now_us();
-		if (send_frame(ch, WIRE_EXEC, my, p, w.len) < 0 || !rx_wait(r, W_EXIT, my, 15000))
+		if (chan_send_frame(ch, WIRE_EXEC, my, p, w.len) < 0 ||
+		    !rx_wait(r, W_EXIT, my, 15000))
 			break;
 		if (r->exit_code != 0) {
 			fprintf(stderr, "exec true: exit %d\n", r->exit_code);

@@ -14,6 +14,13 @@
  *   3. a burst of 20 concurrent creates, without a pool and with a pool of
  *      2: the time until all 20 are ready.
  *
+ * With SBX_BENCH_REMOTE_URI (a remote host's qemu+tls:// URI, e.g. from
+ * scripts/remote-host.sh) and SBX_BENCH_REMOTE_STATE (that host's state
+ * dir, holding images/tiny/{vmlinux,initramfs.cpio.gz}), a second daemon
+ * on that host (transport stream, database here) runs the same cold
+ * creates interleaved with the local ones in 1., and warm creates
+ * alternating with the local ones in 2.; printed with remote/local ratios.
+ *
  * Environment: SBX_BIN, SBX_TEST_IMAGE_DIR, SBX_BENCH_CREATES,
  * SBX_BENCH_BURST (default 20). Prints figures; never fails on timing.
  * Exit 1 only when it cannot run. */
@@ -31,6 +38,10 @@
 #include "vmm/vmm.h"
 
 static struct daemon d;
+/* The remote host's daemon (SBX_BENCH_REMOTE_URI), and the one the API
+ * helpers below talk to. */
+static struct daemon rd;
+static struct daemon *cur = &d;
 
 static int env_int(const char *name, int def)
 {
@@ -43,8 +54,8 @@ static int api_create(char id[64], int64_t *startup_ms, char path[8])
 	struct http_reply r;
 	int st;
 
-	if (http_request(&d, "POST", "/v1/sandboxes", d.key, NULL, "{\"timeout_minutes\": 10}", 0,
-			 &r) < 0)
+	if (http_request(cur, "POST", "/v1/sandboxes", cur->key, NULL, "{\"timeout_minutes\": 10}",
+			 0, &r) < 0)
 		return -1;
 	st = r.status;
 	if (st == 201) {
@@ -67,7 +78,7 @@ static void api_delete(const char *id)
 	char path[128];
 
 	snprintf(path, sizeof(path), "/v1/sandboxes/%s", id);
-	if (http_request(&d, "DELETE", path, d.key, NULL, NULL, 0, &r) == 0)
+	if (http_request(cur, "DELETE", path, cur->key, NULL, NULL, 0, &r) == 0)
 		http_reply_free(&r);
 }
 
@@ -77,7 +88,7 @@ static int pool_ready(void)
 	json_object *st, *pool, *small;
 	int n = -1;
 
-	if (http_request(&d, "GET", "/v1/limits", NULL, NULL, NULL, 0, &r) < 0)
+	if (http_request(cur, "GET", "/v1/limits", NULL, NULL, NULL, 0, &r) < 0)
 		return -1;
 	if (json_object_object_get_ex(r.json, "startup", &st) &&
 	    json_object_object_get_ex(st, "pool", &pool) &&
@@ -215,6 +226,73 @@ static void burst(const char *label, int n)
 	free(c);
 }
 
+/* Start rd against the remote host: its state dir (images, overlays,
+ * console logs) and URI; the database stays on this machine. `extra` are
+ * more config members or "". 0 or -1. */
+static int remote_start(const char *uri, const char *state, const char *extra)
+{
+	char cmd[600];
+
+	snprintf(rd.prefix, sizeof(rd.prefix), "r%d-", (int)getpid());
+	snprintf(rd.state_dir, sizeof(rd.state_dir), "/var/lib/sandboxd-test/%d-remote",
+		 (int)getpid());
+	snprintf(cmd, sizeof(cmd), "mkdir -p -m 0755 %s", rd.state_dir);
+	if (run_cmd(cmd) != 0)
+		return -1;
+	snprintf(rd.config, sizeof(rd.config), "%s/config.json", rd.state_dir);
+	snprintf(rd.db, sizeof(rd.db), "%s/sandboxd.db", rd.state_dir);
+	FILE *f = fopen(rd.config, "w");
+	if (!f)
+		return -1;
+	fprintf(f,
+		"{\"state_dir\": \"%s\", \"db_path\": \"%s\", \"libvirt_uri\": \"%s\", "
+		"\"transport\": \"stream\", \"domain_prefix\": \"%s\", \"accel\": \"tcg\", "
+		"\"allow_tcg\": true, \"boot_timeout_ms\": 300000%s%s}\n",
+		state, rd.db, uri, rd.prefix, extra[0] ? ", " : "", extra);
+	fclose(f);
+	daemon_create_account(&rd, "100");
+	if (daemon_start(&rd) < 0) {
+		fprintf(stderr, "create bench: the remote daemon did not start\n");
+		return -1;
+	}
+	return 0;
+}
+
+/* One cold create + delete through `dm`: ms, or -1. */
+static int64_t cold_once(struct daemon *dm)
+{
+	char id[64];
+	int64_t t0 = sbx_mono_ms(), ms = -1;
+
+	cur = dm;
+	if (api_create(id, NULL, NULL) == 201) {
+		ms = sbx_mono_ms() - t0;
+		api_delete(id);
+	}
+	cur = &d;
+	return ms;
+}
+
+/* Destroy what rd left on the remote host (its pool's guests). */
+static void remote_destroy(const char *uri)
+{
+	char cmd[1024];
+
+	snprintf(cmd, sizeof(cmd),
+		 "for n in $(virsh -c '%s' list --name 2>/dev/null | grep '^%s'); do "
+		 "virsh -c '%s' destroy $n >/dev/null 2>&1; done",
+		 uri, rd.prefix, uri);
+	run_cmd(cmd);
+}
+
+static void print_ratio(const char *label, struct stats s, struct stats base)
+{
+	printf("%s: n=%d median %lld ms, p95 %lld ms (min %lld, max %lld); remote/local median "
+	       "%.3f\n",
+	       label, s.n, (long long)s.median, (long long)s.p95, (long long)s.min,
+	       (long long)s.max, base.median > 0 ? (double)s.median / (double)base.median : 0.0);
+}
+
 int main(void)
 {
 	int n = env_int("SBX_BENCH_CREATES", 10), nburst = env_int("SBX_BENCH_BURST", 20);
@@ -222,8 +300,13 @@ int main(void)
 		*flo = calloc((size_t)n, sizeof(int64_t));
 	int64_t *warm_rt = calloc((size_t)n, sizeof(int64_t));
 	int64_t *warm_d = calloc((size_t)n, sizeof(int64_t));
-	int na = 0, nf = 0, nw = 0;
+	int64_t *rcold = calloc((size_t)n, sizeof(int64_t)),
+		*rwarm = calloc((size_t)n, sizeof(int64_t));
+	int na = 0, nf = 0, nw = 0, nrc = 0, nrw = 0;
 	struct floor_ctx f = {0};
+	const char *ruri = getenv("SBX_BENCH_REMOTE_URI");
+	const char *rstate = getenv("SBX_BENCH_REMOTE_STATE");
+	bool remote = ruri && ruri[0] && rstate && rstate[0];
 
 	/* 1. Cold through the API vs the floor, interleaved. */
 	daemon_config(&d, "\"boot_timeout_ms\": 300000");
@@ -241,6 +324,9 @@ int main(void)
 		fprintf(stderr, "create bench: libvirt unreachable\n");
 		return 1;
 	}
+	/* 1b. With a remote host: its daemon's cold creates interleaved too. */
+	if (remote && remote_start(ruri, rstate, "") < 0)
+		remote = false;
 	/* one warm-up of each */
 	{
 		char id[64];
@@ -248,6 +334,8 @@ int main(void)
 		if (api_create(id, NULL, NULL) == 201)
 			api_delete(id);
 		floor_once(&f);
+		if (remote)
+			cold_once(&rd);
 	}
 	for (int i = 0; i < n; i++) {
 		char id[64];
@@ -260,6 +348,8 @@ int main(void)
 		ms = floor_once(&f);
 		if (ms >= 0)
 			flo[nf++] = ms;
+		if (remote && (ms = cold_once(&rd)) >= 0)
+			rcold[nrc++] = ms;
 	}
 	struct stats sa = stats_of(api, na), sf = stats_of(flo, nf);
 	printf("cold create via API  : n=%d median %lld ms, p95 %lld ms (min %lld, max %lld)\n",
@@ -269,6 +359,11 @@ int main(void)
 	if (sf.median > 0 && sf.p95 > 0)
 		printf("ratio API/floor      : median %.3f, p95 %.3f\n",
 		       (double)sa.median / (double)sf.median, (double)sa.p95 / (double)sf.p95);
+	if (remote) {
+		print_ratio("remote cold create   ", stats_of(rcold, nrc), sa);
+		daemon_stop(&rd);
+		remote_destroy(ruri);
+	}
 	fflush(stdout);
 	burst("no pool", nburst);
 	fflush(stdout);
@@ -283,6 +378,8 @@ int main(void)
 		fprintf(stderr, "create bench: daemon did not start\n");
 		return 1;
 	}
+	if (remote && remote_start(ruri, rstate, "\"pool\": {\"small\": 2}") < 0)
+		remote = false;
 	for (int i = 0; i < n; i++) {
 		char id[64], path[8];
 		int64_t t0, sm = -1;
@@ -297,12 +394,30 @@ int main(void)
 				printf("(create %d took the %s path)\n", i, path);
 			api_delete(id);
 		}
+		if (!remote)
+			continue;
+		cur = &rd;
+		if (wait_pool(2, 120000) == 0) {
+			t0 = sbx_mono_ms();
+			if (api_create(id, NULL, path) == 201) {
+				rwarm[nrw++] = sbx_mono_ms() - t0;
+				if (strcmp(path, "warm") != 0)
+					printf("(remote create %d took the %s path)\n", i, path);
+				api_delete(id);
+			}
+		}
+		cur = &d;
 	}
 	struct stats wr = stats_of(warm_rt, nw), wd = stats_of(warm_d, nw);
 	printf("warm create via API  : n=%d round trip p50 %lld ms, p95 %lld ms; in the daemon "
 	       "(startup_ms) p50 %lld ms, p95 %lld ms\n",
 	       nw, (long long)wr.median, (long long)wr.p95, (long long)wd.median,
 	       (long long)wd.p95);
+	if (remote) {
+		print_ratio("remote warm create   ", stats_of(rwarm, nrw), wr);
+		daemon_stop(&rd);
+		remote_destroy(ruri);
+	}
 	fflush(stdout);
 	wait_pool(2, 120000);
 	burst("pool of 2 (full)", nburst);

@@ -265,6 +265,10 @@ int sandbox_config_validate(const struct sandbox_config *cfg, struct sbx_error *
 	if (!one_of(cfg->transport, "stream", "socket", NULL))
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "transport",
 				     "transport must be 'stream' or 'socket'");
+	if (strcmp(cfg->mode, "production") == 0 && vmm_uri_is_plaintext(cfg->libvirt_uri))
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "libvirt_uri",
+				     "production mode refuses a plain-text libvirt_uri: use "
+				     "qemu+tls:// with client certificates (docs/remote-hosts.md)");
 	if (strcmp(cfg->mode, "production") == 0 && strcmp(cfg->accel, "tcg") == 0 &&
 	    !cfg->allow_tcg)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "allow_tcg",

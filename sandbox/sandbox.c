@@ -88,8 +88,10 @@ struct sandbox_svc *sandbox_svc_new(const struct sandbox_config *cfg, int flags,
 	snprintf(run_dir, sizeof(run_dir), "%s/run", cfg->state_dir);
 	if (sbx_mkdir_p(cfg->state_dir, SANDBOX_STATE_DIR_MODE) < 0 ||
 	    chmod(cfg->state_dir, SANDBOX_STATE_DIR_MODE) < 0 ||
-	    (!(flags & SANDBOX_SVC_ADMIN) && (sbx_mkdir_p(run_dir, SANDBOX_STATE_DIR_MODE) < 0 ||
-					      chmod(run_dir, SANDBOX_STATE_DIR_MODE) < 0))) {
+	    /* A remote host's run dir is made there by vmm (a storage pool). */
+	    (!(flags & SANDBOX_SVC_ADMIN) && vmm_uri_is_local(cfg->libvirt_uri) &&
+	     (sbx_mkdir_p(run_dir, SANDBOX_STATE_DIR_MODE) < 0 ||
+	      chmod(run_dir, SANDBOX_STATE_DIR_MODE) < 0))) {
 		sbx_error_set(err, SBX_E_INTERNAL, NULL, "cannot create the state dir: %s",
 			      strerror(errno));
 		goto err_free;

@@ -25,8 +25,105 @@ void vmm_priv_set_virt_type(struct vmm *v, const char *type);
  * there is no id element or it does not fit. */
 int vmm_priv_metadata_id(const char *xml, char *out, size_t outlen);
 
-/* ---- shared by vmm.c and channel.c (not for other modules) ---- */
+/* ---- shared by vmm.c, conn.c, storage.c and channel.c (not for other
+ * modules) ---- */
 #ifdef LIBVIRT_H
+#include <pthread.h>
+
+/* Connection bookkeeping limits (struct vmm below). */
+#define VMM_OLD_CONNS  16
+#define VMM_STALE_DOMS 4
+
+struct vmm {
+	char *uri;
+	char *prefix;
+	char *kernel;
+	char *initrd;
+	char *base_image; /* NULL when no disk */
+	char *cmdline;	  /* NULL when none */
+	char *run_dir;
+	char *virt_type; /* test override, NULL normally */
+	enum vmm_transport transport;
+	unsigned tb_cache_mib;
+	bool free_page_reporting;
+	uint64_t console_log_max;
+	bool kvm;
+	/* Not this machine's hypervisor (vmm_uri_is_local false): run_dir is
+	 * a path on that host, reached only through libvirt (storage.c). */
+	bool remote;
+	char pool_name[VMM_NAME_MAX + 1]; /* the dir pool at run_dir (remote) */
+
+	pthread_mutex_t lock; /* guards the fields below */
+	pthread_cond_t cond;
+	/* The connection in use; replaced (never freed before vmm_free) when
+	 * libvirtd goes away and comes back: read it with vmm_conn(). */
+	virConnectPtr conn;
+	int lifecycle_id;
+	bool close_cb;
+	unsigned gen;				/* bumps at every reconnect */
+	bool reconnecting;			/* the reconnect thread runs */
+	bool closing;				/* vmm_free started: stop reconnecting */
+	virConnectPtr old_conns[VMM_OLD_CONNS]; /* dead ones, closed in vmm_free */
+	size_t n_old;
+	struct vmm_vm *vms;   /* every handle, to check them after a reconnect */
+	bool lifecycle_freed; /* libvirt dropped our lifecycle callback */
+	vmm_stopped_fn stopped_fn;
+	void *stopped_opaque;
+	/* With a lost callback set, a closed connection stays closed (`lost`)
+	 * until the caller's vmm_reconnect(); without one, conn.c reconnects
+	 * by itself. */
+	vmm_conn_lost_fn lost_fn;
+	void *lost_opaque;
+	bool lost;
+};
+
+struct vmm_vm {
+	struct vmm *v;
+	char name[VMM_NAME_MAX + 1];
+	/* Under v->lock: the domain on connection generation `gen` (looked
+	 * up again by name after a reconnect, see vmm_vm_dom()), domain
+	 * objects of dead connections kept until vmm_vm_free (another thread
+	 * may still be using one), and `gone` once a lookup said no domain. */
+	virDomainPtr dom;
+	unsigned gen;
+	bool gone;
+	virDomainPtr stale[VMM_STALE_DOMS];
+	size_t n_stale;
+	struct vmm_vm *next;
+};
+
+/* Append s to b with the five XML special characters escaped. */
+int vmm_xml_escape(struct sbx_buf *b, const char *s);
+/* libvirt's error func: we log ourselves. */
+void vmm_silent_error(void *opaque, virErrorPtr e);
+/* The libvirt error code of this thread. */
+int vmm_lv_code(void);
+/* Does `name` start with the configured domain-name prefix? */
+bool vmm_has_prefix(const struct vmm *v, const char *name);
+/* Open a connection to v->uri with our error func, lifecycle and close
+ * callbacks and keepalive. NULL when libvirtd does not answer. */
+virConnectPtr vmm_conn_open(struct vmm *v, int *lifecycle_id, bool *close_cb);
+/* libvirt's close callback (vmm_free unregisters it). */
+void vmm_close_cb(virConnectPtr conn, int reason, void *opaque);
+
+/* storage.c: run_dir on a remote host as a libvirt `dir` pool. */
+/* Our pools are named VMM_POOL_PREFIX + 16 hex digits (of run_dir). */
+#define VMM_POOL_PREFIX "sandboxd-run-"
+
+/* Set v->pool_name from run_dir. */
+void vmm_storage_init(struct vmm *v);
+/* Create run_dir/NAME.qcow2 (qcow2 over the base image, `gib` GiB) as a
+ * volume of the pool (started, and built, first when missing). 0 or -1. */
+int vmm_storage_overlay_create(struct vmm *v, const char *name, uint64_t gib);
+/* Delete the volumes of `name` (overlay, console logs). */
+void vmm_storage_delete(struct vmm *v, const char *name);
+/* The last `max` bytes of run_dir/NAME.console.log, downloaded. */
+char *vmm_storage_tail(struct vmm *v, const char *name, size_t max);
+/* Delete the volumes of names of ours not in `live` (sorted, n names) and
+ * for which keep(name) is false. The count, or -1 (pool unreachable). */
+int vmm_storage_prune(struct vmm *v,
+		      bool (*prunable)(struct vmm *v, const char *file, char **live, int n),
+		      char **live, int n);
 /* The libvirt error of this thread, for the log (never for tenants). */
 const char *vmm_lv_msg(void);
 /* The connection in use (replaced after a reconnect). */

@@ -28,68 +28,16 @@
 #define MOD "vmm"
 /* The guest's exec port; equals WIRE_PORT_NAME in agentless/wire.h, which
  * vmm/ may not include (layering; tests/unit/test_vmm.c checks they agree). */
-#define VMM_PORT_NAME	     "org.sandboxd.exec.0"
-#define VMM_XML_MAX	     (64 * 1024)
-#define VMM_ID_MAX	     128
-#define VMM_PREFIX_MAX	     (VMM_NAME_MAX - 12)
-#define VMM_RECONNECT_MIN_MS 100
-#define VMM_RECONNECT_MAX_MS 2000
-#define VMM_OLD_CONNS	     16
-#define VMM_STALE_DOMS	     4
+#define VMM_PORT_NAME  "org.sandboxd.exec.0"
+#define VMM_XML_MAX    (64 * 1024)
+#define VMM_ID_MAX     128
+#define VMM_PREFIX_MAX (VMM_NAME_MAX - 12)
 
 extern char **environ;
 
-struct vmm {
-	char *uri;
-	char *prefix;
-	char *kernel;
-	char *initrd;
-	char *base_image; /* NULL when no disk */
-	char *cmdline;	  /* NULL when none */
-	char *run_dir;
-	char *virt_type; /* test override, NULL normally */
-	enum vmm_transport transport;
-	unsigned tb_cache_mib;
-	bool free_page_reporting;
-	uint64_t console_log_max;
-	bool kvm;
-
-	pthread_mutex_t lock; /* guards the fields below */
-	pthread_cond_t cond;
-	/* The connection in use; replaced (never freed before vmm_free) when
-	 * libvirtd goes away and comes back: read it with vmm_conn(). */
-	virConnectPtr conn;
-	int lifecycle_id;
-	bool close_cb;
-	unsigned gen;				/* bumps at every reconnect */
-	bool reconnecting;			/* the reconnect thread runs */
-	bool closing;				/* vmm_free started: stop reconnecting */
-	virConnectPtr old_conns[VMM_OLD_CONNS]; /* dead ones, closed in vmm_free */
-	size_t n_old;
-	struct vmm_vm *vms;   /* every handle, to check them after a reconnect */
-	bool lifecycle_freed; /* libvirt dropped our lifecycle callback */
-	vmm_stopped_fn stopped_fn;
-	void *stopped_opaque;
-};
-
-struct vmm_vm {
-	struct vmm *v;
-	char name[VMM_NAME_MAX + 1];
-	/* Under v->lock: the domain on connection generation `gen` (looked
-	 * up again by name after a reconnect, see vmm_vm_dom()), domain
-	 * objects of dead connections kept until vmm_vm_free (another thread
-	 * may still be using one), and `gone` once a lookup said no domain. */
-	virDomainPtr dom;
-	unsigned gen;
-	bool gone;
-	virDomainPtr stale[VMM_STALE_DOMS];
-	size_t n_stale;
-	struct vmm_vm *next;
-};
-
 /* ------------------------------------------------------- libvirt errors */
 
-static void vmm_silent_error(void *opaque, virErrorPtr e)
+void vmm_silent_error(void *opaque, virErrorPtr e)
 {
 	(void)opaque;
 	(void)e;
@@ -102,7 +50,7 @@ const char *vmm_lv_msg(void)
 	return e && e->message ? e->message : "unknown libvirt error";
 }
 
-static int vmm_lv_code(void)
+int vmm_lv_code(void)
 {
 	virErrorPtr e = virGetLastError();
 	return e ? e->code : VIR_ERR_OK;
@@ -228,13 +176,13 @@ static bool vmm_text_valid(const char *s, size_t max)
 	return true;
 }
 
-static bool vmm_has_prefix(const struct vmm *v, const char *name)
+bool vmm_has_prefix(const struct vmm *v, const char *name)
 {
 	return name && strncmp(name, v->prefix, strlen(v->prefix)) == 0;
 }
 
 /* Append s to b with the five XML special characters escaped. */
-static int vmm_xml_escape(struct sbx_buf *b, const char *s)
+int vmm_xml_escape(struct sbx_buf *b, const char *s)
 {
 	const char *run = s;
 	for (const char *p = s;; p++) {
@@ -278,8 +226,12 @@ static char *vmm_path(const char *run_dir, const char *name, const char *suffix)
 	return p;
 }
 
-static void vmm_unlink_files(const struct vmm *v, const char *name)
+static void vmm_unlink_files(struct vmm *v, const char *name)
 {
+	if (v->remote) {
+		vmm_storage_delete(v, name);
+		return;
+	}
 	static const char *const suffixes[] = {".qcow2",	 ".sock",	   ".console.log",
 					       ".console.log.0", ".console.log.1", ".console.log.2",
 					       ".console.log.3"};
@@ -299,6 +251,7 @@ static int vmm_xml_build(struct sbx_buf *b, const struct vmm_config *cfg, const 
 	int r = 0;
 	const char *run = cfg->run_dir ? cfg->run_dir : "";
 	bool disk = cfg->base_image && cfg->base_image[0] && spec->disk_gib > 0;
+	bool remote = cfg->uri && !vmm_uri_is_local(cfg->uri);
 
 	r |= sbx_buf_printf(b, "<domain type='%s'>\n  <name>", virt_type);
 	r |= vmm_xml_escape(b, name);
@@ -385,12 +338,17 @@ static int vmm_xml_build(struct sbx_buf *b, const struct vmm_config *cfg, const 
 	r |= sbx_buf_printf(b, ".console.log' append='off'/>\n"
 			       "      <target port='0'/>\n"
 			       "    </serial>\n"
-			       "    <channel type='unix'>\n      <source mode='bind' path='");
-	r |= vmm_xml_escape(b, run);
-	r |= sbx_buf_printf(b, "/");
-	r |= vmm_xml_escape(b, name);
+			       "    <channel type='unix'>\n");
+	/* A remote host's channel is reached only as a libvirt stream: let
+	 * libvirt pick the socket path there. */
+	if (!remote) {
+		r |= sbx_buf_printf(b, "      <source mode='bind' path='");
+		r |= vmm_xml_escape(b, run);
+		r |= sbx_buf_printf(b, "/");
+		r |= vmm_xml_escape(b, name);
+		r |= sbx_buf_printf(b, ".sock'/>\n");
+	}
 	r |= sbx_buf_printf(b,
-			    ".sock'/>\n"
 			    "      <target type='virtio' name='%s'/>\n"
 			    "    </channel>\n"
 			    "    <video><model type='none'/></video>\n",
@@ -523,198 +481,6 @@ static void vmm_dom_sandbox_id(virDomainPtr dom, char *out, size_t outlen)
 	free(xml);
 }
 
-/* ------------------------------------------------------ lifecycle, close */
-
-static void vmm_lifecycle_cb(virConnectPtr conn, virDomainPtr dom, int event, int detail,
-			     void *opaque)
-{
-	(void)conn;
-	(void)detail;
-	struct vmm *v = opaque;
-	if (event != VIR_DOMAIN_EVENT_STOPPED && event != VIR_DOMAIN_EVENT_SHUTDOWN &&
-	    event != VIR_DOMAIN_EVENT_CRASHED)
-		return;
-	const char *name = virDomainGetName(dom);
-	if (!vmm_has_prefix(v, name))
-		return;
-	sbx_info(MOD, "domain '%s': lifecycle event %d detail %d", name, event, detail);
-	pthread_mutex_lock(&v->lock);
-	vmm_stopped_fn fn = v->stopped_fn;
-	void *fn_opaque = v->stopped_opaque;
-	pthread_mutex_unlock(&v->lock);
-	if (fn)
-		fn(fn_opaque, name);
-}
-
-static void *vmm_reconnect_main(void *arg);
-
-/* libvirt closed the connection (libvirtd restarted or died): reconnect
- * on a thread of our own, since this runs on the event-loop thread. The
- * guests keep running; socket channels are qemu's and survive, stream
- * channels die with the connection (docs/vmm.md). */
-static void vmm_close_cb(virConnectPtr conn, int reason, void *opaque)
-{
-	struct vmm *v = opaque;
-	pthread_t t;
-
-	pthread_mutex_lock(&v->lock);
-	if (conn != v->conn || v->closing || v->reconnecting) {
-		pthread_mutex_unlock(&v->lock);
-		return;
-	}
-	sbx_err(MOD, "libvirt connection '%s' closed (reason %d); reconnecting", v->uri, reason);
-	v->reconnecting = true;
-	pthread_attr_t attr;
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	if (pthread_create(&t, &attr, vmm_reconnect_main, v) != 0) {
-		v->reconnecting = false;
-		sbx_err(MOD, "cannot start the reconnect thread");
-	}
-	pthread_attr_destroy(&attr);
-	pthread_mutex_unlock(&v->lock);
-}
-
-/* libvirt's virFreeCallback for the lifecycle registration: called once no
- * dispatch of it can run any more (possibly later than the deregister). */
-static void vmm_lifecycle_free(void *opaque)
-{
-	struct vmm *v = opaque;
-	pthread_mutex_lock(&v->lock);
-	v->lifecycle_freed = true;
-	pthread_cond_broadcast(&v->cond);
-	pthread_mutex_unlock(&v->lock);
-}
-
-/* The connection in use (borrowed: vmm never frees a connection before
- * vmm_free, so a dead one just makes calls fail). */
-virConnectPtr vmm_conn(struct vmm *v)
-{
-	pthread_mutex_lock(&v->lock);
-	virConnectPtr c = v->conn;
-	pthread_mutex_unlock(&v->lock);
-	return c;
-}
-
-/* Open a connection with our error func, lifecycle and close callbacks.
- * NULL when libvirtd does not answer. */
-static virConnectPtr vmm_conn_open(struct vmm *v, int *lifecycle_id, bool *close_cb)
-{
-	virConnectPtr c = virConnectOpen(v->uri);
-	if (!c)
-		return NULL;
-	virConnSetErrorFunc(c, NULL, vmm_silent_error);
-	*lifecycle_id = virConnectDomainEventRegisterAny(
-	    c, NULL, VIR_DOMAIN_EVENT_ID_LIFECYCLE, VIR_DOMAIN_EVENT_CALLBACK(vmm_lifecycle_cb), v,
-	    vmm_lifecycle_free);
-	if (*lifecycle_id < 0) {
-		sbx_err(MOD, "cannot register lifecycle events: %s", vmm_lv_msg());
-		virConnectClose(c);
-		return NULL;
-	}
-	*close_cb = virConnectRegisterCloseCallback(c, vmm_close_cb, v, NULL) == 0;
-	if (!*close_cb)
-		sbx_warn(MOD, "no close callback on '%s': %s", v->uri, vmm_lv_msg());
-	return c;
-}
-
-/* After a reconnect: a guest that stopped while libvirtd was away sent its
- * lifecycle event to nobody, so report every handle whose domain is not
- * running any more. */
-static void vmm_check_vms(struct vmm *v)
-{
-	virDomainPtr *doms = NULL;
-	char(*gone)[VMM_NAME_MAX + 1] = NULL;
-	size_t n_gone = 0, cap = 0;
-	int n = virConnectListAllDomains(vmm_conn(v), &doms, VIR_CONNECT_LIST_DOMAINS_ACTIVE);
-
-	if (n < 0) {
-		sbx_err(MOD, "list domains after reconnect: %s", vmm_lv_msg());
-		return;
-	}
-	pthread_mutex_lock(&v->lock);
-	for (struct vmm_vm *vm = v->vms; vm; vm = vm->next)
-		cap++;
-	gone = calloc(cap ? cap : 1, sizeof(*gone));
-	for (struct vmm_vm *vm = v->vms; vm && gone; vm = vm->next) {
-		bool found = false;
-		for (int i = 0; i < n && !found; i++)
-			found = strcmp(virDomainGetName(doms[i]), vm->name) == 0;
-		if (!found && n_gone < cap)
-			snprintf(gone[n_gone++], sizeof(gone[0]), "%s", vm->name);
-	}
-	vmm_stopped_fn fn = v->stopped_fn;
-	void *fn_opaque = v->stopped_opaque;
-	pthread_mutex_unlock(&v->lock);
-	for (int i = 0; i < n; i++)
-		virDomainFree(doms[i]);
-	free(doms);
-	for (size_t i = 0; i < n_gone; i++) {
-		sbx_warn(MOD, "domain '%s' stopped while libvirtd was away", gone[i]);
-		if (fn)
-			fn(fn_opaque, gone[i]);
-	}
-	free(gone);
-}
-
-static void *vmm_reconnect_main(void *arg)
-{
-	struct vmm *v = arg;
-	int64_t t0 = sbx_mono_ms(), delay = VMM_RECONNECT_MIN_MS;
-	unsigned tries = 0;
-
-	for (;;) {
-		int id = -1;
-		bool ccb = false;
-		virConnectPtr c;
-
-		pthread_mutex_lock(&v->lock);
-		bool closing = v->closing;
-		pthread_mutex_unlock(&v->lock);
-		if (closing)
-			break;
-		tries++;
-		c = vmm_conn_open(v, &id, &ccb);
-		if (c) {
-			pthread_mutex_lock(&v->lock);
-			if (v->n_old < VMM_OLD_CONNS)
-				v->old_conns[v->n_old++] = v->conn;
-			/* else: leak the dead connection rather than free it under
-			 * a thread that may still use it */
-			v->conn = c;
-			v->lifecycle_id = id;
-			v->lifecycle_freed = false;
-			v->close_cb = ccb;
-			v->gen++;
-			pthread_mutex_unlock(&v->lock);
-			sbx_info(MOD, "reconnected to '%s' after %lld ms (%u tries)", v->uri,
-				 (long long)(sbx_mono_ms() - t0), tries);
-			vmm_check_vms(v);
-			break;
-		}
-		/* Back off, but wake at once for vmm_free. */
-		struct timespec ts = sbx_timespec_in(CLOCK_REALTIME, delay);
-		pthread_mutex_lock(&v->lock);
-		if (!v->closing)
-			pthread_cond_timedwait(&v->cond, &v->lock, &ts);
-		pthread_mutex_unlock(&v->lock);
-		delay = delay * 2 > VMM_RECONNECT_MAX_MS ? VMM_RECONNECT_MAX_MS : delay * 2;
-	}
-	pthread_mutex_lock(&v->lock);
-	v->reconnecting = false;
-	pthread_cond_broadcast(&v->cond);
-	pthread_mutex_unlock(&v->lock);
-	return NULL;
-}
-
-void vmm_set_stopped_callback(struct vmm *v, vmm_stopped_fn fn, void *opaque)
-{
-	pthread_mutex_lock(&v->lock);
-	v->stopped_fn = fn;
-	v->stopped_opaque = opaque;
-	pthread_mutex_unlock(&v->lock);
-}
-
 /* ------------------------------------------------------- vmm lifecycle */
 
 static char *vmm_strdup_opt(const char *s)
@@ -765,6 +531,13 @@ struct vmm *vmm_new(const struct vmm_config *cfg, struct sbx_error *err)
 			      "kernel command line must be printable ascii");
 		return NULL;
 	}
+	bool remote = !vmm_uri_is_local(cfg->uri);
+	if (remote && cfg->transport == VMM_TRANSPORT_SOCKET) {
+		sbx_error_set(err, SBX_E_INTERNAL, "transport",
+			      "the socket transport needs a local host; use 'stream' for '%s'",
+			      cfg->uri);
+		return NULL;
+	}
 	struct sockaddr_un sun;
 	if (cfg->run_dir[0] != '/' ||
 	    strlen(cfg->run_dir) + 1 + plen + 12 + strlen(".sock") >= sizeof(sun.sun_path)) {
@@ -792,7 +565,9 @@ struct vmm *vmm_new(const struct vmm_config *cfg, struct sbx_error *err)
 	}
 	const char *files[] = {cfg->kernel, cfg->initrd, cfg->base_image};
 	const char *what[] = {"kernel", "initrd", "base_image"};
-	for (size_t i = 0; i < SBX_ARRAY_SIZE(files); i++) {
+	/* A remote host's files are checked by its libvirtd at the first
+	 * start; its run_dir is made as a storage pool (storage.c). */
+	for (size_t i = 0; i < SBX_ARRAY_SIZE(files) && !remote; i++) {
 		if (!files[i] || !files[i][0])
 			continue;
 		if (access(files[i], R_OK) < 0) {
@@ -802,7 +577,7 @@ struct vmm *vmm_new(const struct vmm_config *cfg, struct sbx_error *err)
 			return NULL;
 		}
 	}
-	if (sbx_mkdir_p(cfg->run_dir, 0755) < 0) {
+	if (!remote && sbx_mkdir_p(cfg->run_dir, 0755) < 0) {
 		sbx_err(MOD, "cannot create run_dir '%s': %s", cfg->run_dir, strerror(errno));
 		sbx_error_set(err, SBX_E_INTERNAL, "run_dir", "cannot create run_dir");
 		return NULL;
@@ -827,6 +602,7 @@ struct vmm *vmm_new(const struct vmm_config *cfg, struct sbx_error *err)
 	v->free_page_reporting = cfg->free_page_reporting;
 	v->console_log_max = cfg->console_log_max;
 	v->kvm = kvm;
+	v->remote = remote;
 	v->lifecycle_id = -1;
 	if (!v->uri || !v->prefix || !v->kernel || !v->run_dir ||
 	    (cfg->initrd && cfg->initrd[0] && !v->initrd) ||
@@ -849,6 +625,8 @@ struct vmm *vmm_new(const struct vmm_config *cfg, struct sbx_error *err)
 		goto err_loop;
 	}
 	sbx_info(MOD, "connected to '%s', accel %s", v->uri, kvm ? "kvm" : "tcg");
+	if (remote)
+		vmm_storage_init(v);
 	return v;
 
 err_loop:
@@ -1011,6 +789,7 @@ struct vmm_vm *vmm_vm_start(struct vmm *v, const struct vmm_guest_spec *spec, st
 		return NULL;
 	}
 	struct vmm_config cfg = {
+	    .uri = v->uri,
 	    .kernel = v->kernel,
 	    .initrd = v->initrd,
 	    .base_image = v->base_image,
@@ -1033,7 +812,10 @@ struct vmm_vm *vmm_vm_start(struct vmm *v, const struct vmm_guest_spec *spec, st
 	_cleanup_free_ char *overlay = NULL;
 	if (disk) {
 		overlay = vmm_path(v->run_dir, name, ".qcow2");
-		if (!overlay || vmm_overlay_create(v->base_image, overlay, spec->disk_gib) < 0) {
+		int r = !overlay    ? -1
+			: v->remote ? vmm_storage_overlay_create(v, name, spec->disk_gib)
+				    : vmm_overlay_create(v->base_image, overlay, spec->disk_gib);
+		if (r < 0) {
 			sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL,
 				      "could not create the sandbox's disk");
 			goto err_files;
@@ -1191,6 +973,8 @@ char *vmm_vm_console_tail(struct vmm_vm *vm, size_t max)
 		return NULL;
 	if (vm->v->console_log_max > 0 && max > vm->v->console_log_max)
 		max = (size_t)vm->v->console_log_max;
+	if (vm->v->remote)
+		return vmm_storage_tail(vm->v, vm->name, max);
 	_cleanup_free_ char *path = vmm_path(vm->v->run_dir, vm->name, ".console.log");
 	if (!path)
 		return NULL;
@@ -1224,13 +1008,13 @@ char *vmm_vm_console_tail(struct vmm_vm *vm, size_t max)
 
 /* A domain with our prefix may still be another daemon's (two daemons on
  * one host with the same prefix, e.g. two `make run`s with other state
- * dirs): ours have their exec channel socket in our run_dir. */
+ * dirs): ours have their console log in our run_dir. */
 static bool vmm_dom_is_ours(struct vmm *v, virDomainPtr dom, const char *name)
 {
-	_cleanup_free_ char *sock = vmm_path(v->run_dir, name, ".sock");
+	_cleanup_free_ char *log = vmm_path(v->run_dir, name, ".console.log'");
 	_cleanup_free_ char *xml = virDomainGetXMLDesc(dom, 0);
 
-	return sock && xml && strstr(xml, sock) != NULL;
+	return log && xml && strstr(xml, log) != NULL;
 }
 
 int vmm_list_domains(struct vmm *v, vmm_domain_fn fn, void *opaque, struct sbx_error *err)
@@ -1286,6 +1070,25 @@ static int vmm_name_cmp(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* Is `file` in run_dir one vmm_unlink_files() would delete for a name of
+ * ours whose domain is not in `live` (sorted, n names)? */
+static bool vmm_prunable(struct vmm *v, const char *file, char **live, int n)
+{
+	char name[NAME_MAX + 1];
+	const char *dot = strchr(file, '.');
+	if (!dot || dot == file || (size_t)(dot - file) >= sizeof(name))
+		return false;
+	memcpy(name, file, (size_t)(dot - file));
+	name[dot - file] = '\0';
+	if (!vmm_has_prefix(v, name) || !vmm_name_valid(name))
+		return false;
+	if (strcmp(dot, ".qcow2") != 0 && strcmp(dot, ".sock") != 0 &&
+	    strncmp(dot, ".console.log", 12) != 0)
+		return false;
+	const char *key = name;
+	return !(n > 0 && bsearch(&key, live, (size_t)n, sizeof(*live), vmm_name_cmp));
+}
+
 int vmm_prune_files(struct vmm *v, struct sbx_error *err)
 {
 	virDomainPtr *doms = NULL;
@@ -1313,31 +1116,23 @@ int vmm_prune_files(struct vmm *v, struct sbx_error *err)
 			live[i] = strdup("");
 	qsort(live, (size_t)n, sizeof(*live), vmm_name_cmp);
 
+	if (v->remote) {
+		removed = vmm_storage_prune(v, vmm_prunable, live, n);
+		if (removed < 0)
+			sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
+				      "the hypervisor did not answer; try again later");
+		goto out;
+	}
 	d = opendir(v->run_dir);
 	if (!d) {
-		for (int i = 0; i < n; i++)
-			free(live[i]);
-		free(live);
-		if (errno == ENOENT)
-			return 0;
-		return sbx_error_set(err, SBX_E_INTERNAL, "run_dir", "cannot read run_dir");
+		removed = errno == ENOENT ? 0
+					  : sbx_error_set(err, SBX_E_INTERNAL, "run_dir",
+							  "cannot read run_dir");
+		goto out;
 	}
 	struct dirent *de;
 	while ((de = readdir(d))) {
-		char name[NAME_MAX + 1];
-		const char *dot = strchr(de->d_name, '.');
-		if (!dot || dot == de->d_name || (size_t)(dot - de->d_name) >= sizeof(name))
-			continue;
-		memcpy(name, de->d_name, (size_t)(dot - de->d_name));
-		name[dot - de->d_name] = '\0';
-		/* Only files vmm_unlink_files() would delete for a name of ours. */
-		if (!vmm_has_prefix(v, name) || !vmm_name_valid(name))
-			continue;
-		if (strcmp(dot, ".qcow2") != 0 && strcmp(dot, ".sock") != 0 &&
-		    strncmp(dot, ".console.log", 12) != 0)
-			continue;
-		const char *key = name;
-		if (n > 0 && bsearch(&key, live, (size_t)n, sizeof(*live), vmm_name_cmp))
+		if (!vmm_prunable(v, de->d_name, live, n))
 			continue;
 		_cleanup_free_ char *p = vmm_path(v->run_dir, de->d_name, "");
 		if (p && unlink(p) == 0) {
@@ -1346,6 +1141,7 @@ int vmm_prune_files(struct vmm *v, struct sbx_error *err)
 		}
 	}
 	closedir(d);
+out:
 	for (int i = 0; i < n; i++)
 		free(live[i]);
 	free(live);
@@ -1359,6 +1155,9 @@ int vmm_vm_open_channel_via(struct vmm_vm *vm, enum vmm_transport t, sbx_recv_fn
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "invalid channel arguments");
 	if (t == VMM_TRANSPORT_SOCKET) {
 		char path[PATH_MAX];
+		if (vm->v->remote)
+			return sbx_error_set(err, SBX_E_INTERNAL, NULL,
+					     "the socket transport needs a local host");
 		int len = snprintf(path, sizeof(path), "%s/%s.sock", vm->v->run_dir, vm->name);
 
 		if (len < 0 || (size_t)len >= sizeof(struct sockaddr_un) - sizeof(sa_family_t))

@@ -8,7 +8,15 @@
  * VMM_METADATA_NS) so a restarted daemon can reconcile.
  *
  * Threads: vmm_new() starts one thread running libvirt's default event
- * loop (lifecycle events, stream callbacks). All functions are thread-safe.
+ * loop (lifecycle events, stream callbacks, the close callback). A lost
+ * connection is reopened on a thread of vmm's own (no lost callback set)
+ * or by vmm_reconnect(), whose connect runs on a short-lived thread so its
+ * bound holds. All functions are thread-safe; vmm's one lock (struct vmm's)
+ * is never held across a libvirt call or a callback.
+ *
+ * Remote hosts (vmm_uri_is_local false; docs/vmm.md, "Remote hosts"):
+ * paths in the config are the host's, overlays and console logs are
+ * volumes of a libvirt storage pool at run_dir, channels are streams.
  */
 #ifndef SBX_VMM_H
 #define SBX_VMM_H
@@ -56,7 +64,9 @@ struct vmm_config {
 	const char *base_image; /* qcow2 base for root disks; NULL/"" = no disk */
 	const char *cmdline;	/* extra kernel command-line words, may be NULL */
 	const char *run_dir;	/* overlays, channel sockets, console logs; must
-				 * be readable by qemu (libvirt-qemu), not /root */
+				 * be readable by qemu (libvirt-qemu), not /root.
+				 * For a remote uri: a path on that host, made
+				 * a libvirt dir pool by vmm (docs/vmm.md) */
 	enum vmm_transport transport;
 	unsigned tb_cache_mib;	  /* TCG translation cache, 0 = qemu default */
 	bool free_page_reporting; /* virtio balloon that only reports freed
@@ -92,10 +102,9 @@ char *vmm_domain_xml(const struct vmm_config *cfg, const char *name,
 		     const struct vmm_guest_spec *spec, bool kvm);
 
 /* Boot a new guest: make its overlay (qemu-img create -b base, when a base
- * image is configured), define and start a transient domain. Returns
- * without waiting for the guest to be ready. NULL with
- * SBX_E_SERVICE_UNAVAILABLE (libvirt refused: out of resources) or
- * SBX_E_SANDBOX_ERROR. Nothing is left behind on failure. */
+ * image is configured; on a remote host a volume of the run_dir pool), define and start a transient
+ * domain. Returns without waiting for the guest to be ready. NULL with SBX_E_SERVICE_UNAVAILABLE
+ * (libvirt refused: out of resources) or SBX_E_SANDBOX_ERROR. Nothing is left behind on failure. */
 struct vmm_vm *vmm_vm_start(struct vmm *v, const struct vmm_guest_spec *spec,
 			    struct sbx_error *err);
 
@@ -123,14 +132,16 @@ int vmm_vm_open_channel_via(struct vmm_vm *vm, enum vmm_transport t, sbx_recv_fn
 bool vmm_vm_is_running(struct vmm_vm *vm);
 
 /* Destroy the domain (if it still runs) and delete its overlay, socket and
- * console log. Idempotent. 0, or -1 when libvirt could not destroy it. */
+ * console log (on a remote host: its volumes). Idempotent. 0, or -1 when libvirt could not destroy
+ * it. */
 int vmm_vm_destroy(struct vmm_vm *vm, struct sbx_error *err);
 
 /* Free the handle only; the domain keeps running. */
 void vmm_vm_free(struct vmm_vm *vm);
 
 /* The last `max` bytes of the guest's serial console (for logs on a failed
- * boot). Caller frees; NULL when there is none. */
+ * boot; on a remote host downloaded through the storage pool, blocking on
+ * libvirt). Caller frees; NULL when there is none. */
 char *vmm_vm_console_tail(struct vmm_vm *vm, size_t max);
 
 /* Called from the event-loop thread when a domain of ours stops for any
@@ -153,6 +164,52 @@ int vmm_list_domains(struct vmm *v, vmm_domain_fn fn, void *opaque, struct sbx_e
 /* Destroy a domain of ours by name and delete its files (for reconcile and
  * test cleanup). 0 (also when it was already gone) or -1. */
 int vmm_destroy_by_name(struct vmm *v, const char *name, struct sbx_error *err);
+
+/* ---- the connection (docs/vmm.md, "Remote hosts") ----
+ * libvirt keepalive: a connection whose peer does not answer
+ * VMM_KEEPALIVE_INTERVAL_S * (VMM_KEEPALIVE_COUNT + 1) seconds (the bound,
+ * 8 s) is closed by libvirt, which calls the lost callback below; a peer
+ * that closes the socket (libvirtd killed or restarted) is seen at once. */
+#define VMM_KEEPALIVE_INTERVAL_S 2
+#define VMM_KEEPALIVE_COUNT	 3
+#define VMM_KEEPALIVE_BOUND_MS	 (VMM_KEEPALIVE_INTERVAL_S * (VMM_KEEPALIVE_COUNT + 1) * 1000)
+
+/* true when the libvirt connection is open and answered within the
+ * keepalive bound. */
+bool vmm_connected(struct vmm *v);
+
+/* Called on vmm's event-loop thread with no vmm lock held when the
+ * connection closes (keepalive timeout, remote end gone, libvirtd
+ * restarted); `why` is borrowed. Setting one turns vmm's own reconnecting
+ * off: the connection then stays down (vmm_connected false, calls fail
+ * with SBX_E_SERVICE_UNAVAILABLE or SBX_E_SANDBOX_ERROR) until the caller
+ * runs vmm_reconnect(). Without one (fn NULL), vmm reconnects by itself
+ * with backoff as it always did. Do not block in it. */
+typedef void (*vmm_conn_lost_fn)(void *opaque, const char *why);
+void vmm_set_conn_lost_cb(struct vmm *v, vmm_conn_lost_fn fn, void *opaque);
+
+/* Reopen a lost connection (blocking, bounded by timeout_ms; call from a
+ * background thread, never from a request or with a lock held). 0, or -1
+ * with SBX_E_SERVICE_UNAVAILABLE (no answer within timeout_ms, or another
+ * reconnect in progress). A connection that is still up (vmm_connected)
+ * is kept: 0 at once. Existing struct vmm_vm handles are re-looked-up
+ * by name on the new connection (a domain that stopped meanwhile gets the
+ * stopped callback); their channels must be reopened by the caller with
+ * vmm_vm_open_channel. A connect still under way at the timeout finishes
+ * on a thread of its own and is closed. */
+int vmm_reconnect(struct vmm *v, int timeout_ms, struct sbx_error *err);
+
+/* A plain-text libvirt URI (qemu+tcp://, any remote transport without TLS
+ * or ssh, e.g. +ext, or TLS with no_verify=1): production refuses it. */
+bool vmm_uri_is_plaintext(const char *uri);
+
+/* true for a URI that names this machine's hypervisor (qemu:///system,
+ * qemu:///session, qemu+unix:///system, test:///default): no host part and
+ * no network transport. Anything else is a remote host: its run_dir,
+ * kernel, initrd and base image are paths on that host, overlays and
+ * console logs are reached through libvirt's storage API, and only the
+ * stream transport works. */
+bool vmm_uri_is_local(const char *uri);
 
 /* Delete the files in run_dir (overlay, channel socket, console logs) of
  * every name with our prefix whose domain is not running: leftovers of a

@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agentless/wire.h"
 #include "util/util.h"
 
 struct daemon {
@@ -564,6 +565,32 @@ static inline int execution_keep(struct daemon *d, const struct http_reply *r, c
 		ret = 0;
 	http_reply_free(&g);
 	return ret;
+}
+
+/* One wire frame on a vmm channel, for tests and benches that speak the
+ * exec protocol themselves: `len` (<= 4096) bytes of payload p. The
+ * channel's send result (0 or -1). */
+static inline int chan_send_frame(struct sbx_channel *ch, uint8_t type, uint32_t id,
+				  const uint8_t *p, size_t len)
+{
+	uint8_t frame[WIRE_HEADER_LEN + 4096];
+	if (len > sizeof(frame) - WIRE_HEADER_LEN)
+		return -1;
+	struct wire_header h = {.type = type, .id = id, .len = (uint32_t)len};
+	wire_header_encode(&h, frame);
+	memcpy(frame + WIRE_HEADER_LEN, p, len);
+	return ch->send(ch->ctx, frame, WIRE_HEADER_LEN + len);
+}
+
+/* WELCOME as agentless sends it (version, host time; docs/protocol.md). */
+static inline int chan_send_welcome(struct sbx_channel *ch)
+{
+	uint8_t p[64];
+	struct wire_writer w;
+	wire_writer_init(&w, p, sizeof(p));
+	wire_put_u32(&w, WIRE_T_VERSION, WIRE_VERSION);
+	wire_put_u64(&w, WIRE_T_TIME_NS, (uint64_t)sbx_wall_ms() * 1000000u);
+	return chan_send_frame(ch, WIRE_WELCOME, 0, p, w.len);
 }
 
 #endif

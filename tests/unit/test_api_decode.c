@@ -588,6 +588,16 @@ static void test_config_sizes(void **state)
 	assert_string_equal(err.param, "tb_cache_mib");
 	c.tb_cache_mib = 4096;
 	assert_int_equal(sandbox_config_validate(&c, &err), 0);
+	/* Production refuses a plain-text libvirt URI; TLS passes. */
+	snprintf(c.mode, sizeof(c.mode), "production");
+	snprintf(c.libvirt_uri, sizeof(c.libvirt_uri), "qemu+tcp://10.77.0.2/system");
+	assert_int_equal(sandbox_config_validate(&c, &err), -1);
+	assert_string_equal(err.param, "libvirt_uri");
+	snprintf(c.libvirt_uri, sizeof(c.libvirt_uri), "qemu+tls://10.77.0.2/system");
+	assert_int_equal(sandbox_config_validate(&c, &err), 0);
+	snprintf(c.mode, sizeof(c.mode), "development");
+	snprintf(c.libvirt_uri, sizeof(c.libvirt_uri), "qemu+tcp://10.77.0.2/system");
+	assert_int_equal(sandbox_config_validate(&c, &err), 0);
 
 	struct {
 		const char *json;

@@ -871,6 +871,70 @@ static void test_socket_send_never_blocks(void **state)
 	free(r);
 }
 
+/* Which URIs name this machine, which are plain text (production refuses
+ * those), and what a remote URI changes in the XML and the config. */
+static void test_uris(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *uri;
+		bool local, plain;
+	} cases[] = {
+	    {"qemu:///system", true, false},
+	    {"qemu:///session", true, false},
+	    {"qemu+unix:///system", true, false},
+	    {"test:///default", true, false},
+	    {"qemu+tls://10.77.0.2/system", false, false},
+	    {"qemu+tls://h2.example/system?pkipath=/etc/pki/sbx", false, false},
+	    {"qemu://h2.example/system", false, false}, /* libvirt's default is tls */
+	    {"qemu+ssh://root@h2/system", false, false},
+	    {"qemu+libssh2://h2/system", false, false},
+	    {"qemu+tcp://10.77.0.2/system", false, true},
+	    {"qemu+tcp:///system", false, true},
+	    {"qemu+ext://h2/system?command=/bin/nc", false, true},
+	    {"qemu+tls://h2/system?no_verify=1", false, true},
+	    {"qemu+tls://h2/system?pkipath=/p&no_verify=1", false, true},
+	    {"qemu+tls://h2/system?no_verify=10", false, false},
+	    {"qemu+unix://h2/system", false, true},
+	    {"not a uri", false, true},
+	    {"", false, true},
+	};
+	for (size_t i = 0; i < SBX_ARRAY_SIZE(cases); i++) {
+		if (vmm_uri_is_local(cases[i].uri) != cases[i].local ||
+		    vmm_uri_is_plaintext(cases[i].uri) != cases[i].plain)
+			fail_msg("'%s': local %d plaintext %d", cases[i].uri,
+				 vmm_uri_is_local(cases[i].uri),
+				 vmm_uri_is_plaintext(cases[i].uri));
+	}
+	assert_false(vmm_uri_is_local(NULL));
+	assert_true(vmm_uri_is_plaintext(NULL));
+
+	/* A remote host's channel socket is libvirt's to place; the console
+	 * log stays in run_dir (a path on that host). */
+	struct vmm_config c = xml_cfg();
+	struct vmm_guest_spec s = {.vcpus = 1, .memory_mib = 256};
+	char *x = vmm_domain_xml(&c, "t-vmm-0123456789ab", &s, false);
+	assert_non_null(strstr(x, "<source mode='bind' path='/run/sbx/t-vmm-0123456789ab.sock'/>"));
+	free(x);
+	c.uri = "qemu+tls://10.77.0.2/system";
+	x = vmm_domain_xml(&c, "t-vmm-0123456789ab", &s, false);
+	assert_null(strstr(x, ".sock"));
+	assert_null(strstr(x, "<source mode='bind'"));
+	assert_non_null(strstr(x, "<channel type='unix'>\n      <target type='virtio' "
+				  "name='org.sandboxd.exec.0'/>"));
+	assert_non_null(strstr(x, "/run/sbx/t-vmm-0123456789ab.console.log"));
+	free(x);
+
+	/* The socket transport cannot reach a remote host: refused before
+	 * any connection is tried. */
+	struct sbx_error err = {0};
+	c.transport = VMM_TRANSPORT_SOCKET;
+	c.allow_tcg = true;
+	c.accel = VMM_ACCEL_TCG;
+	assert_null(vmm_new(&c, &err));
+	assert_string_equal(err.param, "transport");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -881,6 +945,7 @@ int main(void)
 	    cmocka_unit_test(test_xml_escaping),
 	    cmocka_unit_test(test_names),
 	    cmocka_unit_test(test_metadata_parse),
+	    cmocka_unit_test(test_uris),
 	    cmocka_unit_test_setup_teardown(test_config_errors, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_bookkeeping, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_overlay, fx_setup, fx_teardown),

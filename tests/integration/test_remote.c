@@ -1,0 +1,554 @@
+/* One daemon against a remote libvirt host reached over TLS: a second
+ * libvirtd in its own network and mount namespaces on a veth pair
+ * (scripts/remote-host.sh, docs/remote-hosts.md). The daemon's
+ * libvirt_uri is that host's qemu+tls:// URI with a client certificate
+ * (pkipath), its state_dir (images, overlays, console logs) is the host's;
+ * only its database is the gateway's.
+ *
+ * Proves: create + exec run on the remote host (its libvirtd lists the
+ * domain, the machine's own qemu:///system does not), files go both ways
+ * over the stream, DELETE removes the domain and its overlay volume, and a
+ * client certificate not on the host's tls_allowed_dn_list (or from
+ * another CA) is refused, and a
+ * lost connection (veth down: keepalive; libvirtd killed: end of file) is
+ * seen by vmm within VMM_KEEPALIVE_BOUND_MS while the daemon keeps
+ * answering HTTP; vmm_reconnect brings it back, and a guest that outlived
+ * its libvirtd is found again and answers on a reopened stream channel.
+ * The console tail of a guest on the host is read through the storage pool
+ * and deleted with it. Skips (does not fail)
+ * where network namespaces cannot be made. Everything it starts is torn
+ * down in the group teardown, also after a failure.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+#include "agentless/wire.h"
+#include "vmm/vmm.h"
+
+static struct daemon d;
+static char rh_dir[256], rh_uri[512], rh_veth[16], sbx[64];
+static bool rh_skip;
+
+/* `cmd`'s stdout (trimmed) into out; its exit status. */
+static int cmd_out(const char *cmd, char *out, size_t n)
+{
+	FILE *p = popen(cmd, "r");
+	size_t got = 0;
+
+	out[0] = '\0';
+	if (!p)
+		return -1;
+	while (got + 1 < n) {
+		size_t r = fread(out + got, 1, n - 1 - got, p);
+		if (r == 0)
+			break;
+		got += r;
+	}
+	out[got] = '\0';
+	while (got > 0 && (out[got - 1] == '\n' || out[got - 1] == ' '))
+		out[--got] = '\0';
+	int rc = pclose(p);
+	return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+/* Does `virsh -c URI list --name` show a running domain of ours? */
+static bool virsh_lists_ours(const char *uri)
+{
+	char cmd[1024], out[4096];
+
+	snprintf(cmd, sizeof(cmd), "virsh -c '%s' list --name 2>/dev/null", uri);
+	if (cmd_out(cmd, out, sizeof(out)) != 0)
+		return false;
+	for (char *l = strtok(out, "\n"); l; l = strtok(NULL, "\n"))
+		if (strncmp(l, d.prefix, strlen(d.prefix)) == 0)
+			return true;
+	return false;
+}
+
+/* The volumes of our pool on the remote host (after a refresh), one a
+ * line, into out. */
+static void remote_volumes(char *out, size_t n)
+{
+	char cmd[2048];
+
+	snprintf(cmd, sizeof(cmd),
+		 "u='%s'; for p in $(virsh -c \"$u\" pool-list --name | grep '^sandboxd-run-'); do "
+		 "virsh -c \"$u\" pool-refresh $p >/dev/null; "
+		 "virsh -c \"$u\" vol-list $p | awk 'NR>2 && $1 {print $1}'; done",
+		 rh_uri);
+	assert_int_equal(cmd_out(cmd, out, n), 0);
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	char cmd[4096], base[320];
+	int id = (int)(getpid() % 10000);
+
+	if (geteuid() != 0) {
+		fprintf(stderr, "test_remote: SKIP: needs root to make network namespaces\n");
+		rh_skip = true;
+		return 0;
+	}
+	snprintf(cmd, sizeof(cmd),
+		 "ip netns add sbxprobe%d 2>/dev/null && ip netns del sbxprobe%d && "
+		 "command -v unshare nsenter openssl >/dev/null",
+		 id, id);
+	if (run_cmd(cmd) != 0) {
+		fprintf(stderr, "test_remote: SKIP: this machine cannot make network namespaces "
+				"(ip netns add failed) or lacks unshare/nsenter/openssl\n");
+		rh_skip = true;
+		return 0;
+	}
+	/* Names and a /24 of this run only, so two runs cannot collide. */
+	snprintf(rh_veth, sizeof(rh_veth), "sbxrh%d", id);
+	char net[32];
+	snprintf(net, sizeof(net), "10.77.%d", 1 + id % 250);
+	setenv("SBX_RH_NS", rh_veth, 1);
+	setenv("SBX_RH_VETH", rh_veth, 1);
+	snprintf(cmd, sizeof(cmd), "%s.1", net);
+	setenv("SBX_RH_GW", cmd, 1);
+	snprintf(cmd, sizeof(cmd), "%s.2", net);
+	setenv("SBX_RH_ADDR", cmd, 1);
+	snprintf(rh_dir, sizeof(rh_dir), "/var/lib/sandboxd-test/remote-%d", (int)getpid());
+	snprintf(cmd, sizeof(cmd),
+		 "mkdir -p -m 0755 /var/lib/sandboxd-test && "
+		 "scripts/remote-host.sh up %s >/dev/null",
+		 rh_dir);
+	if (run_cmd(cmd) != 0) {
+		fprintf(stderr, "test_remote: scripts/remote-host.sh up failed\n");
+		return -1;
+	}
+	snprintf(cmd, sizeof(cmd), "%s/uri", rh_dir);
+	FILE *f = fopen(cmd, "r");
+	if (!f || !fgets(rh_uri, sizeof(rh_uri), f))
+		abort();
+	fclose(f);
+	rh_uri[strcspn(rh_uri, "\n")] = '\0';
+	/* A run killed before its teardown (a sanitizer's halt) leaves the
+	 * host up: `scripts/remote-host.sh down DIR` removes it. */
+	fprintf(stderr, "test_remote: remote host %s in %s\n", rh_uri, rh_dir);
+
+	/* The operator's step: the images onto the host, in its state dir
+	 * (state_dir/images/tiny/ for the kernel and initramfs). The full
+	 * image's base goes too, so the guest has an overlay: it is a
+	 * read-only file, so a hard link of the harness's shared copy is as
+	 * good as a copy. */
+	if (daemon_config_full(&d, "") != 0) {
+		fprintf(stderr, "test_remote: no full image (SBX_TEST_FULL_IMAGE_DIR)\n");
+		return -1;
+	}
+	snprintf(base, sizeof(base), "%s/state/images/base.qcow2", rh_dir);
+	snprintf(cmd, sizeof(cmd),
+		 "set -e; mkdir -p %s/state/images/tiny; "
+		 "install -m 0644 %s/images/vmlinux %s/images/initramfs.cpio.gz "
+		 "%s/state/images/tiny/; "
+		 "b=$(sed -n 's/.*\"base_image\": \"\\([^\"]*\\)\".*/\\1/p' %s); "
+		 "ln -f \"$b\" %s 2>/dev/null || cp \"$b\" %s",
+		 rh_dir, d.state_dir, d.state_dir, rh_dir, d.config, base, base);
+	if (run_cmd(cmd) != 0)
+		return -1;
+	/* The daemon's config: everything about guests on the remote host;
+	 * the database on the gateway (this machine's state dir). */
+	f = fopen(d.config, "w");
+	if (!f)
+		abort();
+	fprintf(f,
+		"{\"state_dir\": \"%s/state\", \"db_path\": \"%s\", \"libvirt_uri\": \"%s\", "
+		"\"transport\": \"stream\", \"domain_prefix\": \"%s\", \"accel\": \"tcg\", "
+		"\"allow_tcg\": true, \"base_image\": \"%s\"}\n",
+		rh_dir, d.db, rh_uri, d.prefix, base);
+	fclose(f);
+	return daemon_up(&d);
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	char cmd[1024];
+
+	if (rh_skip)
+		return 0;
+	if (d.pid > 0)
+		daemon_stop(&d);
+	if (rh_dir[0]) {
+		/* Its guests, libvirtd, virtlogd, namespace and veth. */
+		snprintf(cmd, sizeof(cmd), "scripts/remote-host.sh down %s", rh_dir);
+		run_cmd(cmd);
+		if (!getenv("SBX_TEST_KEEP")) {
+			snprintf(cmd, sizeof(cmd), "rm -rf '%s'", rh_dir);
+			run_cmd(cmd);
+		}
+	}
+	return daemon_down(&d);
+}
+
+static struct http_reply exec_cmd(const char *cmd)
+{
+	struct http_reply r;
+	char path[128];
+	json_object *o = json_object_new_object();
+
+	json_object_object_add(o, "command", json_object_new_string(cmd));
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s/exec", sbx);
+	assert_int_equal(
+	    http_request(&d, "POST", path, d.key, NULL, json_object_to_json_string(o), 0, &r), 0);
+	json_object_put(o);
+	return r;
+}
+
+static void create_and_exec_run_on_the_remote_host(void **state)
+{
+	(void)state;
+	if (rh_skip)
+		skip();
+	assert_int_equal(daemon_create_sandbox(&d, sbx, sizeof(sbx)), 0);
+	/* The remote libvirtd runs it; the machine's own does not. */
+	assert_true(virsh_lists_ours(rh_uri));
+	assert_false(virsh_lists_ours("qemu:///system"));
+
+	struct http_reply r = exec_cmd("echo remote; cat /proc/cmdline");
+	assert_int_equal(r.status, 200);
+	assert_int_equal(jint(r.json, "exit_code"), 0);
+	assert_non_null(strstr(jstr(r.json, "stdout"), "remote\n"));
+	/* Its root is the overlay over the base image (the full image). */
+	assert_non_null(strstr(jstr(r.json, "stdout"), "sandboxd.root=/dev/vda"));
+	http_reply_free(&r);
+
+	/* The overlay is a volume of the host's pool. */
+	char vols[4096];
+	remote_volumes(vols, sizeof(vols));
+	char want[96];
+	snprintf(want, sizeof(want), "%s", d.prefix);
+	assert_non_null(strstr(vols, want));
+	assert_non_null(strstr(vols, ".qcow2"));
+}
+
+static void files_go_both_ways_over_the_stream(void **state)
+{
+	(void)state;
+	if (rh_skip)
+		skip();
+	size_t len = 3 * 1024 * 1024 + 17;
+	unsigned char *data = malloc(len);
+	uint32_t x = 2463534242u;
+	for (size_t i = 0; i < len; i++) {
+		x ^= x << 13;
+		x ^= x >> 17;
+		x ^= x << 5;
+		data[i] = (unsigned char)x;
+	}
+	char url[256];
+	struct http_reply r;
+	snprintf(url, sizeof(url), "/v1/sandboxes/%s/files?path=/tmp/remote.bin", sbx);
+	assert_int_equal(http_request(&d, "PUT", url, d.key, NULL, (const char *)data, len, &r), 0);
+	assert_int_equal(r.status, 201);
+	http_reply_free(&r);
+	r = exec_cmd("wc -c < /tmp/remote.bin");
+	assert_int_equal(jint(r.json, "exit_code"), 0);
+	assert_int_equal(atoll(jstr(r.json, "stdout")), (long long)len);
+	http_reply_free(&r);
+	assert_int_equal(http_request(&d, "GET", url, d.key, NULL, NULL, 0, &r), 0);
+	assert_int_equal(r.status, 200);
+	assert_int_equal(r.body_len, len);
+	assert_memory_equal(r.body, data, len);
+	http_reply_free(&r);
+	free(data);
+}
+
+static void delete_removes_the_domain_and_its_overlay(void **state)
+{
+	(void)state;
+	if (rh_skip)
+		skip();
+	char path[128], vols[4096];
+	struct http_reply r;
+
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s", sbx);
+	assert_int_equal(http_request(&d, "DELETE", path, d.key, NULL, NULL, 0, &r), 0);
+	assert_int_equal(r.status, 200);
+	http_reply_free(&r);
+	assert_false(virsh_lists_ours(rh_uri));
+	/* No volume of that domain is left (overlay, console log). */
+	remote_volumes(vols, sizeof(vols));
+	assert_null(strstr(vols, d.prefix));
+}
+
+/* Identity: a client certificate from the same CA whose DN is not on the
+ * host's tls_allowed_dn_list is refused, and so is one from another CA;
+ * the listed one gets in. */
+static void only_the_listed_client_certificate_gets_in(void **state)
+{
+	(void)state;
+	if (rh_skip)
+		skip();
+	char cmd[4096], out[1024];
+	const char *addr = getenv("SBX_RH_ADDR");
+
+	snprintf(
+	    cmd, sizeof(cmd),
+	    "set -e; p=%s/pki; t=%s/intruder; mkdir -p $t/same $t/other; "
+	    "printf 'basicConstraints=critical,CA:FALSE\\nkeyUsage=critical,"
+	    "digitalSignature,keyEncipherment\\nextendedKeyUsage=clientAuth\\n' > $t/ext; "
+	    "openssl req -newkey rsa:2048 -nodes -subj '/O=sandboxd test/CN=intruder' "
+	    "-keyout $t/same/clientkey.pem -out $t/same.csr 2>/dev/null; "
+	    "openssl x509 -req -in $t/same.csr -CA $p/ca/cacert.pem -CAkey $p/ca/cakey.pem "
+	    "-CAcreateserial -days 1 -extfile $t/ext -out $t/same/clientcert.pem 2>/dev/null; "
+	    "cp $p/ca/cacert.pem $t/same/; "
+	    "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj '/CN=other CA' "
+	    "-keyout $t/other/cakey.pem -out $t/other/ca.pem 2>/dev/null; "
+	    "openssl req -newkey rsa:2048 -nodes -subj '/O=sandboxd test/CN=gateway' "
+	    "-keyout $t/other/clientkey.pem -out $t/other.csr 2>/dev/null; "
+	    "openssl x509 -req -in $t/other.csr -CA $t/other/ca.pem -CAkey $t/other/cakey.pem "
+	    "-CAcreateserial -days 1 -extfile $t/ext -out $t/other/clientcert.pem 2>/dev/null; "
+	    "cp $p/ca/cacert.pem $t/other/",
+	    rh_dir, rh_dir);
+	assert_int_equal(run_cmd(cmd), 0);
+	for (int i = 0; i < 2; i++) {
+		snprintf(cmd, sizeof(cmd),
+			 "virsh -c 'qemu+tls://%s/system?pkipath=%s/intruder/%s' list 2>&1", addr,
+			 rh_dir, i == 0 ? "same" : "other");
+		assert_int_not_equal(cmd_out(cmd, out, sizeof(out)), 0);
+		assert_non_null(strstr(out, "failed to connect"));
+	}
+	snprintf(cmd, sizeof(cmd), "virsh -c '%s' list >/dev/null 2>&1", rh_uri);
+	assert_int_equal(run_cmd(cmd), 0);
+}
+
+/* What a channel delivered, kept whole (the test reads frames from it). */
+struct rx {
+	pthread_mutex_t lock;
+	uint8_t buf[65536];
+	size_t len;
+	bool eof;
+};
+
+static void rx_recv(void *opaque, const void *buf, size_t len)
+{
+	struct rx *r = opaque;
+	pthread_mutex_lock(&r->lock);
+	if (len == 0)
+		r->eof = true;
+	size_t n = len < sizeof(r->buf) - r->len ? len : sizeof(r->buf) - r->len;
+	memcpy(r->buf + r->len, buf, n);
+	r->len += n;
+	pthread_mutex_unlock(&r->lock);
+}
+
+static void rx_clear(struct rx *r)
+{
+	pthread_mutex_lock(&r->lock);
+	r->len = 0;
+	r->eof = false;
+	pthread_mutex_unlock(&r->lock);
+}
+
+/* Is there a frame of `type` (and `id`, unless 0) in what arrived? */
+static bool rx_has(struct rx *r, uint8_t type, uint32_t id)
+{
+	bool found = false;
+	pthread_mutex_lock(&r->lock);
+	for (size_t off = 0; off + WIRE_HEADER_LEN <= r->len && !found;) {
+		struct wire_header h;
+		if (wire_header_decode(r->buf + off, sizeof(r->buf), &h) < 0)
+			break;
+		found = h.type == type && (id == 0 || h.id == id);
+		off += WIRE_HEADER_LEN + h.len;
+	}
+	pthread_mutex_unlock(&r->lock);
+	return found;
+}
+
+static bool rx_wait(struct rx *r, uint8_t type, uint32_t id, int timeout_ms)
+{
+	int64_t end = sbx_mono_ms() + timeout_ms;
+	while (!rx_has(r, type, id)) {
+		if (sbx_mono_ms() > end)
+			return false;
+		struct timespec ts = {0, 20 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+	}
+	return true;
+}
+
+struct lost {
+	pthread_mutex_t lock;
+	int n;
+	int64_t at_ms;
+	char why[64];
+};
+
+static void on_lost(void *opaque, const char *why)
+{
+	struct lost *l = opaque;
+	pthread_mutex_lock(&l->lock);
+	l->n++;
+	l->at_ms = sbx_mono_ms();
+	snprintf(l->why, sizeof(l->why), "%s", why);
+	pthread_mutex_unlock(&l->lock);
+}
+
+/* Wait until the lost callback ran (or limit_ms); its time since t0, or
+ * -1. */
+static int64_t wait_lost(struct lost *l, int64_t t0, int64_t limit_ms)
+{
+	for (;;) {
+		pthread_mutex_lock(&l->lock);
+		int n = l->n;
+		int64_t at = l->at_ms;
+		pthread_mutex_unlock(&l->lock);
+		if (n > 0)
+			return at - t0;
+		if (sbx_mono_ms() - t0 > limit_ms)
+			return -1;
+		struct timespec ts = {0, 50 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+	}
+}
+
+static void daemon_answers(void)
+{
+	struct http_reply r;
+	assert_int_equal(http_request(&d, "GET", "/v1/sandboxes", d.key, NULL, NULL, 0, &r), 0);
+	assert_int_equal(r.status, 200);
+	http_reply_free(&r);
+}
+
+static void a_lost_connection_is_seen_within_the_bound(void **state)
+{
+	(void)state;
+	if (rh_skip)
+		skip();
+	char kernel[300], initrd[300], run_dir[300], cmd[512];
+	struct sbx_error err = {0};
+	struct lost l = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+	snprintf(kernel, sizeof(kernel), "%s/state/images/tiny/vmlinux", rh_dir);
+	snprintf(initrd, sizeof(initrd), "%s/state/images/tiny/initramfs.cpio.gz", rh_dir);
+	snprintf(run_dir, sizeof(run_dir), "%s/state/run", rh_dir);
+	struct vmm_config vc = {
+	    .uri = rh_uri,
+	    .name_prefix = d.prefix,
+	    .accel = VMM_ACCEL_TCG,
+	    .allow_tcg = true,
+	    .kernel = kernel,
+	    .initrd = initrd,
+	    .run_dir = run_dir,
+	    .transport = VMM_TRANSPORT_STREAM,
+	};
+	struct vmm *v = vmm_new(&vc, &err);
+	assert_non_null(v);
+	vmm_set_conn_lost_cb(v, on_lost, &l);
+	assert_true(vmm_connected(v));
+
+	/* The console log is the host's file: read through the pool. */
+	struct vmm_guest_spec spec = {.vcpus = 1, .memory_mib = 256};
+	struct vmm_vm *vm = vmm_vm_start(v, &spec, &err);
+	assert_non_null(vm);
+	char *tail = NULL;
+	for (int i = 0; i < 600 && !(tail && strstr(tail, "sandboxd-init")); i++) {
+		free(tail);
+		struct timespec ts = {0, 100 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+		tail = vmm_vm_console_tail(vm, 4096);
+	}
+	assert_non_null(tail);
+	assert_non_null(strstr(tail, "sandboxd-init"));
+	assert_true(strlen(tail) <= 4096);
+	free(tail);
+	/* Its exec channel as a stream: HELLO arrives. */
+	struct rx rx = {.lock = PTHREAD_MUTEX_INITIALIZER};
+	struct sbx_channel ch;
+	assert_int_equal(vmm_vm_open_channel(vm, rx_recv, &rx, &ch, &err), 0);
+	assert_true(rx_wait(&rx, WIRE_HELLO, 0, 60000));
+	ch.close(ch.ctx);
+
+	/* The host goes silent (its end of the link down; the gateway's end
+	 * keeps its route, so packets vanish instead of going elsewhere):
+	 * only keepalive can tell. */
+	snprintf(cmd, sizeof(cmd), "ip -n %s link set %sp down", rh_veth, rh_veth);
+	assert_int_equal(run_cmd(cmd), 0);
+	int64_t t0 = sbx_mono_ms();
+	int64_t ms = wait_lost(&l, t0, VMM_KEEPALIVE_BOUND_MS + 3000);
+	fprintf(stderr, "test_remote: link down seen after %lld ms (%s), bound %d ms\n",
+		(long long)ms, l.why, VMM_KEEPALIVE_BOUND_MS);
+	assert_true(ms >= 0);
+	assert_false(vmm_connected(v));
+	daemon_answers();
+	/* Still down: a reconnect gives up within its bound. */
+	t0 = sbx_mono_ms();
+	assert_int_equal(vmm_reconnect(v, 1500, &err), -1);
+	assert_int_equal(err.code, SBX_E_SERVICE_UNAVAILABLE);
+	assert_true(sbx_mono_ms() - t0 < 1500 + 1000);
+	assert_false(vmm_connected(v));
+
+	/* Back up: reconnect. */
+	snprintf(cmd, sizeof(cmd), "ip -n %s link set %sp up", rh_veth, rh_veth);
+	assert_int_equal(run_cmd(cmd), 0);
+	assert_int_equal(vmm_reconnect(v, 20000, &err), 0);
+	assert_true(vmm_connected(v));
+
+	/* libvirtd killed: the socket closes, seen at once (well within the
+	 * bound). */
+	pthread_mutex_lock(&l.lock);
+	l.n = 0;
+	pthread_mutex_unlock(&l.lock);
+	snprintf(cmd, sizeof(cmd),
+		 "p=$(cat %s/libvirtd.pid) && kill -9 $p && "
+		 "while kill -0 $p 2>/dev/null; do sleep 0.05; done",
+		 rh_dir);
+	t0 = sbx_mono_ms();
+	assert_int_equal(run_cmd(cmd), 0);
+	ms = wait_lost(&l, t0, VMM_KEEPALIVE_BOUND_MS + 3000);
+	fprintf(stderr, "test_remote: libvirtd killed seen after %lld ms (%s)\n", (long long)ms,
+		l.why);
+	assert_true(ms >= 0 && ms < VMM_KEEPALIVE_BOUND_MS);
+	assert_false(vmm_connected(v));
+	daemon_answers();
+
+	/* The host comes back (remote-host.sh up is idempotent). */
+	snprintf(cmd, sizeof(cmd), "scripts/remote-host.sh up %s >/dev/null", rh_dir);
+	assert_int_equal(run_cmd(cmd), 0);
+	assert_int_equal(vmm_reconnect(v, 20000, &err), 0);
+	assert_true(vmm_connected(v));
+
+	/* The guest outlived its libvirtd; the handle finds it on the new
+	 * connection and a reopened stream channel answers a PING. */
+	assert_true(vmm_vm_is_running(vm));
+	rx_clear(&rx);
+	assert_int_equal(vmm_vm_open_channel(vm, rx_recv, &rx, &ch, &err), 0);
+	bool pong = false;
+	assert_int_equal(chan_send_welcome(&ch), 0);
+	for (uint32_t id = 1; id <= 20 && !pong; id++) {
+		assert_int_equal(chan_send_frame(&ch, WIRE_PING, id, (const uint8_t *)"x", 1), 0);
+		pong = rx_wait(&rx, WIRE_PONG, id, 1000);
+	}
+	assert_true(pong);
+	ch.close(ch.ctx);
+	assert_int_equal(vmm_vm_destroy(vm, &err), 0);
+	vmm_vm_free(vm);
+	char vols[4096];
+	remote_volumes(vols, sizeof(vols));
+	assert_null(strstr(vols, d.prefix)); /* its console log went too */
+	vmm_free(v);
+	daemon_answers();
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(create_and_exec_run_on_the_remote_host),
+	    cmocka_unit_test(files_go_both_ways_over_the_stream),
+	    cmocka_unit_test(delete_removes_the_domain_and_its_overlay),
+	    cmocka_unit_test(only_the_listed_client_certificate_gets_in),
+	    cmocka_unit_test(a_lost_connection_is_seen_within_the_bound),
+	};
+	sbx_log_set_level(SBX_LOG_ERROR + 1);
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
