@@ -219,21 +219,4 @@ bool vmm_uri_is_local(const char *uri);
  * SBX_E_SERVICE_UNAVAILABLE (libvirt did not answer; nothing deleted). */
 int vmm_prune_files(struct vmm *v, struct sbx_error *err);
 
-/* ------------------------------------------------ hosts (issue 20)
- * The interface agreed between the hosts core (sandbox/) and remote hosts
- * (vmm/). vmm/hostconn.c holds minimal implementations until the remote
- * hosts work lands with its own. */
-
-/* true when the libvirt connection is open and answered within the
- * keepalive bound. */
-bool vmm_connected(struct vmm *v);
-/* (vmm_set_conn_lost_cb and vmm_reconnect come with the remote hosts
- * work; vmm's own reconnect thread already reopens a lost connection.) */
-/* A plain-text libvirt URI (qemu+tcp://, or any remote transport without
- * TLS/ssh): production refuses it. */
-bool vmm_uri_is_plaintext(const char *uri);
-/* true for a URI that names this machine's hypervisor (qemu:///system,
- * qemu:///session). */
-bool vmm_uri_is_local(const char *uri);
-
 #endif
