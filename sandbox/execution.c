@@ -43,8 +43,13 @@
  * import.meta, top-level await, a top-level declaration of a CommonJS
  * name), main.js becomes main.mjs and runs as an ES module. Either way it
  * runs as the main module (Module.runMain: require.main, process.argv[1]),
- * in the same process, with no extra node flags. docs/receipts.md. */
-#define NODE_STRICT "\"use strict\";"
+ * in the same process, with no extra node flags. docs/receipts.md.
+ * Before anything else it sets up process.stdout and process.stderr, which
+ * node otherwise does at the code's first console.log (for the exec's
+ * pipes: the `net` module, 150-450 ms under TCG): on both paths, so that
+ * a pre-started interpreter has done it before it waits and its state
+ * stays the cold one's. */
+#define NODE_STRICT "\"use strict\";process.stdout;process.stderr;"
 #define NODE_BODY                                                                                  \
 	"{const fs=require(\"fs\"),vm=require(\"vm\"),M=require(\"module\");"                      \
 	"let f=__dirname+\"/main.js\",esm=false;"                                                  \
@@ -117,10 +122,13 @@
 	"  sys.excepthook(type(e),e,t)\n"                                                          \
 	"  sys.exit(1)\n"                                                                          \
 	"_sbx(__import__(\"sys\").argv[1])\n"
-/* node: wait, then what the cold run.cjs does (a block of its own, so
- * nothing of the wait is in scope of the code's loader). */
+/* node: load what the cold run.cjs loads first (fs, vm, module: their
+ * first require is most of a second under TCG), wait, then what the cold
+ * run.cjs does (a block of its own, so nothing of the wait is in scope of
+ * the code's loader). */
 #define NODE_WAIT                                                                                  \
-	"{const fs=require(\"fs\"),d=__dirname,w=fs.openSync(d+\"/ready\",\"w\");"                 \
+	"{const fs=require(\"fs\"),d=__dirname;require(\"vm\");require(\"module\");"               \
+	"const w=fs.openSync(d+\"/ready\",\"w\");"                                                 \
 	"fs.writeSync(w,String(process.pid));fs.closeSync(w);"                                     \
 	"fs.closeSync(fs.openSync(d+\"/go\",\"w\"));fs.unlinkSync(d+\"/ready\");"                  \
 	"fs.unlinkSync(d+\"/go\");if(!fs.existsSync(d+\"/main.js\"))process.exit(125)}"
