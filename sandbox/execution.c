@@ -1255,17 +1255,24 @@ int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
 			goto err_release;
 	}
 
-	/* 5. Receipt, then charge + release + response in one transaction
-	 * (which also drops what retention no longer keeps). */
+	/* 5. Receipt, charge + release + response in one transaction (which
+	 * also drops what retention no longer keeps): one commit. */
 	struct store_execution_keep keep = {
 	    .account_max_bytes = cfg->execution_store_account_max_bytes,
 	    .ended_before_ms = ended - (int64_t)cfg->execution_retention_hours * 3600 * 1000,
 	};
-	if (store_receipt_insert(svc->store, rcpt, account_id, row.id, canon_body, hash, sig,
-				 receipt_signer_public(sg), ended, err) < 0 ||
-	    store_execution_settle(svc->store, row.id, res.timed_out ? "timed_out" : "completed",
-				   ended, cost, rcpt, canon_stored ? canon_stored : canon_resp,
-				   &keep, err) < 0)
+	struct store_receipt sr = {
+	    .id = rcpt,
+	    .account_id = account_id,
+	    .body = canon_body,
+	    .hash = hash,
+	    .signature = sig,
+	    .signer = receipt_signer_public(sg),
+	    .created_at_ms = ended,
+	};
+	if (store_execution_settle_receipt(
+		svc->store, row.id, res.timed_out ? "timed_out" : "completed", ended, cost, &sr,
+		canon_stored ? canon_stored : canon_resp, &keep, err) < 0)
 		goto err_release;
 	if (strcmp(runner, "libvirt") == 0) {
 		pthread_mutex_lock(&svc->lock);
