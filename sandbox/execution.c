@@ -44,12 +44,17 @@
  * name), main.js becomes main.mjs and runs as an ES module. Either way it
  * runs as the main module (Module.runMain: require.main, process.argv[1]),
  * in the same process, with no extra node flags. docs/receipts.md.
- * Before anything else it sets up process.stdout and process.stderr, which
- * node otherwise does at the code's first console.log (for the exec's
- * pipes: the `net` module, 150-450 ms under TCG): on both paths, so that
- * a pre-started interpreter has done it before it waits and its state
- * stays the cold one's. */
-#define NODE_STRICT "\"use strict\";process.stdout;process.stderr;"
+ * Before anything else it does, on both paths (so that a pre-started
+ * interpreter has done it before it waits and its state stays the cold
+ * one's), two things node otherwise does lazily while the code runs: set
+ * up process.stdout and process.stderr (at the first console.log; for the
+ * exec's pipes that loads `net`: 150-450 ms under TCG), and load the ESM
+ * loader that Module.prototype.load touches once the main module has run
+ * (50-150 ms), by loading an empty module from /dev/null outside
+ * require.cache. */
+#define NODE_STRICT                                                                                \
+	"\"use strict\";process.stdout;process.stderr;"                                            \
+	"try{new(require(\"module\"))(\"\").load(\"/dev/null\")}catch{}"
 #define NODE_BODY                                                                                  \
 	"{const fs=require(\"fs\"),vm=require(\"vm\"),M=require(\"module\");"                      \
 	"let f=__dirname+\"/main.js\",esm=false;"                                                  \
