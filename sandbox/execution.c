@@ -43,8 +43,18 @@
  * import.meta, top-level await, a top-level declaration of a CommonJS
  * name), main.js becomes main.mjs and runs as an ES module. Either way it
  * runs as the main module (Module.runMain: require.main, process.argv[1]),
- * in the same process, with no extra node flags. docs/receipts.md. */
-#define NODE_STRICT "\"use strict\";"
+ * in the same process, with no extra node flags. docs/receipts.md.
+ * Before anything else it does, on both paths (so that a pre-started
+ * interpreter has done it before it waits and its state stays the cold
+ * one's), two things node otherwise does lazily while the code runs: set
+ * up process.stdout and process.stderr (at the first console.log; for the
+ * exec's pipes that loads `net`: 150-450 ms under TCG), and load the ESM
+ * loader that Module.prototype.load touches once the main module has run
+ * (50-150 ms), by loading an empty module from /dev/null outside
+ * require.cache. */
+#define NODE_STRICT                                                                                \
+	"\"use strict\";process.stdout;process.stderr;"                                            \
+	"try{new(require(\"module\"))(\"\").load(\"/dev/null\")}catch{}"
 #define NODE_BODY                                                                                  \
 	"{const fs=require(\"fs\"),vm=require(\"vm\"),M=require(\"module\");"                      \
 	"let f=__dirname+\"/main.js\",esm=false;"                                                  \
@@ -62,19 +72,27 @@
  * started at pool time in a directory the host named (PRE_HEAD: mode 0700
  * like mktemp's, two FIFOs of mode 0600). The interpreter starts, opens
  * `ready` for writing (which blocks until the pool's readiness exec,
- * PRE_READY, reads it: then the guest joins the pool) and blocks reading
- * `in`. The execution's delivery exec (PRE_DELIVER) writes main.EXT as the
- * cold launcher does, then opens and closes `in`: the interpreter removes
- * both FIFOs and runs the code exactly as the cold path would. It imports
- * nothing a cold start does not (python: sys and os, loaded by every
- * start-up; node: fs, vm, module, which run.cjs loads cold too). A
- * delivery that could not write the code writes a byte into `in`: the
- * launcher then exits 125, as the cold one does. */
-#define PRE_HEAD "d=%s; mkdir -m 0700 \"$d\" && mkfifo -m 0600 \"$d/ready\" \"$d/in\" || exit 125; "
+ * PRE_READY, reads it), writes its pid there and closes it, then opens
+ * `go` for writing, which blocks until something opens `go` for reading.
+ * PRE_READY (as root, for /proc) returns once that pid sits in openat(2)
+ * (x86-64 syscall 257), i.e. in `go`'s open: then the guest joins the
+ * pool. An execution delivers without starting any process in the guest:
+ * a FILE_PUT of main.EXT (owner the exec user, mode 0644: what the cold
+ * launcher's `cat >` makes under umask 022), then a FILE_GET of `go`,
+ * whose non-blocking open in the guest's init wakes the interpreter (and
+ * which then fails: not a regular file). The guest handles frames in
+ * order, so the file is in place before the wake. The interpreter removes
+ * both FIFOs and runs the code exactly as the cold path would, or exits
+ * 125, as the cold launcher does, when main.EXT is not there (the upload
+ * failed). It imports nothing a cold start does not (python: sys and os,
+ * loaded by every start-up; node: fs, vm, module, which run.cjs loads cold
+ * too). */
+#define PRE_HEAD "d=%s; mkdir -m 0700 \"$d\" && mkfifo -m 0600 \"$d/ready\" \"$d/go\" || exit 125; "
 #define PRE_READY                                                                                  \
-	"d=%s; while [ ! -p \"$d/ready\" ]; do sleep 0.05; done; exec cat \"$d/ready\" >/dev/null"
-#define PRE_DELIVER                                                                                \
-	"d=%s; cat > \"$d/main.%s\" && : > \"$d/in\" || { echo x > \"$d/in\"; exit 125; }"
+	"d=%s; while [ ! -p \"$d/ready\" ]; do sleep 0.05; done; p=$(cat \"$d/ready\"); "          \
+	"case \"$p\" in ''|*[!0-9]*) exit 2;; esac; "                                              \
+	"until read s r < /proc/$p/syscall && [ \"$s\" = 257 ]; do "                               \
+	"[ -d /proc/$p ] || exit 3; sleep 0.01; done 2>/dev/null"
 /* python: the code runs in __main__ with what `python3 main.py` sets
  * (__file__, __cached__, __loader__, sys.argv, sys.path[0],
  * sys.orig_argv), compiled from the file like a script; an uncaught
@@ -83,11 +101,14 @@
 	"def _sbx(d):\n"                                                                           \
 	" import sys,os\n"                                                                         \
 	" f=d+\"/main.py\"\n"                                                                      \
-	" os.close(os.open(d+\"/ready\",os.O_WRONLY))\n"                                           \
-	" with open(d+\"/in\",\"rb\") as p:\n"                                                     \
-	"  x=p.read()\n"                                                                           \
-	" os.unlink(d+\"/ready\");os.unlink(d+\"/in\")\n"                                          \
-	" if x:\n"                                                                                 \
+	" w=os.open(d+\"/ready\",os.O_WRONLY)\n"                                                   \
+	" os.write(w,str(os.getpid()).encode());os.close(w)\n"                                     \
+	" os.close(os.open(d+\"/go\",os.O_WRONLY))\n"                                              \
+	" os.unlink(d+\"/ready\");os.unlink(d+\"/go\")\n"                                          \
+	" try:\n"                                                                                  \
+	"  with open(f,\"rb\") as p:\n"                                                            \
+	"   c=p.read()\n"                                                                          \
+	" except OSError:\n"                                                                       \
 	"  os._exit(125)\n"                                                                        \
 	" g=sys.modules[\"__main__\"].__dict__\n"                                                  \
 	" del g[\"_sbx\"]\n"                                                                       \
@@ -96,8 +117,6 @@
 	".SourceFileLoader(\"__main__\",f)\n"                                                      \
 	" sys.argv[:]=[f];sys.path[0]=d;sys.orig_argv[:]=[sys.orig_argv[0],f]\n"                   \
 	" try:\n"                                                                                  \
-	"  with open(f,\"rb\") as p:\n"                                                            \
-	"   c=p.read()\n"                                                                          \
 	"  exec(compile(c,f,\"exec\",dont_inherit=True),g)\n"                                      \
 	" except SystemExit:\n"                                                                    \
 	"  raise\n"                                                                                \
@@ -108,12 +127,16 @@
 	"  sys.excepthook(type(e),e,t)\n"                                                          \
 	"  sys.exit(1)\n"                                                                          \
 	"_sbx(__import__(\"sys\").argv[1])\n"
-/* node: wait, then what the cold run.cjs does (a block of its own, so
- * nothing of the wait is in scope of the code's loader). */
+/* node: load what the cold run.cjs loads first (fs, vm, module: their
+ * first require is most of a second under TCG), wait, then what the cold
+ * run.cjs does (a block of its own, so nothing of the wait is in scope of
+ * the code's loader). */
 #define NODE_WAIT                                                                                  \
-	"{const fs=require(\"fs\"),d=__dirname;fs.closeSync(fs.openSync(d+\"/ready\",\"w\"));"     \
-	"const x=fs.readFileSync(d+\"/in\");fs.unlinkSync(d+\"/ready\");fs.unlinkSync(d+\"/in\");" \
-	"if(x.length)process.exit(125)}"
+	"{const fs=require(\"fs\"),d=__dirname;require(\"vm\");require(\"module\");"               \
+	"const w=fs.openSync(d+\"/ready\",\"w\");"                                                 \
+	"fs.writeSync(w,String(process.pid));fs.closeSync(w);"                                     \
+	"fs.closeSync(fs.openSync(d+\"/go\",\"w\"));fs.unlinkSync(d+\"/ready\");"                  \
+	"fs.unlinkSync(d+\"/go\");if(!fs.existsSync(d+\"/main.js\"))process.exit(125)}"
 
 static const struct runtime {
 	const char *name, *ext;
@@ -426,6 +449,9 @@ struct run_result {
 	uint32_t host_ms;
 	bool timed_out;
 	bool guest_failed; /* the run started and the guest broke it */
+	/* Where the time went (monotonic ms; 0 = not reached), for the log
+	 * line: guest taken (pool or boot), code delivered, result in. */
+	int64_t t_guest, t_delivered, t_result;
 };
 
 static void run_result_release(struct run_result *r)
@@ -745,7 +771,7 @@ int sandbox_execution_prestart(struct sandbox_svc *svc, struct live *l, const ch
 	const struct runtime *rt = runtime_find(cfg, runtime);
 	struct agentless_exec_result rr = {0};
 	struct prestart *ps;
-	char cmd[4096], ready[256];
+	char cmd[4096], ready[512];
 	int64_t left;
 	int rc;
 
@@ -794,7 +820,7 @@ int sandbox_execution_prestart(struct sandbox_svc *svc, struct live *l, const ch
 	    .timeout_ms = (uint32_t)SBX_MAX(left, (int64_t)1000),
 	    .stdout_cap = 1024,
 	    .stderr_cap = 1024,
-	    .user = exec_user_of(cfg),
+	    /* root: /proc/<pid>/syscall needs ptrace access */
 	};
 	rc = agentless_exec(l->conn, &rq, &rr, err);
 	if (rc == 0 && (rr.exit_code != 0 || !sandbox_execution_prestart_waiting(ps)))
@@ -849,46 +875,82 @@ static void sync_wait(struct agentless_conn *conn, struct sync_call *sc, int64_t
 	pthread_mutex_unlock(&sc->lock);
 }
 
+/* Send the code as main.EXT (FILE_PUT) and wake the interpreter (FILE_GET
+ * of `go`), back to back: nothing in the guest starts a process, and the
+ * guest takes the frames in order. The two transfers into x[0..1] (the
+ * caller releases them once the launcher's result is in). -1 when a frame
+ * could not be sent (channel down: the run then fails like a dead guest). */
+static int deliver(struct sandbox_svc *svc, struct live *l, const struct prestart *ps,
+		   const struct sandbox_execution_req *req, struct agentless_xfer *x[2],
+		   struct sbx_error *err)
+{
+	char main_path[64], go_path[64];
+	struct agentless_file_req put = {
+	    .op = SANDBOX_FILE_PUT,
+	    .path = main_path,
+	    .mode = 0644,
+	    .user = exec_user_of(&svc->cfg),
+	};
+	struct agentless_file_req get = {.op = SANDBOX_FILE_GET, .path = go_path, .max_bytes = 1};
+	size_t off = 0;
+
+	snprintf(main_path, sizeof main_path, "%s/main.%s", ps->dir, ps->rt->ext);
+	snprintf(go_path, sizeof go_path, "%s/go", ps->dir);
+	if (agentless_xfer_start(l->conn, &put, NULL, NULL, &x[0], err) < 0)
+		return -1;
+	/* the code is at most 512 KiB, within the first window's credit */
+	while (off < req->code_len) {
+		long n = agentless_xfer_write(l->conn, x[0], req->code + off, req->code_len - off);
+
+		if (n <= 0)
+			return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL,
+					     "the code could not be sent to the guest");
+		off += (size_t)n;
+	}
+	if (agentless_xfer_end(l->conn, x[0]) < 0)
+		return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL,
+				     "the code could not be sent to the guest");
+	return agentless_xfer_start(l->conn, &get, NULL, NULL, &x[1], err);
+}
+
 /* The warm path of an execution guest: deliver the code to the waiting
- * launcher and take the launcher's result as the run's. Host time and the
- * timeout count from the delivery: the host KILLs the launcher at delivery
- * + timeout_ms. */
+ * interpreter and take the launcher's result as the run's. Host time and
+ * the timeout count from the delivery: the host KILLs the launcher at
+ * delivery + timeout_ms. */
 static int run_prestarted(struct sandbox_svc *svc, struct live *l,
 			  const struct sandbox_execution_req *req, uint32_t timeout_ms,
 			  struct run_result *res, struct sbx_error *err)
 {
 	struct prestart *ps = l->prestart;
-	struct agentless_exec_result dr = {0};
-	char cmd[256];
-	struct agentless_exec_req ar = {
-	    .command = cmd,
-	    .cwd = EXEC_CWD,
-	    .timeout_ms = timeout_ms,
-	    .stdout_cap = 1024,
-	    .stderr_cap = 1024,
-	    .stdin_data = req->code,
-	    .stdin_len = req->code_len,
-	    .user = exec_user_of(&svc->cfg),
-	};
+	struct agentless_xfer *x[2] = {NULL, NULL};
+	struct agentless_xfer_status st;
 	int64_t t0 = sbx_mono_ms(), deadline = t0 + timeout_ms;
+	int rc;
 
-	snprintf(cmd, sizeof cmd, PRE_DELIVER, ps->dir, ps->rt->ext);
-	ar.command_len = strlen(cmd);
 	/* no code sent yet: a launcher that is gone costs nothing */
 	if (agentless_exec_set_deadline(l->conn, &ps->sc, deadline) < 0)
 		return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL,
 				     "the pre-started %s interpreter ended before the code arrived",
 				     ps->rt->name);
-	if (agentless_exec(l->conn, &ar, &dr, err) < 0) {
+	rc = deliver(svc, l, ps, req, x, err);
+	res->t_delivered = sbx_mono_ms();
+	if (rc == 0)
+		sync_wait(l->conn, &ps->sc, deadline);
+	res->t_result = sbx_mono_ms();
+	/* the upload's outcome came before the EXIT (frames in order) */
+	if (rc == 0 && x[0]) {
+		agentless_xfer_status(x[0], &st);
+		if (st.state == AGENTLESS_XFER_FAILED)
+			sbx_warn(MOD, "the code could not be written in the guest: %s",
+				 st.err.message);
+	}
+	agentless_xfer_release(x[0]);
+	agentless_xfer_release(x[1]);
+	if (rc < 0) {
 		res->guest_failed = true;
 		res->host_ms = (uint32_t)SBX_MIN(sbx_mono_ms() - t0, (int64_t)timeout_ms);
 		return -1;
 	}
-	if (dr.exit_code != 0)
-		sbx_warn(MOD, "the code could not be delivered (exit %d): %.200s", dr.exit_code,
-			 dr.stderr_buf ? dr.stderr_buf : "");
-	agentless_exec_result_release(&dr);
-	sync_wait(l->conn, &ps->sc, deadline);
 	res->host_ms = (uint32_t)SBX_MIN(ps->sc.done_mono - t0, (int64_t)timeout_ms);
 	if (!ps->sc.ok) {
 		*err = ps->sc.err;
@@ -935,6 +997,7 @@ static int run_libvirt(struct sandbox_svc *svc, const char *id, const struct run
 		return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL, "no guest size configured");
 	if (guest_get(svc, size, rt, id, &l, warm, prestarted, err) < 0)
 		return -1;
+	res->t_guest = sbx_mono_ms();
 	if (*prestarted) {
 		int rc = run_prestarted(svc, l, req, timeout_ms, res, err);
 
@@ -950,8 +1013,10 @@ static int run_libvirt(struct sandbox_svc *svc, const char *id, const struct run
 			err->code = SBX_E_SANDBOX_ERROR;
 		return -1;
 	}
+	res->t_delivered = t0;
 	/* the host backstop: nobody else ticks this guest's conn */
 	sync_wait(l->conn, &sc, INT64_MAX);
+	res->t_result = sbx_mono_ms();
 	guest_put_background(svc, size, l);
 	if (!sc.ok) {
 		*err = sc.err;
@@ -1061,6 +1126,7 @@ int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
 	/* 1. Hold the cost of the whole timeout. */
 	if (store_execution_reserve(svc->store, &row, price * req->timeout_seconds, err) < 0)
 		return -1;
+	int64_t t_reserved = sbx_mono_ms();
 
 	/* 2. Run. */
 	uint32_t timeout_ms = (uint32_t)req->timeout_seconds * 1000;
@@ -1139,6 +1205,7 @@ int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
 			     strlen(receipt_signer_public(sg)));
 	if (!(canon_body = receipt_sign(sg, body, hash, sig, err)))
 		goto err_release;
+	int64_t t_signed = sbx_mono_ms();
 
 	/* 4. The 200 body (canonical JSON too: stable bytes for GET). */
 	snprintf(url, sizeof url, "/v1/receipts/%s", rcpt);
@@ -1193,29 +1260,47 @@ int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
 			goto err_release;
 	}
 
-	/* 5. Receipt, then charge + release + response in one transaction
-	 * (which also drops what retention no longer keeps). */
+	/* 5. Receipt, charge + release + response in one transaction (which
+	 * also drops what retention no longer keeps): one commit. */
 	struct store_execution_keep keep = {
 	    .account_max_bytes = cfg->execution_store_account_max_bytes,
 	    .ended_before_ms = ended - (int64_t)cfg->execution_retention_hours * 3600 * 1000,
 	};
-	if (store_receipt_insert(svc->store, rcpt, account_id, row.id, canon_body, hash, sig,
-				 receipt_signer_public(sg), ended, err) < 0 ||
-	    store_execution_settle(svc->store, row.id, res.timed_out ? "timed_out" : "completed",
-				   ended, cost, rcpt, canon_stored ? canon_stored : canon_resp,
-				   &keep, err) < 0)
+	struct store_receipt sr = {
+	    .id = rcpt,
+	    .account_id = account_id,
+	    .body = canon_body,
+	    .hash = hash,
+	    .signature = sig,
+	    .signer = receipt_signer_public(sg),
+	    .created_at_ms = ended,
+	};
+	if (store_execution_settle_receipt(
+		svc->store, row.id, res.timed_out ? "timed_out" : "completed", ended, cost, &sr,
+		canon_stored ? canon_stored : canon_resp, &keep, err) < 0)
 		goto err_release;
 	if (strcmp(runner, "libvirt") == 0) {
 		pthread_mutex_lock(&svc->lock);
 		sandbox_execution_record_locked(svc, warm, prestarted, sbx_mono_ms() - t_req);
 		pthread_mutex_unlock(&svc->lock);
 	}
+	int64_t t_stored = sbx_mono_ms();
 	sbx_info(MOD, "execution %s: %s %s exit %d in %u ms (guest says %u; %s), %lld micro-USD",
 		 row.id, runner, rt->name, res.exit_code, res.host_ms, res.duration_ms,
 		 prestarted ? "warm, interpreter waiting"
 		 : warm	    ? "warm"
 			    : "cold",
 		 (long long)cost);
+	if (res.t_guest)
+		sbx_info(MOD,
+			 "execution %s: steps (ms) reserve %lld, guest %lld, deliver %lld, "
+			 "run %lld, receipt %lld, store %lld; %lld in all",
+			 row.id, (long long)(t_reserved - t_req),
+			 (long long)(res.t_guest - t_reserved),
+			 (long long)(res.t_delivered - res.t_guest),
+			 (long long)(res.t_result - res.t_delivered),
+			 (long long)(t_signed - res.t_result), (long long)(t_stored - t_signed),
+			 (long long)(t_stored - t_req));
 	*response = TAKE_PTR(canon_resp);
 	rc = 0;
 	goto out;

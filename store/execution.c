@@ -110,9 +110,10 @@ err_rollback:
 	return -1;
 }
 
-int store_execution_settle(struct store *s, const char *id, const char *status, int64_t ended_at_ms,
-			   int64_t charge_micro, const char *receipt_id, const char *response,
-			   const struct store_execution_keep *keep, struct sbx_error *err)
+static int sx_settle(struct store *s, const char *id, const char *status, int64_t ended_at_ms,
+		     int64_t charge_micro, const char *receipt_id, const struct store_receipt *rcpt,
+		     const char *response, const struct store_execution_keep *keep,
+		     struct sbx_error *err)
 {
 	char account[STORE_ID_MAX];
 	int64_t hold, now = sbx_wall_ms();
@@ -122,6 +123,17 @@ int store_execution_settle(struct store *s, const char *id, const char *status, 
 	STORE_LOCK(s);
 	if (store_tx_begin(s, err) < 0)
 		return -1;
+	if (rcpt) {
+		_cleanup_stmt_ sqlite3_stmt *q = NULL;
+		if (sx_run(
+			s, &q,
+			"INSERT INTO receipts (id, account_id, subject_id, body, hash, signature,"
+			" signer, created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+			"ttttttti", err, rcpt->id, rcpt->account_id, id, rcpt->body, rcpt->hash,
+			rcpt->signature, rcpt->signer, rcpt->created_at_ms) < 0)
+			goto err_rollback;
+		receipt_id = rcpt->id;
+	}
 	{
 		_cleanup_stmt_ sqlite3_stmt *q = NULL;
 		int rc = sx_run(s, &q,
@@ -177,6 +189,23 @@ int store_execution_settle(struct store *s, const char *id, const char *status, 
 err_rollback:
 	store_tx_rollback(s);
 	return -1;
+}
+
+int store_execution_settle(struct store *s, const char *id, const char *status, int64_t ended_at_ms,
+			   int64_t charge_micro, const char *receipt_id, const char *response,
+			   const struct store_execution_keep *keep, struct sbx_error *err)
+{
+	return sx_settle(s, id, status, ended_at_ms, charge_micro, receipt_id, NULL, response, keep,
+			 err);
+}
+
+int store_execution_settle_receipt(struct store *s, const char *id, const char *status,
+				   int64_t ended_at_ms, int64_t charge_micro,
+				   const struct store_receipt *receipt, const char *response,
+				   const struct store_execution_keep *keep, struct sbx_error *err)
+{
+	return sx_settle(s, id, status, ended_at_ms, charge_micro, NULL, receipt, response, keep,
+			 err);
 }
 
 /* The ids of running executions, at most max, into ids[]. */

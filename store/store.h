@@ -436,6 +436,18 @@ struct store_execution_keep {
 int store_execution_settle(struct store *s, const char *id, const char *status, int64_t ended_at_ms,
 			   int64_t charge_micro, const char *receipt_id, const char *response,
 			   const struct store_execution_keep *keep, struct sbx_error *err);
+/* A signed receipt: body is its canonical JSON (store_receipt_insert's
+ * fields; the subject is the execution). */
+struct store_receipt {
+	const char *id, *account_id, *body, *hash, *signature, *signer;
+	int64_t created_at_ms;
+};
+/* store_execution_settle() that also inserts the execution's receipt, in
+ * the same transaction (one commit on the reply's path instead of two). */
+int store_execution_settle_receipt(struct store *s, const char *id, const char *status,
+				   int64_t ended_at_ms, int64_t charge_micro,
+				   const struct store_receipt *receipt, const char *response,
+				   const struct store_execution_keep *keep, struct sbx_error *err);
 /* Drop every stored response of runs that ended before ended_before_ms
  * (all accounts; the daemon's start). Returns how many, or -1. */
 int store_execution_prune(struct store *s, int64_t ended_before_ms, struct sbx_error *err);

@@ -5,7 +5,9 @@
  *   the interpreter started then) give the same state: python's
  *   sys.modules, node's process.moduleLoadList, the environment, cwd,
  *   umask, signal dispositions (/proc/self/status), descriptors, argv,
- *   the code's directory and its mode, python's __main__ names, the shape
+ *   the code's directory and its mode, the code file's mode, owner and
+ *   links (the warm path uploads it, the cold one writes it with `cat`),
+ *   python's __main__ names, the shape
  *   of an uncaught exception's traceback;
  * - node's ES module detection works on the warm path;
  * - the timeout counts from the delivery of the code, not from pool time:
@@ -131,7 +133,9 @@ static const char state_py[] =
     "print('handlers', s([signal.getsignal(n) for n in range(1, 32) if n not in (9, 19)]))\n"
     "print('fds', sorted(os.listdir('/proc/self/fd')))\n"
     "print('argv', s(sys.argv), s(sys.orig_argv[1:]), s(sys.path[0]), s(sys.flags))\n"
-    "print('dir', sorted(os.listdir(d)), oct(os.stat(d).st_mode), oct(os.stat(__file__).st_mode))\n"
+    "f = os.stat(__file__)\n"
+    "print('dir', sorted(os.listdir(d)), oct(os.stat(d).st_mode), oct(f.st_mode), f.st_uid, "
+    "f.st_gid, f.st_nlink)\n"
     "import __main__\n"
     "print('main', s(sorted(k for k in vars(__main__) if k.startswith('__'))), "
     "type(__loader__).__name__, __spec__, __cached__, __name__)\n"
@@ -154,7 +158,9 @@ static const char state_js[] =
     "console.log('fds', fs.readdirSync('/proc/self/fd').length);\n"
     "console.log('argv', s(process.argv.slice(1)), s(process.execArgv), "
     "require.main === module);\n"
-    "console.log('dir', s(fs.readdirSync(d)), (fs.statSync(d).mode & 0o777).toString(8));\n"
+    "const f = fs.statSync(__filename);\n"
+    "console.log('dir', s(fs.readdirSync(d)), (fs.statSync(d).mode & 0o777).toString(8), "
+    "f.mode.toString(8), f.uid, f.gid, f.nlink);\n"
     "console.log('ids', process.getuid(), process.getgid());\n";
 
 static const char raise_py[] = "def f():\n    raise ValueError('boom')\nf()\n";

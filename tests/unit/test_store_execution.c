@@ -124,6 +124,68 @@ static void test_execution_money(void **state)
 	unlink(path);
 }
 
+/* The receipt and the settlement commit together: a receipt that cannot be
+ * inserted (its id is taken) leaves the run unsettled, the hold held. */
+static void test_settle_with_receipt(void **state)
+{
+	char path[64];
+	struct store *s = open_tmp(path);
+	struct store_account a;
+	struct store_balance b;
+	struct store_execution row = {.runtime = "node",
+				      .runner = "libvirt",
+				      .timeout_seconds = 10,
+				      .price_micro_per_second = 40};
+	struct store_execution got;
+	struct sbx_error err = {0};
+	char *body, *hash, *sig, *signer;
+
+	assert_int_equal(store_account_create(s, "t", 1000, &a, &err), 0);
+	snprintf(row.account_id, sizeof row.account_id, "%s", a.id);
+	snprintf(row.id, sizeof row.id, "sbxr_r1");
+	assert_int_equal(store_execution_reserve(s, &row, 400, &err), 0);
+	snprintf(row.id, sizeof row.id, "sbxr_r2");
+	assert_int_equal(store_execution_reserve(s, &row, 400, &err), 0);
+
+	struct store_receipt r = {.id = "rcpt_r",
+				  .account_id = a.id,
+				  .body = "{\"b\":1}",
+				  .hash = "0xh",
+				  .signature = "0xs",
+				  .signer = "0xk",
+				  .created_at_ms = 5};
+	assert_int_equal(store_execution_settle_receipt(s, "sbxr_r1", "completed", sbx_wall_ms(),
+							40, &r, "{\"x\":2}", NULL, &err),
+			 0);
+	assert_int_equal(store_receipt_get(s, a.id, "rcpt_r", &body, &hash, &sig, &signer, &err),
+			 0);
+	assert_string_equal(body, "{\"b\":1}");
+	assert_string_equal(sig, "0xs");
+	free(body), free(hash), free(sig), free(signer);
+	assert_int_equal(store_execution_get(s, a.id, "sbxr_r1", &got, &err), 0);
+	assert_string_equal(got.receipt_id, "rcpt_r");
+	assert_string_equal(got.response, "{\"x\":2}");
+	free(got.response);
+
+	/* the same receipt id again: nothing of the second settlement stays */
+	assert_int_equal(store_execution_settle_receipt(s, "sbxr_r2", "completed", sbx_wall_ms(),
+							40, &r, "{}", NULL, &err),
+			 -1);
+	assert_int_equal(store_balance_get(s, a.id, &b, &err), 0);
+	assert_int_equal(b.reserved_micro, 400);
+	assert_int_equal(b.consumed_micro, 40);
+	assert_int_equal(store_execution_get(s, a.id, "sbxr_r2", &got, &err), 0);
+	assert_string_equal(got.status, "running");
+	assert_string_equal(got.receipt_id, "");
+	free(got.response);
+	assert_int_equal(store_execution_settle(s, "sbxr_r2", "failed", sbx_wall_ms(), 0, NULL,
+						NULL, NULL, &err),
+			 0);
+	assert_int_equal(store_ledger_check(s, NULL, &err), 0);
+	store_close(s);
+	unlink(path);
+}
+
 static void test_scopes(void **state)
 {
 	char path[64], scopes[STORE_SCOPES_MAX];
@@ -255,6 +317,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_execution_money),
+	    cmocka_unit_test(test_settle_with_receipt),
 	    cmocka_unit_test(test_scopes),
 	    cmocka_unit_test(test_scopes_migration),
 	    cmocka_unit_test(test_response_retention),
