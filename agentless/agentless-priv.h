@@ -99,6 +99,11 @@ struct agentless_conn {
 	struct agentless_xfer *xfers;
 	unsigned n_xfers;
 
+	/* v4 credit window: the epoch of the open one (0: none) and the
+	 * next to hand out (both per connection) */
+	uint32_t credit_epoch;
+	uint32_t next_epoch;
+
 	unsigned hellos;	   /* HELLOs on this channel */
 	double unsolicited_tokens; /* bucket, refilled at UNSOLICITED_PER_S */
 	int64_t unsolicited_at_ms; /* last refill, sbx_mono_ms() */

@@ -161,9 +161,11 @@ static void reasm_reset(struct agentless_conn *c)
 /* ------------------------------------------------------------- sending */
 
 /* Queue one frame on the channel (never blocks: the channel has its own
- * deadline). -1 when there is no usable channel or its queue refused. */
-int conn_send(struct agentless_conn *c, uint8_t type, uint32_t id, const uint8_t *payload,
-	      size_t len)
+ * deadline); with `set_window`, the channel's credit window restarts at
+ * the frame's end with `window` bytes (0: none). -1 when there is no
+ * usable channel or its queue refused. */
+static int conn_send_ex(struct agentless_conn *c, uint8_t type, uint32_t id, const uint8_t *payload,
+			size_t len, bool set_window, size_t window)
 {
 	struct wire_header h = {.type = type, .id = id, .len = (uint32_t)len};
 	_cleanup_free_ uint8_t *frame = NULL;
@@ -188,7 +190,10 @@ int conn_send(struct agentless_conn *c, uint8_t type, uint32_t id, const uint8_t
 	c->senders++;
 	pthread_mutex_unlock(&c->lock);
 
-	rc = ch.send(ch.ctx, frame, WIRE_HEADER_LEN + len);
+	if (set_window && ch.send_window)
+		rc = ch.send_window(ch.ctx, frame, WIRE_HEADER_LEN + len, window);
+	else
+		rc = ch.send(ch.ctx, frame, WIRE_HEADER_LEN + len);
 
 	pthread_mutex_lock(&c->lock);
 	c->senders--;
@@ -197,15 +202,38 @@ int conn_send(struct agentless_conn *c, uint8_t type, uint32_t id, const uint8_t
 	return rc == 0 ? 0 : -1;
 }
 
+int conn_send(struct agentless_conn *c, uint8_t type, uint32_t id, const uint8_t *payload,
+	      size_t len)
+{
+	return conn_send_ex(c, type, id, payload, len, false, 0);
+}
+
+/* WELCOME: to a v4 guest it opens a credit window under a fresh epoch
+ * (the channel starts counting at the WELCOME's end, as the guest does);
+ * to an older one it closes any window. */
 static int conn_send_welcome(struct agentless_conn *c, uint32_t version)
 {
-	uint8_t buf[32];
+	uint8_t buf[48];
 	struct wire_writer w;
+	uint32_t epoch = 0;
+	bool windowed = version >= 4;
+
+	pthread_mutex_lock(&c->lock);
+	if (windowed) {
+		epoch = ++c->next_epoch;
+		if (epoch == 0)
+			epoch = ++c->next_epoch;
+	}
+	c->credit_epoch = epoch;
+	pthread_mutex_unlock(&c->lock);
 
 	wire_writer_init(&w, buf, sizeof buf);
 	wire_put_u32(&w, WIRE_T_VERSION, version);
 	wire_put_u64(&w, WIRE_T_TIME_NS, now_realtime_ns());
-	return conn_send(c, WIRE_WELCOME, 0, buf, w.len);
+	if (windowed)
+		wire_put_u32(&w, WIRE_T_WINDOW, WIRE_CHANNEL_WINDOW);
+	return conn_send_ex(c, WIRE_WELCOME, epoch, buf, w.len, true,
+			    windowed ? WIRE_CHANNEL_WINDOW : 0);
 }
 
 /* Detach the channel once nobody sends on it; the caller closes it. Call
@@ -357,6 +385,55 @@ static void handle_hello(struct agentless_conn *c, const uint8_t *p, size_t len)
 	pthread_mutex_unlock(&c->lock);
 }
 
+/* CREDIT (v4): the guest read `ACKED` bytes since the WELCOME of epoch
+ * `id`. One of an older epoch (sent before the guest read the newest
+ * WELCOME) is unsolicited; one that goes back or claims more than was
+ * written is a lie that breaks the channel. */
+static void handle_credit(struct agentless_conn *c, uint32_t id, const uint8_t *p, size_t len)
+{
+	struct wire_reader r;
+	struct wire_field f;
+	uint64_t acked = 0;
+	bool have = false, stale, flood = false;
+	struct sbx_channel ch;
+	int rc;
+
+	wire_reader_init(&r, p, len);
+	while ((rc = wire_next(&r, &f)) == 1)
+		if (f.tag == WIRE_T_ACKED) {
+			if (wire_field_u64(&f, &acked) < 0) {
+				rc = -1;
+				break;
+			}
+			have = true;
+		}
+	if (rc < 0 || !have) {
+		conn_violation(c, "malformed CREDIT");
+		return;
+	}
+	pthread_mutex_lock(&c->lock);
+	stale = c->credit_epoch == 0 || id != c->credit_epoch || !c->have_ch || c->ch_eof;
+	if (stale)
+		flood = !conn_unsolicited_ok_locked(c);
+	else
+		c->senders++; /* keeps ch.ctx alive, as in conn_send */
+	ch = c->ch;
+	pthread_mutex_unlock(&c->lock);
+	if (stale) {
+		if (flood)
+			conn_violation(c, "a flood of CREDITs for epoch %u", id);
+		return;
+	}
+	rc = ch.credit ? ch.credit(ch.ctx, acked) : 0;
+	pthread_mutex_lock(&c->lock);
+	c->senders--;
+	pthread_cond_broadcast(&c->cond);
+	pthread_mutex_unlock(&c->lock);
+	if (rc < 0)
+		conn_violation(c, "CREDIT of %llu bytes: more than was sent, or less than before",
+			       (unsigned long long)acked);
+}
+
 static void handle_pong(struct agentless_conn *c, uint32_t id, const uint8_t *p, size_t len)
 {
 	struct ping_waiter *w;
@@ -391,6 +468,9 @@ static void conn_handle_frame(struct agentless_conn *c, const struct wire_header
 		break;
 	case WIRE_PONG:
 		handle_pong(c, h->id, p, len);
+		break;
+	case WIRE_CREDIT:
+		handle_credit(c, h->id, p, len);
 		break;
 	default:
 		conn_violation(c, "unexpected frame type %u from the guest", h->type);
@@ -534,6 +614,7 @@ void agentless_conn_attach(struct agentless_conn *c, struct sbx_channel ch, bool
 	c->broken_msg[0] = '\0';
 	c->ready = false;
 	c->hellos = 0;
+	c->credit_epoch = 0; /* the new channel has no window yet */
 	c->unsolicited_tokens = UNSOLICITED_BURST;
 	c->unsolicited_at_ms = sbx_mono_ms();
 	/* execs sent over the old channel cannot be trusted to finish */

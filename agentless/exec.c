@@ -413,8 +413,7 @@ static void handle_error(struct agentless_conn *c, const struct wire_header *h, 
 
 /* One frame of an exec or a PROC request: true when handled here. Recv
  * thread, no lock held. */
-bool exec_frame(struct agentless_conn *c, const struct wire_header *h, const uint8_t *p,
-		size_t len)
+bool exec_frame(struct agentless_conn *c, const struct wire_header *h, const uint8_t *p, size_t len)
 {
 	switch (h->type) {
 	case WIRE_STDOUT:
