@@ -189,6 +189,12 @@ test-integration: all image-tiny image-full $(INTEG_BINS) libvirt-up
 	@set -e; for t in $(INTEG_BINS); do echo "== $$t"; \
 		SBX_TEST_IMAGE_DIR=$(CURDIR)/$(TINY_IMAGE) \
 		SBX_TEST_FULL_IMAGE_DIR=$(CURDIR)/$(FULL_IMAGE) SBX_BIN=$(CURDIR)/$(BIN)/sandboxd $$t; done
+	@# the deaf guest once more over the stream transport (docs/vmm.md):
+	@# it must cost only its own sandbox, also through libvirtd
+	@echo "== $(BUILD)/tests/test_hostile (stream transport, stop_reading)"
+	@SBX_TEST_TRANSPORT=stream SBX_TEST_FILTER=stop_reading_fails_the_sandbox \
+		SBX_TEST_IMAGE_DIR=$(CURDIR)/$(TINY_IMAGE) SBX_TEST_FULL_IMAGE_DIR=$(CURDIR)/$(FULL_IMAGE) \
+		SBX_BIN=$(CURDIR)/$(BIN)/sandboxd $(BUILD)/tests/test_hostile
 
 test: deps
 	$(MAKE) all
