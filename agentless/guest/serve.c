@@ -1178,6 +1178,7 @@ static void credit_report(bool drained)
 	wire_put_u64(&w, WIRE_T_ACKED, acked);
 	frame_send_w(WIRE_CREDIT, S.credit_epoch, &w);
 	S.credit_sent = acked;
+	queue_flush(); /* now, not at the end of the loop's turn */
 }
 
 static void frame_handle(const struct wire_header *h, const uint8_t *p)
@@ -1279,12 +1280,14 @@ static void port_read(void)
 
 		if (n > 0) {
 			S.rx_total += (size_t)n;
+			/* the bytes are ours now: report them before handling
+			 * the frames (a file write may take a while) */
+			credit_report(false);
 			if (!S.in_bad) {
 				S.in_len += (size_t)n;
 				input_parse();
 				guest_files_acks();
 			}
-			credit_report(false);
 			continue;
 		}
 		if (n < 0 && errno == EINTR)
