@@ -208,17 +208,20 @@ int conn_send(struct agentless_conn *c, uint8_t type, uint32_t id, const uint8_t
 	return conn_send_ex(c, type, id, payload, len, false, 0);
 }
 
-/* WELCOME: to a v4 guest it opens a credit window under a fresh epoch
- * (the channel starts counting at the WELCOME's end, as the guest does);
- * to an older one it closes any window. */
+/* WELCOME: to a v4 guest over a channel with a window (the stream
+ * transport) it opens a credit window under a fresh epoch (the channel
+ * starts counting at the WELCOME's end, as the guest does); otherwise it
+ * has id 0 and no WINDOW, and closes any window. */
 static int conn_send_welcome(struct agentless_conn *c, uint32_t version)
 {
 	uint8_t buf[48];
 	struct wire_writer w;
 	uint32_t epoch = 0;
-	bool windowed = version >= 4;
+	bool windowed;
 
 	pthread_mutex_lock(&c->lock);
+	/* only a channel that can hold bytes back (the stream transport) */
+	windowed = version >= 4 && c->have_ch && c->ch.send_window;
 	if (windowed) {
 		epoch = ++c->next_epoch;
 		if (epoch == 0)

@@ -11,7 +11,8 @@
  * bound, the channel breaks and delivers EOF (recv with len 0) on its own
  * thread, like any broken channel.
  *
- * Credit window (send_window/credit, both transports): once the protocol
+ * Credit window (send_window/credit; the stream transport, and the socket
+ * transport of vmm_chan_sock_from_fd for tests): once the protocol
  * above opens a window, the channel writes at most that many bytes past
  * what the guest acknowledged having read; the rest waits in the queue,
  * under the same deadline. Over a stream this keeps libvirtd from ever
@@ -54,10 +55,16 @@
  * that floods output cannot keep the thread (or libvirt's event loop,
  * which serves every guest) to itself. */
 #define VMM_READS_PER_WAKE 16
-/* Writes that may be unacknowledged at once under a credit window: each
- * costs libvirtd's socket buffer ~1 KiB of overhead beside its bytes, so a
- * window of tiny frames written one by one must not add up past it. */
-#define VMM_WINDOW_WRITES 32
+/* Under a credit window, what the writes not yet acknowledged may cost the
+ * socket buffer libvirtd writes them to (a unix socket: 208 KiB by
+ * default, counted in sk_buff truesize). A write of n bytes is charged
+ * VMM_WRITE_COST(n): its bytes, up to 4 KiB more for a small write's
+ * kmalloc'd head rounded up to a power of two (large ones go in whole
+ * pages), and 1 KiB for the sk_buff itself; so a window of tiny frames
+ * written one by one cannot add up past the buffer either. */
+#define VMM_WINDOW_COST_MAX (160 * 1024)
+#define VMM_WRITE_COST(n)   ((uint64_t)(n) + SBX_MIN((uint64_t)(n), (uint64_t)4096) + 1024)
+#define VMM_WINDOW_WRITES   (VMM_WINDOW_COST_MAX / 1024)
 /* How often the stream transport looks at its deadline while bytes wait. */
 #define VMM_STREAM_TICK_MS 100
 
@@ -79,9 +86,12 @@ struct outq {
 	 * win_origin + win_acked + window (offsets counted like pushed) */
 	size_t window;
 	uint64_t win_origin, win_acked;
-	/* where each write not yet acknowledged ends (a ring), under a window */
+	/* each write not yet acknowledged (a ring, under a window): where it
+	 * ends, what it costs; and their total cost */
 	uint64_t wr_end[VMM_WINDOW_WRITES];
+	uint32_t wr_cost[VMM_WINDOW_WRITES];
 	unsigned wr_head, wr_n;
+	uint64_t wr_cost_sum;
 };
 
 /* Append a copy of buf. -1 past VMM_SENDQ_MAX or on ENOMEM. */
@@ -117,10 +127,15 @@ static size_t outq_allowance(const struct outq *q)
 {
 	if (q->window == 0)
 		return SIZE_MAX;
-	if (q->wr_n == VMM_WINDOW_WRITES)
-		return 0;
 	uint64_t limit = q->win_origin + q->win_acked + q->window;
-	return limit > q->written ? (size_t)SBX_MIN(limit - q->written, (uint64_t)SIZE_MAX) : 0;
+	if (q->wr_n == VMM_WINDOW_WRITES || limit <= q->written ||
+	    q->wr_cost_sum + VMM_WRITE_COST(1) > VMM_WINDOW_COST_MAX)
+		return 0;
+	uint64_t n = limit - q->written;
+	/* the most bytes whose cost still fits */
+	uint64_t room = VMM_WINDOW_COST_MAX - q->wr_cost_sum - 1024;
+	n = SBX_MIN(n, room > 8192 ? room - 4096 : room / 2);
+	return (size_t)n;
 }
 
 /* Is there something to write that the window lets through? */
@@ -138,6 +153,7 @@ static void outq_window_start(struct outq *q, size_t window)
 	/* writes before the new origin are not counted (the peer reports
 	 * from the origin on): at most a window's worth more for a moment */
 	q->wr_n = 0;
+	q->wr_cost_sum = 0;
 }
 
 /* The peer consumed `acked` bytes past win_origin. -1 on a lie. */
@@ -148,6 +164,7 @@ static int outq_credit(struct outq *q, uint64_t acked)
 		return -1;
 	q->win_acked = acked;
 	while (q->wr_n > 0 && q->wr_end[q->wr_head] <= q->win_origin + acked) {
+		q->wr_cost_sum -= q->wr_cost[q->wr_head];
 		q->wr_head = (q->wr_head + 1) % VMM_WINDOW_WRITES;
 		q->wr_n--;
 	}
@@ -175,7 +192,11 @@ static void outq_advance(struct outq *q, size_t n)
 	q->bytes -= n;
 	q->written += n;
 	if (q->window > 0) {
-		q->wr_end[(q->wr_head + q->wr_n) % VMM_WINDOW_WRITES] = q->written;
+		unsigned i = (q->wr_head + q->wr_n) % VMM_WINDOW_WRITES;
+
+		q->wr_end[i] = q->written;
+		q->wr_cost[i] = (uint32_t)VMM_WRITE_COST(n);
+		q->wr_cost_sum += q->wr_cost[i];
 		q->wr_n++;
 	}
 	while (n > 0) {
@@ -662,8 +683,10 @@ static void vmm_sock_close(void *ctx)
 	free(c);
 }
 
-int vmm_chan_sock_from_fd(int fd, const char *name, sbx_recv_fn recv, void *opaque,
-			  struct sbx_channel *out, struct sbx_error *err)
+/* The socket transport over a connected fd; `windowed` exposes the credit
+ * window ops (send_window, credit). */
+static int vmm_chan_sock_new(int fd, const char *name, bool windowed, sbx_recv_fn recv,
+			     void *opaque, struct sbx_channel *out, struct sbx_error *err)
 {
 	struct vmm_sock_chan *c = calloc(1, sizeof(*c));
 	if (!c) {
@@ -693,10 +716,16 @@ int vmm_chan_sock_from_fd(int fd, const char *name, sbx_recv_fn recv, void *opaq
 	}
 	out->ctx = c;
 	out->send = vmm_sock_send;
-	out->send_window = vmm_sock_send_window;
-	out->credit = vmm_sock_credit;
+	out->send_window = windowed ? vmm_sock_send_window : NULL;
+	out->credit = windowed ? vmm_sock_credit : NULL;
 	out->close = vmm_sock_close;
 	return 0;
+}
+
+int vmm_chan_sock_from_fd(int fd, const char *name, sbx_recv_fn recv, void *opaque,
+			  struct sbx_channel *out, struct sbx_error *err)
+{
+	return vmm_chan_sock_new(fd, name, true, recv, opaque, out, err);
 }
 
 int vmm_chan_sock_open(const char *path, const char *name, sbx_recv_fn recv, void *opaque,
@@ -726,5 +755,7 @@ int vmm_chan_sock_open(const char *path, const char *name, sbx_recv_fn recv, voi
 		struct timespec ts = {0, 10 * 1000 * 1000};
 		nanosleep(&ts, NULL);
 	}
-	return vmm_chan_sock_from_fd(fd, name, recv, opaque, out, err);
+	/* no window: nothing but qemu is between the daemon and the guest,
+	 * and a full socket is the send deadline's business (docs/vmm.md) */
+	return vmm_chan_sock_new(fd, name, false, recv, opaque, out, err);
 }
