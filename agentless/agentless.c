@@ -209,34 +209,36 @@ int conn_send(struct agentless_conn *c, uint8_t type, uint32_t id, const uint8_t
 }
 
 /* WELCOME: to a v4 guest over a channel with a window (the stream
- * transport) it opens a credit window under a fresh epoch (the channel
- * starts counting at the WELCOME's end, as the guest does); otherwise it
- * has id 0 and no WINDOW, and closes any window. */
+ * transport) the first one opens a credit window under a fresh epoch (the
+ * channel starts counting at the WELCOME's end, as the guest does); later
+ * ones on the same channel repeat that epoch and leave the window alone,
+ * so a guest cannot reopen it by saying HELLO again (or another version)
+ * while it does not read. Without a window: id 0, no WINDOW. */
 static int conn_send_welcome(struct agentless_conn *c, uint32_t version)
 {
 	uint8_t buf[48];
 	struct wire_writer w;
-	uint32_t epoch = 0;
-	bool windowed;
+	uint32_t epoch;
+	bool open_now = false;
 
 	pthread_mutex_lock(&c->lock);
+	epoch = c->credit_epoch;
 	/* only a channel that can hold bytes back (the stream transport) */
-	windowed = version >= 4 && c->have_ch && c->ch.send_window;
-	if (windowed) {
+	if (epoch == 0 && version >= 4 && c->have_ch && c->ch.send_window) {
 		epoch = ++c->next_epoch;
 		if (epoch == 0)
 			epoch = ++c->next_epoch;
+		c->credit_epoch = epoch;
+		open_now = true;
 	}
-	c->credit_epoch = epoch;
 	pthread_mutex_unlock(&c->lock);
 
 	wire_writer_init(&w, buf, sizeof buf);
 	wire_put_u32(&w, WIRE_T_VERSION, version);
 	wire_put_u64(&w, WIRE_T_TIME_NS, now_realtime_ns());
-	if (windowed)
+	if (epoch != 0)
 		wire_put_u32(&w, WIRE_T_WINDOW, WIRE_CHANNEL_WINDOW);
-	return conn_send_ex(c, WIRE_WELCOME, epoch, buf, w.len, true,
-			    windowed ? WIRE_CHANNEL_WINDOW : 0);
+	return conn_send_ex(c, WIRE_WELCOME, epoch, buf, w.len, open_now, WIRE_CHANNEL_WINDOW);
 }
 
 /* Detach the channel once nobody sends on it; the caller closes it. Call

@@ -11,7 +11,7 @@
  *
  * Flow control toward the guest (protocol v4): the WELCOME to a v4 guest
  * over a channel that has the window ops (the stream transport) opens the
- * channel's credit window (sbx_channel.send_window, 64 KiB) and
+ * channel's credit window (sbx_channel.send_window, 128 KiB) and
  * the guest's CREDIT frames move it (sbx_channel.credit), so a guest that
  * stops reading never has more than the window in flight outside the
  * channel's own queue; a CREDIT the channel refuses (back, or past what

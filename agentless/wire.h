@@ -70,9 +70,10 @@
  * receiver's last FILE_ACK (v3). */
 #define WIRE_FILE_WINDOW (2u * 1024 * 1024)
 /* The channel's credit window (v4): bytes the host writes past the
- * guest's last CREDIT. Well under what the qemu chardev socket buffers
- * without blocking libvirtd (a unix socket's ~208 KiB; docs/vmm.md). */
-#define WIRE_CHANNEL_WINDOW (64u * 1024)
+ * guest's last CREDIT. Under what the qemu chardev socket buffers without
+ * blocking libvirtd (a unix socket's ~208 KiB; the host also bounds what
+ * its writes cost there, docs/vmm.md). */
+#define WIRE_CHANNEL_WINDOW (128u * 1024)
 /* Most entries one FILE_OP_LIST may return (the host sends LIMIT <= it). */
 #define WIRE_FILE_LIST_MAX 10000
 

@@ -58,13 +58,17 @@
 /* Under a credit window, what the writes not yet acknowledged may cost the
  * socket buffer libvirtd writes them to (a unix socket: 208 KiB by
  * default, counted in sk_buff truesize). A write of n bytes is charged
- * VMM_WRITE_COST(n): its bytes, up to 4 KiB more for a small write's
- * kmalloc'd head rounded up to a power of two (large ones go in whole
- * pages), and 1 KiB for the sk_buff itself; so a window of tiny frames
- * written one by one cannot add up past the buffer either. */
+ * VMM_WRITE_COST(n): its bytes; up to 4 KiB more for a small write's
+ * kmalloc'd head rounded up to a power of two; 1 KiB for the sk_buff; and
+ * 5 KiB for each further sk_buff of a large write (a unix socket splits
+ * one into pieces of ~36 KiB, each a head and whole pages). So neither a
+ * window of big writes nor one of tiny frames written one by one adds up
+ * past the buffer. */
 #define VMM_WINDOW_COST_MAX (160 * 1024)
-#define VMM_WRITE_COST(n)   ((uint64_t)(n) + SBX_MIN((uint64_t)(n), (uint64_t)4096) + 1024)
-#define VMM_WINDOW_WRITES   (VMM_WINDOW_COST_MAX / 1024)
+#define VMM_WRITE_COST(n)                                                                          \
+	((uint64_t)(n) + SBX_MIN((uint64_t)(n), (uint64_t)4096) + 1024 +                           \
+	 (uint64_t)(n) / 32768 * 5120)
+#define VMM_WINDOW_WRITES (VMM_WINDOW_COST_MAX / 1024)
 /* How often the stream transport looks at its deadline while bytes wait. */
 #define VMM_STREAM_TICK_MS 100
 
@@ -132,9 +136,9 @@ static size_t outq_allowance(const struct outq *q)
 	    q->wr_cost_sum + VMM_WRITE_COST(1) > VMM_WINDOW_COST_MAX)
 		return 0;
 	uint64_t n = limit - q->written;
-	/* the most bytes whose cost still fits */
+	/* the most bytes whose cost still fits (cost(n) <= n * 1.16 + 5 KiB) */
 	uint64_t room = VMM_WINDOW_COST_MAX - q->wr_cost_sum - 1024;
-	n = SBX_MIN(n, room > 8192 ? room - 4096 : room / 2);
+	n = SBX_MIN(n, room > 8192 ? (room - 4096) * 32768 / (32768 + 5120) : room / 2);
 	return (size_t)n;
 }
 

@@ -1154,8 +1154,12 @@ static void welcome_check(uint32_t id, const uint8_t *p, size_t len)
 		if (f.tag == WIRE_T_WINDOW && wire_field_u32(&f, &window) < 0)
 			window = 0;
 	}
-	/* v4 with a window and an epoch: count from the end of this frame;
-	 * anything else: report nothing (an older host) */
+	/* v4 with a window and an epoch: count from the end of this frame,
+	 * unless it repeats the epoch we count for (a WELCOME answering a
+	 * repeated HELLO: the host's window goes on); anything else: report
+	 * nothing (an older host, or a channel without a window) */
+	if (S.credit_on && window >= 4 && id == S.credit_epoch)
+		return;
 	S.credit_on = v >= 4 && window >= 4 && id != 0;
 	S.credit_epoch = id;
 	S.credit_origin = S.frame_end;
