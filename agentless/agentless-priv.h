@@ -1,7 +1,8 @@
-/* agentless-priv: what agentless.c and xfer.c share (not for other
- * modules). The connection's state and the helpers that file transfer
- * needs from the exec side; the locking is agentless.c's (its header
- * comment), with each transfer's own mutex as a leaf below `lock`.
+/* agentless-priv: what agentless.c (the connection), exec.c (executions)
+ * and xfer.c (file transfers) share (not for other modules). The
+ * connection's state and the helpers each side needs from the others; the
+ * locking is agentless.c's (its header comment), with each transfer's own
+ * mutex as a leaf below `lock`.
  */
 #ifndef SBX_AGENTLESS_PRIV_H
 #define SBX_AGENTLESS_PRIV_H
@@ -22,7 +23,35 @@
  * are dropped silently instead of counting as a violation. */
 #define ABANDONED_MAX 64
 
-struct exec;
+/* One output stream of an exec: the head the guest shipped, <= cap bytes
+ * (only counted in `len`, not kept, for a streamed exec). */
+struct stream_buf {
+	char *data;
+	size_t len;
+	size_t alloc;
+	uint32_t cap;
+	bool count_only;
+};
+
+struct exec {
+	struct exec *next;
+	uint32_t id;
+	agentless_exec_done_fn done;
+	agentless_output_fn on_output; /* NULL: output is buffered */
+	/* set for a PROC request instead of an exec: its reply */
+	agentless_proc_done_fn proc_done;
+	void *opaque;
+	struct stream_buf out;
+	struct stream_buf err;
+	char cwd[GUEST_TEXT_MAX + 1]; /* sanitised, for the cwd error */
+	int64_t deadline_ms;	      /* monotonic backstop */
+	int64_t started_ms;	      /* monotonic, when the EXEC was sent */
+	bool killed;		      /* KILL sent once already */
+	bool paused;		      /* PAUSE sent, no RESUME since */
+	bool in_output;		      /* the recv thread is inside on_output */
+	bool resume_wanted;	      /* resume asked for while in_output */
+};
+
 struct ping_waiter;
 
 struct agentless_conn {
@@ -70,6 +99,11 @@ struct agentless_conn {
 	struct agentless_xfer *xfers;
 	unsigned n_xfers;
 
+	/* v4 credit window: the epoch of the open one (0: none) and the
+	 * next to hand out (both per connection) */
+	uint32_t credit_epoch;
+	uint32_t next_epoch;
+
 	unsigned hellos;	   /* HELLOs on this channel */
 	double unsolicited_tokens; /* bucket, refilled at UNSOLICITED_PER_S */
 	int64_t unsolicited_at_ms; /* last refill, sbx_mono_ms() */
@@ -97,6 +131,18 @@ void sanitize_text(const void *in, size_t len, char *out, size_t outlen);
  * kind. */
 int conn_error_parse(const uint8_t *p, size_t len, uint32_t *kind, char *param, size_t param_len,
 		     char *msg, size_t msg_len);
+
+/* calloc that aborts on ENOMEM (as everywhere in this module). */
+void *xcalloc(size_t n, size_t size);
+
+/* exec.c */
+/* A frame of an exec or a PROC request (STDOUT, STDERR, EXIT, ERROR,
+ * PROC_REPLY): true when handled here. Recv thread, no lock held. */
+bool exec_frame(struct agentless_conn *c, const struct wire_header *h, const uint8_t *p,
+		size_t len);
+/* Fail each exec of the list (already unlinked) with err and free it. No
+ * lock held. */
+void execs_fail(struct exec *list, const struct sbx_error *err);
 
 /* xfer.c */
 /* The transfer (in flight or aborted) with this id, or NULL. Lock. */

@@ -9,6 +9,15 @@
  * before allocation, and each exec's buffered output never exceeds the caps
  * the host asked for (bytes beyond are a violation too).
  *
+ * Flow control toward the guest (protocol v4): the WELCOME to a v4 guest
+ * over a channel that has the window ops (the stream transport) opens the
+ * channel's credit window (sbx_channel.send_window, 128 KiB) and
+ * the guest's CREDIT frames move it (sbx_channel.credit), so a guest that
+ * stops reading never has more than the window in flight outside the
+ * channel's own queue; a CREDIT the channel refuses (back, or past what
+ * was written) is a violation. Channels without those ops (the socket
+ * transport) send unbounded; their WELCOME has no WINDOW.
+ *
  * Threads: agentless_conn_recv() runs on the channel provider's thread;
  * everything else may be called from any thread. Completion callbacks run on
  * the recv thread, or on the thread that calls agentless_conn_tick() or

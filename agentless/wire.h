@@ -38,6 +38,14 @@
  * PAUSE/RESUME flow-control frames. Their numbers are taken from the TOP of
  * the free ranges, counting down (frame types from 255, tags from 65535),
  * so that frames other branches add from the bottom never collide.
+ *
+ * Version 4 added the channel's credit window: WELCOME (v4) carries
+ * WINDOW and, as its id, a non-zero credit epoch; from the end of that
+ * WELCOME on, the guest counts the bytes it reads from its port and
+ * reports them in CREDIT frames (id = the epoch). The host writes at most
+ * WINDOW bytes past the last credit, so libvirtd never holds more for a
+ * guest than the guest has read (docs/vmm.md). A host opens the window
+ * only for a guest that negotiated version >= 4.
  */
 #ifndef SBX_WIRE_H
 #define SBX_WIRE_H
@@ -45,7 +53,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define WIRE_VERSION	 3
+#define WIRE_VERSION	 4
 #define WIRE_VERSION_MIN 1
 #define WIRE_PORT_NAME	 "org.sandboxd.exec.0"
 
@@ -61,13 +69,19 @@
 /* File transfer credit: data bytes a sender may have in flight past the
  * receiver's last FILE_ACK (v3). */
 #define WIRE_FILE_WINDOW (2u * 1024 * 1024)
+/* The channel's credit window (v4): bytes the host writes past the
+ * guest's last CREDIT. Under what the qemu chardev socket buffers without
+ * blocking libvirtd (a unix socket's ~208 KiB; the host also bounds what
+ * its writes cost there, docs/vmm.md). */
+#define WIRE_CHANNEL_WINDOW (128u * 1024)
 /* Most entries one FILE_OP_LIST may return (the host sends LIMIT <= it). */
 #define WIRE_FILE_LIST_MAX 10000
 
 enum wire_type {
 	/* guest -> host, id 0: {VERSION, VERSION_MIN, BOOT_MS} once at start */
 	WIRE_HELLO = 1,
-	/* host -> guest, id 0: {VERSION, TIME_NS}: version picked, wall clock */
+	/* host -> guest, id 0 (v4: the credit epoch): {VERSION, TIME_NS,
+	 * WINDOW? (v4)}: version picked, wall clock, credit window */
 	WIRE_WELCOME = 2,
 	/* host -> guest, id 0: {TIME_NS}: periodic wall clock */
 	WIRE_TIME = 3,
@@ -117,6 +131,11 @@ enum wire_type {
 	/* host -> guest: give the transfer up (remove a partial upload, stop
 	 * a helper); the guest sends nothing more for it */
 	WIRE_FILE_ABORT = 23,
+	/* v4, guest -> host, id = the credit epoch (WELCOME's id): {ACKED}:
+	 * bytes of the port read since the end of that WELCOME (cumulative).
+	 * Sent once WINDOW/4 bytes are unreported, and whenever the port is
+	 * drained with any unreported. */
+	WIRE_CREDIT = 24,
 	/* v3, host -> guest, id = exec id, empty payload: stop reading the
 	 * exec's pipes (its writers then block on a full pipe) until RESUME.
 	 * Flow control for a slow consumer of a streamed exec; the deadline
@@ -210,6 +229,7 @@ enum wire_tag {
 	WIRE_T_NAME = 52,	  /* bytes, one entry name (<= 255, no '/' or NUL) */
 	WIRE_T_ACKED = 53,	  /* u64, cumulative data bytes consumed */
 	WIRE_T_TRUNCATED = 54,	  /* u32, 0 or 1 */
+	WIRE_T_WINDOW = 55,	  /* u32 bytes (v4, WELCOME): the credit window */
 	/* v3 (counting down from the top of the range, see above) */
 	WIRE_T_STREAM = 65535,	   /* u32 1 in EXEC: ship output as soon as it is
 				    * read instead of batching it into full chunks */

@@ -159,8 +159,16 @@ static inline int qemu_mem_of(int pid, uint64_t guest_mib, struct qemu_mem *m)
 
 /* ------------------------------------------------ a guest as the daemon boots it */
 
+/* SBX_BENCH_TRANSPORT: "stream" or "socket" (the default). */
+static inline bool bench_transport_stream(void)
+{
+	const char *t = getenv("SBX_BENCH_TRANSPORT");
+	return t && strcmp(t, "stream") == 0;
+}
+
 /* A vmm_config for TCG guests on qemu:///system with the daemon's built-in
- * defaults (sandbox_config_defaults: socket transport, tb_cache_mib,
+ * defaults (sandbox_config_defaults: socket transport unless
+ * SBX_BENCH_TRANSPORT=stream, tb_cache_mib,
  * free_page_reporting), so that a floor measured through it gets the
  * daemon's domain XML. The strings are borrowed; callers override fields
  * they vary. */
@@ -178,7 +186,7 @@ static inline struct vmm_config bench_vmm_config(const char *prefix, const char 
 	    .kernel = kernel,
 	    .initrd = initrd,
 	    .run_dir = run_dir,
-	    .transport = VMM_TRANSPORT_SOCKET,
+	    .transport = bench_transport_stream() ? VMM_TRANSPORT_STREAM : VMM_TRANSPORT_SOCKET,
 	    .tb_cache_mib = d.tb_cache_mib,
 	    .free_page_reporting = d.free_page_reporting,
 	    .console_log_max = 1 << 20,

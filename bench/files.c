@@ -15,8 +15,9 @@
  *   - the daemon's VmRSS before and after, and its VmHWM.
  *
  * Environment: SBX_BIN, SBX_TEST_IMAGE_DIR (as for the integration tests),
- * SBX_BENCH_FILE_MIB. Prints figures; never fails on timing. Exit 1 only
- * when it cannot run. */
+ * SBX_BENCH_FILE_MIB, SBX_BENCH_TRANSPORT (socket, the default, or stream:
+ * the daemon's and the raw guest's exec channel). Prints figures; never fails on timing. Exit 1
+ * only when it cannot run. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -260,9 +261,14 @@ int main(void)
 	fclose(f);
 	sbx_sha256_hex(data, len, want);
 	sbx_log_set_level(SBX_LOG_WARN);
-	daemon_config(&d, "\"sizes\": {\"small\": {\"vcpus\": 1, \"memory_mib\": 1024, "
-			  "\"disk_gib\": 1, \"price_micro_usd_per_hour\": 90000}}, "
-			  "\"max_file_bytes\": 1073741824, \"destroy_on_exit\": true");
+	const char *transport = bench_transport_stream() ? "stream" : "socket";
+	char cfg[512];
+	snprintf(cfg, sizeof(cfg),
+		 "\"sizes\": {\"small\": {\"vcpus\": 1, \"memory_mib\": 1024, "
+		 "\"disk_gib\": 1, \"price_micro_usd_per_hour\": 90000}}, "
+		 "\"max_file_bytes\": 1073741824, \"destroy_on_exit\": true, \"transport\": \"%s\"",
+		 transport);
+	daemon_config(&d, cfg);
 	daemon_create_account(&d, "10");
 	if (daemon_start(&d) < 0) {
 		fprintf(stderr, "files bench: daemon did not start\n");
@@ -276,8 +282,8 @@ int main(void)
 	}
 	snprintf(sbx, sizeof(sbx), "%s", jstr(r.json, "id"));
 	http_reply_free(&r);
-	printf("sandbox %s: tiny image, 1 vCPU, 1 GiB, TCG, transport socket; file %d MiB\n", sbx,
-	       mib);
+	printf("sandbox %s: tiny image, 1 vCPU, 1 GiB, TCG, transport %s; file %d MiB\n", sbx,
+	       transport, mib);
 
 	rss0 = daemon_kib("VmRSS");
 	snprintf(url, sizeof(url), "/v1/sandboxes/%s/files?path=/tmp/bench.bin", sbx);

@@ -203,6 +203,17 @@ struct sbx_channel {
 	 * provider's deadline break the channel: recv then gets EOF. Any
 	 * thread, but not after `close`. */
 	int (*send)(void *ctx, const void *buf, size_t len);
+	/* Flow control by the peer's credit (both NULL for a provider without
+	 * it). `send_window` queues like send, then starts a window at the
+	 * end of those bytes: from there on at most `window` bytes are written
+	 * past what the peer acknowledged (window 0: no limit again). Bytes
+	 * beyond the window wait in the queue under the same deadline.
+	 * `credit`: the peer has consumed `acked` bytes past the start of the
+	 * window (cumulative). 0, or -1 when no window is open, when acked is
+	 * below an earlier credit, or when it is more than was written since
+	 * the start (a lie: the caller breaks the channel). Any thread. */
+	int (*send_window)(void *ctx, const void *buf, size_t len, size_t window);
+	int (*credit)(void *ctx, uint64_t acked);
 	/* Stop delivery, wait until no recv callback is running, free ctx.
 	 * Must not be called from inside the recv callback. */
 	void (*close)(void *ctx);

@@ -142,7 +142,9 @@ int vmm_chan_sock_open(const char *path, const char *name, sbx_recv_fn recv, voi
 		       struct sbx_channel *out, struct sbx_error *err);
 
 /* The socket transport over an already connected stream socket `fd`
- * (owned from now on, closed on error too): for tests with a socketpair. */
+ * (owned from now on, closed on error too): for tests with a socketpair.
+ * Unlike vmm_chan_sock_open's, it has the credit window ops (send_window,
+ * credit) the stream transport has, so the window can be tested here. */
 int vmm_chan_sock_from_fd(int fd, const char *name, sbx_recv_fn recv, void *opaque,
 			  struct sbx_channel *out, struct sbx_error *err);
 

@@ -39,10 +39,12 @@ enum vmm_accel {
 
 enum vmm_transport {
 	/* virDomainOpenChannel(): a virStream through libvirt's connection,
-	 * driven by the event loop; works for remote hosts too. */
+	 * driven by the event loop; works for remote hosts too. Its channel
+	 * has the credit window ops (sbx_channel.send_window, .credit), so
+	 * libvirtd never holds more for a guest than the window. */
 	VMM_TRANSPORT_STREAM,
 	/* The daemon connect()s to the channel's unix socket itself
-	 * (local hosts only), one reader thread per guest. */
+	 * (local hosts only), one reader thread per guest; no window. */
 	VMM_TRANSPORT_SOCKET,
 };
 

@@ -23,6 +23,11 @@
  * processes stay in the poll set (read and dropped) until EOF; the cgroup
  * is removed once empty.
  *
+ * Version 4: the credit window. After a WELCOME that opens one, every byte
+ * read from the port counts, and CREDIT frames report the count (each
+ * WINDOW/4 bytes, and whenever the port is drained), so the host never
+ * has more than WINDOW bytes unread in flight.
+ *
  * Version 3: a streamed exec (STREAM) ships each read at once, and PAUSE /
  * RESUME take its pipes out of the poll set and back. Background processes
  * (PROC) are proc.c's: serve.c hands it their frames, polls their pipes
@@ -116,6 +121,16 @@ static struct {
 	/* inbound reassembly */
 	uint8_t in[WIRE_HEADER_LEN + WIRE_MAX_PAYLOAD];
 	size_t in_len;
+
+	/* v4 credit: bytes read from the port on this connection, the
+	 * position where the current epoch's count starts (the end of its
+	 * WELCOME), what was last reported, every how many bytes */
+	uint64_t rx_total;
+	uint64_t frame_end; /* position of the end of the frame being handled */
+	bool credit_on;
+	uint32_t credit_epoch;
+	uint64_t credit_origin, credit_sent;
+	uint32_t credit_step;
 
 	struct exec execs[EXEC_MAX];
 	unsigned n_execs;
@@ -1123,26 +1138,58 @@ static void set_clock(const uint8_t *p, size_t len)
  * seeing our HELLO (a reconnect this loop did not notice) and assumed the
  * oldest version: say HELLO once more on this connection so it learns the
  * real one. Once only: an older host answers the same again. */
-static void welcome_check(const uint8_t *p, size_t len)
+static void welcome_check(uint32_t id, const uint8_t *p, size_t len)
 {
 	struct wire_reader rd;
 	struct wire_field f;
-	uint32_t v;
+	uint32_t v = 0, window = 0;
 
 	wire_reader_init(&rd, p, len);
-	while (wire_next(&rd, &f) == 1)
+	while (wire_next(&rd, &f) == 1) {
 		if (f.tag == WIRE_T_VERSION && wire_field_u32(&f, &v) == 0 && v < WIRE_VERSION &&
 		    !S.rehello_sent) {
 			S.rehello_sent = true;
 			send_hello();
 		}
+		if (f.tag == WIRE_T_WINDOW && wire_field_u32(&f, &window) < 0)
+			window = 0;
+	}
+	/* v4 with a window and an epoch: count from the end of this frame,
+	 * unless it repeats the epoch we count for (a WELCOME answering a
+	 * repeated HELLO: the host's window goes on); anything else: report
+	 * nothing (an older host, or a channel without a window) */
+	if (S.credit_on && window >= 4 && id == S.credit_epoch)
+		return;
+	S.credit_on = v >= 4 && window >= 4 && id != 0;
+	S.credit_epoch = id;
+	S.credit_origin = S.frame_end;
+	S.credit_sent = 0;
+	S.credit_step = window / 4;
+}
+
+/* Report what was read since the last CREDIT: once a step's worth is
+ * unreported, or (drained) whenever any is. */
+static void credit_report(bool drained)
+{
+	uint8_t buf[16];
+	struct wire_writer w;
+	uint64_t acked = S.rx_total - S.credit_origin;
+
+	if (!S.credit_on || acked == S.credit_sent ||
+	    (!drained && acked - S.credit_sent < S.credit_step))
+		return;
+	wire_writer_init(&w, buf, sizeof(buf));
+	wire_put_u64(&w, WIRE_T_ACKED, acked);
+	frame_send_w(WIRE_CREDIT, S.credit_epoch, &w);
+	S.credit_sent = acked;
+	queue_flush(); /* now, not at the end of the loop's turn */
 }
 
 static void frame_handle(const struct wire_header *h, const uint8_t *p)
 {
 	switch (h->type) {
 	case WIRE_WELCOME:
-		welcome_check(p, h->len);
+		welcome_check(h->id, p, h->len);
 		set_clock(p, h->len);
 		break;
 	case WIRE_TIME:
@@ -1194,6 +1241,8 @@ static void input_parse(void)
 		}
 		if (S.in_len - off < WIRE_HEADER_LEN + (size_t)h.len)
 			break;
+		/* where this frame ends in the port's byte stream */
+		S.frame_end = S.rx_total - (S.in_len - off - WIRE_HEADER_LEN - h.len);
 		frame_handle(&h, S.in + off + WIRE_HEADER_LEN);
 		off += WIRE_HEADER_LEN + h.len;
 	}
@@ -1234,6 +1283,10 @@ static void port_read(void)
 		ssize_t n = read(S.port, dst, room);
 
 		if (n > 0) {
+			S.rx_total += (size_t)n;
+			/* the bytes are ours now: report them before handling
+			 * the frames (a file write may take a while) */
+			credit_report(false);
 			if (!S.in_bad) {
 				S.in_len += (size_t)n;
 				input_parse();
@@ -1243,7 +1296,10 @@ static void port_read(void)
 		}
 		if (n < 0 && errno == EINTR)
 			continue;
-		return; /* EAGAIN, or 0/error meaning the host left (POLLHUP follows) */
+		/* EAGAIN (drained), or 0/error meaning the host left (POLLHUP
+		 * follows) */
+		credit_report(true);
+		return;
 	}
 }
 
@@ -1256,6 +1312,7 @@ static void port_disconnected(void)
 	S.connected = false;
 	S.in_bad = false;
 	S.in_len = 0;
+	S.credit_on = false;
 	queue_drop();
 	guest_files_disconnected();
 	/* What the old host sent and we did not read is not for the next one. */
@@ -1275,6 +1332,8 @@ static void port_connected(void)
 	S.in_bad = false;
 	S.in_len = 0;
 	S.rehello_sent = false;
+	S.credit_on = false;
+	S.rx_total = 0;
 	send_hello();
 	queue_flush();
 }

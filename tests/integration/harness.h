@@ -102,12 +102,19 @@ static inline void daemon_config_image(struct daemon *d, const char *img, const 
 	f = fopen(d->config, "w");
 	if (!f)
 		abort();
+	/* SBX_TEST_TRANSPORT=stream|socket picks the exec channel of any
+	 * test that does not set one itself */
+	const char *t = getenv("SBX_TEST_TRANSPORT");
+	char transport[64] = "";
+	if (t && (strcmp(t, "stream") == 0 || strcmp(t, "socket") == 0) &&
+	    !(extra && strstr(extra, "\"transport\"")))
+		snprintf(transport, sizeof(transport), ", \"transport\": \"%s\"", t);
 	fprintf(f,
 		"{\"state_dir\": \"%s\", \"domain_prefix\": \"%s\", \"accel\": \"tcg\", "
 		"\"allow_tcg\": true, \"kernel\": \"%s/images/vmlinux\", "
-		"\"initrd\": \"%s/images/initramfs.cpio.gz\", \"base_image\": \"%s\"%s%s}\n",
+		"\"initrd\": \"%s/images/initramfs.cpio.gz\", \"base_image\": \"%s\"%s%s%s}\n",
 		d->state_dir, d->prefix, d->state_dir, d->state_dir, base_image ? base_image : "",
-		extra && extra[0] ? ", " : "", extra ? extra : "");
+		extra && extra[0] ? ", " : "", extra ? extra : "", transport);
 	fclose(f);
 }
 

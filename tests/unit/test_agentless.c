@@ -19,6 +19,7 @@
 
 #include "agentless/agentless.h"
 #include "agentless/wire.h"
+#include "vmm/vmm-priv.h"
 
 /* ------------------------------------------------ a socketpair channel */
 
@@ -347,7 +348,7 @@ static void fx_handshake(struct fx *fx)
 	assert_int_equal(agentless_conn_wait_hello(fx->conn, sbx_mono_ms() + 5000, &err), 0);
 	guest_recv(fx->gfd, &h, &p);
 	assert_int_equal(h.type, WIRE_WELCOME);
-	assert_int_equal(h.id, 0);
+	assert_int_equal(h.id, 0); /* this channel has no window: no epoch */
 	assert_int_equal(field_u32(p, h.len, WIRE_T_VERSION), WIRE_VERSION);
 	free(p);
 	assert_true(agentless_conn_alive(fx->conn));
@@ -1736,10 +1737,143 @@ static void test_xfer_stall(void **state)
 	fx_free(fx);
 }
 
+/* Bytes the fake guest can read within ms (0 when none came). */
+static size_t guest_drain(int fd, size_t cap, int ms)
+{
+	static uint8_t buf[1 << 20];
+	size_t have = 0;
+	struct pollfd pfd = {.fd = fd, .events = POLLIN};
+
+	while (have < cap && poll(&pfd, 1, ms) == 1) {
+		ssize_t n = read(fd, buf, SBX_MIN(sizeof buf, cap - have));
+		if (n <= 0)
+			break;
+		have += (size_t)n;
+	}
+	return have;
+}
+
+static void guest_credit(int fd, uint32_t epoch, uint64_t acked)
+{
+	uint8_t buf[16];
+	struct wire_writer w;
+
+	wire_writer_init(&w, buf, sizeof buf);
+	wire_put_u64(&w, WIRE_T_ACKED, acked);
+	guest_send(fd, WIRE_CREDIT, epoch, buf, w.len);
+}
+
+/* A fixture over vmm/'s real socket channel (with its credit window). */
+static struct fx *fx_new_vmm_chan(void)
+{
+	struct fx *fx = calloc(1, sizeof(*fx));
+	struct sbx_error err;
+	struct sbx_channel ch;
+	int fds[2];
+
+	assert_non_null(fx);
+	pthread_mutex_init(&fx->lock, NULL);
+	fx->conn = agentless_conn_new(NULL, fx_on_broken, fx);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+	assert_int_equal(
+	    vmm_chan_sock_from_fd(fds[0], "t", agentless_conn_recv, fx->conn, &ch, &err), 0);
+	fx->gfd = fds[1];
+	agentless_conn_attach(fx->conn, ch, false);
+	return fx;
+}
+
+/* Protocol v4 over the real socket channel (vmm/): the host writes at most
+ * WIRE_CHANNEL_WINDOW past the WELCOME and no more until the guest's
+ * CREDIT; a CREDIT of another epoch grants nothing and breaks nothing; a
+ * CREDIT for more than was written breaks the channel. A v3 guest gets no
+ * window at all. */
+static void test_credit_window(void **state)
+{
+	static char cmd[40000];
+	struct agentless_exec_req req = *simple_req();
+	struct fx *fx = fx_new_vmm_chan();
+	struct sbx_error err;
+	struct wire_header h;
+	struct probe pr[4];
+	uint8_t *p;
+
+	(void)state;
+	guest_hello(fx->gfd, WIRE_VERSION, WIRE_VERSION_MIN);
+	assert_int_equal(agentless_conn_wait_hello(fx->conn, sbx_mono_ms() + 5000, &err), 0);
+	guest_recv(fx->gfd, &h, &p);
+	assert_int_equal(h.type, WIRE_WELCOME);
+	uint32_t epoch = h.id;
+	assert_int_not_equal(epoch, 0);
+	assert_int_equal(field_u32(p, h.len, WIRE_T_WINDOW), WIRE_CHANNEL_WINDOW);
+	free(p);
+
+	/* four EXECs of ~40 KiB: more than the window */
+	memset(cmd, 'x', sizeof cmd);
+	req.command = cmd;
+	req.command_len = sizeof cmd;
+	for (int i = 0; i < 4; i++) {
+		probe_init(&pr[i]);
+		start(fx, &req, &pr[i]);
+	}
+	size_t total = guest_drain(fx->gfd, SIZE_MAX, 500);
+	assert_true(total > 0 && total <= WIRE_CHANNEL_WINDOW);
+	/* another epoch's credit: nothing more, nothing broken */
+	guest_credit(fx->gfd, epoch + 1, WIRE_CHANNEL_WINDOW);
+	assert_int_equal(guest_drain(fx->gfd, SIZE_MAX, 300), 0);
+	assert_int_equal(fx_broken_calls(fx), 0);
+	/* a HELLO again (or with another version) does not reopen the window */
+	guest_hello(fx->gfd, 3, 1);
+	guest_hello(fx->gfd, WIRE_VERSION, WIRE_VERSION_MIN);
+	assert_int_equal(guest_drain(fx->gfd, SIZE_MAX, 300), 0);
+	/* this epoch's: at most a window more each time, until all is there
+	 * (the four EXECs and the two WELCOMEs) */
+	for (;;) {
+		guest_credit(fx->gfd, epoch, total);
+		size_t more = guest_drain(fx->gfd, SIZE_MAX, 500);
+		assert_true(more <= WIRE_CHANNEL_WINDOW);
+		if (more == 0)
+			break;
+		total += more;
+	}
+	assert_true(total > 4 * sizeof cmd);
+	assert_int_equal(fx_broken_calls(fx), 0);
+	/* a lie: one byte more than was written */
+	guest_credit(fx->gfd, epoch, total + 1);
+	for (int i = 0; i < 4; i++) {
+		probe_wait(&pr[i]);
+		assert_false(pr[i].ok);
+		probe_release(&pr[i]);
+	}
+	fx_wait_broken(fx);
+	assert_int_equal(fx_broken_calls(fx), 1);
+	assert_non_null(strstr(fx->broken_why, "CREDIT"));
+	fx_free(fx);
+
+	/* a v3 guest: WELCOME id 0, no WINDOW, and no limit */
+	fx = fx_new_vmm_chan();
+	guest_hello(fx->gfd, 3, 1);
+	assert_int_equal(agentless_conn_wait_hello(fx->conn, sbx_mono_ms() + 5000, &err), 0);
+	guest_recv(fx->gfd, &h, &p);
+	assert_int_equal(h.type, WIRE_WELCOME);
+	assert_int_equal(h.id, 0);
+	free(p);
+	for (int i = 0; i < 3; i++) {
+		probe_init(&pr[i]);
+		start(fx, &req, &pr[i]);
+	}
+	assert_true(guest_drain(fx->gfd, SIZE_MAX, 500) > 3 * sizeof cmd);
+	fx_free(fx);
+	for (int i = 0; i < 3; i++) {
+		probe_wait(&pr[i]);
+		probe_release(&pr[i]);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_handshake_and_welcome),
+	    cmocka_unit_test(test_credit_window),
 	    cmocka_unit_test(test_version_mismatch),
 	    cmocka_unit_test(test_exec_round_trip),
 	    cmocka_unit_test(test_interleaved),

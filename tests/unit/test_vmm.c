@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -935,6 +936,71 @@ static void test_uris(void **state)
 	assert_string_equal(err.param, "transport");
 }
 
+/* Bytes readable on fd within ms (0 when none came). */
+static size_t drain_for(int fd, char *buf, size_t cap, int ms)
+{
+	size_t have = 0;
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+
+	while (have < cap && poll(&p, 1, ms) == 1) {
+		ssize_t n = read(fd, buf + have, cap - have);
+		if (n <= 0)
+			break;
+		have += (size_t)n;
+	}
+	return have;
+}
+
+/* The credit window: after send_window, the channel writes at most the
+ * window past what the peer acknowledged, whatever is queued; a credit lets
+ * exactly that much more through; a credit that goes back or claims more
+ * than was written is refused. */
+static void test_socket_credit_window(void **state)
+{
+	(void)state;
+	static char frame[256 * 1024], got[1024 * 1024];
+	const size_t window = 64 * 1024;
+	struct sbx_error err = {0};
+	struct sbx_channel ch;
+	struct rx *r = calloc(1, sizeof(*r));
+	int sv[2];
+
+	assert_non_null(r);
+	pthread_mutex_init(&r->lock, NULL);
+	pthread_cond_init(&r->cond, NULL);
+	memset(frame, 'w', sizeof frame);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	assert_int_equal(vmm_chan_sock_from_fd(sv[0], "credit", rx_recv, r, &ch, &err), 0);
+	assert_non_null(ch.send_window);
+	assert_non_null(ch.credit);
+	assert_int_equal(ch.credit(ch.ctx, 0), -1); /* no window yet */
+
+	/* 10 bytes open the window at their end; 1 MiB more waits */
+	assert_int_equal(ch.send_window(ch.ctx, "welcome-10", 10, window), 0);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(ch.send(ch.ctx, frame, sizeof frame), 0);
+	assert_int_equal(drain_for(sv[1], got, sizeof got, 500), 10 + window);
+
+	/* a credit for 40 KiB lets exactly 40 KiB more through */
+	assert_int_equal(ch.credit(ch.ctx, 40 * 1024), 0);
+	assert_int_equal(drain_for(sv[1], got, sizeof got, 500), 40 * 1024);
+	/* lies: below the last credit, or more than was written */
+	assert_int_equal(ch.credit(ch.ctx, 30 * 1024), -1);
+	assert_int_equal(ch.credit(ch.ctx, window + 40 * 1024 + 1), -1);
+	/* all that was written: a whole window more */
+	assert_int_equal(ch.credit(ch.ctx, window + 40 * 1024), 0);
+	assert_int_equal(drain_for(sv[1], got, sizeof got, 500), window);
+
+	/* window 0 lifts the limit: the rest comes */
+	assert_int_equal(ch.send_window(ch.ctx, "x", 1, 0), 0);
+	size_t rest = 4 * sizeof frame + 1 - 2 * window - 40 * 1024;
+	assert_int_equal(drain_for(sv[1], got, sizeof got, 500), rest);
+	assert_int_equal(r->eofs, 0);
+	ch.close(ch.ctx);
+	close(sv[1]);
+	free(r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -954,6 +1020,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_socket_transport, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_socket_transport_no_server, fx_setup, fx_teardown),
 	    cmocka_unit_test(test_socket_send_never_blocks),
+	    cmocka_unit_test(test_socket_credit_window),
 	};
 	sbx_log_set_level(SBX_LOG_ERROR + 1);
 	return cmocka_run_group_tests(tests, NULL, NULL);

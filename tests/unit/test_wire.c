@@ -197,8 +197,14 @@ static void test_file_frames(void **state)
 	int seen = 0;
 
 	(void)state;
-	assert_int_equal(WIRE_VERSION, 3);
+	assert_int_equal(WIRE_VERSION, 4);
 	assert_true(WIRE_FILE_WINDOW >= 16 * WIRE_MAX_CHUNK);
+	/* v4: the channel window stays under a unix socket's default buffer
+	 * (208 KiB) with room for the per-write overhead, and CREDIT is a
+	 * frame type of its own */
+	assert_true(WIRE_CHANNEL_WINDOW >= WIRE_MAX_CHUNK && WIRE_CHANNEL_WINDOW <= 128 * 1024);
+	for (size_t i = 0; i < sizeof types; i++)
+		assert_int_not_equal(types[i], WIRE_CREDIT);
 	for (size_t i = 0; i < sizeof types; i++) {
 		h = (struct wire_header){.type = types[i], .id = 77, .len = WIRE_MAX_CHUNK};
 		wire_header_encode(&h, hdr);
