@@ -140,7 +140,10 @@ function showApp() {
 const state = { timer: null, loading: null };
 
 function fill(section, rows) {
-  $(`${section} tbody`).replaceChildren(...rows);
+  const body = $(`${section} tbody`);
+  // Rows that did not change stay where they are: the refresh every
+  // REFRESH_MS must not swap a button out from under a click.
+  if (rows.map((r) => r.outerHTML).join('') !== body.innerHTML) body.replaceChildren(...rows);
   const empty = $(`${section} .empty`);
   if (empty) empty.hidden = rows.length > 0;
 }
