@@ -143,7 +143,9 @@ function fill(section, rows) {
   const body = $(`${section} tbody`);
   // Rows that did not change stay where they are: the refresh every
   // REFRESH_MS must not swap a button out from under a click.
-  if (rows.map((r) => r.outerHTML).join('') !== body.innerHTML) body.replaceChildren(...rows);
+  const same = rows.length === body.children.length &&
+    rows.every((r, i) => r.isEqualNode(body.children[i]));
+  if (!same) body.replaceChildren(...rows);
   const empty = $(`${section} .empty`);
   if (empty) empty.hidden = rows.length > 0;
 }
