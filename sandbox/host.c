@@ -765,6 +765,8 @@ static void host_resume(struct sandbox_svc *svc, struct host *h)
 		struct sbx_error e = {0};
 		int rc = -1;
 
+		if (!up)
+			return; /* lost again: wait for the next connection */
 		pthread_mutex_lock(&svc->lock);
 		for (l = svc->lives; l; l = l->next)
 			if (l->host == h && l->suspended && !l->dead && !l->unlinked &&
@@ -775,7 +777,7 @@ static void host_resume(struct sandbox_svc *svc, struct host *h)
 			for (l = svc->lives; l; l = l->next)
 				if (l->host == h && l->suspended && !l->dead && !l->unlinked)
 					break;
-			if (l && up && l->conn_gen == cur) {
+			if (l && l->conn_gen == cur) {
 				l->dead = true;
 				l->dead_at_ms = l->suspended_at_ms;
 				sbx_warn(MOD, "sandbox %s: exec channel broke on a live connection",
