@@ -625,6 +625,23 @@ static inline int daemon_db_text(const struct daemon *d, const char *sql, const 
 	return rc;
 }
 
+/* `sandboxd admin drain|undrain HOST` (cmd "drain" or "undrain"): 1 or 0,
+ * what it says of the host's drained flag, or -1 when it failed or named
+ * another host. */
+static inline int daemon_drain(struct daemon *d, const char *cmd, const char *host)
+{
+	char args[96];
+	json_object *o;
+	int rc = -1;
+
+	snprintf(args, sizeof(args), "%s %s", cmd, host);
+	o = daemon_admin(d, args);
+	if (o && jstr(o, "host") && strcmp(jstr(o, "host"), host) == 0)
+		rc = jbool(o, "drained");
+	json_object_put(o);
+	return rc;
+}
+
 /* store_ledger_check on the daemon's database (read alongside the running
  * daemon). 0, or -1 with err. */
 static inline int daemon_ledger_check(const struct daemon *d, struct sbx_error *err)

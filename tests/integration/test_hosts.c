@@ -170,15 +170,7 @@ static const char *status_of(const char *id, char *buf, size_t n)
 
 static void admin_drain(const char *cmd, const char *host, bool want)
 {
-	char args[64];
-	json_object *o;
-
-	snprintf(args, sizeof(args), "%s %s", cmd, host);
-	o = daemon_admin(&d, args);
-	assert_non_null(o);
-	assert_string_equal(jstr(o, "host"), host);
-	assert_int_equal(jbool(o, "drained"), want);
-	json_object_put(o);
+	assert_int_equal(daemon_drain(&d, cmd, host), want);
 }
 
 static bool domain_running(const char *name)
