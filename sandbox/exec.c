@@ -166,6 +166,20 @@ static void exec_done(void *opaque, struct agentless_exec_result *res, const str
 				      call->l->id,
 				      ending == STORE_EXPIRED ? "expired" : "was deleted");
 			aerr = &e;
+		} else if (aerr && aerr->code == SBX_E_SANDBOX_ERROR &&
+			   sandbox_live_host_lost(call->l)) {
+			/* The channel went with the host's connection: the
+			 * sandbox survives it (docs/hosts.md), this command's
+			 * outcome is unknown. */
+			sbx_error_clear(&e);
+			sbx_error_set(
+			    &e, SBX_E_SERVICE_UNAVAILABLE, NULL,
+			    "the connection to the host of sandbox '%s' was lost while the "
+			    "command ran; its outcome is unknown; the sandbox keeps "
+			    "running",
+			    call->l->id);
+			e.retry_after_s = 2;
+			aerr = &e;
 		}
 		call->done(call->opaque, NULL, aerr);
 		exec_call_free(call);
@@ -277,10 +291,8 @@ struct live *sandbox_live_pin(struct sandbox_svc *svc, const char *id, struct sb
 
 	pthread_mutex_lock(&svc->lock);
 	l = sandbox_live_find_locked(svc, id);
-	if (!l || l->dead) {
+	if (sandbox_live_usable_locked(l, id, err) < 0) {
 		pthread_mutex_unlock(&svc->lock);
-		sbx_error_set(err, SBX_E_SANDBOX_NOT_RUNNING, NULL,
-			      "sandbox '%s' is no longer running", id);
 		return NULL;
 	}
 	l->refs++;

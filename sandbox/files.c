@@ -122,11 +122,10 @@ int sandbox_file_start(struct sandbox_svc *svc, const char *account_id, const ch
 
 	pthread_mutex_lock(&svc->lock);
 	l = sandbox_live_find_locked(svc, id);
-	if (!l || l->dead || l->unlinked) {
+	if (sandbox_live_usable_locked(l, id, err) < 0) {
 		pthread_mutex_unlock(&svc->lock);
 		free(f);
-		return sbx_error_set(err, SBX_E_SANDBOX_NOT_RUNNING, NULL,
-				     "sandbox '%s' is no longer running", id);
+		return -1;
 	}
 	l->refs++;
 	f->l = l;

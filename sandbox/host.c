@@ -448,8 +448,6 @@ static int reattach(struct sandbox_svc *svc, struct host *h, const struct store_
 	    .max_inflight = (uint32_t)svc->cfg.max_execs_per_sandbox,
 	};
 	const struct sandbox_size *size = sandbox_config_size(&svc->cfg, row->size);
-	struct sbx_channel ch;
-
 	if (!l)
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
 	snprintf(l->id, sizeof(l->id), "%s", row->id);
@@ -465,11 +463,10 @@ static int reattach(struct sandbox_svc *svc, struct host *h, const struct store_
 		return -1;
 	}
 	l->conn = agentless_conn_new(&lim, sandbox_on_conn_broken, l);
-	if (vmm_vm_open_channel(l->vm, agentless_conn_recv, l->conn, &ch, err) < 0) {
+	if (sandbox_live_channel_reopen(l, &l->conn_gen, err) < 0) {
 		sandbox_live_teardown(l, "reattach failed");
 		return -1;
 	}
-	agentless_conn_attach(l->conn, ch, true);
 	pthread_mutex_lock(&svc->lock);
 	l->next = svc->lives;
 	svc->lives = l;
@@ -744,6 +741,82 @@ static void host_back(struct sandbox_svc *svc, struct host *h)
 	sbx_info(MOD, "host %s: up again, reconciled", h->cfg->name);
 }
 
+/* Host h answers on a connection: reopen the channels of its sandboxes
+ * that went with an earlier connection (docs/hosts.md "A dropped
+ * connection"), through the restart reconcile's reattach step. One whose
+ * channel broke while the connection stayed up, or whose guest cannot be
+ * reached any more, ends failed at the break. Each is pinned with a ref
+ * while its conn gets the new channel (requests meanwhile answer 503; an
+ * ender waits for the ref). No lock held. */
+static void host_resume(struct sandbox_svc *svc, struct host *h)
+{
+	struct vmm *v = h->vmm;
+	size_t rounds = 0;
+
+	pthread_mutex_lock(&svc->lock);
+	for (struct live *l = svc->lives; l; l = l->next)
+		rounds++;
+	pthread_mutex_unlock(&svc->lock);
+	while (rounds-- > 0) {
+		struct live *l;
+		/* asked before the lock: vmm is not called under it */
+		unsigned seq, gen, cur = vmm_conn_gen(v);
+		bool up = vmm_connected(v);
+		struct sbx_error e = {0};
+		int rc = -1;
+
+		if (!up)
+			return; /* lost again: wait for the next connection */
+		pthread_mutex_lock(&svc->lock);
+		for (l = svc->lives; l; l = l->next)
+			if (l->host == h && l->suspended && !l->dead && !l->unlinked &&
+			    l->conn_gen != cur)
+				break;
+		if (!l) {
+			/* a break on the connection in use: the guest's doing */
+			for (l = svc->lives; l; l = l->next)
+				if (l->host == h && l->suspended && !l->dead && !l->unlinked)
+					break;
+			if (l && l->conn_gen == cur) {
+				l->dead = true;
+				l->dead_at_ms = l->suspended_at_ms;
+				sbx_warn(MOD, "sandbox %s: exec channel broke on a live connection",
+					 l->id);
+				pthread_cond_broadcast(&svc->cond);
+				pthread_mutex_unlock(&svc->lock);
+				continue;
+			}
+			pthread_mutex_unlock(&svc->lock);
+			return;
+		}
+		l->refs++;
+		seq = l->breaks;
+		pthread_mutex_unlock(&svc->lock);
+
+		rc = sandbox_live_channel_reopen(l, &gen, &e);
+
+		pthread_mutex_lock(&svc->lock);
+		if (rc == 0) {
+			l->conn_gen = gen;
+			if (l->breaks == seq) {
+				l->suspended = false;
+				sbx_info(MOD,
+					 "sandbox %s: exec channel reopened on host %s's new "
+					 "connection",
+					 l->id, h->cfg->name);
+			}
+		} else if (!l->dead) {
+			l->dead = true;
+			l->dead_at_ms = l->suspended_at_ms;
+			sbx_warn(MOD, "sandbox %s: cannot reopen its channel on host %s: %s", l->id,
+				 h->cfg->name, e.message);
+		}
+		sandbox_live_unref_locked(svc, l);
+		pthread_cond_broadcast(&svc->cond);
+		pthread_mutex_unlock(&svc->lock);
+	}
+}
+
 static void host_check(struct sandbox_svc *svc, struct host *h)
 {
 	struct vmm *v;
@@ -777,10 +850,13 @@ static void host_check(struct sandbox_svc *svc, struct host *h)
 		dropped = host_down_locked(svc, h, mono - h->last_seen_mono);
 	}
 	bool back = ok && h->reconcile_due;
+	bool resume = ok && !back && h->state == HOST_UP;
 	pthread_mutex_unlock(&svc->lock);
 	sandbox_live_teardown_chain(dropped, "its host is down");
 	if (back)
 		host_back(svc, h);
+	else if (resume)
+		host_resume(svc, h);
 }
 
 static void *host_main(void *arg)

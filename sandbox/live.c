@@ -57,6 +57,24 @@ struct live *sandbox_live_take_locked(struct sandbox_svc *svc, const char *id)
 	return l;
 }
 
+int sandbox_live_usable_locked(struct live *l, const char *id, struct sbx_error *err)
+{
+	if (!l || l->dead || l->unlinked)
+		return sbx_error_set(err, SBX_E_SANDBOX_NOT_RUNNING, NULL,
+				     "sandbox '%s' is no longer running", id);
+	if (l->suspended) {
+		sbx_error_set(
+		    err, SBX_E_SERVICE_UNAVAILABLE, NULL,
+		    "the connection to the host of sandbox '%s' was lost; the sandbox keeps "
+		    "running and is reachable again once its host answers: retry",
+		    id);
+		if (err)
+			err->retry_after_s = 2;
+		return -1;
+	}
+	return 0;
+}
+
 void sandbox_live_unref_locked(struct sandbox_svc *svc, struct live *l)
 {
 	if (--l->refs == 0)
@@ -94,13 +112,52 @@ void sandbox_live_teardown(struct live *l, const char *why)
 	free(l);
 }
 
+bool sandbox_live_host_lost(struct live *l)
+{
+	struct sandbox_svc *svc = l->svc;
+	struct vmm *v = l->host->vmm;
+	bool eligible;
+	unsigned gen;
+
+	if (!v || strcmp(l->host->cfg->transport, "stream") != 0)
+		return false; /* a socket channel is qemu's: it survives libvirtd */
+	pthread_mutex_lock(&svc->lock);
+	eligible =
+	    !l->pooled && !l->prestart && !l->unlinked && sandbox_live_find_locked(svc, l->id) == l;
+	gen = l->conn_gen;
+	pthread_mutex_unlock(&svc->lock);
+	return eligible && (vmm_conn_gen(v) != gen || !vmm_connected(v));
+}
+
+int sandbox_live_channel_reopen(struct live *l, unsigned *gen, struct sbx_error *err)
+{
+	struct sbx_channel ch;
+
+	*gen = vmm_conn_gen(l->host->vmm);
+	if (vmm_vm_open_channel(l->vm, agentless_conn_recv, l->conn, &ch, err) < 0)
+		return -1;
+	agentless_conn_attach(l->conn, ch, true);
+	return 0;
+}
+
 void sandbox_on_conn_broken(void *opaque, const char *why)
 {
 	struct live *l = opaque;
 	struct sandbox_svc *svc = l->svc;
+	bool lost = sandbox_live_host_lost(l); /* before the lock: asks vmm */
 
 	pthread_mutex_lock(&svc->lock);
-	if (!l->dead) {
+	l->breaks++;
+	if (!l->dead && lost && !l->unlinked) {
+		if (!l->suspended) {
+			l->suspended = true;
+			l->suspended_at_ms = sbx_wall_ms();
+			sbx_warn(MOD,
+				 "sandbox %s: exec channel went with host %s's connection (%s); "
+				 "reopening it when the host answers again",
+				 l->id, l->host->cfg->name, why);
+		}
+	} else if (!l->dead) {
 		l->dead = true;
 		l->dead_at_ms = sbx_wall_ms();
 		sbx_warn(MOD, "sandbox %s: exec channel broke: %s", l->id, why);

@@ -106,8 +106,19 @@ struct live {
 	uint64_t memory_mib;
 	int refs; /* threads using conn right now (exec_start, timer, liveness) */
 	bool unlinked;
-	bool end_queued;	  /* an end_job for it waits for an ender */
-	bool dead;		  /* guest gone or channel broken: end as failed */
+	bool end_queued; /* an end_job for it waits for an ender */
+	bool dead;	 /* guest gone or channel broken: end as failed */
+	/* A customer's stream channel that broke because its host's libvirt
+	 * connection went (docs/hosts.md "A dropped connection"): not dead;
+	 * the host thread reopens the channel once the connection is back
+	 * (sandbox_hosts_resume), or the host-down path fails it. Requests
+	 * meanwhile answer 503. conn_gen is the vmm_conn_gen() the channel
+	 * was opened on; breaks counts on_broken calls (a break during the
+	 * reopen keeps it suspended). */
+	bool suspended;
+	int64_t suspended_at_ms;
+	unsigned conn_gen;
+	unsigned breaks;
 	enum store_status ending; /* set by the ender before teardown (lock held) */
 	int64_t dead_at_ms;
 	bool pooled;		/* in svc->pool, not handed out yet */
@@ -213,8 +224,22 @@ struct live *sandbox_live_find_locked(struct sandbox_svc *svc, const char *id);
  * remains. Returns it, owned by the caller, or NULL when another ender
  * took it. Call with lock. */
 struct live *sandbox_live_take_locked(struct sandbox_svc *svc, const char *id);
-/* agentless_broken_fn of every customer and pooled guest (opaque = live). */
+/* May a request use live l of sandbox id? 0; -1 with 410 when it is gone,
+ * dead or ending, 503 (Retry-After 2) while suspended. Call with lock. */
+int sandbox_live_usable_locked(struct live *l, const char *id, struct sbx_error *err);
+/* agentless_broken_fn of every customer and pooled guest (opaque = live):
+ * marks it dead, or suspended when sandbox_live_host_lost() says its
+ * channel went with its host's connection. */
 void sandbox_on_conn_broken(void *opaque, const char *why);
+/* Did live l's channel die with its host's libvirt connection (a customer
+ * guest in svc->lives on a stream-transport host whose connection is down
+ * or was replaced since the channel opened)? No lock held: asks vmm. */
+bool sandbox_live_host_lost(struct live *l);
+/* Open live l's channel on its vmm_vm into its own conn (which resets and
+ * sends WELCOME: the guest said HELLO long ago) and note the connection
+ * generation it is on in *gen. The restart reconcile and the resume after
+ * a dropped connection share it. No lock held; the caller owns or pins l. */
+int sandbox_live_channel_reopen(struct live *l, unsigned *gen, struct sbx_error *err);
 /* vmm_stopped_fn (opaque = svc). */
 void sandbox_on_domain_stopped(void *opaque, const char *name);
 /* End a sandbox: tear its guest down (if this node runs it), settle the

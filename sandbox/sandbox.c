@@ -490,6 +490,7 @@ int sandbox_guest_boot(struct sandbox_svc *svc, struct host *h, const struct san
 	snprintf(l->domain, sizeof(l->domain), "%s", vmm_vm_name(l->vm));
 	sandbox_fault_hit(cfg, SANDBOX_FAULT_CREATE_AFTER_DOMAIN_START);
 	l->conn = agentless_conn_new(&lim, sandbox_on_conn_broken, l);
+	l->conn_gen = vmm_conn_gen(h->vmm);
 	if (vmm_vm_open_channel(l->vm, agentless_conn_recv, l->conn, &ch, err) < 0)
 		goto err_teardown;
 	agentless_conn_attach(l->conn, ch, false);

@@ -246,6 +246,14 @@ void vmm_set_conn_lost_cb(struct vmm *v, vmm_conn_lost_fn fn, void *opaque)
 	pthread_mutex_unlock(&v->lock);
 }
 
+unsigned vmm_conn_gen(struct vmm *v)
+{
+	pthread_mutex_lock(&v->lock);
+	unsigned gen = v->gen;
+	pthread_mutex_unlock(&v->lock);
+	return gen;
+}
+
 bool vmm_connected(struct vmm *v)
 {
 	pthread_mutex_lock(&v->lock);

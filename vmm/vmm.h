@@ -176,6 +176,12 @@ int vmm_destroy_by_name(struct vmm *v, const char *name, struct sbx_error *err);
 #define VMM_KEEPALIVE_COUNT	 3
 #define VMM_KEEPALIVE_BOUND_MS	 (VMM_KEEPALIVE_INTERVAL_S * (VMM_KEEPALIVE_COUNT + 1) * 1000)
 
+/* The connection's generation: bumps each time a lost connection is
+ * replaced by a new one (vmm's own reconnect or vmm_reconnect). A stream
+ * channel opened on generation g died with it once the generation moved
+ * on: the caller may reopen it with vmm_vm_open_channel. */
+unsigned vmm_conn_gen(struct vmm *v);
+
 /* true when the libvirt connection is open and answered within the
  * keepalive bound. */
 bool vmm_connected(struct vmm *v);

@@ -16,6 +16,7 @@
 #include <json-c/json.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,7 @@
 #include <unistd.h>
 
 #include "agentless/wire.h"
+#include "store/store.h"
 #include "util/util.h"
 
 struct daemon {
@@ -598,6 +600,105 @@ static inline int chan_send_welcome(struct sbx_channel *ch)
 	wire_put_u32(&w, WIRE_T_VERSION, WIRE_VERSION);
 	wire_put_u64(&w, WIRE_T_TIME_NS, (uint64_t)sbx_wall_ms() * 1000000u);
 	return chan_send_frame(ch, WIRE_WELCOME, 0, p, w.len);
+}
+
+/* The first column of the first row of `sql` on the daemon's database,
+ * read-only beside the running daemon, with ?1 bound to `arg` (NULL: no
+ * parameter), as text into out ("" when no row or NULL). 0, or -1 when the
+ * query cannot run. */
+static inline int daemon_db_text(const struct daemon *d, const char *sql, const char *arg,
+				 char *out, size_t n)
+{
+	sqlite3 *db;
+	sqlite3_stmt *q;
+	int rc = -1;
+
+	out[0] = '\0';
+	if (sqlite3_open_v2(d->db, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
+		sqlite3_close(db);
+		return -1;
+	}
+	sqlite3_busy_timeout(db, 5000);
+	if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) == SQLITE_OK) {
+		if (arg)
+			sqlite3_bind_text(q, 1, arg, -1, SQLITE_TRANSIENT);
+		rc = sqlite3_step(q);
+		if (rc == SQLITE_ROW && sqlite3_column_text(q, 0))
+			snprintf(out, n, "%s", (const char *)sqlite3_column_text(q, 0));
+		rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : -1;
+		sqlite3_finalize(q);
+	}
+	sqlite3_close(db);
+	return rc;
+}
+
+/* `sandboxd admin drain|undrain HOST` (cmd "drain" or "undrain"): 1 or 0,
+ * what it says of the host's drained flag, or -1 when it failed or named
+ * another host. */
+static inline int daemon_drain(struct daemon *d, const char *cmd, const char *host)
+{
+	char args[96];
+	json_object *o;
+	int rc = -1;
+
+	snprintf(args, sizeof(args), "%s %s", cmd, host);
+	o = daemon_admin(d, args);
+	if (o && jstr(o, "host") && strcmp(jstr(o, "host"), host) == 0)
+		rc = jbool(o, "drained");
+	json_object_put(o);
+	return rc;
+}
+
+/* store_ledger_check on the daemon's database (read alongside the running
+ * daemon). 0, or -1 with err. */
+static inline int daemon_ledger_check(const struct daemon *d, struct sbx_error *err)
+{
+	struct store *s = store_open(d->db, err);
+	int rc;
+
+	if (!s)
+		return -1;
+	rc = store_ledger_check(s, NULL, err);
+	store_close(s);
+	return rc < 0 ? -1 : 0;
+}
+
+/* GET /v1/sandboxes/ID: its "status" into buf ("" when none); the HTTP
+ * status, or -1 when no answer. */
+static inline int daemon_sandbox_status(const struct daemon *d, const char *id, char *buf, size_t n)
+{
+	struct http_reply r;
+	char path[128];
+	int st;
+
+	buf[0] = '\0';
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s", id);
+	if (http_request(d, "GET", path, d->key, NULL, NULL, 0, &r) < 0)
+		return -1;
+	st = r.status;
+	if (r.json && jstr(r.json, "status"))
+		snprintf(buf, n, "%s", jstr(r.json, "status"));
+	http_reply_free(&r);
+	return st;
+}
+
+/* DELETE /v1/sandboxes/ID: the HTTP status, or -1 when no answer; the
+ * reply's "status" into buf when buf is not NULL. */
+static inline int daemon_delete_sandbox(const struct daemon *d, const char *id, char *buf, size_t n)
+{
+	struct http_reply r;
+	char path[128];
+	int st;
+
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s", id);
+	if (http_request(d, "DELETE", path, d->key, NULL, NULL, 0, &r) < 0)
+		return -1;
+	st = r.status;
+	if (buf)
+		snprintf(buf, n, "%s",
+			 r.json && jstr(r.json, "status") ? jstr(r.json, "status") : "");
+	http_reply_free(&r);
+	return st;
 }
 
 #endif

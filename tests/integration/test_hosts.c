@@ -30,10 +30,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
-#include <sqlite3.h>
 
 #include "harness.h"
-#include "store/store.h"
 
 static struct daemon d;
 static char sd_a[300], sd_b[300], pfx_a[40], pfx_b[40];
@@ -103,30 +101,17 @@ static int group_teardown(void **state)
 static void row_col(const char *id, const char *col, char *out, size_t n)
 {
 	char sql[96];
-	sqlite3 *db;
-	sqlite3_stmt *q;
 
-	out[0] = '\0';
 	snprintf(sql, sizeof(sql), "SELECT %s FROM sandboxes WHERE id = ?1", col);
-	assert_int_equal(sqlite3_open_v2(d.db, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-	sqlite3_busy_timeout(db, 5000);
-	assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &q, NULL), SQLITE_OK);
-	sqlite3_bind_text(q, 1, id, -1, SQLITE_TRANSIENT);
-	if (sqlite3_step(q) == SQLITE_ROW)
-		snprintf(out, n, "%s", (const char *)sqlite3_column_text(q, 0));
-	sqlite3_finalize(q);
-	sqlite3_close(db);
+	assert_int_equal(daemon_db_text(&d, sql, id, out, n), 0);
 }
 
 static void ledger_ok(void)
 {
 	struct sbx_error err;
-	struct store *s = store_open(d.db, &err);
 
-	assert_non_null(s);
-	if (store_ledger_check(s, NULL, &err) < 0)
+	if (daemon_ledger_check(&d, &err) < 0)
 		fail_msg("ledger check: %s", err.message);
-	store_close(s);
 }
 
 /* Create a sandbox of `size`; expect `status`; on 201 its id into id and
@@ -156,14 +141,10 @@ static void create_on(const char *size, int status, const char *host, char *id, 
 
 static void delete_sandbox(const char *id)
 {
-	struct http_reply r;
-	char path[128];
+	char st[32];
 
-	snprintf(path, sizeof(path), "/v1/sandboxes/%s", id);
-	assert_int_equal(http_request(&d, "DELETE", path, d.key, NULL, NULL, 0, &r), 0);
-	assert_int_equal(r.status, 200);
-	assert_string_equal(jstr(r.json, "status"), "destroyed");
-	http_reply_free(&r);
+	assert_int_equal(daemon_delete_sandbox(&d, id, st, sizeof(st)), 200);
+	assert_string_equal(st, "destroyed");
 }
 
 static void exec_ok(const char *id)
@@ -183,28 +164,13 @@ static void exec_ok(const char *id)
 
 static const char *status_of(const char *id, char *buf, size_t n)
 {
-	struct http_reply r;
-	char path[128];
-
-	snprintf(path, sizeof(path), "/v1/sandboxes/%s", id);
-	assert_int_equal(http_request(&d, "GET", path, d.key, NULL, NULL, 0, &r), 0);
-	assert_int_equal(r.status, 200);
-	snprintf(buf, n, "%s", jstr(r.json, "status"));
-	http_reply_free(&r);
+	assert_int_equal(daemon_sandbox_status(&d, id, buf, n), 200);
 	return buf;
 }
 
 static void admin_drain(const char *cmd, const char *host, bool want)
 {
-	char args[64];
-	json_object *o;
-
-	snprintf(args, sizeof(args), "%s %s", cmd, host);
-	o = daemon_admin(&d, args);
-	assert_non_null(o);
-	assert_string_equal(jstr(o, "host"), host);
-	assert_int_equal(jbool(o, "drained"), want);
-	json_object_put(o);
+	assert_int_equal(daemon_drain(&d, cmd, host), want);
 }
 
 static bool domain_running(const char *name)
