@@ -51,9 +51,22 @@
  * exec's pipes that loads `net`: 150-450 ms under TCG), and load the ESM
  * loader that Module.prototype.load touches once the main module has run
  * (50-150 ms), by loading an empty module from /dev/null outside
- * require.cache. */
+ * require.cache. First of all it registers one 'beforeExit' listener
+ * (emitted only when node's loop has ended on its own): when it is the only
+ * one and there is no 'exit' listener, nothing of the code can run any
+ * more, and it ends the process as process.exit() does after its 'exit'
+ * event (process.reallyExit, exit code process.exitCode or 0), skipping
+ * node's natural-end teardown (FreeEnvironment, isolate disposal: 150-200
+ * ms under TCG); otherwise (a listener of the code's own, an ES module
+ * main whose top-level await never settled: node keeps an 'exit' one)
+ * node's end is unchanged. It keeps its own reallyExit and listenerCount,
+ * so code that replaces them does not change it. docs/receipts.md "How
+ * node ends". */
 #define NODE_STRICT                                                                                \
-	"\"use strict\";process.stdout;process.stderr;"                                            \
+	"\"use strict\";{const R=process.reallyExit,C=process.listenerCount;"                      \
+	"process.on(\"beforeExit\",function(){if(C.call(process,\"beforeExit\")===1&&"             \
+	"C.call(process,\"exit\")===0)R(process.exitCode||0)})}"                                   \
+	"process.stdout;process.stderr;"                                                           \
 	"try{new(require(\"module\"))(\"\").load(\"/dev/null\")}catch{}"
 #define NODE_BODY                                                                                  \
 	"{const fs=require(\"fs\"),vm=require(\"vm\"),M=require(\"module\");"                      \

@@ -243,6 +243,40 @@ static void test_node_state(void **state)
 	same_output("node state", w, c, we, ce);
 }
 
+/* run.cjs ends a natural end with no 'beforeExit' listener but its own and
+ * no 'exit' listener through process.reallyExit (docs/receipts.md "How
+ * node ends"): the exit code stays the natural one (process.exitCode), a
+ * listener of the code's own still runs, and an uncaught exception still
+ * prints before exit 1. */
+static void test_node_exit(void **state)
+{
+	static const char *const codes[] = {
+	    "process.exitCode = 3;\nconsole.log(process.listenerCount('beforeExit'), "
+	    "process.listenerCount('exit'));\n",
+	    "process.on('exit', (c) => { console.log('exit', c); process.exitCode = 4; });\n",
+	    "setTimeout(() => { throw new Error('late'); }, 10);\n",
+	};
+	static const int want[] = {3, 4, 1};
+
+	for (size_t i = 0; i < SBX_ARRAY_SIZE(codes); i++) {
+		struct http_reply w, c;
+
+		wait_pools(600 * 1000);
+		w = execute("node", 60, codes[i]);
+		c = execute("node", 60, codes[i]);
+		assert_true(jbool(w.json, "prestarted"));
+		assert_false(jbool(c.json, "prestarted"));
+		assert_int_equal(jint(w.json, "exit_code"), want[i]);
+		assert_int_equal(jint(c.json, "exit_code"), want[i]);
+		assert_string_equal(jstr(w.json, "stdout"), jstr(c.json, "stdout"));
+		if (i == 2)
+			assert_true(strstr(jstr(w.json, "stderr"), "Error: late") &&
+				    strstr(jstr(c.json, "stderr"), "Error: late"));
+		http_reply_free(&w);
+		http_reply_free(&c);
+	}
+}
+
 static void test_node_esm(void **state)
 {
 	struct http_reply r;
@@ -323,7 +357,7 @@ static void test_limits_and_billing(void **state)
 	assert_true(jint(p, "samples") >= 8);
 	assert_true(jint(p, "p50_ms") > 0 && jint(p, "p95_ms") >= jint(p, "p50_ms"));
 	assert_true(json_object_object_get_ex(x, "cold", &p));
-	assert_int_equal(jint(p, "samples"), 3);
+	assert_int_equal(jint(p, "samples"), 6); /* 3 state and traceback, 3 node_exit */
 	print_message("  limits: %s\n", json_object_to_json_string(x));
 	http_reply_free(&r);
 
@@ -342,13 +376,10 @@ static void test_limits_and_billing(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_python_state),
-	    cmocka_unit_test(test_python_traceback),
-	    cmocka_unit_test(test_node_state),
-	    cmocka_unit_test(test_node_esm),
-	    cmocka_unit_test(test_timeout),
-	    cmocka_unit_test(test_refill),
-	    cmocka_unit_test(test_limits_and_billing),
+	    cmocka_unit_test(test_python_state), cmocka_unit_test(test_python_traceback),
+	    cmocka_unit_test(test_node_state),	 cmocka_unit_test(test_node_exit),
+	    cmocka_unit_test(test_node_esm),	 cmocka_unit_test(test_timeout),
+	    cmocka_unit_test(test_refill),	 cmocka_unit_test(test_limits_and_billing),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
