@@ -70,6 +70,15 @@ static struct json_object *text_encode(const char *s, size_t len, bool base64)
 	return o;
 }
 
+/* "status" and "exit_code" (null while running) of a process. */
+static void state_add(struct json_object *o, const struct sandbox_proc_info *info)
+{
+	json_object_object_add(o, "status",
+			       json_object_new_string(info->running ? "running" : "exited"));
+	json_object_object_add(o, "exit_code",
+			       info->running ? NULL : json_object_new_int(info->exit_code));
+}
+
 static struct json_object *process_encode(const struct sandbox_proc_info *p)
 {
 	struct json_object *o = json_object_new_object();
@@ -78,10 +87,7 @@ static struct json_object *process_encode(const struct sandbox_proc_info *p)
 	json_object_object_add(o, "pid", json_object_new_int64(p->pid));
 	json_object_object_add(o, "command", text_encode(p->command, p->command_len, false));
 	json_object_object_add(o, "started_at", api_time_encode(p->started_at_ms));
-	json_object_object_add(o, "status",
-			       json_object_new_string(p->running ? "running" : "exited"));
-	json_object_object_add(o, "exit_code",
-			       p->running ? NULL : json_object_new_int(p->exit_code));
+	state_add(o, p);
 	return o;
 }
 
@@ -137,11 +143,7 @@ static struct json_object *result_encode(const struct req *r, const struct sandb
 		o = json_object_new_object();
 		json_object_object_add(o, "object", json_object_new_string("process_output"));
 		json_object_object_add(o, "pid", json_object_new_int64(res->info.pid));
-		json_object_object_add(
-		    o, "status", json_object_new_string(res->info.running ? "running" : "exited"));
-		json_object_object_add(
-		    o, "exit_code",
-		    res->info.running ? NULL : json_object_new_int(res->info.exit_code));
+		state_add(o, &res->info);
 		output_stream_add(o, "stdout", &res->out, r->exec.base64, !res->info.running);
 		output_stream_add(o, "stderr", &res->err, r->exec.base64, !res->info.running);
 		return o;
@@ -159,11 +161,7 @@ static struct json_object *result_encode(const struct req *r, const struct sandb
 		json_object_object_add(o, "signal", json_object_new_string(r->proc_signal_name));
 		/* a process that had already exited got nothing */
 		json_object_object_add(o, "sent", json_object_new_boolean(res->info.running));
-		json_object_object_add(
-		    o, "status", json_object_new_string(res->info.running ? "running" : "exited"));
-		json_object_object_add(
-		    o, "exit_code",
-		    res->info.running ? NULL : json_object_new_int(res->info.exit_code));
+		state_add(o, &res->info);
 		return o;
 	}
 }
