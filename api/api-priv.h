@@ -138,6 +138,8 @@ typedef void (*api_workpool_fn)(void *arg, bool cancelled);
 struct api_workpool;
 /* `threads` >= 1 threads at most (started as jobs need them), and at most
  * `queue_max` jobs waiting past the free threads. NULL on ENOMEM. */
+/* The name of the pool's threads (/proc/PID/task/TID/comm). */
+#define API_WORKPOOL_THREAD_NAME "sbx-work"
 struct api_workpool *api_workpool_new(int threads, int queue_max);
 /* Queue a job. 0, or -1 (fn never called) when every thread is busy and
  * queue_max jobs already wait, or the pool stops: the caller answers 503. */

@@ -35,6 +35,9 @@ static void *worker_main(void *arg)
 	struct api_workpool *p = arg;
 	struct pool_job *j;
 
+	/* named, so that thread counts (ps -L, tests) can tell the pool's
+	 * threads, started on demand up to max_threads, from the rest */
+	pthread_setname_np(pthread_self(), API_WORKPOOL_THREAD_NAME);
 	pthread_mutex_lock(&p->lock);
 	for (;;) {
 		while (!p->head && !p->stopping) {

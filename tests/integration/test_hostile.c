@@ -116,9 +116,29 @@ static void delete_sandbox(const char *id)
 		http_reply_free(&r);
 }
 
-/* Entries of /proc/PID/<sub> (task: threads, fd: descriptors). */
+/* Whether thread `tid` of pid is one of the HTTP work pool's, which
+ * starts its threads on demand up to http_work_threads and keeps them:
+ * not a leak, and how many exist depends on how busy the API was. */
+static bool is_work_thread(pid_t pid, const char *tid)
+{
+	char path[320], comm[32] = "";
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%s/comm", (int)pid, tid);
+	f = fopen(path, "r");
+	if (!f)
+		return false;
+	if (!fgets(comm, sizeof(comm), f))
+		comm[0] = '\0';
+	fclose(f);
+	return strcmp(comm, "sbx-work\n") == 0;
+}
+
+/* Entries of /proc/PID/<sub> (task: threads but the work pool's, fd:
+ * descriptors). */
 static int count_dir(const char *sub, pid_t pid)
 {
+	bool tasks = strcmp(sub, "task") == 0;
 	char path[64];
 	struct dirent *e;
 	DIR *dir;
@@ -129,7 +149,7 @@ static int count_dir(const char *sub, pid_t pid)
 	if (!dir)
 		return -1;
 	while ((e = readdir(dir)))
-		if (e->d_name[0] != '.')
+		if (e->d_name[0] != '.' && !(tasks && is_work_thread(pid, e->d_name)))
 			n++;
 	closedir(dir);
 	return n;
