@@ -31,4 +31,7 @@ if git grep -l '#include "\(\.\./\)\?receipt/\(receipt\|verify\)\.h"' -- 'api/*.
 	fail=1
 fi
 [ $fail -eq 0 ] && echo "lint: layering ok"
+# The docs stand alone: every path and link they name is in the repository,
+# and docs/api.md's error table is util/util.h's (scripts/check-docs.py).
+python3 scripts/check-docs.py || fail=1
 exit $fail
