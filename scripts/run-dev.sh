@@ -42,6 +42,11 @@ if [ $kind = full ]; then
 		base_image: ($d + "/base.qcow2")}' "$config" >"$state/config-full.json.new"
 	mv -f "$state/config-full.json.new" "$state/config-full.json"
 	config=$state/config-full.json
+else
+	# The tiny image has no interpreters: no execution guests for it.
+	jq 'del(.execution_pool)' "$config" >"$state/config-tiny.json.new"
+	mv -f "$state/config-tiny.json.new" "$state/config-tiny.json"
+	config=$state/config-tiny.json
 fi
 
 keyfile=$state/dev-account.json
