@@ -24,7 +24,7 @@
 
 #define OPS_MAX 128
 
-static const char *const http_methods[] = {"get", "put", "post", "delete",
+static const char *const http_methods[] = {"get",   "put",  "post",    "delete",
 					   "patch", "head", "options", "trace"};
 
 struct ops {
@@ -81,7 +81,8 @@ static void instantiate(const char *tmpl, char *out, size_t len)
 	for (const char *p = tmpl; *p && o + 1 < len;) {
 		if (*p == '{') {
 			const char *end = strchr(p, '}');
-			const char *v = strncmp(p, "{pid}", 5) == 0 ? "42" : "sbx_0123456789abcdef01234567";
+			const char *v =
+			    strncmp(p, "{pid}", 5) == 0 ? "42" : "sbx_0123456789abcdef01234567";
 
 			assert_non_null(end);
 			o += (size_t)snprintf(out + o, len - o, "%s", v);
@@ -157,14 +158,16 @@ static void test_spec_equals_route_table(void **state)
 
 	for (size_t i = 0; i < daemon.n; i++)
 		if (!ops_has(&described, daemon.op[i])) {
-			print_error("the daemon answers %s; docs/openapi.yaml does not describe it\n",
-				    daemon.op[i]);
+			print_error(
+			    "the daemon answers %s; docs/openapi.yaml does not describe it\n",
+			    daemon.op[i]);
 			bad++;
 		}
 	for (size_t i = 0; i < described.n; i++)
 		if (!ops_has(&daemon, described.op[i])) {
-			print_error("docs/openapi.yaml describes %s; the daemon does not answer it\n",
-				    described.op[i]);
+			print_error(
+			    "docs/openapi.yaml describes %s; the daemon does not answer it\n",
+			    described.op[i]);
 			bad++;
 		}
 	assert_int_equal(bad, 0);
