@@ -2,7 +2,7 @@
 """Run the README's shell session as written: readme-session.py README.md WORKDIR
 
 The fenced ```sh blocks of the sections "A session" and "Files, streamed
-output, background processes" are run in order by one bash (set -e) in
+output, background processes" are run in order by one bash in
 WORKDIR, with the environment the README itself uses: SBX_LISTEN (the
 daemon's HOST:PORT) and SBX_STATE_DIR holding dev-account.json (given
 SANDBOXD_KEY instead, a dev-account.json with it is written in WORKDIR). In a block written as a terminal ("$ " before each
