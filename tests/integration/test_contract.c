@@ -19,7 +19,8 @@
  *   schemas, objects closed (tests/contract/check-exchanges.mjs).
  *
  * SBX_TEST_RECORD (default build/contract/record) is where the exchanges
- * go; NODE names node. docs/api.md, "How the description is checked".
+ * go; NODE names node; SBX_TEST_FILTER=test_readme runs one test. docs/api.md, "How the description
+ * is checked".
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -72,8 +73,8 @@ static struct http_reply call(const char *method, const char *path, const char *
 	return r;
 }
 
-static void call_free(const char *method, const char *path, const char *headers,
-		      const char *body, int want)
+static void call_free(const char *method, const char *path, const char *headers, const char *body,
+		      int want)
 {
 	struct http_reply r = call(method, path, headers, body, 0, want);
 
@@ -110,8 +111,7 @@ static void test_session(void **state)
 		  200);
 	r = call("POST", p, NULL, "{\"command\": \"echo signed\", \"receipt\": true}", 0, 200);
 	assert_non_null(json_object_object_get(r.json, "receipt"));
-	snprintf(rcpt, sizeof(rcpt), "%s",
-		 jstr(json_object_object_get(r.json, "receipt"), "id"));
+	snprintf(rcpt, sizeof(rcpt), "%s", jstr(json_object_object_get(r.json, "receipt"), "id"));
 	http_reply_free(&r);
 	snprintf(p, sizeof(p), "/v1/receipts/%s", rcpt);
 	call_free("GET", p, NULL, NULL, 200);
@@ -139,8 +139,8 @@ static void test_session(void **state)
 
 	/* background processes */
 	snprintf(p, sizeof(p), "/v1/sandboxes/%s/processes", id);
-	r = call("POST", p, NULL, "{\"command\": \"echo started; cat\", \"env\": {\"A\": \"b\"}}", 0,
-		 201);
+	r = call("POST", p, NULL, "{\"command\": \"echo started; cat\", \"env\": {\"A\": \"b\"}}",
+		 0, 201);
 	snprintf(pid, sizeof(pid), "%lld", (long long)jint(r.json, "pid"));
 	http_reply_free(&r);
 	call_free("GET", p, NULL, NULL, 200);
@@ -170,8 +170,8 @@ static void test_session(void **state)
 
 	/* a one-shot execution (the dev-process runner) and its list */
 	r = call("POST", "/v1/sandbox/executions", NULL,
-		 "{\"runtime\": \"python\", \"timeout_seconds\": 10, \"code\": \"print(6 * 7)\"}", 0,
-		 200);
+		 "{\"runtime\": \"python\", \"timeout_seconds\": 10, \"code\": \"print(6 * 7)\"}",
+		 0, 200);
 	snprintf(p, sizeof(p), "/v1/sandbox/executions/%s", jstr(r.json, "id"));
 	http_reply_free(&r);
 	call_free("GET", p, NULL, NULL, 200);
@@ -200,10 +200,11 @@ static void test_readme(void **state)
 {
 	char cmd[1024];
 
-	snprintf(cmd, sizeof(cmd),
-		 "SBX_LISTEN=127.0.0.1:%d SANDBOXD_KEY='%s' python3 tests/contract/readme-session.py "
-		 "README.md build/contract/readme",
-		 d.port, d.key);
+	snprintf(
+	    cmd, sizeof(cmd),
+	    "SBX_LISTEN=127.0.0.1:%d SANDBOXD_KEY='%s' python3 tests/contract/readme-session.py "
+	    "README.md build/contract/readme",
+	    d.port, d.key);
 	assert_int_equal(run_cmd(cmd), 0);
 }
 
@@ -213,9 +214,10 @@ static void test_generated_client(void **state)
 {
 	char cmd[1024];
 
-	assert_int_equal(run_cmd("mkdir -p build/contract && node_modules/.bin/openapi-typescript "
-				 "--default-non-nullable false docs/openapi.yaml -o build/contract/api.d.ts"),
-			 0);
+	assert_int_equal(
+	    run_cmd("mkdir -p build/contract && node_modules/.bin/openapi-typescript "
+		    "--default-non-nullable false docs/openapi.yaml -o build/contract/api.d.ts"),
+	    0);
 	assert_int_equal(run_cmd("node_modules/.bin/tsc -p tests/contract/tsconfig.json"), 0);
 	snprintf(cmd, sizeof(cmd),
 		 "SBX_URL=http://127.0.0.1:%d SBX_KEY='%s' '%s' --test tests/contract/", d.port,
@@ -243,5 +245,7 @@ int main(void)
 	    cmocka_unit_test(test_exchanges_match_the_description),
 	};
 
+	if (getenv("SBX_TEST_FILTER"))
+		cmocka_set_test_filter(getenv("SBX_TEST_FILTER"));
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
