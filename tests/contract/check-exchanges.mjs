@@ -125,7 +125,13 @@ function check(x, where) {
   }
 }
 
-for (const f of readdirSync(dir).filter((n) => n.endsWith('.jsonl')).sort()) {
+let files = [];
+try {
+  files = readdirSync(dir).filter((n) => n.endsWith('.jsonl')).sort();
+} catch (e) {
+  console.log(`check-exchanges: ${dir}: ${e.message}`);
+}
+for (const f of files) {
   readFileSync(join(dir, f), 'utf8').split('\n').forEach((line, i) => {
     if (!line) return;
     count++;

@@ -440,7 +440,12 @@ static inline void http_record(const char *method, const char *path, const char 
 	json_object_object_add(o, "type", json_object_new_string(ct));
 	json_object_object_add(o, "reply", r->json ? json_object_get(r->json) : NULL);
 	line = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
-	mkdir(dir, 0755);
+	snprintf(file, sizeof(file), "%s/", dir);
+	for (char *slash = strchr(file + 1, '/'); slash; slash = strchr(slash + 1, '/')) {
+		*slash = '\0'; /* mkdir -p */
+		mkdir(file, 0755);
+		*slash = '/';
+	}
 	snprintf(file, sizeof(file), "%s/%d.jsonl", dir, (int)getpid());
 	f = fopen(file, "a");
 	if (f) {
