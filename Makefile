@@ -122,8 +122,9 @@ $(BUILD)/obj/gen/web_assets.o: $(WEB_ASSETS) api/assets.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-# The browser tests' tools (package.json, package-lock.json): Playwright
-# (driving Debian's chromium) and an OpenAPI 3.1 validator. Tests only.
+# The node tests' tools (package.json, package-lock.json): Playwright
+# (driving Debian's chromium), an OpenAPI 3.1 validator, and the contract
+# checks' YAML/JSON Schema validators and generated client. Tests only.
 node_modules/.package-lock.json: package.json package-lock.json
 	npm ci --no-audit --no-fund
 	@touch $@
@@ -165,6 +166,9 @@ $(BUILD)/tests/%: tests/integration/%.c tests/integration/harness.h $(LIB) $(BIN
 	$(CC) $(CFLAGS) $(PKG_CFLAGS) -o $@ $< $(LIB) $(LDLIBS) -lcmocka
 # test_dashboard drives the dashboard in chromium (tests/browser/).
 $(BUILD)/tests/test_dashboard: node_modules/.package-lock.json
+# test_contract checks docs/openapi.yaml and the README against the daemon
+# with node tools (tests/contract/).
+$(BUILD)/tests/test_contract: node_modules/.package-lock.json
 # test_cli runs bin/sbx against the daemon.
 $(BUILD)/tests/test_cli: $(BIN)/sbx
 # The guest side is a static program of its own: link its serve.c in, built

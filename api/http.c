@@ -194,40 +194,54 @@ static enum route route_resolve(const char *url, char id[SANDBOX_ID_MAX], uint32
 	return R_NONE;
 }
 
+/* The route table: each route's path as docs/openapi.yaml writes it and
+ * the methods it answers (the Allow header of a 405). route_resolve()
+ * parses a path into these; api_routes() hands the table to the tests,
+ * which compare it with the OpenAPI description both ways. */
+static const struct api_route_info route_table[] = {
+    [R_NONE] = {NULL, ""},
+    [R_SANDBOXES] = {"/v1/sandboxes", "GET, POST"},
+    [R_SANDBOX] = {"/v1/sandboxes/{id}", "GET, DELETE"},
+    [R_EXEC] = {"/v1/sandboxes/{id}/exec", "POST"},
+    [R_EXTEND] = {"/v1/sandboxes/{id}/extend", "POST"},
+    [R_USAGE] = {"/v1/usage", "GET"},
+    [R_LIMITS] = {"/v1/limits", "GET"},
+    [R_KEYS] = {"/v1/api_keys", "GET, POST"},
+    [R_KEY] = {"/v1/api_keys/{key_id}", "DELETE"},
+    [R_EXECUTIONS] = {"/v1/sandbox/executions", "GET, POST"},
+    [R_EXECUTION] = {"/v1/sandbox/executions/{id}", "GET"},
+    [R_RECEIPT] = {"/v1/receipts/{id}", "GET"},
+    [R_RECEIPT_KEY] = {"/v1/receipts/public-key", "GET"},
+    [R_PROCESSES] = {"/v1/sandboxes/{id}/processes", "GET, POST"},
+    [R_PROCESS_OUTPUT] = {"/v1/sandboxes/{id}/processes/{pid}/output", "GET"},
+    [R_PROCESS_STDIN] = {"/v1/sandboxes/{id}/processes/{pid}/stdin", "POST"},
+    [R_PROCESS_SIGNAL] = {"/v1/sandboxes/{id}/processes/{pid}/signal", "POST"},
+    [R_FILES] = {"/v1/sandboxes/{id}/files", "GET, PUT, DELETE"},
+    [R_STATIC] = {NULL, "GET"}, /* api_assets[] (api/assets.h) */
+};
+
+const struct api_route_info *api_routes(size_t *n)
+{
+	*n = sizeof(route_table) / sizeof(route_table[0]);
+	return route_table;
+}
+
 static const char *route_allow(enum route r)
 {
-	switch (r) {
-	case R_SANDBOXES:
-	case R_KEYS:
-	case R_EXECUTIONS:
-		return "GET, POST";
-	case R_SANDBOX:
-		return "GET, DELETE";
-	case R_EXEC:
-	case R_EXTEND:
-	case R_PROCESS_STDIN:
-	case R_PROCESS_SIGNAL:
-		return "POST";
-	case R_PROCESSES:
-		return "GET, POST";
-	case R_PROCESS_OUTPUT:
-		return "GET";
-	case R_EXECUTION:
-	case R_RECEIPT:
-	case R_RECEIPT_KEY:
-		return "GET";
-	case R_USAGE:
-	case R_LIMITS:
-	case R_STATIC:
-		return "GET";
-	case R_KEY:
-		return "DELETE";
-	case R_FILES:
-		return "GET, PUT, DELETE";
-	case R_NONE:
-		break;
-	}
-	return "";
+	if ((size_t)r >= sizeof(route_table) / sizeof(route_table[0]) || !route_table[r].methods)
+		return "";
+	return route_table[r].methods;
+}
+
+const char *api_route_methods(const char *url)
+{
+	char id[SANDBOX_ID_MAX];
+	uint32_t pid;
+	enum route r = route_resolve(url, id, &pid);
+
+	if (r == R_NONE && api_static_find(url) >= 0)
+		r = R_STATIC;
+	return route_allow(r);
 }
 
 static bool method_allowed(enum route r, const char *method)

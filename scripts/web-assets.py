@@ -2,7 +2,8 @@
 """Compile the dashboard's files into C: scripts/web-assets.py OUT.c WEBDIR OPENAPI.yaml
 
 Every file of WEBDIR is served at /NAME (index.html also at / and
-/dashboard), and OPENAPI.yaml, converted to JSON, at /v1/openapi.json.
+/dashboard), and OPENAPI.yaml, converted to JSON, at /v1/openapi.json (loaded strictly:
+a key given twice in one mapping is an error, not the last one winning).
 The output defines api_assets[] and api_assets_count (api/assets.h).
 Run by the Makefile; the output is build output, never committed."""
 import json
@@ -10,6 +11,23 @@ import os
 import sys
 
 import yaml
+
+
+class StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping (PyYAML
+    keeps the last one silently: a second `get:` under a path would hide
+    the first)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark,
+                    "duplicate key %r" % (key,), key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 TYPES = {
     ".html": "text/html; charset=utf-8",
@@ -43,7 +61,10 @@ def main():
         for p in paths:
             entries.append((p, TYPES[ext], ext == ".html", data))
     with open(spec, encoding="utf-8") as f:
-        doc = yaml.safe_load(f)
+        try:
+            doc = yaml.load(f, Loader=StrictLoader)
+        except yaml.YAMLError as e:
+            sys.exit("%s: %s" % (spec, e))
     data = json.dumps(doc, indent=1, ensure_ascii=False).encode("utf-8")
     entries.append(("/v1/openapi.json", "application/json", False, data))
     blobs = {}

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -376,6 +377,84 @@ static inline int daemon_down(struct daemon *d)
 	return 0;
 }
 
+/* The value of header `name` (case-insensitive) in raw "Name: value\r\n"
+ * lines, copied to out ("" when absent). */
+static inline void header_value(const char *lines, const char *name, char *out, size_t len)
+{
+	size_t n = strlen(name);
+
+	out[0] = '\0';
+	for (const char *p = lines; p && *p; p = strstr(p, "\n") ? strstr(p, "\n") + 1 : NULL) {
+		while (*p == '\r' || *p == '\n')
+			p++;
+		if (strncasecmp(p, name, n) == 0 && p[n] == ':') {
+			p += n + 1;
+			while (*p == ' ')
+				p++;
+			snprintf(out, len, "%.*s", (int)strcspn(p, "\r\n"), p);
+			return;
+		}
+	}
+}
+
+/* With SBX_TEST_RECORD=DIR, every exchange of http_request() is appended
+ * to DIR/PID.jsonl as one JSON line: method, path (with its query),
+ * request_type and request (the body when it is JSON), status, type and
+ * reply (the body when it is JSON). tests/contract/check-exchanges.mjs
+ * validates them against docs/openapi.yaml (docs/api.md, "How the
+ * description is checked"). Other bodies (files, streams) are not kept. */
+static inline void http_record(const char *method, const char *path, const char *extra_headers,
+			       const char *body, size_t body_len, const struct http_reply *r)
+{
+	const char *dir = getenv("SBX_TEST_RECORD");
+	json_object *o, *req = NULL;
+	char file[512], ct[128];
+	const char *line;
+	FILE *f;
+
+	if (!dir || !*dir)
+		return;
+	o = json_object_new_object();
+	json_object_object_add(o, "method", json_object_new_string(method));
+	json_object_object_add(o, "path", json_object_new_string(path));
+	header_value(extra_headers, "Content-Type", ct, sizeof(ct));
+	if (body && body_len) {
+		struct json_tokener *tok = json_tokener_new();
+
+		req = json_tokener_parse_ex(tok, body, (int)body_len);
+		if (json_tokener_get_error(tok) != json_tokener_success ||
+		    tok->char_offset != (int)body_len) {
+			json_object_put(req);
+			req = NULL;
+		}
+		json_tokener_free(tok);
+		if (!ct[0])
+			snprintf(ct, sizeof(ct), "%s", req ? "application/json" : "");
+	}
+	json_object_object_add(o, "request_type", json_object_new_string(ct));
+	json_object_object_add(o, "request_bytes",
+			       json_object_new_int64(body ? (int64_t)body_len : 0));
+	json_object_object_add(o, "request", req);
+	json_object_object_add(o, "status", json_object_new_int(r->status));
+	header_value(r->headers, "Content-Type", ct, sizeof(ct));
+	json_object_object_add(o, "type", json_object_new_string(ct));
+	json_object_object_add(o, "reply", r->json ? json_object_get(r->json) : NULL);
+	line = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
+	snprintf(file, sizeof(file), "%s/", dir);
+	for (char *slash = strchr(file + 1, '/'); slash; slash = strchr(slash + 1, '/')) {
+		*slash = '\0'; /* mkdir -p */
+		mkdir(file, 0755);
+		*slash = '/';
+	}
+	snprintf(file, sizeof(file), "%s/%d.jsonl", dir, (int)getpid());
+	f = fopen(file, "a");
+	if (f) {
+		fprintf(f, "%s\n", line);
+		fclose(f);
+	}
+	json_object_put(o);
+}
+
 /* One HTTP/1.1 request over a fresh TCP connection (Connection: close).
  * `auth` NULL sends no Authorization header; `extra_headers` is raw
  * "Name: value\r\n" lines or NULL. Returns 0 and fills r, or -1. */
@@ -440,6 +519,7 @@ static inline int http_request(const struct daemon *d, const char *method, const
 	r->body[r->body_len] = '\0';
 	sbx_buf_release(&in);
 	r->json = json_tokener_parse(r->body);
+	http_record(method, path, extra_headers, body, body_len, r);
 	return 0;
 }
 
