@@ -16,6 +16,16 @@ from conftest import need
 HOME = "/home/sandbox"
 
 
+def until(call, ok, timeout=30):
+    """call() again every 0.3 s until ok(its result), at most timeout s."""
+    deadline = time.monotonic() + timeout
+    r = call()
+    while not ok(r) and time.monotonic() < deadline:
+        time.sleep(0.3)
+        r = call()
+    return r
+
+
 @pytest.fixture(scope="module")
 def sb(client):
     s = Sandbox.create(timeout_minutes=10, client=client)
@@ -80,14 +90,9 @@ def test_background_process_by_offsets_then_signal(sb):
     p = sb.processes.start("i=0; while true; do i=$((i+1)); echo step $i; sleep 0.2; done")
     assert p.status == "running" and p.pid > 1
     assert p.pid in [q.pid for q in sb.processes.list()]
-    first = p.output()
-    deadline = time.monotonic() + 30
-    while first.stdout_total < len("step 1\nstep 2\n") and time.monotonic() < deadline:
-        time.sleep(0.3)
-        first = p.output()
+    first = until(p.output, lambda o: o.stdout_total >= len("step 1\nstep 2\n"))
     assert first.stdout.startswith("step 1\nstep 2\n") and first.stdout_offset == 0
-    time.sleep(0.5)
-    more = p.output(first.stdout_next_offset)
+    more = until(lambda: p.output(first.stdout_next_offset), lambda o: o.stdout)
     assert more.stdout_offset == first.stdout_next_offset and more.stdout.startswith("step ")
     assert p.output().stdout.startswith(first.stdout + more.stdout)  # offsets are bytes of one stream
     sig = p.signal("TERM")
@@ -136,10 +141,11 @@ def test_exec_receipt(sb, client):
 def test_429_is_waited_out(sb, client):
     cap = client.limits().execs_in_flight_per_account
     need(cap == 1, f"needs max_execs_in_flight_per_account 1 (it is {cap})")
-    holder = threading.Thread(target=sb.exec, args=("sleep 4",))
+    held = []
+    holder = threading.Thread(target=lambda: held.append(sb.exec("sleep 5")))
     holder.start()
     try:
-        time.sleep(1)  # the holder's exec is in flight
+        time.sleep(1.5)  # the holder's exec is in flight
         impatient = Sandbox(client.with_options(max_retries=0), sb.info)
         with pytest.raises(sandboxd.RateLimited) as ei:
             impatient.exec("echo now")
@@ -151,6 +157,7 @@ def test_429_is_waited_out(sb, client):
         assert retries and set(retries) == {("rate_limited", 1.0)}
     finally:
         holder.join()
+    assert held[0].exit_code == 0
 
 
 def test_402_raises(client):
