@@ -59,7 +59,9 @@ def test_files(sb):
     assert info.sha256 == hashlib.sha256(data).hexdigest()
     assert sb.files.read(f"{HOME}/dir/data.bin") == data
     assert sb.files.read(f"{HOME}/dir/data.bin", offset=250, length=10) == data[250:260]
-    [entry] = sb.files.list(f"{HOME}/dir")
+    listing = sb.files.list(f"{HOME}/dir")
+    [entry] = listing.data
+    assert listing.has_more is False
     assert (entry.name, entry.type, entry.size, entry.mode) == ("data.bin", "file", len(data), "0640")
     sb.files.delete(f"{HOME}/dir", recursive=True)
     with pytest.raises(sandboxd.FileNotFound):

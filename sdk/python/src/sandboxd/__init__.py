@@ -7,7 +7,7 @@
 """
 
 from ._http import VERSION as __version__
-from .client import Client, Page
+from .client import Client
 from .errors import (
     ERROR_TYPES,
     APIConnectionError,
@@ -42,6 +42,7 @@ from .models import (
     FileEntry,
     FileInfo,
     Limits,
+    Page,
     ProcessOutput,
     ProcessResult,
     ReceiptKey,

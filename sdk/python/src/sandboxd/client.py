@@ -4,24 +4,13 @@ their receipts, API keys."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Any, Dict, Generic, List, Optional, TypeVar
+from typing import Any, Dict, List, Optional
 
 from ._http import NEVER, RATE, SAFE, OnRetry, Response, Transport
-from .models import ApiKey, Execution, Limits, ReceiptKey, SandboxInfo, Usage, from_json
+from .models import ApiKey, Execution, Limits, Page, ReceiptKey, SandboxInfo, Usage, from_json
 from .sandbox import Sandbox
 
-T = TypeVar("T")
-
 DEFAULT_URL = "http://127.0.0.1:8080"
-
-
-@dataclass
-class Page(Generic[T]):
-    """One page of a list; ask for the next with ``starting_after``."""
-
-    data: List[T]
-    has_more: bool
 
 
 class Client:

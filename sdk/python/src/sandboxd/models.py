@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Type, TypeVar
+from typing import Any, Dict, Generic, List, Optional, Type, TypeVar
 
 T = TypeVar("T")
 
@@ -17,6 +17,14 @@ def from_json(cls: Type[T], obj: Dict[str, Any]) -> T:
     """An instance of dataclass ``cls`` from a JSON object, unknown keys kept in ``raw``."""
     names = {f.name for f in dataclasses.fields(cls)} - {"raw"}
     return cls(**{k: v for k, v in obj.items() if k in names}, raw=obj)  # type: ignore[call-arg]
+
+
+@dataclass
+class Page(Generic[T]):
+    """One page of a list: ``data``, and ``has_more`` when it was cut."""
+
+    data: List[T]
+    has_more: bool
 
 
 @dataclass

@@ -19,6 +19,7 @@ from .models import (
     ExecResult,
     FileEntry,
     FileInfo,
+    Page,
     ProcessOutput,
     ProcessResult,
     SandboxInfo,
@@ -192,10 +193,11 @@ class Files:
         with self._sb._req("GET", "/files", query={"path": path}, headers=headers) as r:
             return r.read()
 
-    def list(self, path: str) -> List[FileEntry]:
-        """The entries of a directory (at most 10000: see ``has_more`` in the API)."""
+    def list(self, path: str) -> Page[FileEntry]:
+        """The entries of a directory, in its order (at most 10000: then
+        ``has_more``)."""
         r = self._sb._req("GET", "/files", query={"path": path, "list": True}).json()
-        return [from_json(FileEntry, e) for e in r.get("data", [])]
+        return Page([from_json(FileEntry, e) for e in r["data"]], bool(r.get("has_more")))
 
     def delete(self, path: str, *, recursive: bool = False) -> None:
         self._sb._req("DELETE", "/files", query={"path": path, "recursive": recursive or None}).close()
