@@ -111,7 +111,7 @@ static void pytest_suite_passes(void **state)
 	int rc = sh("cd '%s' && env PYTHONDONTWRITEBYTECODE=1 PYTHONPATH='%s/site' "
 		    "SBX_SDK_EXPECT_DIR='%s/site' SBX_SDK_STRICT=1 "
 		    "SANDBOXD_URL=http://127.0.0.1:%d SANDBOXD_KEY='%s' SBX_SDK_POOR_KEY='%s' "
-		    "timeout 600 %s -m pytest -p no:cacheprovider -ra tests",
+		    "timeout 600 %s -m pytest -p no:cacheprovider -ra --durations=5 tests",
 		    sdk_dir, work, work, d.port, d.key, poor_key, python());
 
 	assert_int_equal(rc, 0);
