@@ -8,11 +8,14 @@
 # docs/openapi.yaml into the JSON the daemon serves (at build time).
 # openssl, iproute2 and util-linux (unshare, nsenter): scripts/remote-host.sh,
 # the second libvirt host of tests/integration/test_remote.c.
+# python3-pytest, -cryptography, -pip, -setuptools, -wheel: the Python SDK's
+# tests (tests/integration/test_sdk_python.c builds its wheel offline).
 set -euo pipefail
 pkgs=(build-essential pkg-config libvirt-daemon-system libvirt-dev qemu-system-x86 qemu-utils
       linux-image-cloud-amd64 busybox-static libmicrohttpd-dev libjson-c-dev libsqlite3-dev
       libssl-dev libcmocka-dev libcurl4-openssl-dev e2fsprogs cpio lz4 curl jq procps
-      systemd chromium python3 python3-yaml openssl iproute2 util-linux)
+      systemd chromium python3 python3-yaml openssl iproute2 util-linux
+      python3-pytest python3-cryptography python3-pip python3-setuptools python3-wheel)
 # node and npm: Debian's nodejs + npm unless a node with its own npm is there.
 command -v npm >/dev/null || pkgs+=(nodejs npm)
 [ "${1:-}" = fuzz ] && pkgs+=(clang libclang-rt-14-dev)

@@ -1,0 +1,106 @@
+"""sandboxd: the Python client of the sandboxd API (docs/sdk-python.md).
+
+    from sandboxd import Sandbox
+
+    with Sandbox.create(timeout_minutes=5) as sb:   # $SANDBOXD_URL, $SANDBOXD_KEY
+        print(sb.exec("echo hi").stdout)
+"""
+
+from ._http import VERSION as __version__
+from .client import Client
+from .errors import (
+    ERROR_TYPES,
+    APIConnectionError,
+    APIError,
+    APIServerError,
+    AuthenticationError,
+    ConcurrencyLimit,
+    FileNotFound,
+    IdempotencyConflict,
+    IdempotencyMismatch,
+    InsufficientCredit,
+    InsufficientStorage,
+    InvalidRequest,
+    MethodNotAllowed,
+    NotFound,
+    PayloadTooLarge,
+    PermissionDenied,
+    RangeNotSatisfiable,
+    RateLimited,
+    ReceiptInvalid,
+    SandboxdError,
+    SandboxError,
+    SandboxNotRunning,
+    ServiceUnavailable,
+    UnsupportedMediaType,
+)
+from .models import (
+    ApiKey,
+    ExecEvent,
+    Execution,
+    ExecResult,
+    FileEntry,
+    FileInfo,
+    Limits,
+    Page,
+    ProcessOutput,
+    ProcessResult,
+    ReceiptKey,
+    ReceiptRef,
+    SandboxInfo,
+    Usage,
+)
+from .receipts import canonical_json, fingerprint, verify_receipt
+from .routes import ROUTES
+from .sandbox import Files, Process, Processes, Sandbox
+
+__all__ = [
+    "__version__",
+    "APIConnectionError",
+    "APIError",
+    "APIServerError",
+    "ApiKey",
+    "AuthenticationError",
+    "Client",
+    "ConcurrencyLimit",
+    "ERROR_TYPES",
+    "ExecEvent",
+    "ExecResult",
+    "Execution",
+    "FileEntry",
+    "FileInfo",
+    "FileNotFound",
+    "Files",
+    "IdempotencyConflict",
+    "IdempotencyMismatch",
+    "InsufficientCredit",
+    "InsufficientStorage",
+    "InvalidRequest",
+    "Limits",
+    "MethodNotAllowed",
+    "NotFound",
+    "Page",
+    "PayloadTooLarge",
+    "PermissionDenied",
+    "Process",
+    "ProcessOutput",
+    "ProcessResult",
+    "Processes",
+    "ROUTES",
+    "RangeNotSatisfiable",
+    "RateLimited",
+    "ReceiptInvalid",
+    "ReceiptKey",
+    "ReceiptRef",
+    "Sandbox",
+    "SandboxError",
+    "SandboxInfo",
+    "SandboxNotRunning",
+    "SandboxdError",
+    "ServiceUnavailable",
+    "UnsupportedMediaType",
+    "Usage",
+    "canonical_json",
+    "fingerprint",
+    "verify_receipt",
+]

@@ -1,0 +1,37 @@
+"""Every (method, path) of the API this SDK calls.
+
+Each HTTP request goes through ``Client._request(method, template, ...)``,
+which refuses a route that is not listed here, so this table is exactly
+what the SDK can reach; ``tests/test_routes.py`` compares it with
+docs/openapi.yaml, docs/api.md and the running daemon.
+"""
+
+ROUTES = frozenset(
+    {
+        ("POST", "/v1/sandboxes"),
+        ("GET", "/v1/sandboxes"),
+        ("GET", "/v1/sandboxes/{id}"),
+        ("DELETE", "/v1/sandboxes/{id}"),
+        ("POST", "/v1/sandboxes/{id}/exec"),
+        ("POST", "/v1/sandboxes/{id}/extend"),
+        ("PUT", "/v1/sandboxes/{id}/files"),
+        ("GET", "/v1/sandboxes/{id}/files"),
+        ("DELETE", "/v1/sandboxes/{id}/files"),
+        ("POST", "/v1/sandboxes/{id}/processes"),
+        ("GET", "/v1/sandboxes/{id}/processes"),
+        ("GET", "/v1/sandboxes/{id}/processes/{pid}/output"),
+        ("POST", "/v1/sandboxes/{id}/processes/{pid}/stdin"),
+        ("POST", "/v1/sandboxes/{id}/processes/{pid}/signal"),
+        ("GET", "/v1/usage"),
+        ("GET", "/v1/limits"),
+        ("POST", "/v1/api_keys"),
+        ("GET", "/v1/api_keys"),
+        ("DELETE", "/v1/api_keys/{key_id}"),
+        ("POST", "/v1/sandbox/executions"),
+        ("GET", "/v1/sandbox/executions"),
+        ("GET", "/v1/sandbox/executions/{id}"),
+        ("GET", "/v1/receipts/{id}"),
+        ("GET", "/v1/receipts/public-key"),
+        ("GET", "/v1/openapi.json"),
+    }
+)
