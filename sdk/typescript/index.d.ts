@@ -91,7 +91,6 @@ export declare class Sandbox {
   refresh(options?: CallOptions): Promise<this>;
   extend(timeoutMinutes: number, options?: CallOptions): Promise<this>;
   delete(options?: CallOptions): Promise<SandboxInfo>;
-  [Symbol.asyncDispose](): Promise<void>;
 }
 
 export interface FileWritten {

@@ -163,6 +163,7 @@ export class McpServer {
       this.send({ jsonrpc: '2.0', id: null, error: { code: -32600, message: 'invalid request' } });
       return;
     }
+    if (typeof msg.method !== 'string') return; // a response: this server asks nothing
     const isRequest = msg.id !== undefined && msg.id !== null;
     if (!isRequest) return; // notifications: initialized, cancelled (the call runs to its end)
     try {

@@ -113,10 +113,6 @@ export class Sandbox {
     this.info = await this._call('DELETE', '/v1/sandboxes/{id}', { signal: o.signal });
     return this.info;
   }
-
-  async [Symbol.asyncDispose]() {
-    if (this.info.status === 'running') await this.delete().catch(() => {});
-  }
 }
 
 export class Files {

@@ -46,7 +46,7 @@ console.log(JSON.stringify(out));
 
   // the types resolve from the installed package
   await writeFile(join(app, 'check.ts'), "import { Sandbox, type ExecResult } from '@sandboxd/sdk';\nexport async function f(s: Sandbox): Promise<number> { const r: ExecResult = await s.exec('ls'); return r.exitCode; }\n");
-  await writeFile(join(app, 'tsconfig.json'), JSON.stringify({ compilerOptions: { module: 'nodenext', moduleResolution: 'nodenext', target: 'es2022', strict: true, noEmit: true, lib: ['es2022', 'dom', 'esnext.disposable'], types: [] }, files: ['check.ts'] }));
+  await writeFile(join(app, 'tsconfig.json'), JSON.stringify({ compilerOptions: { module: 'nodenext', moduleResolution: 'nodenext', target: 'es2022', strict: true, noEmit: true, lib: ['es2022', 'dom', 'dom.asynciterable'], types: [] }, files: ['check.ts'] }));
   execFileSync(join(repo, 'node_modules', '.bin', 'tsc'), ['-p', app], { stdio: 'inherit' });
 
   // the bin
