@@ -165,6 +165,8 @@ $(BUILD)/tests/%: tests/integration/%.c tests/integration/harness.h $(LIB) $(BIN
 	$(CC) $(CFLAGS) $(PKG_CFLAGS) -o $@ $< $(LIB) $(LDLIBS) -lcmocka
 # test_dashboard drives the dashboard in chromium (tests/browser/).
 $(BUILD)/tests/test_dashboard: node_modules/.package-lock.json
+# test_sdk_typescript runs sdk/typescript's tests (tsc, the MCP client).
+$(BUILD)/tests/test_sdk_typescript: node_modules/.package-lock.json
 # test_cli runs bin/sbx against the daemon.
 $(BUILD)/tests/test_cli: $(BIN)/sbx
 # The guest side is a static program of its own: link its serve.c in, built

@@ -61,7 +61,7 @@ export class Sandboxes {
     if (o.timeoutMinutes !== undefined) body.timeout_minutes = o.timeoutMinutes;
     const key = o.idempotencyKey ?? await newIdempotencyKey();
     const info = await this.client.http.call('POST', '/v1/sandboxes', {
-      json: body, signal: o.signal, retry: 'all', headers: { 'Idempotency-Key': key },
+      json: body, signal: o.signal, retry: 'create', headers: { 'Idempotency-Key': key },
     });
     return new Sandbox(this.client, info);
   }

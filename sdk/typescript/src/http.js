@@ -36,6 +36,22 @@ export const ROUTES = Object.freeze([
 
 const KNOWN = new Set(ROUTES.map(([m, p]) => `${m} ${p}`));
 
+// What each retry mode retries besides a 429 rate_limited (which the API
+// answers before it starts anything): '503', 'network' (no reply), or an
+// error type.
+const RETRY = {
+  none: null,
+  // exec, processes, stdin, signal: a 503 of exec may come after the command ran
+  rate: new Set(),
+  // runCode, extend: their 503s come before anything started
+  busy: new Set(['503']),
+  // GET, DELETE, file uploads: may run twice
+  all: new Set(['503', 'network', 'idempotency_conflict']),
+  // a create with its Idempotency-Key: never two, and a guest that did not
+  // boot (500 sandbox_error) left nothing behind
+  create: new Set(['503', 'network', 'idempotency_conflict', 'sandbox_error']),
+};
+
 const env = (name) => (typeof process !== 'undefined' && process.env ? process.env[name] : undefined);
 
 /** Sleep `ms`, or reject with the signal's reason when it aborts first. */
@@ -92,11 +108,8 @@ export class HttpClient {
   /**
    * One API call. Returns the parsed JSON (or the Response with raw: true,
    * whose body the caller reads). Options: params, query, json, body,
-   * headers, signal, raw, retry: 'all' (429 rate_limited, 503, 409
-   * idempotency_conflict and network failures: for calls that may run
-   * twice), 'busy' (429 and 503, which the API answers before it starts
-   * anything for this call), 'rate' (429 rate_limited only: a 503 of exec
-   * may come after the command ran) or 'none'.
+   * headers, signal, raw, retry (a key of RETRY; default 'all' for GET
+   * and DELETE, else 'rate').
    */
   async call(method, path, o = {}) {
     if (!KNOWN.has(`${method} ${path}`)) throw new TypeError(`route not in ROUTES: ${method} ${path}`);
@@ -118,7 +131,7 @@ export class HttpClient {
         res = await this.fetch(url, init);
       } catch (e) {
         if (isAbort(e, o.signal)) throw e;
-        if (retry === 'all' && attempt < this.maxRetries) {
+        if (RETRY[retry]?.has('network') && attempt < this.maxRetries) {
           await sleep(this.backoff(attempt, null), o.signal);
           continue;
         }
@@ -126,10 +139,10 @@ export class HttpClient {
       }
       if (res.ok) return o.raw ? res : res.status === 204 ? null : res.json();
       const err = await this.errorOf(res);
-      const retryable = (err.status === 429 && err.type === 'rate_limited') ||
-        ((retry === 'all' || retry === 'busy') && err.status === 503) ||
-        (retry === 'all' && err.type === 'idempotency_conflict');
-      if (retry === 'none' || !retryable || attempt >= this.maxRetries) throw err;
+      const modes = RETRY[retry];
+      const retryable = modes && ((err.status === 429 && err.type === 'rate_limited') ||
+        (err.status === 503 && modes.has('503')) || modes.has(err.type));
+      if (!retryable || attempt >= this.maxRetries) throw err;
       await sleep(this.backoff(attempt, err.retryAfter), o.signal);
     }
   }

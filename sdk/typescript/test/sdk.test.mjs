@@ -153,20 +153,27 @@ test('signal a background process; its output as an async iterator', { skip }, a
 });
 
 test('a 429 is waited out (Retry-After), or raised when retries are off', { skip }, async () => {
-  // this daemon allows 2 execs at once per sandbox: hold both
-  const busy = [sbx.exec('sleep 3'), sbx.exec('sleep 3')];
-  await new Promise((r) => setTimeout(r, 1000));
+  // this daemon allows 2 execs at once per sandbox: hold both until the
+  // file /tmp/go appears (files do not count as commands)
+  const hold = (n) => sbx.exec(`touch /tmp/held${n}; while [ ! -e /tmp/go ]; do sleep 0.1; done`, { timeoutMs: 120000 });
+  const exists = (p) => sbx.files.read(p).then(() => true, (e) => { if (e instanceof FileNotFoundError) return false; throw e; });
+  const busy = [hold(1), hold(2)];
+  for (let i = 0; !(await exists('/tmp/held1') && await exists('/tmp/held2')); i++) {
+    assert.ok(i < 600, 'the two commands did not start');
+    await new Promise((r) => setTimeout(r, 100));
+  }
   const noRetry = new Sandbox(new Sandboxd({ url, apiKey: process.env.SBX_KEY, maxRetries: 0 }), sbx.info);
   await assert.rejects(noRetry.exec('echo no'), (e) => e instanceof RateLimitedError && e.status === 429 && e.retryAfter >= 1);
+  const patient = new Sandbox(new Sandboxd({ url, apiKey: process.env.SBX_KEY, fetch: recordingFetch, maxRetries: 100 }), sbx.info);
   const n = seen.length;
-  const t0 = Date.now();
-  const r = await sbx.exec('echo third');
-  assert.equal(r.stdout, 'third\n');
-  const mine = seen.slice(n).filter((s) => s.url.endsWith(`/${sbx.id}/exec`));
-  assert.ok(mine.some((s) => s.status === 429 && s.type === 'rate_limited'), JSON.stringify(mine));
+  const third = patient.exec('echo third');
+  await new Promise((r) => setTimeout(r, 1500));
+  await sbx.files.write('/tmp/go', '');
+  assert.equal((await third).stdout, 'third\n');
+  const mine = seen.slice(n).filter((x) => x.url.endsWith(`/${sbx.id}/exec`));
+  assert.ok(mine.some((x) => x.status === 429 && x.type === 'rate_limited'), JSON.stringify(mine));
   assert.equal(mine.at(-1).status, 200);
-  assert.ok(Date.now() - t0 >= 900, 'did not wait for Retry-After');
-  await Promise.all(busy);
+  for (const r of await Promise.all(busy)) assert.equal(r.exitCode, 0);
 });
 
 test('extend, usage, limits, openapi, receipts key', { skip }, async () => {
@@ -183,7 +190,7 @@ test('extend, usage, limits, openapi, receipts key', { skip }, async () => {
 });
 
 test('runCode with its receipt', { skip }, async () => {
-  const r = await client.runCode('import sys\nprint(6 * 7)\nprint("e", file=sys.stderr)', { runtime: 'python', timeoutSeconds: 30 });
+  const r = await client.runCode('import sys\nprint(6 * 7)\nprint("e", file=sys.stderr)', { runtime: 'python', timeoutSeconds: 60 });
   assert.equal(r.status, 'completed');
   assert.equal(r.exitCode, 0);
   assert.equal(r.stdout, '42\n');

@@ -12,7 +12,7 @@ import { dirname, join } from 'node:path';
 
 import {
   Sandboxd, Sandbox, ROUTES, RateLimitedError, InsufficientCreditError, NotFoundError, FileNotFoundError,
-  ConcurrencyLimitError, ServiceUnavailableError, SandboxNotRunningError, ConnectionError, ERROR_CLASSES, SandboxdError,
+  ConcurrencyLimitError, ServiceUnavailableError, SandboxError, SandboxNotRunningError, ConnectionError, ERROR_CLASSES, SandboxdError,
 } from '../src/index.js';
 import { TOOLS, McpServer, checkArgs } from '../src/mcp.js';
 
@@ -133,6 +133,16 @@ test('a 429 is waited out by its Retry-After, with the same Idempotency-Key', as
   assert.equal(calls[0].init.headers.Authorization, 'Bearer k');
 });
 
+test('a create whose guest did not boot (500 sandbox_error) is retried with its key; an exec\'s is not', async () => {
+  let s = scripted([err(500, 'sandbox_error', 'the guest did not get ready'), { status: 201, body: sandbox }]);
+  const c = new Sandboxd({ url: 'http://x', fetch: s.fetch, maxRetryWaitMs: 10 });
+  assert.equal((await c.sandboxes.create({ idempotencyKey: 'k1' })).id, 'sbx_1');
+  assert.deepEqual(s.calls.map((x) => x.init.headers['Idempotency-Key']), ['k1', 'k1']);
+  s = scripted([err(500, 'sandbox_error', 'the guest broke')]);
+  await assert.rejects(new Sandbox(new Sandboxd({ url: 'http://x', fetch: s.fetch }), sandbox).exec('true'), SandboxError);
+  assert.equal(s.calls.length, 1);
+});
+
 test('retries are bounded: the last 429 is raised as RateLimitedError with retryAfter', async () => {
   const replies = Array.from({ length: 3 }, () => err(429, 'rate_limited', 'slow down', { 'Retry-After': '0' }));
   const { fetch, calls } = scripted(replies);
@@ -221,4 +231,40 @@ test('an MCP tool error is an isError result with the API\'s type and message', 
   assert.match(sent[0].result.content[0].text, /^not_found \(HTTP 404\): no such sandbox/);
   await srv.handle({ jsonrpc: '2.0', id: 2, method: 'nope' });
   assert.equal(sent[1].error.code, -32601);
+});
+
+test('the SDK\'s module graph imports nothing of Node statically (it runs in browsers)', () => {
+  const seen = new Set();
+  const visit = (f) => {
+    if (seen.has(f)) return;
+    seen.add(f);
+    const src = readFileSync(join(sdkDir, 'src', f), 'utf8');
+    for (const m of src.matchAll(/^(?:import|export)\s[^;]*?from\s+'([^']+)'/gms)) {
+      assert.ok(m[1].startsWith('./'), `${f} imports ${m[1]} statically`);
+      visit(m[1].slice(2));
+    }
+    assert.doesNotMatch(src.replace(/\/\/.*$/gm, ''), /\bBuffer\.|\brequire\(/, f);
+  };
+  visit('index.js');
+  assert.ok(seen.has('sandbox.js') && seen.has('http.js') && !seen.has('node-tar.js'), [...seen].join());
+});
+
+test('at the end of an MCP session its sandboxes are deleted, but those to keep', async () => {
+  const created = [{ ...sandbox, id: 'sbx_a' }, { ...sandbox, id: 'sbx_b' }];
+  const { fetch, calls } = scripted([{ status: 201, body: created[0] }, { status: 201, body: created[1] },
+    { status: 200, body: { ...created[0], status: 'destroyed' } }]);
+  const sent = [];
+  const srv = new McpServer({ client: new Sandboxd({ url: 'http://x', fetch }), send: (m) => sent.push(m) });
+  await srv.handle({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'create_sandbox', arguments: {} } });
+  await srv.handle({ jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'create_sandbox', arguments: { keep: true } } });
+  assert.match(sent[0].result.content[0].text, /sbx_a .*deleted when this session ends/);
+  assert.match(sent[1].result.content[0].text, /sbx_b .*kept after this session/);
+  await srv.close();
+  assert.deepEqual(calls.slice(2).map((c) => `${c.init.method} ${c.url}`), ['DELETE http://x/v1/sandboxes/sbx_a']);
+  // and with --keep, nothing
+  const s2 = scripted([{ status: 201, body: created[0] }]);
+  const kept = new McpServer({ client: new Sandboxd({ url: 'http://x', fetch: s2.fetch }), send: () => {}, keep: true });
+  await kept.handle({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'create_sandbox', arguments: {} } });
+  await kept.close();
+  assert.equal(s2.calls.length, 1);
 });
