@@ -339,6 +339,7 @@ export async function serveStdio(o = {}) {
     pending.add(p);
   });
   rl.on('close', () => end(true));
+  out.on('error', () => end(false)); // the client is gone (EPIPE): clean up all the same
   process.on('SIGTERM', () => end(false));
   process.on('SIGINT', () => end(false));
   return server;

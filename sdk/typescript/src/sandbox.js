@@ -1,6 +1,7 @@
 // A sandbox and what runs in it: exec (buffered and streamed), files,
 // background processes. The wire names (snake_case) become camelCase here.
 
+import { Sandboxd } from './client.js';
 import { SandboxdError, errorFrom } from './errors.js';
 import { ndjson, sleep } from './http.js';
 
@@ -55,14 +56,12 @@ export class Sandbox {
 
   /** Create a sandbox (with an Idempotency-Key, so a retried create never makes two). */
   static async create(o = {}) {
-    const { Sandboxd } = await import('./client.js');
     const client = o.client ?? new Sandboxd(o);
     return client.sandboxes.create(o);
   }
 
   /** A handle on an existing sandbox. */
   static async connect(id, o = {}) {
-    const { Sandboxd } = await import('./client.js');
     const client = o.client ?? new Sandboxd(o);
     return client.sandboxes.get(id, o);
   }

@@ -268,3 +268,36 @@ test('at the end of an MCP session its sandboxes are deleted, but those to keep'
   await kept.close();
   assert.equal(s2.calls.length, 1);
 });
+
+test('sandboxd-mcp deletes its sandbox on SIGTERM (against a stand-in API on loopback)', async () => {
+  const { createServer } = await import('node:http');
+  const { spawn } = await import('node:child_process');
+  const hits = [];
+  const api = createServer((req, res) => {
+    hits.push(`${req.method} ${req.url} ${req.headers.authorization}`);
+    req.resume();
+    req.on('end', () => {
+      res.writeHead(req.method === 'POST' ? 201 : 200, { 'Content-Type': 'application/json' });
+      res.end(JSON.stringify({ ...sandbox, id: 'sbx_sig', status: req.method === 'DELETE' ? 'destroyed' : 'running' }));
+    });
+  });
+  await new Promise((r) => api.listen(0, '127.0.0.1', r));
+  try {
+    const child = spawn(process.execPath, [join(sdkDir, 'bin', 'sandboxd-mcp.js')], {
+      env: { PATH: process.env.PATH, SANDBOXD_URL: `http://127.0.0.1:${api.address().port}`, SANDBOXD_KEY: 'aas_sk_test' },
+      stdio: ['pipe', 'pipe', 'inherit'],
+    });
+    let out = '';
+    const replied = new Promise((resolve) => child.stdout.on('data', (c) => { out += c; if (out.includes('"id":2')) resolve(); }));
+    child.stdin.write(`${JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '1' } } })}\n`);
+    child.stdin.write(`${JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'create_sandbox', arguments: {} } })}\n`);
+    await replied;
+    const exited = new Promise((resolve) => child.on('exit', (code, sig) => resolve({ code, sig })));
+    child.kill('SIGTERM'); // stdin still open
+    assert.deepEqual(await exited, { code: 0, sig: null });
+    assert.deepEqual(hits, ['POST /v1/sandboxes Bearer aas_sk_test', 'DELETE /v1/sandboxes/sbx_sig Bearer aas_sk_test']);
+    assert.match(out.split('\n')[0], /"protocolVersion":"2025-06-18"/);
+  } finally {
+    api.close();
+  }
+});
