@@ -169,6 +169,8 @@ $(BUILD)/tests/test_dashboard: node_modules/.package-lock.json
 # test_contract checks docs/openapi.yaml and the README against the daemon
 # with node tools (tests/contract/).
 $(BUILD)/tests/test_contract: node_modules/.package-lock.json
+# test_sdk_typescript runs sdk/typescript's tests (tsc, the MCP client).
+$(BUILD)/tests/test_sdk_typescript: node_modules/.package-lock.json
 # test_cli runs bin/sbx against the daemon.
 $(BUILD)/tests/test_cli: $(BIN)/sbx
 # The guest side is a static program of its own: link its serve.c in, built
