@@ -130,7 +130,7 @@ struct json_object *api_json_parse_object(const char *body, size_t len, struct s
 		k++;
 	if (k == len)
 		return json_object_new_object();
-	if (len > INT_MAX || memchr(body, '\0', len)) {
+	if (len > INT_MAX) {
 		sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL,
 			      "the request body is not valid JSON");
 		return NULL;
@@ -662,6 +662,8 @@ struct json_object *api_execution_view_encode(const struct sandbox_execution_vie
 	json_object_object_add(o, "cost_usd", usd_encode(v->cost_micro));
 	json_object_object_add(o, "receipt_id",
 			       v->receipt_id[0] ? json_object_new_string(v->receipt_id) : NULL);
+	json_object_object_add(o, "exit_code",
+			       v->has_exit_code ? json_object_new_int(v->exit_code) : NULL);
 	return o;
 }
 

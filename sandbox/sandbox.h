@@ -803,6 +803,8 @@ struct sandbox_execution_view {
 	int64_t ended_at_ms;		 /* 0 while running */
 	int64_t cost_micro;		 /* charged (0 while running) */
 	char receipt_id[SANDBOX_ID_MAX]; /* "" without a receipt */
+	bool has_exit_code;		 /* false: running, failed, or no longer stored */
+	int exit_code;
 };
 
 /* The account's newest executions, newest first, at most `limit`

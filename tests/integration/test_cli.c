@@ -441,6 +441,20 @@ static void run_and_verify_a_receipt_offline(void **state)
 	assert_non_null(o = json_tokener_parse(r.out));
 	assert_true(json_object_object_get_ex(o, "receipt", &rc));
 	snprintf(rid, sizeof(rid), "%s", jstr(rc, "id"));
+	/* the salt sits beside the receipt, as on exec; not in billing */
+	{
+		json_object *bill, *salt;
+		assert_true(json_object_object_get_ex(rc, "fingerprint_salt", &salt));
+		assert_int_equal(strlen(jstr(rc, "fingerprint_salt")), 66);
+		assert_true(json_object_object_get_ex(o, "billing", &bill));
+		assert_false(json_object_object_get_ex(bill, "fingerprint_salt", NULL));
+		/* the shape of executions made before it moved: salt in billing */
+		json_object_object_add(bill, "fingerprint_salt", json_object_get(salt));
+		json_object_object_del(rc, "fingerprint_salt");
+		write_text("execution-old.json",
+			   json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
+								 JSON_C_TO_STRING_NOSLASHESCAPE));
+	}
 	json_object_put(o);
 	run_free(&r);
 
@@ -463,6 +477,13 @@ static void run_and_verify_a_receipt_offline(void **state)
 	assert_int_equal(r.rc, 0);
 	assert_non_null(strstr(r.out, "valid: receipt rcpt_"));
 	assert_non_null(strstr(r.out, "input fingerprint verified"));
+	run_free(&r);
+	r = sbx(env,
+		"receipt verify %s/receipt.json --public-key %s/key.pem --execution "
+		"%s/execution-old.json",
+		work, work, work);
+	assert_int_equal(r.rc, 0);
+	assert_non_null(strstr(r.out, "output fingerprint"));
 	run_free(&r);
 
 	/* another output than the one signed */
