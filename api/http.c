@@ -763,9 +763,10 @@ static enum MHD_Result request_begin(struct api_server *srv, struct MHD_Connecti
 			shown[i] =
 			    (url[i] > 0x20 && url[i] < 0x7f && url[i] != '\'') ? url[i] : '?';
 		shown[i] = '\0';
-		sbx_error_set(&err, SBX_E_NOT_FOUND, NULL,
-			      "unknown endpoint '%s %s'; see docs/api.md for the endpoints",
-			      strlen(method) < 10 ? method : "?", shown);
+		sbx_error_set(
+		    &err, SBX_E_NOT_FOUND, NULL,
+		    "unknown endpoint '%s %s'; the endpoints are listed at /reference.html",
+		    strlen(method) < 10 ? method : "?", shown);
 		return reject(r, &err, NULL);
 	}
 	if (!method_allowed(r->route, method)) {

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "http-priv.h"
 
@@ -149,6 +150,7 @@ static struct json_object *result_encode(const struct req *r, const struct sandb
 		return o;
 	case R_PROCESS_STDIN:
 		o = json_object_new_object();
+		json_object_object_add(o, "object", json_object_new_string("process_stdin"));
 		json_object_object_add(o, "pid", json_object_new_int64(r->pid));
 		json_object_object_add(o, "written", json_object_new_int64(res->written));
 		json_object_object_add(
@@ -157,6 +159,7 @@ static struct json_object *result_encode(const struct req *r, const struct sandb
 		return o;
 	default:
 		o = json_object_new_object();
+		json_object_object_add(o, "object", json_object_new_string("process_signal"));
 		json_object_object_add(o, "pid", json_object_new_int64(r->pid));
 		json_object_object_add(o, "signal", json_object_new_string(r->proc_signal_name));
 		/* a process that had already exited got nothing */
@@ -323,15 +326,18 @@ out:
 	return rc;
 }
 
-/* {"signal": "TERM" | "KILL" | "INT"} */
+/* {"signal": "TERM" | "KILL" | "INT"}, also with a SIG prefix, in any
+ * case, or as its number (a string or an integer): TERM, sigterm, SIGTERM,
+ * "15" and 15 are the same. The reply names it "TERM". */
 static int signal_decode(struct req *r, struct sandbox_proc_req *pr, struct sbx_error *err)
 {
 	static const struct {
-		const char *name;
+		const char *name, *num_s;
 		int num;
-	} sigs[] = {{"TERM", 15}, {"KILL", 9}, {"INT", 2}};
-	struct json_object *o = api_json_parse_object(r->body.data, r->body.len, err), *v;
-	const char *s;
+	} sigs[] = {{"TERM", "15", 15}, {"KILL", "9", 9}, {"INT", "2", 2}};
+	struct json_object *o = api_json_parse_object(r->body.data, r->body.len, err), *v = NULL;
+	char num_buf[24];
+	const char *s = "";
 	int rc = -1;
 
 	if (!o)
@@ -345,18 +351,24 @@ static int signal_decode(struct req *r, struct sandbox_proc_req *pr, struct sbx_
 			goto out;
 		}
 	}
-	s = json_object_object_get_ex(o, "signal", &v) && json_object_is_type(v, json_type_string)
-		? json_object_get_string(v)
-		: "";
+	if (json_object_object_get_ex(o, "signal", &v) && json_object_is_type(v, json_type_string))
+		s = json_object_get_string(v);
+	else if (v && json_object_is_type(v, json_type_int)) {
+		snprintf(num_buf, sizeof(num_buf), "%lld", (long long)json_object_get_int64(v));
+		s = num_buf;
+	}
+	if (strncasecmp(s, "SIG", 3) == 0)
+		s += 3;
 	for (size_t i = 0; i < SBX_ARRAY_SIZE(sigs); i++)
-		if (strcmp(s, sigs[i].name) == 0) {
+		if (strcasecmp(s, sigs[i].name) == 0 || strcmp(s, sigs[i].num_s) == 0) {
 			pr->signal = sigs[i].num;
 			r->proc_signal_name = sigs[i].name;
 			rc = 0;
 		}
 	if (rc < 0)
 		sbx_error_set(err, SBX_E_INVALID_REQUEST, "signal",
-			      "signal must be \"TERM\", \"KILL\" or \"INT\"");
+			      "signal must be \"TERM\" (15), \"KILL\" (9) or \"INT\" (2); "
+			      "\"SIGTERM\", lower case and the number are accepted too");
 out:
 	json_object_put(o);
 	return rc;

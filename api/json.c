@@ -100,6 +100,24 @@ bool api_json_has_duplicate_keys(const char *text, size_t len, struct json_objec
 	return names != json_members(parsed);
 }
 
+/* "not valid JSON: WHAT at line L, column C (byte B)" for the byte at
+ * `at` (0-based; the column counts bytes). */
+static void not_json(const char *body, size_t len, size_t at, const char *what,
+		     struct sbx_error *err)
+{
+	size_t line = 1, col = 1;
+
+	at = SBX_MIN(at, len);
+	for (size_t i = 0; i < at; i++, col++)
+		if (body[i] == '\n') {
+			line++;
+			col = 0;
+		}
+	sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL,
+		      "the request body is not valid JSON: %s at line %zu, column %zu (byte %zu)",
+		      what, line, col, at);
+}
+
 struct json_object *api_json_parse_object(const char *body, size_t len, struct sbx_error *err)
 {
 	struct json_tokener *tok;
@@ -112,9 +130,14 @@ struct json_object *api_json_parse_object(const char *body, size_t len, struct s
 		k++;
 	if (k == len)
 		return json_object_new_object();
-	if (len > INT_MAX || memchr(body, '\0', len)) {
+	if (len > INT_MAX) {
 		sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL,
 			      "the request body is not valid JSON");
+		return NULL;
+	}
+	if (memchr(body, '\0', len)) {
+		not_json(body, len, (size_t)((const char *)memchr(body, '\0', len) - body),
+			 "a NUL byte", err);
 		return NULL;
 	}
 	tok = json_tokener_new_ex(API_JSON_MAX_DEPTH);
@@ -147,12 +170,12 @@ struct json_object *api_json_parse_object(const char *body, size_t len, struct s
 	}
 	if (jerr != json_tokener_success || !obj || end != len) {
 		json_object_put(obj);
-		sbx_error_set(
-		    err, SBX_E_INVALID_REQUEST, NULL, "the request body is not valid JSON%s%s",
-		    jerr != json_tokener_success && jerr != json_tokener_continue ? ": " : "",
-		    jerr != json_tokener_success && jerr != json_tokener_continue
-			? json_tokener_error_desc(jerr)
-			: "");
+		if (jerr == json_tokener_continue)
+			not_json(body, len, len, "it ends in the middle of a value", err);
+		else if (jerr != json_tokener_success)
+			not_json(body, len, end, json_tokener_error_desc(jerr), err);
+		else
+			not_json(body, len, end, "more data after the JSON value", err);
 		return NULL;
 	}
 	if (!json_object_is_type(obj, json_type_object)) {
@@ -239,8 +262,12 @@ int api_create_decode(const char *body, size_t len, const struct sandbox_config 
 			if (get_string(val, "size", &s, &n, err) < 0)
 				goto out;
 			if (n == 0 || n >= sizeof(out->size_buf) || memchr(s, '\0', n)) {
+				char names[SANDBOX_MAX_SIZES * 20];
+
 				sbx_error_set(err, SBX_E_INVALID_REQUEST, "size",
-					      "unknown size; see GET /v1/limits for the sizes");
+					      "unknown size; the sizes are %s (GET /v1/limits has "
+					      "their prices)",
+					      sandbox_config_size_names(cfg, names, sizeof(names)));
 				goto out;
 			}
 			memcpy(out->size_buf, s, n + 1);
@@ -635,6 +662,8 @@ struct json_object *api_execution_view_encode(const struct sandbox_execution_vie
 	json_object_object_add(o, "cost_usd", usd_encode(v->cost_micro));
 	json_object_object_add(o, "receipt_id",
 			       v->receipt_id[0] ? json_object_new_string(v->receipt_id) : NULL);
+	json_object_object_add(o, "exit_code",
+			       v->has_exit_code ? json_object_new_int(v->exit_code) : NULL);
 	return o;
 }
 

@@ -196,9 +196,78 @@ int cmd_receipt(struct cli *c, int argc, char **argv)
 /* -------------------------------------------------------------- usage */
 
 static const char usage_help[] =
-    "usage: sbx usage [--from RFC3339] [--to RFC3339] [--granularity day|hour] [--json]\n"
-    "Balance, what is reserved and consumed, usage by size over the period (the\n"
-    "current month by default), and one row per day or hour with --granularity.\n";
+    "usage: sbx usage [--from T] [--to T] [--granularity day|hour] [--json]\n"
+    "Balance, what is reserved and consumed, usage by size over the period, and\n"
+    "one row per day or hour with --granularity. T is an RFC 3339 time\n"
+    "(2026-08-01T12:00:00Z) or a UTC date (2026-08-01): --from DATE starts at\n"
+    "that day's beginning, --to DATE ends at that day's end (the day included).\n"
+    "The period by default: the current month; with --granularity it ends now\n"
+    "(no rows for the future), and --granularity hour without --from shows the\n"
+    "24 hours up to its end.\n";
+
+/* --from/--to: an RFC 3339 time, or a plain UTC date YYYY-MM-DD (its
+ * midnight; with `end`, the next midnight, so the day is included).
+ * -1 when neither. */
+static int usage_time(const char *s, bool end, int64_t *ms)
+{
+	char buf[40];
+	unsigned y, mo, d;
+	int n = 0;
+
+	if (strlen(s) == 10 && sscanf(s, "%4u-%2u-%2u%n", &y, &mo, &d, &n) == 3 && n == 10) {
+		char back[32];
+
+		snprintf(buf, sizeof(buf), "%sT00:00:00Z", s);
+		if (sbx_rfc3339_parse(buf, ms) < 0)
+			return -1;
+		/* 2026-02-30 would roll over to March: refuse it */
+		sbx_rfc3339(*ms, back);
+		if (strncmp(back, s, 10) != 0)
+			return -1;
+		if (end)
+			*ms += 86400000;
+		return 0;
+	}
+	return sbx_rfc3339_parse(s, ms) < 0 || *ms <= 0 ? -1 : 0;
+}
+
+/* The query of `sbx usage` after defaults (usage_help) into path. */
+static int usage_query(struct cli *c, struct cli_opt *opts, char *path, size_t size)
+{
+	const char *gran = opts[2].set ? opts[2].value : NULL;
+	bool buckets = gran && (strcmp(gran, "hour") == 0 || strcmp(gran, "day") == 0);
+	int64_t from = 0, to = 0, now = sbx_wall_ms();
+	char from_s[32], to_s[32], *esc;
+
+	if (opts[0].set && usage_time(opts[0].value, false, &from) < 0)
+		return cli_usage(c, "--from takes a date like 2026-08-01 or an RFC 3339 time "
+				    "like 2026-08-01T12:00:00Z");
+	if (opts[1].set && usage_time(opts[1].value, true, &to) < 0)
+		return cli_usage(c, "--to takes a date like 2026-08-31 or an RFC 3339 time "
+				    "like 2026-08-31T12:00:00Z");
+	if (buckets && !to && (!from || from < now))
+		to = now;
+	if (buckets && !from && strcmp(gran, "hour") == 0) /* 24 hours up to `to` */
+		from = (to - 1) - (to - 1) % 3600000 - 23 * 3600000LL;
+	snprintf(path, size, "/v1/usage");
+	if (from) {
+		sbx_rfc3339(from, from_s);
+		snprintf(path + strlen(path), size - strlen(path), "?from=%s", from_s);
+	}
+	if (to) {
+		sbx_rfc3339(to, to_s);
+		snprintf(path + strlen(path), size - strlen(path), "%sto=%s", from ? "&" : "?",
+			 to_s);
+	}
+	if (gran) {
+		if (strlen(gran) > 64 || !(esc = curl_easy_escape(NULL, gran, 0)))
+			return cli_usage(c, "%s", "--granularity is day or hour");
+		snprintf(path + strlen(path), size - strlen(path), "%sgranularity=%s",
+			 from || to ? "&" : "?", esc);
+		curl_free(esc);
+	}
+	return 0;
+}
 
 int cmd_usage(struct cli *c, int argc, char **argv)
 {
@@ -206,28 +275,17 @@ int cmd_usage(struct cli *c, int argc, char **argv)
 				 {.name = "to", .arg = true},
 				 {.name = "granularity", .arg = true},
 				 {0}};
-	char path[512] = "/v1/usage", a[32], b[32], running[48], period[96];
+	char path[512], a[32], b[32], running[48], period[96];
 	json_object *by, *buckets;
 	struct cli_table *t;
 	struct cli_reply r;
-	const char *pos[1], *sep = "?";
+	const char *pos[1];
 	int npos, rc;
 
 	if ((rc = cli_begin(c, argc, argv, opts, pos, 0, &npos, NULL, NULL, usage_help)) >= 0)
 		return rc;
-	for (int i = 0; i < 3; i++) {
-		char *esc;
-		if (!opts[i].set)
-			continue;
-		if (strlen(opts[i].value) > 64)
-			return cli_usage(c, "--%s is too long", opts[i].name);
-		if (!(esc = curl_easy_escape(NULL, opts[i].value, 0)))
-			return CLI_EXIT_USAGE;
-		snprintf(path + strlen(path), sizeof(path) - strlen(path), "%s%s=%s", sep,
-			 opts[i].name, esc);
-		curl_free(esc);
-		sep = "&";
-	}
+	if ((rc = usage_query(c, opts, path, sizeof(path))))
+		return rc;
 	if ((rc = cli_get_human(c, path, &r)) >= 0)
 		return rc;
 	t = cli_table_new(2, "balance_usd", cli_usd(cli_int(r.json, "balance_micro_usd"), a));
@@ -271,26 +329,76 @@ int cmd_usage(struct cli *c, int argc, char **argv)
 /* --------------------------------------------------------------- keys */
 
 static const char keys_help[] =
-    "usage: sbx keys [list]          the account's API keys (never their secrets)\n"
-    "       sbx keys create          a new key; its secret is printed once, on stdout\n"
+    "usage: sbx keys [list]          the account's API keys with their scopes\n"
+    "                                (never their secrets)\n"
+    "       sbx keys create [--scope SCOPE[,SCOPE...]]...\n"
+    "                                a new key; its secret is printed once, on stdout.\n"
+    "                                Scopes: sandboxes, keys; --scope '' makes a key\n"
+    "                                with none; without --scope, this key's scopes\n"
     "       sbx keys revoke KEY_ID   revoke a key (it is refused from then on)\n";
+
+/* The scopes of --scope (repeatable, comma-separated) as the body of
+ * POST /v1/api_keys; NULL after a usage error. */
+static json_object *keys_create_body(struct cli *c, struct cli_opt *scope)
+{
+	json_object *body = json_object_new_object(), *list = json_object_new_array();
+
+	json_object_object_add(body, "scopes", list);
+	for (size_t i = 0; i < scope->n; i++) {
+		const char *p = scope->vals[i];
+
+		while (*p) {
+			size_t n = strcspn(p, ",");
+
+			if (n == 0 || n > 32) {
+				json_object_put(body);
+				cli_usage(c, "--scope takes names like 'sandboxes,keys'");
+				return NULL;
+			}
+			json_object_array_add(list, json_object_new_string_len(p, (int)n));
+			p += n + (p[n] == ',');
+		}
+	}
+	return body;
+}
+
+/* "sandboxes,keys", "-" for none, into buf. */
+static const char *scopes_text(json_object *k, char *buf, size_t size)
+{
+	json_object *a;
+	size_t used = 0;
+
+	buf[0] = '\0';
+	if (json_object_object_get_ex(k, "scopes", &a) && json_object_is_type(a, json_type_array))
+		for (size_t i = 0; i < json_object_array_length(a) && used < size; i++)
+			used += (size_t)snprintf(
+			    buf + used, size - used, "%s%s", used ? "," : "",
+			    json_object_get_string(json_object_array_get_idx(a, i)));
+	return buf[0] ? buf : "-";
+}
 
 int cmd_keys(struct cli *c, int argc, char **argv)
 {
+	struct cli_opt opts[] = {{.name = "scope", .arg = true, .multi = true}, {0}};
 	const char *pos[2], *verb;
 	struct cli_reply r;
-	json_object *data;
-	char path[128];
+	json_object *data, *body = NULL;
+	char path[128], scopes[256];
 	int npos, rc;
 
-	if ((rc = cli_begin(c, argc, argv, NULL, pos, 2, &npos, NULL, NULL, keys_help)) >= 0)
+	if ((rc = cli_begin(c, argc, argv, opts, pos, 2, &npos, NULL, NULL, keys_help)) >= 0)
 		return rc;
 	verb = npos ? pos[0] : "list";
+	if (opts[0].set && strcmp(verb, "create") != 0)
+		return cli_usage(c, "%s", "--scope belongs to 'keys create'");
 	if (strcmp(verb, "list") == 0 && npos <= 1)
 		rc = cli_call(c, "GET", "/v1/api_keys", NULL, NULL, NULL, &r);
-	else if (strcmp(verb, "create") == 0 && npos == 1)
-		rc = cli_call(c, "POST", "/v1/api_keys", NULL, NULL, NULL, &r);
-	else if (strcmp(verb, "revoke") == 0 && npos == 2 && cli_id_ok(pos[1])) {
+	else if (strcmp(verb, "create") == 0 && npos == 1) {
+		if (opts[0].set && !(body = keys_create_body(c, &opts[0])))
+			return CLI_EXIT_USAGE;
+		rc = cli_call(c, "POST", "/v1/api_keys", body, NULL, NULL, &r);
+		json_object_put(body);
+	} else if (strcmp(verb, "revoke") == 0 && npos == 2 && cli_id_ok(pos[1])) {
 		snprintf(path, sizeof(path), "/v1/api_keys/%s", pos[1]);
 		rc = cli_call(c, "DELETE", path, NULL, NULL, NULL, &r);
 	} else
@@ -302,18 +410,20 @@ int cmd_keys(struct cli *c, int argc, char **argv)
 	} else if (c->json) {
 		cli_print_json(r.json);
 	} else if (verb[0] == 'c') {
-		fprintf(stderr, "sbx: created key %s; its secret is shown only now:\n",
-			cli_str(r.json, "id"));
+		fprintf(stderr, "sbx: created key %s (scopes %s); its secret is shown only now:\n",
+			cli_str(r.json, "id"), scopes_text(r.json, scopes, sizeof(scopes)));
 		printf("%s\n", cli_str(r.json, "secret"));
 	} else if (verb[0] == 'r') {
 		printf("%s revoked\n", cli_str(r.json, "id"));
 	} else {
-		struct cli_table *t = cli_table_new(4, "ID", "PREFIX", "CREATED", "REVOKED");
+		struct cli_table *t =
+		    cli_table_new(5, "ID", "PREFIX", "SCOPES", "CREATED", "REVOKED");
 		if (json_object_object_get_ex(r.json, "data", &data) &&
 		    json_object_is_type(data, json_type_array))
 			for (size_t i = 0; i < json_object_array_length(data); i++) {
 				json_object *k = json_object_array_get_idx(data, i);
 				cli_table_row(t, cli_str(k, "id"), cli_str(k, "prefix"),
+					      scopes_text(k, scopes, sizeof(scopes)),
 					      cli_str(k, "created_at"),
 					      cli_bool(k, "revoked") ? cli_str(k, "revoked_at")
 								     : "-");

@@ -17,7 +17,10 @@
 static const char cp_help[] =
     "usage: sbx cp LOCAL ID:/abs/path      upload a file, or a directory (as tar)\n"
     "       sbx cp ID:/abs/path LOCAL      download a file, or a directory (as tar)\n"
-    "  --mode OCTAL   mode of an uploaded file (default: the local file's)\n"
+    "  --mode OCTAL   mode of an uploaded file (default: the local file's;\n"
+    "                 0644 from stdin)\n"
+    "LOCAL '-' is stdin (upload: its bytes become the remote file) or stdout\n"
+    "(download: the file's bytes, or a remote directory as a tar stream).\n"
     "As with cp(1), a file copied onto an existing directory lands inside it\n"
     "under its own name. A directory's contents are copied into the target\n"
     "directory, which is created.\n"
@@ -97,6 +100,58 @@ static int remote_is_dir(struct cli *c, const char *id, const char *path, int *r
 	return 0; /* not a directory (or missing: the download says so) */
 }
 
+/* `sbx cp - ID:/path`: stdin's bytes, sent chunked as they are read. */
+static int upload_stdin(struct cli *c, const char *id, const char *path, const char *mode)
+{
+	struct cli_stream s = {.upload = stdin, .upload_size = -1};
+	struct cli_reply r;
+	char url[8192], extra[32], what[8400];
+	int rc = 0, is_dir = remote_is_dir(c, id, path, &rc);
+
+	if (is_dir < 0)
+		return rc;
+	if (is_dir)
+		return cli_usage(c, "'%s' is a directory; stdin needs the remote file's own path",
+				 path);
+	snprintf(extra, sizeof extra, "&mode=%s", mode ? mode : "0644");
+	if (files_url(id, path, extra, url, sizeof url) < 0)
+		return CLI_EXIT_USAGE;
+	if ((rc = cli_call_stream(c, "PUT", url, NULL, &s, "uploading", &r)))
+		return rc;
+	if (ferror(stdin)) {
+		fprintf(stderr, "sbx: cannot read stdin\n");
+		cli_reply_free(&r);
+		return CLI_EXIT_USAGE;
+	}
+	snprintf(what, sizeof what, "copied stdin to %s:%s (%lld bytes)", id, path,
+		 (long long)cli_int(r.json, "size"));
+	return done(c, &r, what);
+}
+
+/* `sbx cp ID:/path -`: the file's bytes, or a directory's tar stream, on
+ * stdout. */
+static int download_stdout(struct cli *c, const char *id, const char *path)
+{
+	struct cli_stream s = {.download = stdout};
+	struct cli_reply r;
+	char url[8192], what[8400];
+	int rc = 0, dir = remote_is_dir(c, id, path, &rc);
+
+	if (dir < 0)
+		return rc;
+	if (files_url(id, path, dir ? "&format=tar" : NULL, url, sizeof url) < 0)
+		return CLI_EXIT_USAGE;
+	if ((rc = cli_call_stream(c, "GET", url, NULL, &s, "downloading", &r)))
+		return rc;
+	if (fflush(stdout) != 0) {
+		fprintf(stderr, "sbx: cannot write stdout: %s\n", strerror(errno));
+		cli_reply_free(&r);
+		return CLI_EXIT_USAGE;
+	}
+	snprintf(what, sizeof what, "copied %s%s:%s to stdout", dir ? "directory " : "", id, path);
+	return done(c, &r, what);
+}
+
 static int upload(struct cli *c, const char *local, const char *id, const char *path,
 		  const char *mode)
 {
@@ -106,6 +161,8 @@ static int upload(struct cli *c, const char *local, const char *id, const char *
 	char url[8192], extra[32] = "", cmd[8192], what[8400], target[4096];
 	int rc = 0;
 
+	if (strcmp(local, "-") == 0)
+		return upload_stdin(c, id, path, mode);
 	if (stat(local, &st) < 0) {
 		fprintf(stderr, "sbx: %s: %s\n", local, strerror(errno));
 		return CLI_EXIT_USAGE;
@@ -178,9 +235,11 @@ static int download(struct cli *c, const char *id, const char *path, const char 
 	struct cli_stream s = {0};
 	struct cli_reply r;
 	char url[8192], what[8400], target[4096], *tmp = NULL;
-	int rc = 0, dir = remote_is_dir(c, id, path, &rc);
+	int rc = 0, dir;
 
-	if (dir < 0)
+	if (strcmp(local, "-") == 0)
+		return download_stdout(c, id, path);
+	if ((dir = remote_is_dir(c, id, path, &rc)) < 0)
 		return rc;
 	if (dir) {
 		/* unpack the directory's tar stream into LOCAL */

@@ -81,8 +81,9 @@ int cmd_create(struct cli *c, int argc, char **argv)
 static const char ls_help[] =
     "usage: sbx ls [--status running|destroyed|expired|failed] [--limit N]\n"
     "              [--starting-after ID] [--json]\n"
-    "List sandboxes, newest first (one page: --limit, default 20, at most 100;\n"
-    "the next page starts after the last id shown).\n";
+    "List sandboxes, newest first (one page: --limit, default 20, at most 100).\n"
+    "When there are more, stderr says how to get the next page: the same\n"
+    "command with --starting-after the last id shown.\n";
 
 int cmd_ls(struct cli *c, int argc, char **argv)
 {
@@ -93,7 +94,7 @@ int cmd_ls(struct cli *c, int argc, char **argv)
 	char path[256] = "/v1/sandboxes";
 	struct cli_table *t;
 	struct cli_reply r;
-	json_object *data;
+	json_object *data = NULL;
 	const char *pos[1], *sep = "?";
 	long long limit;
 	int npos, rc;
@@ -132,8 +133,18 @@ int cmd_ls(struct cli *c, int argc, char **argv)
 				      cli_str(s, "cost_usd"));
 		}
 	cli_table_print(t);
-	if (cli_bool(r.json, "has_more"))
-		fprintf(stderr, "sbx: more sandboxes: sbx ls --starting-after LAST_ID\n");
+	if (cli_bool(r.json, "has_more") && data && json_object_is_type(data, json_type_array) &&
+	    json_object_array_length(data) > 0) {
+		json_object *last =
+		    json_object_array_get_idx(data, json_object_array_length(data) - 1);
+		const char *last_id = cli_str(last, "id");
+
+		/* the same query, one page on (ids are [A-Za-z0-9_-]: no quoting) */
+		fprintf(stderr, "sbx: more sandboxes: sbx ls%s%s%s%s --starting-after %s\n",
+			opts[0].set ? " --status " : "", opts[0].set ? opts[0].value : "",
+			opts[1].set ? " --limit " : "", opts[1].set ? opts[1].value : "",
+			cli_id_ok(last_id) ? last_id : "ID");
+	}
 	cli_reply_free(&r);
 	return 0;
 }

@@ -25,11 +25,13 @@ static const char main_help[] =
     "  create [--size S] [--timeout MIN] [--idempotency-key K]   create one, print its id\n"
     "  ls [--status S] [--limit N] [--starting-after ID]        list sandboxes\n"
     "  get ID                                                    show one\n"
-    "  extend ID MIN                                             push its expiry MIN minutes on\n"
+    "  extend ID MIN                                             make it expire MIN minutes from "
+    "now\n"
     "  rm ID...                                                  destroy them\n"
     "  exec ID [--cwd D] [--env K=V]... [--timeout-ms N] -- CMD...\n"
     "                                                            run CMD, exit with its code\n"
     "  cp LOCAL ID:/path | cp ID:/path LOCAL [--mode OCTAL]      copy a file or a directory\n"
+    "                                                            (LOCAL '-': stdin or stdout)\n"
     "one-shot executions and receipts:\n"
     "  run (--python | --node | --runtime R) FILE|- [--timeout S]\n"
     "  receipt get RCPT_ID | receipt public-key\n"
@@ -37,7 +39,7 @@ static const char main_help[] =
     "          [--code FILE --runtime R | --input F]             offline check\n"
     "account:\n"
     "  usage [--from T] [--to T] [--granularity day|hour]        balance and usage\n"
-    "  keys [list] | keys create | keys revoke KEY_ID            API keys\n"
+    "  keys [list] | keys create [--scope S,...] | keys revoke ID  API keys\n"
     "\n"
     "Configuration: --url/--key, else SANDBOXD_URL/SANDBOXD_KEY, else\n"
     "$XDG_CONFIG_HOME/sandboxd/config (lines 'url = ...', 'key = ...').\n"
@@ -59,11 +61,17 @@ int cli_usage(struct cli *c, const char *fmt, ...)
 {
 	va_list ap;
 
-	fprintf(stderr, "sbx %s: ", c->cmd ? c->cmd : "");
+	if (c->cmd)
+		fprintf(stderr, "sbx %s: ", c->cmd);
+	else
+		fputs("sbx: ", stderr);
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
-	fprintf(stderr, " (see 'sbx %s --help')\n", c->cmd ? c->cmd : "");
+	if (c->cmd)
+		fprintf(stderr, " (see 'sbx %s --help')\n", c->cmd);
+	else
+		fprintf(stderr, " (see 'sbx --help')\n");
 	return CLI_EXIT_USAGE;
 }
 
@@ -715,6 +723,50 @@ static const struct {
     {"usage", cmd_usage},   {"keys", cmd_keys}, {"cp", cmd_cp},
 };
 
+/* Edit distance between a and b (both short: command names and what was
+ * typed, the latter cut at 31 bytes). */
+static size_t edit_distance(const char *a, const char *b)
+{
+	size_t la = SBX_MIN(strlen(a), (size_t)31), lb = SBX_MIN(strlen(b), (size_t)31);
+	size_t row[32];
+
+	for (size_t j = 0; j <= lb; j++)
+		row[j] = j;
+	for (size_t i = 1; i <= la; i++) {
+		size_t diag = row[0];
+
+		row[0] = i;
+		for (size_t j = 1; j <= lb; j++) {
+			size_t up = row[j];
+
+			row[j] = SBX_MIN(SBX_MIN(row[j] + 1, row[j - 1] + 1),
+					 diag + (a[i - 1] != b[j - 1]));
+			diag = up;
+		}
+	}
+	return row[lb];
+}
+
+/* "unknown command", with the nearest command when one is close (at most
+ * two edits, and fewer than the word's length). */
+static int unknown_command(struct cli *c, const char *word)
+{
+	const char *best = NULL;
+	size_t best_d = 3;
+
+	for (size_t k = 0; k < SBX_ARRAY_SIZE(commands); k++) {
+		size_t d = edit_distance(word, commands[k].name);
+
+		if (d < best_d && d < strlen(word)) {
+			best_d = d;
+			best = commands[k].name;
+		}
+	}
+	if (best)
+		return cli_usage(c, "unknown command '%.40s'; did you mean '%s'?", word, best);
+	return cli_usage(c, "unknown command '%.40s'", word);
+}
+
 int main(int argc, char **argv)
 {
 	struct cli c = {.progress = isatty(STDERR_FILENO) == 1};
@@ -758,5 +810,5 @@ int main(int argc, char **argv)
 			fflush(stdout);
 			return rc;
 		}
-	return cli_usage(&c, "unknown command '%s'", argv[i]);
+	return unknown_command(&c, argv[i]);
 }

@@ -242,9 +242,11 @@ enum receipt_check_result receipt_check_files(const struct receipt_check *c, cha
 		}
 		rr = jget_obj(ex, "receipt");
 		bill = jget_obj(ex, "billing");
-		salt = jget_str(bill, "fingerprint_salt");
+		/* receipt.fingerprint_salt; billing.fingerprint_salt in the
+		 * replies of executions made before it moved there */
+		salt = jget_str(rr, "fingerprint_salt");
 		if (!salt)
-			salt = jget_str(rr, "fingerprint_salt");
+			salt = jget_str(bill, "fingerprint_salt");
 		if (!rr || !jget_str(rr, "id") || strcmp(jget_str(rr, "id"), rid) != 0 || !salt) {
 			rc = say(RECEIPT_CHECK_INVALID, msg, msglen,
 				 "%s does not carry this receipt (receipt.id) and its "

@@ -247,6 +247,17 @@ const struct sandbox_size *sandbox_config_size(const struct sandbox_config *cfg,
 	return NULL;
 }
 
+const char *sandbox_config_size_names(const struct sandbox_config *cfg, char *buf, size_t len)
+{
+	size_t used = 0;
+
+	buf[0] = '\0';
+	for (size_t i = 0; i < cfg->n_sizes && used < len; i++)
+		used += (size_t)snprintf(buf + used, len - used, "%s'%s'", i ? ", " : "",
+					 cfg->sizes[i].name);
+	return buf;
+}
+
 int sandbox_config_validate(const struct sandbox_config *cfg, struct sbx_error *err)
 {
 	if (!cfg->state_dir[0] || !cfg->db_path[0] || !cfg->kernel[0] || !cfg->initrd[0])

@@ -1243,6 +1243,8 @@ int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
 	receipt_json_set_str(r, "signer", receipt_signer_public(sg),
 			     strlen(receipt_signer_public(sg)));
 	receipt_json_set_str(r, "url", url, strlen(url));
+	/* beside the receipt it serves, as on exec (docs/receipts.md) */
+	receipt_json_set_str(r, "fingerprint_salt", salt, strlen(salt));
 	receipt_json_set_obj(resp, "receipt", r);
 	bill = receipt_json_object();
 	/* An integer, as all money in API.md (the seed's example shows a
@@ -1250,7 +1252,6 @@ int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
 	receipt_json_set_int(bill, "cost_micro_usd", cost);
 	receipt_json_set_int(bill, "billed_ms", res.host_ms);
 	receipt_json_set_str(bill, "cost_usd", usd, strlen(usd));
-	receipt_json_set_str(bill, "fingerprint_salt", salt, strlen(salt));
 	receipt_json_set_obj(resp, "billing", bill);
 	if (!(canon_resp = receipt_json_canonical(resp, NULL, err)))
 		goto err_release;
@@ -1377,6 +1378,8 @@ int sandbox_execution_list(struct sandbox_svc *svc, const char *account_id, int 
 		v->requested_at_ms = rows[i].requested_at_ms;
 		v->ended_at_ms = rows[i].ended_at_ms;
 		v->cost_micro = rows[i].charge_micro;
+		v->has_exit_code = rows[i].has_exit_code;
+		v->exit_code = rows[i].exit_code;
 	}
 	*n = count;
 	return 0;

@@ -443,10 +443,15 @@ static int create_params(const struct sandbox_config *cfg, const struct sandbox_
 	const struct sandbox_size *size = sandbox_config_size(cfg, size_name);
 	int minutes = req->timeout_minutes ? req->timeout_minutes : cfg->default_timeout_minutes;
 
-	if (!size)
+	if (!size) {
+		char names[SANDBOX_MAX_SIZES * 20];
+
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "size",
-				     "unknown size '%.32s'; see GET /v1/limits for the sizes",
-				     size_name);
+				     "unknown size '%.32s'; the sizes are %s (GET /v1/limits has "
+				     "their prices)",
+				     size_name,
+				     sandbox_config_size_names(cfg, names, sizeof(names)));
+	}
 	if (minutes < 1 || minutes > cfg->max_timeout_minutes)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "timeout_minutes",
 				     "timeout_minutes must be 1..%d", cfg->max_timeout_minutes);

@@ -220,6 +220,9 @@ void sandbox_config_resolve(struct sandbox_config *cfg);
 int sandbox_config_validate(const struct sandbox_config *cfg, struct sbx_error *err);
 /* The size entry by name, or NULL (borrowed). */
 const struct sandbox_size *sandbox_config_size(const struct sandbox_config *cfg, const char *name);
+/* The sizes' names for a message, "'small', 'medium'", into buf (cut at
+ * len); returns buf. */
+const char *sandbox_config_size_names(const struct sandbox_config *cfg, char *buf, size_t len);
 
 /* ----------------------------------------------------------- the service */
 
@@ -800,6 +803,8 @@ struct sandbox_execution_view {
 	int64_t ended_at_ms;		 /* 0 while running */
 	int64_t cost_micro;		 /* charged (0 while running) */
 	char receipt_id[SANDBOX_ID_MAX]; /* "" without a receipt */
+	bool has_exit_code;		 /* false: running, failed, or no longer stored */
+	int exit_code;
 };
 
 /* The account's newest executions, newest first, at most `limit`

@@ -2,8 +2,9 @@
 """Compile the dashboard's files into C: scripts/web-assets.py OUT.c WEBDIR OPENAPI.yaml
 
 Every file of WEBDIR is served at /NAME (index.html also at / and
-/dashboard), and OPENAPI.yaml, converted to JSON, at /v1/openapi.json (loaded strictly:
-a key given twice in one mapping is an error, not the last one winning).
+/dashboard, favicon.svg also at /favicon.ico), and OPENAPI.yaml, converted to
+JSON, at /v1/openapi.json (loaded strictly: a key given twice in one mapping
+is an error, not the last one winning).
 The output defines api_assets[] and api_assets_count (api/assets.h).
 Run by the Makefile; the output is build output, never committed."""
 import json
@@ -58,6 +59,8 @@ def main():
         paths = ["/" + name]
         if name == "index.html":
             paths += ["/", "/dashboard"]
+        if name == "favicon.svg":  # where browsers look without a <link>
+            paths += ["/favicon.ico"]
         for p in paths:
             entries.append((p, TYPES[ext], ext == ".html", data))
     with open(spec, encoding="utf-8") as f:

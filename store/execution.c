@@ -321,8 +321,12 @@ int store_execution_list(struct store *s, const char *account_id, int limit,
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
 	STORE_READ(s);
 	/* one more than asked: has_more without a count */
+	/* the exit code from the stored answer (at most
+	 * execution_store_max_bytes of JSON per row: bounded by `limit`) */
 	rc = sx_run(s, &q,
-		    "SELECT " EXECUTION_COLS " FROM executions WHERE account_id = ?1"
+		    "SELECT " EXECUTION_COLS ", CASE WHEN json_valid(CAST(response AS TEXT))"
+		    " THEN json_extract(CAST(response AS TEXT), '$.exit_code') END"
+		    " FROM executions WHERE account_id = ?1"
 		    " ORDER BY requested_at_ms DESC, id DESC LIMIT ?2",
 		    "ti", err, account_id, (int64_t)limit + 1);
 	while (rc == SQLITE_ROW) {
@@ -331,6 +335,10 @@ int store_execution_list(struct store *s, const char *account_id, int limit,
 			break;
 		}
 		execution_row_read(q, &rows[count]);
+		if (sqlite3_column_type(q, 12) == SQLITE_INTEGER) {
+			rows[count].has_exit_code = true;
+			rows[count].exit_code = sqlite3_column_int(q, 12);
+		}
 		count++;
 		rc = sqlite3_step(q);
 		if (rc != SQLITE_ROW && rc != SQLITE_DONE)

@@ -413,6 +413,10 @@ struct store_execution {
 	int64_t charge_micro;
 	char receipt_id[STORE_ID_MAX];
 	char *response; /* malloc'd JSON of the 200 answer, or NULL (get only) */
+	/* list only: the stored answer's exit_code; has_exit_code false while
+	 * running, for a failed run, or once the answer was dropped */
+	bool has_exit_code;
+	int exit_code;
 };
 
 /* Insert a running execution and its hold in one transaction; refuses with

@@ -82,10 +82,19 @@ function duration(ms) {
   return `${Math.floor(h / 24)} d ${h % 24} h`;
 }
 
-const when = (iso) => (iso ? new Date(iso).toLocaleString() : '–');
+// Times in UTC, 24-hour, ISO-like ("2026-08-01 14:05:09 UTC"), as the
+// chart's buckets (whole UTC hours and days) and the API.
+const isoUtc = (iso) => {
+  const d = iso ? new Date(iso) : null;
+  return d && !Number.isNaN(d.getTime()) ? d.toISOString() : null;
+};
+const when = (iso) => {
+  const s = isoUtc(iso);
+  return s ? `${s.slice(0, 10)} ${s.slice(11, 19)} UTC` : '–';
+};
 const shortTime = (iso, hourly) => {
-  const d = new Date(iso);
-  return hourly ? `${String(d.getHours()).padStart(2, '0')}:00` : `${d.getMonth() + 1}/${d.getDate()}`;
+  const s = isoUtc(iso) || '';
+  return hourly ? `${s.slice(11, 13)}:00` : s.slice(5, 10);
 };
 
 function statusCell(status) {
@@ -151,7 +160,17 @@ function fill(section, rows) {
 }
 
 function sectionError(section, e) {
-  fill(section, [el('tr', {}, el('td', { colspan: 6, class: 'error' }, e.message))]);
+  fill(section, [el('tr', {}, el('td', { colspan: 7, class: 'error' }, e.message))]);
+}
+
+// A confirm step for what cannot be undone: resolves true on OK.
+function confirmStep(text, okLabel) {
+  const d = $('#confirm');
+  $('#confirm-text').textContent = text;
+  $('#confirm-ok').textContent = okLabel;
+  d.returnValue = '';
+  d.showModal();
+  return new Promise((resolve) => d.addEventListener('close', () => resolve(d.returnValue === 'ok'), { once: true }));
 }
 
 async function loadBalanceAndUsage() {
@@ -210,10 +229,18 @@ async function loadRunning() {
   const now = Date.now();
   fill('#running', list.data.map((s) => {
     const minutes = el('input', { type: 'number', min: 1, max: 1440, value: 15, 'aria-label': 'minutes from now' });
-    const extend = el('button', { type: 'button', class: 'extend', onclick: () => act(`extend ${s.id}`, () =>
-      api('POST', `/v1/sandboxes/${encodeURIComponent(s.id)}/extend`, { timeout_minutes: parseInt(minutes.value, 10) })) }, 'Extend');
-    const del = el('button', { type: 'button', class: 'delete danger', onclick: () => act(`delete ${s.id}`, () =>
-      api('DELETE', `/v1/sandboxes/${encodeURIComponent(s.id)}`)) }, 'Delete');
+    const extend = el('button', { type: 'button', class: 'extend', onclick: () => act(`extend ${s.id}`, async () => {
+      const m = parseInt(minutes.value, 10);
+      const r = await api('POST', `/v1/sandboxes/${encodeURIComponent(s.id)}/extend`, { timeout_minutes: m });
+      // extend sets the expiry to now + m and never shortens it
+      if (r.expires_at === s.expires_at)
+        return `${s.id} already expires at ${when(r.expires_at)}, later than ${m} min from now: nothing changed (extend sets the expiry to now + the minutes given, never earlier).`;
+      return '';
+    }) }, 'Extend');
+    const del = el('button', { type: 'button', class: 'delete danger', onclick: async () => {
+      if (await confirmStep(`Delete sandbox ${s.id}? It stops now, its files are lost, and it is billed up to now.`, 'Delete'))
+        act(`delete ${s.id}`, () => api('DELETE', `/v1/sandboxes/${encodeURIComponent(s.id)}`));
+    } }, 'Delete');
     return el('tr', { 'data-id': s.id },
       el('td', { class: 'id' }, s.id), el('td', {}, s.size),
       el('td', {}, duration(now - Date.parse(s.created_at))),
@@ -235,11 +262,12 @@ async function loadExecutions() {
   try {
     list = await api('GET', '/v1/sandbox/executions?limit=20');
   } catch (e) {
-    if (e.status === 403) return fill('#executions', [el('tr', {}, el('td', { colspan: 6, class: 'muted' }, 'This key lacks the sandboxes scope.'))]);
+    if (e.status === 403) return fill('#executions', [el('tr', {}, el('td', { colspan: 7, class: 'muted' }, 'This key lacks the sandboxes scope.'))]);
     throw e;
   }
   fill('#executions', list.data.map((x) => el('tr', { 'data-id': x.id },
-    el('td', { class: 'id' }, x.id), statusCell(x.status), el('td', {}, x.runtime),
+    el('td', { class: 'id' }, x.id), statusCell(x.status),
+    el('td', { class: `exit${x.exit_code ? ' bad' : ''}` }, x.exit_code ?? '–'), el('td', {}, x.runtime),
     el('td', {}, when(x.requested_at)), el('td', { class: 'cost' }, usd(x.cost_micro_usd)),
     el('td', {}, x.receipt_id ? el('a', { href: `#execution=${encodeURIComponent(x.id)}`, class: 'receipt-link' }, 'receipt') : '–'))));
 }
@@ -259,8 +287,10 @@ async function loadKeys() {
   $('#keys-note').textContent = 'A revoked key is refused from its next call; revoking the key this browser uses signs you out.';
   fill('#keys', list.data.map((k) => {
     const current = k.prefix && mine.startsWith(k.prefix);
-    const revoke = k.revoked ? '' : el('button', { type: 'button', class: 'revoke danger', onclick: () => act(`revoke ${k.id}`, () =>
-      api('DELETE', `/v1/api_keys/${encodeURIComponent(k.id)}`)) }, 'Revoke');
+    const revoke = k.revoked ? '' : el('button', { type: 'button', class: 'revoke danger', onclick: async () => {
+      const what = `Revoke key ${k.id}? Every call with it is refused from then on${current ? '; this browser uses it and signs out' : ''}.`;
+      if (await confirmStep(what, 'Revoke')) act(`revoke ${k.id}`, () => api('DELETE', `/v1/api_keys/${encodeURIComponent(k.id)}`));
+    } }, 'Revoke');
     return el('tr', { 'data-id': k.id, 'data-current': current ? 'yes' : 'no' },
       el('td', { class: 'id' }, k.id, current ? ' (this browser)' : ''), el('td', { class: 'id' }, k.prefix),
       el('td', {}, (k.scopes || []).join(', ') || 'none'), el('td', {}, when(k.created_at)),
@@ -288,10 +318,11 @@ async function refresh() {
 }
 
 // An action, then a refresh; its error shown in the notice.
+// fn may return a message to show (else the notice is cleared).
 async function act(what, fn) {
   try {
-    await fn();
-    notice('');
+    const msg = await fn();
+    notice(typeof msg === 'string' ? msg : '');
   } catch (e) {
     if (e instanceof SignedOut) return;
     notice(`${what}: ${e.message}`);
@@ -352,9 +383,10 @@ async function showExecution(id) {
     out.push(check(r.body?.execution_id === x.id, 'the receipt is about this execution'));
     if (x.stored_truncated) {
       out.push(el('li', { class: 'muted' }, 'output fingerprint: the stored output is cut, check it with the reply you kept'));
-    } else if (x.billing?.fingerprint_salt) {
+    } else if (x.receipt?.fingerprint_salt || x.billing?.fingerprint_salt) {
+      // in receipt; in billing for executions made before it moved (docs/receipts.md)
       const o = { exit_code: x.exit_code, stderr: x.stderr, stdout: x.stdout };
-      const salt = unhex(x.billing.fingerprint_salt);
+      const salt = unhex(x.receipt?.fingerprint_salt || x.billing.fingerprint_salt);
       const j = new TextEncoder().encode(jcs(o));
       const both = new Uint8Array(salt.length + j.length);
       both.set(salt);
@@ -405,6 +437,8 @@ function start() {
   $('#period').addEventListener('change', () => loadBalanceAndUsage().catch((e) => { if (!(e instanceof SignedOut)) $('#usage-summary').textContent = e.message; }));
   $('#key-form').addEventListener('submit', createKey);
   $('#copy-secret').addEventListener('click', () => navigator.clipboard?.writeText($('#new-secret-value').textContent));
+  $('#confirm-ok').addEventListener('click', () => $('#confirm').close('ok'));
+  $('#confirm-cancel').addEventListener('click', () => $('#confirm').close('cancel'));
   $('#receipt-close').addEventListener('click', (ev) => { ev.preventDefault(); history.replaceState(null, '', location.pathname); route(); });
   window.addEventListener('hashchange', route);
   if (sessionStorage.getItem(KEY_STORE)) {

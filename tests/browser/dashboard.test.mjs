@@ -23,6 +23,7 @@ const ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '
 
 let browser, page;
 const problems = []; // CSP violations and script errors seen by the page
+const missing = []; // requests of the pages answered 404 (e.g. a favicon)
 let shot = 0;
 
 async function screenshot(name, fullPage = true) {
@@ -57,6 +58,7 @@ before(async () => {
     if (/Content Security Policy|Refused to/i.test(m.text())) problems.push(m.text());
   });
   page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+  page.on('response', (r) => { if (r.status() === 404) missing.push(r.url()); });
 });
 
 after(async () => {
@@ -87,6 +89,21 @@ test('the reference page renders every operation', async () => {
   await page.waitForSelector('body[data-loaded]');
   assert.equal(await page.locator('section.op h3 .method').count(), ops);
   assert.ok(await page.locator('#schema-Sandbox').isVisible());
+  // every method badge has a colour (PUT was white on white)
+  for (const m of ['get', 'post', 'put', 'delete']) {
+    const bg = await page.locator(`section.op h3 .method.${m}`).first()
+      .evaluate((e) => getComputedStyle(e).backgroundColor);
+    assert.notEqual(bg, 'rgba(0, 0, 0, 0)', `${m} badge background`);
+  }
+  // the table of contents stays in its column: no entry spills over the
+  // operations beside it
+  const toc = await page.locator('#toc').boundingBox();
+  const main = await page.locator("#spec").boundingBox();
+  assert.ok(toc.x + toc.width <= main.x, `toc ends at ${toc.x + toc.width}, spec starts at ${main.x}`);
+  const spill = await page.evaluate(() => [...document.querySelectorAll('#toc a')]
+    .filter((a) => a.scrollWidth > a.clientWidth || a.getBoundingClientRect().right > document.querySelector('#spec').getBoundingClientRect().left)
+    .map((a) => a.textContent));
+  assert.deepEqual(spill, []);
   await screenshot('reference', false); // the whole page is ~10000 px tall
 });
 
@@ -125,6 +142,9 @@ test('sign in, sandboxes, usage, executions, keys', async (t) => {
     await row.waitFor();
     assert.match(await row.locator('.cost').textContent(), /^\$\d+\.\d+$/);
     assert.match(await page.textContent('#bal-running'), /^1 \//);
+    // dates are 24-hour, ISO-like, UTC (as the chart), never 12-hour
+    assert.match(await row.locator('.expires').textContent(), /^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} UTC \(in /);
+    assert.doesNotMatch(await page.textContent('#app'), /\d (AM|PM)\b/);
     await screenshot('sandbox-running');
   });
 
@@ -139,10 +159,26 @@ test('sign in, sandboxes, usage, executions, keys', async (t) => {
     assert.ok(Date.parse(after) > Date.parse(before), `${after} > ${before}`);
     assert.equal(await row.locator('.expires').getAttribute('title'), after);
     await screenshot('sandbox-extended');
+    // less than it already has: nothing changes, and the page says so
+    await row.locator('input[type=number]').fill('1');
+    await row.locator('button.extend').click();
+    await page.waitForFunction(() => /nothing changed/.test(document.querySelector('#notice').textContent));
+    assert.equal((await call('GET', `/v1/sandboxes/${sandbox}`)).json.expires_at, after);
+    assert.ok(await page.isVisible('#notice'));
+    await screenshot('sandbox-extend-unchanged');
   });
 
   await t.test('delete it: it leaves the running list and is charged', async () => {
+    // one click only asks; Cancel keeps it
     await page.locator(`#running tr[data-id="${sandbox}"] button.delete`).click();
+    await page.waitForSelector('#confirm[open]');
+    assert.match(await page.textContent('#confirm-text'), new RegExp(`Delete sandbox ${sandbox}`));
+    await screenshot('sandbox-delete-confirm', false);
+    await page.click('#confirm-cancel');
+    await page.waitForSelector('#confirm:not([open])', { state: 'attached' });
+    assert.equal((await call('GET', `/v1/sandboxes/${sandbox}`)).json.status, 'running');
+    await page.locator(`#running tr[data-id="${sandbox}"] button.delete`).click();
+    await page.click('#confirm-ok');
     await page.locator(`#running tr[data-id="${sandbox}"]`).waitFor({ state: 'detached' });
     const recent = page.locator(`#recent tr[data-id="${sandbox}"]`);
     await recent.waitFor();
@@ -166,13 +202,16 @@ test('sign in, sandboxes, usage, executions, keys', async (t) => {
   });
 
   await t.test('hostile output is shown as text, with the receipt checked', async () => {
-    const code = `printf '%s' '${HOSTILE}'; printf '%s' '${HOSTILE}' >&2`;
+    const code = `printf '%s' '${HOSTILE}'; printf '%s' '${HOSTILE}' >&2; exit 7`;
     const r = await call('POST', '/v1/sandbox/executions', { runtime: 'sh', timeout_seconds: 10, code });
     assert.equal(r.status, 200, JSON.stringify(r.json));
     assert.equal(r.json.stdout, HOSTILE);
     await refresh();
     const row = page.locator(`#executions tr[data-id="${r.json.id}"]`);
     await row.waitFor();
+    // the list shows how it ended: status and exit code
+    assert.equal(await row.locator('td').nth(1).textContent(), 'completed');
+    assert.equal(await row.locator('td.exit').textContent(), '7');
     await row.locator('a.receipt-link').click();
     await page.waitForFunction(() => document.querySelector('#receipt-stdout').textContent !== '');
     await page.waitForFunction(() => !/checking/.test(document.querySelector('#receipt-checks').textContent));
@@ -203,6 +242,9 @@ test('sign in, sandboxes, usage, executions, keys', async (t) => {
     const mine = page.locator('#keys tr[data-current="yes"]');
     assert.equal(await mine.count(), 1);
     await mine.locator('button.revoke').click();
+    await page.waitForSelector('#confirm[open]');
+    assert.match(await page.textContent('#confirm-text'), /signs out/);
+    await page.click('#confirm-ok');
     await page.waitForSelector('#signin:not([hidden])');
     assert.match(await page.textContent('#notice'), /signed out/);
     assert.equal(await page.evaluate(() => sessionStorage.length), 0);
@@ -212,5 +254,12 @@ test('sign in, sandboxes, usage, executions, keys', async (t) => {
 
   await t.test('the page met no CSP refusal and no script error', () => {
     assert.deepEqual(problems, []);
+  });
+
+  await t.test('no page asked for something missing (the favicon is served)', async () => {
+    assert.deepEqual(missing, []);
+    const res = await fetch(`${URL}/favicon.ico`);
+    assert.equal(res.status, 200);
+    assert.match(res.headers.get('content-type'), /^image\/svg\+xml/);
   });
 });

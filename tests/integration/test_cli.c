@@ -25,7 +25,8 @@
 static struct daemon d;
 static char sbx_id[64];
 static char cli_path[512];
-static char work[320]; /* scratch dir under the state dir */
+static char work[320];			    /* scratch dir under the state dir */
+static const char *sbx_stdin = "/dev/null"; /* what sbx() gives the command on stdin */
 static int notify_fd = -1;
 
 struct run {
@@ -117,8 +118,8 @@ static struct run sbx(const char *env, const char *fmt, ...)
 		env = def;
 	}
 	snprintf(cmd, sizeof(cmd),
-		 "env -i PATH=/usr/bin:/bin HOME=%s/home %s %s %s </dev/null >%s/out 2>%s/err",
-		 work, env, cli_path, args, work, work);
+		 "env -i PATH=/usr/bin:/bin HOME=%s/home %s %s %s <%s >%s/out 2>%s/err", work, env,
+		 cli_path, args, sbx_stdin, work, work);
 	r.rc = run_cmd(cmd);
 	snprintf(path, sizeof(path), "%s/out", work);
 	r.out = sbx_read_file(path, 64u << 20, &r.out_len);
@@ -150,7 +151,18 @@ static void help_and_usage_errors(void **state)
 	run_free(&r);
 	r = sbx("", "frobnicate");
 	assert_int_equal(r.rc, 2);
-	assert_non_null(strstr(r.err, "unknown command 'frobnicate'"));
+	assert_string_equal(r.err, "sbx: unknown command 'frobnicate' (see 'sbx --help')\n");
+	run_free(&r);
+	/* a near miss names the command meant */
+	r = sbx("", "lss");
+	assert_int_equal(r.rc, 2);
+	assert_string_equal(r.err,
+			    "sbx: unknown command 'lss'; did you mean 'ls'? (see 'sbx --help')\n");
+	run_free(&r);
+	/* extend sets the expiry to now + MIN; the help says so */
+	r = sbx("", "--help");
+	assert_non_null(strstr(r.out, "make it expire MIN minutes from now"));
+	assert_null(strstr(r.out, "minutes on"));
 	run_free(&r);
 	r = sbx("", "create --sise small");
 	assert_int_equal(r.rc, 2);
@@ -256,6 +268,28 @@ static void create_ls_get(void **state)
 	r = sbx("", "get sbx_00000000000000000000dead");
 	assert_int_equal(r.rc, 5);
 	assert_non_null(strstr(r.err, "no such sandbox"));
+	run_free(&r);
+
+	/* one page of two: the hint names the real next page */
+	char second[64], hint[256];
+	r = sbx("", "create --timeout 1");
+	assert_int_equal(r.rc, 0);
+	snprintf(second, sizeof(second), "%.*s", (int)(r.out_len - 1), r.out);
+	run_free(&r);
+	r = sbx("", "ls --limit 1");
+	assert_int_equal(r.rc, 0);
+	assert_non_null(strstr(r.out, second));
+	assert_null(strstr(r.out, sbx_id));
+	snprintf(hint, sizeof(hint), "sbx: more sandboxes: sbx ls --limit 1 --starting-after %s\n",
+		 second);
+	assert_string_equal(r.err, hint);
+	run_free(&r);
+	r = sbx("", "ls --limit 1 --starting-after %s", second);
+	assert_int_equal(r.rc, 0);
+	assert_non_null(strstr(r.out, sbx_id));
+	run_free(&r);
+	r = sbx("", "rm %s", second);
+	assert_int_equal(r.rc, 0);
 	run_free(&r);
 }
 
@@ -387,6 +421,39 @@ static void cp_files_and_directories(void **state)
 	r = sbx("", "cp %s/blob %s/elsewhere", work, work);
 	assert_int_equal(r.rc, 2);
 	run_free(&r);
+
+	/* '-' is stdout and stdin, not a file named '-' */
+	size_t blob_len;
+	char *blob;
+	snprintf(path, sizeof path, "%s/blob", work);
+	assert_non_null(blob = sbx_read_file(path, 1u << 20, &blob_len));
+	r = sbx("", "cp %s:/home/sandbox/blob -", sbx_id);
+	assert_int_equal(r.rc, 0);
+	assert_int_equal(r.out_len, blob_len);
+	assert_memory_equal(r.out, blob, blob_len);
+	assert_non_null(strstr(r.err, "to stdout"));
+	run_free(&r);
+	free(blob);
+	assert_int_not_equal(access("-", F_OK), 0);
+	sbx_stdin = path;
+	r = sbx("", "cp - %s:/home/sandbox/from-stdin", sbx_id);
+	sbx_stdin = "/dev/null";
+	assert_int_equal(r.rc, 0);
+	assert_non_null(strstr(r.err, "copied stdin to"));
+	assert_non_null(strstr(r.err, "(300000 bytes)"));
+	run_free(&r);
+	r = sbx("",
+		"exec %s -- 'stat -c %%a /home/sandbox/from-stdin; cmp /home/sandbox/blob "
+		"/home/sandbox/from-stdin && echo same'",
+		sbx_id);
+	assert_string_equal(r.out, "644\nsame\n");
+	run_free(&r);
+	/* a directory to stdout: its tar stream */
+	r = sbx("", "cp %s:/home/sandbox/tree -", sbx_id);
+	assert_int_equal(r.rc, 0);
+	assert_true(r.out_len >= 1024);
+	assert_memory_equal(r.out + 257, "ustar", 5);
+	run_free(&r);
 }
 
 static void extend_then_rm(void **state)
@@ -441,6 +508,20 @@ static void run_and_verify_a_receipt_offline(void **state)
 	assert_non_null(o = json_tokener_parse(r.out));
 	assert_true(json_object_object_get_ex(o, "receipt", &rc));
 	snprintf(rid, sizeof(rid), "%s", jstr(rc, "id"));
+	/* the salt sits beside the receipt, as on exec; not in billing */
+	{
+		json_object *bill, *salt;
+		assert_true(json_object_object_get_ex(rc, "fingerprint_salt", &salt));
+		assert_int_equal(strlen(jstr(rc, "fingerprint_salt")), 66);
+		assert_true(json_object_object_get_ex(o, "billing", &bill));
+		assert_false(json_object_object_get_ex(bill, "fingerprint_salt", NULL));
+		/* the shape of executions made before it moved: salt in billing */
+		json_object_object_add(bill, "fingerprint_salt", json_object_get(salt));
+		json_object_object_del(rc, "fingerprint_salt");
+		write_text("execution-old.json",
+			   json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
+								 JSON_C_TO_STRING_NOSLASHESCAPE));
+	}
 	json_object_put(o);
 	run_free(&r);
 
@@ -463,6 +544,13 @@ static void run_and_verify_a_receipt_offline(void **state)
 	assert_int_equal(r.rc, 0);
 	assert_non_null(strstr(r.out, "valid: receipt rcpt_"));
 	assert_non_null(strstr(r.out, "input fingerprint verified"));
+	run_free(&r);
+	r = sbx(env,
+		"receipt verify %s/receipt.json --public-key %s/key.pem --execution "
+		"%s/execution-old.json",
+		work, work, work);
+	assert_int_equal(r.rc, 0);
+	assert_non_null(strstr(r.out, "output fingerprint"));
 	run_free(&r);
 
 	/* another output than the one signed */
@@ -512,9 +600,64 @@ static void usage_and_keys(void **state)
 	assert_int_equal(r.rc, 1);
 	assert_non_null(strstr(r.err, "param granularity"));
 	run_free(&r);
+	/* hourly: the last 24 hours, none in the future (not the whole month) */
+	char now_s[32], day[16];
+	sbx_rfc3339(sbx_wall_ms(), now_s);
+	r = sbx("", "usage --granularity hour --json");
+	assert_int_equal(r.rc, 0);
+	assert_non_null(o = json_tokener_parse(r.out));
+	assert_true(json_object_object_get_ex(o, "buckets", &data));
+	assert_int_equal(json_object_array_length(data), 24);
+	assert_true(strcmp(jstr(json_object_array_get_idx(data, 23), "start"), now_s) <= 0);
+	json_object_put(o);
+	run_free(&r);
+	r = sbx("", "usage --granularity hour");
+	assert_int_equal(r.rc, 0);
+	{
+		const char *rows = strstr(r.out, "START");
+		size_t n = 0;
+		assert_non_null(rows);
+		for (; *rows; rows++)
+			n += *rows == '\n';
+		assert_int_equal(n, 1 + 24);
+	}
+	run_free(&r);
+	/* plain dates: --to's day is included */
+	snprintf(day, sizeof(day), "%.10s", now_s);
+	r = sbx("", "usage --from %s --to %s --granularity day --json", day, day);
+	assert_int_equal(r.rc, 0);
+	assert_non_null(o = json_tokener_parse(r.out));
+	assert_true(json_object_object_get_ex(o, "buckets", &data));
+	assert_int_equal(json_object_array_length(data), 1);
+	assert_true(json_object_object_get_ex(o, "period", &data));
+	assert_int_equal(strncmp(jstr(data, "from"), day, 10), 0);
+	assert_string_equal(jstr(data, "from") + 10, "T00:00:00Z");
+	assert_true(jint(o, "consumed_micro_usd") > 0);
+	json_object_put(o);
+	run_free(&r);
+	r = sbx("", "usage --from 2026-02-30");
+	assert_int_equal(r.rc, 2);
+	run_free(&r);
+
+	/* scopes: set at create, shown by the list */
+	r = sbx("", "keys create --scope sandboxes");
+	assert_int_equal(r.rc, 0);
+	assert_non_null(strstr(r.err, "(scopes sandboxes)"));
+	run_free(&r);
+	r = sbx("", "keys");
+	assert_int_equal(r.rc, 0);
+	assert_non_null(strstr(r.out, "SCOPES"));
+	assert_non_null(strstr(r.out, "  sandboxes  "));
+	assert_non_null(strstr(r.out, "  sandboxes,keys  "));
+	run_free(&r);
+	r = sbx("", "keys create --scope nonsense");
+	assert_int_equal(r.rc, 1);
+	assert_non_null(strstr(r.err, "param scopes"));
+	run_free(&r);
 
 	r = sbx("", "keys create");
 	assert_int_equal(r.rc, 0);
+	assert_non_null(strstr(r.err, "(scopes sandboxes,keys)"));
 	assert_int_equal(strncmp(r.out, "aas_sk_", 7), 0);
 	snprintf(secret, sizeof(secret), "%.*s", (int)strcspn(r.out, "\n"), r.out);
 	run_free(&r);
@@ -524,7 +667,7 @@ static void usage_and_keys(void **state)
 	assert_int_equal(r.rc, 0);
 	assert_non_null(o = json_tokener_parse(r.out));
 	assert_true(json_object_object_get_ex(o, "data", &data));
-	assert_int_equal(json_object_array_length(data), 2);
+	assert_int_equal(json_object_array_length(data), 3);
 	key_id[0] = '\0';
 	for (size_t i = 0; i < json_object_array_length(data); i++) {
 		json_object *k = json_object_array_get_idx(data, i);

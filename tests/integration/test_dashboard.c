@@ -115,6 +115,10 @@ static void test_pages_and_headers(void **state)
 		get_file(pages[i], "text/html; charset=utf-8", true, inline_code);
 	get_file("/app.js", "text/javascript; charset=utf-8", false, html_sinks);
 	get_file("/reference.js", "text/javascript; charset=utf-8", false, html_sinks);
+	/* the icon every browser asks for, from the assets (an SVG: scripts
+	 * in it run nowhere, its CSP is the JSON one) */
+	get_file("/favicon.ico", "image/svg+xml", false, html_sinks);
+	get_file("/favicon.svg", "image/svg+xml", false, html_sinks);
 
 	assert_int_equal(http_request(&d, "GET", "/v1/openapi.json", NULL, NULL, NULL, 0, &r), 0);
 	assert_int_equal(r.status, 200);

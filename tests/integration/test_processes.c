@@ -578,6 +578,7 @@ static void process_stdin_reaches_the_process(void **state)
 	pid = proc_start("read line; echo \"got:$line\"");
 	r = proc_pid_req("POST", pid, "stdin", "{\"data\": \"hello there\\n\"}");
 	assert_int_equal(r.status, 200);
+	assert_string_equal(jstr(r.json, "object"), "process_stdin");
 	assert_int_equal(jint(r.json, "written"), 12);
 	http_reply_free(&r);
 	drain_expect(pid, 0, "got:hello there\n");
@@ -604,6 +605,16 @@ static void process_signal_kills_its_tree(void **state)
 	assert_int_equal(r.status, 400);
 	assert_string_equal(jerr(r.json, "param"), "signal");
 	http_reply_free(&r);
+	/* other spellings of signals it does not send stay refused */
+	r = proc_pid_req("POST", pid, "signal", "{\"signal\": \"SIGQUIT\"}");
+	assert_int_equal(r.status, 400);
+	http_reply_free(&r);
+	r = proc_pid_req("POST", pid, "signal", "{\"signal\": 3}");
+	assert_int_equal(r.status, 400);
+	http_reply_free(&r);
+	r = proc_pid_req("POST", pid, "signal", "{\"signal\": \"SIG\"}");
+	assert_int_equal(r.status, 400);
+	http_reply_free(&r);
 	/* both children exist before the signal: under TCG a forked child
 	 * can take a while to exec sleep, so look until both show (10 s) */
 	for (int i = 0;; i++) {
@@ -616,8 +627,11 @@ static void process_signal_kills_its_tree(void **state)
 			break;
 		usleep(500 * 1000);
 	}
-	r = proc_pid_req("POST", pid, "signal", "{\"signal\": \"TERM\"}");
+	/* SIGTERM, sigterm, "15" and 15 are TERM; the reply names it TERM */
+	r = proc_pid_req("POST", pid, "signal", "{\"signal\": \"SIGTERM\"}");
 	assert_int_equal(r.status, 200);
+	assert_string_equal(jstr(r.json, "object"), "process_signal");
+	assert_string_equal(jstr(r.json, "signal"), "TERM");
 	assert_int_equal(jbool(r.json, "sent"), 1);
 	assert_string_equal(jstr(r.json, "status"), "running");
 	assert_true(jis_null(r.json, "exit_code"));
@@ -628,8 +642,19 @@ static void process_signal_kills_its_tree(void **state)
 	http_reply_free(&r);
 
 	/* a process that has exited is not signalled again, and says so */
-	r = proc_pid_req("POST", pid, "signal", "{\"signal\": \"KILL\"}");
+	r = proc_pid_req("POST", pid, "signal", "{\"signal\": 9}");
 	assert_int_equal(r.status, 200);
+	assert_string_equal(jstr(r.json, "signal"), "KILL");
+	assert_int_equal(jbool(r.json, "sent"), 0);
+	http_reply_free(&r);
+	r = proc_pid_req("POST", pid, "signal", "{\"signal\": \"sigint\"}");
+	assert_int_equal(r.status, 200);
+	assert_string_equal(jstr(r.json, "signal"), "INT");
+	assert_int_equal(jbool(r.json, "sent"), 0);
+	http_reply_free(&r);
+	r = proc_pid_req("POST", pid, "signal", "{\"signal\": \"15\"}");
+	assert_int_equal(r.status, 200);
+	assert_string_equal(jstr(r.json, "signal"), "TERM");
 	assert_int_equal(jbool(r.json, "sent"), 0);
 	assert_string_equal(jstr(r.json, "status"), "exited");
 	assert_int_equal(jint(r.json, "exit_code"), 128 + 15);

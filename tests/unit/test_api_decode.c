@@ -156,6 +156,12 @@ static void test_exec_body_not_an_object(void **state)
 	body_message(S("{\"command\":"), bad);
 	body_message(S("{\"command\": \"x"), bad);
 	body_message(S("-"), bad);
+	/* where: line, column and byte */
+	body_message(S("{\"command\": \"x\",\n \"env\": x}"),
+		     "not valid JSON: unexpected character at line 2, column 9 (byte 25)");
+	body_message(S("{\"command\":"), "it ends in the middle of a value at line 1, column 12");
+	body_message(S("{\"command\": \"x\"} {}"), "unexpected character at line 1, column 18");
+	body_message(S("{\"command\": \"x\0\"}"), "a NUL byte at line 1, column 15 (byte 14)");
 	/* json-c keeps the last of two equal names; we refuse them. */
 	body_message(S("{\"command\": \"a\", \"command\": \"b\"}"), "more than once");
 	body_message(S("{\"command\": \"x\", \"env\": {\"A\": \"1\", \"A\": \"2\"}}"),

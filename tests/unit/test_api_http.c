@@ -172,6 +172,12 @@ static struct json_object *get(struct json_object *o, const char *k)
 	return v;
 }
 
+/* The error's message of a reply. */
+static const char *message(const struct resp *r)
+{
+	return json_object_get_string(get(get(r->json, "error"), "message"));
+}
+
 static int setup(void **state)
 {
 	struct sandbox_account acct;
@@ -261,6 +267,10 @@ static void test_routes(void **state)
 
 	http("GET", "/v1/nope", F.key, NULL, NULL, &r);
 	assert_error(&r, 404, "not_found", NULL);
+	/* the daemon's own reference page, not a path in a repository */
+	assert_string_equal(message(&r),
+			    "unknown endpoint 'GET /v1/nope'; the endpoints are listed at "
+			    "/reference.html");
 	resp_release(&r);
 	http("GET", "/v1/sandboxes/", F.key, NULL, NULL, &r);
 	assert_error(&r, 404, "not_found", NULL);
@@ -307,6 +317,19 @@ static void test_bodies(void **state)
 
 	http("POST", "/v1/sandboxes", F.key, "application/json", "not json", &r);
 	assert_error(&r, 400, "invalid_request", NULL);
+	assert_string_equal(message(&r), "the request body is not valid JSON: null expected at "
+					 "line 1, column 2 (byte 1)");
+	resp_release(&r);
+	http("POST", "/v1/sandboxes", F.key, "application/json", "{\"size\": \"small\",\n \"x\": }",
+	     &r);
+	assert_error(&r, 400, "invalid_request", NULL);
+	assert_non_null(strstr(message(&r), "unexpected character at line 2, column 7 (byte 24)"));
+	resp_release(&r);
+	/* an unknown size lists the sizes */
+	http("POST", "/v1/sandboxes", F.key, "application/json", "{\"size\": \"huge\"}", &r);
+	assert_error(&r, 400, "invalid_request", "size");
+	assert_non_null(
+	    strstr(message(&r), "unknown size 'huge'; the sizes are 'small', 'medium'"));
 	resp_release(&r);
 	http("POST", "/v1/sandboxes", F.key, "application/json", "[1]", &r);
 	assert_error(&r, 400, "invalid_request", NULL);

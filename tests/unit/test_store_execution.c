@@ -48,7 +48,7 @@ static void test_execution_money(void **state)
 	assert_int_equal(b.available_micro, 600);
 	assert_int_equal(store_ledger_check(s, NULL, &err), 0);
 	assert_int_equal(store_execution_settle(s, "sbxr_1", "completed", sbx_wall_ms(), 40,
-						"rcpt_1", "{\"x\":1}", NULL, &err),
+						"rcpt_1", "{\"exit_code\":3,\"x\":1}", NULL, &err),
 			 0);
 	assert_int_equal(store_execution_settle(s, "sbxr_1", "completed", sbx_wall_ms(), 40,
 						"rcpt_1", "{}", NULL, &err),
@@ -59,9 +59,21 @@ static void test_execution_money(void **state)
 	assert_int_equal(b.balance_micro, 960);
 	assert_int_equal(b.consumed_micro, 40);
 	assert_int_equal(store_execution_get(s, a.id, "sbxr_1", &got, &err), 0);
-	assert_string_equal(got.response, "{\"x\":1}");
+	assert_string_equal(got.response, "{\"exit_code\":3,\"x\":1}");
 	assert_string_equal(got.status, "completed");
 	free(got.response);
+	/* the list reads the exit code from the stored answer */
+	{
+		struct store_execution *rows;
+		size_t n;
+		bool more;
+
+		assert_int_equal(store_execution_list(s, a.id, 10, &rows, &n, &more, &err), 0);
+		assert_int_equal(n, 1);
+		assert_true(rows[0].has_exit_code);
+		assert_int_equal(rows[0].exit_code, 3);
+		free(rows);
+	}
 	assert_int_equal(store_execution_get(s, "acct_other", "sbxr_1", &got, &err), -1);
 
 	/* 2. failed before it ran (charge 0): the whole hold comes back, not
@@ -264,6 +276,18 @@ static void test_response_retention(void **state)
 	assert_int_equal(store_execution_get(s, a.id, "sbxr_a3", &got, &err), 0);
 	assert_string_equal(got.response, body);
 	free(got.response);
+	/* a list over answers dropped or not JSON: no exit code, no error */
+	{
+		struct store_execution *rows;
+		size_t n;
+		bool more;
+
+		assert_int_equal(store_execution_list(s, a.id, 10, &rows, &n, &more, &err), 0);
+		assert_int_equal(n, 4);
+		for (size_t i = 0; i < n; i++)
+			assert_false(rows[i].has_exit_code);
+		free(rows);
+	}
 	assert_int_equal(store_ledger_check(s, NULL, &err), 0);
 	store_close(s);
 	unlink(path);
