@@ -159,8 +159,9 @@ static void handle_output(struct agentless_conn *c, const struct wire_header *h,
 	fn = rc == 0 && len > 0 ? e->on_output : NULL;
 	opaque = e->opaque;
 	/* Only this thread ends an exec while in_output is set (tick skips
-	 * it; attach and free close the channel, which waits for us), so e
-	 * stays valid across the unlocked call. */
+	 * it; attach and free close the channel, which waits for us; a
+	 * failed launch waits on `cond`), so e stays valid across the
+	 * unlocked call. */
 	e->in_output = fn != NULL;
 	pthread_mutex_unlock(&c->lock);
 	if (rc < 0) {
@@ -182,6 +183,7 @@ static void handle_output(struct agentless_conn *c, const struct wire_header *h,
 		conn_send(c, WIRE_PAUSE, h->id, NULL, 0);
 	pthread_mutex_lock(&c->lock);
 	e->in_output = false;
+	pthread_cond_broadcast(&c->cond); /* conn_launch may wait for it */
 	resume = e->resume_wanted && e->paused;
 	e->resume_wanted = false;
 	if (resume)
@@ -533,11 +535,18 @@ static int conn_launch(struct agentless_conn *c, struct exec *e, uint8_t type, c
 		return 0;
 
 	/* not sent: unless someone already failed it (and called its
-	 * callback), take it back and report the error to the caller */
+	 * callback), take it back and report the error to the caller. A
+	 * hostile guest may have guessed the id and be inside its on_output
+	 * on the recv thread right now: wait for that call to return (it
+	 * never blocks), so that neither e nor the caller's opaque is used
+	 * once we return -1. */
 	pthread_mutex_lock(&c->lock);
 	e = conn_exec_take(c, id);
-	if (e)
+	if (e) {
 		conn_abandon(c, id);
+		while (e->in_output)
+			pthread_cond_wait(&c->cond, &c->lock);
+	}
 	pthread_mutex_unlock(&c->lock);
 	if (!e)
 		return 0;

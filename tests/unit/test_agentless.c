@@ -1869,11 +1869,138 @@ static void test_credit_window(void **state)
 	}
 }
 
+/* ------------------------------------ a channel whose EXEC send fails */
+
+/* A fake channel: the WELCOME goes through; an EXEC frame is refused (as
+ * a queue past its cap, or a channel closing in a reopen, refuses it),
+ * but only after a hostile guest that guessed the exec's id got a STDOUT
+ * frame for it into the recv thread, whose on_output is still running
+ * when send() returns. */
+struct failing_chan {
+	struct agentless_conn *conn;
+	pthread_t rx;
+	bool rx_started;
+	uint32_t exec_id;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool in_output;	      /* on_output entered */
+	bool output_returned; /* on_output returned */
+	unsigned done_calls;
+};
+
+static void *failing_chan_rx(void *arg)
+{
+	struct failing_chan *f = arg;
+	uint8_t buf[WIRE_HEADER_LEN + 4];
+
+	agentless_conn_recv(f->conn, buf, frame_build(buf, WIRE_STDOUT, f->exec_id, "out!", 4));
+	return NULL;
+}
+
+static int failing_chan_send(void *ctx, const void *buf, size_t len)
+{
+	struct failing_chan *f = ctx;
+	struct wire_header h;
+
+	assert_true(len >= WIRE_HEADER_LEN);
+	assert_int_equal(wire_header_decode(buf, WIRE_MAX_PAYLOAD, &h), 0);
+	if (h.type != WIRE_EXEC)
+		return 0;
+	f->exec_id = h.id;
+	assert_int_equal(pthread_create(&f->rx, NULL, failing_chan_rx, f), 0);
+	f->rx_started = true;
+	pthread_mutex_lock(&f->lock);
+	while (!f->in_output)
+		pthread_cond_wait(&f->cond, &f->lock);
+	pthread_mutex_unlock(&f->lock);
+	return -1;
+}
+
+static void failing_chan_close(void *ctx)
+{
+	struct failing_chan *f = ctx;
+
+	if (f->rx_started)
+		pthread_join(f->rx, NULL);
+	f->rx_started = false;
+}
+
+static bool failing_on_output(void *opaque, uint32_t id, bool is_stderr, const void *data,
+			      size_t len)
+{
+	struct failing_chan *f = opaque;
+
+	pthread_mutex_lock(&f->lock);
+	f->in_output = true;
+	pthread_cond_broadcast(&f->cond);
+	pthread_mutex_unlock(&f->lock);
+	usleep(300 * 1000); /* still inside when the launch fails */
+	pthread_mutex_lock(&f->lock);
+	f->output_returned = true;
+	pthread_mutex_unlock(&f->lock);
+	return false;
+}
+
+static void failing_done(void *opaque, struct agentless_exec_result *res,
+			 const struct sbx_error *err)
+{
+	struct failing_chan *f = opaque;
+
+	pthread_mutex_lock(&f->lock);
+	f->done_calls++;
+	pthread_mutex_unlock(&f->lock);
+	agentless_exec_result_release(res);
+}
+
+/* When agentless_exec_start() fails because the EXEC could not be sent,
+ * nothing of that exec runs any more once it returns -1: not its
+ * on_output (the caller frees the opaque) and not on freed memory (ASan
+ * saw the recv thread write into the freed exec). */
+static void test_launch_send_fails_during_output(void **state)
+{
+	struct failing_chan f = {0};
+	struct agentless_exec_req req = *simple_req();
+	struct sbx_error err;
+	uint8_t hello[64], frame[128];
+	struct wire_writer w;
+
+	(void)state;
+	pthread_mutex_init(&f.lock, NULL);
+	pthread_cond_init(&f.cond, NULL);
+	f.conn = agentless_conn_new(NULL, NULL, NULL);
+	agentless_conn_attach(
+	    f.conn,
+	    (struct sbx_channel){.ctx = &f, .send = failing_chan_send, .close = failing_chan_close},
+	    false);
+	wire_writer_init(&w, hello, sizeof hello);
+	wire_put_u32(&w, WIRE_T_VERSION, 3);
+	wire_put_u32(&w, WIRE_T_VERSION_MIN, 1);
+	agentless_conn_recv(f.conn, frame, frame_build(frame, WIRE_HELLO, 0, hello, w.len));
+	assert_int_equal(agentless_conn_wait_hello(f.conn, sbx_mono_ms() + 5000, &err), 0);
+
+	req.on_output = failing_on_output;
+	assert_int_equal(agentless_exec_start(f.conn, &req, failing_done, &f, &err), -1);
+	assert_int_equal(err.code, SBX_E_SANDBOX_ERROR);
+	pthread_mutex_lock(&f.lock);
+	assert_true(f.in_output);
+	assert_true(f.output_returned); /* not running any more */
+	pthread_mutex_unlock(&f.lock);
+	pthread_join(f.rx, NULL);
+	f.rx_started = false;
+	assert_int_equal(f.done_calls, 0);
+	assert_int_equal(agentless_conn_inflight(f.conn), 0);
+	agentless_conn_free(f.conn, "test over");
+	assert_int_equal(f.done_calls, 0);
+	pthread_cond_destroy(&f.cond);
+	pthread_mutex_destroy(&f.lock);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_handshake_and_welcome),
 	    cmocka_unit_test(test_credit_window),
+	    cmocka_unit_test(test_launch_send_fails_during_output),
 	    cmocka_unit_test(test_version_mismatch),
 	    cmocka_unit_test(test_exec_round_trip),
 	    cmocka_unit_test(test_interleaved),
