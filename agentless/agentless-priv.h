@@ -23,6 +23,16 @@
  * are dropped silently instead of counting as a violation. */
 #define ABANDONED_MAX 64
 
+/* The PING-confirmed window (struct agentless_conn, ping_window): a PING
+ * every WIN_PING_EVERY bytes, at most WIN_PINGS_MAX unanswered, ids with
+ * WIN_PING_BIT set (the host's own pings never have it), and no frame
+ * larger than WIN_FRAME_MAX (a frame past the window could never be
+ * confirmed). */
+#define WIN_PING_EVERY (WIRE_CHANNEL_WINDOW / 4)
+#define WIN_PINGS_MAX  64
+#define WIN_PING_BIT   0x80000000u
+#define WIN_FRAME_MAX  (WIRE_CHANNEL_WINDOW / 2)
+
 /* One output stream of an exec: the head the guest shipped, <= cap bytes
  * (only counted in `len`, not kept, for a streamed exec). */
 struct stream_buf {
@@ -103,6 +113,27 @@ struct agentless_conn {
 	 * next to hand out (both per connection) */
 	uint32_t credit_epoch;
 	uint32_t next_epoch;
+	/* The same window for a guest that does not CREDIT (older than v4,
+	 * or not heard from since a reattach): the host confirms what it
+	 * wrote with PINGs of its own, WIN_PING_EVERY bytes apart; a PONG
+	 * proves the guest read every byte queued before its PING.
+	 * win_sent counts the bytes of frames queued whole since the window
+	 * opened, win_pings the PINGs in flight (id, win_sent when sent). */
+	bool ping_window;
+	uint64_t win_sent, win_pinged;
+	/* where a v4 guest's CREDITs count from, past the window's start:
+	 * 0, or the end of the WELCOME that moved a PING-confirmed window to
+	 * CREDITs (as counted, never past where it really ends) */
+	uint64_t credit_base;
+	/* the most credited to the channel, and the guest's last ACKED (both
+	 * only on the recv thread) */
+	uint64_t win_credited, guest_acked;
+	struct {
+		uint32_t id;
+		uint64_t mark;
+	} win_pings[WIN_PINGS_MAX];
+	unsigned win_ping_head, win_ping_n;
+	uint32_t next_win_ping;
 
 	unsigned hellos;	   /* HELLOs on this channel */
 	double unsolicited_tokens; /* bucket, refilled at UNSOLICITED_PER_S */

@@ -15,8 +15,12 @@
  * the guest's CREDIT frames move it (sbx_channel.credit), so a guest that
  * stops reading never has more than the window in flight outside the
  * channel's own queue; a CREDIT the channel refuses (back, or past what
- * was written) is a violation. Channels without those ops (the socket
- * transport) send unbounded; their WELCOME has no WINDOW.
+ * was written) is a violation. A guest that does not CREDIT (older than
+ * v4, or saying v3 or nothing after a reattach) gets the same window,
+ * confirmed by the host's own PINGs (a PONG proves every byte before its
+ * PING read; docs/protocol.md), and is refused frames over half the
+ * window. Channels without those ops (the socket transport) send
+ * unbounded; their WELCOME has no WINDOW.
  *
  * Threads: agentless_conn_recv() runs on the channel provider's thread;
  * everything else may be called from any thread. Completion callbacks run on

@@ -506,6 +506,18 @@ static int conn_launch(struct agentless_conn *c, struct exec *e, uint8_t type, c
 				     "%s (v%u); create a new sandbox",
 				     v, too_old, need_version);
 	}
+	if (c->ping_window && len > WIN_FRAME_MAX) {
+		uint32_t v = c->version;
+
+		pthread_mutex_unlock(&c->lock);
+		exec_free(e);
+		return sbx_error_set(
+		    err, SBX_E_SANDBOX_ERROR, NULL,
+		    "this sandbox's guest speaks exec protocol v%u, which cannot "
+		    "take a request of more than %u KiB over this host's transport "
+		    "(v4); create a new sandbox",
+		    v, WIN_FRAME_MAX / 1024);
+	}
 	if (c->n_execs >= c->lim.max_inflight) {
 		pthread_mutex_unlock(&c->lock);
 		exec_free(e);

@@ -1785,8 +1785,7 @@ static struct fx *fx_new_vmm_chan(void)
 /* Protocol v4 over the real socket channel (vmm/): the host writes at most
  * WIRE_CHANNEL_WINDOW past the WELCOME and no more until the guest's
  * CREDIT; a CREDIT of another epoch grants nothing and breaks nothing; a
- * CREDIT for more than was written breaks the channel. A v3 guest gets no
- * window at all. */
+ * CREDIT for more than was written breaks the channel. */
 static void test_credit_window(void **state)
 {
 	static char cmd[40000];
@@ -1849,24 +1848,7 @@ static void test_credit_window(void **state)
 	assert_non_null(strstr(fx->broken_why, "CREDIT"));
 	fx_free(fx);
 
-	/* a v3 guest: WELCOME id 0, no WINDOW, and no limit */
-	fx = fx_new_vmm_chan();
-	guest_hello(fx->gfd, 3, 1);
-	assert_int_equal(agentless_conn_wait_hello(fx->conn, sbx_mono_ms() + 5000, &err), 0);
-	guest_recv(fx->gfd, &h, &p);
-	assert_int_equal(h.type, WIRE_WELCOME);
-	assert_int_equal(h.id, 0);
-	free(p);
-	for (int i = 0; i < 3; i++) {
-		probe_init(&pr[i]);
-		start(fx, &req, &pr[i]);
-	}
-	assert_true(guest_drain(fx->gfd, SIZE_MAX, 500) > 3 * sizeof cmd);
-	fx_free(fx);
-	for (int i = 0; i < 3; i++) {
-		probe_wait(&pr[i]);
-		probe_release(&pr[i]);
-	}
+	/* a v3 guest: test_window_without_credit */
 }
 
 /* ------------------------------------ a channel whose EXEC send fails */
@@ -1995,12 +1977,182 @@ static void test_launch_send_fails_during_output(void **state)
 	pthread_mutex_destroy(&f.lock);
 }
 
+/* Read what the host writes for `ms` (until quiet) into buf at *have;
+ * the bytes read. */
+static size_t guest_collect(int fd, uint8_t *buf, size_t cap, size_t *have, int ms)
+{
+	struct pollfd pfd = {.fd = fd, .events = POLLIN};
+	size_t start = *have;
+
+	while (*have < cap && poll(&pfd, 1, ms) == 1) {
+		ssize_t n = read(fd, buf + *have, cap - *have);
+		if (n <= 0)
+			break;
+		*have += (size_t)n;
+	}
+	return *have - start;
+}
+
+/* Walk the whole frames of buf from *off on: answer each window PING
+ * (the host's own, id with the top bit) with its PONG; count EXECs. */
+static void guest_answer_pings(int fd, const uint8_t *buf, size_t have, size_t *off,
+			       unsigned *execs, unsigned *pings, uint32_t *epoch,
+			       size_t *welcome_end)
+{
+	struct wire_header h;
+
+	while (have - *off >= WIRE_HEADER_LEN) {
+		assert_int_equal(wire_header_decode(buf + *off, WIRE_MAX_PAYLOAD, &h), 0);
+		if (have - *off < WIRE_HEADER_LEN + h.len)
+			return;
+		if (h.type == WIRE_PING && (h.id & 0x80000000u)) {
+			guest_send(fd, WIRE_PONG, h.id, buf + *off + WIRE_HEADER_LEN, h.len);
+			(*pings)++;
+		}
+		if (h.type == WIRE_EXEC)
+			(*execs)++;
+		*off += WIRE_HEADER_LEN + h.len;
+		if (h.type == WIRE_WELCOME && h.id != 0 && epoch) {
+			*epoch = h.id;
+			*welcome_end = *off;
+		}
+	}
+}
+
+/* Over a channel with a window, a guest that does not CREDIT (it says v3,
+ * or after a reattach says nothing, or says v3 then) still never has more
+ * than the window in flight: the host confirms with PINGs of its own and
+ * writes a window past what their PONGs confirm. */
+static void test_window_without_credit(void **state)
+{
+	static char cmd[40000];
+	static uint8_t buf[1 << 20];
+	struct agentless_exec_req req = *simple_req();
+	struct fx *fx = fx_new_vmm_chan();
+	struct sbx_error err;
+	struct wire_header h;
+	struct probe pr[4];
+	size_t have = 0, off = 0;
+	unsigned execs = 0, pings = 0;
+	uint8_t *p;
+
+	(void)state;
+	memset(cmd, 'x', sizeof cmd);
+	req.command = cmd;
+	req.command_len = sizeof cmd;
+
+	/* a v3 guest: WELCOME id 0, no WINDOW, but a window all the same */
+	guest_hello(fx->gfd, 3, 1);
+	assert_int_equal(agentless_conn_wait_hello(fx->conn, sbx_mono_ms() + 5000, &err), 0);
+	guest_recv(fx->gfd, &h, &p);
+	assert_int_equal(h.type, WIRE_WELCOME);
+	assert_int_equal(h.id, 0);
+	free(p);
+	for (int i = 0; i < 4; i++) {
+		probe_init(&pr[i]);
+		start(fx, &req, &pr[i]);
+	}
+	size_t first = guest_collect(fx->gfd, buf, sizeof buf, &have, 500);
+	assert_true(first > 0 && first <= WIRE_CHANNEL_WINDOW);
+	/* answering the PINGs lets the rest through */
+	do {
+		guest_answer_pings(fx->gfd, buf, have, &off, &execs, &pings, NULL, NULL);
+	} while (guest_collect(fx->gfd, buf, sizeof buf, &have, 500) > 0);
+	guest_answer_pings(fx->gfd, buf, have, &off, &execs, &pings, NULL, NULL);
+	assert_int_equal(execs, 4);
+	assert_true(pings > 0);
+	assert_int_equal(fx_broken_calls(fx), 0);
+	/* a request larger than such a window can confirm is refused */
+	static char big[WIRE_CHANNEL_WINDOW];
+	memset(big, 'y', sizeof big);
+	req.command = big;
+	req.command_len = sizeof big;
+	assert_int_equal(agentless_exec_start(fx->conn, &req, probe_done, &pr[0], &err), -1);
+	assert_int_equal(err.code, SBX_E_SANDBOX_ERROR);
+	assert_non_null(strstr(err.message, "create a new sandbox"));
+	req.command = cmd;
+	req.command_len = sizeof cmd;
+	fx_free(fx);
+	for (int i = 0; i < 4; i++) {
+		probe_wait(&pr[i]);
+		probe_release(&pr[i]);
+	}
+
+	/* a reopen (daemon restart, host reconnect) to a guest that says
+	 * nothing: the same */
+	fx = fx_new_vmm_chan();
+	int fds[2], oldfd = fx->gfd;
+	struct sbx_channel ch;
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+	assert_int_equal(
+	    vmm_chan_sock_from_fd(fds[0], "t2", agentless_conn_recv, fx->conn, &ch, &err), 0);
+	fx->gfd = fds[1];
+	agentless_conn_attach(fx->conn, ch, true);
+	close(oldfd);
+	guest_recv(fx->gfd, &h, &p);
+	assert_int_equal(h.type, WIRE_WELCOME);
+	free(p);
+	for (int i = 0; i < 4; i++) {
+		probe_init(&pr[i]);
+		start(fx, &req, &pr[i]);
+	}
+	have = 0;
+	first = guest_collect(fx->gfd, buf, sizeof buf, &have, 500);
+	assert_true(first > 0 && first <= WIRE_CHANNEL_WINDOW);
+	/* then says v3: the window stays */
+	guest_hello(fx->gfd, 3, 1);
+	assert_true(guest_collect(fx->gfd, buf, sizeof buf, &have, 300) < 100); /* a WELCOME */
+	assert_int_equal(fx_broken_calls(fx), 0);
+	/* then v4 (as a v4 guest does after a reattach): the window moves to
+	 * its CREDITs, counted from the end of the WELCOME that says so */
+	guest_hello(fx->gfd, WIRE_VERSION, WIRE_VERSION_MIN);
+	uint32_t epoch = 0;
+	size_t welcome_end = 0;
+	off = 0;
+	execs = pings = 0;
+	for (int round = 0; round < 100; round++) {
+		guest_answer_pings(fx->gfd, buf, have, &off, &execs, &pings, &epoch, &welcome_end);
+		if (epoch != 0)
+			guest_credit(fx->gfd, epoch, have - welcome_end);
+		if (guest_collect(fx->gfd, buf, sizeof buf, &have, 500) == 0)
+			break;
+	}
+	guest_answer_pings(fx->gfd, buf, have, &off, &execs, &pings, &epoch, &welcome_end);
+	assert_int_not_equal(epoch, 0);
+	assert_int_equal(execs, 4);
+	assert_int_equal(fx_broken_calls(fx), 0);
+	/* more EXECs now flow by the CREDITs alone */
+	struct probe pr2[3];
+	for (int i = 0; i < 3; i++) {
+		probe_init(&pr2[i]);
+		start(fx, &req, &pr2[i]);
+	}
+	for (int round = 0; round < 100; round++) {
+		guest_credit(fx->gfd, epoch, have - welcome_end);
+		if (guest_collect(fx->gfd, buf, sizeof buf, &have, 500) == 0)
+			break;
+	}
+	guest_answer_pings(fx->gfd, buf, have, &off, &execs, &pings, &epoch, &welcome_end);
+	assert_int_equal(execs, 7);
+	assert_int_equal(fx_broken_calls(fx), 0);
+	fx_free(fx);
+	for (int i = 0; i < 3; i++) {
+		probe_wait(&pr2[i]);
+		probe_release(&pr2[i]);
+	}
+	for (int i = 0; i < 4; i++) {
+		probe_wait(&pr[i]);
+		probe_release(&pr[i]);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_handshake_and_welcome),
 	    cmocka_unit_test(test_credit_window),
 	    cmocka_unit_test(test_launch_send_fails_during_output),
+	    cmocka_unit_test(test_window_without_credit),
 	    cmocka_unit_test(test_version_mismatch),
 	    cmocka_unit_test(test_exec_round_trip),
 	    cmocka_unit_test(test_interleaved),
