@@ -37,10 +37,12 @@
  * (only counted in `len`, not kept, for a streamed exec). */
 struct stream_buf {
 	char *data;
-	size_t len;
+	size_t len; /* bytes kept (0 when count_only) */
 	size_t alloc;
+	uint64_t shipped; /* bytes the guest shipped, <= cap */
 	uint32_t cap;
 	bool count_only;
+	bool full; /* the exec's charge was refused: keep no more */
 };
 
 struct exec {
@@ -48,6 +50,7 @@ struct exec {
 	uint32_t id;
 	agentless_exec_done_fn done;
 	agentless_output_fn on_output; /* NULL: output is buffered */
+	agentless_charge_fn charge;    /* NULL: nothing to charge */
 	/* set for a PROC request instead of an exec: its reply */
 	agentless_proc_done_fn proc_done;
 	void *opaque;
@@ -135,6 +138,15 @@ struct agentless_conn {
 	unsigned win_ping_head, win_ping_n;
 	uint32_t next_win_ping;
 
+	/* A streamed exec's output frames that arrive back to back (one
+	 * read's worth of tiny frames) go to its on_output as one chunk: the
+	 * recv thread gathers them here and hands them on before any other
+	 * frame, and before agentless_conn_recv returns (so nothing waits). */
+	uint32_t co_id;
+	uint8_t co_type;
+	size_t co_len;
+	uint8_t co_buf[WIRE_MAX_CHUNK];
+
 	unsigned hellos;	   /* HELLOs on this channel */
 	double unsolicited_tokens; /* bucket, refilled at UNSOLICITED_PER_S */
 	int64_t unsolicited_at_ms; /* last refill, sbx_mono_ms() */
@@ -171,6 +183,9 @@ void *xcalloc(size_t n, size_t size);
  * PROC_REPLY): true when handled here. Recv thread, no lock held. */
 bool exec_frame(struct agentless_conn *c, const struct wire_header *h, const uint8_t *p,
 		size_t len);
+/* Hand gathered output (co_*) to its exec's on_output. Recv thread (or
+ * after the channel closed), no lock held. */
+void exec_output_flush(struct agentless_conn *c);
 /* Fail each exec of the list (already unlinked) with err and free it. No
  * lock held. */
 void execs_fail(struct exec *list, const struct sbx_error *err);

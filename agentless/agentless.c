@@ -579,6 +579,8 @@ static void handle_pong(struct agentless_conn *c, uint32_t id, const uint8_t *p,
 static void conn_handle_frame(struct agentless_conn *c, const struct wire_header *h,
 			      const uint8_t *p, size_t len)
 {
+	if (h->type != WIRE_STDOUT && h->type != WIRE_STDERR)
+		exec_output_flush(c); /* gathered output comes before this */
 	if (xfer_frame(c, h, p, len) || exec_frame(c, h, p, len))
 		return;
 	switch (h->type) {
@@ -599,6 +601,7 @@ static void conn_handle_frame(struct agentless_conn *c, const struct wire_header
 
 static void conn_eof(struct agentless_conn *c)
 {
+	exec_output_flush(c);
 	pthread_mutex_lock(&c->lock);
 	c->ch_eof = true;
 	reasm_reset(c);
@@ -611,15 +614,22 @@ static void conn_eof(struct agentless_conn *c)
 	pthread_mutex_unlock(&c->lock);
 }
 
+static void conn_recv_frames(struct agentless_conn *c, const uint8_t *in, size_t len);
+
 void agentless_conn_recv(void *conn, const void *buf, size_t len)
 {
 	struct agentless_conn *c = conn;
-	const uint8_t *in = buf;
 
 	if (len == 0) {
 		conn_eof(c);
 		return;
 	}
+	conn_recv_frames(c, buf, len);
+	exec_output_flush(c); /* nothing gathered waits for the next read */
+}
+
+static void conn_recv_frames(struct agentless_conn *c, const uint8_t *in, size_t len)
+{
 	/* The recv thread is the only one that touches the reassembly state
 	 * (besides attach/free after the channel closed), so it is read
 	 * without the lock; the lock only guards the hand-off points. */
@@ -736,6 +746,7 @@ void agentless_conn_attach(struct agentless_conn *c, struct sbx_channel ch, bool
 	c->credit_epoch = 0; /* the new channel has no window yet */
 	c->ping_window = false;
 	c->win_ping_n = 0;
+	c->co_len = 0;
 	c->unsolicited_tokens = UNSOLICITED_BURST;
 	c->unsolicited_at_ms = sbx_mono_ms();
 	/* execs sent over the old channel cannot be trusted to finish */

@@ -2146,6 +2146,129 @@ static void test_window_without_credit(void **state)
 	}
 }
 
+/* A sink that keeps what on_output gets: 'O'/'E' then the bytes, per call. */
+struct gsink {
+	pthread_mutex_t lock;
+	char bytes[8192];
+	size_t len;
+	int calls;
+	uint64_t charged, charge_max;
+};
+
+struct gctx {
+	struct probe pr; /* first: done's opaque is the probe */
+	struct gsink *g;
+};
+
+static bool gsink_output(void *opaque, uint32_t exec_id, bool is_stderr, const void *data,
+			 size_t len)
+{
+	struct gsink *g = ((struct gctx *)opaque)->g;
+
+	pthread_mutex_lock(&g->lock);
+	if (g->len + len + 1 < sizeof g->bytes) {
+		g->bytes[g->len++] = is_stderr ? 'E' : 'O';
+		memcpy(g->bytes + g->len, data, len);
+		g->len += len;
+	}
+	g->calls++;
+	pthread_mutex_unlock(&g->lock);
+	return false;
+}
+
+static bool gsink_charge(void *opaque, bool is_stderr, size_t len)
+{
+	struct gsink *g = ((struct gctx *)opaque)->g;
+	bool ok;
+
+	pthread_mutex_lock(&g->lock);
+	ok = g->charged + len <= g->charge_max;
+	if (ok)
+		g->charged += len;
+	pthread_mutex_unlock(&g->lock);
+	return ok;
+}
+
+/* Tiny output frames that arrive back to back reach on_output gathered
+ * (a guest's 1-byte frames do not cost an event each), in order, stdout
+ * and stderr apart; a buffered exec whose charge is refused keeps no more
+ * of that stream and says truncated. */
+static void test_output_gathered_and_charged(void **state)
+{
+	static uint8_t frames[2000 * (WIRE_HEADER_LEN + 1)];
+	struct fx *fx = fx_new(1000, 0);
+	struct agentless_exec_req req = *simple_req();
+	struct gsink g = {.charge_max = UINT64_MAX};
+	struct gctx ctx = {.g = &g};
+	struct wire_header h;
+	uint8_t *p, chunk[60];
+	size_t n = 0;
+
+	(void)state;
+	pthread_mutex_init(&g.lock, NULL);
+	fx_handshake(fx);
+	req.on_output = gsink_output;
+	req.stdout_cap = req.stderr_cap = 4096;
+	probe_init(&ctx.pr);
+	start(fx, &req, &ctx.pr);
+	guest_recv(fx->gfd, &h, &p);
+	assert_int_equal(h.type, WIRE_EXEC);
+	free(p);
+	for (int i = 0; i < 2000; i++)
+		n += frame_build(frames + n, i == 1000 ? WIRE_STDERR : WIRE_STDOUT, h.id, "a", 1);
+	guest_write(fx->gfd, frames, n); /* one write: the reader takes 3000 bytes a time */
+	guest_exit(fx->gfd, h.id, 0, 1999, 1, 0);
+	probe_wait(&ctx.pr);
+	assert_true(ctx.pr.ok);
+	probe_release(&ctx.pr);
+	pthread_mutex_lock(&g.lock);
+	assert_true(g.calls >= 3 && g.calls <= 40); /* one per frame before */
+	assert_int_equal(g.len, 2000 + (size_t)g.calls);
+	/* in order: stdout's first 1000, then stderr's one, then the rest */
+	size_t outs = 0;
+	bool seen_err = false;
+	for (size_t i = 0; i < g.len;) {
+		char k = g.bytes[i++];
+		assert_true(k == 'O' || k == 'E');
+		while (i < g.len && g.bytes[i] == 'a') {
+			if (k == 'O')
+				outs++;
+			i++;
+			if (k == 'E')
+				break;
+		}
+		if (k == 'E') {
+			assert_int_equal(outs, 1000);
+			seen_err = true;
+		}
+	}
+	assert_true(seen_err);
+	assert_int_equal(outs, 1999);
+	pthread_mutex_unlock(&g.lock);
+
+	/* buffered, charged: the second 60 bytes are refused */
+	req.on_output = NULL;
+	req.charge = gsink_charge;
+	g.charge_max = 100;
+	probe_init(&ctx.pr);
+	start(fx, &req, &ctx.pr);
+	guest_recv(fx->gfd, &h, &p);
+	free(p);
+	memset(chunk, 'b', sizeof chunk);
+	for (int i = 0; i < 3; i++)
+		guest_send(fx->gfd, WIRE_STDOUT, h.id, chunk, sizeof chunk);
+	guest_exit(fx->gfd, h.id, 0, 180, 0, 0);
+	probe_wait(&ctx.pr);
+	assert_true(ctx.pr.ok);
+	assert_int_equal(ctx.pr.res.stdout_len, 60);
+	assert_int_equal(ctx.pr.res.stdout_total, 180);
+	assert_true(ctx.pr.res.truncated);
+	assert_int_equal(g.charged, 60);
+	probe_release(&ctx.pr);
+	fx_free(fx);
+	pthread_mutex_destroy(&g.lock);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -2153,6 +2276,7 @@ int main(void)
 	    cmocka_unit_test(test_credit_window),
 	    cmocka_unit_test(test_launch_send_fails_during_output),
 	    cmocka_unit_test(test_window_without_credit),
+	    cmocka_unit_test(test_output_gathered_and_charged),
 	    cmocka_unit_test(test_version_mismatch),
 	    cmocka_unit_test(test_exec_round_trip),
 	    cmocka_unit_test(test_interleaved),
