@@ -128,8 +128,7 @@ struct agentless_conn {
 	 * 0, or the end of the WELCOME that moved a PING-confirmed window to
 	 * CREDITs (as counted, never past where it really ends) */
 	uint64_t credit_base;
-	/* the most credited to the channel, and the guest's last ACKED (both
-	 * only on the recv thread) */
+	/* the most credited to the channel, and the guest's last ACKED */
 	uint64_t win_credited, guest_acked;
 	struct {
 		uint32_t id;

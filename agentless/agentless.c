@@ -447,7 +447,7 @@ static void handle_credit(struct agentless_conn *c, uint32_t id, const uint8_t *
 {
 	struct wire_reader r;
 	struct wire_field f;
-	uint64_t acked = 0, base;
+	uint64_t acked = 0, base, credited, gacked;
 	bool have = false, stale, flood = false;
 	struct sbx_channel ch;
 	int rc;
@@ -474,6 +474,8 @@ static void handle_credit(struct agentless_conn *c, uint32_t id, const uint8_t *
 		c->senders++; /* keeps ch.ctx alive, as in conn_send */
 	ch = c->ch;
 	base = c->credit_base;
+	credited = c->win_credited;
+	gacked = c->guest_acked;
 	pthread_mutex_unlock(&c->lock);
 	if (stale) {
 		if (flood)
@@ -482,14 +484,14 @@ static void handle_credit(struct agentless_conn *c, uint32_t id, const uint8_t *
 	}
 	/* a PONG of a PING sent before the window moved to CREDITs may have
 	 * credited more already: the channel's count only goes forward */
-	rc = acked < c->guest_acked || acked > UINT64_MAX - base ? -1 : 0;
-	if (rc == 0 && ch.credit && base + acked > c->win_credited)
+	rc = acked < gacked || acked > UINT64_MAX - base ? -1 : 0;
+	if (rc == 0 && ch.credit && base + acked > credited)
 		rc = ch.credit(ch.ctx, base + acked);
+	pthread_mutex_lock(&c->lock);
 	if (rc == 0) {
 		c->guest_acked = acked;
 		c->win_credited = SBX_MAX(c->win_credited, base + acked);
 	}
-	pthread_mutex_lock(&c->lock);
 	c->senders--;
 	pthread_cond_broadcast(&c->cond);
 	pthread_mutex_unlock(&c->lock);
@@ -502,7 +504,7 @@ static void handle_credit(struct agentless_conn *c, uint32_t id, const uint8_t *
  * counted before it; the channel may write a window past that. */
 static void handle_win_pong(struct agentless_conn *c, uint32_t id, size_t len)
 {
-	uint64_t mark = 0;
+	uint64_t mark = 0, credited;
 	bool found = false, flood = false;
 	struct sbx_channel ch;
 	int rc;
@@ -528,6 +530,7 @@ static void handle_win_pong(struct agentless_conn *c, uint32_t id, size_t len)
 	if (found)
 		c->senders++; /* keeps ch.ctx alive, as in conn_send */
 	ch = c->ch;
+	credited = c->win_credited;
 	pthread_mutex_unlock(&c->lock);
 	if (!found) {
 		if (flood)
@@ -535,12 +538,11 @@ static void handle_win_pong(struct agentless_conn *c, uint32_t id, size_t len)
 		return;
 	}
 	rc = 0;
-	if (ch.credit && mark > c->win_credited) {
+	if (ch.credit && mark > credited)
 		rc = ch.credit(ch.ctx, mark);
-		if (rc == 0)
-			c->win_credited = mark;
-	}
 	pthread_mutex_lock(&c->lock);
+	if (rc == 0)
+		c->win_credited = SBX_MAX(c->win_credited, mark);
 	c->senders--;
 	pthread_cond_broadcast(&c->cond);
 	pthread_mutex_unlock(&c->lock);
