@@ -217,8 +217,13 @@ run: deps
 
 bench: all image-tiny $(BENCH_BINS)
 
+# AddressSanitizer + UBSan: the unit tests and the fuzz corpus replays.
+# Any report fails the run (UB too: -fno-sanitize-recover).
+ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+ASAN_OPTIONS_RUN := halt_on_error=1 detect_leaks=1 abort_on_error=0
 asan:
-	$(MAKE) BUILD=build-asan BIN=build-asan/bin SANITIZE="-fsanitize=address,undefined -fno-omit-frame-pointer" all test-unit
+	ASAN_OPTIONS="$(ASAN_OPTIONS_RUN)" UBSAN_OPTIONS="halt_on_error=1 print_stacktrace=1" \
+		$(MAKE) BUILD=build-asan BIN=build-asan/bin SANITIZE="$(ASAN_FLAGS)" test-unit
 
 # ThreadSanitizer: the unit tests, then the integration tests that drive
 # the daemon's threads hardest (TSAN_INTEG) against a TSan-built daemon.

@@ -23,14 +23,26 @@
  * are dropped silently instead of counting as a violation. */
 #define ABANDONED_MAX 64
 
+/* The PING-confirmed window (struct agentless_conn, ping_window): a PING
+ * every WIN_PING_EVERY bytes, at most WIN_PINGS_MAX unanswered, ids with
+ * WIN_PING_BIT set (the host's own pings never have it), and no frame
+ * larger than WIN_FRAME_MAX (a frame past the window could never be
+ * confirmed). */
+#define WIN_PING_EVERY (WIRE_CHANNEL_WINDOW / 4)
+#define WIN_PINGS_MAX  64
+#define WIN_PING_BIT   0x80000000u
+#define WIN_FRAME_MAX  (WIRE_CHANNEL_WINDOW / 2)
+
 /* One output stream of an exec: the head the guest shipped, <= cap bytes
  * (only counted in `len`, not kept, for a streamed exec). */
 struct stream_buf {
 	char *data;
-	size_t len;
+	size_t len; /* bytes kept (0 when count_only) */
 	size_t alloc;
+	uint64_t shipped; /* bytes the guest shipped, <= cap */
 	uint32_t cap;
 	bool count_only;
+	bool full; /* the exec's charge was refused: keep no more */
 };
 
 struct exec {
@@ -38,6 +50,7 @@ struct exec {
 	uint32_t id;
 	agentless_exec_done_fn done;
 	agentless_output_fn on_output; /* NULL: output is buffered */
+	agentless_charge_fn charge;    /* NULL: nothing to charge */
 	/* set for a PROC request instead of an exec: its reply */
 	agentless_proc_done_fn proc_done;
 	void *opaque;
@@ -103,6 +116,35 @@ struct agentless_conn {
 	 * next to hand out (both per connection) */
 	uint32_t credit_epoch;
 	uint32_t next_epoch;
+	/* The same window for a guest that does not CREDIT (older than v4,
+	 * or not heard from since a reattach): the host confirms what it
+	 * wrote with PINGs of its own, WIN_PING_EVERY bytes apart; a PONG
+	 * proves the guest read every byte queued before its PING.
+	 * win_sent counts the bytes of frames queued whole since the window
+	 * opened, win_pings the PINGs in flight (id, win_sent when sent). */
+	bool ping_window;
+	uint64_t win_sent, win_pinged;
+	/* where a v4 guest's CREDITs count from, past the window's start:
+	 * 0, or the end of the WELCOME that moved a PING-confirmed window to
+	 * CREDITs (as counted, never past where it really ends) */
+	uint64_t credit_base;
+	/* the most credited to the channel, and the guest's last ACKED */
+	uint64_t win_credited, guest_acked;
+	struct {
+		uint32_t id;
+		uint64_t mark;
+	} win_pings[WIN_PINGS_MAX];
+	unsigned win_ping_head, win_ping_n;
+	uint32_t next_win_ping;
+
+	/* A streamed exec's output frames that arrive back to back (one
+	 * read's worth of tiny frames) go to its on_output as one chunk: the
+	 * recv thread gathers them here and hands them on before any other
+	 * frame, and before agentless_conn_recv returns (so nothing waits). */
+	uint32_t co_id;
+	uint8_t co_type;
+	size_t co_len;
+	uint8_t co_buf[WIRE_MAX_CHUNK];
 
 	unsigned hellos;	   /* HELLOs on this channel */
 	double unsolicited_tokens; /* bucket, refilled at UNSOLICITED_PER_S */
@@ -140,6 +182,9 @@ void *xcalloc(size_t n, size_t size);
  * PROC_REPLY): true when handled here. Recv thread, no lock held. */
 bool exec_frame(struct agentless_conn *c, const struct wire_header *h, const uint8_t *p,
 		size_t len);
+/* Hand gathered output (co_*) to its exec's on_output. Recv thread (or
+ * after the channel closed), no lock held. */
+void exec_output_flush(struct agentless_conn *c);
 /* Fail each exec of the list (already unlinked) with err and free it. No
  * lock held. */
 void execs_fail(struct exec *list, const struct sbx_error *err);

@@ -170,6 +170,8 @@ static int conn_send_ex(struct agentless_conn *c, uint8_t type, uint32_t id, con
 	struct wire_header h = {.type = type, .id = id, .len = (uint32_t)len};
 	_cleanup_free_ uint8_t *frame = NULL;
 	struct sbx_channel ch;
+	uint32_t epoch, ping_id = 0;
+	bool counted;
 	int rc;
 
 	if (len > WIRE_MAX_PAYLOAD)
@@ -186,8 +188,16 @@ static int conn_send_ex(struct agentless_conn *c, uint8_t type, uint32_t id, con
 		pthread_mutex_unlock(&c->lock);
 		return -1;
 	}
+	if (c->ping_window && !set_window && len > WIN_FRAME_MAX) {
+		/* it could never be confirmed: the window would stay shut */
+		pthread_mutex_unlock(&c->lock);
+		return -1;
+	}
 	ch = c->ch;
 	c->senders++;
+	/* counted only when it is queued wholly after the window opened */
+	counted = c->ping_window && !set_window;
+	epoch = c->credit_epoch;
 	pthread_mutex_unlock(&c->lock);
 
 	if (set_window && ch.send_window)
@@ -198,7 +208,22 @@ static int conn_send_ex(struct agentless_conn *c, uint8_t type, uint32_t id, con
 	pthread_mutex_lock(&c->lock);
 	c->senders--;
 	pthread_cond_broadcast(&c->cond);
+	if (rc == 0 && counted && c->ping_window && c->credit_epoch == epoch) {
+		c->win_sent += WIRE_HEADER_LEN + len;
+		if (c->win_sent - c->win_pinged >= WIN_PING_EVERY &&
+		    c->win_ping_n < WIN_PINGS_MAX) {
+			unsigned i = (c->win_ping_head + c->win_ping_n++) % WIN_PINGS_MAX;
+
+			ping_id = WIN_PING_BIT | c->next_win_ping++;
+			c->win_pings[i].id = ping_id;
+			c->win_pings[i].mark = c->win_sent;
+			c->win_pinged = c->win_sent;
+		}
+	}
 	pthread_mutex_unlock(&c->lock);
+	/* its PONG confirms every byte counted so far (queued before it) */
+	if (ping_id != 0)
+		conn_send_ex(c, WIRE_PING, ping_id, NULL, 0, false, 0);
 	return rc == 0 ? 0 : -1;
 }
 
@@ -218,27 +243,51 @@ static int conn_send_welcome(struct agentless_conn *c, uint32_t version)
 {
 	uint8_t buf[48];
 	struct wire_writer w;
-	uint32_t epoch;
-	bool open_now = false;
+	uint32_t epoch, id;
+	bool open_now = false, switched = false, credit;
 
 	pthread_mutex_lock(&c->lock);
-	epoch = c->credit_epoch;
-	/* only a channel that can hold bytes back (the stream transport) */
-	if (epoch == 0 && version >= 4 && c->have_ch && c->ch.send_window) {
+	/* Only a channel that can hold bytes back (the stream transport)
+	 * has a window, and there every guest gets one, whatever it says or
+	 * does not say: a v4 guest CREDITs, any other one is confirmed by
+	 * PINGs (ping_window). The window opens once per channel (reopening
+	 * it would forget what is in flight), and moves from PINGs to CREDITs
+	 * once, when a v4 HELLO comes (after a reattach): the guest's count
+	 * then starts at this WELCOME's end (credit_base). Never back, and
+	 * never reopened by another HELLO. */
+	credit = version >= 4;
+	if (c->have_ch && c->ch.send_window && c->credit_epoch == 0) {
+		c->ping_window = !credit;
+		c->win_sent = c->win_pinged = 0;
+		c->win_ping_head = c->win_ping_n = 0;
+		c->credit_base = 0;
+		c->win_credited = c->guest_acked = 0;
+		open_now = true;
+	} else if (c->have_ch && c->ch.send_window && c->ping_window && credit) {
+		c->ping_window = false; /* counting stops: win_sent stays */
+		switched = true;
+	}
+	if (open_now || switched) {
 		epoch = ++c->next_epoch;
 		if (epoch == 0)
 			epoch = ++c->next_epoch;
 		c->credit_epoch = epoch;
-		open_now = true;
 	}
-	pthread_mutex_unlock(&c->lock);
-
+	epoch = c->credit_epoch;
+	/* the guest learns of the window only when it can CREDIT */
+	id = c->ping_window ? 0 : epoch;
 	wire_writer_init(&w, buf, sizeof buf);
 	wire_put_u32(&w, WIRE_T_VERSION, version);
 	wire_put_u64(&w, WIRE_T_TIME_NS, now_realtime_ns());
-	if (epoch != 0)
+	if (id != 0)
 		wire_put_u32(&w, WIRE_T_WINDOW, WIRE_CHANNEL_WINDOW);
-	return conn_send_ex(c, WIRE_WELCOME, epoch, buf, w.len, open_now, WIRE_CHANNEL_WINDOW);
+	/* the WELCOME lands at or after what was counted; a CREDIT of
+	 * this epoch cannot come before it is sent */
+	if (switched)
+		c->credit_base = c->win_sent + WIRE_HEADER_LEN + w.len;
+	pthread_mutex_unlock(&c->lock);
+
+	return conn_send_ex(c, WIRE_WELCOME, id, buf, w.len, open_now, WIRE_CHANNEL_WINDOW);
 }
 
 /* Detach the channel once nobody sends on it; the caller closes it. Call
@@ -398,7 +447,7 @@ static void handle_credit(struct agentless_conn *c, uint32_t id, const uint8_t *
 {
 	struct wire_reader r;
 	struct wire_field f;
-	uint64_t acked = 0;
+	uint64_t acked = 0, base, credited, gacked;
 	bool have = false, stale, flood = false;
 	struct sbx_channel ch;
 	int rc;
@@ -417,20 +466,32 @@ static void handle_credit(struct agentless_conn *c, uint32_t id, const uint8_t *
 		return;
 	}
 	pthread_mutex_lock(&c->lock);
-	stale = c->credit_epoch == 0 || id != c->credit_epoch || !c->have_ch || c->ch_eof;
+	stale = c->credit_epoch == 0 || c->ping_window || id != c->credit_epoch || !c->have_ch ||
+		c->ch_eof;
 	if (stale)
 		flood = !conn_unsolicited_ok_locked(c);
 	else
 		c->senders++; /* keeps ch.ctx alive, as in conn_send */
 	ch = c->ch;
+	base = c->credit_base;
+	credited = c->win_credited;
+	gacked = c->guest_acked;
 	pthread_mutex_unlock(&c->lock);
 	if (stale) {
 		if (flood)
 			conn_violation(c, "a flood of CREDITs for epoch %u", id);
 		return;
 	}
-	rc = ch.credit ? ch.credit(ch.ctx, acked) : 0;
+	/* a PONG of a PING sent before the window moved to CREDITs may have
+	 * credited more already: the channel's count only goes forward */
+	rc = acked < gacked || acked > UINT64_MAX - base ? -1 : 0;
+	if (rc == 0 && ch.credit && base + acked > credited)
+		rc = ch.credit(ch.ctx, base + acked);
 	pthread_mutex_lock(&c->lock);
+	if (rc == 0) {
+		c->guest_acked = acked;
+		c->win_credited = SBX_MAX(c->win_credited, base + acked);
+	}
 	c->senders--;
 	pthread_cond_broadcast(&c->cond);
 	pthread_mutex_unlock(&c->lock);
@@ -439,10 +500,65 @@ static void handle_credit(struct agentless_conn *c, uint32_t id, const uint8_t *
 			       (unsigned long long)acked);
 }
 
+/* The PONG of a window PING (ping_window): the guest read every byte
+ * counted before it; the channel may write a window past that. */
+static void handle_win_pong(struct agentless_conn *c, uint32_t id, size_t len)
+{
+	uint64_t mark = 0, credited;
+	bool found = false, flood = false;
+	struct sbx_channel ch;
+	int rc;
+
+	pthread_mutex_lock(&c->lock);
+	/* answered in order: older ones are confirmed by this one too */
+	for (unsigned k = 0; k < c->win_ping_n && len == 0; k++) {
+		unsigned i = (c->win_ping_head + k) % WIN_PINGS_MAX;
+
+		if (c->win_pings[i].id == id) {
+			mark = c->win_pings[i].mark;
+			c->win_ping_head = (i + 1) % WIN_PINGS_MAX;
+			c->win_ping_n -= k + 1;
+			found = true;
+			break;
+		}
+	}
+	if (!found)
+		flood = !conn_unsolicited_ok_locked(c);
+	/* still after the move to CREDITs: what is held back behind the
+	 * WELCOME that tells the guest so needs them to get through */
+	found = found && c->credit_epoch != 0 && c->have_ch && !c->ch_eof;
+	if (found)
+		c->senders++; /* keeps ch.ctx alive, as in conn_send */
+	ch = c->ch;
+	credited = c->win_credited;
+	pthread_mutex_unlock(&c->lock);
+	if (!found) {
+		if (flood)
+			conn_violation(c, "a flood of unsolicited PONGs");
+		return;
+	}
+	rc = 0;
+	if (ch.credit && mark > credited)
+		rc = ch.credit(ch.ctx, mark);
+	pthread_mutex_lock(&c->lock);
+	if (rc == 0)
+		c->win_credited = SBX_MAX(c->win_credited, mark);
+	c->senders--;
+	pthread_cond_broadcast(&c->cond);
+	pthread_mutex_unlock(&c->lock);
+	if (rc < 0)
+		sbx_warn(MOD, "window PONG: the channel refused a credit of %llu bytes",
+			 (unsigned long long)mark);
+}
+
 static void handle_pong(struct agentless_conn *c, uint32_t id, const uint8_t *p, size_t len)
 {
 	struct ping_waiter *w;
 
+	if (id & WIN_PING_BIT) {
+		handle_win_pong(c, id, len);
+		return;
+	}
 	pthread_mutex_lock(&c->lock);
 	for (w = c->pings; w; w = w->next) {
 		if (w->id == id && !w->answered && w->len == len &&
@@ -465,6 +581,8 @@ static void handle_pong(struct agentless_conn *c, uint32_t id, const uint8_t *p,
 static void conn_handle_frame(struct agentless_conn *c, const struct wire_header *h,
 			      const uint8_t *p, size_t len)
 {
+	if (h->type != WIRE_STDOUT && h->type != WIRE_STDERR)
+		exec_output_flush(c); /* gathered output comes before this */
 	if (xfer_frame(c, h, p, len) || exec_frame(c, h, p, len))
 		return;
 	switch (h->type) {
@@ -485,6 +603,7 @@ static void conn_handle_frame(struct agentless_conn *c, const struct wire_header
 
 static void conn_eof(struct agentless_conn *c)
 {
+	exec_output_flush(c);
 	pthread_mutex_lock(&c->lock);
 	c->ch_eof = true;
 	reasm_reset(c);
@@ -497,15 +616,22 @@ static void conn_eof(struct agentless_conn *c)
 	pthread_mutex_unlock(&c->lock);
 }
 
+static void conn_recv_frames(struct agentless_conn *c, const uint8_t *in, size_t len);
+
 void agentless_conn_recv(void *conn, const void *buf, size_t len)
 {
 	struct agentless_conn *c = conn;
-	const uint8_t *in = buf;
 
 	if (len == 0) {
 		conn_eof(c);
 		return;
 	}
+	conn_recv_frames(c, buf, len);
+	exec_output_flush(c); /* nothing gathered waits for the next read */
+}
+
+static void conn_recv_frames(struct agentless_conn *c, const uint8_t *in, size_t len)
+{
 	/* The recv thread is the only one that touches the reassembly state
 	 * (besides attach/free after the channel closed), so it is read
 	 * without the lock; the lock only guards the hand-off points. */
@@ -620,6 +746,9 @@ void agentless_conn_attach(struct agentless_conn *c, struct sbx_channel ch, bool
 	c->ready = false;
 	c->hellos = 0;
 	c->credit_epoch = 0; /* the new channel has no window yet */
+	c->ping_window = false;
+	c->win_ping_n = 0;
+	c->co_len = 0;
 	c->unsolicited_tokens = UNSOLICITED_BURST;
 	c->unsolicited_at_ms = sbx_mono_ms();
 	/* execs sent over the old channel cannot be trusted to finish */
@@ -701,7 +830,7 @@ static struct ping_waiter *ping_begin(struct agentless_conn *c, size_t len, stru
 	pthread_mutex_lock(&c->lock);
 	ok = c->ready && !c->broken;
 	w->id = c->next_ping++;
-	if (c->next_ping == 0)
+	if (c->next_ping >= WIN_PING_BIT)
 		c->next_ping = 1;
 	if (ok) {
 		for (size_t i = 0; i < len; i++)

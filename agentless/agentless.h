@@ -15,8 +15,12 @@
  * the guest's CREDIT frames move it (sbx_channel.credit), so a guest that
  * stops reading never has more than the window in flight outside the
  * channel's own queue; a CREDIT the channel refuses (back, or past what
- * was written) is a violation. Channels without those ops (the socket
- * transport) send unbounded; their WELCOME has no WINDOW.
+ * was written) is a violation. A guest that does not CREDIT (older than
+ * v4, or saying v3 or nothing after a reattach) gets the same window,
+ * confirmed by the host's own PINGs (a PONG proves every byte before its
+ * PING read; docs/protocol.md), and is refused frames over half the
+ * window. Channels without those ops (the socket transport) send
+ * unbounded; their WELCOME has no WINDOW.
  *
  * Threads: agentless_conn_recv() runs on the channel provider's thread;
  * everything else may be called from any thread. Completion callbacks run on
@@ -97,14 +101,24 @@ uint32_t agentless_conn_version(struct agentless_conn *c);
 bool agentless_conn_alive(struct agentless_conn *c);
 
 /* The output of a streamed exec as it arrives: called on the recv thread
- * with no agentless lock held, once per STDOUT/STDERR frame of the exec
- * (len <= WIRE_MAX_CHUNK), in order, never concurrently with another call
+ * with no agentless lock held, with the bytes of one or more STDOUT (or
+ * STDERR) frames of the exec that arrived back to back (gathered: len <=
+ * WIRE_MAX_CHUNK), in order, never concurrently with another call
  * for the same exec and always before its done. `opaque` is done's. Must
  * not block. Return true to ask the guest to stop reading the exec's pipes
  * (PAUSE, protocol v3; an older guest keeps shipping, still within the
  * caps) until agentless_exec_resume(). */
 typedef bool (*agentless_output_fn)(void *opaque, uint32_t exec_id, bool is_stderr,
 				    const void *data, size_t len);
+
+/* The cost of output as it arrives: called on the recv thread with no
+ * agentless lock held, before the bytes of a STDOUT/STDERR frame of the
+ * exec are kept (or passed to on_output), with their count. Return false
+ * when they cannot be paid for: a buffered exec then keeps no more of
+ * that stream (the result says truncated, as at a cap); a streamed exec
+ * passes them on all the same (its consumer bounds itself). Must not
+ * block. */
+typedef bool (*agentless_charge_fn)(void *opaque, bool is_stderr, size_t len);
 
 struct agentless_exec_req {
 	const char *command; /* bytes, not NUL-terminated necessarily */
@@ -128,6 +142,8 @@ struct agentless_exec_req {
 	 * hold). The caps hold as for a buffered exec. A v3 guest ships each
 	 * read at once (STREAM); an older one in full chunks and at the end. */
 	agentless_output_fn on_output;
+	/* Optional: charge each frame's bytes before they are kept. */
+	agentless_charge_fn charge;
 };
 
 /* The outcome of one exec. Buffers are owned by the result: free with

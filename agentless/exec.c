@@ -31,12 +31,11 @@ static int stream_append(struct stream_buf *s, const void *data, size_t len)
 
 	if (len == 0)
 		return 0;
-	if (len > s->cap || s->len > s->cap - len)
+	if (len > s->cap || s->shipped > s->cap - len)
 		return -1;
-	if (s->count_only) {
-		s->len += len;
+	s->shipped += len;
+	if (s->count_only || s->full)
 		return 0;
-	}
 	need = s->len + len + 1;
 	if (need > s->alloc) {
 		size_t n = s->alloc ? s->alloc : 4096;
@@ -65,7 +64,7 @@ static char *stream_steal(struct stream_buf *s, size_t *len)
 	if (!p) {
 		p = xcalloc(1, 1);
 	}
-	*len = s->count_only ? 0 : s->len;
+	*len = s->len;
 	s->data = NULL;
 	s->len = s->alloc = 0;
 	return p;
@@ -134,13 +133,70 @@ void execs_fail(struct exec *list, const struct sbx_error *err)
 	}
 }
 
+/* Pass `len` bytes of e's output to its on_output (e found under the
+ * lock, which is released here), then PAUSE / RESUME as asked. */
+static void output_deliver(struct agentless_conn *c, struct exec *e, uint32_t id, bool is_stderr,
+			   const uint8_t *p, size_t len)
+{
+	agentless_output_fn fn = e->on_output;
+	void *opaque = e->opaque;
+	bool pause, send_pause, resume;
+
+	/* Only this thread ends an exec while in_output is set (tick skips
+	 * it; attach and free close the channel, which waits for us; a
+	 * failed launch waits on `cond`), so e stays valid across the
+	 * unlocked call. */
+	e->in_output = true;
+	pthread_mutex_unlock(&c->lock);
+	pause = fn(opaque, id, is_stderr, p, len);
+	pthread_mutex_lock(&c->lock);
+	send_pause = pause && !e->paused && c->version >= 3;
+	if (send_pause)
+		e->paused = true;
+	pthread_mutex_unlock(&c->lock);
+	/* in_output stays set until PAUSE is queued: a resume asked for in
+	 * the meantime (the consumer drained) is sent after it, never before */
+	if (send_pause)
+		conn_send(c, WIRE_PAUSE, id, NULL, 0);
+	pthread_mutex_lock(&c->lock);
+	e->in_output = false;
+	pthread_cond_broadcast(&c->cond); /* conn_launch may wait for it */
+	resume = e->resume_wanted && e->paused;
+	e->resume_wanted = false;
+	if (resume)
+		e->paused = false;
+	pthread_mutex_unlock(&c->lock);
+	if (resume)
+		conn_send(c, WIRE_RESUME, id, NULL, 0);
+}
+
+void exec_output_flush(struct agentless_conn *c)
+{
+	struct exec *e;
+
+	pthread_mutex_lock(&c->lock);
+	e = c->co_len ? conn_exec_find(c, c->co_id) : NULL;
+	if (!e) {
+		c->co_len = 0;
+		pthread_mutex_unlock(&c->lock);
+		return;
+	}
+	/* co_buf is the recv thread's own: no copy */
+	output_deliver(c, e, c->co_id, c->co_type == WIRE_STDERR, c->co_buf, c->co_len);
+	pthread_mutex_lock(&c->lock);
+	c->co_len = 0;
+	pthread_mutex_unlock(&c->lock);
+}
+
 static void handle_output(struct agentless_conn *c, const struct wire_header *h, const uint8_t *p,
 			  size_t len)
 {
+	bool is_stderr = h->type == WIRE_STDERR;
+	agentless_charge_fn charge;
+	struct stream_buf *s;
 	struct exec *e;
-	agentless_output_fn fn;
 	void *opaque;
-	bool pause, send_pause, resume;
+	bool paid = true;
 	int rc;
 
 	pthread_mutex_lock(&c->lock);
@@ -155,40 +211,51 @@ static void handle_output(struct agentless_conn *c, const struct wire_header *h,
 				       abandoned ? "(flooding) abandoned" : "unknown", h->id);
 		return;
 	}
-	rc = stream_append(h->type == WIRE_STDOUT ? &e->out : &e->err, p, len);
-	fn = rc == 0 && len > 0 ? e->on_output : NULL;
+	s = is_stderr ? &e->err : &e->out;
+	charge = len > 0 && !s->full ? e->charge : NULL;
 	opaque = e->opaque;
-	/* Only this thread ends an exec while in_output is set (tick skips
-	 * it; attach and free close the channel, which waits for us), so e
-	 * stays valid across the unlocked call. */
-	e->in_output = fn != NULL;
-	pthread_mutex_unlock(&c->lock);
+	if (charge) {
+		/* kept valid as for on_output (output_deliver) */
+		e->in_output = true;
+		pthread_mutex_unlock(&c->lock);
+		paid = charge(opaque, is_stderr, len);
+		pthread_mutex_lock(&c->lock);
+		e->in_output = false;
+		pthread_cond_broadcast(&c->cond);
+		if (!paid && !e->on_output)
+			s->full = true; /* keep no more: truncated */
+	}
+	rc = stream_append(s, p, len);
 	if (rc < 0) {
+		pthread_mutex_unlock(&c->lock);
 		conn_violation(c, "exec %u: %s past the cap the host asked for", h->id,
-			       h->type == WIRE_STDOUT ? "stdout" : "stderr");
+			       is_stderr ? "stderr" : "stdout");
 		return;
 	}
-	if (!fn)
+	if (!e->on_output || len == 0) {
+		pthread_mutex_unlock(&c->lock);
 		return;
-	pause = fn(opaque, h->id, h->type == WIRE_STDERR, p, len);
-	pthread_mutex_lock(&c->lock);
-	send_pause = pause && !e->paused && c->version >= 3;
-	if (send_pause)
-		e->paused = true;
+	}
+	/* gather back-to-back frames of one stream into one on_output call */
+	if (c->co_len > 0 &&
+	    (c->co_id != h->id || c->co_type != h->type || c->co_len + len > sizeof c->co_buf)) {
+		pthread_mutex_unlock(&c->lock);
+		exec_output_flush(c);
+		pthread_mutex_lock(&c->lock);
+		if (conn_exec_find(c, h->id) != e) { /* ended meanwhile */
+			pthread_mutex_unlock(&c->lock);
+			return;
+		}
+	}
+	if (len > sizeof c->co_buf) {
+		output_deliver(c, e, h->id, is_stderr, p, len); /* unlocks */
+		return;
+	}
+	memcpy(c->co_buf + c->co_len, p, len);
+	c->co_len += len;
+	c->co_id = h->id;
+	c->co_type = h->type;
 	pthread_mutex_unlock(&c->lock);
-	/* in_output stays set until PAUSE is queued: a resume asked for in
-	 * the meantime (the consumer drained) is sent after it, never before */
-	if (send_pause)
-		conn_send(c, WIRE_PAUSE, h->id, NULL, 0);
-	pthread_mutex_lock(&c->lock);
-	e->in_output = false;
-	resume = e->resume_wanted && e->paused;
-	e->resume_wanted = false;
-	if (resume)
-		e->paused = false;
-	pthread_mutex_unlock(&c->lock);
-	if (resume)
-		conn_send(c, WIRE_RESUME, h->id, NULL, 0);
 }
 
 /* Take the in-flight exec a final frame (EXIT, ERROR) names. NULL when
@@ -280,7 +347,10 @@ static void handle_exit(struct agentless_conn *c, const struct wire_header *h, c
 
 	memset(&res, 0, sizeof(res));
 	/* shipped bytes (kept, or only counted when streamed) */
-	uint64_t out_shipped = e->out.len, err_shipped = e->err.len;
+	uint64_t out_shipped = e->out.shipped, err_shipped = e->err.shipped;
+	/* a stream cut by its charge lacks the bytes shipped after it */
+	uint64_t out_kept = e->out.count_only ? out_shipped : e->out.len;
+	uint64_t err_kept = e->err.count_only ? err_shipped : e->err.len;
 
 	res.stdout_buf = stream_steal(&e->out, &res.stdout_len);
 	res.stderr_buf = stream_steal(&e->err, &res.stderr_len);
@@ -295,7 +365,7 @@ static void handle_exit(struct agentless_conn *c, const struct wire_header *h, c
 	/* never report fewer bytes than we hold */
 	res.stdout_total = SBX_MAX(out_total, out_shipped);
 	res.stderr_total = SBX_MAX(err_total, err_shipped);
-	res.truncated = res.stdout_total > out_shipped || res.stderr_total > err_shipped;
+	res.truncated = res.stdout_total > out_kept || res.stderr_total > err_kept;
 	e->done(e->opaque, &res, NULL);
 	exec_free(e);
 }
@@ -504,6 +574,18 @@ static int conn_launch(struct agentless_conn *c, struct exec *e, uint8_t type, c
 				     "%s (v%u); create a new sandbox",
 				     v, too_old, need_version);
 	}
+	if (c->ping_window && len > WIN_FRAME_MAX) {
+		uint32_t v = c->version;
+
+		pthread_mutex_unlock(&c->lock);
+		exec_free(e);
+		return sbx_error_set(
+		    err, SBX_E_SANDBOX_ERROR, NULL,
+		    "this sandbox's guest speaks exec protocol v%u, which cannot "
+		    "take a request of more than %u KiB over this host's transport "
+		    "(v4); create a new sandbox",
+		    v, WIN_FRAME_MAX / 1024);
+	}
 	if (c->n_execs >= c->lim.max_inflight) {
 		pthread_mutex_unlock(&c->lock);
 		exec_free(e);
@@ -533,11 +615,18 @@ static int conn_launch(struct agentless_conn *c, struct exec *e, uint8_t type, c
 		return 0;
 
 	/* not sent: unless someone already failed it (and called its
-	 * callback), take it back and report the error to the caller */
+	 * callback), take it back and report the error to the caller. A
+	 * hostile guest may have guessed the id and be inside its on_output
+	 * on the recv thread right now: wait for that call to return (it
+	 * never blocks), so that neither e nor the caller's opaque is used
+	 * once we return -1. */
 	pthread_mutex_lock(&c->lock);
 	e = conn_exec_take(c, id);
-	if (e)
+	if (e) {
 		conn_abandon(c, id);
+		while (e->in_output)
+			pthread_cond_wait(&c->cond, &c->lock);
+	}
 	pthread_mutex_unlock(&c->lock);
 	if (!e)
 		return 0;
@@ -583,6 +672,7 @@ int agentless_exec_start(struct agentless_conn *c, const struct agentless_exec_r
 	e = xcalloc(1, sizeof(*e));
 	e->done = done;
 	e->on_output = req->on_output;
+	e->charge = req->charge;
 	e->opaque = opaque;
 	stream_init(&e->out, req->stdout_cap);
 	stream_init(&e->err, req->stderr_cap);

@@ -8,11 +8,15 @@
  * them and, when none are ready, suspends the connection, which the next
  * chunk or the completion resumes. No thread waits on a guest.
  *
- * Bounds: the pending bytes never exceed what the exec's caps can produce
- * (the guest ships at most the caps; the host checks), which is what the
- * exec holds of the output budget, as a buffered exec does. Above
- * STREAM_HIGH pending bytes the exec is paused (the guest stops reading
- * its pipes, protocol v3); below STREAM_LOW it runs again.
+ * Bounds: the exec holds of the output budget what is pending, encoded
+ * (docs/api.md "Output budget"): each event is charged when it is
+ * appended and given back as the client reads it. Above STREAM_HIGH
+ * pending bytes, or when the budget refuses an event, the exec is paused
+ * (the guest stops reading its pipes, protocol v3); below STREAM_LOW it
+ * runs again. A guest that goes on shipping while paused, past the budget
+ * or past STREAM_MAX pending bytes, fails the stream: an `error` event
+ * ends it and the rest of the command's output is dropped. Tiny frames
+ * arrive gathered (agentless), so they do not cost an event each.
  *
  * Locking: the stream's state is guarded by srv->lock, like the rest of a
  * request's exec state (http-priv.h); nothing is encoded and nothing is
@@ -29,6 +33,8 @@
 /* Pause the command above this many pending bytes, resume below LOW. */
 #define STREAM_HIGH (256u << 10)
 #define STREAM_LOW  (64u << 10)
+/* Pending bytes past which a paused stream fails. */
+#define STREAM_MAX (8u << 20)
 /* Bytes held back per stream: an incomplete UTF-8 sequence at a chunk's
  * end waits for the rest in the next chunk. */
 #define CARRY_MAX 3
@@ -41,6 +47,7 @@ struct api_stream {
 	size_t off, len, alloc;
 	bool paused; /* the command was asked to pause */
 	bool ended;  /* the final event is in buf */
+	bool failed; /* past its bounds: output dropped, the error event sent */
 	uint32_t exec_id;
 	/* channel thread only (calls for one exec never overlap) */
 	uint8_t carry[2][CARRY_MAX];
@@ -184,6 +191,43 @@ static bool stream_append_locked(struct req *r, char *text, size_t len)
 	return true;
 }
 
+/* The guest goes on shipping past the stream's bounds though paused:
+ * drop `text` and what follows, end the reply with an error event. The
+ * command runs on in the guest to its end. Returns true (stay paused). */
+static bool stream_fail(struct req *r, char *text)
+{
+	struct api_server *srv = r->srv;
+	struct api_stream *s = r->stream;
+	struct json_object *o;
+	struct sbx_error e;
+	size_t el = 0;
+	char *etext;
+
+	free(text);
+	sbx_error_clear(&e);
+	sbx_error_set(&e, SBX_E_RATE_LIMITED, NULL,
+		      "the command's output passed what this stream may buffer (the client "
+		      "does not read it fast enough, and the guest did not pause); the rest "
+		      "of its output was dropped");
+	o = api_error_encode(&e);
+	json_object_object_add(o, "type", json_object_new_string("error"));
+	etext = event_text(s, "error", o, &el);
+	if (etext)
+		sandbox_output_grow(srv->svc, &r->hold, el, true);
+	pthread_mutex_lock(&srv->lock);
+	if (!s->failed) {
+		s->failed = true;
+		if (etext)
+			stream_append_locked(r, etext, el);
+		etext = NULL;
+		s->ended = true; /* the reply ends after the error */
+		stream_wake_locked(srv, r);
+	}
+	pthread_mutex_unlock(&srv->lock);
+	free(etext);
+	return true;
+}
+
 /* sandbox_exec_output_fn: the channel's thread, no lock held. */
 static bool stream_output(void *opaque, uint32_t exec_id, bool is_stderr, const void *data,
 			  size_t len)
@@ -209,10 +253,35 @@ static bool stream_output(void *opaque, uint32_t exec_id, bool is_stderr, const 
 	if (n == tail)
 		return false;
 	text = data_event(s, is_stderr, s->scratch, n - tail, false, &tl);
+	if (!text)
+		return false;
 
 	pthread_mutex_lock(&srv->lock);
 	s->exec_id = exec_id;
-	if (stream_append_locked(r, text, tl) && !s->paused && s->len - s->off > STREAM_HIGH) {
+	bool failed = s->failed, paused = s->paused;
+	size_t pending = s->len - s->off;
+	pthread_mutex_unlock(&srv->lock);
+	if (failed) {
+		free(text);
+		return true;
+	}
+	/* what is buffered is charged, encoded: past the budget, once more
+	 * after asking for a pause (frames already on their way), not again */
+	bool paid = sandbox_output_grow(srv->svc, &r->hold, tl, false) == 0;
+	if (!paid || pending + tl > STREAM_MAX) {
+		if (paused) {
+			if (paid)
+				sandbox_output_shrink(srv->svc, &r->hold, tl);
+			return stream_fail(r, text);
+		}
+		if (!paid)
+			sandbox_output_grow(srv->svc, &r->hold, tl, true);
+		pause = true;
+	}
+
+	pthread_mutex_lock(&srv->lock);
+	if (stream_append_locked(r, text, tl) && !s->paused &&
+	    (pause || s->len - s->off > STREAM_HIGH)) {
 		s->paused = true;
 		pause = true;
 	}
@@ -231,6 +300,18 @@ static void stream_done(void *opaque, struct sandbox_exec_result *res, const str
 	bool free_now;
 
 	api_req_slot_put(r);
+	pthread_mutex_lock(&srv->lock);
+	bool failed = s->failed;
+	pthread_mutex_unlock(&srv->lock);
+	if (failed) { /* its error event ended the reply */
+		sandbox_exec_result_release(res);
+		pthread_mutex_lock(&srv->lock);
+		free_now = --r->refs == 0;
+		pthread_mutex_unlock(&srv->lock);
+		if (free_now)
+			api_req_free(r);
+		return;
+	}
 	/* what an incomplete UTF-8 sequence held back: cut (truncated) or
 	 * replaced, as the buffered reply does */
 	for (int k = 0; k < 2; k++)
@@ -263,6 +344,9 @@ static void stream_done(void *opaque, struct sandbox_exec_result *res, const str
 		text[2] = event_text(s, "error", o, &tl[2]);
 	}
 
+	for (int i = 0; i < 3; i++)
+		if (text[i])
+			sandbox_output_grow(srv->svc, &r->hold, tl[i], true);
 	pthread_mutex_lock(&srv->lock);
 	for (int i = 0; i < 3; i++)
 		if (text[i])
@@ -305,6 +389,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 	}
 	exec_id = s->exec_id;
 	pthread_mutex_unlock(&srv->lock);
+	if (n > 0) /* read: no longer buffered */
+		sandbox_output_shrink(srv->svc, &r->hold, (uint64_t)n);
 	if (resume)
 		sandbox_exec_resume(srv->svc, r->id, exec_id);
 	return n;

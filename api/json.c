@@ -842,6 +842,12 @@ struct json_object *api_limits_encode_stats(const struct sandbox_config *cfg,
 		json_object_object_add(b, "per_exec_bytes_base64",
 				       json_object_new_int64((int64_t)(2 * cfg->output_cap_bytes *
 								       SANDBOX_REPLY_COST_BASE64)));
+		json_object_object_add(b, "per_exec_start_bytes",
+				       json_object_new_int64((int64_t)SANDBOX_EXEC_HOLD_START));
+		json_object_object_add(b, "per_byte_utf8",
+				       json_object_new_int64(SANDBOX_REPLY_COST_UTF8));
+		json_object_object_add(b, "per_byte_base64",
+				       json_object_new_int64(SANDBOX_REPLY_COST_BASE64));
 		json_object_object_add(o, "output_budget", b);
 	}
 	for (size_t i = 0; i < cfg->n_sizes && i < SANDBOX_MAX_SIZES; i++) {

@@ -71,6 +71,53 @@ int sandbox_output_reserve(struct sandbox_svc *svc, const char *account_id, uint
 	return rc;
 }
 
+int sandbox_output_grow(struct sandbox_svc *svc, struct sandbox_output_hold *hold, uint64_t bytes,
+			bool force)
+{
+	const struct sandbox_config *cfg = &svc->cfg;
+	uint64_t acct_max = cfg->output_budget_account_mib << 20;
+	uint64_t host_max = cfg->output_budget_host_mib << 20;
+	struct output_account *a;
+	int rc = -1;
+
+	if (!hold || !hold->account_id[0])
+		return -1;
+	if (bytes == 0)
+		return 0;
+	pthread_mutex_lock(&svc->lock);
+	a = *output_account_find_locked(svc, hold->account_id);
+	/* a hold that holds something has its account's entry */
+	if (a && (force || (a->held + bytes <= acct_max && svc->output_held + bytes <= host_max))) {
+		a->held += bytes;
+		svc->output_held += bytes;
+		hold->bytes += bytes;
+		rc = 0;
+	}
+	pthread_mutex_unlock(&svc->lock);
+	return rc;
+}
+
+void sandbox_output_shrink(struct sandbox_svc *svc, struct sandbox_output_hold *hold,
+			   uint64_t bytes)
+{
+	struct output_account *a;
+
+	if (!hold)
+		return;
+	pthread_mutex_lock(&svc->lock);
+	/* never below the start's share: release gives that back */
+	bytes = SBX_MIN(bytes, hold->bytes > SANDBOX_EXEC_HOLD_START
+				   ? hold->bytes - SANDBOX_EXEC_HOLD_START
+				   : 0);
+	a = *output_account_find_locked(svc, hold->account_id);
+	if (a && bytes > 0) {
+		a->held -= SBX_MIN(a->held, bytes);
+		svc->output_held -= SBX_MIN(svc->output_held, bytes);
+		hold->bytes -= bytes;
+	}
+	pthread_mutex_unlock(&svc->lock);
+}
+
 void sandbox_output_release(struct sandbox_svc *svc, struct sandbox_output_hold *hold)
 {
 	struct output_account **pp, *a;
@@ -126,7 +173,9 @@ struct exec_call {
 	 * by the caller, or own_hold, given back after done returns. */
 	struct sandbox_output_hold own_hold;
 	bool own;
-	uint32_t timeout_ms; /* the timeout the exec runs with (host_ms's bound) */
+	struct sandbox_output_hold *hold; /* the one in use (own_hold or the caller's) */
+	unsigned cost;			  /* budget bytes per output byte (buffered) */
+	uint32_t timeout_ms;		  /* the timeout the exec runs with (host_ms's bound) */
 };
 
 static void exec_call_free(struct exec_call *call)
@@ -142,6 +191,17 @@ static bool exec_output(void *opaque, uint32_t exec_id, bool is_stderr, const vo
 	struct exec_call *call = opaque;
 
 	return call->on_output(call->opaque, exec_id, is_stderr, data, len);
+}
+
+/* agentless_charge_fn of a buffered exec: its reply will cost `cost`
+ * budget bytes per output byte at worst; past the budget the exec keeps
+ * no more (truncated). */
+static bool exec_charge(void *opaque, bool is_stderr, size_t len)
+{
+	struct exec_call *call = opaque;
+
+	return sandbox_output_grow(call->l->svc, call->hold, (uint64_t)len * call->cost, false) ==
+	       0;
 }
 
 static void exec_done(void *opaque, struct agentless_exec_result *res, const struct sbx_error *aerr)
@@ -242,6 +302,8 @@ int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const ch
 	    .stderr_cap = (uint32_t)cfg->output_cap_bytes,
 	    .user = strcmp(cfg->exec_user, "root") == 0 ? NULL : cfg->exec_user,
 	    .on_output = req->on_output ? exec_output : NULL,
+	    /* a streamed exec's consumer charges what it buffers itself */
+	    .charge = req->on_output ? NULL : exec_charge,
 	};
 	call = calloc(1, sizeof(*call));
 	if (!call)
@@ -252,11 +314,10 @@ int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const ch
 	call->timeout_ms = timeout;
 	call->own = !req->hold;
 	hold = req->hold ? req->hold : &call->own_hold;
-	if (sandbox_output_reserve(
-		svc, account_id,
-		2 * (uint64_t)cfg->output_cap_bytes *
-		    (req->base64 ? SANDBOX_REPLY_COST_BASE64 : SANDBOX_REPLY_COST_UTF8),
-		hold, err) < 0) {
+	call->hold = hold;
+	call->cost = req->base64 ? SANDBOX_REPLY_COST_BASE64 : SANDBOX_REPLY_COST_UTF8;
+	/* the start's share; the output's is charged as it arrives */
+	if (sandbox_output_reserve(svc, account_id, SANDBOX_EXEC_HOLD_START, hold, err) < 0) {
 		free(call);
 		return -1;
 	}

@@ -453,14 +453,18 @@ struct sandbox_exec_req {
 };
 
 /* The output budget (docs/api.md "Output budget"). A started exec holds
- * (stdout cap + stderr cap) x SANDBOX_REPLY_COST_UTF8 bytes (x
- * SANDBOX_REPLY_COST_BASE64 with base64 encoding) of its account's budget
- * (output_budget_account_mib) and of the host's (output_budget_host_mib)
- * until its reply was sent. The factor is what the reply can take at its
- * worst: the raw bytes, the JSON tree's strings and the JSON text, where
- * a control byte is escaped as \u00XX (6 bytes). Past the account's
- * budget an exec gets 429 rate_limited, past the host's 503; both with
- * Retry-After. */
+ * SANDBOX_EXEC_HOLD_START bytes of its account's budget
+ * (output_budget_account_mib) and of the host's (output_budget_host_mib),
+ * and more as its output is buffered, until its reply was sent: a
+ * buffered exec SANDBOX_REPLY_COST_UTF8 bytes per output byte
+ * (SANDBOX_REPLY_COST_BASE64 with base64 encoding), what the reply can
+ * take at its worst (the raw bytes, the JSON tree's strings and the JSON
+ * text, where a control byte is escaped as \u00XX, 6 bytes); a streamed
+ * exec the encoded events waiting for the client. Past the account's
+ * budget a new exec gets 429 rate_limited, past the host's 503, both with
+ * Retry-After; a running buffered exec keeps no more output (truncated),
+ * a streamed one is paused, and failed when its guest does not pause. */
+#define SANDBOX_EXEC_HOLD_START	  (64u * 1024)
 #define SANDBOX_REPLY_COST_UTF8	  10
 #define SANDBOX_REPLY_COST_BASE64 4
 struct sandbox_output_hold {
@@ -468,6 +472,13 @@ struct sandbox_output_hold {
 	uint64_t bytes; /* 0 = holds nothing */
 };
 void sandbox_output_release(struct sandbox_svc *svc, struct sandbox_output_hold *hold);
+/* Grow a hold by `bytes` within both budgets (or past them, `force`: for
+ * bytes already buffered). 0, or -1 when it would pass one. */
+int sandbox_output_grow(struct sandbox_svc *svc, struct sandbox_output_hold *hold, uint64_t bytes,
+			bool force);
+/* Give `bytes` of a hold back (never below SANDBOX_EXEC_HOLD_START). */
+void sandbox_output_shrink(struct sandbox_svc *svc, struct sandbox_output_hold *hold,
+			   uint64_t bytes);
 /* Bytes of output budget held now, by the host and by one account. */
 void sandbox_output_held(struct sandbox_svc *svc, const char *account_id, uint64_t *host,
 			 uint64_t *account);

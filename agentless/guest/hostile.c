@@ -13,6 +13,9 @@
  *   unknown_ids   send output and EXIT frames for ids the host never gave
  *   file_stall    answer this EXEC (exit 0), then never send another byte
  *                 of a download (its META goes, its data does not)
+ *   tiny_frames   answer this EXEC with 1 MiB of stdout in 1-byte frames,
+ *                 as fast as the port takes them, ignoring PAUSE, then
+ *                 exit 0 (what a streamed reply buffers for it)
  *
  * Without the command-line switch the env variable is an ordinary one. */
 #include "agentless/guest/init.h"
@@ -31,15 +34,24 @@ static struct {
 	bool file_stall;
 	guest_send_fn send;
 	void (*hello)(void);
+	size_t (*queue_size)(void);
+	uint32_t tiny_id;   /* tiny_frames: the exec, */
+	uint32_t tiny_left; /* and the bytes it has still to ship */
 } H;
 
-void guest_hostile_init(guest_send_fn send, void (*hello)(void))
+/* tiny_frames ships this much, the host's default cap */
+#define TINY_BYTES (1024u * 1024)
+/* and queues more only below this (the guest's own memory) */
+#define TINY_QUEUE (256u * 1024)
+
+void guest_hostile_init(guest_send_fn send, void (*hello)(void), size_t (*queue_size)(void))
 {
 	char line[4096];
 	FILE *f;
 
 	H.send = send;
 	H.hello = hello;
+	H.queue_size = queue_size;
 	H.checked = -1;
 	f = fopen("/proc/cmdline", "re");
 	if (!f)
@@ -88,6 +100,9 @@ bool guest_hostile_exec(uint32_t id, const uint8_t *p, size_t len)
 		wire_writer_init(&w, b, sizeof b);
 		wire_put_u32(&w, WIRE_T_EXIT_CODE, 0);
 		H.send(WIRE_EXIT, id, w.buf, w.len);
+	} else if (strcmp(what, "tiny_frames") == 0) {
+		H.tiny_id = id;
+		H.tiny_left = TINY_BYTES;
 	} else if (strcmp(what, "blackhole") != 0) {
 		return false; /* unknown: run the command as usual */
 	}
@@ -106,6 +121,18 @@ bool guest_hostile_deaf(void)
 
 void guest_hostile_tick(void)
 {
+	if (H.tiny_left > 0 && H.queue_size() < TINY_QUEUE) {
+		for (int i = 0; i < 4096 && H.tiny_left > 0; i++, H.tiny_left--)
+			H.send(WIRE_STDOUT, H.tiny_id, "t", 1);
+		if (H.tiny_left == 0) {
+			uint8_t b[16];
+			struct wire_writer w;
+
+			wire_writer_init(&w, b, sizeof b);
+			wire_put_u32(&w, WIRE_T_EXIT_CODE, 0);
+			H.send(WIRE_EXIT, H.tiny_id, w.buf, w.len);
+		}
+	}
 	if (!H.hello_flood)
 		return;
 	for (int i = 0; i < 64; i++)

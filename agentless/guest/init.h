@@ -78,8 +78,9 @@ int64_t guest_proc_tick(int64_t now_ms);
 #include <stdbool.h>
 #include <stddef.h>
 typedef void (*guest_send_fn)(uint8_t type, uint32_t id, const void *payload, size_t len);
-/* Read the switch; `send` queues a frame, `hello` a HELLO. */
-void guest_hostile_init(guest_send_fn send, void (*hello)(void));
+/* Read the switch; `send` queues a frame, `hello` a HELLO, `queue_size`
+ * says how many bytes wait to be written. */
+void guest_hostile_init(guest_send_fn send, void (*hello)(void), size_t (*queue_size)(void));
 /* An EXEC that orders a behaviour: true when handled (the caller does not
  * run it). */
 bool guest_hostile_exec(uint32_t id, const uint8_t *p, size_t len);

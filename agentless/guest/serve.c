@@ -1419,7 +1419,7 @@ int guest_serve(int port_fd)
 	unsigned poll_errors = 0;
 
 	S.port = port_fd;
-	guest_hostile_init(frame_send, send_hello);
+	guest_hostile_init(frame_send, send_hello, queue_size);
 	guest_files_init(frame_send, queue_size, QUEUE_SOFT);
 	if (signals_setup() < 0) {
 		guest_log("signal setup failed: %s", strerror(errno));

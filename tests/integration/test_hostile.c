@@ -11,12 +11,17 @@
  *
  * A hang is a failure, not a wait: alarm() ends the run if the service
  * stops answering. */
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -481,53 +486,146 @@ static void output_flood_is_answered_and_bounded(void **state)
 	delete_sandbox(id);
 }
 
-struct sleeper {
+/* The output budget is per account and charged by what is buffered: with
+ * 110 MiB, A runs 8 quiet commands at once (each used to hold its worst
+ * case, 20 MiB: the sixth was refused); 12 that each print 1 MiB of
+ * control bytes (10 MiB of budget each, held until the reply goes) all
+ * answer 200, those past the budget cut short (truncated) instead of
+ * holding more; B is served meanwhile. */
+struct budget_exec {
 	const char *id;
+	const char *cmd;
 	int status;
+	size_t out_len;
+	bool truncated;
 };
 
-static void *sleeper_main(void *arg)
+static void *budget_main(void *arg)
 {
-	struct sleeper *s = arg;
-	struct http_reply r = exec_as(d.key, s->id, "sleep 3", 0, NULL);
+	struct budget_exec *s = arg;
+	struct http_reply r = exec_as(d.key, s->id, s->cmd, 60000, NULL);
+	json_object *v;
 
 	s->status = r.status;
+	s->out_len = jstr(r.json, "stdout") ? strlen(jstr(r.json, "stdout")) : 0;
+	s->truncated = r.json && json_object_object_get_ex(r.json, "truncated", &v) &&
+		       json_object_get_boolean(v);
 	http_reply_free(&r);
 	return NULL;
 }
 
-/* The output budget is per account: with 110 MiB and 20 MiB held per exec
- * (two 1 MiB streams x 10), A's sixth concurrent exec is refused with 429
- * and Retry-After while B's execs run; once A's finish, A runs again. */
 static void output_budget_caps_an_account(void **state)
 {
 	char id[64];
-	struct sleeper s[5];
-	pthread_t t[5];
+	struct budget_exec s[12];
+	pthread_t t[12];
 	struct http_reply r;
+	size_t kept = 0;
+	int cut = 0;
 
 	(void)state;
 	assert_int_equal(create_sandbox(d.key, id, sizeof(id)), 0);
-	for (int i = 0; i < 5; i++) {
-		s[i].id = id;
-		assert_int_equal(pthread_create(&t[i], NULL, sleeper_main, &s[i]), 0);
+	for (int i = 0; i < 8; i++) {
+		s[i] = (struct budget_exec){.id = id, .cmd = "sleep 3"};
+		assert_int_equal(pthread_create(&t[i], NULL, budget_main, &s[i]), 0);
 	}
 	usleep(1000 * 1000);
-	r = exec_as(d.key, id, "true", 0, NULL);
-	assert_int_equal(r.status, 429);
-	assert_string_equal(jerr(r.json, "type"), "rate_limited");
-	assert_non_null(strstr(r.headers, "Retry-After: 1"));
-	http_reply_free(&r);
 	r = exec_as(key_b, sbx_b, "echo b", 0, NULL);
 	assert_int_equal(r.status, 200);
 	http_reply_free(&r);
-	for (int i = 0; i < 5; i++) {
+	for (int i = 0; i < 8; i++) {
 		pthread_join(t[i], NULL);
 		assert_int_equal(s[i].status, 200);
 	}
+	for (int i = 0; i < 12; i++) {
+		s[i] = (struct budget_exec){
+		    .id = id, .cmd = "head -c 1048576 /dev/zero | tr '\\0' '\\1'; sleep 6"};
+		assert_int_equal(pthread_create(&t[i], NULL, budget_main, &s[i]), 0);
+	}
+	usleep(2000 * 1000);
+	r = exec_as(key_b, sbx_b, "echo b", 0, NULL);
+	assert_int_equal(r.status, 200);
+	http_reply_free(&r);
+	for (int i = 0; i < 12; i++) {
+		pthread_join(t[i], NULL);
+		assert_int_equal(s[i].status, 200);
+		assert_true(s[i].out_len <= 1048576);
+		kept += s[i].out_len;
+		if (s[i].out_len < 1048576) {
+			assert_true(s[i].truncated);
+			cut++;
+		}
+	}
+	fprintf(stderr, "   %d of 12 cut at the budget, %zu bytes kept\n", cut, kept);
+	assert_true(cut > 0);
+	assert_true(kept * 10 <= 110u << 20); /* JSON-escaped strings: 1 byte -> 6 */
 	r = exec_as(d.key, id, "echo again", 0, NULL);
 	assert_int_equal(r.status, 200);
 	http_reply_free(&r);
+
+	/* A guest that ships 1 MiB in 1-byte frames, ignoring PAUSE, to a
+	 * streamed (SSE, base64) reply whose client never reads: what the
+	 * daemon buffers is bounded by what it charges (the frames arrive
+	 * gathered, not an event each: that was ~55 bytes of event per byte,
+	 * 55 MiB here, while the exec held 8 MiB of budget). */
+	char req[1024], body[256];
+	int fd = socket(AF_INET, SOCK_STREAM, 0), small = 4096;
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)d.port)};
+	long rss0 = daemon_proc_kib(&d, "VmRSS"), peak = rss0;
+
+	assert_true(fd >= 0);
+	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+	snprintf(body, sizeof body,
+		 "{\"command\": \"true\", \"encoding\": \"base64\", \"timeout_ms\": 60000, "
+		 "\"env\": {\"SBX_TEST_HOSTILE\": \"tiny_frames\"}}");
+	snprintf(req, sizeof req,
+		 "POST /v1/sandboxes/%s/exec HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer %s\r\n"
+		 "Accept: text/event-stream\r\nContent-Type: application/json\r\n"
+		 "Content-Length: %zu\r\n\r\n%s",
+		 id, d.key, strlen(body), body);
+	assert_int_equal(write(fd, req, strlen(req)), (ssize_t)strlen(req));
+	for (int i = 0; i < 40; i++) { /* the guest ships ~13 MB of frames */
+		usleep(500 * 1000);
+		peak = SBX_MAX(peak, daemon_proc_kib(&d, "VmRSS"));
+	}
+	fprintf(stderr,
+		"   1-byte frames to a client that does not read: VmRSS %ld -> peak %ld KiB\n",
+		rss0, peak);
+	assert_true(peak - rss0 < 24 * 1024);
+	/* the sandbox and the account go on */
+	r = exec_as(d.key, id, "echo still", 0, NULL);
+	assert_int_equal(r.status, 200);
+	http_reply_free(&r);
+	/* now read it all: every byte came, in far fewer events than frames */
+	struct timeval tv = {.tv_sec = 60};
+	static char buf[1 << 16], tail[32];
+	size_t got = 0, events = 0, tl = 0;
+	bool exited = false;
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	while (!exited) {
+		ssize_t n = read(fd, buf, sizeof buf);
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+		/* count "event: stdout" across read boundaries */
+		for (ssize_t i = 0; i < n; i++) {
+			memmove(tail, tail + (tl == sizeof tail ? 1 : 0), tl - (tl == sizeof tail));
+			tl -= tl == sizeof tail;
+			tail[tl++] = buf[i];
+			if (tl >= 13 && memcmp(tail + tl - 13, "event: stdout", 13) == 0)
+				events++;
+			if (tl >= 11 && memcmp(tail + tl - 11, "event: exit", 11) == 0)
+				exited = true;
+		}
+	}
+	fprintf(stderr, "   then read: %zu bytes, %zu stdout events, exit %s\n", got, events,
+		exited ? "seen" : "missing");
+	assert_true(exited);
+	assert_true(got > 1048576 * 4 / 3);
+	assert_true(events > 0 && events < 10000); /* one per 1-byte frame before */
+	close(fd);
 	delete_sandbox(id);
 }
 

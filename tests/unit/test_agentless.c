@@ -1785,8 +1785,7 @@ static struct fx *fx_new_vmm_chan(void)
 /* Protocol v4 over the real socket channel (vmm/): the host writes at most
  * WIRE_CHANNEL_WINDOW past the WELCOME and no more until the guest's
  * CREDIT; a CREDIT of another epoch grants nothing and breaks nothing; a
- * CREDIT for more than was written breaks the channel. A v3 guest gets no
- * window at all. */
+ * CREDIT for more than was written breaks the channel. */
 static void test_credit_window(void **state)
 {
 	static char cmd[40000];
@@ -1849,24 +1848,425 @@ static void test_credit_window(void **state)
 	assert_non_null(strstr(fx->broken_why, "CREDIT"));
 	fx_free(fx);
 
-	/* a v3 guest: WELCOME id 0, no WINDOW, and no limit */
-	fx = fx_new_vmm_chan();
+	/* a v3 guest: test_window_without_credit */
+}
+
+/* ------------------------------------ a channel whose EXEC send fails */
+
+/* A fake channel: the WELCOME goes through; an EXEC frame is refused (as
+ * a queue past its cap, or a channel closing in a reopen, refuses it),
+ * but only after a hostile guest that guessed the exec's id got a STDOUT
+ * frame for it into the recv thread, whose on_output is still running
+ * when send() returns. */
+struct failing_chan {
+	struct agentless_conn *conn;
+	pthread_t rx;
+	bool rx_started;
+	uint32_t exec_id;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool in_output;	      /* on_output entered */
+	bool output_returned; /* on_output returned */
+	unsigned done_calls;
+};
+
+static void *failing_chan_rx(void *arg)
+{
+	struct failing_chan *f = arg;
+	uint8_t buf[WIRE_HEADER_LEN + 4];
+
+	agentless_conn_recv(f->conn, buf, frame_build(buf, WIRE_STDOUT, f->exec_id, "out!", 4));
+	return NULL;
+}
+
+static int failing_chan_send(void *ctx, const void *buf, size_t len)
+{
+	struct failing_chan *f = ctx;
+	struct wire_header h;
+
+	assert_true(len >= WIRE_HEADER_LEN);
+	assert_int_equal(wire_header_decode(buf, WIRE_MAX_PAYLOAD, &h), 0);
+	if (h.type != WIRE_EXEC)
+		return 0;
+	f->exec_id = h.id;
+	assert_int_equal(pthread_create(&f->rx, NULL, failing_chan_rx, f), 0);
+	f->rx_started = true;
+	pthread_mutex_lock(&f->lock);
+	while (!f->in_output)
+		pthread_cond_wait(&f->cond, &f->lock);
+	pthread_mutex_unlock(&f->lock);
+	return -1;
+}
+
+static void failing_chan_close(void *ctx)
+{
+	struct failing_chan *f = ctx;
+
+	if (f->rx_started)
+		pthread_join(f->rx, NULL);
+	f->rx_started = false;
+}
+
+static bool failing_on_output(void *opaque, uint32_t id, bool is_stderr, const void *data,
+			      size_t len)
+{
+	struct failing_chan *f = opaque;
+
+	pthread_mutex_lock(&f->lock);
+	f->in_output = true;
+	pthread_cond_broadcast(&f->cond);
+	pthread_mutex_unlock(&f->lock);
+	usleep(300 * 1000); /* still inside when the launch fails */
+	pthread_mutex_lock(&f->lock);
+	f->output_returned = true;
+	pthread_mutex_unlock(&f->lock);
+	return false;
+}
+
+static void failing_done(void *opaque, struct agentless_exec_result *res,
+			 const struct sbx_error *err)
+{
+	struct failing_chan *f = opaque;
+
+	pthread_mutex_lock(&f->lock);
+	f->done_calls++;
+	pthread_mutex_unlock(&f->lock);
+	agentless_exec_result_release(res);
+}
+
+/* When agentless_exec_start() fails because the EXEC could not be sent,
+ * nothing of that exec runs any more once it returns -1: not its
+ * on_output (the caller frees the opaque) and not on freed memory (ASan
+ * saw the recv thread write into the freed exec). */
+static void test_launch_send_fails_during_output(void **state)
+{
+	struct failing_chan f = {0};
+	struct agentless_exec_req req = *simple_req();
+	struct sbx_error err;
+	uint8_t hello[64], frame[128];
+	struct wire_writer w;
+
+	(void)state;
+	pthread_mutex_init(&f.lock, NULL);
+	pthread_cond_init(&f.cond, NULL);
+	f.conn = agentless_conn_new(NULL, NULL, NULL);
+	agentless_conn_attach(
+	    f.conn,
+	    (struct sbx_channel){.ctx = &f, .send = failing_chan_send, .close = failing_chan_close},
+	    false);
+	wire_writer_init(&w, hello, sizeof hello);
+	wire_put_u32(&w, WIRE_T_VERSION, 3);
+	wire_put_u32(&w, WIRE_T_VERSION_MIN, 1);
+	agentless_conn_recv(f.conn, frame, frame_build(frame, WIRE_HELLO, 0, hello, w.len));
+	assert_int_equal(agentless_conn_wait_hello(f.conn, sbx_mono_ms() + 5000, &err), 0);
+
+	req.on_output = failing_on_output;
+	assert_int_equal(agentless_exec_start(f.conn, &req, failing_done, &f, &err), -1);
+	assert_int_equal(err.code, SBX_E_SANDBOX_ERROR);
+	pthread_mutex_lock(&f.lock);
+	assert_true(f.in_output);
+	assert_true(f.output_returned); /* not running any more */
+	pthread_mutex_unlock(&f.lock);
+	pthread_join(f.rx, NULL);
+	f.rx_started = false;
+	assert_int_equal(f.done_calls, 0);
+	assert_int_equal(agentless_conn_inflight(f.conn), 0);
+	agentless_conn_free(f.conn, "test over");
+	assert_int_equal(f.done_calls, 0);
+	pthread_cond_destroy(&f.cond);
+	pthread_mutex_destroy(&f.lock);
+}
+
+/* Read what the host writes for `ms` (until quiet) into buf at *have;
+ * the bytes read. */
+static size_t guest_collect(int fd, uint8_t *buf, size_t cap, size_t *have, int ms)
+{
+	struct pollfd pfd = {.fd = fd, .events = POLLIN};
+	size_t start = *have;
+
+	while (*have < cap && poll(&pfd, 1, ms) == 1) {
+		ssize_t n = read(fd, buf + *have, cap - *have);
+		if (n <= 0)
+			break;
+		*have += (size_t)n;
+	}
+	return *have - start;
+}
+
+/* Walk the whole frames of buf from *off on: answer each window PING
+ * (the host's own, id with the top bit) with its PONG; count EXECs. */
+static void guest_answer_pings(int fd, const uint8_t *buf, size_t have, size_t *off,
+			       unsigned *execs, unsigned *pings, uint32_t *epoch,
+			       size_t *welcome_end)
+{
+	struct wire_header h;
+
+	while (have - *off >= WIRE_HEADER_LEN) {
+		assert_int_equal(wire_header_decode(buf + *off, WIRE_MAX_PAYLOAD, &h), 0);
+		if (have - *off < WIRE_HEADER_LEN + h.len)
+			return;
+		if (h.type == WIRE_PING && (h.id & 0x80000000u)) {
+			guest_send(fd, WIRE_PONG, h.id, buf + *off + WIRE_HEADER_LEN, h.len);
+			(*pings)++;
+		}
+		if (h.type == WIRE_EXEC)
+			(*execs)++;
+		*off += WIRE_HEADER_LEN + h.len;
+		if (h.type == WIRE_WELCOME && h.id != 0 && epoch) {
+			*epoch = h.id;
+			*welcome_end = *off;
+		}
+	}
+}
+
+/* Over a channel with a window, a guest that does not CREDIT (it says v3,
+ * or after a reattach says nothing, or says v3 then) still never has more
+ * than the window in flight: the host confirms with PINGs of its own and
+ * writes a window past what their PONGs confirm. */
+static void test_window_without_credit(void **state)
+{
+	static char cmd[40000];
+	static uint8_t buf[1 << 20];
+	struct agentless_exec_req req = *simple_req();
+	struct fx *fx = fx_new_vmm_chan();
+	struct sbx_error err;
+	struct wire_header h;
+	struct probe pr[4];
+	size_t have = 0, off = 0;
+	unsigned execs = 0, pings = 0;
+	uint8_t *p;
+
+	(void)state;
+	memset(cmd, 'x', sizeof cmd);
+	req.command = cmd;
+	req.command_len = sizeof cmd;
+
+	/* a v3 guest: WELCOME id 0, no WINDOW, but a window all the same */
 	guest_hello(fx->gfd, 3, 1);
 	assert_int_equal(agentless_conn_wait_hello(fx->conn, sbx_mono_ms() + 5000, &err), 0);
 	guest_recv(fx->gfd, &h, &p);
 	assert_int_equal(h.type, WIRE_WELCOME);
 	assert_int_equal(h.id, 0);
 	free(p);
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < 4; i++) {
 		probe_init(&pr[i]);
 		start(fx, &req, &pr[i]);
 	}
-	assert_true(guest_drain(fx->gfd, SIZE_MAX, 500) > 3 * sizeof cmd);
+	size_t first = guest_collect(fx->gfd, buf, sizeof buf, &have, 500);
+	assert_true(first > 0 && first <= WIRE_CHANNEL_WINDOW);
+	/* answering the PINGs lets the rest through */
+	do {
+		guest_answer_pings(fx->gfd, buf, have, &off, &execs, &pings, NULL, NULL);
+	} while (guest_collect(fx->gfd, buf, sizeof buf, &have, 500) > 0);
+	guest_answer_pings(fx->gfd, buf, have, &off, &execs, &pings, NULL, NULL);
+	assert_int_equal(execs, 4);
+	assert_true(pings > 0);
+	assert_int_equal(fx_broken_calls(fx), 0);
+	/* a request larger than such a window can confirm is refused */
+	static char big[WIRE_CHANNEL_WINDOW];
+	memset(big, 'y', sizeof big);
+	req.command = big;
+	req.command_len = sizeof big;
+	assert_int_equal(agentless_exec_start(fx->conn, &req, probe_done, &pr[0], &err), -1);
+	assert_int_equal(err.code, SBX_E_SANDBOX_ERROR);
+	assert_non_null(strstr(err.message, "create a new sandbox"));
+	req.command = cmd;
+	req.command_len = sizeof cmd;
 	fx_free(fx);
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < 4; i++) {
 		probe_wait(&pr[i]);
 		probe_release(&pr[i]);
 	}
+
+	/* a reopen (daemon restart, host reconnect) to a guest that says
+	 * nothing: the same */
+	fx = fx_new_vmm_chan();
+	int fds[2], oldfd = fx->gfd;
+	struct sbx_channel ch;
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+	assert_int_equal(
+	    vmm_chan_sock_from_fd(fds[0], "t2", agentless_conn_recv, fx->conn, &ch, &err), 0);
+	fx->gfd = fds[1];
+	agentless_conn_attach(fx->conn, ch, true);
+	close(oldfd);
+	guest_recv(fx->gfd, &h, &p);
+	assert_int_equal(h.type, WIRE_WELCOME);
+	free(p);
+	for (int i = 0; i < 4; i++) {
+		probe_init(&pr[i]);
+		start(fx, &req, &pr[i]);
+	}
+	have = 0;
+	first = guest_collect(fx->gfd, buf, sizeof buf, &have, 500);
+	assert_true(first > 0 && first <= WIRE_CHANNEL_WINDOW);
+	/* then says v3: the window stays */
+	guest_hello(fx->gfd, 3, 1);
+	assert_true(guest_collect(fx->gfd, buf, sizeof buf, &have, 300) < 100); /* a WELCOME */
+	assert_int_equal(fx_broken_calls(fx), 0);
+	/* then v4 (as a v4 guest does after a reattach): the window moves to
+	 * its CREDITs, counted from the end of the WELCOME that says so */
+	guest_hello(fx->gfd, WIRE_VERSION, WIRE_VERSION_MIN);
+	uint32_t epoch = 0;
+	size_t welcome_end = 0;
+	off = 0;
+	execs = pings = 0;
+	for (int round = 0; round < 100; round++) {
+		guest_answer_pings(fx->gfd, buf, have, &off, &execs, &pings, &epoch, &welcome_end);
+		if (epoch != 0)
+			guest_credit(fx->gfd, epoch, have - welcome_end);
+		if (guest_collect(fx->gfd, buf, sizeof buf, &have, 500) == 0)
+			break;
+	}
+	guest_answer_pings(fx->gfd, buf, have, &off, &execs, &pings, &epoch, &welcome_end);
+	assert_int_not_equal(epoch, 0);
+	assert_int_equal(execs, 4);
+	assert_int_equal(fx_broken_calls(fx), 0);
+	/* more EXECs now flow by the CREDITs alone */
+	struct probe pr2[3];
+	for (int i = 0; i < 3; i++) {
+		probe_init(&pr2[i]);
+		start(fx, &req, &pr2[i]);
+	}
+	for (int round = 0; round < 100; round++) {
+		guest_credit(fx->gfd, epoch, have - welcome_end);
+		if (guest_collect(fx->gfd, buf, sizeof buf, &have, 500) == 0)
+			break;
+	}
+	guest_answer_pings(fx->gfd, buf, have, &off, &execs, &pings, &epoch, &welcome_end);
+	assert_int_equal(execs, 7);
+	assert_int_equal(fx_broken_calls(fx), 0);
+	fx_free(fx);
+	for (int i = 0; i < 3; i++) {
+		probe_wait(&pr2[i]);
+		probe_release(&pr2[i]);
+	}
+	for (int i = 0; i < 4; i++) {
+		probe_wait(&pr[i]);
+		probe_release(&pr[i]);
+	}
+}
+
+/* A sink that keeps what on_output gets: 'O'/'E' then the bytes, per call. */
+struct gsink {
+	pthread_mutex_t lock;
+	char bytes[8192];
+	size_t len;
+	int calls;
+	uint64_t charged, charge_max;
+};
+
+struct gctx {
+	struct probe pr; /* first: done's opaque is the probe */
+	struct gsink *g;
+};
+
+static bool gsink_output(void *opaque, uint32_t exec_id, bool is_stderr, const void *data,
+			 size_t len)
+{
+	struct gsink *g = ((struct gctx *)opaque)->g;
+
+	pthread_mutex_lock(&g->lock);
+	if (g->len + len + 1 < sizeof g->bytes) {
+		g->bytes[g->len++] = is_stderr ? 'E' : 'O';
+		memcpy(g->bytes + g->len, data, len);
+		g->len += len;
+	}
+	g->calls++;
+	pthread_mutex_unlock(&g->lock);
+	return false;
+}
+
+static bool gsink_charge(void *opaque, bool is_stderr, size_t len)
+{
+	struct gsink *g = ((struct gctx *)opaque)->g;
+	bool ok;
+
+	pthread_mutex_lock(&g->lock);
+	ok = g->charged + len <= g->charge_max;
+	if (ok)
+		g->charged += len;
+	pthread_mutex_unlock(&g->lock);
+	return ok;
+}
+
+/* Tiny output frames that arrive back to back reach on_output gathered
+ * (a guest's 1-byte frames do not cost an event each), in order, stdout
+ * and stderr apart; a buffered exec whose charge is refused keeps no more
+ * of that stream and says truncated. */
+static void test_output_gathered_and_charged(void **state)
+{
+	static uint8_t frames[2000 * (WIRE_HEADER_LEN + 1)];
+	struct fx *fx = fx_new(1000, 0);
+	struct agentless_exec_req req = *simple_req();
+	struct gsink g = {.charge_max = UINT64_MAX};
+	struct gctx ctx = {.g = &g};
+	struct wire_header h;
+	uint8_t *p, chunk[60];
+	size_t n = 0;
+
+	(void)state;
+	pthread_mutex_init(&g.lock, NULL);
+	fx_handshake(fx);
+	req.on_output = gsink_output;
+	req.stdout_cap = req.stderr_cap = 4096;
+	probe_init(&ctx.pr);
+	start(fx, &req, &ctx.pr);
+	guest_recv(fx->gfd, &h, &p);
+	assert_int_equal(h.type, WIRE_EXEC);
+	free(p);
+	for (int i = 0; i < 2000; i++)
+		n += frame_build(frames + n, i == 1000 ? WIRE_STDERR : WIRE_STDOUT, h.id, "a", 1);
+	guest_write(fx->gfd, frames, n); /* one write: the reader takes 3000 bytes a time */
+	guest_exit(fx->gfd, h.id, 0, 1999, 1, 0);
+	probe_wait(&ctx.pr);
+	assert_true(ctx.pr.ok);
+	probe_release(&ctx.pr);
+	pthread_mutex_lock(&g.lock);
+	assert_true(g.calls >= 3 && g.calls <= 40); /* one per frame before */
+	assert_int_equal(g.len, 2000 + (size_t)g.calls);
+	/* in order: stdout's first 1000, then stderr's one, then the rest */
+	size_t outs = 0;
+	bool seen_err = false;
+	for (size_t i = 0; i < g.len;) {
+		char k = g.bytes[i++];
+		assert_true(k == 'O' || k == 'E');
+		while (i < g.len && g.bytes[i] == 'a') {
+			if (k == 'O')
+				outs++;
+			i++;
+			if (k == 'E')
+				break;
+		}
+		if (k == 'E') {
+			assert_int_equal(outs, 1000);
+			seen_err = true;
+		}
+	}
+	assert_true(seen_err);
+	assert_int_equal(outs, 1999);
+	pthread_mutex_unlock(&g.lock);
+
+	/* buffered, charged: the second 60 bytes are refused */
+	req.on_output = NULL;
+	req.charge = gsink_charge;
+	g.charge_max = 100;
+	probe_init(&ctx.pr);
+	start(fx, &req, &ctx.pr);
+	guest_recv(fx->gfd, &h, &p);
+	free(p);
+	memset(chunk, 'b', sizeof chunk);
+	for (int i = 0; i < 3; i++)
+		guest_send(fx->gfd, WIRE_STDOUT, h.id, chunk, sizeof chunk);
+	guest_exit(fx->gfd, h.id, 0, 180, 0, 0);
+	probe_wait(&ctx.pr);
+	assert_true(ctx.pr.ok);
+	assert_int_equal(ctx.pr.res.stdout_len, 60);
+	assert_int_equal(ctx.pr.res.stdout_total, 180);
+	assert_true(ctx.pr.res.truncated);
+	assert_int_equal(g.charged, 60);
+	probe_release(&ctx.pr);
+	fx_free(fx);
+	pthread_mutex_destroy(&g.lock);
 }
 
 int main(void)
@@ -1874,6 +2274,9 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_handshake_and_welcome),
 	    cmocka_unit_test(test_credit_window),
+	    cmocka_unit_test(test_launch_send_fails_during_output),
+	    cmocka_unit_test(test_window_without_credit),
+	    cmocka_unit_test(test_output_gathered_and_charged),
 	    cmocka_unit_test(test_version_mismatch),
 	    cmocka_unit_test(test_exec_round_trip),
 	    cmocka_unit_test(test_interleaved),
