@@ -192,6 +192,8 @@ void api_conns_free(struct api_conns *t)
 		struct api_conn *k = t->head;
 
 		t->head = k->next;
+		if (k->linger_fd >= 0)
+			close(k->linger_fd);
 		free(k);
 	}
 	pthread_mutex_destroy(&t->lock);

@@ -570,6 +570,9 @@ enum MHD_Result api_files_begin(struct api_files_ctx *ctx, struct MHD_Connection
 	if (request_parse(fr, method, &req, &err) < 0 ||
 	    sandbox_file_start(ctx->svc, account_id, id, &req, files_wake, fr, &fr->f, &err) < 0) {
 		api_files_free(fr);
+		/* answered before an upload's body: close lingering (http.c) */
+		if (strcmp(method, "PUT") == 0)
+			api_conn_linger(c);
 		return api_reply_error(c, &err);
 	}
 	*out = fr;

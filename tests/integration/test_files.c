@@ -53,14 +53,13 @@ static int setup(void **state)
 	json_object *o, *v;
 
 	(void)state;
-	daemon_config(&d,
-		      "\"sizes\": {\"small\": {\"vcpus\": 1, \"memory_mib\": 768, "
-		      "\"disk_gib\": 1, \"price_micro_usd_per_hour\": 90000}}, "
-		      "\"exec_user\": \"sandbox\", \"max_file_bytes\": 134217728, "
-		      "\"file_stall_timeout_ms\": 3000, \"test_hostile_guests\": true, "
-		      "\"max_files_in_flight_per_account\": 4, \"output_budget_account_mib\": 5, "
-		      "\"output_cap_bytes\": 65536, "
-		      "\"http_threads\": 2, \"destroy_on_exit\": true");
+	daemon_config(&d, "\"sizes\": {\"small\": {\"vcpus\": 1, \"memory_mib\": 768, "
+			  "\"disk_gib\": 1, \"price_micro_usd_per_hour\": 90000}}, "
+			  "\"exec_user\": \"sandbox\", \"max_file_bytes\": 134217728, "
+			  "\"file_stall_timeout_ms\": 3000, \"test_hostile_guests\": true, "
+			  "\"output_budget_account_mib\": 5, "
+			  "\"output_cap_bytes\": 65536, "
+			  "\"http_threads\": 2, \"destroy_on_exit\": true");
 	daemon_create_account(&d, "10");
 	o = daemon_admin(&d, "create-account --name other --credit-usd 10");
 	if (!o || !json_object_object_get_ex(o, "api_key", &v))
@@ -756,17 +755,18 @@ static int open_silent(const char *head)
 /* Issue 24: transfers count against the account's cap of files requests
  * in flight (an upload whose body never comes holds one), and downloads a
  * client does not read hold their ring of the account's output budget;
- * another account is served meanwhile. Config: 4 transfers, 5 MiB. */
+ * another account is served meanwhile. The default cap (8 transfers);
+ * an output budget of 5 MiB. */
 static void test_fair_share(void **state)
 {
 	char head[1024];
-	int fds[4];
+	int fds[8];
 	struct http_reply r;
 	char *out;
 
 	(void)state;
-	/* four uploads that declared a body and send none */
-	for (int i = 0; i < 4; i++) {
+	/* eight uploads that declared a body and send none */
+	for (int i = 0; i < 8; i++) {
 		snprintf(head, sizeof(head),
 			 "PUT /v1/sandboxes/%s/files?path=/tmp/idle%d HTTP/1.1\r\nHost: x\r\n"
 			 "Authorization: Bearer %s\r\nContent-Length: 1000\r\n\r\n",
@@ -783,7 +783,7 @@ static void test_fair_share(void **state)
 	assert_int_equal(files(key_b, sbx_other, "GET", "/tmp", "list=true", NULL, NULL, 0, &r), 0);
 	assert_int_equal(r.status, 200);
 	http_reply_free(&r);
-	for (int i = 0; i < 4; i++)
+	for (int i = 0; i < 8; i++)
 		close(fds[i]);
 
 	/* downloads nobody reads: two rings (2 MiB + 64 KiB each) fit in 5 MiB,
