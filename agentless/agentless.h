@@ -336,7 +336,8 @@ struct agentless_file_req {
 	/* GET, TAR_GET: the most bytes the host accepts; a larger file fails
 	 * the transfer with SBX_E_PAYLOAD_TOO_LARGE. 0 = no limit. */
 	uint64_t max_bytes;
-	uint32_t list_limit; /* LIST: most entries, <= WIRE_FILE_LIST_MAX */
+	uint32_t list_limit;	/* LIST: most entries, <= WIRE_FILE_LIST_MAX */
+	const char *list_after; /* LIST: only names after this one, or NULL */
 };
 
 enum agentless_xfer_state {

@@ -230,6 +230,8 @@ enum wire_tag {
 	WIRE_T_ACKED = 53,	  /* u64, cumulative data bytes consumed */
 	WIRE_T_TRUNCATED = 54,	  /* u32, 0 or 1 */
 	WIRE_T_WINDOW = 55,	  /* u32 bytes (v4, WELCOME): the credit window */
+	WIRE_T_AFTER = 56,	  /* bytes (LIST): only names after this one, in
+				   * byte order; the entries come sorted */
 	/* v3 (counting down from the top of the range, see above) */
 	WIRE_T_STREAM = 65535,	   /* u32 1 in EXEC: ship output as soon as it is
 				    * read instead of batching it into full chunks */
@@ -263,6 +265,10 @@ enum wire_error_kind {
 	WIRE_ERR_IO = 9,	 /* any other failure; MESSAGE says which */
 	WIRE_ERR_NOT_EMPTY = 10, /* DELETE of a non-empty directory without RECURSIVE */
 	WIRE_ERR_RANGE = 11,	 /* OFFSET past the end of the file */
+	/* GET of a path that is no regular file; MESSAGE is what it is: "fifo",
+	 * "socket", "character device", "block device", "other", or "pseudo"
+	 * (a /proc or /sys file whose size reads 0) */
+	WIRE_ERR_NOT_REGULAR = 12,
 	/* v3 (top of the range): a PROC named a pid the guest does not keep */
 	WIRE_ERR_NO_PROCESS = 255,
 };

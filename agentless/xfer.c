@@ -487,6 +487,27 @@ static void on_done(struct agentless_xfer *x, const uint8_t *p, size_t len, stru
 		x->state = AGENTLESS_XFER_DONE;
 }
 
+/* NOT_REGULAR: 400 naming what the path is (only words the host knows
+ * reach the tenant). */
+static void not_regular(const char *what, struct sbx_error *e)
+{
+	static const char *const known[] = {"fifo", "socket", "character device", "block device"};
+
+	if (strcmp(what, "pseudo") == 0) {
+		sbx_error_set(e, SBX_E_INVALID_REQUEST, "path",
+			      "not a regular file: a file of the kernel's pseudo-filesystems "
+			      "(/proc, /sys) whose size is unknown; read it with exec");
+		return;
+	}
+	for (size_t i = 0; i < SBX_ARRAY_SIZE(known); i++)
+		if (strcmp(what, known[i]) == 0) {
+			sbx_error_set(e, SBX_E_INVALID_REQUEST, "path", "not a regular file: %s",
+				      known[i]);
+			return;
+		}
+	sbx_error_set(e, SBX_E_INVALID_REQUEST, "path", "not a regular file");
+}
+
 static void on_error(struct agentless_xfer *x, const uint8_t *p, size_t len, struct verdict *v)
 {
 	uint32_t kind = 0;
@@ -528,6 +549,9 @@ static void on_error(struct agentless_xfer *x, const uint8_t *p, size_t len, str
 	case WIRE_ERR_RANGE:
 		sbx_error_set(&e, SBX_E_RANGE_NOT_SATISFIABLE, "range",
 			      "the range starts past the end of the file");
+		break;
+	case WIRE_ERR_NOT_REGULAR:
+		not_regular(msg, &e);
 		break;
 	case WIRE_ERR_BAD_REQUEST:
 		sbx_error_set(&e, SBX_E_INVALID_REQUEST, "path", "the sandbox refused the path: %s",
@@ -670,7 +694,8 @@ int agentless_xfer_start(struct agentless_conn *c, const struct agentless_file_r
 	if (req->path[0] != '/' || plen >= 4096)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "path",
 				     "path must be an absolute path shorter than 4096 bytes");
-	cap = plen + (req->user ? strlen(req->user) : 0) + 256;
+	cap = plen + (req->user ? strlen(req->user) : 0) +
+	      (req->list_after ? strlen(req->list_after) : 0) + 256;
 	payload = calloc(1, cap);
 	x = calloc(1, sizeof(*x));
 	if (!payload || !x)
@@ -695,6 +720,8 @@ int agentless_xfer_start(struct agentless_conn *c, const struct agentless_file_r
 			    : WIRE_FILE_LIST_MAX;
 	if (req->op == WIRE_FILE_OP_LIST)
 		wire_put_u32(&w, WIRE_T_LIMIT, x->list_limit);
+	if (req->op == WIRE_FILE_OP_LIST && req->list_after)
+		wire_put_str(&w, WIRE_T_AFTER, req->list_after);
 
 	pthread_mutex_init(&x->mu, NULL);
 	pthread_cond_init(&x->cond, NULL);

@@ -162,6 +162,8 @@ enum api_inflight_kind {
 	API_INFLIGHT_DELETE,	/* DELETE /v1/sandboxes/{id} */
 	API_INFLIGHT_EXECUTION, /* POST /v1/sandbox/executions */
 	API_INFLIGHT_EXEC,	/* POST /v1/sandboxes/{id}/exec */
+	API_INFLIGHT_FILES,	/* /v1/sandboxes/{id}/files, until its reply was sent */
+	API_INFLIGHT_PROCESS,	/* /v1/sandboxes/{id}/processes... */
 	API_INFLIGHT_KINDS,
 };
 struct api_inflight;

@@ -83,11 +83,6 @@ struct req {
 	struct sbx_buf body;
 	bool too_large;
 	uint64_t body_bytes; /* of the body, read so far (kept or dropped) */
-	/* Refused from its headers: the answer, sent once the body is in
-	 * (http.c, reject). */
-	bool rejected;
-	struct sbx_error reject;
-	const char *reject_allow; /* the Allow header of a 405 (static), or NULL */
 
 	/* exec; guarded by srv->lock from the moment the exec starts */
 	struct api_exec_body exec;
@@ -207,6 +202,15 @@ void api_conn_notify(void *cls, struct MHD_Connection *c, void **socket_context,
 void api_conn_received(struct MHD_Connection *c);
 /* The reply on c went out: the next request's window starts now. */
 void api_conn_rearm(struct MHD_Connection *c);
+/* c is answered before its body was read and closes after the answer:
+ * once libmicrohttpd has sent it, read and drop what the client still
+ * sends, for a bounded time and number of bytes, before the socket goes
+ * (a lingering close), so that a client still sending reads the answer
+ * rather than a reset. */
+void api_conn_linger(struct MHD_Connection *c);
+/* From now, the request on c (its body, its work and its reply) has `ms`
+ * in all, whatever it does meanwhile (a file transfer). */
+void api_conn_deadline(struct MHD_Connection *c, uint32_t ms);
 
 /* --------------------------------------------------- api/http_static.c */
 

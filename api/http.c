@@ -583,6 +583,8 @@ static const struct {
     [API_INFLIGHT_DELETE] = {"DELETEs", 1},
     [API_INFLIGHT_EXECUTION] = {"executions", 2},
     [API_INFLIGHT_EXEC] = {"execs", 1},
+    [API_INFLIGHT_FILES] = {"file transfers", 1},
+    [API_INFLIGHT_PROCESS] = {"processes calls", 1}, /* docs/api.md "Fair share" */
 };
 
 static int slot_cap(const struct sandbox_config *cfg, enum api_inflight_kind kind)
@@ -594,6 +596,10 @@ static int slot_cap(const struct sandbox_config *cfg, enum api_inflight_kind kin
 		return cfg->max_deletes_in_flight_per_account;
 	case API_INFLIGHT_EXECUTION:
 		return cfg->max_executions_in_flight_per_account;
+	case API_INFLIGHT_FILES:
+		return cfg->max_files_in_flight_per_account;
+	case API_INFLIGHT_PROCESS:
+		return cfg->max_processes_in_flight_per_account;
 	default:
 		return cfg->max_execs_in_flight_per_account;
 	}
@@ -687,37 +693,22 @@ static enum MHD_Result dispatch(struct req *r, const char *method)
 }
 
 /* A request refused from its headers alone (404, 405, 401, 403, 413 by
- * Content-Length, a store failure). A client that sends its whole body
- * before it reads (Python's http.client and urllib, requests, many SDKs)
- * must be able to read the answer, but a socket closed while the body
- * still arrives resets the connection under it ("Connection reset",
- * "Broken pipe"). So, like the lingering close of mature servers, the body
- * is read and dropped (up to API_DRAIN_MAX_BYTES, within the receive
- * deadline) and the answer goes out once it is all in, with 'Connection:
- * close': nothing of the refused body is ever read as a next request.
- * A client that waits for '100 Continue' before it sends the body, or
- * that declared a body over the drain cap, is answered at once instead
- * (libmicrohttpd then never reads the body and closes after the answer). */
+ * Content-Length, 429 of a files request, a store failure) is answered at
+ * once, with 'Connection: close', whether or not its body follows: a
+ * client that waits for the answer before it sends the body (with or
+ * without 'Expect: 100-continue') gets it. A client that sends its whole
+ * body before it reads (Python's http.client and urllib, requests, many
+ * SDKs) must be able to read the answer too, but a socket closed while
+ * the body still arrives resets the connection under it ("Connection
+ * reset", "Broken pipe"); so the connection closes lingering, as nginx's
+ * and Go's do: the daemon sends the answer and its FIN, then reads and
+ * drops what the client still sends, for a bounded time and number of
+ * bytes (http_conn.c), before the socket goes. Nothing of the refused
+ * body is ever read as a next request. */
 static enum MHD_Result reject(struct req *r, const struct sbx_error *err, const char *allow)
 {
-	const char *expect =
-	    MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
-	const char *cl =
-	    MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-	unsigned long long declared = 0;
-
-	if (cl) {
-		errno = 0;
-		declared = strtoull(cl, NULL, 10);
-		if (errno == ERANGE)
-			declared = ULLONG_MAX;
-	}
-	if ((expect && strcasecmp(expect, "100-continue") == 0) || declared > API_DRAIN_MAX_BYTES)
-		return reply_error_ex(r->conn, err, allow, true);
-	r->reject = *err;
-	r->reject_allow = allow;
-	r->rejected = true;
-	return MHD_YES;
+	api_conn_linger(r->conn);
+	return reply_error_ex(r->conn, err, allow, true);
 }
 
 /* First call for a request: headers only. Route, method, auth and the
@@ -783,10 +774,14 @@ static enum MHD_Result request_begin(struct api_server *srv, struct MHD_Connecti
 	if ((r->route == R_KEYS || r->route == R_KEY) && require_scope(r->scopes, "keys", &err) < 0)
 		return reject(r, &err, NULL);
 	if (r->route == R_FILES) {
-		/* streams its body (max_file_bytes, not max_body_bytes), so the
-		 * receive deadline ends with the headers: the transfer's own
-		 * stall deadline and the idle timeout bound it from here */
-		api_conn_received(c);
+		/* A transfer holds its connection until its reply was sent,
+		 * and streams its body (max_file_bytes, not max_body_bytes):
+		 * from the headers on, the whole of it (body, work and reply)
+		 * has file_transfer_timeout_ms, and the minimum-progress rule
+		 * of http_files.c cuts a trickle sooner. */
+		if (api_req_slot_take(r, API_INFLIGHT_FILES, &err) < 0)
+			return reject(r, &err, NULL);
+		api_conn_deadline(c, srv->cfg->file_transfer_timeout_ms);
 		return api_files_begin(srv->files, c, method, r->account_id, r->id, &r->files);
 	}
 	cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -820,15 +815,14 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 		return api_files_step(r->files, upload_data, upload_data_size);
 	if (*upload_data_size) {
 		r->body_bytes += *upload_data_size;
-		/* Keep at most max_body_bytes; past that, and for a refused
-		 * request, read and drop (reject), up to the drain cap. */
-		if (!r->too_large && !r->rejected &&
-		    sbx_buf_append(&r->body, upload_data, *upload_data_size) < 0) {
+		/* Keep at most max_body_bytes; past that (a chunked body
+		 * declares no length), read and drop, up to the drain cap. */
+		if (!r->too_large && sbx_buf_append(&r->body, upload_data, *upload_data_size) < 0) {
 			r->too_large = true;
 			sbx_buf_release(&r->body);
 		}
 		*upload_data_size = 0;
-		if ((r->too_large || r->rejected) && r->body_bytes > API_DRAIN_MAX_BYTES) {
+		if (r->too_large && r->body_bytes > API_DRAIN_MAX_BYTES) {
 			sbx_info(MOD,
 				 "closed a connection whose refused request body passed %u "
 				 "bytes",
@@ -840,8 +834,6 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 	api_conn_received(c);	   /* the whole request is in: no deadline from here */
 	if (r->state != EXEC_NONE) /* resumed */
 		return r->is_async ? api_async_answer(r) : api_exec_answer(r);
-	if (r->rejected)
-		return reply_error_ex(c, &r->reject, r->reject_allow, true);
 
 	sbx_error_clear(&err);
 	if (r->too_large) {

@@ -42,6 +42,13 @@ struct api_files {
 	bool ended;
 	EVP_MD_CTX *md;
 
+	/* the minimum-progress rule: bytes moved since win_start_ms */
+	int64_t win_start_ms;
+	uint64_t win_bytes;
+
+	/* LIST: the page's cursor (a name's raw bytes), "" for the first */
+	char after[256];
+
 	/* download */
 	bool gzip; /* TAR_GET */
 	bool ranged;
@@ -125,6 +132,25 @@ static bool stopping(struct api_files *fr)
 	return s;
 }
 
+/* The minimum-progress rule (docs/api.md "Fair share"): n more bytes
+ * moved. False when the transfer moved fewer than SANDBOX_FILE_MIN_PROGRESS
+ * bytes in the last file_stall_timeout_ms: a guest that trickles a
+ * download, or a client that trickles an upload or reads a download that
+ * slowly, holds a connection and a slot for nothing. */
+static bool progress_ok(struct api_files *fr, size_t n)
+{
+	int64_t now = sbx_mono_ms();
+
+	fr->win_bytes += n;
+	if (now - fr->win_start_ms < (int64_t)fr->ctx->cfg->file_stall_timeout_ms)
+		return true;
+	if (fr->win_bytes < SANDBOX_FILE_MIN_PROGRESS)
+		return false;
+	fr->win_start_ms = now;
+	fr->win_bytes = 0;
+	return true;
+}
+
 /* ------------------------------------------------------------- the query */
 
 /* The query value of `key` with its length (so a %00 inside shows). */
@@ -199,6 +225,47 @@ static int parse_range(const char *h, uint64_t *start, uint64_t *len)
 	return 0;
 }
 
+/* LIST's limit (1..SANDBOX_FILE_PAGE_MAX, default the most) and cursor
+ * (the hex of the last name of the previous page) into req. 0 or -1. */
+static int list_parse(struct api_files *fr, struct sandbox_file_req *req, struct sbx_error *err)
+{
+	size_t n;
+	const char *v = query_n(fr->conn, "limit", &n);
+
+	req->list_limit = SANDBOX_FILE_PAGE_MAX;
+	if (v) {
+		char *end;
+		unsigned long l;
+
+		errno = 0;
+		l = strtoul(v, &end, 10);
+		if (n == 0 || *end || errno || v[0] < '0' || v[0] > '9' || l < 1 ||
+		    l > SANDBOX_FILE_PAGE_MAX)
+			return sbx_error_set(err, SBX_E_INVALID_REQUEST, "limit",
+					     "limit must be 1..%d", SANDBOX_FILE_PAGE_MAX);
+		req->list_limit = (uint32_t)l;
+	}
+	v = query_n(fr->conn, "cursor", &n);
+	if (!v)
+		return 0;
+	if (n == 0 || n % 2 || n / 2 >= sizeof(fr->after))
+		goto bad;
+	for (size_t i = 0; i < n / 2; i++) {
+		unsigned b;
+
+		if (sscanf(v + 2 * i, "%2x", &b) != 1 || !strchr("0123456789abcdef", v[2 * i]) ||
+		    !strchr("0123456789abcdef", v[2 * i + 1]) || b == 0 || b == '/')
+			goto bad;
+		fr->after[i] = (char)b;
+	}
+	fr->after[n / 2] = '\0';
+	req->list_after = fr->after;
+	return 0;
+bad:
+	return sbx_error_set(err, SBX_E_INVALID_REQUEST, "cursor",
+			     "cursor must be a list's next_cursor, as it was given");
+}
+
 /* Validate the query into req/fr. 0, or -1 with err. */
 static int request_parse(struct api_files *fr, const char *method, struct sandbox_file_req *req,
 			 struct sbx_error *err)
@@ -245,7 +312,7 @@ static int request_parse(struct api_files *fr, const char *method, struct sandbo
 		if (list) {
 			fr->kind = FK_LIST;
 			req->op = SANDBOX_FILE_LIST;
-			return 0;
+			return list_parse(fr, req, err);
 		}
 		fr->kind = tar ? FK_TAR_GET : FK_GET;
 		req->op = tar ? SANDBOX_FILE_TAR_GET : SANDBOX_FILE_GET;
@@ -385,7 +452,18 @@ static enum MHD_Result answer_list(struct api_files *fr, const struct sandbox_fi
 	json_object_object_add(o, "object", json_object_new_string("list"));
 	json_object_object_add(o, "path", path_string(fr->path));
 	json_object_object_add(o, "data", data);
-	json_object_object_add(o, "has_more", json_object_new_boolean(st->truncated));
+	json_object_object_add(o, "has_more", json_object_new_boolean(st->truncated && n > 0));
+	if (st->truncated && n > 0) {
+		size_t len = strlen(e[n - 1].name);
+		char *hex = malloc(2 * len + 1);
+
+		if (hex)
+			sbx_hex((const unsigned char *)e[n - 1].name, len, hex);
+		json_object_object_add(o, "next_cursor", hex ? json_object_new_string(hex) : NULL);
+		free(hex);
+	} else {
+		json_object_object_add(o, "next_cursor", NULL);
+	}
 	return api_reply_json(fr->conn, 200, o, 0, NULL);
 }
 
@@ -409,6 +487,11 @@ static ssize_t download_read(void *cls, uint64_t pos, char *buf, size_t max)
 	(void)pos;
 	for (;;) {
 		n = sandbox_file_read(fr->f, buf, max);
+		if (!progress_ok(fr, n)) {
+			sbx_warn(MOD, "download cut short: fewer than %u bytes in %u ms",
+				 SANDBOX_FILE_MIN_PROGRESS, fr->ctx->cfg->file_stall_timeout_ms);
+			return MHD_CONTENT_READER_END_WITH_ERROR;
+		}
 		if (n > 0)
 			return (ssize_t)n;
 		sandbox_file_status(fr->f, &st);
@@ -437,6 +520,8 @@ static enum MHD_Result answer_download(struct api_files *fr, const struct sandbo
 	char h[96];
 	unsigned status = 200;
 
+	fr->win_start_ms = sbx_mono_ms(); /* the body's window starts */
+	fr->win_bytes = 0;
 	resp = MHD_create_response_from_callback(tar ? MHD_SIZE_UNKNOWN : st->size, 64 * 1024,
 						 download_read, fr, NULL);
 	if (!resp)
@@ -480,10 +565,14 @@ enum MHD_Result api_files_begin(struct api_files_ctx *ctx, struct MHD_Connection
 		return MHD_NO;
 	fr->ctx = ctx;
 	fr->conn = c;
+	fr->win_start_ms = sbx_mono_ms();
 	sbx_error_clear(&err);
 	if (request_parse(fr, method, &req, &err) < 0 ||
 	    sandbox_file_start(ctx->svc, account_id, id, &req, files_wake, fr, &fr->f, &err) < 0) {
 		api_files_free(fr);
+		/* answered before an upload's body: close lingering (http.c) */
+		if (strcmp(method, "PUT") == 0)
+			api_conn_linger(c);
 		return api_reply_error(c, &err);
 	}
 	*out = fr;
@@ -517,6 +606,11 @@ static enum MHD_Result upload_piece(struct api_files *fr, const char *data, size
 		}
 		EVP_DigestUpdate(fr->md, data, (size_t)n);
 		fr->received += (uint64_t)n;
+		if (!progress_ok(fr, (size_t)n)) {
+			sbx_info(MOD, "closed an upload that moved fewer than %u bytes in %u ms",
+				 SANDBOX_FILE_MIN_PROGRESS, fr->ctx->cfg->file_stall_timeout_ms);
+			return MHD_NO;
+		}
 		data += n;
 		*size -= (size_t)n;
 		if (*size == 0)

@@ -181,6 +181,7 @@ static void proc_done(void *opaque, struct sandbox_proc_result *res, const struc
 	unsigned status = 500;
 	bool free_now;
 
+	api_req_slot_put(r); /* the account may make another call */
 	if (res) {
 		o = result_encode(r, res, &status);
 		sandbox_proc_result_release(res);
@@ -416,6 +417,9 @@ enum MHD_Result api_processes_handle(struct req *r, const char *method)
 	if (rc < 0)
 		return api_reply_error(r->conn, &err);
 	r->proc_op = (int)pr.op;
+	/* a call parks its connection: one account may park only so many */
+	if (api_req_slot_take(r, API_INFLIGHT_PROCESS, &err) < 0)
+		return api_reply_error(r->conn, &err);
 
 	pthread_mutex_lock(&srv->lock);
 	if (srv->stopping) {
@@ -433,6 +437,7 @@ enum MHD_Result api_processes_handle(struct req *r, const char *method)
 		r->is_async = false;
 		r->refs--;
 		pthread_mutex_unlock(&srv->lock);
+		api_req_slot_put(r);
 		return api_reply_error(r->conn, &err);
 	}
 	pthread_mutex_lock(&srv->lock);

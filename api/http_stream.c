@@ -449,8 +449,9 @@ enum MHD_Result api_stream_start(struct req *r, bool sse)
 				sse ? "text/event-stream" : "application/x-ndjson");
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
 	MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+	api_security_headers(resp, false);
 	api_reqctx_header(resp);
-	ret = MHD_queue_response(r->conn, 200, resp);
+	ret = api_queue_response(r->conn, 200, resp);
 	MHD_destroy_response(resp);
 	return ret;
 }

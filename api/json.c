@@ -808,8 +808,14 @@ struct json_object *api_limits_encode_stats(const struct sandbox_config *cfg,
 			       json_object_new_int(cfg->max_executions_in_flight_per_account));
 	json_object_object_add(o, "execs_in_flight_per_account",
 			       json_object_new_int(cfg->max_execs_in_flight_per_account));
+	json_object_object_add(o, "files_in_flight_per_account",
+			       json_object_new_int(cfg->max_files_in_flight_per_account));
+	json_object_object_add(o, "processes_in_flight_per_account",
+			       json_object_new_int(cfg->max_processes_in_flight_per_account));
 	json_object_object_add(o, "connections_per_ip",
 			       json_object_new_int(cfg->http_connections_per_ip));
+	json_object_object_add(o, "file_transfer_timeout_ms",
+			       json_object_new_int64(cfg->file_transfer_timeout_ms));
 	json_object_object_add(o, "request_receive_timeout_ms",
 			       json_object_new_int64(cfg->http_receive_timeout_ms));
 	json_object_object_add(t, "default", json_object_new_int(cfg->default_timeout_minutes));

@@ -21,8 +21,8 @@
 
 /* The statuses the API answers with (docs/api.md); anything else is
  * counted as "other". */
-static const unsigned statuses[] = {200, 201, 400, 401, 402, 403, 404, 405, 409, 410,
-				    413, 415, 422, 429, 431, 500, 503, 507, 0};
+static const unsigned statuses[] = {200, 201, 206, 400, 401, 402, 403, 404, 405, 409, 410,
+				    413, 415, 416, 422, 429, 431, 500, 503, 507, 0};
 #define N_STATUS SBX_ARRAY_SIZE(statuses)
 #define N_ROUTES (R_STATIC + 1)
 
@@ -40,6 +40,10 @@ static const char *const route_names[N_ROUTES] = {
     [R_EXECUTION] = "execution",
     [R_RECEIPT] = "receipt",
     [R_RECEIPT_KEY] = "receipt_key",
+    [R_PROCESSES] = "processes",
+    [R_PROCESS_OUTPUT] = "process_output",
+    [R_PROCESS_STDIN] = "process_stdin",
+    [R_PROCESS_SIGNAL] = "process_signal",
     [R_FILES] = "files",
     [R_STATIC] = "static",
 };

@@ -54,6 +54,7 @@ void sandbox_config_defaults(struct sandbox_config *cfg)
 	cfg->max_body_bytes = 1024 * 1024;
 	cfg->max_file_bytes = 1024ULL * 1024 * 1024;
 	cfg->file_stall_timeout_ms = 30000;
+	cfg->file_transfer_timeout_ms = 3600000;
 	cfg->max_command_bytes = 256 * 1024;
 	cfg->output_cap_bytes = 1024 * 1024;
 	cfg->default_exec_timeout_ms = 60000;
@@ -81,11 +82,13 @@ void sandbox_config_defaults(struct sandbox_config *cfg)
 	cfg->http_work_threads = 32;
 	cfg->http_work_queue = 64;
 	/* Well below the connection limit: one account's parked requests
-	 * (4 + 8 + 4 + 32) cannot take the host's 1024 connections. */
+	 * (4 + 8 + 4 + 32 + 8 + 8) cannot take the host's 1024 connections. */
 	cfg->max_creates_in_flight_per_account = 4;
 	cfg->max_deletes_in_flight_per_account = 8;
 	cfg->max_executions_in_flight_per_account = 4;
 	cfg->max_execs_in_flight_per_account = 32;
+	cfg->max_files_in_flight_per_account = 8;
+	cfg->max_processes_in_flight_per_account = 8;
 	cfg->http_max_connections = 1024;
 	cfg->http_connections_per_ip = 64;
 	cfg->http_receive_timeout_ms = 30000;
@@ -347,6 +350,9 @@ int sandbox_config_validate(const struct sandbox_config *cfg, struct sbx_error *
 	if (cfg->max_file_bytes < 1)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "max_file_bytes",
 				     "max_file_bytes must be >= 1");
+	if (cfg->file_transfer_timeout_ms < 1000)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "file_transfer_timeout_ms",
+				     "file_transfer_timeout_ms must be >= 1000");
 	if (cfg->file_stall_timeout_ms < 100)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "file_stall_timeout_ms",
 				     "file_stall_timeout_ms must be >= 100");
@@ -437,6 +443,10 @@ int sandbox_config_validate(const struct sandbox_config *cfg, struct sbx_error *
 		     offsetof(struct sandbox_config, max_executions_in_flight_per_account)},
 		    {"max_execs_in_flight_per_account",
 		     offsetof(struct sandbox_config, max_execs_in_flight_per_account)},
+		    {"max_files_in_flight_per_account",
+		     offsetof(struct sandbox_config, max_files_in_flight_per_account)},
+		    {"max_processes_in_flight_per_account",
+		     offsetof(struct sandbox_config, max_processes_in_flight_per_account)},
 		};
 
 		for (size_t i = 0; i < SBX_ARRAY_SIZE(caps); i++) {

@@ -27,6 +27,7 @@ struct sandbox_file {
 	enum store_status ending;	    /* svc->lock: how the sandbox ended, if it did */
 	struct sandbox_file_entry *entries; /* LIST, made at the first ask */
 	size_t n_entries;
+	struct sandbox_output_hold hold; /* its reply's output budget */
 };
 
 /* sandbox.h repeats agentless' numbers (api/ sees only sandbox.h) */
@@ -103,8 +104,14 @@ int sandbox_file_start(struct sandbox_svc *svc, const char *account_id, const ch
 	    .recursive = req->recursive,
 	    .gzip = req->gzip,
 	    .max_bytes = req->max_bytes,
-	    .list_limit = SANDBOX_FILE_LIST_MAX,
+	    .list_limit = req->list_limit ? req->list_limit : SANDBOX_FILE_PAGE_MAX,
+	    .list_after = req->list_after,
 	};
+	uint64_t cost = req->op == SANDBOX_FILE_LIST
+			    ? (uint64_t)areq.list_limit * SANDBOX_FILE_ENTRY_COST
+			: req->op == SANDBOX_FILE_GET || req->op == SANDBOX_FILE_TAR_GET
+			    ? SANDBOX_FILE_DOWNLOAD_COST
+			    : 0;
 	struct store_sandbox row;
 	struct sandbox_file *f;
 	struct live *l;
@@ -119,11 +126,25 @@ int sandbox_file_start(struct sandbox_svc *svc, const char *account_id, const ch
 	f->svc = svc;
 	f->wake = wake;
 	f->opaque = opaque;
+	if (cost && sandbox_output_reserve(svc, account_id, cost, &f->hold, err) < 0) {
+		bool acct = err->code == SBX_E_RATE_LIMITED;
+
+		sbx_error_set(err, err->code, NULL,
+			      acct ? "this account's replies waiting to be read (downloads, lists, "
+				     "command output) are at its output budget (GET /v1/limits); "
+				     "retry when one has been read"
+				   : "this node is buffering too many replies right now; retry "
+				     "shortly");
+		err->retry_after_s = 1;
+		free(f);
+		return -1;
+	}
 
 	pthread_mutex_lock(&svc->lock);
 	l = sandbox_live_find_locked(svc, id);
 	if (sandbox_live_usable_locked(l, id, err) < 0) {
 		pthread_mutex_unlock(&svc->lock);
+		sandbox_output_release(svc, &f->hold);
 		free(f);
 		return -1;
 	}
@@ -137,6 +158,7 @@ int sandbox_file_start(struct sandbox_svc *svc, const char *account_id, const ch
 	sandbox_live_unref_locked(svc, l);
 	pthread_mutex_unlock(&svc->lock);
 	if (rc < 0) {
+		sandbox_output_release(svc, &f->hold);
 		free(f);
 		return -1;
 	}
@@ -244,6 +266,7 @@ void sandbox_file_release(struct sandbox_file *f)
 		return;
 	/* no wake runs after this returns */
 	agentless_xfer_release(f->x);
+	sandbox_output_release(f->svc, &f->hold);
 	free(f->entries);
 	free(f);
 }

@@ -96,13 +96,17 @@ struct sandbox_config {
 	size_t max_body_bytes;		    /* HTTP request body cap, 1 MiB */
 	uint64_t max_file_bytes;	    /* one upload or download, 1 GiB */
 	uint32_t file_stall_timeout_ms;	    /* a transfer the guest stalls fails, 30000 */
-	size_t max_command_bytes;	    /* 256 KiB */
-	size_t output_cap_bytes;	    /* per stream, 1 MiB */
-	uint32_t default_exec_timeout_ms;   /* 60000 */
-	char exec_user[32];		    /* guest user commands run as: "root" */
-	uint32_t boot_timeout_ms;	    /* boot start -> HELLO deadline, 60000 */
-	uint32_t boot_queue_timeout_ms;	    /* wait for a boot slot, 180000 */
-	uint32_t exec_backstop_grace_ms;    /* 10000 */
+	/* A files request ends within file_transfer_timeout_ms of its headers
+	 * (3600000), and a transfer must move SANDBOX_FILE_MIN_PROGRESS bytes
+	 * in every file_stall_timeout_ms (docs/api.md "Fair share"). */
+	uint32_t file_transfer_timeout_ms;
+	size_t max_command_bytes;	  /* 256 KiB */
+	size_t output_cap_bytes;	  /* per stream, 1 MiB */
+	uint32_t default_exec_timeout_ms; /* 60000 */
+	char exec_user[32];		  /* guest user commands run as: "root" */
+	uint32_t boot_timeout_ms;	  /* boot start -> HELLO deadline, 60000 */
+	uint32_t boot_queue_timeout_ms;	  /* wait for a boot slot, 180000 */
+	uint32_t exec_backstop_grace_ms;  /* 10000 */
 
 	/* Hosts (docs/hosts.md): filled by sandbox_config_resolve from the
 	 * top-level keys when the config has no `hosts`. */
@@ -150,6 +154,8 @@ struct sandbox_config {
 	int max_deletes_in_flight_per_account;	  /* 8 */
 	int max_executions_in_flight_per_account; /* 4 */
 	int max_execs_in_flight_per_account;	  /* 32 */
+	int max_files_in_flight_per_account;	  /* 8: transfers, until the reply is sent */
+	int max_processes_in_flight_per_account;  /* 8: processes calls */
 	/* Connections (docs/api.md "Connections"): at most http_max_connections
 	 * in all and http_connections_per_ip from one client address (0 = no
 	 * per-address limit); a connection that has not delivered a whole
@@ -520,6 +526,18 @@ int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const ch
  * window (SANDBOX_FILE_WINDOW) of data whatever the file's size. */
 #define SANDBOX_FILE_WINDOW   (2u * 1024 * 1024)
 #define SANDBOX_FILE_LIST_MAX 10000
+/* A LIST answers one page of at most SANDBOX_FILE_PAGE_MAX entries (the
+ * request's list_limit), sorted by name. */
+#define SANDBOX_FILE_PAGE_MAX 1000
+/* The output budget ("Output budget" of docs/api.md) a transfer holds
+ * until its reply was sent: a download its ring and the reply's buffer, a
+ * LIST its entries at their dearest as JSON (a 255-byte name of control
+ * bytes escaped as \u00XX, with the tree's copies). */
+#define SANDBOX_FILE_DOWNLOAD_COST (SANDBOX_FILE_WINDOW + 64u * 1024)
+#define SANDBOX_FILE_ENTRY_COST	   (255u * SANDBOX_REPLY_COST_UTF8 + 512)
+/* Bytes a transfer must move in each file_stall_timeout_ms, either way:
+ * fewer (a guest or a client that trickles) ends it. */
+#define SANDBOX_FILE_MIN_PROGRESS (64u * 1024)
 
 enum sandbox_file_op { /* the values of wire.h's enum wire_file_op */
 		       SANDBOX_FILE_PUT = 1,
@@ -539,13 +557,15 @@ enum sandbox_file_type { /* wire.h's enum wire_file_type */
 
 struct sandbox_file_req {
 	enum sandbox_file_op op;
-	const char *path;   /* absolute, NUL-terminated, no NUL inside */
-	uint32_t mode;	    /* PUT: permission bits */
-	uint64_t offset;    /* GET */
-	uint64_t length;    /* GET; 0 = to the end */
-	bool recursive;	    /* DELETE */
-	bool gzip;	    /* TAR_*: the tar stream is gzip */
-	uint64_t max_bytes; /* GET, TAR_GET: larger fails with 413; 0 = none */
+	const char *path;	/* absolute, NUL-terminated, no NUL inside */
+	uint32_t mode;		/* PUT: permission bits */
+	uint64_t offset;	/* GET */
+	uint64_t length;	/* GET; 0 = to the end */
+	bool recursive;		/* DELETE */
+	bool gzip;		/* TAR_*: the tar stream is gzip */
+	uint64_t max_bytes;	/* GET, TAR_GET: larger fails with 413; 0 = none */
+	uint32_t list_limit;	/* LIST: 1..SANDBOX_FILE_PAGE_MAX entries */
+	const char *list_after; /* LIST: names after this one; NULL = from the first */
 };
 
 enum sandbox_file_state { SANDBOX_FILE_OPEN, SANDBOX_FILE_DONE, SANDBOX_FILE_FAILED };
@@ -576,6 +596,8 @@ typedef void (*sandbox_file_wake_fn)(void *opaque);
 
 /* Start a transfer with sandbox `id` of this account: 404 (not this
  * account's), 410 (not running), 429, 500 (a guest without file transfer).
+ * A download or a LIST holds its cost of the output budget (above) until
+ * sandbox_file_release: past it 429 (the account's) or 503 (the host's).
  * Files are owned by exec_user. 0 and *out, or -1. */
 int sandbox_file_start(struct sandbox_svc *svc, const char *account_id, const char *id,
 		       const struct sandbox_file_req *req, sandbox_file_wake_fn wake, void *opaque,

@@ -27,6 +27,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -84,6 +85,8 @@ struct file_req {
 	bool has_length;
 	bool recursive, gzip;
 	uint32_t limit;
+	char after[256]; /* LIST: only names after this one (byte order) */
+	bool has_after;
 };
 
 /* ------------------------------------------------------------- replies */
@@ -255,6 +258,15 @@ static int req_parse(uint32_t id, const uint8_t *p, size_t len, struct file_req 
 			break;
 		case WIRE_T_LIMIT:
 			bad = wire_field_u32(&f, &r->limit);
+			break;
+		case WIRE_T_AFTER:
+			bad = f.len == 0 || f.len >= sizeof(r->after) ||
+			      memchr(f.value, '\0', f.len) != NULL;
+			if (!bad) {
+				memcpy(r->after, f.value, f.len);
+				r->after[f.len] = '\0';
+				r->has_after = true;
+			}
 			break;
 		default:
 			break;
@@ -440,6 +452,44 @@ static void send_meta(struct gxfer *x, const struct stat *st, bool with_size, ui
 	F.send(WIRE_FILE_META, x->id, w.buf, w.len);
 }
 
+/* What a path that is not a regular file is, for NOT_REGULAR (the host
+ * knows these words). */
+static const char *kind_name(mode_t m)
+{
+	return S_ISFIFO(m)   ? "fifo"
+	       : S_ISSOCK(m) ? "socket"
+	       : S_ISCHR(m)  ? "character device"
+	       : S_ISBLK(m)  ? "block device"
+			     : "other";
+}
+
+/* A file of the kernel's pseudo-filesystems (/proc, /sys, ...) whose size
+ * reads 0 while it has content made on each read: its size is unknown. */
+static bool pseudo_sized(int fd, const struct stat *st)
+{
+	static const unsigned long magic[] = {
+	    0x9fa0,	/* proc */
+	    0x62656572, /* sysfs */
+	    0x64626720, /* debugfs */
+	    0x74726163, /* tracefs */
+	    0x73636673, /* securityfs */
+	    0x27e0eb,	/* cgroup */
+	    0x63677270, /* cgroup2 */
+	    0x62656570, /* configfs */
+	    0xcafe4a11, /* bpf */
+	    0x6165676c, /* pstore */
+	    0xde5e81e4, /* efivarfs */
+	};
+	struct statfs fs;
+
+	if (st->st_size != 0 || fstatfs(fd, &fs) < 0)
+		return false;
+	for (size_t i = 0; i < sizeof(magic) / sizeof(magic[0]); i++)
+		if ((unsigned long)fs.f_type == magic[i])
+			return true;
+	return false;
+}
+
 static void get_open(struct gxfer *x, const struct file_req *r)
 {
 	struct stat st;
@@ -460,7 +510,11 @@ static void get_open(struct gxfer *x, const struct file_req *r)
 		goto drop;
 	}
 	if (!S_ISREG(st.st_mode)) {
-		guest_send_error(x->id, WIRE_ERR_IO, "path", "path is not a regular file");
+		guest_send_error(x->id, WIRE_ERR_NOT_REGULAR, "path", kind_name(st.st_mode));
+		goto drop;
+	}
+	if (pseudo_sized(x->fd, &st)) {
+		guest_send_error(x->id, WIRE_ERR_NOT_REGULAR, "path", "pseudo");
 		goto drop;
 	}
 	size = (uint64_t)st.st_size;
@@ -505,6 +559,11 @@ static bool get_pump(struct gxfer *x)
 
 		if (done >= PUMP_BUDGET)
 			return true;
+		if (guest_hostile_trickling()) {
+			if (!guest_hostile_trickle_due())
+				return false;
+			want = 1;
+		}
 		if (want > credit(x))
 			want = (size_t)credit(x);
 		if (want > x->left)
@@ -541,32 +600,71 @@ static uint32_t ftype(mode_t m)
 			    : WIRE_FTYPE_OTHER;
 }
 
+/* Keep the `cap` smallest names seen (sorted, byte order) in sel[0..*n):
+ * a page of a directory of any size in bounded memory. 0, or -1 (out of
+ * memory). */
+static int page_keep(char **sel, uint32_t *n, uint32_t cap, const char *name)
+{
+	uint32_t lo = 0, hi = *n;
+	char *dup;
+
+	if (*n == cap && strcmp(name, sel[*n - 1]) >= 0)
+		return 0;
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+
+		if (strcmp(sel[mid], name) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (!(dup = strdup(name)))
+		return -1;
+	if (*n == cap)
+		free(sel[--*n]);
+	memmove(&sel[lo + 1], &sel[lo], (*n - lo) * sizeof(*sel));
+	sel[lo] = dup;
+	++*n;
+	return 0;
+}
+
+/* One page: the first `limit` names after r->after in byte order, and
+ * TRUNCATED when more follow (docs/api.md "Files": limit and cursor). */
 static void list_run(struct gxfer *x, const struct file_req *r)
 {
 	DIR *d = opendir(r->path);
 	struct dirent *de;
-	uint32_t n = 0;
-	bool truncated = false;
+	uint32_t n = 0, sent = 0, cap = r->limit + 1;
+	char **sel = NULL;
 
 	if (!d) {
 		send_errno(x->id, errno, "cannot open the directory");
 		goto drop;
 	}
+	sel = calloc(cap, sizeof(*sel));
+	if (!sel) {
+		send_errno(x->id, ENOMEM, "cannot list the directory");
+		goto out;
+	}
 	while ((de = readdir(d))) {
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		if (r->has_after && strcmp(de->d_name, r->after) <= 0)
+			continue;
+		if (page_keep(sel, &n, cap, de->d_name) < 0) {
+			send_errno(x->id, ENOMEM, "cannot list the directory");
+			goto out;
+		}
+	}
+	for (uint32_t i = 0; i < n && i < r->limit; i++) {
 		uint8_t b[512];
 		struct wire_writer w;
 		struct stat st;
 
-		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-			continue;
-		if (n == r->limit) {
-			truncated = true;
-			break;
-		}
-		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		if (fstatat(dirfd(d), sel[i], &st, AT_SYMLINK_NOFOLLOW) < 0)
 			continue;
 		wire_writer_init(&w, b, sizeof(b));
-		wire_put_str(&w, WIRE_T_NAME, de->d_name);
+		wire_put_str(&w, WIRE_T_NAME, sel[i]);
 		wire_put_u32(&w, WIRE_T_FILE_TYPE, ftype(st.st_mode));
 		wire_put_u64(&w, WIRE_T_SIZE, (uint64_t)st.st_size);
 		wire_put_u32(&w, WIRE_T_MODE, st.st_mode & 07777);
@@ -574,10 +672,14 @@ static void list_run(struct gxfer *x, const struct file_req *r)
 		if (w.overflow)
 			continue;
 		F.send(WIRE_FILE_ENTRY, x->id, w.buf, w.len);
-		n++;
+		sent++;
 	}
+	send_done(x, sent, n > r->limit);
+out:
+	for (uint32_t i = 0; sel && i < n; i++)
+		free(sel[i]);
+	free(sel);
 	closedir(d);
-	send_done(x, n, truncated);
 drop:
 	xfer_drop(x);
 }
@@ -659,7 +761,9 @@ static void tree_open(struct gxfer *x, const struct file_req *r)
 	struct stat st;
 	bool put = x->op == WIRE_FILE_OP_TAR_PUT;
 	const char *script =
-	    put ? (r->gzip ? "exec tar -x -z -f - -C \"$1\"" : "exec tar -x -f - -C \"$1\"")
+	    /* -o: the files are the extracting user's (as root too), not
+	     * the archive's owners (GNU and busybox tar alike) */
+	    put ? (r->gzip ? "exec tar -x -o -z -f - -C \"$1\"" : "exec tar -x -o -f - -C \"$1\"")
 		: (r->gzip ? "exec tar -c -z -f - -C \"$1\" ." : "exec tar -c -f - -C \"$1\" .");
 
 	if (put && make_parents(r->path, x, true) < 0) {

@@ -16,6 +16,8 @@
  *   tiny_frames   answer this EXEC with 1 MiB of stdout in 1-byte frames,
  *                 as fast as the port takes them, ignoring PAUSE, then
  *                 exit 0 (what a streamed reply buffers for it)
+ *   file_trickle  answer this EXEC (exit 0), then send the data of
+ *                 downloads one byte every TRICKLE_MS (never a stall)
  *
  * Without the command-line switch the env variable is an ordinary one. */
 #include "agentless/guest/init.h"
@@ -26,12 +28,15 @@
 #include <string.h>
 
 #define HOSTILE_ENV "SBX_TEST_HOSTILE="
+#define TRICKLE_MS  2000
 
 static struct {
 	int checked; /* 0 = not yet, 1 = on, -1 = off */
 	bool deaf;
 	bool hello_flood;
 	bool file_stall;
+	bool file_trickle;
+	int64_t trickle_next; /* guest_mono_ms() of the next byte */
 	guest_send_fn send;
 	void (*hello)(void);
 	size_t (*queue_size)(void);
@@ -92,11 +97,14 @@ bool guest_hostile_exec(uint32_t id, const uint8_t *p, size_t len)
 	} else if (strcmp(what, "unknown_ids") == 0) {
 		H.send(WIRE_STDOUT, id + 100000, "x", 1);
 		H.send(WIRE_EXIT, id + 200000, NULL, 0);
-	} else if (strcmp(what, "file_stall") == 0) {
+	} else if (strcmp(what, "file_stall") == 0 || strcmp(what, "file_trickle") == 0) {
 		uint8_t b[16];
 		struct wire_writer w;
 
-		H.file_stall = true;
+		if (strcmp(what, "file_stall") == 0)
+			H.file_stall = true;
+		else
+			H.file_trickle = true;
 		wire_writer_init(&w, b, sizeof b);
 		wire_put_u32(&w, WIRE_T_EXIT_CODE, 0);
 		H.send(WIRE_EXIT, id, w.buf, w.len);
@@ -112,6 +120,30 @@ bool guest_hostile_exec(uint32_t id, const uint8_t *p, size_t len)
 bool guest_hostile_file_stall(void)
 {
 	return H.file_stall;
+}
+
+bool guest_hostile_trickle_due(void)
+{
+	int64_t now;
+
+	if (!H.file_trickle)
+		return true;
+	now = guest_mono_ms();
+	if (now < H.trickle_next)
+		return false;
+	H.trickle_next = now + TRICKLE_MS;
+	return true;
+}
+
+bool guest_hostile_trickling(void)
+{
+	return H.file_trickle;
+}
+
+int64_t guest_hostile_wake_ms(void)
+{
+	/* a byte due now goes at the loop's next turn anyway */
+	return H.file_trickle && H.trickle_next > guest_mono_ms() ? H.trickle_next : -1;
 }
 
 bool guest_hostile_deaf(void)

@@ -90,6 +90,12 @@ bool guest_hostile_deaf(void);
 void guest_hostile_tick(void);
 /* True once ordered to stop sending the data of downloads (file_stall). */
 bool guest_hostile_file_stall(void);
+/* file_trickle: whether downloads trickle, whether one more byte may go
+ * now (true without file_trickle; a yes schedules the next), and when the
+ * loop must wake for it (guest_mono_ms, -1 = no need). */
+bool guest_hostile_trickling(void);
+bool guest_hostile_trickle_due(void);
+int64_t guest_hostile_wake_ms(void);
 
 /* File transfer (files.c, protocol v3), driven by serve.c's loop. */
 struct pollfd;

@@ -1495,6 +1495,9 @@ int guest_serve(int port_fd)
 			n += k;
 			if (pnext >= 0 && (next < 0 || pnext < next))
 				next = pnext;
+			pnext = guest_hostile_wake_ms();
+			if (pnext >= 0 && (next < 0 || pnext < next))
+				next = pnext;
 		}
 		timeout = next < 0		 ? -1
 			  : next <= now		 ? 0

@@ -224,6 +224,9 @@ static void limits_publish_the_caps(void **state)
 	assert_int_equal(jint(r.json, "creates_in_flight_per_account"), 4);
 	assert_int_equal(jint(r.json, "deletes_in_flight_per_account"), 8);
 	assert_int_equal(jint(r.json, "execs_in_flight_per_account"), 32);
+	/* every route class that holds a connection has its cap (issue 24) */
+	assert_int_equal(jint(r.json, "files_in_flight_per_account"), 8);
+	assert_int_equal(jint(r.json, "processes_in_flight_per_account"), 8);
 	assert_int_equal(jint(r.json, "connections_per_ip"), 64);
 	assert_int_equal(jint(r.json, "request_receive_timeout_ms"), 30000);
 	http_reply_free(&r);
@@ -733,6 +736,35 @@ static void refused_bodies_are_dropped_and_bounded(void **state)
 	close(fd);
 	free(body);
 
+	/* a client that waits for the answer before it sends its body, with
+	 * no 'Expect: 100-continue', gets it at once (issue 24: nothing came
+	 * until the receive deadline closed the connection), then may send
+	 * the body without a reset */
+	fd = connect_from(NULL);
+	n = snprintf(head, sizeof(head),
+		     "POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n");
+	assert_int_equal(write(fd, head, (size_t)n), n);
+	{
+		struct pollfd pf = {.fd = fd, .events = POLLIN};
+		char got[64] = "";
+
+		assert_int_equal(poll(&pf, 1, 5000), 1);
+		assert_true(recv(fd, got, sizeof(got) - 1, MSG_PEEK) > 12);
+		assert_true(strncmp(got, "HTTP/1.1 401", 12) == 0);
+		char *late = malloc(1000000);
+
+		assert_non_null(late);
+		memset(late, 'x', 1000000);
+		/* the daemon drops it (lingering close): no reset before the
+		 * answer was read */
+		assert_int_equal(send(fd, late, 1000000, MSG_NOSIGNAL), 1000000);
+		free(late);
+		assert_true(read_to_close(fd, &in) > 0);
+		assert_true(strncmp(in.data, "HTTP/1.1 401", 12) == 0);
+		sbx_buf_release(&in);
+		close(fd);
+	}
+
 	fd = connect_from(NULL);
 	n = snprintf(head, sizeof(head),
 		     "POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nContent-Length: 5000000\r\n"
@@ -788,6 +820,8 @@ int main(void)
 	};
 	int fails = 0;
 
+	if (getenv("SBX_TEST_FILTER"))
+		cmocka_set_test_filter(getenv("SBX_TEST_FILTER"));
 	fails += cmocka_run_group_tests_name("frontdoor: pool and caps", pool, pool_setup,
 					     group_teardown);
 	fails += cmocka_run_group_tests_name("frontdoor: connections", conns, conns_setup,

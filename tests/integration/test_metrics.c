@@ -84,7 +84,23 @@ static void counters_move_with_requests(void **state)
 	assert_int_equal(http_request(&d, "GET", "/v1/usage", NULL, NULL, NULL, 0, &r), 0);
 	assert_int_equal(r.status, 401);
 	http_reply_free(&r);
+	/* the processes routes and 416 have their own series (issue 24:
+	 * they were counted as route="unknown" and status="other") */
+	assert_int_equal(
+	    http_request(&d, "GET", "/v1/sandboxes/sbx_nope/processes", d.key, NULL, NULL, 0, &r),
+	    0);
+	assert_int_equal(r.status, 404);
+	http_reply_free(&r);
+	assert_int_equal(http_request(&d, "GET", "/v1/sandboxes/sbx_nope/files?path=/etc/hostname",
+				      d.key, "Range: bytes=x\r\n", NULL, 0, &r),
+			 0);
+	assert_int_equal(r.status, 416);
+	http_reply_free(&r);
 	after = scrape();
+	assert_true(
+	    sample(after, "sandboxd_http_requests_total{route=\"processes\",status=\"404\"}") >= 1);
+	assert_true(sample(after, "sandboxd_http_requests_total{route=\"files\",status=\"416\"}") >=
+		    1);
 	assert_true(sample(after, limits) - zero_if_absent(sample(before, limits)) == 3);
 	assert_true(sample(after, no_key) - zero_if_absent(sample(before, no_key)) == 1);
 	assert_true(
@@ -134,6 +150,14 @@ static void guests_boots_execs_and_money_move(void **state)
 	    http_request(&d, "POST", path, d.key, NULL, "{\"command\": \"true\"}", 0, &r), 0);
 	assert_int_equal(r.status, 200);
 	http_reply_free(&r);
+	snprintf(path, sizeof path, "/v1/sandboxes/%s/files?path=/tmp/m", id);
+	assert_int_equal(http_request(&d, "PUT", path, d.key, NULL, "0123456789", 0, &r), 0);
+	assert_int_equal(r.status, 201);
+	http_reply_free(&r);
+	assert_int_equal(http_request(&d, "GET", path, d.key, "Range: bytes=2-4\r\n", NULL, 0, &r),
+			 0);
+	assert_int_equal(r.status, 206);
+	http_reply_free(&r);
 	snprintf(path, sizeof path, "/v1/sandboxes/%s", id);
 	assert_int_equal(http_request(&d, "DELETE", path, d.key, NULL, NULL, 0, &r), 0);
 	assert_int_equal(r.status, 200);
@@ -143,6 +167,8 @@ static void guests_boots_execs_and_money_move(void **state)
 	assert_true(sample(after, "sandboxd_exec_duration_seconds_count") ==
 		    zero_if_absent(sample(mid, "sandboxd_exec_duration_seconds_count")) + 1);
 	assert_true(sample(after, "sandboxd_http_requests_total{route=\"exec\",status=\"200\"}") >=
+		    1);
+	assert_true(sample(after, "sandboxd_http_requests_total{route=\"files\",status=\"206\"}") >=
 		    1);
 	assert_true(sample(after, "sandboxd_ledger_micro_usd{kind=\"charge\"}") >
 		    zero_if_absent(sample(mid, "sandboxd_ledger_micro_usd{kind=\"charge\"}")));

@@ -262,6 +262,9 @@ static void stream_delivers_output_as_it_is_written(void **state)
 	stream_print(&s);
 	assert_int_equal(s.status, 200);
 	assert_non_null(strcasestr(s.headers, "application/x-ndjson"));
+	/* the security headers of every other reply (issue 24) */
+	assert_non_null(strcasestr(s.headers, "X-Content-Type-Options: nosniff"));
+	assert_non_null(strcasestr(s.headers, "X-Frame-Options: DENY"));
 	i1 = ev_find(&s, "stdout", "line1");
 	i3 = ev_find(&s, "stdout", "line3");
 	assert_true(i1 >= 0 && i3 > i1);
