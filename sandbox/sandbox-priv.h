@@ -355,6 +355,16 @@ int sandbox_execution_prestart(struct sandbox_svc *svc, struct live *l, const ch
 bool sandbox_execution_prestart_waiting(struct prestart *ps);
 /* Free a prestart once its conn is freed (NULL is fine). */
 void sandbox_execution_prestart_free(struct prestart *ps);
+/* The cold path of a run on an execution guest's conn: start the launcher
+ * (ar->stdin_data carries the code in the EXEC frame), tick the conn until
+ * it ends, and take its result into *out (release it). *billable tells
+ * whether the code was delivered (the EXEC frame left): then every end,
+ * whatever the guest answered, is billed *host_ms (host-observed, <=
+ * ar->timeout_ms); when the frame never left, *billable is false and the
+ * run costs nothing. 0, or -1 with err (the guest's error as it came). */
+int sandbox_execution_run_cold(struct agentless_conn *conn, const struct agentless_exec_req *ar,
+			       struct agentless_exec_result *out, uint32_t *host_ms, bool *billable,
+			       struct sbx_error *err);
 /* Record one execution's latency for /v1/limits. Call with lock. */
 void sandbox_execution_record_locked(struct sandbox_svc *svc, bool warm, bool prestarted,
 				     int64_t ms);

@@ -778,6 +778,14 @@ struct sandbox_execution_req {
 	size_t code_len;
 };
 
+/* Check an execution request against the config, before anything is
+ * reserved or booted: the runtime, timeout_seconds, and code (present, at
+ * most execution_max_code_bytes, no NUL, valid UTF-8 by RFC 3629 as a
+ * receipt needs it: receipt_utf8_valid). 0, or -1 with
+ * SBX_E_INVALID_REQUEST naming the param. sandbox_execution_run checks
+ * the same first. */
+int sandbox_execution_check(struct sandbox_svc *svc, const struct sandbox_execution_req *req,
+			    struct sbx_error *err);
 /* Run one execution. On success *response is the 200 body (a new
  * NUL-terminated JSON object: id, object, status, exit_code, stdout, stderr,
  * stdout_truncated, stderr_truncated, duration_ms, runner, receipt,

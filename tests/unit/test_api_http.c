@@ -18,6 +18,7 @@
 #include <sys/time.h>
 
 #include <json-c/json.h>
+#include <sqlite3.h>
 
 #include "api/api-priv.h"
 #include "sandbox/sandbox.h"
@@ -186,6 +187,8 @@ static int setup(void **state)
 	snprintf(F.cfg.listen, sizeof(F.cfg.listen), "127.0.0.1:0");
 	F.cfg.max_body_bytes = BODY_CAP;
 	F.cfg.http_threads = 2;
+	/* executions run nothing here (test_execution_code_not_utf8) */
+	snprintf(F.cfg.execution_runner, sizeof(F.cfg.execution_runner), "mock");
 	sandbox_config_resolve(&F.cfg);
 	sbx_error_clear(&err);
 	if (sandbox_config_validate(&F.cfg, &err) < 0)
@@ -524,6 +527,57 @@ static void test_api_keys(void **state)
 	resp_release(&r);
 }
 
+/* Rows of `table` of the test account, read on a connection of its own. */
+static int db_count(const char *table)
+{
+	char path[PATH_MAX], sql[128];
+	sqlite3 *db = NULL;
+	sqlite3_stmt *q = NULL;
+	int n = -1;
+
+	snprintf(path, sizeof(path), "%s/sandboxd.db", F.dir);
+	snprintf(sql, sizeof(sql), "SELECT count(*) FROM %s WHERE account_id = ?", table);
+	assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &q, NULL), SQLITE_OK);
+	sqlite3_bind_text(q, 1, F.account_id, -1, SQLITE_STATIC);
+	if (sqlite3_step(q) == SQLITE_ROW)
+		n = sqlite3_column_int(q, 0);
+	sqlite3_finalize(q);
+	sqlite3_close(db);
+	return n;
+}
+
+/* Code json-c accepts but RFC 3629 does not (overlong C0 80, a surrogate,
+ * an F5 lead byte, an overlong '/') is refused 400 `code` before anything is
+ * held or run: no execution row, no ledger entry but the credit. */
+static void test_execution_code_not_utf8(void **state)
+{
+	static const char *const bad[] = {"x = '\xc0\x80'", "x = '\xed\xa0\x80'",
+					  "x = '\xf5\x80\x80\x80'",
+					  "# -*- coding: latin-1 -*-\\nx = '\xe0\x80\xaf'"};
+	char body[256];
+	struct resp r;
+
+	(void)state;
+	int ledger = db_count("ledger");
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		snprintf(body, sizeof(body),
+			 "{\"runtime\":\"python\",\"timeout_seconds\":5,\"code\":\"%s\"}", bad[i]);
+		http("POST", "/v1/sandbox/executions", F.key, "application/json", body, &r);
+		assert_error(&r, 400, "invalid_request", "code");
+		resp_release(&r);
+	}
+	assert_int_equal(db_count("executions"), 0);
+	assert_int_equal(db_count("ledger"), ledger);
+
+	/* valid UTF-8 still runs (the mock runner) */
+	http("POST", "/v1/sandbox/executions", F.key, "application/json",
+	     "{\"runtime\":\"python\",\"timeout_seconds\":5,\"code\":\"x = '\xc3\xa9'\"}", &r);
+	assert_int_equal(r.status, 200);
+	resp_release(&r);
+	assert_int_equal(db_count("executions"), 1);
+}
+
 static void test_keep_alive_two_requests(void **state)
 {
 	/* Two pipelined requests on one connection both get answered. */
@@ -593,6 +647,7 @@ int main(void)
 	    cmocka_unit_test(test_limits),
 	    cmocka_unit_test(test_sandboxes_list_and_usage),
 	    cmocka_unit_test(test_api_keys),
+	    cmocka_unit_test(test_execution_code_not_utf8),
 	    cmocka_unit_test(test_keep_alive_two_requests),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
