@@ -1191,8 +1191,7 @@ int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
 			 row.id, err->message,
 			 res.guest_failed ? "the guest broke it" : "it did not start",
 			 (long long)cost);
-		store_execution_settle(svc->store, row.id, "failed", ended, cost, NULL, NULL, NULL,
-				       NULL);
+		sandbox_execution_settle(svc, row.id, "failed", ended, cost);
 		run_result_release(&res);
 		return -1;
 	}
@@ -1353,7 +1352,7 @@ err_release:
 	 * guest used is still billed (docs/billing.md) */
 	sbx_warn(MOD, "execution %s: failed after the run: %s (charged %lld micro-USD)", row.id,
 		 err->message, (long long)cost);
-	store_execution_settle(svc->store, row.id, "failed", ended, cost, NULL, NULL, NULL, NULL);
+	sandbox_execution_settle(svc, row.id, "failed", ended, cost);
 	rc = -1;
 out:
 	receipt_json_free(in);

@@ -134,6 +134,7 @@ err_hosts:
 		vmm_vm_free(l->vm);
 		free(l);
 	}
+	sandbox_settles_free(svc);
 	sandbox_hosts_close(svc);
 	store_close(svc->store);
 err_free:
@@ -186,6 +187,9 @@ void sandbox_svc_free(struct sandbox_svc *svc)
 	}
 	/* Execution guests still being destroyed: no domain left behind. */
 	sandbox_execution_teardowns_wait(svc);
+	/* Ends the store refused: one last try, the rest the next start's. */
+	sandbox_settles_retry(svc);
+	sandbox_settles_free(svc);
 	sandbox_hosts_close(svc);
 	store_close(svc->store);
 	pthread_cond_destroy(&svc->cond);
