@@ -371,6 +371,14 @@ int sandbox_key_scopes(struct sandbox_svc *svc, const char *key_id, char out[128
 
 /* ------------------------------------------------------ exec receipts */
 
+struct store_receipt_keep sandbox_receipt_keep(const struct sandbox_config *cfg, int64_t now_ms)
+{
+	return (struct store_receipt_keep){
+	    .created_before_ms = now_ms - (int64_t)cfg->execution_retention_hours * 3600 * 1000,
+	    .account_max = cfg->max_receipts_per_account,
+	};
+}
+
 int sandbox_exec_receipt_sign(struct sandbox_svc *svc, const char *account_id,
 			      const char *sandbox_id, const struct sandbox_exec_req *req,
 			      int exit_code, const char *out, size_t out_len, const char *errs,
@@ -437,8 +445,9 @@ int sandbox_exec_receipt_sign(struct sandbox_svc *svc, const char *account_id,
 	if (!(canon = receipt_sign(sg, body, r->hash, r->signature, err)))
 		goto out;
 	snprintf(r->signer, sizeof r->signer, "%s", receipt_signer_public(sg));
+	struct store_receipt_keep keep = sandbox_receipt_keep(&svc->cfg, ended);
 	if (store_receipt_insert(svc->store, r->id, account_id, sandbox_id, canon, r->hash,
-				 r->signature, r->signer, ended, err) < 0)
+				 r->signature, r->signer, ended, &keep, err) < 0)
 		goto out;
 	rc = 0;
 out:
@@ -1304,9 +1313,11 @@ int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
 
 	/* 5. Receipt, charge + release + response in one transaction (which
 	 * also drops what retention no longer keeps): one commit. */
+	struct store_receipt_keep rkeep = sandbox_receipt_keep(cfg, ended);
 	struct store_execution_keep keep = {
 	    .account_max_bytes = cfg->execution_store_account_max_bytes,
 	    .ended_before_ms = ended - (int64_t)cfg->execution_retention_hours * 3600 * 1000,
+	    .receipts = &rkeep,
 	};
 	struct store_receipt sr = {
 	    .id = rcpt,

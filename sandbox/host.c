@@ -583,6 +583,10 @@ static int reconcile_all(struct sandbox_svc *svc, struct sbx_error *err)
 	if (cut > 0)
 		sbx_info(MOD, "reconcile: dropped %d stored execution result(s) past retention",
 			 cut);
+	cut = store_receipt_prune(
+	    svc->store, now - (int64_t)svc->cfg.execution_retention_hours * 3600 * 1000, NULL);
+	if (cut > 0)
+		sbx_info(MOD, "reconcile: dropped %d receipt(s) past retention", cut);
 	for (size_t i = 0; i < lr.n; i++) {
 		const struct store_sandbox *row = &lr.rows[i];
 		struct host *h = sandbox_host_find(svc, row->host);

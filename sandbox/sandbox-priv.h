@@ -370,6 +370,9 @@ void sandbox_execution_prestart_free(struct prestart *ps);
 int sandbox_execution_run_cold(struct agentless_conn *conn, const struct agentless_exec_req *ar,
 			       struct agentless_exec_result *out, uint32_t *host_ms, bool *billable,
 			       struct sbx_error *err);
+/* What the store keeps of an account's receipts at now_ms: the newest
+ * max_receipts_per_account of the last execution_retention_hours. */
+struct store_receipt_keep sandbox_receipt_keep(const struct sandbox_config *cfg, int64_t now_ms);
 /* Record one execution's latency for /v1/limits. Call with lock. */
 void sandbox_execution_record_locked(struct sandbox_svc *svc, bool warm, bool prestarted,
 				     int64_t ms);
