@@ -64,7 +64,8 @@ static void queue(struct sandbox_svc *svc, const struct settle_retry *want, cons
 	}
 	pthread_mutex_unlock(&svc->lock);
 	if (!r)
-		sbx_err(MOD, "%s: settling failed (%s) and cannot be kept for a retry: out of memory",
+		sbx_err(MOD,
+			"%s: settling failed (%s) and cannot be kept for a retry: out of memory",
 			want->id, why);
 	else
 		sbx_warn(MOD, "%s: settling failed (%s); retrying until the store takes it",
@@ -100,8 +101,8 @@ static int try_one(struct sandbox_svc *svc, const struct settle_retry *r, struct
 	return err->code == SBX_E_NOT_FOUND; /* not running: settled already */
 }
 
-int sandbox_settle(struct sandbox_svc *svc, const char *id, enum store_status status,
-		   int64_t at_ms, struct store_sandbox *out, struct sbx_error *err)
+int sandbox_settle(struct sandbox_svc *svc, const char *id, enum store_status status, int64_t at_ms,
+		   struct store_sandbox *out, struct sbx_error *err)
 {
 	struct settle_retry want = {.kind = SETTLE_SANDBOX, .status = status, .at_ms = at_ms};
 	struct sbx_error e;
@@ -181,10 +182,11 @@ void sandbox_settles_free(struct sandbox_svc *svc)
 	while (svc->retries) {
 		struct settle_retry *r = svc->retries;
 
-		sbx_err(MOD,
-			"%s: settling never landed; the next start's reconcile ends it (a sandbox at "
-			"its last answer, an execution released)",
-			r->id);
+		sbx_err(
+		    MOD,
+		    "%s: settling never landed; the next start's reconcile ends it (a sandbox at "
+		    "its last answer, an execution released)",
+		    r->id);
 		svc->retries = r->next;
 		free(r);
 	}

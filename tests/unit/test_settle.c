@@ -79,11 +79,11 @@ static void make_running(int64_t t, struct store_sandbox *r)
 	r->timeout_minutes = 15;
 	r->price_micro_per_hour = PRICE;
 	r->requested_at_ms = t;
-	assert_int_equal(store_sandbox_reserve(F.svc->store, r, billing_hold_for_minutes(15, PRICE),
-					       20, &err),
-			 0);
-	assert_int_equal(store_sandbox_activate(F.svc->store, r->id, r->id, t, t + 15 * 60000, &err),
-			 0);
+	assert_int_equal(
+	    store_sandbox_reserve(F.svc->store, r, billing_hold_for_minutes(15, PRICE), 20, &err),
+	    0);
+	assert_int_equal(
+	    store_sandbox_activate(F.svc->store, r->id, r->id, t, t + 15 * 60000, &err), 0);
 }
 
 /* Another connection to the database, holding its write lock. */
