@@ -57,6 +57,8 @@ static const struct key_spec keys[] = {
     NUM(max_lifetime_minutes, K_INT),
     NUM(max_sandboxes_per_account, K_INT),
     NUM(max_execs_per_sandbox, K_INT),
+    NUM(max_api_keys_per_account, K_INT),
+    NUM(max_receipts_per_account, K_INT),
     NUM(max_processes_per_sandbox, K_INT),
     NUM(output_budget_account_mib, K_U64),
     NUM(output_budget_host_mib, K_U64),

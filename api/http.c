@@ -417,9 +417,28 @@ static const char *query(struct MHD_Connection *c, const char *key)
 	return MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, key);
 }
 
+/* The `limit` query parameter of a list: 1..100, `def` when absent. false
+ * when it is malformed or out of range. */
+static bool query_limit(struct req *r, int def, int *limit)
+{
+	const char *s = query(r->conn, "limit");
+	char *end;
+	long v;
+
+	*limit = def;
+	if (!s)
+		return true;
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (s[0] < '0' || s[0] > '9' || *end || errno || v < 1 || v > 100)
+		return false;
+	*limit = (int)v;
+	return true;
+}
+
 static enum MHD_Result handle_list(struct req *r)
 {
-	const char *status = query(r->conn, "status"), *limit_s = query(r->conn, "limit");
+	const char *status = query(r->conn, "status");
 	const char *after = query(r->conn, "starting_after");
 	struct sandbox_view *views = NULL;
 	size_t n = 0;
@@ -433,16 +452,9 @@ static enum MHD_Result handle_list(struct req *r)
 		return api_reply_new_error(
 		    r->conn, SBX_E_INVALID_REQUEST, "status",
 		    "status must be one of running, destroyed, expired, failed");
-	if (limit_s) {
-		char *end;
-		long v;
-		errno = 0;
-		v = strtol(limit_s, &end, 10);
-		if (limit_s[0] < '0' || limit_s[0] > '9' || *end || errno || v < 1 || v > 100)
-			return api_reply_new_error(r->conn, SBX_E_INVALID_REQUEST, "limit",
-						   "limit must be an integer from 1 to 100");
-		limit = (int)v;
-	}
+	if (!query_limit(r, 20, &limit))
+		return api_reply_new_error(r->conn, SBX_E_INVALID_REQUEST, "limit",
+					   "limit must be an integer from 1 to 100");
 	if (after && (!after[0] || strlen(after) >= SANDBOX_ID_MAX))
 		return api_reply_new_error(r->conn, SBX_E_INVALID_REQUEST, "starting_after",
 					   "starting_after must be a sandbox id");
@@ -511,14 +523,23 @@ static enum MHD_Result handle_keys(struct req *r, const char *method)
 		return ret;
 	}
 	struct sandbox_key *keys = NULL;
+	const char *after = query(r->conn, "starting_after");
 	size_t n = 0;
-	if (sandbox_key_list(r->srv->svc, r->account_id, &keys, &n, &err) < 0)
+	bool more = false;
+	int limit;
+	if (!query_limit(r, 100, &limit))
+		return api_reply_new_error(r->conn, SBX_E_INVALID_REQUEST, "limit",
+					   "limit must be an integer from 1 to 100");
+	if (after && (!after[0] || strlen(after) >= SANDBOX_ID_MAX))
+		return api_reply_new_error(r->conn, SBX_E_INVALID_REQUEST, "starting_after",
+					   "starting_after must be an API key id");
+	if (sandbox_key_list(r->srv->svc, r->account_id, limit, after, &keys, &n, &more, &err) < 0)
 		return api_reply_error(r->conn, &err);
 	struct json_object *data = json_object_new_array();
 	for (size_t i = 0; i < n; i++)
 		json_object_array_add(data, api_key_encode(&keys[i], NULL));
 	free(keys);
-	return api_reply_json(r->conn, 200, list_encode(data, false), 0, NULL);
+	return api_reply_json(r->conn, 200, list_encode(data, more), 0, NULL);
 }
 
 static enum MHD_Result handle_key_revoke(struct req *r)

@@ -270,5 +270,8 @@ enum MHD_Result api_execution_handle(struct req *r)
 	if (api_execution_decode(r->body.data, r->body.len, &r->execution, &err) < 0)
 		return api_reply_error(r->conn, &err);
 	r->has_execution = true;
+	/* refused here, before a work thread, a hold or a guest */
+	if (sandbox_execution_check(r->srv->svc, &r->execution.req, &err) < 0)
+		return api_reply_error(r->conn, &err);
 	return api_async_run(r);
 }

@@ -796,6 +796,12 @@ struct json_object *api_limits_encode_stats(const struct sandbox_config *cfg,
 			       json_object_new_int(cfg->max_sandboxes_per_account));
 	json_object_object_add(o, "execs_per_sandbox",
 			       json_object_new_int(cfg->max_execs_per_sandbox));
+	json_object_object_add(o, "api_keys_per_account",
+			       json_object_new_int(cfg->max_api_keys_per_account));
+	json_object_object_add(o, "receipts_per_account",
+			       json_object_new_int(cfg->max_receipts_per_account));
+	json_object_object_add(o, "retention_hours",
+			       json_object_new_int(cfg->execution_retention_hours));
 	json_object_object_add(o, "processes_per_sandbox",
 			       json_object_new_int(cfg->max_processes_per_sandbox));
 	json_object_object_add(o, "process_output_ring_bytes",

@@ -167,7 +167,7 @@ static int32_t utf8_next(const unsigned char *s, size_t len, size_t *i)
 	return cp;
 }
 
-static bool utf8_valid(const char *s, size_t len)
+bool receipt_utf8_valid(const char *s, size_t len)
 {
 	size_t i = 0;
 
@@ -291,7 +291,7 @@ static int jcs_value(struct sbx_buf *b, const struct receipt_json *v, int depth,
 					     "integer outside the range JSON numbers keep exactly");
 		return sbx_buf_printf(b, "%lld", (long long)v->i) < 0 ? -2 : 0;
 	case RJ_STR:
-		if (!utf8_valid(v->s, v->len))
+		if (!receipt_utf8_valid(v->s, v->len))
 			return sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL,
 					     "string is not valid UTF-8");
 		return jcs_string(b, v->s, v->len) < 0 ? -2 : 0;
@@ -299,7 +299,7 @@ static int jcs_value(struct sbx_buf *b, const struct receipt_json *v, int depth,
 		_cleanup_free_ struct rj_member *sorted = xmalloc0((v->n + 1) * sizeof(*sorted));
 
 		for (size_t k = 0; k < v->n; k++) {
-			if (!utf8_valid(v->m[k].key, strlen(v->m[k].key)))
+			if (!receipt_utf8_valid(v->m[k].key, strlen(v->m[k].key)))
 				return sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL,
 						     "key is not valid UTF-8");
 			sorted[k] = v->m[k];

@@ -53,6 +53,13 @@ void receipt_json_set_obj(struct receipt_json *o, const char *key, struct receip
  * integer is out of range. */
 char *receipt_json_canonical(const struct receipt_json *v, size_t *len, struct sbx_error *err);
 
+/* Is s[0..len) valid UTF-8 by RFC 3629 (no overlong forms such as C0 80,
+ * no surrogates ED A0..BF xx, nothing past U+10FFFF: no F5..FF lead bytes,
+ * no truncated sequence)? NUL bytes are valid. The one check of text that
+ * reaches a receipt: POST /v1/sandbox/executions refuses code that fails
+ * it before anything is reserved. */
+bool receipt_utf8_valid(const char *s, size_t len);
+
 /* ---------------------------------------------------------- fingerprints */
 
 #define RECEIPT_SALT_LEN 32

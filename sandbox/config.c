@@ -48,6 +48,8 @@ void sandbox_config_defaults(struct sandbox_config *cfg)
 
 	cfg->max_sandboxes_per_account = 20;
 	cfg->max_execs_per_sandbox = 64;
+	cfg->max_api_keys_per_account = 100;
+	cfg->max_receipts_per_account = 10000;
 	cfg->max_processes_per_sandbox = 16;
 	cfg->output_budget_account_mib = 512;
 	cfg->output_budget_host_mib = 2048;
@@ -338,6 +340,12 @@ int sandbox_config_validate(const struct sandbox_config *cfg, struct sbx_error *
 	if (cfg->max_processes_per_sandbox < 1 || cfg->max_processes_per_sandbox > SANDBOX_PROC_MAX)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "max_processes_per_sandbox",
 				     "max_processes_per_sandbox must be 1..%d", SANDBOX_PROC_MAX);
+	if (cfg->max_api_keys_per_account < 1 || cfg->max_api_keys_per_account > 10000)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "max_api_keys_per_account",
+				     "max_api_keys_per_account must be 1..10000");
+	if (cfg->max_receipts_per_account < 1)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "max_receipts_per_account",
+				     "max_receipts_per_account must be >= 1");
 	if (cfg->max_execs_per_sandbox < 1 || cfg->max_execs_per_sandbox > 1024)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "max_execs_per_sandbox",
 				     "max_execs_per_sandbox must be 1..1024");

@@ -371,6 +371,14 @@ int sandbox_key_scopes(struct sandbox_svc *svc, const char *key_id, char out[128
 
 /* ------------------------------------------------------ exec receipts */
 
+struct store_receipt_keep sandbox_receipt_keep(const struct sandbox_config *cfg, int64_t now_ms)
+{
+	return (struct store_receipt_keep){
+	    .created_before_ms = now_ms - (int64_t)cfg->execution_retention_hours * 3600 * 1000,
+	    .account_max = cfg->max_receipts_per_account,
+	};
+}
+
 int sandbox_exec_receipt_sign(struct sandbox_svc *svc, const char *account_id,
 			      const char *sandbox_id, const struct sandbox_exec_req *req,
 			      int exit_code, const char *out, size_t out_len, const char *errs,
@@ -437,8 +445,9 @@ int sandbox_exec_receipt_sign(struct sandbox_svc *svc, const char *account_id,
 	if (!(canon = receipt_sign(sg, body, r->hash, r->signature, err)))
 		goto out;
 	snprintf(r->signer, sizeof r->signer, "%s", receipt_signer_public(sg));
+	struct store_receipt_keep keep = sandbox_receipt_keep(&svc->cfg, ended);
 	if (store_receipt_insert(svc->store, r->id, account_id, sandbox_id, canon, r->hash,
-				 r->signature, r->signer, ended, err) < 0)
+				 r->signature, r->signer, ended, &keep, err) < 0)
 		goto out;
 	rc = 0;
 out:
@@ -982,6 +991,36 @@ static int run_prestarted(struct sandbox_svc *svc, struct live *l,
 	return 0;
 }
 
+int sandbox_execution_run_cold(struct agentless_conn *conn, const struct agentless_exec_req *ar,
+			       struct agentless_exec_result *out, uint32_t *host_ms, bool *billable,
+			       struct sbx_error *err)
+{
+	struct sync_call sc = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+	int64_t t0 = sbx_mono_ms();
+
+	*billable = false;
+	*host_ms = 0;
+	memset(out, 0, sizeof(*out));
+	/* not sent: the guest never saw the code, the run costs nothing */
+	if (agentless_exec_start(conn, ar, sync_done, &sc, err) < 0)
+		return -1;
+	/* the host backstop: nobody else ticks this guest's conn */
+	sync_wait(conn, &sc, INT64_MAX);
+	*billable = true;
+	if (!sc.ok) {
+		/* The code was delivered (it rides in the EXEC frame): whatever
+		 * the guest answers (an ERROR of a kind it picks: BUSY, CWD,
+		 * SPAWN...), dies, reboots or breaks the protocol, the run used
+		 * the host's time until then. */
+		*err = sc.err;
+		*host_ms = (uint32_t)SBX_MIN(sc.done_mono - t0, (int64_t)ar->timeout_ms);
+		return -1;
+	}
+	*out = sc.res;
+	*host_ms = SBX_MIN(sc.res.host_ms, ar->timeout_ms);
+	return 0;
+}
+
 static int run_libvirt(struct sandbox_svc *svc, const char *id, const struct runtime *rt,
 		       const char *launcher, const struct sandbox_execution_req *req,
 		       uint32_t timeout_ms, size_t cap, struct run_result *res, bool *warm,
@@ -990,7 +1029,7 @@ static int run_libvirt(struct sandbox_svc *svc, const char *id, const struct run
 	const struct sandbox_config *cfg = &svc->cfg;
 	const struct sandbox_size *size = sandbox_config_size(
 	    cfg, cfg->execution_size[0] ? cfg->execution_size : cfg->default_size);
-	struct sync_call sc = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+	struct agentless_exec_result out = {0};
 	struct agentless_exec_req ar = {
 	    .command = launcher,
 	    .command_len = strlen(launcher),
@@ -1004,7 +1043,7 @@ static int run_libvirt(struct sandbox_svc *svc, const char *id, const struct run
 	    .user = exec_user_of(cfg),
 	};
 	struct live *l;
-	int64_t t0;
+	int rc;
 
 	if (!size)
 		return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL, "no guest size configured");
@@ -1012,42 +1051,28 @@ static int run_libvirt(struct sandbox_svc *svc, const char *id, const struct run
 		return -1;
 	res->t_guest = sbx_mono_ms();
 	if (*prestarted) {
-		int rc = run_prestarted(svc, l, req, timeout_ms, res, err);
+		rc = run_prestarted(svc, l, req, timeout_ms, res, err);
 
 		guest_put_background(svc, size, l);
 		if (rc < 0 && err->code != SBX_E_SERVICE_UNAVAILABLE)
 			err->code = SBX_E_SANDBOX_ERROR;
 		return rc;
 	}
-	t0 = sbx_mono_ms();
-	if (agentless_exec_start(l->conn, &ar, sync_done, &sc, err) < 0) {
-		guest_put_background(svc, size, l);
-		if (err->code != SBX_E_SERVICE_UNAVAILABLE)
-			err->code = SBX_E_SANDBOX_ERROR;
-		return -1;
-	}
-	res->t_delivered = t0;
-	/* the host backstop: nobody else ticks this guest's conn */
-	sync_wait(l->conn, &sc, INT64_MAX);
+	res->t_delivered = sbx_mono_ms();
+	rc = sandbox_execution_run_cold(l->conn, &ar, &out, &res->host_ms, &res->guest_failed, err);
 	res->t_result = sbx_mono_ms();
 	guest_put_background(svc, size, l);
-	if (!sc.ok) {
-		*err = sc.err;
-		/* The guest died, rebooted, broke the protocol or never
-		 * answered (the backstop): it used the time until then. */
-		res->guest_failed = err->code == SBX_E_SANDBOX_ERROR;
-		res->host_ms = (uint32_t)SBX_MIN(sbx_mono_ms() - t0, (int64_t)timeout_ms);
+	if (rc < 0) {
 		if (err->code != SBX_E_SERVICE_UNAVAILABLE)
 			err->code = SBX_E_SANDBOX_ERROR;
 		return -1;
 	}
-	res->out = sc.res.stdout_buf, res->out_len = sc.res.stdout_len;
-	res->errb = sc.res.stderr_buf, res->err_len = sc.res.stderr_len;
-	res->out_total = sc.res.stdout_total, res->err_total = sc.res.stderr_total;
-	res->exit_code = sc.res.exit_code;
-	res->duration_ms = sc.res.duration_ms;
-	res->host_ms = SBX_MIN(sc.res.host_ms, timeout_ms);
-	res->timed_out = sc.res.timed_out;
+	res->out = out.stdout_buf, res->out_len = out.stdout_len;
+	res->errb = out.stderr_buf, res->err_len = out.stderr_len;
+	res->out_total = out.stdout_total, res->err_total = out.stderr_total;
+	res->exit_code = out.exit_code;
+	res->duration_ms = out.duration_ms;
+	res->timed_out = out.timed_out;
 	return 0;
 }
 
@@ -1081,7 +1106,20 @@ static int check_req(const struct sandbox_config *cfg, const struct sandbox_exec
 	if (memchr(req->code, '\0', req->code_len))
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "code",
 				     "code must not contain NUL bytes");
+	/* json-c lets overlong forms, surrogates and F5..F7 lead bytes
+	 * through; the receipt could not be made of them after the run */
+	if (!receipt_utf8_valid(req->code, req->code_len))
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "code",
+				     "code must be valid UTF-8 (RFC 3629)");
 	return 0;
+}
+
+int sandbox_execution_check(struct sandbox_svc *svc, const struct sandbox_execution_req *req,
+			    struct sbx_error *err)
+{
+	const struct runtime *rt;
+
+	return check_req(&svc->cfg, req, &rt, err);
 }
 
 int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
@@ -1162,13 +1200,14 @@ int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
 			 row.id, err->message,
 			 res.guest_failed ? "the guest broke it" : "it did not start",
 			 (long long)cost);
-		store_execution_settle(svc->store, row.id, "failed", ended, cost, NULL, NULL, NULL,
-				       NULL);
+		sandbox_execution_settle(svc, row.id, "failed", ended, cost);
 		run_result_release(&res);
 		return -1;
 	}
 
-	/* 3. The result as returned, its fingerprints, the receipt. */
+	/* 3. The result as returned, its fingerprints, the receipt. From
+	 * here every end is billed the host time the run used (err_release). */
+	cost = execution_cost(res.host_ms, price, req->timeout_seconds);
 	out_trunc = res.out_total > res.out_len;
 	err_trunc = res.err_total > res.err_len;
 	sout = sbx_utf8_sanitize(res.out, res.out_len, out_trunc, &sout_len);
@@ -1177,7 +1216,6 @@ int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
 		sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
 		goto err_release;
 	}
-	cost = execution_cost(res.host_ms, price, req->timeout_seconds);
 	in = receipt_json_object();
 	receipt_json_set_str(in, "code", req->code, req->code_len);
 	receipt_json_set_str(in, "runtime", rt->name, strlen(rt->name));
@@ -1276,9 +1314,11 @@ int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
 
 	/* 5. Receipt, charge + release + response in one transaction (which
 	 * also drops what retention no longer keeps): one commit. */
+	struct store_receipt_keep rkeep = sandbox_receipt_keep(cfg, ended);
 	struct store_execution_keep keep = {
 	    .account_max_bytes = cfg->execution_store_account_max_bytes,
 	    .ended_before_ms = ended - (int64_t)cfg->execution_retention_hours * 3600 * 1000,
+	    .receipts = &rkeep,
 	};
 	struct store_receipt sr = {
 	    .id = rcpt,
@@ -1320,7 +1360,11 @@ int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
 	goto out;
 
 err_release:
-	store_execution_settle(svc->store, row.id, "failed", ended, 0, NULL, NULL, NULL, NULL);
+	/* the code ran: what went wrong after it is the host's, the time the
+	 * guest used is still billed (docs/billing.md) */
+	sbx_warn(MOD, "execution %s: failed after the run: %s (charged %lld micro-USD)", row.id,
+		 err->message, (long long)cost);
+	sandbox_execution_settle(svc, row.id, "failed", ended, cost);
 	rc = -1;
 out:
 	receipt_json_free(in);

@@ -476,17 +476,19 @@ static int reattach(struct sandbox_svc *svc, struct host *h, const struct store_
 	return 0;
 }
 
-/* End a running row whose guest cannot be used: expired ones at their
- * expiry, the rest failed at their last answer (last_seen_at). */
+/* End a running row whose guest cannot be used (sandbox_lost_end): one
+ * whose domain ran on past its expiry at the expiry, the rest at their last
+ * answer (last_seen_at), never later than their expiry. */
 static void settle_lost(struct sandbox_svc *svc, const struct store_sandbox *row, int64_t now,
-			const char *why)
+			bool domain_alive, const char *why)
 {
-	bool expired = row->expires_at_ms <= now;
+	enum store_status status;
+	int64_t at;
 
+	sandbox_lost_end(row, domain_alive, now, &status, &at);
 	sbx_info(MOD, "reconcile: %s %s; ending %s", row->id, why,
-		 expired ? "as expired" : "at last_seen_at");
-	billing_settle(svc->store, row->id, expired ? STORE_EXPIRED : STORE_FAILED,
-		       expired ? row->expires_at_ms : row->last_seen_at_ms, NULL, NULL);
+		 at == row->expires_at_ms ? "as expired at expires_at" : "at last_seen_at");
+	sandbox_settle(svc, row->id, status, at, NULL, NULL);
 }
 
 /* Make host h's domains and its running rows agree (DESIGN.md "Crash
@@ -526,7 +528,7 @@ static int reconcile_host(struct sandbox_svc *svc, struct host *h, const struct 
 			continue;
 		if (!restart) {
 			if (!live_alive(svc, row->id))
-				settle_lost(svc, row, now, "ran on a host that was down");
+				settle_lost(svc, row, now, false, "ran on a host that was down");
 			continue;
 		}
 		for (size_t k = 0; k < rc.n_kept; k++)
@@ -535,13 +537,13 @@ static int reconcile_host(struct sandbox_svc *svc, struct host *h, const struct 
 		if (row->expires_at_ms <= now) {
 			if (has_domain)
 				vmm_destroy_by_name(h->vmm, row->domain, NULL);
-			settle_lost(svc, row, now, "expired while the daemon was down");
+			settle_lost(svc, row, now, has_domain, "expired while the daemon was down");
 		} else if (!has_domain) {
-			settle_lost(svc, row, now, "lost its guest");
+			settle_lost(svc, row, now, false, "lost its guest");
 		} else if (reattach(svc, h, row, &e) < 0) {
 			sbx_warn(MOD, "reconcile: %s cannot be reattached: %s", row->id, e.message);
 			vmm_destroy_by_name(h->vmm, row->domain, NULL);
-			billing_settle(svc->store, row->id, STORE_FAILED, now, NULL, NULL);
+			sandbox_settle(svc, row->id, STORE_FAILED, now, NULL, NULL);
 		}
 	}
 	/* Overlays, sockets and logs of guests that died while nobody
@@ -581,6 +583,10 @@ static int reconcile_all(struct sandbox_svc *svc, struct sbx_error *err)
 	if (cut > 0)
 		sbx_info(MOD, "reconcile: dropped %d stored execution result(s) past retention",
 			 cut);
+	cut = store_receipt_prune(
+	    svc->store, now - (int64_t)svc->cfg.execution_retention_hours * 3600 * 1000, NULL);
+	if (cut > 0)
+		sbx_info(MOD, "reconcile: dropped %d receipt(s) past retention", cut);
 	for (size_t i = 0; i < lr.n; i++) {
 		const struct store_sandbox *row = &lr.rows[i];
 		struct host *h = sandbox_host_find(svc, row->host);
@@ -590,9 +596,9 @@ static int reconcile_all(struct sandbox_svc *svc, struct sbx_error *err)
 			sbx_info(MOD, "reconcile: rolling back create of %s", row->id);
 			store_sandbox_abort(svc->store, row->id, NULL);
 		} else if (!h) {
-			settle_lost(svc, row, now, "ran on a host no longer configured");
+			settle_lost(svc, row, now, false, "ran on a host no longer configured");
 		} else if (!h->vmm) {
-			settle_lost(svc, row, now, "runs on a host that does not answer");
+			settle_lost(svc, row, now, false, "runs on a host that does not answer");
 		}
 	}
 	for (size_t i = 0; i < svc->n_hosts; i++) {

@@ -21,10 +21,11 @@
 #include "../vmm/vmm.h"
 #include "sandbox-priv.h"
 
-#define MOD	     "sandbox"
-#define TICK_MS	     200
-#define HEARTBEAT_MS 5000
-#define TIME_SYNC_MS 60000
+#define MOD		"sandbox"
+#define TICK_MS		200
+#define HEARTBEAT_MS	5000
+#define SETTLE_RETRY_MS 1000
+#define TIME_SYNC_MS	60000
 
 /* ----------------------------------------------------------------- lives */
 
@@ -202,7 +203,7 @@ int sandbox_end(struct sandbox_svc *svc, const char *id, enum store_status statu
 		 * status reads right at once, then destroy the domain (~1 s). A
 		 * crash in between leaves a domain without a live row, which
 		 * reconcile destroys. */
-		int rc = billing_settle(svc->store, id, status, ended_at_ms, out, err);
+		int rc = sandbox_settle(svc, id, status, ended_at_ms, out, err);
 
 		if (l)
 			sandbox_live_teardown(l, why);
@@ -211,7 +212,7 @@ int sandbox_end(struct sandbox_svc *svc, const char *id, enum store_status statu
 	if (l)
 		sandbox_live_teardown(l, why);
 	sandbox_fault_hit(&svc->cfg, SANDBOX_FAULT_DELETE_AFTER_DESTROY);
-	if (billing_settle(svc->store, id, status, ended_at_ms, out, err) < 0)
+	if (sandbox_settle(svc, id, status, ended_at_ms, out, err) < 0)
 		return -1;
 	return 0;
 }
@@ -222,7 +223,8 @@ int sandbox_end(struct sandbox_svc *svc, const char *id, enum store_status statu
  * the enders) and which guests to tick, each pinned with a ref; it ticks
  * them, writes heartbeats and syncs clocks with no lock held. A tick may
  * complete execs: their callbacks take svc->lock themselves. */
-static void timer_pass(struct sandbox_svc *svc, int64_t *last_beat, int64_t *last_sync)
+static void timer_pass(struct sandbox_svc *svc, int64_t *last_beat, int64_t *last_sync,
+		       int64_t *last_retry)
 {
 	int64_t now = sbx_wall_ms(), mono = sbx_mono_ms();
 	bool beat = mono - *last_beat >= HEARTBEAT_MS, sync = mono - *last_sync >= TIME_SYNC_MS;
@@ -263,6 +265,11 @@ static void timer_pass(struct sandbox_svc *svc, int64_t *last_beat, int64_t *las
 	for (size_t i = 0; i < n; i++)
 		sandbox_live_unref_locked(svc, picked[i]);
 	pthread_mutex_unlock(&svc->lock);
+	/* ends the store refused: again, about every second */
+	if (mono - *last_retry >= SETTLE_RETRY_MS) {
+		*last_retry = mono;
+		sandbox_settles_retry(svc);
+	}
 	if (beat)
 		*last_beat = mono;
 	if (sync) {
@@ -274,7 +281,7 @@ static void timer_pass(struct sandbox_svc *svc, int64_t *last_beat, int64_t *las
 void *sandbox_timer_main(void *arg)
 {
 	struct sandbox_svc *svc = arg;
-	int64_t last_beat = sbx_mono_ms(), last_sync = sbx_mono_ms();
+	int64_t last_beat = sbx_mono_ms(), last_sync = sbx_mono_ms(), last_retry = sbx_mono_ms();
 
 	for (;;) {
 		struct timespec ts;
@@ -290,7 +297,7 @@ void *sandbox_timer_main(void *arg)
 		pthread_mutex_unlock(&svc->lock);
 		if (stop)
 			break;
-		timer_pass(svc, &last_beat, &last_sync);
+		timer_pass(svc, &last_beat, &last_sync, &last_retry);
 	}
 	return NULL;
 }

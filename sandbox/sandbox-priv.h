@@ -4,7 +4,8 @@
  * usage), live.c (who owns a live guest; the timer and the enders),
  * exec.c (exec and the output budget), execution.c (one-shot executions),
  * pool.c (the warm pool), liveness.c (the ping), host.c (the hosts:
- * capacity, placement, reconcile per host, health and drain).
+ * capacity, placement, reconcile per host, health and drain), settle.c
+ * (ends the store refused, retried; how a lost guest's bill ends).
  *
  * Lock order (a lock may be taken while holding the ones left of it):
  *
@@ -162,7 +163,7 @@ struct sandbox_svc {
 	bool host_thread_started;
 	pthread_t host_thread;
 
-	pthread_mutex_t lock; /* lives, pool, booting, stop, startup rings */
+	pthread_mutex_t lock; /* lives, pool, booting, stop, startup rings, retries */
 	pthread_cond_t cond;  /* live refs dropped, boot slot freed, timer wake */
 	struct live *lives;
 	int boots_active;      /* boots holding a boot slot (customers and pool) */
@@ -191,6 +192,10 @@ struct sandbox_svc {
 	 * account holding any (entries go when they drop to 0). */
 	uint64_t output_held;
 	struct output_account *output_accounts;
+
+	/* Ends the store did not take yet (settle.c), retried by the timer. */
+	struct settle_retry *retries;
+	size_t n_retries;
 
 	/* Liveness ping (liveness.c). */
 	bool liveness_started;
@@ -355,12 +360,52 @@ int sandbox_execution_prestart(struct sandbox_svc *svc, struct live *l, const ch
 bool sandbox_execution_prestart_waiting(struct prestart *ps);
 /* Free a prestart once its conn is freed (NULL is fine). */
 void sandbox_execution_prestart_free(struct prestart *ps);
+/* The cold path of a run on an execution guest's conn: start the launcher
+ * (ar->stdin_data carries the code in the EXEC frame), tick the conn until
+ * it ends, and take its result into *out (release it). *billable tells
+ * whether the code was delivered (the EXEC frame left): then every end,
+ * whatever the guest answered, is billed *host_ms (host-observed, <=
+ * ar->timeout_ms); when the frame never left, *billable is false and the
+ * run costs nothing. 0, or -1 with err (the guest's error as it came). */
+int sandbox_execution_run_cold(struct agentless_conn *conn, const struct agentless_exec_req *ar,
+			       struct agentless_exec_result *out, uint32_t *host_ms, bool *billable,
+			       struct sbx_error *err);
+/* What the store keeps of an account's receipts at now_ms: the newest
+ * max_receipts_per_account of the last execution_retention_hours. */
+struct store_receipt_keep sandbox_receipt_keep(const struct sandbox_config *cfg, int64_t now_ms);
 /* Record one execution's latency for /v1/limits. Call with lock. */
 void sandbox_execution_record_locked(struct sandbox_svc *svc, bool warm, bool prestarted,
 				     int64_t ms);
 /* Wait until the background teardowns of execution guests are done
  * (svc->teardowns is 0). Call lock not held, after the API stopped. */
 void sandbox_execution_teardowns_wait(struct sandbox_svc *svc);
+
+/* settle.c: ends that must land */
+
+/* Settle sandbox `id` as billing_settle does. When the store refuses (any
+ * error but SBX_E_NOT_FOUND: SQLITE_BUSY past busy_timeout, a full disk)
+ * the end is kept, with this status and moment, and retried by
+ * sandbox_settles_retry until it lands; an end of `id` already kept wins
+ * over this call's status and moment. Returns billing_settle's value (-1
+ * with err when it did not land now). No lock held. */
+int sandbox_settle(struct sandbox_svc *svc, const char *id, enum store_status status, int64_t at_ms,
+		   struct store_sandbox *out, struct sbx_error *err);
+/* store_execution_settle(id, status, ended_at_ms, charge_micro) without a
+ * response or receipt, kept and retried the same way when it fails. */
+void sandbox_execution_settle(struct sandbox_svc *svc, const char *id, const char *status,
+			      int64_t ended_at_ms, int64_t charge_micro);
+/* Try every kept end once (the timer, about every second). Returns how
+ * many are still kept. No lock held. */
+size_t sandbox_settles_retry(struct sandbox_svc *svc);
+/* Free what is still kept (logged: the next start's reconcile ends those
+ * rows). At svc free, threads stopped. */
+void sandbox_settles_free(struct sandbox_svc *svc);
+/* How a running row whose guest nobody watched ends (reconcile): with its
+ * domain alive and past expiry, expired at expires_at (it ran on); else
+ * at min(last_seen_at, expires_at), the last moment the host saw it
+ * answer: expired when that is its expiry, failed otherwise. Pure. */
+void sandbox_lost_end(const struct store_sandbox *row, bool domain_alive, int64_t now,
+		      enum store_status *status, int64_t *at_ms);
 
 /* liveness.c */
 

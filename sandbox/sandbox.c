@@ -134,6 +134,7 @@ err_hosts:
 		vmm_vm_free(l->vm);
 		free(l);
 	}
+	sandbox_settles_free(svc);
 	sandbox_hosts_close(svc);
 	store_close(svc->store);
 err_free:
@@ -186,6 +187,9 @@ void sandbox_svc_free(struct sandbox_svc *svc)
 	}
 	/* Execution guests still being destroyed: no domain left behind. */
 	sandbox_execution_teardowns_wait(svc);
+	/* Ends the store refused: one last try, the rest the next start's. */
+	sandbox_settles_retry(svc);
+	sandbox_settles_free(svc);
 	sandbox_hosts_close(svc);
 	store_close(svc->store);
 	pthread_cond_destroy(&svc->cond);
@@ -272,19 +276,27 @@ int sandbox_key_create(struct sandbox_svc *svc, const char *account_id, const ch
 	snprintf(k.prefix, sizeof(k.prefix), "%.12s", secret);
 	k.created_at_ms = sbx_wall_ms();
 	sbx_sha256_hex(secret, strlen(secret), digest);
-	if (store_key_insert(svc->store, &k, digest, err) < 0)
+	struct store_key_keep keep = {
+	    .max_active = svc->cfg.max_api_keys_per_account,
+	    .revoked_before_ms =
+		k.created_at_ms - (int64_t)svc->cfg.execution_retention_hours * 3600 * 1000,
+	    .max_revoked = svc->cfg.max_api_keys_per_account,
+	};
+	if (store_key_insert_kept(svc->store, &k, digest, &keep, err) < 0)
 		return -1;
 	key_from_store(&k, key);
 	return 0;
 }
 
-int sandbox_key_list(struct sandbox_svc *svc, const char *account_id, struct sandbox_key **out,
-		     size_t *n, struct sbx_error *err)
+int sandbox_key_list(struct sandbox_svc *svc, const char *account_id, int limit,
+		     const char *starting_after, struct sandbox_key **out, size_t *n,
+		     bool *has_more, struct sbx_error *err)
 {
 	struct store_key *keys = NULL;
 	size_t count = 0;
 
-	if (store_key_list(svc->store, account_id, &keys, &count, err) < 0)
+	if (store_key_list_page(svc->store, account_id, limit, starting_after, &keys, &count,
+				has_more, err) < 0)
 		return -1;
 	*out = calloc(count ? count : 1, sizeof(**out));
 	if (!*out) {

@@ -88,7 +88,13 @@ struct sandbox_config {
 	int max_timeout_minutes;     /* 1440 */
 	int max_lifetime_minutes;    /* 1440: 24 h from created_at */
 
-	int max_sandboxes_per_account;	    /* 20 */
+	int max_sandboxes_per_account; /* 20 */
+	/* Valid API keys per account (429 beyond); revoked ones are kept
+	 * execution_retention_hours, at most this many more. */
+	int max_api_keys_per_account; /* 100 */
+	/* Signed receipts kept per account (the oldest go first), each for
+	 * execution_retention_hours. */
+	int max_receipts_per_account;	    /* 10000 */
 	int max_execs_per_sandbox;	    /* 64 */
 	int max_processes_per_sandbox;	    /* 16: running background processes */
 	uint64_t output_budget_account_mib; /* 512: buffered exec output per account */
@@ -307,8 +313,15 @@ struct sandbox_key {
 int sandbox_key_create(struct sandbox_svc *svc, const char *account_id, const char *scopes,
 		       const char *creator_scopes, struct sandbox_key *key, char secret[static 80],
 		       struct sbx_error *err);
-int sandbox_key_list(struct sandbox_svc *svc, const char *account_id, struct sandbox_key **out,
-		     size_t *n, struct sbx_error *err);
+/* A page of the account's keys (revoked ones too), newest first: at most
+ * `limit` (1..100) after the key `starting_after` (NULL = from the newest;
+ * a key not of this account is SBX_E_NOT_FOUND, param "starting_after").
+ * *out malloc'd; *has_more when older keys follow. A new key beyond
+ * max_api_keys_per_account valid ones is SBX_E_CONCURRENCY_LIMIT
+ * (sandbox_key_create). */
+int sandbox_key_list(struct sandbox_svc *svc, const char *account_id, int limit,
+		     const char *starting_after, struct sandbox_key **out, size_t *n,
+		     bool *has_more, struct sbx_error *err);
 /* account_id NULL = admin (any account). caller_scopes: those of the key
  * that asks (NULL = the admin): a key may revoke only keys of its account
  * whose scopes are within its own (SBX_E_PERMISSION otherwise), so a
@@ -814,6 +827,14 @@ struct sandbox_execution_req {
 	size_t code_len;
 };
 
+/* Check an execution request against the config, before anything is
+ * reserved or booted: the runtime, timeout_seconds, and code (present, at
+ * most execution_max_code_bytes, no NUL, valid UTF-8 by RFC 3629 as a
+ * receipt needs it: receipt_utf8_valid). 0, or -1 with
+ * SBX_E_INVALID_REQUEST naming the param. sandbox_execution_run checks
+ * the same first. */
+int sandbox_execution_check(struct sandbox_svc *svc, const struct sandbox_execution_req *req,
+			    struct sbx_error *err);
 /* Run one execution. On success *response is the 200 body (a new
  * NUL-terminated JSON object: id, object, status, exit_code, stdout, stderr,
  * stdout_truncated, stderr_truncated, duration_ms, runner, receipt,

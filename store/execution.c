@@ -110,6 +110,24 @@ err_rollback:
 	return -1;
 }
 
+/* Apply a receipt keep to an account's receipts inside the open write
+ * transaction. 0 or -1. */
+static int sx_receipts_keep(struct store *s, const char *account,
+			    const struct store_receipt_keep *keep, struct sbx_error *err)
+{
+	_cleanup_stmt_ sqlite3_stmt *q1 = NULL, *q2 = NULL;
+
+	return sx_run(s, &q1, "DELETE FROM receipts WHERE account_id = ?1 AND created_at_ms < ?2",
+		      "ti", err, account, keep->created_before_ms) < 0 ||
+		       sx_run(s, &q2,
+			      "DELETE FROM receipts WHERE rowid IN (SELECT rowid FROM receipts"
+			      " WHERE account_id = ?1 ORDER BY created_at_ms DESC, rowid DESC"
+			      " LIMIT -1 OFFSET ?2)",
+			      "ti", err, account, keep->account_max < 0 ? 0 : keep->account_max) < 0
+		   ? -1
+		   : 0;
+}
+
 static int sx_settle(struct store *s, const char *id, const char *status, int64_t ended_at_ms,
 		     int64_t charge_micro, const char *receipt_id, const struct store_receipt *rcpt,
 		     const char *response, const struct store_execution_keep *keep,
@@ -180,6 +198,8 @@ static int sx_settle(struct store *s, const char *id, const char *status, int64_
 			   "  WHERE account_id = ?1 AND response IS NOT NULL) WHERE total > ?2)",
 			   "ti", err, account,
 			   (int64_t)SBX_MIN(keep->account_max_bytes, (uint64_t)INT64_MAX)) < 0)
+			goto err_rollback;
+		if (keep->receipts && sx_receipts_keep(s, account, keep->receipts, err) < 0)
 			goto err_rollback;
 	}
 	if (store_tx_commit(s, err) < 0)
@@ -356,18 +376,41 @@ int store_execution_list(struct store *s, const char *account_id, int limit,
 int store_receipt_insert(struct store *s, const char *id, const char *account_id,
 			 const char *subject_id, const char *body, const char *hash,
 			 const char *signature, const char *signer, int64_t created_at_ms,
-			 struct sbx_error *err)
+			 const struct store_receipt_keep *keep, struct sbx_error *err)
+{
+	STORE_LOCK(s);
+	if (store_tx_begin(s, err) < 0)
+		return -1;
+	{
+		_cleanup_stmt_ sqlite3_stmt *q = NULL;
+		if (sx_run(
+			s, &q,
+			"INSERT INTO receipts (id, account_id, subject_id, body, hash, signature,"
+			" signer, created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+			"ttttttti", err, id, account_id, subject_id, body, hash, signature, signer,
+			created_at_ms) < 0)
+			goto err_rollback;
+	}
+	if (keep && sx_receipts_keep(s, account_id, keep, err) < 0)
+		goto err_rollback;
+	if (store_tx_commit(s, err) < 0)
+		goto err_rollback;
+	return 0;
+
+err_rollback:
+	store_tx_rollback(s);
+	return -1;
+}
+
+int store_receipt_prune(struct store *s, int64_t created_before_ms, struct sbx_error *err)
 {
 	_cleanup_stmt_ sqlite3_stmt *q = NULL;
 
 	STORE_LOCK(s);
-	return sx_run(s, &q,
-		      "INSERT INTO receipts (id, account_id, subject_id, body, hash, signature,"
-		      " signer, created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-		      "ttttttti", err, id, account_id, subject_id, body, hash, signature, signer,
-		      created_at_ms) < 0
-		   ? -1
-		   : 0;
+	if (sx_run(s, &q, "DELETE FROM receipts WHERE created_at_ms < ?1", "i", err,
+		   created_before_ms) < 0)
+		return -1;
+	return sqlite3_changes(s->db);
 }
 
 int store_receipt_get(struct store *s, const char *account_id, const char *id, char **body,

@@ -177,6 +177,10 @@ static const char *const store_migrations[] = {
     "  host TEXT PRIMARY KEY,"
     "  drained_at_ms INTEGER NOT NULL"
     ");",
+    /* 9 (issue 24): receipts are kept execution_retention_hours and at
+     * most max_receipts_per_account per account, the oldest dropped
+     * first: an index to find an account's oldest */
+    "CREATE INDEX receipts_by_account ON receipts(account_id, created_at_ms);",
 };
 
 /* Work in C that a migration needs after its SQL, in the same transaction,

@@ -107,6 +107,15 @@ void store_copy_col(char *dst, size_t dstlen, sqlite3_stmt *stmt, int col);
 int store_available(struct store *s, const char *account_id, int64_t *available,
 		    struct sbx_error *err);
 
+/* keys.c: inside the write transaction of a new key of account_id, apply
+ * `keep` (store_key_keep): SBX_E_CONCURRENCY_LIMIT at the cap of valid
+ * keys, then drop the revoked keys it no longer keeps. 0 or -1. */
+int store_key_keep_locked(struct store *s, const char *account_id,
+			  const struct store_key_keep *keep, struct sbx_error *err);
+/* A store_row_fn of the key columns (id, account_id, prefix, created_at_ms,
+ * revoked_at_ms, scopes) into a struct store_key. */
+void store_key_decode(sqlite3_stmt *q, void *elem);
+
 /* The reading halves of store_balance_get, store_sandbox_count_live and
  * the running list, for a caller that holds a connection (STORE_READ) and
  * may have opened a read transaction on it: the usage snapshot. The
@@ -141,7 +150,10 @@ int store_usage_rebuild_tx(struct store *s, struct sbx_error *err);
 	"ALTER TABLE accounts DROP COLUMN releases_micro;"                                         \
 	"ALTER TABLE accounts DROP COLUMN charges_micro;"                                          \
 	"DROP INDEX executions_stored; ALTER TABLE executions DROP COLUMN "                        \
-	"response_bytes;" STORE_PRIV_BACK_TO_SCHEMA_7_HOSTS "PRAGMA user_version = 4;"
+	"response_bytes;" STORE_PRIV_BACK_TO_SCHEMA_8_RECEIPTS STORE_PRIV_BACK_TO_SCHEMA_7_HOSTS   \
+	"PRAGMA user_version = 4;"
+/* Tests only: undo migration 9 (the receipts' index). */
+#define STORE_PRIV_BACK_TO_SCHEMA_8_RECEIPTS "DROP INDEX receipts_by_account;"
 /* Tests only: undo migration 8 (the sandbox's host and the drains). */
 #define STORE_PRIV_BACK_TO_SCHEMA_7_HOSTS                                                          \
 	"DROP INDEX sandboxes_live_by_host; ALTER TABLE sandboxes DROP COLUMN host;"               \

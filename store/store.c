@@ -556,6 +556,12 @@ static bool store_is_hex64(const char *d)
 int store_key_insert(struct store *s, const struct store_key *key, const char *digest_hex,
 		     struct sbx_error *err)
 {
+	return store_key_insert_kept(s, key, digest_hex, NULL, err);
+}
+
+int store_key_insert_kept(struct store *s, const struct store_key *key, const char *digest_hex,
+			  const struct store_key_keep *keep, struct sbx_error *err)
+{
 	if (!key || !*key->id || !*key->account_id)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL,
 				     "a key needs an id and an account");
@@ -573,6 +579,8 @@ int store_key_insert(struct store *s, const struct store_key *key, const char *d
 			      key->account_id);
 		goto err_rollback;
 	}
+	if (keep && store_key_keep_locked(s, key->account_id, keep, err) < 0)
+		goto err_rollback;
 	{
 		_cleanup_stmt_ sqlite3_stmt *q = NULL;
 		if (store_prepare(s,
@@ -611,7 +619,7 @@ static void store_key_from_stmt(sqlite3_stmt *q, struct store_key *k)
 	store_copy_col(k->scopes, sizeof k->scopes, q, 5);
 }
 
-static void store_key_decode(sqlite3_stmt *q, void *elem)
+void store_key_decode(sqlite3_stmt *q, void *elem)
 {
 	store_key_from_stmt(q, elem);
 }

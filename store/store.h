@@ -87,6 +87,29 @@ struct store_key {
  * (the caller validated them). */
 int store_key_insert(struct store *s, const struct store_key *key, const char *digest_hex,
 		     struct sbx_error *err);
+/* What the database keeps of an account's API keys (store/keys.c): at most
+ * max_active valid (unrevoked) keys, and of the revoked ones only those
+ * revoked at or after revoked_before_ms, at most max_revoked of them (the
+ * most recently revoked). */
+struct store_key_keep {
+	int max_active;
+	int64_t revoked_before_ms;
+	int max_revoked;
+};
+/* store_key_insert() that, in the same transaction, refuses with
+ * SBX_E_CONCURRENCY_LIMIT when the account already has keep->max_active
+ * valid keys, and drops the revoked keys keep no longer keeps. keep NULL
+ * = no cap (store_key_insert). */
+int store_key_insert_kept(struct store *s, const struct store_key *key, const char *digest_hex,
+			  const struct store_key_keep *keep, struct sbx_error *err);
+/* One page of an account's keys (including revoked), newest first
+ * (created_at, then insertion order): at most `limit` (1..1000) after the
+ * key `starting_after` (NULL = from the newest; a key not of this account
+ * -> SBX_E_NOT_FOUND with param "starting_after"). *out malloc'd (NULL
+ * when *n is 0); *has_more set. */
+int store_key_list_page(struct store *s, const char *account_id, int limit,
+			const char *starting_after, struct store_key **out, size_t *n,
+			bool *has_more, struct sbx_error *err);
 /* The key whose digest matches (compared in constant time against the
  * stored digest), valid and not revoked, with its scopes: one indexed
  * lookup on a read connection. SBX_E_AUTHENTICATION otherwise. */
@@ -423,10 +446,20 @@ struct store_execution {
  * SBX_E_INSUFFICIENT_CREDIT when available < hold_micro. */
 int store_execution_reserve(struct store *s, const struct store_execution *row, int64_t hold_micro,
 			    struct sbx_error *err);
+/* What the database keeps of an account's signed receipts (executions'
+ * and execs'): those created before created_before_ms go, then the oldest
+ * beyond account_max. */
+struct store_receipt_keep {
+	int64_t created_before_ms;
+	int64_t account_max;
+};
 /* What the database keeps of execution responses. */
 struct store_execution_keep {
 	uint64_t account_max_bytes; /* stored response bytes per account */
 	int64_t ended_before_ms;    /* responses of runs that ended earlier go */
+	/* NULL = keep every receipt; else applied to the account's receipts
+	 * in the same transaction */
+	const struct store_receipt_keep *receipts;
 };
 
 /* running -> status ("completed"/"timed_out"/"failed") at ended_at:
@@ -472,11 +505,16 @@ int store_execution_list(struct store *s, const char *account_id, int limit,
 			 struct store_execution **out, size_t *n, bool *has_more,
 			 struct sbx_error *err);
 
-/* A signed receipt: body is its canonical JSON. */
+/* A signed receipt: body is its canonical JSON. With `keep` (NULL = keep
+ * all), the same transaction drops the account's receipts it no longer
+ * keeps (store_receipt_keep). */
 int store_receipt_insert(struct store *s, const char *id, const char *account_id,
 			 const char *subject_id, const char *body, const char *hash,
 			 const char *signature, const char *signer, int64_t created_at_ms,
-			 struct sbx_error *err);
+			 const struct store_receipt_keep *keep, struct sbx_error *err);
+/* Drop every receipt created before created_before_ms (all accounts; the
+ * daemon's start). Returns how many, or -1. */
+int store_receipt_prune(struct store *s, int64_t created_before_ms, struct sbx_error *err);
 /* body/hash/signature/signer malloc'd into *out_* (free them);
  * SBX_E_NOT_FOUND for another account's or a missing receipt. */
 int store_receipt_get(struct store *s, const char *account_id, const char *id, char **body,

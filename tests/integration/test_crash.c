@@ -32,15 +32,22 @@
 static struct daemon d;
 static char sbx_kept[64]; /* the sandbox that lives from after_activate to delete */
 
-/* (Re)write the config with `fault` ("" = none) and start the daemon. */
-static void start_with(const char *fault)
+/* (Re)write the config with `fault` ("" = none) and `more` keys ("" =
+ * none) and start the daemon. */
+static void start_with_more(const char *fault, const char *more)
 {
 	char extra[1024];
 
-	snprintf(extra, sizeof(extra), "%s%s%s%s", BASE_CFG,
-		 fault[0] ? ", \"test_fault_point\": \"" : "", fault, fault[0] ? "\"" : "");
+	snprintf(extra, sizeof(extra), "%s%s%s%s%s%s", BASE_CFG,
+		 fault[0] ? ", \"test_fault_point\": \"" : "", fault, fault[0] ? "\"" : "",
+		 more[0] ? ", " : "", more);
 	daemon_config(&d, extra);
 	assert_int_equal(daemon_start(&d), 0);
+}
+
+static void start_with(const char *fault)
+{
+	start_with_more(fault, "");
 }
 
 /* Wait for the daemon to die on its own; returns its exit status. */
@@ -346,6 +353,43 @@ static void crash_after_delete_settle(void **state)
 	sbx_req("DELETE", id, NULL, NULL, &r);
 	assert_int_equal(r.status, 200);
 	assert_string_equal(jstr(r.json, "status"), "destroyed");
+	http_reply_free(&r);
+	daemon_stop(&d);
+}
+
+/* The same cut, but the daemon comes back only after the sandbox's expiry
+ * passed: billed to its last answer (<= the DELETE), not to the expiry
+ * (docs/lifecycle.md "Restart and reconcile"). One "minute" is 4 s. */
+static void crash_after_delete_destroy_restart_past_expiry(void **state)
+{
+	struct http_reply r;
+	char id[64], path[128], ended[32], expires[40];
+	int64_t t_delete;
+
+	start_with_more("delete.after_destroy", "\"test_minute_ms\": 4000");
+	assert_int_equal(http_request(&d, "POST", "/v1/sandboxes", d.key, NULL,
+				      "{\"timeout_minutes\": 1}", 0, &r),
+			 0);
+	assert_int_equal(r.status, 201);
+	snprintf(id, sizeof(id), "%s", jstr(r.json, "id"));
+	snprintf(expires, sizeof(expires), "%s", jstr(r.json, "expires_at"));
+	http_reply_free(&r);
+	t_delete = sbx_wall_ms();
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s", id);
+	assert_int_equal(http_request(&d, "DELETE", path, d.key, NULL, NULL, 0, &r), -1);
+	assert_int_equal(wait_dead(20000), 137);
+	assert_int_equal(count_own_domains(&d), 0);
+	usleep(6 * 1000 * 1000); /* past expires_at (<= 4 s after the 201) */
+	start_with("");
+	assert_int_equal(check_invariants("delete.after_destroy, restart past expiry"), 0);
+	sbx_req("GET", id, NULL, NULL, &r);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(jstr(r.json, "status"), "failed");
+	sbx_rfc3339(t_delete + 1000, ended);
+	if (strcmp(jstr(r.json, "ended_at"), ended) > 0)
+		fail_msg("ended_at %s is after the DELETE (%s); expires_at %s",
+			 jstr(r.json, "ended_at"), ended, expires);
+	assert_true(strcmp(jstr(r.json, "ended_at"), expires) < 0);
 	http_reply_free(&r);
 	daemon_stop(&d);
 }
@@ -673,6 +717,7 @@ int main(void)
 	    cmocka_unit_test(crash_after_extend_hold),
 	    cmocka_unit_test(crash_after_delete_destroy),
 	    cmocka_unit_test(crash_after_delete_settle),
+	    cmocka_unit_test(crash_after_delete_destroy_restart_past_expiry),
 	    cmocka_unit_test(kill9_during_ten_creates),
 	    cmocka_unit_test(frozen_guest_fails_by_liveness),
 	    cmocka_unit_test(libvirtd_restart_is_survived),

@@ -317,6 +317,43 @@ static void test_scope(void **state)
 	json_object_put(k);
 }
 
+/* The account's executions listed (at most 100). */
+static int executions_listed(void)
+{
+	struct http_reply r;
+	json_object *data;
+	int n;
+
+	assert_int_equal(
+	    http_request(&d, "GET", "/v1/sandbox/executions?limit=100", d.key, NULL, NULL, 0, &r),
+	    0);
+	assert_int_equal(r.status, 200);
+	assert_true(json_object_object_get_ex(r.json, "data", &data));
+	n = (int)json_object_array_length(data);
+	http_reply_free(&r);
+	return n;
+}
+
+/* Code that is not UTF-8 by RFC 3629 but passes json-c (an overlong C0 80
+ * under a latin-1 coding line, a surrogate, an F5 lead byte) is refused
+ * 400 `code` before anything is held or run: no execution row, no hold,
+ * no charge (test_billing then checks the totals). */
+static void test_code_not_utf8(void **state)
+{
+	static const char *const bad[] = {
+	    "# -*- coding: latin-1 -*-\nimport time\ntime.sleep(6)\nprint('\xc0\x80')\n",
+	    "x = '\xed\xa0\x80'\n", "x = '\xf5\x80\x80\x80'\n"};
+	int before = executions_listed();
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct http_reply r = execute(d.key, "python", 10, bad[i], 400);
+
+		assert_string_equal(jerr(r.json, "param"), "code");
+		http_reply_free(&r);
+	}
+	assert_int_equal(executions_listed(), before);
+}
+
 /* Billing: usage agrees with what the executions said; nothing reserved
  * once they are over; the ledger's invariants hold. */
 static void test_billing(void **state)
@@ -448,11 +485,14 @@ int main(void)
 	    cmocka_unit_test(test_receipt),
 	    cmocka_unit_test(test_exec_receipt),
 	    cmocka_unit_test(test_scope),
+	    cmocka_unit_test(test_code_not_utf8),
 	    cmocka_unit_test(test_billing),
 	    cmocka_unit_test(test_boot_failure),
 	    cmocka_unit_test(test_production_refusals),
 	    cmocka_unit_test(test_shutdown_leaves_no_domain),
 	};
 
+	if (getenv("SBX_TEST_FILTER"))
+		cmocka_set_test_filter(getenv("SBX_TEST_FILTER"));
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

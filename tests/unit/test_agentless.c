@@ -19,6 +19,7 @@
 
 #include "agentless/agentless.h"
 #include "agentless/wire.h"
+#include "sandbox/sandbox-priv.h"
 #include "vmm/vmm-priv.h"
 
 /* ------------------------------------------------ a socketpair channel */
@@ -962,6 +963,64 @@ static void test_guest_errors(void **state)
 	/* none of that breaks the connection */
 	assert_int_equal(fx_broken_calls(fx), 0);
 	assert_true(agentless_conn_alive(fx->conn));
+	fx_free(fx);
+}
+
+/* An execution's cold run (sandbox_execution_run_cold) on a fake guest:
+ * once the EXEC frame carried the code, an ERROR frame of a kind the guest
+ * picks does not make the run free. */
+struct cold_run {
+	struct agentless_conn *conn;
+	struct agentless_exec_req req;
+	struct agentless_exec_result out;
+	uint32_t host_ms;
+	bool billable;
+	int rc;
+	struct sbx_error err;
+};
+
+static void *cold_run_main(void *arg)
+{
+	struct cold_run *c = arg;
+
+	c->rc = sandbox_execution_run_cold(c->conn, &c->req, &c->out, &c->host_ms, &c->billable,
+					   &c->err);
+	return NULL;
+}
+
+static void test_execution_guest_error_is_billed(void **state)
+{
+	static const uint32_t kinds[] = {WIRE_ERR_BUSY, WIRE_ERR_CWD, WIRE_ERR_BAD_REQUEST,
+					 WIRE_ERR_SPAWN};
+	struct fx *fx = fx_new(1000, 4);
+
+	(void)state;
+	fx_handshake(fx);
+	for (size_t i = 0; i < SBX_ARRAY_SIZE(kinds); i++) {
+		struct cold_run c = {.conn = fx->conn, .req = *simple_req()};
+		pthread_t t;
+
+		c.req.stdin_data = "print(1)\n";
+		c.req.stdin_len = 9;
+		c.req.timeout_ms = 5000;
+		assert_int_equal(pthread_create(&t, NULL, cold_run_main, &c), 0);
+		uint32_t id = guest_expect_exec(fx->gfd);
+		usleep(200 * 1000); /* the code "runs" a while */
+		guest_error(fx->gfd, id, kinds[i], NULL, "the guest says so");
+		pthread_join(t, NULL);
+		assert_int_equal(c.rc, -1);
+		assert_true(c.billable);
+		assert_true(c.host_ms >= 200 && c.host_ms <= 5000);
+	}
+	fx_free(fx);
+
+	/* a guest that never took the code (the frame could not leave): free */
+	fx = fx_new(1000, 4);
+	struct cold_run c = {.conn = fx->conn, .req = *simple_req()};
+	cold_run_main(&c);
+	assert_int_equal(c.rc, -1);
+	assert_false(c.billable);
+	assert_int_equal(c.host_ms, 0);
 	fx_free(fx);
 }
 
@@ -2273,6 +2332,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_handshake_and_welcome),
+	    cmocka_unit_test(test_execution_guest_error_is_billed),
 	    cmocka_unit_test(test_credit_window),
 	    cmocka_unit_test(test_launch_send_fails_during_output),
 	    cmocka_unit_test(test_window_without_credit),

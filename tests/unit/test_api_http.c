@@ -18,6 +18,7 @@
 #include <sys/time.h>
 
 #include <json-c/json.h>
+#include <sqlite3.h>
 
 #include "api/api-priv.h"
 #include "sandbox/sandbox.h"
@@ -192,6 +193,9 @@ static int setup(void **state)
 	snprintf(F.cfg.listen, sizeof(F.cfg.listen), "127.0.0.1:0");
 	F.cfg.max_body_bytes = BODY_CAP;
 	F.cfg.http_threads = 2;
+	F.cfg.max_api_keys_per_account = 4; /* test_api_keys_cap_and_pages */
+	/* executions run nothing here (test_execution_code_not_utf8) */
+	snprintf(F.cfg.execution_runner, sizeof(F.cfg.execution_runner), "mock");
 	sandbox_config_resolve(&F.cfg);
 	sbx_error_clear(&err);
 	if (sandbox_config_validate(&F.cfg, &err) < 0)
@@ -547,6 +551,111 @@ static void test_api_keys(void **state)
 	resp_release(&r);
 }
 
+/* At most max_api_keys_per_account valid keys (429 beyond), published in
+ * /v1/limits; the list comes a page at a time (limit, starting_after,
+ * has_more) and holds every key, revoked ones too. Runs after
+ * test_api_keys: one valid key and one revoked. */
+static void test_api_keys_cap_and_pages(void **state)
+{
+	char after[SANDBOX_ID_MAX] = "", path[128];
+	int created = 0, listed = 0;
+	struct resp r;
+
+	(void)state;
+	http("GET", "/v1/limits", NULL, NULL, NULL, &r);
+	assert_int_equal(json_object_get_int(get(r.json, "api_keys_per_account")), 4);
+	assert_int_equal(json_object_get_int(get(r.json, "receipts_per_account")), 10000);
+	assert_int_equal(json_object_get_int(get(r.json, "retention_hours")), 168);
+	resp_release(&r);
+	for (;;) {
+		http("POST", "/v1/api_keys", F.key, NULL, NULL, &r);
+		if (r.status != 201)
+			break;
+		created++;
+		resp_release(&r);
+		assert_true(created <= 3);
+	}
+	assert_error(&r, 429, "concurrency_limit", NULL);
+	resp_release(&r);
+	assert_int_equal(created, 3);
+
+	for (int page = 0; page < 10; page++) {
+		snprintf(path, sizeof(path), "/v1/api_keys?limit=2%s%s",
+			 after[0] ? "&starting_after=" : "", after);
+		http("GET", path, F.key, NULL, NULL, &r);
+		assert_int_equal(r.status, 200);
+		struct json_object *data = get(r.json, "data");
+		size_t n = json_object_array_length(data);
+		assert_true(n >= 1 && n <= 2);
+		listed += (int)n;
+		snprintf(after, sizeof(after), "%s",
+			 json_object_get_string(get(json_object_array_get_idx(data, n - 1), "id")));
+		bool more = json_object_get_boolean(get(r.json, "has_more"));
+		resp_release(&r);
+		if (!more)
+			break;
+	}
+	assert_int_equal(listed, 5); /* the account's, the revoked, three new */
+
+	http("GET", "/v1/api_keys?limit=0", F.key, NULL, NULL, &r);
+	assert_error(&r, 400, "invalid_request", "limit");
+	resp_release(&r);
+	http("GET", "/v1/api_keys?starting_after=key_000000000000", F.key, NULL, NULL, &r);
+	assert_error(&r, 404, "not_found", "starting_after");
+	resp_release(&r);
+}
+
+/* Rows of `table` of the test account, read on a connection of its own. */
+static int db_count(const char *table)
+{
+	char path[PATH_MAX], sql[128];
+	sqlite3 *db = NULL;
+	sqlite3_stmt *q = NULL;
+	int n = -1;
+
+	snprintf(path, sizeof(path), "%s/sandboxd.db", F.dir);
+	snprintf(sql, sizeof(sql), "SELECT count(*) FROM %s WHERE account_id = ?", table);
+	assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &q, NULL), SQLITE_OK);
+	sqlite3_bind_text(q, 1, F.account_id, -1, SQLITE_STATIC);
+	if (sqlite3_step(q) == SQLITE_ROW)
+		n = sqlite3_column_int(q, 0);
+	sqlite3_finalize(q);
+	sqlite3_close(db);
+	return n;
+}
+
+/* Code json-c accepts but RFC 3629 does not (overlong C0 80, a surrogate,
+ * an F5 lead byte, an overlong '/') is refused 400 `code` before anything is
+ * held or run: no execution row, no ledger entry but the credit. */
+static void test_execution_code_not_utf8(void **state)
+{
+	static const char *const bad[] = {"x = '\xc0\x80'", "x = '\xed\xa0\x80'",
+					  "x = '\xf5\x80\x80\x80'",
+					  "# -*- coding: latin-1 -*-\\nx = '\xe0\x80\xaf'"};
+	char body[256];
+	struct resp r;
+
+	(void)state;
+	int ledger = db_count("ledger");
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		snprintf(body, sizeof(body),
+			 "{\"runtime\":\"python\",\"timeout_seconds\":5,\"code\":\"%s\"}", bad[i]);
+		http("POST", "/v1/sandbox/executions", F.key, "application/json", body, &r);
+		assert_error(&r, 400, "invalid_request", "code");
+		resp_release(&r);
+	}
+	assert_int_equal(db_count("executions"), 0);
+	assert_int_equal(db_count("ledger"), ledger);
+
+	/* valid UTF-8 still runs (the mock runner) */
+	http("POST", "/v1/sandbox/executions", F.key, "application/json",
+	     "{\"runtime\":\"python\",\"timeout_seconds\":5,\"code\":\"x = '\xc3\xa9'\"}", &r);
+	assert_int_equal(r.status, 200);
+	resp_release(&r);
+	assert_int_equal(db_count("executions"), 1);
+}
+
 static void test_keep_alive_two_requests(void **state)
 {
 	/* Two pipelined requests on one connection both get answered. */
@@ -616,6 +725,8 @@ int main(void)
 	    cmocka_unit_test(test_limits),
 	    cmocka_unit_test(test_sandboxes_list_and_usage),
 	    cmocka_unit_test(test_api_keys),
+	    cmocka_unit_test(test_api_keys_cap_and_pages),
+	    cmocka_unit_test(test_execution_code_not_utf8),
 	    cmocka_unit_test(test_keep_alive_two_requests),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -98,6 +98,44 @@ static void test_jcs_nesting_ints_nul_and_refusals(void **state)
 
 /* fingerprint = SHA-256(salt bytes || JCS): checked against an independent
  * computation (`printf ... | openssl dgst -sha256` gave the constant). */
+/* RFC 3629 strictly: json-c lets the overlong, surrogate and F5..F7 forms
+ * through, so this is the check POST /v1/sandbox/executions relies on. */
+static void test_utf8_valid(void **state)
+{
+	static const struct {
+		const char *s;
+		size_t len;
+		bool ok;
+	} cases[] = {
+	    {"", 0, true},
+	    {"print(1)\n", 9, true},
+	    {"a\0b", 3, true},		    /* NUL is valid UTF-8 */
+	    {"\xc3\xa9", 2, true},	    /* U+00E9 */
+	    {"\xe2\x9c\x93", 3, true},	    /* U+2713 */
+	    {"\xed\x9f\xbf", 3, true},	    /* U+D7FF, below the surrogates */
+	    {"\xf4\x8f\xbf\xbf", 4, true},  /* U+10FFFF */
+	    {"\xc0\x80", 2, false},	    /* overlong NUL */
+	    {"\xc1\xbf", 2, false},	    /* overlong U+007F */
+	    {"\xe0\x80\xaf", 3, false},	    /* overlong '/' */
+	    {"\xf0\x8f\xbf\xbf", 4, false}, /* overlong U+FFFF */
+	    {"\xed\xa0\x80", 3, false},	    /* U+D800, a surrogate */
+	    {"\xed\xbf\xbf", 3, false},	    /* U+DFFF */
+	    {"\xf4\x90\x80\x80", 4, false}, /* U+110000 */
+	    {"\xf5\x80\x80\x80", 4, false}, /* F5 lead */
+	    {"\xf7\xbf\xbf\xbf", 4, false}, /* F7 lead */
+	    {"\xff", 1, false},
+	    {"\x80", 1, false},	      /* lone continuation */
+	    {"\xc3", 1, false},	      /* truncated */
+	    {"ok\xe2\x9c", 4, false}, /* truncated at the end */
+	    {"# -*- coding: latin-1 -*-\n\xe9", 27, false},
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		if (receipt_utf8_valid(cases[i].s, cases[i].len) != cases[i].ok)
+			fail_msg("case %zu: expected %s", i, cases[i].ok ? "valid" : "invalid");
+}
+
 static void test_fingerprint(void **state)
 {
 	struct receipt_json *o = receipt_json_object();
@@ -179,6 +217,7 @@ int main(void)
 	    cmocka_unit_test(test_jcs_rfc_sorting),
 	    cmocka_unit_test(test_jcs_rfc_strings_literals),
 	    cmocka_unit_test(test_jcs_nesting_ints_nul_and_refusals),
+	    cmocka_unit_test(test_utf8_valid),
 	    cmocka_unit_test(test_fingerprint),
 	    cmocka_unit_test(test_sign_verify_tamper),
 	};

@@ -4,7 +4,9 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <sqlite3.h>
@@ -122,9 +124,9 @@ static void test_execution_money(void **state)
 
 	/* receipts are per account */
 	char *body, *hash, *sig, *signer;
-	assert_int_equal(
-	    store_receipt_insert(s, "rcpt_1", a.id, "sbxr_1", "{}", "0xa", "0xb", "0xc", 1, &err),
-	    0);
+	assert_int_equal(store_receipt_insert(s, "rcpt_1", a.id, "sbxr_1", "{}", "0xa", "0xb",
+					      "0xc", 1, NULL, &err),
+			 0);
 	assert_int_equal(store_receipt_get(s, a.id, "rcpt_1", &body, &hash, &sig, &signer, &err),
 			 0);
 	assert_string_equal(signer, "0xc");
@@ -337,6 +339,161 @@ static void test_scopes_migration(void **state)
 	unlink(path);
 }
 
+/* Rows of `sql` (a count) on a connection of its own. */
+static int count(const char *path, const char *sql)
+{
+	sqlite3 *db = NULL;
+	sqlite3_stmt *q = NULL;
+	int n = -1;
+
+	assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &q, NULL), SQLITE_OK);
+	if (sqlite3_step(q) == SQLITE_ROW)
+		n = sqlite3_column_int(q, 0);
+	sqlite3_finalize(q);
+	sqlite3_close(db);
+	return n;
+}
+
+/* Receipts are kept for a time and up to a count per account (the oldest
+ * go first), whether they come with an execution's settle or alone (an
+ * exec's); other accounts' are untouched; the daemon's start prunes all. */
+static void test_receipt_retention(void **state)
+{
+	char path[64], id[16];
+	struct store *s = open_tmp(path);
+	struct store_account a, b;
+	struct store_receipt_keep keep = {.created_before_ms = 0, .account_max = 3};
+	struct sbx_error err = {0};
+
+	assert_int_equal(store_account_create(s, "a", 1000, &a, &err), 0);
+	assert_int_equal(store_account_create(s, "b", 1000, &b, &err), 0);
+	assert_int_equal(store_receipt_insert(s, "rcpt_b", b.id, "sbx_b", "{}", "0xa", "0xb", "0xc",
+					      1000, NULL, &err),
+			 0);
+	for (int i = 0; i < 5; i++) {
+		snprintf(id, sizeof id, "rcpt_a%d", i);
+		assert_int_equal(store_receipt_insert(s, id, a.id, "sbx_a", "{}", "0xa", "0xb",
+						      "0xc", 2000 + i, &keep, &err),
+				 0);
+	}
+	/* the newest three of a's stay; b's is untouched */
+	assert_int_equal(count(path, "SELECT count(*) FROM receipts"), 4);
+	char *body, *hash, *sig, *signer;
+	assert_int_equal(store_receipt_get(s, a.id, "rcpt_a1", &body, &hash, &sig, &signer, &err),
+			 -1);
+	assert_int_equal(err.code, SBX_E_NOT_FOUND);
+	assert_int_equal(store_receipt_get(s, a.id, "rcpt_a4", &body, &hash, &sig, &signer, &err),
+			 0);
+	free(body), free(hash), free(sig), free(signer);
+
+	/* an execution's settle applies the same keep: past retention goes */
+	struct store_execution row = {
+	    .id = "sbxr_k", .runtime = "sh", .runner = "mock", .timeout_seconds = 1};
+	struct store_receipt_keep rk = {.created_before_ms = 2004, .account_max = 10};
+	struct store_execution_keep ek = {.account_max_bytes = 1 << 20, .receipts = &rk};
+	struct store_receipt r = {.id = "rcpt_k",
+				  .account_id = a.id,
+				  .body = "{}",
+				  .hash = "0xa",
+				  .signature = "0xb",
+				  .signer = "0xc",
+				  .created_at_ms = 3000};
+	snprintf(row.account_id, sizeof row.account_id, "%s", a.id);
+	assert_int_equal(store_execution_reserve(s, &row, 10, &err), 0);
+	assert_int_equal(
+	    store_execution_settle_receipt(s, "sbxr_k", "completed", 3000, 1, &r, "{}", &ek, &err),
+	    0);
+	/* a's: rcpt_a4 (2004) and rcpt_k; b's */
+	assert_int_equal(count(path, "SELECT count(*) FROM receipts"), 3);
+	assert_int_equal(store_receipt_prune(s, 2500, &err), 2);
+	assert_int_equal(count(path, "SELECT count(*) FROM receipts"), 1);
+	assert_int_equal(store_ledger_check(s, NULL, &err), 0);
+	store_close(s);
+	unlink(path);
+}
+
+/* API keys: at most max_active valid keys; revoked ones kept for a time and
+ * up to a count; listed a page at a time. */
+static void test_key_cap_and_pages(void **state)
+{
+	char path[64], digest[65];
+	struct store *s = open_tmp(path);
+	struct store_account a, b;
+	struct store_key k = {.prefix = "aas_sk_x", .scopes = "keys"}, *page = NULL;
+	struct store_key_keep keep = {.max_active = 3, .revoked_before_ms = 0, .max_revoked = 2};
+	struct sbx_error err = {0};
+	bool more;
+	size_t n;
+
+	assert_int_equal(store_account_create(s, "a", 0, &a, &err), 0);
+	assert_int_equal(store_account_create(s, "b", 0, &b, &err), 0);
+	snprintf(k.account_id, sizeof k.account_id, "%s", a.id);
+	for (int i = 0; i < 4; i++) {
+		snprintf(k.id, sizeof k.id, "key_%d", i);
+		snprintf(digest, sizeof digest, "%064d", i + 1);
+		k.created_at_ms = 1000 + i / 2; /* two share a millisecond */
+		int rc = store_key_insert_kept(s, &k, digest, &keep, &err);
+		if (i < 3) {
+			assert_int_equal(rc, 0);
+		} else {
+			assert_int_equal(rc, -1); /* the fourth valid key */
+			assert_int_equal(err.code, SBX_E_CONCURRENCY_LIMIT);
+		}
+	}
+	/* another account's keys do not count */
+	snprintf(k.account_id, sizeof k.account_id, "%s", b.id);
+	snprintf(k.id, sizeof k.id, "key_b");
+	snprintf(digest, sizeof digest, "%064d", 99);
+	assert_int_equal(store_key_insert_kept(s, &k, digest, &keep, &err), 0);
+	snprintf(k.account_id, sizeof k.account_id, "%s", a.id);
+
+	/* pages of one, newest first, through a shared millisecond */
+	const char *want[] = {"key_2", "key_1", "key_0"};
+	const char *after = NULL;
+	char cursor[STORE_ID_MAX];
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(store_key_list_page(s, a.id, 1, after, &page, &n, &more, &err), 0);
+		assert_int_equal(n, 1);
+		assert_string_equal(page[0].id, want[i]);
+		assert_int_equal(more, i < 2);
+		snprintf(cursor, sizeof cursor, "%s", page[0].id);
+		after = cursor;
+		free(page);
+	}
+	assert_int_equal(store_key_list_page(s, a.id, 10, NULL, &page, &n, &more, &err), 0);
+	assert_int_equal(n, 3);
+	assert_false(more);
+	free(page);
+	assert_int_equal(store_key_list_page(s, a.id, 10, "key_b", &page, &n, &more, &err), -1);
+	assert_int_equal(err.code, SBX_E_NOT_FOUND);
+	assert_string_equal(err.param, "starting_after");
+
+	/* revoke all three: new keys can be made, and of the revoked ones only
+	 * the two most recently revoked stay (then none past retention) */
+	for (int i = 0; i < 3; i++) {
+		char kid[16];
+		snprintf(kid, sizeof kid, "key_%d", i);
+		assert_int_equal(store_key_revoke(s, a.id, kid, &err), 0);
+		usleep(2000); /* distinct revoked_at */
+	}
+	snprintf(k.id, sizeof k.id, "key_new");
+	k.created_at_ms = 5000;
+	snprintf(digest, sizeof digest, "%064d", 50);
+	assert_int_equal(store_key_insert_kept(s, &k, digest, &keep, &err), 0);
+	assert_int_equal(count(path, "SELECT count(*) FROM api_keys WHERE revoked_at_ms != 0"), 2);
+	assert_int_equal(store_key_get(s, a.id, "key_0", &k, &err), -1);
+	keep.revoked_before_ms = INT64_MAX;
+	snprintf(k.account_id, sizeof k.account_id, "%s", a.id);
+	snprintf(k.id, sizeof k.id, "key_new2");
+	snprintf(digest, sizeof digest, "%064d", 51);
+	assert_int_equal(store_key_insert_kept(s, &k, digest, &keep, &err), 0);
+	assert_int_equal(count(path, "SELECT count(*) FROM api_keys WHERE revoked_at_ms != 0"), 0);
+	assert_int_equal(count(path, "SELECT count(*) FROM api_keys"), 3); /* 2 of a, b's */
+	store_close(s);
+	unlink(path);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -345,6 +502,8 @@ int main(void)
 	    cmocka_unit_test(test_scopes),
 	    cmocka_unit_test(test_scopes_migration),
 	    cmocka_unit_test(test_response_retention),
+	    cmocka_unit_test(test_receipt_retention),
+	    cmocka_unit_test(test_key_cap_and_pages),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
