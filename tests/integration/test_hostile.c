@@ -813,6 +813,24 @@ static void reopen_without_credit_keeps_the_window(void **state)
 	assert_int_equal(wait_exec_ok(key_b, sbx_b, 30000), 200);
 	for (int i = 0; i < 2; i++)
 		assert_int_equal(wait_exec_ok(d.key, id[i], 30000), 200);
+	/* they opted out: a frame past half the window could never be
+	 * confirmed by PINGs, so a 250 KiB command is refused to them; B's
+	 * guest, which CREDITs, takes it */
+	memset(big_cmd, ' ', sizeof(big_cmd) - 1);
+	memcpy(big_cmd, "true", 4);
+	for (int i = 0; i < 2; i++) {
+		r = exec_enc(d.key, id[i], big_cmd, 10000, NULL, true);
+		fprintf(stderr, "   %s: a 250 KiB command: %d %s\n", how[i], r.status,
+			jerr(r.json, "message") ? jerr(r.json, "message") : "");
+		assert_int_equal(r.status, 500);
+		assert_non_null(strstr(jerr(r.json, "message"), "more than 64 KiB"));
+		if (i == 0)
+			assert_non_null(strstr(jerr(r.json, "message"), "protocol v3,"));
+		http_reply_free(&r);
+	}
+	r = exec_enc(key_b, sbx_b, big_cmd, 10000, NULL, true);
+	assert_int_equal(r.status, 200);
+	http_reply_free(&r);
 	probe_start();
 	memset(mid_cmd, ' ', sizeof(mid_cmd) - 1);
 	memcpy(mid_cmd, "true", 4);
