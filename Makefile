@@ -195,6 +195,8 @@ test-integration: all image-tiny image-full $(INTEG_BINS) libvirt-up
 	@set -e; for t in $(INTEG_BINS); do echo "== $$t"; \
 		SBX_TEST_IMAGE_DIR=$(CURDIR)/$(TINY_IMAGE) \
 		SBX_TEST_FULL_IMAGE_DIR=$(CURDIR)/$(FULL_IMAGE) SBX_BIN=$(CURDIR)/$(BIN)/sandboxd $$t; done
+	@# (test_hostile's reopen_without_credit_keeps_the_window, in the loop
+	@# above, runs over the stream transport whatever SBX_TEST_TRANSPORT says)
 	@# the deaf guest once more over the stream transport (docs/vmm.md):
 	@# it must cost only its own sandbox, also through libvirtd
 	@echo "== $(BUILD)/tests/test_hostile (stream transport, stop_reading)"

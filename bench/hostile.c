@@ -6,7 +6,12 @@
  * nothing else going on (idle), then while tenant A's guest misbehaves in
  * each way of the kit (docs/protocol.md, "A hostile guest") and while A
  * floods control-byte output, and prints p50/p99 per phase and the ratio
- * of each p99 to the idle one, measured in the same run.
+ * of each p99 to the idle one, measured in the same run. The last two
+ * phases restart the daemon first: A's guest was told to say HELLO v3
+ * (reopen_v3) or nothing (reopen_silent) after the reopen, and then stops
+ * reading while 12 commands of 60 KiB go to it (over the stream
+ * transport, SBX_TEST_TRANSPORT=stream, it has the credit window anyway,
+ * confirmed by the host's PINGs: docs/vmm.md).
  *
  *   make bench && SBX_TEST_IMAGE_DIR=$PWD/build/images/tiny \
  *     SBX_BIN=$PWD/bin/sandboxd build/bench/hostile
@@ -67,17 +72,47 @@ static int exec_status(const char *key, const char *id, const char *cmd, uint32_
 /* ------------------------------------------------ A's misbehaviour */
 
 struct hostile {
-	const char *how; /* kit behaviour, "flood" (output), or NULL (idle) */
+	const char *how; /* kit behaviour, "flood" (output), "deaf" (stop_reading
+			  * and 12 commands of 60 KiB), or NULL (idle) */
 	char id[64];
 	pthread_t thread;
 	bool stop;
 	pthread_mutex_t lock;
 };
 
+static char mid_cmd[60 * 1024]; /* "true" and spaces */
+
+static void *mid_exec_main(void *arg)
+{
+	exec_status(d.key, arg, mid_cmd, 30000, NULL);
+	return NULL;
+}
+
 static void *hostile_main(void *arg)
 {
 	struct hostile *h = arg;
 
+	if (strcmp(h->how, "deaf") == 0) {
+		pthread_t t[12];
+
+		exec_status(d.key, h->id, "true", 2000, "stop_reading");
+		for (int i = 0; i < 12; i++)
+			pthread_create(&t[i], NULL, mid_exec_main, h->id);
+		for (int i = 0; i < 12; i++)
+			pthread_join(t[i], NULL);
+		return NULL;
+	}
+	if (strcmp(h->how, "tiny_frames") == 0) {
+		for (;;) {
+			pthread_mutex_lock(&h->lock);
+			bool stop = h->stop;
+			pthread_mutex_unlock(&h->lock);
+			if (stop)
+				break;
+			exec_status(d.key, h->id, "true", 30000, h->how);
+		}
+		return NULL;
+	}
 	if (strcmp(h->how, "flood") == 0) {
 		for (;;) {
 			pthread_mutex_lock(&h->lock);
@@ -159,16 +194,40 @@ static void report(const char *phase, struct lat *l, int64_t idle_usage_p99, int
 	fflush(stdout);
 }
 
+/* exec `echo` in sandbox id until it answers 200, up to 30 s. */
+static int wait_ok(const char *key, const char *id)
+{
+	for (int i = 0; i < 120; i++) {
+		if (exec_status(key, id, "echo", 5000, NULL) == 200)
+			return 0;
+		usleep(250 * 1000);
+	}
+	return -1;
+}
+
+/* The reopen phases: tell A's guest `how`, restart the daemon (the guests
+ * survive: destroy_on_exit false), wait for both sandboxes to answer, then
+ * A's guest goes deaf under 12 commands of 60 KiB ("deaf"). */
+static int reopen(struct hostile *h, const char *how)
+{
+	if (exec_status(d.key, h->id, "true", 0, how) != 200 || daemon_stop(&d) != 0 ||
+	    daemon_start(&d) < 0 || wait_ok(key_b, sbx_b) < 0 || wait_ok(d.key, h->id) < 0)
+		return -1;
+	h->how = "deaf";
+	return 0;
+}
+
 int main(void)
 {
-	static const char *const phases[] = {"blackhole", "unknown_ids", "hello_flood",
-					     "stop_reading", "flood"};
+	static const char *const phases[] = {"blackhole",    "unknown_ids",  "hello_flood",
+					     "stop_reading", "flood",	     "tiny_frames",
+					     "reopen_v3",    "reopen_silent"};
 	int seconds = env_int_max("SBX_BENCH_SECONDS", 10, 600);
 	static struct lat l;
 	int64_t idle_u, idle_e;
 
 	daemon_config(&d, "\"test_hostile_guests\": true, \"exec_backstop_grace_ms\": 2000, "
-			  "\"destroy_on_exit\": true");
+			  "\"destroy_on_exit\": false");
 	daemon_create_account(&d, "100");
 	json_object *o = daemon_admin(&d, "create-account --name tenant-b --credit-usd 100");
 	json_object *v;
@@ -183,6 +242,8 @@ int main(void)
 		daemon_down(&d);
 		return 1;
 	}
+	memset(mid_cmd, ' ', sizeof(mid_cmd) - 1);
+	memcpy(mid_cmd, "true", 4);
 	printf("tenant B's calls, %d s per phase, while tenant A's guest misbehaves "
 	       "(ratios: p99 / idle p99)\n",
 	       seconds);
@@ -197,6 +258,10 @@ int main(void)
 		if (create_sandbox(d.key, h.id, sizeof(h.id)) < 0) {
 			printf("%-13s (A's sandbox did not start)\n", phases[i]);
 			continue;
+		}
+		if (strncmp(phases[i], "reopen_", 7) == 0 && reopen(&h, phases[i]) < 0) {
+			printf("%-13s (the restart failed)\n", phases[i]);
+			break;
 		}
 		pthread_create(&h.thread, NULL, hostile_main, &h);
 		measure(&l, seconds);

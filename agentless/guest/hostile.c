@@ -18,12 +18,19 @@
  *                 exit 0 (what a streamed reply buffers for it)
  *   file_trickle  answer this EXEC (exit 0), then send the data of
  *                 downloads one byte every TRICKLE_MS (never a stall)
+ *   reopen_v3     run this EXEC as usual; from now on every HELLO (the
+ *                 next host connection's, or the one a low WELCOME asks
+ *                 for after a reattach) says protocol version 3, so the
+ *                 guest never sends CREDIT again
+ *   reopen_silent run this EXEC as usual; from now on say no HELLO at all
+ *                 (a reopened channel hears nothing), but keep reading
  *
  * Without the command-line switch the env variable is an ordinary one. */
 #include "agentless/guest/init.h"
 #include "agentless/wire.h"
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -37,6 +44,7 @@ static struct {
 	bool file_stall;
 	bool file_trickle;
 	int64_t trickle_next; /* guest_mono_ms() of the next byte */
+	uint32_t hello_version; /* 0: ours; else what HELLO says (reopen_*) */
 	guest_send_fn send;
 	void (*hello)(void);
 	size_t (*queue_size)(void);
@@ -111,6 +119,9 @@ bool guest_hostile_exec(uint32_t id, const uint8_t *p, size_t len)
 	} else if (strcmp(what, "tiny_frames") == 0) {
 		H.tiny_id = id;
 		H.tiny_left = TINY_BYTES;
+	} else if (strcmp(what, "reopen_v3") == 0 || strcmp(what, "reopen_silent") == 0) {
+		H.hello_version = what[7] == 'v' ? 3 : UINT32_MAX;
+		return false; /* the command runs as usual */
 	} else if (strcmp(what, "blackhole") != 0) {
 		return false; /* unknown: run the command as usual */
 	}
@@ -144,6 +155,13 @@ int64_t guest_hostile_wake_ms(void)
 {
 	/* a byte due now goes at the loop's next turn anyway */
 	return H.file_trickle && H.trickle_next > guest_mono_ms() ? H.trickle_next : -1;
+}
+
+uint32_t guest_hostile_hello_version(uint32_t ours)
+{
+	if (H.hello_version == UINT32_MAX)
+		return 0;
+	return H.hello_version ? H.hello_version : ours;
 }
 
 bool guest_hostile_deaf(void)

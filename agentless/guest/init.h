@@ -84,6 +84,9 @@ void guest_hostile_init(guest_send_fn send, void (*hello)(void), size_t (*queue_
 /* An EXEC that orders a behaviour: true when handled (the caller does not
  * run it). */
 bool guest_hostile_exec(uint32_t id, const uint8_t *p, size_t len);
+/* The version a HELLO is to say: `ours`, or what reopen_v3 ordered, or 0
+ * for no HELLO at all (reopen_silent). */
+uint32_t guest_hostile_hello_version(uint32_t ours);
 /* True once the guest stopped reading its port. */
 bool guest_hostile_deaf(void);
 /* Once per loop turn: floods, when ordered. */

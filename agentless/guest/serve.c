@@ -234,9 +234,12 @@ static void send_hello(void)
 	uint8_t buf[64];
 	struct wire_writer w;
 	int64_t boot = guest_boot_ms();
+	uint32_t version = guest_hostile_hello_version(WIRE_VERSION);
 
+	if (version == 0)
+		return;
 	wire_writer_init(&w, buf, sizeof(buf));
-	wire_put_u32(&w, WIRE_T_VERSION, WIRE_VERSION);
+	wire_put_u32(&w, WIRE_T_VERSION, version);
 	wire_put_u32(&w, WIRE_T_VERSION_MIN, WIRE_VERSION_MIN);
 	wire_put_u32(&w, WIRE_T_BOOT_MS, boot > UINT32_MAX ? UINT32_MAX : (uint32_t)boot);
 	frame_send_w(WIRE_HELLO, 0, &w);
