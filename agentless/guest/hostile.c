@@ -43,7 +43,7 @@ static struct {
 	bool hello_flood;
 	bool file_stall;
 	bool file_trickle;
-	int64_t trickle_next; /* guest_mono_ms() of the next byte */
+	int64_t trickle_next;	/* guest_mono_ms() of the next byte */
 	uint32_t hello_version; /* 0: ours; else what HELLO says (reopen_*) */
 	guest_send_fn send;
 	void (*hello)(void);
