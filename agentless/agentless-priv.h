@@ -69,6 +69,11 @@ struct ping_waiter;
 
 struct agentless_conn {
 	pthread_mutex_t lock;
+	/* held by a sender from counting its frame to queueing the frame and
+	 * the window PING that confirms it, so frames are counted in the
+	 * order they are queued and a PING always follows its own frame
+	 * (agentless.c, "Locking") */
+	pthread_mutex_t send_lock;
 	pthread_cond_t cond; /* handshake, pongs, senders */
 
 	struct agentless_limits lim;

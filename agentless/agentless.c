@@ -11,7 +11,12 @@
  * a caller's own locks may be held when calling in here only if its
  * callbacks do not take them (sandbox/ and api/ call in with none held);
  * `lock` is taken before the channel's internal lock (vmm/channel.c), never
- * after. A channel is closed only once no sender uses it any more
+ * after. `send_lock` serialises senders (count, queue the frame, queue its
+ * window PING): it is taken first, before `lock` and the channel's lock,
+ * by conn_send_ex alone, and is held only across send() calls that queue
+ * and never block. Without it a PING could be queued behind another
+ * sender's frame that the window holds back, and never reach the guest
+ * whose PONG would open the window. A channel is closed only once no sender uses it any more
  * (`senders` drops to 0), so send() never touches a freed ctx. Each file
  * transfer (xfer.c) has its own mutex, a leaf taken under `lock` or alone,
  * never held across a send or a wake.
@@ -183,14 +188,17 @@ static int conn_send_ex(struct agentless_conn *c, uint8_t type, uint32_t id, con
 	if (len > 0)
 		memcpy(frame + WIRE_HEADER_LEN, payload, len);
 
+	pthread_mutex_lock(&c->send_lock);
 	pthread_mutex_lock(&c->lock);
 	if (!c->have_ch || c->ch_eof) {
 		pthread_mutex_unlock(&c->lock);
+		pthread_mutex_unlock(&c->send_lock);
 		return -1;
 	}
 	if (c->ping_window && !set_window && len > WIN_FRAME_MAX) {
 		/* it could never be confirmed: the window would stay shut */
 		pthread_mutex_unlock(&c->lock);
+		pthread_mutex_unlock(&c->send_lock);
 		return -1;
 	}
 	ch = c->ch;
@@ -206,8 +214,6 @@ static int conn_send_ex(struct agentless_conn *c, uint8_t type, uint32_t id, con
 		rc = ch.send(ch.ctx, frame, WIRE_HEADER_LEN + len);
 
 	pthread_mutex_lock(&c->lock);
-	c->senders--;
-	pthread_cond_broadcast(&c->cond);
 	if (rc == 0 && counted && c->ping_window && c->credit_epoch == epoch) {
 		c->win_sent += WIRE_HEADER_LEN + len;
 		if (c->win_sent - c->win_pinged >= WIN_PING_EVERY &&
@@ -221,9 +227,25 @@ static int conn_send_ex(struct agentless_conn *c, uint8_t type, uint32_t id, con
 		}
 	}
 	pthread_mutex_unlock(&c->lock);
-	/* its PONG confirms every byte counted so far (queued before it) */
-	if (ping_id != 0)
-		conn_send_ex(c, WIRE_PING, ping_id, NULL, 0, false, 0);
+	/* its PONG confirms every byte counted so far, all queued before it:
+	 * still under send_lock, so nothing is queued in between */
+	if (ping_id != 0) {
+		struct wire_header ph = {.type = WIRE_PING, .id = ping_id, .len = 0};
+		uint8_t ping[WIRE_HEADER_LEN];
+
+		wire_header_encode(&ph, ping);
+		if (ch.send(ch.ctx, ping, sizeof ping) == 0) {
+			pthread_mutex_lock(&c->lock);
+			if (c->ping_window && c->credit_epoch == epoch)
+				c->win_sent += sizeof ping;
+			pthread_mutex_unlock(&c->lock);
+		}
+	}
+	pthread_mutex_lock(&c->lock);
+	c->senders--;
+	pthread_cond_broadcast(&c->cond);
+	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(&c->send_lock);
 	return rc == 0 ? 0 : -1;
 }
 
@@ -698,6 +720,7 @@ struct agentless_conn *agentless_conn_new(const struct agentless_limits *lim,
 	pthread_condattr_t attr;
 
 	pthread_mutex_init(&c->lock, NULL);
+	pthread_mutex_init(&c->send_lock, NULL);
 	pthread_condattr_init(&attr);
 	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
 	pthread_cond_init(&c->cond, &attr);
@@ -961,6 +984,7 @@ void agentless_conn_free(struct agentless_conn *c, const char *why)
 	free(c->payload);
 	pthread_cond_destroy(&c->cond);
 	pthread_mutex_destroy(&c->lock);
+	pthread_mutex_destroy(&c->send_lock);
 	free(c);
 }
 

@@ -2078,6 +2078,77 @@ static void guest_answer_pings(int fd, const uint8_t *buf, size_t have, size_t *
 	}
 }
 
+/* Senders at once on a window a v3 guest confirms by PINGs: each PING is
+ * queued right behind its own frame, never behind another sender's frame
+ * that the window holds back (there it would never reach the guest, no
+ * PONG would come, and the send deadline would break a channel whose guest
+ * reads everything). */
+struct burst {
+	struct fx *fx;
+	const struct agentless_exec_req *req;
+	struct probe *pr;
+	pthread_barrier_t *go;
+};
+
+static void *burst_start(void *arg)
+{
+	struct burst *b = arg;
+
+	pthread_barrier_wait(b->go);
+	start(b->fx, b->req, b->pr);
+	return NULL;
+}
+
+static void test_window_pings_follow_their_frames(void **state)
+{
+	enum { N = 8 };
+	static char cmd[60000];
+	static uint8_t buf[1 << 20];
+	struct agentless_exec_req req = *simple_req();
+	struct fx *fx = fx_new_vmm_chan();
+	struct sbx_error err;
+	struct wire_header h;
+	struct probe pr[N];
+	struct burst b[N];
+	pthread_t t[N];
+	pthread_barrier_t go;
+	size_t have = 0, off = 0;
+	unsigned execs = 0, pings = 0;
+	uint8_t *p;
+
+	(void)state;
+	memset(cmd, 'x', sizeof cmd);
+	req.command = cmd;
+	req.command_len = sizeof cmd;
+	guest_hello(fx->gfd, 3, 1);
+	assert_int_equal(agentless_conn_wait_hello(fx->conn, sbx_mono_ms() + 5000, &err), 0);
+	guest_recv(fx->gfd, &h, &p);
+	assert_int_equal(h.type, WIRE_WELCOME);
+	free(p);
+	pthread_barrier_init(&go, NULL, N);
+	for (int i = 0; i < N; i++) {
+		probe_init(&pr[i]);
+		b[i] = (struct burst){.fx = fx, .req = &req, .pr = &pr[i], .go = &go};
+		assert_int_equal(pthread_create(&t[i], NULL, burst_start, &b[i]), 0);
+	}
+	for (int i = 0; i < N; i++)
+		pthread_join(t[i], NULL);
+	pthread_barrier_destroy(&go);
+	/* the guest reads all and answers every PING: all 8 EXECs arrive */
+	for (int round = 0; round < 40 && execs < N; round++) {
+		guest_collect(fx->gfd, buf, sizeof buf, &have, 250);
+		guest_answer_pings(fx->gfd, buf, have, &off, &execs, &pings, NULL, NULL);
+	}
+	assert_int_equal(execs, N);
+	assert_true(pings > 0);
+	assert_int_equal(fx_broken_calls(fx), 0);
+	fx_free(fx);
+	for (int i = 0; i < N; i++) {
+		probe_wait(&pr[i]);
+		probe_release(&pr[i]);
+	}
+}
+
 /* Over a channel with a window, a guest that does not CREDIT (it says v3,
  * or after a reattach says nothing, or says v3 then) still never has more
  * than the window in flight: the host confirms with PINGs of its own and
@@ -2336,6 +2407,7 @@ int main(void)
 	    cmocka_unit_test(test_credit_window),
 	    cmocka_unit_test(test_launch_send_fails_during_output),
 	    cmocka_unit_test(test_window_without_credit),
+	    cmocka_unit_test(test_window_pings_follow_their_frames),
 	    cmocka_unit_test(test_output_gathered_and_charged),
 	    cmocka_unit_test(test_version_mismatch),
 	    cmocka_unit_test(test_exec_round_trip),
