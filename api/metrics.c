@@ -27,20 +27,11 @@ static const unsigned statuses[] = {200, 201, 400, 401, 402, 403, 404, 405, 409,
 #define N_ROUTES (R_STATIC + 1)
 
 static const char *const route_names[N_ROUTES] = {
-    [R_NONE] = "unknown",
-    [R_SANDBOXES] = "sandboxes",
-    [R_SANDBOX] = "sandbox",
-    [R_EXEC] = "exec",
-    [R_EXTEND] = "extend",
-    [R_USAGE] = "usage",
-    [R_LIMITS] = "limits",
-    [R_KEYS] = "api_keys",
-    [R_KEY] = "api_key",
-    [R_EXECUTIONS] = "executions",
-    [R_EXECUTION] = "execution",
-    [R_RECEIPT] = "receipt",
-    [R_RECEIPT_KEY] = "receipt_key",
-    [R_FILES] = "files",
+    [R_NONE] = "unknown",    [R_SANDBOXES] = "sandboxes",     [R_SANDBOX] = "sandbox",
+    [R_EXEC] = "exec",	     [R_EXTEND] = "extend",	      [R_USAGE] = "usage",
+    [R_LIMITS] = "limits",   [R_RUNTIMES] = "runtimes",	      [R_KEYS] = "api_keys",
+    [R_KEY] = "api_key",     [R_EXECUTIONS] = "executions",   [R_EXECUTION] = "execution",
+    [R_RECEIPT] = "receipt", [R_RECEIPT_KEY] = "receipt_key", [R_FILES] = "files",
     [R_STATIC] = "static",
 };
 
