@@ -13,7 +13,9 @@ pkgs=(build-essential pkg-config libvirt-daemon-system libvirt-dev qemu-system-x
       linux-image-cloud-amd64 busybox-static libmicrohttpd-dev libjson-c-dev libsqlite3-dev
       libssl-dev libcmocka-dev libcurl4-openssl-dev e2fsprogs cpio lz4 curl jq procps
       systemd chromium python3 python3-yaml openssl iproute2 util-linux)
-# node and npm: Debian's nodejs + npm unless a node with its own npm is there.
+# node and npm: Debian's nodejs + npm unless a node with its own npm is there
+# (the browser tests; images/build-full.sh fetches the full image's Node.js
+# with `npm pack`, images/README.md).
 command -v npm >/dev/null || pkgs+=(nodejs npm)
 [ "${1:-}" = fuzz ] && pkgs+=(clang libclang-rt-14-dev)
 [ "${1:-}" = image ] && pkgs+=(mmdebstrap)
