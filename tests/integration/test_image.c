@@ -536,7 +536,7 @@ static void node_runs_modules_and_commonjs(void **state)
 	static const char esm[] =
 	    "import os from 'node:os';\n"
 	    "const n = await Promise.resolve(6 * 7);\n"
-	    "console.log(typeof os.cpus, n, import.meta.url.endsWith('/main.mjs'),\n"
+	    "console.log(typeof os.cpus, n, import.meta.url.endsWith('/main.js'),\n"
 	    "  process.argv.length, process.execArgv.length);\n";
 	static const char cjs[] =
 	    "const os = require('node:os');\n"
