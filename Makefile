@@ -67,7 +67,8 @@ deps:
 # FHS paths under PREFIX (/usr/local by default; /usr puts the config in
 # /etc). DESTDIR stages the tree (packaging, tests). The guest images come
 # from INSTALL_TINY (required) and INSTALL_FULL (installed when its
-# base.qcow2 exists; it then becomes the configured image). An existing
+# base.qcow2 exists; it then becomes the configured image, with the
+# versions.json the daemon publishes in GET /v1/runtimes). An existing
 # config file is kept. README.md, "Install as a service".
 PREFIX      ?= /usr/local
 BINDIR      ?= $(PREFIX)/bin
@@ -96,6 +97,8 @@ install: all
 	$(if $(HAVE_FULL),install -d $(DESTDIR)$(PKGLIBDIR)/images/full && \
 		install -m 0644 $(INSTALL_FULL)/vmlinux $(INSTALL_FULL)/initramfs.cpio.gz \
 		$(INSTALL_FULL)/base.sha256 $(DESTDIR)$(PKGLIBDIR)/images/full/ && \
+		{ ! test -f $(INSTALL_FULL)/versions.json || install -m 0644 $(INSTALL_FULL)/versions.json \
+		  $(DESTDIR)$(PKGLIBDIR)/images/full/; } && \
 		install -m 0444 $(INSTALL_FULL)/base.qcow2 $(DESTDIR)$(PKGLIBDIR)/images/full/base.qcow2.new && \
 		mv -f $(DESTDIR)$(PKGLIBDIR)/images/full/base.qcow2.new $(DESTDIR)$(PKGLIBDIR)/images/full/base.qcow2,)
 	$(SUBST) etc/sandboxd.service.in > $(DESTDIR)$(UNITDIR)/sandboxd.service

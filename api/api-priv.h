@@ -93,6 +93,22 @@ struct json_object *api_limits_encode(const struct sandbox_config *cfg);
  * (stats NULL = no samples yet: p50_ms/p95_ms null, samples 0). */
 struct json_object *api_limits_encode_stats(const struct sandbox_config *cfg,
 					    const struct sandbox_startup_stats *stats);
+/* GET /v1/runtimes (api/runtimes.c): the image's runtime versions, as
+ * measured at build time (images/versions.sh); "" = not known. */
+#define API_RUNTIMES_N		5 /* python, node, npm, gcc, git */
+#define API_RUNTIME_VERSION_MAX 32
+struct api_runtimes {
+	char version[API_RUNTIMES_N][API_RUNTIME_VERSION_MAX];
+};
+/* Fill rt from a versions.json text: the known names with a short version
+ * string (digit first; letters, digits, ". + ~ - _"). 0, or -1 when the
+ * text is not an object or a known name has a bad value (the rest kept). */
+int api_runtimes_parse(struct api_runtimes *rt, const char *text);
+/* Read versions.json from base_image's directory (none for "": the tiny
+ * image); logs what it published or why nothing. Never fails. */
+void api_runtimes_load(struct api_runtimes *rt, const char *base_image);
+/* {"object":"runtimes","versions":{"python":..|null,...}} (new reference). */
+struct json_object *api_runtimes_encode(const struct api_runtimes *rt);
 /* GET /v1/usage body (new reference). */
 struct json_object *api_usage_encode(const struct sandbox_usage *u);
 /* An API key object; `secret` NULL when not to be shown. */

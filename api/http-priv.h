@@ -25,6 +25,7 @@ enum route {
 	R_EXTEND,	  /* /v1/sandboxes/{id}/extend */
 	R_USAGE,	  /* /v1/usage */
 	R_LIMITS,	  /* /v1/limits */
+	R_RUNTIMES,	  /* /v1/runtimes */
 	R_KEYS,		  /* /v1/api_keys */
 	R_KEY,		  /* /v1/api_keys/{id} */
 	R_EXECUTIONS,	  /* /v1/sandbox/executions */
@@ -67,6 +68,7 @@ struct api_server {
 	struct api_workpool *pool;	  /* runs create, DELETE, executions */
 	struct api_inflight *per_account; /* their counts (and execs') per account */
 	struct api_files_ctx *files;	  /* the files routes (http_files.c) */
+	struct api_runtimes runtimes;	  /* read at start, then constant */
 };
 
 struct req {

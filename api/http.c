@@ -165,6 +165,8 @@ static enum route route_resolve(const char *url, char id[SANDBOX_ID_MAX], uint32
 		return R_USAGE;
 	if (strcmp(url, "/v1/limits") == 0)
 		return R_LIMITS;
+	if (strcmp(url, "/v1/runtimes") == 0)
+		return R_RUNTIMES;
 	if (strcmp(url, "/v1/api_keys") == 0)
 		return R_KEYS;
 	if (strcmp(url, "/v1/sandbox/executions") == 0)
@@ -206,6 +208,7 @@ static const struct api_route_info route_table[] = {
     [R_EXTEND] = {"/v1/sandboxes/{id}/extend", "POST"},
     [R_USAGE] = {"/v1/usage", "GET"},
     [R_LIMITS] = {"/v1/limits", "GET"},
+    [R_RUNTIMES] = {"/v1/runtimes", "GET"},
     [R_KEYS] = {"/v1/api_keys", "GET, POST"},
     [R_KEY] = {"/v1/api_keys/{key_id}", "DELETE"},
     [R_EXECUTIONS] = {"/v1/sandbox/executions", "GET, POST"},
@@ -668,6 +671,8 @@ static enum MHD_Result dispatch(struct req *r, const char *method)
 		return api_reply_json(r->conn, 200, api_limits_encode_stats(srv->cfg, &st), 0,
 				      NULL);
 	}
+	case R_RUNTIMES:
+		return api_reply_json(r->conn, 200, api_runtimes_encode(&srv->runtimes), 0, NULL);
 	case R_USAGE:
 		return handle_usage(r);
 	case R_KEYS:
@@ -786,7 +791,7 @@ static enum MHD_Result request_begin(struct api_server *srv, struct MHD_Connecti
 			      "method not allowed here; use %s", route_allow(r->route));
 		return reject(r, &err, route_allow(r->route));
 	}
-	if (r->route != R_LIMITS && r->route != R_STATIC &&
+	if (r->route != R_LIMITS && r->route != R_RUNTIMES && r->route != R_STATIC &&
 	    authenticate(srv, c, r->account_id, r->scopes, &err) < 0)
 		return reject(r, &err, NULL);
 	if ((r->route == R_EXECUTIONS || r->route == R_EXECUTION) &&
@@ -1019,6 +1024,7 @@ struct api_server *api_server_start(struct sandbox_svc *svc, struct sbx_error *e
 	srv->svc = svc;
 	srv->cfg = cfg;
 	srv->listen_fd = MHD_INVALID_SOCKET;
+	api_runtimes_load(&srv->runtimes, cfg->base_image);
 	pthread_mutex_init(&srv->lock, NULL);
 	pthread_cond_init(&srv->idle, NULL);
 	srv->pool = api_workpool_new(cfg->http_work_threads, cfg->http_work_queue);

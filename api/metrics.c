@@ -34,6 +34,7 @@ static const char *const route_names[N_ROUTES] = {
     [R_EXTEND] = "extend",
     [R_USAGE] = "usage",
     [R_LIMITS] = "limits",
+    [R_RUNTIMES] = "runtimes",
     [R_KEYS] = "api_keys",
     [R_KEY] = "api_key",
     [R_EXECUTIONS] = "executions",

@@ -8,6 +8,9 @@
  * For each: the client's round trip p50/p95 (min..max) and billing.billed_ms
  * p50; then the host memory (qemu VmRSS, PSS) of the pooled guests of 1
  * and 2, and the load average at start and end (the host is shared).
+ * The image's runtime versions (GET /v1/runtimes) head the output, and each
+ * node row is followed by Node 18's figures for the same way from
+ * docs/benchmarks.md (the image before issue 30), for comparison.
  *
  * Environment: SBX_BIN, SBX_TEST_FULL_IMAGE_DIR, SBX_BENCH_N (default 10
  * per runtime and way), SBX_BENCH_WAYS (default "waiting,old,cold": the
@@ -94,6 +97,32 @@ static int run_one(const char *runtime, const char *code, int64_t *rt_ms, int64_
 	return rc;
 }
 
+/* Node 18.20.4 (Debian 12's, the image before issue 30) on a quiet host,
+ * docs/benchmarks.md "bench/executions" (2026-11-30 20:42): p50, p95 ms. */
+static const struct {
+	const char *way;
+	int p50, p95;
+} node18[] = {
+    {"warm, interpreter waiting", 403, 632},
+    {"warm, the old way (started on request)", 3691, 3950},
+    {"cold (guest booted per request)", 6530, 7240},
+};
+
+/* GET /v1/runtimes, one line. */
+static void runtimes(void)
+{
+	struct http_reply r;
+	json_object *v;
+
+	if (http_request(&d, "GET", "/v1/runtimes", NULL, NULL, NULL, 0, &r) == 0 &&
+	    r.status == 200 && json_object_object_get_ex(r.json, "versions", &v))
+		printf("image runtimes (GET /v1/runtimes): %s\n",
+		       json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN));
+	else
+		printf("image runtimes: GET /v1/runtimes failed (%d)\n", r.status);
+	http_reply_free(&r);
+}
+
 static void series(const char *way, const char *runtime, const char *code, const char *wait_rt,
 		   bool wait_plain, int n)
 {
@@ -119,6 +148,11 @@ static void series(const char *way, const char *runtime, const char *code, const
 	       "  [%d with the interpreter waiting]\n",
 	       way, runtime, got, (long long)s.median, (long long)s.p95, (long long)s.min,
 	       (long long)s.max, (long long)b.median, pre);
+	for (size_t i = 0; strcmp(runtime, "node") == 0 && i < SBX_ARRAY_SIZE(node18); i++)
+		if (strcmp(node18[i].way, way) == 0)
+			printf("%-34s %-7s       p50 %6d ms  p95 %6d ms  (Node 18.20.4, "
+			       "docs/benchmarks.md, 2026-11-30)\n",
+			       "", "node 18", node18[i].p50, node18[i].p95);
 	fflush(stdout);
 }
 
@@ -153,6 +187,7 @@ static void pool_memory(const char *what)
 
 static int up(const char *extra)
 {
+	static bool shown;
 	char cfg[256];
 
 	snprintf(cfg, sizeof cfg, "%s%s\"disk_overcommit\": 16.0", extra, extra[0] ? ", " : "");
@@ -160,7 +195,24 @@ static int up(const char *extra)
 		fprintf(stderr, "bench/executions: no full image (make image-full)\n");
 		return -1;
 	}
-	return daemon_up(&d);
+	if (daemon_up(&d) < 0)
+		return -1;
+	if (!shown)
+		runtimes();
+	shown = true;
+	return 0;
+}
+
+/* Is `name` one of the comma-separated ways? ("cold" holds "old": match
+ * whole names.) */
+static bool way_on(const char *ways, const char *name)
+{
+	size_t n = strlen(name);
+
+	for (const char *p = ways; (p = strstr(p, name)); p += n)
+		if ((p == ways || p[-1] == ',') && (p[n] == ',' || p[n] == '\0'))
+			return true;
+	return false;
 }
 
 int main(void)
@@ -170,7 +222,7 @@ int main(void)
 	const char *ways = getenv("SBX_BENCH_WAYS") ? getenv("SBX_BENCH_WAYS") : "waiting,old,cold";
 
 	loadavg("at start");
-	if (strstr(ways, "waiting")) {
+	if (way_on(ways, "waiting")) {
 		if (up("\"execution_pool\": {\"python\": 1, \"node\": 1}") < 0)
 			return 1;
 		if (wait_ready("python") < 0 || wait_ready("node") < 0)
@@ -181,7 +233,7 @@ int main(void)
 		series("warm, interpreter waiting", "node", js, "node", false, n);
 		daemon_down(&d);
 	}
-	if (strstr(ways, "old")) {
+	if (way_on(ways, "old")) {
 		if (up("\"pool\": {\"small\": 1}") < 0)
 			return 1;
 		if (wait_ready(NULL) < 0)
@@ -192,7 +244,7 @@ int main(void)
 		series("warm, the old way (started on request)", "node", js, NULL, true, n);
 		daemon_down(&d);
 	}
-	if (strstr(ways, "cold")) {
+	if (way_on(ways, "cold")) {
 		if (up("") < 0)
 			return 1;
 		series("cold (guest booted per request)", "python", py, NULL, false, n);

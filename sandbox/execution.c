@@ -37,13 +37,12 @@
 #define LAUNCH_HEAD "d=$(mktemp -d /tmp/sbxr.XXXXXX) && cat > \"$d/main.%s\" || exit 125; "
 #define EXEC_CWD    "/home/sandbox"
 
-/* node: run.cjs decides how main.js runs, by Node's own rule (Node >= 22
- * detects modules the same way): compiled as CommonJS first; when that
- * fails only because of module syntax (import/export statements,
- * import.meta, top-level await, a top-level declaration of a CommonJS
- * name), main.js becomes main.mjs and runs as an ES module. Either way it
- * runs as the main module (Module.runMain: require.main, process.argv[1]),
- * in the same process, with no extra node flags. docs/receipts.md.
+/* node: run.cjs runs main.js as the main module (Module.runMain:
+ * require.main, process.argv[1]), in the same process, with no extra node
+ * flags, and leaves CommonJS or ES module to Node 22's own rule (syntax
+ * detection: compiled as CommonJS first, rerun as an ES module when that
+ * fails only because of module syntax; no package.json is in scope of the
+ * code's directory). docs/receipts.md.
  * Before anything else it does, on both paths (so that a pre-started
  * interpreter has done it before it waits and its state stays the cold
  * one's), two things node otherwise does lazily while the code runs: set
@@ -69,16 +68,7 @@
 	"process.stdout;process.stderr;"                                                           \
 	"try{new(require(\"module\"))(\"\").load(\"/dev/null\")}catch{}"
 #define NODE_BODY                                                                                  \
-	"{const fs=require(\"fs\"),vm=require(\"vm\"),M=require(\"module\");"                      \
-	"let f=__dirname+\"/main.js\",esm=false;"                                                  \
-	"try{new vm.Script(M.wrap(fs.readFileSync(f,\"utf8\")),{filename:f})}"                     \
-	"catch(e){esm=e instanceof SyntaxError&&/^(Cannot use import statement outside a module|"  \
-	"Unexpected token \\x27export\\x27|Cannot use \\x27import\\.meta\\x27 outside a module|"   \
-	"await is only valid in async functions and the top level bodies of modules|"              \
-	"Identifier \\x27(module|exports|require|__filename|__dirname)\\x27 has already been "     \
-	"declared)$/.test(e.message)}"                                                             \
-	"if(esm){const m=f.slice(0,-3)+\".mjs\";fs.renameSync(f,m);f=m}"                           \
-	"process.argv[1]=f;M.runMain(f)}"
+	"{const M=require(\"module\"),f=__dirname+\"/main.js\";process.argv[1]=f;M.runMain(f)}"
 #define NODE_RUN NODE_STRICT NODE_BODY
 
 /* The execution pool (docs/pool.md "Execution guests"): the launcher is
@@ -98,8 +88,8 @@
  * both FIFOs and runs the code exactly as the cold path would, or exits
  * 125, as the cold launcher does, when main.EXT is not there (the upload
  * failed). It imports nothing a cold start does not (python: sys and os,
- * loaded by every start-up; node: fs, vm, module, which run.cjs loads cold
- * too). */
+ * loaded by every start-up; node: fs, loaded by every start-up, and module,
+ * which run.cjs loads cold too). */
 #define PRE_HEAD "d=%s; mkdir -m 0700 \"$d\" && mkfifo -m 0600 \"$d/ready\" \"$d/go\" || exit 125; "
 #define PRE_READY                                                                                  \
 	"d=%s; while [ ! -p \"$d/ready\" ]; do sleep 0.05; done; p=$(cat \"$d/ready\"); "          \
@@ -140,12 +130,11 @@
 	"  sys.excepthook(type(e),e,t)\n"                                                          \
 	"  sys.exit(1)\n"                                                                          \
 	"_sbx(__import__(\"sys\").argv[1])\n"
-/* node: load what the cold run.cjs loads first (fs, vm, module: their
- * first require is most of a second under TCG), wait, then what the cold
+/* node: load what the cold run.cjs loads first (module), wait, then what the cold
  * run.cjs does (a block of its own, so nothing of the wait is in scope of
  * the code's loader). */
 #define NODE_WAIT                                                                                  \
-	"{const fs=require(\"fs\"),d=__dirname;require(\"vm\");require(\"module\");"               \
+	"{const fs=require(\"fs\"),d=__dirname;require(\"module\");"                               \
 	"const w=fs.openSync(d+\"/ready\",\"w\");"                                                 \
 	"fs.writeSync(w,String(process.pid));fs.closeSync(w);"                                     \
 	"fs.closeSync(fs.openSync(d+\"/go\",\"w\"));fs.unlinkSync(d+\"/ready\");"                  \

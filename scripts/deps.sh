@@ -16,7 +16,9 @@ pkgs=(build-essential pkg-config libvirt-daemon-system libvirt-dev qemu-system-x
       libssl-dev libcmocka-dev libcurl4-openssl-dev e2fsprogs cpio lz4 curl jq procps
       systemd chromium python3 python3-yaml openssl iproute2 util-linux
       python3-pytest python3-cryptography python3-pip python3-setuptools python3-wheel)
-# node and npm: Debian's nodejs + npm unless a node with its own npm is there.
+# node and npm: Debian's nodejs + npm unless a node with its own npm is there
+# (the browser tests; images/build-full.sh fetches the full image's Node.js
+# with `npm pack`, images/README.md).
 command -v npm >/dev/null || pkgs+=(nodejs npm)
 [ "${1:-}" = fuzz ] && pkgs+=(clang libclang-rt-14-dev)
 [ "${1:-}" = image ] && pkgs+=(mmdebstrap)

@@ -232,6 +232,8 @@ export declare class Sandboxd {
   runCode(code: string, options?: CallOptions & { runtime?: 'python' | 'node'; timeoutSeconds?: number }): Promise<Execution>;
   usage(options?: CallOptions & { from?: string; to?: string; granularity?: 'day' | 'hour' }): Promise<Record<string, any>>;
   limits(options?: CallOptions): Promise<Record<string, any>>;
+  /** The image's runtime versions (python, node, npm, gcc, git); null where unknown. */
+  runtimes(options?: CallOptions): Promise<Record<string, string | null>>;
   receipt(id: string, options?: CallOptions): Promise<Record<string, any>>;
   receiptPublicKey(options?: CallOptions): Promise<Record<string, any>>;
   openapi(options?: CallOptions): Promise<Record<string, any>>;

@@ -130,7 +130,7 @@ static inline void daemon_config(struct daemon *d, const char *extra)
 }
 
 /* The full image (SBX_TEST_FULL_IMAGE_DIR, default build/images/full: its
- * base.qcow2 is installed once per digest into
+ * base.qcow2 and versions.json are installed once per digest into
  * /var/lib/sandboxd-test/full-<digest>/ where qemu can read it and every
  * test run of that image shares it; runs of different images, e.g. from
  * two worktrees, do not replace each other's, and concurrent installs of
@@ -157,8 +157,11 @@ static inline int daemon_config_full(struct daemon *d, const char *extra)
 		 "set -e; test -f '%s/base.qcow2'; b=%s; "
 		 "mkdir -p -m 0755 /var/lib/sandboxd-test $b; "
 		 "if ! test -f $b/base.qcow2; then t=$(mktemp $b/base.qcow2.XXXXXX); "
-		 "cp '%s/base.qcow2' $t; chmod 0444 $t; mv -f $t $b/base.qcow2; fi",
-		 img, base, img);
+		 "cp '%s/base.qcow2' $t; chmod 0444 $t; mv -f $t $b/base.qcow2; fi; "
+		 "if test -f '%s/versions.json' && ! test -f $b/versions.json; then "
+		 "t=$(mktemp $b/versions.json.XXXXXX); cp '%s/versions.json' $t; chmod 0444 $t; "
+		 "mv -f $t $b/versions.json; fi",
+		 img, base, img, img, img);
 	if (run_cmd(cmd) != 0)
 		return -1;
 	snprintf(cmd, sizeof(cmd), "%s/base.qcow2", base);

@@ -88,6 +88,7 @@ static void test_session(void **state)
 	char id[64], p[512], pid[32], key_id[64], secret[128], rcpt[64];
 
 	call_free("GET", "/v1/limits", NULL, NULL, 200);
+	call_free("GET", "/v1/runtimes", NULL, NULL, 200);
 	call_free("GET", "/v1/usage", NULL, NULL, 200);
 	call_free("GET", "/v1/usage?granularity=day", NULL, NULL, 200);
 	call_free("GET", "/v1/receipts/public-key", NULL, NULL, 200);

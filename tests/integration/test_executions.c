@@ -131,7 +131,7 @@ static void test_node(void **state)
 
 	check_execution(&r, 30);
 	assert_int_equal(jint(r.json, "exit_code"), 0);
-	assert_string_equal(jstr(r.json, "stdout"), "stdin=[] v18\n");
+	assert_string_equal(jstr(r.json, "stdout"), "stdin=[] v22\n");
 	assert_string_equal(jstr(r.json, "stderr"), "warn\n");
 	http_reply_free(&r);
 }

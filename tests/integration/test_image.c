@@ -4,7 +4,8 @@
  * thin and goes away with the sandbox. The box behaves as programs expect
  * (issue 17): loopback up, offline package tools fail at once, a shell
  * user's environment; one-shot executions start user code like exec does
- * (umask, env, limits, signals, fds, cwd) and run node ES modules.
+ * (umask, env, limits, signals, fds, cwd) and run node ES modules. Node.js
+ * is 22 with npm and npx (issue 30), as GET /v1/runtimes says.
  *
  * SBX_TEST_FULL_IMAGE_DIR names the image (default build/images/full).
  * SBX_TEST_FIGURES=1 also measures create-to-ready, full vs tiny (5 each).
@@ -224,6 +225,85 @@ static void python_node_npm(void **state)
 	assert_string_equal(venv, "/tmp/v\n");
 	assert_string_equal(node, "{\"n\":42}\n");
 	assert_true(npm[0] >= '1' && npm[0] <= '9' && strchr(npm, '.'));
+}
+
+/* Node.js 22 from the pin (images/node.pin), not Debian's 18: npm and npx
+ * on PATH, require() of an ES module (from CommonJS and, through
+ * createRequire, from an ES module), the WebSocket and fetch globals; and
+ * GET /v1/runtimes publishes what the guest runs (versions.json, measured
+ * in the image at build time). */
+static void node_22_and_the_published_versions(void **state)
+{
+	_cleanup_free_ char *where =
+	    run_ok("for c in node npm npx; do command -v $c; done; test ! -e /usr/bin/node && "
+		   "echo no-debian-node",
+		   60000);
+	_cleanup_free_ char *vers =
+	    run_ok("node -p process.versions.node; npm --version; npx --version; "
+		   "python3 -c 'import platform; print(platform.python_version())'; "
+		   "gcc -dumpfullversion; git --version | cut -d' ' -f3",
+		   180000);
+	_cleanup_free_ char *mods = run_ok(
+	    "mkdir -p /tmp/rq && cd /tmp/rq && echo 'export const x = 6 * 7;' > lib.mjs && "
+	    "echo 'console.log(\"cjs\", require(\"./lib.mjs\").x);' > a.cjs && "
+	    "printf '%s\\n' 'import { createRequire } from \"node:module\";' "
+	    "'const require = createRequire(import.meta.url);' "
+	    "'console.log(\"esm\", require(\"./lib.mjs\").x, typeof WebSocket, typeof fetch);' "
+	    "> b.mjs && node a.cjs && node b.mjs",
+	    120000);
+	char want[512];
+	const char *v[6];
+	char *p = vers;
+	struct http_reply r;
+	json_object *o;
+
+	assert_string_equal(where, "/usr/local/bin/node\n/usr/local/bin/npm\n/usr/local/bin/npx\n"
+				   "no-debian-node\n");
+	for (int i = 0; i < 6; i++) { /* node npm npx python gcc git */
+		v[i] = p;
+		p = strchr(p, '\n');
+		assert_non_null(p);
+		*p++ = '\0';
+	}
+	print_message("node %s, npm %s, npx %s, python %s, gcc %s, git %s\n", v[0], v[1], v[2],
+		      v[3], v[4], v[5]);
+	assert_int_equal(strncmp(v[0], "22.", 3), 0);
+	assert_int_equal(strncmp(v[1], "10.", 3), 0);
+	assert_string_equal(v[2], v[1]);
+	assert_string_equal(mods, "cjs 42\nesm 42 function function\n");
+
+	assert_int_equal(http_request(&d, "GET", "/v1/runtimes", NULL, NULL, NULL, 0, &r), 0);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(jstr(r.json, "object"), "runtimes");
+	assert_true(json_object_object_get_ex(r.json, "versions", &o));
+	snprintf(want, sizeof(want),
+		 "{ \"python\": \"%s\", \"node\": \"%s\", \"npm\": \"%s\", \"gcc\": \"%s\", "
+		 "\"git\": \"%s\" }",
+		 v[3], v[0], v[1], v[4], v[5]);
+	assert_string_equal(json_object_to_json_string_ext(o, JSON_C_TO_STRING_SPACED), want);
+	http_reply_free(&r);
+}
+
+/* npm works offline on what is in the box: a package packed in the guest
+ * (npm pack), installed from its tarball into a project (npm install), and
+ * the project's tests (npm test), which require it. */
+static void npm_pack_install_and_test_offline(void **state)
+{
+	_cleanup_free_ char *out = run_ok(
+	    "set -e; rm -rf /tmp/np && mkdir -p /tmp/np/lib /tmp/np/app && cd /tmp/np/lib && "
+	    "echo '{\"name\": \"sbx-lib\", \"version\": \"1.0.0\", \"main\": \"index.js\"}' "
+	    "> package.json && echo 'exports.answer = () => 6 * 7;' > index.js && "
+	    "npm pack --silent && cd /tmp/np/app && "
+	    "echo '{\"name\": \"app\", \"version\": \"1.0.0\", \"scripts\": "
+	    "{\"test\": \"node test.js\"}}' > package.json && "
+	    "echo 'const a = require(\"sbx-lib\").answer(); if (a !== 42) process.exit(1); "
+	    "console.log(\"ok\", a);' > test.js && "
+	    "npm install --silent ../lib/sbx-lib-1.0.0.tgz && "
+	    "node -p 'require(\"./package.json\").dependencies[\"sbx-lib\"]' && "
+	    "npm test --silent",
+	    300000);
+
+	assert_string_equal(out, "sbx-lib-1.0.0.tgz\nfile:../lib/sbx-lib-1.0.0.tgz\nok 42\n");
 }
 
 static void git_init_and_commit(void **state)
@@ -456,7 +536,7 @@ static void node_runs_modules_and_commonjs(void **state)
 	static const char esm[] =
 	    "import os from 'node:os';\n"
 	    "const n = await Promise.resolve(6 * 7);\n"
-	    "console.log(typeof os.cpus, n, import.meta.url.endsWith('/main.mjs'),\n"
+	    "console.log(typeof os.cpus, n, import.meta.url.endsWith('/main.js'),\n"
 	    "  process.argv.length, process.execArgv.length);\n";
 	static const char cjs[] =
 	    "const os = require('node:os');\n"
@@ -590,6 +670,8 @@ int main(void)
 	    cmocka_unit_test(the_guest_reports_free_pages),
 	    cmocka_unit_test(user_env_tmp_and_clock),
 	    cmocka_unit_test(python_node_npm),
+	    cmocka_unit_test(node_22_and_the_published_versions),
+	    cmocka_unit_test(npm_pack_install_and_test_offline),
 	    cmocka_unit_test(git_init_and_commit),
 	    cmocka_unit_test(gcc_and_make),
 	    cmocka_unit_test(write_1_gb_to_home),

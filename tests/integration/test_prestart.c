@@ -285,7 +285,7 @@ static void test_node_esm(void **state)
 	r = execute(
 	    "node", 30,
 	    "import os from 'node:os';\nconsole.log(typeof os.cpus, import.meta.url.endsWith("
-	    "'/main.mjs'));\n");
+	    "'/main.js'));\n");
 	assert_true(jbool(r.json, "prestarted"));
 	assert_string_equal(jstr(r.json, "stdout"), "function true\n");
 	http_reply_free(&r);

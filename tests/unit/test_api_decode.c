@@ -10,6 +10,7 @@
 #include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "api/api-priv.h"
 #include "sandbox/sandbox.h"
@@ -706,6 +707,55 @@ static void test_config_load_file(void **state)
 	assert_string_equal(err.param, "config");
 }
 
+/* versions.json (images/versions.sh) -> GET /v1/runtimes: the known names
+ * with short version strings; anything else is not published. */
+static void test_runtimes(void **state)
+{
+	struct api_runtimes rt;
+	struct json_object *o;
+	char dir[] = "/tmp/sbx-rt-XXXXXX", path[64], base[64];
+
+	assert_int_equal(api_runtimes_parse(&rt, "{\"python\": \"3.11.2\", \"node\": \"22.23.5\", "
+						 "\"npm\": \"10.9.9\", \"gcc\": \"12.2.0\", "
+						 "\"git\": \"2.39.5\", \"other\": \"1\"}"),
+			 0);
+	o = api_runtimes_encode(&rt);
+	assert_string_equal(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN),
+			    "{\"object\":\"runtimes\",\"versions\":{\"python\":\"3.11.2\","
+			    "\"node\":\"22.23.5\",\"npm\":\"10.9.9\",\"gcc\":\"12.2.0\","
+			    "\"git\":\"2.39.5\"}}");
+	json_object_put(o);
+	/* a bad value is dropped, the rest kept; not an object: nothing */
+	assert_int_equal(
+	    api_runtimes_parse(&rt, "{\"node\": \"22.1.0\", \"npm\": \"<b>x</b>\", "
+				    "\"gcc\": 12, \"git\": \"11111111111111111111111111111111\"}"),
+	    -1);
+	assert_string_equal(rt.version[1], "22.1.0");
+	assert_string_equal(rt.version[2], "");
+	assert_string_equal(rt.version[3], "");
+	assert_string_equal(rt.version[4], "");
+	assert_int_equal(api_runtimes_parse(&rt, "[\"22.1.0\"]"), -1);
+	assert_int_equal(api_runtimes_parse(&rt, "{"), -1);
+	o = api_runtimes_encode(&rt);
+	assert_string_equal(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN),
+			    "{\"object\":\"runtimes\",\"versions\":{\"python\":null,\"node\":null,"
+			    "\"npm\":null,\"gcc\":null,\"git\":null}}");
+	json_object_put(o);
+	/* load: versions.json next to the base image; none for the tiny image */
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/versions.json", dir);
+	snprintf(base, sizeof(base), "%s/base.qcow2", dir);
+	assert_int_equal(sbx_write_file(path, "{\"node\":\"22.23.5\"}", 19, 0644), 0);
+	api_runtimes_load(&rt, base);
+	assert_string_equal(rt.version[1], "22.23.5");
+	api_runtimes_load(&rt, "");
+	assert_string_equal(rt.version[1], "");
+	unlink(path);
+	api_runtimes_load(&rt, base); /* missing: a warning, nothing published */
+	assert_string_equal(rt.version[1], "");
+	rmdir(dir);
+}
+
 static void test_listen_parse(void **state)
 {
 	struct sockaddr_in sa;
@@ -752,6 +802,7 @@ int main(void)
 	    cmocka_unit_test(test_config_bad),
 	    cmocka_unit_test(test_config_load_file),
 	    cmocka_unit_test(test_listen_parse),
+	    cmocka_unit_test(test_runtimes),
 	};
 	return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -118,7 +118,7 @@ def test_every_table_entry_is_issued_by_a_public_call(fake, tmp_path):
     fake.replies = [_universal]
     c = fake.client()
     sb = c.create_sandbox()
-    c.sandbox(sb.id), c.list_sandboxes(), c.usage(), c.limits(), c.openapi()
+    c.sandbox(sb.id), c.list_sandboxes(), c.usage(), c.limits(), c.runtimes(), c.openapi()
     c.run_code("print(1)"), c.list_executions(), c.get_execution("sbxr_1")
     c.receipt("rcpt_1"), c.receipt_public_key()
     c.create_api_key(), c.list_api_keys(), c.revoke_api_key("key_1")

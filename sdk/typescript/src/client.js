@@ -40,6 +40,8 @@ export class Sandboxd {
 
   /** The service's limits, sizes and prices (no key needed). */
   limits(o = {}) { return this.http.call('GET', '/v1/limits', { signal: o.signal }); }
+  /** The image's runtime versions as measured at build time (no key needed). */
+  async runtimes(o = {}) { return (await this.http.call('GET', '/v1/runtimes', { signal: o.signal })).versions ?? {}; }
 
   /** The full signed receipt `id`. */
   receipt(id, o = {}) { return this.http.call('GET', '/v1/receipts/{id}', { params: { id }, signal: o.signal }); }

@@ -23,6 +23,7 @@ export const ROUTES = Object.freeze([
   ['POST', '/v1/sandboxes/{id}/processes/{pid}/signal'],
   ['GET', '/v1/usage'],
   ['GET', '/v1/limits'],
+  ['GET', '/v1/runtimes'],
   ['POST', '/v1/api_keys'],
   ['GET', '/v1/api_keys'],
   ['DELETE', '/v1/api_keys/{key_id}'],

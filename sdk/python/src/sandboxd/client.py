@@ -99,6 +99,11 @@ class Client:
         """The published limits, sizes and prices (no key needed)."""
         return from_json(Limits, self._get("/v1/limits"))
 
+    def runtimes(self) -> Dict[str, Optional[str]]:
+        """The image's runtime versions (python, node, npm, gcc, git) as
+        measured when it was built; ``None`` where unknown (no key needed)."""
+        return dict(self._get("/v1/runtimes").get("versions") or {})
+
     def openapi(self) -> Dict[str, Any]:
         """The API's OpenAPI 3.1 description, as the daemon serves it."""
         return self._get("/v1/openapi.json")
