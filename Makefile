@@ -106,7 +106,9 @@ install: all
 	test -e $(DESTDIR)$(SYSCONFDIR)/sandboxd/config.json || \
 		{ $(SUBST) etc/sandboxd.json.in > $(DESTDIR)$(SYSCONFDIR)/sandboxd/config.json && \
 		  chmod 0644 $(DESTDIR)$(SYSCONFDIR)/sandboxd/config.json; }
-	install -m 0644 README.md docs/*.md docs/openapi.yaml $(DESTDIR)$(DOCDIR)/
+	install -d $(DESTDIR)$(DOCDIR)/docs
+	install -m 0644 README.md $(DESTDIR)$(DOCDIR)/
+	install -m 0644 docs/*.md docs/openapi.yaml $(DESTDIR)$(DOCDIR)/docs/
 
 uninstall:
 	rm -f $(DESTDIR)$(SBINDIR)/sandboxd $(DESTDIR)$(BINDIR)/sbx \

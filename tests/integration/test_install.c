@@ -99,6 +99,12 @@ static void destdir_file_list(void **state)
 				   "./usr/local/sbin/sandboxd\n");
 	snprintf(path, sizeof(path), "%s/dest/usr/local/share/doc/sandboxd/README.md", tmp);
 	assert_int_equal(access(path, R_OK), 0);
+	/* docs/ keeps its place beside the README (its links are relative,
+	 * and docs/README.md is another file of that name) */
+	snprintf(path, sizeof(path), "%s/dest/usr/local/share/doc/sandboxd/docs/README.md", tmp);
+	assert_int_equal(access(path, R_OK), 0);
+	snprintf(path, sizeof(path), "%s/dest/usr/local/share/doc/sandboxd/docs/api.md", tmp);
+	assert_int_equal(access(path, R_OK), 0);
 	snprintf(cmd, sizeof(cmd),
 		 "cd %s/dest/usr/local && stat -c '%%a %%n' bin/sbx sbin/sandboxd "
 		 "lib/systemd/system/sandboxd.service",
