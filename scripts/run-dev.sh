@@ -37,6 +37,10 @@ if [ $kind = full ]; then
 		mv -f "$dst/base.qcow2.new" "$dst/base.qcow2"
 		install -m 0644 "$image/base.sha256" "$dst/base.sha256"
 	fi
+	# the image's runtime versions, which GET /v1/runtimes publishes
+	if [ -f "$image/versions.json" ] && ! cmp -s "$image/versions.json" "$dst/versions.json"; then
+		install -m 0644 "$image/versions.json" "$dst/versions.json"
+	fi
 	# The dev config plus the full image's paths, kept in the state dir.
 	jq --arg d "$dst" '. + {kernel: ($d + "/vmlinux"), initrd: ($d + "/initramfs.cpio.gz"),
 		base_image: ($d + "/base.qcow2")}' "$config" >"$state/config-full.json.new"
