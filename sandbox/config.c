@@ -1,5 +1,5 @@
-/* sandbox: built-in configuration defaults and checks (see sandbox.h and
- * docs/configuration.md). */
+/* sandbox: the checks of a filled config against what the use cases accept
+ * (see sandbox.h and docs/configuration.md; the defaults are config/'s). */
 #include "sandbox.h"
 
 #include <stddef.h>
@@ -7,158 +7,6 @@
 #include <string.h>
 
 #include "sandbox-priv.h"
-
-static void set_size(struct sandbox_size *s, const char *name, unsigned vcpus, uint64_t mem_gib,
-		     uint64_t disk_gib, int64_t price)
-{
-	snprintf(s->name, sizeof(s->name), "%s", name);
-	s->vcpus = vcpus;
-	s->memory_mib = mem_gib * 1024;
-	s->disk_gib = disk_gib;
-	s->price_micro_per_hour = price;
-}
-
-void sandbox_config_defaults(struct sandbox_config *cfg)
-{
-	memset(cfg, 0, sizeof(*cfg));
-	snprintf(cfg->mode, sizeof(cfg->mode), "development");
-	snprintf(cfg->listen, sizeof(cfg->listen), "127.0.0.1:8080");
-	snprintf(cfg->state_dir, sizeof(cfg->state_dir), "/var/lib/sandboxd");
-	snprintf(cfg->libvirt_uri, sizeof(cfg->libvirt_uri), "qemu:///system");
-	snprintf(cfg->domain_prefix, sizeof(cfg->domain_prefix), "sbx-");
-	snprintf(cfg->accel, sizeof(cfg->accel), "auto");
-	cfg->allow_tcg = false;
-	snprintf(cfg->transport, sizeof(cfg->transport), "socket");
-	snprintf(cfg->log_format, sizeof(cfg->log_format), "text");
-	/* 32 MiB instead of QEMU's 1 GiB cap: ~31 MiB of code cache per guest
-	 * instead of 46 idle and 371 after a build session, for ~30-65% more
-	 * time in code-heavy work under TCG (docs/benchmarks.md). */
-	cfg->tb_cache_mib = 32;
-	cfg->free_page_reporting = true;
-
-	/* API.md's size table: $0.09, $0.28, $0.55 per hour. */
-	set_size(&cfg->sizes[0], "small", 2, 4, 40, 90000);
-	set_size(&cfg->sizes[1], "medium", 4, 8, 80, 280000);
-	set_size(&cfg->sizes[2], "large", 8, 16, 160, 550000);
-	cfg->n_sizes = 3;
-	snprintf(cfg->default_size, sizeof(cfg->default_size), "small");
-	cfg->default_timeout_minutes = 15;
-	cfg->max_timeout_minutes = 1440;
-	cfg->max_lifetime_minutes = 1440;
-
-	cfg->max_sandboxes_per_account = 20;
-	cfg->max_execs_per_sandbox = 64;
-	cfg->max_api_keys_per_account = 100;
-	cfg->max_receipts_per_account = 10000;
-	cfg->max_processes_per_sandbox = 16;
-	cfg->output_budget_account_mib = 512;
-	cfg->output_budget_host_mib = 2048;
-	cfg->max_body_bytes = 1024 * 1024;
-	cfg->max_file_bytes = 1024ULL * 1024 * 1024;
-	cfg->file_stall_timeout_ms = 30000;
-	cfg->file_transfer_timeout_ms = 3600000;
-	cfg->max_command_bytes = 256 * 1024;
-	cfg->output_cap_bytes = 1024 * 1024;
-	cfg->default_exec_timeout_ms = 60000;
-	cfg->boot_timeout_ms = 60000;
-	cfg->boot_queue_timeout_ms = 180000;
-	/* The VM is the isolation boundary and users own it (apt, sudo):
-	 * root by default, like E2B and Fly Machines (docs/configuration.md). */
-	snprintf(cfg->exec_user, sizeof(cfg->exec_user), "root");
-	cfg->exec_backstop_grace_ms = 10000;
-
-	cfg->host_check_interval_ms = 2000;
-	cfg->host_down_after_ms = 30000;
-	cfg->max_guests = 24;
-	cfg->memory_overcommit = 4.0;
-	cfg->max_concurrent_boots = 2;
-	cfg->min_free_disk_mib = 2048;
-	cfg->disk_overcommit = 1.0;
-
-	cfg->n_pool = 0; /* no warm pool unless the config asks for one */
-	cfg->pool_max_idle_s = 600;
-	cfg->pool_max_boots = 1;
-
-	cfg->destroy_on_exit = false;
-	cfg->http_threads = 4;
-	cfg->http_work_threads = 32;
-	cfg->http_work_queue = 64;
-	/* Well below the connection limit: one account's parked requests
-	 * (4 + 8 + 4 + 32 + 8 + 8) cannot take the host's 1024 connections. */
-	cfg->max_creates_in_flight_per_account = 4;
-	cfg->max_deletes_in_flight_per_account = 8;
-	cfg->max_executions_in_flight_per_account = 4;
-	cfg->max_execs_in_flight_per_account = 32;
-	cfg->max_files_in_flight_per_account = 8;
-	cfg->max_processes_in_flight_per_account = 8;
-	cfg->http_max_connections = 1024;
-	cfg->http_connections_per_ip = 64;
-	cfg->http_receive_timeout_ms = 30000;
-	cfg->liveness_interval_ms = 5000;
-	cfg->liveness_misses = 3;
-	cfg->execution_price_micro_per_second = 40;
-	cfg->execution_max_timeout_seconds = 60;
-	cfg->execution_max_code_bytes = 256 * 1024;
-	cfg->execution_store_max_bytes = 256 * 1024;
-	cfg->execution_store_account_max_bytes = 64ull * 1024 * 1024;
-	cfg->execution_retention_hours = 168;
-}
-
-/* dst = base + suffix unless dst is set; a path that does not fit is left
- * empty, which sandbox_config_validate() reports. */
-static void derive(char *dst, size_t n, const char *base, const char *suffix)
-{
-	if (dst[0])
-		return;
-	if (snprintf(dst, n, "%s%s", base, suffix) >= (int)n)
-		dst[0] = '\0';
-}
-
-/* dst (if empty) = the top-level path `top`, re-rooted from the top-level
- * state dir to the host's when it lies under it. */
-static void rebase(char *dst, size_t n, const char *top, const char *top_dir, const char *host_dir)
-{
-	size_t k = strlen(top_dir);
-
-	if (dst[0])
-		return;
-	if (top[0] && strncmp(top, top_dir, k) == 0 && top[k] == '/')
-		derive(dst, n, host_dir, top + k);
-	else
-		snprintf(dst, n, "%s", top);
-}
-
-void sandbox_config_resolve(struct sandbox_config *cfg)
-{
-	derive(cfg->db_path, sizeof(cfg->db_path), cfg->state_dir, "/sandboxd.db");
-	derive(cfg->kernel, sizeof(cfg->kernel), cfg->state_dir, "/images/tiny/vmlinux");
-	derive(cfg->initrd, sizeof(cfg->initrd), cfg->state_dir, "/images/tiny/initramfs.cpio.gz");
-	if (cfg->n_hosts == 0) {
-		struct sandbox_host_config *h = &cfg->hosts[0];
-
-		memset(h, 0, sizeof(*h));
-		snprintf(h->name, sizeof(h->name), "local");
-		snprintf(h->uri, sizeof(h->uri), "%s", cfg->libvirt_uri);
-		snprintf(h->state_dir, sizeof(h->state_dir), "%s", cfg->state_dir);
-		h->max_guests = cfg->max_guests;
-		h->implicit = true;
-		cfg->n_hosts = 1;
-	}
-	for (size_t i = 0; i < cfg->n_hosts && i < SANDBOX_MAX_HOSTS; i++) {
-		struct sandbox_host_config *h = &cfg->hosts[i];
-
-		if (!h->domain_prefix[0])
-			snprintf(h->domain_prefix, sizeof(h->domain_prefix), "%s",
-				 cfg->domain_prefix);
-		if (!h->transport[0])
-			snprintf(h->transport, sizeof(h->transport), "%s",
-				 vmm_uri_is_local(h->uri) ? cfg->transport : "stream");
-		rebase(h->kernel, sizeof(h->kernel), cfg->kernel, cfg->state_dir, h->state_dir);
-		rebase(h->initrd, sizeof(h->initrd), cfg->initrd, cfg->state_dir, h->state_dir);
-		rebase(h->base_image, sizeof(h->base_image), cfg->base_image, cfg->state_dir,
-		       h->state_dir);
-	}
-}
 
 static bool one_of(const char *v, const char *a, const char *b, const char *c)
 {
@@ -242,25 +90,6 @@ static int hosts_validate(const struct sandbox_config *cfg, struct sbx_error *er
 		}
 	}
 	return 0;
-}
-
-const struct sandbox_size *sandbox_config_size(const struct sandbox_config *cfg, const char *name)
-{
-	for (size_t i = 0; i < cfg->n_sizes; i++)
-		if (strcmp(cfg->sizes[i].name, name) == 0)
-			return &cfg->sizes[i];
-	return NULL;
-}
-
-const char *sandbox_config_size_names(const struct sandbox_config *cfg, char *buf, size_t len)
-{
-	size_t used = 0;
-
-	buf[0] = '\0';
-	for (size_t i = 0; i < cfg->n_sizes && used < len; i++)
-		used += (size_t)snprintf(buf + used, len - used, "%s'%s'", i ? ", " : "",
-					 cfg->sizes[i].name);
-	return buf;
 }
 
 int sandbox_config_validate(const struct sandbox_config *cfg, struct sbx_error *err)

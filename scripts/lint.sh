@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Layering check (STYLE.md): data flows api -> sandbox -> billing/store/vmm/
-# agentless -> util. A module may include only the headers below it.
+# Layering check (STYLE.md): data flows api -> sandbox -> config/billing/
+# store/vmm/agentless -> util. A module may include only the headers below it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fail=0
@@ -19,11 +19,12 @@ check() { # module allowed-includes-regex
 check util '^(util\.h)$'
 check agentless '^(util/util\.h|wire\.h|agentless\.h|agentless-priv\.h|guest/init\.h)$'
 check vmm '^(util/util\.h|vmm\.h|vmm-priv\.h)$'
+check config '^(util/util\.h|vmm/vmm\.h|config\.h)$'
 check store '^(util/util\.h|store\.h|store-priv\.h)$'
 check billing '^(util/util\.h|store/store\.h|billing\.h)$'
 check receipt '^(util/util\.h|receipt\.h|verify\.h)$'
-check sandbox '^(util/util\.h|store/store\.h|billing/billing\.h|vmm/vmm\.h|agentless/agentless\.h|receipt/receipt\.h|sandbox\.h|sandbox-priv\.h)$'
-check api '^(util/util\.h|sandbox/sandbox\.h|api\.h|assets\.h|api-priv\.h|http-priv\.h|reqctx\.h|receipt/receipt\.h|receipt/verify\.h)$'
+check sandbox '^(util/util\.h|config/config\.h|store/store\.h|billing/billing\.h|vmm/vmm\.h|agentless/agentless\.h|receipt/receipt\.h|sandbox\.h|sandbox-priv\.h)$'
+check api '^(util/util\.h|config/config\.h|sandbox/sandbox\.h|api\.h|assets\.h|api-priv\.h|http-priv\.h|reqctx\.h|receipt/receipt\.h|receipt/verify\.h)$'
 # Only main.c, the composition root, may use receipt/ directly: its
 # `verify-receipt` checks a receipt offline, with no service or database.
 if git grep -l '#include "\(\.\./\)\?receipt/\(receipt\|verify\)\.h"' -- 'api/*.c' 'api/*.h' | grep -v '^api/main\.c$'; then
