@@ -45,26 +45,6 @@ int api_server_drain(struct api_server *srv, int64_t timeout_ms);
  * callbacks stay safe to call until sandbox_svc_free). */
 void api_server_stop(struct api_server *srv);
 
-/* ------------------------------------------------------------- routes */
-
-/* The routes the server answers, as data: the path as docs/openapi.yaml
- * writes it ("{id}", "{pid}", "{key_id}" for the variable segments) and
- * the methods it answers ("GET, POST": the Allow header of a 405). The
- * table is indexed by the dispatcher's own route enum: its first entry
- * (no route) and its last (the compiled-in files of api/assets.h) have a
- * NULL path; every other entry is an API route. Static storage. Tests
- * compare it with the OpenAPI description both ways (docs/api.md, "How
- * the description is checked"). */
-struct api_route_info {
-	const char *path;
-	const char *methods;
-};
-const struct api_route_info *api_routes(size_t *n);
-
-/* The methods the server answers on `url` (a path without query): "" when
- * no route has it. */
-const char *api_route_methods(const char *url);
-
 /* ------------------------------------------------------------- metrics */
 
 struct api_metrics;

@@ -39,6 +39,7 @@ enum route {
 	R_FILES,	  /* /v1/sandboxes/{id}/files (http_files.c) */
 	R_STATIC,	  /* a compiled-in file (http_static.c): r->asset */
 };
+#define R_COUNT (R_STATIC + 1)
 
 enum exec_state {
 	EXEC_NONE,	/* no exec started */
@@ -75,6 +76,7 @@ struct req {
 	struct api_server *srv;
 	struct MHD_Connection *conn;
 	enum route route;
+	unsigned method; /* its enum api_method bit (0: none of them) */
 	char id[SANDBOX_ID_MAX];
 	char account_id[SANDBOX_ID_MAX];
 	char scopes[SANDBOX_SCOPES_MAX];     /* the key's, on the key routes */
@@ -126,7 +128,68 @@ struct req {
 	struct req *prev, *next;
 };
 
-/* ---------------------------------------------------------- api/http.c */
+/* ------------------------------------------------------- api/routes.c */
+
+/* The methods a route answers, as bits (in the order of an Allow header). */
+enum api_method {
+	API_GET = 1u << 0,
+	API_PUT = 1u << 1,
+	API_POST = 1u << 2,
+	API_DELETE = 1u << 3,
+};
+
+enum api_route_flag {
+	API_ROUTE_AUTH = 1u << 0, /* a valid API key, or 401 */
+	API_ROUTE_BODY = 1u << 1, /* its POST carries a JSON body (else 415) */
+	/* the handler runs on the headers (after auth) and reads the body
+	 * itself, with no max_body_bytes (the files routes) */
+	API_ROUTE_STREAM = 1u << 2,
+};
+
+/* The scope a key needs for a route (api_route_scope_check, the one place
+ * that reads this column). */
+enum api_scope {
+	API_SCOPE_NONE,
+	API_SCOPE_SANDBOXES,
+	API_SCOPE_KEYS,
+};
+
+/* A route's handler: r->route, r->method, r->id, r->pid, r->account_id and
+ * the body (unless STREAM) are set; it queues the reply, or parks r. */
+typedef enum MHD_Result (*api_handler_fn)(struct req *r);
+
+/* One row of the route table. */
+struct api_route {
+	const char *path; /* as docs/openapi.yaml writes it; NULL for R_NONE, R_STATIC */
+	unsigned methods; /* enum api_method bits */
+	unsigned flags;	  /* enum api_route_flag bits */
+	enum api_scope scope;
+	api_handler_fn handler;
+	const char *metric; /* its route="..." in /metrics, unique */
+};
+
+/* The table, indexed by enum route (R_COUNT rows): R_NONE first, R_STATIC
+ * (the compiled-in files of api/assets.h) last. Static storage. */
+const struct api_route *api_routes(size_t *n);
+/* Its row for r (R_NONE's when out of range). */
+const struct api_route *api_route_get(enum route r);
+/* The route of a path (no query), its {id} or {key_id} into id and its
+ * {pid} into *pid; R_NONE when none (a literal path wins over a pattern). */
+enum route api_route_resolve(const char *url, char id[SANDBOX_ID_MAX], uint32_t *pid);
+/* The Allow header of a 405 for these methods ("GET, POST"; "" for none). */
+const char *api_methods_allow(unsigned methods);
+/* The methods the server answers on `url` (a path without query), as an
+ * Allow header: "" when no route has it. */
+const char *api_route_methods(const char *url);
+/* "GET" -> API_GET; 0 for a method no route answers. */
+unsigned api_method_bit(const char *method);
+/* API_GET -> "GET"; "" for anything else. */
+const char *api_method_name(unsigned bit);
+/* The key's scopes (from the auth) must include the route's (403
+ * permission_error). 0 or -1 with err. */
+int api_route_scope_check(const struct api_route *rt, const char *scopes, struct sbx_error *err);
+
+/* -------------------------------------------------------- api/reply.c */
 
 /* Queue a JSON reply (takes `o`; NULL answers 500 out of memory), with
  * Retry-After when retry_after_s > 0 and Allow when `allow` is set. */
@@ -136,8 +199,47 @@ enum MHD_Result api_reply_json(struct MHD_Connection *c, unsigned status, struct
 enum MHD_Result api_reply_error(struct MHD_Connection *c, const struct sbx_error *err);
 enum MHD_Result api_reply_error_allow(struct MHD_Connection *c, const struct sbx_error *err,
 				      const char *allow);
+/* ... with 'Connection: close' when `close`. */
+enum MHD_Result api_reply_error_ex(struct MHD_Connection *c, const struct sbx_error *err,
+				   const char *allow, bool close);
 enum MHD_Result api_reply_new_error(struct MHD_Connection *c, enum sbx_code code, const char *param,
 				    const char *msg);
+/* Refuse a request from its headers alone: the error, 'Connection: close',
+ * and a lingering close that drops what the client still sends. */
+enum MHD_Result api_reply_reject(struct MHD_Connection *c, const struct sbx_error *err,
+				 const char *allow);
+/* 200 (or status) with `body` (taken, freed) as it is, of type `type`. */
+enum MHD_Result api_reply_text(struct MHD_Connection *c, unsigned status, char *body,
+			       const char *type);
+/* {"object":"list","data":data,"has_more":...} (takes data). */
+struct json_object *api_list_encode(struct json_object *data, bool has_more);
+/* nosniff, a Content-Security-Policy (a page's when `page`, else one that
+ * allows nothing), no framing, no referrer: on every reply. */
+void api_security_headers(struct MHD_Response *resp, bool page);
+
+/* --------------------------------------------------- api/http_short.c */
+
+/* The handlers of the route table that are not another file's: the short
+ * requests (one sandbox/ call, answered on MHD's thread) and the routes
+ * whose methods go to different files. */
+enum MHD_Result api_sandboxes_handle(struct req *r); /* GET list, POST create */
+enum MHD_Result api_sandbox_handle(struct req *r);   /* GET, DELETE (async) */
+enum MHD_Result api_extend_handle(struct req *r);
+enum MHD_Result api_usage_handle(struct req *r);
+enum MHD_Result api_limits_handle(struct req *r);
+enum MHD_Result api_runtimes_handle(struct req *r);
+enum MHD_Result api_keys_handle(struct req *r); /* GET list, POST create */
+enum MHD_Result api_key_revoke_handle(struct req *r);
+enum MHD_Result api_executions_handle(struct req *r); /* GET list, POST run */
+enum MHD_Result api_execution_get_handle(struct req *r);
+enum MHD_Result api_receipt_handle(struct req *r);
+enum MHD_Result api_receipt_key_handle(struct req *r);
+enum MHD_Result api_processes_route(struct req *r); /* -> http_processes.c */
+enum MHD_Result api_files_route(struct req *r);	    /* -> http_files.c (STREAM) */
+enum MHD_Result api_static_route(struct req *r);    /* -> http_static.c */
+
+/* ---------------------------------------------------------- api/http.c */
+
 /* Free a request once its last reference is gone. */
 void api_req_free(struct req *r);
 /* Park a request's connection until its work finishes (exec, create,
@@ -168,9 +270,6 @@ enum MHD_Result api_exec_answer(struct req *r);
 
 /* ------------------------------------------------ api/http_processes.c */
 
-/* The route of "/v1/sandboxes/{id}/processes" + rest (the pid into *pid),
- * or R_NONE. */
-enum route api_processes_resolve(const char *rest, uint32_t *pid);
 /* Every processes route: decode, ask the guest, park the connection. */
 enum MHD_Result api_processes_handle(struct req *r, const char *method);
 
@@ -220,9 +319,6 @@ void api_conn_deadline(struct MHD_Connection *c, uint32_t ms);
 int api_static_find(const char *url);
 /* 200 with that file (GET; no auth). */
 enum MHD_Result api_static_reply(struct MHD_Connection *c, int asset);
-/* nosniff, a Content-Security-Policy (a page's when `page`, else one that
- * allows nothing), no framing, no referrer: on every reply. */
-void api_security_headers(struct MHD_Response *resp, bool page);
 /* GET /v1/sandbox/executions?limit=: the account's newest executions
  * (what the dashboard lists; no stdout, see GET .../executions/{id}). */
 enum MHD_Result api_execution_list_handle(struct req *r);
@@ -250,5 +346,8 @@ enum MHD_Result api_queue_response(struct MHD_Connection *c, unsigned status,
 unsigned api_metrics_take_status(void);
 /* Count one answered request: its route, status and time (us). */
 void api_metrics_request(int route, unsigned status, int64_t us);
+/* The request series of /metrics (by route and status, the latency
+ * histograms), one per route that answered, into b. 0 or -1. */
+int api_metrics_render_requests(struct sbx_buf *b);
 
 #endif

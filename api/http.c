@@ -1,7 +1,10 @@
-/* api/http.c: the libmicrohttpd server. Routing, the check order of API.md
- * (route, auth, body, fields; then sandbox/ for the rest), the short
- * requests, and the list of parked connections. The exec path is in
- * http_exec.c, create and DELETE in http_async.c (http-priv.h).
+/* api/http.c: the libmicrohttpd server. The check order of API.md (route,
+ * method, auth, scope, declared length; body, fields; then sandbox/ for
+ * the rest) applied from the route table (routes.c), the request's body,
+ * the list of parked connections, the per-account counts and the server's
+ * life. The handlers are http_short.c's (the short requests), http_exec.c
+ * (exec), http_async.c (create, DELETE, executions), http_processes.c,
+ * http_files.c and http_static.c; the replies are reply.c's (http-priv.h).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -21,250 +24,8 @@
 #define API_IDLE_TIMEOUT_S 120
 #define API_TOKEN_MAX	   128
 /* The most of a refused request's body read and dropped so that its client
- * can read the answer (reject). */
+ * can read the answer (api_reply_reject). */
 #define API_DRAIN_MAX_BYTES (16u * 1024 * 1024)
-
-/* ---------------------------------------------------------------- replies */
-
-static void json_put_cb(void *cls)
-{
-	json_object_put(cls);
-}
-
-/* api_reply_json, with 'Connection: close' when `close`. */
-static enum MHD_Result reply_json_ex(struct MHD_Connection *c, unsigned status,
-				     struct json_object *o, int retry_after_s, const char *allow,
-				     bool close)
-{
-	struct MHD_Response *resp;
-	const char *text;
-	size_t len = 0;
-	enum MHD_Result ret;
-
-	if (!o) {
-		static const char oom[] = "{\"error\":{\"type\":\"api_error\",\"message\":\"out "
-					  "of memory; retry later\"}}";
-		status = 500;
-		resp = MHD_create_response_from_buffer(sizeof(oom) - 1, (void *)oom,
-						       MHD_RESPMEM_PERSISTENT);
-	} else {
-		text = json_object_to_json_string_length(
-		    o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &len);
-		/* The response keeps the object (and so its text) until it is
-		 * sent: no second copy of a large reply. */
-		resp = MHD_create_response_from_buffer_with_free_callback_cls(len, (void *)text,
-									      json_put_cb, o);
-		if (!resp)
-			json_object_put(o);
-	}
-	if (!resp)
-		return MHD_NO;
-	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-	if (retry_after_s > 0) {
-		char ra[16];
-		snprintf(ra, sizeof(ra), "%d", retry_after_s);
-		MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, ra);
-	}
-	if (allow)
-		MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
-	if (status == 401)
-		MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
-	if (close)
-		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
-	api_security_headers(resp, false);
-	api_reqctx_header(resp);
-	ret = api_queue_response(c, status, resp);
-	MHD_destroy_response(resp);
-	return ret;
-}
-
-enum MHD_Result api_reply_json(struct MHD_Connection *c, unsigned status, struct json_object *o,
-			       int retry_after_s, const char *allow)
-{
-	return reply_json_ex(c, status, o, retry_after_s, allow, false);
-}
-
-/* api_reply_error_allow, with 'Connection: close' when `close`. */
-static enum MHD_Result reply_error_ex(struct MHD_Connection *c, const struct sbx_error *err,
-				      const char *allow, bool close)
-{
-	struct sbx_error e = *err;
-	int status, retry = 0;
-
-	if ((int)e.code <= SBX_OK || e.code >= SBX_CODE_COUNT)
-		e.code = SBX_E_INTERNAL;
-	status = sbx_code_status(e.code);
-	if (status >= 500)
-		sbx_err(MOD, "%d %s: %s", status, sbx_code_type(e.code), err->message);
-	if (e.code == SBX_E_INTERNAL) {
-		/* The detail is in the log; the tenant learns little. */
-		snprintf(e.message, sizeof(e.message),
-			 "the service failed to handle the request; retry later");
-		e.param[0] = '\0';
-	}
-	if (status == 429 || status == 503)
-		retry = e.retry_after_s > 0 ? e.retry_after_s : 1;
-	return reply_json_ex(c, (unsigned)status, api_error_encode(&e), retry, allow, close);
-}
-
-enum MHD_Result api_reply_error_allow(struct MHD_Connection *c, const struct sbx_error *err,
-				      const char *allow)
-{
-	return reply_error_ex(c, err, allow, false);
-}
-
-enum MHD_Result api_reply_error(struct MHD_Connection *c, const struct sbx_error *err)
-{
-	return api_reply_error_allow(c, err, NULL);
-}
-
-enum MHD_Result api_reply_new_error(struct MHD_Connection *c, enum sbx_code code, const char *param,
-				    const char *msg)
-{
-	struct sbx_error e;
-
-	sbx_error_clear(&e);
-	sbx_error_set(&e, code, param, "%s", msg);
-	return api_reply_error(c, &e);
-}
-
-static struct json_object *list_encode(struct json_object *data, bool has_more)
-{
-	struct json_object *o = json_object_new_object();
-
-	json_object_object_add(o, "object", json_object_new_string("list"));
-	json_object_object_add(o, "data", data);
-	json_object_object_add(o, "has_more", json_object_new_boolean(has_more));
-	return o;
-}
-
-/* ---------------------------------------------------------------- routing */
-
-/* One path segment "{id}" after `prefix`, up to the next '/' or the end. */
-static bool take_id(const char *s, char id[SANDBOX_ID_MAX], const char **rest)
-{
-	size_t n = strcspn(s, "/");
-
-	if (n == 0 || n >= SANDBOX_ID_MAX)
-		return false;
-	memcpy(id, s, n);
-	id[n] = '\0';
-	*rest = s + n;
-	return true;
-}
-
-/* Resolve a path; for R_NONE the id may be partly written. An id longer
- * than any real one makes the route unknown (404 either way). */
-static enum route route_resolve(const char *url, char id[SANDBOX_ID_MAX], uint32_t *pid)
-{
-	const char *rest;
-
-	if (strcmp(url, "/v1/sandboxes") == 0)
-		return R_SANDBOXES;
-	if (strcmp(url, "/v1/usage") == 0)
-		return R_USAGE;
-	if (strcmp(url, "/v1/limits") == 0)
-		return R_LIMITS;
-	if (strcmp(url, "/v1/runtimes") == 0)
-		return R_RUNTIMES;
-	if (strcmp(url, "/v1/api_keys") == 0)
-		return R_KEYS;
-	if (strcmp(url, "/v1/sandbox/executions") == 0)
-		return R_EXECUTIONS;
-	if (strcmp(url, "/v1/receipts/public-key") == 0)
-		return R_RECEIPT_KEY;
-	if (strncmp(url, "/v1/sandbox/executions/", 23) == 0 && take_id(url + 23, id, &rest) &&
-	    *rest == '\0')
-		return R_EXECUTION;
-	if (strncmp(url, "/v1/receipts/", 13) == 0 && take_id(url + 13, id, &rest) && *rest == '\0')
-		return R_RECEIPT;
-	if (strncmp(url, "/v1/sandboxes/", 14) == 0 && take_id(url + 14, id, &rest)) {
-		if (*rest == '\0')
-			return R_SANDBOX;
-		if (strcmp(rest, "/exec") == 0)
-			return R_EXEC;
-		if (strcmp(rest, "/extend") == 0)
-			return R_EXTEND;
-		if (strcmp(rest, "/files") == 0)
-			return R_FILES;
-		if (strncmp(rest, "/processes", 10) == 0)
-			return api_processes_resolve(rest + 10, pid);
-		return R_NONE;
-	}
-	if (strncmp(url, "/v1/api_keys/", 13) == 0 && take_id(url + 13, id, &rest) && *rest == '\0')
-		return R_KEY;
-	return R_NONE;
-}
-
-/* The route table: each route's path as docs/openapi.yaml writes it and
- * the methods it answers (the Allow header of a 405). route_resolve()
- * parses a path into these; api_routes() hands the table to the tests,
- * which compare it with the OpenAPI description both ways. */
-static const struct api_route_info route_table[] = {
-    [R_NONE] = {NULL, ""},
-    [R_SANDBOXES] = {"/v1/sandboxes", "GET, POST"},
-    [R_SANDBOX] = {"/v1/sandboxes/{id}", "GET, DELETE"},
-    [R_EXEC] = {"/v1/sandboxes/{id}/exec", "POST"},
-    [R_EXTEND] = {"/v1/sandboxes/{id}/extend", "POST"},
-    [R_USAGE] = {"/v1/usage", "GET"},
-    [R_LIMITS] = {"/v1/limits", "GET"},
-    [R_RUNTIMES] = {"/v1/runtimes", "GET"},
-    [R_KEYS] = {"/v1/api_keys", "GET, POST"},
-    [R_KEY] = {"/v1/api_keys/{key_id}", "DELETE"},
-    [R_EXECUTIONS] = {"/v1/sandbox/executions", "GET, POST"},
-    [R_EXECUTION] = {"/v1/sandbox/executions/{id}", "GET"},
-    [R_RECEIPT] = {"/v1/receipts/{id}", "GET"},
-    [R_RECEIPT_KEY] = {"/v1/receipts/public-key", "GET"},
-    [R_PROCESSES] = {"/v1/sandboxes/{id}/processes", "GET, POST"},
-    [R_PROCESS_OUTPUT] = {"/v1/sandboxes/{id}/processes/{pid}/output", "GET"},
-    [R_PROCESS_STDIN] = {"/v1/sandboxes/{id}/processes/{pid}/stdin", "POST"},
-    [R_PROCESS_SIGNAL] = {"/v1/sandboxes/{id}/processes/{pid}/signal", "POST"},
-    [R_FILES] = {"/v1/sandboxes/{id}/files", "GET, PUT, DELETE"},
-    [R_STATIC] = {NULL, "GET"}, /* api_assets[] (api/assets.h) */
-};
-
-const struct api_route_info *api_routes(size_t *n)
-{
-	*n = sizeof(route_table) / sizeof(route_table[0]);
-	return route_table;
-}
-
-static const char *route_allow(enum route r)
-{
-	if ((size_t)r >= sizeof(route_table) / sizeof(route_table[0]) || !route_table[r].methods)
-		return "";
-	return route_table[r].methods;
-}
-
-const char *api_route_methods(const char *url)
-{
-	char id[SANDBOX_ID_MAX];
-	uint32_t pid;
-	enum route r = route_resolve(url, id, &pid);
-
-	if (r == R_NONE && api_static_find(url) >= 0)
-		r = R_STATIC;
-	return route_allow(r);
-}
-
-static bool method_allowed(enum route r, const char *method)
-{
-	const char *allow = route_allow(r);
-	size_t n = strlen(method);
-
-	for (const char *p = allow; (p = strstr(p, method)) != NULL; p += n)
-		if ((p == allow || p[-1] == ' ') && (p[n] == ',' || p[n] == '\0'))
-			return n > 0;
-	return false;
-}
-
-static bool route_has_body(enum route r, const char *method)
-{
-	return strcmp(method, "POST") == 0 &&
-	       (r == R_SANDBOXES || r == R_EXEC || r == R_EXTEND || r == R_KEYS ||
-		r == R_EXECUTIONS || r == R_PROCESSES || r == R_PROCESS_STDIN ||
-		r == R_PROCESS_SIGNAL);
-}
 
 /* ------------------------------------------------------------------- auth */
 
@@ -318,77 +79,6 @@ static int authenticate(struct api_server *srv, struct MHD_Connection *c, char *
 			     "aas_sk_...' with a valid, unrevoked key");
 }
 
-/* The key's scopes (from authenticate) must include `scope` (403
- * permission_error). */
-static int require_scope(const char *scopes, const char *scope, struct sbx_error *err)
-{
-	if (!sandbox_scopes_have(scopes, scope))
-		return sbx_error_set(err, SBX_E_PERMISSION, NULL,
-				     "this API key lacks the '%s' scope; create a key with "
-				     "'admin create-key ACCOUNT --scope %s'",
-				     scope, scope);
-	return 0;
-}
-
-static enum MHD_Result reply_text(struct MHD_Connection *c, unsigned status, char *body,
-				  const char *type)
-{
-	struct MHD_Response *resp =
-	    MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
-	enum MHD_Result ret;
-
-	if (!resp) {
-		free(body);
-		return MHD_NO;
-	}
-	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
-	api_security_headers(resp, false);
-	api_reqctx_header(resp);
-	ret = api_queue_response(c, status, resp);
-	MHD_destroy_response(resp);
-	return ret;
-}
-
-/* The one-shot execution routes (sandbox/execution.c). A POST runs on the
- * pool (http_async.c). */
-static enum MHD_Result handle_execution_routes(struct api_server *srv, struct req *r,
-					       const char *method)
-{
-	struct sbx_error err;
-	char *out = NULL, *pem = NULL;
-
-	sbx_error_clear(&err);
-	switch (r->route) {
-	case R_EXECUTIONS:
-		if (strcmp(method, "GET") == 0)
-			return api_execution_list_handle(r);
-		return api_execution_handle(r);
-	case R_EXECUTION:
-		if (sandbox_execution_get(srv->svc, r->account_id, r->id, &out, &err) < 0)
-			return api_reply_error(r->conn, &err);
-		break;
-	case R_RECEIPT:
-		if (sandbox_receipt_get(srv->svc, r->account_id, r->id, &out, &err) < 0)
-			return api_reply_error(r->conn, &err);
-		break;
-	default:
-		if (sandbox_receipt_public_key(srv->svc, &out, &pem, &err) < 0)
-			return api_reply_error(r->conn, &err);
-		{
-			struct json_object *o = json_object_new_object();
-
-			json_object_object_add(o, "object", json_object_new_string("receipt_key"));
-			json_object_object_add(o, "algorithm", json_object_new_string("Ed25519"));
-			json_object_object_add(o, "signer", json_object_new_string(out));
-			json_object_object_add(o, "public_key_pem", json_object_new_string(pem));
-			free(out);
-			free(pem);
-			return api_reply_json(r->conn, 200, o, 0, NULL);
-		}
-	}
-	return reply_text(r->conn, 200, out, "application/json");
-}
-
 static bool media_type_is(const char *ct, const char *type)
 {
 	size_t n = strlen(type);
@@ -411,153 +101,6 @@ static bool content_type_json(const char *ct)
 {
 	return media_type_is(ct, "application/json") ||
 	       media_type_is(ct, "application/x-www-form-urlencoded");
-}
-
-/* ----------------------------------------------------------- list & usage */
-
-static const char *query(struct MHD_Connection *c, const char *key)
-{
-	return MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, key);
-}
-
-/* The `limit` query parameter of a list: 1..100, `def` when absent. false
- * when it is malformed or out of range. */
-static bool query_limit(struct req *r, int def, int *limit)
-{
-	const char *s = query(r->conn, "limit");
-	char *end;
-	long v;
-
-	*limit = def;
-	if (!s)
-		return true;
-	errno = 0;
-	v = strtol(s, &end, 10);
-	if (s[0] < '0' || s[0] > '9' || *end || errno || v < 1 || v > 100)
-		return false;
-	*limit = (int)v;
-	return true;
-}
-
-static enum MHD_Result handle_list(struct req *r)
-{
-	const char *status = query(r->conn, "status");
-	const char *after = query(r->conn, "starting_after");
-	struct sandbox_view *views = NULL;
-	size_t n = 0;
-	bool more = false;
-	int limit = 20;
-	struct sbx_error err;
-
-	sbx_error_clear(&err);
-	if (status && strcmp(status, "running") != 0 && strcmp(status, "destroyed") != 0 &&
-	    strcmp(status, "expired") != 0 && strcmp(status, "failed") != 0)
-		return api_reply_new_error(
-		    r->conn, SBX_E_INVALID_REQUEST, "status",
-		    "status must be one of running, destroyed, expired, failed");
-	if (!query_limit(r, 20, &limit))
-		return api_reply_new_error(r->conn, SBX_E_INVALID_REQUEST, "limit",
-					   "limit must be an integer from 1 to 100");
-	if (after && (!after[0] || strlen(after) >= SANDBOX_ID_MAX))
-		return api_reply_new_error(r->conn, SBX_E_INVALID_REQUEST, "starting_after",
-					   "starting_after must be a sandbox id");
-	if (sandbox_list(r->srv->svc, r->account_id, status, limit, after, &views, &n, &more,
-			 &err) < 0)
-		return api_reply_error(r->conn, &err);
-	struct json_object *data = json_object_new_array();
-	for (size_t i = 0; i < n; i++)
-		json_object_array_add(data, api_sandbox_encode(&views[i]));
-	free(views);
-	return api_reply_json(r->conn, 200, list_encode(data, more), 0, NULL);
-}
-
-static enum MHD_Result handle_usage(struct req *r)
-{
-	const char *from_s = query(r->conn, "from"), *to_s = query(r->conn, "to");
-	const char *gran = query(r->conn, "granularity");
-	int64_t from = 0, to = 0;
-	struct sandbox_usage u;
-	struct sbx_error err;
-	enum MHD_Result ret;
-
-	sbx_error_clear(&err);
-	if (from_s && (sbx_rfc3339_parse(from_s, &from) < 0 || from <= 0))
-		return api_reply_new_error(
-		    r->conn, SBX_E_INVALID_REQUEST, "from",
-		    "from must be an RFC 3339 time like 2026-08-01T00:00:00Z");
-	if (to_s && (sbx_rfc3339_parse(to_s, &to) < 0 || to <= 0))
-		return api_reply_new_error(r->conn, SBX_E_INVALID_REQUEST, "to",
-					   "to must be an RFC 3339 time like 2026-09-01T00:00:00Z");
-	if (from && to && to <= from)
-		return api_reply_new_error(r->conn, SBX_E_INVALID_REQUEST, "to",
-					   "to must be later than from");
-	if (gran && strcmp(gran, "day") != 0 && strcmp(gran, "hour") != 0)
-		return api_reply_new_error(r->conn, SBX_E_INVALID_REQUEST, "granularity",
-					   "granularity must be 'day' or 'hour'");
-	memset(&u, 0, sizeof(u));
-	if (sandbox_usage(r->srv->svc, r->account_id, from, to, gran, &u, &err) < 0)
-		return api_reply_error(r->conn, &err);
-	ret = api_reply_json(r->conn, 200, api_usage_encode(&u), 0, NULL);
-	sandbox_usage_release(&u);
-	return ret;
-}
-
-/* ------------------------------------------------------------------ keys */
-
-static enum MHD_Result handle_keys(struct req *r, const char *method)
-{
-	struct sbx_error err;
-
-	sbx_error_clear(&err);
-	if (strcmp(method, "POST") == 0) {
-		struct sandbox_key key;
-		char secret[80], scopes[SANDBOX_SCOPES_MAX];
-		enum MHD_Result ret;
-		bool has_scopes;
-
-		if (api_key_create_decode(r->body.data, r->body.len, scopes, &has_scopes, &err) < 0)
-			return api_reply_error(r->conn, &err);
-		/* at most the creating key's scopes; all of them by default */
-		if (sandbox_key_create(r->srv->svc, r->account_id, has_scopes ? scopes : NULL,
-				       r->scopes, &key, secret, &err) < 0)
-			return api_reply_error(r->conn, &err);
-		ret = api_reply_json(r->conn, 201, api_key_encode(&key, secret), 0, NULL);
-		explicit_bzero(secret, sizeof(secret));
-		return ret;
-	}
-	struct sandbox_key *keys = NULL;
-	const char *after = query(r->conn, "starting_after");
-	size_t n = 0;
-	bool more = false;
-	int limit;
-	if (!query_limit(r, 100, &limit))
-		return api_reply_new_error(r->conn, SBX_E_INVALID_REQUEST, "limit",
-					   "limit must be an integer from 1 to 100");
-	if (after && (!after[0] || strlen(after) >= SANDBOX_ID_MAX))
-		return api_reply_new_error(r->conn, SBX_E_INVALID_REQUEST, "starting_after",
-					   "starting_after must be an API key id");
-	if (sandbox_key_list(r->srv->svc, r->account_id, limit, after, &keys, &n, &more, &err) < 0)
-		return api_reply_error(r->conn, &err);
-	struct json_object *data = json_object_new_array();
-	for (size_t i = 0; i < n; i++)
-		json_object_array_add(data, api_key_encode(&keys[i], NULL));
-	free(keys);
-	return api_reply_json(r->conn, 200, list_encode(data, more), 0, NULL);
-}
-
-static enum MHD_Result handle_key_revoke(struct req *r)
-{
-	struct sbx_error err;
-	struct json_object *o;
-
-	sbx_error_clear(&err);
-	if (sandbox_key_revoke(r->srv->svc, r->account_id, r->id, r->scopes, &err) < 0)
-		return api_reply_error(r->conn, &err);
-	o = json_object_new_object();
-	json_object_object_add(o, "id", json_object_new_string(r->id));
-	json_object_object_add(o, "object", json_object_new_string("api_key"));
-	json_object_object_add(o, "revoked", json_object_new_boolean(true));
-	return api_reply_json(r->conn, 200, o, 0, NULL);
 }
 
 /* ------------------------------------------------------- parked requests */
@@ -653,90 +196,6 @@ void api_req_slot_put(struct req *r)
 	r->slot = -1;
 }
 
-/* -------------------------------------------------------------- dispatch */
-
-static enum MHD_Result dispatch(struct req *r, const char *method)
-{
-	struct api_server *srv = r->srv;
-	struct sbx_error err;
-	struct sandbox_view v;
-
-	sbx_error_clear(&err);
-	memset(&v, 0, sizeof(v));
-	switch (r->route) {
-	case R_LIMITS: {
-		struct sandbox_startup_stats st;
-
-		sandbox_startup_stats(srv->svc, &st);
-		return api_reply_json(r->conn, 200, api_limits_encode_stats(srv->cfg, &st), 0,
-				      NULL);
-	}
-	case R_RUNTIMES:
-		return api_reply_json(r->conn, 200, api_runtimes_encode(&srv->runtimes), 0, NULL);
-	case R_USAGE:
-		return handle_usage(r);
-	case R_KEYS:
-		return handle_keys(r, method);
-	case R_KEY:
-		return handle_key_revoke(r);
-	case R_EXEC:
-		return api_exec_handle(r);
-	case R_PROCESSES:
-	case R_PROCESS_OUTPUT:
-	case R_PROCESS_STDIN:
-	case R_PROCESS_SIGNAL:
-		return api_processes_handle(r, method);
-	case R_SANDBOXES:
-		if (strcmp(method, "GET") == 0)
-			return handle_list(r);
-		return api_create_handle(r);
-	case R_SANDBOX:
-		if (strcmp(method, "GET") != 0)
-			return api_async_run(r); /* DELETE: destroying a domain takes ~1 s */
-		if (sandbox_get(srv->svc, r->account_id, r->id, &v, &err) < 0)
-			return api_reply_error(r->conn, &err);
-		return api_reply_json(r->conn, 200, api_sandbox_encode(&v), 0, NULL);
-	case R_EXTEND: {
-		int minutes = 0;
-		if (api_extend_decode(r->body.data, r->body.len, srv->cfg, &minutes, &err) < 0)
-			return api_reply_error(r->conn, &err);
-		if (sandbox_extend(srv->svc, r->account_id, r->id, minutes, &v, &err) < 0)
-			return api_reply_error(r->conn, &err);
-		return api_reply_json(r->conn, 200, api_sandbox_encode(&v), 0, NULL);
-	}
-	case R_EXECUTIONS:
-	case R_EXECUTION:
-	case R_RECEIPT:
-	case R_RECEIPT_KEY:
-		return handle_execution_routes(srv, r, method);
-	case R_STATIC:
-		return api_static_reply(r->conn, r->asset);
-	case R_FILES: /* handled by http_files.c before dispatch */
-	case R_NONE:
-		break;
-	}
-	return api_reply_new_error(r->conn, SBX_E_NOT_FOUND, NULL, "unknown endpoint");
-}
-
-/* A request refused from its headers alone (404, 405, 401, 403, 413 by
- * Content-Length, 429 of a files request, a store failure) is answered at
- * once, with 'Connection: close', whether or not its body follows: a
- * client that waits for the answer before it sends the body (with or
- * without 'Expect: 100-continue') gets it. A client that sends its whole
- * body before it reads (Python's http.client and urllib, requests, many
- * SDKs) must be able to read the answer too, but a socket closed while
- * the body still arrives resets the connection under it ("Connection
- * reset", "Broken pipe"); so the connection closes lingering, as nginx's
- * and Go's do: the daemon sends the answer and its FIN, then reads and
- * drops what the client still sends, for a bounded time and number of
- * bytes (http_conn.c), before the socket goes. Nothing of the refused
- * body is ever read as a next request. */
-static enum MHD_Result reject(struct req *r, const struct sbx_error *err, const char *allow)
-{
-	api_conn_linger(r->conn);
-	return reply_error_ex(r->conn, err, allow, true);
-}
-
 /* First call for a request: headers only. Route, method, auth and the
  * declared length are checked here, before any body is read. */
 static int64_t now_us(void)
@@ -751,6 +210,7 @@ static enum MHD_Result request_begin(struct api_server *srv, struct MHD_Connecti
 				     const char *url, const char *method, void **con_cls)
 {
 	struct req *r = calloc(1, sizeof(*r));
+	const struct api_route *rt;
 	struct sbx_error err;
 	const char *cl;
 
@@ -770,9 +230,11 @@ static enum MHD_Result request_begin(struct api_server *srv, struct MHD_Connecti
 	api_reqctx_begin(c, r->request_id);
 
 	sbx_error_clear(&err);
-	r->route = route_resolve(url, r->id, &r->pid);
+	r->method = api_method_bit(method);
+	r->route = api_route_resolve(url, r->id, &r->pid);
 	if (r->route == R_NONE && (r->asset = api_static_find(url)) >= 0)
 		r->route = R_STATIC;
+	rt = api_route_get(r->route);
 	if (r->route == R_NONE) {
 		char shown[80];
 		size_t i = 0;
@@ -784,32 +246,20 @@ static enum MHD_Result request_begin(struct api_server *srv, struct MHD_Connecti
 		    &err, SBX_E_NOT_FOUND, NULL,
 		    "unknown endpoint '%s %s'; the endpoints are listed at /reference.html",
 		    strlen(method) < 10 ? method : "?", shown);
-		return reject(r, &err, NULL);
+		return api_reply_reject(c, &err, NULL);
 	}
-	if (!method_allowed(r->route, method)) {
+	if (!(rt->methods & r->method)) {
 		sbx_error_set(&err, SBX_E_METHOD_NOT_ALLOWED, NULL,
-			      "method not allowed here; use %s", route_allow(r->route));
-		return reject(r, &err, route_allow(r->route));
+			      "method not allowed here; use %s", api_methods_allow(rt->methods));
+		return api_reply_reject(c, &err, api_methods_allow(rt->methods));
 	}
-	if (r->route != R_LIMITS && r->route != R_RUNTIMES && r->route != R_STATIC &&
+	if ((rt->flags & API_ROUTE_AUTH) &&
 	    authenticate(srv, c, r->account_id, r->scopes, &err) < 0)
-		return reject(r, &err, NULL);
-	if ((r->route == R_EXECUTIONS || r->route == R_EXECUTION) &&
-	    require_scope(r->scopes, "sandboxes", &err) < 0)
-		return reject(r, &err, NULL);
-	if ((r->route == R_KEYS || r->route == R_KEY) && require_scope(r->scopes, "keys", &err) < 0)
-		return reject(r, &err, NULL);
-	if (r->route == R_FILES) {
-		/* A transfer holds its connection until its reply was sent,
-		 * and streams its body (max_file_bytes, not max_body_bytes):
-		 * from the headers on, the whole of it (body, work and reply)
-		 * has file_transfer_timeout_ms, and the minimum-progress rule
-		 * of http_files.c cuts a trickle sooner. */
-		if (api_req_slot_take(r, API_INFLIGHT_FILES, &err) < 0)
-			return reject(r, &err, NULL);
-		api_conn_deadline(c, srv->cfg->file_transfer_timeout_ms);
-		return api_files_begin(srv->files, c, method, r->account_id, r->id, &r->files);
-	}
+		return api_reply_reject(c, &err, NULL);
+	if (api_route_scope_check(rt, r->scopes, &err) < 0)
+		return api_reply_reject(c, &err, NULL);
+	if (rt->flags & API_ROUTE_STREAM)
+		return rt->handler(r); /* it reads the body itself */
 	cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
 	if (cl) {
 		char *end;
@@ -820,7 +270,7 @@ static enum MHD_Result request_begin(struct api_server *srv, struct MHD_Connecti
 			sbx_error_set(&err, SBX_E_PAYLOAD_TOO_LARGE, NULL,
 				      "the request body is larger than %zu bytes",
 				      srv->cfg->max_body_bytes);
-			return reject(r, &err, NULL);
+			return api_reply_reject(c, &err, NULL);
 		}
 	}
 	return MHD_YES;
@@ -832,12 +282,13 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 {
 	struct api_server *srv = cls;
 	struct req *r = *con_cls;
+	const struct api_route *rt;
 	struct sbx_error err;
 
 	if (!r)
 		return request_begin(srv, c, url, method, con_cls);
 	api_reqctx_enter(r->request_id, r->account_id, r->id);
-	if (r->route == R_FILES && r->files) /* a refused one drains like any other */
+	if (r->files) /* a STREAM route's; a refused one drains like any other */
 		return api_files_step(r->files, upload_data, upload_data_size);
 	if (*upload_data_size) {
 		r->body_bytes += *upload_data_size;
@@ -866,9 +317,10 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 		sbx_error_set(&err, SBX_E_PAYLOAD_TOO_LARGE, NULL,
 			      "the request body is larger than %zu bytes",
 			      srv->cfg->max_body_bytes);
-		return reply_error_ex(c, &err, NULL, true);
+		return api_reply_error_ex(c, &err, NULL, true);
 	}
-	if (r->body.len > 0 && route_has_body(r->route, method)) {
+	rt = api_route_get(r->route);
+	if (r->body.len > 0 && (rt->flags & API_ROUTE_BODY) && r->method == API_POST) {
 		const char *ct =
 		    MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
 		if (ct && !content_type_json(ct))
@@ -876,7 +328,12 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 			    c, SBX_E_UNSUPPORTED_MEDIA_TYPE, NULL,
 			    "send the body as 'Content-Type: application/json'");
 	}
-	return dispatch(r, method);
+	rt = api_route_get(r->route);
+	/* R_NONE, or a STREAM route that request_begin refused (its files
+	 * handler ran there): nothing to run */
+	if (!rt->handler || (rt->flags & API_ROUTE_STREAM))
+		return api_reply_new_error(c, SBX_E_NOT_FOUND, NULL, "unknown endpoint");
+	return rt->handler(r);
 }
 
 /* MHD's access handler: handle(), then note the status it answered. */

@@ -19,36 +19,8 @@
 #include "http-priv.h"
 
 #define MOD "api"
-/* The largest pid a Linux guest gives (PID_MAX_LIMIT). */
-#define PID_MAX 4194304
 /* Bytes of stdin one call may write (what one frame carries, with room). */
 #define STDIN_MAX (64 * 1024)
-
-enum route api_processes_resolve(const char *rest, uint32_t *pid)
-{
-	const char *p = rest;
-	unsigned long v = 0;
-
-	if (strcmp(rest, "") == 0)
-		return R_PROCESSES;
-	if (*p++ != '/' || *p < '1' || *p > '9')
-		return R_NONE;
-	for (; *p >= '0' && *p <= '9'; p++) {
-		v = v * 10 + (unsigned long)(*p - '0');
-		if (v > PID_MAX)
-			return R_NONE;
-	}
-	if (v < 2)
-		return R_NONE;
-	*pid = (uint32_t)v;
-	if (strcmp(p, "/output") == 0)
-		return R_PROCESS_OUTPUT;
-	if (strcmp(p, "/stdin") == 0)
-		return R_PROCESS_STDIN;
-	if (strcmp(p, "/signal") == 0)
-		return R_PROCESS_SIGNAL;
-	return R_NONE;
-}
 
 /* ------------------------------------------------------------- encoding */
 

@@ -1,8 +1,9 @@
 /* api/http_static.c: the files the daemon serves itself (api/assets.h):
  * the dashboard (GET / and /dashboard), the API reference page, their
  * scripts and styles, and GET /v1/openapi.json. No auth: they hold no
- * tenant data (the page calls the public API with the user's key). Also
- * the security headers of every reply (docs/dashboard.md, "Security").
+ * tenant data (the page calls the public API with the user's key). The
+ * security headers of every reply are api/reply.c's (docs/dashboard.md,
+ * "Security").
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -11,31 +12,12 @@
 #include "assets.h"
 #include "http-priv.h"
 
-/* Pages: only this origin's scripts, styles, images and API calls; no
- * inline script or style, no plugin, no framing, no form posts elsewhere. */
-#define API_PAGE_CSP                                                                               \
-	"default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "                \
-	"connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
-/* JSON: nothing is ever run or loaded from it, even if a browser opens it. */
-#define API_JSON_CSP "default-src 'none'; frame-ancestors 'none'"
-
 int api_static_find(const char *url)
 {
 	for (size_t i = 0; i < api_assets_count; i++)
 		if (strcmp(url, api_assets[i].path) == 0)
 			return (int)i;
 	return -1;
-}
-
-void api_security_headers(struct MHD_Response *resp, bool page)
-{
-	MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
-	MHD_add_response_header(resp, "Content-Security-Policy",
-				page ? API_PAGE_CSP : API_JSON_CSP);
-	MHD_add_response_header(resp, "X-Frame-Options", "DENY");
-	MHD_add_response_header(resp, "Referrer-Policy", "no-referrer");
-	MHD_add_response_header(resp, "Cross-Origin-Opener-Policy", "same-origin");
-	MHD_add_response_header(resp, "Cross-Origin-Resource-Policy", "same-origin");
 }
 
 enum MHD_Result api_static_reply(struct MHD_Connection *c, int asset)

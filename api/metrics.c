@@ -24,30 +24,9 @@
 static const unsigned statuses[] = {200, 201, 206, 400, 401, 402, 403, 404, 405, 409, 410,
 				    413, 415, 416, 422, 429, 431, 500, 503, 507, 0};
 #define N_STATUS SBX_ARRAY_SIZE(statuses)
-#define N_ROUTES (R_STATIC + 1)
-
-static const char *const route_names[N_ROUTES] = {
-    [R_NONE] = "unknown",
-    [R_SANDBOXES] = "sandboxes",
-    [R_SANDBOX] = "sandbox",
-    [R_EXEC] = "exec",
-    [R_EXTEND] = "extend",
-    [R_USAGE] = "usage",
-    [R_LIMITS] = "limits",
-    [R_RUNTIMES] = "runtimes",
-    [R_KEYS] = "api_keys",
-    [R_KEY] = "api_key",
-    [R_EXECUTIONS] = "executions",
-    [R_EXECUTION] = "execution",
-    [R_RECEIPT] = "receipt",
-    [R_RECEIPT_KEY] = "receipt_key",
-    [R_PROCESSES] = "processes",
-    [R_PROCESS_OUTPUT] = "process_output",
-    [R_PROCESS_STDIN] = "process_stdin",
-    [R_PROCESS_SIGNAL] = "process_signal",
-    [R_FILES] = "files",
-    [R_STATIC] = "static",
-};
+/* One series per row of the route table (api/routes.c), named by its
+ * metric; R_NONE's is "unknown". */
+#define N_ROUTES R_COUNT
 
 static struct {
 	_Atomic uint64_t by_status[N_STATUS];
@@ -77,7 +56,7 @@ void api_metrics_request(int route, unsigned status, int64_t us)
 {
 	size_t si = N_STATUS - 1;
 
-	if (route < 0 || route >= (int)N_ROUTES || !route_names[route])
+	if (route < 0 || route >= (int)N_ROUTES)
 		route = R_NONE;
 	for (size_t i = 0; i + 1 < N_STATUS; i++)
 		if (statuses[i] == status)
@@ -94,7 +73,7 @@ void api_metrics_request(int route, unsigned status, int64_t us)
 
 /* -------------------------------------------------------------- render */
 
-static int render_requests(struct sbx_buf *b)
+int api_metrics_render_requests(struct sbx_buf *b)
 {
 	int r = 0;
 
@@ -113,7 +92,7 @@ static int render_requests(struct sbx_buf *b)
 				snprintf(st, sizeof st, "other");
 			r |= sbx_buf_printf(
 			    b, "sandboxd_http_requests_total{route=\"%s\",status=\"%s\"} %llu\n",
-			    route_names[i], st, (unsigned long long)n);
+			    api_route_get((enum route)i)->metric, st, (unsigned long long)n);
 		}
 	r |= sbx_buf_printf(b, "# HELP sandboxd_http_request_duration_seconds Request received "
 			       "to answer done, by route.\n"
@@ -126,7 +105,8 @@ static int render_requests(struct sbx_buf *b)
 			continue;
 		for (size_t k = 0; k < SBX_HIST_BUCKETS; k++)
 			bucket[k] = atomic_load(&routes[i].bucket[k]);
-		snprintf(labels, sizeof labels, "route=\"%s\"", route_names[i]);
+		snprintf(labels, sizeof labels, "route=\"%s\"",
+			 api_route_get((enum route)i)->metric);
 		r |= sbx_hist_render(b, "sandboxd_http_request_duration_seconds", labels, bucket,
 				     count, atomic_load(&routes[i].sum_us));
 	}
@@ -279,7 +259,7 @@ static enum MHD_Result metrics_handler(void *cls, struct MHD_Connection *c, cons
 	if (strcmp(url, "/metrics") != 0 || strcmp(method, "GET") != 0) {
 		status = 404;
 		sbx_buf_printf(&b, "only GET /metrics here\n");
-	} else if (sbx_metrics_render(&b) < 0 || render_requests(&b) < 0 ||
+	} else if (sbx_metrics_render(&b) < 0 || api_metrics_render_requests(&b) < 0 ||
 		   render_service(&b, m->srv) < 0) {
 		status = 500;
 	}

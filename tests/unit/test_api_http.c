@@ -20,7 +20,7 @@
 #include <json-c/json.h>
 #include <sqlite3.h>
 
-#include "api/api-priv.h"
+#include "api/http-priv.h"
 #include "sandbox/sandbox.h"
 #include "util/util.h"
 
@@ -308,6 +308,47 @@ static void test_routes(void **state)
 	assert_non_null(resp_header(&r, "Allow", v));
 	assert_string_equal(v, "DELETE");
 	resp_release(&r);
+}
+
+/* Every route of the table answers a method it lacks with 405 and the
+ * table's own Allow (before any key is asked for). */
+static void test_route_table_405(void **state)
+{
+	static const char *const methods[] = {"GET", "PUT", "POST", "DELETE", "PATCH"};
+	const struct api_route *t;
+	struct resp r;
+	char url[256], v[256];
+	size_t n, tried = 0;
+
+	t = api_routes(&n);
+	for (size_t i = 1; i < n; i++) {
+		const char *path = t[i].path ? t[i].path : "/v1/openapi.json"; /* R_STATIC */
+		size_t o = 0;
+
+		for (const char *p = path; *p && o + 40 < sizeof(url);) {
+			if (*p == '{') {
+				o += (size_t)snprintf(url + o, sizeof(url) - o, "%s",
+						      strncmp(p, "{pid}", 5) == 0 ? "42" : "sbx_1");
+				p = strchr(p, '}') + 1;
+			} else {
+				url[o++] = *p++;
+			}
+		}
+		url[o] = '\0';
+		for (size_t m = 0; m < sizeof(methods) / sizeof(methods[0]); m++) {
+			if (t[i].methods & api_method_bit(methods[m]))
+				continue;
+			http(methods[m], url, NULL, NULL, NULL, &r);
+			if (r.status != 405)
+				fail_msg("%s %s: %d, not 405", methods[m], url, r.status);
+			assert_error(&r, 405, "method_not_allowed", NULL);
+			assert_non_null(resp_header(&r, "Allow", v));
+			assert_string_equal(v, api_methods_allow(t[i].methods));
+			resp_release(&r);
+			tried++;
+		}
+	}
+	assert_true(tried >= n);
 }
 
 static void test_bodies(void **state)
@@ -719,6 +760,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_auth),
 	    cmocka_unit_test(test_routes),
+	    cmocka_unit_test(test_route_table_405),
 	    cmocka_unit_test(test_request_id),
 	    cmocka_unit_test(test_bodies),
 	    cmocka_unit_test(test_oversize),

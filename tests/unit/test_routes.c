@@ -1,6 +1,7 @@
 /* api/: the routes the daemon answers equal the operations docs/openapi.yaml
- * describes, both ways. The daemon's side is its dispatcher's own table
- * (api_routes(), the Allow header of every 405) plus the compiled-in files
+ * describes, both ways. The daemon's side is its one route table
+ * (api_routes(), api/routes.c: the Allow header of every 405, auth, scope,
+ * dispatch and the metrics labels come from it) plus the compiled-in files
  * under /v1/ (api/assets.h); the description is the one the daemon serves
  * at /v1/openapi.json (scripts/web-assets.py, which refuses a key given
  * twice). Each path is also resolved by the dispatcher itself
@@ -19,8 +20,8 @@
 
 #include <json-c/json.h>
 
-#include "api/api.h"
 #include "api/assets.h"
+#include "api/http-priv.h"
 
 #define OPS_MAX 128
 
@@ -128,7 +129,7 @@ static void test_spec_equals_route_table(void **state)
 {
 	struct json_object *spec = spec_load(), *paths;
 	struct ops daemon = {.n = 0}, described = {.n = 0};
-	const struct api_route_info *t;
+	const struct api_route *t;
 	size_t n, bad = 0;
 
 	assert_non_null(spec);
@@ -142,7 +143,7 @@ static void test_spec_equals_route_table(void **state)
 	for (size_t i = 1; i + 1 < n; i++) {
 		if (!t[i].path || !t[i].methods)
 			fail_msg("route %zu of the dispatcher's table has no path or methods", i);
-		ops_add_list(&daemon, t[i].methods, t[i].path);
+		ops_add_list(&daemon, api_methods_allow(t[i].methods), t[i].path);
 	}
 	for (size_t i = 0; i < api_assets_count; i++)
 		if (strncmp(api_assets[i].path, "/v1/", 4) == 0)
@@ -180,7 +181,7 @@ static void test_spec_equals_route_table(void **state)
 static void test_dispatcher_resolves_described_paths(void **state)
 {
 	struct json_object *spec = spec_load(), *paths;
-	const struct api_route_info *t;
+	const struct api_route *t;
 	char url[256], want[64];
 	size_t n, bad = 0;
 
@@ -199,9 +200,9 @@ static void test_dispatcher_resolves_described_paths(void **state)
 	t = api_routes(&n);
 	for (size_t i = 1; i + 1 < n; i++) {
 		instantiate(t[i].path, url, sizeof(url));
-		if (strcmp(api_route_methods(url), t[i].methods) != 0) {
+		if (strcmp(api_route_methods(url), api_methods_allow(t[i].methods)) != 0) {
 			print_error("%s resolves to '%s', its table entry says '%s'\n", url,
-				    api_route_methods(url), t[i].methods);
+				    api_route_methods(url), api_methods_allow(t[i].methods));
 			bad++;
 		}
 	}
@@ -212,11 +213,163 @@ static void test_dispatcher_resolves_described_paths(void **state)
 	json_object_put(spec);
 }
 
+/* The Allow text of every set of methods names exactly its methods, each
+ * once, in the table's order (GET, PUT, POST, DELETE). */
+static void test_allow_derived_from_bits(void **state)
+{
+	static const char *const order[] = {"GET", "PUT", "POST", "DELETE"};
+
+	for (unsigned bits = 0; bits < 16; bits++) {
+		char want[64] = "";
+
+		for (size_t i = 0; i < 4; i++)
+			if (bits & (1u << i))
+				snprintf(want + strlen(want), sizeof(want) - strlen(want), "%s%s",
+					 want[0] ? ", " : "", order[i]);
+		assert_string_equal(api_methods_allow(bits), want);
+	}
+	for (size_t i = 0; i < 4; i++) {
+		assert_int_equal(api_method_bit(order[i]), 1u << i);
+		assert_string_equal(api_method_name(1u << i), order[i]);
+	}
+	assert_int_equal(api_method_bit("HEAD"), 0);
+	assert_int_equal(api_method_bit("get"), 0);
+	assert_int_equal(api_method_bit(""), 0);
+}
+
+/* Every row is whole: a handler for each route (none for R_NONE), a body
+ * only on routes that take POST, STREAM never with BODY (its body is its
+ * handler's), and the routes that need no key are the public ones. */
+static void test_table_rows(void **state)
+{
+	const struct api_route *t;
+	size_t n;
+
+	t = api_routes(&n);
+	assert_int_equal(n, R_COUNT);
+	assert_null(t[R_NONE].handler);
+	assert_int_equal(t[R_NONE].methods, 0);
+	for (size_t i = 1; i < n; i++) {
+		assert_non_null(t[i].handler);
+		assert_true(t[i].methods != 0 && t[i].methods < 16);
+		if (t[i].flags & API_ROUTE_BODY)
+			assert_true(t[i].methods & API_POST);
+		assert_false((t[i].flags & API_ROUTE_BODY) && (t[i].flags & API_ROUTE_STREAM));
+		if (t[i].scope != API_SCOPE_NONE)
+			assert_true(t[i].flags & API_ROUTE_AUTH);
+		/* no key: the limits, the runtimes and the compiled-in files */
+		assert_int_equal(!(t[i].flags & API_ROUTE_AUTH),
+				 i == R_LIMITS || i == R_RUNTIMES || i == R_STATIC);
+	}
+	assert_int_equal(t[R_KEYS].scope, API_SCOPE_KEYS);
+	assert_int_equal(t[R_KEY].scope, API_SCOPE_KEYS);
+	assert_int_equal(t[R_EXECUTIONS].scope, API_SCOPE_SANDBOXES);
+	assert_int_equal(t[R_EXECUTION].scope, API_SCOPE_SANDBOXES);
+	assert_ptr_equal(api_route_get(R_COUNT), &t[R_NONE]);
+}
+
+/* Every route has a metrics name of its own, and each is a label of
+ * /metrics once the route answered; an out-of-range route counts as
+ * "unknown". */
+static void test_metrics_names(void **state)
+{
+	const struct api_route *t;
+	struct sbx_buf b;
+	char want[160];
+	size_t n;
+
+	t = api_routes(&n);
+	for (size_t i = 0; i < n; i++) {
+		assert_non_null(t[i].metric);
+		assert_true(t[i].metric[0] != '\0');
+		for (size_t j = 0; j < i; j++)
+			if (strcmp(t[i].metric, t[j].metric) == 0)
+				fail_msg("routes %zu and %zu share the metrics name '%s'", j, i,
+					 t[i].metric);
+		api_metrics_request((int)i, 200, 1000);
+	}
+	assert_string_equal(t[R_NONE].metric, "unknown");
+	api_metrics_request(R_COUNT + 3, 418, 5);
+	sbx_buf_init(&b, 1u << 20);
+	assert_int_equal(api_metrics_render_requests(&b), 0);
+	for (size_t i = 0; i < n; i++) {
+		snprintf(want, sizeof(want),
+			 "sandboxd_http_requests_total{route=\"%s\",status=\"200\"} 1\n",
+			 t[i].metric);
+		if (!strstr(b.data, want))
+			fail_msg("/metrics lacks %s", want);
+		snprintf(want, sizeof(want),
+			 "sandboxd_http_request_duration_seconds_count{route=\"%s\"} %d\n",
+			 t[i].metric, i == R_NONE ? 2 : 1);
+		if (!strstr(b.data, want))
+			fail_msg("/metrics lacks %s", want);
+	}
+	assert_non_null(
+	    strstr(b.data, "sandboxd_http_requests_total{route=\"unknown\",status=\"other\"} 1\n"));
+	sbx_buf_release(&b);
+}
+
+/* The resolver's parameters: {id} and {key_id} a segment shorter than
+ * SANDBOX_ID_MAX, {pid} 2..4194304 without a leading zero; a literal path
+ * wins over a pattern. */
+static void test_resolve_params(void **state)
+{
+	char id[SANDBOX_ID_MAX], long_id[SANDBOX_ID_MAX + 32], url[SANDBOX_ID_MAX + 64];
+	uint32_t pid = 0;
+
+	assert_int_equal(api_route_resolve("/v1/sandboxes/sbx_1/processes/42/stdin", id, &pid),
+			 R_PROCESS_STDIN);
+	assert_string_equal(id, "sbx_1");
+	assert_int_equal(pid, 42);
+	assert_int_equal(
+	    api_route_resolve("/v1/sandboxes/sbx_1/processes/4194304/output", id, &pid),
+	    R_PROCESS_OUTPUT);
+	assert_int_equal(pid, 4194304);
+	static const char *const none[] = {
+	    "/v1/sandboxes/sbx_1/processes/4194305/output",
+	    "/v1/sandboxes/sbx_1/processes/1/output",
+	    "/v1/sandboxes/sbx_1/processes/042/output",
+	    "/v1/sandboxes/sbx_1/processes/4x/output",
+	    "/v1/sandboxes/sbx_1/processes//output",
+	    "/v1/sandboxes/sbx_1/processes/42",
+	    "/v1/sandboxes/sbx_1/processes/",
+	    "/v1/sandboxes/",
+	    "/v1/sandboxes//exec",
+	    "/v1/sandboxes/sbx_1/exec/",
+	    "/v1/receipts/",
+	    "/v1/api_keys/a/b",
+	    "/v1/sandboxesx",
+	    "",
+	};
+	for (size_t i = 0; i < sizeof(none) / sizeof(none[0]); i++)
+		if (api_route_resolve(none[i], id, &pid) != R_NONE)
+			fail_msg("'%s' resolves to a route", none[i]);
+	assert_int_equal(api_route_resolve("/v1/receipts/public-key", id, &pid), R_RECEIPT_KEY);
+	assert_int_equal(api_route_resolve("/v1/receipts/rcp_1", id, &pid), R_RECEIPT);
+	assert_string_equal(id, "rcp_1");
+	assert_int_equal(api_route_resolve("/v1/api_keys/key_9", id, &pid), R_KEY);
+	assert_string_equal(id, "key_9");
+	/* the longest id that fits, and one byte more */
+	memset(long_id, 'a', sizeof(long_id));
+	long_id[SANDBOX_ID_MAX - 1] = '\0';
+	snprintf(url, sizeof(url), "/v1/sandboxes/%s/exec", long_id);
+	assert_int_equal(api_route_resolve(url, id, &pid), R_EXEC);
+	assert_string_equal(id, long_id);
+	long_id[SANDBOX_ID_MAX - 1] = 'a';
+	long_id[SANDBOX_ID_MAX] = '\0';
+	snprintf(url, sizeof(url), "/v1/sandboxes/%s/exec", long_id);
+	assert_int_equal(api_route_resolve(url, id, &pid), R_NONE);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_spec_equals_route_table),
 	    cmocka_unit_test(test_dispatcher_resolves_described_paths),
+	    cmocka_unit_test(test_allow_derived_from_bits),
+	    cmocka_unit_test(test_table_rows),
+	    cmocka_unit_test(test_metrics_names),
+	    cmocka_unit_test(test_resolve_params),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

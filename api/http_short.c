@@ -1,0 +1,289 @@
+/* api/http_short.c: the handlers of the route table (api/routes.c) that
+ * are not another file's: the short requests, answered on MHD's thread
+ * from one sandbox/ call (list, get, extend, usage, limits, runtimes,
+ * keys, an execution, a receipt), and the routes whose methods go to
+ * different files (a create or a DELETE runs on the pool, http_async.c).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "http-priv.h"
+
+/* ----------------------------------------------------------- list & usage */
+
+static const char *query(struct MHD_Connection *c, const char *key)
+{
+	return MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, key);
+}
+
+/* The `limit` query parameter of a list: 1..100, `def` when absent. false
+ * when it is malformed or out of range. */
+static bool query_limit(struct req *r, int def, int *limit)
+{
+	const char *s = query(r->conn, "limit");
+	char *end;
+	long v;
+
+	*limit = def;
+	if (!s)
+		return true;
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (s[0] < '0' || s[0] > '9' || *end || errno || v < 1 || v > 100)
+		return false;
+	*limit = (int)v;
+	return true;
+}
+
+static enum MHD_Result handle_list(struct req *r)
+{
+	const char *status = query(r->conn, "status");
+	const char *after = query(r->conn, "starting_after");
+	struct sandbox_view *views = NULL;
+	size_t n = 0;
+	bool more = false;
+	int limit = 20;
+	struct sbx_error err;
+
+	sbx_error_clear(&err);
+	if (status && strcmp(status, "running") != 0 && strcmp(status, "destroyed") != 0 &&
+	    strcmp(status, "expired") != 0 && strcmp(status, "failed") != 0)
+		return api_reply_new_error(
+		    r->conn, SBX_E_INVALID_REQUEST, "status",
+		    "status must be one of running, destroyed, expired, failed");
+	if (!query_limit(r, 20, &limit))
+		return api_reply_new_error(r->conn, SBX_E_INVALID_REQUEST, "limit",
+					   "limit must be an integer from 1 to 100");
+	if (after && (!after[0] || strlen(after) >= SANDBOX_ID_MAX))
+		return api_reply_new_error(r->conn, SBX_E_INVALID_REQUEST, "starting_after",
+					   "starting_after must be a sandbox id");
+	if (sandbox_list(r->srv->svc, r->account_id, status, limit, after, &views, &n, &more,
+			 &err) < 0)
+		return api_reply_error(r->conn, &err);
+	struct json_object *data = json_object_new_array();
+	for (size_t i = 0; i < n; i++)
+		json_object_array_add(data, api_sandbox_encode(&views[i]));
+	free(views);
+	return api_reply_json(r->conn, 200, api_list_encode(data, more), 0, NULL);
+}
+
+enum MHD_Result api_usage_handle(struct req *r)
+{
+	const char *from_s = query(r->conn, "from"), *to_s = query(r->conn, "to");
+	const char *gran = query(r->conn, "granularity");
+	int64_t from = 0, to = 0;
+	struct sandbox_usage u;
+	struct sbx_error err;
+	enum MHD_Result ret;
+
+	sbx_error_clear(&err);
+	if (from_s && (sbx_rfc3339_parse(from_s, &from) < 0 || from <= 0))
+		return api_reply_new_error(
+		    r->conn, SBX_E_INVALID_REQUEST, "from",
+		    "from must be an RFC 3339 time like 2026-08-01T00:00:00Z");
+	if (to_s && (sbx_rfc3339_parse(to_s, &to) < 0 || to <= 0))
+		return api_reply_new_error(r->conn, SBX_E_INVALID_REQUEST, "to",
+					   "to must be an RFC 3339 time like 2026-09-01T00:00:00Z");
+	if (from && to && to <= from)
+		return api_reply_new_error(r->conn, SBX_E_INVALID_REQUEST, "to",
+					   "to must be later than from");
+	if (gran && strcmp(gran, "day") != 0 && strcmp(gran, "hour") != 0)
+		return api_reply_new_error(r->conn, SBX_E_INVALID_REQUEST, "granularity",
+					   "granularity must be 'day' or 'hour'");
+	memset(&u, 0, sizeof(u));
+	if (sandbox_usage(r->srv->svc, r->account_id, from, to, gran, &u, &err) < 0)
+		return api_reply_error(r->conn, &err);
+	ret = api_reply_json(r->conn, 200, api_usage_encode(&u), 0, NULL);
+	sandbox_usage_release(&u);
+	return ret;
+}
+
+/* ------------------------------------------------------------------- keys */
+
+enum MHD_Result api_keys_handle(struct req *r)
+{
+	struct sbx_error err;
+
+	sbx_error_clear(&err);
+	if (r->method == API_POST) {
+		struct sandbox_key key;
+		char secret[80], scopes[SANDBOX_SCOPES_MAX];
+		enum MHD_Result ret;
+		bool has_scopes;
+
+		if (api_key_create_decode(r->body.data, r->body.len, scopes, &has_scopes, &err) < 0)
+			return api_reply_error(r->conn, &err);
+		/* at most the creating key's scopes; all of them by default */
+		if (sandbox_key_create(r->srv->svc, r->account_id, has_scopes ? scopes : NULL,
+				       r->scopes, &key, secret, &err) < 0)
+			return api_reply_error(r->conn, &err);
+		ret = api_reply_json(r->conn, 201, api_key_encode(&key, secret), 0, NULL);
+		explicit_bzero(secret, sizeof(secret));
+		return ret;
+	}
+	struct sandbox_key *keys = NULL;
+	const char *after = query(r->conn, "starting_after");
+	size_t n = 0;
+	bool more = false;
+	int limit;
+	if (!query_limit(r, 100, &limit))
+		return api_reply_new_error(r->conn, SBX_E_INVALID_REQUEST, "limit",
+					   "limit must be an integer from 1 to 100");
+	if (after && (!after[0] || strlen(after) >= SANDBOX_ID_MAX))
+		return api_reply_new_error(r->conn, SBX_E_INVALID_REQUEST, "starting_after",
+					   "starting_after must be an API key id");
+	if (sandbox_key_list(r->srv->svc, r->account_id, limit, after, &keys, &n, &more, &err) < 0)
+		return api_reply_error(r->conn, &err);
+	struct json_object *data = json_object_new_array();
+	for (size_t i = 0; i < n; i++)
+		json_object_array_add(data, api_key_encode(&keys[i], NULL));
+	free(keys);
+	return api_reply_json(r->conn, 200, api_list_encode(data, more), 0, NULL);
+}
+
+enum MHD_Result api_key_revoke_handle(struct req *r)
+{
+	struct sbx_error err;
+	struct json_object *o;
+
+	sbx_error_clear(&err);
+	if (sandbox_key_revoke(r->srv->svc, r->account_id, r->id, r->scopes, &err) < 0)
+		return api_reply_error(r->conn, &err);
+	o = json_object_new_object();
+	json_object_object_add(o, "id", json_object_new_string(r->id));
+	json_object_object_add(o, "object", json_object_new_string("api_key"));
+	json_object_object_add(o, "revoked", json_object_new_boolean(true));
+	return api_reply_json(r->conn, 200, o, 0, NULL);
+}
+
+/* ------------------------------------------------------------- sandboxes */
+
+enum MHD_Result api_sandboxes_handle(struct req *r)
+{
+	if (r->method == API_GET)
+		return handle_list(r);
+	return api_create_handle(r);
+}
+
+enum MHD_Result api_sandbox_handle(struct req *r)
+{
+	struct sandbox_view v;
+	struct sbx_error err;
+
+	if (r->method != API_GET)
+		return api_async_run(r); /* DELETE: destroying a domain takes ~1 s */
+	sbx_error_clear(&err);
+	memset(&v, 0, sizeof(v));
+	if (sandbox_get(r->srv->svc, r->account_id, r->id, &v, &err) < 0)
+		return api_reply_error(r->conn, &err);
+	return api_reply_json(r->conn, 200, api_sandbox_encode(&v), 0, NULL);
+}
+
+enum MHD_Result api_extend_handle(struct req *r)
+{
+	struct sandbox_view v;
+	struct sbx_error err;
+	int minutes = 0;
+
+	sbx_error_clear(&err);
+	memset(&v, 0, sizeof(v));
+	if (api_extend_decode(r->body.data, r->body.len, r->srv->cfg, &minutes, &err) < 0)
+		return api_reply_error(r->conn, &err);
+	if (sandbox_extend(r->srv->svc, r->account_id, r->id, minutes, &v, &err) < 0)
+		return api_reply_error(r->conn, &err);
+	return api_reply_json(r->conn, 200, api_sandbox_encode(&v), 0, NULL);
+}
+
+enum MHD_Result api_limits_handle(struct req *r)
+{
+	struct sandbox_startup_stats st;
+
+	sandbox_startup_stats(r->srv->svc, &st);
+	return api_reply_json(r->conn, 200, api_limits_encode_stats(r->srv->cfg, &st), 0, NULL);
+}
+
+enum MHD_Result api_runtimes_handle(struct req *r)
+{
+	return api_reply_json(r->conn, 200, api_runtimes_encode(&r->srv->runtimes), 0, NULL);
+}
+
+/* ------------------------------------------------------------ executions */
+
+/* The one-shot execution routes (sandbox/execution.c). A POST runs on the
+ * pool (http_async.c). */
+enum MHD_Result api_executions_handle(struct req *r)
+{
+	if (r->method == API_GET)
+		return api_execution_list_handle(r);
+	return api_execution_handle(r);
+}
+
+enum MHD_Result api_execution_get_handle(struct req *r)
+{
+	struct sbx_error err;
+	char *out = NULL;
+
+	sbx_error_clear(&err);
+	if (sandbox_execution_get(r->srv->svc, r->account_id, r->id, &out, &err) < 0)
+		return api_reply_error(r->conn, &err);
+	return api_reply_text(r->conn, 200, out, "application/json");
+}
+
+enum MHD_Result api_receipt_handle(struct req *r)
+{
+	struct sbx_error err;
+	char *out = NULL;
+
+	sbx_error_clear(&err);
+	if (sandbox_receipt_get(r->srv->svc, r->account_id, r->id, &out, &err) < 0)
+		return api_reply_error(r->conn, &err);
+	return api_reply_text(r->conn, 200, out, "application/json");
+}
+
+enum MHD_Result api_receipt_key_handle(struct req *r)
+{
+	struct sbx_error err;
+	struct json_object *o;
+	char *out = NULL, *pem = NULL;
+
+	sbx_error_clear(&err);
+	if (sandbox_receipt_public_key(r->srv->svc, &out, &pem, &err) < 0)
+		return api_reply_error(r->conn, &err);
+	o = json_object_new_object();
+	json_object_object_add(o, "object", json_object_new_string("receipt_key"));
+	json_object_object_add(o, "algorithm", json_object_new_string("Ed25519"));
+	json_object_object_add(o, "signer", json_object_new_string(out));
+	json_object_object_add(o, "public_key_pem", json_object_new_string(pem));
+	free(out);
+	free(pem);
+	return api_reply_json(r->conn, 200, o, 0, NULL);
+}
+
+/* -------------------------------------------------- other files' routes */
+
+enum MHD_Result api_processes_route(struct req *r)
+{
+	return api_processes_handle(r, api_method_name(r->method));
+}
+
+/* A transfer holds its connection until its reply was sent, and streams
+ * its body (max_file_bytes, not max_body_bytes): from the headers on, the
+ * whole of it (body, work and reply) has file_transfer_timeout_ms, and the
+ * minimum-progress rule of http_files.c cuts a trickle sooner. */
+enum MHD_Result api_files_route(struct req *r)
+{
+	struct sbx_error err;
+
+	sbx_error_clear(&err);
+	if (api_req_slot_take(r, API_INFLIGHT_FILES, &err) < 0)
+		return api_reply_reject(r->conn, &err, NULL);
+	api_conn_deadline(r->conn, r->srv->cfg->file_transfer_timeout_ms);
+	return api_files_begin(r->srv->files, r->conn, api_method_name(r->method), r->account_id,
+			       r->id, &r->files);
+}
+
+enum MHD_Result api_static_route(struct req *r)
+{
+	return api_static_reply(r->conn, r->asset);
+}

@@ -1,0 +1,225 @@
+/* api/routes.c: the route table, the one place a route is written down
+ * (its path, methods, flags, scope, handler and metrics name), and what is
+ * derived from it: the resolver (with the path's {id}, {key_id}, {pid}),
+ * the Allow header of a 405, the scope check and the metrics label.
+ * http.c applies it in the check order of docs/api.md (route, method,
+ * auth, scope, body); tests/unit/test_routes.c compares it with
+ * docs/openapi.yaml both ways.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "http-priv.h"
+
+/* The largest pid a Linux guest gives (PID_MAX_LIMIT). */
+#define PID_MAX 4194304
+
+#define AUTH   API_ROUTE_AUTH
+#define BODY   API_ROUTE_BODY
+#define STREAM API_ROUTE_STREAM
+#define GET    API_GET
+#define PUT    API_PUT
+#define POST   API_POST
+#define DELETE API_DELETE
+
+/* Indexed by enum route; the order is that of the /metrics series. */
+static const struct api_route table[R_COUNT] = {
+    [R_NONE] = {NULL, 0, 0, API_SCOPE_NONE, NULL, "unknown"},
+    [R_SANDBOXES] = {"/v1/sandboxes", GET | POST, AUTH | BODY, API_SCOPE_NONE, api_sandboxes_handle,
+		     "sandboxes"},
+    [R_SANDBOX] = {"/v1/sandboxes/{id}", GET | DELETE, AUTH, API_SCOPE_NONE, api_sandbox_handle,
+		   "sandbox"},
+    [R_EXEC] = {"/v1/sandboxes/{id}/exec", POST, AUTH | BODY, API_SCOPE_NONE, api_exec_handle,
+		"exec"},
+    [R_EXTEND] = {"/v1/sandboxes/{id}/extend", POST, AUTH | BODY, API_SCOPE_NONE, api_extend_handle,
+		  "extend"},
+    [R_USAGE] = {"/v1/usage", GET, AUTH, API_SCOPE_NONE, api_usage_handle, "usage"},
+    [R_LIMITS] = {"/v1/limits", GET, 0, API_SCOPE_NONE, api_limits_handle, "limits"},
+    [R_RUNTIMES] = {"/v1/runtimes", GET, 0, API_SCOPE_NONE, api_runtimes_handle, "runtimes"},
+    [R_KEYS] = {"/v1/api_keys", GET | POST, AUTH | BODY, API_SCOPE_KEYS, api_keys_handle,
+		"api_keys"},
+    [R_KEY] = {"/v1/api_keys/{key_id}", DELETE, AUTH, API_SCOPE_KEYS, api_key_revoke_handle,
+	       "api_key"},
+    [R_EXECUTIONS] = {"/v1/sandbox/executions", GET | POST, AUTH | BODY, API_SCOPE_SANDBOXES,
+		      api_executions_handle, "executions"},
+    [R_EXECUTION] = {"/v1/sandbox/executions/{id}", GET, AUTH, API_SCOPE_SANDBOXES,
+		     api_execution_get_handle, "execution"},
+    [R_RECEIPT] = {"/v1/receipts/{id}", GET, AUTH, API_SCOPE_NONE, api_receipt_handle, "receipt"},
+    [R_RECEIPT_KEY] = {"/v1/receipts/public-key", GET, AUTH, API_SCOPE_NONE, api_receipt_key_handle,
+		       "receipt_key"},
+    [R_PROCESSES] = {"/v1/sandboxes/{id}/processes", GET | POST, AUTH | BODY, API_SCOPE_NONE,
+		     api_processes_route, "processes"},
+    [R_PROCESS_OUTPUT] = {"/v1/sandboxes/{id}/processes/{pid}/output", GET, AUTH, API_SCOPE_NONE,
+			  api_processes_route, "process_output"},
+    [R_PROCESS_STDIN] = {"/v1/sandboxes/{id}/processes/{pid}/stdin", POST, AUTH | BODY,
+			 API_SCOPE_NONE, api_processes_route, "process_stdin"},
+    [R_PROCESS_SIGNAL] = {"/v1/sandboxes/{id}/processes/{pid}/signal", POST, AUTH | BODY,
+			  API_SCOPE_NONE, api_processes_route, "process_signal"},
+    [R_FILES] = {"/v1/sandboxes/{id}/files", GET | PUT | DELETE, AUTH | STREAM, API_SCOPE_NONE,
+		 api_files_route, "files"},
+    /* api_assets[] (api/assets.h): found by api_static_find, not by path */
+    [R_STATIC] = {NULL, GET, 0, API_SCOPE_NONE, api_static_route, "static"},
+};
+
+const struct api_route *api_routes(size_t *n)
+{
+	*n = R_COUNT;
+	return table;
+}
+
+const struct api_route *api_route_get(enum route r)
+{
+	return (unsigned)r < R_COUNT ? &table[r] : &table[R_NONE];
+}
+
+/* ---------------------------------------------------------------- methods */
+
+static const char *const method_names[] = {"GET", "PUT", "POST", "DELETE"};
+
+unsigned api_method_bit(const char *method)
+{
+	for (size_t i = 0; i < SBX_ARRAY_SIZE(method_names); i++)
+		if (strcmp(method, method_names[i]) == 0)
+			return 1u << i;
+	return 0; /* HEAD, PATCH, OPTIONS...: answered by no route */
+}
+
+const char *api_method_name(unsigned bit)
+{
+	for (size_t i = 0; i < SBX_ARRAY_SIZE(method_names); i++)
+		if (bit == 1u << i)
+			return method_names[i];
+	return "";
+}
+
+const char *api_methods_allow(unsigned methods)
+{
+	/* each set of API_GET | API_PUT | API_POST | API_DELETE, in that order */
+	static const char *const allow[16] = {
+	    "",
+	    "GET",
+	    "PUT",
+	    "GET, PUT",
+	    "POST",
+	    "GET, POST",
+	    "PUT, POST",
+	    "GET, PUT, POST",
+	    "DELETE",
+	    "GET, DELETE",
+	    "PUT, DELETE",
+	    "GET, PUT, DELETE",
+	    "POST, DELETE",
+	    "GET, POST, DELETE",
+	    "PUT, POST, DELETE",
+	    "GET, PUT, POST, DELETE",
+	};
+
+	return allow[methods & 15u];
+}
+
+/* ---------------------------------------------------------------- resolve */
+
+/* One {pid} segment (n bytes): 2..PID_MAX, no leading zero. */
+static bool pid_parse(const char *s, size_t n, uint32_t *pid)
+{
+	unsigned long v = 0;
+
+	if (n == 0 || s[0] < '1' || s[0] > '9')
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return false;
+		v = v * 10 + (unsigned long)(s[i] - '0');
+		if (v > PID_MAX)
+			return false;
+	}
+	if (v < 2)
+		return false;
+	*pid = (uint32_t)v;
+	return true;
+}
+
+/* Does `url` match the pattern? Each "{name}" takes one non-empty segment:
+ * {pid} a pid, any other an id shorter than SANDBOX_ID_MAX (a longer one
+ * is no route: 404 either way). *params counts them. */
+static bool match(const char *pat, const char *url, char id[SANDBOX_ID_MAX], uint32_t *pid,
+		  int *params)
+{
+	*params = 0;
+	while (*pat) {
+		if (*pat != '{') {
+			if (*pat++ != *url++)
+				return false;
+			continue;
+		}
+		size_t n = strcspn(url, "/");
+		if (strncmp(pat, "{pid}", 5) == 0) {
+			if (!pid_parse(url, n, pid))
+				return false;
+		} else {
+			if (n == 0 || n >= SANDBOX_ID_MAX)
+				return false;
+			memcpy(id, url, n);
+			id[n] = '\0';
+		}
+		(*params)++;
+		pat = strchr(pat, '}') + 1;
+		url += n;
+	}
+	return *url == '\0';
+}
+
+enum route api_route_resolve(const char *url, char id[SANDBOX_ID_MAX], uint32_t *pid)
+{
+	enum route best = R_NONE;
+	int best_params = 0;
+
+	/* A literal path wins over a pattern that also matches it
+	 * (/v1/receipts/public-key over /v1/receipts/{id}). */
+	for (int i = 0; i < R_COUNT; i++) {
+		char tid[SANDBOX_ID_MAX] = "";
+		uint32_t tpid = 0;
+		int params;
+
+		if (!table[i].path || !match(table[i].path, url, tid, &tpid, &params))
+			continue;
+		if (best != R_NONE && params >= best_params)
+			continue;
+		best = (enum route)i;
+		best_params = params;
+		snprintf(id, SANDBOX_ID_MAX, "%s", tid);
+		*pid = tpid;
+	}
+	return best;
+}
+
+const char *api_route_methods(const char *url)
+{
+	char id[SANDBOX_ID_MAX];
+	uint32_t pid;
+	enum route r = api_route_resolve(url, id, &pid);
+
+	if (r == R_NONE && api_static_find(url) >= 0)
+		r = R_STATIC;
+	return api_methods_allow(table[r].methods);
+}
+
+/* ------------------------------------------------------------------ scope */
+
+/* The one use of the scope column. */
+int api_route_scope_check(const struct api_route *rt, const char *scopes, struct sbx_error *err)
+{
+	static const char *const names[] = {
+	    [API_SCOPE_NONE] = NULL,
+	    [API_SCOPE_SANDBOXES] = "sandboxes",
+	    [API_SCOPE_KEYS] = "keys",
+	};
+	const char *scope = names[rt->scope];
+
+	if (scope && !sandbox_scopes_have(scopes, scope))
+		return sbx_error_set(err, SBX_E_PERMISSION, NULL,
+				     "this API key lacks the '%s' scope; create a key with "
+				     "'admin create-key ACCOUNT --scope %s'",
+				     scope, scope);
+	return 0;
+}
