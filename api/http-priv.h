@@ -1,6 +1,8 @@
-/* api/http-priv.h: what the files of the HTTP server (api/http*.c) share:
- * the server and request structs, the reply helpers and the entry points of
- * each use case's file. Not for other modules.
+/* api/http-priv.h: what the files of the HTTP server (api/http*.c,
+ * routes.c, reply.c, metrics.c) share: the server and request structs, the
+ * route table, the reply helpers and the entry points of each use case's
+ * file. Not for other modules (tests/unit/test_routes.c and test_api_http.c
+ * read the route table).
  *
  * Locking: srv->lock guards the server's counters, the list of suspended
  * requests and every request's exec state (state, result, refs). It is
