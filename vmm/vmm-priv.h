@@ -45,6 +45,7 @@ struct vmm {
 	char *virt_type; /* test override, NULL normally */
 	enum vmm_transport transport;
 	unsigned tb_cache_mib;
+	unsigned host_cpus; /* virNodeGetInfo at vmm_new; 0 when unknown */
 	bool free_page_reporting;
 	uint64_t console_log_max;
 	bool kvm;
