@@ -819,7 +819,7 @@ struct vmm_vm *vmm_vm_start(struct vmm *v, const struct vmm_guest_spec *spec, st
 	    .cmdline = v->cmdline,
 	    .run_dir = v->run_dir,
 	    .tb_cache_mib = v->tb_cache_mib,
-	    .host_cpus = v->host_cpus,
+	    .host_cpus = atomic_load(&v->cpu_bound_refused) ? 0 : v->host_cpus,
 	    .free_page_reporting = v->free_page_reporting,
 	};
 	pthread_mutex_lock(&v->lock);
@@ -847,6 +847,20 @@ struct vmm_vm *vmm_vm_start(struct vmm *v, const struct vmm_guest_spec *spec, st
 	}
 	int64_t t0 = sbx_mono_ms();
 	virDomainPtr dom = virDomainCreateXML(vmm_conn(v), xml, 0);
+	if (!dom && cfg.host_cpus >= 2 && strstr(vmm_lv_msg(), "cgroup")) {
+		/* A host without the cgroup cpu controller cannot bound a
+		 * guest's CPU (docs/vmm.md, "CPU bound"): say so once, and
+		 * start this guest and the next without the bound. */
+		if (!atomic_exchange(&v->cpu_bound_refused, true))
+			sbx_warn(MOD,
+				 "'%s' refused the guests' CPU bound (%s): guests run unbounded",
+				 v->uri, vmm_lv_msg());
+		cfg.host_cpus = 0;
+		free(xml);
+		xml = vmm_domain_xml_typed(&cfg, name, spec, vt ? vt : (v->kvm ? "kvm" : "qemu"),
+					   v->kvm);
+		dom = xml ? virDomainCreateXML(vmm_conn(v), xml, 0) : NULL;
+	}
 	if (!dom) {
 		bool busy = vmm_lv_resource_error();
 		sbx_err(MOD, "create domain '%s' failed: %s", name, vmm_lv_msg());
