@@ -33,8 +33,7 @@
 #define VMM_ID_MAX     128
 #define VMM_PREFIX_MAX (VMM_NAME_MAX - 12)
 /* The CPU bound's accounting period (cgroup cpu.cfs_period_us): 100 ms,
- * the kernel's default, long enough that a burst (a boot, an exec) of an
- * otherwise idle guest is never cut. */
+ * the kernel's default. */
 #define VMM_CPU_PERIOD_US 100000u
 
 extern char **environ;
@@ -309,8 +308,9 @@ static int vmm_xml_build(struct sbx_buf *b, const struct vmm_config *cfg, const 
 				       "<model fallback='forbid'>qemu64</model></cpu>\n");
 	/* The CPU bound (vmm.h, host_cpus): a guest, whatever it runs or
 	 * sends, always leaves one CPU to the rest of the host (the daemon,
-	 * libvirtd and the other guests). A guest of one vCPU on two host
-	 * CPUs is never held back by it. */
+	 * libvirtd and the other guests). It only holds a guest that keeps
+	 * more than host_cpus - 1 CPUs busy: one busy vCPU on a 2-CPU host
+	 * (a boot, an exec) fits. */
 	if (cfg->host_cpus >= 2)
 		r |= sbx_buf_printf(b,
 				    "  <cputune>\n"
