@@ -13,6 +13,9 @@
  * transport, SBX_TEST_TRANSPORT=stream, it has the credit window anyway,
  * confirmed by the host's PINGs: docs/vmm.md).
  *
+ * SBX_BENCH_PHASES (a comma-separated list, default all) runs only the
+ * phases named (the idle one always runs first, for the ratios).
+ *
  *   make bench && SBX_TEST_IMAGE_DIR=$PWD/build/images/tiny \
  *     SBX_BIN=$PWD/bin/sandboxd build/bench/hostile
  *
@@ -194,6 +197,24 @@ static void report(const char *phase, struct lat *l, int64_t idle_usage_p99, int
 	fflush(stdout);
 }
 
+/* Whether SBX_BENCH_PHASES (comma-separated; unset: all) names phase. */
+static bool phase_wanted(const char *phase)
+{
+	const char *list = getenv("SBX_BENCH_PHASES");
+	size_t n = strlen(phase);
+
+	if (!list || !list[0])
+		return true;
+	for (const char *p = list; *p;) {
+		size_t len = strcspn(p, ",");
+
+		if (len == n && strncmp(p, phase, n) == 0)
+			return true;
+		p += len + (p[len] == ',');
+	}
+	return false;
+}
+
 /* exec `echo` in sandbox id until it answers 200, up to 30 s. */
 static int wait_ok(const char *key, const char *id)
 {
@@ -255,6 +276,8 @@ int main(void)
 	for (size_t i = 0; i < SBX_ARRAY_SIZE(phases); i++) {
 		struct hostile h = {.how = phases[i], .lock = PTHREAD_MUTEX_INITIALIZER};
 
+		if (!phase_wanted(phases[i]))
+			continue;
 		if (create_sandbox(d.key, h.id, sizeof(h.id)) < 0) {
 			printf("%-13s (A's sandbox did not start)\n", phases[i]);
 			continue;

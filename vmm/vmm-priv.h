@@ -29,6 +29,7 @@ int vmm_priv_metadata_id(const char *xml, char *out, size_t outlen);
  * modules) ---- */
 #ifdef LIBVIRT_H
 #include <pthread.h>
+#include <stdatomic.h>
 
 /* Connection bookkeeping limits (struct vmm below). */
 #define VMM_OLD_CONNS  16
@@ -45,6 +46,10 @@ struct vmm {
 	char *virt_type; /* test override, NULL normally */
 	enum vmm_transport transport;
 	unsigned tb_cache_mib;
+	unsigned host_cpus; /* virNodeGetInfo at vmm_new; 0 when unknown */
+	/* the host refused <cputune> (no cgroup cpu controller): no CPU
+	 * bound from then on (vmm_vm_start) */
+	atomic_bool cpu_bound_refused;
 	bool free_page_reporting;
 	uint64_t console_log_max;
 	bool kvm;

@@ -32,6 +32,9 @@
 #define VMM_XML_MAX    (64 * 1024)
 #define VMM_ID_MAX     128
 #define VMM_PREFIX_MAX (VMM_NAME_MAX - 12)
+/* The CPU bound's accounting period (cgroup cpu.cfs_period_us): 100 ms,
+ * the kernel's default. */
+#define VMM_CPU_PERIOD_US 100000u
 
 extern char **environ;
 
@@ -303,6 +306,19 @@ static int vmm_xml_build(struct sbx_buf *b, const struct vmm_config *cfg, const 
 	else
 		r |= sbx_buf_printf(b, "  <cpu mode='custom' match='exact' check='none'>"
 				       "<model fallback='forbid'>qemu64</model></cpu>\n");
+	/* The CPU bound (vmm.h, host_cpus): a guest, whatever it runs or
+	 * sends, always leaves one CPU to the rest of the host (the daemon,
+	 * libvirtd and the other guests). It only holds a guest that keeps
+	 * more than host_cpus - 1 CPUs busy: one busy vCPU on a 2-CPU host
+	 * (a boot, an exec) fits. */
+	if (cfg->host_cpus >= 2)
+		r |= sbx_buf_printf(b,
+				    "  <cputune>\n"
+				    "    <global_period>%u</global_period>\n"
+				    "    <global_quota>%llu</global_quota>\n"
+				    "  </cputune>\n",
+				    VMM_CPU_PERIOD_US,
+				    (unsigned long long)(cfg->host_cpus - 1) * VMM_CPU_PERIOD_US);
 	r |= sbx_buf_printf(b, "  <clock offset='utc'/>\n"
 			       "  <on_poweroff>destroy</on_poweroff>\n"
 			       "  <on_reboot>destroy</on_reboot>\n"
@@ -624,7 +640,14 @@ struct vmm *vmm_new(const struct vmm_config *cfg, struct sbx_error *err)
 			      "the hypervisor is unreachable; try again later");
 		goto err_loop;
 	}
-	sbx_info(MOD, "connected to '%s', accel %s", v->uri, kvm ? "kvm" : "tcg");
+	virNodeInfo node;
+	if (virNodeGetInfo(v->conn, &node) == 0)
+		v->host_cpus = node.cpus;
+	else
+		sbx_warn(MOD, "'%s': no node info (%s): guests get no CPU bound", v->uri,
+			 vmm_lv_msg());
+	sbx_info(MOD, "connected to '%s', accel %s, %u host CPUs", v->uri, kvm ? "kvm" : "tcg",
+		 v->host_cpus);
 	if (remote)
 		vmm_storage_init(v);
 	return v;
@@ -796,6 +819,7 @@ struct vmm_vm *vmm_vm_start(struct vmm *v, const struct vmm_guest_spec *spec, st
 	    .cmdline = v->cmdline,
 	    .run_dir = v->run_dir,
 	    .tb_cache_mib = v->tb_cache_mib,
+	    .host_cpus = atomic_load(&v->cpu_bound_refused) ? 0 : v->host_cpus,
 	    .free_page_reporting = v->free_page_reporting,
 	};
 	pthread_mutex_lock(&v->lock);
@@ -823,6 +847,20 @@ struct vmm_vm *vmm_vm_start(struct vmm *v, const struct vmm_guest_spec *spec, st
 	}
 	int64_t t0 = sbx_mono_ms();
 	virDomainPtr dom = virDomainCreateXML(vmm_conn(v), xml, 0);
+	if (!dom && cfg.host_cpus >= 2 && strstr(vmm_lv_msg(), "cgroup")) {
+		/* A host without the cgroup cpu controller cannot bound a
+		 * guest's CPU (docs/vmm.md, "CPU bound"): say so once, and
+		 * start this guest and the next without the bound. */
+		if (!atomic_exchange(&v->cpu_bound_refused, true))
+			sbx_warn(MOD,
+				 "'%s' refused the guests' CPU bound (%s): guests run unbounded",
+				 v->uri, vmm_lv_msg());
+		cfg.host_cpus = 0;
+		free(xml);
+		xml = vmm_domain_xml_typed(&cfg, name, spec, vt ? vt : (v->kvm ? "kvm" : "qemu"),
+					   v->kvm);
+		dom = xml ? virDomainCreateXML(vmm_conn(v), xml, 0) : NULL;
+	}
 	if (!dom) {
 		bool busy = vmm_lv_resource_error();
 		sbx_err(MOD, "create domain '%s' failed: %s", name, vmm_lv_msg());

@@ -74,6 +74,12 @@ struct vmm_config {
 	bool free_page_reporting; /* virtio balloon that only reports freed
 				   * pages to the host (docs/vmm.md) */
 	uint64_t console_log_max; /* bytes of guest console kept per domain */
+	/* The host's CPUs (vmm_new asks the host's libvirtd; a caller of
+	 * vmm_domain_xml sets it). From 2 up, every guest's threads together
+	 * (vCPUs and emulator) get at most host_cpus - 1 CPUs' worth of time:
+	 * <cputune> global_period/global_quota (docs/vmm.md, "CPU bound").
+	 * 0 or 1: no bound. */
+	unsigned host_cpus;
 };
 
 /* What one guest looks like. */

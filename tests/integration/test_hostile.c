@@ -312,6 +312,81 @@ static void blackhole_fails_only_that_exec(void **state)
 	delete_sandbox(id);
 }
 
+struct proc_call {
+	const char *id;
+	int status;
+	int64_t ms;
+};
+
+static void *proc_call_main(void *arg)
+{
+	struct proc_call *c = arg;
+	struct http_reply r;
+	char path[128];
+	int64_t t0 = sbx_mono_ms();
+
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s/processes", c->id);
+	c->status = http_request(&d, "GET", path, d.key, NULL, NULL, 0, &r) == 0 ? r.status : -1;
+	c->ms = sbx_mono_ms() - t0;
+	http_reply_free(&r);
+	return NULL;
+}
+
+/* Issue 24 (fair share): background-process calls hold one of the
+ * account's `processes_in_flight_per_account` (8) slots until the guest
+ * answers. A guest that stopped reading answers none: eight calls park,
+ * the ninth is 429 rate_limited with Retry-After: 1 at once (before the
+ * sandbox is looked up: an unknown sandbox is 429 too), another account is
+ * served meanwhile, and the slots come back when the parked calls end. */
+static void processes_calls_past_the_cap_are_429(void **state)
+{
+	char id[64], path[128];
+	struct proc_call c[8];
+	pthread_t t[8];
+	struct http_reply r;
+
+	(void)state;
+	assert_int_equal(create_sandbox(d.key, id, sizeof(id)), 0);
+	r = exec_as(d.key, id, "true", 1000, "stop_reading");
+	assert_int_equal(r.status, 500); /* never answered: its backstop */
+	http_reply_free(&r);
+	for (int i = 0; i < 8; i++) {
+		c[i] = (struct proc_call){.id = id};
+		assert_int_equal(pthread_create(&t[i], NULL, proc_call_main, &c[i]), 0);
+	}
+	usleep(1000 * 1000); /* all eight accepted and parked */
+	int64_t t0 = sbx_mono_ms();
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s/processes", id);
+	assert_int_equal(http_request(&d, "GET", path, d.key, NULL, NULL, 0, &r), 0);
+	assert_int_equal(r.status, 429);
+	assert_string_equal(jerr(r.json, "type"), "rate_limited");
+	assert_non_null(strstr(r.body, "processes calls"));
+	assert_non_null(strcasestr(r.headers, "Retry-After: 1"));
+	http_reply_free(&r);
+	assert_int_equal(http_request(&d, "GET", "/v1/sandboxes/sbx_nosuchsandbox/processes", d.key,
+				      NULL, NULL, 0, &r),
+			 0);
+	assert_int_equal(r.status, 429);
+	http_reply_free(&r);
+	assert_true(sbx_mono_ms() - t0 < 2000); /* answered at once, not parked */
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s/processes", sbx_b);
+	assert_int_equal(http_request(&d, "GET", path, key_b, NULL, NULL, 0, &r), 0);
+	assert_int_equal(r.status, 200);
+	http_reply_free(&r);
+	for (int i = 0; i < 8; i++) {
+		pthread_join(t[i], NULL);
+		fprintf(stderr, "   parked processes call %d: %d after %lld ms\n", i, c[i].status,
+			(long long)c[i].ms);
+		assert_true(c[i].status >= 500); /* the deaf guest never answered */
+	}
+	assert_int_equal(http_request(&d, "GET", "/v1/sandboxes/sbx_nosuchsandbox/processes", d.key,
+				      NULL, NULL, 0, &r),
+			 0);
+	assert_int_equal(r.status, 404); /* the slots came back */
+	http_reply_free(&r);
+	delete_sandbox(id);
+}
+
 /* Frames for exec ids the host never gave: a protocol violation. The exec
  * fails, the sandbox ends as failed. */
 static void unknown_ids_fail_the_sandbox(void **state)
@@ -960,6 +1035,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(blackhole_fails_only_that_exec),
+	    cmocka_unit_test(processes_calls_past_the_cap_are_429),
 	    cmocka_unit_test(unknown_ids_fail_the_sandbox),
 	    cmocka_unit_test(hello_flood_fails_the_sandbox),
 	    cmocka_unit_test(stop_reading_fails_the_sandbox),

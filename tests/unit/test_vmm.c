@@ -106,6 +106,40 @@ static void test_xml_without_free_page_reporting(void **state)
 	free(x);
 }
 
+/* A guest's threads together never get more than host_cpus - 1 CPUs, so
+ * a guest that floods its channel (or just computes) always leaves a CPU
+ * to the daemon, libvirtd and the other guests (docs/vmm.md, "CPU
+ * bound"); no bound when the host's size is unknown or one CPU. */
+static void test_xml_cpu_bound(void **state)
+{
+	(void)state;
+	struct vmm_config c = xml_cfg();
+	struct vmm_guest_spec s = {.vcpus = 2, .memory_mib = 256};
+	c.host_cpus = 2;
+	char *x = vmm_domain_xml(&c, "t-vmm-a", &s, false);
+	assert_non_null(x);
+	assert_non_null(strstr(x, "  <cputune>\n"
+				  "    <global_period>100000</global_period>\n"
+				  "    <global_quota>100000</global_quota>\n"
+				  "  </cputune>\n"));
+	assert_int_equal(count(x, "<cputune>"), 1);
+	free(x);
+
+	c.host_cpus = 8;
+	x = vmm_domain_xml(&c, "t-vmm-a", &s, true);
+	assert_non_null(x);
+	assert_non_null(strstr(x, "<global_quota>700000</global_quota>"));
+	free(x);
+
+	for (unsigned n = 0; n < 2; n++) {
+		c.host_cpus = n;
+		x = vmm_domain_xml(&c, "t-vmm-a", &s, false);
+		assert_non_null(x);
+		assert_null(strstr(x, "cputune"));
+		free(x);
+	}
+}
+
 static void test_xml_kvm_and_tb_cache(void **state)
 {
 	(void)state;
@@ -1007,6 +1041,7 @@ int main(void)
 	    cmocka_unit_test(test_xml_tcg),
 	    cmocka_unit_test(test_xml_without_free_page_reporting),
 	    cmocka_unit_test(test_xml_kvm_and_tb_cache),
+	    cmocka_unit_test(test_xml_cpu_bound),
 	    cmocka_unit_test(test_xml_disk_only_with_base),
 	    cmocka_unit_test(test_xml_escaping),
 	    cmocka_unit_test(test_names),
