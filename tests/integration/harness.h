@@ -41,6 +41,12 @@ struct daemon {
 	char prefix[32];
 	char key[128];
 	char account_id[64];
+	/* Benches that compare two builds (bench/bench.h, SBX_BENCH_BASE_BIN):
+	 * the binary this daemon runs (NULL = SBX_BIN), and a tag that keeps
+	 * its state dir and domain prefix apart from the other daemon's of
+	 * the same process ("" = none). */
+	const char *bin;
+	char tag[8];
 };
 
 struct http_reply {
@@ -84,8 +90,9 @@ static inline void daemon_config_image(struct daemon *d, const char *img, const 
 	char path[512];
 	FILE *f;
 
-	snprintf(d->prefix, sizeof(d->prefix), "t%d-", (int)getpid());
-	snprintf(d->state_dir, sizeof(d->state_dir), "/var/lib/sandboxd-test/%d", (int)getpid());
+	snprintf(d->prefix, sizeof(d->prefix), "t%d%s-", (int)getpid(), d->tag);
+	snprintf(d->state_dir, sizeof(d->state_dir), "/var/lib/sandboxd-test/%d%s", (int)getpid(),
+		 d->tag);
 	snprintf(path, sizeof(path), "mkdir -p -m 0755 /var/lib/sandboxd-test %s/images",
 		 d->state_dir);
 	if (run_cmd(path) != 0)
@@ -199,7 +206,8 @@ static inline json_object *daemon_admin(struct daemon *d, const char *args)
 	size_t n;
 	FILE *p;
 
-	snprintf(cmd, sizeof(cmd), "%s admin %s --config %s", sbx_bin(), args, d->config);
+	snprintf(cmd, sizeof(cmd), "%s admin %s --config %s", d->bin ? d->bin : sbx_bin(), args,
+		 d->config);
 	p = popen(cmd, "r");
 	if (!p)
 		return NULL;
@@ -243,8 +251,8 @@ static inline int daemon_start(struct daemon *d)
 		dup2(fds[1], 1);
 		close(fds[0]);
 		close(fds[1]);
-		execl(sbx_bin(), "sandboxd", "serve", "--config", d->config, "--listen",
-		      "127.0.0.1:0", (char *)NULL);
+		execl(d->bin ? d->bin : sbx_bin(), "sandboxd", "serve", "--config", d->config,
+		      "--listen", "127.0.0.1:0", (char *)NULL);
 		_exit(127);
 	}
 	close(fds[1]);
