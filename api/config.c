@@ -43,6 +43,11 @@ static int parse_transport(const char *w, void *out)
 	return config_transport_parse(w, out);
 }
 
+static int parse_log_format(const char *w, void *out)
+{
+	return config_log_format_parse(w, out);
+}
+
 /* "" is the automatic choice (sandbox_execution_runner). */
 static int parse_runner(const char *w, void *out)
 {
@@ -82,7 +87,7 @@ static const struct key_spec keys[] = {
     STR(base_image),
     STR(kernel_cmdline),
     ENUM(transport, parse_transport, "'stream' or 'socket'"),
-    STR(log_format),
+    ENUM(log_format, parse_log_format, "'text' or 'json'"),
     STR(exec_user),
     NUM(tb_cache_mib, K_UINT),
     NUM(free_page_reporting, K_BOOL),

@@ -30,6 +30,10 @@ static const char *const runner_names[] = {
     [CONFIG_RUNNER_DEV_PROCESS] = "dev-process",
     [CONFIG_RUNNER_MOCK] = "mock",
 };
+static const char *const log_format_names[] = {
+    [SBX_LOG_TEXT] = "text",
+    [SBX_LOG_JSON] = "json",
+};
 
 /* The index of s among names[first..n), or -1. */
 static int word_index(const char *const *names, size_t first, size_t n, const char *s)
@@ -72,6 +76,16 @@ int config_transport_parse(const char *s, enum config_transport *out)
 int config_runner_parse(const char *s, enum config_runner *out)
 {
 	PARSE(runner_names, CONFIG_RUNNER_LIBVIRT, s, out);
+}
+
+int config_log_format_parse(const char *s, enum sbx_log_format *out)
+{
+	PARSE(log_format_names, 0, s, out);
+}
+
+const char *config_log_format_name(enum sbx_log_format f)
+{
+	return word_of(log_format_names, SBX_ARRAY_SIZE(log_format_names), (unsigned)f);
 }
 
 const char *config_mode_name(enum config_mode m)
@@ -122,7 +136,7 @@ void sandbox_config_defaults(struct sandbox_config *cfg)
 	cfg->accel = VMM_ACCEL_AUTO;
 	cfg->allow_tcg = false;
 	cfg->transport = CONFIG_TRANSPORT_SOCKET;
-	snprintf(cfg->log_format, sizeof(cfg->log_format), "text");
+	cfg->log_format = SBX_LOG_TEXT;
 	/* 32 MiB instead of QEMU's 1 GiB cap: ~31 MiB of code cache per guest
 	 * instead of 46 idle and 371 after a build session, for ~30-65% more
 	 * time in code-heavy work under TCG (docs/benchmarks.md). */

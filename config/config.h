@@ -40,10 +40,12 @@ int config_mode_parse(const char *s, enum config_mode *out);
 int config_accel_parse(const char *s, enum vmm_accel *out);
 int config_transport_parse(const char *s, enum config_transport *out); /* never UNSET */
 int config_runner_parse(const char *s, enum config_runner *out);       /* never AUTO */
+int config_log_format_parse(const char *s, enum sbx_log_format *out);
 const char *config_mode_name(enum config_mode m);
 const char *config_accel_name(enum vmm_accel a);
 const char *config_transport_name(enum config_transport t); /* UNSET: "" */
 const char *config_runner_name(enum config_runner r);	    /* AUTO: "" */
+const char *config_log_format_name(enum sbx_log_format f);
 /* The vmm transport of a resolved one (UNSET reads as socket). */
 enum vmm_transport config_transport_vmm(enum config_transport t);
 
@@ -103,7 +105,7 @@ struct sandbox_config {
 	char base_image[PATH_MAX]; /* "" = initramfs only (tiny image) */
 	char kernel_cmdline[256];
 	enum config_transport transport; /* stream | socket */
-	char log_format[8];		 /* "text" | "json" (util's logger) */
+	enum sbx_log_format log_format;	 /* text | json (util's logger) */
 	unsigned tb_cache_mib;
 	bool free_page_reporting; /* true */
 

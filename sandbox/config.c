@@ -8,11 +8,6 @@
 
 #include "sandbox-priv.h"
 
-static bool one_of(const char *v, const char *a, const char *b, const char *c)
-{
-	return strcmp(v, a) == 0 || strcmp(v, b) == 0 || (c && strcmp(v, c) == 0);
-}
-
 static bool host_name_valid(const char *name)
 {
 	size_t n = strlen(name);
@@ -108,7 +103,7 @@ int sandbox_config_validate(const struct sandbox_config *cfg, struct sbx_error *
 	    cfg->accel != VMM_ACCEL_TCG)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "accel",
 				     "accel must be 'auto', 'kvm' or 'tcg'");
-	if (!one_of(cfg->log_format, "text", "json", NULL))
+	if (cfg->log_format != SBX_LOG_TEXT && cfg->log_format != SBX_LOG_JSON)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "log_format",
 				     "log_format must be 'text' or 'json'");
 	if (cfg->transport != CONFIG_TRANSPORT_STREAM && cfg->transport != CONFIG_TRANSPORT_SOCKET)

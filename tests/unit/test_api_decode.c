@@ -600,6 +600,10 @@ static void test_config_enums(void **state)
 	     offsetof(struct sandbox_config, execution_runner), CONFIG_RUNNER_DEV_PROCESS},
 	    {"{\"execution_runner\": \"mock\"}", offsetof(struct sandbox_config, execution_runner),
 	     CONFIG_RUNNER_MOCK},
+	    {"{\"log_format\": \"text\"}", offsetof(struct sandbox_config, log_format),
+	     SBX_LOG_TEXT},
+	    {"{\"log_format\": \"json\"}", offsetof(struct sandbox_config, log_format),
+	     SBX_LOG_JSON},
 	};
 	static const struct {
 		const char *json;
@@ -616,6 +620,7 @@ static void test_config_enums(void **state)
 	    {"{\"transport\": \"\"}", "transport", "transport must be 'stream' or 'socket'"},
 	    {"{\"execution_runner\": \"docker\"}", "execution_runner",
 	     "execution_runner must be 'libvirt', 'dev-process' or 'mock'"},
+	    {"{\"log_format\": \"xml\"}", "log_format", "log_format must be 'text' or 'json'"},
 	    {"{\"hosts\": [{\"name\": \"h1\", \"transport\": \"tcp\"}]}", "hosts",
 	     "host 'h1': transport must be 'stream' or 'socket'"},
 	};
@@ -650,6 +655,7 @@ static void test_config_enums(void **state)
 	assert_string_equal(config_accel_name(VMM_ACCEL_TCG), "tcg");
 	assert_string_equal(config_transport_name(CONFIG_TRANSPORT_SOCKET), "socket");
 	assert_string_equal(config_runner_name(CONFIG_RUNNER_DEV_PROCESS), "dev-process");
+	assert_string_equal(config_log_format_name(SBX_LOG_JSON), "json");
 	/* auto: libvirt, or mock in development without a libvirt URI */
 	assert_int_equal(sandbox_execution_runner(&c), CONFIG_RUNNER_LIBVIRT);
 	c.libvirt_uri[0] = '\0';
