@@ -437,10 +437,8 @@ int main(void)
 				printf("(create %d took the %s path)\n", i, path);
 			api_delete(id);
 		}
-		if (!remote)
-			continue;
 		cur = &rd;
-		if (wait_pool(2, 120000) == 0) {
+		if (remote && wait_pool(2, 120000) == 0) {
 			t0 = sbx_mono_ms();
 			if (api_create(id, NULL, path) == 201) {
 				rwarm[nrw++] = sbx_mono_ms() - t0;
