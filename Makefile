@@ -38,7 +38,7 @@ CLI_SRCS := $(wildcard cli/*.c)
 CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
 CLI_LIBS  = $(shell pkg-config --libs libcurl json-c libcrypto 2>/dev/null) -pthread
 
-GUEST_SRCS := $(wildcard agentless/guest/*.c) agentless/wire.c
+GUEST_SRCS := $(wildcard guest/*.c) agentless/wire.c
 GUEST_INIT := $(BUILD)/guest/sandboxd-init
 
 UNIT_SRCS  := $(wildcard tests/unit/test_*.c)
@@ -146,8 +146,8 @@ $(BIN)/sbx: $(CLI_OBJS) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $(CLI_OBJS) $(LIB) $(CLI_LIBS)
 
-# PID 1 of every guest: static, libc only.
-$(GUEST_INIT): $(GUEST_SRCS) agentless/wire.h
+# PID 1 of every guest (guest/, a program of its own): static, libc only.
+$(GUEST_INIT): $(GUEST_SRCS) guest/init.h agentless/wire.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Wshadow -Wvla $(WERROR) -I. -static \
 		-o $@ $(GUEST_SRCS)
@@ -180,9 +180,9 @@ $(BUILD)/tests/test_sdk_typescript: node_modules/.package-lock.json
 $(BUILD)/tests/test_cli: $(BIN)/sbx
 # The guest side is a static program of its own: link its serve.c in, built
 # so that it decodes but starts nothing (SBX_GUEST_FUZZ).
-$(BUILD)/tests/fuzz_guest: tests/fuzz/fuzz_guest.c tests/fuzz/replay.c agentless/guest/serve.c agentless/guest/hostile.c agentless/guest/files.c agentless/guest/proc.c $(LIB)
+$(BUILD)/tests/fuzz_guest: tests/fuzz/fuzz_guest.c tests/fuzz/replay.c guest/serve.c guest/hostile.c guest/files.c guest/proc.c $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -DSBX_GUEST_FUZZ -o $@ $< tests/fuzz/replay.c agentless/guest/serve.c agentless/guest/hostile.c agentless/guest/files.c agentless/guest/proc.c \
+	$(CC) $(CFLAGS) -DSBX_GUEST_FUZZ -o $@ $< tests/fuzz/replay.c guest/serve.c guest/hostile.c guest/files.c guest/proc.c \
 		$(LIB) $(LDLIBS)
 $(BUILD)/tests/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(LIB)
 	@mkdir -p $(dir $@)

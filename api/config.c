@@ -14,40 +14,80 @@
 #define CONFIG_MAX_BYTES (1024 * 1024)
 #define CONFIG_MAX_DEPTH 8
 
-enum key_type { K_STR, K_BOOL, K_INT, K_UINT, K_U32, K_U64, K_SIZE, K_DOUBLE };
+enum key_type { K_STR, K_BOOL, K_INT, K_UINT, K_U32, K_U64, K_SIZE, K_DOUBLE, K_ENUM };
 
 struct key_spec {
 	const char *name;
 	enum key_type type;
 	size_t offset;
 	size_t size; /* K_STR: buffer size */
+	/* K_ENUM: the word to its enum (config.h), and the words for the
+	 * error ("'a' or 'b'"). */
+	int (*parse)(const char *word, void *out);
+	const char *words;
 };
+
+/* The enum keys: each word parsed once, here (config/config.h). */
+static int parse_mode(const char *w, void *out)
+{
+	return config_mode_parse(w, out);
+}
+
+static int parse_accel(const char *w, void *out)
+{
+	return config_accel_parse(w, out);
+}
+
+static int parse_transport(const char *w, void *out)
+{
+	return config_transport_parse(w, out);
+}
+
+static int parse_log_format(const char *w, void *out)
+{
+	return config_log_format_parse(w, out);
+}
+
+/* "" is the automatic choice (sandbox_execution_runner). */
+static int parse_runner(const char *w, void *out)
+{
+	if (!w[0]) {
+		*(enum config_runner *)out = CONFIG_RUNNER_AUTO;
+		return 0;
+	}
+	return config_runner_parse(w, out);
+}
 
 #define STR(f)                                                                                     \
 	{                                                                                          \
-#f, K_STR, offsetof(struct sandbox_config, f),                                     \
-		    sizeof(((struct sandbox_config *)0)->f)                                        \
+		.name = #f, .type = K_STR, .offset = offsetof(struct sandbox_config, f),           \
+		.size = sizeof(((struct sandbox_config *)0)->f)                                    \
 	}
 #define NUM(f, t)                                                                                  \
 	{                                                                                          \
-#f, t, offsetof(struct sandbox_config, f), 0                                       \
+		.name = #f, .type = t, .offset = offsetof(struct sandbox_config, f)                \
+	}
+#define ENUM(f, fn, w)                                                                             \
+	{                                                                                          \
+		.name = #f, .type = K_ENUM, .offset = offsetof(struct sandbox_config, f),          \
+		.parse = fn, .words = w                                                            \
 	}
 
 static const struct key_spec keys[] = {
-    STR(mode),
+    ENUM(mode, parse_mode, "'development' or 'production'"),
     STR(listen),
     STR(db_path),
     STR(state_dir),
     STR(libvirt_uri),
     STR(domain_prefix),
-    STR(accel),
+    ENUM(accel, parse_accel, "'auto', 'kvm' or 'tcg'"),
     NUM(allow_tcg, K_BOOL),
     STR(kernel),
     STR(initrd),
     STR(base_image),
     STR(kernel_cmdline),
-    STR(transport),
-    STR(log_format),
+    ENUM(transport, parse_transport, "'stream' or 'socket'"),
+    ENUM(log_format, parse_log_format, "'text' or 'json'"),
     STR(exec_user),
     NUM(tb_cache_mib, K_UINT),
     NUM(free_page_reporting, K_BOOL),
@@ -101,7 +141,7 @@ static const struct key_spec keys[] = {
     NUM(http_max_connections, K_INT),
     NUM(http_connections_per_ip, K_INT),
     NUM(http_receive_timeout_ms, K_U32),
-    STR(execution_runner),
+    ENUM(execution_runner, parse_runner, "'libvirt', 'dev-process' or 'mock'"),
     NUM(execution_price_micro_per_second, K_U64),
     NUM(execution_max_timeout_seconds, K_INT),
     STR(execution_size),
@@ -195,6 +235,15 @@ static int apply_key(const struct key_spec *k, struct json_object *v, void *base
 		    !json_object_is_type(v, json_type_int))
 			return bad_type(k->name, "a number", err);
 		*(double *)field = json_object_get_double(v);
+		return 0;
+	case K_ENUM:
+		if (!json_object_is_type(v, json_type_string))
+			return bad_type(k->name, "a string", err);
+		if (memchr(json_object_get_string(v), '\0',
+			   (size_t)json_object_get_string_len(v)) ||
+		    k->parse(json_object_get_string(v), field) < 0)
+			return sbx_error_set(err, SBX_E_INVALID_REQUEST, k->name, "%s must be %s",
+					     k->name, k->words);
 		return 0;
 	}
 	return bad_type(k->name, "valid", err);
@@ -290,12 +339,14 @@ static int apply_sizes(struct json_object *v, struct sandbox_config *cfg, struct
 
 #define HSTR(f)                                                                                    \
 	{                                                                                          \
-		"hosts[]." #f, K_STR, offsetof(struct sandbox_host_config, f),                     \
-		    sizeof(((struct sandbox_host_config *)0)->f)                                   \
+		.name = "hosts[]." #f, .type = K_STR,                                              \
+		.offset = offsetof(struct sandbox_host_config, f),                                 \
+		.size = sizeof(((struct sandbox_host_config *)0)->f)                               \
 	}
 #define HNUM(f, t)                                                                                 \
 	{                                                                                          \
-		"hosts[]." #f, t, offsetof(struct sandbox_host_config, f), 0                       \
+		.name = "hosts[]." #f, .type = t,                                                  \
+		.offset = offsetof(struct sandbox_host_config, f)                                  \
 	}
 
 /* The keys of one entry of "hosts" (docs/hosts.md). */
@@ -304,7 +355,6 @@ static const struct key_spec host_keys[] = {
     HSTR(uri),
     HSTR(state_dir),
     HSTR(domain_prefix),
-    HSTR(transport),
     HNUM(max_guests, K_INT),
     HNUM(memory_mib, K_U64),
     HNUM(disk_gib, K_U64),
@@ -332,10 +382,17 @@ static int apply_hosts(struct json_object *v, struct sandbox_config *cfg, struct
 
 		if (!json_object_is_type(hv, json_type_object))
 			return bad_type("hosts", "a list of objects", err);
+		struct json_object *transport = NULL;
+
 		memset(h, 0, sizeof(*h));
 		json_object_object_foreach(hv, key, kv)
 		{
 			size_t k;
+
+			if (strcmp(key, "transport") == 0) {
+				transport = kv; /* parsed below: its error names the host */
+				continue;
+			}
 
 			for (k = 0; k < SBX_ARRAY_SIZE(host_keys); k++)
 				if (strcmp(key, host_keys[k].name + 8) == 0)
@@ -347,6 +404,14 @@ static int apply_hosts(struct json_object *v, struct sandbox_config *cfg, struct
 			if (apply_key(&host_keys[k], kv, h, err) < 0)
 				return -1;
 		}
+		if (transport && !json_object_is_type(transport, json_type_string))
+			return bad_type("hosts[].transport", "a string", err);
+		/* "" leaves it to sandbox_config_resolve */
+		if (transport && json_object_get_string(transport)[0] &&
+		    config_transport_parse(json_object_get_string(transport), &h->transport) < 0)
+			return sbx_error_set(err, SBX_E_INVALID_REQUEST, "hosts",
+					     "host '%s': transport must be 'stream' or 'socket'",
+					     h->name);
 	}
 	cfg->n_hosts = n;
 	return 0;

@@ -232,7 +232,7 @@ static int cmd_serve(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 
 	sbx_error_clear(&err);
-	sbx_log_set_format(strcmp(cfg.log_format, "json") == 0 ? SBX_LOG_JSON : SBX_LOG_TEXT);
+	sbx_log_set_format(cfg.log_format);
 	svc = sandbox_svc_new(&cfg, SANDBOX_SVC_FULL, &err);
 	if (!svc)
 		return runtime_error("cannot start the service", &err);

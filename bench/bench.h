@@ -256,4 +256,33 @@ err:
 	return -1;
 }
 
+/* Before/after in one run (docs/benchmarks.md): SBX_BENCH_BASE_BIN names a
+ * sandboxd built from the code before a change. When set, bench/create,
+ * bench/exec and bench/executions start a second daemon on it (its own
+ * state dir and domain prefix, harness.h's `bin` and `tag`), run the same
+ * measurements against it interleaved with SBX_BIN's, and print both and
+ * after/before. NULL when unset or empty. */
+static inline const char *bench_base_bin(void)
+{
+	const char *b = getenv("SBX_BENCH_BASE_BIN");
+
+	return b && b[0] ? b : NULL;
+}
+
+/* One figure before and after: median and p95 of each (in `unit`, values
+ * divided by div: 1 for ms, 1000 for us -> ms) and after/before. */
+static inline void bench_before_after(const char *what, struct stats before, struct stats after,
+				      double div, const char *unit)
+{
+	int prec = div > 1 ? 3 : 0; /* whole ms, or ms from us */
+
+	printf("  before/after %-30s before n=%d median %.*f %s p95 %.*f %s | after n=%d median "
+	       "%.*f %s p95 %.*f %s | after/before median %.2f p95 %.2f\n",
+	       what, before.n, prec, (double)before.median / div, unit, prec,
+	       (double)before.p95 / div, unit, after.n, prec, (double)after.median / div, unit,
+	       prec, (double)after.p95 / div, unit,
+	       before.median > 0 ? (double)after.median / (double)before.median : 0.0,
+	       before.p95 > 0 ? (double)after.p95 / (double)before.p95 : 0.0);
+}
+
 #endif

@@ -21,8 +21,13 @@
  * creates interleaved with the local ones in 1., and warm creates
  * alternating with the local ones in 2.; printed with remote/local ratios.
  *
+ * With SBX_BENCH_BASE_BIN (a sandboxd built before a change, bench.h), a
+ * daemon on that binary runs the cold creates of 1. and the warm creates
+ * of 2. interleaved with SBX_BIN's, each printed before/after (the bursts
+ * and the floor run on SBX_BIN's only).
+ *
  * Environment: SBX_BIN, SBX_TEST_IMAGE_DIR, SBX_BENCH_CREATES,
- * SBX_BENCH_BURST (default 20). Prints figures; never fails on timing.
+ * SBX_BENCH_BURST (default 20), SBX_BENCH_BASE_BIN. Prints figures; never fails on timing.
  * Exit 1 only when it cannot run. */
 #include <libvirt/libvirt.h>
 #include <pthread.h>
@@ -42,6 +47,29 @@ static struct daemon d;
  * helpers below talk to. */
 static struct daemon rd;
 static struct daemon *cur = &d;
+/* With SBX_BENCH_BASE_BIN: the daemon on the build before (bench.h). */
+static struct daemon bd = {.tag = "b"};
+
+/* Start the base daemon with the same extra config; false when there is
+ * none or it did not start. */
+static bool base_start(const char *extra)
+{
+	if (!(bd.bin = bench_base_bin()))
+		return false;
+	daemon_config(&bd, extra);
+	daemon_create_account(&bd, "100");
+	if (daemon_start(&bd) < 0) {
+		fprintf(stderr, "create bench: the base daemon (%s) did not start\n", bd.bin);
+		return false;
+	}
+	return true;
+}
+
+static void base_stop(void)
+{
+	daemon_stop(&bd);
+	destroy_own_domains(&bd);
+}
 
 static int env_int(const char *name, int def)
 {
@@ -302,7 +330,11 @@ int main(void)
 	int64_t *warm_d = calloc((size_t)n, sizeof(int64_t));
 	int64_t *rcold = calloc((size_t)n, sizeof(int64_t)),
 		*rwarm = calloc((size_t)n, sizeof(int64_t));
-	int na = 0, nf = 0, nw = 0, nrc = 0, nrw = 0;
+	int64_t *bcold = calloc((size_t)n, sizeof(int64_t)),
+		*bwarm_rt = calloc((size_t)n, sizeof(int64_t)),
+		*bwarm_d = calloc((size_t)n, sizeof(int64_t));
+	int na = 0, nf = 0, nw = 0, nrc = 0, nrw = 0, nbc = 0, nbw = 0;
+	bool base;
 	struct floor_ctx f = {0};
 	const char *ruri = getenv("SBX_BENCH_REMOTE_URI");
 	const char *rstate = getenv("SBX_BENCH_REMOTE_STATE");
@@ -327,12 +359,16 @@ int main(void)
 	/* 1b. With a remote host: its daemon's cold creates interleaved too. */
 	if (remote && remote_start(ruri, rstate, "") < 0)
 		remote = false;
+	/* 1c. With a base binary: its cold creates interleaved too. */
+	base = base_start("\"boot_timeout_ms\": 300000");
 	/* one warm-up of each */
 	{
 		char id[64];
 
 		if (api_create(id, NULL, NULL) == 201)
 			api_delete(id);
+		if (base)
+			cold_once(&bd);
 		floor_once(&f);
 		if (remote)
 			cold_once(&rd);
@@ -350,6 +386,8 @@ int main(void)
 			flo[nf++] = ms;
 		if (remote && (ms = cold_once(&rd)) >= 0)
 			rcold[nrc++] = ms;
+		if (base && (ms = cold_once(&bd)) >= 0)
+			bcold[nbc++] = ms;
 	}
 	struct stats sa = stats_of(api, na), sf = stats_of(flo, nf);
 	printf("cold create via API  : n=%d median %lld ms, p95 %lld ms (min %lld, max %lld)\n",
@@ -363,6 +401,10 @@ int main(void)
 		print_ratio("remote cold create   ", stats_of(rcold, nrc), sa);
 		daemon_stop(&rd);
 		remote_destroy(ruri);
+	}
+	if (base) {
+		bench_before_after("cold create via API", stats_of(bcold, nbc), sa, 1, "ms");
+		base_stop();
 	}
 	fflush(stdout);
 	burst("no pool", nburst);
@@ -380,6 +422,7 @@ int main(void)
 	}
 	if (remote && remote_start(ruri, rstate, "\"pool\": {\"small\": 2}") < 0)
 		remote = false;
+	base = base_start("\"pool\": {\"small\": 2}, \"boot_timeout_ms\": 300000");
 	for (int i = 0; i < n; i++) {
 		char id[64], path[8];
 		int64_t t0, sm = -1;
@@ -394,15 +437,29 @@ int main(void)
 				printf("(create %d took the %s path)\n", i, path);
 			api_delete(id);
 		}
-		if (!remote)
-			continue;
 		cur = &rd;
-		if (wait_pool(2, 120000) == 0) {
+		if (remote && wait_pool(2, 120000) == 0) {
 			t0 = sbx_mono_ms();
 			if (api_create(id, NULL, path) == 201) {
 				rwarm[nrw++] = sbx_mono_ms() - t0;
 				if (strcmp(path, "warm") != 0)
 					printf("(remote create %d took the %s path)\n", i, path);
+				api_delete(id);
+			}
+		}
+		cur = &d;
+		if (!base)
+			continue;
+		cur = &bd;
+		if (wait_pool(2, 120000) == 0) {
+			int64_t bsm = -1;
+
+			t0 = sbx_mono_ms();
+			if (api_create(id, &bsm, path) == 201) {
+				bwarm_rt[nbw] = sbx_mono_ms() - t0;
+				bwarm_d[nbw++] = bsm;
+				if (strcmp(path, "warm") != 0)
+					printf("(base create %d took the %s path)\n", i, path);
 				api_delete(id);
 			}
 		}
@@ -417,6 +474,11 @@ int main(void)
 		print_ratio("remote warm create   ", stats_of(rwarm, nrw), wr);
 		daemon_stop(&rd);
 		remote_destroy(ruri);
+	}
+	if (base) {
+		bench_before_after("warm create round trip", stats_of(bwarm_rt, nbw), wr, 1, "ms");
+		bench_before_after("warm create startup_ms", stats_of(bwarm_d, nbw), wd, 1, "ms");
+		base_stop();
 	}
 	fflush(stdout);
 	wait_pool(2, 120000);

@@ -12,10 +12,15 @@
  * node row is followed by Node 18's figures for the same way from
  * docs/benchmarks.md (the image before issue 30), for comparison.
  *
+ * With SBX_BENCH_BASE_BIN (a sandboxd built before a change, bench.h), a
+ * second daemon on that binary with the same pools runs every way too, its
+ * requests interleaved with SBX_BIN's, and each row is followed by the
+ * before figures and after/before.
+ *
  * Environment: SBX_BIN, SBX_TEST_FULL_IMAGE_DIR, SBX_BENCH_N (default 10
  * per runtime and way), SBX_BENCH_WAYS (default "waiting,old,cold": the
- * ways to run, for a quick look at one). Prints figures; never fails on timing. Exit 1 only
- * when it cannot run. */
+ * ways to run, for a quick look at one), SBX_BENCH_BASE_BIN. Prints figures; never fails on timing.
+ * Exit 1 only when it cannot run. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +29,10 @@
 #include "../tests/integration/harness.h"
 
 static struct daemon d;
+/* With SBX_BENCH_BASE_BIN: the daemon on the build before; cur is the one
+ * the helpers below talk to. */
+static struct daemon bd = {.tag = "b"};
+static struct daemon *cur = &d;
 
 static void loadavg(const char *when)
 {
@@ -46,7 +55,7 @@ static int ready(const char *rt)
 	json_object *st, *x, *pool, *e;
 	int n = -1;
 
-	if (http_request(&d, "GET", "/v1/limits", NULL, NULL, NULL, 0, &r) < 0)
+	if (http_request(cur, "GET", "/v1/limits", NULL, NULL, NULL, 0, &r) < 0)
 		return -1;
 	if (r.status == 200 && json_object_object_get_ex(r.json, "startup", &st) &&
 	    (rt ? json_object_object_get_ex(st, "executions", &x) : (x = st, true)) &&
@@ -69,6 +78,19 @@ static int wait_ready(const char *rt)
 	return -1;
 }
 
+/* wait_ready on d, and on bd when it runs. */
+static int wait_ready_all(const char *rt)
+{
+	int rc = wait_ready(rt);
+
+	if (rc == 0 && bd.pid > 0) {
+		cur = &bd;
+		rc = wait_ready(rt);
+		cur = &d;
+	}
+	return rc;
+}
+
 /* One execution; round trip and billed ms; -1 unless 200 with stdout 1. */
 static int run_one(const char *runtime, const char *code, int64_t *rt_ms, int64_t *billed,
 		   bool *prestarted)
@@ -81,7 +103,7 @@ static int run_one(const char *runtime, const char *code, int64_t *rt_ms, int64_
 
 	snprintf(body, sizeof body, "{\"runtime\":\"%s\",\"timeout_seconds\":30,\"code\":\"%s\"}",
 		 runtime, code);
-	if (http_request(&d, "POST", "/v1/sandbox/executions", d.key, NULL, body, 0, &r) < 0)
+	if (http_request(cur, "POST", "/v1/sandbox/executions", cur->key, NULL, body, 0, &r) < 0)
 		return -1;
 	*rt_ms = sbx_mono_ms() - t0;
 	if (r.status == 200 && jstr(r.json, "stdout") &&
@@ -114,7 +136,7 @@ static void runtimes(void)
 	struct http_reply r;
 	json_object *v;
 
-	if (http_request(&d, "GET", "/v1/runtimes", NULL, NULL, NULL, 0, &r) == 0 &&
+	if (http_request(cur, "GET", "/v1/runtimes", NULL, NULL, NULL, 0, &r) == 0 &&
 	    r.status == 200 && json_object_object_get_ex(r.json, "versions", &v))
 		printf("image runtimes (GET /v1/runtimes): %s\n",
 		       json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN));
@@ -123,31 +145,66 @@ static void runtimes(void)
 	http_reply_free(&r);
 }
 
+/* The samples of one series on one daemon. */
+struct samples {
+	int64_t rt[256], billed[256];
+	int got, pre;
+	bool stop;
+};
+
+/* One request of a series on cur, after waiting for its pool. */
+static void sample(struct samples *x, const char *runtime, const char *code, const char *wait_rt,
+		   bool wait_plain)
+{
+	bool p = false;
+
+	if ((wait_rt && wait_ready(wait_rt) < 0) || (wait_plain && wait_ready(NULL) < 0)) {
+		fprintf(stderr, "the pool did not refill\n");
+		x->stop = true;
+		return;
+	}
+	if (!wait_rt && !wait_plain)
+		sleep(2); /* let the last guest's teardown pass */
+	if (run_one(runtime, code, &x->rt[x->got], &x->billed[x->got], &p) == 0) {
+		x->pre += p;
+		x->got++;
+	}
+}
+
+static void print_row(const char *way, const char *runtime, struct samples *x, struct stats *s)
+{
+	struct stats b;
+
+	*s = stats_of(x->rt, x->got);
+	b = stats_of(x->billed, x->got);
+	printf("%-34s %-7s n=%-3d p50 %6lld ms  p95 %6lld ms  (%lld..%lld)  billed p50 %5lld ms"
+	       "  [%d with the interpreter waiting]\n",
+	       way, runtime, x->got, (long long)s->median, (long long)s->p95, (long long)s->min,
+	       (long long)s->max, (long long)b.median, x->pre);
+}
+
 static void series(const char *way, const char *runtime, const char *code, const char *wait_rt,
 		   bool wait_plain, int n)
 {
-	int64_t rt[256], billed[256];
-	int got = 0, pre = 0;
+	static struct samples after, before;
+	bool base = bd.pid > 0;
+	struct stats s, sb;
 
-	for (int i = 0; i < n && i < 256; i++) {
-		bool p = false;
-
-		if ((wait_rt && wait_ready(wait_rt) < 0) || (wait_plain && wait_ready(NULL) < 0)) {
-			fprintf(stderr, "the pool did not refill\n");
-			break;
-		}
-		if (!wait_rt && !wait_plain)
-			sleep(2); /* let the last guest's teardown pass */
-		if (run_one(runtime, code, &rt[got], &billed[got], &p) == 0) {
-			pre += p;
-			got++;
-		}
+	memset(&after, 0, sizeof after);
+	memset(&before, 0, sizeof before);
+	for (int i = 0; i < n && i < 256 && !after.stop && !(base && before.stop); i++) {
+		sample(&after, runtime, code, wait_rt, wait_plain);
+		if (!base)
+			continue;
+		cur = &bd;
+		sample(&before, runtime, code, wait_rt, wait_plain);
+		cur = &d;
 	}
-	struct stats s = stats_of(rt, got), b = stats_of(billed, got);
-	printf("%-34s %-7s n=%-3d p50 %6lld ms  p95 %6lld ms  (%lld..%lld)  billed p50 %5lld ms"
-	       "  [%d with the interpreter waiting]\n",
-	       way, runtime, got, (long long)s.median, (long long)s.p95, (long long)s.min,
-	       (long long)s.max, (long long)b.median, pre);
+	print_row(way, runtime, &after, &s);
+	if (base) {
+		print_row("  (before)", runtime, &before, &sb);
+		bench_before_after(runtime, sb, s, 1, "ms");
+	}
 	for (size_t i = 0; strcmp(runtime, "node") == 0 && i < SBX_ARRAY_SIZE(node18); i++)
 		if (strcmp(node18[i].way, way) == 0)
 			printf("%-34s %-7s       p50 %6d ms  p95 %6d ms  (Node 18.20.4, "
@@ -160,7 +217,7 @@ static void series(const char *way, const char *runtime, const char *code, const
 static void pool_memory(const char *what)
 {
 	char names[16][64];
-	int n = list_own_domains(&d, false, names, 16);
+	int n = list_own_domains(cur, false, names, 16);
 	long rss = 0, pss = 0;
 
 	for (int i = 0; i < n; i++) {
@@ -200,7 +257,33 @@ static int up(const char *extra)
 	if (!shown)
 		runtimes();
 	shown = true;
+	if ((bd.bin = bench_base_bin())) {
+		daemon_config_full(&bd, cfg);
+		if (daemon_up(&bd) < 0)
+			fprintf(stderr, "bench/executions: the base daemon (%s) did not start\n",
+				bd.bin);
+	}
 	return 0;
+}
+
+/* Stop d, and bd when it runs. */
+static void down(void)
+{
+	daemon_down(&d);
+	if (bd.bin)
+		daemon_down(&bd);
+}
+
+/* pool_memory of d, and of bd when it runs. */
+static void pool_memory_all(const char *what)
+{
+	pool_memory(what);
+	if (bd.pid > 0) {
+		cur = &bd;
+		printf("  (before)\n");
+		pool_memory(what);
+		cur = &d;
+	}
 }
 
 /* Is `name` one of the comma-separated ways? ("cold" holds "old": match
@@ -225,31 +308,31 @@ int main(void)
 	if (way_on(ways, "waiting")) {
 		if (up("\"execution_pool\": {\"python\": 1, \"node\": 1}") < 0)
 			return 1;
-		if (wait_ready("python") < 0 || wait_ready("node") < 0)
+		if (wait_ready_all("python") < 0 || wait_ready_all("node") < 0)
 			return 1;
 		sleep(5); /* let both interpreters settle */
-		pool_memory("execution pool (python + node waiting)");
+		pool_memory_all("execution pool (python + node waiting)");
 		series("warm, interpreter waiting", "python", py, "python", false, n);
 		series("warm, interpreter waiting", "node", js, "node", false, n);
-		daemon_down(&d);
+		down();
 	}
 	if (way_on(ways, "old")) {
 		if (up("\"pool\": {\"small\": 1}") < 0)
 			return 1;
-		if (wait_ready(NULL) < 0)
+		if (wait_ready_all(NULL) < 0)
 			return 1;
 		sleep(5);
-		pool_memory("plain pool (one small guest)");
+		pool_memory_all("plain pool (one small guest)");
 		series("warm, the old way (started on request)", "python", py, NULL, true, n);
 		series("warm, the old way (started on request)", "node", js, NULL, true, n);
-		daemon_down(&d);
+		down();
 	}
 	if (way_on(ways, "cold")) {
 		if (up("") < 0)
 			return 1;
 		series("cold (guest booted per request)", "python", py, NULL, false, n);
 		series("cold (guest booted per request)", "node", js, NULL, false, n);
-		daemon_down(&d);
+		down();
 	}
 	loadavg("at end");
 	return 0;

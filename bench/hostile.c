@@ -91,6 +91,20 @@ static void *mid_exec_main(void *arg)
 	return NULL;
 }
 
+/* Run cmd in A's sandbox (with the kit's `how`, or NULL) again and again
+ * until the phase ends (h->stop). */
+static void exec_until_stopped(struct hostile *h, const char *cmd, const char *how)
+{
+	for (;;) {
+		pthread_mutex_lock(&h->lock);
+		bool stop = h->stop;
+		pthread_mutex_unlock(&h->lock);
+		if (stop)
+			return;
+		exec_status(d.key, h->id, cmd, 30000, how);
+	}
+}
+
 static void *hostile_main(void *arg)
 {
 	struct hostile *h = arg;
@@ -106,28 +120,14 @@ static void *hostile_main(void *arg)
 		return NULL;
 	}
 	if (strcmp(h->how, "tiny_frames") == 0) {
-		for (;;) {
-			pthread_mutex_lock(&h->lock);
-			bool stop = h->stop;
-			pthread_mutex_unlock(&h->lock);
-			if (stop)
-				break;
-			exec_status(d.key, h->id, "true", 30000, h->how);
-		}
+		exec_until_stopped(h, "true", h->how);
 		return NULL;
 	}
 	if (strcmp(h->how, "flood") == 0) {
-		for (;;) {
-			pthread_mutex_lock(&h->lock);
-			bool stop = h->stop;
-			pthread_mutex_unlock(&h->lock);
-			if (stop)
-				break;
-			exec_status(d.key, h->id,
-				    "head -c 1048576 /dev/zero | tr '\\0' '\\1'; "
-				    "head -c 1048576 /dev/zero | tr '\\0' '\\2' >&2",
-				    30000, NULL);
-		}
+		exec_until_stopped(h,
+				   "head -c 1048576 /dev/zero | tr '\\0' '\\1'; "
+				   "head -c 1048576 /dev/zero | tr '\\0' '\\2' >&2",
+				   NULL);
 		return NULL;
 	}
 	exec_status(d.key, h->id, "true", 2000, h->how);

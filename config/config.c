@@ -8,6 +8,113 @@
 
 #include "../vmm/vmm.h"
 
+/* ------------------------------------------------------------- enums */
+
+static const char *const mode_names[] = {
+    [CONFIG_MODE_DEVELOPMENT] = "development",
+    [CONFIG_MODE_PRODUCTION] = "production",
+};
+static const char *const accel_names[] = {
+    [VMM_ACCEL_AUTO] = "auto",
+    [VMM_ACCEL_KVM] = "kvm",
+    [VMM_ACCEL_TCG] = "tcg",
+};
+static const char *const transport_names[] = {
+    [CONFIG_TRANSPORT_UNSET] = "",
+    [CONFIG_TRANSPORT_STREAM] = "stream",
+    [CONFIG_TRANSPORT_SOCKET] = "socket",
+};
+static const char *const runner_names[] = {
+    [CONFIG_RUNNER_AUTO] = "",
+    [CONFIG_RUNNER_LIBVIRT] = "libvirt",
+    [CONFIG_RUNNER_DEV_PROCESS] = "dev-process",
+    [CONFIG_RUNNER_MOCK] = "mock",
+};
+static const char *const log_format_names[] = {
+    [SBX_LOG_TEXT] = "text",
+    [SBX_LOG_JSON] = "json",
+};
+
+/* The index of s among names[first..n), or -1. */
+static int word_index(const char *const *names, size_t first, size_t n, const char *s)
+{
+	for (size_t i = first; s && i < n; i++)
+		if (strcmp(names[i], s) == 0)
+			return (int)i;
+	return -1;
+}
+
+static const char *word_of(const char *const *names, size_t n, unsigned v)
+{
+	return v < n ? names[v] : "?";
+}
+
+#define PARSE(names, first, s, out)                                                                \
+	do {                                                                                       \
+		int i_ = word_index(names, first, SBX_ARRAY_SIZE(names), s);                       \
+		if (i_ < 0)                                                                        \
+			return -1;                                                                 \
+		*(out) = i_;                                                                       \
+		return 0;                                                                          \
+	} while (0)
+
+int config_mode_parse(const char *s, enum config_mode *out)
+{
+	PARSE(mode_names, 0, s, out);
+}
+
+int config_accel_parse(const char *s, enum vmm_accel *out)
+{
+	PARSE(accel_names, 0, s, out);
+}
+
+int config_transport_parse(const char *s, enum config_transport *out)
+{
+	PARSE(transport_names, CONFIG_TRANSPORT_STREAM, s, out);
+}
+
+int config_runner_parse(const char *s, enum config_runner *out)
+{
+	PARSE(runner_names, CONFIG_RUNNER_LIBVIRT, s, out);
+}
+
+int config_log_format_parse(const char *s, enum sbx_log_format *out)
+{
+	PARSE(log_format_names, 0, s, out);
+}
+
+const char *config_log_format_name(enum sbx_log_format f)
+{
+	return word_of(log_format_names, SBX_ARRAY_SIZE(log_format_names), (unsigned)f);
+}
+
+const char *config_mode_name(enum config_mode m)
+{
+	return word_of(mode_names, SBX_ARRAY_SIZE(mode_names), (unsigned)m);
+}
+
+const char *config_accel_name(enum vmm_accel a)
+{
+	return word_of(accel_names, SBX_ARRAY_SIZE(accel_names), (unsigned)a);
+}
+
+const char *config_transport_name(enum config_transport t)
+{
+	return word_of(transport_names, SBX_ARRAY_SIZE(transport_names), (unsigned)t);
+}
+
+const char *config_runner_name(enum config_runner r)
+{
+	return word_of(runner_names, SBX_ARRAY_SIZE(runner_names), (unsigned)r);
+}
+
+enum vmm_transport config_transport_vmm(enum config_transport t)
+{
+	return t == CONFIG_TRANSPORT_STREAM ? VMM_TRANSPORT_STREAM : VMM_TRANSPORT_SOCKET;
+}
+
+/* ------------------------------------------------------------- defaults */
+
 static void set_size(struct sandbox_size *s, const char *name, unsigned vcpus, uint64_t mem_gib,
 		     uint64_t disk_gib, int64_t price)
 {
@@ -21,15 +128,15 @@ static void set_size(struct sandbox_size *s, const char *name, unsigned vcpus, u
 void sandbox_config_defaults(struct sandbox_config *cfg)
 {
 	memset(cfg, 0, sizeof(*cfg));
-	snprintf(cfg->mode, sizeof(cfg->mode), "development");
+	cfg->mode = CONFIG_MODE_DEVELOPMENT;
 	snprintf(cfg->listen, sizeof(cfg->listen), "127.0.0.1:8080");
 	snprintf(cfg->state_dir, sizeof(cfg->state_dir), "/var/lib/sandboxd");
 	snprintf(cfg->libvirt_uri, sizeof(cfg->libvirt_uri), "qemu:///system");
 	snprintf(cfg->domain_prefix, sizeof(cfg->domain_prefix), "sbx-");
-	snprintf(cfg->accel, sizeof(cfg->accel), "auto");
+	cfg->accel = VMM_ACCEL_AUTO;
 	cfg->allow_tcg = false;
-	snprintf(cfg->transport, sizeof(cfg->transport), "socket");
-	snprintf(cfg->log_format, sizeof(cfg->log_format), "text");
+	cfg->transport = CONFIG_TRANSPORT_SOCKET;
+	cfg->log_format = SBX_LOG_TEXT;
 	/* 32 MiB instead of QEMU's 1 GiB cap: ~31 MiB of code cache per guest
 	 * instead of 46 idle and 371 after a build session, for ~30-65% more
 	 * time in code-heavy work under TCG (docs/benchmarks.md). */
@@ -150,9 +257,9 @@ void sandbox_config_resolve(struct sandbox_config *cfg)
 		if (!h->domain_prefix[0])
 			snprintf(h->domain_prefix, sizeof(h->domain_prefix), "%s",
 				 cfg->domain_prefix);
-		if (!h->transport[0])
-			snprintf(h->transport, sizeof(h->transport), "%s",
-				 vmm_uri_is_local(h->uri) ? cfg->transport : "stream");
+		if (h->transport == CONFIG_TRANSPORT_UNSET)
+			h->transport =
+			    vmm_uri_is_local(h->uri) ? cfg->transport : CONFIG_TRANSPORT_STREAM;
 		rebase(h->kernel, sizeof(h->kernel), cfg->kernel, cfg->state_dir, h->state_dir);
 		rebase(h->initrd, sizeof(h->initrd), cfg->initrd, cfg->state_dir, h->state_dir);
 		rebase(h->base_image, sizeof(h->base_image), cfg->base_image, cfg->state_dir,

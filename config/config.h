@@ -13,11 +13,41 @@
 #include <stdint.h>
 
 #include "../util/util.h"
+#include "../vmm/vmm.h"
 
 #define SANDBOX_ID_MAX	  40
 #define SANDBOX_MAX_SIZES 8
 
 /* ---------------------------------------------------------------- config */
+
+/* The keys whose value is one of a few words are enums, parsed once where
+ * the file is read (api/config.c); the words exist only at the edges (the
+ * file, logs, receipts). config_*_parse returns 0 and sets *out, or -1 for
+ * a word it does not know; config_*_name is the word of a value. */
+enum config_mode { CONFIG_MODE_DEVELOPMENT, CONFIG_MODE_PRODUCTION };
+/* A host's channel transport; UNSET (a host that names none) is filled by
+ * sandbox_config_resolve. */
+enum config_transport { CONFIG_TRANSPORT_UNSET, CONFIG_TRANSPORT_STREAM, CONFIG_TRANSPORT_SOCKET };
+/* The execution runner; AUTO picks one by mode (sandbox_execution_runner). */
+enum config_runner {
+	CONFIG_RUNNER_AUTO,
+	CONFIG_RUNNER_LIBVIRT,
+	CONFIG_RUNNER_DEV_PROCESS,
+	CONFIG_RUNNER_MOCK
+};
+
+int config_mode_parse(const char *s, enum config_mode *out);
+int config_accel_parse(const char *s, enum vmm_accel *out);
+int config_transport_parse(const char *s, enum config_transport *out); /* never UNSET */
+int config_runner_parse(const char *s, enum config_runner *out);       /* never AUTO */
+int config_log_format_parse(const char *s, enum sbx_log_format *out);
+const char *config_mode_name(enum config_mode m);
+const char *config_accel_name(enum vmm_accel a);
+const char *config_transport_name(enum config_transport t); /* UNSET: "" */
+const char *config_runner_name(enum config_runner r);	    /* AUTO: "" */
+const char *config_log_format_name(enum sbx_log_format f);
+/* The vmm transport of a resolved one (UNSET reads as socket). */
+enum vmm_transport config_transport_vmm(enum config_transport t);
 
 struct sandbox_size {
 	char name[16];
@@ -38,7 +68,7 @@ struct sandbox_host_config {
 	char uri[256];			  /* "qemu:///system", "qemu+tls://10.77.0.2/system" */
 	char state_dir[PATH_MAX];	  /* run/ and images/ on that host; unique */
 	char domain_prefix[32];		  /* "" = the top-level domain_prefix */
-	char transport[16];		  /* "" = stream (remote) / top-level (local) */
+	enum config_transport transport;  /* UNSET = stream (remote) / top-level (local) */
 	int max_guests;			  /* > 0 */
 	/* Guest memory (MiB) and disk (GiB) the host takes, > 0. 0 only for
 	 * the "local" host made from the top-level keys: memory is then
@@ -61,21 +91,21 @@ struct sandbox_host_config {
 #define SANDBOX_EXECUTION_RUNTIMES 4 /* entries of execution_pool at most */
 
 struct sandbox_config {
-	char mode[16];		 /* "development" | "production" */
+	enum config_mode mode;	 /* development | production */
 	char listen[64];	 /* "127.0.0.1:8080" */
 	char metrics_listen[64]; /* "" = off; the operator's /metrics address */
 	char db_path[PATH_MAX];
 	char state_dir[PATH_MAX]; /* kernel, images, overlays, sockets; qemu-readable */
 	char libvirt_uri[256];
 	char domain_prefix[32]; /* "sbx-" */
-	char accel[8];		/* "auto" | "kvm" | "tcg" */
+	enum vmm_accel accel;	/* auto | kvm | tcg */
 	bool allow_tcg;
 	char kernel[PATH_MAX];
 	char initrd[PATH_MAX];
 	char base_image[PATH_MAX]; /* "" = initramfs only (tiny image) */
 	char kernel_cmdline[256];
-	char transport[16]; /* "stream" | "socket" */
-	char log_format[8]; /* "text" | "json" (util's logger) */
+	enum config_transport transport; /* stream | socket */
+	enum sbx_log_format log_format;	 /* text | json (util's logger) */
 	unsigned tb_cache_mib;
 	bool free_page_reporting; /* true */
 
@@ -170,7 +200,7 @@ struct sandbox_config {
 	uint32_t http_receive_timeout_ms; /* 30000 */
 
 	/* One-shot executions (docs/executions.md). */
-	char execution_runner[16];		   /* "" = auto | libvirt | dev-process | mock */
+	enum config_runner execution_runner;	   /* auto | libvirt | dev-process | mock */
 	uint64_t execution_price_micro_per_second; /* 40 */
 	int execution_max_timeout_seconds;	   /* 60 */
 	char execution_size[16];		   /* guest size, "" = default_size */

@@ -8,11 +8,6 @@
 
 #include "sandbox-priv.h"
 
-static bool one_of(const char *v, const char *a, const char *b, const char *c)
-{
-	return strcmp(v, a) == 0 || strcmp(v, b) == 0 || (c && strcmp(v, c) == 0);
-}
-
 static bool host_name_valid(const char *name)
 {
 	size_t n = strlen(name);
@@ -24,7 +19,7 @@ static bool host_name_valid(const char *name)
 /* The `hosts` list (docs/hosts.md "Config"). */
 static int hosts_validate(const struct sandbox_config *cfg, struct sbx_error *err)
 {
-	bool production = strcmp(cfg->mode, "production") == 0;
+	bool production = cfg->mode == CONFIG_MODE_PRODUCTION;
 
 	if (cfg->n_hosts < 1 || cfg->n_hosts > SANDBOX_MAX_HOSTS)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "hosts",
@@ -51,11 +46,12 @@ static int hosts_validate(const struct sandbox_config *cfg, struct sbx_error *er
 					     "host '%s': max_guests, memory_mib and disk_gib must "
 					     "be > 0",
 					     h->name);
-		if (!one_of(h->transport, "stream", "socket", NULL))
+		if (h->transport != CONFIG_TRANSPORT_STREAM &&
+		    h->transport != CONFIG_TRANSPORT_SOCKET)
 			return sbx_error_set(err, SBX_E_INVALID_REQUEST, "hosts",
 					     "host '%s': transport must be 'stream' or 'socket'",
 					     h->name);
-		if (strcmp(h->transport, "socket") == 0 && !vmm_uri_is_local(h->uri))
+		if (h->transport == CONFIG_TRANSPORT_SOCKET && !vmm_uri_is_local(h->uri))
 			return sbx_error_set(err, SBX_E_INVALID_REQUEST, "hosts",
 					     "host '%s': transport 'socket' needs a local URI "
 					     "(qemu:///system); a remote host uses 'stream'",
@@ -98,27 +94,29 @@ int sandbox_config_validate(const struct sandbox_config *cfg, struct sbx_error *
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "state_dir",
 				     "state_dir, db_path, kernel and initrd must be set and fit "
 				     "in PATH_MAX");
-	if (!one_of(cfg->mode, "development", "production", NULL))
+	/* The enums were parsed from their words (api/config.c); these catch
+	 * a config filled by other code with a value out of range. */
+	if (cfg->mode != CONFIG_MODE_DEVELOPMENT && cfg->mode != CONFIG_MODE_PRODUCTION)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "mode",
 				     "mode must be 'development' or 'production'");
-	if (!one_of(cfg->accel, "auto", "kvm", "tcg"))
+	if (cfg->accel != VMM_ACCEL_AUTO && cfg->accel != VMM_ACCEL_KVM &&
+	    cfg->accel != VMM_ACCEL_TCG)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "accel",
 				     "accel must be 'auto', 'kvm' or 'tcg'");
-	if (!one_of(cfg->log_format, "text", "json", NULL))
+	if (cfg->log_format != SBX_LOG_TEXT && cfg->log_format != SBX_LOG_JSON)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "log_format",
 				     "log_format must be 'text' or 'json'");
-	if (!one_of(cfg->transport, "stream", "socket", NULL))
+	if (cfg->transport != CONFIG_TRANSPORT_STREAM && cfg->transport != CONFIG_TRANSPORT_SOCKET)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "transport",
 				     "transport must be 'stream' or 'socket'");
-	if (strcmp(cfg->mode, "production") == 0 && vmm_uri_is_plaintext(cfg->libvirt_uri))
+	if (cfg->mode == CONFIG_MODE_PRODUCTION && vmm_uri_is_plaintext(cfg->libvirt_uri))
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "libvirt_uri",
 				     "production mode refuses a plain-text libvirt_uri: use "
 				     "qemu+tls:// with client certificates (docs/remote-hosts.md)");
-	if (strcmp(cfg->mode, "production") == 0 && strcmp(cfg->accel, "tcg") == 0 &&
-	    !cfg->allow_tcg)
+	if (cfg->mode == CONFIG_MODE_PRODUCTION && cfg->accel == VMM_ACCEL_TCG && !cfg->allow_tcg)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "allow_tcg",
 				     "production mode refuses tcg unless allow_tcg is true");
-	if (strcmp(cfg->accel, "tcg") == 0 && !cfg->allow_tcg)
+	if (cfg->accel == VMM_ACCEL_TCG && !cfg->allow_tcg)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "allow_tcg",
 				     "accel 'tcg' needs allow_tcg: true (tcg is no security "
 				     "boundary)");
@@ -208,7 +206,7 @@ int sandbox_config_validate(const struct sandbox_config *cfg, struct sbx_error *
 	if (cfg->boot_timeout_ms < 1000 || cfg->default_exec_timeout_ms < 1)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "boot_timeout_ms",
 				     "boot_timeout_ms must be >= 1000");
-	if (cfg->test_minute_ms && strcmp(cfg->mode, "production") == 0)
+	if (cfg->test_minute_ms && cfg->mode == CONFIG_MODE_PRODUCTION)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "test_minute_ms",
 				     "test_minute_ms is for tests; production mode refuses it");
 	if (cfg->test_minute_ms && cfg->test_minute_ms < 100)
@@ -234,11 +232,11 @@ int sandbox_config_validate(const struct sandbox_config *cfg, struct sbx_error *
 				     cfg->test_fault_point);
 	if (sandbox_execution_config_validate(cfg, err) < 0 || hosts_validate(cfg, err) < 0)
 		return -1;
-	if (cfg->test_hostile_guests && strcmp(cfg->mode, "production") == 0)
+	if (cfg->test_hostile_guests && cfg->mode == CONFIG_MODE_PRODUCTION)
 		return sbx_error_set(
 		    err, SBX_E_INVALID_REQUEST, "test_hostile_guests",
 		    "test_hostile_guests is for tests; production mode refuses it");
-	if (cfg->test_fault_point[0] && strcmp(cfg->mode, "production") == 0)
+	if (cfg->test_fault_point[0] && cfg->mode == CONFIG_MODE_PRODUCTION)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "test_fault_point",
 				     "test_fault_point is for tests; production mode refuses it");
 	if (cfg->test_fault_pause_ms > 600000)

@@ -165,29 +165,29 @@ static const struct runtime *runtime_find(const struct sandbox_config *cfg, cons
 	return NULL;
 }
 
-const char *sandbox_execution_runner(const struct sandbox_config *cfg)
+enum config_runner sandbox_execution_runner(const struct sandbox_config *cfg)
 {
-	if (cfg->execution_runner[0])
+	if (cfg->execution_runner != CONFIG_RUNNER_AUTO)
 		return cfg->execution_runner;
-	if (strcmp(cfg->mode, "development") == 0 && !cfg->libvirt_uri[0])
-		return "mock";
-	return "libvirt";
+	if (cfg->mode == CONFIG_MODE_DEVELOPMENT && !cfg->libvirt_uri[0])
+		return CONFIG_RUNNER_MOCK;
+	return CONFIG_RUNNER_LIBVIRT;
 }
 
 int sandbox_execution_config_validate(const struct sandbox_config *cfg, struct sbx_error *err)
 {
-	const char *r = cfg->execution_runner;
-	bool prod = strcmp(cfg->mode, "production") == 0;
+	enum config_runner r = cfg->execution_runner;
+	bool prod = cfg->mode == CONFIG_MODE_PRODUCTION;
 
-	if (r[0] && strcmp(r, "libvirt") != 0 && strcmp(r, "dev-process") != 0 &&
-	    strcmp(r, "mock") != 0)
+	if (r != CONFIG_RUNNER_AUTO && r != CONFIG_RUNNER_LIBVIRT &&
+	    r != CONFIG_RUNNER_DEV_PROCESS && r != CONFIG_RUNNER_MOCK)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "execution_runner",
 				     "execution_runner must be 'libvirt', 'dev-process' or 'mock'");
-	if (prod && strcmp(sandbox_execution_runner(cfg), "libvirt") != 0)
+	if (prod && sandbox_execution_runner(cfg) != CONFIG_RUNNER_LIBVIRT)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "execution_runner",
 				     "production mode refuses the '%s' runner (no isolation); "
 				     "use 'libvirt'",
-				     sandbox_execution_runner(cfg));
+				     config_runner_name(sandbox_execution_runner(cfg)));
 	if (prod && cfg->execution_test_shell_runtime)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "execution_test_shell_runtime",
 				     "execution_test_shell_runtime is for tests; production "
@@ -1116,7 +1116,8 @@ int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
 			  struct sbx_error *err)
 {
 	const struct sandbox_config *cfg = &svc->cfg;
-	const char *runner = sandbox_execution_runner(cfg);
+	enum config_runner runner_kind = sandbox_execution_runner(cfg);
+	const char *runner = config_runner_name(runner_kind); /* the word, for rows and receipts */
 	const struct runtime *rt;
 	struct store_execution row = {0};
 	struct run_result res = {0};
@@ -1170,11 +1171,11 @@ int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
 
 	/* 2. Run. */
 	uint32_t timeout_ms = (uint32_t)req->timeout_seconds * 1000;
-	if (strcmp(runner, "mock") == 0)
+	if (runner_kind == CONFIG_RUNNER_MOCK)
 		rc = run_mock(req, &res) < 0
 			 ? sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory")
 			 : 0;
-	else if (strcmp(runner, "dev-process") == 0)
+	else if (runner_kind == CONFIG_RUNNER_DEV_PROCESS)
 		rc = run_dev_process(launcher, req, timeout_ms, cfg->output_cap_bytes, &res, err);
 	else
 		rc = run_libvirt(svc, row.id, rt, launcher, req, timeout_ms, cfg->output_cap_bytes,
@@ -1322,7 +1323,7 @@ int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
 		svc->store, row.id, res.timed_out ? "timed_out" : "completed", ended, cost, &sr,
 		canon_stored ? canon_stored : canon_resp, &keep, err) < 0)
 		goto err_release;
-	if (strcmp(runner, "libvirt") == 0) {
+	if (runner_kind == CONFIG_RUNNER_LIBVIRT) {
 		pthread_mutex_lock(&svc->lock);
 		sandbox_execution_record_locked(svc, warm, prestarted, sbx_mono_ms() - t_req);
 		pthread_mutex_unlock(&svc->lock);

@@ -30,15 +30,6 @@
 
 /* ------------------------------------------------------------- vmm */
 
-static enum vmm_accel accel_of(const char *s)
-{
-	if (strcmp(s, "kvm") == 0)
-		return VMM_ACCEL_KVM;
-	if (strcmp(s, "tcg") == 0)
-		return VMM_ACCEL_TCG;
-	return VMM_ACCEL_AUTO;
-}
-
 /* A new vmm for host h (no lock held: it connects). NULL with err. */
 static struct vmm *host_vmm_new(struct sandbox_svc *svc, struct host *h, struct sbx_error *err)
 {
@@ -55,15 +46,14 @@ static struct vmm *host_vmm_new(struct sandbox_svc *svc, struct host *h, struct 
 	struct vmm_config vc = {
 	    .uri = hc->uri,
 	    .name_prefix = hc->domain_prefix,
-	    .accel = accel_of(cfg->accel),
+	    .accel = cfg->accel,
 	    .allow_tcg = cfg->allow_tcg,
 	    .kernel = hc->kernel,
 	    .initrd = hc->initrd,
 	    .base_image = hc->base_image[0] ? hc->base_image : NULL,
 	    .cmdline = cmdline[0] ? cmdline : NULL,
 	    .run_dir = run_dir,
-	    .transport =
-		strcmp(hc->transport, "stream") == 0 ? VMM_TRANSPORT_STREAM : VMM_TRANSPORT_SOCKET,
+	    .transport = config_transport_vmm(hc->transport),
 	    .tb_cache_mib = cfg->tb_cache_mib,
 	    .free_page_reporting = cfg->free_page_reporting,
 	    .console_log_max = 1024 * 1024,

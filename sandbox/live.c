@@ -120,7 +120,7 @@ bool sandbox_live_host_lost(struct live *l)
 	bool eligible;
 	unsigned gen;
 
-	if (!v || strcmp(l->host->cfg->transport, "stream") != 0)
+	if (!v || l->host->cfg->transport != CONFIG_TRANSPORT_STREAM)
 		return false; /* a socket channel is qemu's: it survives libvirtd */
 	pthread_mutex_lock(&svc->lock);
 	eligible =

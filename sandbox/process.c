@@ -1,7 +1,7 @@
 /* sandbox/process.c: background processes (docs/api.md "Processes").
  *
  * The processes, their output rings and their list live in the guest
- * (agentless/guest/proc.c, protocol v3): this file keeps no state per
+ * (guest/proc.c, protocol v3): this file keeps no state per
  * process. It checks the account may see the sandbox and that it runs,
  * and hands one typed request to agentless/process.c, which encodes it and
  * checks the guest's answer.

@@ -603,9 +603,9 @@ void sandbox_usage_release(struct sandbox_usage *u);
  * to the failure; a run that could not start releases the hold. Only a
  * completed or timed-out run gets a receipt. */
 
-/* Which runner executions use under cfg: "libvirt", "dev-process" or
- * "mock" (borrowed). */
-const char *sandbox_execution_runner(const struct sandbox_config *cfg);
+/* Which runner executions use under cfg: libvirt, dev-process or mock
+ * (never AUTO; config_runner_name() is its word). */
+enum config_runner sandbox_execution_runner(const struct sandbox_config *cfg);
 
 struct sandbox_execution_req {
 	const char *runtime; /* "python" | "node" (| "sh" in test configs) */

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Layering check (STYLE.md): data flows api -> sandbox -> config/billing/
 # store/vmm/agentless -> util. A module may include only the headers below it.
+# guest/ (the guest's PID 1) stands apart: it may include only agentless/wire.h.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fail=0
@@ -17,7 +18,11 @@ check() { # module allowed-includes-regex
 	done
 }
 check util '^(util\.h)$'
-check agentless '^(util/util\.h|wire\.h|agentless\.h|agentless-priv\.h|guest/init\.h)$'
+check agentless '^(util/util\.h|wire\.h|agentless\.h|agentless-priv\.h)$'
+# guest/ is PID 1 of every guest: a program of its own in the guest's trust
+# domain. It shares only the wire format with the host; nothing of the
+# daemon (not even util/) links into it.
+check guest '^(agentless/wire\.h|init\.h)$'
 check vmm '^(util/util\.h|vmm\.h|vmm-priv\.h)$'
 check config '^(util/util\.h|vmm/vmm\.h|config\.h)$'
 check store '^(util/util\.h|store\.h|store-priv\.h)$'

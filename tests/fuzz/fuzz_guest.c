@@ -1,11 +1,11 @@
 /* Fuzz target: the guest init's side of the channel. Arbitrary bytes from
  * a (hostile or broken) host go through the guest's frame reassembly and
- * EXEC payload decoding (agentless/guest/serve.c built with
+ * EXEC payload decoding (guest/serve.c built with
  * SBX_GUEST_FUZZ, which starts no process and writes nothing). */
 #include <stddef.h>
 #include <stdint.h>
 
-#include "agentless/guest/init.h"
+#include "guest/init.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

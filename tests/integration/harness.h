@@ -41,6 +41,12 @@ struct daemon {
 	char prefix[32];
 	char key[128];
 	char account_id[64];
+	/* Benches that compare two builds (bench/bench.h, SBX_BENCH_BASE_BIN):
+	 * the binary this daemon runs (NULL = SBX_BIN), and a tag that keeps
+	 * its state dir and domain prefix apart from the other daemon's of
+	 * the same process ("" = none). */
+	const char *bin;
+	char tag[8];
 };
 
 struct http_reply {
@@ -84,8 +90,9 @@ static inline void daemon_config_image(struct daemon *d, const char *img, const 
 	char path[512];
 	FILE *f;
 
-	snprintf(d->prefix, sizeof(d->prefix), "t%d-", (int)getpid());
-	snprintf(d->state_dir, sizeof(d->state_dir), "/var/lib/sandboxd-test/%d", (int)getpid());
+	snprintf(d->prefix, sizeof(d->prefix), "t%d%s-", (int)getpid(), d->tag);
+	snprintf(d->state_dir, sizeof(d->state_dir), "/var/lib/sandboxd-test/%d%s", (int)getpid(),
+		 d->tag);
 	snprintf(path, sizeof(path), "mkdir -p -m 0755 /var/lib/sandboxd-test %s/images",
 		 d->state_dir);
 	if (run_cmd(path) != 0)
@@ -199,7 +206,8 @@ static inline json_object *daemon_admin(struct daemon *d, const char *args)
 	size_t n;
 	FILE *p;
 
-	snprintf(cmd, sizeof(cmd), "%s admin %s --config %s", sbx_bin(), args, d->config);
+	snprintf(cmd, sizeof(cmd), "%s admin %s --config %s", d->bin ? d->bin : sbx_bin(), args,
+		 d->config);
 	p = popen(cmd, "r");
 	if (!p)
 		return NULL;
@@ -243,8 +251,8 @@ static inline int daemon_start(struct daemon *d)
 		dup2(fds[1], 1);
 		close(fds[0]);
 		close(fds[1]);
-		execl(sbx_bin(), "sandboxd", "serve", "--config", d->config, "--listen",
-		      "127.0.0.1:0", (char *)NULL);
+		execl(d->bin ? d->bin : sbx_bin(), "sandboxd", "serve", "--config", d->config,
+		      "--listen", "127.0.0.1:0", (char *)NULL);
 		_exit(127);
 	}
 	close(fds[1]);
@@ -358,6 +366,35 @@ static inline int daemon_up(struct daemon *d)
 {
 	daemon_create_account(d, "10");
 	return daemon_start(d);
+}
+
+/* The SDK tests' setup: a daemon on the full image with `extra` config,
+ * up, and a second account `name` with `credit_usd` whose API key goes to
+ * key2 (key2_len bytes). -1, said on stderr naming `who`, when the full
+ * image is missing or any step fails. */
+static inline int daemon_up_full_second_account(struct daemon *d, const char *who,
+						const char *extra, const char *name,
+						const char *credit_usd, char *key2, size_t key2_len)
+{
+	char args[256];
+	json_object *o, *v;
+	int rc = -1;
+
+	if (daemon_config_full(d, extra) < 0) {
+		fprintf(stderr, "%s: no full image (make image-full)\n", who);
+		return -1;
+	}
+	if (daemon_up(d) < 0)
+		return -1;
+	snprintf(args, sizeof(args), "create-account --name %s --credit-usd %s", name, credit_usd);
+	o = daemon_admin(d, args);
+	if (o && json_object_object_get_ex(o, "api_key", &v)) {
+		snprintf(key2, key2_len, "%s", json_object_get_string(v));
+		rc = 0;
+	}
+	if (o)
+		json_object_put(o);
+	return rc;
 }
 
 /* The common teardown: stop the daemon if it runs, destroy whatever
@@ -526,13 +563,17 @@ static inline int http_request(const struct daemon *d, const char *method, const
 	return 0;
 }
 
-static inline int daemon_create_sandbox(const struct daemon *d, char *id, size_t idlen)
+/* POST /v1/sandboxes {"timeout_minutes": minutes} as `key`: the new id
+ * into id, or -1 (the reply said on stderr). */
+static inline int daemon_create_sandbox_as(const struct daemon *d, const char *key, int minutes,
+					   char *id, size_t idlen)
 {
 	struct http_reply r;
+	char body[64];
 	int ok;
 
-	if (http_request(d, "POST", "/v1/sandboxes", d->key, NULL, "{\"timeout_minutes\": 10}", 0,
-			 &r) < 0)
+	snprintf(body, sizeof(body), "{\"timeout_minutes\": %d}", minutes);
+	if (http_request(d, "POST", "/v1/sandboxes", key, NULL, body, 0, &r) < 0)
 		return -1;
 	ok = r.status == 201 && r.json && json_object_object_get_ex(r.json, "id", NULL);
 	if (ok)
@@ -542,6 +583,11 @@ static inline int daemon_create_sandbox(const struct daemon *d, char *id, size_t
 		fprintf(stderr, "create: %d %s\n", r.status, r.body);
 	http_reply_free(&r);
 	return ok ? 0 : -1;
+}
+
+static inline int daemon_create_sandbox(const struct daemon *d, char *id, size_t idlen)
+{
+	return daemon_create_sandbox_as(d, d->key, 10, id, idlen);
 }
 
 /* A "Field: N kB" line of the daemon's /proc/PID/status (VmRSS, VmHWM), in

@@ -25,19 +25,7 @@ static char sbx_a[64], sbx_b[64];
 
 static int create_sandbox(char *id, size_t idlen)
 {
-	struct http_reply r;
-	int ok;
-
-	if (http_request(&d, "POST", "/v1/sandboxes", d.key, NULL, "{\"timeout_minutes\": 10}", 0,
-			 &r) < 0)
-		return -1;
-	ok = r.status == 201 && jstr(r.json, "id");
-	if (ok)
-		snprintf(id, idlen, "%s", jstr(r.json, "id"));
-	else
-		fprintf(stderr, "create: %d %s\n", r.status, r.body);
-	http_reply_free(&r);
-	return ok ? 0 : -1;
+	return daemon_create_sandbox_as(&d, d.key, 10, id, idlen);
 }
 
 static int setup(void **state)

@@ -33,19 +33,7 @@ static const char *owner = "sandbox";
 
 static int create_sandbox(const char *key, char *id, size_t idlen)
 {
-	struct http_reply r;
-	int ok;
-
-	if (http_request(&d, "POST", "/v1/sandboxes", key, NULL, "{\"timeout_minutes\": 20}", 0,
-			 &r) < 0)
-		return -1;
-	ok = r.status == 201 && jstr(r.json, "id");
-	if (ok)
-		snprintf(id, idlen, "%s", jstr(r.json, "id"));
-	else
-		fprintf(stderr, "create: %d %s\n", r.status, r.body);
-	http_reply_free(&r);
-	return ok ? 0 : -1;
+	return daemon_create_sandbox_as(&d, key, 20, id, idlen);
 }
 
 static int setup(void **state)

@@ -38,7 +38,6 @@ static const char *python(void)
 static int setup(void **state)
 {
 	const char *dir = getenv("SBX_SDK_PYTHON_DIR");
-	json_object *o, *v;
 
 	if (!realpath(dir ? dir : "sdk/python", sdk_dir)) {
 		fprintf(stderr, "test_sdk_python: no SDK at %s\n", dir ? dir : "sdk/python");
@@ -46,20 +45,13 @@ static int setup(void **state)
 	}
 	/* a pooled python interpreter for run_code; one exec in flight per
 	 * account, so a second one is 429 (the retry test) */
-	if (daemon_config_full(&d,
-			       "\"execution_pool\": {\"python\": 1}, \"disk_overcommit\": 16.0, "
-			       "\"max_execs_in_flight_per_account\": 1") < 0) {
-		fprintf(stderr, "test_sdk_python: no full image (make image-full)\n");
+	if (daemon_up_full_second_account(
+		&d, "test_sdk_python",
+		"\"execution_pool\": {\"python\": 1}, \"disk_overcommit\": 16.0, "
+		"\"max_execs_in_flight_per_account\": 1",
+		"poor", "0", poor_key, sizeof(poor_key)) < 0)
 		return -1;
-	}
 	snprintf(work, sizeof(work), "%s/sdk", d.state_dir);
-	if (daemon_up(&d) < 0)
-		return -1;
-	o = daemon_admin(&d, "create-account --name poor --credit-usd 0");
-	if (!o || !json_object_object_get_ex(o, "api_key", &v))
-		return -1;
-	snprintf(poor_key, sizeof(poor_key), "%s", json_object_get_string(v));
-	json_object_put(o);
 	return 0;
 }
 

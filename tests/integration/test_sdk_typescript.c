@@ -34,24 +34,13 @@ static char poor_key[128];
 
 static int setup(void **state)
 {
-	json_object *o, *v;
-
 	/* boot_timeout_ms: a shared CI host under load boots the full image
 	 * in tens of seconds */
-	if (daemon_config_full(&d,
-			       "\"pool\": {\"small\": 1}, \"disk_overcommit\": 16.0, "
-			       "\"max_execs_per_sandbox\": 2, \"boot_timeout_ms\": 180000") < 0) {
-		fprintf(stderr, "test_sdk_typescript: no full image (make image-full)\n");
-		return -1;
-	}
-	if (daemon_up(&d) < 0)
-		return -1;
-	o = daemon_admin(&d, "create-account --name poor --credit-usd 0.001");
-	if (!o || !json_object_object_get_ex(o, "api_key", &v))
-		return -1;
-	snprintf(poor_key, sizeof(poor_key), "%s", json_object_get_string(v));
-	json_object_put(o);
-	return 0;
+	return daemon_up_full_second_account(
+	    &d, "test_sdk_typescript",
+	    "\"pool\": {\"small\": 1}, \"disk_overcommit\": 16.0, "
+	    "\"max_execs_per_sandbox\": 2, \"boot_timeout_ms\": 180000",
+	    "poor", "0.001", poor_key, sizeof(poor_key));
 }
 
 static int teardown(void **state)

@@ -569,6 +569,101 @@ static void test_config_good(void **state)
 	assert_true(c.memory_overcommit == 2.0);
 }
 
+/* The enum keys are parsed once, here: each word maps to its value, an
+ * unknown word is refused with the key's own message, and the word comes
+ * back out by name (logs, receipts). */
+static void test_config_enums(void **state)
+{
+	struct sandbox_config c;
+	struct sbx_error err;
+	static const struct {
+		const char *json;
+		size_t offset;
+		int want;
+	} good[] = {
+	    {"{\"mode\": \"development\"}", offsetof(struct sandbox_config, mode),
+	     CONFIG_MODE_DEVELOPMENT},
+	    {"{\"mode\": \"production\"}", offsetof(struct sandbox_config, mode),
+	     CONFIG_MODE_PRODUCTION},
+	    {"{\"accel\": \"auto\"}", offsetof(struct sandbox_config, accel), VMM_ACCEL_AUTO},
+	    {"{\"accel\": \"kvm\"}", offsetof(struct sandbox_config, accel), VMM_ACCEL_KVM},
+	    {"{\"accel\": \"tcg\"}", offsetof(struct sandbox_config, accel), VMM_ACCEL_TCG},
+	    {"{\"transport\": \"stream\"}", offsetof(struct sandbox_config, transport),
+	     CONFIG_TRANSPORT_STREAM},
+	    {"{\"transport\": \"socket\"}", offsetof(struct sandbox_config, transport),
+	     CONFIG_TRANSPORT_SOCKET},
+	    {"{\"execution_runner\": \"\"}", offsetof(struct sandbox_config, execution_runner),
+	     CONFIG_RUNNER_AUTO},
+	    {"{\"execution_runner\": \"libvirt\"}",
+	     offsetof(struct sandbox_config, execution_runner), CONFIG_RUNNER_LIBVIRT},
+	    {"{\"execution_runner\": \"dev-process\"}",
+	     offsetof(struct sandbox_config, execution_runner), CONFIG_RUNNER_DEV_PROCESS},
+	    {"{\"execution_runner\": \"mock\"}", offsetof(struct sandbox_config, execution_runner),
+	     CONFIG_RUNNER_MOCK},
+	    {"{\"log_format\": \"text\"}", offsetof(struct sandbox_config, log_format),
+	     SBX_LOG_TEXT},
+	    {"{\"log_format\": \"json\"}", offsetof(struct sandbox_config, log_format),
+	     SBX_LOG_JSON},
+	};
+	static const struct {
+		const char *json;
+		const char *param;
+		const char *message;
+	} bad[] = {
+	    {"{\"mode\": \"prod\"}", "mode", "mode must be 'development' or 'production'"},
+	    {"{\"mode\": \"\"}", "mode", "mode must be 'development' or 'production'"},
+	    {"{\"mode\": \"production\\u0000x\"}", "mode",
+	     "mode must be 'development' or 'production'"},
+	    {"{\"accel\": \"hvf\"}", "accel", "accel must be 'auto', 'kvm' or 'tcg'"},
+	    {"{\"accel\": 1}", "accel", "config key 'accel' must be a string"},
+	    {"{\"transport\": \"tcp\"}", "transport", "transport must be 'stream' or 'socket'"},
+	    {"{\"transport\": \"\"}", "transport", "transport must be 'stream' or 'socket'"},
+	    {"{\"execution_runner\": \"docker\"}", "execution_runner",
+	     "execution_runner must be 'libvirt', 'dev-process' or 'mock'"},
+	    {"{\"log_format\": \"xml\"}", "log_format", "log_format must be 'text' or 'json'"},
+	    {"{\"hosts\": [{\"name\": \"h1\", \"transport\": \"tcp\"}]}", "hosts",
+	     "host 'h1': transport must be 'stream' or 'socket'"},
+	};
+
+	(void)state;
+	for (size_t i = 0; i < SBX_ARRAY_SIZE(good); i++) {
+		int got;
+
+		if (cfg_parse(good[i].json, &c, &err) != 0)
+			fail_msg("refused: %s (%s)", good[i].json, err.message);
+		memcpy(&got, (const char *)&c + good[i].offset, sizeof(got));
+		if (got != good[i].want)
+			fail_msg("%s: %d, not %d", good[i].json, got, good[i].want);
+	}
+	for (size_t i = 0; i < SBX_ARRAY_SIZE(bad); i++) {
+		if (cfg_parse(bad[i].json, &c, &err) != -1)
+			fail_msg("accepted: %s", bad[i].json);
+		assert_int_equal(err.code, SBX_E_INVALID_REQUEST);
+		assert_string_equal(err.param, bad[i].param);
+		assert_string_equal(err.message, bad[i].message);
+	}
+	/* A host's empty transport is left to resolve: stream for a remote URI. */
+	assert_int_equal(cfg_parse("{\"hosts\": [{\"name\": \"r\", \"uri\": "
+				   "\"qemu+tls://h/system\", \"transport\": \"\"}]}",
+				   &c, &err),
+			 0);
+	assert_int_equal(c.hosts[0].transport, CONFIG_TRANSPORT_UNSET);
+	sandbox_config_resolve(&c);
+	assert_int_equal(c.hosts[0].transport, CONFIG_TRANSPORT_STREAM);
+	/* The words at the edges. */
+	assert_string_equal(config_mode_name(CONFIG_MODE_PRODUCTION), "production");
+	assert_string_equal(config_accel_name(VMM_ACCEL_TCG), "tcg");
+	assert_string_equal(config_transport_name(CONFIG_TRANSPORT_SOCKET), "socket");
+	assert_string_equal(config_runner_name(CONFIG_RUNNER_DEV_PROCESS), "dev-process");
+	assert_string_equal(config_log_format_name(SBX_LOG_JSON), "json");
+	/* auto: libvirt, or mock in development without a libvirt URI */
+	assert_int_equal(sandbox_execution_runner(&c), CONFIG_RUNNER_LIBVIRT);
+	c.libvirt_uri[0] = '\0';
+	assert_int_equal(sandbox_execution_runner(&c), CONFIG_RUNNER_MOCK);
+	c.mode = CONFIG_MODE_PRODUCTION;
+	assert_int_equal(sandbox_execution_runner(&c), CONFIG_RUNNER_LIBVIRT);
+}
+
 static void test_config_sizes(void **state)
 {
 	struct sandbox_config c;
@@ -596,13 +691,13 @@ static void test_config_sizes(void **state)
 	c.tb_cache_mib = 4096;
 	assert_int_equal(sandbox_config_validate(&c, &err), 0);
 	/* Production refuses a plain-text libvirt URI; TLS passes. */
-	snprintf(c.mode, sizeof(c.mode), "production");
+	c.mode = CONFIG_MODE_PRODUCTION;
 	snprintf(c.libvirt_uri, sizeof(c.libvirt_uri), "qemu+tcp://10.77.0.2/system");
 	assert_int_equal(sandbox_config_validate(&c, &err), -1);
 	assert_string_equal(err.param, "libvirt_uri");
 	snprintf(c.libvirt_uri, sizeof(c.libvirt_uri), "qemu+tls://10.77.0.2/system");
 	assert_int_equal(sandbox_config_validate(&c, &err), 0);
-	snprintf(c.mode, sizeof(c.mode), "development");
+	c.mode = CONFIG_MODE_DEVELOPMENT;
 	snprintf(c.libvirt_uri, sizeof(c.libvirt_uri), "qemu+tcp://10.77.0.2/system");
 	assert_int_equal(sandbox_config_validate(&c, &err), 0);
 
@@ -798,6 +893,7 @@ int main(void)
 	    cmocka_unit_test(test_usd),
 	    cmocka_unit_test(test_limits_encode),
 	    cmocka_unit_test(test_config_good),
+	    cmocka_unit_test(test_config_enums),
 	    cmocka_unit_test(test_config_sizes),
 	    cmocka_unit_test(test_config_bad),
 	    cmocka_unit_test(test_config_load_file),

@@ -195,7 +195,7 @@ static int setup(void **state)
 	F.cfg.http_threads = 2;
 	F.cfg.max_api_keys_per_account = 4; /* test_api_keys_cap_and_pages */
 	/* executions run nothing here (test_execution_code_not_utf8) */
-	snprintf(F.cfg.execution_runner, sizeof(F.cfg.execution_runner), "mock");
+	F.cfg.execution_runner = CONFIG_RUNNER_MOCK;
 	sandbox_config_resolve(&F.cfg);
 	sbx_error_clear(&err);
 	if (sandbox_config_validate(&F.cfg, &err) < 0)

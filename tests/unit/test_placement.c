@@ -42,7 +42,7 @@ static void test_implicit_local_host(void **state)
 	assert_string_equal(C.hosts[0].uri, "qemu:///session");
 	assert_string_equal(C.hosts[0].state_dir, "/srv/sbx");
 	assert_string_equal(C.hosts[0].domain_prefix, "sbx-");
-	assert_string_equal(C.hosts[0].transport, "stream");
+	assert_int_equal(C.hosts[0].transport, CONFIG_TRANSPORT_STREAM);
 	assert_string_equal(C.hosts[0].kernel, "/srv/sbx/images/tiny/vmlinux");
 	assert_string_equal(C.hosts[0].base_image, "/srv/sbx/images/full/base.qcow2");
 	assert_int_equal(C.hosts[0].max_guests, 5);
@@ -69,10 +69,11 @@ static void test_hosts_list(void **state)
 	    0);
 	assert_int_equal(C.n_hosts, 2);
 	assert_string_equal(C.hosts[0].name, "a");
-	assert_string_equal(C.hosts[0].transport, "socket"); /* local: the top-level one */
+	assert_int_equal(C.hosts[0].transport,
+			 CONFIG_TRANSPORT_SOCKET); /* local: the top-level one */
 	assert_string_equal(C.hosts[0].kernel, "/srv/a/images/tiny/vmlinux");
-	assert_string_equal(C.hosts[0].base_image, "/opt/base.qcow2"); /* not under state_dir */
-	assert_string_equal(C.hosts[1].transport, "stream");	       /* remote: stream */
+	assert_string_equal(C.hosts[0].base_image, "/opt/base.qcow2");	 /* not under state_dir */
+	assert_int_equal(C.hosts[1].transport, CONFIG_TRANSPORT_STREAM); /* remote: stream */
 	assert_string_equal(C.hosts[1].domain_prefix, "sbx-");
 	assert_string_equal(C.hosts[1].initrd,
 			    "/var/lib/sandboxd-h2/images/tiny/initramfs.cpio.gz");

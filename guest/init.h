@@ -1,4 +1,4 @@
-/* sandboxd-init: PID 1 of every guest (private to agentless/guest/).
+/* sandboxd-init: PID 1 of every guest (private to guest/).
  *
  * init.c brings the guest up (mounts, virtio modules, the exec port) and
  * hands the port to serve.c, which runs the exec protocol of wire.h for the

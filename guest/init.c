@@ -1,6 +1,6 @@
 /* sandboxd-init: bring the guest up, then serve the exec port (serve.c).
  * See init.h for the initramfs layout this expects. */
-#include "agentless/guest/init.h"
+#include "guest/init.h"
 #include "agentless/wire.h"
 
 #include <dirent.h>

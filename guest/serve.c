@@ -34,7 +34,7 @@
  * for it, and tells it which children were reaped; both start commands
  * with guest_spawn().
  */
-#include "agentless/guest/init.h"
+#include "guest/init.h"
 #include "agentless/wire.h"
 
 #include <errno.h>

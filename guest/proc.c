@@ -12,7 +12,7 @@
  * The table holds WIRE_PROC_MAX entries; the host's MAX_PROCS bounds the
  * running ones, and an ended entry is reused (oldest first) when the
  * table is full. All of it runs on serve.c's single-threaded loop. */
-#include "agentless/guest/init.h"
+#include "guest/init.h"
 #include "agentless/wire.h"
 
 #include <errno.h>

@@ -26,7 +26,7 @@
  *                 (a reopened channel hears nothing), but keep reading
  *
  * Without the command-line switch the env variable is an ordinary one. */
-#include "agentless/guest/init.h"
+#include "guest/init.h"
 #include "agentless/wire.h"
 
 #include <stdbool.h>

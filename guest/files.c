@@ -12,7 +12,7 @@
  * Nothing here blocks on the host; the file system calls are ordinary
  * blocking ones, as for any PID 1.
  */
-#include "agentless/guest/init.h"
+#include "guest/init.h"
 #include "agentless/wire.h"
 
 #include <dirent.h>
