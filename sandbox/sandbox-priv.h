@@ -27,6 +27,7 @@
 #include <stdbool.h>
 
 #include "../agentless/agentless.h"
+#include "../fleet/fleet.h"
 #include "../store/store.h"
 #include "../vmm/vmm.h"
 #include "sandbox.h"
@@ -71,26 +72,6 @@ struct host {
 	uint64_t db_free_mib;	    /* the database's filesystem */
 	bool db_own_fs;		    /* the database is on another filesystem */
 	int64_t disk_measured_mono; /* when */
-};
-
-/* What placement knows of one host for a guest of one size (host.c:
- * sandbox_place, a pure function so it is unit-tested alone). */
-struct host_snapshot {
-	bool up, draining;
-	int guests, max_guests;
-	uint64_t mem_used_mib, mem_total_mib;
-	uint64_t disk_used_gib, disk_total_gib; /* disk_total_gib 0 = no cap */
-	bool disk_ok, disk_ok_evicting;		/* the free-space rule (local hosts) */
-	int pool_guests;			/* pooled (ready or booting): evictable */
-	uint64_t pool_mib, pool_disk_gib;
-	int warm; /* ready pooled guests of the size (or runtime) asked for */
-};
-
-/* How a create is placed. */
-enum place_how {
-	PLACE_WARM,  /* take a pooled guest there */
-	PLACE_ROOM,  /* boot there: it has room */
-	PLACE_EVICT, /* boot there after evicting pooled guests */
 };
 
 /* A running guest: a customer's (in svc->lives, id = the sandbox id) or a
@@ -166,9 +147,8 @@ struct sandbox_svc {
 	pthread_mutex_t lock; /* lives, pool, booting, stop, startup rings, retries */
 	pthread_cond_t cond;  /* live refs dropped, boot slot freed, timer wake */
 	struct live *lives;
-	int boots_active;      /* boots holding a boot slot (customers and pool) */
-	int teardowns;	       /* execution guests torn down in the background */
-	int customers_waiting; /* customer creates waiting for a boot slot */
+	struct fleet_slots slots; /* boot slots (customers and pool) */
+	int teardowns;		  /* execution guests torn down in the background */
 	bool stop;
 	int64_t started_wall_ms; /* this daemon's start: older pending keys are orphans */
 	bool timer_started;
@@ -330,10 +310,6 @@ void sandbox_host_booting_locked(struct host *h, const struct sandbox_size *size
 struct host *sandbox_host_admit_locked(struct sandbox_svc *svc, const struct sandbox_size *size,
 				       const char *runtime, struct live **warm_out,
 				       struct live **evicted, struct sbx_error *err);
-/* The placement rule over snapshots of n hosts: the index of the host
- * chosen and how, or -1 when none has room. Pure. */
-int sandbox_place(const struct host_snapshot *hs, size_t n, uint64_t memory_mib, uint64_t disk_gib,
-		  enum place_how *how);
 /* The host named `name`, or NULL. */
 struct host *sandbox_host_find(struct sandbox_svc *svc, const char *name);
 

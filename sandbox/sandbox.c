@@ -82,6 +82,7 @@ struct sandbox_svc *sandbox_svc_new(const struct sandbox_config *cfg, int flags,
 	svc->ends_tail = &svc->ends;
 	pthread_mutex_init(&svc->lock, NULL);
 	pthread_cond_init(&svc->cond, NULL);
+	fleet_slots_init(&svc->slots, cfg->max_concurrent_boots);
 	/* Owner only, plus the search bit qemu (libvirt-qemu) needs to reach
 	 * the kernel, the images and the overlays under it; an existing state
 	 * dir is narrowed to that too. */
@@ -150,6 +151,7 @@ void sandbox_svc_free(struct sandbox_svc *svc)
 	svc->stop = true;
 	pthread_cond_broadcast(&svc->cond);
 	pthread_mutex_unlock(&svc->lock);
+	fleet_slots_stop(&svc->slots);
 	if (svc->timer_started)
 		pthread_join(svc->timer, NULL);
 	for (int i = 0; i < svc->n_enders; i++)
@@ -192,6 +194,7 @@ void sandbox_svc_free(struct sandbox_svc *svc)
 	sandbox_settles_free(svc);
 	sandbox_hosts_close(svc);
 	store_close(svc->store);
+	fleet_slots_destroy(&svc->slots);
 	pthread_cond_destroy(&svc->cond);
 	pthread_mutex_destroy(&svc->lock);
 	free(svc);
@@ -406,32 +409,14 @@ int sandbox_account_list(struct sandbox_svc *svc, struct sandbox_account **out, 
 
 int sandbox_boot_slot_acquire(struct sandbox_svc *svc, int64_t deadline_mono, struct sbx_error *err)
 {
-	pthread_mutex_lock(&svc->lock);
-	svc->customers_waiting++;
-	while (svc->boots_active >= svc->cfg.max_concurrent_boots) {
-		struct timespec ts;
-
-		if (sbx_mono_ms() >= deadline_mono || svc->stop) {
-			svc->customers_waiting--;
-			pthread_mutex_unlock(&svc->lock);
-			sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
-				      "too many guests are booting on this node; retry later");
-			err->retry_after_s = 5;
-			return -1;
-		}
-		ts = sbx_timespec_in(CLOCK_REALTIME, 100);
-		pthread_cond_timedwait(&svc->cond, &svc->lock, &ts);
-	}
-	svc->customers_waiting--;
-	svc->boots_active++;
-	pthread_mutex_unlock(&svc->lock);
-	return 0;
+	return fleet_slot_acquire(&svc->slots, deadline_mono, err);
 }
 
 void sandbox_boot_slot_release(struct sandbox_svc *svc)
 {
+	fleet_slot_release(&svc->slots);
+	/* the pool refills once no customer boots */
 	pthread_mutex_lock(&svc->lock);
-	svc->boots_active--;
 	pthread_cond_broadcast(&svc->cond);
 	pthread_mutex_unlock(&svc->lock);
 }
