@@ -1,6 +1,7 @@
 /* fleet: what the module's files share (not for other modules).
  *
- * Files: place.c (the placement rule), slots.c (boot slots). */
+ * Files: place.c (the placement rule), registry.c (live guests by id),
+ * slots.c (boot slots). */
 #ifndef SBX_FLEET_PRIV_H
 #define SBX_FLEET_PRIV_H
 

@@ -3,9 +3,9 @@
  * no account, no bill. sandbox/ calls it; it includes nothing of sandbox/
  * or store/ (scripts/lint.sh).
  *
- * What lives here so far: the placement rule (place.c) and the boot slots
- * (slots.c). The hosts, pools, liveness and the live guests still live in
- * sandbox/ (sandbox-priv.h) and move here in the next steps.
+ * What lives here so far: the placement rule (place.c), the registry of
+ * live guests by id (registry.c) and the boot slots (slots.c). The hosts, pools, liveness and the
+ * live guests still live in sandbox/ (sandbox-priv.h) and move here in the next steps.
  *
  * Lock order (a lock may be taken while holding the ones left of it):
  *
@@ -50,6 +50,34 @@ enum fleet_place_how {
  * chosen and how, or -1 when none has room. Pure. */
 int fleet_place(const struct fleet_host_snapshot *hs, size_t n, uint64_t memory_mib,
 		uint64_t disk_gib, enum fleet_place_how *how);
+
+/* ------------------------------------------------------------ registry */
+
+/* The live guests found by sandbox id: a hash table of nodes embedded in
+ * the owner's guest struct (no allocation per guest, so linking never
+ * fails). No lock of its own: guarded by its owner's lock. */
+struct fleet_node {
+	struct fleet_node *next;
+	const char *key; /* the guest's id, in the guest: stable while linked */
+};
+
+struct fleet_registry {
+	struct fleet_node **buckets;
+	size_t n_buckets; /* a power of two */
+	size_t count;
+};
+
+/* 0, or -1 out of memory. */
+int fleet_registry_init(struct fleet_registry *r);
+/* Frees the table, not the nodes. */
+void fleet_registry_free(struct fleet_registry *r);
+/* Link node n under n->key (a key not linked yet). Grows the table when
+ * it can; never fails. */
+void fleet_registry_put(struct fleet_registry *r, struct fleet_node *n);
+/* The node linked under key, or NULL. */
+struct fleet_node *fleet_registry_get(const struct fleet_registry *r, const char *key);
+/* Unlink and return the node linked under key, or NULL. */
+struct fleet_node *fleet_registry_del(struct fleet_registry *r, const char *key);
 
 /* ---------------------------------------------------------- boot slots */
 

@@ -42,8 +42,8 @@ int fleet_place(const struct fleet_host_snapshot *hs, size_t n, uint64_t memory_
 			const struct fleet_host_snapshot *s = &hs[i];
 			bool evicting = steps[k] == FLEET_PLACE_EVICT;
 			bool ok = steps[k] == FLEET_PLACE_WARM
-					  ? s->warm > 0
-					  : room(s, memory_mib, disk_gib, evicting);
+				      ? s->warm > 0
+				      : room(s, memory_mib, disk_gib, evicting);
 
 			if (!s->up || s->draining || !ok)
 				continue;

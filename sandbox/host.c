@@ -412,8 +412,7 @@ static int reattach(struct sandbox_svc *svc, struct host *h, const struct store_
 		return -1;
 	}
 	pthread_mutex_lock(&svc->lock);
-	l->next = svc->lives;
-	svc->lives = l;
+	sandbox_live_link_locked(svc, l);
 	pthread_mutex_unlock(&svc->lock);
 	sbx_info(MOD, "sandbox %s: reattached to domain %s on host %s", row->id, row->domain,
 		 h->cfg->name);

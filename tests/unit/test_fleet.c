@@ -1,5 +1,6 @@
 /* Unit tests of fleet/ with no guest: the boot slots (customers wait,
- * the pool yields to a waiting customer, stop fails waiters). The
+ * the pool yields to a waiting customer, stop fails waiters) and the
+ * registry of live guests by id. The
  * placement rule's own tests are in test_placement.c. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -7,6 +8,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <unistd.h>
 
 #include "fleet/fleet.h"
@@ -133,12 +135,50 @@ static void test_slots_stop(void **state)
 	fleet_slots_destroy(&s);
 }
 
+/* The registry finds every guest linked by its id through growth, and
+ * none once it is unlinked. */
+static void test_registry(void **state)
+{
+	enum { N = 500 };
+	static struct fleet_node nodes[N];
+	static char keys[N][16];
+	struct fleet_registry r;
+
+	(void)state;
+	assert_int_equal(fleet_registry_init(&r), 0);
+	assert_null(fleet_registry_get(&r, "sbx_0"));
+	for (int i = 0; i < N; i++) {
+		snprintf(keys[i], sizeof(keys[i]), "sbx_%d", i);
+		nodes[i].key = keys[i];
+		fleet_registry_put(&r, &nodes[i]);
+	}
+	assert_int_equal(r.count, N);
+	assert_true(r.n_buckets >= N);
+	for (int i = 0; i < N; i++)
+		assert_ptr_equal(fleet_registry_get(&r, keys[i]), &nodes[i]);
+	assert_null(fleet_registry_get(&r, "sbx_500"));
+	assert_null(fleet_registry_del(&r, "sbx_500"));
+	for (int i = 0; i < N; i += 2)
+		assert_ptr_equal(fleet_registry_del(&r, keys[i]), &nodes[i]);
+	assert_int_equal(r.count, N / 2);
+	for (int i = 0; i < N; i++) {
+		if (i % 2)
+			assert_ptr_equal(fleet_registry_get(&r, keys[i]), &nodes[i]);
+		else
+			assert_null(fleet_registry_get(&r, keys[i]));
+	}
+	assert_null(fleet_registry_del(&r, keys[0]));
+	fleet_registry_free(&r);
+	assert_null(fleet_registry_get(&r, keys[1]));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_slots_cap),
-		cmocka_unit_test(test_slots_customer_first),
-		cmocka_unit_test(test_slots_stop),
+	    cmocka_unit_test(test_slots_cap),
+	    cmocka_unit_test(test_slots_customer_first),
+	    cmocka_unit_test(test_slots_stop),
+	    cmocka_unit_test(test_registry),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
