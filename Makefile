@@ -23,7 +23,7 @@ LDLIBS   += $(PKG_LIBS) -pthread -lm
 # Library: every module's .c except the program entry and the guest side.
 LIB_SRCS := $(wildcard util/*.c) agentless/agentless.c agentless/exec.c agentless/xfer.c agentless/process.c agentless/wire.c \
 	    $(wildcard vmm/*.c) $(wildcard store/*.c) $(wildcard billing/*.c) \
-	    $(wildcard receipt/*.c) $(wildcard config/*.c) $(wildcard sandbox/*.c) \
+	    $(wildcard receipt/*.c) $(wildcard config/*.c) $(wildcard fleet/*.c) $(wildcard sandbox/*.c) \
 	    $(filter-out api/main.c,$(wildcard api/*.c))
 # The dashboard and /v1/openapi.json (api/http_static.c): web/ and
 # docs/openapi.yaml compiled into a generated C file (docs/dashboard.md).

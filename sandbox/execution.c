@@ -601,59 +601,30 @@ static int guest_get(struct sandbox_svc *svc, const struct sandbox_size *size,
 		     bool *prestarted, struct sbx_error *err)
 {
 	int64_t deadline = sbx_mono_ms() + svc->cfg.boot_timeout_ms;
-	struct live *l = NULL, *evicted = NULL;
-	struct host *h;
-	int rc;
-
-	sandbox_hosts_measure_disk(svc);
-	pthread_mutex_lock(&svc->lock);
 	/* placed like a sandbox (docs/hosts.md): an execution guest of this
 	 * runtime, else a plain pooled guest, else a boot where there is room */
-	h = sandbox_host_admit_locked(svc, size, rt->pre_run ? rt->name : NULL, &l, &evicted, err);
-	*prestarted = l && l->runtime[0];
-	if (!h) {
-		pthread_mutex_unlock(&svc->lock);
-		sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
-			      "no host has capacity for another execution right now; retry later");
-		err->retry_after_s = 10;
+	struct sandbox_acquire acq = {
+	    .size = size,
+	    .runtime = rt->pre_run ? rt->name : NULL,
+	    .marker = marker,
+	    .queue_deadline_mono = deadline,
+	    .boot_deadline_mono = deadline,
+	    .why_failed = "the execution could not start",
+	};
+
+	if (sandbox_guest_acquire(svc, &acq, err) < 0) {
+		if (acq.no_room) {
+			sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
+				      "no host has capacity for another execution right now; "
+				      "retry later");
+			err->retry_after_s = 10;
+		}
 		return -1;
 	}
-	pthread_cond_broadcast(&svc->cond); /* the pool refills */
-	if (evicted) {
-		pthread_mutex_unlock(&svc->lock);
-		sandbox_live_teardown_chain(evicted, "evicted from the warm pool");
-		pthread_mutex_lock(&svc->lock);
-	}
-	if (l) {
-		pthread_mutex_unlock(&svc->lock);
-		*warm = true;
-		snprintf(l->id, sizeof l->id, "%s", marker);
-		/* a crash now leaves a domain naming no sandbox: reconcile destroys it */
-		if (vmm_vm_set_sandbox_id(l->vm, marker, err) < 0)
-			goto err_teardown;
-		*out = l;
-		return 0;
-	}
-	*warm = false;
-	pthread_mutex_unlock(&svc->lock);
-	if (sandbox_boot_slot_acquire(svc, deadline, err) < 0)
-		goto err_forget;
-	rc = sandbox_guest_boot(svc, h, size, marker, deadline, &l, err);
-	sandbox_boot_slot_release(svc);
-	if (rc < 0)
-		goto err_forget;
-	snprintf(l->id, sizeof l->id, "%s", marker);
-	*out = l;
+	*out = acq.l;
+	*warm = acq.warm;
+	*prestarted = acq.warm && acq.l->runtime[0];
 	return 0;
-
-err_teardown:
-	sandbox_live_teardown(l, "the execution could not start");
-err_forget:
-	pthread_mutex_lock(&svc->lock);
-	sandbox_host_booting_locked(h, size, -1);
-	pthread_cond_broadcast(&svc->cond);
-	pthread_mutex_unlock(&svc->lock);
-	return -1;
 }
 
 /* Tear the guest down, then stop counting it for capacity (and, for a

@@ -6,7 +6,7 @@
  * its share of the warm pool (pooled guests carry their host). Every
  * guest operation goes through the live's host.
  *
- * Placement (sandbox_place) is a pure function over snapshots taken under
+ * Placement (fleet_place, fleet/place.c) is a pure function over snapshots taken under
  * svc->lock; the host thread checks each host's connection every
  * host_check_interval_ms with no lock held, reads the drained hosts from
  * the store, marks a host that has not answered for host_down_after_ms
@@ -199,7 +199,7 @@ static bool disk_rule_locked(struct host *h, uint64_t gib)
 /* What placement needs of host h for a guest of `size` (runtime: an
  * execution's pre-started guests count as warm). Call with lock. */
 static void host_snapshot_locked(struct host *h, const struct sandbox_size *size,
-				 const char *runtime, struct host_snapshot *s)
+				 const char *runtime, struct fleet_host_snapshot *s)
 {
 	uint64_t add = sandbox_host_disk_gib(h, size);
 
@@ -226,13 +226,13 @@ static void host_snapshot_locked(struct host *h, const struct sandbox_size *size
 
 bool sandbox_host_fits_locked(struct host *h, const struct sandbox_size *size)
 {
-	struct host_snapshot s;
-	enum place_how how;
+	struct fleet_host_snapshot s;
+	enum fleet_place_how how;
 
 	host_snapshot_locked(h, size, NULL, &s);
 	s.warm = 0;
-	return sandbox_place(&s, 1, size->memory_mib, sandbox_host_disk_gib(h, size), &how) == 0 &&
-	       how == PLACE_ROOM;
+	return fleet_place(&s, 1, size->memory_mib, sandbox_host_disk_gib(h, size), &how) == 0 &&
+	       how == FLEET_PLACE_ROOM;
 }
 
 bool sandbox_disk_fits_locked(struct sandbox_svc *svc)
@@ -261,75 +261,19 @@ void sandbox_host_booting_locked(struct host *h, const struct sandbox_size *size
 
 /* ----------------------------------------------------------- placement */
 
-static bool room(const struct host_snapshot *s, uint64_t mib, uint64_t gib, bool evicting)
-{
-	int guests = s->guests + (evicting ? 0 : s->pool_guests);
-	uint64_t mem = s->mem_used_mib + (evicting ? 0 : s->pool_mib);
-	uint64_t disk = s->disk_used_gib + (evicting ? 0 : s->pool_disk_gib);
-
-	return guests + 1 <= s->max_guests && mem + mib <= s->mem_total_mib &&
-	       (!s->disk_total_gib || disk + gib <= s->disk_total_gib) &&
-	       (evicting ? s->disk_ok_evicting : s->disk_ok);
-}
-
-/* Free memory after everything placed (and, unless evicting, pooled). */
-static uint64_t free_mib(const struct host_snapshot *s, bool evicting)
-{
-	uint64_t used = s->mem_used_mib + (evicting ? 0 : s->pool_mib);
-
-	return used >= s->mem_total_mib ? 0 : s->mem_total_mib - used;
-}
-
-/* docs/hosts.md "Placement": only hosts up and not draining; first a host
- * with a warm guest of the size (nothing to boot, no room needed: the
- * guest is already counted), then one with room, then one where evicting
- * pooled guests makes room. Within each step the host with the most free
- * guest memory wins (ties: the first listed): guests spread, so a host
- * lost takes the fewest sandboxes with it and none is packed while
- * another idles, and memory is what the sizes differ in most. */
-int sandbox_place(const struct host_snapshot *hs, size_t n, uint64_t memory_mib, uint64_t disk_gib,
-		  enum place_how *how)
-{
-	static const enum place_how steps[] = {PLACE_WARM, PLACE_ROOM, PLACE_EVICT};
-
-	for (size_t k = 0; k < SBX_ARRAY_SIZE(steps); k++) {
-		int best = -1;
-		uint64_t best_free = 0;
-
-		for (size_t i = 0; i < n; i++) {
-			const struct host_snapshot *s = &hs[i];
-			bool evicting = steps[k] == PLACE_EVICT;
-			bool ok = steps[k] == PLACE_WARM ? s->warm > 0
-							 : room(s, memory_mib, disk_gib, evicting);
-
-			if (!s->up || s->draining || !ok)
-				continue;
-			if (best < 0 || free_mib(s, evicting) > best_free) {
-				best = (int)i;
-				best_free = free_mib(s, evicting);
-			}
-		}
-		if (best >= 0) {
-			*how = steps[k];
-			return best;
-		}
-	}
-	return -1;
-}
-
 struct host *sandbox_host_admit_locked(struct sandbox_svc *svc, const struct sandbox_size *size,
 				       const char *runtime, struct live **warm_out,
 				       struct live **evicted, struct sbx_error *err)
 {
-	struct host_snapshot snaps[SANDBOX_MAX_HOSTS];
-	enum place_how how = PLACE_ROOM;
+	struct fleet_host_snapshot snaps[SANDBOX_MAX_HOSTS];
+	enum fleet_place_how how = FLEET_PLACE_ROOM;
 	struct host *h;
 	int i;
 
 	*warm_out = NULL;
 	for (size_t k = 0; k < svc->n_hosts; k++)
 		host_snapshot_locked(&svc->hosts[k], size, runtime, &snaps[k]);
-	i = sandbox_place(snaps, svc->n_hosts, size->memory_mib, size->disk_gib, &how);
+	i = fleet_place(snaps, svc->n_hosts, size->memory_mib, size->disk_gib, &how);
 	if (i < 0) {
 		sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
 			      "no host has capacity for another guest of size '%s' right now; "
@@ -339,15 +283,15 @@ struct host *sandbox_host_admit_locked(struct sandbox_svc *svc, const struct san
 		return NULL;
 	}
 	h = &svc->hosts[i];
-	if (how == PLACE_WARM) {
+	if (how == FLEET_PLACE_WARM) {
 		if (runtime)
 			*warm_out = sandbox_pool_take_locked(svc, h, NULL, runtime);
 		if (!*warm_out)
 			*warm_out = sandbox_pool_take_locked(svc, h, size->name, NULL);
 		if (!*warm_out)
-			how = PLACE_EVICT; /* its one warm guest was not usable */
+			how = FLEET_PLACE_EVICT; /* its one warm guest was not usable */
 	}
-	if (how == PLACE_EVICT) {
+	if (how == FLEET_PLACE_EVICT) {
 		while (!sandbox_host_fits_locked(h, size)) {
 			struct live *p = sandbox_pool_evict_locked(svc, h);
 
@@ -458,8 +402,7 @@ static int reattach(struct sandbox_svc *svc, struct host *h, const struct store_
 		return -1;
 	}
 	pthread_mutex_lock(&svc->lock);
-	l->next = svc->lives;
-	svc->lives = l;
+	sandbox_live_link_locked(svc, l);
 	pthread_mutex_unlock(&svc->lock);
 	sbx_info(MOD, "sandbox %s: reattached to domain %s on host %s", row->id, row->domain,
 		 h->cfg->name);

@@ -11,6 +11,7 @@
  * See sandbox-priv.h for the lock order.
  */
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,29 +30,40 @@
 
 /* ----------------------------------------------------------------- lives */
 
+/* The live a registry node is embedded in. */
+#define live_of(n) ((struct live *)((char *)(n)-offsetof(struct live, node)))
+
 struct live *sandbox_live_find_locked(struct sandbox_svc *svc, const char *id)
 {
-	for (struct live *l = svc->lives; l; l = l->next)
-		if (strcmp(l->id, id) == 0)
-			return l;
-	return NULL;
+	struct fleet_node *n = fleet_registry_get(&svc->by_id, id);
+
+	return n ? live_of(n) : NULL;
+}
+
+void sandbox_live_link_locked(struct sandbox_svc *svc, struct live *l)
+{
+	l->node.key = l->id;
+	fleet_registry_put(&svc->by_id, &l->node);
+	l->next = svc->lives;
+	svc->lives = l;
 }
 
 /* Unlink a live and wait until no exec_start uses it. Returns it, owned by
  * the caller, or NULL when someone else already took it. Call with lock. */
 struct live *sandbox_live_take_locked(struct sandbox_svc *svc, const char *id)
 {
-	struct live **pp, *l = NULL;
+	struct fleet_node *n = fleet_registry_del(&svc->by_id, id);
+	struct live **pp, *l;
 
+	if (!n)
+		return NULL;
+	l = live_of(n);
 	for (pp = &svc->lives; *pp; pp = &(*pp)->next) {
-		if (strcmp((*pp)->id, id) == 0) {
-			l = *pp;
+		if (*pp == l) {
 			*pp = l->next;
 			break;
 		}
 	}
-	if (!l)
-		return NULL;
 	l->unlinked = true;
 	while (l->refs > 0)
 		pthread_cond_wait(&svc->cond, &svc->lock);

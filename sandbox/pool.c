@@ -182,8 +182,8 @@ static void *pool_boot_main(void *arg)
 		l = NULL;
 	}
 
+	fleet_slot_release(&svc->slots);
 	pthread_mutex_lock(&svc->lock);
-	svc->boots_active--;
 	if (rc == 0 && (svc->stop || h->state != HOST_UP || h->draining)) {
 		/* Destroy it while still counted in pool_booting: sandbox_pool_stop
 		 * waits for that, and the vmm is freed right after. */
@@ -223,18 +223,20 @@ static bool pool_boot_maybe_locked(struct sandbox_svc *svc, struct host *h,
 	pthread_t t;
 	int rc;
 
-	if (svc->customers_waiting > 0 || svc->boots_active >= svc->cfg.max_concurrent_boots ||
-	    h->pool_booting >= svc->cfg.pool_max_boots ||
+	if (h->pool_booting >= svc->cfg.pool_max_boots ||
 	    sbx_mono_ms() < h->pool_backoff_until_mono || !sandbox_host_fits_locked(h, size))
 		return false;
 	pb = malloc(sizeof(*pb));
 	if (!pb)
 		return false;
+	if (!fleet_slot_try_pool(&svc->slots)) { /* a customer waits, or all are taken */
+		free(pb);
+		return false;
+	}
 	pb->svc = svc;
 	pb->host = h;
 	pb->size = size;
 	pb->runtime = runtime;
-	svc->boots_active++;
 	pool_booting_locked(h, size, +1);
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
@@ -242,7 +244,7 @@ static bool pool_boot_maybe_locked(struct sandbox_svc *svc, struct host *h,
 	pthread_attr_destroy(&attr);
 	if (rc != 0) {
 		free(pb);
-		svc->boots_active--;
+		fleet_slot_release(&svc->slots);
 		pool_booting_locked(h, size, -1);
 		return false;
 	}

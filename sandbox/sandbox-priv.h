@@ -1,11 +1,11 @@
 /* sandbox: what the module's files share (not for other modules).
  *
  * Files: sandbox.c (the service, accounts, create, get/list/destroy/extend,
- * usage), live.c (who owns a live guest; the timer and the enders),
- * exec.c (exec and the output budget), execution.c (one-shot executions),
- * pool.c (the warm pool), liveness.c (the ping), host.c (the hosts:
- * capacity, placement, reconcile per host, health and drain), settle.c
- * (ends the store refused, retried; how a lost guest's bill ends).
+ * usage), acquire.c (a guest for a sandbox or an execution, the boot),
+ * live.c (who owns a live guest; the timer and the enders), exec.c (exec and the output budget),
+ * execution.c (one-shot executions), pool.c (the warm pool), liveness.c (the ping), host.c (the
+ * hosts: capacity, placement, reconcile per host, health and drain), settle.c (ends the store
+ * refused, retried; how a lost guest's bill ends).
  *
  * Lock order (a lock may be taken while holding the ones left of it):
  *
@@ -27,6 +27,7 @@
 #include <stdbool.h>
 
 #include "../agentless/agentless.h"
+#include "../fleet/fleet.h"
 #include "../store/store.h"
 #include "../vmm/vmm.h"
 #include "sandbox.h"
@@ -73,26 +74,6 @@ struct host {
 	int64_t disk_measured_mono; /* when */
 };
 
-/* What placement knows of one host for a guest of one size (host.c:
- * sandbox_place, a pure function so it is unit-tested alone). */
-struct host_snapshot {
-	bool up, draining;
-	int guests, max_guests;
-	uint64_t mem_used_mib, mem_total_mib;
-	uint64_t disk_used_gib, disk_total_gib; /* disk_total_gib 0 = no cap */
-	bool disk_ok, disk_ok_evicting;		/* the free-space rule (local hosts) */
-	int pool_guests;			/* pooled (ready or booting): evictable */
-	uint64_t pool_mib, pool_disk_gib;
-	int warm; /* ready pooled guests of the size (or runtime) asked for */
-};
-
-/* How a create is placed. */
-enum place_how {
-	PLACE_WARM,  /* take a pooled guest there */
-	PLACE_ROOM,  /* boot there: it has room */
-	PLACE_EVICT, /* boot there after evicting pooled guests */
-};
-
 /* A running guest: a customer's (in svc->lives, id = the sandbox id) or a
  * pooled one (in svc->pool, pooled = true, never seen by tenant code). */
 struct live {
@@ -131,6 +112,7 @@ struct live {
 	char runtime[8];
 	struct prestart *prestart;
 	struct live *next;
+	struct fleet_node node; /* in svc->by_id (key = id) while in svc->lives */
 };
 
 /* A sandbox the timer found dead or expired, waiting for an ender. */
@@ -166,9 +148,9 @@ struct sandbox_svc {
 	pthread_mutex_t lock; /* lives, pool, booting, stop, startup rings, retries */
 	pthread_cond_t cond;  /* live refs dropped, boot slot freed, timer wake */
 	struct live *lives;
-	int boots_active;      /* boots holding a boot slot (customers and pool) */
-	int teardowns;	       /* execution guests torn down in the background */
-	int customers_waiting; /* customer creates waiting for a boot slot */
+	struct fleet_registry by_id; /* the lives by sandbox id */
+	struct fleet_slots slots;    /* boot slots (customers and pool) */
+	int teardowns;		     /* execution guests torn down in the background */
 	bool stop;
 	int64_t started_wall_ms; /* this daemon's start: older pending keys are orphans */
 	bool timer_started;
@@ -202,8 +184,32 @@ struct sandbox_svc {
 	pthread_t liveness_thread;
 };
 
-/* sandbox.c */
+/* acquire.c */
 
+/* What a sandbox or an execution asks of sandbox_guest_acquire (in) and
+ * gets (out). */
+struct sandbox_acquire {
+	const struct sandbox_size *size;
+	const char *runtime;	     /* an execution's: its pre-started guests first; else NULL */
+	const char *marker;	     /* the id its domain's metadata names */
+	int64_t queue_deadline_mono; /* a boot slot by then, or 503 */
+	int64_t boot_deadline_mono;  /* HELLO by then; 0: boot_timeout_ms after the slot */
+	const char *why_failed;	     /* logged when a guest taken is torn down */
+	struct live *l;		     /* out: id = marker, not linked anywhere */
+	struct host *h;		     /* out: where it runs, counted booting there */
+	bool warm;		     /* out: taken from the pool */
+	bool no_room;		     /* out (failure): no host has room (503) */
+};
+/* Place and get a guest: a pooled one, or a cold boot within a boot slot.
+ * On success it stays counted as booting on a->h until the caller links
+ * it or calls sandbox_guest_uncount. -1 with err: nothing is left behind,
+ * capacity given back. No lock held. */
+int sandbox_guest_acquire(struct sandbox_svc *svc, struct sandbox_acquire *a,
+			  struct sbx_error *err);
+/* Stop counting a guest of `size` as booting on h (undo of the
+ * acquisition's capacity). No lock held. */
+void sandbox_guest_uncount(struct sandbox_svc *svc, struct host *h,
+			   const struct sandbox_size *size);
 /* Boot a guest of `size` with `marker` as the sandbox id in its metadata,
  * open its channel and wait for HELLO until deadline_mono. On success *out
  * is a new struct live (not linked anywhere; id empty). The caller holds a
@@ -216,7 +222,7 @@ int sandbox_guest_boot(struct sandbox_svc *svc, struct host *h, const struct san
  * pool's refill yields. No lock held. 0, or -1 with a 503 (retry_after_s 5)
  * past deadline_mono or at stop. Every customer boot, sandbox or
  * execution, takes its slot here and gives it back with
- * sandbox_boot_slot_release(). */
+ * sandbox_boot_slot_release(). (fleet_slot_acquire on svc->slots.) */
 int sandbox_boot_slot_acquire(struct sandbox_svc *svc, int64_t deadline_mono,
 			      struct sbx_error *err);
 void sandbox_boot_slot_release(struct sandbox_svc *svc);
@@ -225,6 +231,8 @@ void sandbox_boot_slot_release(struct sandbox_svc *svc);
 /* The live of sandbox `id` (borrowed: pin it with refs to use it after
  * unlocking), or NULL. Call with lock. */
 struct live *sandbox_live_find_locked(struct sandbox_svc *svc, const char *id);
+/* Link live l (id set) into svc->lives and the registry. Call with lock. */
+void sandbox_live_link_locked(struct sandbox_svc *svc, struct live *l);
 /* Unlink a live and wait (releasing the lock meanwhile) until no ref
  * remains. Returns it, owned by the caller, or NULL when another ender
  * took it. Call with lock. */
@@ -330,10 +338,6 @@ void sandbox_host_booting_locked(struct host *h, const struct sandbox_size *size
 struct host *sandbox_host_admit_locked(struct sandbox_svc *svc, const struct sandbox_size *size,
 				       const char *runtime, struct live **warm_out,
 				       struct live **evicted, struct sbx_error *err);
-/* The placement rule over snapshots of n hosts: the index of the host
- * chosen and how, or -1 when none has room. Pure. */
-int sandbox_place(const struct host_snapshot *hs, size_t n, uint64_t memory_mib, uint64_t disk_gib,
-		  enum place_how *how);
 /* The host named `name`, or NULL. */
 struct host *sandbox_host_find(struct sandbox_svc *svc, const char *name);
 

@@ -82,6 +82,11 @@ struct sandbox_svc *sandbox_svc_new(const struct sandbox_config *cfg, int flags,
 	svc->ends_tail = &svc->ends;
 	pthread_mutex_init(&svc->lock, NULL);
 	pthread_cond_init(&svc->cond, NULL);
+	fleet_slots_init(&svc->slots, cfg->max_concurrent_boots);
+	if (fleet_registry_init(&svc->by_id) < 0) {
+		sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+		goto err_free;
+	}
 	/* Owner only, plus the search bit qemu (libvirt-qemu) needs to reach
 	 * the kernel, the images and the overlays under it; an existing state
 	 * dir is narrowed to that too. */
@@ -130,6 +135,7 @@ err_hosts:
 		struct live *l = svc->lives;
 
 		svc->lives = l->next;
+		fleet_registry_del(&svc->by_id, l->id);
 		agentless_conn_free(l->conn, "the service did not start");
 		vmm_vm_free(l->vm);
 		free(l);
@@ -138,6 +144,7 @@ err_hosts:
 	sandbox_hosts_close(svc);
 	store_close(svc->store);
 err_free:
+	fleet_registry_free(&svc->by_id);
 	free(svc);
 	return NULL;
 }
@@ -150,6 +157,7 @@ void sandbox_svc_free(struct sandbox_svc *svc)
 	svc->stop = true;
 	pthread_cond_broadcast(&svc->cond);
 	pthread_mutex_unlock(&svc->lock);
+	fleet_slots_stop(&svc->slots);
 	if (svc->timer_started)
 		pthread_join(svc->timer, NULL);
 	for (int i = 0; i < svc->n_enders; i++)
@@ -192,6 +200,8 @@ void sandbox_svc_free(struct sandbox_svc *svc)
 	sandbox_settles_free(svc);
 	sandbox_hosts_close(svc);
 	store_close(svc->store);
+	fleet_slots_destroy(&svc->slots);
+	fleet_registry_free(&svc->by_id);
 	pthread_cond_destroy(&svc->cond);
 	pthread_mutex_destroy(&svc->lock);
 	free(svc);
@@ -404,48 +414,6 @@ int sandbox_account_list(struct sandbox_svc *svc, struct sandbox_account **out, 
 
 /* ---------------------------------------------------------------- create */
 
-int sandbox_boot_slot_acquire(struct sandbox_svc *svc, int64_t deadline_mono, struct sbx_error *err)
-{
-	pthread_mutex_lock(&svc->lock);
-	svc->customers_waiting++;
-	while (svc->boots_active >= svc->cfg.max_concurrent_boots) {
-		struct timespec ts;
-
-		if (sbx_mono_ms() >= deadline_mono || svc->stop) {
-			svc->customers_waiting--;
-			pthread_mutex_unlock(&svc->lock);
-			sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
-				      "too many guests are booting on this node; retry later");
-			err->retry_after_s = 5;
-			return -1;
-		}
-		ts = sbx_timespec_in(CLOCK_REALTIME, 100);
-		pthread_cond_timedwait(&svc->cond, &svc->lock, &ts);
-	}
-	svc->customers_waiting--;
-	svc->boots_active++;
-	pthread_mutex_unlock(&svc->lock);
-	return 0;
-}
-
-void sandbox_boot_slot_release(struct sandbox_svc *svc)
-{
-	pthread_mutex_lock(&svc->lock);
-	svc->boots_active--;
-	pthread_cond_broadcast(&svc->cond);
-	pthread_mutex_unlock(&svc->lock);
-}
-
-/* Undo sandbox_host_admit_locked() for a create that failed. */
-static void capacity_forget(struct sandbox_svc *svc, struct host *h,
-			    const struct sandbox_size *size)
-{
-	pthread_mutex_lock(&svc->lock);
-	sandbox_host_booting_locked(h, size, -1);
-	pthread_cond_broadcast(&svc->cond);
-	pthread_mutex_unlock(&svc->lock);
-}
-
 /* The request's parameters after defaults: 0, or -1 with a 400. */
 static int create_params(const struct sandbox_config *cfg, const struct sandbox_create_req *req,
 			 const struct sandbox_size **size_out, int *minutes_out,
@@ -470,65 +438,6 @@ static int create_params(const struct sandbox_config *cfg, const struct sandbox_
 	*size_out = size;
 	*minutes_out = minutes;
 	return 0;
-}
-
-int sandbox_guest_boot(struct sandbox_svc *svc, struct host *h, const struct sandbox_size *size,
-		       const char *marker, int64_t deadline_mono, struct live **out,
-		       struct sbx_error *err)
-{
-	const struct sandbox_config *cfg = &svc->cfg;
-	struct agentless_limits lim = {
-	    .backstop_grace_ms = cfg->exec_backstop_grace_ms,
-	    .xfer_stall_ms = cfg->file_stall_timeout_ms,
-	    .max_inflight = (uint32_t)cfg->max_execs_per_sandbox,
-	};
-	struct vmm_guest_spec spec = {
-	    .vcpus = size->vcpus,
-	    .memory_mib = size->memory_mib,
-	    .disk_gib = sandbox_host_disk_gib(h, size),
-	    .sandbox_id = marker,
-	};
-	struct sbx_channel ch;
-	struct live *l = calloc(1, sizeof(*l));
-
-	if (!l)
-		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
-	l->svc = svc;
-	l->host = h;
-	l->memory_mib = size->memory_mib;
-	snprintf(l->size, sizeof(l->size), "%s", size->name);
-	snprintf(l->id, sizeof(l->id), "%s", marker);
-	int64_t boot_t0 = sbx_mono_ms();
-	l->vm = vmm_vm_start(h->vmm, &spec, err);
-	if (!l->vm) {
-		free(l);
-		return -1;
-	}
-	snprintf(l->domain, sizeof(l->domain), "%s", vmm_vm_name(l->vm));
-	sandbox_fault_hit(cfg, SANDBOX_FAULT_CREATE_AFTER_DOMAIN_START);
-	l->conn = agentless_conn_new(&lim, sandbox_on_conn_broken, l);
-	l->conn_gen = vmm_conn_gen(h->vmm);
-	if (vmm_vm_open_channel(l->vm, agentless_conn_recv, l->conn, &ch, err) < 0)
-		goto err_teardown;
-	agentless_conn_attach(l->conn, ch, false);
-	if (agentless_conn_wait_hello(l->conn, deadline_mono, err) < 0) {
-		sbx_counter_add(SBX_C_BOOT_FAILURES, 1);
-		_cleanup_free_ char *tail = vmm_vm_console_tail(l->vm, 2048);
-
-		sbx_err(MOD, "%s: guest %s on host %s not ready: %s; console tail:\n%s", marker,
-			l->domain, h->cfg->name, err ? err->message : "", tail ? tail : "(none)");
-		/* A guest that never got ready is this node failing to run it
-		 * (500), not the host being out of capacity (503). */
-		sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL, "the guest did not get ready");
-		goto err_teardown;
-	}
-	sbx_hist_observe_us(SBX_H_BOOT, (sbx_mono_ms() - boot_t0) * 1000);
-	*out = l;
-	return 0;
-
-err_teardown:
-	sandbox_live_teardown(l, "the guest could not be started");
-	return -1;
 }
 
 static void ring_record(struct startup_ring *r, int64_t ms)
@@ -661,11 +570,10 @@ int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 	const struct sandbox_size *size;
 	int minutes;
 	struct store_sandbox row = {0};
-	struct live *l = NULL, *evicted = NULL;
+	struct live *l = NULL;
 	struct host *h = NULL;
-	int64_t deadline, created_at, t_req_mono = sbx_mono_ms();
+	int64_t created_at, t_req_mono = sbx_mono_ms();
 	bool warm = false;
-	int rc;
 
 	if (create_params(cfg, req, &size, &minutes, err) < 0)
 		return -1;
@@ -695,46 +603,25 @@ int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 	}
 	sandbox_fault_hit(cfg, SANDBOX_FAULT_CREATE_AFTER_RESERVE);
 
-	/* 2. Placement and capacity (503, docs/hosts.md): a pooled guest of
-	 * this size is already counted, so taking it needs no room; a cold
-	 * boot may evict idle pooled guests of its host first. */
-	sandbox_hosts_measure_disk(svc);
-	pthread_mutex_lock(&svc->lock);
-	h = sandbox_host_admit_locked(svc, size, NULL, &l, &evicted, err);
-	warm = l != NULL;
-	pthread_cond_broadcast(&svc->cond); /* the pool refills */
-	pthread_mutex_unlock(&svc->lock);
-	if (evicted) {
-		sbx_info(MOD, "sandbox %s: evicting pooled guests to make room", row.id);
-		sandbox_live_teardown_chain(evicted, "evicted from the warm pool");
-	}
-	if (!h)
+	/* 2. A guest (sandbox_guest_acquire, docs/hosts.md): a pooled guest
+	 * of this size, named ours (a crash before activation leaves a domain
+	 * naming a creating row, which reconcile destroys), or a cold boot:
+	 * it queues for a boot slot, and the boot's deadline starts with the
+	 * boot, so a burst of creates waiting their turn does not eat into
+	 * it. Its capacity stays counted until it is linked below. */
+	struct sandbox_acquire acq = {
+	    .size = size,
+	    .marker = row.id,
+	    .queue_deadline_mono = sbx_mono_ms() + cfg->boot_queue_timeout_ms,
+	    .why_failed = "the sandbox could not be created",
+	};
+	if (sandbox_guest_acquire(svc, &acq, err) < 0)
 		goto err_abort;
-
-	if (warm) {
-		/* 3w. A guest that already said HELLO: name it ours. A crash
-		 * before activation leaves a domain naming a creating row,
-		 * which reconcile destroys. */
-		snprintf(l->id, sizeof(l->id), "%s", row.id);
-		if (vmm_vm_set_sandbox_id(l->vm, row.id, err) < 0) {
-			sandbox_live_teardown(l, "the sandbox could not be created");
-			l = NULL;
-			goto err_capacity;
-		}
+	l = acq.l;
+	h = acq.h;
+	warm = acq.warm;
+	if (warm)
 		agentless_conn_send_time(l->conn, NULL);
-	} else {
-		/* 3c. Queue for a boot slot, then boot, open the channel and
-		 * wait for HELLO: the boot's deadline starts with the boot, so a
-		 * burst of creates waiting their turn does not eat into it. */
-		if (sandbox_boot_slot_acquire(svc, sbx_mono_ms() + cfg->boot_queue_timeout_ms,
-					      err) < 0)
-			goto err_capacity;
-		deadline = sbx_mono_ms() + cfg->boot_timeout_ms;
-		rc = sandbox_guest_boot(svc, h, size, row.id, deadline, &l, err);
-		sandbox_boot_slot_release(svc);
-		if (rc < 0)
-			goto err_capacity;
-	}
 
 	sandbox_fault_hit(cfg, SANDBOX_FAULT_CREATE_AFTER_HELLO);
 	/* 4. Ready: billing starts now. */
@@ -750,8 +637,7 @@ int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 	sandbox_fault_hit(cfg, SANDBOX_FAULT_CREATE_AFTER_ACTIVATE);
 	startup_ms = sbx_mono_ms() - t_req_mono; /* ready and recorded */
 	pthread_mutex_lock(&svc->lock);
-	l->next = svc->lives;
-	svc->lives = l;
+	sandbox_live_link_locked(svc, l);
 	sandbox_host_booting_locked(h, size, -1);
 	/* its host went down while it booted: it ends like the others there */
 	if (h->state == HOST_DOWN && !l->dead) {
@@ -771,7 +657,7 @@ int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 	return 0;
 
 err_capacity:
-	capacity_forget(svc, h, size);
+	sandbox_guest_uncount(svc, h, size);
 err_abort:
 	store_sandbox_abort(svc->store, row.id, NULL);
 	if (err && err->code != SBX_E_SERVICE_UNAVAILABLE)

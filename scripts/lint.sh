@@ -28,7 +28,10 @@ check config '^(util/util\.h|vmm/vmm\.h|config\.h)$'
 check store '^(util/util\.h|store\.h|store-priv\.h)$'
 check billing '^(util/util\.h|store/store\.h|billing\.h)$'
 check receipt '^(util/util\.h|receipt\.h|verify\.h)$'
-check sandbox '^(util/util\.h|config/config\.h|store/store\.h|billing/billing\.h|vmm/vmm\.h|agentless/agentless\.h|receipt/receipt\.h|sandbox\.h|sandbox-priv\.h)$'
+# fleet/ (hosts, placement, pools, boot slots, live guests) sits below
+# sandbox/: never sandbox/ nor store/.
+check fleet '^(util/util\.h|config/config\.h|vmm/vmm\.h|agentless/agentless\.h|fleet\.h|fleet-priv\.h)$'
+check sandbox '^(util/util\.h|config/config\.h|store/store\.h|billing/billing\.h|vmm/vmm\.h|agentless/agentless\.h|receipt/receipt\.h|fleet/fleet\.h|sandbox\.h|sandbox-priv\.h)$'
 check api '^(util/util\.h|config/config\.h|sandbox/sandbox\.h|api\.h|assets\.h|api-priv\.h|http-priv\.h|reqctx\.h|receipt/receipt\.h|receipt/verify\.h)$'
 # Only main.c, the composition root, may use receipt/ directly: its
 # `verify-receipt` checks a receipt offline, with no service or database.

@@ -1,5 +1,5 @@
 /* Unit tests of several hosts (docs/hosts.md): the `hosts` config key
- * (parse, defaults, validation) and the placement rule (sandbox_place,
+ * (parse, defaults, validation) and the placement rule (fleet_place,
  * a pure function over host snapshots). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -153,9 +153,9 @@ static void test_uri_kinds(void **state)
 }
 
 /* A host with `total` MiB of guest memory, `used` of it placed. */
-static struct host_snapshot snap(uint64_t used, uint64_t total)
+static struct fleet_host_snapshot snap(uint64_t used, uint64_t total)
 {
-	return (struct host_snapshot){
+	return (struct fleet_host_snapshot){
 	    .up = true,
 	    .max_guests = 10,
 	    .mem_used_mib = used,
@@ -167,50 +167,50 @@ static struct host_snapshot snap(uint64_t used, uint64_t total)
 
 static void test_place(void **state)
 {
-	struct host_snapshot h[3];
-	enum place_how how;
+	struct fleet_host_snapshot h[3];
+	enum fleet_place_how how;
 
 	(void)state;
 	/* the most free memory wins, the first listed on a tie */
 	h[0] = snap(0, 1024), h[1] = snap(0, 2048), h[2] = snap(2048, 3072);
-	assert_int_equal(sandbox_place(h, 3, 512, 1, &how), 1);
-	assert_int_equal(how, PLACE_ROOM);
+	assert_int_equal(fleet_place(h, 3, 512, 1, &how), 1);
+	assert_int_equal(how, FLEET_PLACE_ROOM);
 	h[1].mem_used_mib = 1024;
-	assert_int_equal(sandbox_place(h, 3, 512, 1, &how), 0);
+	assert_int_equal(fleet_place(h, 3, 512, 1, &how), 0);
 	/* only where it fits: A full, so B */
 	h[0].mem_used_mib = 1024;
-	assert_int_equal(sandbox_place(h, 2, 512, 1, &how), 1);
+	assert_int_equal(fleet_place(h, 2, 512, 1, &how), 1);
 	/* too big for every host: none */
-	assert_int_equal(sandbox_place(h, 3, 4096, 1, &how), -1);
+	assert_int_equal(fleet_place(h, 3, 4096, 1, &how), -1);
 	/* a warm guest wins over more free memory elsewhere */
 	h[0] = snap(900, 1024), h[1] = snap(0, 2048);
 	h[0].warm = 1;
-	assert_int_equal(sandbox_place(h, 2, 512, 1, &how), 0);
-	assert_int_equal(how, PLACE_WARM);
+	assert_int_equal(fleet_place(h, 2, 512, 1, &how), 0);
+	assert_int_equal(how, FLEET_PLACE_WARM);
 	/* ... unless that host is drained or down */
 	h[0].draining = true;
-	assert_int_equal(sandbox_place(h, 2, 512, 1, &how), 1);
-	assert_int_equal(how, PLACE_ROOM);
+	assert_int_equal(fleet_place(h, 2, 512, 1, &how), 1);
+	assert_int_equal(how, FLEET_PLACE_ROOM);
 	h[0].draining = false, h[0].up = false;
-	assert_int_equal(sandbox_place(h, 2, 512, 1, &how), 1);
+	assert_int_equal(fleet_place(h, 2, 512, 1, &how), 1);
 	h[1].draining = true;
-	assert_int_equal(sandbox_place(h, 2, 512, 1, &how), -1);
+	assert_int_equal(fleet_place(h, 2, 512, 1, &how), -1);
 	/* guest slots and the disk cap count */
 	h[0] = snap(0, 4096), h[1] = snap(0, 1024);
 	h[0].guests = h[0].max_guests;
-	assert_int_equal(sandbox_place(h, 2, 512, 1, &how), 1);
+	assert_int_equal(fleet_place(h, 2, 512, 1, &how), 1);
 	h[0].guests = 0, h[0].disk_total_gib = 10, h[0].disk_used_gib = 10;
-	assert_int_equal(sandbox_place(h, 2, 512, 1, &how), 1);
+	assert_int_equal(fleet_place(h, 2, 512, 1, &how), 1);
 	h[0].disk_total_gib = 0, h[0].disk_ok = h[0].disk_ok_evicting = false;
-	assert_int_equal(sandbox_place(h, 2, 512, 1, &how), 1);
+	assert_int_equal(fleet_place(h, 2, 512, 1, &how), 1);
 	/* a pool that fills a host gives way when no host has room */
 	h[0] = snap(0, 1024), h[1] = snap(768, 1024);
 	h[0].pool_guests = 2, h[0].pool_mib = 1024;
-	assert_int_equal(sandbox_place(h, 2, 512, 1, &how), 0);
-	assert_int_equal(how, PLACE_EVICT);
+	assert_int_equal(fleet_place(h, 2, 512, 1, &how), 0);
+	assert_int_equal(how, FLEET_PLACE_EVICT);
 	h[1].mem_used_mib = 0;
-	assert_int_equal(sandbox_place(h, 2, 512, 1, &how), 1);
-	assert_int_equal(how, PLACE_ROOM);
+	assert_int_equal(fleet_place(h, 2, 512, 1, &how), 1);
+	assert_int_equal(how, FLEET_PLACE_ROOM);
 }
 
 int main(void)

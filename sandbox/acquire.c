@@ -1,0 +1,155 @@
+/* sandbox: one way to get a guest for a sandbox or an execution
+ * (placement, a pooled guest or a cold boot within a boot slot, and the
+ * capacity undo on every failure step), and the boot itself. To move into
+ * fleet/ (fleet_acquire) with the hosts and the pools.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "../agentless/agentless.h"
+#include "../vmm/vmm.h"
+#include "sandbox-priv.h"
+
+#define MOD "sandbox"
+
+int sandbox_boot_slot_acquire(struct sandbox_svc *svc, int64_t deadline_mono, struct sbx_error *err)
+{
+	return fleet_slot_acquire(&svc->slots, deadline_mono, err);
+}
+
+void sandbox_boot_slot_release(struct sandbox_svc *svc)
+{
+	fleet_slot_release(&svc->slots);
+	/* the pool refills once no customer boots */
+	pthread_mutex_lock(&svc->lock);
+	pthread_cond_broadcast(&svc->cond);
+	pthread_mutex_unlock(&svc->lock);
+}
+
+void sandbox_guest_uncount(struct sandbox_svc *svc, struct host *h,
+			    const struct sandbox_size *size)
+{
+	pthread_mutex_lock(&svc->lock);
+	sandbox_host_booting_locked(h, size, -1);
+	pthread_cond_broadcast(&svc->cond);
+	pthread_mutex_unlock(&svc->lock);
+}
+
+int sandbox_guest_boot(struct sandbox_svc *svc, struct host *h, const struct sandbox_size *size,
+		       const char *marker, int64_t deadline_mono, struct live **out,
+		       struct sbx_error *err)
+{
+	const struct sandbox_config *cfg = &svc->cfg;
+	struct agentless_limits lim = {
+	    .backstop_grace_ms = cfg->exec_backstop_grace_ms,
+	    .xfer_stall_ms = cfg->file_stall_timeout_ms,
+	    .max_inflight = (uint32_t)cfg->max_execs_per_sandbox,
+	};
+	struct vmm_guest_spec spec = {
+	    .vcpus = size->vcpus,
+	    .memory_mib = size->memory_mib,
+	    .disk_gib = sandbox_host_disk_gib(h, size),
+	    .sandbox_id = marker,
+	};
+	struct sbx_channel ch;
+	struct live *l = calloc(1, sizeof(*l));
+
+	if (!l)
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+	l->svc = svc;
+	l->host = h;
+	l->memory_mib = size->memory_mib;
+	snprintf(l->size, sizeof(l->size), "%s", size->name);
+	snprintf(l->id, sizeof(l->id), "%s", marker);
+	int64_t boot_t0 = sbx_mono_ms();
+	l->vm = vmm_vm_start(h->vmm, &spec, err);
+	if (!l->vm) {
+		free(l);
+		return -1;
+	}
+	snprintf(l->domain, sizeof(l->domain), "%s", vmm_vm_name(l->vm));
+	sandbox_fault_hit(cfg, SANDBOX_FAULT_CREATE_AFTER_DOMAIN_START);
+	l->conn = agentless_conn_new(&lim, sandbox_on_conn_broken, l);
+	l->conn_gen = vmm_conn_gen(h->vmm);
+	if (vmm_vm_open_channel(l->vm, agentless_conn_recv, l->conn, &ch, err) < 0)
+		goto err_teardown;
+	agentless_conn_attach(l->conn, ch, false);
+	if (agentless_conn_wait_hello(l->conn, deadline_mono, err) < 0) {
+		sbx_counter_add(SBX_C_BOOT_FAILURES, 1);
+		_cleanup_free_ char *tail = vmm_vm_console_tail(l->vm, 2048);
+
+		sbx_err(MOD, "%s: guest %s on host %s not ready: %s; console tail:\n%s", marker,
+			l->domain, h->cfg->name, err ? err->message : "", tail ? tail : "(none)");
+		/* A guest that never got ready is this node failing to run it
+		 * (500), not the host being out of capacity (503). */
+		sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL, "the guest did not get ready");
+		goto err_teardown;
+	}
+	sbx_hist_observe_us(SBX_H_BOOT, (sbx_mono_ms() - boot_t0) * 1000);
+	*out = l;
+	return 0;
+
+err_teardown:
+	sandbox_live_teardown(l, "the guest could not be started");
+	return -1;
+}
+
+
+/* 1. Placement and capacity (503, docs/hosts.md): a pooled guest (for an
+ * execution, first one whose interpreter waits) is already counted, so
+ * taking it needs no room; a cold boot may evict idle pooled guests of its
+ * host first. 2w. A pooled guest: name it. 2c. Queue for a boot slot, then
+ * boot, open the channel and wait for HELLO. Every failure after 1 gives
+ * the capacity back. */
+int sandbox_guest_acquire(struct sandbox_svc *svc, struct sandbox_acquire *a,
+			  struct sbx_error *err)
+{
+	struct live *l = NULL, *evicted = NULL;
+	struct host *h;
+	int64_t deadline;
+	int rc;
+
+	a->l = NULL;
+	a->h = NULL;
+	a->warm = a->no_room = false;
+	sandbox_hosts_measure_disk(svc);
+	pthread_mutex_lock(&svc->lock);
+	h = sandbox_host_admit_locked(svc, a->size, a->runtime, &l, &evicted, err);
+	pthread_cond_broadcast(&svc->cond); /* the pool refills */
+	pthread_mutex_unlock(&svc->lock);
+	if (evicted) {
+		sbx_info(MOD, "%s: evicting pooled guests to make room", a->marker);
+		sandbox_live_teardown_chain(evicted, "evicted from the warm pool");
+	}
+	if (!h) {
+		a->no_room = true;
+		return -1;
+	}
+	if (l) {
+		/* a crash now leaves a domain naming a creating row or no
+		 * sandbox at all: reconcile destroys it */
+		a->warm = true;
+		snprintf(l->id, sizeof(l->id), "%s", a->marker);
+		if (vmm_vm_set_sandbox_id(l->vm, a->marker, err) < 0) {
+			sandbox_live_teardown(l, a->why_failed);
+			goto err_uncount;
+		}
+	} else {
+		if (sandbox_boot_slot_acquire(svc, a->queue_deadline_mono, err) < 0)
+			goto err_uncount;
+		deadline = a->boot_deadline_mono ? a->boot_deadline_mono
+						 : sbx_mono_ms() + svc->cfg.boot_timeout_ms;
+		rc = sandbox_guest_boot(svc, h, a->size, a->marker, deadline, &l, err);
+		sandbox_boot_slot_release(svc);
+		if (rc < 0)
+			goto err_uncount;
+	}
+	a->l = l;
+	a->h = h;
+	return 0;
+
+err_uncount:
+	sandbox_guest_uncount(svc, h, a->size);
+	return -1;
+}
