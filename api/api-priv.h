@@ -84,7 +84,7 @@ struct json_object *api_sandbox_encode(const struct sandbox_view *v);
 /* {"stdout","stderr","exit_code","duration_ms","truncated","timed_out"};
  * the streams sanitised to UTF-8 (bad bytes -> U+FFFD, NUL -> \u0000) or
  * base64 of the exact bytes. NULL on ENOMEM. */
-struct json_object *api_exec_result_encode(const struct sandbox_exec_result *r, bool base64);
+struct json_object *api_exec_result_encode(const struct agentless_exec_result *r, bool base64);
 /* {"error": {"type", "message", "param"?}} from err (new reference). */
 struct json_object *api_error_encode(const struct sbx_error *err);
 /* GET /v1/limits body from a config (new reference). */

@@ -7,7 +7,16 @@
  * Locking: srv->lock guards the server's counters, the list of suspended
  * requests and every request's exec state (state, result, refs). It is
  * held around MHD_suspend_connection/MHD_resume_connection so that a
- * completion never resumes a connection that is not (yet) suspended. */
+ * completion never resumes a connection that is not (yet) suspended.
+ *
+ * Threads: the work of exec, processes and files finishes on a lower
+ * thread (the channel's, libvirt's, the timer's, an ender's). That thread
+ * runs no api/ code but api_complete(): it moves the result into the
+ * request's completion and wakes the request (MHD_resume_connection is
+ * thread-safe). Everything else (the per-account count, the rendering,
+ * freeing the request) runs on MHD's thread when the handler or the
+ * content reader drains the completion (api_on_mhd_thread() says so), or
+ * on api's own pool thread for a request whose connection went away. */
 #ifndef SBX_API_HTTP_PRIV_H
 #define SBX_API_HTTP_PRIV_H
 
@@ -49,6 +58,20 @@ enum exec_state {
 	EXEC_SUSPENDED, /* connection suspended, waiting for the callback */
 	EXEC_DONE,	/* callback ran: res or exec_err holds the outcome */
 	EXEC_ABORTED,	/* the server is stopping: answered 503 */
+};
+
+/* A request's completion: what its work left for MHD's thread to render
+ * (guarded by srv->lock; see "Threads" above). The exec's result is
+ * agentless/'s own value, moved up unchanged through sandbox/. */
+struct api_completion {
+	bool has_exec;
+	struct agentless_exec_result exec; /* buffers owned when has_exec */
+	bool has_receipt;
+	struct sandbox_exec_receipt receipt; /* signed in sandbox/ */
+	bool has_proc;
+	struct agentless_proc_result proc; /* owned when has_proc */
+	bool completed;			   /* delivered */
+	bool drained;			   /* a stream's reader took it */
 };
 
 struct api_server {
@@ -93,9 +116,8 @@ struct req {
 	/* exec; guarded by srv->lock from the moment the exec starts */
 	struct api_exec_body exec;
 	enum exec_state state;
-	struct sandbox_exec_result res; /* buffers owned when has_res */
-	bool has_res;
-	struct sbx_error exec_err;
+	struct api_completion done;	 /* the outcome, until drained */
+	struct sbx_error exec_err;	 /* ... or why there is none */
 	struct sandbox_output_hold hold; /* the reply's output budget, until api_req_free */
 	struct api_stream *stream;	 /* a streamed exec's events (http_stream.c) */
 
@@ -262,6 +284,21 @@ void api_req_slot_put(struct req *r);
 
 /* ----------------------------------------------------- api/http_exec.c */
 
+/* Deliver the outcome of r's exec or processes call (any thread, no lock
+ * held): move *exec (its receipt copied) or *proc into r->done, or err
+ * into r->exec_err, wake the request and drop the work's reference. That
+ * is all it does: a request whose connection went away is freed on api's
+ * pool (or, once the server stops, here). */
+void api_complete(struct req *r, struct agentless_exec_result *exec,
+		  const struct sandbox_exec_receipt *receipt, struct agentless_proc_result *proc,
+		  const struct sbx_error *err);
+/* Give back what a completion holds that was not drained. */
+void api_completion_release(struct api_completion *c);
+/* True on a thread that runs MHD's handler or content reader (set by
+ * them): where api/ renders replies. */
+bool api_on_mhd_thread(void);
+void api_mark_mhd_thread(void);
+
 /* POST /v1/sandboxes/{id}/exec: start the command and park the connection. */
 enum MHD_Result api_exec_handle(struct req *r);
 /* Take r's per-account exec count and start its decoded exec with `done`
@@ -274,6 +311,9 @@ enum MHD_Result api_exec_answer(struct req *r);
 
 /* Every processes route: decode, ask the guest, park the connection. */
 enum MHD_Result api_processes_handle(struct req *r, const char *method);
+/* The reply of a finished (or aborted) processes call (MHD's thread):
+ * drains the completion and renders it. */
+enum MHD_Result api_processes_answer(struct req *r);
 
 /* --------------------------------------------------- api/http_stream.c */
 

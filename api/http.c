@@ -345,6 +345,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
 	unsigned status;
 
 	(void)api_metrics_take_status();
+	api_mark_mhd_thread();
 	ret = handle(cls, c, url, method, version, upload_data, upload_data_size, con_cls);
 	status = api_metrics_take_status();
 	if (status && *con_cls)
@@ -376,8 +377,7 @@ void api_req_free(struct req *r)
 	api_exec_body_release(&r->exec);
 	api_stream_free(r->stream);
 	free(r->proc_data);
-	if (r->has_res)
-		sandbox_exec_result_release(&r->res);
+	api_completion_release(&r->done);
 	if (r->has_execution)
 		free(r->execution.code);
 	/* the reply was sent (or never will be): its budget goes back */

@@ -157,6 +157,8 @@ enum MHD_Result api_async_answer(struct req *r)
 	struct sbx_error err;
 	enum MHD_Result ret;
 
+	if (r->proc_op) /* a processes call: its result is in r->done */
+		return api_processes_answer(r);
 	pthread_mutex_lock(&srv->lock);
 	state = r->state;
 	err = r->exec_err;

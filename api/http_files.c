@@ -433,7 +433,7 @@ static enum MHD_Result answer_put(struct api_files *fr, const struct sandbox_fil
 static enum MHD_Result answer_list(struct api_files *fr, const struct sandbox_file_status *st)
 {
 	struct json_object *o = json_object_new_object(), *data = json_object_new_array();
-	const struct sandbox_file_entry *e;
+	const struct agentless_file_entry *e;
 	size_t n = 0;
 
 	e = sandbox_file_entries(fr->f, &n);

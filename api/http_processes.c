@@ -10,6 +10,7 @@
  * thread waits for it: the handler parks the connection and the answer
  * (any thread) leaves the reply in the request (out_body) and resumes it;
  * http_async.c's answer sends it. */
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,7 +45,7 @@ static struct json_object *text_encode(const char *s, size_t len, bool base64)
 }
 
 /* "status" and "exit_code" (null while running) of a process. */
-static void state_add(struct json_object *o, const struct sandbox_proc_info *info)
+static void state_add(struct json_object *o, const struct agentless_proc_info *info)
 {
 	json_object_object_add(o, "status",
 			       json_object_new_string(info->running ? "running" : "exited"));
@@ -52,7 +53,7 @@ static void state_add(struct json_object *o, const struct sandbox_proc_info *inf
 			       info->running ? NULL : json_object_new_int(info->exit_code));
 }
 
-static struct json_object *process_encode(const struct sandbox_proc_info *p)
+static struct json_object *process_encode(const struct agentless_proc_info *p)
 {
 	struct json_object *o = json_object_new_object();
 
@@ -68,7 +69,7 @@ static struct json_object *process_encode(const struct sandbox_proc_info *p)
  * is left for the next call (its next offset points at it), unless the
  * process ended and these are its last bytes. */
 static void output_stream_add(struct json_object *o, const char *name,
-			      const struct sandbox_proc_stream *s, bool base64, bool ended)
+			      const struct agentless_proc_stream *s, bool base64, bool ended)
 {
 	char key[40];
 	size_t len = s->len;
@@ -86,16 +87,17 @@ static void output_stream_add(struct json_object *o, const char *name,
 	json_object_object_add(o, key, json_object_new_int64((int64_t)s->end));
 }
 
-static struct json_object *result_encode(const struct req *r, const struct sandbox_proc_result *res,
-					 unsigned *status)
+static struct json_object *result_encode(const struct req *r,
+					 const struct agentless_proc_result *res, unsigned *status)
 {
 	struct json_object *o, *data;
 
+	assert(api_on_mhd_thread()); /* never on the thread that answered */
 	*status = 200;
 	switch (r->route) {
 	case R_PROCESSES:
 		if (r->proc_op == SANDBOX_PROC_START) {
-			struct sandbox_proc_info info = res->info;
+			struct agentless_proc_info info = res->info;
 
 			/* the guest answers the pid; the command is the request's */
 			info.command_len =
@@ -141,50 +143,42 @@ static struct json_object *result_encode(const struct req *r, const struct sandb
 	}
 }
 
-/* sandbox_proc_done_fn: any thread, no lock held. */
-static void proc_done(void *opaque, struct sandbox_proc_result *res, const struct sbx_error *err)
+/* sandbox_proc_done_fn: any thread, no lock held. Only delivers. */
+static void proc_done(void *opaque, struct agentless_proc_result *res, const struct sbx_error *err)
 {
-	struct req *r = opaque;
-	struct api_server *srv = r->srv;
-	struct json_object *o = NULL;
-	const char *text;
-	char *body = NULL;
-	size_t len = 0;
-	unsigned status = 500;
-	bool free_now;
+	api_complete(opaque, NULL, NULL, res, err);
+}
 
+enum MHD_Result api_processes_answer(struct req *r)
+{
+	struct api_server *srv = r->srv;
+	struct api_completion done;
+	enum exec_state state;
+	struct sbx_error err;
+	struct json_object *o;
+	unsigned status = 500;
+
+	assert(api_on_mhd_thread());
 	api_req_slot_put(r); /* the account may make another call */
-	if (res) {
-		o = result_encode(r, res, &status);
-		sandbox_proc_result_release(res);
-		text = o ? json_object_to_json_string_length(
-			       o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &len)
-			 : NULL;
-		body = text ? strdup(text) : NULL;
-		json_object_put(o);
-	}
 	pthread_mutex_lock(&srv->lock);
-	if (r->state == EXEC_RUNNING || r->state == EXEC_SUSPENDED) {
-		if (body) {
-			r->out_body = body;
-			r->out_len = len;
-			r->out_status = status;
-			r->op_rc = 0;
-			body = NULL;
-		} else {
-			r->op_rc = -1;
-			if (err)
-				r->exec_err = *err;
-			else
-				sbx_error_set(&r->exec_err, SBX_E_INTERNAL, NULL, "out of memory");
-		}
-		api_finish_locked(srv, r);
-	}
-	free_now = --r->refs == 0;
+	state = r->state;
+	done = r->done;
+	memset(&r->done, 0, sizeof(r->done));
+	err = r->exec_err;
 	pthread_mutex_unlock(&srv->lock);
-	free(body);
-	if (free_now)
-		api_req_free(r);
+	if (state == EXEC_ABORTED) {
+		api_completion_release(&done);
+		sbx_error_clear(&err);
+		sbx_error_set(&err, SBX_E_SERVICE_UNAVAILABLE, NULL,
+			      "the service is shutting down; retry on the restarted service");
+		err.retry_after_s = 5;
+		return api_reply_error(r->conn, &err);
+	}
+	if (!done.has_proc)
+		return api_reply_error(r->conn, &err);
+	o = result_encode(r, &done.proc, &status);
+	api_completion_release(&done);
+	return api_reply_json(r->conn, status, o, 0, NULL);
 }
 
 /* ------------------------------------------------------------- decoding */
@@ -399,7 +393,7 @@ enum MHD_Result api_processes_handle(struct req *r, const char *method)
 		return api_reply_new_error(r->conn, SBX_E_SERVICE_UNAVAILABLE, NULL,
 					   "the service is shutting down; retry shortly");
 	}
-	r->is_async = true; /* answered by api_async_answer from out_body */
+	r->is_async = true; /* answered by api_processes_answer (via api_async_answer) */
 	r->state = EXEC_RUNNING;
 	r->refs++;
 	pthread_mutex_unlock(&srv->lock);

@@ -6,7 +6,9 @@
  * The exec's output callback (the channel's thread) encodes each chunk and
  * appends it to the request's pending bytes; MHD's content reader sends
  * them and, when none are ready, suspends the connection, which the next
- * chunk or the completion resumes. No thread waits on a guest.
+ * chunk or the completion resumes. The completion only stores the result
+ * (api_complete): the reader renders the `exit` event on MHD's thread. No
+ * thread waits on a guest.
  *
  * Bounds: the exec holds of the output budget what is pending, encoded
  * (docs/api.md "Output budget"): each event is charged when it is
@@ -21,6 +23,7 @@
  * Locking: the stream's state is guarded by srv->lock, like the rest of a
  * request's exec state (http-priv.h); nothing is encoded and nothing is
  * called in sandbox/ with it held. */
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -289,31 +292,29 @@ static bool stream_output(void *opaque, uint32_t exec_id, bool is_stderr, const 
 	return pause;
 }
 
-/* sandbox_exec_done_fn: any thread, after the last stream_output. */
-static void stream_done(void *opaque, struct sandbox_exec_result *res, const struct sbx_error *err)
+/* sandbox_exec_done_fn: any thread, after the last stream_output. Only
+ * delivers: stream_read renders the end on MHD's thread. */
+static void stream_done(void *opaque, struct agentless_exec_result *res,
+			const struct sandbox_exec_receipt *receipt, const struct sbx_error *err)
 {
-	struct req *r = opaque;
+	api_complete(opaque, res, receipt, NULL, err);
+}
+
+/* The exec ended (MHD's thread, no lock held): render the end of the
+ * reply from its completion: what an incomplete UTF-8 sequence held back,
+ * then the `exit` (or `error`) event. `done` is taken. */
+static void stream_end(struct req *r, struct api_completion *done, struct sbx_error err)
+{
 	struct api_server *srv = r->srv;
 	struct api_stream *s = r->stream;
 	char *text[3] = {NULL, NULL, NULL};
 	size_t tl[3] = {0, 0, 0};
-	bool free_now;
+	const struct agentless_exec_result *res = done->has_exec ? &done->exec : NULL;
 
-	api_req_slot_put(r);
-	pthread_mutex_lock(&srv->lock);
-	bool failed = s->failed;
-	pthread_mutex_unlock(&srv->lock);
-	if (failed) { /* its error event ended the reply */
-		sandbox_exec_result_release(res);
-		pthread_mutex_lock(&srv->lock);
-		free_now = --r->refs == 0;
-		pthread_mutex_unlock(&srv->lock);
-		if (free_now)
-			api_req_free(r);
-		return;
-	}
-	/* what an incomplete UTF-8 sequence held back: cut (truncated) or
-	 * replaced, as the buffered reply does */
+	assert(api_on_mhd_thread());
+
+	/* the channel's thread is done with the carry: it ran before the
+	 * completion, which srv->lock ordered before this */
 	for (int k = 0; k < 2; k++)
 		if (s->carry_len[k])
 			text[k] = data_event(s, k == 1, (const char *)s->carry[k], s->carry_len[k],
@@ -327,22 +328,17 @@ static void stream_done(void *opaque, struct sandbox_exec_result *res, const str
 		json_object_object_add(o, "truncated", json_object_new_boolean(res->truncated));
 		json_object_object_add(o, "timed_out", json_object_new_boolean(res->timed_out));
 		text[2] = event_text(s, "exit", o, &tl[2]);
-		sandbox_exec_result_release(res);
 	} else {
-		struct sbx_error e;
 		struct json_object *o;
 
-		if (err)
-			e = *err;
-		else
-			sbx_error_set(&e, SBX_E_INTERNAL, NULL, "exec ended without a result");
-		if (e.code == SBX_E_INTERNAL)
-			snprintf(e.message, sizeof(e.message),
+		if (err.code == SBX_E_INTERNAL)
+			snprintf(err.message, sizeof(err.message),
 				 "the service failed to handle the request; retry later");
-		o = api_error_encode(&e);
+		o = api_error_encode(&err);
 		json_object_object_add(o, "type", json_object_new_string("error"));
 		text[2] = event_text(s, "error", o, &tl[2]);
 	}
+	api_completion_release(done);
 
 	for (int i = 0; i < 3; i++)
 		if (text[i])
@@ -352,11 +348,34 @@ static void stream_done(void *opaque, struct sandbox_exec_result *res, const str
 		if (text[i])
 			stream_append_locked(r, text[i], tl[i]);
 	s->ended = true;
-	stream_wake_locked(srv, r);
-	free_now = --r->refs == 0;
 	pthread_mutex_unlock(&srv->lock);
-	if (free_now)
-		api_req_free(r);
+}
+
+/* Drain the completion once it came (MHD's thread): the count goes back
+ * and, unless its bounds already ended the reply, the end is rendered. */
+static void stream_drain(struct req *r)
+{
+	struct api_server *srv = r->srv;
+	struct api_completion done;
+	struct sbx_error err;
+	bool failed;
+
+	pthread_mutex_lock(&srv->lock);
+	if (!r->done.completed || r->done.drained) {
+		pthread_mutex_unlock(&srv->lock);
+		return;
+	}
+	done = r->done;
+	memset(&r->done, 0, sizeof(r->done));
+	r->done.completed = r->done.drained = true;
+	err = r->exec_err;
+	failed = r->stream->failed;
+	pthread_mutex_unlock(&srv->lock);
+	api_req_slot_put(r);
+	if (failed) /* its error event ended the reply */
+		api_completion_release(&done);
+	else
+		stream_end(r, &done, err);
 }
 
 /* MHD's content reader: the bytes ready, or park the connection. */
@@ -370,7 +389,15 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 	ssize_t n = 0;
 
 	(void)pos;
+	api_mark_mhd_thread();
 	pthread_mutex_lock(&srv->lock);
+again:
+	if (r->done.completed && !r->done.drained) { /* the exec ended */
+		pthread_mutex_unlock(&srv->lock);
+		stream_drain(r);
+		pthread_mutex_lock(&srv->lock);
+		goto again;
+	}
 	if (s->len > s->off) {
 		n = (ssize_t)SBX_MIN(max, s->len - s->off);
 		memcpy(buf, s->buf + s->off, (size_t)n);

@@ -667,20 +667,14 @@ struct json_object *api_execution_view_encode(const struct sandbox_execution_vie
 	return o;
 }
 
+/* One stream as the reply carries it: the bytes an exec receipt signs
+ * (sandbox_exec_stream_text), so the two never differ. */
 static struct json_object *stream_encode(const char *buf, size_t len, bool base64, bool cut)
 {
 	struct json_object *s;
-	char *enc;
-	size_t n;
+	size_t n = 0;
+	char *enc = sandbox_exec_stream_text(buf, len, base64, cut, &n);
 
-	if (!buf)
-		len = 0;
-	if (base64) {
-		enc = sbx_base64_encode(buf ? buf : "", len);
-		n = enc ? strlen(enc) : 0;
-	} else {
-		enc = sbx_utf8_sanitize(buf ? buf : "", len, cut, &n);
-	}
 	if (!enc || n > INT_MAX) {
 		free(enc);
 		return NULL;
@@ -690,7 +684,7 @@ static struct json_object *stream_encode(const char *buf, size_t len, bool base6
 	return s;
 }
 
-struct json_object *api_exec_result_encode(const struct sandbox_exec_result *r, bool base64)
+struct json_object *api_exec_result_encode(const struct agentless_exec_result *r, bool base64)
 {
 	struct json_object *o, *out, *errs;
 

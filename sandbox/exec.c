@@ -1,10 +1,16 @@
 /* sandbox/exec.c: the exec use case (POST /v1/sandboxes/{id}/exec) and
  * the output budget its replies draw on.
  *
- * An exec pins its live with a ref only while it starts; the completion
- * runs on whichever thread finished it (the channel's thread, the timer,
- * an ender) with no sandbox lock held, and takes svc->lock only to read
- * how the sandbox ended.
+ * 1. check the sandbox and the timeout, hold the start's share of the
+ *    output budget, pin the live only while the exec starts;
+ * 2. the guest's answer (struct agentless_exec_result) comes back on
+ *    whichever thread finished it (the channel's thread, the timer, an
+ *    ender) with no sandbox lock held: host_ms clamped to the timeout, a
+ *    receipt signed from the result's own bytes when asked for;
+ * 3. the same value is handed to the caller's done, moved, not copied
+ *    (api/ stores it in its request's completion and renders it on its
+ *    own thread). A failure takes svc->lock only to read how the sandbox
+ *    ended.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -12,10 +18,13 @@
 #include <string.h>
 
 #include "../agentless/agentless.h"
+#include "../receipt/receipt.h"
 #include "../store/store.h"
 #include "sandbox-priv.h"
 
 #define MOD "sandbox"
+
+#define EXEC_CWD "/home/sandbox" /* an exec's cwd unless it names one */
 
 /* --------------------------------------------------------- output budget */
 
@@ -153,13 +162,99 @@ void sandbox_output_held(struct sandbox_svc *svc, const char *account_id, uint64
 
 /* ------------------------------------------------------------------ exec */
 
-void sandbox_exec_result_release(struct sandbox_exec_result *r)
+char *sandbox_exec_stream_text(const char *buf, size_t len, bool base64, bool cut, size_t *out_len)
 {
-	if (!r)
-		return;
-	free(r->stdout_buf);
-	free(r->stderr_buf);
+	char *enc;
+
+	if (!buf)
+		len = 0;
+	if (!base64)
+		return sbx_utf8_sanitize(buf ? buf : "", len, cut, out_len);
+	enc = sbx_base64_encode(buf ? buf : "", len);
+	*out_len = enc ? strlen(enc) : 0;
+	return enc;
+}
+
+/* Sign and store the receipt of one exec (sandbox.h struct
+ * sandbox_exec_receipt): out/errs are the streams as the reply carries
+ * them. 0, or -1 with err. */
+static int exec_receipt_sign(struct sandbox_svc *svc, const char *account_id,
+			     const char *sandbox_id, const struct sandbox_exec_req *req,
+			     int exit_code, const char *out, size_t out_len, const char *errs,
+			     size_t errs_len, uint32_t host_ms, bool timed_out,
+			     struct sandbox_exec_receipt *r, struct sbx_error *err)
+{
+	struct receipt_signer *sg = sandbox_receipt_signer(svc, err);
+	struct receipt_json *in, *env, *outj, *body;
+	char fin[RECEIPT_HEX32_LEN], fout[RECEIPT_HEX32_LEN], ts_start[32], ts_end[32];
+	const char *cwd = req->cwd ? req->cwd : EXEC_CWD;
+	int64_t ended = sbx_wall_ms(), started = ended - (int64_t)host_ms;
+	char *canon = NULL;
+	int rc = -1;
+
+	if (!sg)
+		return -1;
 	memset(r, 0, sizeof(*r));
+	if (sbx_random_id("rcpt_", 12, r->id, sizeof r->id) < 0 ||
+	    receipt_salt_new(r->salt, err) < 0)
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "no randomness available");
+	in = receipt_json_object();
+	receipt_json_set_str(in, "command", req->command, strlen(req->command));
+	receipt_json_set_str(in, "cwd", cwd, strlen(cwd));
+	env = receipt_json_object();
+	for (size_t i = 0; i < req->n_env; i++) {
+		const char *eq = strchr(req->env[i], '=');
+		char key[256];
+
+		if (!eq || (size_t)(eq - req->env[i]) >= sizeof key)
+			continue;
+		snprintf(key, sizeof key, "%.*s", (int)(eq - req->env[i]), req->env[i]);
+		receipt_json_set_str(env, key, eq + 1, strlen(eq + 1));
+	}
+	receipt_json_set_obj(in, "env", env);
+	outj = receipt_json_object();
+	receipt_json_set_int(outj, "exit_code", exit_code);
+	receipt_json_set_str(outj, "stdout", out, out_len);
+	receipt_json_set_str(outj, "stderr", errs, errs_len);
+	body = receipt_json_object();
+	if (receipt_fingerprint(r->salt, in, fin, err) < 0 ||
+	    receipt_fingerprint(r->salt, outj, fout, err) < 0)
+		goto out;
+	sbx_rfc3339(started, ts_start);
+	sbx_rfc3339(ended, ts_end);
+	receipt_json_set_str(body, "id", r->id, strlen(r->id));
+	receipt_json_set_str(body, "object", "receipt", 7);
+	receipt_json_set_int(body, "version", 1);
+	receipt_json_set_str(body, "operation", "sandbox.exec", 12);
+	receipt_json_set_str(body, "sandbox_id", sandbox_id, strlen(sandbox_id));
+	receipt_json_set_str(body, "account_id", account_id, strlen(account_id));
+	receipt_json_set_null(body, "model");
+	receipt_json_set_str(body, "status", timed_out ? "timed_out" : "completed", 9);
+	receipt_json_set_int(body, "input_tokens", 0);
+	receipt_json_set_int(body, "output_tokens", 0);
+	receipt_json_set_int(body, "latency_ms", host_ms);
+	receipt_json_set_str(body, "input_fingerprint", fin, strlen(fin));
+	receipt_json_set_str(body, "output_fingerprint", fout, strlen(fout));
+	/* the sandbox's seconds are billed with the sandbox, not per exec */
+	receipt_json_set_int(body, "cost_micro_usd", 0);
+	receipt_json_set_str(body, "started_at", ts_start, strlen(ts_start));
+	receipt_json_set_str(body, "completed_at", ts_end, strlen(ts_end));
+	receipt_json_set_str(body, "signer", receipt_signer_public(sg),
+			     strlen(receipt_signer_public(sg)));
+	if (!(canon = receipt_sign(sg, body, r->hash, r->signature, err)))
+		goto out;
+	snprintf(r->signer, sizeof r->signer, "%s", receipt_signer_public(sg));
+	struct store_receipt_keep keep = sandbox_receipt_keep(&svc->cfg, ended);
+	if (store_receipt_insert(svc->store, r->id, account_id, sandbox_id, canon, r->hash,
+				 r->signature, r->signer, ended, &keep, err) < 0)
+		goto out;
+	rc = 0;
+out:
+	free(canon);
+	receipt_json_free(in);
+	receipt_json_free(outj);
+	receipt_json_free(body);
+	return rc;
 }
 
 struct exec_call {
@@ -176,6 +271,9 @@ struct exec_call {
 	struct sandbox_output_hold *hold; /* the one in use (own_hold or the caller's) */
 	unsigned cost;			  /* budget bytes per output byte (buffered) */
 	uint32_t timeout_ms;		  /* the timeout the exec runs with (host_ms's bound) */
+	/* with a receipt: the caller's request (valid until done) */
+	const struct sandbox_exec_req *receipt_req;
+	char account_id[SANDBOX_ID_MAX];
 };
 
 static void exec_call_free(struct exec_call *call)
@@ -204,59 +302,92 @@ static bool exec_charge(void *opaque, bool is_stderr, size_t len)
 	       0;
 }
 
+/* The error an exec that ended without a result answers: cut short
+ * because the sandbox expired or was deleted (410, not broken: 500), or
+ * because the host's connection went (503: the sandbox survives it,
+ * docs/hosts.md; this command's outcome is unknown). *e is the storage. */
+static const struct sbx_error *exec_failure(struct exec_call *call, const struct sbx_error *aerr,
+					    struct sbx_error *e)
+{
+	struct sandbox_svc *svc = call->l->svc;
+	enum store_status ending;
+
+	pthread_mutex_lock(&svc->lock);
+	ending = call->l->ending;
+	pthread_mutex_unlock(&svc->lock);
+	if (ending == STORE_EXPIRED || ending == STORE_DESTROYED) {
+		sbx_error_clear(e);
+		sbx_error_set(e, SBX_E_SANDBOX_NOT_RUNNING, NULL,
+			      "sandbox '%s' %s while the command ran; create a new one",
+			      call->l->id, ending == STORE_EXPIRED ? "expired" : "was deleted");
+		return e;
+	}
+	if (aerr && aerr->code == SBX_E_SANDBOX_ERROR && sandbox_live_host_lost(call->l)) {
+		sbx_error_clear(e);
+		sbx_error_set(e, SBX_E_SERVICE_UNAVAILABLE, NULL,
+			      "the connection to the host of sandbox '%s' was lost while the "
+			      "command ran; its outcome is unknown; the sandbox keeps "
+			      "running",
+			      call->l->id);
+		e->retry_after_s = 2;
+		return e;
+	}
+	return aerr;
+}
+
+/* Sign the receipt of res from its own bytes, encoded as the reply will
+ * carry them. 0, or -1 with err (500: the command ran, its receipt could
+ * not be signed). */
+static int exec_receipt(struct exec_call *call, const struct agentless_exec_result *res,
+			struct sandbox_exec_receipt *rc, struct sbx_error *err)
+{
+	const struct sandbox_exec_req *req = call->receipt_req;
+	size_t out_len = 0, errs_len = 0;
+	char *out = sandbox_exec_stream_text(res->stdout_buf, res->stdout_len, req->base64,
+					     res->truncated, &out_len);
+	char *errs = sandbox_exec_stream_text(res->stderr_buf, res->stderr_len, req->base64,
+					      res->truncated, &errs_len);
+	int rc_ = -1;
+
+	sbx_error_clear(err);
+	if (!out || !errs)
+		sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+	else
+		rc_ = exec_receipt_sign(call->l->svc, call->account_id, call->l->id, req,
+					res->exit_code, out, out_len, errs, errs_len, res->host_ms,
+					res->timed_out, rc, err);
+	free(out);
+	free(errs);
+	if (rc_ < 0) {
+		sbx_warn(MOD, "sandbox %s: exec receipt: %s", call->l->id, err->message);
+		sbx_error_clear(err);
+		sbx_error_set(err, SBX_E_INTERNAL, NULL,
+			      "the command ran but its receipt could not be signed");
+	}
+	return rc_;
+}
+
+/* agentless_exec_done_fn: the result goes up as it came (host_ms clamped),
+ * its receipt signed first when asked for. */
 static void exec_done(void *opaque, struct agentless_exec_result *res, const struct sbx_error *aerr)
 {
 	struct exec_call *call = opaque;
-	struct sandbox_exec_result out = {0};
+	struct sandbox_exec_receipt rc;
+	struct sbx_error e;
 
 	if (!res) {
-		struct sandbox_svc *svc = call->l->svc;
-		enum store_status ending;
-		struct sbx_error e;
-
-		pthread_mutex_lock(&svc->lock);
-		ending = call->l->ending;
-		pthread_mutex_unlock(&svc->lock);
-		/* Cut short because the sandbox expired or was deleted: the
-		 * sandbox is not running (410), not broken (500). */
-		if (ending == STORE_EXPIRED || ending == STORE_DESTROYED) {
-			sbx_error_clear(&e);
-			sbx_error_set(&e, SBX_E_SANDBOX_NOT_RUNNING, NULL,
-				      "sandbox '%s' %s while the command ran; create a new one",
-				      call->l->id,
-				      ending == STORE_EXPIRED ? "expired" : "was deleted");
-			aerr = &e;
-		} else if (aerr && aerr->code == SBX_E_SANDBOX_ERROR &&
-			   sandbox_live_host_lost(call->l)) {
-			/* The channel went with the host's connection: the
-			 * sandbox survives it (docs/hosts.md), this command's
-			 * outcome is unknown. */
-			sbx_error_clear(&e);
-			sbx_error_set(
-			    &e, SBX_E_SERVICE_UNAVAILABLE, NULL,
-			    "the connection to the host of sandbox '%s' was lost while the "
-			    "command ran; its outcome is unknown; the sandbox keeps "
-			    "running",
-			    call->l->id);
-			e.retry_after_s = 2;
-			aerr = &e;
-		}
-		call->done(call->opaque, NULL, aerr);
+		call->done(call->opaque, NULL, NULL, exec_failure(call, aerr, &e));
 		exec_call_free(call);
 		return;
 	}
-	out.stdout_buf = TAKE_PTR(res->stdout_buf);
-	out.stdout_len = res->stdout_len;
-	out.stderr_buf = TAKE_PTR(res->stderr_buf);
-	out.stderr_len = res->stderr_len;
-	out.exit_code = res->exit_code;
-	out.duration_ms = res->duration_ms;
 	/* the time the exec could run at most: the timeout it ran with */
-	out.host_ms = SBX_MIN(res->host_ms, call->timeout_ms);
-	out.timed_out = res->timed_out;
-	out.truncated = res->truncated;
-	agentless_exec_result_release(res);
-	call->done(call->opaque, &out, NULL);
+	res->host_ms = SBX_MIN(res->host_ms, call->timeout_ms);
+	if (call->receipt_req && exec_receipt(call, res, &rc, &e) < 0) {
+		agentless_exec_result_release(res);
+		call->done(call->opaque, NULL, NULL, &e);
+	} else {
+		call->done(call->opaque, res, call->receipt_req ? &rc : NULL, NULL);
+	}
 	exec_call_free(call);
 }
 
@@ -312,6 +443,9 @@ int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const ch
 	call->on_output = req->on_output;
 	call->opaque = opaque;
 	call->timeout_ms = timeout;
+	if (req->receipt && !req->on_output)
+		call->receipt_req = req;
+	snprintf(call->account_id, sizeof(call->account_id), "%s", account_id);
 	call->own = !req->hold;
 	hold = req->hold ? req->hold : &call->own_hold;
 	call->hold = hold;

@@ -24,9 +24,7 @@ struct sandbox_file {
 	struct agentless_xfer *x;
 	sandbox_file_wake_fn wake;
 	void *opaque;
-	enum store_status ending;	    /* svc->lock: how the sandbox ended, if it did */
-	struct sandbox_file_entry *entries; /* LIST, made at the first ask */
-	size_t n_entries;
+	enum store_status ending;	 /* svc->lock: how the sandbox ended, if it did */
 	struct sandbox_output_hold hold; /* its reply's output budget */
 };
 
@@ -236,28 +234,9 @@ void sandbox_file_status(struct sandbox_file *f, struct sandbox_file_status *out
 	}
 }
 
-const struct sandbox_file_entry *sandbox_file_entries(struct sandbox_file *f, size_t *n)
+const struct agentless_file_entry *sandbox_file_entries(struct sandbox_file *f, size_t *n)
 {
-	const struct agentless_file_entry *e;
-	size_t k = 0;
-
-	if (!f->entries) {
-		e = agentless_xfer_entries(f->x, &k);
-		f->entries = calloc(k ? k : 1, sizeof(*f->entries));
-		if (!f->entries)
-			k = 0;
-		for (size_t i = 0; i < k; i++)
-			f->entries[i] = (struct sandbox_file_entry){
-			    .name = e[i].name,
-			    .type = (enum sandbox_file_type)e[i].type,
-			    .mode = e[i].mode,
-			    .size = e[i].size,
-			    .mtime_s = e[i].mtime_s,
-			};
-		f->n_entries = k;
-	}
-	*n = f->n_entries;
-	return f->entries;
+	return agentless_xfer_entries(f->x, n);
 }
 
 void sandbox_file_release(struct sandbox_file *f)
@@ -267,6 +246,5 @@ void sandbox_file_release(struct sandbox_file *f)
 	/* no wake runs after this returns */
 	agentless_xfer_release(f->x);
 	sandbox_output_release(f->svc, &f->hold);
-	free(f->entries);
 	free(f);
 }

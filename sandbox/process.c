@@ -36,40 +36,9 @@ struct proc_call {
 	int max_procs;
 };
 
-void sandbox_proc_result_release(struct sandbox_proc_result *r)
-{
-	if (!r)
-		return;
-	free(r->list);
-	free(r->out.data);
-	free(r->err.data);
-	memset(r, 0, sizeof(*r));
-}
-
-static void info_copy(struct sandbox_proc_info *to, const struct agentless_proc_info *from)
-{
-	to->pid = from->pid;
-	memcpy(to->command, from->command, from->command_len);
-	to->command[from->command_len] = '\0';
-	to->command_len = from->command_len;
-	to->started_at_ms = from->started_at_ms;
-	to->running = from->running;
-	to->exit_code = from->exit_code;
-}
-
-static void stream_move(struct sandbox_proc_stream *to, struct agentless_proc_stream *from)
-{
-	to->offset = from->offset;
-	to->lost = from->lost;
-	to->end = from->end;
-	to->data = TAKE_PTR(from->data);
-	to->len = from->len;
-}
-
 static void proc_done(void *opaque, struct agentless_proc_result *ares, const struct sbx_error *err)
 {
 	struct proc_call *call = opaque;
-	struct sandbox_proc_result res;
 
 	if (!ares) {
 		struct sbx_error e;
@@ -87,18 +56,8 @@ static void proc_done(void *opaque, struct agentless_proc_result *ares, const st
 		free(call);
 		return;
 	}
-	memset(&res, 0, sizeof(res));
-	info_copy(&res.info, &ares->info);
-	if (ares->n_list && (res.list = calloc(ares->n_list, sizeof(*res.list)))) {
-		for (size_t i = 0; i < ares->n_list; i++)
-			info_copy(&res.list[i], &ares->list[i]);
-		res.n_list = ares->n_list;
-	}
-	stream_move(&res.out, &ares->out);
-	stream_move(&res.err, &ares->err);
-	res.written = ares->written;
-	agentless_proc_result_release(ares);
-	call->done(call->opaque, &res, NULL);
+	/* the answer goes up as agentless/ decoded it, moved */
+	call->done(call->opaque, ares, NULL);
 	free(call);
 }
 

@@ -377,6 +377,10 @@ int sandbox_execution_run_cold(struct agentless_conn *conn, const struct agentle
 /* What the store keeps of an account's receipts at now_ms: the newest
  * max_receipts_per_account of the last execution_retention_hours. */
 struct store_receipt_keep sandbox_receipt_keep(const struct sandbox_config *cfg, int64_t now_ms);
+/* The node's receipt signer (loaded or created at the first call), or
+ * NULL with err. */
+struct receipt_signer;
+struct receipt_signer *sandbox_receipt_signer(struct sandbox_svc *svc, struct sbx_error *err);
 /* Record one execution's latency for /v1/limits. Call with lock. */
 void sandbox_execution_record_locked(struct sandbox_svc *svc, bool warm, bool prestarted,
 				     int64_t ms);

@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "../agentless/agentless.h"
 #include "../config/config.h"
 #include "../util/util.h"
 
@@ -256,6 +257,10 @@ struct sandbox_exec_req {
 	 * the result's buffers are then empty. Caps, timeout and the output
 	 * budget are those of a buffered exec. */
 	sandbox_exec_output_fn on_output;
+	/* Sign a receipt of the result (buffered execs only) before done is
+	 * called; command, cwd and env must then stay valid until done was
+	 * called. A receipt that cannot be signed fails the exec with 500. */
+	bool receipt;
 };
 
 /* The output budget (docs/api.md "Output budget"). A started exec holds
@@ -289,24 +294,43 @@ void sandbox_output_shrink(struct sandbox_svc *svc, struct sandbox_output_hold *
 void sandbox_output_held(struct sandbox_svc *svc, const char *account_id, uint64_t *host,
 			 uint64_t *account);
 
-/* Raw result; api/ encodes stdout/stderr (UTF-8 sanitised or base64). */
-struct sandbox_exec_result {
-	char *stdout_buf;
-	size_t stdout_len;
-	char *stderr_buf;
-	size_t stderr_len;
-	int exit_code;
-	uint32_t duration_ms; /* measured in the guest (API.md): informative */
-	uint32_t host_ms;     /* measured on the host: EXEC sent -> EXIT seen, at
-			       * most the timeout the exec ran with */
-	bool timed_out;
-	bool truncated;
-};
-void sandbox_exec_result_release(struct sandbox_exec_result *r);
+/* The result of an exec is agentless/'s own value (struct
+ * agentless_exec_result, agentless.h), moved up unchanged from the channel
+ * to api/, which renders it once (stdout/stderr UTF-8 sanitised or
+ * base64); sandbox/ only clamps host_ms to the timeout the exec ran with
+ * (the time the exec could run at most). Release it with
+ * agentless_exec_result_release(). */
 
-/* Called exactly once per started exec, from any thread. On success err is
- * NULL and the callback owns *res; on failure res is NULL. */
-typedef void (*sandbox_exec_done_fn)(void *opaque, struct sandbox_exec_result *res,
+/* A signed receipt for one exec call on a sandbox (operation
+ * "sandbox.exec"; docs/receipts.md), signed in sandbox/ from the result's
+ * own bytes before the completion is delivered (sandbox_exec_req.receipt).
+ * host_ms, the host-observed run time (never the guest's own figure),
+ * clamped to the exec's timeout, is signed as latency_ms and dates
+ * started_at. Input {"command", "cwd", "env"} with the effective cwd and
+ * env as an object of strings (env entries "KEY=VALUE"); output
+ * {"exit_code", "stderr", "stdout"} with the streams exactly as the reply
+ * returns them (sandbox_exec_stream_text). The receipt is stored (GET
+ * /v1/receipts/{id}). */
+struct sandbox_exec_receipt {
+	char id[SANDBOX_ID_MAX];
+	char hash[68];
+	char signature[132];
+	char signer[68];
+	char salt[68];
+};
+
+/* One stream of an exec result as the reply carries it: base64, or UTF-8
+ * sanitised (an incomplete sequence at the end cut when `cut`, the result
+ * was truncated). A new string (*out_len bytes), or NULL (out of memory). */
+char *sandbox_exec_stream_text(const char *buf, size_t len, bool base64, bool cut, size_t *out_len);
+
+/* Called exactly once per started exec, from any thread (the channel's,
+ * the timer's, an ender's): it should only keep what it is given and wake
+ * its request. On success err is NULL and the callback owns *res (move it
+ * out); `receipt` is the signed receipt when the exec asked for one, else
+ * NULL. On failure res and receipt are NULL. */
+typedef void (*sandbox_exec_done_fn)(void *opaque, struct agentless_exec_result *res,
+				     const struct sandbox_exec_receipt *receipt,
 				     const struct sbx_error *err);
 
 /* Start an exec. 0 (done will be called, maybe before this returns), or -1
@@ -382,13 +406,6 @@ struct sandbox_file_status {
 	size_t buffered;    /* downloads: bytes sandbox_file_read gives now */
 };
 
-struct sandbox_file_entry {
-	const char *name; /* raw bytes, NUL-terminated */
-	enum sandbox_file_type type;
-	uint32_t mode;
-	uint64_t size, mtime_s;
-};
-
 struct sandbox_file;
 /* Called with no lock held (any thread) when the transfer may have moved
  * on; must not call sandbox_file_release. */
@@ -411,8 +428,9 @@ int sandbox_file_end(struct sandbox_file *f, struct sbx_error *err);
 size_t sandbox_file_read(struct sandbox_file *f, void *buf, size_t max);
 /* Where it stands; a failure because the sandbox ended reads as 410. */
 void sandbox_file_status(struct sandbox_file *f, struct sandbox_file_status *st);
-/* LIST, once done: the entries (owned by f, valid until release). */
-const struct sandbox_file_entry *sandbox_file_entries(struct sandbox_file *f, size_t *n);
+/* LIST, once done: the entries as agentless/ decoded them (owned by f,
+ * valid until release; type is enum sandbox_file_type). */
+const struct agentless_file_entry *sandbox_file_entries(struct sandbox_file *f, size_t *n);
 /* Give the transfer back (an unfinished one is aborted in the guest). */
 void sandbox_file_release(struct sandbox_file *f);
 /* Let a streamed exec that its on_output paused run again. A no-op when
@@ -459,37 +477,15 @@ struct sandbox_proc_req {
 	struct sandbox_output_hold *hold;
 };
 
-struct sandbox_proc_info {
-	uint32_t pid;
-	char command[SANDBOX_PROC_CMD_HEAD + 1]; /* raw bytes, NUL-terminated */
-	size_t command_len;
-	int64_t started_at_ms; /* the guest's wall clock (the host sets it) */
-	bool running;
-	int exit_code; /* once ended; 128+signal when killed */
-};
+/* The guest's answer is agentless/'s own value (struct
+ * agentless_proc_result, agentless.h: the process's info, the LIST, the
+ * OUTPUT streams, bytes written), decoded and checked there and moved up
+ * unchanged to api/; release it with agentless_proc_result_release(). */
 
-struct sandbox_proc_stream {
-	uint64_t offset; /* where data starts (>= the offset asked for) */
-	uint64_t lost;	 /* bytes between the offset asked for and `offset`:
-			  * overwritten in the ring before they were read */
-	uint64_t end;	 /* bytes written so far; next offset = offset + len */
-	char *data;	 /* raw bytes, owned, NUL-terminated */
-	size_t len;	 /* <= SANDBOX_PROC_CHUNK */
-};
-
-struct sandbox_proc_result {
-	struct sandbox_proc_info
-	    info; /* START (pid, started_at_ms), OUTPUT, SIGNAL (the state before it) */
-	struct sandbox_proc_info *list; /* LIST: n_list entries, owned */
-	size_t n_list;
-	struct sandbox_proc_stream out, err; /* OUTPUT */
-	uint32_t written;		     /* STDIN: bytes the pipe took now */
-};
-void sandbox_proc_result_release(struct sandbox_proc_result *r);
-
-/* Called exactly once per started call, from any thread, no lock held. On
- * success err is NULL and the callback owns *res. */
-typedef void (*sandbox_proc_done_fn)(void *opaque, struct sandbox_proc_result *res,
+/* Called exactly once per started call, from any thread, no lock held: it
+ * should only keep what it is given and wake its request. On success err
+ * is NULL and the callback owns *res (move it out). */
+typedef void (*sandbox_proc_done_fn)(void *opaque, struct agentless_proc_result *res,
 				     const struct sbx_error *err);
 
 /* Ask the sandbox's guest. 0 (done will be called), or -1 with err: 404
@@ -678,28 +674,6 @@ int sandbox_key_set_scopes(struct sandbox_svc *svc, const char *key_id, const ch
 int sandbox_key_scopes(struct sandbox_svc *svc, const char *key_id, char out[128],
 		       struct sbx_error *err);
 
-/* A signed receipt for one exec call on a sandbox (operation
- * "sandbox.exec"; docs/receipts.md). host_ms is the host-observed run time
- * (never the guest's own figure), already clamped to the exec's timeout:
- * it is signed as latency_ms and dates started_at. Input {"command", "cwd", "env"} with
- * the effective cwd and env as an object of strings (env entries
- * "KEY=VALUE"); output {"exit_code", "stderr", "stdout"} with the streams
- * exactly as the reply returns them (UTF-8 sanitised or base64 text).
- * Fills the receipt id, hash, signature, signer and the fresh
- * fingerprint_salt (caller-provided buffers of the sizes below) and
- * stores the receipt (GET /v1/receipts/{id}). -1 with err on failure. */
-struct sandbox_exec_receipt {
-	char id[SANDBOX_ID_MAX];
-	char hash[68];
-	char signature[132];
-	char signer[68];
-	char salt[68];
-};
-int sandbox_exec_receipt_sign(struct sandbox_svc *svc, const char *account_id,
-			      const char *sandbox_id, const struct sandbox_exec_req *req,
-			      int exit_code, const char *out, size_t out_len, const char *errs,
-			      size_t errs_len, uint32_t host_ms, bool timed_out,
-			      struct sandbox_exec_receipt *r, struct sbx_error *err);
 /* true when the space-separated list holds scope. */
 bool sandbox_scopes_have(const char *scopes, const char *scope);
 /* Validate a space/comma separated list and write it canonical (known

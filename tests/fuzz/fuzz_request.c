@@ -44,7 +44,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	(void)api_extend_decode(body, size, &cfg, &minutes, &err);
 
 	/* The same bytes as guest output, both encodings. */
-	struct sandbox_exec_result r = {
+	struct agentless_exec_result r = {
 	    .stdout_buf = (char *)data,
 	    .stdout_len = size,
 	    .stderr_buf = (char *)data,

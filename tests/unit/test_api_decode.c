@@ -367,7 +367,7 @@ static void test_exec_result_encode(void **state)
 {
 	char out[] = {'a', '\0', 'b', (char)0xff, 'c'};
 	char err_s[] = {'\xe2', '\x82', '\xac', '\xc3'}; /* "€" then a cut sequence */
-	struct sandbox_exec_result r = {
+	struct agentless_exec_result r = {
 	    .stdout_buf = out,
 	    .stdout_len = sizeof(out),
 	    .stderr_buf = err_s,
@@ -412,7 +412,7 @@ static void test_exec_result_encode(void **state)
 	json_object_put(o);
 
 	/* Empty streams. */
-	struct sandbox_exec_result e = {0};
+	struct agentless_exec_result e = {0};
 	o = api_exec_result_encode(&e, false);
 	assert_string_equal(to_s(o), "{\"stdout\":\"\",\"stderr\":\"\",\"exit_code\":0,"
 				     "\"duration_ms\":0,\"truncated\":false,\"timed_out\":false}");
