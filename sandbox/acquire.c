@@ -27,8 +27,7 @@ void sandbox_boot_slot_release(struct sandbox_svc *svc)
 	pthread_mutex_unlock(&svc->lock);
 }
 
-void sandbox_guest_uncount(struct sandbox_svc *svc, struct host *h,
-			    const struct sandbox_size *size)
+void sandbox_guest_uncount(struct sandbox_svc *svc, struct host *h, const struct sandbox_size *size)
 {
 	pthread_mutex_lock(&svc->lock);
 	sandbox_host_booting_locked(h, size, -1);
@@ -95,15 +94,13 @@ err_teardown:
 	return -1;
 }
 
-
 /* 1. Placement and capacity (503, docs/hosts.md): a pooled guest (for an
  * execution, first one whose interpreter waits) is already counted, so
  * taking it needs no room; a cold boot may evict idle pooled guests of its
  * host first. 2w. A pooled guest: name it. 2c. Queue for a boot slot, then
  * boot, open the channel and wait for HELLO. Every failure after 1 gives
  * the capacity back. */
-int sandbox_guest_acquire(struct sandbox_svc *svc, struct sandbox_acquire *a,
-			  struct sbx_error *err)
+int sandbox_guest_acquire(struct sandbox_svc *svc, struct sandbox_acquire *a, struct sbx_error *err)
 {
 	struct live *l = NULL, *evicted = NULL;
 	struct host *h;
