@@ -269,6 +269,13 @@ int sandbox_visible_row(struct sandbox_svc *svc, const char *account_id, const c
  * sandbox_not_running. */
 int sandbox_running_row(struct sandbox_svc *svc, const char *account_id, const char *id,
 			int64_t now, struct store_sandbox *row, struct sbx_error *err);
+/* create's parameter checks and defaults (size, timeout_minutes), for
+ * idempotency.c's canonical request. */
+int sandbox_create_params(const struct sandbox_config *cfg, const struct sandbox_create_req *req,
+			  const struct sandbox_size **size_out, int *minutes_out,
+			  struct sbx_error *err);
+/* A sandbox's view from its row, its cost accrued to now_ms. */
+void sandbox_view_from_row(const struct store_sandbox *row, int64_t now_ms, struct sandbox_view *v);
 /* Pin the live of a running sandbox (a ref) to call into its conn with no
  * lock held; NULL with 410 when it is gone or dead. Unpin with
  * sandbox_live_unpin. No lock held. */

@@ -1,0 +1,216 @@
+/* keys: API keys and their scopes, the keys/auth use case (docs/api.md
+ * "Scopes"): authenticate a bearer token, create, list and revoke keys,
+ * and the admin's scope edits. See sandbox.h. */
+#include "sandbox.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../billing/billing.h"
+#include "../store/store.h"
+#include "sandbox-priv.h"
+
+#define KEY_PREFIX "aas_sk_"
+
+int sandbox_authenticate_scopes(struct sandbox_svc *svc, const char *token,
+				char account_id[SANDBOX_ID_MAX], char scopes[SANDBOX_SCOPES_MAX],
+				struct sbx_error *err)
+{
+	struct store_key key;
+	char digest[65];
+	size_t len = token ? strlen(token) : 0;
+
+	if (len < sizeof(KEY_PREFIX) || len > 200 || strncmp(token, KEY_PREFIX, 7) != 0)
+		return sbx_error_set(err, SBX_E_AUTHENTICATION, NULL,
+				     "missing or invalid API key; send 'Authorization: Bearer "
+				     "aas_sk_...'");
+	sbx_sha256_hex(token, len, digest);
+	if (store_key_find(svc->store, digest, &key, err) < 0) {
+		if (err && err->code == SBX_E_AUTHENTICATION)
+			sbx_error_set(err, SBX_E_AUTHENTICATION, NULL,
+				      "missing or invalid API key; send 'Authorization: Bearer "
+				      "aas_sk_...'");
+		return -1;
+	}
+	snprintf(account_id, SANDBOX_ID_MAX, "%s", key.account_id);
+	if (scopes)
+		snprintf(scopes, SANDBOX_SCOPES_MAX, "%s", key.scopes);
+	return 0;
+}
+
+int sandbox_authenticate(struct sandbox_svc *svc, const char *token,
+			 char account_id[SANDBOX_ID_MAX], struct sbx_error *err)
+{
+	return sandbox_authenticate_scopes(svc, token, account_id, NULL, err);
+}
+
+static void key_from_store(const struct store_key *k, struct sandbox_key *out)
+{
+	memset(out, 0, sizeof(*out));
+	snprintf(out->id, sizeof(out->id), "%s", k->id);
+	snprintf(out->account_id, sizeof(out->account_id), "%s", k->account_id);
+	snprintf(out->prefix, sizeof(out->prefix), "%s", k->prefix);
+	out->created_at_ms = k->created_at_ms;
+	out->revoked_at_ms = k->revoked_at_ms;
+	snprintf(out->scopes, sizeof(out->scopes), "%s", k->scopes);
+}
+
+int sandbox_key_create(struct sandbox_svc *svc, const char *account_id, const char *scopes,
+		       const char *creator_scopes, struct sandbox_key *key, char secret[static 80],
+		       struct sbx_error *err)
+{
+	struct store_key k = {0};
+	struct store_account acct;
+	const char *missing = NULL;
+	char digest[65];
+
+	if (!scopes)
+		scopes = creator_scopes ? creator_scopes : SANDBOX_SCOPES_DEFAULT;
+	if (sandbox_scopes_normalize(scopes, k.scopes, err) < 0)
+		return -1;
+	if (creator_scopes && !sandbox_scopes_within(k.scopes, creator_scopes, &missing))
+		return sbx_error_set(err, SBX_E_PERMISSION, NULL,
+				     "a new key's scopes are at most its creator's, and this key "
+				     "lacks the '%s' scope",
+				     missing);
+	if (store_account_get(svc->store, account_id, &acct, err) < 0)
+		return -1;
+	if (sbx_random_id(KEY_PREFIX, 32, secret, 80) < 0 ||
+	    sbx_random_id("key_", 12, k.id, sizeof(k.id)) < 0)
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "no randomness available");
+	snprintf(k.account_id, sizeof(k.account_id), "%s", account_id);
+	snprintf(k.prefix, sizeof(k.prefix), "%.12s", secret);
+	k.created_at_ms = sbx_wall_ms();
+	sbx_sha256_hex(secret, strlen(secret), digest);
+	struct store_key_keep keep = {
+	    .max_active = svc->cfg.max_api_keys_per_account,
+	    .revoked_before_ms =
+		k.created_at_ms - (int64_t)svc->cfg.execution_retention_hours * 3600 * 1000,
+	    .max_revoked = svc->cfg.max_api_keys_per_account,
+	};
+	if (store_key_insert_kept(svc->store, &k, digest, &keep, err) < 0)
+		return -1;
+	key_from_store(&k, key);
+	return 0;
+}
+
+int sandbox_key_list(struct sandbox_svc *svc, const char *account_id, int limit,
+		     const char *starting_after, struct sandbox_key **out, size_t *n,
+		     bool *has_more, struct sbx_error *err)
+{
+	struct store_key *keys = NULL;
+	size_t count = 0;
+
+	if (store_key_list_page(svc->store, account_id, limit, starting_after, &keys, &count,
+				has_more, err) < 0)
+		return -1;
+	*out = calloc(count ? count : 1, sizeof(**out));
+	if (!*out) {
+		free(keys);
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+	}
+	for (size_t i = 0; i < count; i++)
+		key_from_store(&keys[i], &(*out)[i]);
+	*n = count;
+	free(keys);
+	return 0;
+}
+
+int sandbox_key_revoke(struct sandbox_svc *svc, const char *account_id, const char *key_id,
+		       const char *caller_scopes, struct sbx_error *err)
+{
+	struct store_key k;
+	const char *missing = NULL;
+
+	if (caller_scopes) {
+		if (store_key_get(svc->store, account_id, key_id, &k, err) < 0)
+			return -1;
+		if (!sandbox_scopes_within(k.scopes, caller_scopes, &missing))
+			return sbx_error_set(err, SBX_E_PERMISSION, NULL,
+					     "key '%s' has the '%s' scope, which this key lacks; "
+					     "revoke it with a key that has all of its scopes",
+					     k.id, missing);
+	}
+	return store_key_revoke(svc->store, account_id, key_id, err);
+}
+
+bool sandbox_scopes_have(const char *scopes, const char *scope)
+{
+	size_t n = strlen(scope);
+
+	for (const char *p = scopes; p && *p;) {
+		while (*p == ' ' || *p == ',')
+			p++;
+		size_t len = strcspn(p, " ,");
+		if (len == n && strncmp(p, scope, n) == 0)
+			return true;
+		p += len;
+	}
+	return false;
+}
+
+/* The scopes there are, in their canonical order. */
+static const char *const known_scopes[] = {"sandboxes", "keys"};
+
+int sandbox_scopes_normalize(const char *scopes, char out[SANDBOX_SCOPES_MAX],
+			     struct sbx_error *err)
+{
+	bool want[SBX_ARRAY_SIZE(known_scopes)] = {false};
+	size_t used = 0;
+
+	for (const char *p = scopes; p && *p;) {
+		size_t i, len;
+
+		while (*p == ' ' || *p == ',')
+			p++;
+		len = strcspn(p, " ,");
+		if (len == 0)
+			break;
+		for (i = 0; i < SBX_ARRAY_SIZE(known_scopes); i++)
+			if (strlen(known_scopes[i]) == len && strncmp(p, known_scopes[i], len) == 0)
+				break;
+		if (i == SBX_ARRAY_SIZE(known_scopes))
+			return sbx_error_set(err, SBX_E_INVALID_REQUEST, "scopes",
+					     "unknown scope '%.*s'; known: sandboxes, keys",
+					     (int)SBX_MIN(len, 32), p);
+		want[i] = true;
+		p += len;
+	}
+	out[0] = '\0';
+	for (size_t i = 0; i < SBX_ARRAY_SIZE(known_scopes); i++)
+		if (want[i])
+			used += (size_t)snprintf(out + used, SANDBOX_SCOPES_MAX - used, "%s%s",
+						 used ? " " : "", known_scopes[i]);
+	return 0;
+}
+
+bool sandbox_scopes_within(const char *scopes, const char *limit, const char **missing)
+{
+	for (size_t i = 0; i < SBX_ARRAY_SIZE(known_scopes); i++)
+		if (sandbox_scopes_have(scopes, known_scopes[i]) &&
+		    !sandbox_scopes_have(limit, known_scopes[i])) {
+			if (missing)
+				*missing = known_scopes[i];
+			return false;
+		}
+	return true;
+}
+
+int sandbox_key_set_scopes(struct sandbox_svc *svc, const char *key_id, const char *scopes,
+			   struct sbx_error *err)
+{
+	char norm[SANDBOX_SCOPES_MAX];
+
+	if (sandbox_scopes_normalize(scopes, norm, err) < 0)
+		return -1;
+	return store_key_scopes_set(svc->store, key_id, norm, err);
+}
+
+int sandbox_key_scopes(struct sandbox_svc *svc, const char *key_id, char out[128],
+		       struct sbx_error *err)
+{
+	return store_key_scopes_get(svc->store, key_id, out, err);
+}
