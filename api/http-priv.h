@@ -77,7 +77,7 @@ struct req {
 	enum route route;
 	char id[SANDBOX_ID_MAX];
 	char account_id[SANDBOX_ID_MAX];
-	char scopes[SANDBOX_SCOPES_MAX];     /* the key's, on the key routes */
+	unsigned scopes;		     /* the key's (enum sandbox_scope bits) */
 	char request_id[API_REQUEST_ID_MAX]; /* X-Request-Id, api/reqctx.h */
 	int64_t started_us;		     /* received (metrics) */
 	unsigned status;		     /* the status answered, 0 until then (metrics) */

@@ -298,7 +298,7 @@ static bool bearer_token(const char *h, char out[API_TOKEN_MAX + 1])
 
 /* One key lookup per request: the account and the key's scopes. */
 static int authenticate(struct api_server *srv, struct MHD_Connection *c, char *account_id,
-			char scopes[SANDBOX_SCOPES_MAX], struct sbx_error *err)
+			unsigned *scopes, struct sbx_error *err)
 {
 	const char *h =
 	    MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
@@ -320,13 +320,13 @@ static int authenticate(struct api_server *srv, struct MHD_Connection *c, char *
 
 /* The key's scopes (from authenticate) must include `scope` (403
  * permission_error). */
-static int require_scope(const char *scopes, const char *scope, struct sbx_error *err)
+static int require_scope(unsigned scopes, enum sandbox_scope scope, struct sbx_error *err)
 {
-	if (!sandbox_scopes_have(scopes, scope))
+	if (!(scopes & scope))
 		return sbx_error_set(err, SBX_E_PERMISSION, NULL,
 				     "this API key lacks the '%s' scope; create a key with "
 				     "'admin create-key ACCOUNT --scope %s'",
-				     scope, scope);
+				     sandbox_scope_name(scope), sandbox_scope_name(scope));
 	return 0;
 }
 
@@ -511,15 +511,17 @@ static enum MHD_Result handle_keys(struct req *r, const char *method)
 	sbx_error_clear(&err);
 	if (strcmp(method, "POST") == 0) {
 		struct sandbox_key key;
-		char secret[80], scopes[SANDBOX_SCOPES_MAX];
+		char secret[80];
+		unsigned scopes;
 		enum MHD_Result ret;
 		bool has_scopes;
 
-		if (api_key_create_decode(r->body.data, r->body.len, scopes, &has_scopes, &err) < 0)
+		if (api_key_create_decode(r->body.data, r->body.len, &scopes, &has_scopes, &err) <
+		    0)
 			return api_reply_error(r->conn, &err);
 		/* at most the creating key's scopes; all of them by default */
-		if (sandbox_key_create(r->srv->svc, r->account_id, has_scopes ? scopes : NULL,
-				       r->scopes, &key, secret, &err) < 0)
+		if (sandbox_key_create(r->srv->svc, r->account_id, has_scopes ? &scopes : NULL,
+				       &r->scopes, &key, secret, &err) < 0)
 			return api_reply_error(r->conn, &err);
 		ret = api_reply_json(r->conn, 201, api_key_encode(&key, secret), 0, NULL);
 		explicit_bzero(secret, sizeof(secret));
@@ -551,7 +553,7 @@ static enum MHD_Result handle_key_revoke(struct req *r)
 	struct json_object *o;
 
 	sbx_error_clear(&err);
-	if (sandbox_key_revoke(r->srv->svc, r->account_id, r->id, r->scopes, &err) < 0)
+	if (sandbox_key_revoke(r->srv->svc, r->account_id, r->id, &r->scopes, &err) < 0)
 		return api_reply_error(r->conn, &err);
 	o = json_object_new_object();
 	json_object_object_add(o, "id", json_object_new_string(r->id));
@@ -792,12 +794,13 @@ static enum MHD_Result request_begin(struct api_server *srv, struct MHD_Connecti
 		return reject(r, &err, route_allow(r->route));
 	}
 	if (r->route != R_LIMITS && r->route != R_RUNTIMES && r->route != R_STATIC &&
-	    authenticate(srv, c, r->account_id, r->scopes, &err) < 0)
+	    authenticate(srv, c, r->account_id, &r->scopes, &err) < 0)
 		return reject(r, &err, NULL);
 	if ((r->route == R_EXECUTIONS || r->route == R_EXECUTION) &&
-	    require_scope(r->scopes, "sandboxes", &err) < 0)
+	    require_scope(r->scopes, SANDBOX_SCOPE_SANDBOXES, &err) < 0)
 		return reject(r, &err, NULL);
-	if ((r->route == R_KEYS || r->route == R_KEY) && require_scope(r->scopes, "keys", &err) < 0)
+	if ((r->route == R_KEYS || r->route == R_KEY) &&
+	    require_scope(r->scopes, SANDBOX_SCOPE_KEYS, &err) < 0)
 		return reject(r, &err, NULL);
 	if (r->route == R_FILES) {
 		/* A transfer holds its connection until its reply was sent,

@@ -3,20 +3,118 @@
  * and the admin's scope edits. See sandbox.h. */
 #include "sandbox.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "../billing/billing.h"
 #include "../store/store.h"
 #include "sandbox-priv.h"
+
+/* ------------------------------------------------------------- scopes */
+
+/* The scopes there are, in their canonical order (bit i = 1 << i). */
+static const char *const scope_names[] = {"sandboxes", "keys"};
+
+const char *sandbox_scope_name(enum sandbox_scope scope)
+{
+	for (size_t i = 0; i < SBX_ARRAY_SIZE(scope_names); i++)
+		if (scope == 1u << i)
+			return scope_names[i];
+	return "";
+}
+
+/* The bit of the name p[0..len), or 0 when it names no scope. */
+static unsigned scope_bit(const char *p, size_t len)
+{
+	for (size_t i = 0; i < SBX_ARRAY_SIZE(scope_names); i++)
+		if (strlen(scope_names[i]) == len && strncmp(p, scope_names[i], len) == 0)
+			return 1u << i;
+	return 0;
+}
+
+int sandbox_scopes_parse(const char *s, unsigned *out, struct sbx_error *err)
+{
+	*out = 0;
+	for (const char *p = s; p && *p;) {
+		size_t len;
+		unsigned bit;
+
+		while (*p == ' ' || *p == ',')
+			p++;
+		len = strcspn(p, " ,");
+		if (len == 0)
+			break;
+		bit = scope_bit(p, len);
+		if (!bit)
+			return sbx_error_set(err, SBX_E_INVALID_REQUEST, "scopes",
+					     "unknown scope '%.*s'; known: sandboxes, keys",
+					     (int)SBX_MIN(len, 32), p);
+		*out |= bit;
+		p += len;
+	}
+	return 0;
+}
+
+void sandbox_scopes_format(unsigned scopes, char out[SANDBOX_SCOPES_MAX])
+{
+	size_t used = 0;
+
+	out[0] = '\0';
+	for (size_t i = 0; i < SBX_ARRAY_SIZE(scope_names); i++)
+		if (scopes & (1u << i))
+			used += (size_t)snprintf(out + used, SANDBOX_SCOPES_MAX - used, "%s%s",
+						 used ? " " : "", scope_names[i]);
+}
+
+unsigned sandbox_scopes_missing(unsigned scopes, unsigned limit)
+{
+	unsigned lack = scopes & ~limit & SANDBOX_SCOPES_ALL;
+
+	return lack & -lack; /* the lowest: the first in canonical order */
+}
+
+/* The SQL edge: a stored list, read leniently (a name this build does not
+ * know grants nothing, as before). */
+static unsigned scopes_from_row(const char *s)
+{
+	unsigned bits = 0;
+
+	for (const char *p = s; *p;) {
+		size_t len;
+
+		while (*p == ' ' || *p == ',')
+			p++;
+		len = strcspn(p, " ,");
+		bits |= scope_bit(p, len);
+		p += len;
+	}
+	return bits;
+}
+
+int sandbox_key_set_scopes(struct sandbox_svc *svc, const char *key_id, unsigned scopes,
+			   struct sbx_error *err)
+{
+	char row[STORE_SCOPES_MAX];
+
+	sandbox_scopes_format(scopes, row);
+	return store_key_scopes_set(svc->store, key_id, row, err);
+}
+
+int sandbox_key_scopes(struct sandbox_svc *svc, const char *key_id, unsigned *out,
+		       struct sbx_error *err)
+{
+	char row[STORE_SCOPES_MAX] = "";
+
+	if (store_key_scopes_get(svc->store, key_id, row, err) < 0)
+		return -1;
+	*out = scopes_from_row(row);
+	return 0;
+}
 
 #define KEY_PREFIX "aas_sk_"
 
 int sandbox_authenticate_scopes(struct sandbox_svc *svc, const char *token,
-				char account_id[SANDBOX_ID_MAX], char scopes[SANDBOX_SCOPES_MAX],
+				char account_id[SANDBOX_ID_MAX], unsigned *scopes,
 				struct sbx_error *err)
 {
 	struct store_key key;
@@ -37,7 +135,7 @@ int sandbox_authenticate_scopes(struct sandbox_svc *svc, const char *token,
 	}
 	snprintf(account_id, SANDBOX_ID_MAX, "%s", key.account_id);
 	if (scopes)
-		snprintf(scopes, SANDBOX_SCOPES_MAX, "%s", key.scopes);
+		*scopes = scopes_from_row(key.scopes);
 	return 0;
 }
 
@@ -55,27 +153,28 @@ static void key_from_store(const struct store_key *k, struct sandbox_key *out)
 	snprintf(out->prefix, sizeof(out->prefix), "%s", k->prefix);
 	out->created_at_ms = k->created_at_ms;
 	out->revoked_at_ms = k->revoked_at_ms;
-	snprintf(out->scopes, sizeof(out->scopes), "%s", k->scopes);
+	out->scopes = scopes_from_row(k->scopes);
 }
 
-int sandbox_key_create(struct sandbox_svc *svc, const char *account_id, const char *scopes,
-		       const char *creator_scopes, struct sandbox_key *key, char secret[static 80],
-		       struct sbx_error *err)
+int sandbox_key_create(struct sandbox_svc *svc, const char *account_id, const unsigned *scopes,
+		       const unsigned *creator_scopes, struct sandbox_key *key,
+		       char secret[static 80], struct sbx_error *err)
 {
 	struct store_key k = {0};
 	struct store_account acct;
-	const char *missing = NULL;
+	unsigned want, missing;
 	char digest[65];
 
-	if (!scopes)
-		scopes = creator_scopes ? creator_scopes : SANDBOX_SCOPES_DEFAULT;
-	if (sandbox_scopes_normalize(scopes, k.scopes, err) < 0)
-		return -1;
-	if (creator_scopes && !sandbox_scopes_within(k.scopes, creator_scopes, &missing))
+	/* 1. the scopes asked for, at most the creator's */
+	want = scopes ? *scopes : creator_scopes ? *creator_scopes : SANDBOX_SCOPES_DEFAULT;
+	missing = creator_scopes ? sandbox_scopes_missing(want, *creator_scopes) : 0;
+	if (missing)
 		return sbx_error_set(err, SBX_E_PERMISSION, NULL,
 				     "a new key's scopes are at most its creator's, and this key "
 				     "lacks the '%s' scope",
-				     missing);
+				     sandbox_scope_name(missing));
+	sandbox_scopes_format(want, k.scopes);
+	/* 2. the account, a fresh secret and id, stored within the caps */
 	if (store_account_get(svc->store, account_id, &acct, err) < 0)
 		return -1;
 	if (sbx_random_id(KEY_PREFIX, 32, secret, 80) < 0 ||
@@ -120,97 +219,20 @@ int sandbox_key_list(struct sandbox_svc *svc, const char *account_id, int limit,
 }
 
 int sandbox_key_revoke(struct sandbox_svc *svc, const char *account_id, const char *key_id,
-		       const char *caller_scopes, struct sbx_error *err)
+		       const unsigned *caller_scopes, struct sbx_error *err)
 {
 	struct store_key k;
-	const char *missing = NULL;
+	unsigned missing;
 
 	if (caller_scopes) {
 		if (store_key_get(svc->store, account_id, key_id, &k, err) < 0)
 			return -1;
-		if (!sandbox_scopes_within(k.scopes, caller_scopes, &missing))
+		missing = sandbox_scopes_missing(scopes_from_row(k.scopes), *caller_scopes);
+		if (missing)
 			return sbx_error_set(err, SBX_E_PERMISSION, NULL,
 					     "key '%s' has the '%s' scope, which this key lacks; "
 					     "revoke it with a key that has all of its scopes",
-					     k.id, missing);
+					     k.id, sandbox_scope_name(missing));
 	}
 	return store_key_revoke(svc->store, account_id, key_id, err);
-}
-
-bool sandbox_scopes_have(const char *scopes, const char *scope)
-{
-	size_t n = strlen(scope);
-
-	for (const char *p = scopes; p && *p;) {
-		while (*p == ' ' || *p == ',')
-			p++;
-		size_t len = strcspn(p, " ,");
-		if (len == n && strncmp(p, scope, n) == 0)
-			return true;
-		p += len;
-	}
-	return false;
-}
-
-/* The scopes there are, in their canonical order. */
-static const char *const known_scopes[] = {"sandboxes", "keys"};
-
-int sandbox_scopes_normalize(const char *scopes, char out[SANDBOX_SCOPES_MAX],
-			     struct sbx_error *err)
-{
-	bool want[SBX_ARRAY_SIZE(known_scopes)] = {false};
-	size_t used = 0;
-
-	for (const char *p = scopes; p && *p;) {
-		size_t i, len;
-
-		while (*p == ' ' || *p == ',')
-			p++;
-		len = strcspn(p, " ,");
-		if (len == 0)
-			break;
-		for (i = 0; i < SBX_ARRAY_SIZE(known_scopes); i++)
-			if (strlen(known_scopes[i]) == len && strncmp(p, known_scopes[i], len) == 0)
-				break;
-		if (i == SBX_ARRAY_SIZE(known_scopes))
-			return sbx_error_set(err, SBX_E_INVALID_REQUEST, "scopes",
-					     "unknown scope '%.*s'; known: sandboxes, keys",
-					     (int)SBX_MIN(len, 32), p);
-		want[i] = true;
-		p += len;
-	}
-	out[0] = '\0';
-	for (size_t i = 0; i < SBX_ARRAY_SIZE(known_scopes); i++)
-		if (want[i])
-			used += (size_t)snprintf(out + used, SANDBOX_SCOPES_MAX - used, "%s%s",
-						 used ? " " : "", known_scopes[i]);
-	return 0;
-}
-
-bool sandbox_scopes_within(const char *scopes, const char *limit, const char **missing)
-{
-	for (size_t i = 0; i < SBX_ARRAY_SIZE(known_scopes); i++)
-		if (sandbox_scopes_have(scopes, known_scopes[i]) &&
-		    !sandbox_scopes_have(limit, known_scopes[i])) {
-			if (missing)
-				*missing = known_scopes[i];
-			return false;
-		}
-	return true;
-}
-
-int sandbox_key_set_scopes(struct sandbox_svc *svc, const char *key_id, const char *scopes,
-			   struct sbx_error *err)
-{
-	char norm[SANDBOX_SCOPES_MAX];
-
-	if (sandbox_scopes_normalize(scopes, norm, err) < 0)
-		return -1;
-	return store_key_scopes_set(svc->store, key_id, norm, err);
-}
-
-int sandbox_key_scopes(struct sandbox_svc *svc, const char *key_id, char out[128],
-		       struct sbx_error *err)
-{
-	return store_key_scopes_get(svc->store, key_id, out, err);
 }

@@ -322,7 +322,7 @@ static void test_extend_and_key_decode(void **state)
 {
 	struct sbx_error err;
 	int m = 0;
-	char sc[SANDBOX_SCOPES_MAX];
+	unsigned sc = 0;
 	bool has = false;
 
 	sbx_error_clear(&err);
@@ -333,26 +333,30 @@ static void test_extend_and_key_decode(void **state)
 	assert_int_equal(
 	    api_extend_decode(S("{\"timeout_minutes\": 30, \"x\": 1}"), &cfg, &m, &err), -1);
 	assert_string_equal(err.param, "x");
-	assert_int_equal(api_key_create_decode(S(""), sc, &has, &err), 0);
+	assert_int_equal(api_key_create_decode(S(""), &sc, &has, &err), 0);
 	assert_false(has);
-	assert_int_equal(api_key_create_decode(S("{}"), sc, &has, &err), 0);
+	assert_int_equal(api_key_create_decode(S("{}"), &sc, &has, &err), 0);
 	assert_false(has);
-	assert_int_equal(api_key_create_decode(S("{\"name\": \"ci\"}"), sc, &has, &err), -1);
+	assert_int_equal(api_key_create_decode(S("{\"name\": \"ci\"}"), &sc, &has, &err), -1);
 	assert_string_equal(err.param, "name");
 	assert_int_equal(
-	    api_key_create_decode(S("{\"scopes\": [\"keys\", \"sandboxes\"]}"), sc, &has, &err), 0);
+	    api_key_create_decode(S("{\"scopes\": [\"keys\", \"sandboxes\"]}"), &sc, &has, &err),
+	    0);
 	assert_true(has);
-	assert_string_equal(sc, "keys sandboxes");
-	assert_int_equal(api_key_create_decode(S("{\"scopes\": []}"), sc, &has, &err), 0);
+	assert_int_equal(sc, SANDBOX_SCOPE_KEYS | SANDBOX_SCOPE_SANDBOXES);
+	assert_int_equal(api_key_create_decode(S("{\"scopes\": []}"), &sc, &has, &err), 0);
 	assert_true(has);
-	assert_string_equal(sc, "");
-	assert_int_equal(api_key_create_decode(S("{\"scopes\": \"keys\"}"), sc, &has, &err), -1);
+	assert_int_equal(sc, 0);
+	assert_int_equal(api_key_create_decode(S("{\"scopes\": [\"root\"]}"), &sc, &has, &err), -1);
 	assert_string_equal(err.param, "scopes");
-	assert_int_equal(api_key_create_decode(S("{\"scopes\": [\"a b\"]}"), sc, &has, &err), -1);
-	assert_int_equal(api_key_create_decode(S("{\"scopes\": [1]}"), sc, &has, &err), -1);
+	assert_non_null(strstr(err.message, "unknown scope 'root'"));
+	assert_int_equal(api_key_create_decode(S("{\"scopes\": \"keys\"}"), &sc, &has, &err), -1);
+	assert_string_equal(err.param, "scopes");
+	assert_int_equal(api_key_create_decode(S("{\"scopes\": [\"a b\"]}"), &sc, &has, &err), -1);
+	assert_int_equal(api_key_create_decode(S("{\"scopes\": [1]}"), &sc, &has, &err), -1);
 	assert_int_equal(
 	    api_key_create_decode(
-		S("{\"scopes\": [\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\"]}"), sc,
+		S("{\"scopes\": [\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\"]}"), &sc,
 		&has, &err),
 	    -1);
 }
