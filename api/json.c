@@ -657,7 +657,8 @@ struct json_object *api_execution_view_encode(const struct sandbox_execution_vie
 
 	json_object_object_add(o, "id", json_object_new_string(v->id));
 	json_object_object_add(o, "object", json_object_new_string("sandbox.execution"));
-	json_object_object_add(o, "status", json_object_new_string(v->status));
+	json_object_object_add(o, "status",
+			       json_object_new_string(sandbox_execution_status_name(v->status)));
 	json_object_object_add(o, "runtime", json_object_new_string(v->runtime));
 	json_object_object_add(o, "requested_at", api_time_encode(v->requested_at_ms));
 	json_object_object_add(o, "ended_at", api_time_encode(v->ended_at_ms));

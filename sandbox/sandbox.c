@@ -16,6 +16,7 @@
 
 #include "../agentless/agentless.h"
 #include "../billing/billing.h"
+#include "../receipt/receipt.h"
 #include "../store/store.h"
 #include "../vmm/vmm.h"
 #include "sandbox-priv.h"
@@ -114,10 +115,13 @@ struct sandbox_svc *sandbox_svc_new(const struct sandbox_config *cfg, int flags,
 			      strerror(errno));
 		goto err_free;
 	}
+	/* the node's receipt key, this service's for its whole life */
+	if (!(svc->signer = sandbox_receipt_signer_open(cfg, err)))
+		goto err_free;
 	svc->started_wall_ms = sbx_wall_ms();
 	svc->store = store_open(cfg->db_path, err);
 	if (!svc->store)
-		goto err_free;
+		goto err_signer;
 	if (flags & SANDBOX_SVC_ADMIN)
 		return svc;
 
@@ -155,6 +159,8 @@ err_hosts:
 	sandbox_settles_free(svc);
 	sandbox_hosts_close(svc);
 	store_close(svc->store);
+err_signer:
+	receipt_signer_free(svc->signer);
 err_free:
 	free(svc);
 	return NULL;
@@ -209,6 +215,7 @@ void sandbox_svc_free(struct sandbox_svc *svc)
 	sandbox_settles_retry(svc);
 	sandbox_settles_free(svc);
 	sandbox_hosts_close(svc);
+	receipt_signer_free(svc->signer);
 	store_close(svc->store);
 	pthread_cond_destroy(&svc->cond);
 	pthread_mutex_destroy(&svc->lock);

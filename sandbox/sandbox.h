@@ -652,10 +652,22 @@ int sandbox_execution_get(struct sandbox_svc *svc, const char *account_id, const
 			  char **response, struct sbx_error *err);
 
 /* One execution as listed (GET /v1/sandbox/executions). */
+/* An execution's status; its name ("running", "completed", "timed_out",
+ * "failed") only in JSON and in the stored row. */
+enum sandbox_execution_status {
+	SANDBOX_EXECUTION_RUNNING,
+	SANDBOX_EXECUTION_COMPLETED,
+	SANDBOX_EXECUTION_TIMED_OUT,
+	SANDBOX_EXECUTION_FAILED,
+};
+const char *sandbox_execution_status_name(enum sandbox_execution_status status);
+/* The status of a name; SANDBOX_EXECUTION_FAILED for one it does not know. */
+enum sandbox_execution_status sandbox_execution_status_of(const char *name);
+
 struct sandbox_execution_view {
 	char id[SANDBOX_ID_MAX];
 	char runtime[16];
-	char status[16]; /* running | completed | timed_out | failed */
+	enum sandbox_execution_status status;
 	int64_t requested_at_ms;
 	int64_t ended_at_ms;		 /* 0 while running */
 	int64_t cost_micro;		 /* charged (0 while running) */
@@ -675,7 +687,7 @@ int sandbox_execution_list(struct sandbox_svc *svc, const char *account_id, int 
 int sandbox_receipt_get(struct sandbox_svc *svc, const char *account_id, const char *id,
 			char **json, struct sbx_error *err);
 /* The node's receipt signing key ("0x" + 64 hex, and PEM; new strings),
- * created at the first call. */
+ * loaded or created by sandbox_svc_new. */
 int sandbox_receipt_public_key(struct sandbox_svc *svc, char **hex, char **pem,
 			       struct sbx_error *err);
 
