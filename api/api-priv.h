@@ -50,10 +50,11 @@ int api_extend_decode(const char *body, size_t len, const struct sandbox_config 
 
 /* POST /v1/api_keys: an empty body, {} or {"scopes": [string, ...]} (at
  * most 8 names of at most 32 bytes; [] = a key with no scope). With
- * "scopes", *has_scopes is set and scopes holds them space-separated (the
- * sandbox layer checks the names). Any other field is unknown (400). */
-int api_key_create_decode(const char *body, size_t len, char scopes[SANDBOX_SCOPES_MAX],
-			  bool *has_scopes, struct sbx_error *err);
+ * "scopes", *has_scopes is set and *scopes holds them (enum sandbox_scope
+ * bits; an unknown name is 400, param "scopes"). Any other field is
+ * unknown (400). */
+int api_key_create_decode(const char *body, size_t len, unsigned *scopes, bool *has_scopes,
+			  struct sbx_error *err);
 
 /* POST /v1/sandboxes/{id}/exec, decoded. Owns its strings; release with
  * api_exec_body_release (also safe after a failed decode). */
@@ -113,8 +114,8 @@ struct json_object *api_runtimes_encode(const struct api_runtimes *rt);
 struct json_object *api_usage_encode(const struct sandbox_usage *u);
 /* An API key object; `secret` NULL when not to be shown. */
 struct json_object *api_key_encode(const struct sandbox_key *k, const char *secret);
-/* "a b" -> ["a", "b"] */
-struct json_object *api_scopes_encode(const char *scopes);
+/* SANDBOX_SCOPE_SANDBOXES | SANDBOX_SCOPE_KEYS -> ["sandboxes", "keys"] */
+struct json_object *api_scopes_encode(unsigned scopes);
 /* An account object (admin command line). */
 struct json_object *api_account_encode(const struct sandbox_account *a);
 /* RFC 3339 string or JSON null when epoch_ms is 0. */

@@ -104,7 +104,7 @@ struct req {
 	unsigned method; /* its enum api_method bit (0: none of them) */
 	char id[SANDBOX_ID_MAX];
 	char account_id[SANDBOX_ID_MAX];
-	char scopes[SANDBOX_SCOPES_MAX];     /* the key's, on the key routes */
+	unsigned scopes;		     /* the key's (enum sandbox_scope bits) */
 	char request_id[API_REQUEST_ID_MAX]; /* X-Request-Id, api/reqctx.h */
 	int64_t started_us;		     /* received (metrics) */
 	unsigned status;		     /* the status answered, 0 until then (metrics) */
@@ -170,14 +170,6 @@ enum api_route_flag {
 	API_ROUTE_STREAM = 1u << 2,
 };
 
-/* The scope a key needs for a route (api_route_scope_check, the one place
- * that reads this column). */
-enum api_scope {
-	API_SCOPE_NONE,
-	API_SCOPE_SANDBOXES,
-	API_SCOPE_KEYS,
-};
-
 /* A route's handler: r->route, r->method, r->id, r->pid, r->account_id and
  * the body (unless STREAM) are set; it queues the reply, or parks r. */
 typedef enum MHD_Result (*api_handler_fn)(struct req *r);
@@ -187,7 +179,8 @@ struct api_route {
 	const char *path; /* as docs/openapi.yaml writes it; NULL for R_NONE, R_STATIC */
 	unsigned methods; /* enum api_method bits */
 	unsigned flags;	  /* enum api_route_flag bits */
-	enum api_scope scope;
+	unsigned scope;	  /* enum sandbox_scope bits a key needs (0: none); read
+			   * only by api_route_scope_check */
 	api_handler_fn handler;
 	const char *metric; /* its route="..." in /metrics, unique */
 };
@@ -211,7 +204,7 @@ unsigned api_method_bit(const char *method);
 const char *api_method_name(unsigned bit);
 /* The key's scopes (from the auth) must include the route's (403
  * permission_error). 0 or -1 with err. */
-int api_route_scope_check(const struct api_route *rt, const char *scopes, struct sbx_error *err);
+int api_route_scope_check(const struct api_route *rt, unsigned scopes, struct sbx_error *err);
 
 /* -------------------------------------------------------- api/reply.c */
 

@@ -59,7 +59,7 @@ static bool bearer_token(const char *h, char out[API_TOKEN_MAX + 1])
 
 /* One key lookup per request: the account and the key's scopes. */
 static int authenticate(struct api_server *srv, struct MHD_Connection *c, char *account_id,
-			char scopes[SANDBOX_SCOPES_MAX], struct sbx_error *err)
+			unsigned *scopes, struct sbx_error *err)
 {
 	const char *h =
 	    MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
@@ -254,7 +254,7 @@ static enum MHD_Result request_begin(struct api_server *srv, struct MHD_Connecti
 		return api_reply_reject(c, &err, api_methods_allow(rt->methods));
 	}
 	if ((rt->flags & API_ROUTE_AUTH) &&
-	    authenticate(srv, c, r->account_id, r->scopes, &err) < 0)
+	    authenticate(srv, c, r->account_id, &r->scopes, &err) < 0)
 		return api_reply_reject(c, &err, NULL);
 	if (api_route_scope_check(rt, r->scopes, &err) < 0)
 		return api_reply_reject(c, &err, NULL);

@@ -108,15 +108,17 @@ enum MHD_Result api_keys_handle(struct req *r)
 	sbx_error_clear(&err);
 	if (r->method == API_POST) {
 		struct sandbox_key key;
-		char secret[80], scopes[SANDBOX_SCOPES_MAX];
+		char secret[80];
+		unsigned scopes;
 		enum MHD_Result ret;
 		bool has_scopes;
 
-		if (api_key_create_decode(r->body.data, r->body.len, scopes, &has_scopes, &err) < 0)
+		if (api_key_create_decode(r->body.data, r->body.len, &scopes, &has_scopes, &err) <
+		    0)
 			return api_reply_error(r->conn, &err);
 		/* at most the creating key's scopes; all of them by default */
-		if (sandbox_key_create(r->srv->svc, r->account_id, has_scopes ? scopes : NULL,
-				       r->scopes, &key, secret, &err) < 0)
+		if (sandbox_key_create(r->srv->svc, r->account_id, has_scopes ? &scopes : NULL,
+				       &r->scopes, &key, secret, &err) < 0)
 			return api_reply_error(r->conn, &err);
 		ret = api_reply_json(r->conn, 201, api_key_encode(&key, secret), 0, NULL);
 		explicit_bzero(secret, sizeof(secret));
@@ -148,7 +150,7 @@ enum MHD_Result api_key_revoke_handle(struct req *r)
 	struct json_object *o;
 
 	sbx_error_clear(&err);
-	if (sandbox_key_revoke(r->srv->svc, r->account_id, r->id, r->scopes, &err) < 0)
+	if (sandbox_key_revoke(r->srv->svc, r->account_id, r->id, &r->scopes, &err) < 0)
 		return api_reply_error(r->conn, &err);
 	o = json_object_new_object();
 	json_object_object_add(o, "id", json_object_new_string(r->id));

@@ -386,13 +386,14 @@ out:
 	return rc;
 }
 
-int api_key_create_decode(const char *body, size_t len, char scopes[SANDBOX_SCOPES_MAX],
-			  bool *has_scopes, struct sbx_error *err)
+int api_key_create_decode(const char *body, size_t len, unsigned *scopes, bool *has_scopes,
+			  struct sbx_error *err)
 {
 	struct json_object *obj = api_json_parse_object(body, len, err);
+	char names[SANDBOX_SCOPES_MAX] = "";
 	int rc = 0;
 
-	scopes[0] = '\0';
+	*scopes = 0;
 	*has_scopes = false;
 	if (!obj)
 		return -1;
@@ -420,9 +421,11 @@ int api_key_create_decode(const char *body, size_t len, char scopes[SANDBOX_SCOP
 				rc = sbx_error_set(err, SBX_E_INVALID_REQUEST, "scopes",
 						   "each scope must be a name like 'sandboxes'");
 			else
-				used += (size_t)snprintf(scopes + used, SANDBOX_SCOPES_MAX - used,
+				used += (size_t)snprintf(names + used, SANDBOX_SCOPES_MAX - used,
 							 "%s%s", used ? " " : "", name);
 		}
+		if (rc == 0)
+			rc = sandbox_scopes_parse(names, scopes, err);
 		*has_scopes = rc == 0;
 	}
 	json_object_put(obj);
@@ -654,7 +657,8 @@ struct json_object *api_execution_view_encode(const struct sandbox_execution_vie
 
 	json_object_object_add(o, "id", json_object_new_string(v->id));
 	json_object_object_add(o, "object", json_object_new_string("sandbox.execution"));
-	json_object_object_add(o, "status", json_object_new_string(v->status));
+	json_object_object_add(o, "status",
+			       json_object_new_string(sandbox_execution_status_name(v->status)));
 	json_object_object_add(o, "runtime", json_object_new_string(v->runtime));
 	json_object_object_add(o, "requested_at", api_time_encode(v->requested_at_ms));
 	json_object_object_add(o, "ended_at", api_time_encode(v->ended_at_ms));
@@ -934,17 +938,13 @@ struct json_object *api_key_encode(const struct sandbox_key *k, const char *secr
 	return o;
 }
 
-struct json_object *api_scopes_encode(const char *scopes)
+struct json_object *api_scopes_encode(unsigned scopes)
 {
 	struct json_object *arr = json_object_new_array();
 
-	for (const char *p = scopes; *p;) {
-		size_t n = strcspn(p, " ");
-		if (n)
-			json_object_array_add(arr, json_object_new_string_len(p, (int)n));
-		p += n;
-		p += *p == ' ';
-	}
+	for (unsigned bit = 1; bit & SANDBOX_SCOPES_ALL; bit <<= 1)
+		if (scopes & bit)
+			json_object_array_add(arr, json_object_new_string(sandbox_scope_name(bit)));
 	return arr;
 }
 

@@ -356,9 +356,12 @@ static int cmd_admin(int argc, char **argv)
 	} else if (strcmp(sub, "create-key") == 0) {
 		struct sandbox_key k;
 		char secret[80];
+		unsigned scopes = 0;
 		/* no --scope: SANDBOX_SCOPES_DEFAULT; the key is stored with its
 		 * scopes in one insert, or not at all */
-		if (sandbox_key_create(svc, o.positional[0], o.scope, NULL, &k, secret, &err) < 0) {
+		if ((o.scope && sandbox_scopes_parse(o.scope, &scopes, &err) < 0) ||
+		    sandbox_key_create(svc, o.positional[0], o.scope ? &scopes : NULL, NULL, &k,
+				       secret, &err) < 0) {
 			runtime_error("create-key", &err);
 			goto out;
 		}
@@ -370,9 +373,10 @@ static int cmd_admin(int argc, char **argv)
 		print_json(j);
 		explicit_bzero(secret, sizeof(secret));
 	} else if (strcmp(sub, "set-scopes") == 0) {
-		char scopes[128] = "";
-		if (sandbox_key_set_scopes(svc, o.positional[0], o.scope, &err) < 0 ||
-		    sandbox_key_scopes(svc, o.positional[0], scopes, &err) < 0) {
+		unsigned scopes = 0;
+		if (sandbox_scopes_parse(o.scope, &scopes, &err) < 0 ||
+		    sandbox_key_set_scopes(svc, o.positional[0], scopes, &err) < 0 ||
+		    sandbox_key_scopes(svc, o.positional[0], &scopes, &err) < 0) {
 			runtime_error("set-scopes", &err);
 			goto out;
 		}

@@ -24,41 +24,38 @@
 
 /* Indexed by enum route; the order is that of the /metrics series. */
 static const struct api_route table[R_COUNT] = {
-    [R_NONE] = {NULL, 0, 0, API_SCOPE_NONE, NULL, "unknown"},
-    [R_SANDBOXES] = {"/v1/sandboxes", GET | POST, AUTH | BODY, API_SCOPE_NONE, api_sandboxes_handle,
+    [R_NONE] = {NULL, 0, 0, 0, NULL, "unknown"},
+    [R_SANDBOXES] = {"/v1/sandboxes", GET | POST, AUTH | BODY, 0, api_sandboxes_handle,
 		     "sandboxes"},
-    [R_SANDBOX] = {"/v1/sandboxes/{id}", GET | DELETE, AUTH, API_SCOPE_NONE, api_sandbox_handle,
-		   "sandbox"},
-    [R_EXEC] = {"/v1/sandboxes/{id}/exec", POST, AUTH | BODY, API_SCOPE_NONE, api_exec_handle,
-		"exec"},
-    [R_EXTEND] = {"/v1/sandboxes/{id}/extend", POST, AUTH | BODY, API_SCOPE_NONE, api_extend_handle,
-		  "extend"},
-    [R_USAGE] = {"/v1/usage", GET, AUTH, API_SCOPE_NONE, api_usage_handle, "usage"},
-    [R_LIMITS] = {"/v1/limits", GET, 0, API_SCOPE_NONE, api_limits_handle, "limits"},
-    [R_RUNTIMES] = {"/v1/runtimes", GET, 0, API_SCOPE_NONE, api_runtimes_handle, "runtimes"},
-    [R_KEYS] = {"/v1/api_keys", GET | POST, AUTH | BODY, API_SCOPE_KEYS, api_keys_handle,
+    [R_SANDBOX] = {"/v1/sandboxes/{id}", GET | DELETE, AUTH, 0, api_sandbox_handle, "sandbox"},
+    [R_EXEC] = {"/v1/sandboxes/{id}/exec", POST, AUTH | BODY, 0, api_exec_handle, "exec"},
+    [R_EXTEND] = {"/v1/sandboxes/{id}/extend", POST, AUTH | BODY, 0, api_extend_handle, "extend"},
+    [R_USAGE] = {"/v1/usage", GET, AUTH, 0, api_usage_handle, "usage"},
+    [R_LIMITS] = {"/v1/limits", GET, 0, 0, api_limits_handle, "limits"},
+    [R_RUNTIMES] = {"/v1/runtimes", GET, 0, 0, api_runtimes_handle, "runtimes"},
+    [R_KEYS] = {"/v1/api_keys", GET | POST, AUTH | BODY, SANDBOX_SCOPE_KEYS, api_keys_handle,
 		"api_keys"},
-    [R_KEY] = {"/v1/api_keys/{key_id}", DELETE, AUTH, API_SCOPE_KEYS, api_key_revoke_handle,
+    [R_KEY] = {"/v1/api_keys/{key_id}", DELETE, AUTH, SANDBOX_SCOPE_KEYS, api_key_revoke_handle,
 	       "api_key"},
-    [R_EXECUTIONS] = {"/v1/sandbox/executions", GET | POST, AUTH | BODY, API_SCOPE_SANDBOXES,
+    [R_EXECUTIONS] = {"/v1/sandbox/executions", GET | POST, AUTH | BODY, SANDBOX_SCOPE_SANDBOXES,
 		      api_executions_handle, "executions"},
-    [R_EXECUTION] = {"/v1/sandbox/executions/{id}", GET, AUTH, API_SCOPE_SANDBOXES,
+    [R_EXECUTION] = {"/v1/sandbox/executions/{id}", GET, AUTH, SANDBOX_SCOPE_SANDBOXES,
 		     api_execution_get_handle, "execution"},
-    [R_RECEIPT] = {"/v1/receipts/{id}", GET, AUTH, API_SCOPE_NONE, api_receipt_handle, "receipt"},
-    [R_RECEIPT_KEY] = {"/v1/receipts/public-key", GET, AUTH, API_SCOPE_NONE, api_receipt_key_handle,
+    [R_RECEIPT] = {"/v1/receipts/{id}", GET, AUTH, 0, api_receipt_handle, "receipt"},
+    [R_RECEIPT_KEY] = {"/v1/receipts/public-key", GET, AUTH, 0, api_receipt_key_handle,
 		       "receipt_key"},
-    [R_PROCESSES] = {"/v1/sandboxes/{id}/processes", GET | POST, AUTH | BODY, API_SCOPE_NONE,
+    [R_PROCESSES] = {"/v1/sandboxes/{id}/processes", GET | POST, AUTH | BODY, 0,
 		     api_processes_route, "processes"},
-    [R_PROCESS_OUTPUT] = {"/v1/sandboxes/{id}/processes/{pid}/output", GET, AUTH, API_SCOPE_NONE,
+    [R_PROCESS_OUTPUT] = {"/v1/sandboxes/{id}/processes/{pid}/output", GET, AUTH, 0,
 			  api_processes_route, "process_output"},
-    [R_PROCESS_STDIN] = {"/v1/sandboxes/{id}/processes/{pid}/stdin", POST, AUTH | BODY,
-			 API_SCOPE_NONE, api_processes_route, "process_stdin"},
-    [R_PROCESS_SIGNAL] = {"/v1/sandboxes/{id}/processes/{pid}/signal", POST, AUTH | BODY,
-			  API_SCOPE_NONE, api_processes_route, "process_signal"},
-    [R_FILES] = {"/v1/sandboxes/{id}/files", GET | PUT | DELETE, AUTH | STREAM, API_SCOPE_NONE,
-		 api_files_route, "files"},
+    [R_PROCESS_STDIN] = {"/v1/sandboxes/{id}/processes/{pid}/stdin", POST, AUTH | BODY, 0,
+			 api_processes_route, "process_stdin"},
+    [R_PROCESS_SIGNAL] = {"/v1/sandboxes/{id}/processes/{pid}/signal", POST, AUTH | BODY, 0,
+			  api_processes_route, "process_signal"},
+    [R_FILES] = {"/v1/sandboxes/{id}/files", GET | PUT | DELETE, AUTH | STREAM, 0, api_files_route,
+		 "files"},
     /* api_assets[] (api/assets.h): found by api_static_find, not by path */
-    [R_STATIC] = {NULL, GET, 0, API_SCOPE_NONE, api_static_route, "static"},
+    [R_STATIC] = {NULL, GET, 0, 0, api_static_route, "static"},
 };
 
 const struct api_route *api_routes(size_t *n)
@@ -207,19 +204,14 @@ const char *api_route_methods(const char *url)
 /* ------------------------------------------------------------------ scope */
 
 /* The one use of the scope column. */
-int api_route_scope_check(const struct api_route *rt, const char *scopes, struct sbx_error *err)
+int api_route_scope_check(const struct api_route *rt, unsigned scopes, struct sbx_error *err)
 {
-	static const char *const names[] = {
-	    [API_SCOPE_NONE] = NULL,
-	    [API_SCOPE_SANDBOXES] = "sandboxes",
-	    [API_SCOPE_KEYS] = "keys",
-	};
-	const char *scope = names[rt->scope];
+	unsigned missing = sandbox_scopes_missing(rt->scope, scopes);
 
-	if (scope && !sandbox_scopes_have(scopes, scope))
+	if (missing)
 		return sbx_error_set(err, SBX_E_PERMISSION, NULL,
 				     "this API key lacks the '%s' scope; create a key with "
 				     "'admin create-key ACCOUNT --scope %s'",
-				     scope, scope);
+				     sandbox_scope_name(missing), sandbox_scope_name(missing));
 	return 0;
 }

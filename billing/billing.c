@@ -57,6 +57,20 @@ int64_t billing_hold_for_minutes(int64_t minutes, int64_t price_micro_per_hour)
 	return billing_cost(billing_mul_sat(minutes, 60 * BILLING_MS_PER_S), price_micro_per_hour);
 }
 
+int64_t billing_execution_hold(int64_t price_micro_per_second, int timeout_seconds)
+{
+	return price_micro_per_second * timeout_seconds;
+}
+
+int64_t billing_execution_cost(uint32_t host_ms, int64_t price_micro_per_second,
+			       int timeout_seconds)
+{
+	int64_t seconds = SBX_MAX((int64_t)1, ((int64_t)host_ms + 999) / 1000);
+
+	return SBX_MIN(seconds * price_micro_per_second,
+		       billing_execution_hold(price_micro_per_second, timeout_seconds));
+}
+
 int64_t billing_charge_for_row(const struct store_sandbox *row, int64_t ended_at_ms)
 {
 	if (!row || row->created_at_ms <= 0)

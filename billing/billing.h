@@ -23,6 +23,17 @@ int64_t billing_cost(int64_t runtime_ms, int64_t price_micro_per_hour);
 /* Hold needed for `minutes` of runtime at an hourly price. */
 int64_t billing_hold_for_minutes(int64_t minutes, int64_t price_micro_per_hour);
 
+/* A one-shot execution (docs/executions.md "Billing") is billed per
+ * started second of host-observed run time, minimum one, at a per-second
+ * price, at most its hold:
+ *
+ *   hold = price_micro_per_second * timeout_seconds
+ *   cost = min( max(1, ceil(host_ms / 1000)) * price_micro_per_second, hold )
+ */
+int64_t billing_execution_hold(int64_t price_micro_per_second, int timeout_seconds);
+int64_t billing_execution_cost(uint32_t host_ms, int64_t price_micro_per_second,
+			       int timeout_seconds);
+
 /* The final charge of a row ended at ended_at_ms (a store_charge_fn):
  * runtime from created_at to min(ended_at, expires_at); 0 for a row that
  * never became ready. */

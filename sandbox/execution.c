@@ -1,13 +1,7 @@
-/* sandbox: one-shot executions with signed receipts (issue 8). See
- * sandbox.h and docs/executions.md.
- *
- * Order of the steps: check the request -> hold the cost of the whole
- * timeout -> get a guest (warm pool, else boot) -> run the launcher with the
- * code on stdin -> hand the guest to a background teardown -> sign the
- * receipt -> charge the started seconds and release the rest (one
- * transaction, with the stored response) -> reply, while the domain is
- * still being destroyed. A run that could not happen releases the whole
- * hold. */
+/* execution: what the executions use case (executions.c) runs on: the
+ * runtimes and their launchers, the runners (mock, dev-process, libvirt),
+ * the execution pool and the pre-started interpreters. See sandbox.h and
+ * docs/pool.md. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -33,9 +27,8 @@
  * the code stays private whatever the umask), and the program runs with
  * stdin at /dev/null. Nothing else of the launcher reaches user code: it
  * keeps the exec's umask (022), environment, limits, signal dispositions
- * and descriptors, and starts in the exec's default cwd (EXEC_CWD). */
+ * and descriptors, and starts in the exec's default cwd (SANDBOX_EXEC_CWD). */
 #define LAUNCH_HEAD "d=$(mktemp -d /tmp/sbxr.XXXXXX) && cat > \"$d/main.%s\" || exit 125; "
-#define EXEC_CWD    "/home/sandbox"
 
 /* node: run.cjs runs main.js as the main module (Module.runMain:
  * require.main, process.argv[1]), in the same process, with no extra node
@@ -140,7 +133,7 @@
 	"fs.closeSync(fs.openSync(d+\"/go\",\"w\"));fs.unlinkSync(d+\"/ready\");"                  \
 	"fs.unlinkSync(d+\"/go\");if(!fs.existsSync(d+\"/main.js\"))process.exit(125)}"
 
-static const struct runtime {
+static const struct sandbox_runtime {
 	const char *name, *ext;
 	const char *prep; /* shell run after the code is written, or "" */
 	const char *run;  /* what the launcher execs */
@@ -156,7 +149,8 @@ static const struct runtime {
     {"sh", "sh", "", "/bin/sh \"$d/main.sh\"", true, NULL, NULL},
 };
 
-static const struct runtime *runtime_find(const struct sandbox_config *cfg, const char *name)
+static const struct sandbox_runtime *runtime_find(const struct sandbox_config *cfg,
+						  const char *name)
 {
 	for (size_t i = 0; name && i < SBX_ARRAY_SIZE(runtimes); i++)
 		if (strcmp(runtimes[i].name, name) == 0 &&
@@ -213,7 +207,8 @@ int sandbox_execution_config_validate(const struct sandbox_config *cfg, struct s
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "execution_retention_hours",
 				     "execution_retention_hours must be 1..8784");
 	for (size_t i = 0; i < cfg->n_execution_pool; i++) {
-		const struct runtime *rt = runtime_find(cfg, cfg->execution_pool[i].runtime);
+		const struct sandbox_runtime *rt =
+		    runtime_find(cfg, cfg->execution_pool[i].runtime);
 
 		if (!rt || !rt->pre_run)
 			return sbx_error_set(err, SBX_E_INVALID_REQUEST, "execution_pool",
@@ -232,173 +227,16 @@ int sandbox_execution_config_validate(const struct sandbox_config *cfg, struct s
 	return 0;
 }
 
-/* ------------------------------------------------------- the node key */
-
-static pthread_mutex_t signer_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct receipt_signer *signer;
-static char signer_path[PATH_MAX + 32];
-
-static struct receipt_signer *signer_get(struct sandbox_svc *svc, struct sbx_error *err)
-{
-	char path[PATH_MAX + 32];
-	struct receipt_signer *sg;
-
-	snprintf(path, sizeof path, "%s/receipt-ed25519.pem", svc->cfg.state_dir);
-	pthread_mutex_lock(&signer_lock);
-	if (!signer || strcmp(signer_path, path) != 0) {
-		sbx_mkdir_p(svc->cfg.state_dir, SANDBOX_STATE_DIR_MODE);
-		sg = receipt_signer_load_or_create(path, err);
-		if (!sg) {
-			pthread_mutex_unlock(&signer_lock);
-			return NULL;
-		}
-		receipt_signer_free(signer); /* a test's earlier service; not in use */
-		signer = sg;
-		snprintf(signer_path, sizeof signer_path, "%s", path);
-	}
-	sg = signer;
-	pthread_mutex_unlock(&signer_lock);
-	return sg;
-}
-
-struct receipt_signer *sandbox_receipt_signer(struct sandbox_svc *svc, struct sbx_error *err)
-{
-	return signer_get(svc, err);
-}
-
-int sandbox_receipt_public_key(struct sandbox_svc *svc, char **hex, char **pem,
-			       struct sbx_error *err)
-{
-	struct receipt_signer *sg = signer_get(svc, err);
-
-	if (!sg)
-		return -1;
-	*hex = strdup(receipt_signer_public(sg));
-	*pem = receipt_signer_public_pem(sg);
-	if (!*hex || !*pem) {
-		free(*hex);
-		free(*pem);
-		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
-	}
-	return 0;
-}
-
-/* ------------------------------------------------------------- scopes */
-
-bool sandbox_scopes_have(const char *scopes, const char *scope)
-{
-	size_t n = strlen(scope);
-
-	for (const char *p = scopes; p && *p;) {
-		while (*p == ' ' || *p == ',')
-			p++;
-		size_t len = strcspn(p, " ,");
-		if (len == n && strncmp(p, scope, n) == 0)
-			return true;
-		p += len;
-	}
-	return false;
-}
-
-/* The scopes there are, in their canonical order. */
-static const char *const known_scopes[] = {"sandboxes", "keys"};
-
-int sandbox_scopes_normalize(const char *scopes, char out[SANDBOX_SCOPES_MAX],
-			     struct sbx_error *err)
-{
-	bool want[SBX_ARRAY_SIZE(known_scopes)] = {false};
-	size_t used = 0;
-
-	for (const char *p = scopes; p && *p;) {
-		size_t i, len;
-
-		while (*p == ' ' || *p == ',')
-			p++;
-		len = strcspn(p, " ,");
-		if (len == 0)
-			break;
-		for (i = 0; i < SBX_ARRAY_SIZE(known_scopes); i++)
-			if (strlen(known_scopes[i]) == len && strncmp(p, known_scopes[i], len) == 0)
-				break;
-		if (i == SBX_ARRAY_SIZE(known_scopes))
-			return sbx_error_set(err, SBX_E_INVALID_REQUEST, "scopes",
-					     "unknown scope '%.*s'; known: sandboxes, keys",
-					     (int)SBX_MIN(len, 32), p);
-		want[i] = true;
-		p += len;
-	}
-	out[0] = '\0';
-	for (size_t i = 0; i < SBX_ARRAY_SIZE(known_scopes); i++)
-		if (want[i])
-			used += (size_t)snprintf(out + used, SANDBOX_SCOPES_MAX - used, "%s%s",
-						 used ? " " : "", known_scopes[i]);
-	return 0;
-}
-
-bool sandbox_scopes_within(const char *scopes, const char *limit, const char **missing)
-{
-	for (size_t i = 0; i < SBX_ARRAY_SIZE(known_scopes); i++)
-		if (sandbox_scopes_have(scopes, known_scopes[i]) &&
-		    !sandbox_scopes_have(limit, known_scopes[i])) {
-			if (missing)
-				*missing = known_scopes[i];
-			return false;
-		}
-	return true;
-}
-
-int sandbox_key_set_scopes(struct sandbox_svc *svc, const char *key_id, const char *scopes,
-			   struct sbx_error *err)
-{
-	char norm[SANDBOX_SCOPES_MAX];
-
-	if (sandbox_scopes_normalize(scopes, norm, err) < 0)
-		return -1;
-	return store_key_scopes_set(svc->store, key_id, norm, err);
-}
-
-int sandbox_key_scopes(struct sandbox_svc *svc, const char *key_id, char out[128],
-		       struct sbx_error *err)
-{
-	return store_key_scopes_get(svc->store, key_id, out, err);
-}
-
-/* ------------------------------------------------------ exec receipts */
-
-struct store_receipt_keep sandbox_receipt_keep(const struct sandbox_config *cfg, int64_t now_ms)
-{
-	return (struct store_receipt_keep){
-	    .created_before_ms = now_ms - (int64_t)cfg->execution_retention_hours * 3600 * 1000,
-	    .account_max = cfg->max_receipts_per_account,
-	};
-}
-
 /* ------------------------------------------------------------ runners */
 
-struct run_result {
-	char *out, *errb;
-	size_t out_len, err_len;
-	uint64_t out_total, err_total;
-	int exit_code;
-	uint32_t duration_ms; /* as the runner reports it (the guest's own) */
-	/* Host-observed run time (monotonic), <= the timeout: what is billed
-	 * and signed. Set on a guest-caused failure too (guest_failed). */
-	uint32_t host_ms;
-	bool timed_out;
-	bool guest_failed; /* the run started and the guest broke it */
-	/* Where the time went (monotonic ms; 0 = not reached), for the log
-	 * line: guest taken (pool or boot), code delivered, result in. */
-	int64_t t_guest, t_delivered, t_result;
-};
-
-static void run_result_release(struct run_result *r)
+void sandbox_run_result_release(struct sandbox_run_result *r)
 {
 	free(r->out);
 	free(r->errb);
 	memset(r, 0, sizeof(*r));
 }
 
-static int run_mock(const struct sandbox_execution_req *req, struct run_result *res)
+static int run_mock(const struct sandbox_execution_req *req, struct sandbox_run_result *res)
 {
 	static const char msg[] = "mock runner: the code was not executed (development "
 				  "deployment without a sandbox node)\n";
@@ -441,7 +279,7 @@ static void capture_read(struct capture *c)
 }
 
 static int run_dev_process(const char *launcher, const struct sandbox_execution_req *req,
-			   uint32_t timeout_ms, size_t cap, struct run_result *res,
+			   uint32_t timeout_ms, size_t cap, struct sandbox_run_result *res,
 			   struct sbx_error *err)
 {
 	int o[2], e[2], in = memfd_create("sbxr-code", MFD_CLOEXEC), status = 0;
@@ -523,8 +361,8 @@ static int run_dev_process(const char *launcher, const struct sandbox_execution_
 
 /* libvirt: a fresh guest, counted for host capacity while it lives. */
 static int guest_get(struct sandbox_svc *svc, const struct sandbox_size *size,
-		     const struct runtime *rt, const char *marker, struct live **out, bool *warm,
-		     bool *prestarted, struct sbx_error *err)
+		     const struct sandbox_runtime *rt, const char *marker, struct live **out,
+		     bool *warm, bool *prestarted, struct sbx_error *err)
 {
 	int64_t deadline = sbx_mono_ms() + svc->cfg.boot_timeout_ms;
 	/* placed like a sandbox (docs/hosts.md): an execution guest of this
@@ -663,7 +501,7 @@ static void sync_done(void *opaque, struct agentless_exec_result *res, const str
 /* The launcher exec of an execution guest, started at pool time. */
 struct prestart {
 	struct sync_call sc; /* its completion (the exec's opaque) */
-	const struct runtime *rt;
+	const struct sandbox_runtime *rt;
 	char dir[32]; /* /tmp/sbxr.<6 hex>, named by the host */
 };
 
@@ -676,7 +514,7 @@ int sandbox_execution_prestart(struct sandbox_svc *svc, struct live *l, const ch
 			       int64_t deadline_mono, struct sbx_error *err)
 {
 	const struct sandbox_config *cfg = &svc->cfg;
-	const struct runtime *rt = runtime_find(cfg, runtime);
+	const struct sandbox_runtime *rt = runtime_find(cfg, runtime);
 	struct agentless_exec_result rr = {0};
 	struct prestart *ps;
 	char cmd[4096], ready[512];
@@ -704,7 +542,7 @@ int sandbox_execution_prestart(struct sandbox_svc *svc, struct live *l, const ch
 	struct agentless_exec_req ar = {
 	    .command = cmd,
 	    .command_len = strlen(cmd),
-	    .cwd = EXEC_CWD,
+	    .cwd = SANDBOX_EXEC_CWD,
 	    .timeout_ms =
 		(cfg->pool_max_idle_s + (uint32_t)cfg->execution_max_timeout_seconds) * 1000u +
 		60000u,
@@ -724,7 +562,7 @@ int sandbox_execution_prestart(struct sandbox_svc *svc, struct live *l, const ch
 	struct agentless_exec_req rq = {
 	    .command = ready,
 	    .command_len = strlen(ready),
-	    .cwd = EXEC_CWD,
+	    .cwd = SANDBOX_EXEC_CWD,
 	    .timeout_ms = (uint32_t)SBX_MAX(left, (int64_t)1000),
 	    .stdout_cap = 1024,
 	    .stderr_cap = 1024,
@@ -827,7 +665,7 @@ static int deliver(struct sandbox_svc *svc, struct live *l, const struct prestar
  * delivery + timeout_ms. */
 static int run_prestarted(struct sandbox_svc *svc, struct live *l,
 			  const struct sandbox_execution_req *req, uint32_t timeout_ms,
-			  struct run_result *res, struct sbx_error *err)
+			  struct sandbox_run_result *res, struct sbx_error *err)
 {
 	struct prestart *ps = l->prestart;
 	struct agentless_xfer *x[2] = {NULL, NULL};
@@ -907,9 +745,9 @@ int sandbox_execution_run_cold(struct agentless_conn *conn, const struct agentle
 	return 0;
 }
 
-static int run_libvirt(struct sandbox_svc *svc, const char *id, const struct runtime *rt,
+static int run_libvirt(struct sandbox_svc *svc, const char *id, const struct sandbox_runtime *rt,
 		       const char *launcher, const struct sandbox_execution_req *req,
-		       uint32_t timeout_ms, size_t cap, struct run_result *res, bool *warm,
+		       uint32_t timeout_ms, size_t cap, struct sandbox_run_result *res, bool *warm,
 		       bool *prestarted, struct sbx_error *err)
 {
 	const struct sandbox_config *cfg = &svc->cfg;
@@ -919,7 +757,7 @@ static int run_libvirt(struct sandbox_svc *svc, const char *id, const struct run
 	struct agentless_exec_req ar = {
 	    .command = launcher,
 	    .command_len = strlen(launcher),
-	    .cwd = EXEC_CWD,
+	    .cwd = SANDBOX_EXEC_CWD,
 	    .timeout_ms = timeout_ms,
 	    .stdout_cap = (uint32_t)cap,
 	    .stderr_cap = (uint32_t)cap,
@@ -964,17 +802,9 @@ static int run_libvirt(struct sandbox_svc *svc, const char *id, const struct run
 
 /* ------------------------------------------------------------ the use case */
 
-/* Started seconds of host-observed time (min 1) at the price, at most the
- * hold (the whole timeout). micro-USD. */
-static int64_t execution_cost(uint32_t host_ms, int64_t price, int timeout_seconds)
-{
-	int64_t seconds = SBX_MAX((int64_t)1, ((int64_t)host_ms + 999) / 1000);
-
-	return SBX_MIN(seconds * price, price * timeout_seconds);
-}
-
-static int check_req(const struct sandbox_config *cfg, const struct sandbox_execution_req *req,
-		     const struct runtime **rt, struct sbx_error *err)
+int sandbox_execution_check_req(const struct sandbox_config *cfg,
+				const struct sandbox_execution_req *req,
+				const struct sandbox_runtime **rt, struct sbx_error *err)
 {
 	if (!(*rt = runtime_find(cfg, req->runtime)))
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "runtime",
@@ -1003,336 +833,36 @@ static int check_req(const struct sandbox_config *cfg, const struct sandbox_exec
 int sandbox_execution_check(struct sandbox_svc *svc, const struct sandbox_execution_req *req,
 			    struct sbx_error *err)
 {
-	const struct runtime *rt;
+	const struct sandbox_runtime *rt;
 
-	return check_req(&svc->cfg, req, &rt, err);
+	return sandbox_execution_check_req(&svc->cfg, req, &rt, err);
 }
 
-int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
-			  const struct sandbox_execution_req *req, char **response,
-			  struct sbx_error *err)
+/* Run the launcher with the code on stdin, on the configured runner. */
+int sandbox_execution_runner_run(struct sandbox_svc *svc, const char *id,
+				 const struct sandbox_runtime *rt,
+				 const struct sandbox_execution_req *req,
+				 struct sandbox_run_result *res, bool *warm, bool *prestarted,
+				 struct sbx_error *err)
 {
 	const struct sandbox_config *cfg = &svc->cfg;
-	enum config_runner runner_kind = sandbox_execution_runner(cfg);
-	const char *runner = config_runner_name(runner_kind); /* the word, for rows and receipts */
-	const struct runtime *rt;
-	struct store_execution row = {0};
-	struct run_result res = {0};
-	struct receipt_signer *sg;
-	struct receipt_json *in = NULL, *outj = NULL, *body = NULL, *resp = NULL, *r = NULL,
-			    *bill = NULL;
-	char launcher[2048], salt[RECEIPT_HEX32_LEN], fin[RECEIPT_HEX32_LEN],
-	    fout[RECEIPT_HEX32_LEN], hash[RECEIPT_HEX32_LEN], sig[RECEIPT_SIG_HEX_LEN],
-	    rcpt[SANDBOX_ID_MAX], ts_start[32], ts_end[32], usd[32], url[96];
-	char *sout = NULL, *serr = NULL, *canon_body = NULL, *canon_resp = NULL,
-	     *canon_stored = NULL;
-	size_t sout_len = 0, serr_len = 0;
-	int64_t started, ended, cost, price = (int64_t)cfg->execution_price_micro_per_second;
-	bool warm = false, prestarted = false, out_trunc, err_trunc;
-	int64_t t_req = sbx_mono_ms();
-	int rc = -1;
+	enum config_runner runner = sandbox_execution_runner(cfg);
+	uint32_t timeout_ms = (uint32_t)req->timeout_seconds * 1000;
+	char launcher[2048];
 
-	*response = NULL;
-	if (check_req(cfg, req, &rt, err) < 0)
-		return -1;
-	if (!(sg = signer_get(svc, err)))
-		return -1;
-	/* A warm guest is admitted already; the disk must still leave the
-	 * ledger its room before anything is written for this run. */
-	sandbox_hosts_measure_disk(svc);
-	pthread_mutex_lock(&svc->lock);
-	bool disk_ok = sandbox_disk_fits_locked(svc);
-	pthread_mutex_unlock(&svc->lock);
-	if (!disk_ok) {
-		sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
-			      "this node is low on disk space; retry later");
-		err->retry_after_s = 30;
-		return -1;
-	}
 	snprintf(launcher, sizeof launcher, LAUNCH_HEAD "%sexec %s </dev/null", rt->ext, rt->prep,
 		 rt->run);
-	if (sbx_random_id("sbxr_", 12, row.id, sizeof row.id) < 0 ||
-	    sbx_random_id("rcpt_", 12, rcpt, sizeof rcpt) < 0 || receipt_salt_new(salt, err) < 0)
-		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "no randomness available");
-	snprintf(row.account_id, sizeof row.account_id, "%s", account_id);
-	snprintf(row.runtime, sizeof row.runtime, "%s", rt->name);
-	snprintf(row.runner, sizeof row.runner, "%s", runner);
-	row.timeout_seconds = req->timeout_seconds;
-	row.price_micro_per_second = price;
-	row.requested_at_ms = started = sbx_wall_ms();
-
-	/* 1. Hold the cost of the whole timeout. */
-	if (store_execution_reserve(svc->store, &row, price * req->timeout_seconds, err) < 0)
-		return -1;
-	int64_t t_reserved = sbx_mono_ms();
-
-	/* 2. Run. */
-	uint32_t timeout_ms = (uint32_t)req->timeout_seconds * 1000;
-	if (runner_kind == CONFIG_RUNNER_MOCK)
-		rc = run_mock(req, &res) < 0
-			 ? sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory")
-			 : 0;
-	else if (runner_kind == CONFIG_RUNNER_DEV_PROCESS)
-		rc = run_dev_process(launcher, req, timeout_ms, cfg->output_cap_bytes, &res, err);
-	else
-		rc = run_libvirt(svc, row.id, rt, launcher, req, timeout_ms, cfg->output_cap_bytes,
-				 &res, &warm, &prestarted, err);
-	ended = sbx_wall_ms();
-	if (rc < 0) {
-		/* A run the guest broke is charged for the time it used; one
-		 * that could not start (no capacity, no boot) costs nothing. */
-		cost =
-		    res.guest_failed ? execution_cost(res.host_ms, price, req->timeout_seconds) : 0;
-		sbx_warn(MOD, "execution %s: could not run: %s (%s, charged %lld micro-USD)",
-			 row.id, err->message,
-			 res.guest_failed ? "the guest broke it" : "it did not start",
-			 (long long)cost);
-		sandbox_execution_settle(svc, row.id, "failed", ended, cost);
-		run_result_release(&res);
-		return -1;
-	}
-
-	/* 3. The result as returned, its fingerprints, the receipt. From
-	 * here every end is billed the host time the run used (err_release). */
-	cost = execution_cost(res.host_ms, price, req->timeout_seconds);
-	out_trunc = res.out_total > res.out_len;
-	err_trunc = res.err_total > res.err_len;
-	sout = sbx_utf8_sanitize(res.out, res.out_len, out_trunc, &sout_len);
-	serr = sbx_utf8_sanitize(res.errb, res.err_len, err_trunc, &serr_len);
-	if (!sout || !serr) {
-		sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
-		goto err_release;
-	}
-	in = receipt_json_object();
-	receipt_json_set_str(in, "code", req->code, req->code_len);
-	receipt_json_set_str(in, "runtime", rt->name, strlen(rt->name));
-	outj = receipt_json_object();
-	receipt_json_set_int(outj, "exit_code", res.exit_code);
-	receipt_json_set_str(outj, "stdout", sout, sout_len);
-	receipt_json_set_str(outj, "stderr", serr, serr_len);
-	if (receipt_fingerprint(salt, in, fin, err) < 0 ||
-	    receipt_fingerprint(salt, outj, fout, err) < 0) {
-		if (err->param[0] == '\0')
-			err->code = SBX_E_INVALID_REQUEST,
-			snprintf(err->param, sizeof err->param, "code");
-		goto err_release;
-	}
-	sbx_rfc3339(started, ts_start);
-	sbx_rfc3339(ended, ts_end);
-	body = receipt_json_object();
-	receipt_json_set_str(body, "id", rcpt, strlen(rcpt));
-	receipt_json_set_str(body, "object", "receipt", 7);
-	receipt_json_set_int(body, "version", 1);
-	receipt_json_set_str(body, "operation", "sandbox.execute", 15);
-	receipt_json_set_str(body, "execution_id", row.id, strlen(row.id));
-	receipt_json_set_str(body, "account_id", account_id, strlen(account_id));
-	receipt_json_set_null(body, "model");
-	receipt_json_set_str(body, "runtime", rt->name, strlen(rt->name));
-	receipt_json_set_str(body, "runner", runner, strlen(runner));
-	receipt_json_set_str(body, "status", res.timed_out ? "timed_out" : "completed",
-			     res.timed_out ? 9 : 9);
-	receipt_json_set_int(body, "input_tokens", 0);
-	receipt_json_set_int(body, "output_tokens", 0);
-	receipt_json_set_int(body, "latency_ms", res.host_ms);
-	receipt_json_set_str(body, "input_fingerprint", fin, strlen(fin));
-	receipt_json_set_str(body, "output_fingerprint", fout, strlen(fout));
-	receipt_json_set_int(body, "cost_micro_usd", cost);
-	receipt_json_set_str(body, "started_at", ts_start, strlen(ts_start));
-	receipt_json_set_str(body, "completed_at", ts_end, strlen(ts_end));
-	receipt_json_set_str(body, "signer", receipt_signer_public(sg),
-			     strlen(receipt_signer_public(sg)));
-	if (!(canon_body = receipt_sign(sg, body, hash, sig, err)))
-		goto err_release;
-	int64_t t_signed = sbx_mono_ms();
-
-	/* 4. The 200 body (canonical JSON too: stable bytes for GET). */
-	snprintf(url, sizeof url, "/v1/receipts/%s", rcpt);
-	billing_format_usd(cost, usd);
-	resp = receipt_json_object();
-	receipt_json_set_str(resp, "id", row.id, strlen(row.id));
-	receipt_json_set_str(resp, "object", "sandbox.execution", 17);
-	receipt_json_set_str(resp, "status", res.timed_out ? "timed_out" : "completed", 9);
-	receipt_json_set_int(resp, "exit_code", res.exit_code);
-	receipt_json_set_str(resp, "stdout", sout, sout_len);
-	receipt_json_set_str(resp, "stderr", serr, serr_len);
-	receipt_json_set_bool(resp, "stdout_truncated", out_trunc);
-	receipt_json_set_bool(resp, "stderr_truncated", err_trunc);
-	receipt_json_set_int(resp, "duration_ms", res.duration_ms);
-	receipt_json_set_str(resp, "runner", runner, strlen(runner));
-	receipt_json_set_str(resp, "startup_path", warm ? "warm" : "cold", 4);
-	receipt_json_set_bool(resp, "prestarted", prestarted);
-	r = receipt_json_object();
-	receipt_json_set_str(r, "id", rcpt, strlen(rcpt));
-	receipt_json_set_str(r, "hash", hash, strlen(hash));
-	receipt_json_set_str(r, "signature", sig, strlen(sig));
-	receipt_json_set_str(r, "signer", receipt_signer_public(sg),
-			     strlen(receipt_signer_public(sg)));
-	receipt_json_set_str(r, "url", url, strlen(url));
-	/* beside the receipt it serves, as on exec (docs/receipts.md) */
-	receipt_json_set_str(r, "fingerprint_salt", salt, strlen(salt));
-	receipt_json_set_obj(resp, "receipt", r);
-	bill = receipt_json_object();
-	/* An integer, as all money in API.md (the seed's example shows a
-	 * string; API.md is the contract). */
-	receipt_json_set_int(bill, "cost_micro_usd", cost);
-	receipt_json_set_int(bill, "billed_ms", res.host_ms);
-	receipt_json_set_str(bill, "cost_usd", usd, strlen(usd));
-	receipt_json_set_obj(resp, "billing", bill);
-	if (!(canon_resp = receipt_json_canonical(resp, NULL, err)))
-		goto err_release;
-	/* What the database keeps: the same bytes, unless they pass
-	 * execution_store_max_bytes; then the head of each stream (1/16 of
-	 * the cap: JSON escapes at most 6 bytes per byte) and a flag. */
-	if (strlen(canon_resp) > cfg->execution_store_max_bytes) {
-		size_t keep = cfg->execution_store_max_bytes / 16, n_out, n_err;
-		char *o = sbx_utf8_sanitize(sout, SBX_MIN(keep, sout_len), true, &n_out),
-		     *e = sbx_utf8_sanitize(serr, SBX_MIN(keep, serr_len), true, &n_err);
-
-		if (o && e) {
-			receipt_json_set_str(resp, "stdout", o, n_out);
-			receipt_json_set_str(resp, "stderr", e, n_err);
-			receipt_json_set_bool(resp, "stored_truncated", true);
-		}
-		free(o);
-		free(e);
-		if (!o || !e || !(canon_stored = receipt_json_canonical(resp, NULL, err)))
-			goto err_release;
-	}
-
-	/* 5. Receipt, charge + release + response in one transaction (which
-	 * also drops what retention no longer keeps): one commit. */
-	struct store_receipt_keep rkeep = sandbox_receipt_keep(cfg, ended);
-	struct store_execution_keep keep = {
-	    .account_max_bytes = cfg->execution_store_account_max_bytes,
-	    .ended_before_ms = ended - (int64_t)cfg->execution_retention_hours * 3600 * 1000,
-	    .receipts = &rkeep,
-	};
-	struct store_receipt sr = {
-	    .id = rcpt,
-	    .account_id = account_id,
-	    .body = canon_body,
-	    .hash = hash,
-	    .signature = sig,
-	    .signer = receipt_signer_public(sg),
-	    .created_at_ms = ended,
-	};
-	if (store_execution_settle_receipt(
-		svc->store, row.id, res.timed_out ? "timed_out" : "completed", ended, cost, &sr,
-		canon_stored ? canon_stored : canon_resp, &keep, err) < 0)
-		goto err_release;
-	if (runner_kind == CONFIG_RUNNER_LIBVIRT) {
-		pthread_mutex_lock(&svc->lock);
-		sandbox_execution_record_locked(svc, warm, prestarted, sbx_mono_ms() - t_req);
-		pthread_mutex_unlock(&svc->lock);
-	}
-	int64_t t_stored = sbx_mono_ms();
-	sbx_info(MOD, "execution %s: %s %s exit %d in %u ms (guest says %u; %s), %lld micro-USD",
-		 row.id, runner, rt->name, res.exit_code, res.host_ms, res.duration_ms,
-		 prestarted ? "warm, interpreter waiting"
-		 : warm	    ? "warm"
-			    : "cold",
-		 (long long)cost);
-	if (res.t_guest)
-		sbx_info(MOD,
-			 "execution %s: steps (ms) reserve %lld, guest %lld, deliver %lld, "
-			 "run %lld, receipt %lld, store %lld; %lld in all",
-			 row.id, (long long)(t_reserved - t_req),
-			 (long long)(res.t_guest - t_reserved),
-			 (long long)(res.t_delivered - res.t_guest),
-			 (long long)(res.t_result - res.t_delivered),
-			 (long long)(t_signed - res.t_result), (long long)(t_stored - t_signed),
-			 (long long)(t_stored - t_req));
-	*response = TAKE_PTR(canon_resp);
-	rc = 0;
-	goto out;
-
-err_release:
-	/* the code ran: what went wrong after it is the host's, the time the
-	 * guest used is still billed (docs/billing.md) */
-	sbx_warn(MOD, "execution %s: failed after the run: %s (charged %lld micro-USD)", row.id,
-		 err->message, (long long)cost);
-	sandbox_execution_settle(svc, row.id, "failed", ended, cost);
-	rc = -1;
-out:
-	receipt_json_free(in);
-	receipt_json_free(outj);
-	receipt_json_free(body);
-	receipt_json_free(resp);
-	free(canon_body);
-	free(canon_resp);
-	free(canon_stored);
-	free(sout);
-	free(serr);
-	run_result_release(&res);
-	return rc;
+	if (runner == CONFIG_RUNNER_MOCK)
+		return run_mock(req, res) < 0
+			   ? sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory")
+			   : 0;
+	if (runner == CONFIG_RUNNER_DEV_PROCESS)
+		return run_dev_process(launcher, req, timeout_ms, cfg->output_cap_bytes, res, err);
+	return run_libvirt(svc, id, rt, launcher, req, timeout_ms, cfg->output_cap_bytes, res, warm,
+			   prestarted, err);
 }
 
-int sandbox_execution_get(struct sandbox_svc *svc, const char *account_id, const char *id,
-			  char **response, struct sbx_error *err)
+const char *sandbox_runtime_name(const struct sandbox_runtime *rt)
 {
-	struct store_execution row;
-
-	if (store_execution_get(svc->store, account_id, id, &row, err) < 0)
-		return -1;
-	if (!row.response && strcmp(row.status, "running") == 0)
-		return sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such execution '%.40s'", id);
-	if (!row.response)
-		return sbx_error_set(
-		    err, SBX_E_NOT_FOUND, NULL,
-		    "the result of execution '%.40s' is no longer stored (results "
-		    "are kept %d hours, at most %llu bytes per account)",
-		    id, svc->cfg.execution_retention_hours,
-		    (unsigned long long)svc->cfg.execution_store_account_max_bytes);
-	*response = row.response;
-	return 0;
-}
-
-int sandbox_execution_list(struct sandbox_svc *svc, const char *account_id, int limit,
-			   struct sandbox_execution_view **out, size_t *n, bool *has_more,
-			   struct sbx_error *err)
-{
-	_cleanup_free_ struct store_execution *rows = NULL;
-	size_t count = 0;
-
-	if (store_execution_list(svc->store, account_id, limit, &rows, &count, has_more, err) < 0)
-		return -1;
-	*out = calloc(count ? count : 1, sizeof(**out));
-	if (!*out)
-		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
-	for (size_t i = 0; i < count; i++) {
-		struct sandbox_execution_view *v = &(*out)[i];
-
-		snprintf(v->id, sizeof(v->id), "%s", rows[i].id);
-		snprintf(v->runtime, sizeof(v->runtime), "%s", rows[i].runtime);
-		snprintf(v->status, sizeof(v->status), "%s", rows[i].status);
-		snprintf(v->receipt_id, sizeof(v->receipt_id), "%s", rows[i].receipt_id);
-		v->requested_at_ms = rows[i].requested_at_ms;
-		v->ended_at_ms = rows[i].ended_at_ms;
-		v->cost_micro = rows[i].charge_micro;
-		v->has_exit_code = rows[i].has_exit_code;
-		v->exit_code = rows[i].exit_code;
-	}
-	*n = count;
-	return 0;
-}
-
-int sandbox_receipt_get(struct sandbox_svc *svc, const char *account_id, const char *id,
-			char **json, struct sbx_error *err)
-{
-	_cleanup_free_ char *body = NULL, *hash = NULL, *sig = NULL, *signer_hex = NULL;
-	struct sbx_buf b;
-
-	if (store_receipt_get(svc->store, account_id, id, &body, &hash, &sig, &signer_hex, err) < 0)
-		return -1;
-	/* body is canonical JSON we wrote; the others are hex: splice. */
-	sbx_buf_init(&b, 1024 * 1024);
-	if (sbx_buf_printf(&b,
-			   "{\"object\":\"receipt\",\"id\":\"%s\",\"hash\":\"%s\",\"signature\":"
-			   "\"%s\",\"signer\":\"%s\",\"body\":%s}",
-			   id, hash, sig, signer_hex, body) < 0) {
-		sbx_buf_release(&b);
-		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "receipt too large");
-	}
-	*json = sbx_buf_steal(&b, NULL);
-	return 0;
+	return rt->name;
 }

@@ -28,6 +28,7 @@
 
 #include "../agentless/agentless.h"
 #include "../fleet/fleet.h"
+#include "../receipt/receipt.h"
 #include "../store/store.h"
 #include "../vmm/vmm.h"
 #include "sandbox.h"
@@ -140,6 +141,7 @@ struct startup_ring {
 struct sandbox_svc {
 	struct sandbox_config cfg;
 	struct store *store;
+	struct receipt_signer *signer; /* the node's receipt key */
 	struct host hosts[SANDBOX_MAX_HOSTS];
 	size_t n_hosts;
 	bool host_thread_started;
@@ -267,6 +269,51 @@ int sandbox_end(struct sandbox_svc *svc, const char *id, enum store_status statu
 void *sandbox_timer_main(void *arg);
 void *sandbox_ender_main(void *arg);
 
+/* execution.c: the runtimes and the runners beneath the executions use
+ * case (executions.c). */
+
+/* What a runner saw of one execution. */
+struct sandbox_run_result {
+	char *out, *errb;
+	size_t out_len, err_len;
+	uint64_t out_total, err_total;
+	int exit_code;
+	uint32_t duration_ms; /* as the runner reports it (the guest's own) */
+	/* Host-observed run time (monotonic), <= the timeout: what is billed
+	 * and signed. Set on a guest-caused failure too (guest_failed). */
+	uint32_t host_ms;
+	bool timed_out;
+	bool guest_failed; /* the run started and the guest broke it */
+	/* Where the time went (monotonic ms; 0 = not reached), for the log
+	 * line: guest taken (pool or boot), code delivered, result in. */
+	int64_t t_guest, t_delivered, t_result;
+};
+void sandbox_run_result_release(struct sandbox_run_result *r);
+struct sandbox_runtime;
+const char *sandbox_runtime_name(const struct sandbox_runtime *rt);
+/* The request's checks (sandbox_execution_check) and its runtime. */
+int sandbox_execution_check_req(const struct sandbox_config *cfg,
+				const struct sandbox_execution_req *req,
+				const struct sandbox_runtime **rt, struct sbx_error *err);
+/* Run the code on the configured runner (mock, dev-process or libvirt:
+ * *warm / *prestarted say how the guest was had). -1 with err when it did
+ * not run; res->guest_failed when the guest broke a started run. */
+int sandbox_execution_runner_run(struct sandbox_svc *svc, const char *id,
+				 const struct sandbox_runtime *rt,
+				 const struct sandbox_execution_req *req,
+				 struct sandbox_run_result *res, bool *warm, bool *prestarted,
+				 struct sbx_error *err);
+
+/* The cwd an exec starts in unless it names one, and an execution's. */
+#define SANDBOX_EXEC_CWD "/home/sandbox"
+
+/* receipts.c */
+
+/* The node's receipt signing key, state_dir/receipt-ed25519.pem, loaded or
+ * created (sandbox_svc_new owns it). */
+struct receipt_signer *sandbox_receipt_signer_open(const struct sandbox_config *cfg,
+						   struct sbx_error *err);
+
 /* sandbox.c */
 
 /* The row of a sandbox this account may see (a creating one is 404). */
@@ -277,6 +324,13 @@ int sandbox_visible_row(struct sandbox_svc *svc, const char *account_id, const c
  * sandbox_not_running. */
 int sandbox_running_row(struct sandbox_svc *svc, const char *account_id, const char *id,
 			int64_t now, struct store_sandbox *row, struct sbx_error *err);
+/* create's parameter checks and defaults (size, timeout_minutes), for
+ * idempotency.c's canonical request. */
+int sandbox_create_params(const struct sandbox_config *cfg, const struct sandbox_create_req *req,
+			  const struct sandbox_size **size_out, int *minutes_out,
+			  struct sbx_error *err);
+/* A sandbox's view from its row, its cost accrued to now_ms. */
+void sandbox_view_from_row(const struct store_sandbox *row, int64_t now_ms, struct sandbox_view *v);
 /* Pin the live of a running sandbox (a ref) to call into its conn with no
  * lock held; NULL with 410 when it is gone or dead. Unpin with
  * sandbox_live_unpin. No lock held. */
@@ -377,8 +431,8 @@ int sandbox_execution_run_cold(struct agentless_conn *conn, const struct agentle
 /* What the store keeps of an account's receipts at now_ms: the newest
  * max_receipts_per_account of the last execution_retention_hours. */
 struct store_receipt_keep sandbox_receipt_keep(const struct sandbox_config *cfg, int64_t now_ms);
-/* The node's receipt signer (loaded or created at the first call), or
- * NULL with err. */
+/* The node's receipt signer (the service's, made in sandbox_svc_new), or
+ * NULL with err (receipts.c). */
 struct receipt_signer;
 struct receipt_signer *sandbox_receipt_signer(struct sandbox_svc *svc, struct sbx_error *err);
 /* Record one execution's latency for /v1/limits. Call with lock. */
@@ -400,8 +454,9 @@ int sandbox_settle(struct sandbox_svc *svc, const char *id, enum store_status st
 		   struct store_sandbox *out, struct sbx_error *err);
 /* store_execution_settle(id, status, ended_at_ms, charge_micro) without a
  * response or receipt, kept and retried the same way when it fails. */
-void sandbox_execution_settle(struct sandbox_svc *svc, const char *id, const char *status,
-			      int64_t ended_at_ms, int64_t charge_micro);
+void sandbox_execution_settle(struct sandbox_svc *svc, const char *id,
+			      enum sandbox_execution_status status, int64_t ended_at_ms,
+			      int64_t charge_micro);
 /* Try every kept end once (the timer, about every second). Returns how
  * many are still kept. No lock held. */
 size_t sandbox_settles_retry(struct sandbox_svc *svc);

@@ -1,7 +1,8 @@
-/* sandbox: the service, accounts and keys, create (with idempotency),
- * get, list, destroy, extend, reconcile and usage. See sandbox.h; who owns
- * a live guest and who ends it is live.c, exec is exec.c, and the lock
- * order is in sandbox-priv.h.
+/* sandbox: the service, create, get, list, destroy, extend and reconcile.
+ * See sandbox.h; accounts, keys, idempotency and usage are use cases of
+ * their own (accounts.c, keys.c, idempotency.c, usage.c); who owns a live
+ * guest and who ends it is live.c, exec is exec.c, and the lock order is
+ * in sandbox-priv.h.
  */
 #include "sandbox.h"
 
@@ -15,6 +16,7 @@
 
 #include "../agentless/agentless.h"
 #include "../billing/billing.h"
+#include "../receipt/receipt.h"
 #include "../store/store.h"
 #include "../vmm/vmm.h"
 #include "sandbox-priv.h"
@@ -66,6 +68,23 @@ int sandbox_running_row(struct sandbox_svc *svc, const char *account_id, const c
 	return 0;
 }
 
+/* For the use cases beside this file (idempotency.c). */
+static int create_params(const struct sandbox_config *cfg, const struct sandbox_create_req *req,
+			 const struct sandbox_size **size_out, int *minutes_out,
+			 struct sbx_error *err);
+
+int sandbox_create_params(const struct sandbox_config *cfg, const struct sandbox_create_req *req,
+			  const struct sandbox_size **size_out, int *minutes_out,
+			  struct sbx_error *err)
+{
+	return create_params(cfg, req, size_out, minutes_out, err);
+}
+
+void sandbox_view_from_row(const struct store_sandbox *row, int64_t now_ms, struct sandbox_view *v)
+{
+	view_from_row(row, now_ms, v);
+}
+
 /* ------------------------------------------------------- service lifecycle */
 
 struct sandbox_svc *sandbox_svc_new(const struct sandbox_config *cfg, int flags,
@@ -101,10 +120,13 @@ struct sandbox_svc *sandbox_svc_new(const struct sandbox_config *cfg, int flags,
 			      strerror(errno));
 		goto err_free;
 	}
+	/* the node's receipt key, this service's for its whole life */
+	if (!(svc->signer = sandbox_receipt_signer_open(cfg, err)))
+		goto err_free;
 	svc->started_wall_ms = sbx_wall_ms();
 	svc->store = store_open(cfg->db_path, err);
 	if (!svc->store)
-		goto err_free;
+		goto err_signer;
 	if (flags & SANDBOX_SVC_ADMIN)
 		return svc;
 
@@ -143,6 +165,8 @@ err_hosts:
 	sandbox_settles_free(svc);
 	sandbox_hosts_close(svc);
 	store_close(svc->store);
+err_signer:
+	receipt_signer_free(svc->signer);
 err_free:
 	fleet_registry_free(&svc->by_id);
 	free(svc);
@@ -199,6 +223,7 @@ void sandbox_svc_free(struct sandbox_svc *svc)
 	sandbox_settles_retry(svc);
 	sandbox_settles_free(svc);
 	sandbox_hosts_close(svc);
+	receipt_signer_free(svc->signer);
 	store_close(svc->store);
 	fleet_slots_destroy(&svc->slots);
 	fleet_registry_free(&svc->by_id);
@@ -210,206 +235,6 @@ void sandbox_svc_free(struct sandbox_svc *svc)
 const struct sandbox_config *sandbox_svc_config(const struct sandbox_svc *svc)
 {
 	return &svc->cfg;
-}
-
-/* ------------------------------------------------------------- accounts */
-
-#define KEY_PREFIX "aas_sk_"
-
-int sandbox_authenticate_scopes(struct sandbox_svc *svc, const char *token,
-				char account_id[SANDBOX_ID_MAX], char scopes[SANDBOX_SCOPES_MAX],
-				struct sbx_error *err)
-{
-	struct store_key key;
-	char digest[65];
-	size_t len = token ? strlen(token) : 0;
-
-	if (len < sizeof(KEY_PREFIX) || len > 200 || strncmp(token, KEY_PREFIX, 7) != 0)
-		return sbx_error_set(err, SBX_E_AUTHENTICATION, NULL,
-				     "missing or invalid API key; send 'Authorization: Bearer "
-				     "aas_sk_...'");
-	sbx_sha256_hex(token, len, digest);
-	if (store_key_find(svc->store, digest, &key, err) < 0) {
-		if (err && err->code == SBX_E_AUTHENTICATION)
-			sbx_error_set(err, SBX_E_AUTHENTICATION, NULL,
-				      "missing or invalid API key; send 'Authorization: Bearer "
-				      "aas_sk_...'");
-		return -1;
-	}
-	snprintf(account_id, SANDBOX_ID_MAX, "%s", key.account_id);
-	if (scopes)
-		snprintf(scopes, SANDBOX_SCOPES_MAX, "%s", key.scopes);
-	return 0;
-}
-
-int sandbox_authenticate(struct sandbox_svc *svc, const char *token,
-			 char account_id[SANDBOX_ID_MAX], struct sbx_error *err)
-{
-	return sandbox_authenticate_scopes(svc, token, account_id, NULL, err);
-}
-
-static void key_from_store(const struct store_key *k, struct sandbox_key *out)
-{
-	memset(out, 0, sizeof(*out));
-	snprintf(out->id, sizeof(out->id), "%s", k->id);
-	snprintf(out->account_id, sizeof(out->account_id), "%s", k->account_id);
-	snprintf(out->prefix, sizeof(out->prefix), "%s", k->prefix);
-	out->created_at_ms = k->created_at_ms;
-	out->revoked_at_ms = k->revoked_at_ms;
-	snprintf(out->scopes, sizeof(out->scopes), "%s", k->scopes);
-}
-
-int sandbox_key_create(struct sandbox_svc *svc, const char *account_id, const char *scopes,
-		       const char *creator_scopes, struct sandbox_key *key, char secret[static 80],
-		       struct sbx_error *err)
-{
-	struct store_key k = {0};
-	struct store_account acct;
-	const char *missing = NULL;
-	char digest[65];
-
-	if (!scopes)
-		scopes = creator_scopes ? creator_scopes : SANDBOX_SCOPES_DEFAULT;
-	if (sandbox_scopes_normalize(scopes, k.scopes, err) < 0)
-		return -1;
-	if (creator_scopes && !sandbox_scopes_within(k.scopes, creator_scopes, &missing))
-		return sbx_error_set(err, SBX_E_PERMISSION, NULL,
-				     "a new key's scopes are at most its creator's, and this key "
-				     "lacks the '%s' scope",
-				     missing);
-	if (store_account_get(svc->store, account_id, &acct, err) < 0)
-		return -1;
-	if (sbx_random_id(KEY_PREFIX, 32, secret, 80) < 0 ||
-	    sbx_random_id("key_", 12, k.id, sizeof(k.id)) < 0)
-		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "no randomness available");
-	snprintf(k.account_id, sizeof(k.account_id), "%s", account_id);
-	snprintf(k.prefix, sizeof(k.prefix), "%.12s", secret);
-	k.created_at_ms = sbx_wall_ms();
-	sbx_sha256_hex(secret, strlen(secret), digest);
-	struct store_key_keep keep = {
-	    .max_active = svc->cfg.max_api_keys_per_account,
-	    .revoked_before_ms =
-		k.created_at_ms - (int64_t)svc->cfg.execution_retention_hours * 3600 * 1000,
-	    .max_revoked = svc->cfg.max_api_keys_per_account,
-	};
-	if (store_key_insert_kept(svc->store, &k, digest, &keep, err) < 0)
-		return -1;
-	key_from_store(&k, key);
-	return 0;
-}
-
-int sandbox_key_list(struct sandbox_svc *svc, const char *account_id, int limit,
-		     const char *starting_after, struct sandbox_key **out, size_t *n,
-		     bool *has_more, struct sbx_error *err)
-{
-	struct store_key *keys = NULL;
-	size_t count = 0;
-
-	if (store_key_list_page(svc->store, account_id, limit, starting_after, &keys, &count,
-				has_more, err) < 0)
-		return -1;
-	*out = calloc(count ? count : 1, sizeof(**out));
-	if (!*out) {
-		free(keys);
-		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
-	}
-	for (size_t i = 0; i < count; i++)
-		key_from_store(&keys[i], &(*out)[i]);
-	*n = count;
-	free(keys);
-	return 0;
-}
-
-int sandbox_key_revoke(struct sandbox_svc *svc, const char *account_id, const char *key_id,
-		       const char *caller_scopes, struct sbx_error *err)
-{
-	struct store_key k;
-	const char *missing = NULL;
-
-	if (caller_scopes) {
-		if (store_key_get(svc->store, account_id, key_id, &k, err) < 0)
-			return -1;
-		if (!sandbox_scopes_within(k.scopes, caller_scopes, &missing))
-			return sbx_error_set(err, SBX_E_PERMISSION, NULL,
-					     "key '%s' has the '%s' scope, which this key lacks; "
-					     "revoke it with a key that has all of its scopes",
-					     k.id, missing);
-	}
-	return store_key_revoke(svc->store, account_id, key_id, err);
-}
-
-static int account_view(struct sandbox_svc *svc, const struct store_account *a,
-			struct sandbox_account *out, struct sbx_error *err)
-{
-	struct store_balance bal;
-
-	if (billing_balance(svc->store, a->id, sbx_wall_ms(), &bal, err) < 0)
-		return -1;
-	memset(out, 0, sizeof(*out));
-	snprintf(out->id, sizeof(out->id), "%s", a->id);
-	snprintf(out->name, sizeof(out->name), "%s", a->name);
-	out->created_at_ms = a->created_at_ms;
-	out->balance_micro = bal.balance_micro;
-	out->available_micro = bal.available_micro;
-	return 0;
-}
-
-int sandbox_account_create(struct sandbox_svc *svc, const char *name, int64_t credit_micro,
-			   struct sandbox_account *acct, struct sandbox_key *key,
-			   char secret[static 80], struct sbx_error *err)
-{
-	struct store_account a;
-
-	if (!name || !name[0] || strlen(name) >= sizeof(a.name))
-		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "name",
-				     "name must be 1..127 characters");
-	if (credit_micro < 0)
-		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "credit_usd",
-				     "credit must not be negative");
-	if (store_account_create(svc->store, name, credit_micro, &a, err) < 0)
-		return -1;
-	if (sandbox_key_create(svc, a.id, NULL, NULL, key, secret, err) < 0)
-		return -1;
-	return account_view(svc, &a, acct, err);
-}
-
-int sandbox_account_add_credit(struct sandbox_svc *svc, const char *account_id,
-			       int64_t amount_micro, struct sandbox_account *acct,
-			       struct sbx_error *err)
-{
-	struct store_account a;
-
-	if (store_credit_add(svc->store, account_id, amount_micro, err) < 0)
-		return -1;
-	if (store_account_get(svc->store, account_id, &a, err) < 0)
-		return -1;
-	return account_view(svc, &a, acct, err);
-}
-
-int sandbox_account_list(struct sandbox_svc *svc, struct sandbox_account **out, size_t *n,
-			 struct sbx_error *err)
-{
-	struct store_account *accts = NULL;
-	size_t count = 0;
-
-	if (store_account_list(svc->store, &accts, &count, err) < 0)
-		return -1;
-	*out = calloc(count ? count : 1, sizeof(**out));
-	if (!*out) {
-		free(accts);
-		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
-	}
-	for (size_t i = 0; i < count; i++) {
-		if (account_view(svc, &accts[i], &(*out)[i], err) < 0) {
-			free(accts);
-			free(*out);
-			*out = NULL;
-			return -1;
-		}
-	}
-	*n = count;
-	free(accts);
-	return 0;
 }
 
 /* ---------------------------------------------------------------- create */
@@ -668,143 +493,6 @@ err_abort:
 
 /* ----------------------------------------------------- idempotency keys */
 
-void sandbox_create_result_release(struct sandbox_create_result *res)
-{
-	if (!res)
-		return;
-	free(res->body);
-	res->body = NULL;
-	res->body_len = 0;
-}
-
-static bool idempotency_key_valid(const char *key)
-{
-	size_t n = 0;
-
-	for (; key[n]; n++)
-		if ((unsigned char)key[n] < 0x20 || (unsigned char)key[n] > 0x7e)
-			return false;
-	return n >= 1 && n <= STORE_IDEM_KEY_MAX;
-}
-
-static void sleep_ms(int64_t ms)
-{
-	struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
-
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-		;
-}
-
-int sandbox_create_idempotent(struct sandbox_svc *svc, const char *account_id,
-			      const struct sandbox_create_req *req,
-			      struct sandbox_create_result *res, struct sbx_error *err)
-{
-	const struct sandbox_config *cfg = &svc->cfg;
-	const struct sandbox_size *size;
-	struct store_idem row = {0};
-	char canon[96], hash[65];
-	int minutes, claimed;
-	int64_t deadline;
-
-	memset(res, 0, sizeof(*res));
-	if (create_params(cfg, req, &size, &minutes, err) < 0)
-		return -1;
-	if (!req->idempotency_key)
-		return sandbox_create(svc, account_id, req, &res->view, err);
-	if (!idempotency_key_valid(req->idempotency_key))
-		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "Idempotency-Key",
-				     "the Idempotency-Key header must be 1..%d printable ASCII "
-				     "characters",
-				     STORE_IDEM_KEY_MAX);
-	/* The same request = the same parameters after defaults. */
-	snprintf(canon, sizeof(canon), "POST /v1/sandboxes\nsize=%s\ntimeout_minutes=%d",
-		 size->name, minutes);
-	sbx_sha256_hex(canon, strlen(canon), hash);
-
-	deadline = sbx_mono_ms() + cfg->boot_timeout_ms + 5000;
-	for (;;) {
-		claimed = store_idem_claim(svc->store, account_id, req->idempotency_key, hash,
-					   sbx_wall_ms(), SANDBOX_IDEMPOTENCY_KEEP_MS, &row, err);
-		if (claimed != 0)
-			break;
-		if (strcmp(row.request_hash, hash) != 0) {
-			store_idem_release_row(&row);
-			return sbx_error_set(err, SBX_E_IDEMPOTENCY_MISMATCH, "Idempotency-Key",
-					     "this Idempotency-Key was used with other "
-					     "parameters; use a new key for a new request");
-		}
-		if (row.done) {
-			res->replayed = true;
-			res->status = row.response_status;
-			res->body = TAKE_PTR(row.response_body);
-			res->body_len = row.response_len;
-			if (!res->body) {
-				res->body = strdup("");
-				if (!res->body)
-					return sbx_error_set(err, SBX_E_INTERNAL, NULL,
-							     "out of memory");
-			}
-			return 0;
-		}
-		if (row.sandbox_id[0] && row.created_at_ms < svc->started_wall_ms) {
-			/* Its create activated a sandbox, then the daemon died
-			 * before the answer was remembered: answer with that
-			 * sandbox (api/ renders and completes the key). */
-			struct store_sandbox sb;
-
-			if (store_sandbox_get(svc->store, account_id, row.sandbox_id, &sb, NULL) ==
-				0 &&
-			    sb.status != STORE_CREATING) {
-				store_idem_release_row(&row);
-				view_from_row(&sb, sbx_wall_ms(), &res->view);
-				res->replayed = true;
-				res->status = 201;
-				return 0;
-			}
-		}
-		store_idem_release_row(&row);
-		/* The first request is still creating: wait for it. */
-		if (sbx_mono_ms() >= deadline) {
-			sbx_error_set(err, SBX_E_IDEMPOTENCY_CONFLICT, "Idempotency-Key",
-				      "a request with this Idempotency-Key is still being "
-				      "processed; retry later");
-			err->retry_after_s = 2;
-			return -1;
-		}
-		sleep_ms(100);
-	}
-	if (claimed < 0)
-		return -1;
-	if (sandbox_create(svc, account_id, req, &res->view, err) < 0) {
-		/* A failed request is not remembered. */
-		store_idem_release(svc->store, account_id, req->idempotency_key, NULL);
-		return -1;
-	}
-	return 0;
-}
-
-int sandbox_idempotency_complete(struct sandbox_svc *svc, const char *account_id, const char *key,
-				 const char *sandbox_id, int status, const char *body, size_t len,
-				 struct sbx_error *err)
-{
-	if (status >= 400) {
-		store_idem_release(svc->store, account_id, key, NULL);
-		return 0;
-	}
-	if (store_idem_complete(svc->store, account_id, key, sandbox_id, status, body, len, err) <
-	    0) {
-		sbx_err(MOD, "idempotency key of %s (sandbox %s) could not be stored: %s",
-			account_id, sandbox_id ? sandbox_id : "-", err ? err->message : "");
-		return -1;
-	}
-	return 0;
-}
-
-void sandbox_idempotency_release(struct sandbox_svc *svc, const char *account_id, const char *key)
-{
-	store_idem_release(svc->store, account_id, key, NULL);
-}
-
 /* ------------------------------------------------------ get, list, end */
 
 int sandbox_get(struct sandbox_svc *svc, const char *account_id, const char *id,
@@ -905,153 +593,4 @@ int sandbox_extend(struct sandbox_svc *svc, const char *account_id, const char *
 		pthread_mutex_unlock(&svc->lock);
 	}
 	return sandbox_get(svc, account_id, id, out, err);
-}
-
-/* ----------------------------------------------------------------- usage */
-
-static int64_t month_start_utc(int64_t now_ms)
-{
-	time_t t = (time_t)(now_ms / 1000);
-	struct tm tm;
-
-	gmtime_r(&t, &tm);
-	tm.tm_mday = 1;
-	tm.tm_hour = tm.tm_min = tm.tm_sec = 0;
-	return (int64_t)timegm(&tm) * 1000;
-}
-
-static int64_t next_month_utc(int64_t month_ms)
-{
-	time_t t = (time_t)(month_ms / 1000);
-	struct tm tm;
-
-	gmtime_r(&t, &tm);
-	tm.tm_mon += 1;
-	return (int64_t)timegm(&tm) * 1000;
-}
-
-/* Add a share of usage to its size and, with buckets, to the bucket that
- * holds start_ms (rows and pieces never straddle a bucket). */
-static void usage_add(struct sandbox_usage *u, int64_t step, const char *size, int64_t start_ms,
-		      int64_t seconds, int64_t cost)
-{
-	if (start_ms < u->from_ms || start_ms >= u->to_ms)
-		return;
-	for (size_t k = 0; k < u->n_sizes; k++) {
-		if (strcmp(u->by_size[k].size, size) == 0) {
-			u->by_size[k].seconds += seconds;
-			u->by_size[k].cost_micro += cost;
-		}
-	}
-	if (step && u->n_buckets) {
-		size_t b = (size_t)((start_ms - u->from_ms) / step);
-		if (b < u->n_buckets) {
-			u->buckets[b].seconds += seconds;
-			u->buckets[b].cost_micro += cost;
-		}
-	}
-}
-
-struct usage_live {
-	struct sandbox_usage *u;
-	int64_t step;
-	const char *size;
-};
-
-static int usage_live_piece(void *arg, int64_t hour_ms, int64_t seconds, int64_t cost)
-{
-	struct usage_live *l = arg;
-
-	usage_add(l->u, l->step, l->size, hour_ms, seconds, cost);
-	return 0;
-}
-
-/* The running sandboxes of an account (bounded by its live cap): their
- * cost so far, split over hours the way settlement will split it. */
-static void usage_add_running(const struct store_sandbox *rows, size_t n, int64_t now, int64_t step,
-			      struct sandbox_usage *u)
-{
-	for (size_t i = 0; i < n; i++) {
-		const struct store_sandbox *r = &rows[i];
-		int64_t end = r->expires_at_ms && now > r->expires_at_ms ? r->expires_at_ms : now;
-		struct usage_live l = {u, step, r->size};
-
-		if (end < r->created_at_ms)
-			end = r->created_at_ms;
-		store_usage_split(r->created_at_ms, end,
-				  store_billed_seconds(end - r->created_at_ms),
-				  billing_cost_so_far(r, now), usage_live_piece, &l);
-	}
-}
-
-int sandbox_usage(struct sandbox_svc *svc, const char *account_id, int64_t from_ms, int64_t to_ms,
-		  const char *granularity, struct sandbox_usage *out, struct sbx_error *err)
-{
-	const struct sandbox_config *cfg = &svc->cfg;
-	struct store_usage_snapshot snap;
-	int64_t now = sbx_wall_ms(), step = 0, align;
-
-	memset(out, 0, sizeof(*out));
-	if (granularity && strcmp(granularity, "day") == 0)
-		step = STORE_DAY_MS;
-	else if (granularity && strcmp(granularity, "hour") == 0)
-		step = STORE_HOUR_MS;
-	else if (granularity)
-		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "granularity",
-				     "granularity must be 'day' or 'hour'");
-	if (!from_ms)
-		from_ms = month_start_utc(to_ms ? to_ms - 1 : now);
-	if (!to_ms)
-		to_ms = next_month_utc(month_start_utc(from_ms));
-	if (to_ms <= from_ms)
-		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "to", "'to' must be after 'from'");
-	/* Usage is kept per UTC hour (per UTC day for daily buckets): the
-	 * period widens to whole ones. */
-	align = step ? step : STORE_HOUR_MS;
-	from_ms -= ((from_ms % align) + align) % align;
-	to_ms += (align - ((to_ms % align) + align) % align) % align;
-	if (step && (to_ms - from_ms) / step > 10000)
-		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "granularity",
-				     "that period has more than 10000 buckets; narrow it");
-
-	/* Settled rows, totals, live count and running list in one snapshot:
-	 * a sandbox that ends meanwhile counts once, settled or running. */
-	if (store_usage_snapshot(svc->store, account_id, from_ms, to_ms, step, &snap, err) < 0)
-		return -1;
-	billing_balance_accrue(&snap.balance, snap.running, snap.n_running, now);
-	out->balance_micro = snap.balance.balance_micro;
-	out->reserved_micro = snap.balance.reserved_micro;
-	out->available_micro = snap.balance.available_micro;
-	out->consumed_micro = snap.balance.consumed_micro;
-	out->running = snap.live;
-	out->limit = cfg->max_sandboxes_per_account;
-	out->from_ms = from_ms;
-	out->to_ms = to_ms;
-	out->n_sizes = cfg->n_sizes;
-	for (size_t i = 0; i < cfg->n_sizes; i++)
-		snprintf(out->by_size[i].size, sizeof(out->by_size[i].size), "%s",
-			 cfg->sizes[i].name);
-	if (step) {
-		out->n_buckets = (size_t)((to_ms - from_ms) / step);
-		out->buckets = calloc(out->n_buckets, sizeof(*out->buckets));
-		if (!out->buckets) {
-			store_usage_snapshot_release(&snap);
-			return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
-		}
-		for (size_t b = 0; b < out->n_buckets; b++)
-			out->buckets[b].start_ms = from_ms + (int64_t)b * step;
-	}
-	for (size_t i = 0; i < snap.n_rows; i++)
-		usage_add(out, step, snap.rows[i].size, snap.rows[i].start_ms, snap.rows[i].seconds,
-			  snap.rows[i].cost_micro);
-	usage_add_running(snap.running, snap.n_running, now, step, out);
-	store_usage_snapshot_release(&snap);
-	return 0;
-}
-
-void sandbox_usage_release(struct sandbox_usage *u)
-{
-	free(u->buckets);
-	u->buckets = NULL;
-	u->n_buckets = 0;
 }

@@ -75,12 +75,30 @@ const struct sandbox_config *sandbox_svc_config(const struct sandbox_svc *svc);
 int sandbox_authenticate(struct sandbox_svc *svc, const char *token,
 			 char account_id[SANDBOX_ID_MAX], struct sbx_error *err);
 
-/* API key scopes (docs/api.md "Scopes"): "sandboxes" (one-shot
- * executions), "keys" (POST/GET /v1/api_keys, DELETE /v1/api_keys/{id}).
- * A list is space-separated; keys made by the admin without --scope, and by
+/* API key scopes (docs/api.md "Scopes"), a set of bits: "sandboxes"
+ * (one-shot executions), "keys" (POST/GET /v1/api_keys, DELETE
+ * /v1/api_keys/{id}). Names only at the edges: the JSON (api/), the admin
+ * command line and the stored row (keys.c), a list space-separated in
+ * canonical order. Keys made by the admin without --scope, and by
  * create-account, get SANDBOX_SCOPES_DEFAULT. */
-#define SANDBOX_SCOPES_MAX     128
-#define SANDBOX_SCOPES_DEFAULT "sandboxes keys"
+enum sandbox_scope {
+	SANDBOX_SCOPE_SANDBOXES = 1u << 0,
+	SANDBOX_SCOPE_KEYS = 1u << 1,
+};
+#define SANDBOX_SCOPES_ALL     (SANDBOX_SCOPE_SANDBOXES | SANDBOX_SCOPE_KEYS)
+#define SANDBOX_SCOPES_DEFAULT SANDBOX_SCOPES_ALL
+#define SANDBOX_SCOPES_MAX     128 /* a formatted list, with its NUL */
+
+/* A scope's name ("" for none or several). */
+const char *sandbox_scope_name(enum sandbox_scope scope);
+/* A space/comma separated list (NULL = none) into a set.
+ * SBX_E_INVALID_REQUEST (param "scopes") naming an unknown scope. */
+int sandbox_scopes_parse(const char *s, unsigned *out, struct sbx_error *err);
+/* A set as its canonical list (known scopes, fixed order). */
+void sandbox_scopes_format(unsigned scopes, char out[SANDBOX_SCOPES_MAX]);
+/* The first scope (canonical order) of `scopes` that `limit` lacks, 0 when
+ * `scopes` is within `limit`. */
+unsigned sandbox_scopes_missing(unsigned scopes, unsigned limit);
 
 struct sandbox_key {
 	char id[SANDBOX_ID_MAX];
@@ -88,19 +106,17 @@ struct sandbox_key {
 	char prefix[24];
 	int64_t created_at_ms;
 	int64_t revoked_at_ms; /* 0 = valid */
-	char scopes[SANDBOX_SCOPES_MAX];
+	unsigned scopes;       /* enum sandbox_scope bits */
 };
 
 /* A new API key "aas_sk_" + 64 hex (32 random bytes); the secret is shown
- * only here. secret must hold >= 80 bytes. `scopes` (space/comma separated)
- * NULL = the creator's scopes, or SANDBOX_SCOPES_DEFAULT for the admin.
- * `creator_scopes` are those of the key that asks (NULL = the admin, no
- * bound): a new key's scopes are at most its creator's, else
- * SBX_E_PERMISSION; an unknown scope is SBX_E_INVALID_REQUEST (param
- * "scopes"). */
-int sandbox_key_create(struct sandbox_svc *svc, const char *account_id, const char *scopes,
-		       const char *creator_scopes, struct sandbox_key *key, char secret[static 80],
-		       struct sbx_error *err);
+ * only here. secret must hold >= 80 bytes. `scopes` NULL = the creator's
+ * scopes, or SANDBOX_SCOPES_DEFAULT for the admin. `creator_scopes` are
+ * those of the key that asks (NULL = the admin, no bound): a new key's
+ * scopes are at most its creator's, else SBX_E_PERMISSION. */
+int sandbox_key_create(struct sandbox_svc *svc, const char *account_id, const unsigned *scopes,
+		       const unsigned *creator_scopes, struct sandbox_key *key,
+		       char secret[static 80], struct sbx_error *err);
 /* A page of the account's keys (revoked ones too), newest first: at most
  * `limit` (1..100) after the key `starting_after` (NULL = from the newest;
  * a key not of this account is SBX_E_NOT_FOUND, param "starting_after").
@@ -115,7 +131,7 @@ int sandbox_key_list(struct sandbox_svc *svc, const char *account_id, int limit,
  * whose scopes are within its own (SBX_E_PERMISSION otherwise), so a
  * lesser key cannot lock out a stronger one. SBX_E_NOT_FOUND. */
 int sandbox_key_revoke(struct sandbox_svc *svc, const char *account_id, const char *key_id,
-		       const char *caller_scopes, struct sbx_error *err);
+		       const unsigned *caller_scopes, struct sbx_error *err);
 
 struct sandbox_account {
 	char id[SANDBOX_ID_MAX];
@@ -632,10 +648,22 @@ int sandbox_execution_get(struct sandbox_svc *svc, const char *account_id, const
 			  char **response, struct sbx_error *err);
 
 /* One execution as listed (GET /v1/sandbox/executions). */
+/* An execution's status; its name ("running", "completed", "timed_out",
+ * "failed") only in JSON and in the stored row. */
+enum sandbox_execution_status {
+	SANDBOX_EXECUTION_RUNNING,
+	SANDBOX_EXECUTION_COMPLETED,
+	SANDBOX_EXECUTION_TIMED_OUT,
+	SANDBOX_EXECUTION_FAILED,
+};
+const char *sandbox_execution_status_name(enum sandbox_execution_status status);
+/* The status of a name; SANDBOX_EXECUTION_FAILED for one it does not know. */
+enum sandbox_execution_status sandbox_execution_status_of(const char *name);
+
 struct sandbox_execution_view {
 	char id[SANDBOX_ID_MAX];
 	char runtime[16];
-	char status[16]; /* running | completed | timed_out | failed */
+	enum sandbox_execution_status status;
 	int64_t requested_at_ms;
 	int64_t ended_at_ms;		 /* 0 while running */
 	int64_t cost_micro;		 /* charged (0 while running) */
@@ -655,34 +683,22 @@ int sandbox_execution_list(struct sandbox_svc *svc, const char *account_id, int 
 int sandbox_receipt_get(struct sandbox_svc *svc, const char *account_id, const char *id,
 			char **json, struct sbx_error *err);
 /* The node's receipt signing key ("0x" + 64 hex, and PEM; new strings),
- * created at the first call. */
+ * loaded or created by sandbox_svc_new. */
 int sandbox_receipt_public_key(struct sandbox_svc *svc, char **hex, char **pem,
 			       struct sbx_error *err);
 
 /* Bearer token -> account id and, unless scopes is NULL, the key's scopes
- * (space-separated), from the same single lookup as sandbox_authenticate. */
+ * (enum sandbox_scope bits), from the same single lookup as
+ * sandbox_authenticate. */
 int sandbox_authenticate_scopes(struct sandbox_svc *svc, const char *token,
-				char account_id[SANDBOX_ID_MAX], char scopes[SANDBOX_SCOPES_MAX],
+				char account_id[SANDBOX_ID_MAX], unsigned *scopes,
 				struct sbx_error *err);
-/* Replace a key's scopes (space/comma separated; known: "sandboxes", which
- * /v1/sandbox/executions needs, and "keys", which /v1/api_keys needs; "" =
- * none). SBX_E_INVALID_REQUEST naming an unknown scope, SBX_E_NOT_FOUND
- * for an unknown key. Admin only: no bound. */
-int sandbox_key_set_scopes(struct sandbox_svc *svc, const char *key_id, const char *scopes,
+/* Replace a key's scopes (0 = none). SBX_E_NOT_FOUND for an unknown key.
+ * Admin only: no bound. */
+int sandbox_key_set_scopes(struct sandbox_svc *svc, const char *key_id, unsigned scopes,
 			   struct sbx_error *err);
-/* A key's scopes (space-separated) into out. SBX_E_NOT_FOUND. */
-int sandbox_key_scopes(struct sandbox_svc *svc, const char *key_id, char out[128],
+/* A key's scopes. SBX_E_NOT_FOUND. */
+int sandbox_key_scopes(struct sandbox_svc *svc, const char *key_id, unsigned *out,
 		       struct sbx_error *err);
-
-/* true when the space-separated list holds scope. */
-bool sandbox_scopes_have(const char *scopes, const char *scope);
-/* Validate a space/comma separated list and write it canonical (known
- * scopes, no repeats, fixed order) into out. SBX_E_INVALID_REQUEST (param
- * "scopes") naming an unknown scope. */
-int sandbox_scopes_normalize(const char *scopes, char out[SANDBOX_SCOPES_MAX],
-			     struct sbx_error *err);
-/* true when every scope of `scopes` is in `limit`; else false and
- * *missing (if non-NULL) names one that is not (borrowed, static). */
-bool sandbox_scopes_within(const char *scopes, const char *limit, const char **missing);
 
 #endif

@@ -29,8 +29,8 @@ struct settle_retry {
 	struct settle_retry *next;
 	enum settle_kind kind;
 	char id[SANDBOX_ID_MAX];
-	enum store_status status; /* a sandbox's */
-	char exec_status[16];	  /* an execution's: "failed", ... */
+	enum store_status status;		   /* a sandbox's */
+	enum sandbox_execution_status exec_status; /* an execution's */
 	int64_t at_ms;
 	int64_t charge_micro; /* an execution's */
 	int attempts;
@@ -95,8 +95,8 @@ static int try_one(struct sandbox_svc *svc, const struct settle_retry *r, struct
 	if (r->kind == SETTLE_SANDBOX)
 		return billing_settle(svc->store, r->id, r->status, r->at_ms, out, err) >= 0 ||
 		       err->code == SBX_E_NOT_FOUND;
-	if (store_execution_settle(svc->store, r->id, r->exec_status, r->at_ms, r->charge_micro,
-				   NULL, NULL, NULL, err) == 0)
+	if (store_execution_settle(svc->store, r->id, sandbox_execution_status_name(r->exec_status),
+				   r->at_ms, r->charge_micro, NULL, NULL, NULL, err) == 0)
 		return 1;
 	return err->code == SBX_E_NOT_FOUND; /* not running: settled already */
 }
@@ -130,15 +130,16 @@ int sandbox_settle(struct sandbox_svc *svc, const char *id, enum store_status st
 	return -1;
 }
 
-void sandbox_execution_settle(struct sandbox_svc *svc, const char *id, const char *status,
-			      int64_t ended_at_ms, int64_t charge_micro)
+void sandbox_execution_settle(struct sandbox_svc *svc, const char *id,
+			      enum sandbox_execution_status status, int64_t ended_at_ms,
+			      int64_t charge_micro)
 {
 	struct settle_retry want = {
 	    .kind = SETTLE_EXECUTION, .at_ms = ended_at_ms, .charge_micro = charge_micro};
 	struct sbx_error err;
 
 	snprintf(want.id, sizeof want.id, "%s", id);
-	snprintf(want.exec_status, sizeof want.exec_status, "%s", status);
+	want.exec_status = status;
 	sbx_error_clear(&err);
 	if (!try_one(svc, &want, NULL, &err))
 		queue(svc, &want, err.message);

@@ -322,7 +322,7 @@ static void test_extend_and_key_decode(void **state)
 {
 	struct sbx_error err;
 	int m = 0;
-	char sc[SANDBOX_SCOPES_MAX];
+	unsigned sc = 0;
 	bool has = false;
 
 	sbx_error_clear(&err);
@@ -333,28 +333,72 @@ static void test_extend_and_key_decode(void **state)
 	assert_int_equal(
 	    api_extend_decode(S("{\"timeout_minutes\": 30, \"x\": 1}"), &cfg, &m, &err), -1);
 	assert_string_equal(err.param, "x");
-	assert_int_equal(api_key_create_decode(S(""), sc, &has, &err), 0);
+	assert_int_equal(api_key_create_decode(S(""), &sc, &has, &err), 0);
 	assert_false(has);
-	assert_int_equal(api_key_create_decode(S("{}"), sc, &has, &err), 0);
+	assert_int_equal(api_key_create_decode(S("{}"), &sc, &has, &err), 0);
 	assert_false(has);
-	assert_int_equal(api_key_create_decode(S("{\"name\": \"ci\"}"), sc, &has, &err), -1);
+	assert_int_equal(api_key_create_decode(S("{\"name\": \"ci\"}"), &sc, &has, &err), -1);
 	assert_string_equal(err.param, "name");
 	assert_int_equal(
-	    api_key_create_decode(S("{\"scopes\": [\"keys\", \"sandboxes\"]}"), sc, &has, &err), 0);
+	    api_key_create_decode(S("{\"scopes\": [\"keys\", \"sandboxes\"]}"), &sc, &has, &err),
+	    0);
 	assert_true(has);
-	assert_string_equal(sc, "keys sandboxes");
-	assert_int_equal(api_key_create_decode(S("{\"scopes\": []}"), sc, &has, &err), 0);
+	assert_int_equal(sc, SANDBOX_SCOPE_KEYS | SANDBOX_SCOPE_SANDBOXES);
+	assert_int_equal(api_key_create_decode(S("{\"scopes\": []}"), &sc, &has, &err), 0);
 	assert_true(has);
-	assert_string_equal(sc, "");
-	assert_int_equal(api_key_create_decode(S("{\"scopes\": \"keys\"}"), sc, &has, &err), -1);
+	assert_int_equal(sc, 0);
+	assert_int_equal(api_key_create_decode(S("{\"scopes\": [\"root\"]}"), &sc, &has, &err), -1);
 	assert_string_equal(err.param, "scopes");
-	assert_int_equal(api_key_create_decode(S("{\"scopes\": [\"a b\"]}"), sc, &has, &err), -1);
-	assert_int_equal(api_key_create_decode(S("{\"scopes\": [1]}"), sc, &has, &err), -1);
+	assert_non_null(strstr(err.message, "unknown scope 'root'"));
+	assert_int_equal(api_key_create_decode(S("{\"scopes\": \"keys\"}"), &sc, &has, &err), -1);
+	assert_string_equal(err.param, "scopes");
+	assert_int_equal(api_key_create_decode(S("{\"scopes\": [\"a b\"]}"), &sc, &has, &err), -1);
+	assert_int_equal(api_key_create_decode(S("{\"scopes\": [1]}"), &sc, &has, &err), -1);
 	assert_int_equal(
 	    api_key_create_decode(
-		S("{\"scopes\": [\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\"]}"), sc,
+		S("{\"scopes\": [\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\"]}"), &sc,
 		&has, &err),
 	    -1);
+}
+
+/* Scopes are bits; names only at the edges, in one canonical order. */
+static void test_scopes_bits(void **state)
+{
+	struct sbx_error err;
+	char list[SANDBOX_SCOPES_MAX];
+	unsigned sc = 99;
+	struct json_object *j;
+
+	(void)state;
+	sbx_error_clear(&err);
+	assert_int_equal(sandbox_scopes_parse(NULL, &sc, &err), 0);
+	assert_int_equal(sc, 0);
+	assert_int_equal(sandbox_scopes_parse("keys, sandboxes keys", &sc, &err), 0);
+	assert_int_equal(sc, SANDBOX_SCOPE_KEYS | SANDBOX_SCOPE_SANDBOXES);
+	sandbox_scopes_format(sc, list);
+	assert_string_equal(list, "sandboxes keys");
+	sandbox_scopes_format(SANDBOX_SCOPE_KEYS, list);
+	assert_string_equal(list, "keys");
+	sandbox_scopes_format(0, list);
+	assert_string_equal(list, "");
+	assert_int_equal(sandbox_scopes_parse("sandboxes admin", &sc, &err), -1);
+	assert_int_equal(err.code, SBX_E_INVALID_REQUEST);
+	assert_string_equal(err.param, "scopes");
+	assert_string_equal(err.message, "unknown scope 'admin'; known: sandboxes, keys");
+	assert_string_equal(sandbox_scope_name(SANDBOX_SCOPE_SANDBOXES), "sandboxes");
+	assert_string_equal(sandbox_scope_name(SANDBOX_SCOPE_KEYS), "keys");
+	assert_int_equal(sandbox_scopes_missing(SANDBOX_SCOPE_KEYS, SANDBOX_SCOPES_ALL), 0);
+	assert_int_equal(sandbox_scopes_missing(SANDBOX_SCOPES_ALL, 0), SANDBOX_SCOPE_SANDBOXES);
+	assert_int_equal(sandbox_scopes_missing(SANDBOX_SCOPES_ALL, SANDBOX_SCOPE_SANDBOXES),
+			 SANDBOX_SCOPE_KEYS);
+	assert_int_equal(sandbox_scopes_missing(0, 0), 0);
+	j = api_scopes_encode(SANDBOX_SCOPE_KEYS | SANDBOX_SCOPE_SANDBOXES);
+	assert_string_equal(json_object_to_json_string_ext(j, JSON_C_TO_STRING_PLAIN),
+			    "[\"sandboxes\",\"keys\"]");
+	json_object_put(j);
+	j = api_scopes_encode(0);
+	assert_string_equal(json_object_to_json_string_ext(j, JSON_C_TO_STRING_PLAIN), "[]");
+	json_object_put(j);
 }
 
 static const char *to_s(struct json_object *o)
@@ -888,6 +932,7 @@ int main(void)
 	    cmocka_unit_test(test_exec_command_cap),
 	    cmocka_unit_test(test_create_decode),
 	    cmocka_unit_test(test_extend_and_key_decode),
+	    cmocka_unit_test(test_scopes_bits),
 	    cmocka_unit_test(test_exec_result_encode),
 	    cmocka_unit_test(test_sandbox_and_error_encode),
 	    cmocka_unit_test(test_usd),

@@ -64,6 +64,24 @@ static void test_holds(void **state)
 	assert_true(billing_hold_for_minutes(INT64_MAX, SMALL) > 0);
 }
 
+/* One-shot executions: started seconds (min 1) at the per-second price,
+ * never more than the hold of the whole timeout. */
+static void test_execution_cost(void **state)
+{
+	(void)state;
+	assert_int_equal(billing_execution_hold(100, 30), 3000);
+	assert_int_equal(billing_execution_hold(0, 30), 0);
+	assert_int_equal(billing_execution_cost(0, 100, 30), 100); /* min 1 s */
+	assert_int_equal(billing_execution_cost(1, 100, 30), 100);
+	assert_int_equal(billing_execution_cost(1000, 100, 30), 100);
+	assert_int_equal(billing_execution_cost(1001, 100, 30), 200); /* started */
+	assert_int_equal(billing_execution_cost(29999, 100, 30), 3000);
+	assert_int_equal(billing_execution_cost(45000, 100, 30), 3000); /* the hold */
+	assert_int_equal(billing_execution_cost(UINT32_MAX, 1000000000, 3600),
+			 billing_execution_hold(1000000000, 3600));
+	assert_int_equal(billing_execution_cost(5000, 0, 30), 0);
+}
+
 static void test_charge_for_row(void **state)
 {
 	(void)state;
@@ -305,6 +323,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_formula_examples),
 	    cmocka_unit_test(test_holds),
+	    cmocka_unit_test(test_execution_cost),
 	    cmocka_unit_test(test_charge_for_row),
 	    cmocka_unit_test(test_format_usd),
 	    cmocka_unit_test(test_parse_usd),

@@ -255,16 +255,16 @@ static void test_table_rows(void **state)
 		if (t[i].flags & API_ROUTE_BODY)
 			assert_true(t[i].methods & API_POST);
 		assert_false((t[i].flags & API_ROUTE_BODY) && (t[i].flags & API_ROUTE_STREAM));
-		if (t[i].scope != API_SCOPE_NONE)
+		if (t[i].scope != 0u)
 			assert_true(t[i].flags & API_ROUTE_AUTH);
 		/* no key: the limits, the runtimes and the compiled-in files */
 		assert_int_equal(!(t[i].flags & API_ROUTE_AUTH),
 				 i == R_LIMITS || i == R_RUNTIMES || i == R_STATIC);
 	}
-	assert_int_equal(t[R_KEYS].scope, API_SCOPE_KEYS);
-	assert_int_equal(t[R_KEY].scope, API_SCOPE_KEYS);
-	assert_int_equal(t[R_EXECUTIONS].scope, API_SCOPE_SANDBOXES);
-	assert_int_equal(t[R_EXECUTION].scope, API_SCOPE_SANDBOXES);
+	assert_int_equal(t[R_KEYS].scope, SANDBOX_SCOPE_KEYS);
+	assert_int_equal(t[R_KEY].scope, SANDBOX_SCOPE_KEYS);
+	assert_int_equal(t[R_EXECUTIONS].scope, SANDBOX_SCOPE_SANDBOXES);
+	assert_int_equal(t[R_EXECUTION].scope, SANDBOX_SCOPE_SANDBOXES);
 	assert_ptr_equal(api_route_get(R_COUNT), &t[R_NONE]);
 }
 

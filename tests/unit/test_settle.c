@@ -186,14 +186,14 @@ static void busy_execution_settle_is_retried_once(void **state)
 	row.requested_at_ms = t;
 	assert_int_equal(store_execution_reserve(F.svc->store, &row, 400, &err), 0);
 	sqlite3 *db = lock_db();
-	sandbox_execution_settle(F.svc, row.id, "failed", t + 3000, 120);
+	sandbox_execution_settle(F.svc, row.id, SANDBOX_EXECUTION_FAILED, t + 3000, 120);
 	assert_int_equal(sandbox_settles_retry(F.svc), 1);
 	unlock_db(db);
 	assert_int_equal(sandbox_settles_retry(F.svc), 0);
 	assert_int_equal(ledger_count("execution_id", row.id, "charge"), 1);
 	assert_int_equal(ledger_count("execution_id", row.id, "release"), 1);
 	/* settled: a second end changes nothing */
-	sandbox_execution_settle(F.svc, row.id, "failed", t + 9000, 400);
+	sandbox_execution_settle(F.svc, row.id, SANDBOX_EXECUTION_FAILED, t + 9000, 400);
 	assert_int_equal(sandbox_settles_retry(F.svc), 0);
 	assert_int_equal(ledger_count("execution_id", row.id, "charge"), 1);
 	assert_int_equal(store_ledger_check(F.svc->store, NULL, &err), 0);
