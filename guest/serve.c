@@ -649,6 +649,94 @@ static int exec_req_user(uint32_t id, const uint8_t *p, size_t len, struct exec_
 	return 0;
 }
 
+/* One field of an EXEC payload into r (n_req_env counts the request's
+ * env entries). 0; -1 after sending ERROR; -2 when out of memory (the
+ * caller sends the ERROR). */
+static int exec_req_field(uint32_t id, const struct wire_field *f, struct exec_req *r,
+			  size_t *n_req_env)
+{
+	switch (f->tag) {
+	case WIRE_T_COMMAND:
+		if (r->command || memchr(f->value, '\0', f->len)) {
+			guest_send_error(id, WIRE_ERR_BAD_REQUEST, "command",
+					 "command must be one string without NUL bytes");
+			return -1;
+		}
+		if (!(r->command = dup_bytes(f->value, f->len)))
+			return -2;
+		break;
+	case WIRE_T_CWD:
+		if (r->cwd || f->len == 0 || f->len >= PATH_MAX || f->value[0] != '/' ||
+		    memchr(f->value, '\0', f->len)) {
+			guest_send_error(id, WIRE_ERR_BAD_REQUEST, "cwd",
+					 "cwd must be an absolute path without NUL bytes");
+			return -1;
+		}
+		if (!(r->cwd = dup_bytes(f->value, f->len)))
+			return -2;
+		break;
+	case WIRE_T_ENV: {
+		size_t klen;
+
+		if (*n_req_env == ENV_MAX || memchr(f->value, '\0', f->len) ||
+		    !env_name_ok(f->value, f->len, &klen)) {
+			guest_send_error(id, WIRE_ERR_BAD_REQUEST, "env",
+					 "env entries must be KEY=VALUE with a POSIX name, no NUL");
+			return -1;
+		}
+		if (env_merge(r, f->value, f->len, klen) < 0)
+			return -2;
+		(*n_req_env)++;
+		break;
+	}
+	case WIRE_T_TIMEOUT_MS:
+	case WIRE_T_STDOUT_CAP:
+	case WIRE_T_STDERR_CAP: {
+		uint32_t v;
+		const char *param = f->tag == WIRE_T_TIMEOUT_MS	  ? "timeout_ms"
+				    : f->tag == WIRE_T_STDOUT_CAP ? "stdout_cap"
+								  : "stderr_cap";
+
+		if (wire_field_u32(f, &v) < 0 || (f->tag == WIRE_T_TIMEOUT_MS && v == 0)) {
+			guest_send_error(id, WIRE_ERR_BAD_REQUEST, param,
+					 "integer field has a bad length or value");
+			return -1;
+		}
+		if (f->tag == WIRE_T_TIMEOUT_MS)
+			r->timeout_ms = v;
+		else if (f->tag == WIRE_T_STDOUT_CAP)
+			r->out_cap = v;
+		else
+			r->err_cap = v;
+		break;
+	}
+	case WIRE_T_STREAM: {
+		uint32_t v;
+
+		if (wire_field_u32(f, &v) < 0) {
+			guest_send_error(id, WIRE_ERR_BAD_REQUEST, "stream",
+					 "integer field has a bad length or value");
+			return -1;
+		}
+		r->stream = v != 0;
+		break;
+	}
+	case WIRE_T_STDIN:
+		if (r->stdin_data) {
+			guest_send_error(id, WIRE_ERR_BAD_REQUEST, "stdin", "stdin given twice");
+			return -1;
+		}
+		if (!(r->stdin_data = malloc(f->len ? f->len : 1)))
+			return -2;
+		memcpy(r->stdin_data, f->value, f->len);
+		r->stdin_len = f->len;
+		break;
+	default:
+		break; /* unknown tags are skipped */
+	}
+	return 0;
+}
+
 /* Decode and validate an EXEC payload. 0, or -1 after sending ERROR. */
 static int exec_req_parse(uint32_t id, const uint8_t *p, size_t len, struct exec_req *r)
 {
@@ -674,87 +762,12 @@ static int exec_req_parse(uint32_t id, const uint8_t *p, size_t len, struct exec
 		goto err;
 	wire_reader_init(&rd, p, len);
 	while ((rc = wire_next(&rd, &f)) == 1) {
-		switch (f.tag) {
-		case WIRE_T_COMMAND:
-			if (r->command || memchr(f.value, '\0', f.len)) {
-				guest_send_error(id, WIRE_ERR_BAD_REQUEST, "command",
-						 "command must be one string without NUL bytes");
-				goto err;
-			}
-			if (!(r->command = dup_bytes(f.value, f.len)))
-				goto err_nomem;
-			break;
-		case WIRE_T_CWD:
-			if (r->cwd || f.len == 0 || f.len >= PATH_MAX || f.value[0] != '/' ||
-			    memchr(f.value, '\0', f.len)) {
-				guest_send_error(id, WIRE_ERR_BAD_REQUEST, "cwd",
-						 "cwd must be an absolute path without NUL bytes");
-				goto err;
-			}
-			if (!(r->cwd = dup_bytes(f.value, f.len)))
-				goto err_nomem;
-			break;
-		case WIRE_T_ENV: {
-			size_t klen;
+		int frc = exec_req_field(id, &f, r, &n_req_env);
 
-			if (n_req_env == ENV_MAX || memchr(f.value, '\0', f.len) ||
-			    !env_name_ok(f.value, f.len, &klen)) {
-				guest_send_error(
-				    id, WIRE_ERR_BAD_REQUEST, "env",
-				    "env entries must be KEY=VALUE with a POSIX name, no NUL");
-				goto err;
-			}
-			if (env_merge(r, f.value, f.len, klen) < 0)
-				goto err_nomem;
-			n_req_env++;
-			break;
-		}
-		case WIRE_T_TIMEOUT_MS:
-		case WIRE_T_STDOUT_CAP:
-		case WIRE_T_STDERR_CAP: {
-			uint32_t v;
-			const char *param = f.tag == WIRE_T_TIMEOUT_MS	 ? "timeout_ms"
-					    : f.tag == WIRE_T_STDOUT_CAP ? "stdout_cap"
-									 : "stderr_cap";
-
-			if (wire_field_u32(&f, &v) < 0 || (f.tag == WIRE_T_TIMEOUT_MS && v == 0)) {
-				guest_send_error(id, WIRE_ERR_BAD_REQUEST, param,
-						 "integer field has a bad length or value");
-				goto err;
-			}
-			if (f.tag == WIRE_T_TIMEOUT_MS)
-				r->timeout_ms = v;
-			else if (f.tag == WIRE_T_STDOUT_CAP)
-				r->out_cap = v;
-			else
-				r->err_cap = v;
-			break;
-		}
-		case WIRE_T_STREAM: {
-			uint32_t v;
-
-			if (wire_field_u32(&f, &v) < 0) {
-				guest_send_error(id, WIRE_ERR_BAD_REQUEST, "stream",
-						 "integer field has a bad length or value");
-				goto err;
-			}
-			r->stream = v != 0;
-			break;
-		}
-		case WIRE_T_STDIN:
-			if (r->stdin_data) {
-				guest_send_error(id, WIRE_ERR_BAD_REQUEST, "stdin",
-						 "stdin given twice");
-				goto err;
-			}
-			if (!(r->stdin_data = malloc(f.len ? f.len : 1)))
-				goto err_nomem;
-			memcpy(r->stdin_data, f.value, f.len);
-			r->stdin_len = f.len;
-			break;
-		default:
-			break; /* unknown tags are skipped */
-		}
+		if (frc == -2)
+			goto err_nomem;
+		if (frc < 0)
+			goto err;
 	}
 	if (rc < 0) {
 		guest_send_error(id, WIRE_ERR_BAD_REQUEST, NULL, "malformed exec payload");
@@ -1409,16 +1422,188 @@ enum pfd_kind { PK_SIG, PK_PORT, PK_OUT, PK_ERR, PK_ORPHAN, PK_FILE, PK_PROC };
 
 #define NOHOST_RECHECK_MS 500
 
-int guest_serve(int port_fd)
-{
-	static struct pollfd
-	    pfd[2 + 2 * EXEC_MAX + ORPHAN_MAX + FILES_POLL_MAX + 2 * WIRE_PROC_MAX];
-	static unsigned file_slot[FILES_POLL_MAX];
-	static unsigned proc_tags[2 * WIRE_PROC_MAX];
-	static struct {
+/* The poll set of one loop turn: who[i] says what pfd[i] is. */
+static struct {
+	struct pollfd pfd[2 + 2 * EXEC_MAX + ORPHAN_MAX + FILES_POLL_MAX + 2 * WIRE_PROC_MAX];
+	unsigned file_slot[FILES_POLL_MAX];
+	unsigned proc_tags[2 * WIRE_PROC_MAX];
+	struct {
 		enum pfd_kind kind;
 		unsigned idx;
-	} who[sizeof(pfd) / sizeof(pfd[0])];
+	} who[2 + 2 * EXEC_MAX + ORPHAN_MAX + FILES_POLL_MAX + 2 * WIRE_PROC_MAX];
+} P;
+
+/* Fill P with what to poll this turn; lower *next to the earliest
+ * deadline (execs', processes', the hostile kit's). Returns the count. */
+static nfds_t poll_build(bool backpressure, int64_t now, int64_t *next)
+{
+	nfds_t n = 0;
+	unsigned nf;
+
+	P.pfd[n] = (struct pollfd){.fd = S.sfd, .events = POLLIN};
+	P.who[n].kind = PK_SIG;
+	n++;
+	if (S.connected) {
+		short ev = backpressure || guest_hostile_deaf() ? 0 : POLLIN;
+
+		if (queue_size() > 0)
+			ev |= POLLOUT;
+		P.pfd[n] = (struct pollfd){.fd = S.port, .events = ev};
+		P.who[n].kind = PK_PORT;
+		n++;
+	}
+	for (unsigned i = 0; i < EXEC_MAX; i++) {
+		struct exec *e = &S.execs[i];
+
+		if (!e->used)
+			continue;
+		if (!e->reaped && (*next < 0 || e->deadline_ms < *next))
+			*next = e->deadline_ms;
+		if ((backpressure || e->paused) && !e->detached)
+			continue;
+		if (e->out.fd >= 0) {
+			P.pfd[n] = (struct pollfd){.fd = e->out.fd, .events = POLLIN};
+			P.who[n].kind = PK_OUT;
+			P.who[n].idx = i;
+			n++;
+		}
+		if (e->err.fd >= 0) {
+			P.pfd[n] = (struct pollfd){.fd = e->err.fd, .events = POLLIN};
+			P.who[n].kind = PK_ERR;
+			P.who[n].idx = i;
+			n++;
+		}
+	}
+	for (unsigned i = 0; i < S.n_orphans; i++) {
+		P.pfd[n] = (struct pollfd){.fd = S.orphans[i], .events = POLLIN};
+		P.who[n].kind = PK_ORPHAN;
+		P.who[n].idx = i;
+		n++;
+	}
+	nf = guest_files_pollfds(P.pfd + n, P.file_slot, FILES_POLL_MAX);
+	for (unsigned i = 0; i < nf; i++) {
+		P.who[n + i].kind = PK_FILE;
+		P.who[n + i].idx = P.file_slot[i];
+	}
+	n += nf;
+	{
+		unsigned k = guest_proc_pollfds(P.pfd + n, P.proc_tags, 2 * WIRE_PROC_MAX);
+		int64_t pnext = guest_proc_tick(now);
+
+		for (unsigned j = 0; j < k; j++) {
+			P.who[n + j].kind = PK_PROC;
+			P.who[n + j].idx = P.proc_tags[j];
+		}
+		n += k;
+		if (pnext >= 0 && (*next < 0 || pnext < *next))
+			*next = pnext;
+		pnext = guest_hostile_wake_ms();
+		if (pnext >= 0 && (*next < 0 || pnext < *next))
+			*next = pnext;
+	}
+	return n;
+}
+
+/* poll()'s timeout for the earliest deadline `next` (-1: none). */
+static int poll_timeout(int64_t next, int64_t now, bool more_files, bool backpressure)
+{
+	int timeout = next < 0		     ? -1
+		      : next <= now	     ? 0
+		      : next - now > INT_MAX ? INT_MAX
+					     : (int)(next - now);
+
+	/* While no host is connected, the connect is normally signalled by
+	 * SIGIO; a connect that lands between open() and F_SETOWN, or two
+	 * back to back, can go unsignalled and the guest would never say
+	 * HELLO. So also look again every NOHOST_RECHECK_MS (an idle
+	 * wake-up twice a second, only while nobody is connected). */
+	if (!S.connected && (timeout < 0 || timeout > NOHOST_RECHECK_MS))
+		timeout = NOHOST_RECHECK_MS;
+	if (more_files && !backpressure)
+		timeout = 0;
+	return timeout;
+}
+
+/* Hand each ready fd of P's first n to its owner. */
+static void poll_dispatch(nfds_t n)
+{
+	for (nfds_t i = 0; i < n; i++) {
+		short re = P.pfd[i].revents;
+
+		if (!re)
+			continue;
+		switch (P.who[i].kind) {
+		case PK_SIG:
+			signals_read();
+			break;
+		case PK_PORT:
+			if (!S.connected)
+				break;
+			if (re & POLLHUP) {
+				/* The state may have changed again since (a
+				 * SIGIO handled above): ask, do not assume. */
+				port_check();
+				break;
+			}
+			if (re & POLLIN)
+				port_read();
+			if (re & POLLOUT)
+				queue_flush();
+			break;
+		case PK_OUT:
+		case PK_ERR: {
+			struct exec *e = &S.execs[P.who[i].idx];
+
+			if (e->used)
+				stream_read(e, P.who[i].kind == PK_OUT ? &e->out : &e->err,
+					    READ_BUDGET);
+			break;
+		}
+		case PK_PROC:
+			guest_proc_ready(P.who[i].idx);
+			break;
+		case PK_ORPHAN:
+			if (!orphan_read(S.orphans[P.who[i].idx]))
+				S.orphans[P.who[i].idx] = -1;
+			break;
+		case PK_FILE:
+			guest_files_ready(P.who[i].idx);
+			break;
+		}
+	}
+}
+
+/* The end of a loop turn: compact closed orphans, kill the overdue execs,
+ * finish the reaped, write what the port takes. */
+static void turn_end(void)
+{
+	unsigned j = 0;
+	int64_t now;
+
+	for (unsigned i = 0; i < S.n_orphans; i++)
+		if (S.orphans[i] >= 0)
+			S.orphans[j++] = S.orphans[i];
+	S.n_orphans = j;
+
+	now = guest_mono_ms();
+	for (unsigned i = 0; i < EXEC_MAX; i++) {
+		struct exec *e = &S.execs[i];
+
+		if (!e->used)
+			continue;
+		if (!e->reaped && e->deadline_ms <= now) {
+			e->timed_out = true;
+			e->deadline_ms = now + KILL_RETRY_MS;
+			exec_kill(e);
+		}
+		if (e->reaped)
+			exec_finish(e);
+	}
+	queue_flush();
+}
+
+int guest_serve(int port_fd)
+{
 	unsigned poll_errors = 0;
 
 	S.port = port_fd;
@@ -1431,92 +1616,18 @@ int guest_serve(int port_fd)
 	port_check();
 
 	for (;;) {
-		nfds_t n = 0;
+		nfds_t n;
 		int64_t now = guest_mono_ms(), next = -1;
 		bool backpressure, more_files;
 		int timeout;
-		unsigned nf;
 
 		guest_hostile_tick();
 		more_files = S.connected && guest_files_pump();
 		backpressure = queue_size() > QUEUE_SOFT;
+		n = poll_build(backpressure, now, &next);
+		timeout = poll_timeout(next, now, more_files, backpressure);
 
-		pfd[n] = (struct pollfd){.fd = S.sfd, .events = POLLIN};
-		who[n].kind = PK_SIG;
-		n++;
-		if (S.connected) {
-			short ev = backpressure || guest_hostile_deaf() ? 0 : POLLIN;
-
-			if (queue_size() > 0)
-				ev |= POLLOUT;
-			pfd[n] = (struct pollfd){.fd = S.port, .events = ev};
-			who[n].kind = PK_PORT;
-			n++;
-		}
-		for (unsigned i = 0; i < EXEC_MAX; i++) {
-			struct exec *e = &S.execs[i];
-
-			if (!e->used)
-				continue;
-			if (!e->reaped && (next < 0 || e->deadline_ms < next))
-				next = e->deadline_ms;
-			if ((backpressure || e->paused) && !e->detached)
-				continue;
-			if (e->out.fd >= 0) {
-				pfd[n] = (struct pollfd){.fd = e->out.fd, .events = POLLIN};
-				who[n].kind = PK_OUT;
-				who[n].idx = i;
-				n++;
-			}
-			if (e->err.fd >= 0) {
-				pfd[n] = (struct pollfd){.fd = e->err.fd, .events = POLLIN};
-				who[n].kind = PK_ERR;
-				who[n].idx = i;
-				n++;
-			}
-		}
-		for (unsigned i = 0; i < S.n_orphans; i++) {
-			pfd[n] = (struct pollfd){.fd = S.orphans[i], .events = POLLIN};
-			who[n].kind = PK_ORPHAN;
-			who[n].idx = i;
-			n++;
-		}
-		nf = guest_files_pollfds(pfd + n, file_slot, FILES_POLL_MAX);
-		for (unsigned i = 0; i < nf; i++) {
-			who[n + i].kind = PK_FILE;
-			who[n + i].idx = file_slot[i];
-		}
-		n += nf;
-		{
-			unsigned k = guest_proc_pollfds(pfd + n, proc_tags, 2 * WIRE_PROC_MAX);
-			int64_t pnext = guest_proc_tick(now);
-
-			for (unsigned j = 0; j < k; j++) {
-				who[n + j].kind = PK_PROC;
-				who[n + j].idx = proc_tags[j];
-			}
-			n += k;
-			if (pnext >= 0 && (next < 0 || pnext < next))
-				next = pnext;
-			pnext = guest_hostile_wake_ms();
-			if (pnext >= 0 && (next < 0 || pnext < next))
-				next = pnext;
-		}
-		timeout = next < 0		 ? -1
-			  : next <= now		 ? 0
-			  : next - now > INT_MAX ? INT_MAX
-						 : (int)(next - now);
-		/* While no host is connected, the connect is normally signalled by
-		 * SIGIO; a connect that lands between open() and F_SETOWN, or two
-		 * back to back, can go unsignalled and the guest would never say
-		 * HELLO. So also look again every NOHOST_RECHECK_MS (an idle
-		 * wake-up twice a second, only while nobody is connected). */
-		if (!S.connected && (timeout < 0 || timeout > NOHOST_RECHECK_MS))
-			timeout = NOHOST_RECHECK_MS;
-		if (more_files && !backpressure)
-			timeout = 0;
-
-		if (poll(pfd, n, timeout) < 0) {
+		if (poll(P.pfd, n, timeout) < 0) {
 			if (errno == EINTR)
 				continue;
 			guest_log("poll: %s", strerror(errno));
@@ -1527,76 +1638,7 @@ int guest_serve(int port_fd)
 		poll_errors = 0;
 		if (!S.connected)
 			port_check();
-
-		for (nfds_t i = 0; i < n; i++) {
-			short re = pfd[i].revents;
-
-			if (!re)
-				continue;
-			switch (who[i].kind) {
-			case PK_SIG:
-				signals_read();
-				break;
-			case PK_PORT:
-				if (!S.connected)
-					break;
-				if (re & POLLHUP) {
-					/* The state may have changed again since (a
-					 * SIGIO handled above): ask, do not assume. */
-					port_check();
-					break;
-				}
-				if (re & POLLIN)
-					port_read();
-				if (re & POLLOUT)
-					queue_flush();
-				break;
-			case PK_OUT:
-			case PK_ERR: {
-				struct exec *e = &S.execs[who[i].idx];
-
-				if (e->used)
-					stream_read(e, who[i].kind == PK_OUT ? &e->out : &e->err,
-						    READ_BUDGET);
-				break;
-			}
-			case PK_PROC:
-				guest_proc_ready(who[i].idx);
-				break;
-			case PK_ORPHAN:
-				if (!orphan_read(S.orphans[who[i].idx]))
-					S.orphans[who[i].idx] = -1;
-				break;
-			case PK_FILE:
-				guest_files_ready(who[i].idx);
-				break;
-			}
-		}
-
-		/* compact closed orphans */
-		{
-			unsigned j = 0;
-
-			for (unsigned i = 0; i < S.n_orphans; i++)
-				if (S.orphans[i] >= 0)
-					S.orphans[j++] = S.orphans[i];
-			S.n_orphans = j;
-		}
-
-		now = guest_mono_ms();
-		for (unsigned i = 0; i < EXEC_MAX; i++) {
-			struct exec *e = &S.execs[i];
-
-			if (!e->used)
-				continue;
-			if (!e->reaped && e->deadline_ms <= now) {
-				e->timed_out = true;
-				e->deadline_ms = now + KILL_RETRY_MS;
-				exec_kill(e);
-			}
-			if (e->reaped)
-				exec_finish(e);
-		}
-		queue_flush();
+		poll_dispatch(n);
+		turn_end();
 	}
 }
