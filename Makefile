@@ -40,6 +40,8 @@ CLI_LIBS  = $(shell pkg-config --libs libcurl json-c libcrypto 2>/dev/null) -pth
 
 GUEST_SRCS := $(wildcard guest/*.c) agentless/wire.c
 GUEST_INIT := $(BUILD)/guest/sandboxd-init
+# The fuzz target links the guest without init.c (it has main()).
+GUEST_FUZZ_SRCS := $(filter-out guest/init.c,$(wildcard guest/*.c))
 
 UNIT_SRCS  := $(wildcard tests/unit/test_*.c)
 UNIT_BINS  := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
@@ -178,11 +180,11 @@ $(BUILD)/tests/test_contract: node_modules/.package-lock.json
 $(BUILD)/tests/test_sdk_typescript: node_modules/.package-lock.json
 # test_cli runs bin/sbx against the daemon.
 $(BUILD)/tests/test_cli: $(BIN)/sbx
-# The guest side is a static program of its own: link its serve.c in, built
+# The guest side is a static program of its own: link its files in, built
 # so that it decodes but starts nothing (SBX_GUEST_FUZZ).
-$(BUILD)/tests/fuzz_guest: tests/fuzz/fuzz_guest.c tests/fuzz/replay.c guest/serve.c guest/hostile.c guest/files.c guest/proc.c $(LIB)
+$(BUILD)/tests/fuzz_guest: tests/fuzz/fuzz_guest.c tests/fuzz/replay.c $(GUEST_FUZZ_SRCS) $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -DSBX_GUEST_FUZZ -o $@ $< tests/fuzz/replay.c guest/serve.c guest/hostile.c guest/files.c guest/proc.c \
+	$(CC) $(CFLAGS) -DSBX_GUEST_FUZZ -o $@ $< tests/fuzz/replay.c $(GUEST_FUZZ_SRCS) \
 		$(LIB) $(LDLIBS)
 $(BUILD)/tests/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(LIB)
 	@mkdir -p $(dir $@)

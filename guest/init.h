@@ -2,7 +2,7 @@
  *
  * init.c brings the guest up (mounts, virtio modules, the exec port) and
  * hands the port to serve.c, which runs the exec protocol of wire.h for the
- * guest's whole life. Static, libc only; single-threaded.
+ * guest's whole life; spawn.c starts its commands. Static, libc only; single-threaded.
  *
  * Initramfs layout it expects (images/build-tiny.sh builds it):
  *   /init                         this program
@@ -28,7 +28,7 @@ void guest_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int64_t guest_mono_ms(void);
 int64_t guest_boot_ms(void);
 
-/* Look `name` up in the guest's /etc/passwd: uid, gid, home (serve.c).
+/* Look `name` up in the guest's /etc/passwd: uid, gid, home (spawn.c).
  * 0, or -1 when there is no such user. */
 #include <sys/types.h>
 int guest_passwd_lookup(const char *name, uid_t *uid, gid_t *gid, char *home, size_t home_len);
@@ -42,7 +42,7 @@ void guest_send_error(uint32_t id, uint32_t kind, const char *param, const char 
  * itself cannot run (signalfd or poll failing for good): returns -1. */
 int guest_serve(int port_fd);
 
-/* A command started by guest_spawn() (serve.c) for an EXEC or a
+/* A command started by guest_spawn() (spawn.c) for an EXEC or a
  * background process (proc.c). */
 #include <stdbool.h>
 #include <stddef.h>
@@ -57,6 +57,14 @@ struct guest_child {
 	bool stream;
 };
 int guest_spawn(uint32_t id, const uint8_t *p, size_t len, bool stdin_pipe, struct guest_child *c);
+/* SIGKILL a command's cgroup (a guest_child's cgroup, "" for none) and,
+ * when pid > 1, its session's process group and pid (spawn.c). */
+void guest_cgroup_kill(const char *cgroup, pid_t pid);
+/* Remove a command's cgroup ("" for none) once it ended; one still in use
+ * by a background process is retried by guest_cgroup_linger_retry(),
+ * which serve.c calls after each reap. */
+void guest_cgroup_release(const char *cgroup);
+void guest_cgroup_linger_retry(void);
 /* Queue one frame to the host (dropped while none is connected). */
 void guest_frame_send(uint8_t type, uint32_t id, const void *payload, size_t len);
 

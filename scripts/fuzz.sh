@@ -14,7 +14,7 @@ lib_srcs=$(ls util/*.c agentless/agentless.c agentless/wire.c vmm/*.c store/*.c 
 for src in tests/fuzz/fuzz_*.c; do
 	name=$(basename "$src" .c); name=${name#fuzz_}
 	extra=""
-	[ "$name" = guest ] && extra="-DSBX_GUEST_FUZZ guest/serve.c"
+	[ "$name" = guest ] && extra="-DSBX_GUEST_FUZZ $(ls guest/*.c | grep -v '^guest/init.c$' | tr '\n' ' ')"
 	echo "fuzz: building $name"
 	# shellcheck disable=SC2086
 	clang $cflags -o "$out/fuzz_$name" "$src" $extra $lib_srcs $libs

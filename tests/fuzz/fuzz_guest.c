@@ -1,6 +1,6 @@
 /* Fuzz target: the guest init's side of the channel. Arbitrary bytes from
  * a (hostile or broken) host go through the guest's frame reassembly and
- * EXEC payload decoding (guest/serve.c built with
+ * EXEC payload decoding (guest/serve.c and guest/spawn.c built with
  * SBX_GUEST_FUZZ, which starts no process and writes nothing). */
 #include <stddef.h>
 #include <stdint.h>
