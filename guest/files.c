@@ -8,91 +8,37 @@
  * only while the host's credit (FILE_ACK + WIRE_FILE_WINDOW) and the
  * outbound queue allow, so neither side holds more than a window. Trees go
  * through `tar` as a child process (the image's busybox or GNU tar) whose
- * stdin or stdout is the transfer; `rm -rf` deletes a tree the same way.
+ * stdin or stdout is the transfer; `rm -rf` deletes a tree the same way
+ * (tree.c, with LIST; files-priv.h is what the two share).
  * Nothing here blocks on the host; the file system calls are ordinary
  * blocking ones, as for any PID 1.
  */
 #include "guest/init.h"
 #include "agentless/wire.h"
+#include "guest/files-priv.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define FILES_MAX   64
-#define PUMP_BUDGET (1u << 20) /* bytes read per download per loop turn */
-#define ERRTEXT_MAX 160
-
 enum role { ROLE_PIPE = 0 };
 
-struct gxfer {
-	bool used;
-	uint32_t id;
-	uint32_t op;
-	int fd;	      /* PUT: the temporary file; GET: the file */
-	int pipe_fd;  /* TAR_PUT: tar's stdin; TAR_GET: tar's stdout */
-	int err_fd;   /* a helper's stderr (memfd) */
-	pid_t pid;    /* helper (tar, rm), 0 if none */
-	bool reaped;  /* the helper exited */
-	int status;   /* its wait status */
-	bool failed;  /* PUT/TAR_PUT: bytes are read and dropped until END */
-	bool end_got; /* FILE_END arrived */
-	uint64_t end_size;
-	uint64_t got;	   /* upload: data bytes consumed */
-	uint64_t ack_sent; /* upload: last FILE_ACK sent */
-	uint64_t sent;	   /* download: data bytes sent */
-	uint64_t acked;	   /* download: the host's FILE_ACK */
-	uint64_t left;	   /* GET: bytes still to send */
-	bool eof;	   /* TAR_GET: tar's stdout ended */
-	uint8_t *pend;	   /* TAR_PUT: bytes tar has not taken yet */
-	size_t pend_len;
-	uint32_t mode;
-	bool as_user;
-	uid_t uid;
-	gid_t gid;
-	char path[PATH_MAX];
-	char tmp[PATH_MAX];
-};
-
-static struct {
-	struct gxfer x[FILES_MAX];
-	guest_send_fn send;
-	size_t (*queue_size)(void);
-	size_t queue_soft;
-	uint8_t buf[WIRE_MAX_CHUNK];
-} F;
-
-struct file_req {
-	uint32_t op;
-	char path[PATH_MAX];
-	uint32_t mode;
-	bool has_mode;
-	char user[64];
-	uint64_t offset, length;
-	bool has_length;
-	bool recursive, gzip;
-	uint32_t limit;
-	char after[256]; /* LIST: only names after this one (byte order) */
-	bool has_after;
-};
+struct files_state files;
 
 /* ------------------------------------------------------------- replies */
 
 /* ERROR for an errno of a file system call on the request's path. */
-static void send_errno(uint32_t id, int e, const char *what)
+void files_send_errno(uint32_t id, int e, const char *what)
 {
 	char msg[ERRTEXT_MAX];
 
@@ -121,7 +67,7 @@ static void send_errno(uint32_t id, int e, const char *what)
 	}
 }
 
-static void send_done(const struct gxfer *x, uint64_t size, bool truncated)
+void files_send_done(const struct gxfer *x, uint64_t size, bool truncated)
 {
 	uint8_t b[64];
 	struct wire_writer w;
@@ -132,7 +78,7 @@ static void send_done(const struct gxfer *x, uint64_t size, bool truncated)
 		wire_put_u32(&w, WIRE_T_MODE, x->mode);
 	if (truncated)
 		wire_put_u32(&w, WIRE_T_TRUNCATED, 1);
-	F.send(WIRE_FILE_DONE, x->id, w.buf, w.len);
+	files.send(WIRE_FILE_DONE, x->id, w.buf, w.len);
 }
 
 static void send_ack(struct gxfer *x)
@@ -142,7 +88,7 @@ static void send_ack(struct gxfer *x)
 
 	wire_writer_init(&w, b, sizeof(b));
 	wire_put_u64(&w, WIRE_T_ACKED, x->got);
-	F.send(WIRE_FILE_ACK, x->id, w.buf, w.len);
+	files.send(WIRE_FILE_ACK, x->id, w.buf, w.len);
 	x->ack_sent = x->got;
 }
 
@@ -151,15 +97,15 @@ static void send_ack(struct gxfer *x)
 static struct gxfer *xfer_find(uint32_t id)
 {
 	for (unsigned i = 0; i < FILES_MAX; i++)
-		if (F.x[i].used && F.x[i].id == id)
-			return &F.x[i];
+		if (files.x[i].used && files.x[i].id == id)
+			return &files.x[i];
 	return NULL;
 }
 
 static struct gxfer *xfer_new(uint32_t id, uint32_t op)
 {
 	for (unsigned i = 0; i < FILES_MAX; i++) {
-		struct gxfer *x = &F.x[i];
+		struct gxfer *x = &files.x[i];
 
 		if (!x->used) {
 			memset(x, 0, sizeof(*x));
@@ -173,7 +119,7 @@ static struct gxfer *xfer_new(uint32_t id, uint32_t op)
 	return NULL;
 }
 
-static void close_fd(int *fd)
+void files_close_fd(int *fd)
 {
 	if (*fd >= 0)
 		close(*fd);
@@ -182,11 +128,11 @@ static void close_fd(int *fd)
 
 /* Free a slot: close everything, remove a partial upload, kill a helper
  * that still runs (it is reaped by serve.c's waitpid loop). */
-static void xfer_drop(struct gxfer *x)
+void files_xfer_drop(struct gxfer *x)
 {
-	close_fd(&x->fd);
-	close_fd(&x->pipe_fd);
-	close_fd(&x->err_fd);
+	files_close_fd(&x->fd);
+	files_close_fd(&x->pipe_fd);
+	files_close_fd(&x->err_fd);
 	if (x->tmp[0])
 		unlink(x->tmp);
 	if (x->pid > 0 && !x->reaped) {
@@ -292,7 +238,7 @@ static int req_parse(uint32_t id, const uint8_t *p, size_t len, struct file_req 
 
 /* mkdir -p of the parents of `path` (or of path itself with `self`); the
  * directories it creates belong to the user. 0, or -1 with errno. */
-static int make_parents(const char *path, const struct gxfer *x, bool self)
+int files_make_parents(const char *path, const struct gxfer *x, bool self)
 {
 	char p[PATH_MAX];
 	size_t n = strlen(path);
@@ -353,8 +299,8 @@ static void put_open(struct gxfer *x, const struct file_req *r)
 		guest_send_error(x->id, WIRE_ERR_BAD_REQUEST, "path", "path must name a file");
 		goto drop;
 	}
-	if (make_parents(r->path, x, false) < 0) {
-		send_errno(x->id, errno, "cannot create the parent directories");
+	if (files_make_parents(r->path, x, false) < 0) {
+		files_send_errno(x->id, errno, "cannot create the parent directories");
 		goto drop;
 	}
 	if (stat(r->path, &st) == 0 && S_ISDIR(st.st_mode)) {
@@ -371,14 +317,14 @@ static void put_open(struct gxfer *x, const struct file_req *r)
 	x->fd = mkostemp(x->tmp, O_CLOEXEC);
 	if (x->fd < 0) {
 		x->tmp[0] = '\0';
-		send_errno(x->id, errno, "cannot create the file");
+		files_send_errno(x->id, errno, "cannot create the file");
 		goto drop;
 	}
 	snprintf(x->path, sizeof(x->path), "%s", r->path);
 	x->mode = r->mode;
 	return;
 drop:
-	xfer_drop(x);
+	files_xfer_drop(x);
 }
 
 static int write_all(int fd, const uint8_t *p, size_t len)
@@ -400,8 +346,8 @@ static void put_data(struct gxfer *x, const uint8_t *p, size_t len)
 {
 	x->got += len;
 	if (write_all(x->fd, p, len) < 0) {
-		send_errno(x->id, errno, "cannot write the file");
-		xfer_drop(x);
+		files_send_errno(x->id, errno, "cannot write the file");
+		files_xfer_drop(x);
 	}
 }
 
@@ -413,7 +359,7 @@ static void put_end(struct gxfer *x)
 		goto drop;
 	}
 	if (fchmod(x->fd, x->mode) < 0 || (x->as_user && fchown(x->fd, x->uid, x->gid) < 0)) {
-		send_errno(x->id, errno, "cannot set the file's mode or owner");
+		files_send_errno(x->id, errno, "cannot set the file's mode or owner");
 		goto drop;
 	}
 	/* No fsync: a sandbox's disk does not outlive a guest crash, and a
@@ -422,23 +368,23 @@ static void put_end(struct gxfer *x)
 	 * is still checked for file systems that report it late. */
 	if (close(x->fd) < 0) {
 		x->fd = -1;
-		send_errno(x->id, errno, "cannot write the file");
+		files_send_errno(x->id, errno, "cannot write the file");
 		goto drop;
 	}
 	x->fd = -1;
 	if (rename(x->tmp, x->path) < 0) {
-		send_errno(x->id, errno, "cannot move the file into place");
+		files_send_errno(x->id, errno, "cannot move the file into place");
 		goto drop;
 	}
 	x->tmp[0] = '\0';
-	send_done(x, x->got, false);
+	files_send_done(x, x->got, false);
 drop:
-	xfer_drop(x);
+	files_xfer_drop(x);
 }
 
 /* ---------------------------------------------------------------- GET */
 
-static void send_meta(struct gxfer *x, const struct stat *st, bool with_size, uint64_t size)
+void files_send_meta(struct gxfer *x, const struct stat *st, bool with_size, uint64_t size)
 {
 	uint8_t b[96];
 	struct wire_writer w;
@@ -449,7 +395,7 @@ static void send_meta(struct gxfer *x, const struct stat *st, bool with_size, ui
 	wire_put_u64(&w, WIRE_T_TOTAL, (uint64_t)st->st_size);
 	wire_put_u32(&w, WIRE_T_MODE, st->st_mode & 07777);
 	wire_put_u64(&w, WIRE_T_MTIME_S, st->st_mtime < 0 ? 0 : (uint64_t)st->st_mtime);
-	F.send(WIRE_FILE_META, x->id, w.buf, w.len);
+	files.send(WIRE_FILE_META, x->id, w.buf, w.len);
 }
 
 /* What a path that is not a regular file is, for NOT_REGULAR (the host
@@ -498,11 +444,11 @@ static void get_open(struct gxfer *x, const struct file_req *r)
 	/* O_NONBLOCK: a FIFO must not hang PID 1 in open() */
 	x->fd = open(r->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	if (x->fd < 0) {
-		send_errno(x->id, errno, "cannot open the file");
+		files_send_errno(x->id, errno, "cannot open the file");
 		goto drop;
 	}
 	if (fstat(x->fd, &st) < 0) {
-		send_errno(x->id, errno, "cannot stat the file");
+		files_send_errno(x->id, errno, "cannot stat the file");
 		goto drop;
 	}
 	if (S_ISDIR(st.st_mode)) {
@@ -527,25 +473,25 @@ static void get_open(struct gxfer *x, const struct file_req *r)
 	if (r->has_length && r->length < x->left)
 		x->left = r->length;
 	if (r->offset && lseek(x->fd, (off_t)r->offset, SEEK_SET) < 0) {
-		send_errno(x->id, errno, "cannot seek");
+		files_send_errno(x->id, errno, "cannot seek");
 		goto drop;
 	}
-	send_meta(x, &st, true, x->left);
+	files_send_meta(x, &st, true, x->left);
 	return;
 drop:
-	xfer_drop(x);
+	files_xfer_drop(x);
 }
 
-static uint64_t credit(const struct gxfer *x)
+uint64_t files_credit(const struct gxfer *x)
 {
 	uint64_t lim = x->acked + WIRE_FILE_WINDOW;
 
 	return lim > x->sent ? lim - x->sent : 0;
 }
 
-static bool queue_room(void)
+bool files_queue_room(void)
 {
-	return F.queue_size() < F.queue_soft;
+	return files.queue_size() < files.queue_soft;
 }
 
 /* Send what credit and queue allow; true when more could go at once. */
@@ -553,8 +499,8 @@ static bool get_pump(struct gxfer *x)
 {
 	size_t done = 0;
 
-	while (x->left > 0 && credit(x) > 0 && queue_room()) {
-		size_t want = sizeof(F.buf);
+	while (x->left > 0 && files_credit(x) > 0 && files_queue_room()) {
+		size_t want = sizeof(files.buf);
 		ssize_t n;
 
 		if (done >= PUMP_BUDGET)
@@ -564,362 +510,41 @@ static bool get_pump(struct gxfer *x)
 				return false;
 			want = 1;
 		}
-		if (want > credit(x))
-			want = (size_t)credit(x);
+		if (want > files_credit(x))
+			want = (size_t)files_credit(x);
 		if (want > x->left)
 			want = (size_t)x->left;
-		n = read(x->fd, F.buf, want);
+		n = read(x->fd, files.buf, want);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0) {
 			/* the file shrank under us or failed: the host gets
 			 * fewer bytes than META said and fails the download */
-			send_errno(x->id, n == 0 ? EIO : errno, "cannot read the file");
-			xfer_drop(x);
+			files_send_errno(x->id, n == 0 ? EIO : errno, "cannot read the file");
+			files_xfer_drop(x);
 			return false;
 		}
-		F.send(WIRE_FILE_DATA, x->id, F.buf, (size_t)n);
+		files.send(WIRE_FILE_DATA, x->id, files.buf, (size_t)n);
 		x->sent += (uint64_t)n;
 		x->left -= (uint64_t)n;
 		done += (size_t)n;
 	}
 	if (x->left == 0) {
-		send_done(x, x->sent, false);
-		xfer_drop(x);
+		files_send_done(x, x->sent, false);
+		files_xfer_drop(x);
 	}
 	return false;
-}
-
-/* --------------------------------------------------------------- LIST */
-
-static uint32_t ftype(mode_t m)
-{
-	return S_ISREG(m)   ? WIRE_FTYPE_FILE
-	       : S_ISDIR(m) ? WIRE_FTYPE_DIR
-	       : S_ISLNK(m) ? WIRE_FTYPE_SYMLINK
-			    : WIRE_FTYPE_OTHER;
-}
-
-/* Keep the `cap` smallest names seen (sorted, byte order) in sel[0..*n):
- * a page of a directory of any size in bounded memory. 0, or -1 (out of
- * memory). */
-static int page_keep(char **sel, uint32_t *n, uint32_t cap, const char *name)
-{
-	uint32_t lo = 0, hi = *n;
-	char *dup;
-
-	if (*n == cap && strcmp(name, sel[*n - 1]) >= 0)
-		return 0;
-	while (lo < hi) {
-		uint32_t mid = lo + (hi - lo) / 2;
-
-		if (strcmp(sel[mid], name) < 0)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	if (!(dup = strdup(name)))
-		return -1;
-	if (*n == cap)
-		free(sel[--*n]);
-	memmove(&sel[lo + 1], &sel[lo], (*n - lo) * sizeof(*sel));
-	sel[lo] = dup;
-	++*n;
-	return 0;
-}
-
-/* One page: the first `limit` names after r->after in byte order, and
- * TRUNCATED when more follow (docs/api.md "Files": limit and cursor). */
-static void list_run(struct gxfer *x, const struct file_req *r)
-{
-	DIR *d = opendir(r->path);
-	struct dirent *de;
-	uint32_t n = 0, sent = 0, cap = r->limit + 1;
-	char **sel = NULL;
-
-	if (!d) {
-		send_errno(x->id, errno, "cannot open the directory");
-		goto drop;
-	}
-	sel = calloc(cap, sizeof(*sel));
-	if (!sel) {
-		send_errno(x->id, ENOMEM, "cannot list the directory");
-		goto out;
-	}
-	while ((de = readdir(d))) {
-		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-			continue;
-		if (r->has_after && strcmp(de->d_name, r->after) <= 0)
-			continue;
-		if (page_keep(sel, &n, cap, de->d_name) < 0) {
-			send_errno(x->id, ENOMEM, "cannot list the directory");
-			goto out;
-		}
-	}
-	for (uint32_t i = 0; i < n && i < r->limit; i++) {
-		uint8_t b[512];
-		struct wire_writer w;
-		struct stat st;
-
-		if (fstatat(dirfd(d), sel[i], &st, AT_SYMLINK_NOFOLLOW) < 0)
-			continue;
-		wire_writer_init(&w, b, sizeof(b));
-		wire_put_str(&w, WIRE_T_NAME, sel[i]);
-		wire_put_u32(&w, WIRE_T_FILE_TYPE, ftype(st.st_mode));
-		wire_put_u64(&w, WIRE_T_SIZE, (uint64_t)st.st_size);
-		wire_put_u32(&w, WIRE_T_MODE, st.st_mode & 07777);
-		wire_put_u64(&w, WIRE_T_MTIME_S, st.st_mtime < 0 ? 0 : (uint64_t)st.st_mtime);
-		if (w.overflow)
-			continue;
-		F.send(WIRE_FILE_ENTRY, x->id, w.buf, w.len);
-		sent++;
-	}
-	send_done(x, sent, n > r->limit);
-out:
-	for (uint32_t i = 0; sel && i < n; i++)
-		free(sel[i]);
-	free(sel);
-	closedir(d);
-drop:
-	xfer_drop(x);
-}
-
-/* ------------------------------------------------------------- helpers */
-
-/* Run `sh -c script sh arg` as a helper: stdin/stdout are `in`/`out` (-1 =
- * /dev/null), stderr a memfd kept in x->err_fd. 0 or -1. */
-static int helper_spawn(struct gxfer *x, const char *script, const char *arg, int in, int out,
-			bool as_user)
-{
-	static char *const envp[] = {
-	    "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8",
-	    NULL};
-	char *argv[] = {"sh", "-c", (char *)script, "sh", (char *)arg, NULL};
-	pid_t pid;
-
-	x->err_fd = memfd_create("sandboxd-helper-err", MFD_CLOEXEC);
-	if (x->err_fd < 0)
-		return -1;
-	pid = fork();
-	if (pid < 0)
-		return -1;
-	if (pid == 0) {
-		sigset_t none;
-		int null = open("/dev/null", O_RDWR);
-
-		sigemptyset(&none);
-		for (int sig = 1; sig < NSIG; sig++)
-			if (sig != SIGKILL && sig != SIGSTOP)
-				signal(sig, SIG_DFL);
-		sigprocmask(SIG_SETMASK, &none, NULL);
-		setsid();
-		if (null < 0 || dup2(in >= 0 ? in : null, 0) < 0 ||
-		    dup2(out >= 0 ? out : null, 1) < 0 || dup2(x->err_fd, 2) < 0)
-			_exit(126);
-		if (as_user && x->as_user &&
-		    (setgroups(1, &x->gid) < 0 || setgid(x->gid) < 0 || setuid(x->uid) < 0))
-			_exit(126);
-		execve("/bin/sh", argv, envp);
-		_exit(127);
-	}
-	x->pid = pid;
-	return 0;
-}
-
-/* The helper's stderr, first line, printable, into msg. */
-static void helper_errtext(struct gxfer *x, char *msg, size_t cap)
-{
-	ssize_t n = x->err_fd >= 0 ? pread(x->err_fd, msg, cap - 1, 0) : -1;
-
-	if (n <= 0) {
-		snprintf(msg, cap, "exit status %d",
-			 WIFEXITED(x->status) ? WEXITSTATUS(x->status) : 128 + WTERMSIG(x->status));
-		return;
-	}
-	msg[n] = '\0';
-	msg[strcspn(msg, "\n")] = '\0';
-}
-
-/* The helper exited and its streams are done: answer. */
-static void helper_finish(struct gxfer *x)
-{
-	char msg[ERRTEXT_MAX];
-
-	if (WIFEXITED(x->status) && WEXITSTATUS(x->status) == 0) {
-		send_done(x, x->op == WIRE_FILE_OP_TAR_GET ? x->sent : x->got, false);
-	} else {
-		helper_errtext(x, msg, sizeof(msg));
-		guest_send_error(x->id, strstr(msg, "No space") ? WIRE_ERR_NO_SPACE : WIRE_ERR_IO,
-				 NULL, msg);
-	}
-	xfer_drop(x);
-}
-
-static void tree_open(struct gxfer *x, const struct file_req *r)
-{
-	int fds[2] = {-1, -1};
-	struct stat st;
-	bool put = x->op == WIRE_FILE_OP_TAR_PUT;
-	const char *script =
-	    /* -o: the files are the extracting user's (as root too), not
-	     * the archive's owners (GNU and busybox tar alike) */
-	    put ? (r->gzip ? "exec tar -x -o -z -f - -C \"$1\"" : "exec tar -x -o -f - -C \"$1\"")
-		: (r->gzip ? "exec tar -c -z -f - -C \"$1\" ." : "exec tar -c -f - -C \"$1\" .");
-
-	if (put && make_parents(r->path, x, true) < 0) {
-		send_errno(x->id, errno, "cannot create the directory");
-		goto drop;
-	}
-	if (stat(r->path, &st) < 0) {
-		send_errno(x->id, errno, "cannot open the directory");
-		goto drop;
-	}
-	if (!S_ISDIR(st.st_mode)) {
-		guest_send_error(x->id, WIRE_ERR_NOT_DIR, "path", "path is not a directory");
-		goto drop;
-	}
-	if (pipe2(fds, O_CLOEXEC) < 0)
-		goto err;
-	if (helper_spawn(x, script, r->path, put ? fds[0] : -1, put ? -1 : fds[1], put) < 0)
-		goto err;
-	close(put ? fds[0] : fds[1]);
-	x->pipe_fd = put ? fds[1] : fds[0];
-	fcntl(x->pipe_fd, F_SETFL, fcntl(x->pipe_fd, F_GETFL) | O_NONBLOCK);
-	if (!put)
-		send_meta(x, &st, false, 0);
-	return;
-err:
-	send_errno(x->id, errno, "cannot start tar");
-	if (fds[0] >= 0)
-		close(fds[0]);
-	if (fds[1] >= 0)
-		close(fds[1]);
-drop:
-	xfer_drop(x);
-}
-
-/* TAR_PUT: move pending bytes into tar's stdin. */
-static void tar_put_flush(struct gxfer *x)
-{
-	while (x->pend_len > 0 && x->pipe_fd >= 0) {
-		ssize_t n = write(x->pipe_fd, x->pend, x->pend_len);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && errno == EAGAIN)
-			return;
-		if (n <= 0) { /* tar closed its stdin: drop the rest */
-			close_fd(&x->pipe_fd);
-			x->got += x->pend_len;
-			x->pend_len = 0;
-			break;
-		}
-		memmove(x->pend, x->pend + n, x->pend_len - (size_t)n);
-		x->pend_len -= (size_t)n;
-		x->got += (uint64_t)n;
-	}
-	if (x->pend_len == 0 && x->end_got)
-		close_fd(&x->pipe_fd); /* EOF for tar */
-}
-
-static void tar_put_data(struct gxfer *x, const uint8_t *p, size_t len)
-{
-	if (x->pipe_fd < 0) {
-		x->got += len; /* tar is gone: read and drop */
-		return;
-	}
-	if (x->pend_len + len > WIRE_FILE_WINDOW + WIRE_MAX_CHUNK) {
-		guest_send_error(x->id, WIRE_ERR_BAD_REQUEST, NULL,
-				 "the host sent past its credit");
-		xfer_drop(x);
-		return;
-	}
-	if (!x->pend && !(x->pend = malloc(WIRE_FILE_WINDOW + WIRE_MAX_CHUNK))) {
-		guest_send_error(x->id, WIRE_ERR_IO, NULL, "guest out of memory");
-		xfer_drop(x);
-		return;
-	}
-	memcpy(x->pend + x->pend_len, p, len);
-	x->pend_len += len;
-	tar_put_flush(x);
-}
-
-/* TAR_GET: read tar's stdout within credit. */
-static void tar_get_read(struct gxfer *x)
-{
-	size_t done = 0;
-
-	while (x->pipe_fd >= 0 && credit(x) > 0 && queue_room() && done < PUMP_BUDGET) {
-		size_t want = sizeof(F.buf);
-		ssize_t n;
-
-		if (want > credit(x))
-			want = (size_t)credit(x);
-		n = read(x->pipe_fd, F.buf, want);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && errno == EAGAIN)
-			return;
-		if (n <= 0) {
-			close_fd(&x->pipe_fd);
-			x->eof = true;
-			break;
-		}
-		F.send(WIRE_FILE_DATA, x->id, F.buf, (size_t)n);
-		x->sent += (uint64_t)n;
-		done += (size_t)n;
-	}
-}
-
-/* ------------------------------------------------------------- DELETE */
-
-static void delete_run(struct gxfer *x, const struct file_req *r)
-{
-	struct stat st;
-
-	if (strcmp(r->path, "/") == 0) {
-		guest_send_error(x->id, WIRE_ERR_BAD_REQUEST, "path",
-				 "the root directory cannot be deleted");
-		goto drop;
-	}
-	if (lstat(r->path, &st) < 0) {
-		send_errno(x->id, errno, "cannot delete");
-		goto drop;
-	}
-	if (!S_ISDIR(st.st_mode)) {
-		if (unlink(r->path) < 0) {
-			send_errno(x->id, errno, "cannot delete");
-			goto drop;
-		}
-		send_done(x, 0, false);
-		goto drop;
-	}
-	if (!r->recursive) {
-		if (rmdir(r->path) < 0) {
-			send_errno(x->id, errno, "cannot delete the directory");
-			goto drop;
-		}
-		send_done(x, 0, false);
-		goto drop;
-	}
-	if (helper_spawn(x, "exec rm -rf -- \"$1\"", r->path, -1, -1, false) < 0) {
-		send_errno(x->id, errno, "cannot start rm");
-		goto drop;
-	}
-	return; /* answered when rm exits */
-drop:
-	xfer_drop(x);
 }
 
 /* ------------------------------------------------------------- public */
 
 void guest_files_init(guest_send_fn send, size_t (*queue_size)(void), size_t queue_soft)
 {
-	F.send = send;
-	F.queue_size = queue_size;
-	F.queue_soft = queue_soft;
+	files.send = send;
+	files.queue_size = queue_size;
+	files.queue_soft = queue_soft;
 	for (unsigned i = 0; i < FILES_MAX; i++)
-		F.x[i].fd = F.x[i].pipe_fd = F.x[i].err_fd = -1;
+		files.x[i].fd = files.x[i].pipe_fd = files.x[i].err_fd = -1;
 }
 
 static void file_open(uint32_t id, const uint8_t *p, size_t len)
@@ -941,11 +566,11 @@ static void file_open(uint32_t id, const uint8_t *p, size_t len)
 		return;
 	}
 	if (user_lookup(id, &r, x) < 0) {
-		xfer_drop(x);
+		files_xfer_drop(x);
 		return;
 	}
 #ifdef SBX_GUEST_FUZZ
-	xfer_drop(x); /* the fuzzer checks decoding only: touch no file */
+	files_xfer_drop(x); /* the fuzzer checks decoding only: touch no file */
 	return;
 #endif
 	switch (r.op) {
@@ -956,13 +581,13 @@ static void file_open(uint32_t id, const uint8_t *p, size_t len)
 		get_open(x, &r);
 		break;
 	case WIRE_FILE_OP_LIST:
-		list_run(x, &r);
+		files_list_run(x, &r);
 		break;
 	case WIRE_FILE_OP_DELETE:
-		delete_run(x, &r);
+		files_delete_run(x, &r);
 		break;
 	default:
-		tree_open(x, &r);
+		files_tree_open(x, &r);
 		break;
 	}
 }
@@ -998,7 +623,7 @@ void guest_files_frame(uint8_t type, uint32_t id, const uint8_t *p, size_t len)
 		if (x->op == WIRE_FILE_OP_PUT)
 			put_data(x, p, len);
 		else if (x->op == WIRE_FILE_OP_TAR_PUT)
-			tar_put_data(x, p, len);
+			files_tar_put_data(x, p, len);
 		break;
 	case WIRE_FILE_END:
 		if (x->end_got || !field_u64(p, len, WIRE_T_SIZE, &v))
@@ -1008,14 +633,14 @@ void guest_files_frame(uint8_t type, uint32_t id, const uint8_t *p, size_t len)
 		if (x->op == WIRE_FILE_OP_PUT)
 			put_end(x);
 		else if (x->op == WIRE_FILE_OP_TAR_PUT)
-			tar_put_flush(x);
+			files_tar_put_flush(x);
 		break;
 	case WIRE_FILE_ACK:
 		if (field_u64(p, len, WIRE_T_ACKED, &v) && v > x->acked && v <= x->sent)
 			x->acked = v;
 		break;
 	case WIRE_FILE_ABORT:
-		xfer_drop(x);
+		files_xfer_drop(x);
 		break;
 	default:
 		break;
@@ -1025,7 +650,7 @@ void guest_files_frame(uint8_t type, uint32_t id, const uint8_t *p, size_t len)
 void guest_files_acks(void)
 {
 	for (unsigned i = 0; i < FILES_MAX; i++) {
-		struct gxfer *x = &F.x[i];
+		struct gxfer *x = &files.x[i];
 
 		if (x->used && x->got > x->ack_sent)
 			send_ack(x);
@@ -1037,7 +662,7 @@ bool guest_files_pump(void)
 	bool more = false;
 
 	for (unsigned i = 0; i < FILES_MAX; i++) {
-		struct gxfer *x = &F.x[i];
+		struct gxfer *x = &files.x[i];
 
 		if (!x->used)
 			continue;
@@ -1050,7 +675,7 @@ bool guest_files_pump(void)
 			 * failed); a tar stream once all of it was sent */
 			if (x->op == WIRE_FILE_OP_TAR_PUT ? !ok || (x->end_got && x->pend_len == 0)
 							  : x->pipe_fd < 0)
-				helper_finish(x);
+				files_helper_finish(x);
 		}
 	}
 	guest_files_acks();
@@ -1062,14 +687,14 @@ unsigned guest_files_pollfds(struct pollfd *pfd, unsigned *slot, unsigned max)
 	unsigned n = 0;
 
 	for (unsigned i = 0; i < FILES_MAX && n < max; i++) {
-		struct gxfer *x = &F.x[i];
+		struct gxfer *x = &files.x[i];
 		short ev = 0;
 
 		if (!x->used || x->pipe_fd < 0)
 			continue;
 		if (x->op == WIRE_FILE_OP_TAR_PUT && x->pend_len > 0)
 			ev = POLLOUT;
-		if (x->op == WIRE_FILE_OP_TAR_GET && credit(x) > 0 && queue_room() &&
+		if (x->op == WIRE_FILE_OP_TAR_GET && files_credit(x) > 0 && files_queue_room() &&
 		    !guest_hostile_file_stall())
 			ev = POLLIN;
 		if (!ev)
@@ -1083,20 +708,20 @@ unsigned guest_files_pollfds(struct pollfd *pfd, unsigned *slot, unsigned max)
 
 void guest_files_ready(unsigned slot)
 {
-	struct gxfer *x = &F.x[slot];
+	struct gxfer *x = &files.x[slot];
 
 	if (!x->used)
 		return;
 	if (x->op == WIRE_FILE_OP_TAR_PUT)
-		tar_put_flush(x);
+		files_tar_put_flush(x);
 	else if (x->op == WIRE_FILE_OP_TAR_GET)
-		tar_get_read(x);
+		files_tar_get_read(x);
 }
 
 bool guest_files_reaped(pid_t pid, int status)
 {
 	for (unsigned i = 0; i < FILES_MAX; i++) {
-		struct gxfer *x = &F.x[i];
+		struct gxfer *x = &files.x[i];
 
 		if (x->used && x->pid == pid && !x->reaped) {
 			x->reaped = true;
@@ -1110,6 +735,6 @@ bool guest_files_reaped(pid_t pid, int status)
 void guest_files_disconnected(void)
 {
 	for (unsigned i = 0; i < FILES_MAX; i++)
-		if (F.x[i].used)
-			xfer_drop(&F.x[i]);
+		if (files.x[i].used)
+			files_xfer_drop(&files.x[i]);
 }

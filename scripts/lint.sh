@@ -22,7 +22,7 @@ check agentless '^(util/util\.h|wire\.h|agentless\.h|agentless-priv\.h)$'
 # guest/ is PID 1 of every guest: a program of its own in the guest's trust
 # domain. It shares only the wire format with the host; nothing of the
 # daemon (not even util/) links into it.
-check guest '^(agentless/wire\.h|init\.h)$'
+check guest '^(agentless/wire\.h|init\.h|files-priv\.h)$'
 check vmm '^(util/util\.h|vmm\.h|vmm-priv\.h)$'
 check config '^(util/util\.h|vmm/vmm\.h|config\.h)$'
 check store '^(util/util\.h|store\.h|store-priv\.h)$'
