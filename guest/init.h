@@ -2,7 +2,9 @@
  *
  * init.c brings the guest up (mounts, virtio modules, the exec port) and
  * hands the port to serve.c, which runs the exec protocol of wire.h for the
- * guest's whole life; spawn.c starts its commands. Static, libc only; single-threaded.
+ * guest's whole life; spawn.c starts its commands, proc.c keeps background
+ * processes, files.c and tree.c transfer files. Static, libc only;
+ * single-threaded.
  *
  * Initramfs layout it expects (images/build-tiny.sh builds it):
  *   /init                         this program
