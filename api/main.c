@@ -280,48 +280,222 @@ static struct json_object *accounts_encode(const struct sandbox_account *a, size
 	return arr;
 }
 
+/* What one admin command needs: its options, the config, the credit. */
+struct admin_args {
+	const struct opts *o;
+	const struct sandbox_config *cfg;
+	int64_t credit;
+};
+
+/* Each returns 0 after printing its JSON, or -1 with err set (its
+ * caller reports it under the command's name). */
+static int admin_create_account(struct sandbox_svc *svc, const struct admin_args *a,
+				struct sbx_error *err)
+{
+	struct sandbox_account acct;
+	struct sandbox_key k;
+	char secret[80];
+	if (sandbox_account_create(svc, a->o->name, a->credit, &acct, &k, secret, err) < 0)
+		return -1;
+	struct json_object *j = json_object_new_object();
+	json_object_object_add(j, "account_id", json_object_new_string(acct.id));
+	json_object_object_add(j, "api_key", json_object_new_string(secret));
+	json_object_object_add(j, "key_id", json_object_new_string(k.id));
+	print_json(j);
+	explicit_bzero(secret, sizeof(secret));
+	return 0;
+}
+
+static int admin_add_credit(struct sandbox_svc *svc, const struct admin_args *a,
+			    struct sbx_error *err)
+{
+	struct sandbox_account acct;
+	if (sandbox_account_add_credit(svc, a->o->positional[0], a->credit, &acct, err) < 0)
+		return -1;
+	print_json(api_account_encode(&acct));
+	return 0;
+}
+
+static int admin_create_key(struct sandbox_svc *svc, const struct admin_args *a,
+			    struct sbx_error *err)
+{
+	const struct opts *o = a->o;
+	struct sandbox_key k;
+	char secret[80];
+	unsigned scopes = 0;
+	/* no --scope: SANDBOX_SCOPES_DEFAULT; the key is stored with its
+	 * scopes in one insert, or not at all */
+	if ((o->scope && sandbox_scopes_parse(o->scope, &scopes, err) < 0) ||
+	    sandbox_key_create(svc, o->positional[0], o->scope ? &scopes : NULL, NULL, &k, secret,
+			       err) < 0)
+		return -1;
+	struct json_object *j = json_object_new_object();
+	json_object_object_add(j, "key_id", json_object_new_string(k.id));
+	json_object_object_add(j, "api_key", json_object_new_string(secret));
+	json_object_object_add(j, "account_id", json_object_new_string(k.account_id));
+	json_object_object_add(j, "scopes", api_scopes_encode(k.scopes));
+	print_json(j);
+	explicit_bzero(secret, sizeof(secret));
+	return 0;
+}
+
+static int admin_set_scopes(struct sandbox_svc *svc, const struct admin_args *a,
+			    struct sbx_error *err)
+{
+	const struct opts *o = a->o;
+	unsigned scopes = 0;
+	if (sandbox_scopes_parse(o->scope, &scopes, err) < 0 ||
+	    sandbox_key_set_scopes(svc, o->positional[0], scopes, err) < 0 ||
+	    sandbox_key_scopes(svc, o->positional[0], &scopes, err) < 0)
+		return -1;
+	struct json_object *j = json_object_new_object();
+	json_object_object_add(j, "key_id", json_object_new_string(o->positional[0]));
+	json_object_object_add(j, "scopes", api_scopes_encode(scopes));
+	print_json(j);
+	return 0;
+}
+
+static int admin_revoke_key(struct sandbox_svc *svc, const struct admin_args *a,
+			    struct sbx_error *err)
+{
+	if (sandbox_key_revoke(svc, NULL, a->o->positional[0], NULL, err) < 0)
+		return -1;
+	struct json_object *j = json_object_new_object();
+	json_object_object_add(j, "key_id", json_object_new_string(a->o->positional[0]));
+	json_object_object_add(j, "revoked", json_object_new_boolean(true));
+	print_json(j);
+	return 0;
+}
+
+static int admin_drain_set(struct sandbox_svc *svc, const struct admin_args *a, bool drain,
+			   struct sbx_error *err)
+{
+	if (sandbox_host_drain(svc, a->o->positional[0], drain, err) < 0)
+		return -1;
+	struct json_object *j = json_object_new_object();
+	json_object_object_add(j, "host", json_object_new_string(a->o->positional[0]));
+	json_object_object_add(j, "drained", json_object_new_boolean(drain));
+	/* the serving daemon reads it within host_check_interval_ms */
+	json_object_object_add(j, "applies_within_ms",
+			       json_object_new_int64(a->cfg->host_check_interval_ms));
+	print_json(j);
+	return 0;
+}
+
+static int admin_drain(struct sandbox_svc *svc, const struct admin_args *a, struct sbx_error *err)
+{
+	return admin_drain_set(svc, a, true, err);
+}
+
+static int admin_undrain(struct sandbox_svc *svc, const struct admin_args *a, struct sbx_error *err)
+{
+	return admin_drain_set(svc, a, false, err);
+}
+
+static int admin_hosts(struct sandbox_svc *svc, const struct admin_args *a, struct sbx_error *err)
+{
+	const struct sandbox_config *cfg = a->cfg;
+	struct json_object *arr = json_object_new_array();
+	for (size_t i = 0; i < cfg->n_hosts; i++) {
+		const struct sandbox_host_config *h = &cfg->hosts[i];
+		int d = sandbox_host_drained(svc, h->name, err);
+		if (d < 0) {
+			json_object_put(arr);
+			return -1;
+		}
+		struct json_object *j = json_object_new_object();
+		json_object_object_add(j, "name", json_object_new_string(h->name));
+		json_object_object_add(j, "uri", json_object_new_string(h->uri));
+		json_object_object_add(j, "state_dir", json_object_new_string(h->state_dir));
+		json_object_object_add(j, "max_guests", json_object_new_int(h->max_guests));
+		json_object_object_add(j, "memory_mib",
+				       json_object_new_int64((int64_t)h->memory_mib));
+		json_object_object_add(j, "disk_gib", json_object_new_int64((int64_t)h->disk_gib));
+		json_object_object_add(j, "drained", json_object_new_boolean(d == 1));
+		json_object_array_add(arr, j);
+	}
+	print_json(arr);
+	return 0;
+}
+
+static int admin_list_accounts(struct sandbox_svc *svc, const struct admin_args *a,
+			       struct sbx_error *err)
+{
+	struct sandbox_account *acct = NULL;
+	size_t n = 0;
+	if (sandbox_account_list(svc, &acct, &n, err) < 0)
+		return -1;
+	print_json(accounts_encode(acct, n));
+	free(acct);
+	return 0;
+}
+
+/* The admin commands: how many positional arguments each takes, which of
+ * --credit-usd, --scope and --name it takes, and what runs it. */
+enum {
+	ADMIN_CREDIT = 1 << 0,	     /* --credit-usd required (else refused) */
+	ADMIN_SCOPE = 1 << 1,	     /* --scope taken */
+	ADMIN_SCOPE_NEEDED = 1 << 2, /* --scope required */
+	ADMIN_NAME = 1 << 3,	     /* --name required (else refused) */
+};
+
+static const struct admin_cmd {
+	const char *name;
+	int n_positional;
+	unsigned flags;
+	int (*run)(struct sandbox_svc *svc, const struct admin_args *a, struct sbx_error *err);
+} admin_cmds[] = {
+    {"create-account", 0, ADMIN_CREDIT | ADMIN_NAME, admin_create_account},
+    {"list-accounts", 0, 0, admin_list_accounts},
+    {"hosts", 0, 0, admin_hosts},
+    {"add-credit", 1, ADMIN_CREDIT, admin_add_credit},
+    {"create-key", 1, ADMIN_SCOPE, admin_create_key},
+    {"revoke-key", 1, 0, admin_revoke_key},
+    {"set-scopes", 1, ADMIN_SCOPE | ADMIN_SCOPE_NEEDED, admin_set_scopes},
+    {"drain", 1, 0, admin_drain},
+    {"undrain", 1, 0, admin_undrain},
+};
+
 static int cmd_admin(int argc, char **argv)
 {
 	static const char *const allowed[] = {"config",	    "db",    "state-dir", "name",
 					      "credit-usd", "scope", NULL};
 	const char *sub = argc > 2 ? argv[2] : NULL;
+	const struct admin_cmd *c = NULL;
 	struct opts o = {0};
 	struct sandbox_config cfg;
 	struct sandbox_svc *svc;
 	struct sbx_error err;
-	int64_t credit = 0;
-	int rc, want_pos;
+	struct admin_args args = {.o = &o, .cfg = &cfg};
+	int rc;
 
 	if (!sub)
 		return usage_error("%s", "admin needs a command");
-	if (strcmp(sub, "create-account") == 0 || strcmp(sub, "list-accounts") == 0 ||
-	    strcmp(sub, "hosts") == 0)
-		want_pos = 0;
-	else if (strcmp(sub, "add-credit") == 0 || strcmp(sub, "create-key") == 0 ||
-		 strcmp(sub, "revoke-key") == 0 || strcmp(sub, "set-scopes") == 0 ||
-		 strcmp(sub, "drain") == 0 || strcmp(sub, "undrain") == 0)
-		want_pos = 1;
-	else
+	for (size_t i = 0; i < SBX_ARRAY_SIZE(admin_cmds) && !c; i++)
+		if (strcmp(sub, admin_cmds[i].name) == 0)
+			c = &admin_cmds[i];
+	if (!c)
 		return usage_error("unknown admin command '%s'", sub);
 	if ((rc = parse_opts(argc, argv, 3, allowed, &o)))
 		return rc;
-	if (o.n_positional != want_pos)
-		return usage_error("%s", want_pos ? "this command takes one id or host name"
-						  : "this command takes no positional argument");
-	bool needs_credit = strcmp(sub, "create-account") == 0 || strcmp(sub, "add-credit") == 0;
+	if (o.n_positional != c->n_positional)
+		return usage_error("%s", c->n_positional
+					     ? "this command takes one id or host name"
+					     : "this command takes no positional argument");
+	bool needs_credit = c->flags & ADMIN_CREDIT;
 	if (needs_credit != (o.credit_usd != NULL))
 		return usage_error("--credit-usd %s",
 				   needs_credit ? "is required" : "is not taken here");
-	if (o.scope && strcmp(sub, "create-key") != 0 && strcmp(sub, "set-scopes") != 0)
+	if (o.scope && !(c->flags & ADMIN_SCOPE))
 		return usage_error("%s", "--scope is taken by create-key and set-scopes only");
-	if (!o.scope && strcmp(sub, "set-scopes") == 0)
+	if (!o.scope && (c->flags & ADMIN_SCOPE_NEEDED))
 		return usage_error("%s", "--scope is required");
-	if ((strcmp(sub, "create-account") == 0) != (o.name != NULL))
+	if (!!(c->flags & ADMIN_NAME) != (o.name != NULL))
 		return usage_error("--name %s", o.name ? "is not taken here" : "is required");
 	if (o.name && (!o.name[0] || strlen(o.name) >= sizeof(((struct sandbox_account *)0)->name)))
 		return usage_error("--name must be 1..%s bytes", "127");
 	sbx_error_clear(&err);
-	if (o.credit_usd && api_usd_parse(o.credit_usd, &credit, &err) < 0)
+	if (o.credit_usd && api_usd_parse(o.credit_usd, &args.credit, &err) < 0)
 		return usage_error("--credit-usd: %s", err.message);
 	if (o.n_positional && strlen(o.positional[0]) >= SANDBOX_ID_MAX)
 		return usage_error("no such id '%s'", o.positional[0]);
@@ -331,117 +505,7 @@ static int cmd_admin(int argc, char **argv)
 	svc = sandbox_svc_new(&cfg, SANDBOX_SVC_ADMIN, &err);
 	if (!svc)
 		return runtime_error("cannot open the service", &err);
-	rc = EXIT_RUNTIME;
-	if (strcmp(sub, "create-account") == 0) {
-		struct sandbox_account a;
-		struct sandbox_key k;
-		char secret[80];
-		if (sandbox_account_create(svc, o.name, credit, &a, &k, secret, &err) < 0) {
-			runtime_error("create-account", &err);
-			goto out;
-		}
-		struct json_object *j = json_object_new_object();
-		json_object_object_add(j, "account_id", json_object_new_string(a.id));
-		json_object_object_add(j, "api_key", json_object_new_string(secret));
-		json_object_object_add(j, "key_id", json_object_new_string(k.id));
-		print_json(j);
-		explicit_bzero(secret, sizeof(secret));
-	} else if (strcmp(sub, "add-credit") == 0) {
-		struct sandbox_account a;
-		if (sandbox_account_add_credit(svc, o.positional[0], credit, &a, &err) < 0) {
-			runtime_error("add-credit", &err);
-			goto out;
-		}
-		print_json(api_account_encode(&a));
-	} else if (strcmp(sub, "create-key") == 0) {
-		struct sandbox_key k;
-		char secret[80];
-		unsigned scopes = 0;
-		/* no --scope: SANDBOX_SCOPES_DEFAULT; the key is stored with its
-		 * scopes in one insert, or not at all */
-		if ((o.scope && sandbox_scopes_parse(o.scope, &scopes, &err) < 0) ||
-		    sandbox_key_create(svc, o.positional[0], o.scope ? &scopes : NULL, NULL, &k,
-				       secret, &err) < 0) {
-			runtime_error("create-key", &err);
-			goto out;
-		}
-		struct json_object *j = json_object_new_object();
-		json_object_object_add(j, "key_id", json_object_new_string(k.id));
-		json_object_object_add(j, "api_key", json_object_new_string(secret));
-		json_object_object_add(j, "account_id", json_object_new_string(k.account_id));
-		json_object_object_add(j, "scopes", api_scopes_encode(k.scopes));
-		print_json(j);
-		explicit_bzero(secret, sizeof(secret));
-	} else if (strcmp(sub, "set-scopes") == 0) {
-		unsigned scopes = 0;
-		if (sandbox_scopes_parse(o.scope, &scopes, &err) < 0 ||
-		    sandbox_key_set_scopes(svc, o.positional[0], scopes, &err) < 0 ||
-		    sandbox_key_scopes(svc, o.positional[0], &scopes, &err) < 0) {
-			runtime_error("set-scopes", &err);
-			goto out;
-		}
-		struct json_object *j = json_object_new_object();
-		json_object_object_add(j, "key_id", json_object_new_string(o.positional[0]));
-		json_object_object_add(j, "scopes", api_scopes_encode(scopes));
-		print_json(j);
-	} else if (strcmp(sub, "revoke-key") == 0) {
-		if (sandbox_key_revoke(svc, NULL, o.positional[0], NULL, &err) < 0) {
-			runtime_error("revoke-key", &err);
-			goto out;
-		}
-		struct json_object *j = json_object_new_object();
-		json_object_object_add(j, "key_id", json_object_new_string(o.positional[0]));
-		json_object_object_add(j, "revoked", json_object_new_boolean(true));
-		print_json(j);
-	} else if (strcmp(sub, "drain") == 0 || strcmp(sub, "undrain") == 0) {
-		bool drain = strcmp(sub, "drain") == 0;
-		if (sandbox_host_drain(svc, o.positional[0], drain, &err) < 0) {
-			runtime_error(sub, &err);
-			goto out;
-		}
-		struct json_object *j = json_object_new_object();
-		json_object_object_add(j, "host", json_object_new_string(o.positional[0]));
-		json_object_object_add(j, "drained", json_object_new_boolean(drain));
-		/* the serving daemon reads it within host_check_interval_ms */
-		json_object_object_add(j, "applies_within_ms",
-				       json_object_new_int64(cfg.host_check_interval_ms));
-		print_json(j);
-	} else if (strcmp(sub, "hosts") == 0) {
-		struct json_object *arr = json_object_new_array();
-		for (size_t i = 0; i < cfg.n_hosts; i++) {
-			const struct sandbox_host_config *h = &cfg.hosts[i];
-			int d = sandbox_host_drained(svc, h->name, &err);
-			if (d < 0) {
-				json_object_put(arr);
-				runtime_error(sub, &err);
-				goto out;
-			}
-			struct json_object *j = json_object_new_object();
-			json_object_object_add(j, "name", json_object_new_string(h->name));
-			json_object_object_add(j, "uri", json_object_new_string(h->uri));
-			json_object_object_add(j, "state_dir",
-					       json_object_new_string(h->state_dir));
-			json_object_object_add(j, "max_guests", json_object_new_int(h->max_guests));
-			json_object_object_add(j, "memory_mib",
-					       json_object_new_int64((int64_t)h->memory_mib));
-			json_object_object_add(j, "disk_gib",
-					       json_object_new_int64((int64_t)h->disk_gib));
-			json_object_object_add(j, "drained", json_object_new_boolean(d == 1));
-			json_object_array_add(arr, j);
-		}
-		print_json(arr);
-	} else {
-		struct sandbox_account *a = NULL;
-		size_t n = 0;
-		if (sandbox_account_list(svc, &a, &n, &err) < 0) {
-			runtime_error("list-accounts", &err);
-			goto out;
-		}
-		print_json(accounts_encode(a, n));
-		free(a);
-	}
-	rc = 0;
-out:
+	rc = c->run(svc, &args, &err) < 0 ? runtime_error(c->name, &err) : 0;
 	sandbox_svc_free(svc);
 	return rc;
 }

@@ -149,17 +149,13 @@ static bool fingerprint_matches(const char *salt, struct receipt_json *obj, cons
 	return want && receipt_fingerprint(salt, obj, fp, &err) == 0 && strcmp(fp, want) == 0;
 }
 
-enum receipt_check_result receipt_check_files(const struct receipt_check *c, char *msg,
-					      size_t msglen)
+/* The options: one receipt, a pinned signer (its hex into signer), and the
+ * input options that go together. RECEIPT_CHECK_VALID (and msg untouched)
+ * when the check can go on. */
+static enum receipt_check_result
+check_args(const struct receipt_check *c, char signer[RECEIPT_HEX32_LEN], char *msg, size_t msglen)
 {
-	struct json_object *rc_json = NULL, *ex = NULL, *inp = NULL, *body;
-	struct receipt_json *rbody = NULL, *outj = NULL, *inj = NULL;
-	char signer[RECEIPT_HEX32_LEN], what[160] = "hash, signature";
-	_cleanup_free_ char *canon = NULL, *code = NULL;
-	const char *why = NULL, *hash, *sig, *rid, *salt = NULL;
 	struct sbx_error err;
-	size_t canon_len = 0, code_len = 0;
-	enum receipt_check_result rc;
 
 	if (!c->receipt_path)
 		return say(RECEIPT_CHECK_USAGE, msg, msglen, "%s", "give one RECEIPT.json");
@@ -192,105 +188,128 @@ enum receipt_check_result receipt_check_files(const struct receipt_check *c, cha
 			    (char)(i < 2 ? c->signer[i] : tolower((unsigned char)c->signer[i]));
 		signer[RECEIPT_HEX32_LEN - 1] = '\0';
 	}
+	return RECEIPT_CHECK_VALID;
+}
 
-	if (!(rc_json = json_file(c->receipt_path, &why))) {
-		rc = say(RECEIPT_CHECK_INVALID, msg, msglen, "%s: %s", c->receipt_path, why);
-		goto out;
-	}
-	body = jget_obj(rc_json, "body");
-	hash = jget_str(rc_json, "hash");
-	sig = jget_str(rc_json, "signature");
-	rid = jget_str(rc_json, "id");
-	if (!body || !hash || !sig || !rid) {
-		rc = say(RECEIPT_CHECK_INVALID, msg, msglen,
-			 "%s is not a receipt (GET /v1/receipts/{id}: id, hash, "
-			 "signature, body)",
-			 c->receipt_path);
-		goto out;
-	}
+/* The receipt file read into *out (the caller's to put), its body
+ * canonicalised and its signature checked against the pinned signer. */
+static enum receipt_check_result check_signed(const struct receipt_check *c, const char *signer,
+					      struct json_object **out, char *msg, size_t msglen)
+{
+	struct json_object *body;
+	struct receipt_json *rbody = NULL;
+	_cleanup_free_ char *canon = NULL;
+	const char *why = NULL, *hash, *sig, *rid;
+	struct sbx_error err;
+	size_t canon_len = 0;
+	enum receipt_check_result rc = RECEIPT_CHECK_VALID;
+
+	sbx_error_clear(&err);
+	if (!(*out = json_file(c->receipt_path, &why)))
+		return say(RECEIPT_CHECK_INVALID, msg, msglen, "%s: %s", c->receipt_path, why);
+	body = jget_obj(*out, "body");
+	hash = jget_str(*out, "hash");
+	sig = jget_str(*out, "signature");
+	rid = jget_str(*out, "id");
+	if (!body || !hash || !sig || !rid)
+		return say(RECEIPT_CHECK_INVALID, msg, msglen,
+			   "%s is not a receipt (GET /v1/receipts/{id}: id, hash, "
+			   "signature, body)",
+			   c->receipt_path);
 	if (!(rbody = receipt_json_from(body, 0)) ||
-	    !(canon = receipt_json_canonical(rbody, &canon_len, &err))) {
+	    !(canon = receipt_json_canonical(rbody, &canon_len, &err)))
 		rc = say(RECEIPT_CHECK_INVALID, msg, msglen,
 			 "the receipt body is not canonicalisable (floats, arrays or "
 			 "bad UTF-8)");
-		goto out;
-	}
-	if (!jget_str(body, "id") || strcmp(jget_str(body, "id"), rid) != 0) {
+	else if (!jget_str(body, "id") || strcmp(jget_str(body, "id"), rid) != 0)
 		rc = say(RECEIPT_CHECK_INVALID, msg, msglen,
 			 "the receipt id '%.40s' is not the one in its signed body", rid);
-		goto out;
-	}
-	if (!jget_str(body, "signer") || strcasecmp(jget_str(body, "signer"), signer) != 0) {
+	else if (!jget_str(body, "signer") || strcasecmp(jget_str(body, "signer"), signer) != 0)
 		rc = say(RECEIPT_CHECK_INVALID, msg, msglen,
 			 "signed by %.70s, not by the pinned signer %s",
 			 jget_str(body, "signer") ? jget_str(body, "signer") : "nobody", signer);
-		goto out;
-	}
-	if (receipt_verify(canon, canon_len, hash, sig, signer, &err) < 0) {
+	else if (receipt_verify(canon, canon_len, hash, sig, signer, &err) < 0)
 		rc = say(RECEIPT_CHECK_INVALID, msg, msglen, "%s", err.message);
+	receipt_json_free(rbody);
+	return rc;
+}
+
+/* The execution reply read into *out (the caller's to put; *salt points
+ * into it): it carries this receipt, and its exit code and output match
+ * the receipt's output_fingerprint. */
+static enum receipt_check_result check_output(const struct receipt_check *c,
+					      struct json_object *body, const char *rid,
+					      struct json_object **out, const char **salt,
+					      char *msg, size_t msglen)
+{
+	struct json_object *ex, *rr, *bill, *v;
+	struct receipt_json *outj = NULL;
+	const char *why = NULL, *op = jget_str(body, "operation"),
+		   *exid = jget_str(body, "execution_id");
+	enum receipt_check_result rc = RECEIPT_CHECK_VALID;
+
+	if (!(ex = *out = json_file(c->execution_path, &why)))
+		return say(RECEIPT_CHECK_INVALID, msg, msglen, "%s: %s", c->execution_path, why);
+	rr = jget_obj(ex, "receipt");
+	bill = jget_obj(ex, "billing");
+	/* receipt.fingerprint_salt; billing.fingerprint_salt in the
+	 * replies of executions made before it moved there */
+	*salt = jget_str(rr, "fingerprint_salt");
+	if (!*salt)
+		*salt = jget_str(bill, "fingerprint_salt");
+	if (!rr || !jget_str(rr, "id") || strcmp(jget_str(rr, "id"), rid) != 0 || !*salt)
+		return say(RECEIPT_CHECK_INVALID, msg, msglen,
+			   "%s does not carry this receipt (receipt.id) and its "
+			   "fingerprint_salt",
+			   c->execution_path);
+	if (op && strcmp(op, "sandbox.execute") == 0 &&
+	    (!exid || !jget_str(ex, "id") || strcmp(exid, jget_str(ex, "id")) != 0))
+		return say(RECEIPT_CHECK_INVALID, msg, msglen,
+			   "the receipt is for execution '%.40s', not '%.40s'", exid ? exid : "?",
+			   jget_str(ex, "id") ? jget_str(ex, "id") : "?");
+	outj = receipt_json_object();
+	if (!json_object_object_get_ex(ex, "exit_code", &v) ||
+	    !json_object_is_type(v, json_type_int) || !jget_str(ex, "stdout") ||
+	    !jget_str(ex, "stderr")) {
+		rc = say(RECEIPT_CHECK_INVALID, msg, msglen, "%s lacks exit_code, stdout or stderr",
+			 c->execution_path);
 		goto out;
 	}
+	receipt_json_set_int(outj, "exit_code", json_object_get_int64(v));
+	json_object_object_get_ex(ex, "stdout", &v);
+	receipt_json_set_str(outj, "stdout", json_object_get_string(v),
+			     (size_t)json_object_get_string_len(v));
+	json_object_object_get_ex(ex, "stderr", &v);
+	receipt_json_set_str(outj, "stderr", json_object_get_string(v),
+			     (size_t)json_object_get_string_len(v));
+	if (!fingerprint_matches(*salt, outj, jget_str(body, "output_fingerprint")))
+		rc = say(RECEIPT_CHECK_INVALID, msg, msglen,
+			 "the output (exit_code, stdout, stderr) in %s does not "
+			 "match the receipt's output_fingerprint",
+			 c->execution_path);
+out:
+	receipt_json_free(outj);
+	return rc;
+}
 
-	if (c->execution_path) {
-		struct json_object *rr, *bill, *v;
-		const char *op = jget_str(body, "operation"),
-			   *exid = jget_str(body, "execution_id");
-		if (!(ex = json_file(c->execution_path, &why))) {
-			rc = say(RECEIPT_CHECK_INVALID, msg, msglen, "%s: %s", c->execution_path,
-				 why);
-			goto out;
-		}
-		rr = jget_obj(ex, "receipt");
-		bill = jget_obj(ex, "billing");
-		/* receipt.fingerprint_salt; billing.fingerprint_salt in the
-		 * replies of executions made before it moved there */
-		salt = jget_str(rr, "fingerprint_salt");
-		if (!salt)
-			salt = jget_str(bill, "fingerprint_salt");
-		if (!rr || !jget_str(rr, "id") || strcmp(jget_str(rr, "id"), rid) != 0 || !salt) {
-			rc = say(RECEIPT_CHECK_INVALID, msg, msglen,
-				 "%s does not carry this receipt (receipt.id) and its "
-				 "fingerprint_salt",
-				 c->execution_path);
-			goto out;
-		}
-		if (op && strcmp(op, "sandbox.execute") == 0 &&
-		    (!exid || !jget_str(ex, "id") || strcmp(exid, jget_str(ex, "id")) != 0)) {
-			rc = say(RECEIPT_CHECK_INVALID, msg, msglen,
-				 "the receipt is for execution '%.40s', not '%.40s'",
-				 exid ? exid : "?", jget_str(ex, "id") ? jget_str(ex, "id") : "?");
-			goto out;
-		}
-		outj = receipt_json_object();
-		if (!json_object_object_get_ex(ex, "exit_code", &v) ||
-		    !json_object_is_type(v, json_type_int) || !jget_str(ex, "stdout") ||
-		    !jget_str(ex, "stderr")) {
-			rc = say(RECEIPT_CHECK_INVALID, msg, msglen,
-				 "%s lacks exit_code, stdout or stderr", c->execution_path);
-			goto out;
-		}
-		receipt_json_set_int(outj, "exit_code", json_object_get_int64(v));
-		json_object_object_get_ex(ex, "stdout", &v);
-		receipt_json_set_str(outj, "stdout", json_object_get_string(v),
-				     (size_t)json_object_get_string_len(v));
-		json_object_object_get_ex(ex, "stderr", &v);
-		receipt_json_set_str(outj, "stderr", json_object_get_string(v),
-				     (size_t)json_object_get_string_len(v));
-		if (!fingerprint_matches(salt, outj, jget_str(body, "output_fingerprint"))) {
-			rc = say(RECEIPT_CHECK_INVALID, msg, msglen,
-				 "the output (exit_code, stdout, stderr) in %s does not "
-				 "match the receipt's output_fingerprint",
-				 c->execution_path);
-			goto out;
-		}
-		snprintf(what + strlen(what), sizeof(what) - strlen(what), ", output fingerprint");
-	}
+/* The input (--code and --runtime, or --input) against the receipt's
+ * input_fingerprint; *checked says whether there was one. */
+static enum receipt_check_result check_input(const struct receipt_check *c,
+					     struct json_object *body, const char *salt,
+					     bool *checked, char *msg, size_t msglen)
+{
+	struct json_object *inp = NULL;
+	struct receipt_json *inj = NULL;
+	_cleanup_free_ char *code = NULL;
+	const char *why = NULL;
+	size_t code_len = 0;
+	enum receipt_check_result rc = RECEIPT_CHECK_VALID;
+
+	*checked = false;
 	if (c->code_path) {
-		if (!(code = file_read(c->code_path, &code_len))) {
-			rc = say(RECEIPT_CHECK_USAGE, msg, msglen, "--code: cannot read '%s'",
-				 c->code_path);
-			goto out;
-		}
+		if (!(code = file_read(c->code_path, &code_len)))
+			return say(RECEIPT_CHECK_USAGE, msg, msglen, "--code: cannot read '%s'",
+				   c->code_path);
 		inj = receipt_json_object();
 		receipt_json_set_str(inj, "code", code, code_len);
 		receipt_json_set_str(inj, "runtime", c->runtime, strlen(c->runtime));
@@ -309,16 +328,43 @@ enum receipt_check_result receipt_check_files(const struct receipt_check *c, cha
 				 c->code_path ? c->code_path : c->input_path);
 			goto out;
 		}
-		snprintf(what + strlen(what), sizeof(what) - strlen(what), ", input fingerprint");
+		*checked = true;
 	}
+out:
+	receipt_json_free(inj);
+	json_object_put(inp);
+	return rc;
+}
+
+enum receipt_check_result receipt_check_files(const struct receipt_check *c, char *msg,
+					      size_t msglen)
+{
+	struct json_object *rc_json = NULL, *ex = NULL;
+	char signer[RECEIPT_HEX32_LEN], what[160] = "hash, signature";
+	const char *salt = NULL, *rid;
+	enum receipt_check_result rc;
+	bool input_checked;
+
+	if ((rc = check_args(c, signer, msg, msglen)) != RECEIPT_CHECK_VALID)
+		return rc;
+	if ((rc = check_signed(c, signer, &rc_json, msg, msglen)) != RECEIPT_CHECK_VALID)
+		goto out;
+	rid = jget_str(rc_json, "id");
+	if (c->execution_path) {
+		rc = check_output(c, jget_obj(rc_json, "body"), rid, &ex, &salt, msg, msglen);
+		if (rc != RECEIPT_CHECK_VALID)
+			goto out;
+		snprintf(what + strlen(what), sizeof(what) - strlen(what), ", output fingerprint");
+	}
+	rc = check_input(c, jget_obj(rc_json, "body"), salt, &input_checked, msg, msglen);
+	if (rc != RECEIPT_CHECK_VALID)
+		goto out;
+	if (input_checked)
+		snprintf(what + strlen(what), sizeof(what) - strlen(what), ", input fingerprint");
 	rc = say(RECEIPT_CHECK_VALID, msg, msglen, "receipt %s signed by %s (%s verified)", rid,
 		 signer, what);
 out:
-	receipt_json_free(rbody);
-	receipt_json_free(outj);
-	receipt_json_free(inj);
 	json_object_put(rc_json);
 	json_object_put(ex);
-	json_object_put(inp);
 	return rc;
 }

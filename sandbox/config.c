@@ -88,7 +88,8 @@ static int hosts_validate(const struct sandbox_config *cfg, struct sbx_error *er
 	return 0;
 }
 
-int sandbox_config_validate(const struct sandbox_config *cfg, struct sbx_error *err)
+/* The paths and the enums, read before anything that depends on them. */
+static int validate_basics(const struct sandbox_config *cfg, struct sbx_error *err)
 {
 	if (!cfg->state_dir[0] || !cfg->db_path[0] || !cfg->kernel[0] || !cfg->initrd[0])
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "state_dir",
@@ -109,6 +110,12 @@ int sandbox_config_validate(const struct sandbox_config *cfg, struct sbx_error *
 	if (cfg->transport != CONFIG_TRANSPORT_STREAM && cfg->transport != CONFIG_TRANSPORT_SOCKET)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "transport",
 				     "transport must be 'stream' or 'socket'");
+	return 0;
+}
+
+/* What production mode refuses, and tcg's opt-in. */
+static int validate_production(const struct sandbox_config *cfg, struct sbx_error *err)
+{
 	if (cfg->mode == CONFIG_MODE_PRODUCTION && vmm_uri_is_plaintext(cfg->libvirt_uri))
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "libvirt_uri",
 				     "production mode refuses a plain-text libvirt_uri: use "
@@ -120,6 +127,12 @@ int sandbox_config_validate(const struct sandbox_config *cfg, struct sbx_error *
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "allow_tcg",
 				     "accel 'tcg' needs allow_tcg: true (tcg is no security "
 				     "boundary)");
+	return 0;
+}
+
+/* The guest user, the size table and the per-sandbox limits. */
+static int validate_sandbox_limits(const struct sandbox_config *cfg, struct sbx_error *err)
+{
 	if (!cfg->exec_user[0] ||
 	    strspn(cfg->exec_user, "abcdefghijklmnopqrstuvwxyz0123456789_-") !=
 		strlen(cfg->exec_user) ||
@@ -206,6 +219,12 @@ int sandbox_config_validate(const struct sandbox_config *cfg, struct sbx_error *
 	if (cfg->boot_timeout_ms < 1000 || cfg->default_exec_timeout_ms < 1)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "boot_timeout_ms",
 				     "boot_timeout_ms must be >= 1000");
+	return 0;
+}
+
+/* The test knobs, the warm pool, executions and hosts, liveness. */
+static int validate_pool_and_tests(const struct sandbox_config *cfg, struct sbx_error *err)
+{
 	if (cfg->test_minute_ms && cfg->mode == CONFIG_MODE_PRODUCTION)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "test_minute_ms",
 				     "test_minute_ms is for tests; production mode refuses it");
@@ -247,6 +266,12 @@ int sandbox_config_validate(const struct sandbox_config *cfg, struct sbx_error *
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "liveness_interval_ms",
 				     "liveness_interval_ms must be 0 (off) or >= 100, and "
 				     "liveness_misses 1..100");
+	return 0;
+}
+
+/* The HTTP server's threads, connections and queue. */
+static int validate_http(const struct sandbox_config *cfg, struct sbx_error *err)
+{
 	if (cfg->http_threads < 1 || cfg->http_threads > 256)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "http_threads",
 				     "http_threads must be 1..256");
@@ -265,32 +290,46 @@ int sandbox_config_validate(const struct sandbox_config *cfg, struct sbx_error *
 	if (cfg->http_work_queue < 0 || cfg->http_work_queue > 65536)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "http_work_queue",
 				     "http_work_queue must be 0..65536");
-	{
-		static const struct {
-			const char *key;
-			size_t off;
-		} caps[] = {
-		    {"max_creates_in_flight_per_account",
-		     offsetof(struct sandbox_config, max_creates_in_flight_per_account)},
-		    {"max_deletes_in_flight_per_account",
-		     offsetof(struct sandbox_config, max_deletes_in_flight_per_account)},
-		    {"max_executions_in_flight_per_account",
-		     offsetof(struct sandbox_config, max_executions_in_flight_per_account)},
-		    {"max_execs_in_flight_per_account",
-		     offsetof(struct sandbox_config, max_execs_in_flight_per_account)},
-		    {"max_files_in_flight_per_account",
-		     offsetof(struct sandbox_config, max_files_in_flight_per_account)},
-		    {"max_processes_in_flight_per_account",
-		     offsetof(struct sandbox_config, max_processes_in_flight_per_account)},
-		};
+	return 0;
+}
 
-		for (size_t i = 0; i < SBX_ARRAY_SIZE(caps); i++) {
-			int v = *(const int *)((const char *)cfg + caps[i].off);
+/* Each account's in-flight operations, one cap per kind. */
+static int validate_in_flight_caps(const struct sandbox_config *cfg, struct sbx_error *err)
+{
+	static const struct {
+		const char *key;
+		size_t off;
+	} caps[] = {
+	    {"max_creates_in_flight_per_account",
+	     offsetof(struct sandbox_config, max_creates_in_flight_per_account)},
+	    {"max_deletes_in_flight_per_account",
+	     offsetof(struct sandbox_config, max_deletes_in_flight_per_account)},
+	    {"max_executions_in_flight_per_account",
+	     offsetof(struct sandbox_config, max_executions_in_flight_per_account)},
+	    {"max_execs_in_flight_per_account",
+	     offsetof(struct sandbox_config, max_execs_in_flight_per_account)},
+	    {"max_files_in_flight_per_account",
+	     offsetof(struct sandbox_config, max_files_in_flight_per_account)},
+	    {"max_processes_in_flight_per_account",
+	     offsetof(struct sandbox_config, max_processes_in_flight_per_account)},
+	};
 
-			if (v < 1 || v > 65536)
-				return sbx_error_set(err, SBX_E_INVALID_REQUEST, caps[i].key,
-						     "%s must be 1..65536", caps[i].key);
-		}
+	for (size_t i = 0; i < SBX_ARRAY_SIZE(caps); i++) {
+		int v = *(const int *)((const char *)cfg + caps[i].off);
+
+		if (v < 1 || v > 65536)
+			return sbx_error_set(err, SBX_E_INVALID_REQUEST, caps[i].key,
+					     "%s must be 1..65536", caps[i].key);
 	}
+	return 0;
+}
+
+/* The checks run in this order; the first failure is the message. */
+int sandbox_config_validate(const struct sandbox_config *cfg, struct sbx_error *err)
+{
+	if (validate_basics(cfg, err) < 0 || validate_production(cfg, err) < 0 ||
+	    validate_sandbox_limits(cfg, err) < 0 || validate_pool_and_tests(cfg, err) < 0 ||
+	    validate_http(cfg, err) < 0 || validate_in_flight_caps(cfg, err) < 0)
+		return -1;
 	return 0;
 }

@@ -25,11 +25,17 @@ void vmm_priv_set_virt_type(struct vmm *v, const char *type);
  * there is no id element or it does not fit. */
 int vmm_priv_metadata_id(const char *xml, char *out, size_t outlen);
 
-/* ---- shared by vmm.c, conn.c, storage.c and channel.c (not for other
- * modules) ---- */
+/* ---- shared by vmm.c, xml.c, conn.c, storage.c and channel.c (not for
+ * other modules) ---- */
 #ifdef LIBVIRT_H
 #include <pthread.h>
 #include <stdatomic.h>
+
+/* The guest's exec port; equals WIRE_PORT_NAME in agentless/wire.h, which
+ * vmm/ may not include (layering; tests/unit/test_vmm.c checks they agree). */
+#define VMM_PORT_NAME "org.sandboxd.exec.0"
+/* Longest sandbox id vmm puts in a domain's metadata. */
+#define VMM_ID_MAX 128
 
 /* Connection bookkeeping limits (struct vmm below). */
 #define VMM_OLD_CONNS  16
@@ -99,6 +105,13 @@ struct vmm_vm {
 
 /* Append s to b with the five XML special characters escaped. */
 int vmm_xml_escape(struct sbx_buf *b, const char *s);
+/* Printable ASCII only, at most `max` bytes (what we put in XML text must
+ * be valid XML 1.0 and a sandbox id must survive a round trip through
+ * libvirt unchanged). */
+bool vmm_text_valid(const char *s, size_t max);
+/* vmm_domain_xml with the <domain type='...'> given (xml.c). */
+char *vmm_domain_xml_typed(const struct vmm_config *cfg, const char *name,
+			   const struct vmm_guest_spec *spec, const char *virt_type, bool kvm);
 /* libvirt's error func: we log ourselves. */
 void vmm_silent_error(void *opaque, virErrorPtr e);
 /* The libvirt error code of this thread. */
