@@ -13,7 +13,8 @@
  * again changes nothing; `down` leaves no namespace, link, process or file.
  * Skips (does not fail) where network namespaces cannot be made or a tool
  * is missing. Everything it starts is torn down in the group teardown,
- * also after a failure.
+ * also after a failure (SBX_TEST_KEEP=1 keeps a lab that failed to come
+ * up, for its logs).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -122,6 +123,11 @@ static int setup(void **state)
 	if (run_cmd(cmd) != 0) {
 		fprintf(stderr, "test_netlab: scripts/netlab.sh up failed (logs in %s/log)\n",
 			nl_dir);
+		/* cmocka runs no group teardown after a failed setup. */
+		if (!getenv("SBX_TEST_KEEP")) {
+			snprintf(cmd, sizeof(cmd), "scripts/netlab.sh down %s", nl_dir);
+			run_cmd(cmd);
+		}
 		return -1;
 	}
 	return 0;
