@@ -27,15 +27,8 @@ static int store_copy_str(char *dst, size_t dstlen, const char *src)
 int store_account_exists(struct store *s, const char *account_id, struct sbx_error *err)
 {
 	_cleanup_reset_ sqlite3_stmt *q = NULL;
-	if (store_prepare_cached(s, "SELECT 1 FROM accounts WHERE id = ?1", &q, err) < 0)
-		return -1;
-	store_bind_text(q, 1, account_id);
-	int rc = sqlite3_step(q);
-	if (rc == SQLITE_ROW)
-		return 1;
-	if (rc == SQLITE_DONE)
-		return 0;
-	return store_db_error(s, "account lookup", err);
+	int rc = store_run(s, &q, "SELECT 1 FROM accounts WHERE id = ?1", err, STORE_T(account_id));
+	return rc < 0 ? -1 : rc == SQLITE_ROW;
 }
 
 int store_ledger_insert(struct store *s, const char *account_id, const char *sandbox_id,
@@ -43,17 +36,13 @@ int store_ledger_insert(struct store *s, const char *account_id, const char *san
 			struct sbx_error *err)
 {
 	_cleanup_reset_ sqlite3_stmt *q = NULL;
-	if (store_prepare_cached(s,
-				 "INSERT INTO ledger (account_id, sandbox_id, kind, amount_micro,"
-				 " created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
-				 &q, err) < 0)
-		return -1;
-	store_bind_text(q, 1, account_id);
-	store_bind_text(q, 2, sandbox_id);
-	store_bind_text(q, 3, kind);
-	sqlite3_bind_int64(q, 4, amount_micro);
-	sqlite3_bind_int64(q, 5, now_ms);
-	return store_step_done(s, q, err);
+	return store_run(s, &q,
+			 "INSERT INTO ledger (account_id, sandbox_id, kind, amount_micro,"
+			 " created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+			 err, STORE_T(account_id), STORE_T(sandbox_id), STORE_T(kind),
+			 STORE_I(amount_micro), STORE_I(now_ms)) < 0
+		   ? -1
+		   : 0;
 }
 
 int store_account_create(struct store *s, const char *name, int64_t credit_micro,
@@ -75,15 +64,10 @@ int store_account_create(struct store *s, const char *name, int64_t credit_micro
 	if (store_tx_begin(s, err) < 0)
 		return -1;
 	{
-		_cleanup_stmt_ sqlite3_stmt *q = NULL;
-		if (store_prepare(
-			s, "INSERT INTO accounts (id, name, created_at_ms) VALUES (?1, ?2, ?3)", &q,
-			err) < 0)
-			goto err_rollback;
-		store_bind_text(q, 1, a.id);
-		store_bind_text(q, 2, a.name);
-		sqlite3_bind_int64(q, 3, a.created_at_ms);
-		if (store_step_done(s, q, err) < 0)
+		_cleanup_reset_ sqlite3_stmt *q = NULL;
+		if (store_run(s, &q,
+			      "INSERT INTO accounts (id, name, created_at_ms) VALUES (?1, ?2, ?3)",
+			      err, STORE_T(a.id), STORE_T(a.name), STORE_I(a.created_at_ms)) < 0)
 			goto err_rollback;
 	}
 	if (credit_micro > 0 &&
@@ -112,17 +96,14 @@ int store_account_get(struct store *s, const char *account_id, struct store_acco
 		      struct sbx_error *err)
 {
 	STORE_READ(s);
-	_cleanup_stmt_ sqlite3_stmt *q = NULL;
-	if (store_prepare(s, "SELECT id, name, created_at_ms FROM accounts WHERE id = ?1", &q,
-			  err) < 0)
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
+	int rc = store_run(s, &q, "SELECT id, name, created_at_ms FROM accounts WHERE id = ?1", err,
+			   STORE_T(account_id));
+	if (rc < 0)
 		return -1;
-	store_bind_text(q, 1, account_id);
-	int rc = sqlite3_step(q);
 	if (rc == SQLITE_DONE)
 		return sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such account '%.64s'",
 				     account_id ? account_id : "");
-	if (rc != SQLITE_ROW)
-		return store_db_error(s, "account get", err);
 	store_account_from_stmt(q, acct);
 	return 0;
 }
@@ -190,11 +171,11 @@ int store_account_list(struct store *s, struct store_account **out, size_t *n,
 		       struct sbx_error *err)
 {
 	STORE_READ(s);
-	_cleanup_stmt_ sqlite3_stmt *q = NULL;
-	if (store_prepare(s,
-			  "SELECT id, name, created_at_ms FROM accounts"
-			  " ORDER BY created_at_ms, rowid",
-			  &q, err) < 0)
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
+	if (store_bind_args(s, &q,
+			    "SELECT id, name, created_at_ms FROM accounts"
+			    " ORDER BY created_at_ms, rowid",
+			    NULL, 0, err) < 0)
 		return -1;
 	return store_collect(s, q, sizeof **out, SIZE_MAX, store_account_decode, (void **)out, n,
 			     err);

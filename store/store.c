@@ -110,6 +110,69 @@ int store_bind_text(sqlite3_stmt *stmt, int i, const char *v)
 	return sqlite3_bind_text(stmt, i, v, -1, SQLITE_TRANSIENT);
 }
 
+static int store_bind_arg(sqlite3_stmt *q, int at, const struct store_arg *a)
+{
+	switch (a->type) {
+	case STORE_ARG_TEXT:
+		return store_bind_text(q, at, a->p);
+	case STORE_ARG_INT:
+		return sqlite3_bind_int64(q, at, a->i);
+	case STORE_ARG_BLOB:
+		if (a->i < 0 || a->i > INT32_MAX)
+			return SQLITE_TOOBIG;
+		return sqlite3_bind_blob(q, at, a->p, (int)a->i, SQLITE_TRANSIENT);
+	}
+	return SQLITE_MISUSE;
+}
+
+int store_bind_args(struct store *s, sqlite3_stmt **q, const char *sql,
+		    const struct store_arg *args, size_t n, struct sbx_error *err)
+{
+	if (store_prepare_cached(s, sql, q, err) < 0)
+		return -1;
+	for (size_t i = 0; i < n; i++)
+		if (i >= INT32_MAX || store_bind_arg(*q, (int)i + 1, &args[i]) != SQLITE_OK)
+			return store_db_error(s, "bind", err);
+	return 0;
+}
+
+int store_run_args(struct store *s, sqlite3_stmt **q, const char *sql, const struct store_arg *args,
+		   size_t n, struct sbx_error *err)
+{
+	if (store_bind_args(s, q, sql, args, n, err) < 0)
+		return -1;
+	int rc = sqlite3_step(*q);
+	if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+		return store_db_error(s, "step", err);
+	return rc;
+}
+
+int store_write_args(struct store *s, unsigned flags, const char *sql, const struct store_arg *args,
+		     size_t n, struct sbx_error *err)
+{
+	STORE_LOCK(s);
+	if (store_tx_begin(s, err) < 0)
+		return -1;
+	int changes;
+	{
+		_cleanup_reset_ sqlite3_stmt *q = NULL;
+		if (store_run_args(s, &q, sql, args, n, err) < 0)
+			goto err_rollback;
+		changes = sqlite3_changes(s->db);
+	}
+	if (changes == 0 && (flags & STORE_WRITE_NEED_CHANGE)) {
+		store_tx_rollback(s);
+		return 0;
+	}
+	if (store_tx_commit(s, err) < 0)
+		goto err_rollback;
+	return changes;
+
+err_rollback:
+	store_tx_rollback(s);
+	return -1;
+}
+
 int store_exec(struct store *s, const char *sql, struct sbx_error *err)
 {
 	char *msg = NULL;
