@@ -23,12 +23,17 @@ static int store_copy_str(char *dst, size_t dstlen, const char *src)
 	return 0;
 }
 
-/* 1 if the account exists, 0 if not, -1 on error. */
-int store_account_exists(struct store *s, const char *account_id, struct sbx_error *err)
+int store_no_account(struct sbx_error *err, const char *account_id)
+{
+	return sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such account '%.64s'",
+			     account_id ? account_id : "");
+}
+
+int store_account_need(struct store *s, const char *account_id, struct sbx_error *err)
 {
 	_cleanup_reset_ sqlite3_stmt *q = NULL;
 	int rc = store_run(s, &q, "SELECT 1 FROM accounts WHERE id = ?1", err, STORE_T(account_id));
-	return rc < 0 ? -1 : rc == SQLITE_ROW;
+	return rc == SQLITE_ROW ? 0 : rc < 0 ? -1 : store_no_account(err, account_id);
 }
 
 int store_ledger_insert(struct store *s, const char *account_id, const char *sandbox_id,
@@ -102,8 +107,7 @@ int store_account_get(struct store *s, const char *account_id, struct store_acco
 	if (rc < 0)
 		return -1;
 	if (rc == SQLITE_DONE)
-		return sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such account '%.64s'",
-				     account_id ? account_id : "");
+		return store_no_account(err, account_id);
 	store_account_from_stmt(q, acct);
 	return 0;
 }
@@ -117,20 +121,12 @@ int store_credit_add(struct store *s, const char *account_id, int64_t amount_mic
 	STORE_LOCK(s);
 	if (store_tx_begin(s, err) < 0)
 		return -1;
-	int found = store_account_exists(s, account_id, err);
-	if (found < 0)
+	if (store_account_need(s, account_id, err) < 0)
 		goto err_rollback;
-	if (found == 0) {
-		sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such account '%.64s'",
-			      account_id ? account_id : "");
-		goto err_rollback;
-	}
 	if (store_ledger_insert(s, account_id, NULL, "credit", amount_micro, sbx_wall_ms(), err) <
 	    0)
 		goto err_rollback;
-	if (store_tx_commit(s, err) < 0)
-		goto err_rollback;
-	return 0;
+	return store_tx_end(s, 0, err);
 
 err_rollback:
 	store_tx_rollback(s);

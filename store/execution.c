@@ -71,9 +71,7 @@ int store_execution_reserve(struct store *s, const struct store_execution *row, 
 	}
 	if (sx_ledger(s, row->account_id, row->id, "hold", hold_micro, now, err) < 0)
 		goto err_rollback;
-	if (store_tx_commit(s, err) < 0)
-		goto err_rollback;
-	return 0;
+	return store_tx_end(s, 0, err);
 
 err_rollback:
 	store_tx_rollback(s);
@@ -180,9 +178,7 @@ static int sx_settle(struct store *s, const char *id, const char *status, int64_
 		if (keep->receipts && sx_receipts_keep(s, account, keep->receipts, err) < 0)
 			goto err_rollback;
 	}
-	if (store_tx_commit(s, err) < 0)
-		goto err_rollback;
-	return 0;
+	return store_tx_end(s, 0, err);
 
 err_rollback:
 	store_tx_rollback(s);
@@ -371,9 +367,7 @@ int store_receipt_insert(struct store *s, const char *id, const char *account_id
 	}
 	if (keep && sx_receipts_keep(s, account_id, keep, err) < 0)
 		goto err_rollback;
-	if (store_tx_commit(s, err) < 0)
-		goto err_rollback;
-	return 0;
+	return store_tx_end(s, 0, err);
 
 err_rollback:
 	store_tx_rollback(s);

@@ -162,10 +162,7 @@ int store_idem_release_pending(struct store *s, struct sbx_error *err)
 		       "  AND sandboxes.status NOT IN ('creating', 'aborted'))",
 		       err) < 0)
 		goto err_rollback;
-	int changes = sqlite3_changes(s->db);
-	if (store_tx_commit(s, err) < 0)
-		goto err_rollback;
-	return changes;
+	return store_tx_end(s, sqlite3_changes(s->db), err);
 
 err_rollback:
 	store_tx_rollback(s);

@@ -124,14 +124,8 @@ int store_key_insert_kept(struct store *s, const struct store_key *key, const ch
 	STORE_LOCK(s);
 	if (store_tx_begin(s, err) < 0)
 		return -1;
-	int found = store_account_exists(s, key->account_id, err);
-	if (found < 0)
+	if (store_account_need(s, key->account_id, err) < 0)
 		goto err_rollback;
-	if (found == 0) {
-		sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such account '%.64s'",
-			      key->account_id);
-		goto err_rollback;
-	}
 	if (keep && store_key_keep_locked(s, key->account_id, keep, err) < 0)
 		goto err_rollback;
 	{
@@ -146,9 +140,7 @@ int store_key_insert_kept(struct store *s, const struct store_key *key, const ch
 			      STORE_I(key->revoked_at_ms), STORE_T(key->scopes)) < 0)
 			goto err_rollback;
 	}
-	if (store_tx_commit(s, err) < 0)
-		goto err_rollback;
-	return 0;
+	return store_tx_end(s, 0, err);
 
 err_rollback:
 	store_tx_rollback(s);

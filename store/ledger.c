@@ -23,8 +23,7 @@ int store_balance_locked(struct store *s, const char *account_id, struct store_b
 	if (rc < 0)
 		return -1;
 	if (rc == SQLITE_DONE)
-		return sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such account '%.64s'",
-				     account_id ? account_id : "");
+		return store_no_account(err, account_id);
 	int64_t credits = sqlite3_column_int64(q, 0), holds = sqlite3_column_int64(q, 1),
 		releases = sqlite3_column_int64(q, 2), charges = sqlite3_column_int64(q, 3);
 	out->credits_micro = credits;

@@ -68,6 +68,20 @@ static int store_sandbox_read(struct store *s, const char *account_id, const cha
 	return 1;
 }
 
+/* The row of a sandbox its tenant may see (any status but aborted): 0, or
+ * -1 with SBX_E_NOT_FOUND "no such sandbox" or after a database error. */
+static int store_sandbox_need(struct store *s, const char *account_id, const char *id,
+			      struct store_sandbox *out, struct sbx_error *err)
+{
+	int found = store_sandbox_read(s, account_id, id, out, err);
+	if (found < 0)
+		return -1;
+	if (found == 0 || out->status == STORE_ABORTED)
+		return sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such sandbox '%.64s'",
+				     id ? id : "");
+	return 0;
+}
+
 /* available = credits - holds + releases (= balance - reserved), from the
  * account row's running totals: one row read, whatever the history. */
 int store_available(struct store *s, const char *account_id, int64_t *available,
@@ -81,8 +95,7 @@ int store_available(struct store *s, const char *account_id, int64_t *available,
 	if (rc < 0)
 		return -1;
 	if (rc == SQLITE_DONE)
-		return sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such account '%.64s'",
-				     account_id ? account_id : "");
+		return store_no_account(err, account_id);
 	*available = sqlite3_column_int64(q, 0);
 	return 0;
 }
@@ -129,14 +142,8 @@ int store_sandbox_reserve(struct store *s, struct store_sandbox *row, int64_t ho
 	STORE_LOCK(s);
 	if (store_tx_begin(s, err) < 0)
 		return -1;
-	int found = store_account_exists(s, row->account_id, err);
-	if (found < 0)
+	if (store_account_need(s, row->account_id, err) < 0)
 		goto err_rollback;
-	if (found == 0) {
-		sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such account '%.64s'",
-			      row->account_id);
-		goto err_rollback;
-	}
 	int live;
 	if (store_count_live_locked(s, row->account_id, &live, err) < 0)
 		goto err_rollback;
@@ -256,9 +263,7 @@ int store_sandbox_abort(struct store *s, const char *id, struct sbx_error *err)
 	if (row.hold_micro > 0 &&
 	    store_ledger_insert(s, row.account_id, row.id, "release", row.hold_micro, now, err) < 0)
 		goto err_rollback;
-	if (store_tx_commit(s, err) < 0)
-		goto err_rollback;
-	return 1;
+	return store_tx_end(s, 1, err);
 
 err_rollback:
 	store_tx_rollback(s);
@@ -278,13 +283,8 @@ int store_sandbox_end(struct store *s, const char *id, enum store_status status,
 	if (store_tx_begin(s, err) < 0)
 		return -1;
 	struct store_sandbox row;
-	int found = store_sandbox_read(s, NULL, id, &row, err);
-	if (found < 0)
+	if (store_sandbox_need(s, NULL, id, &row, err) < 0)
 		goto err_rollback;
-	if (found == 0 || row.status == STORE_ABORTED) {
-		sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such sandbox '%.64s'", id ? id : "");
-		goto err_rollback;
-	}
 	if (row.status != STORE_RUNNING) {
 		/* Already ended (or still creating: that is abort's business). */
 		store_tx_rollback(s);
@@ -336,13 +336,8 @@ int store_sandbox_extend(struct store *s, const char *account_id, const char *id
 	if (store_tx_begin(s, err) < 0)
 		return -1;
 	struct store_sandbox row;
-	int found = store_sandbox_read(s, account_id, id, &row, err);
-	if (found < 0)
+	if (store_sandbox_need(s, account_id, id, &row, err) < 0)
 		goto err_rollback;
-	if (found == 0 || row.status == STORE_ABORTED) {
-		sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such sandbox '%.64s'", id ? id : "");
-		goto err_rollback;
-	}
 	if (row.status != STORE_RUNNING) {
 		sbx_error_set(err, SBX_E_SANDBOX_NOT_RUNNING, NULL,
 			      "sandbox '%s' is %s; create a new one", row.id,
@@ -369,9 +364,7 @@ int store_sandbox_extend(struct store *s, const char *account_id, const char *id
 	if (extra_hold_micro > 0 && store_ledger_insert(s, row.account_id, row.id, "hold",
 							extra_hold_micro, sbx_wall_ms(), err) < 0)
 		goto err_rollback;
-	if (store_tx_commit(s, err) < 0)
-		goto err_rollback;
-	return 0;
+	return store_tx_end(s, 0, err);
 
 err_rollback:
 	store_tx_rollback(s);
@@ -383,12 +376,8 @@ int store_sandbox_get(struct store *s, const char *account_id, const char *id,
 {
 	STORE_READ(s);
 	struct store_sandbox row;
-	int found = store_sandbox_read(s, account_id, id, &row, err);
-	if (found < 0)
+	if (store_sandbox_need(s, account_id, id, &row, err) < 0)
 		return -1;
-	if (found == 0 || row.status == STORE_ABORTED)
-		return sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such sandbox '%.64s'",
-				     id ? id : "");
 	*out = row;
 	return 0;
 }

@@ -62,6 +62,9 @@ int store_tx_begin(struct store *s, struct sbx_error *err);
 int store_tx_commit(struct store *s, struct sbx_error *err);
 /* Roll back the open transaction, if any. */
 void store_tx_rollback(struct store *s);
+/* End the open write transaction: COMMIT and return rc when rc >= 0;
+ * ROLLBACK and return -1 when rc < 0 or the COMMIT fails. */
+int store_tx_end(struct store *s, int rc, struct sbx_error *err);
 int store_prepare(struct store *s, const char *sql, sqlite3_stmt **stmt, struct sbx_error *err);
 /* The connection's own copy of the statement for `sql`, prepared on first
  * use (SQLITE_PREPARE_PERSISTENT) and kept until store_close: no parsing,
@@ -131,9 +134,11 @@ int store_collect(struct store *s, sqlite3_stmt *q, size_t elem_size, size_t max
 		  store_row_fn decode, void **out, size_t *n, struct sbx_error *err);
 /* Step a statement that must return a row. 0 or -1. */
 int store_step_row(struct store *s, sqlite3_stmt *stmt, struct sbx_error *err);
-/* 1 when the account exists, 0 when not (err set to 404), -1 on error.
- * Call with s->lock. */
-int store_account_exists(struct store *s, const char *account_id, struct sbx_error *err);
+/* 0 when the account exists; -1 when not (err: SBX_E_NOT_FOUND, "no such
+ * account") or on error. Call with s->lock. */
+int store_account_need(struct store *s, const char *account_id, struct sbx_error *err);
+/* err: SBX_E_NOT_FOUND, "no such account '<id>'". Returns -1. */
+int store_no_account(struct sbx_error *err, const char *account_id);
 /* Append one ledger row (kind 'credit', 'hold', 'release' or 'charge')
  * inside the open write transaction. 0 or -1. */
 int store_ledger_insert(struct store *s, const char *account_id, const char *sandbox_id,

@@ -156,21 +156,14 @@ int store_write_args(struct store *s, unsigned flags, const char *sql, const str
 	int changes;
 	{
 		_cleanup_reset_ sqlite3_stmt *q = NULL;
-		if (store_run_args(s, &q, sql, args, n, err) < 0)
-			goto err_rollback;
-		changes = sqlite3_changes(s->db);
+		changes =
+		    store_run_args(s, &q, sql, args, n, err) < 0 ? -1 : sqlite3_changes(s->db);
 	}
 	if (changes == 0 && (flags & STORE_WRITE_NEED_CHANGE)) {
 		store_tx_rollback(s);
 		return 0;
 	}
-	if (store_tx_commit(s, err) < 0)
-		goto err_rollback;
-	return changes;
-
-err_rollback:
-	store_tx_rollback(s);
-	return -1;
+	return store_tx_end(s, changes, err);
 }
 
 int store_exec(struct store *s, const char *sql, struct sbx_error *err)
@@ -220,6 +213,14 @@ void store_tx_rollback(struct store *s)
 {
 	if (!sqlite3_get_autocommit(s->db))
 		sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+}
+
+int store_tx_end(struct store *s, int rc, struct sbx_error *err)
+{
+	if (rc >= 0 && store_tx_commit(s, err) == 0)
+		return rc;
+	store_tx_rollback(s);
+	return -1;
 }
 
 /* Step a statement that returns no row (INSERT/UPDATE). */
