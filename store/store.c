@@ -118,9 +118,9 @@ static int store_bind_arg(sqlite3_stmt *q, int at, const struct store_arg *a)
 	case STORE_ARG_INT:
 		return sqlite3_bind_int64(q, at, a->i);
 	case STORE_ARG_BLOB:
-		if (a->i < 0 || a->i > INT32_MAX)
-			return SQLITE_TOOBIG;
-		return sqlite3_bind_blob(q, at, a->p, (int)a->i, SQLITE_TRANSIENT);
+		if (a->i < 0)
+			return SQLITE_MISUSE;
+		return sqlite3_bind_blob64(q, at, a->p, (sqlite3_uint64)a->i, SQLITE_TRANSIENT);
 	}
 	return SQLITE_MISUSE;
 }
