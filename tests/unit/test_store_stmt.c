@@ -2,7 +2,9 @@
  * the connection's statement cache (reset and cleared between uses), the
  * mapping of every failure (prepare, bind, step) to SBX_E_INTERNAL, and
  * store_write / store_tx_end: a statement failing mid-transaction rolls
- * the whole transaction back, money included. */
+ * the whole transaction back, money included. Each test has a store of
+ * its own: a failed assertion inside STORE_LOCK leaves only that store's
+ * lock taken. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -204,11 +206,28 @@ static void test_error_mapping(void **state)
 	assert_int_equal(count_t(s), before + 1);
 }
 
+/* Write transactions committed so far (the store's histogram count). */
+static unsigned long long commits(void)
+{
+	struct sbx_buf b;
+	unsigned long long n = 0;
+
+	sbx_buf_init(&b, 1 << 20);
+	assert_int_equal(sbx_metrics_render(&b), 0);
+	assert_int_equal(sbx_buf_append(&b, "", 1), 0);
+	const char *at = strstr(b.data, "\nsandboxd_store_transaction_seconds_count ");
+	assert_non_null(at);
+	assert_int_equal(sscanf(at, "\nsandboxd_store_transaction_seconds_count %llu", &n), 1);
+	sbx_buf_release(&b);
+	return n;
+}
+
 static void test_write(void **state)
 {
 	struct store *s = *state;
 	struct sbx_error err = {0};
 	int64_t before = count_t(s);
+	unsigned long long c0 = commits();
 
 	assert_int_equal(store_write(s, 0, "INSERT INTO t (k, n) VALUES (?1, ?2)", &err,
 				     STORE_I(200), STORE_I(1)),
@@ -218,10 +237,12 @@ static void test_write(void **state)
 	/* nothing to change: committed as 0, or rolled back with NEED_CHANGE */
 	assert_int_equal(store_write(s, 0, "UPDATE t SET n = 0 WHERE k = ?1", &err, STORE_I(999)),
 			 0);
+	assert_int_equal(commits(), c0 + 3);
 	assert_int_equal(store_write(s, STORE_WRITE_NEED_CHANGE, "UPDATE t SET n = 0 WHERE k = ?1",
 				     &err, STORE_I(999)),
 			 0);
 	assert_true(sqlite3_get_autocommit(s->db));
+	assert_int_equal(commits(), c0 + 3);
 	/* a failing statement: -1, no transaction left open */
 	memset(&err, 0, sizeof err);
 	assert_int_equal(store_write(s, 0, "INSERT INTO t (k, n) VALUES (?1, ?2)", &err,
@@ -229,6 +250,7 @@ static void test_write(void **state)
 			 -1);
 	assert_db_failed(&err);
 	assert_true(sqlite3_get_autocommit(s->db));
+	assert_int_equal(commits(), c0 + 3);
 	assert_int_equal(count_t(s), before + 1);
 }
 
@@ -337,12 +359,12 @@ static void test_money_rolls_back_mid_transaction(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_bind_each_type),
-	    cmocka_unit_test(test_cache_reset_between_uses),
-	    cmocka_unit_test(test_error_mapping),
-	    cmocka_unit_test(test_write),
-	    cmocka_unit_test(test_tx_end_rolls_back),
-	    cmocka_unit_test(test_money_rolls_back_mid_transaction),
+	    cmocka_unit_test_setup_teardown(test_bind_each_type, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_cache_reset_between_uses, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_error_mapping, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_write, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_tx_end_rolls_back, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_money_rolls_back_mid_transaction, setup, teardown),
 	};
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, NULL, NULL);
 }
