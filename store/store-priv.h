@@ -65,6 +65,8 @@ void store_tx_rollback(struct store *s);
 /* End the open write transaction: COMMIT and return rc when rc >= 0;
  * ROLLBACK and return -1 when rc < 0 or the COMMIT fails. */
 int store_tx_end(struct store *s, int rc, struct sbx_error *err);
+/* Prepare a statement of its own (finalise it: _cleanup_stmt_), for what
+ * runs once (the opening PRAGMAs, the migration). 0 or -1. */
 int store_prepare(struct store *s, const char *sql, sqlite3_stmt **stmt, struct sbx_error *err);
 /* The connection's own copy of the statement for `sql`, prepared on first
  * use (SQLITE_PREPARE_PERSISTENT) and kept until store_close: no parsing,
@@ -125,8 +127,6 @@ int store_write_args(struct store *s, unsigned flags, const char *sql, const str
 		     size_t n, struct sbx_error *err);
 #define store_write(s, flags, sql, err, ...)                                                       \
 	store_write_args(s, flags, sql, STORE_ARGS(__VA_ARGS__), STORE_NARGS(__VA_ARGS__), err)
-/* Step a statement that returns no row (INSERT/UPDATE). 0 or -1. */
-int store_step_done(struct store *s, sqlite3_stmt *stmt, struct sbx_error *err);
 /* Collect up to max_rows rows of a query into a malloc'd array (*out, *n)
  * through a row decoder. */
 typedef void (*store_row_fn)(sqlite3_stmt *q, void *elem);

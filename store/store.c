@@ -9,6 +9,20 @@
  * other processes on the same file (the admin CLI) out of the middle of it.
  * Values are always bound, never formatted into SQL.
  *
+ * Statements: every one goes through store_run (store_bind for a query
+ * that store_collect reads): the connection's own prepared copy of the
+ * SQL text (a string literal; prepared once, kept until store_close), its
+ * values bound as a typed list (STORE_T text, STORE_I integer, STORE_B
+ * blob) to ?1..?n, one step, and any failure to prepare, bind or step
+ * logged with SQLite's message and given to the caller as SBX_E_INTERNAL
+ * (store_db_error). The statement is declared _cleanup_reset_ after
+ * STORE_LOCK/STORE_READ, so it is reset and its bindings cleared before
+ * the connection is let go. A statement in a write transaction of its
+ * own is store_write; several in one are store_tx_begin, store_run...,
+ * store_tx_end (or a goto to a ROLLBACK on the first failure). What runs
+ * rarely and binds nothing (migrations, the opening PRAGMAs, a few
+ * one-off statements) may use store_exec, uncached.
+ *
  * This file: the connections, statements and transactions every other
  * file of store/ uses (store-priv.h). The tables by concern: accounts.c
  * (accounts, credit), keys.c (API keys), ledger.c (balances, the ledger
@@ -181,9 +195,7 @@ int store_exec(struct store *s, const char *sql, struct sbx_error *err)
 int store_exec_cached(struct store *s, const char *sql, struct sbx_error *err)
 {
 	_cleanup_reset_ sqlite3_stmt *q = NULL;
-	if (store_prepare_cached(s, sql, &q, err) < 0)
-		return -1;
-	return store_step_done(s, q, err);
+	return store_run_args(s, &q, sql, NULL, 0, err) < 0 ? -1 : 0;
 }
 
 static int64_t store_now_us(void)
@@ -221,14 +233,6 @@ int store_tx_end(struct store *s, int rc, struct sbx_error *err)
 		return rc;
 	store_tx_rollback(s);
 	return -1;
-}
-
-/* Step a statement that returns no row (INSERT/UPDATE). */
-int store_step_done(struct store *s, sqlite3_stmt *stmt, struct sbx_error *err)
-{
-	if (sqlite3_step(stmt) != SQLITE_DONE)
-		return store_db_error(s, "step", err);
-	return 0;
 }
 
 /* Step a query expected to return exactly one row (aggregates). */
