@@ -23,19 +23,17 @@ static int store_copy_str(char *dst, size_t dstlen, const char *src)
 	return 0;
 }
 
-/* 1 if the account exists, 0 if not, -1 on error. */
-int store_account_exists(struct store *s, const char *account_id, struct sbx_error *err)
+int store_no_account(struct sbx_error *err, const char *account_id)
+{
+	return sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such account '%.64s'",
+			     account_id ? account_id : "");
+}
+
+int store_account_need(struct store *s, const char *account_id, struct sbx_error *err)
 {
 	_cleanup_reset_ sqlite3_stmt *q = NULL;
-	if (store_prepare_cached(s, "SELECT 1 FROM accounts WHERE id = ?1", &q, err) < 0)
-		return -1;
-	store_bind_text(q, 1, account_id);
-	int rc = sqlite3_step(q);
-	if (rc == SQLITE_ROW)
-		return 1;
-	if (rc == SQLITE_DONE)
-		return 0;
-	return store_db_error(s, "account lookup", err);
+	int rc = store_run(s, &q, "SELECT 1 FROM accounts WHERE id = ?1", err, STORE_T(account_id));
+	return rc == SQLITE_ROW ? 0 : rc < 0 ? -1 : store_no_account(err, account_id);
 }
 
 int store_ledger_insert(struct store *s, const char *account_id, const char *sandbox_id,
@@ -43,17 +41,13 @@ int store_ledger_insert(struct store *s, const char *account_id, const char *san
 			struct sbx_error *err)
 {
 	_cleanup_reset_ sqlite3_stmt *q = NULL;
-	if (store_prepare_cached(s,
-				 "INSERT INTO ledger (account_id, sandbox_id, kind, amount_micro,"
-				 " created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
-				 &q, err) < 0)
-		return -1;
-	store_bind_text(q, 1, account_id);
-	store_bind_text(q, 2, sandbox_id);
-	store_bind_text(q, 3, kind);
-	sqlite3_bind_int64(q, 4, amount_micro);
-	sqlite3_bind_int64(q, 5, now_ms);
-	return store_step_done(s, q, err);
+	return store_run(s, &q,
+			 "INSERT INTO ledger (account_id, sandbox_id, kind, amount_micro,"
+			 " created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+			 err, STORE_T(account_id), STORE_T(sandbox_id), STORE_T(kind),
+			 STORE_I(amount_micro), STORE_I(now_ms)) < 0
+		   ? -1
+		   : 0;
 }
 
 int store_account_create(struct store *s, const char *name, int64_t credit_micro,
@@ -75,15 +69,10 @@ int store_account_create(struct store *s, const char *name, int64_t credit_micro
 	if (store_tx_begin(s, err) < 0)
 		return -1;
 	{
-		_cleanup_stmt_ sqlite3_stmt *q = NULL;
-		if (store_prepare(
-			s, "INSERT INTO accounts (id, name, created_at_ms) VALUES (?1, ?2, ?3)", &q,
-			err) < 0)
-			goto err_rollback;
-		store_bind_text(q, 1, a.id);
-		store_bind_text(q, 2, a.name);
-		sqlite3_bind_int64(q, 3, a.created_at_ms);
-		if (store_step_done(s, q, err) < 0)
+		_cleanup_reset_ sqlite3_stmt *q = NULL;
+		if (store_run(s, &q,
+			      "INSERT INTO accounts (id, name, created_at_ms) VALUES (?1, ?2, ?3)",
+			      err, STORE_T(a.id), STORE_T(a.name), STORE_I(a.created_at_ms)) < 0)
 			goto err_rollback;
 	}
 	if (credit_micro > 0 &&
@@ -112,17 +101,13 @@ int store_account_get(struct store *s, const char *account_id, struct store_acco
 		      struct sbx_error *err)
 {
 	STORE_READ(s);
-	_cleanup_stmt_ sqlite3_stmt *q = NULL;
-	if (store_prepare(s, "SELECT id, name, created_at_ms FROM accounts WHERE id = ?1", &q,
-			  err) < 0)
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
+	int rc = store_run(s, &q, "SELECT id, name, created_at_ms FROM accounts WHERE id = ?1", err,
+			   STORE_T(account_id));
+	if (rc < 0)
 		return -1;
-	store_bind_text(q, 1, account_id);
-	int rc = sqlite3_step(q);
 	if (rc == SQLITE_DONE)
-		return sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such account '%.64s'",
-				     account_id ? account_id : "");
-	if (rc != SQLITE_ROW)
-		return store_db_error(s, "account get", err);
+		return store_no_account(err, account_id);
 	store_account_from_stmt(q, acct);
 	return 0;
 }
@@ -136,20 +121,12 @@ int store_credit_add(struct store *s, const char *account_id, int64_t amount_mic
 	STORE_LOCK(s);
 	if (store_tx_begin(s, err) < 0)
 		return -1;
-	int found = store_account_exists(s, account_id, err);
-	if (found < 0)
+	if (store_account_need(s, account_id, err) < 0)
 		goto err_rollback;
-	if (found == 0) {
-		sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such account '%.64s'",
-			      account_id ? account_id : "");
-		goto err_rollback;
-	}
 	if (store_ledger_insert(s, account_id, NULL, "credit", amount_micro, sbx_wall_ms(), err) <
 	    0)
 		goto err_rollback;
-	if (store_tx_commit(s, err) < 0)
-		goto err_rollback;
-	return 0;
+	return store_tx_end(s, 0, err);
 
 err_rollback:
 	store_tx_rollback(s);
@@ -190,11 +167,11 @@ int store_account_list(struct store *s, struct store_account **out, size_t *n,
 		       struct sbx_error *err)
 {
 	STORE_READ(s);
-	_cleanup_stmt_ sqlite3_stmt *q = NULL;
-	if (store_prepare(s,
-			  "SELECT id, name, created_at_ms FROM accounts"
-			  " ORDER BY created_at_ms, rowid",
-			  &q, err) < 0)
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
+	if (store_bind_args(s, &q,
+			    "SELECT id, name, created_at_ms FROM accounts"
+			    " ORDER BY created_at_ms, rowid",
+			    NULL, 0, err) < 0)
 		return -1;
 	return store_collect(s, q, sizeof **out, SIZE_MAX, store_account_decode, (void **)out, n,
 			     err);

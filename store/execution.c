@@ -1,5 +1,4 @@
 /* store: executions, receipts and key scopes. See store.h. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -7,39 +6,6 @@
 #include "store.h"
 
 #define MOD "store"
-
-/* Prepare, bind texts/ints by a tiny format ("t" text, "i" int64), step
- * once. Returns SQLITE_ROW/SQLITE_DONE, or -1 after filling err. The
- * statement is left in *q for the caller to read and finalise. */
-static int sx_run(struct store *s, sqlite3_stmt **q, const char *sql, const char *fmt,
-		  struct sbx_error *err, ...)
-{
-	va_list ap;
-	int rc;
-
-	if (sqlite3_prepare_v2(s->db, sql, -1, q, NULL) != SQLITE_OK) {
-		*q = NULL;
-		return store_db_error(s, "prepare", err);
-	}
-	va_start(ap, err);
-	for (int i = 0; fmt[i]; i++) {
-		if (fmt[i] == 't') {
-			const char *v = va_arg(ap, const char *);
-
-			if (v)
-				sqlite3_bind_text(*q, i + 1, v, -1, SQLITE_TRANSIENT);
-			else
-				sqlite3_bind_null(*q, i + 1);
-		} else {
-			sqlite3_bind_int64(*q, i + 1, va_arg(ap, int64_t));
-		}
-	}
-	va_end(ap);
-	rc = sqlite3_step(*q);
-	if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-		return store_db_error(s, "step", err);
-	return rc;
-}
 
 static char *sx_dup(sqlite3_stmt *q, int col)
 {
@@ -57,14 +23,15 @@ static char *sx_dup(sqlite3_stmt *q, int col)
 static int sx_ledger(struct store *s, const char *account_id, const char *execution_id,
 		     const char *kind, int64_t amount, int64_t now, struct sbx_error *err)
 {
-	_cleanup_stmt_ sqlite3_stmt *q = NULL;
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
 
 	if (amount == 0 && strcmp(kind, "hold") != 0)
 		return 0;
-	return sx_run(s, &q,
-		      "INSERT INTO ledger (account_id, execution_id, kind, amount_micro,"
-		      " created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
-		      "tttii", err, account_id, execution_id, kind, amount, now) < 0
+	return store_run(s, &q,
+			 "INSERT INTO ledger (account_id, execution_id, kind, amount_micro,"
+			 " created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+			 err, STORE_T(account_id), STORE_T(execution_id), STORE_T(kind),
+			 STORE_I(amount), STORE_I(now)) < 0
 		   ? -1
 		   : 0;
 }
@@ -89,21 +56,22 @@ int store_execution_reserve(struct store *s, const struct store_execution *row, 
 		goto err_rollback;
 	}
 	{
-		_cleanup_stmt_ sqlite3_stmt *q = NULL;
-		if (sx_run(s, &q,
-			   "INSERT INTO executions (id, account_id, runtime, runner, status,"
-			   " timeout_seconds, price_micro_per_second, requested_at_ms, hold_micro)"
-			   " VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6, ?7, ?8)",
-			   "ttttiiii", err, row->id, row->account_id, row->runtime, row->runner,
-			   (int64_t)row->timeout_seconds, row->price_micro_per_second,
-			   row->requested_at_ms ? row->requested_at_ms : now, hold_micro) < 0)
+		_cleanup_reset_ sqlite3_stmt *q = NULL;
+		if (store_run(
+			s, &q,
+			"INSERT INTO executions (id, account_id, runtime, runner, status,"
+			" timeout_seconds, price_micro_per_second, requested_at_ms, hold_micro)"
+			" VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6, ?7, ?8)",
+			err, STORE_T(row->id), STORE_T(row->account_id), STORE_T(row->runtime),
+			STORE_T(row->runner), STORE_I(row->timeout_seconds),
+			STORE_I(row->price_micro_per_second),
+			STORE_I(row->requested_at_ms ? row->requested_at_ms : now),
+			STORE_I(hold_micro)) < 0)
 			goto err_rollback;
 	}
 	if (sx_ledger(s, row->account_id, row->id, "hold", hold_micro, now, err) < 0)
 		goto err_rollback;
-	if (store_tx_commit(s, err) < 0)
-		goto err_rollback;
-	return 0;
+	return store_tx_end(s, 0, err);
 
 err_rollback:
 	store_tx_rollback(s);
@@ -115,15 +83,17 @@ err_rollback:
 static int sx_receipts_keep(struct store *s, const char *account,
 			    const struct store_receipt_keep *keep, struct sbx_error *err)
 {
-	_cleanup_stmt_ sqlite3_stmt *q1 = NULL, *q2 = NULL;
+	_cleanup_reset_ sqlite3_stmt *q1 = NULL, *q2 = NULL;
 
-	return sx_run(s, &q1, "DELETE FROM receipts WHERE account_id = ?1 AND created_at_ms < ?2",
-		      "ti", err, account, keep->created_before_ms) < 0 ||
-		       sx_run(s, &q2,
-			      "DELETE FROM receipts WHERE rowid IN (SELECT rowid FROM receipts"
-			      " WHERE account_id = ?1 ORDER BY created_at_ms DESC, rowid DESC"
-			      " LIMIT -1 OFFSET ?2)",
-			      "ti", err, account, keep->account_max < 0 ? 0 : keep->account_max) < 0
+	return store_run(s, &q1,
+			 "DELETE FROM receipts WHERE account_id = ?1 AND created_at_ms < ?2", err,
+			 STORE_T(account), STORE_I(keep->created_before_ms)) < 0 ||
+		       store_run(s, &q2,
+				 "DELETE FROM receipts WHERE rowid IN (SELECT rowid FROM receipts"
+				 " WHERE account_id = ?1 ORDER BY created_at_ms DESC, rowid DESC"
+				 " LIMIT -1 OFFSET ?2)",
+				 err, STORE_T(account),
+				 STORE_I(keep->account_max < 0 ? 0 : keep->account_max)) < 0
 		   ? -1
 		   : 0;
 }
@@ -142,22 +112,23 @@ static int sx_settle(struct store *s, const char *id, const char *status, int64_
 	if (store_tx_begin(s, err) < 0)
 		return -1;
 	if (rcpt) {
-		_cleanup_stmt_ sqlite3_stmt *q = NULL;
-		if (sx_run(
+		_cleanup_reset_ sqlite3_stmt *q = NULL;
+		if (store_run(
 			s, &q,
 			"INSERT INTO receipts (id, account_id, subject_id, body, hash, signature,"
 			" signer, created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-			"ttttttti", err, rcpt->id, rcpt->account_id, id, rcpt->body, rcpt->hash,
-			rcpt->signature, rcpt->signer, rcpt->created_at_ms) < 0)
+			err, STORE_T(rcpt->id), STORE_T(rcpt->account_id), STORE_T(id),
+			STORE_T(rcpt->body), STORE_T(rcpt->hash), STORE_T(rcpt->signature),
+			STORE_T(rcpt->signer), STORE_I(rcpt->created_at_ms)) < 0)
 			goto err_rollback;
 		receipt_id = rcpt->id;
 	}
 	{
-		_cleanup_stmt_ sqlite3_stmt *q = NULL;
-		int rc = sx_run(s, &q,
-				"SELECT account_id, hold_micro FROM executions WHERE id = ?1"
-				" AND status = 'running'",
-				"t", err, id);
+		_cleanup_reset_ sqlite3_stmt *q = NULL;
+		int rc = store_run(s, &q,
+				   "SELECT account_id, hold_micro FROM executions WHERE id = ?1"
+				   " AND status = 'running'",
+				   err, STORE_T(id));
 		if (rc < 0)
 			goto err_rollback;
 		if (rc == SQLITE_DONE) {
@@ -176,35 +147,38 @@ static int sx_settle(struct store *s, const char *id, const char *status, int64_
 	    sx_ledger(s, account, id, "release", hold - charge_micro, now, err) < 0)
 		goto err_rollback;
 	{
-		_cleanup_stmt_ sqlite3_stmt *q = NULL;
-		if (sx_run(s, &q,
-			   "UPDATE executions SET status = ?2, ended_at_ms = ?3, charge_micro = ?4,"
-			   " receipt_id = ?5, response = ?6, response_bytes = ?7 WHERE id = ?1",
-			   "ttiitti", err, id, status, ended_at_ms, charge_micro, receipt_id,
-			   response, (int64_t)(response ? strlen(response) : 0)) < 0)
+		_cleanup_reset_ sqlite3_stmt *q = NULL;
+		if (store_run(
+			s, &q,
+			"UPDATE executions SET status = ?2, ended_at_ms = ?3, charge_micro = ?4,"
+			" receipt_id = ?5, response = ?6, response_bytes = ?7 WHERE id = ?1",
+			err, STORE_T(id), STORE_T(status), STORE_I(ended_at_ms),
+			STORE_I(charge_micro), STORE_T(receipt_id), STORE_T(response),
+			STORE_I(response ? strlen(response) : 0)) < 0)
 			goto err_rollback;
 	}
 	if (keep) {
-		_cleanup_stmt_ sqlite3_stmt *q1 = NULL, *q2 = NULL;
+		_cleanup_reset_ sqlite3_stmt *q1 = NULL, *q2 = NULL;
 		/* the newest responses whose running total fits stay */
-		if (sx_run(s, &q1,
-			   "UPDATE executions SET response = NULL, response_bytes = 0"
-			   " WHERE account_id = ?1 AND response IS NOT NULL AND ended_at_ms < ?2",
-			   "ti", err, account, keep->ended_before_ms) < 0 ||
-		    sx_run(s, &q2,
-			   "UPDATE executions SET response = NULL, response_bytes = 0 WHERE id IN"
-			   " (SELECT id FROM (SELECT id, SUM(response_bytes) OVER"
-			   "  (ORDER BY ended_at_ms DESC, rowid DESC) AS total FROM executions"
-			   "  WHERE account_id = ?1 AND response IS NOT NULL) WHERE total > ?2)",
-			   "ti", err, account,
-			   (int64_t)SBX_MIN(keep->account_max_bytes, (uint64_t)INT64_MAX)) < 0)
+		if (store_run(
+			s, &q1,
+			"UPDATE executions SET response = NULL, response_bytes = 0"
+			" WHERE account_id = ?1 AND response IS NOT NULL AND ended_at_ms < ?2",
+			err, STORE_T(account), STORE_I(keep->ended_before_ms)) < 0 ||
+		    store_run(
+			s, &q2,
+			"UPDATE executions SET response = NULL, response_bytes = 0 WHERE id IN"
+			" (SELECT id FROM (SELECT id, SUM(response_bytes) OVER"
+			"  (ORDER BY ended_at_ms DESC, rowid DESC) AS total FROM executions"
+			"  WHERE account_id = ?1 AND response IS NOT NULL) WHERE total > ?2)",
+			err, STORE_T(account),
+			STORE_I((int64_t)SBX_MIN(keep->account_max_bytes, (uint64_t)INT64_MAX))) <
+			0)
 			goto err_rollback;
 		if (keep->receipts && sx_receipts_keep(s, account, keep->receipts, err) < 0)
 			goto err_rollback;
 	}
-	if (store_tx_commit(s, err) < 0)
-		goto err_rollback;
-	return 0;
+	return store_tx_end(s, 0, err);
 
 err_rollback:
 	store_tx_rollback(s);
@@ -232,12 +206,12 @@ int store_execution_settle_receipt(struct store *s, const char *id, const char *
 static int sx_running_ids(struct store *s, char (*ids)[STORE_ID_MAX], int max,
 			  struct sbx_error *err)
 {
-	_cleanup_stmt_ sqlite3_stmt *q = NULL;
 	int n = 0, rc;
 
 	STORE_READ(s);
-	rc = sx_run(s, &q, "SELECT id FROM executions WHERE status = 'running' LIMIT ?1", "i", err,
-		    (int64_t)max);
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
+	rc = store_run(s, &q, "SELECT id FROM executions WHERE status = 'running' LIMIT ?1", err,
+		       STORE_I(max));
 	while (rc == SQLITE_ROW && n < max) {
 		store_copy_col(ids[n++], STORE_ID_MAX, q, 0);
 		rc = sqlite3_step(q);
@@ -268,13 +242,12 @@ int store_execution_fail_unfinished(struct store *s, int64_t now_ms, struct sbx_
 
 int store_execution_prune(struct store *s, int64_t ended_before_ms, struct sbx_error *err)
 {
-	_cleanup_stmt_ sqlite3_stmt *q = NULL;
-
 	STORE_LOCK(s);
-	if (sx_run(s, &q,
-		   "UPDATE executions SET response = NULL, response_bytes = 0"
-		   " WHERE response IS NOT NULL AND ended_at_ms < ?1",
-		   "i", err, ended_before_ms) < 0)
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
+	if (store_run(s, &q,
+		      "UPDATE executions SET response = NULL, response_bytes = 0"
+		      " WHERE response IS NOT NULL AND ended_at_ms < ?1",
+		      err, STORE_I(ended_before_ms)) < 0)
 		return -1;
 	return sqlite3_changes(s->db);
 }
@@ -303,15 +276,15 @@ static void execution_row_read(sqlite3_stmt *q, struct store_execution *out)
 int store_execution_get(struct store *s, const char *account_id, const char *id,
 			struct store_execution *out, struct sbx_error *err)
 {
-	_cleanup_stmt_ sqlite3_stmt *q = NULL;
 	int rc;
 
 	STORE_READ(s);
-	rc = sx_run(
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
+	rc = store_run(
 	    s, &q,
 	    "SELECT " EXECUTION_COLS
 	    ", response FROM executions WHERE id = ?1 AND account_id = ?2 AND status != 'failed'",
-	    "tt", err, id, account_id);
+	    err, STORE_T(id), STORE_T(account_id));
 	if (rc < 0)
 		return -1;
 	if (rc == SQLITE_DONE)
@@ -325,7 +298,6 @@ int store_execution_list(struct store *s, const char *account_id, int limit,
 			 struct store_execution **out, size_t *n, bool *has_more,
 			 struct sbx_error *err)
 {
-	_cleanup_stmt_ sqlite3_stmt *q = NULL;
 	struct store_execution *rows;
 	size_t count = 0;
 	int rc;
@@ -340,15 +312,16 @@ int store_execution_list(struct store *s, const char *account_id, int limit,
 	if (!rows)
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
 	STORE_READ(s);
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
 	/* one more than asked: has_more without a count */
 	/* the exit code from the stored answer (at most
 	 * execution_store_max_bytes of JSON per row: bounded by `limit`) */
-	rc = sx_run(s, &q,
-		    "SELECT " EXECUTION_COLS ", CASE WHEN json_valid(CAST(response AS TEXT))"
-		    " THEN json_extract(CAST(response AS TEXT), '$.exit_code') END"
-		    " FROM executions WHERE account_id = ?1"
-		    " ORDER BY requested_at_ms DESC, id DESC LIMIT ?2",
-		    "ti", err, account_id, (int64_t)limit + 1);
+	rc = store_run(s, &q,
+		       "SELECT " EXECUTION_COLS ", CASE WHEN json_valid(CAST(response AS TEXT))"
+		       " THEN json_extract(CAST(response AS TEXT), '$.exit_code') END"
+		       " FROM executions WHERE account_id = ?1"
+		       " ORDER BY requested_at_ms DESC, id DESC LIMIT ?2",
+		       err, STORE_T(account_id), STORE_I((int64_t)limit + 1));
 	while (rc == SQLITE_ROW) {
 		if (count == (size_t)limit) {
 			*has_more = true;
@@ -382,20 +355,19 @@ int store_receipt_insert(struct store *s, const char *id, const char *account_id
 	if (store_tx_begin(s, err) < 0)
 		return -1;
 	{
-		_cleanup_stmt_ sqlite3_stmt *q = NULL;
-		if (sx_run(
+		_cleanup_reset_ sqlite3_stmt *q = NULL;
+		if (store_run(
 			s, &q,
 			"INSERT INTO receipts (id, account_id, subject_id, body, hash, signature,"
 			" signer, created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-			"ttttttti", err, id, account_id, subject_id, body, hash, signature, signer,
-			created_at_ms) < 0)
+			err, STORE_T(id), STORE_T(account_id), STORE_T(subject_id), STORE_T(body),
+			STORE_T(hash), STORE_T(signature), STORE_T(signer),
+			STORE_I(created_at_ms)) < 0)
 			goto err_rollback;
 	}
 	if (keep && sx_receipts_keep(s, account_id, keep, err) < 0)
 		goto err_rollback;
-	if (store_tx_commit(s, err) < 0)
-		goto err_rollback;
-	return 0;
+	return store_tx_end(s, 0, err);
 
 err_rollback:
 	store_tx_rollback(s);
@@ -404,11 +376,10 @@ err_rollback:
 
 int store_receipt_prune(struct store *s, int64_t created_before_ms, struct sbx_error *err)
 {
-	_cleanup_stmt_ sqlite3_stmt *q = NULL;
-
 	STORE_LOCK(s);
-	if (sx_run(s, &q, "DELETE FROM receipts WHERE created_at_ms < ?1", "i", err,
-		   created_before_ms) < 0)
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
+	if (store_run(s, &q, "DELETE FROM receipts WHERE created_at_ms < ?1", err,
+		      STORE_I(created_before_ms)) < 0)
 		return -1;
 	return sqlite3_changes(s->db);
 }
@@ -416,14 +387,14 @@ int store_receipt_prune(struct store *s, int64_t created_before_ms, struct sbx_e
 int store_receipt_get(struct store *s, const char *account_id, const char *id, char **body,
 		      char **hash, char **signature, char **signer, struct sbx_error *err)
 {
-	_cleanup_stmt_ sqlite3_stmt *q = NULL;
 	int rc;
 
 	STORE_READ(s);
-	rc = sx_run(s, &q,
-		    "SELECT body, hash, signature, signer FROM receipts"
-		    " WHERE id = ?1 AND account_id = ?2",
-		    "tt", err, id, account_id);
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
+	rc = store_run(s, &q,
+		       "SELECT body, hash, signature, signer FROM receipts"
+		       " WHERE id = ?1 AND account_id = ?2",
+		       err, STORE_T(id), STORE_T(account_id));
 	if (rc < 0)
 		return -1;
 	if (rc == SQLITE_DONE)
@@ -438,11 +409,11 @@ int store_receipt_get(struct store *s, const char *account_id, const char *id, c
 int store_key_scopes_get(struct store *s, const char *key_id, char out[STORE_SCOPES_MAX],
 			 struct sbx_error *err)
 {
-	_cleanup_stmt_ sqlite3_stmt *q = NULL;
 	int rc;
 
 	STORE_READ(s);
-	rc = sx_run(s, &q, "SELECT scopes FROM api_keys WHERE id = ?1", "t", err, key_id);
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
+	rc = store_run(s, &q, "SELECT scopes FROM api_keys WHERE id = ?1", err, STORE_T(key_id));
 	if (rc < 0)
 		return -1;
 	if (rc == SQLITE_DONE)
@@ -454,13 +425,13 @@ int store_key_scopes_get(struct store *s, const char *key_id, char out[STORE_SCO
 int store_key_scopes_set(struct store *s, const char *key_id, const char *scopes,
 			 struct sbx_error *err)
 {
-	_cleanup_stmt_ sqlite3_stmt *q = NULL;
 
 	if (strlen(scopes) >= STORE_SCOPES_MAX)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "scope", "too many scopes");
 	STORE_LOCK(s);
-	if (sx_run(s, &q, "UPDATE api_keys SET scopes = ?2 WHERE id = ?1", "tt", err, key_id,
-		   scopes) < 0)
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
+	if (store_run(s, &q, "UPDATE api_keys SET scopes = ?2 WHERE id = ?1", err, STORE_T(key_id),
+		      STORE_T(scopes)) < 0)
 		return -1;
 	if (sqlite3_changes(s->db) == 0)
 		return sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such key '%.40s'", key_id);

@@ -24,19 +24,14 @@ void store_idem_release_row(struct store_idem *row)
 static int store_idem_read(struct store *s, const char *account_id, const char *key,
 			   struct store_idem *out, struct sbx_error *err)
 {
-	_cleanup_stmt_ sqlite3_stmt *q = NULL;
-	if (store_prepare(s,
-			  "SELECT request_hash, sandbox_id, status, response_status, response_body,"
-			  " created_at_ms FROM idempotency_keys WHERE account_id = ?1 AND key = ?2",
-			  &q, err) < 0)
-		return -1;
-	store_bind_text(q, 1, account_id);
-	store_bind_text(q, 2, key);
-	int rc = sqlite3_step(q);
-	if (rc == SQLITE_DONE)
-		return 0;
-	if (rc != SQLITE_ROW)
-		return store_db_error(s, "step", err);
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
+	int rc =
+	    store_run(s, &q,
+		      "SELECT request_hash, sandbox_id, status, response_status, response_body,"
+		      " created_at_ms FROM idempotency_keys WHERE account_id = ?1 AND key = ?2",
+		      err, STORE_T(account_id), STORE_T(key));
+	if (rc < 0 || rc == SQLITE_DONE)
+		return rc < 0 ? -1 : 0;
 	memset(out, 0, sizeof(*out));
 	store_copy_col(out->request_hash, sizeof(out->request_hash), q, 0);
 	store_copy_col(out->sandbox_id, sizeof(out->sandbox_id), q, 1);
@@ -71,16 +66,12 @@ int store_idem_claim(struct store *s, const char *account_id, const char *key,
 		return -1;
 	{
 		/* A row older than the retention is forgotten: the key is new. */
-		_cleanup_stmt_ sqlite3_stmt *q = NULL;
-		if (store_prepare(s,
-				  "DELETE FROM idempotency_keys WHERE account_id = ?1 AND key = ?2"
-				  " AND created_at_ms <= ?3",
-				  &q, err) < 0)
-			goto err_rollback;
-		store_bind_text(q, 1, account_id);
-		store_bind_text(q, 2, key);
-		sqlite3_bind_int64(q, 3, now_ms - keep_ms);
-		if (store_step_done(s, q, err) < 0)
+		_cleanup_reset_ sqlite3_stmt *q = NULL;
+		if (store_run(s, &q,
+			      "DELETE FROM idempotency_keys WHERE account_id = ?1 AND key = ?2"
+			      " AND created_at_ms <= ?3",
+			      err, STORE_T(account_id), STORE_T(key),
+			      STORE_I(now_ms - keep_ms)) < 0)
 			goto err_rollback;
 	}
 	int found = store_idem_read(s, account_id, key, out, err);
@@ -91,18 +82,12 @@ int store_idem_claim(struct store *s, const char *account_id, const char *key,
 		return 0;
 	}
 	{
-		_cleanup_stmt_ sqlite3_stmt *q = NULL;
-		if (store_prepare(
-			s,
-			"INSERT INTO idempotency_keys (account_id, key, request_hash, status,"
-			" created_at_ms) VALUES (?1, ?2, ?3, 'pending', ?4)",
-			&q, err) < 0)
-			goto err_rollback;
-		store_bind_text(q, 1, account_id);
-		store_bind_text(q, 2, key);
-		store_bind_text(q, 3, request_hash);
-		sqlite3_bind_int64(q, 4, now_ms);
-		if (store_step_done(s, q, err) < 0)
+		_cleanup_reset_ sqlite3_stmt *q = NULL;
+		if (store_run(s, &q,
+			      "INSERT INTO idempotency_keys (account_id, key, request_hash, status,"
+			      " created_at_ms) VALUES (?1, ?2, ?3, 'pending', ?4)",
+			      err, STORE_T(account_id), STORE_T(key), STORE_T(request_hash),
+			      STORE_I(now_ms)) < 0)
 			goto err_rollback;
 	}
 	if (store_tx_commit(s, err) < 0)
@@ -118,56 +103,18 @@ err_rollback:
 	return -1;
 }
 
-/* Run one write statement with (account, key, ...) bound by bind(). */
-static int store_idem_write(struct store *s, const char *sql, const char *account_id,
-			    const char *key, const char *sandbox_id, int status, const void *body,
-			    size_t len, int64_t n, struct sbx_error *err)
-{
-	STORE_LOCK(s);
-	if (store_tx_begin(s, err) < 0)
-		return -1;
-	{
-		_cleanup_stmt_ sqlite3_stmt *q = NULL;
-		if (store_prepare(s, sql, &q, err) < 0)
-			goto err_rollback;
-		int np = sqlite3_bind_parameter_count(q);
-		if (np >= 1)
-			store_bind_text(q, 1, account_id);
-		if (np >= 2)
-			store_bind_text(q, 2, key);
-		if (np >= 3)
-			store_bind_text(q, 3, sandbox_id);
-		if (np >= 4)
-			sqlite3_bind_int(q, 4, status);
-		if (np >= 5)
-			sqlite3_bind_blob(q, 5, body, (int)len, SQLITE_TRANSIENT);
-		if (np >= 6)
-			sqlite3_bind_int64(q, 6, n);
-		if (store_step_done(s, q, err) < 0)
-			goto err_rollback;
-	}
-	int changes = sqlite3_changes(s->db);
-	if (store_tx_commit(s, err) < 0)
-		goto err_rollback;
-	return changes;
-
-err_rollback:
-	store_tx_rollback(s);
-	return -1;
-}
-
 int store_idem_complete(struct store *s, const char *account_id, const char *key,
 			const char *sandbox_id, int response_status, const void *body, size_t len,
 			struct sbx_error *err)
 {
 	if (len > STORE_IDEM_BODY_MAX)
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "response too large to remember");
-	int n = store_idem_write(
-	    s,
-	    "UPDATE idempotency_keys SET sandbox_id = ?3, response_status = ?4,"
-	    " response_body = ?5, status = 'done'"
-	    " WHERE account_id = ?1 AND key = ?2 AND status = 'pending'",
-	    account_id, key, sandbox_id, response_status, body ? body : "", len, 0, err);
+	int n = store_write(s, 0,
+			    "UPDATE idempotency_keys SET sandbox_id = ?3, response_status = ?4,"
+			    " response_body = ?5, status = 'done'"
+			    " WHERE account_id = ?1 AND key = ?2 AND status = 'pending'",
+			    err, STORE_T(account_id), STORE_T(key), STORE_T(sandbox_id),
+			    STORE_I(response_status), STORE_B(body ? body : "", len));
 	if (n < 0)
 		return -1;
 	if (n == 0)
@@ -178,45 +125,27 @@ int store_idem_complete(struct store *s, const char *account_id, const char *key
 int store_idem_bind(struct store *s, const char *account_id, const char *key,
 		    const char *sandbox_id, struct sbx_error *err)
 {
-	return store_idem_write(s,
-				"UPDATE idempotency_keys SET sandbox_id = ?3"
-				" WHERE account_id = ?1 AND key = ?2 AND status = 'pending'",
-				account_id, key, sandbox_id, 0, NULL, 0, 0, err);
+	return store_write(s, 0,
+			   "UPDATE idempotency_keys SET sandbox_id = ?3"
+			   " WHERE account_id = ?1 AND key = ?2 AND status = 'pending'",
+			   err, STORE_T(account_id), STORE_T(key), STORE_T(sandbox_id));
 }
 
 int store_idem_release(struct store *s, const char *account_id, const char *key,
 		       struct sbx_error *err)
 {
-	return store_idem_write(s,
-				"DELETE FROM idempotency_keys WHERE account_id = ?1 AND key = ?2"
-				" AND status = 'pending'",
-				account_id, key, NULL, 0, NULL, 0, 0, err);
+	return store_write(s, 0,
+			   "DELETE FROM idempotency_keys WHERE account_id = ?1 AND key = ?2"
+			   " AND status = 'pending'",
+			   err, STORE_T(account_id), STORE_T(key));
 }
 
 int store_idem_prune(struct store *s, int64_t older_than_ms, struct sbx_error *err)
 {
-	STORE_LOCK(s);
-	if (store_tx_begin(s, err) < 0)
-		return -1;
-	{
-		_cleanup_stmt_ sqlite3_stmt *q = NULL;
-		if (store_prepare(s,
-				  "DELETE FROM idempotency_keys WHERE created_at_ms <= ?1"
-				  " AND status = 'done'",
-				  &q, err) < 0)
-			goto err_rollback;
-		sqlite3_bind_int64(q, 1, older_than_ms);
-		if (store_step_done(s, q, err) < 0)
-			goto err_rollback;
-	}
-	int changes = sqlite3_changes(s->db);
-	if (store_tx_commit(s, err) < 0)
-		goto err_rollback;
-	return changes;
-
-err_rollback:
-	store_tx_rollback(s);
-	return -1;
+	return store_write(s, 0,
+			   "DELETE FROM idempotency_keys WHERE created_at_ms <= ?1"
+			   " AND status = 'done'",
+			   err, STORE_I(older_than_ms));
 }
 
 int store_idem_release_pending(struct store *s, struct sbx_error *err)
@@ -233,10 +162,7 @@ int store_idem_release_pending(struct store *s, struct sbx_error *err)
 		       "  AND sandboxes.status NOT IN ('creating', 'aborted'))",
 		       err) < 0)
 		goto err_rollback;
-	int changes = sqlite3_changes(s->db);
-	if (store_tx_commit(s, err) < 0)
-		goto err_rollback;
-	return changes;
+	return store_tx_end(s, sqlite3_changes(s->db), err);
 
 err_rollback:
 	store_tx_rollback(s);

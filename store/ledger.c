@@ -16,18 +16,14 @@ int store_balance_locked(struct store *s, const char *account_id, struct store_b
 			 struct sbx_error *err)
 {
 	_cleanup_reset_ sqlite3_stmt *q = NULL;
-	if (store_prepare_cached(s,
-				 "SELECT credits_micro, holds_micro, releases_micro, charges_micro"
-				 " FROM accounts WHERE id = ?1",
-				 &q, err) < 0)
+	int rc = store_run(s, &q,
+			   "SELECT credits_micro, holds_micro, releases_micro, charges_micro"
+			   " FROM accounts WHERE id = ?1",
+			   err, STORE_T(account_id));
+	if (rc < 0)
 		return -1;
-	store_bind_text(q, 1, account_id);
-	int rc = sqlite3_step(q);
 	if (rc == SQLITE_DONE)
-		return sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such account '%.64s'",
-				     account_id ? account_id : "");
-	if (rc != SQLITE_ROW)
-		return store_db_error(s, "balance", err);
+		return store_no_account(err, account_id);
 	int64_t credits = sqlite3_column_int64(q, 0), holds = sqlite3_column_int64(q, 1),
 		releases = sqlite3_column_int64(q, 2), charges = sqlite3_column_int64(q, 3);
 	out->credits_micro = credits;
@@ -50,15 +46,10 @@ int store_balance_get(struct store *s, const char *account_id, struct store_bala
 static int store_check_query(struct store *s, const char *account_id, const char *sql,
 			     const char *what, struct sbx_error *err)
 {
-	_cleanup_stmt_ sqlite3_stmt *q = NULL;
-	if (store_prepare(s, sql, &q, err) < 0)
-		return -1;
-	store_bind_text(q, 1, account_id);
-	int rc = sqlite3_step(q);
-	if (rc == SQLITE_DONE)
-		return 0;
-	if (rc != SQLITE_ROW)
-		return store_db_error(s, "ledger check", err);
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
+	int rc = store_run(s, &q, sql, err, STORE_T(account_id));
+	if (rc < 0 || rc == SQLITE_DONE)
+		return rc < 0 ? -1 : 0;
 	const unsigned char *who = sqlite3_column_text(q, 0);
 	sbx_err(MOD, "ledger check: %s: %s", what, who ? (const char *)who : "?");
 	return sbx_error_set(err, SBX_E_INTERNAL, NULL, "ledger invariant violated: %s (%.64s)",
@@ -190,13 +181,11 @@ int store_ledger_totals_get(struct store *s, struct store_ledger_totals *out, st
 {
 	STORE_READ(s);
 	_cleanup_reset_ sqlite3_stmt *q = NULL;
-	if (store_prepare_cached(
-		s,
-		"SELECT COALESCE(SUM(credits_micro), 0), COALESCE(SUM(holds_micro), 0),"
-		" COALESCE(SUM(releases_micro), 0), COALESCE(SUM(charges_micro), 0),"
-		" COUNT(*) FROM accounts",
-		&q, err) < 0 ||
-	    store_step_row(s, q, err) < 0)
+	if (store_run_args(s, &q,
+			   "SELECT COALESCE(SUM(credits_micro), 0), COALESCE(SUM(holds_micro), 0),"
+			   " COALESCE(SUM(releases_micro), 0), COALESCE(SUM(charges_micro), 0),"
+			   " COUNT(*) FROM accounts",
+			   NULL, 0, err) < 0)
 		return -1;
 	out->credits = sqlite3_column_int64(q, 0);
 	out->holds = sqlite3_column_int64(q, 1);

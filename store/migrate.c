@@ -221,9 +221,7 @@ int store_migrate(struct store *s, struct sbx_error *err)
 		if (store_exec(s, sql, err) < 0)
 			goto err_rollback;
 	}
-	if (store_tx_commit(s, err) < 0)
-		goto err_rollback;
-	return 0;
+	return store_tx_end(s, 0, err);
 
 err_rollback:
 	store_tx_rollback(s);

@@ -58,20 +58,28 @@ static int store_sandbox_read(struct store *s, const char *account_id, const cha
 			      struct store_sandbox *out, struct sbx_error *err)
 {
 	_cleanup_reset_ sqlite3_stmt *q = NULL;
-	if (store_prepare_cached(s,
-				 "SELECT " SBX_COLS " FROM sandboxes"
-				 " WHERE id = ?1 AND (?2 IS NULL OR account_id = ?2)",
-				 &q, err) < 0)
-		return -1;
-	store_bind_text(q, 1, id);
-	store_bind_text(q, 2, account_id);
-	int rc = sqlite3_step(q);
-	if (rc == SQLITE_DONE)
-		return 0;
-	if (rc != SQLITE_ROW)
-		return store_db_error(s, "sandbox read", err);
+	int rc = store_run(s, &q,
+			   "SELECT " SBX_COLS " FROM sandboxes"
+			   " WHERE id = ?1 AND (?2 IS NULL OR account_id = ?2)",
+			   err, STORE_T(id), STORE_T(account_id));
+	if (rc < 0 || rc == SQLITE_DONE)
+		return rc < 0 ? -1 : 0;
 	store_sandbox_from_stmt(q, out);
 	return 1;
+}
+
+/* The row of a sandbox its tenant may see (any status but aborted): 0, or
+ * -1 with SBX_E_NOT_FOUND "no such sandbox" or after a database error. */
+static int store_sandbox_need(struct store *s, const char *account_id, const char *id,
+			      struct store_sandbox *out, struct sbx_error *err)
+{
+	int found = store_sandbox_read(s, account_id, id, out, err);
+	if (found < 0)
+		return -1;
+	if (found == 0 || out->status == STORE_ABORTED)
+		return sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such sandbox '%.64s'",
+				     id ? id : "");
+	return 0;
 }
 
 /* available = credits - holds + releases (= balance - reserved), from the
@@ -80,18 +88,14 @@ int store_available(struct store *s, const char *account_id, int64_t *available,
 		    struct sbx_error *err)
 {
 	_cleanup_reset_ sqlite3_stmt *q = NULL;
-	if (store_prepare_cached(s,
-				 "SELECT credits_micro - holds_micro + releases_micro FROM accounts"
-				 " WHERE id = ?1",
-				 &q, err) < 0)
+	int rc = store_run(s, &q,
+			   "SELECT credits_micro - holds_micro + releases_micro FROM accounts"
+			   " WHERE id = ?1",
+			   err, STORE_T(account_id));
+	if (rc < 0)
 		return -1;
-	store_bind_text(q, 1, account_id);
-	int rc = sqlite3_step(q);
 	if (rc == SQLITE_DONE)
-		return sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such account '%.64s'",
-				     account_id ? account_id : "");
-	if (rc != SQLITE_ROW)
-		return store_db_error(s, "available", err);
+		return store_no_account(err, account_id);
 	*available = sqlite3_column_int64(q, 0);
 	return 0;
 }
@@ -99,13 +103,10 @@ int store_available(struct store *s, const char *account_id, int64_t *available,
 int store_count_live_locked(struct store *s, const char *account_id, int *n, struct sbx_error *err)
 {
 	_cleanup_reset_ sqlite3_stmt *q = NULL;
-	if (store_prepare_cached(s,
-				 "SELECT COUNT(*) FROM sandboxes WHERE account_id = ?1"
-				 " AND status IN ('creating', 'running')",
-				 &q, err) < 0)
-		return -1;
-	store_bind_text(q, 1, account_id);
-	if (store_step_row(s, q, err) < 0)
+	if (store_run(s, &q,
+		      "SELECT COUNT(*) FROM sandboxes WHERE account_id = ?1"
+		      " AND status IN ('creating', 'running')",
+		      err, STORE_T(account_id)) < 0)
 		return -1;
 	*n = sqlite3_column_int(q, 0);
 	return 0;
@@ -141,14 +142,8 @@ int store_sandbox_reserve(struct store *s, struct store_sandbox *row, int64_t ho
 	STORE_LOCK(s);
 	if (store_tx_begin(s, err) < 0)
 		return -1;
-	int found = store_account_exists(s, row->account_id, err);
-	if (found < 0)
+	if (store_account_need(s, row->account_id, err) < 0)
 		goto err_rollback;
-	if (found == 0) {
-		sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such account '%.64s'",
-			      row->account_id);
-		goto err_rollback;
-	}
 	int live;
 	if (store_count_live_locked(s, row->account_id, &live, err) < 0)
 		goto err_rollback;
@@ -169,23 +164,15 @@ int store_sandbox_reserve(struct store *s, struct store_sandbox *row, int64_t ho
 	}
 	{
 		_cleanup_reset_ sqlite3_stmt *q = NULL;
-		if (store_prepare_cached(
-			s,
-			"INSERT INTO sandboxes (id, account_id, size, domain, status,"
-			" timeout_minutes, price_micro_per_hour, requested_at_ms,"
-			" last_seen_at_ms, hold_micro)"
-			" VALUES (?1, ?2, ?3, ?4, 'creating', ?5, ?6, ?7, ?7, ?8)",
-			&q, err) < 0)
-			goto err_rollback;
-		store_bind_text(q, 1, row->id);
-		store_bind_text(q, 2, row->account_id);
-		store_bind_text(q, 3, row->size);
-		store_bind_text(q, 4, row->domain);
-		sqlite3_bind_int(q, 5, row->timeout_minutes);
-		sqlite3_bind_int64(q, 6, row->price_micro_per_hour);
-		sqlite3_bind_int64(q, 7, row->requested_at_ms);
-		sqlite3_bind_int64(q, 8, hold_micro);
-		if (store_step_done(s, q, err) < 0)
+		if (store_run(s, &q,
+			      "INSERT INTO sandboxes (id, account_id, size, domain, status,"
+			      " timeout_minutes, price_micro_per_hour, requested_at_ms,"
+			      " last_seen_at_ms, hold_micro)"
+			      " VALUES (?1, ?2, ?3, ?4, 'creating', ?5, ?6, ?7, ?7, ?8)",
+			      err, STORE_T(row->id), STORE_T(row->account_id), STORE_T(row->size),
+			      STORE_T(row->domain), STORE_I(row->timeout_minutes),
+			      STORE_I(row->price_micro_per_hour), STORE_I(row->requested_at_ms),
+			      STORE_I(hold_micro)) < 0)
 			goto err_rollback;
 	}
 	if (hold_micro > 0 &&
@@ -228,57 +215,33 @@ int store_sandbox_activate_startup(struct store *s, const char *id, const char *
 	if (created_at_ms <= 0 || expires_at_ms < created_at_ms)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL,
 				     "created_at must be set and not after expires_at");
-	STORE_LOCK(s);
-	if (store_tx_begin(s, err) < 0)
-		return -1;
-	{
-		_cleanup_stmt_ sqlite3_stmt *q = NULL;
-		if (store_prepare(s,
-				  "UPDATE sandboxes SET status = 'running', domain = ?2,"
-				  " created_at_ms = ?3, expires_at_ms = ?4, last_seen_at_ms = ?3,"
-				  " startup_path = ?5, startup_ms = ?6, host = COALESCE(?7, host)"
-				  " WHERE id = ?1 AND status = 'creating'",
-				  &q, err) < 0)
-			goto err_rollback;
-		store_bind_text(q, 1, id);
-		store_bind_text(q, 2, domain);
-		sqlite3_bind_int64(q, 3, created_at_ms);
-		sqlite3_bind_int64(q, 4, expires_at_ms);
-		store_bind_text(q, 5, startup_path ? startup_path : "");
-		sqlite3_bind_int64(q, 6, startup_ms);
-		store_bind_text(q, 7, host);
-		if (store_step_done(s, q, err) < 0)
-			goto err_rollback;
-		if (sqlite3_changes(s->db) != 1) {
-			sbx_error_set(err, SBX_E_NOT_FOUND, NULL,
-				      "no sandbox '%.64s' is being created", id ? id : "");
-			goto err_rollback;
-		}
-	}
-	if (store_tx_commit(s, err) < 0)
-		goto err_rollback;
-	return 0;
-
-err_rollback:
-	store_tx_rollback(s);
-	return -1;
+	/* id is the key: the update changes one row or none. */
+	int n = store_write(s, STORE_WRITE_NEED_CHANGE,
+			    "UPDATE sandboxes SET status = 'running', domain = ?2,"
+			    " created_at_ms = ?3, expires_at_ms = ?4, last_seen_at_ms = ?3,"
+			    " startup_path = ?5, startup_ms = ?6, host = COALESCE(?7, host)"
+			    " WHERE id = ?1 AND status = 'creating'",
+			    err, STORE_T(id), STORE_T(domain), STORE_I(created_at_ms),
+			    STORE_I(expires_at_ms), STORE_T(startup_path ? startup_path : ""),
+			    STORE_I(startup_ms), STORE_T(host));
+	if (n == 0)
+		return sbx_error_set(err, SBX_E_NOT_FOUND, NULL,
+				     "no sandbox '%.64s' is being created", id ? id : "");
+	return n < 0 ? -1 : 0;
 }
 
 /* Set a row's final status, ended_at and charge (the caller checked it is live). */
 static int store_sandbox_finish(struct store *s, const char *id, const char *status,
 				int64_t ended_at_ms, int64_t charge, struct sbx_error *err)
 {
-	_cleanup_stmt_ sqlite3_stmt *q = NULL;
-	if (store_prepare(s,
-			  "UPDATE sandboxes SET status = ?2, ended_at_ms = ?3, charge_micro = ?4"
-			  " WHERE id = ?1",
-			  &q, err) < 0)
-		return -1;
-	store_bind_text(q, 1, id);
-	store_bind_text(q, 2, status);
-	sqlite3_bind_int64(q, 3, ended_at_ms);
-	sqlite3_bind_int64(q, 4, charge);
-	return store_step_done(s, q, err);
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
+	return store_run(s, &q,
+			 "UPDATE sandboxes SET status = ?2, ended_at_ms = ?3, charge_micro = ?4"
+			 " WHERE id = ?1",
+			 err, STORE_T(id), STORE_T(status), STORE_I(ended_at_ms),
+			 STORE_I(charge)) < 0
+		   ? -1
+		   : 0;
 }
 
 int store_sandbox_abort(struct store *s, const char *id, struct sbx_error *err)
@@ -300,9 +263,7 @@ int store_sandbox_abort(struct store *s, const char *id, struct sbx_error *err)
 	if (row.hold_micro > 0 &&
 	    store_ledger_insert(s, row.account_id, row.id, "release", row.hold_micro, now, err) < 0)
 		goto err_rollback;
-	if (store_tx_commit(s, err) < 0)
-		goto err_rollback;
-	return 1;
+	return store_tx_end(s, 1, err);
 
 err_rollback:
 	store_tx_rollback(s);
@@ -322,13 +283,8 @@ int store_sandbox_end(struct store *s, const char *id, enum store_status status,
 	if (store_tx_begin(s, err) < 0)
 		return -1;
 	struct store_sandbox row;
-	int found = store_sandbox_read(s, NULL, id, &row, err);
-	if (found < 0)
+	if (store_sandbox_need(s, NULL, id, &row, err) < 0)
 		goto err_rollback;
-	if (found == 0 || row.status == STORE_ABORTED) {
-		sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such sandbox '%.64s'", id ? id : "");
-		goto err_rollback;
-	}
 	if (row.status != STORE_RUNNING) {
 		/* Already ended (or still creating: that is abort's business). */
 		store_tx_rollback(s);
@@ -380,13 +336,8 @@ int store_sandbox_extend(struct store *s, const char *account_id, const char *id
 	if (store_tx_begin(s, err) < 0)
 		return -1;
 	struct store_sandbox row;
-	int found = store_sandbox_read(s, account_id, id, &row, err);
-	if (found < 0)
+	if (store_sandbox_need(s, account_id, id, &row, err) < 0)
 		goto err_rollback;
-	if (found == 0 || row.status == STORE_ABORTED) {
-		sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such sandbox '%.64s'", id ? id : "");
-		goto err_rollback;
-	}
 	if (row.status != STORE_RUNNING) {
 		sbx_error_set(err, SBX_E_SANDBOX_NOT_RUNNING, NULL,
 			      "sandbox '%s' is %s; create a new one", row.id,
@@ -401,25 +352,19 @@ int store_sandbox_extend(struct store *s, const char *account_id, const char *id
 		goto err_rollback;
 	}
 	{
-		_cleanup_stmt_ sqlite3_stmt *q = NULL;
+		_cleanup_reset_ sqlite3_stmt *q = NULL;
 		/* expires_at never moves earlier. */
-		if (store_prepare(s,
-				  "UPDATE sandboxes SET expires_at_ms = MAX(expires_at_ms, ?2),"
-				  " hold_micro = hold_micro + ?3 WHERE id = ?1",
-				  &q, err) < 0)
-			goto err_rollback;
-		store_bind_text(q, 1, row.id);
-		sqlite3_bind_int64(q, 2, new_expires_at_ms);
-		sqlite3_bind_int64(q, 3, extra_hold_micro);
-		if (store_step_done(s, q, err) < 0)
+		if (store_run(s, &q,
+			      "UPDATE sandboxes SET expires_at_ms = MAX(expires_at_ms, ?2),"
+			      " hold_micro = hold_micro + ?3 WHERE id = ?1",
+			      err, STORE_T(row.id), STORE_I(new_expires_at_ms),
+			      STORE_I(extra_hold_micro)) < 0)
 			goto err_rollback;
 	}
 	if (extra_hold_micro > 0 && store_ledger_insert(s, row.account_id, row.id, "hold",
 							extra_hold_micro, sbx_wall_ms(), err) < 0)
 		goto err_rollback;
-	if (store_tx_commit(s, err) < 0)
-		goto err_rollback;
-	return 0;
+	return store_tx_end(s, 0, err);
 
 err_rollback:
 	store_tx_rollback(s);
@@ -431,12 +376,8 @@ int store_sandbox_get(struct store *s, const char *account_id, const char *id,
 {
 	STORE_READ(s);
 	struct store_sandbox row;
-	int found = store_sandbox_read(s, account_id, id, &row, err);
-	if (found < 0)
+	if (store_sandbox_need(s, account_id, id, &row, err) < 0)
 		return -1;
-	if (found == 0 || row.status == STORE_ABORTED)
-		return sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such sandbox '%.64s'",
-				     id ? id : "");
 	*out = row;
 	return 0;
 }
@@ -475,19 +416,16 @@ int store_sandbox_list(struct store *s, const char *account_id, const enum store
 #define STORE_LIST_TAIL                                                                            \
 	" AND (?4 IS NULL OR requested_at_ms < ?3 OR (requested_at_ms = ?3 AND id < ?4))"          \
 	" ORDER BY requested_at_ms DESC, id DESC LIMIT ?5"
-	if (store_prepare_cached(s,
-				 status ? "SELECT " SBX_COLS " FROM sandboxes WHERE account_id = ?1"
-					  " AND status = ?2" STORE_LIST_TAIL
-					: "SELECT " SBX_COLS " FROM sandboxes WHERE account_id = ?1"
-					  " AND status != 'aborted' AND ?2 IS NULL" STORE_LIST_TAIL,
-				 &q, err) < 0)
+	if (store_bind(s, &q,
+		       status ? "SELECT " SBX_COLS " FROM sandboxes WHERE account_id = ?1"
+				" AND status = ?2" STORE_LIST_TAIL
+			      : "SELECT " SBX_COLS " FROM sandboxes WHERE account_id = ?1"
+				" AND status != 'aborted' AND ?2 IS NULL" STORE_LIST_TAIL,
+		       err, STORE_T(account_id),
+		       STORE_T(status ? store_status_name(*status) : NULL), STORE_I(cursor_ts),
+		       STORE_T(cursor_id), STORE_I(limit + 1)) < 0)
 		return -1;
 #undef STORE_LIST_TAIL
-	store_bind_text(q, 1, account_id);
-	store_bind_text(q, 2, status ? store_status_name(*status) : NULL);
-	sqlite3_bind_int64(q, 3, cursor_ts);
-	store_bind_text(q, 4, cursor_id);
-	sqlite3_bind_int(q, 5, limit + 1);
 	struct store_sandbox *rows = NULL;
 	size_t got = 0;
 	if (store_collect(s, q, sizeof *rows, (size_t)limit + 1, store_sandbox_decode,
@@ -506,12 +444,12 @@ int store_sandbox_list_live(struct store *s, struct store_sandbox **out, size_t 
 			    struct sbx_error *err)
 {
 	STORE_READ(s);
-	_cleanup_stmt_ sqlite3_stmt *q = NULL;
-	if (store_prepare(s,
-			  "SELECT " SBX_COLS " FROM sandboxes"
-			  " WHERE status IN ('creating', 'running')"
-			  " ORDER BY requested_at_ms, id",
-			  &q, err) < 0)
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
+	if (store_bind_args(s, &q,
+			    "SELECT " SBX_COLS " FROM sandboxes"
+			    " WHERE status IN ('creating', 'running')"
+			    " ORDER BY requested_at_ms, id",
+			    NULL, 0, err) < 0)
 		return -1;
 	return store_collect(s, q, sizeof **out, SIZE_MAX, store_sandbox_decode, (void **)out, n,
 			     err);
@@ -519,33 +457,15 @@ int store_sandbox_list_live(struct store *s, struct store_sandbox **out, size_t 
 
 int store_sandbox_touch(struct store *s, const char *id, int64_t now_ms, struct sbx_error *err)
 {
-	STORE_LOCK(s);
-	if (store_tx_begin(s, err) < 0)
-		return -1;
-	{
-		_cleanup_stmt_ sqlite3_stmt *q = NULL;
-		if (store_prepare(s,
-				  "UPDATE sandboxes SET last_seen_at_ms = MAX(last_seen_at_ms, ?2)"
-				  " WHERE id = ?1 AND status = 'running'",
-				  &q, err) < 0)
-			goto err_rollback;
-		store_bind_text(q, 1, id);
-		sqlite3_bind_int64(q, 2, now_ms);
-		if (store_step_done(s, q, err) < 0)
-			goto err_rollback;
-		if (sqlite3_changes(s->db) != 1) {
-			sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no running sandbox '%.64s'",
-				      id ? id : "");
-			goto err_rollback;
-		}
-	}
-	if (store_tx_commit(s, err) < 0)
-		goto err_rollback;
-	return 0;
-
-err_rollback:
-	store_tx_rollback(s);
-	return -1;
+	/* id is the key: the update changes one row or none. */
+	int n = store_write(s, STORE_WRITE_NEED_CHANGE,
+			    "UPDATE sandboxes SET last_seen_at_ms = MAX(last_seen_at_ms, ?2)"
+			    " WHERE id = ?1 AND status = 'running'",
+			    err, STORE_T(id), STORE_I(now_ms));
+	if (n == 0)
+		return sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no running sandbox '%.64s'",
+				     id ? id : "");
+	return n < 0 ? -1 : 0;
 }
 
 int store_sandbox_list_overlapping(struct store *s, const char *account_id, int64_t from_ms,
@@ -553,17 +473,14 @@ int store_sandbox_list_overlapping(struct store *s, const char *account_id, int6
 				   struct sbx_error *err)
 {
 	STORE_READ(s);
-	_cleanup_stmt_ sqlite3_stmt *q = NULL;
-	if (store_prepare(s,
-			  "SELECT " SBX_COLS " FROM sandboxes"
-			  " WHERE account_id = ?1 AND status != 'aborted' AND created_at_ms > 0"
-			  " AND created_at_ms < ?3 AND (ended_at_ms = 0 OR ended_at_ms > ?2)"
-			  " ORDER BY created_at_ms, id",
-			  &q, err) < 0)
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
+	if (store_bind(s, &q,
+		       "SELECT " SBX_COLS " FROM sandboxes"
+		       " WHERE account_id = ?1 AND status != 'aborted' AND created_at_ms > 0"
+		       " AND created_at_ms < ?3 AND (ended_at_ms = 0 OR ended_at_ms > ?2)"
+		       " ORDER BY created_at_ms, id",
+		       err, STORE_T(account_id), STORE_I(from_ms), STORE_I(to_ms)) < 0)
 		return -1;
-	store_bind_text(q, 1, account_id);
-	sqlite3_bind_int64(q, 2, from_ms);
-	sqlite3_bind_int64(q, 3, to_ms);
 	return store_collect(s, q, sizeof **out, SIZE_MAX, store_sandbox_decode, (void **)out, n,
 			     err);
 }
@@ -572,12 +489,11 @@ int store_sandbox_list_running_locked(struct store *s, const char *account_id,
 				      struct store_sandbox **out, size_t *n, struct sbx_error *err)
 {
 	_cleanup_reset_ sqlite3_stmt *q = NULL;
-	if (store_prepare_cached(s,
-				 "SELECT " SBX_COLS " FROM sandboxes WHERE account_id = ?1"
-				 " AND status = 'running' ORDER BY requested_at_ms DESC, id DESC",
-				 &q, err) < 0)
+	if (store_bind(s, &q,
+		       "SELECT " SBX_COLS " FROM sandboxes WHERE account_id = ?1"
+		       " AND status = 'running' ORDER BY requested_at_ms DESC, id DESC",
+		       err, STORE_T(account_id)) < 0)
 		return -1;
-	store_bind_text(q, 1, account_id);
 	return store_collect(s, q, sizeof **out, SIZE_MAX, store_sandbox_decode, (void **)out, n,
 			     err);
 }
@@ -596,30 +512,13 @@ int store_host_drain_set(struct store *s, const char *host, bool drained, int64_
 	if (!host || !host[0] || strlen(host) >= STORE_HOST_MAX)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "host",
 				     "a host name is 1..%d characters", STORE_HOST_MAX - 1);
-	STORE_LOCK(s);
-	if (store_tx_begin(s, err) < 0)
-		return -1;
-	{
-		_cleanup_stmt_ sqlite3_stmt *q = NULL;
-		if (store_prepare(s,
-				  drained ? "INSERT INTO host_drains (host, drained_at_ms)"
-					    " VALUES (?1, ?2) ON CONFLICT(host) DO NOTHING"
-					  : "DELETE FROM host_drains WHERE host = ?1",
-				  &q, err) < 0)
-			goto err_rollback;
-		store_bind_text(q, 1, host);
-		if (drained)
-			sqlite3_bind_int64(q, 2, now_ms);
-		if (store_step_done(s, q, err) < 0)
-			goto err_rollback;
-	}
-	if (store_tx_commit(s, err) < 0)
-		goto err_rollback;
-	return 0;
-
-err_rollback:
-	store_tx_rollback(s);
-	return -1;
+	int n = drained ? store_write(s, 0,
+				      "INSERT INTO host_drains (host, drained_at_ms)"
+				      " VALUES (?1, ?2) ON CONFLICT(host) DO NOTHING",
+				      err, STORE_T(host), STORE_I(now_ms))
+			: store_write(s, 0, "DELETE FROM host_drains WHERE host = ?1", err,
+				      STORE_T(host));
+	return n < 0 ? -1 : 0;
 }
 
 int store_host_drains_list(struct store *s, char (*hosts)[STORE_HOST_MAX], size_t max, size_t *n,
@@ -630,11 +529,12 @@ int store_host_drains_list(struct store *s, char (*hosts)[STORE_HOST_MAX], size_
 	int rc;
 
 	*n = 0;
-	if (store_prepare_cached(s, "SELECT host FROM host_drains ORDER BY host", &q, err) < 0)
-		return -1;
-	while ((rc = sqlite3_step(q)) == SQLITE_ROW)
+	for (rc = store_run_args(s, &q, "SELECT host FROM host_drains ORDER BY host", NULL, 0, err);
+	     rc == SQLITE_ROW; rc = sqlite3_step(q))
 		if (*n < max)
 			store_copy_col(hosts[(*n)++], STORE_HOST_MAX, q, 0);
+	if (rc < 0)
+		return -1;
 	if (rc != SQLITE_DONE)
 		return store_db_error(s, "host drains", err);
 	return 0;

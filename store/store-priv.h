@@ -62,6 +62,11 @@ int store_tx_begin(struct store *s, struct sbx_error *err);
 int store_tx_commit(struct store *s, struct sbx_error *err);
 /* Roll back the open transaction, if any. */
 void store_tx_rollback(struct store *s);
+/* End the open write transaction: COMMIT and return rc when rc >= 0;
+ * ROLLBACK and return -1 when rc < 0 or the COMMIT fails. */
+int store_tx_end(struct store *s, int rc, struct sbx_error *err);
+/* Prepare a statement of its own (finalise it: _cleanup_stmt_), for what
+ * runs once (the opening PRAGMAs, the migration). 0 or -1. */
 int store_prepare(struct store *s, const char *sql, sqlite3_stmt **stmt, struct sbx_error *err);
 /* The connection's own copy of the statement for `sql`, prepared on first
  * use (SQLITE_PREPARE_PERSISTENT) and kept until store_close: no parsing,
@@ -79,8 +84,49 @@ void store_stmt_resetp(sqlite3_stmt **stmt);
 #define _cleanup_reset_ _cleanup_(store_stmt_resetp)
 /* Bind text (NULL binds NULL), copied. */
 int store_bind_text(sqlite3_stmt *stmt, int i, const char *v);
-/* Step a statement that returns no row (INSERT/UPDATE). 0 or -1. */
-int store_step_done(struct store *s, sqlite3_stmt *stmt, struct sbx_error *err);
+
+/* The statement helper. One value to bind, made by STORE_T (text, copied;
+ * NULL binds NULL), STORE_I (any integer, as int64) or STORE_B (a blob of
+ * n bytes, copied; NULL binds NULL). */
+enum store_arg_type { STORE_ARG_TEXT, STORE_ARG_INT, STORE_ARG_BLOB };
+struct store_arg {
+	enum store_arg_type type;
+	const void *p; /* text or blob */
+	int64_t i;     /* the integer, or the blob's length */
+};
+#define STORE_T(v)    ((struct store_arg){STORE_ARG_TEXT, (v), 0})
+#define STORE_I(v)    ((struct store_arg){STORE_ARG_INT, NULL, (int64_t)(v)})
+#define STORE_B(v, n) ((struct store_arg){STORE_ARG_BLOB, (v), (int64_t)(n)})
+/* Take the connection's cached statement for `sql` (store_prepare_cached:
+ * a string literal, s->lock held, *q declared _cleanup_reset_ after
+ * STORE_LOCK/STORE_READ), bind args to ?1..?n, step once. SQLITE_ROW (the
+ * row's columns are in *q; sqlite3_step it for more) or SQLITE_DONE; a
+ * failure to prepare, bind or step is -1 with err filled by
+ * store_db_error (SBX_E_INTERNAL). store_run(s, &q, sql, err, STORE_T(id),
+ * STORE_I(now)) passes the arguments as a list; none: store_run_args with
+ * NULL, 0. */
+int store_run_args(struct store *s, sqlite3_stmt **q, const char *sql, const struct store_arg *args,
+		   size_t n, struct sbx_error *err);
+#define STORE_ARGS(...)	 ((const struct store_arg[]){__VA_ARGS__})
+#define STORE_NARGS(...) (sizeof(STORE_ARGS(__VA_ARGS__)) / sizeof(struct store_arg))
+#define store_run(s, q, sql, err, ...)                                                             \
+	store_run_args(s, q, sql, STORE_ARGS(__VA_ARGS__), STORE_NARGS(__VA_ARGS__), err)
+/* store_run without the step, for a query that store_collect reads: 0 or
+ * -1. */
+int store_bind_args(struct store *s, sqlite3_stmt **q, const char *sql,
+		    const struct store_arg *args, size_t n, struct sbx_error *err);
+#define store_bind(s, q, sql, err, ...)                                                            \
+	store_bind_args(s, q, sql, STORE_ARGS(__VA_ARGS__), STORE_NARGS(__VA_ARGS__), err)
+/* One statement without result rows in a write transaction of its own:
+ * STORE_LOCK, BEGIN IMMEDIATE, store_run, COMMIT (ROLLBACK on failure).
+ * Returns the rows it changed; with STORE_WRITE_NEED_CHANGE a statement
+ * that changed none is rolled back instead and 0 returned (the caller
+ * says what was not found). -1 with err on failure. */
+#define STORE_WRITE_NEED_CHANGE 1u
+int store_write_args(struct store *s, unsigned flags, const char *sql, const struct store_arg *args,
+		     size_t n, struct sbx_error *err);
+#define store_write(s, flags, sql, err, ...)                                                       \
+	store_write_args(s, flags, sql, STORE_ARGS(__VA_ARGS__), STORE_NARGS(__VA_ARGS__), err)
 /* Collect up to max_rows rows of a query into a malloc'd array (*out, *n)
  * through a row decoder. */
 typedef void (*store_row_fn)(sqlite3_stmt *q, void *elem);
@@ -88,9 +134,11 @@ int store_collect(struct store *s, sqlite3_stmt *q, size_t elem_size, size_t max
 		  store_row_fn decode, void **out, size_t *n, struct sbx_error *err);
 /* Step a statement that must return a row. 0 or -1. */
 int store_step_row(struct store *s, sqlite3_stmt *stmt, struct sbx_error *err);
-/* 1 when the account exists, 0 when not (err set to 404), -1 on error.
- * Call with s->lock. */
-int store_account_exists(struct store *s, const char *account_id, struct sbx_error *err);
+/* 0 when the account exists; -1 when not (err: SBX_E_NOT_FOUND, "no such
+ * account") or on error. Call with s->lock. */
+int store_account_need(struct store *s, const char *account_id, struct sbx_error *err);
+/* err: SBX_E_NOT_FOUND, "no such account '<id>'". Returns -1. */
+int store_no_account(struct sbx_error *err, const char *account_id);
 /* Append one ledger row (kind 'credit', 'hold', 'release' or 'charge')
  * inside the open write transaction. 0 or -1. */
 int store_ledger_insert(struct store *s, const char *account_id, const char *sandbox_id,

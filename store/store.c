@@ -9,6 +9,20 @@
  * other processes on the same file (the admin CLI) out of the middle of it.
  * Values are always bound, never formatted into SQL.
  *
+ * Statements: every one goes through store_run (store_bind for a query
+ * that store_collect reads): the connection's own prepared copy of the
+ * SQL text (a string literal; prepared once, kept until store_close), its
+ * values bound as a typed list (STORE_T text, STORE_I integer, STORE_B
+ * blob) to ?1..?n, one step, and any failure to prepare, bind or step
+ * logged with SQLite's message and given to the caller as SBX_E_INTERNAL
+ * (store_db_error). The statement is declared _cleanup_reset_ after
+ * STORE_LOCK/STORE_READ, so it is reset and its bindings cleared before
+ * the connection is let go. A statement in a write transaction of its
+ * own is store_write; several in one are store_tx_begin, store_run...,
+ * store_tx_end (or a goto to a ROLLBACK on the first failure). What runs
+ * rarely and binds nothing (migrations, the opening PRAGMAs, a few
+ * one-off statements) may use store_exec, uncached.
+ *
  * This file: the connections, statements and transactions every other
  * file of store/ uses (store-priv.h). The tables by concern: accounts.c
  * (accounts, credit), keys.c (API keys), ledger.c (balances, the ledger
@@ -110,6 +124,62 @@ int store_bind_text(sqlite3_stmt *stmt, int i, const char *v)
 	return sqlite3_bind_text(stmt, i, v, -1, SQLITE_TRANSIENT);
 }
 
+static int store_bind_arg(sqlite3_stmt *q, int at, const struct store_arg *a)
+{
+	switch (a->type) {
+	case STORE_ARG_TEXT:
+		return store_bind_text(q, at, a->p);
+	case STORE_ARG_INT:
+		return sqlite3_bind_int64(q, at, a->i);
+	case STORE_ARG_BLOB:
+		if (a->i < 0)
+			return SQLITE_MISUSE;
+		return sqlite3_bind_blob64(q, at, a->p, (sqlite3_uint64)a->i, SQLITE_TRANSIENT);
+	}
+	return SQLITE_MISUSE;
+}
+
+int store_bind_args(struct store *s, sqlite3_stmt **q, const char *sql,
+		    const struct store_arg *args, size_t n, struct sbx_error *err)
+{
+	if (store_prepare_cached(s, sql, q, err) < 0)
+		return -1;
+	for (size_t i = 0; i < n; i++)
+		if (i >= INT32_MAX || store_bind_arg(*q, (int)i + 1, &args[i]) != SQLITE_OK)
+			return store_db_error(s, "bind", err);
+	return 0;
+}
+
+int store_run_args(struct store *s, sqlite3_stmt **q, const char *sql, const struct store_arg *args,
+		   size_t n, struct sbx_error *err)
+{
+	if (store_bind_args(s, q, sql, args, n, err) < 0)
+		return -1;
+	int rc = sqlite3_step(*q);
+	if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+		return store_db_error(s, "step", err);
+	return rc;
+}
+
+int store_write_args(struct store *s, unsigned flags, const char *sql, const struct store_arg *args,
+		     size_t n, struct sbx_error *err)
+{
+	STORE_LOCK(s);
+	if (store_tx_begin(s, err) < 0)
+		return -1;
+	int changes;
+	{
+		_cleanup_reset_ sqlite3_stmt *q = NULL;
+		changes =
+		    store_run_args(s, &q, sql, args, n, err) < 0 ? -1 : sqlite3_changes(s->db);
+	}
+	if (changes == 0 && (flags & STORE_WRITE_NEED_CHANGE)) {
+		store_tx_rollback(s);
+		return 0;
+	}
+	return store_tx_end(s, changes, err);
+}
+
 int store_exec(struct store *s, const char *sql, struct sbx_error *err)
 {
 	char *msg = NULL;
@@ -125,9 +195,7 @@ int store_exec(struct store *s, const char *sql, struct sbx_error *err)
 int store_exec_cached(struct store *s, const char *sql, struct sbx_error *err)
 {
 	_cleanup_reset_ sqlite3_stmt *q = NULL;
-	if (store_prepare_cached(s, sql, &q, err) < 0)
-		return -1;
-	return store_step_done(s, q, err);
+	return store_run_args(s, &q, sql, NULL, 0, err) < 0 ? -1 : 0;
 }
 
 static int64_t store_now_us(void)
@@ -159,12 +227,12 @@ void store_tx_rollback(struct store *s)
 		sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
 }
 
-/* Step a statement that returns no row (INSERT/UPDATE). */
-int store_step_done(struct store *s, sqlite3_stmt *stmt, struct sbx_error *err)
+int store_tx_end(struct store *s, int rc, struct sbx_error *err)
 {
-	if (sqlite3_step(stmt) != SQLITE_DONE)
-		return store_db_error(s, "step", err);
-	return 0;
+	if (rc >= 0 && store_tx_commit(s, err) == 0)
+		return rc;
+	store_tx_rollback(s);
+	return -1;
 }
 
 /* Step a query expected to return exactly one row (aggregates). */

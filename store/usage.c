@@ -81,7 +81,6 @@ int store_usage_split(int64_t start_ms, int64_t end_ms, int64_t seconds, int64_t
 
 struct rollup_ctx {
 	struct store *s;
-	sqlite3_stmt *up;
 	const char *account_id, *size;
 	struct sbx_error *err;
 };
@@ -96,29 +95,19 @@ static int rollup_add(void *arg, int64_t hour_ms, int64_t seconds, int64_t cost_
 	if (seconds == 0 && cost_micro == 0)
 		return 0;
 	for (size_t i = 0; i < SBX_ARRAY_SIZE(grains); i++) {
-		sqlite3_reset(c->up);
-		store_bind_text(c->up, 1, c->account_id);
-		store_bind_text(c->up, 2, grains[i]);
-		sqlite3_bind_int64(c->up, 3, starts[i]);
-		store_bind_text(c->up, 4, c->size);
-		sqlite3_bind_int64(c->up, 5, seconds);
-		sqlite3_bind_int64(c->up, 6, cost_micro);
-		if (store_step_done(c->s, c->up, c->err) < 0)
+		_cleanup_reset_ sqlite3_stmt *up = NULL;
+		if (store_run(
+			c->s, &up,
+			"INSERT INTO usage_rollups (account_id, grain, start_ms, size, seconds,"
+			" cost_micro) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
+			" ON CONFLICT (account_id, grain, start_ms, size) DO UPDATE SET"
+			" seconds = seconds + excluded.seconds,"
+			" cost_micro = cost_micro + excluded.cost_micro",
+			c->err, STORE_T(c->account_id), STORE_T(grains[i]), STORE_I(starts[i]),
+			STORE_T(c->size), STORE_I(seconds), STORE_I(cost_micro)) < 0)
 			return -1;
 	}
 	return 0;
-}
-
-static int rollup_prepare(struct store *s, sqlite3_stmt **up, struct sbx_error *err)
-{
-	return store_prepare(
-	    s,
-	    "INSERT INTO usage_rollups (account_id, grain, start_ms, size, seconds,"
-	    " cost_micro) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
-	    " ON CONFLICT (account_id, grain, start_ms, size) DO UPDATE SET"
-	    " seconds = seconds + excluded.seconds,"
-	    " cost_micro = cost_micro + excluded.cost_micro",
-	    up, err);
 }
 
 /* The runtime API.md bills: [created_at, min(ended_at, expires_at)). */
@@ -138,40 +127,38 @@ static int rollup_sandbox(struct rollup_ctx *c, int64_t created_ms, int64_t expi
 int store_usage_settle(struct store *s, const struct store_sandbox *row, int64_t ended_at_ms,
 		       int64_t charge_micro, struct sbx_error *err)
 {
-	_cleanup_stmt_ sqlite3_stmt *up = NULL;
-
 	if (row->created_at_ms <= 0)
 		return 0; /* never ready: no runtime */
-	if (rollup_prepare(s, &up, err) < 0)
-		return -1;
-	struct rollup_ctx c = {s, up, row->account_id, row->size, err};
+	struct rollup_ctx c = {s, row->account_id, row->size, err};
 	return rollup_sandbox(&c, row->created_at_ms, row->expires_at_ms, ended_at_ms,
 			      charge_micro);
 }
 
 int store_usage_rebuild_tx(struct store *s, struct sbx_error *err)
 {
-	_cleanup_stmt_ sqlite3_stmt *up = NULL, *q = NULL;
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
 	int rc;
 
-	if (store_exec(s, "DELETE FROM usage_rollups", err) < 0 ||
-	    rollup_prepare(s, &up, err) < 0 ||
-	    store_prepare(s,
-			  "SELECT account_id, size, created_at_ms, expires_at_ms, ended_at_ms,"
-			  " charge_micro FROM sandboxes WHERE created_at_ms > 0"
-			  " AND status IN ('destroyed', 'expired', 'failed')",
-			  &q, err) < 0)
+	if (store_exec(s, "DELETE FROM usage_rollups", err) < 0)
 		return -1;
-	while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+	for (rc = store_run_args(
+		 s, &q,
+		 "SELECT account_id, size, created_at_ms, expires_at_ms, ended_at_ms,"
+		 " charge_micro FROM sandboxes WHERE created_at_ms > 0"
+		 " AND status IN ('destroyed', 'expired', 'failed')",
+		 NULL, 0, err);
+	     rc == SQLITE_ROW; rc = sqlite3_step(q)) {
 		char account[STORE_ID_MAX], size[16];
 
 		store_copy_col(account, sizeof account, q, 0);
 		store_copy_col(size, sizeof size, q, 1);
-		struct rollup_ctx c = {s, up, account, size, err};
+		struct rollup_ctx c = {s, account, size, err};
 		if (rollup_sandbox(&c, sqlite3_column_int64(q, 2), sqlite3_column_int64(q, 3),
 				   sqlite3_column_int64(q, 4), sqlite3_column_int64(q, 5)) < 0)
 			return -1;
 	}
+	if (rc < 0)
+		return -1;
 	if (rc != SQLITE_DONE)
 		return store_db_error(s, "usage rebuild", err);
 	return 0;
@@ -197,19 +184,20 @@ struct usage_rows {
 };
 
 /* Append the rows of one grain whose start is in [lo, hi). */
-static int usage_range(struct store *s, sqlite3_stmt *q, const char *account_id, const char *grain,
-		       int64_t lo, int64_t hi, struct usage_rows *rows, struct sbx_error *err)
+static int usage_range(struct store *s, const char *account_id, const char *grain, int64_t lo,
+		       int64_t hi, struct usage_rows *rows, struct sbx_error *err)
 {
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
 	int rc;
 
 	if (lo >= hi)
 		return 0;
-	sqlite3_reset(q);
-	store_bind_text(q, 1, account_id);
-	store_bind_text(q, 2, grain);
-	sqlite3_bind_int64(q, 3, lo);
-	sqlite3_bind_int64(q, 4, hi);
-	while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+	for (rc = store_run(s, &q,
+			    "SELECT start_ms, size, seconds, cost_micro FROM usage_rollups"
+			    " WHERE account_id = ?1 AND grain = ?2 AND start_ms >= ?3"
+			    " AND start_ms < ?4 ORDER BY start_ms, size",
+			    err, STORE_T(account_id), STORE_T(grain), STORE_I(lo), STORE_I(hi));
+	     rc == SQLITE_ROW; rc = sqlite3_step(q)) {
 		if (rows->n == rows->cap) {
 			size_t ncap = rows->cap ? rows->cap * 2 : 16;
 			struct store_usage_row *p = realloc(rows->v, ncap * sizeof(*p));
@@ -228,6 +216,8 @@ static int usage_range(struct store *s, sqlite3_stmt *q, const char *account_id,
 			     : grain[0] == 'd' ? STORE_DAY_MS
 					       : store_month_next(r->start_ms) - r->start_ms;
 	}
+	if (rc < 0)
+		return -1;
 	if (rc != SQLITE_DONE)
 		return store_db_error(s, "usage read", err);
 	return 0;
@@ -237,34 +227,25 @@ static int usage_range(struct store *s, sqlite3_stmt *q, const char *account_id,
 static int usage_ranges(struct store *s, const char *account_id, int64_t from, int64_t to,
 			int64_t step, struct usage_rows *rows, struct sbx_error *err)
 {
-	_cleanup_reset_ sqlite3_stmt *q = NULL;
-
-	if (store_prepare_cached(
-		s,
-		"SELECT start_ms, size, seconds, cost_micro FROM usage_rollups"
-		" WHERE account_id = ?1 AND grain = ?2 AND start_ms >= ?3 AND start_ms < ?4"
-		" ORDER BY start_ms, size",
-		&q, err) < 0)
-		return -1;
 	if (step == STORE_HOUR_MS)
-		return usage_range(s, q, account_id, "hour", from, to, rows, err);
+		return usage_range(s, account_id, "hour", from, to, rows, err);
 	if (step == STORE_DAY_MS)
-		return usage_range(s, q, account_id, "day", from, to, rows, err);
+		return usage_range(s, account_id, "day", from, to, rows, err);
 	/* Whole days [d0, d1) inside, hours at the edges; whole months
 	 * [m0, m1) inside the days, days at their edges. */
 	int64_t d0 = ceil_to(from, STORE_DAY_MS), d1 = floor_to(to, STORE_DAY_MS);
 	if (d0 >= d1)
-		return usage_range(s, q, account_id, "hour", from, to, rows, err);
+		return usage_range(s, account_id, "hour", from, to, rows, err);
 	int64_t m0 = store_month_start(d0), m1 = store_month_start(d1);
 	if (m0 < d0)
 		m0 = store_month_next(m0);
 	if (m0 >= m1)
 		m0 = m1 = d1;
-	if (usage_range(s, q, account_id, "hour", from, d0, rows, err) < 0 ||
-	    usage_range(s, q, account_id, "day", d0, m0, rows, err) < 0 ||
-	    usage_range(s, q, account_id, "month", m0, m1, rows, err) < 0 ||
-	    usage_range(s, q, account_id, "day", m1, d1, rows, err) < 0 ||
-	    usage_range(s, q, account_id, "hour", d1, to, rows, err) < 0)
+	if (usage_range(s, account_id, "hour", from, d0, rows, err) < 0 ||
+	    usage_range(s, account_id, "day", d0, m0, rows, err) < 0 ||
+	    usage_range(s, account_id, "month", m0, m1, rows, err) < 0 ||
+	    usage_range(s, account_id, "day", m1, d1, rows, err) < 0 ||
+	    usage_range(s, account_id, "hour", d1, to, rows, err) < 0)
 		return -1;
 	return 0;
 }
