@@ -2,7 +2,8 @@
  *
  * Files: sandbox.c (the service, accounts, create, get/list/destroy/extend,
  * usage), acquire.c (a guest for a sandbox or an execution, the boot),
- * live.c (who owns a live guest; the timer and the enders), exec.c (exec and the output budget),
+ * live.c (who owns a live guest, how one ends), supervise.c (the timer and the enders), exec.c
+ * (exec and the output budget),
  * execution.c (one-shot executions), pool.c (the warm pool), liveness.c (the ping), host.c (the
  * hosts: capacity, placement, reconcile per host, health and drain), settle.c (ends the store
  * refused, retried; how a lost guest's bill ends).
@@ -263,11 +264,19 @@ void sandbox_on_domain_stopped(void *opaque, const char *name);
 int sandbox_end(struct sandbox_svc *svc, const char *id, enum store_status status,
 		int64_t ended_at_ms, const char *why, struct store_sandbox *out,
 		struct sbx_error *err);
+
+/* supervise.c */
+
 /* Thread bodies (arg = svc): the timer ticks guests and queues ends; an
  * ender runs queued ends. Both return once svc->stop is set (an ender after
  * finishing the queue). */
 void *sandbox_timer_main(void *arg);
 void *sandbox_ender_main(void *arg);
+/* Queue the end of a live sandbox (dead: FAILED at dead_at_ms; expired:
+ * EXPIRED at expires_at_ms) for an ender thread; once per live. Call with
+ * lock. */
+void sandbox_end_queue_locked(struct sandbox_svc *svc, struct live *l, enum store_status status,
+			      int64_t at_ms);
 
 /* execution.c: the runtimes and the runners beneath the executions use
  * case (executions.c). */
@@ -336,12 +345,6 @@ void sandbox_view_from_row(const struct store_sandbox *row, int64_t now_ms, stru
  * sandbox_live_unpin. No lock held. */
 struct live *sandbox_live_pin(struct sandbox_svc *svc, const char *id, struct sbx_error *err);
 void sandbox_live_unpin(struct sandbox_svc *svc, struct live *l);
-
-/* Queue the end of a live sandbox (dead: FAILED at dead_at_ms; expired:
- * EXPIRED at expires_at_ms) for an ender thread; once per live. Call with
- * lock. */
-void sandbox_end_queue_locked(struct sandbox_svc *svc, struct live *l, enum store_status status,
-			      int64_t at_ms);
 /* Drop a ref taken under the lock; wakes an ender waiting for it. Call
  * with lock. */
 void sandbox_live_unref_locked(struct sandbox_svc *svc, struct live *l);
