@@ -7,8 +7,8 @@
  * closes its channel (failing its in-flight execs), destroys its domain and
  * settles its row, all with no lock held. Callbacks from the channel's
  * thread or libvirt's event loop (a broken channel, a stopped domain) only
- * mark the live dead; the timer queues the end; an ender thread runs it
- * (supervise.c). See sandbox-priv.h for the lock order.
+ * mark the live dead; a supervisor pass queues the end; a thread of the
+ * blocking pool runs it (supervise.c). See sandbox-priv.h for the lock order.
  */
 #include <pthread.h>
 #include <stddef.h>

@@ -1,9 +1,12 @@
 /* sandbox/supervise.c: the periodic work on live guests and who runs the
- * ends. The timer ticks every live's channel (exec deadlines), writes
- * heartbeats, retries the ends the store refused, syncs guest clocks and
- * queues the end of every live found dead or past its expiry; ender
- * threads run the queued ends (sandbox_end, live.c) with no lock held.
- * See sandbox-priv.h for the lock order.
+ * blocking work. The service has one supervisor (util's sbx_cron, thread
+ * "sbx-cron") whose tasks tick every live's channel (exec deadlines) and
+ * queue the end of every live found dead or past its expiry, write
+ * heartbeats, retry the ends the store refused and sync guest clocks; and
+ * one bounded pool (util's sbx_workpool, threads "sbx-block") that runs
+ * the blocking work: the queued ends (sandbox_end, live.c) and the
+ * teardowns of execution guests (execution.c). docs/lifecycle.md
+ * "Threads" says what runs where. See sandbox-priv.h for the lock order.
  */
 #include <pthread.h>
 #include <stddef.h>
@@ -16,25 +19,22 @@
 #include "sandbox-priv.h"
 
 #define MOD		"sandbox"
-#define TICK_MS		200
+#define TICK_MS		200 /* the supervisor's base tick; the lives pass's period */
 #define HEARTBEAT_MS	5000
 #define SETTLE_RETRY_MS 1000
 #define TIME_SYNC_MS	60000
 
-/* ------------------------------------------------------------ the timer */
+/* --------------------------------------------------------- the passes */
 
-/* The timer picks, under the lock, which sandboxes must end (queued for
- * the enders) and which guests to tick, each pinned with a ref; it ticks
- * them, writes heartbeats and syncs clocks with no lock held. A tick may
- * complete execs: their callbacks take svc->lock themselves. */
-static void timer_pass(struct sandbox_svc *svc, int64_t *last_beat, int64_t *last_sync,
-		       int64_t *last_retry)
+/* Pin (a ref each) every live that is neither dead nor past its expiry,
+ * under the lock; with `queue_ends`, queue the end of the others. The
+ * caller uses them with no lock held, then lives_unpin. */
+static struct live **lives_pin(struct sandbox_svc *svc, int64_t now, bool queue_ends, size_t *n)
 {
-	int64_t now = sbx_wall_ms(), mono = sbx_mono_ms();
-	bool beat = mono - *last_beat >= HEARTBEAT_MS, sync = mono - *last_sync >= TIME_SYNC_MS;
-	_cleanup_free_ struct live **picked = NULL;
-	size_t n = 0, cap = 0;
+	struct live **picked;
+	size_t cap = 0;
 
+	*n = 0;
 	pthread_mutex_lock(&svc->lock);
 	for (struct live *l = svc->lives; l; l = l->next)
 		cap++;
@@ -43,123 +43,184 @@ static void timer_pass(struct sandbox_svc *svc, int64_t *last_beat, int64_t *las
 		if (l->dead || l->expires_at_ms <= now) {
 			/* A guest that died after its expiry is billed to expiry
 			 * (billing caps at expires_at anyway). */
-			sandbox_end_queue_locked(svc, l, l->dead ? STORE_FAILED : STORE_EXPIRED,
-						 l->dead ? l->dead_at_ms : l->expires_at_ms);
+			if (queue_ends)
+				sandbox_end_queue_locked(
+				    svc, l, l->dead ? STORE_FAILED : STORE_EXPIRED,
+				    l->dead ? l->dead_at_ms : l->expires_at_ms);
 			continue;
 		}
-		if (picked && n < cap) {
+		if (picked && *n < cap) {
 			l->refs++;
-			picked[n++] = l;
+			picked[(*n)++] = l;
 		}
 	}
 	pthread_mutex_unlock(&svc->lock);
+	return picked;
+}
 
-	for (size_t i = 0; i < n; i++) {
-		struct live *l = picked[i];
-
-		agentless_conn_tick(l->conn, mono);
-		/* With liveness on, last_seen_at moves on answered pings only. */
-		if (beat && !svc->cfg.liveness_interval_ms && agentless_conn_alive(l->conn))
-			store_sandbox_touch(svc->store, l->id, now, NULL);
-		if (sync)
-			agentless_conn_send_time(l->conn, NULL);
-	}
-
+static void lives_unpin(struct sandbox_svc *svc, struct live **picked, size_t n)
+{
 	pthread_mutex_lock(&svc->lock);
 	for (size_t i = 0; i < n; i++)
 		sandbox_live_unref_locked(svc, picked[i]);
 	pthread_mutex_unlock(&svc->lock);
-	/* ends the store refused: again, about every second */
-	if (mono - *last_retry >= SETTLE_RETRY_MS) {
-		*last_retry = mono;
-		sandbox_settles_retry(svc);
-	}
-	if (beat)
-		*last_beat = mono;
-	if (sync) {
-		*last_sync = mono;
-		store_idem_prune(svc->store, now - SANDBOX_IDEMPOTENCY_KEEP_MS, NULL);
-	}
+	free(picked);
 }
 
-void *sandbox_timer_main(void *arg)
+/* Every tick: queue the ends of dead and expired lives, and tick the
+ * others' channels (exec deadlines). A tick may complete execs: their
+ * callbacks take svc->lock themselves. */
+static void lives_pass(void *opaque, int64_t now_mono)
 {
-	struct sandbox_svc *svc = arg;
-	int64_t last_beat = sbx_mono_ms(), last_sync = sbx_mono_ms(), last_retry = sbx_mono_ms();
+	struct sandbox_svc *svc = opaque;
+	size_t n;
+	struct live **picked = lives_pin(svc, sbx_wall_ms(), true, &n);
 
-	for (;;) {
-		struct timespec ts;
-
-		pthread_mutex_lock(&svc->lock);
-		if (svc->stop) {
-			pthread_mutex_unlock(&svc->lock);
-			break;
-		}
-		ts = sbx_timespec_in(CLOCK_REALTIME, TICK_MS);
-		pthread_cond_timedwait(&svc->cond, &svc->lock, &ts);
-		bool stop = svc->stop;
-		pthread_mutex_unlock(&svc->lock);
-		if (stop)
-			break;
-		timer_pass(svc, &last_beat, &last_sync, &last_retry);
-	}
-	return NULL;
+	for (size_t i = 0; i < n; i++)
+		agentless_conn_tick(picked[i]->conn, now_mono);
+	lives_unpin(svc, picked, n);
 }
 
-/* ------------------------------------------------------------ the enders */
+/* The guests that answer are seen: last_seen_at. With liveness on,
+ * last_seen_at moves on answered pings only. */
+static void heartbeat_pass(void *opaque, int64_t now_mono)
+{
+	struct sandbox_svc *svc = opaque;
+	int64_t now = sbx_wall_ms();
+	size_t n;
+	struct live **picked;
+
+	if (svc->cfg.liveness_interval_ms)
+		return;
+	picked = lives_pin(svc, now, false, &n);
+	for (size_t i = 0; i < n; i++)
+		if (agentless_conn_alive(picked[i]->conn))
+			store_sandbox_touch(svc->store, picked[i]->id, now, NULL);
+	lives_unpin(svc, picked, n);
+}
+
+/* Ends the store refused: again, about every second. */
+static void settle_retry_pass(void *opaque, int64_t now_mono)
+{
+	sandbox_settles_retry(opaque);
+}
+
+/* Guest clocks, and the idempotency keys past their keep. */
+static void time_sync_pass(void *opaque, int64_t now_mono)
+{
+	struct sandbox_svc *svc = opaque;
+	int64_t now = sbx_wall_ms();
+	size_t n;
+	struct live **picked = lives_pin(svc, now, false, &n);
+
+	for (size_t i = 0; i < n; i++)
+		agentless_conn_send_time(picked[i]->conn, NULL);
+	lives_unpin(svc, picked, n);
+	store_idem_prune(svc->store, now - SANDBOX_IDEMPOTENCY_KEEP_MS, NULL);
+}
+
+/* ------------------------------------------------------------ the ends */
+
+/* A sandbox a pass found dead or expired, for the pool. */
+struct end_job {
+	struct sandbox_svc *svc;
+	char id[SANDBOX_ID_MAX];
+	enum store_status status;
+	int64_t at_ms;
+};
+
+/* Close the channel, destroy the domain, settle, with no lock held. A
+ * libvirt call that hangs holds one pool thread, never the supervisor's
+ * ticks or a request. Cancelled (the pool stopped before a thread took
+ * it): the end still runs, here. */
+static void end_job_run(void *arg, bool cancelled)
+{
+	struct end_job *j = arg;
+	struct sbx_error err;
+	const char *why = j->status == STORE_FAILED ? "the sandbox's guest stopped unexpectedly"
+						    : "the sandbox expired while the command ran";
+
+	sbx_info(MOD, "sandbox %s: ending as %s", j->id, store_status_name(j->status));
+	if (sandbox_end(j->svc, j->id, j->status, j->at_ms, why, NULL, &err) < 0)
+		sbx_err(MOD, "sandbox %s: settling failed: %s", j->id, err.message);
+	free(j);
+}
 
 void sandbox_end_queue_locked(struct sandbox_svc *svc, struct live *l, enum store_status status,
 			      int64_t at_ms)
 {
 	struct end_job *j;
 
-	if (l->end_queued || l->unlinked)
+	if (l->end_queued || l->unlinked || !svc->work)
 		return;
 	j = calloc(1, sizeof(*j));
 	if (!j)
-		return; /* the next timer pass tries again */
-	l->end_queued = true;
+		return; /* the next pass tries again */
+	j->svc = svc;
 	snprintf(j->id, sizeof(j->id), "%s", l->id);
 	j->status = status;
 	j->at_ms = at_ms;
-	*svc->ends_tail = j;
-	svc->ends_tail = &j->next;
-	pthread_cond_broadcast(&svc->cond);
+	/* the pool's lock is a leaf below svc->lock; the job takes svc->lock
+	 * itself, so it waits until this pass let go */
+	if (sbx_workpool_submit(svc->work, end_job_run, j) < 0) {
+		free(j); /* the pool is full or stops: the next pass tries again */
+		return;
+	}
+	l->end_queued = true;
 }
 
-/* An ender: takes queued ends one at a time and runs them with no lock
- * held (closing the channel, destroying the domain, settling). A libvirt
- * call that hangs delays only the ends behind it, never the timer's ticks
- * or a request. At stop it finishes the queue, then returns. */
-void *sandbox_ender_main(void *arg)
+/* ------------------------------------------- the supervisor and the pool */
+
+int sandbox_work_submit(struct sandbox_svc *svc, sbx_workpool_fn fn, void *arg)
 {
-	struct sandbox_svc *svc = arg;
-	struct sbx_error err;
+	return svc->work ? sbx_workpool_submit(svc->work, fn, arg) : -1;
+}
 
-	pthread_mutex_lock(&svc->lock);
-	for (;;) {
-		struct end_job *j = svc->ends;
+int sandbox_supervise_start(struct sandbox_svc *svc, struct sbx_error *err)
+{
+	int guests = 0;
 
-		if (!j) {
-			if (svc->stop)
-				break;
-			pthread_cond_wait(&svc->cond, &svc->lock);
-			continue;
-		}
-		svc->ends = j->next;
-		if (!svc->ends)
-			svc->ends_tail = &svc->ends;
-		pthread_mutex_unlock(&svc->lock);
-
-		const char *why = j->status == STORE_FAILED
-				      ? "the sandbox's guest stopped unexpectedly"
-				      : "the sandbox expired while the command ran";
-		sbx_info(MOD, "sandbox %s: ending as %s", j->id, store_status_name(j->status));
-		if (sandbox_end(svc, j->id, j->status, j->at_ms, why, NULL, &err) < 0)
-			sbx_err(MOD, "sandbox %s: settling failed: %s", j->id, err.message);
-		free(j);
-		pthread_mutex_lock(&svc->lock);
+	for (size_t i = 0; i < svc->n_hosts; i++)
+		guests += svc->hosts[i].cfg->max_guests;
+	/* Every job ends, tears down or boots one guest the hosts hold: one
+	 * waiting per guest (and the threads' worth) is never refused. */
+	svc->work = sbx_workpool_new(SANDBOX_WORK_THREAD_NAME, SANDBOX_WORK_THREADS,
+				     guests + SANDBOX_WORK_THREADS, SBX_WORKPOOL_EAGER);
+	svc->cron = sbx_cron_new(SANDBOX_CRON_THREAD_NAME, TICK_MS);
+	if (!svc->work || !svc->cron ||
+	    sbx_cron_add(svc->cron, "lives", TICK_MS, lives_pass, svc) < 0 ||
+	    sbx_cron_add(svc->cron, "heartbeat", HEARTBEAT_MS, heartbeat_pass, svc) < 0 ||
+	    sbx_cron_add(svc->cron, "settle-retry", SETTLE_RETRY_MS, settle_retry_pass, svc) < 0 ||
+	    sbx_cron_add(svc->cron, "time-sync", TIME_SYNC_MS, time_sync_pass, svc) < 0 ||
+	    /* fleet's passes are registered here (docs/lifecycle.md "Threads") */
+	    sbx_cron_start(svc->cron) < 0) {
+		sandbox_supervise_free(svc);
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL,
+				     "cannot start the supervisor or the work pool");
 	}
-	pthread_mutex_unlock(&svc->lock);
-	return NULL;
+	return 0;
+}
+
+void sandbox_supervise_stop(struct sandbox_svc *svc)
+{
+	sbx_cron_stop(svc->cron);
+	/* no pass queues an end any more: run the queued ones, and wait for
+	 * the execution guests' teardowns */
+	if (svc->work) {
+		struct sbx_workpool_stats st;
+
+		sbx_workpool_stats(svc->work, &st);
+		if (st.queued + st.running > 0)
+			sbx_info(MOD, "waiting for %d end(s) and teardown(s)",
+				 st.queued + st.running);
+		sbx_workpool_drain(svc->work);
+	}
+}
+
+void sandbox_supervise_free(struct sandbox_svc *svc)
+{
+	sbx_cron_free(svc->cron);
+	svc->cron = NULL;
+	sbx_workpool_free(svc->work);
+	svc->work = NULL;
 }
