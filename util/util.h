@@ -281,7 +281,7 @@ int sbx_metrics_render(struct sbx_buf *b);
 /* ------------------------------------------- periodic work, blocking work
  * Two mechanisms every module may use for work that is not a request's:
  * a supervisor (util/cron.c) runs registered periodic tasks on one thread,
- * and a bounded pool (util/workpool.c) runs blocking jobs on a fixed set
+ * and a bounded pool (util/workpool.c) runs blocking jobs on a bounded set
  * of threads. docs/lifecycle.md "Threads" says which work goes where. */
 
 /* A supervisor: one thread wakes every tick_ms and runs, in the order they
