@@ -192,7 +192,12 @@ int sandbox_supervise_start(struct sandbox_svc *svc, struct sbx_error *err)
 	    sbx_cron_add(svc->cron, "heartbeat", HEARTBEAT_MS, heartbeat_pass, svc) < 0 ||
 	    sbx_cron_add(svc->cron, "settle-retry", SETTLE_RETRY_MS, settle_retry_pass, svc) < 0 ||
 	    sbx_cron_add(svc->cron, "time-sync", TIME_SYNC_MS, time_sync_pass, svc) < 0 ||
-	    /* fleet's passes are registered here (docs/lifecycle.md "Threads") */
+	    /* HOOK: fleet's one-pass functions are registered here, each one
+	     * sbx_cron_add line like those above: "hosts" every
+	     * host_check_interval_ms, "pool" every tick (200 ms), "liveness"
+	     * every liveness_interval_ms (when not 0). A pass that waits on
+	     * libvirt, pings or boots submits that part with
+	     * sandbox_work_submit (docs/lifecycle.md "Threads"). */
 	    sbx_cron_start(svc->cron) < 0) {
 		sandbox_supervise_free(svc);
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL,
