@@ -148,30 +148,13 @@ int api_execution_decode(const char *body, size_t len, struct api_execution_body
 
 /* ------------------------------------------------ the HTTP server's parts */
 
-/* The bounded pool of threads that runs long requests (api/workpool.c).
- * A job is fn(arg, false) on a pool thread, or fn(arg, true) when the pool
- * stopped before running it (then it only releases arg). */
-typedef void (*api_workpool_fn)(void *arg, bool cancelled);
-struct api_workpool;
-/* `threads` >= 1 threads at most (started as jobs need them), and at most
- * `queue_max` jobs waiting past the free threads. NULL on ENOMEM. */
-/* The name of the pool's threads (/proc/PID/task/TID/comm). */
+/* The bounded pool of threads that runs long requests is util's
+ * sbx_workpool (srv->pool): http_work_threads threads at most, started as
+ * jobs need them, http_work_queue jobs waiting past them; a job refused
+ * is answered 503. At stop the queued jobs are cancelled (fn(arg, true):
+ * they only answer 503 and release arg). Its threads' name
+ * (/proc/PID/task/TID/comm): */
 #define API_WORKPOOL_THREAD_NAME "sbx-work"
-struct api_workpool *api_workpool_new(int threads, int queue_max);
-/* Queue a job. 0, or -1 (fn never called) when every thread is busy and
- * queue_max jobs already wait, or the pool stops: the caller answers 503. */
-int api_workpool_submit(struct api_workpool *p, api_workpool_fn fn, void *arg);
-struct api_workpool_stats {
-	int threads; /* started */
-	int running; /* jobs running */
-	int queued;  /* jobs waiting for a thread */
-};
-void api_workpool_stats(struct api_workpool *p, struct api_workpool_stats *st);
-/* Refuse new jobs and cancel the queued ones (fn(arg, true), on this
- * thread); running jobs go on. Idempotent. */
-void api_workpool_stop(struct api_workpool *p);
-/* Stop, wait for the running jobs, join the threads, free. NULL is a no-op. */
-void api_workpool_free(struct api_workpool *p);
 
 /* Per-account counts of long requests in flight (api/inflight.c). */
 enum api_inflight_kind {

@@ -91,7 +91,7 @@ struct api_server {
 	struct req *suspended;
 
 	struct api_conns *conns;	  /* receive deadlines (http_conn.c) */
-	struct api_workpool *pool;	  /* runs create, DELETE, executions */
+	struct sbx_workpool *pool;	  /* runs create, DELETE, executions */
 	struct api_inflight *per_account; /* their counts (and execs') per account */
 	struct api_files_ctx *files;	  /* the files routes (http_files.c) */
 	struct api_runtimes runtimes;	  /* read at start, then constant */

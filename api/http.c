@@ -357,7 +357,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
  * exec callback) frees the server. */
 static void server_free(struct api_server *srv)
 {
-	api_workpool_free(srv->pool);
+	sbx_workpool_free(srv->pool);
 	api_inflight_free(srv->per_account);
 	api_files_ctx_free(srv->files);
 	api_conns_free(srv->conns);
@@ -484,7 +484,8 @@ struct api_server *api_server_start(struct sandbox_svc *svc, struct sbx_error *e
 	api_runtimes_load(&srv->runtimes, cfg->base_image);
 	pthread_mutex_init(&srv->lock, NULL);
 	pthread_cond_init(&srv->idle, NULL);
-	srv->pool = api_workpool_new(cfg->http_work_threads, cfg->http_work_queue);
+	srv->pool = sbx_workpool_new(API_WORKPOOL_THREAD_NAME, cfg->http_work_threads,
+				     cfg->http_work_queue, 0);
 	srv->per_account = api_inflight_new();
 	srv->files = api_files_ctx_new(svc, cfg);
 	if (!srv->pool || !srv->per_account || !srv->files) {
@@ -573,7 +574,7 @@ void api_server_stop(struct api_server *srv)
 	pthread_mutex_unlock(&srv->lock);
 	/* Long requests still waiting for a pool thread never start: they
 	 * answer 503 (async_job, cancelled). */
-	api_workpool_stop(srv->pool);
+	sbx_workpool_stop(srv->pool);
 	pthread_mutex_lock(&srv->lock);
 	while (srv->suspended) {
 		struct req *r = srv->suspended;
@@ -591,7 +592,7 @@ void api_server_stop(struct api_server *srv)
 	/* Running creates, DELETEs and executions still use the service,
 	 * which the caller frees next: wait for them (a boot ends by
 	 * boot_timeout_ms, an execution by its timeout). */
-	api_workpool_free(srv->pool);
+	sbx_workpool_free(srv->pool);
 	srv->pool = NULL;
 	MHD_stop_daemon(srv->daemon);
 	srv->daemon = NULL;

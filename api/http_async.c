@@ -1,6 +1,6 @@
 /* api/http_async.c: create, DELETE and one-shot executions, which take
  * seconds to minutes (a boot, a domain destroy, a program): they run on the
- * server's bounded pool (api/workpool.c) while the connection is parked,
+ * server's bounded pool (util's sbx_workpool) while the connection is parked,
  * counted against their account's cap, and leave their answer in the
  * request. */
 #include <stdio.h>
@@ -215,7 +215,7 @@ enum MHD_Result api_async_run(struct req *r)
 	r->state = EXEC_RUNNING;
 	r->refs++;
 	pthread_mutex_unlock(&srv->lock);
-	if (api_workpool_submit(srv->pool, async_job, r) < 0) {
+	if (sbx_workpool_submit(srv->pool, async_job, r) < 0) {
 		pthread_mutex_lock(&srv->lock);
 		r->is_async = false;
 		r->state = EXEC_NONE;

@@ -86,7 +86,7 @@ void api_complete(struct req *r, struct agentless_exec_result *exec,
 	}
 	if (--r->refs == 0) /* the connection went: nothing to wake */
 		free_here =
-		    srv->stopping || !srv->pool || api_workpool_submit(srv->pool, reap_job, r) < 0;
+		    srv->stopping || !srv->pool || sbx_workpool_submit(srv->pool, reap_job, r) < 0;
 	pthread_mutex_unlock(&srv->lock);
 	/* a result nobody waits for any more */
 	if (exec)

@@ -391,18 +391,14 @@ static int guest_get(struct sandbox_svc *svc, const struct sandbox_size *size,
 	return 0;
 }
 
-/* Tear the guest down, then stop counting it for capacity (and, for a
- * background teardown, drop it from svc->teardowns in the same step). */
-static void guest_put(struct sandbox_svc *svc, const struct sandbox_size *size, struct live *l,
-		      bool background)
+/* Tear the guest down, then stop counting it for capacity. */
+static void guest_put(struct sandbox_svc *svc, const struct sandbox_size *size, struct live *l)
 {
 	struct host *h = l->host;
 
 	sandbox_live_teardown(l, "the execution is over");
 	pthread_mutex_lock(&svc->lock);
 	sandbox_host_booting_locked(h, size, -1);
-	if (background)
-		svc->teardowns--;
 	pthread_cond_broadcast(&svc->cond);
 	pthread_mutex_unlock(&svc->lock);
 }
@@ -413,59 +409,35 @@ struct guest_end {
 	struct live *l;
 };
 
-static void *guest_end_main(void *arg)
+/* A job of the blocking pool; cancelled or not, the teardown runs. */
+static void guest_end_job(void *arg, bool cancelled)
 {
 	struct guest_end ge = *(struct guest_end *)arg;
 
 	free(arg);
-	guest_put(ge.svc, ge.size, ge.l, true);
-	return NULL;
+	guest_put(ge.svc, ge.size, ge.l);
 }
 
 /* The execution is over: the guest (unlinked from everything, never
- * reused) is torn down on a detached thread, so the reply does not wait
- * for the domain destroy (1.2-1.8 s under TCG). It stays counted for host
- * capacity (its host's booting counters) until the teardown is done;
- * sandbox_svc_free() waits for svc->teardowns. A crash meanwhile leaves a
+ * reused) is torn down by the service's blocking pool, so the reply does
+ * not wait for the domain destroy (1.2-1.8 s under TCG). It stays counted
+ * for host capacity (its host's booting counters) until the teardown is
+ * done; sandbox_svc_free() drains the pool. A crash meanwhile leaves a
  * domain whose metadata names the execution id, no sandbox row: the next
- * start's reconcile destroys it. Without a thread, tear down here. */
+ * start's reconcile destroys it. When the pool refuses the job (full, or
+ * stopping), tear down here. */
 static void guest_put_background(struct sandbox_svc *svc, const struct sandbox_size *size,
 				 struct live *l)
 {
 	struct guest_end *ge = malloc(sizeof(*ge));
-	pthread_attr_t attr;
-	pthread_t t;
-	int rc = -1;
 
 	if (ge) {
 		*ge = (struct guest_end){.svc = svc, .size = size, .l = l};
-		pthread_mutex_lock(&svc->lock);
-		svc->teardowns++;
-		pthread_mutex_unlock(&svc->lock);
-		pthread_attr_init(&attr);
-		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-		rc = pthread_create(&t, &attr, guest_end_main, ge);
-		pthread_attr_destroy(&attr);
-		if (rc != 0) {
-			free(ge);
-			pthread_mutex_lock(&svc->lock);
-			svc->teardowns--;
-			pthread_cond_broadcast(&svc->cond);
-			pthread_mutex_unlock(&svc->lock);
-		}
+		if (sandbox_work_submit(svc, guest_end_job, ge) == 0)
+			return;
+		free(ge);
 	}
-	if (rc != 0)
-		guest_put(svc, size, l, false);
-}
-
-void sandbox_execution_teardowns_wait(struct sandbox_svc *svc)
-{
-	pthread_mutex_lock(&svc->lock);
-	if (svc->teardowns > 0)
-		sbx_info(MOD, "waiting for %d execution guest teardown(s)", svc->teardowns);
-	while (svc->teardowns > 0)
-		pthread_cond_wait(&svc->cond, &svc->lock);
-	pthread_mutex_unlock(&svc->lock);
+	guest_put(svc, size, l);
 }
 
 struct sync_call {

@@ -2,14 +2,16 @@
  *
  * Files: sandbox.c (the service, accounts, create, get/list/destroy/extend,
  * usage), acquire.c (a guest for a sandbox or an execution, the boot),
- * live.c (who owns a live guest; the timer and the enders), exec.c (exec and the output budget),
- * execution.c (one-shot executions), pool.c (the warm pool), liveness.c (the ping), host.c (the
- * hosts: capacity, placement, reconcile per host, health and drain), settle.c (ends the store
- * refused, retried; how a lost guest's bill ends).
+ * live.c (who owns a live guest, how one ends), supervise.c (the supervisor's passes, the blocking
+ * pool, the ends), exec.c (exec and the output budget), execution.c (one-shot executions), pool.c
+ * (the warm pool), liveness.c (the ping), host.c (the hosts: capacity, placement, reconcile per
+ * host, health and drain), settle.c (ends the store refused, retried; how a lost guest's bill
+ * ends).
  *
  * Lock order (a lock may be taken while holding the ones left of it):
  *
  *   svc->lock  ->  agentless conn lock  ->  vmm channel lock
+ *   svc->lock  ->  the work pool's lock (a leaf: sandbox_end_queue_locked)
  *
  * svc->lock guards lives, pool, counters and the end queue, and every
  * host's state and counters (struct host: no lock of its own). With it held
@@ -87,9 +89,9 @@ struct live {
 	struct agentless_conn *conn;
 	int64_t expires_at_ms; /* cached from the row; the row is the truth */
 	uint64_t memory_mib;
-	int refs; /* threads using conn right now (exec_start, timer, liveness) */
+	int refs; /* threads using conn right now (exec_start, supervisor passes, liveness) */
 	bool unlinked;
-	bool end_queued; /* an end_job for it waits for an ender */
+	bool end_queued; /* its end is a job in svc->work */
 	bool dead;	 /* guest gone or channel broken: end as failed */
 	/* A customer's stream channel that broke because its host's libvirt
 	 * connection went (docs/hosts.md "A dropped connection"): not dead;
@@ -102,7 +104,7 @@ struct live {
 	int64_t suspended_at_ms;
 	unsigned conn_gen;
 	unsigned breaks;
-	enum store_status ending; /* set by the ender before teardown (lock held) */
+	enum store_status ending; /* set by its end before teardown (lock held) */
 	int64_t dead_at_ms;
 	bool pooled;		/* in svc->pool, not handed out yet */
 	int64_t pooled_at_mono; /* when it said HELLO (for pool_max_idle_s) */
@@ -116,15 +118,11 @@ struct live {
 	struct fleet_node node; /* in svc->by_id (key = id) while in svc->lives */
 };
 
-/* A sandbox the timer found dead or expired, waiting for an ender. */
-struct end_job {
-	struct end_job *next;
-	char id[SANDBOX_ID_MAX];
-	enum store_status status;
-	int64_t at_ms;
-};
-
-#define SANDBOX_ENDERS 2
+/* The service's blocking pool (supervise.c): its fixed threads, and the
+ * threads' names (/proc/PID/task/TID/comm), the supervisor's too. */
+#define SANDBOX_WORK_THREADS	 8
+#define SANDBOX_WORK_THREAD_NAME "sbx-block"
+#define SANDBOX_CRON_THREAD_NAME "sbx-cron"
 
 struct output_account {
 	struct output_account *next;
@@ -148,19 +146,17 @@ struct sandbox_svc {
 	pthread_t host_thread;
 
 	pthread_mutex_t lock; /* lives, pool, booting, stop, startup rings, retries */
-	pthread_cond_t cond;  /* live refs dropped, boot slot freed, timer wake */
+	pthread_cond_t cond;  /* live refs dropped, boot slot freed, threads' wake */
 	struct live *lives;
 	struct fleet_registry by_id; /* the lives by sandbox id */
 	struct fleet_slots slots;    /* boot slots (customers and pool) */
-	int teardowns;		     /* execution guests torn down in the background */
 	bool stop;
 	int64_t started_wall_ms; /* this daemon's start: older pending keys are orphans */
-	bool timer_started;
-	pthread_t timer;
-	/* Ends queued by the timer, run by SANDBOX_ENDERS ender threads. */
-	struct end_job *ends, **ends_tail;
-	int n_enders;
-	pthread_t enders[SANDBOX_ENDERS];
+	/* The periodic passes (one thread) and the blocking work (a bounded
+	 * pool: ends, execution teardowns), supervise.c. NULL for an admin
+	 * service. */
+	struct sbx_cron *cron;
+	struct sbx_workpool *work;
 
 	/* Warm pool (pool.c). */
 	struct live *pool; /* ready pooled guests of every host (l->host) */
@@ -177,7 +173,7 @@ struct sandbox_svc {
 	uint64_t output_held;
 	struct output_account *output_accounts;
 
-	/* Ends the store did not take yet (settle.c), retried by the timer. */
+	/* Ends the store did not take yet (settle.c), retried by the supervisor. */
 	struct settle_retry *retries;
 	size_t n_retries;
 
@@ -263,11 +259,32 @@ void sandbox_on_domain_stopped(void *opaque, const char *name);
 int sandbox_end(struct sandbox_svc *svc, const char *id, enum store_status status,
 		int64_t ended_at_ms, const char *why, struct store_sandbox *out,
 		struct sbx_error *err);
-/* Thread bodies (arg = svc): the timer ticks guests and queues ends; an
- * ender runs queued ends. Both return once svc->stop is set (an ender after
- * finishing the queue). */
-void *sandbox_timer_main(void *arg);
-void *sandbox_ender_main(void *arg);
+
+/* supervise.c */
+
+/* Make and start the supervisor (its passes: lives every tick, heartbeat,
+ * settle retry, time sync) and the blocking pool (SANDBOX_WORK_THREADS
+ * threads, one waiting job per guest the hosts may hold). 0, or -1 with
+ * err and nothing left. */
+int sandbox_supervise_start(struct sandbox_svc *svc, struct sbx_error *err);
+/* Stop the supervisor (no pass after this), then drain the pool: the
+ * queued ends and teardowns run, and none runs when this returns (later
+ * submits fail). Call with svc->stop set, no lock held, after the API
+ * stopped. */
+void sandbox_supervise_stop(struct sandbox_svc *svc);
+/* Free both (after sandbox_supervise_stop, or on a failed start). */
+void sandbox_supervise_free(struct sandbox_svc *svc);
+/* Run fn(arg, cancelled) on the blocking pool. 0, or -1 (fn never called)
+ * when the pool is full or stopped: the caller does the work itself or
+ * tries again later. A job does its work even when cancelled. Any lock
+ * may be held (the pool's lock is a leaf). */
+int sandbox_work_submit(struct sandbox_svc *svc, sbx_workpool_fn fn, void *arg);
+/* Queue the end of a live sandbox (dead: FAILED at dead_at_ms; expired:
+ * EXPIRED at expires_at_ms) as a job of the blocking pool; once per live
+ * (when the pool refuses it, the next pass tries again). Call with
+ * lock. */
+void sandbox_end_queue_locked(struct sandbox_svc *svc, struct live *l, enum store_status status,
+			      int64_t at_ms);
 
 /* execution.c: the runtimes and the runners beneath the executions use
  * case (executions.c). */
@@ -336,13 +353,7 @@ void sandbox_view_from_row(const struct store_sandbox *row, int64_t now_ms, stru
  * sandbox_live_unpin. No lock held. */
 struct live *sandbox_live_pin(struct sandbox_svc *svc, const char *id, struct sbx_error *err);
 void sandbox_live_unpin(struct sandbox_svc *svc, struct live *l);
-
-/* Queue the end of a live sandbox (dead: FAILED at dead_at_ms; expired:
- * EXPIRED at expires_at_ms) for an ender thread; once per live. Call with
- * lock. */
-void sandbox_end_queue_locked(struct sandbox_svc *svc, struct live *l, enum store_status status,
-			      int64_t at_ms);
-/* Drop a ref taken under the lock; wakes an ender waiting for it. Call
+/* Drop a ref taken under the lock; wakes an end waiting for it. Call
  * with lock. */
 void sandbox_live_unref_locked(struct sandbox_svc *svc, struct live *l);
 /* Fail in-flight execs, destroy the domain, free. No lock held. */
@@ -438,9 +449,6 @@ struct receipt_signer *sandbox_receipt_signer(struct sandbox_svc *svc, struct sb
 /* Record one execution's latency for /v1/limits. Call with lock. */
 void sandbox_execution_record_locked(struct sandbox_svc *svc, bool warm, bool prestarted,
 				     int64_t ms);
-/* Wait until the background teardowns of execution guests are done
- * (svc->teardowns is 0). Call lock not held, after the API stopped. */
-void sandbox_execution_teardowns_wait(struct sandbox_svc *svc);
 
 /* settle.c: ends that must land */
 
@@ -457,7 +465,7 @@ int sandbox_settle(struct sandbox_svc *svc, const char *id, enum store_status st
 void sandbox_execution_settle(struct sandbox_svc *svc, const char *id,
 			      enum sandbox_execution_status status, int64_t ended_at_ms,
 			      int64_t charge_micro);
-/* Try every kept end once (the timer, about every second). Returns how
+/* Try every kept end once (the supervisor, about every second). Returns how
  * many are still kept. No lock held. */
 size_t sandbox_settles_retry(struct sandbox_svc *svc);
 /* Free what is still kept (logged: the next start's reconcile ends those

@@ -98,7 +98,6 @@ struct sandbox_svc *sandbox_svc_new(const struct sandbox_config *cfg, int flags,
 		return NULL;
 	}
 	svc->cfg = *cfg;
-	svc->ends_tail = &svc->ends;
 	pthread_mutex_init(&svc->lock, NULL);
 	pthread_cond_init(&svc->cond, NULL);
 	fleet_slots_init(&svc->slots, cfg->max_concurrent_boots);
@@ -132,16 +131,8 @@ struct sandbox_svc *sandbox_svc_new(const struct sandbox_config *cfg, int flags,
 
 	if (sandbox_hosts_open(svc, err) < 0)
 		goto err_hosts;
-	if (pthread_create(&svc->timer, NULL, sandbox_timer_main, svc) != 0) {
-		sbx_error_set(err, SBX_E_INTERNAL, NULL, "cannot start the timer thread");
+	if (sandbox_supervise_start(svc, err) < 0)
 		goto err_hosts;
-	}
-	svc->timer_started = true;
-	for (int i = 0; i < SANDBOX_ENDERS; i++) {
-		if (pthread_create(&svc->enders[i], NULL, sandbox_ender_main, svc) != 0)
-			break;
-		svc->n_enders++;
-	}
 	/* the host thread first: it reads the drained hosts, which the pool
 	 * must not refill */
 	if (sandbox_hosts_start(svc, err) < 0 || sandbox_liveness_start(svc, err) < 0 ||
@@ -182,10 +173,9 @@ void sandbox_svc_free(struct sandbox_svc *svc)
 	pthread_cond_broadcast(&svc->cond);
 	pthread_mutex_unlock(&svc->lock);
 	fleet_slots_stop(&svc->slots);
-	if (svc->timer_started)
-		pthread_join(svc->timer, NULL);
-	for (int i = 0; i < svc->n_enders; i++)
-		pthread_join(svc->enders[i], NULL);
+	/* no pass after this; the ends queued and the execution guests'
+	 * teardowns run to the end (no domain left behind) */
+	sandbox_supervise_stop(svc);
 	sandbox_liveness_stop(svc);
 	sandbox_hosts_stop(svc);
 	if (svc->n_hosts)
@@ -217,11 +207,10 @@ void sandbox_svc_free(struct sandbox_svc *svc)
 			}
 		}
 	}
-	/* Execution guests still being destroyed: no domain left behind. */
-	sandbox_execution_teardowns_wait(svc);
 	/* Ends the store refused: one last try, the rest the next start's. */
 	sandbox_settles_retry(svc);
 	sandbox_settles_free(svc);
+	sandbox_supervise_free(svc);
 	sandbox_hosts_close(svc);
 	receipt_signer_free(svc->signer);
 	store_close(svc->store);

@@ -1,5 +1,6 @@
-/* util: errors, logging, time, bounded buffers, random ids, text encodings
- * and the byte-channel vocabulary shared by vmm/ and agentless/.
+/* util: errors, logging, time, bounded buffers, random ids, text encodings,
+ * the byte-channel vocabulary shared by vmm/ and agentless/, and the
+ * supervisor and the bounded pool that run periodic and blocking work.
  *
  * Depends on nothing in the project (libc and OpenSSL's RAND/EVP only).
  * Every function here is thread-safe unless it says otherwise.
@@ -276,5 +277,84 @@ int sbx_hist_render(struct sbx_buf *b, const char *name, const char *labels,
 		    const uint64_t bucket[SBX_HIST_BUCKETS], uint64_t count, uint64_t sum_us);
 /* Every counter and histogram above, with HELP and TYPE lines. 0 or -1. */
 int sbx_metrics_render(struct sbx_buf *b);
+
+/* ------------------------------------------- periodic work, blocking work
+ * Two mechanisms every module may use for work that is not a request's:
+ * a supervisor (util/cron.c) runs registered periodic tasks on one thread,
+ * and a bounded pool (util/workpool.c) runs blocking jobs on a bounded set
+ * of threads. docs/lifecycle.md "Threads" says which work goes where. */
+
+/* A supervisor: one thread wakes every tick_ms and runs, in the order they
+ * were added, the tasks whose period has passed (redis's serverCron with
+ * run_with_period). A task is armed by the first pass that sees it and
+ * runs first one period later, then once per period: due when now_mono
+ * reaches its last due time plus its period; a task that fell a whole
+ * period behind (a slow pass) runs once and counts its period from now
+ * (no burst of catch-up runs). A period shorter than the tick means every
+ * tick. A task runs with no lock of the supervisor held and must not
+ * block for long: it delays every task behind it (blocking work goes to
+ * a pool). Locking: the supervisor's lock is a leaf. */
+typedef void (*sbx_cron_fn)(void *opaque, int64_t now_mono);
+struct sbx_cron;
+#define SBX_CRON_MAX_TASKS 16
+/* A supervisor whose thread (named `thread_name`, <= 15 bytes) is not
+ * started yet. NULL on ENOMEM. */
+struct sbx_cron *sbx_cron_new(const char *thread_name, int64_t tick_ms);
+/* Register task `name` (kept, not copied: a literal), run every period_ms
+ * (>= 1) as fn(opaque, now_mono). Before or after start, any thread. 0, or
+ * -1 when SBX_CRON_MAX_TASKS are registered or period_ms < 1. */
+int sbx_cron_add(struct sbx_cron *c, const char *name, int64_t period_ms, sbx_cron_fn fn,
+		 void *opaque);
+/* Start the thread (once): its first pass, arming every task, runs at
+ * once. 0, or -1 when the thread cannot be started. */
+int sbx_cron_start(struct sbx_cron *c);
+/* One pass at now_mono: arm the new tasks, run the due ones. The thread
+ * calls it every tick; tests call it with made-up times on a supervisor
+ * that is not started. Returns how many tasks ran. */
+int sbx_cron_pass(struct sbx_cron *c, int64_t now_mono);
+/* How many times task `name` ran (0 for an unknown name). */
+uint64_t sbx_cron_runs(struct sbx_cron *c, const char *name);
+/* Stop the thread: the pass under way finishes, none runs after this
+ * returns. Idempotent; not from a task (it joins the thread). */
+void sbx_cron_stop(struct sbx_cron *c);
+/* Stop, then free. NULL is a no-op. */
+void sbx_cron_free(struct sbx_cron *c);
+
+/* A bounded pool for blocking work: at most `threads` jobs run at once;
+ * jobs past the free threads wait in a FIFO of at most queue_max. Threads
+ * start as jobs need them and then stay, or all at creation with
+ * SBX_WORKPOOL_EAGER (a fixed set). Every job accepted by submit is called
+ * exactly once: fn(arg, false) on a pool thread, or fn(arg, true) on the
+ * thread that stops the pool when it stops before the job ran (then the
+ * job does its work there, or only releases arg: its owner's rule).
+ * Stopping: sbx_workpool_stop cancels what waits (fn(arg, true));
+ * sbx_workpool_drain lets the threads run what waits. Either refuses new
+ * jobs from then on. Locking: the pool's lock is a leaf (taking it with
+ * any other lock held is fine); jobs run without it. */
+typedef void (*sbx_workpool_fn)(void *arg, bool cancelled);
+struct sbx_workpool;
+enum { SBX_WORKPOOL_EAGER = 1 };
+/* A pool of `threads` (>= 1) threads named `thread_name` (<= 15 bytes,
+ * /proc/PID/task/TID/comm). NULL on ENOMEM, or when an EAGER pool could
+ * not start its threads. */
+struct sbx_workpool *sbx_workpool_new(const char *thread_name, int threads, int queue_max,
+				      unsigned flags);
+/* Queue a job. 0, or -1 (fn never called) when every thread is busy and
+ * queue_max jobs already wait, or the pool stops. */
+int sbx_workpool_submit(struct sbx_workpool *p, sbx_workpool_fn fn, void *arg);
+struct sbx_workpool_stats {
+	int threads; /* started */
+	int running; /* jobs running */
+	int queued;  /* jobs waiting for a thread */
+};
+void sbx_workpool_stats(struct sbx_workpool *p, struct sbx_workpool_stats *st);
+/* Refuse new jobs and cancel the queued ones (fn(arg, true), on this
+ * thread); running jobs go on. Idempotent. */
+void sbx_workpool_stop(struct sbx_workpool *p);
+/* Refuse new jobs, and wait until the threads have run every queued job
+ * and none runs. Idempotent; not from a job (it would wait for itself). */
+void sbx_workpool_drain(struct sbx_workpool *p);
+/* Stop, wait for the running jobs, join the threads, free. NULL is a no-op. */
+void sbx_workpool_free(struct sbx_workpool *p);
 
 #endif

@@ -1,0 +1,231 @@
+/* sandbox/supervise.c: the periodic work on live guests and who runs the
+ * blocking work. The service has one supervisor (util's sbx_cron, thread
+ * "sbx-cron") whose tasks tick every live's channel (exec deadlines) and
+ * queue the end of every live found dead or past its expiry, write
+ * heartbeats, retry the ends the store refused and sync guest clocks; and
+ * one bounded pool (util's sbx_workpool, threads "sbx-block") that runs
+ * the blocking work: the queued ends (sandbox_end, live.c) and the
+ * teardowns of execution guests (execution.c). docs/lifecycle.md
+ * "Threads" says what runs where. See sandbox-priv.h for the lock order.
+ */
+#include <pthread.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../agentless/agentless.h"
+#include "../store/store.h"
+#include "sandbox-priv.h"
+
+#define MOD		"sandbox"
+#define TICK_MS		200 /* the supervisor's base tick; the lives pass's period */
+#define HEARTBEAT_MS	5000
+#define SETTLE_RETRY_MS 1000
+#define TIME_SYNC_MS	60000
+
+/* --------------------------------------------------------- the passes */
+
+/* Pin (a ref each) every live that is neither dead nor past its expiry,
+ * under the lock; with `queue_ends`, queue the end of the others. The
+ * caller uses them with no lock held, then lives_unpin. */
+static struct live **lives_pin(struct sandbox_svc *svc, int64_t now, bool queue_ends, size_t *n)
+{
+	struct live **picked;
+	size_t cap = 0;
+
+	*n = 0;
+	pthread_mutex_lock(&svc->lock);
+	for (struct live *l = svc->lives; l; l = l->next)
+		cap++;
+	picked = cap ? calloc(cap, sizeof(*picked)) : NULL;
+	for (struct live *l = svc->lives; l; l = l->next) {
+		if (l->dead || l->expires_at_ms <= now) {
+			/* A guest that died after its expiry is billed to expiry
+			 * (billing caps at expires_at anyway). */
+			if (queue_ends)
+				sandbox_end_queue_locked(
+				    svc, l, l->dead ? STORE_FAILED : STORE_EXPIRED,
+				    l->dead ? l->dead_at_ms : l->expires_at_ms);
+			continue;
+		}
+		if (picked && *n < cap) {
+			l->refs++;
+			picked[(*n)++] = l;
+		}
+	}
+	pthread_mutex_unlock(&svc->lock);
+	return picked;
+}
+
+static void lives_unpin(struct sandbox_svc *svc, struct live **picked, size_t n)
+{
+	pthread_mutex_lock(&svc->lock);
+	for (size_t i = 0; i < n; i++)
+		sandbox_live_unref_locked(svc, picked[i]);
+	pthread_mutex_unlock(&svc->lock);
+	free(picked);
+}
+
+/* Every tick: queue the ends of dead and expired lives, and tick the
+ * others' channels (exec deadlines). A tick may complete execs: their
+ * callbacks take svc->lock themselves. */
+static void lives_pass(void *opaque, int64_t now_mono)
+{
+	struct sandbox_svc *svc = opaque;
+	size_t n;
+	struct live **picked = lives_pin(svc, sbx_wall_ms(), true, &n);
+
+	for (size_t i = 0; i < n; i++)
+		agentless_conn_tick(picked[i]->conn, now_mono);
+	lives_unpin(svc, picked, n);
+}
+
+/* The guests that answer are seen: last_seen_at. With liveness on,
+ * last_seen_at moves on answered pings only. */
+static void heartbeat_pass(void *opaque, int64_t now_mono)
+{
+	struct sandbox_svc *svc = opaque;
+	int64_t now = sbx_wall_ms();
+	size_t n;
+	struct live **picked;
+
+	if (svc->cfg.liveness_interval_ms)
+		return;
+	picked = lives_pin(svc, now, false, &n);
+	for (size_t i = 0; i < n; i++)
+		if (agentless_conn_alive(picked[i]->conn))
+			store_sandbox_touch(svc->store, picked[i]->id, now, NULL);
+	lives_unpin(svc, picked, n);
+}
+
+/* Ends the store refused: again, about every second. */
+static void settle_retry_pass(void *opaque, int64_t now_mono)
+{
+	sandbox_settles_retry(opaque);
+}
+
+/* Guest clocks, and the idempotency keys past their keep. */
+static void time_sync_pass(void *opaque, int64_t now_mono)
+{
+	struct sandbox_svc *svc = opaque;
+	int64_t now = sbx_wall_ms();
+	size_t n;
+	struct live **picked = lives_pin(svc, now, false, &n);
+
+	for (size_t i = 0; i < n; i++)
+		agentless_conn_send_time(picked[i]->conn, NULL);
+	lives_unpin(svc, picked, n);
+	store_idem_prune(svc->store, now - SANDBOX_IDEMPOTENCY_KEEP_MS, NULL);
+}
+
+/* ------------------------------------------------------------ the ends */
+
+/* A sandbox a pass found dead or expired, for the pool. */
+struct end_job {
+	struct sandbox_svc *svc;
+	char id[SANDBOX_ID_MAX];
+	enum store_status status;
+	int64_t at_ms;
+};
+
+/* Close the channel, destroy the domain, settle, with no lock held. A
+ * libvirt call that hangs holds one pool thread, never the supervisor's
+ * ticks or a request. Cancelled (the pool stopped before a thread took
+ * it): the end still runs, here. */
+static void end_job_run(void *arg, bool cancelled)
+{
+	struct end_job *j = arg;
+	struct sbx_error err;
+	const char *why = j->status == STORE_FAILED ? "the sandbox's guest stopped unexpectedly"
+						    : "the sandbox expired while the command ran";
+
+	sbx_info(MOD, "sandbox %s: ending as %s", j->id, store_status_name(j->status));
+	if (sandbox_end(j->svc, j->id, j->status, j->at_ms, why, NULL, &err) < 0)
+		sbx_err(MOD, "sandbox %s: settling failed: %s", j->id, err.message);
+	free(j);
+}
+
+void sandbox_end_queue_locked(struct sandbox_svc *svc, struct live *l, enum store_status status,
+			      int64_t at_ms)
+{
+	struct end_job *j;
+
+	if (l->end_queued || l->unlinked || !svc->work)
+		return;
+	j = calloc(1, sizeof(*j));
+	if (!j)
+		return; /* the next pass tries again */
+	j->svc = svc;
+	snprintf(j->id, sizeof(j->id), "%s", l->id);
+	j->status = status;
+	j->at_ms = at_ms;
+	/* the pool's lock is a leaf below svc->lock; the job takes svc->lock
+	 * itself, so it waits until this pass let go */
+	if (sbx_workpool_submit(svc->work, end_job_run, j) < 0) {
+		free(j); /* the pool is full or stops: the next pass tries again */
+		return;
+	}
+	l->end_queued = true;
+}
+
+/* ------------------------------------------- the supervisor and the pool */
+
+int sandbox_work_submit(struct sandbox_svc *svc, sbx_workpool_fn fn, void *arg)
+{
+	return svc->work ? sbx_workpool_submit(svc->work, fn, arg) : -1;
+}
+
+int sandbox_supervise_start(struct sandbox_svc *svc, struct sbx_error *err)
+{
+	int guests = 0;
+
+	for (size_t i = 0; i < svc->n_hosts; i++)
+		guests += svc->hosts[i].cfg->max_guests;
+	/* Every job ends, tears down or boots one guest the hosts hold: one
+	 * waiting per guest (and the threads' worth) is never refused. */
+	svc->work = sbx_workpool_new(SANDBOX_WORK_THREAD_NAME, SANDBOX_WORK_THREADS,
+				     guests + SANDBOX_WORK_THREADS, SBX_WORKPOOL_EAGER);
+	svc->cron = sbx_cron_new(SANDBOX_CRON_THREAD_NAME, TICK_MS);
+	if (!svc->work || !svc->cron ||
+	    sbx_cron_add(svc->cron, "lives", TICK_MS, lives_pass, svc) < 0 ||
+	    sbx_cron_add(svc->cron, "heartbeat", HEARTBEAT_MS, heartbeat_pass, svc) < 0 ||
+	    sbx_cron_add(svc->cron, "settle-retry", SETTLE_RETRY_MS, settle_retry_pass, svc) < 0 ||
+	    sbx_cron_add(svc->cron, "time-sync", TIME_SYNC_MS, time_sync_pass, svc) < 0 ||
+	    /* HOOK: fleet's one-pass functions are registered here, each one
+	     * sbx_cron_add line like those above: "hosts" every
+	     * host_check_interval_ms, "pool" every tick (200 ms), "liveness"
+	     * every liveness_interval_ms (when not 0). A pass that waits on
+	     * libvirt, pings or boots submits that part with
+	     * sandbox_work_submit (docs/lifecycle.md "Threads"). */
+	    sbx_cron_start(svc->cron) < 0) {
+		sandbox_supervise_free(svc);
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL,
+				     "cannot start the supervisor or the work pool");
+	}
+	return 0;
+}
+
+void sandbox_supervise_stop(struct sandbox_svc *svc)
+{
+	sbx_cron_stop(svc->cron);
+	/* no pass queues an end any more: run the queued ones, and wait for
+	 * the execution guests' teardowns */
+	if (svc->work) {
+		struct sbx_workpool_stats st;
+
+		sbx_workpool_stats(svc->work, &st);
+		if (st.queued + st.running > 0)
+			sbx_info(MOD, "waiting for %d end(s) and teardown(s)",
+				 st.queued + st.running);
+		sbx_workpool_drain(svc->work);
+	}
+}
+
+void sandbox_supervise_free(struct sandbox_svc *svc)
+{
+	sbx_cron_free(svc->cron);
+	svc->cron = NULL;
+	sbx_workpool_free(svc->work);
+	svc->work = NULL;
+}

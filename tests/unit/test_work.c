@@ -1,0 +1,369 @@
+/* util/cron.c and util/workpool.c: the supervisor's period semantics, its
+ * thread's start and stop; the blocking pool's bound, stop (cancel) and
+ * drain, and that every job accepted is called exactly once. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "util/util.h"
+
+/* ------------------------------------------------------------ supervisor */
+
+struct counted {
+	pthread_mutex_t lock;
+	int runs;
+	int64_t last_now;
+};
+
+static void count_task(void *opaque, int64_t now_mono)
+{
+	struct counted *c = opaque;
+
+	pthread_mutex_lock(&c->lock);
+	c->runs++;
+	c->last_now = now_mono;
+	pthread_mutex_unlock(&c->lock);
+}
+
+static int runs_of(struct counted *c)
+{
+	int n;
+
+	pthread_mutex_lock(&c->lock);
+	n = c->runs;
+	pthread_mutex_unlock(&c->lock);
+	return n;
+}
+
+#define COUNTED                                                                                    \
+	{                                                                                          \
+		PTHREAD_MUTEX_INITIALIZER, 0, 0                                                    \
+	}
+
+/* A task runs one period after the pass that armed it, then once a period;
+ * a period under the tick means every pass; passes with made-up times. */
+static void cron_runs_with_period(void **state)
+{
+	struct sbx_cron *c = sbx_cron_new("t-cron", 100);
+	struct counted every = COUNTED, slow = COUNTED, fast = COUNTED;
+
+	(void)state;
+	assert_non_null(c);
+	assert_int_equal(sbx_cron_add(c, "every", 100, count_task, &every), 0);
+	assert_int_equal(sbx_cron_add(c, "slow", 1000, count_task, &slow), 0);
+	assert_int_equal(sbx_cron_add(c, "fast", 10, count_task, &fast), 0);
+	assert_int_equal(sbx_cron_pass(c, 0), 0);   /* arms them */
+	assert_int_equal(sbx_cron_pass(c, 50), 1);  /* fast only */
+	assert_int_equal(sbx_cron_pass(c, 100), 2); /* every, fast */
+	assert_int_equal(every.last_now, 100);
+	assert_int_equal(sbx_cron_pass(c, 150), 1); /* fast only */
+	for (int64_t t = 200; t <= 1000; t += 100)
+		sbx_cron_pass(c, t);
+	assert_int_equal(every.runs, 10);
+	assert_int_equal(slow.runs, 1);
+	assert_int_equal(slow.last_now, 1000);
+	assert_int_equal(fast.runs, 12); /* every pass */
+	assert_int_equal(sbx_cron_runs(c, "every"), 10);
+	assert_int_equal(sbx_cron_runs(c, "slow"), 1);
+	assert_int_equal(sbx_cron_runs(c, "nobody"), 0);
+	sbx_cron_free(c);
+}
+
+/* A tick that comes late does not push the schedule back; a pass that
+ * comes periods late runs a task once, not once per missed period. */
+static void cron_keeps_schedule_without_bursts(void **state)
+{
+	struct sbx_cron *c = sbx_cron_new("t-cron", 100);
+	struct counted every = COUNTED, slow = COUNTED;
+
+	(void)state;
+	sbx_cron_add(c, "every", 100, count_task, &every);
+	sbx_cron_add(c, "slow", 1000, count_task, &slow);
+	sbx_cron_pass(c, 0);
+	assert_int_equal(sbx_cron_pass(c, 130), 1); /* late by 30 */
+	assert_int_equal(sbx_cron_pass(c, 200), 1); /* still due at 200 */
+	assert_int_equal(every.runs, 2);
+	/* 4.8 s without a pass (a slow task): one run each, no catch-up */
+	assert_int_equal(sbx_cron_pass(c, 5000), 2);
+	assert_int_equal(sbx_cron_pass(c, 5000), 0);
+	assert_int_equal(sbx_cron_pass(c, 5050), 0);
+	assert_int_equal(sbx_cron_pass(c, 5100), 1); /* every: period from 5000 */
+	assert_int_equal(sbx_cron_pass(c, 6000), 2);
+	assert_int_equal(every.runs, 5);
+	assert_int_equal(slow.runs, 2);
+	sbx_cron_free(c);
+}
+
+static void cron_refuses_bad_tasks(void **state)
+{
+	struct sbx_cron *c = sbx_cron_new("t-cron", 100);
+	struct counted x = COUNTED;
+
+	(void)state;
+	assert_int_equal(sbx_cron_add(c, "zero", 0, count_task, &x), -1);
+	for (int i = 0; i < SBX_CRON_MAX_TASKS; i++)
+		assert_int_equal(sbx_cron_add(c, "t", 1000, count_task, &x), 0);
+	assert_int_equal(sbx_cron_add(c, "one-too-many", 1000, count_task, &x), -1);
+	sbx_cron_free(c);
+}
+
+/* The thread runs the tasks, one added while it runs too, and none runs
+ * once stop returned. */
+static void cron_thread_runs_and_stops(void **state)
+{
+	struct sbx_cron *c = sbx_cron_new("t-cron", 5);
+	struct counted a = COUNTED, b = COUNTED;
+	int at_stop;
+
+	(void)state;
+	sbx_cron_add(c, "a", 5, count_task, &a);
+	assert_int_equal(sbx_cron_start(c), 0);
+	for (int i = 0; i < 2000 && runs_of(&a) < 3; i++)
+		usleep(2000);
+	assert_true(runs_of(&a) >= 3);
+	sbx_cron_add(c, "b", 5, count_task, &b);
+	for (int i = 0; i < 2000 && runs_of(&b) < 2; i++)
+		usleep(2000);
+	assert_true(runs_of(&b) >= 2);
+	sbx_cron_stop(c);
+	at_stop = runs_of(&a);
+	usleep(30 * 1000);
+	assert_int_equal(runs_of(&a), at_stop);
+	sbx_cron_stop(c); /* idempotent */
+	sbx_cron_free(c);
+	sbx_cron_free(NULL);
+}
+
+/* ------------------------------------------------------------ work pool */
+
+/* Jobs that block until released. */
+static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cond = PTHREAD_COND_INITIALIZER;
+static bool gate_open;
+static int ran, cancelled;
+
+static void gated_job(void *arg, bool was_cancelled)
+{
+	(void)arg;
+	pthread_mutex_lock(&gate_lock);
+	if (was_cancelled) {
+		cancelled++;
+	} else {
+		while (!gate_open)
+			pthread_cond_wait(&gate_cond, &gate_lock);
+		ran++;
+	}
+	pthread_mutex_unlock(&gate_lock);
+}
+
+static int ran_now(void)
+{
+	int n;
+
+	pthread_mutex_lock(&gate_lock);
+	n = ran;
+	pthread_mutex_unlock(&gate_lock);
+	return n;
+}
+
+static void gate_set(bool open, bool reset)
+{
+	pthread_mutex_lock(&gate_lock);
+	gate_open = open;
+	if (reset)
+		ran = cancelled = 0;
+	pthread_cond_broadcast(&gate_cond);
+	pthread_mutex_unlock(&gate_lock);
+}
+
+static void wait_running(struct sbx_workpool *p, int n)
+{
+	struct sbx_workpool_stats st;
+
+	for (int i = 0; i < 2500; i++) {
+		sbx_workpool_stats(p, &st);
+		if (st.running == n)
+			return;
+		usleep(2000);
+	}
+	fail_msg("%d jobs never ran", n);
+}
+
+/* 2 threads and 1 waiting job: the fourth busy job is refused. */
+static void pool_is_bounded(void **state)
+{
+	struct sbx_workpool *p = sbx_workpool_new("t-work", 2, 1, 0);
+	struct sbx_workpool_stats st;
+
+	(void)state;
+	gate_set(false, true);
+	assert_non_null(p);
+	sbx_workpool_stats(p, &st);
+	assert_int_equal(st.threads, 0); /* started as needed */
+	assert_int_equal(sbx_workpool_submit(p, gated_job, NULL), 0);
+	assert_int_equal(sbx_workpool_submit(p, gated_job, NULL), 0);
+	wait_running(p, 2);
+	assert_int_equal(sbx_workpool_submit(p, gated_job, NULL), 0);
+	assert_int_equal(sbx_workpool_submit(p, gated_job, NULL), -1);
+	sbx_workpool_stats(p, &st);
+	assert_int_equal(st.threads, 2);
+	assert_int_equal(st.queued, 1);
+	gate_set(true, false);
+	/* The waiting one runs as soon as a thread is free. */
+	for (int i = 0; i < 2500 && ran_now() < 3; i++)
+		usleep(2000);
+	sbx_workpool_free(p);
+	assert_int_equal(ran, 3);
+	assert_int_equal(cancelled, 0);
+}
+
+/* An eager pool has its threads from the start, and the same bound. */
+static void pool_eager_starts_its_threads(void **state)
+{
+	struct sbx_workpool *p = sbx_workpool_new("t-work", 3, 0, SBX_WORKPOOL_EAGER);
+	struct sbx_workpool_stats st;
+
+	(void)state;
+	gate_set(false, true);
+	assert_non_null(p);
+	sbx_workpool_stats(p, &st);
+	assert_int_equal(st.threads, 3);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(sbx_workpool_submit(p, gated_job, NULL), 0);
+	wait_running(p, 3);
+	assert_int_equal(sbx_workpool_submit(p, gated_job, NULL), -1);
+	gate_set(true, false);
+	sbx_workpool_free(p);
+	assert_int_equal(ran, 3);
+}
+
+/* Stop cancels what waits and lets what runs finish. */
+static void pool_stop_cancels_the_queue(void **state)
+{
+	struct sbx_workpool *p = sbx_workpool_new("t-work", 1, 4, 0);
+
+	(void)state;
+	gate_set(false, true);
+	assert_int_equal(sbx_workpool_submit(p, gated_job, NULL), 0);
+	wait_running(p, 1);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(sbx_workpool_submit(p, gated_job, NULL), 0);
+	sbx_workpool_stop(p);
+	assert_int_equal(cancelled, 3);
+	assert_int_equal(sbx_workpool_submit(p, gated_job, NULL), -1);
+	gate_set(true, false);
+	sbx_workpool_free(p);
+	assert_int_equal(ran, 1);
+}
+
+static void *open_gate_later(void *arg)
+{
+	(void)arg;
+	usleep(20 * 1000);
+	gate_set(true, false);
+	return NULL;
+}
+
+/* Drain runs what waits (none cancelled), returns once all ran, and
+ * refuses new jobs from then on. */
+static void pool_drain_runs_the_queue(void **state)
+{
+	struct sbx_workpool *p = sbx_workpool_new("t-work", 1, 4, SBX_WORKPOOL_EAGER);
+	pthread_t t;
+
+	(void)state;
+	gate_set(false, true);
+	assert_int_equal(sbx_workpool_submit(p, gated_job, NULL), 0);
+	wait_running(p, 1);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(sbx_workpool_submit(p, gated_job, NULL), 0);
+	pthread_create(&t, NULL, open_gate_later, NULL);
+	sbx_workpool_drain(p);
+	assert_int_equal(ran_now(), 5);
+	assert_int_equal(cancelled, 0);
+	assert_int_equal(sbx_workpool_submit(p, gated_job, NULL), -1);
+	sbx_workpool_drain(p); /* idempotent */
+	pthread_join(t, NULL);
+	sbx_workpool_free(p);
+	assert_int_equal(ran, 5);
+}
+
+/* Submitters race each other and a stop: every job accepted is called
+ * exactly once (run or cancelled), every job refused never. */
+#define RACE_SUBMITTERS 4
+#define RACE_JOBS	2000
+
+static struct sbx_workpool *race_pool;
+static int race_calls[RACE_SUBMITTERS * RACE_JOBS];
+static bool race_accepted[RACE_SUBMITTERS * RACE_JOBS];
+
+static void race_job(void *arg, bool was_cancelled)
+{
+	int *slot = arg;
+
+	(void)was_cancelled;
+	__atomic_add_fetch(slot, 1, __ATOMIC_RELAXED);
+}
+
+static void *race_submitter(void *arg)
+{
+	int base = (int)(intptr_t)arg * RACE_JOBS;
+
+	for (int i = 0; i < RACE_JOBS; i++)
+		race_accepted[base + i] =
+		    sbx_workpool_submit(race_pool, race_job, &race_calls[base + i]) == 0;
+	return NULL;
+}
+
+static void pool_no_job_lost_or_run_twice(void **state)
+{
+	pthread_t t[RACE_SUBMITTERS];
+	int accepted = 0;
+
+	(void)state;
+	for (int round = 0; round < 2; round++) {
+		memset(race_calls, 0, sizeof(race_calls));
+		race_pool = sbx_workpool_new("t-work", 3, 16, 0);
+		for (intptr_t i = 0; i < RACE_SUBMITTERS; i++)
+			pthread_create(&t[i], NULL, race_submitter, (void *)i);
+		usleep(2000);
+		if (round == 0)
+			sbx_workpool_stop(race_pool);
+		else
+			sbx_workpool_drain(race_pool);
+		for (int i = 0; i < RACE_SUBMITTERS; i++)
+			pthread_join(t[i], NULL);
+		sbx_workpool_free(race_pool);
+		for (int i = 0; i < RACE_SUBMITTERS * RACE_JOBS; i++) {
+			int calls = __atomic_load_n(&race_calls[i], __ATOMIC_RELAXED);
+
+			assert_int_equal(calls, race_accepted[i] ? 1 : 0);
+			accepted += race_accepted[i];
+		}
+	}
+	assert_true(accepted > 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(cron_runs_with_period),
+	    cmocka_unit_test(cron_keeps_schedule_without_bursts),
+	    cmocka_unit_test(cron_refuses_bad_tasks),
+	    cmocka_unit_test(cron_thread_runs_and_stops),
+	    cmocka_unit_test(pool_is_bounded),
+	    cmocka_unit_test(pool_eager_starts_its_threads),
+	    cmocka_unit_test(pool_stop_cancels_the_queue),
+	    cmocka_unit_test(pool_drain_runs_the_queue),
+	    cmocka_unit_test(pool_no_job_lost_or_run_twice),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
