@@ -10,6 +10,19 @@
  * (api_complete): the reader renders the `exit` event on MHD's thread. No
  * thread waits on a guest.
  *
+ * Why a chunk is encoded on the channel's thread, not on MHD's with the
+ * `exit`: the output callback's answer is the pause, decided as the
+ * chunk arrives, by what it costs once encoded: the budget is charged the
+ * event's exact size (docs/api.md "Output budget": the encoded events
+ * waiting) and STREAM_HIGH/STREAM_MAX count encoded bytes. Queuing the raw
+ * bytes for MHD's thread would have to charge an estimate on arrival (x10
+ * for UTF-8, the buffered reply's worst case: streams paused and refused
+ * sooner, a change of behaviour) and hold a chunk twice (raw in the queue,
+ * then encoded past what one read takes); and it would move the
+ * encoding's CPU (base64 or UTF-8 repair and JSON escaping, up to 64 KiB a
+ * chunk) from the guest's channel (with the socket transport, its own
+ * reader thread) onto the few HTTP threads every tenant shares.
+ *
  * Bounds: the exec holds of the output budget what is pending, encoded
  * (docs/api.md "Output budget"): each event is charged when it is
  * appended and given back as the client reads it. Above STREAM_HIGH
