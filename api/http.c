@@ -381,7 +381,7 @@ void api_req_free(struct req *r)
 	if (r->has_execution)
 		free(r->execution.code);
 	/* the reply was sent (or never will be): its budget goes back */
-	sandbox_output_release(srv->svc, &r->hold);
+	sandbox_output_release(&r->hold);
 	free(r->out_body);
 	free(r);
 	pthread_mutex_lock(&srv->lock);

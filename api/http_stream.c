@@ -10,6 +10,19 @@
  * (api_complete): the reader renders the `exit` event on MHD's thread. No
  * thread waits on a guest.
  *
+ * Why a chunk is encoded on the channel's thread, not on MHD's with the
+ * `exit`: the output callback's answer is the pause, decided as the
+ * chunk arrives, by what it costs once encoded: the budget is charged the
+ * event's exact size (docs/api.md "Output budget": the encoded events
+ * waiting) and STREAM_HIGH/STREAM_MAX count encoded bytes. Queuing the raw
+ * bytes for MHD's thread would have to charge an estimate on arrival (x10
+ * for UTF-8, the buffered reply's worst case: streams paused and refused
+ * sooner, a change of behaviour) and hold a chunk twice (raw in the queue,
+ * then encoded past what one read takes); and it would move the
+ * encoding's CPU (base64 or UTF-8 repair and JSON escaping, up to 64 KiB a
+ * chunk) from the guest's channel (with the socket transport, its own
+ * reader thread) onto the few HTTP threads every tenant shares.
+ *
  * Bounds: the exec holds of the output budget what is pending, encoded
  * (docs/api.md "Output budget"): each event is charged when it is
  * appended and given back as the client reads it. Above STREAM_HIGH
@@ -216,7 +229,7 @@ static bool stream_fail(struct req *r, char *text)
 	json_object_object_add(o, "type", json_object_new_string("error"));
 	etext = event_text(s, "error", o, &el);
 	if (etext)
-		sandbox_output_grow(srv->svc, &r->hold, el, true);
+		sandbox_output_charge(&r->hold, el, SANDBOX_OUTPUT_FORCE, NULL, NULL);
 	pthread_mutex_lock(&srv->lock);
 	if (!s->failed) {
 		s->failed = true;
@@ -270,15 +283,15 @@ static bool stream_output(void *opaque, uint32_t exec_id, bool is_stderr, const 
 	}
 	/* what is buffered is charged, encoded: past the budget, once more
 	 * after asking for a pause (frames already on their way), not again */
-	bool paid = sandbox_output_grow(srv->svc, &r->hold, tl, false) == 0;
+	bool paid = sandbox_output_charge(&r->hold, tl, SANDBOX_OUTPUT_WITHIN, NULL, NULL) == 0;
 	if (!paid || pending + tl > STREAM_MAX) {
 		if (paused) {
 			if (paid)
-				sandbox_output_shrink(srv->svc, &r->hold, tl);
+				sandbox_output_shrink(&r->hold, tl);
 			return stream_fail(r, text);
 		}
 		if (!paid)
-			sandbox_output_grow(srv->svc, &r->hold, tl, true);
+			sandbox_output_charge(&r->hold, tl, SANDBOX_OUTPUT_FORCE, NULL, NULL);
 		pause = true;
 	}
 
@@ -342,7 +355,7 @@ static void stream_end(struct req *r, struct api_completion *done, struct sbx_er
 
 	for (int i = 0; i < 3; i++)
 		if (text[i])
-			sandbox_output_grow(srv->svc, &r->hold, tl[i], true);
+			sandbox_output_charge(&r->hold, tl[i], SANDBOX_OUTPUT_FORCE, NULL, NULL);
 	pthread_mutex_lock(&srv->lock);
 	for (int i = 0; i < 3; i++)
 		if (text[i])
@@ -417,7 +430,7 @@ again:
 	exec_id = s->exec_id;
 	pthread_mutex_unlock(&srv->lock);
 	if (n > 0) /* read: no longer buffered */
-		sandbox_output_shrink(srv->svc, &r->hold, (uint64_t)n);
+		sandbox_output_shrink(&r->hold, (uint64_t)n);
 	if (resume)
 		sandbox_exec_resume(srv->svc, r->id, exec_id);
 	return n;

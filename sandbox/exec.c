@@ -1,5 +1,5 @@
-/* sandbox/exec.c: the exec use case (POST /v1/sandboxes/{id}/exec) and
- * the output budget its replies draw on.
+/* sandbox/exec.c: the exec use case (POST /v1/sandboxes/{id}/exec); its
+ * replies draw on the output budget (budget.c).
  *
  * 1. check the sandbox and the timeout, hold the start's share of the
  *    output budget, pin the live only while the exec starts;
@@ -26,139 +26,11 @@
 
 #define EXEC_CWD "/home/sandbox" /* an exec's cwd unless it names one */
 
-/* --------------------------------------------------------- output budget */
-
-static struct output_account **output_account_find_locked(struct sandbox_svc *svc,
-							  const char *account_id)
-{
-	struct output_account **pp;
-
-	for (pp = &svc->output_accounts; *pp; pp = &(*pp)->next)
-		if (strcmp((*pp)->id, account_id) == 0)
-			break;
-	return pp;
-}
-
-/* Take `bytes` of the account's and the host's budget into *hold. 0, or
- * -1 with 429 (account) / 503 (host). */
-int sandbox_output_reserve(struct sandbox_svc *svc, const char *account_id, uint64_t bytes,
-			   struct sandbox_output_hold *hold, struct sbx_error *err)
-{
-	const struct sandbox_config *cfg = &svc->cfg;
-	uint64_t acct_max = cfg->output_budget_account_mib << 20;
-	uint64_t host_max = cfg->output_budget_host_mib << 20;
-	struct output_account **pp, *a;
-	int rc = 0;
-
-	pthread_mutex_lock(&svc->lock);
-	pp = output_account_find_locked(svc, account_id);
-	a = *pp;
-	if ((a ? a->held : 0) + bytes > acct_max) {
-		rc = sbx_error_set(err, SBX_E_RATE_LIMITED, NULL,
-				   "the output of this account's running commands would pass its "
-				   "buffer budget (%llu MiB); wait for one to finish",
-				   (unsigned long long)cfg->output_budget_account_mib);
-	} else if (svc->output_held + bytes > host_max) {
-		rc = sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
-				   "this node is buffering too much command output right now; "
-				   "retry shortly");
-	} else if (!a && !(a = calloc(1, sizeof(*a)))) {
-		rc = sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
-	} else {
-		if (!*pp) {
-			snprintf(a->id, sizeof(a->id), "%s", account_id);
-			*pp = a;
-		}
-		a->held += bytes;
-		svc->output_held += bytes;
-		snprintf(hold->account_id, sizeof(hold->account_id), "%s", account_id);
-		hold->bytes = bytes;
-	}
-	pthread_mutex_unlock(&svc->lock);
-	if (rc < 0 && err)
-		err->retry_after_s = 1;
-	return rc;
-}
-
-int sandbox_output_grow(struct sandbox_svc *svc, struct sandbox_output_hold *hold, uint64_t bytes,
-			bool force)
-{
-	const struct sandbox_config *cfg = &svc->cfg;
-	uint64_t acct_max = cfg->output_budget_account_mib << 20;
-	uint64_t host_max = cfg->output_budget_host_mib << 20;
-	struct output_account *a;
-	int rc = -1;
-
-	if (!hold || !hold->account_id[0])
-		return -1;
-	if (bytes == 0)
-		return 0;
-	pthread_mutex_lock(&svc->lock);
-	a = *output_account_find_locked(svc, hold->account_id);
-	/* a hold that holds something has its account's entry */
-	if (a && (force || (a->held + bytes <= acct_max && svc->output_held + bytes <= host_max))) {
-		a->held += bytes;
-		svc->output_held += bytes;
-		hold->bytes += bytes;
-		rc = 0;
-	}
-	pthread_mutex_unlock(&svc->lock);
-	return rc;
-}
-
-void sandbox_output_shrink(struct sandbox_svc *svc, struct sandbox_output_hold *hold,
-			   uint64_t bytes)
-{
-	struct output_account *a;
-
-	if (!hold)
-		return;
-	pthread_mutex_lock(&svc->lock);
-	/* never below the start's share: release gives that back */
-	bytes = SBX_MIN(bytes, hold->bytes > SANDBOX_EXEC_HOLD_START
-				   ? hold->bytes - SANDBOX_EXEC_HOLD_START
-				   : 0);
-	a = *output_account_find_locked(svc, hold->account_id);
-	if (a && bytes > 0) {
-		a->held -= SBX_MIN(a->held, bytes);
-		svc->output_held -= SBX_MIN(svc->output_held, bytes);
-		hold->bytes -= bytes;
-	}
-	pthread_mutex_unlock(&svc->lock);
-}
-
-void sandbox_output_release(struct sandbox_svc *svc, struct sandbox_output_hold *hold)
-{
-	struct output_account **pp, *a;
-
-	if (!hold || !hold->bytes)
-		return;
-	pthread_mutex_lock(&svc->lock);
-	pp = output_account_find_locked(svc, hold->account_id);
-	a = *pp;
-	if (a) {
-		a->held -= SBX_MIN(a->held, hold->bytes);
-		if (a->held == 0) {
-			*pp = a->next;
-			free(a);
-		}
-	}
-	svc->output_held -= SBX_MIN(svc->output_held, hold->bytes);
-	pthread_mutex_unlock(&svc->lock);
-	hold->bytes = 0;
-}
-
-void sandbox_output_held(struct sandbox_svc *svc, const char *account_id, uint64_t *host,
-			 uint64_t *account)
-{
-	struct output_account *a;
-
-	pthread_mutex_lock(&svc->lock);
-	a = *output_account_find_locked(svc, account_id);
-	*host = svc->output_held;
-	*account = a ? a->held : 0;
-	pthread_mutex_unlock(&svc->lock);
-}
+const struct sandbox_output_words sandbox_exec_output_words = {
+    .account = "the output of this account's running commands would pass its buffer budget "
+	       "(%llu MiB); wait for one to finish",
+    .host = "this node is buffering too much command output right now; retry shortly",
+};
 
 /* ------------------------------------------------------------------ exec */
 
@@ -279,7 +151,7 @@ struct exec_call {
 static void exec_call_free(struct exec_call *call)
 {
 	if (call->own)
-		sandbox_output_release(call->l->svc, &call->own_hold);
+		sandbox_output_release(&call->own_hold);
 	free(call);
 }
 
@@ -298,8 +170,8 @@ static bool exec_charge(void *opaque, bool is_stderr, size_t len)
 {
 	struct exec_call *call = opaque;
 
-	return sandbox_output_grow(call->l->svc, call->hold, (uint64_t)len * call->cost, false) ==
-	       0;
+	return sandbox_output_charge(call->hold, (uint64_t)len * call->cost, SANDBOX_OUTPUT_WITHIN,
+				     NULL, NULL) == 0;
 }
 
 /* The error an exec that ended without a result answers: cut short
@@ -451,14 +323,16 @@ int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const ch
 	call->hold = hold;
 	call->cost = req->base64 ? SANDBOX_REPLY_COST_BASE64 : SANDBOX_REPLY_COST_UTF8;
 	/* the start's share; the output's is charged as it arrives */
-	if (sandbox_output_reserve(svc, account_id, SANDBOX_EXEC_HOLD_START, hold, err) < 0) {
+	sandbox_output_hold_init(hold, svc->output, account_id);
+	if (sandbox_output_charge(hold, SANDBOX_EXEC_HOLD_START, SANDBOX_OUTPUT_WITHIN,
+				  &sandbox_exec_output_words, err) < 0) {
 		free(call);
 		return -1;
 	}
 
 	l = sandbox_live_pin(svc, id, err);
 	if (!l) {
-		sandbox_output_release(svc, hold);
+		sandbox_output_release(hold);
 		free(call);
 		return -1;
 	}
@@ -466,7 +340,7 @@ int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const ch
 	rc = agentless_exec_start(l->conn, &areq, exec_done, call, err);
 	sandbox_live_unpin(svc, l);
 	if (rc < 0) {
-		sandbox_output_release(svc, hold);
+		sandbox_output_release(hold);
 		free(call);
 		if (err && err->code == SBX_E_RATE_LIMITED) {
 			sbx_error_set(err, SBX_E_RATE_LIMITED, NULL,

@@ -34,6 +34,13 @@ _Static_assert(SANDBOX_FILE_LIST_MAX == AGENTLESS_FILE_LIST_MAX, "one list cap")
 _Static_assert(SANDBOX_FILE_PUT == 1 && SANDBOX_FILE_TAR_GET == 6, "wire_file_op values");
 _Static_assert(SANDBOX_FTYPE_FILE == 1 && SANDBOX_FTYPE_OTHER == 4, "wire_file_type values");
 
+/* What a download or a listing refused for the output budget answers. */
+static const struct sandbox_output_words file_output_words = {
+    .account = "this account's replies waiting to be read (downloads, lists, command output) "
+	       "are at its output budget (GET /v1/limits); retry when one has been read",
+    .host = "this node is buffering too many replies right now; retry shortly",
+};
+
 static void file_wake(void *opaque)
 {
 	struct sandbox_file *f = opaque;
@@ -124,16 +131,9 @@ int sandbox_file_start(struct sandbox_svc *svc, const char *account_id, const ch
 	f->svc = svc;
 	f->wake = wake;
 	f->opaque = opaque;
-	if (cost && sandbox_output_reserve(svc, account_id, cost, &f->hold, err) < 0) {
-		bool acct = err->code == SBX_E_RATE_LIMITED;
-
-		sbx_error_set(err, err->code, NULL,
-			      acct ? "this account's replies waiting to be read (downloads, lists, "
-				     "command output) are at its output budget (GET /v1/limits); "
-				     "retry when one has been read"
-				   : "this node is buffering too many replies right now; retry "
-				     "shortly");
-		err->retry_after_s = 1;
+	sandbox_output_hold_init(&f->hold, svc->output, account_id);
+	if (sandbox_output_charge(&f->hold, cost, SANDBOX_OUTPUT_WITHIN, &file_output_words, err) <
+	    0) {
 		free(f);
 		return -1;
 	}
@@ -142,7 +142,7 @@ int sandbox_file_start(struct sandbox_svc *svc, const char *account_id, const ch
 	l = sandbox_live_find_locked(svc, id);
 	if (sandbox_live_usable_locked(l, id, err) < 0) {
 		pthread_mutex_unlock(&svc->lock);
-		sandbox_output_release(svc, &f->hold);
+		sandbox_output_release(&f->hold);
 		free(f);
 		return -1;
 	}
@@ -156,7 +156,7 @@ int sandbox_file_start(struct sandbox_svc *svc, const char *account_id, const ch
 	sandbox_live_unref_locked(svc, l);
 	pthread_mutex_unlock(&svc->lock);
 	if (rc < 0) {
-		sandbox_output_release(svc, &f->hold);
+		sandbox_output_release(&f->hold);
 		free(f);
 		return -1;
 	}
@@ -245,6 +245,6 @@ void sandbox_file_release(struct sandbox_file *f)
 		return;
 	/* no wake runs after this returns */
 	agentless_xfer_release(f->x);
-	sandbox_output_release(f->svc, &f->hold);
+	sandbox_output_release(&f->hold);
 	free(f);
 }

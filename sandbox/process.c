@@ -111,14 +111,16 @@ int sandbox_proc_call(struct sandbox_svc *svc, const char *account_id, const cha
 		areq.timeout_ms = x->timeout_ms;
 	}
 	/* the reply, JSON-encoded at its worst, until the caller sent it */
-	if (req->hold &&
-	    sandbox_output_reserve(svc, account_id,
-				   2 * (uint64_t)SANDBOX_PROC_CHUNK * SANDBOX_REPLY_COST_UTF8,
-				   req->hold, err) < 0)
-		return -1;
+	if (req->hold) {
+		sandbox_output_hold_init(req->hold, svc->output, account_id);
+		if (sandbox_output_charge(
+			req->hold, 2 * (uint64_t)SANDBOX_PROC_CHUNK * SANDBOX_REPLY_COST_UTF8,
+			SANDBOX_OUTPUT_WITHIN, &sandbox_exec_output_words, err) < 0)
+			return -1;
+	}
 	call = calloc(1, sizeof(*call));
 	if (!call) {
-		sandbox_output_release(svc, req->hold);
+		sandbox_output_release(req->hold);
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
 	}
 	call->done = done;
@@ -129,14 +131,14 @@ int sandbox_proc_call(struct sandbox_svc *svc, const char *account_id, const cha
 	l = sandbox_live_pin(svc, id, err);
 	if (!l) {
 		free(call);
-		sandbox_output_release(svc, req->hold);
+		sandbox_output_release(req->hold);
 		return -1;
 	}
 	rc = agentless_proc(l->conn, &areq, proc_done, call, err);
 	sandbox_live_unpin(svc, l);
 	if (rc < 0) {
 		free(call);
-		sandbox_output_release(svc, req->hold);
+		sandbox_output_release(req->hold);
 		return -1;
 	}
 	return 0;

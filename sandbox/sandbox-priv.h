@@ -3,10 +3,10 @@
  * Files: sandbox.c (the service, accounts, create, get/list/destroy/extend,
  * usage), acquire.c (a guest for a sandbox or an execution, the boot),
  * live.c (who owns a live guest, how one ends), supervise.c (the supervisor's passes, the blocking
- * pool, the ends), exec.c (exec and the output budget), execution.c (one-shot executions), pool.c
- * (the warm pool), liveness.c (the ping), host.c (the hosts: capacity, placement, reconcile per
- * host, health and drain), settle.c (ends the store refused, retried; how a lost guest's bill
- * ends).
+ * pool, the ends), exec.c (exec), budget.c (the output budget: its own object and lock),
+ * execution.c (one-shot executions), pool.c (the warm pool), liveness.c (the ping), host.c (the
+ * hosts: capacity, placement, reconcile per host, health and drain), settle.c (ends the store
+ * refused, retried; how a lost guest's bill ends).
  *
  * Lock order (a lock may be taken while holding the ones left of it):
  *
@@ -21,7 +21,10 @@
  * (exec done, on_broken, domain stopped) are called by lower modules with
  * none of their locks held and take svc->lock themselves; so nothing may
  * call into agentless/ or vmm/ with svc->lock held, or they deadlock.
- * The store has its own mutex, taken with no sandbox lock held. */
+ * The store has its own mutex, taken with no sandbox lock held. The
+ * output budget's lock (budget.c) is a leaf: it may be taken holding any
+ * of these, and nothing is taken or called under it; svc->lock does not
+ * guard the budget. */
 #ifndef SBX_SANDBOX_PRIV_H
 #define SBX_SANDBOX_PRIV_H
 
@@ -124,12 +127,6 @@ struct live {
 #define SANDBOX_WORK_THREAD_NAME "sbx-block"
 #define SANDBOX_CRON_THREAD_NAME "sbx-cron"
 
-struct output_account {
-	struct output_account *next;
-	char id[SANDBOX_ID_MAX];
-	uint64_t held;
-};
-
 struct startup_ring {
 	int64_t ms[SANDBOX_STARTUP_WINDOW];
 	size_t n;   /* samples held, <= window */
@@ -168,10 +165,8 @@ struct sandbox_svc {
 	 * guest whose interpreter waited, a pooled guest, a booted guest. */
 	struct startup_ring exec_prestarted, exec_warm, exec_cold;
 
-	/* The output budget (exec.c): bytes held by the host, and by each
-	 * account holding any (entries go when they drop to 0). */
-	uint64_t output_held;
-	struct output_account *output_accounts;
+	/* The output budget (budget.c): its own object and leaf lock. */
+	struct sandbox_output_budget *output;
 
 	/* Ends the store did not take yet (settle.c), retried by the supervisor. */
 	struct settle_retry *retries;
@@ -408,10 +403,9 @@ struct host *sandbox_host_find(struct sandbox_svc *svc, const char *name);
 
 /* exec.c */
 
-/* Take `bytes` of the account's and the host's output budget into *hold.
- * 0, or -1 with 429 (account) / 503 (host), Retry-After 1. */
-int sandbox_output_reserve(struct sandbox_svc *svc, const char *account_id, uint64_t bytes,
-			   struct sandbox_output_hold *hold, struct sbx_error *err);
+/* What an exec's (or a process call's) reply refused for the output
+ * budget answers. */
+extern const struct sandbox_output_words sandbox_exec_output_words;
 
 /* execution.c */
 

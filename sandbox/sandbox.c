@@ -101,7 +101,9 @@ struct sandbox_svc *sandbox_svc_new(const struct sandbox_config *cfg, int flags,
 	pthread_mutex_init(&svc->lock, NULL);
 	pthread_cond_init(&svc->cond, NULL);
 	fleet_slots_init(&svc->slots, cfg->max_concurrent_boots);
-	if (fleet_registry_init(&svc->by_id) < 0) {
+	svc->output = sandbox_output_budget_new(cfg->output_budget_account_mib << 20,
+						cfg->output_budget_host_mib << 20);
+	if (!svc->output || fleet_registry_init(&svc->by_id) < 0) {
 		sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
 		goto err_free;
 	}
@@ -160,6 +162,7 @@ err_signer:
 	receipt_signer_free(svc->signer);
 err_free:
 	fleet_registry_free(&svc->by_id);
+	sandbox_output_budget_free(svc->output);
 	free(svc);
 	return NULL;
 }
@@ -216,6 +219,7 @@ void sandbox_svc_free(struct sandbox_svc *svc)
 	store_close(svc->store);
 	fleet_slots_destroy(&svc->slots);
 	fleet_registry_free(&svc->by_id);
+	sandbox_output_budget_free(svc->output);
 	pthread_cond_destroy(&svc->cond);
 	pthread_mutex_destroy(&svc->lock);
 	free(svc);
@@ -324,8 +328,8 @@ void sandbox_metrics_get(struct sandbox_svc *svc, struct sandbox_metrics *out)
 		out->booting += svc->hosts[i].booting;
 		out->pool_booting += svc->hosts[i].pool_booting;
 	}
-	out->output_held = svc->output_held;
 	pthread_mutex_unlock(&svc->lock);
+	sandbox_output_held(svc->output, NULL, &out->output_held, NULL);
 	if (store_ledger_totals_get(svc->store, &t, NULL) == 0) {
 		out->ledger_ok = true;
 		out->credits = t.credits;

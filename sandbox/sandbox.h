@@ -246,6 +246,89 @@ int sandbox_destroy(struct sandbox_svc *svc, const char *account_id, const char 
 int sandbox_extend(struct sandbox_svc *svc, const char *account_id, const char *id,
 		   int timeout_minutes, struct sandbox_view *out, struct sbx_error *err);
 
+/* --------------------------------------------------------- output budget */
+
+/* The output budget (docs/api.md "Output budget", budget.c): bytes of
+ * replies waiting to be sent, held per account and by the host, each
+ * under its cap (output_budget_account_mib, output_budget_host_mib). Every
+ * reply buffer draws on it the same way: a struct sandbox_output_hold
+ * names its account, is charged when the reply is started and as it
+ * grows, and is given back once the reply was sent (a slow reader keeps
+ * holding it).
+ *
+ * What a reply costs: a started exec holds SANDBOX_EXEC_HOLD_START, then
+ * a buffered one SANDBOX_REPLY_COST_UTF8 bytes per output byte
+ * (SANDBOX_REPLY_COST_BASE64 with base64 encoding), what the reply can
+ * take at its worst (the raw bytes, the JSON tree's strings and the JSON
+ * text, where a control byte is escaped as \u00XX, 6 bytes); a streamed
+ * exec the encoded events waiting for the client; a process call its
+ * chunks JSON-encoded; a download SANDBOX_FILE_DOWNLOAD_COST, a listing
+ * SANDBOX_FILE_ENTRY_COST per entry asked for. Past the account's budget
+ * a new reply gets 429 rate_limited, past the host's 503, both with
+ * Retry-After 1; a running buffered exec keeps no more output
+ * (truncated), a streamed one is paused, and failed when its guest does
+ * not pause.
+ *
+ * Its lock is its own and a leaf: it may be taken with any other lock
+ * held (svc->lock, api/'s), and nothing is taken or called under it. */
+#define SANDBOX_EXEC_HOLD_START	  (64u * 1024)
+#define SANDBOX_REPLY_COST_UTF8	  10
+#define SANDBOX_REPLY_COST_BASE64 4
+
+struct sandbox_output_budget;
+struct output_account; /* budget.c: one account's bytes held */
+
+/* One reply's share. Zeroed, it holds nothing and cannot be charged;
+ * sandbox_output_hold_init() names its budget and account. Its fields
+ * are the budget's (under its lock): a hold may be charged on one thread
+ * and shrunk on another. */
+struct sandbox_output_hold {
+	struct sandbox_output_budget *budget;
+	char account_id[SANDBOX_ID_MAX];
+	uint64_t bytes;			/* 0 = holds nothing */
+	uint64_t floor;			/* its first charge: a shrink leaves it */
+	struct output_account *account; /* its account's entry while bytes > 0 */
+};
+
+/* What a refused charge answers, in the caller's words: `account` for 429
+ * rate_limited (a "%llu" in it is replaced by the account's budget in
+ * MiB), `host` for 503 service_unavailable; both with Retry-After 1. */
+struct sandbox_output_words {
+	const char *account;
+	const char *host;
+};
+
+enum sandbox_output_how {
+	SANDBOX_OUTPUT_WITHIN, /* within both budgets, or refused */
+	SANDBOX_OUTPUT_FORCE,  /* past them: for bytes already buffered */
+};
+
+/* A budget of account_max bytes per account and host_max for the host,
+ * or NULL (out of memory). */
+struct sandbox_output_budget *sandbox_output_budget_new(uint64_t account_max, uint64_t host_max);
+void sandbox_output_budget_free(struct sandbox_output_budget *b);
+
+/* Name a hold's budget and account (it holds nothing yet). */
+void sandbox_output_hold_init(struct sandbox_output_hold *hold, struct sandbox_output_budget *b,
+			      const char *account_id);
+/* Reserve or grow: charge `bytes` more to hold (its first charge is its
+ * floor). 0, or -1 when WITHIN would pass a budget, the hold names none,
+ * or out of memory; then err, when given, is set: with words, 429 or 503
+ * as above; 500 out of memory. 0 bytes: 0. */
+int sandbox_output_charge(struct sandbox_output_hold *hold, uint64_t bytes,
+			  enum sandbox_output_how how, const struct sandbox_output_words *words,
+			  struct sbx_error *err);
+/* Give `bytes` of a hold back (never below its floor: a release gives
+ * that back). */
+void sandbox_output_shrink(struct sandbox_output_hold *hold, uint64_t bytes);
+/* Give all of a hold back; it holds nothing after (and may be charged
+ * again). NULL or empty: nothing. */
+void sandbox_output_release(struct sandbox_output_hold *hold);
+/* Bytes held now by the host and, when asked (account_id and account
+ * not NULL), by one account; returns how many accounts hold any. */
+size_t sandbox_output_held(struct sandbox_output_budget *b, const char *account_id, uint64_t *host,
+			   uint64_t *account);
+
 /* ------------------------------------------------------------------ exec */
 
 /* Output of a streamed exec as it arrives (agentless_output_fn's contract:
@@ -278,37 +361,6 @@ struct sandbox_exec_req {
 	 * called. A receipt that cannot be signed fails the exec with 500. */
 	bool receipt;
 };
-
-/* The output budget (docs/api.md "Output budget"). A started exec holds
- * SANDBOX_EXEC_HOLD_START bytes of its account's budget
- * (output_budget_account_mib) and of the host's (output_budget_host_mib),
- * and more as its output is buffered, until its reply was sent: a
- * buffered exec SANDBOX_REPLY_COST_UTF8 bytes per output byte
- * (SANDBOX_REPLY_COST_BASE64 with base64 encoding), what the reply can
- * take at its worst (the raw bytes, the JSON tree's strings and the JSON
- * text, where a control byte is escaped as \u00XX, 6 bytes); a streamed
- * exec the encoded events waiting for the client. Past the account's
- * budget a new exec gets 429 rate_limited, past the host's 503, both with
- * Retry-After; a running buffered exec keeps no more output (truncated),
- * a streamed one is paused, and failed when its guest does not pause. */
-#define SANDBOX_EXEC_HOLD_START	  (64u * 1024)
-#define SANDBOX_REPLY_COST_UTF8	  10
-#define SANDBOX_REPLY_COST_BASE64 4
-struct sandbox_output_hold {
-	char account_id[SANDBOX_ID_MAX];
-	uint64_t bytes; /* 0 = holds nothing */
-};
-void sandbox_output_release(struct sandbox_svc *svc, struct sandbox_output_hold *hold);
-/* Grow a hold by `bytes` within both budgets (or past them, `force`: for
- * bytes already buffered). 0, or -1 when it would pass one. */
-int sandbox_output_grow(struct sandbox_svc *svc, struct sandbox_output_hold *hold, uint64_t bytes,
-			bool force);
-/* Give `bytes` of a hold back (never below SANDBOX_EXEC_HOLD_START). */
-void sandbox_output_shrink(struct sandbox_svc *svc, struct sandbox_output_hold *hold,
-			   uint64_t bytes);
-/* Bytes of output budget held now, by the host and by one account. */
-void sandbox_output_held(struct sandbox_svc *svc, const char *account_id, uint64_t *host,
-			 uint64_t *account);
 
 /* The result of an exec is agentless/'s own value (struct
  * agentless_exec_result, agentless.h), moved up unchanged from the channel
