@@ -121,6 +121,9 @@ uninstall:
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(PKG_CFLAGS) -MMD -MP -c $< -o $@
+# The dev-process runner (no guest) reads the runtimes' bootstraps from
+# this checkout (sandbox/execution.c; guests have them in the initramfs).
+$(BUILD)/obj/sandbox/execution.o: override CFLAGS += -DSBX_REPO_RUNTIMES='"$(CURDIR)/images/runtimes"'
 
 $(WEB_ASSETS): scripts/web-assets.py $(WEB_FILES) docs/openapi.yaml
 	@mkdir -p $(dir $@)

@@ -124,6 +124,16 @@ struct json_object *api_time_encode(int64_t epoch_ms);
  * "runtime","requested_at","ended_at","cost_micro_usd","cost_usd",
  * "receipt_id"} (receipt_id null without a receipt). */
 struct json_object *api_execution_view_encode(const struct sandbox_execution_view *v);
+/* The 200 body of POST /v1/sandbox/executions (execution_json.c): {"id",
+ * "object": "sandbox.execution", "status", "exit_code", "stdout", "stderr",
+ * "stdout_truncated", "stderr_truncated", "duration_ms", "runner",
+ * "startup_path", "prestarted", "receipt": {"id", "hash", "signature",
+ * "signer", "url", "fingerprint_salt"}, "billing": {"cost_micro_usd",
+ * "billed_ms", "cost_usd"}} (+ "stored_truncated": true in the copy kept
+ * when it is set), canonical JSON. A new string (*len bytes), or NULL with
+ * err. A sandbox_execution_render_fn. */
+char *api_execution_render(const struct sandbox_execution_result *res, size_t *len,
+			   struct sbx_error *err);
 
 /* Apply a JSON config document (len bytes) over cfg; see api_config_load. */
 int api_config_parse(const char *json, size_t len, struct sandbox_config *cfg,

@@ -98,16 +98,20 @@ static int delete_work(struct req *r, struct sbx_error *err)
 }
 
 /* POST /v1/sandbox/executions: the whole run (a boot or a warm guest, the
- * program, up to execution_max_timeout_seconds). */
+ * program, up to execution_max_timeout_seconds). sandbox/ renders the 200
+ * body with api_execution_render before its commit (it keeps those bytes);
+ * the reply is those bytes. */
 static int execution_work(struct req *r, struct sbx_error *err)
 {
-	char *out = NULL;
+	struct sandbox_execution_result res;
 
-	if (sandbox_execution_run(r->srv->svc, r->account_id, &r->execution.req, &out, err) < 0)
+	if (sandbox_execution_run(r->srv->svc, r->account_id, &r->execution.req,
+				  api_execution_render, &res, err) < 0)
 		return -1;
-	r->out_body = out;
-	r->out_len = strlen(out);
+	r->out_body = TAKE_PTR(res.body);
+	r->out_len = res.body_len;
 	r->out_status = 200;
+	sandbox_execution_result_release(&res);
 	return 0;
 }
 

@@ -348,6 +348,25 @@ static void root_grow(const char *dev, const char *dir)
 	close(fd);
 }
 
+/* The runtimes' bootstraps (images/runtimes/) live in the initramfs at
+ * RUNTIMES_DIR; a root disk gets them at the same path, bound read-only
+ * from underneath (nothing is written into the disk but the empty
+ * directories, when the image has none). A failure is logged: the guest
+ * still serves everything but the executions that need them. */
+#define RUNTIMES_DIR "/usr/lib/sandboxd/runtimes"
+static void runtimes_bind(void)
+{
+	static const char *const dirs[] = {NEWROOT "/usr", NEWROOT "/usr/lib",
+					   NEWROOT "/usr/lib/sandboxd", NEWROOT RUNTIMES_DIR};
+
+	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++)
+		if (mkdir(dirs[i], 0755) < 0 && errno != EEXIST)
+			break;
+	if (mount(RUNTIMES_DIR, NEWROOT RUNTIMES_DIR, NULL, MS_BIND, NULL) < 0 ||
+	    mount(NULL, NEWROOT RUNTIMES_DIR, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY, NULL) < 0)
+		guest_log("root: bind %s: %s", RUNTIMES_DIR, strerror(errno));
+}
+
 /* When the command line says sandboxd.root=/dev/XXX (vmm/ adds it when the
  * guest has a root disk): mount that ext4, grow it to the disk's size, move
  * /proc /sys /dev /run into it and make it the root, like switch_root, so
@@ -383,6 +402,7 @@ static int root_switch(void)
 		return -1;
 	}
 	root_grow(dev, NEWROOT);
+	runtimes_bind();
 	/* /tmp is the disk's own (sticky, 1777), not RAM: big files fit. */
 	umount2("/tmp", MNT_DETACH);
 	for (size_t i = 0; i < sizeof(moves) / sizeof(moves[0]); i++) {

@@ -60,9 +60,14 @@ done
 
 # --- cache: a digest over everything that goes in
 SELF=$(readlink -f "$0")
+# The runtimes' bootstraps (images/runtimes/: what the execution launchers
+# run), installed in /usr/lib/sandboxd/runtimes (sandbox/execution.c).
+RUNTIMES=$(dirname "$SELF")/runtimes
+mapfile -t RUNTIME_FILES < <(find "$RUNTIMES" -maxdepth 1 -type f | LC_ALL=C sort)
+[ ${#RUNTIME_FILES[@]} -gt 0 ] || die "no runtime bootstraps in $RUNTIMES"
 digest=$({
 	echo "compress=$COMPRESS kver=$KVER"
-	sha256sum "$SELF" "$GUEST_INIT" "$BUSYBOX" "$KERNEL" | awk '{print $1}'
+	sha256sum "$SELF" "$GUEST_INIT" "$BUSYBOX" "$KERNEL" "${RUNTIME_FILES[@]}" | awk '{print $1}'
 	for m in "${MODULES[@]}"; do
 		[ -n "${MODFILE[$m]:-}" ] && sha256sum "${MODFILE[$m]}" | awk '{print $1}'
 	done
@@ -129,6 +134,12 @@ for m in "${MODULES[@]}"; do
 	esac
 done
 log "modules: $(ls "$R/lib/modules/$KVER" | tr '\n' ' ')"
+
+# Read-only for everyone but root; the init binds the directory read-only
+# into a root disk (guest/init.c), so both images have them at one path.
+install -d -m 0755 "$R/usr/lib/sandboxd/runtimes"
+install -m 0644 "${RUNTIME_FILES[@]}" "$R/usr/lib/sandboxd/runtimes/"
+log "runtimes: $(ls "$R/usr/lib/sandboxd/runtimes" | tr '\n' ' ')"
 
 cat >"$R/etc/passwd" <<'EOF'
 root:x:0:0:root:/root:/bin/sh

@@ -30,124 +30,82 @@
  * and descriptors, and starts in the exec's default cwd (SANDBOX_EXEC_CWD). */
 #define LAUNCH_HEAD "d=$(mktemp -d /tmp/sbxr.XXXXXX) && cat > \"$d/main.%s\" || exit 125; "
 
-/* node: run.cjs runs main.js as the main module (Module.runMain:
- * require.main, process.argv[1]), in the same process, with no extra node
- * flags, and leaves CommonJS or ES module to Node 22's own rule (syntax
- * detection: compiled as CommonJS first, rerun as an ES module when that
- * fails only because of module syntax; no package.json is in scope of the
- * code's directory). docs/receipts.md.
- * Before anything else it does, on both paths (so that a pre-started
- * interpreter has done it before it waits and its state stays the cold
- * one's), two things node otherwise does lazily while the code runs: set
- * up process.stdout and process.stderr (at the first console.log; for the
- * exec's pipes that loads `net`: 150-450 ms under TCG), and load the ESM
- * loader that Module.prototype.load touches once the main module has run
- * (50-150 ms), by loading an empty module from /dev/null outside
- * require.cache. First of all it registers one 'beforeExit' listener
- * (emitted only when node's loop has ended on its own): when it is the only
- * one and there is no 'exit' listener, nothing of the code can run any
- * more, and it ends the process as process.exit() does after its 'exit'
- * event (process.reallyExit, exit code process.exitCode or 0), skipping
- * node's natural-end teardown (FreeEnvironment, isolate disposal: 150-200
- * ms under TCG); otherwise (a listener of the code's own, an ES module
- * main whose top-level await never settled: node keeps an 'exit' one)
- * node's end is unchanged. It keeps its own reallyExit and listenerCount,
- * so code that replaces them does not change it. docs/receipts.md "How
- * node ends". */
-#define NODE_STRICT                                                                                \
-	"\"use strict\";{const R=process.reallyExit,C=process.listenerCount;"                      \
-	"process.on(\"beforeExit\",function(){if(C.call(process,\"beforeExit\")===1&&"             \
-	"C.call(process,\"exit\")===0)R(process.exitCode||0)})}"                                   \
-	"process.stdout;process.stderr;"                                                           \
-	"try{new(require(\"module\"))(\"\").load(\"/dev/null\")}catch{}"
-#define NODE_BODY                                                                                  \
-	"{const M=require(\"module\"),f=__dirname+\"/main.js\";process.argv[1]=f;M.runMain(f)}"
-#define NODE_RUN NODE_STRICT NODE_BODY
-
 /* The execution pool (docs/pool.md "Execution guests"): the launcher is
  * started at pool time in a directory the host named (PRE_HEAD: mode 0700
- * like mktemp's, two FIFOs of mode 0600). The interpreter starts, opens
- * `ready` for writing (which blocks until the pool's readiness exec,
- * PRE_READY, reads it), writes its pid there and closes it, then opens
- * `go` for writing, which blocks until something opens `go` for reading.
- * PRE_READY (as root, for /proc) returns once that pid sits in openat(2)
- * (x86-64 syscall 257), i.e. in `go`'s open: then the guest joins the
- * pool. An execution delivers without starting any process in the guest:
- * a FILE_PUT of main.EXT (owner the exec user, mode 0644: what the cold
- * launcher's `cat >` makes under umask 022), then a FILE_GET of `go`,
- * whose non-blocking open in the guest's init wakes the interpreter (and
- * which then fails: not a regular file). The guest handles frames in
- * order, so the file is in place before the wake. The interpreter removes
- * both FIFOs and runs the code exactly as the cold path would, or exits
- * 125, as the cold launcher does, when main.EXT is not there (the upload
- * failed). It imports nothing a cold start does not (python: sys and os,
- * loaded by every start-up; node: fs, loaded by every start-up, and module,
- * which run.cjs loads cold too). */
+ * like mktemp's, two FIFOs of mode 0600). The interpreter starts (its
+ * bootstrap: `wait`), opens `ready` for writing (which blocks until the
+ * pool's readiness exec, PRE_READY, reads it), writes its pid there and
+ * closes it, then opens `go` for writing, which blocks until something
+ * opens `go` for reading. PRE_READY (as root, for /proc) returns once that
+ * pid sits in openat(2) (x86-64 syscall 257), i.e. in `go`'s open: then
+ * the guest joins the pool. An execution delivers without starting any
+ * process in the guest: a FILE_PUT of main.EXT (owner the exec user, mode
+ * 0644: what the cold launcher's `cat >` makes under umask 022), then a
+ * FILE_GET of `go`, whose non-blocking open in the guest's init wakes the
+ * interpreter (and which then fails: not a regular file). The guest
+ * handles frames in order, so the file is in place before the wake. */
 #define PRE_HEAD "d=%s; mkdir -m 0700 \"$d\" && mkfifo -m 0600 \"$d/ready\" \"$d/go\" || exit 125; "
 #define PRE_READY                                                                                  \
 	"d=%s; while [ ! -p \"$d/ready\" ]; do sleep 0.05; done; p=$(cat \"$d/ready\"); "          \
 	"case \"$p\" in ''|*[!0-9]*) exit 2;; esac; "                                              \
 	"until read s r < /proc/$p/syscall && [ \"$s\" = 257 ]; do "                               \
 	"[ -d /proc/$p ] || exit 3; sleep 0.01; done 2>/dev/null"
-/* python: the code runs in __main__ with what `python3 main.py` sets
- * (__file__, __cached__, __loader__, sys.argv, sys.path[0],
- * sys.orig_argv), compiled from the file like a script; an uncaught
- * exception prints through sys.excepthook without the bootstrap's frame. */
-#define PY_BOOT                                                                                    \
-	"def _sbx(d):\n"                                                                           \
-	" import sys,os\n"                                                                         \
-	" f=d+\"/main.py\"\n"                                                                      \
-	" w=os.open(d+\"/ready\",os.O_WRONLY)\n"                                                   \
-	" os.write(w,str(os.getpid()).encode());os.close(w)\n"                                     \
-	" os.close(os.open(d+\"/go\",os.O_WRONLY))\n"                                              \
-	" os.unlink(d+\"/ready\");os.unlink(d+\"/go\")\n"                                          \
-	" try:\n"                                                                                  \
-	"  with open(f,\"rb\") as p:\n"                                                            \
-	"   c=p.read()\n"                                                                          \
-	" except OSError:\n"                                                                       \
-	"  os._exit(125)\n"                                                                        \
-	" g=sys.modules[\"__main__\"].__dict__\n"                                                  \
-	" del g[\"_sbx\"]\n"                                                                       \
-	" g[\"__file__\"]=f;g[\"__cached__\"]=None\n"                                              \
-	" g[\"__loader__\"]=sys.modules[\"_frozen_importlib_external\"]"                           \
-	".SourceFileLoader(\"__main__\",f)\n"                                                      \
-	" sys.argv[:]=[f];sys.path[0]=d;sys.orig_argv[:]=[sys.orig_argv[0],f]\n"                   \
-	" try:\n"                                                                                  \
-	"  exec(compile(c,f,\"exec\",dont_inherit=True),g)\n"                                      \
-	" except SystemExit:\n"                                                                    \
-	"  raise\n"                                                                                \
-	" except BaseException as e:\n"                                                            \
-	"  t=e.__traceback__.tb_next\n"                                                            \
-	"  e.__traceback__=t\n"                                                                    \
-	"  sys.last_type,sys.last_value,sys.last_traceback=type(e),e,t\n"                          \
-	"  sys.excepthook(type(e),e,t)\n"                                                          \
-	"  sys.exit(1)\n"                                                                          \
-	"_sbx(__import__(\"sys\").argv[1])\n"
-/* node: load what the cold run.cjs loads first (module), wait, then what the cold
- * run.cjs does (a block of its own, so nothing of the wait is in scope of
- * the code's loader). */
-#define NODE_WAIT                                                                                  \
-	"{const fs=require(\"fs\"),d=__dirname;require(\"module\");"                               \
-	"const w=fs.openSync(d+\"/ready\",\"w\");"                                                 \
-	"fs.writeSync(w,String(process.pid));fs.closeSync(w);"                                     \
-	"fs.closeSync(fs.openSync(d+\"/go\",\"w\"));fs.unlinkSync(d+\"/ready\");"                  \
-	"fs.unlinkSync(d+\"/go\");if(!fs.existsSync(d+\"/main.js\"))process.exit(125)}"
+
+/* The runtimes. Their bootstraps are files of the repository
+ * (images/runtimes/), shipped in the initramfs at SANDBOX_RUNTIMES_DIR
+ * (images/build-tiny.sh; the init binds that directory read-only into a
+ * root disk: guest/init.c). The dev-process runner, which has no guest,
+ * reads them where the build found them: the checkout's images/runtimes
+ * (SBX_REPO_RUNTIMES, set by the Makefile). */
+#define SANDBOX_RUNTIMES_DIR "/usr/lib/sandboxd/runtimes"
+#ifndef SBX_REPO_RUNTIMES
+#define SBX_REPO_RUNTIMES "images/runtimes"
+#endif
 
 static const struct sandbox_runtime {
 	const char *name, *ext;
-	const char *prep; /* shell run after the code is written, or "" */
-	const char *run;  /* what the launcher execs */
+	const char *interpreter;
+	/* Its bootstrap, a file in the runtimes directory, or NULL:
+	 *   copy: copied next to the code and run from there on both paths,
+	 *     with the word `wait` when pre-started (node's run.cjs: the
+	 *     code's directory is its __dirname, docs/receipts.md);
+	 *   wait: run where it is installed, the directory its argument, by a
+	 *     pre-started interpreter only (python's wait.py; cold, python3
+	 *     runs main.py itself).
+	 * Without one the interpreter runs "$d/main.EXT". */
+	const char *copy, *wait;
+	bool pool; /* it has an execution pool (a pre-started interpreter) */
 	bool test_only;
-	/* The pre-started launcher's prep and exec (the execution pool);
-	 * NULL: this runtime has no execution pool. */
-	const char *pre_prep, *pre_run;
 } runtimes[] = {
-    {"python", "py", "", "python3 \"$d/main.py\"", false, "", "python3 -c '" PY_BOOT "' \"$d\""},
-    {"node", "js", "printf %s '" NODE_RUN "' > \"$d/run.cjs\" || exit 125; ", "node \"$d/run.cjs\"",
-     false, "printf %s '" NODE_STRICT NODE_WAIT NODE_BODY "' > \"$d/run.cjs\" || exit 125; ",
-     "node \"$d/run.cjs\""},
-    {"sh", "sh", "", "/bin/sh \"$d/main.sh\"", true, NULL, NULL},
+    {"python", "py", "python3", NULL, "wait.py", true, false},
+    {"node", "js", "node", "run.cjs", NULL, true, false},
+    {"sh", "sh", "/bin/sh", NULL, NULL, false, true},
 };
+
+/* The launcher's tail, after the head that made "$d" (cold: LAUNCH_HEAD
+ * and the code in main.EXT; pre-started: PRE_HEAD and the FIFOs), in
+ * buf: copy the bootstrap, then exec the interpreter with stdin at
+ * /dev/null. `dir` is where the bootstraps are; -1 when it cannot be
+ * quoted or the command does not fit. */
+static int runtime_command(const struct sandbox_runtime *rt, const char *dir, bool prestart,
+			   char *buf, size_t size)
+{
+	int n;
+
+	if (strchr(dir, '\''))
+		return -1;
+	if (rt->copy)
+		n = snprintf(
+		    buf, size, "cp '%s/%s' \"$d/%s\" || exit 125; exec %s \"$d/%s\"%s </dev/null",
+		    dir, rt->copy, rt->copy, rt->interpreter, rt->copy, prestart ? " wait" : "");
+	else if (prestart)
+		n = snprintf(buf, size, "exec %s '%s/%s' \"$d\" </dev/null", rt->interpreter, dir,
+			     rt->wait);
+	else
+		n = snprintf(buf, size, "exec %s \"$d/main.%s\" </dev/null", rt->interpreter,
+			     rt->ext);
+	return n < 0 || (size_t)n >= size ? -1 : 0;
+}
 
 static const struct sandbox_runtime *runtime_find(const struct sandbox_config *cfg,
 						  const char *name)
@@ -210,7 +168,7 @@ int sandbox_execution_config_validate(const struct sandbox_config *cfg, struct s
 		const struct sandbox_runtime *rt =
 		    runtime_find(cfg, cfg->execution_pool[i].runtime);
 
-		if (!rt || !rt->pre_run)
+		if (!rt || !rt->pool)
 			return sbx_error_set(err, SBX_E_INVALID_REQUEST, "execution_pool",
 					     "execution_pool names runtime '%s'; it takes 'python' "
 					     "and 'node'",
@@ -369,7 +327,7 @@ static int guest_get(struct sandbox_svc *svc, const struct sandbox_size *size,
 	 * runtime, else a plain pooled guest, else a boot where there is room */
 	struct sandbox_acquire acq = {
 	    .size = size,
-	    .runtime = rt->pre_run ? rt->name : NULL,
+	    .runtime = rt->pool ? rt->name : NULL,
 	    .marker = marker,
 	    .queue_deadline_mono = deadline,
 	    .boot_deadline_mono = deadline,
@@ -493,7 +451,7 @@ int sandbox_execution_prestart(struct sandbox_svc *svc, struct live *l, const ch
 	int64_t left;
 	int rc;
 
-	if (!rt || !rt->pre_run)
+	if (!rt || !rt->pool)
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL,
 				     "runtime '%s' has no execution pool", runtime);
 	ps = calloc(1, sizeof(*ps));
@@ -506,8 +464,13 @@ int sandbox_execution_prestart(struct sandbox_svc *svc, struct live *l, const ch
 		sandbox_execution_prestart_free(ps);
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "no randomness available");
 	}
-	snprintf(cmd, sizeof cmd, PRE_HEAD "%sexec %s </dev/null", ps->dir, rt->pre_prep,
-		 rt->pre_run);
+	snprintf(cmd, sizeof cmd, PRE_HEAD, ps->dir);
+	if (runtime_command(rt, SANDBOX_RUNTIMES_DIR, true, cmd + strlen(cmd),
+			    sizeof cmd - strlen(cmd)) < 0) {
+		sandbox_execution_prestart_free(ps);
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "the %s launcher does not fit",
+				     rt->name);
+	}
 	/* The guest's own timeout only has to outlast the pool's idle limit
 	 * and the longest run: the host kills it at delivery + timeout
 	 * (agentless_exec_set_deadline). Never ticked while pooled. */
@@ -821,9 +784,15 @@ int sandbox_execution_runner_run(struct sandbox_svc *svc, const char *id,
 	enum config_runner runner = sandbox_execution_runner(cfg);
 	uint32_t timeout_ms = (uint32_t)req->timeout_seconds * 1000;
 	char launcher[2048];
+	int n;
 
-	snprintf(launcher, sizeof launcher, LAUNCH_HEAD "%sexec %s </dev/null", rt->ext, rt->prep,
-		 rt->run);
+	/* the bootstraps: the guest's copy; with no guest, the checkout's */
+	n = snprintf(launcher, sizeof launcher, LAUNCH_HEAD, rt->ext);
+	if (runtime_command(
+		rt, runner == CONFIG_RUNNER_DEV_PROCESS ? SBX_REPO_RUNTIMES : SANDBOX_RUNTIMES_DIR,
+		false, launcher + n, sizeof launcher - (size_t)n) < 0)
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "the %s launcher does not fit",
+				     rt->name);
 	if (runner == CONFIG_RUNNER_MOCK)
 		return run_mock(req, res) < 0
 			   ? sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory")

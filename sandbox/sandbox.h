@@ -678,28 +678,6 @@ struct sandbox_execution_req {
 	size_t code_len;
 };
 
-/* Check an execution request against the config, before anything is
- * reserved or booted: the runtime, timeout_seconds, and code (present, at
- * most execution_max_code_bytes, no NUL, valid UTF-8 by RFC 3629 as a
- * receipt needs it: receipt_utf8_valid). 0, or -1 with
- * SBX_E_INVALID_REQUEST naming the param. sandbox_execution_run checks
- * the same first. */
-int sandbox_execution_check(struct sandbox_svc *svc, const struct sandbox_execution_req *req,
-			    struct sbx_error *err);
-/* Run one execution. On success *response is the 200 body (a new
- * NUL-terminated JSON object: id, object, status, exit_code, stdout, stderr,
- * stdout_truncated, stderr_truncated, duration_ms, runner, receipt,
- * billing) and *id_out its id. Errors: SBX_E_INVALID_REQUEST (param
- * runtime/timeout_seconds/code), SBX_E_INSUFFICIENT_CREDIT,
- * SBX_E_SERVICE_UNAVAILABLE (+retry_after), SBX_E_SANDBOX_ERROR. */
-int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
-			  const struct sandbox_execution_req *req, char **response,
-			  struct sbx_error *err);
-/* The stored 200 body of an execution of this account (new string). */
-int sandbox_execution_get(struct sandbox_svc *svc, const char *account_id, const char *id,
-			  char **response, struct sbx_error *err);
-
-/* One execution as listed (GET /v1/sandbox/executions). */
 /* An execution's status; its name ("running", "completed", "timed_out",
  * "failed") only in JSON and in the stored row. */
 enum sandbox_execution_status {
@@ -712,6 +690,70 @@ const char *sandbox_execution_status_name(enum sandbox_execution_status status);
 /* The status of a name; SANDBOX_EXECUTION_FAILED for one it does not know. */
 enum sandbox_execution_status sandbox_execution_status_of(const char *name);
 
+/* Check an execution request against the config, before anything is
+ * reserved or booted: the runtime, timeout_seconds, and code (present, at
+ * most execution_max_code_bytes, no NUL, valid UTF-8 by RFC 3629 as a
+ * receipt needs it: receipt_utf8_valid). 0, or -1 with
+ * SBX_E_INVALID_REQUEST naming the param. sandbox_execution_run checks
+ * the same first. */
+int sandbox_execution_check(struct sandbox_svc *svc, const struct sandbox_execution_req *req,
+			    struct sbx_error *err);
+
+/* One execution that ran (completed or timed out): plain values, which
+ * api/ renders into the 200 body (api_execution_render). */
+struct sandbox_execution_result {
+	char id[SANDBOX_ID_MAX];
+	enum sandbox_execution_status status; /* COMPLETED or TIMED_OUT */
+	int exit_code;
+	/* The streams as returned, UTF-8 sanitised (an incomplete sequence at
+	 * a truncated end cut): the bytes the receipt signs. NUL-terminated. */
+	char *out, *err;
+	size_t out_len, err_len;
+	bool out_truncated, err_truncated;   /* the guest sent more than the cap */
+	uint32_t duration_ms;		     /* the guest's own figure */
+	uint32_t billed_ms;		     /* host-observed: what is billed and signed */
+	int64_t cost_micro;		     /* charged */
+	enum config_runner runner;	     /* never AUTO */
+	bool warm;			     /* startup_path: a pooled guest, else a boot */
+	bool prestarted;		     /* its interpreter was waiting */
+	struct sandbox_exec_receipt receipt; /* signed in sandbox/ */
+	/* Only in the copy the database keeps when the 200 body passes
+	 * execution_store_max_bytes: out/err are then the streams' heads. */
+	bool stored_truncated;
+	/* The 200 body as the renderer made it (what the database keeps,
+	 * unless stored_truncated was needed). */
+	char *body;
+	size_t body_len;
+};
+void sandbox_execution_result_release(struct sandbox_execution_result *res);
+
+/* The renderer of the 200 body: a new NUL-terminated string (*len bytes),
+ * or NULL with err. api/ passes api_execution_render. */
+typedef char *(*sandbox_execution_render_fn)(const struct sandbox_execution_result *res,
+					     size_t *len, struct sbx_error *err);
+
+/* Run one execution: check, hold, run, sign the receipt, render (render,
+ * on this thread), then charge the started seconds and keep the 200 body
+ * and the receipt in one commit. On success *res holds the values and
+ * res->body the 200 body (release it). Why the renderer is called from
+ * here: the 200 body is stored in the same transaction as the charge and
+ * the receipt (money moves only with the state it pays for, and GET
+ * /v1/sandbox/executions/{id} answers the stored bytes byte for byte), so
+ * the bytes must exist before the commit; sandbox/ owns what is kept (the
+ * execution_store_max_bytes rule: a second render with the streams' heads
+ * and stored_truncated), api/ owns the JSON. Errors:
+ * SBX_E_INVALID_REQUEST (param runtime/timeout_seconds/code),
+ * SBX_E_INSUFFICIENT_CREDIT, SBX_E_SERVICE_UNAVAILABLE (+retry_after),
+ * SBX_E_SANDBOX_ERROR. */
+int sandbox_execution_run(struct sandbox_svc *svc, const char *account_id,
+			  const struct sandbox_execution_req *req,
+			  sandbox_execution_render_fn render, struct sandbox_execution_result *res,
+			  struct sbx_error *err);
+/* The stored 200 body of an execution of this account (new string). */
+int sandbox_execution_get(struct sandbox_svc *svc, const char *account_id, const char *id,
+			  char **response, struct sbx_error *err);
+
+/* One execution as listed (GET /v1/sandbox/executions). */
 struct sandbox_execution_view {
 	char id[SANDBOX_ID_MAX];
 	char runtime[16];

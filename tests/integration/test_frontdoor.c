@@ -232,6 +232,31 @@ static void limits_publish_the_caps(void **state)
 	http_reply_free(&r);
 }
 
+/* The dev-process runner has no guest: it reads the runtimes' bootstraps
+ * from the checkout it was built in (images/runtimes/, sandbox/execution.c).
+ * Node's run.cjs, copied next to the code, makes main.js the main module. */
+static void dev_process_finds_the_bootstraps(void **state)
+{
+	const char *body = "{\"runtime\": \"node\", \"timeout_seconds\": 20, \"code\": "
+			   "\"console.log(process.argv.length, require.main === module, "
+			   "require('fs').readdirSync(__dirname).join(','))\"}";
+	struct http_reply r;
+
+	if (run_cmd("command -v node >/dev/null 2>&1") != 0) {
+		print_message("no node on this host: skipped\n");
+		skip();
+	}
+	assert_int_equal(
+	    http_request(&d, "POST", "/v1/sandbox/executions", d.key, NULL, body, 0, &r), 0);
+	if (r.status != 200 || jint(r.json, "exit_code") != 0)
+		print_message("node on dev-process: %d %.600s\n", r.status, r.body);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(jstr(r.json, "runner"), "dev-process");
+	assert_int_equal(jint(r.json, "exit_code"), 0);
+	assert_string_equal(jstr(r.json, "stdout"), "2 true main.js,run.cjs\n");
+	http_reply_free(&r);
+}
+
 /* Four executions of one account at once, cap 2: two run, two are 429
  * rate_limited with Retry-After at once; meanwhile the single HTTP worker
  * answers everyone else in milliseconds. */
@@ -801,6 +826,7 @@ int main(void)
 {
 	const struct CMUnitTest pool[] = {
 	    cmocka_unit_test(limits_publish_the_caps),
+	    cmocka_unit_test(dev_process_finds_the_bootstraps),
 	    cmocka_unit_test(executions_past_the_cap_are_429_and_the_api_stays_fast),
 	    cmocka_unit_test(a_full_pool_queue_is_503),
 	};
