@@ -91,6 +91,7 @@ struct agentless_conn {
 	bool version_assumed;	  /* reattached without a HELLO yet: WIRE_VERSION_MIN */
 	int64_t assumed_until_ms; /* sbx_mono_ms(): the guest's HELLO is due by then */
 	bool broken;		  /* no execs until the next attach */
+	bool closed;		  /* agentless_conn_close: no attach any more */
 	bool rx_dead;		  /* ignore input until EOF or the next attach */
 	char broken_msg[128];
 

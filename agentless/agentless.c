@@ -748,6 +748,11 @@ void agentless_conn_attach(struct agentless_conn *c, struct sbx_channel ch, bool
 	uint32_t version;
 
 	pthread_mutex_lock(&c->lock);
+	if (c->closed) {
+		pthread_mutex_unlock(&c->lock);
+		ch.close(ch.ctx); /* closed for good: nothing is received any more */
+		return;
+	}
 	old_live = c->have_ch && !c->ch_eof;
 	had_old = conn_detach_channel(c, &old);
 	pthread_mutex_unlock(&c->lock);
@@ -755,6 +760,11 @@ void agentless_conn_attach(struct agentless_conn *c, struct sbx_channel ch, bool
 		old.close(old.ctx); /* no recv callback of the old channel after this */
 
 	pthread_mutex_lock(&c->lock);
+	if (c->closed) { /* closed meanwhile */
+		pthread_mutex_unlock(&c->lock);
+		ch.close(ch.ctx);
+		return;
+	}
 	if (old_live) {
 		/* the old channel may have stopped mid-frame */
 		reasm_reset(c);
@@ -953,7 +963,7 @@ bool agentless_conn_alive(struct agentless_conn *c)
 	return alive;
 }
 
-void agentless_conn_free(struct agentless_conn *c, const char *why)
+void agentless_conn_close(struct agentless_conn *c, const char *why)
 {
 	struct sbx_channel ch;
 	struct exec *list;
@@ -964,6 +974,7 @@ void agentless_conn_free(struct agentless_conn *c, const char *why)
 	if (!c)
 		return;
 	pthread_mutex_lock(&c->lock);
+	c->closed = true; /* no attach from now on */
 	had = conn_detach_channel(c, &ch);
 	pthread_mutex_unlock(&c->lock);
 	if (had)
@@ -976,11 +987,26 @@ void agentless_conn_free(struct agentless_conn *c, const char *why)
 	xlist = c->xfers;
 	c->xfers = NULL;
 	c->n_xfers = 0;
+	/* later calls (and waiters: hello, pings) fail at once with `why` */
+	if (!c->broken) {
+		c->broken = true;
+		snprintf(c->broken_msg, sizeof c->broken_msg, "%s", why ? why : MSG_GONE);
+	}
+	c->ready = false;
+	c->hello_pending = false;
+	c->rx_dead = true;
+	pthread_cond_broadcast(&c->cond);
 	pthread_mutex_unlock(&c->lock);
 	sbx_error_set(&err, SBX_E_SANDBOX_ERROR, NULL, "%s", why ? why : MSG_GONE);
 	execs_fail(list, &err);
 	xfer_fail_list(xlist, &err);
+}
 
+void agentless_conn_free(struct agentless_conn *c, const char *why)
+{
+	if (!c)
+		return;
+	agentless_conn_close(c, why);
 	free(c->payload);
 	pthread_cond_destroy(&c->cond);
 	pthread_mutex_destroy(&c->lock);

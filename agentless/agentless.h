@@ -404,8 +404,13 @@ void agentless_xfer_release(struct agentless_xfer *x);
 /* Number of execs in flight. */
 unsigned agentless_conn_inflight(struct agentless_conn *c);
 
-/* Close the channel, fail every in-flight exec with SBX_E_SANDBOX_ERROR
- * (message given), and free the conn. */
+/* Close the channel and fail every in-flight exec, transfer and ping with
+ * SBX_E_SANDBOX_ERROR (message `why`). Every later call fails at once with
+ * the same message (an attach closes the channel it is given); the conn's
+ * memory stays until agentless_conn_free. Idempotent; callbacks run on the
+ * calling thread, with no lock of the conn held. */
+void agentless_conn_close(struct agentless_conn *c, const char *why);
+/* agentless_conn_close (if not done yet), then free the conn. */
 void agentless_conn_free(struct agentless_conn *c, const char *why);
 
 #endif

@@ -27,7 +27,8 @@ void sandbox_boot_slot_release(struct sandbox_svc *svc)
 	pthread_mutex_unlock(&svc->lock);
 }
 
-void sandbox_guest_uncount(struct sandbox_svc *svc, struct host *h, const struct sandbox_size *size)
+void sandbox_guest_uncount(struct sandbox_svc *svc, struct fleet_host *h,
+			   const struct sandbox_size *size)
 {
 	pthread_mutex_lock(&svc->lock);
 	sandbox_host_booting_locked(h, size, -1);
@@ -35,9 +36,9 @@ void sandbox_guest_uncount(struct sandbox_svc *svc, struct host *h, const struct
 	pthread_mutex_unlock(&svc->lock);
 }
 
-int sandbox_guest_boot(struct sandbox_svc *svc, struct host *h, const struct sandbox_size *size,
-		       const char *marker, int64_t deadline_mono, struct live **out,
-		       struct sbx_error *err)
+int sandbox_guest_boot(struct sandbox_svc *svc, struct fleet_host *h,
+		       const struct sandbox_size *size, const char *marker, int64_t deadline_mono,
+		       struct fleet_guest **out, struct sbx_error *err)
 {
 	const struct sandbox_config *cfg = &svc->cfg;
 	struct agentless_limits lim = {
@@ -52,19 +53,15 @@ int sandbox_guest_boot(struct sandbox_svc *svc, struct host *h, const struct san
 	    .sandbox_id = marker,
 	};
 	struct sbx_channel ch;
-	struct live *l = calloc(1, sizeof(*l));
+	struct fleet_guest *l = fleet_guest_new(svc, h, marker);
 
-	if (!l)
-		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
-	l->svc = svc;
-	l->host = h;
 	l->memory_mib = size->memory_mib;
+	l->prestart_free = sandbox_execution_prestart_free;
 	snprintf(l->size, sizeof(l->size), "%s", size->name);
-	snprintf(l->id, sizeof(l->id), "%s", marker);
 	int64_t boot_t0 = sbx_mono_ms();
 	l->vm = vmm_vm_start(h->vmm, &spec, err);
 	if (!l->vm) {
-		free(l);
+		fleet_guest_unref(l);
 		return -1;
 	}
 	snprintf(l->domain, sizeof(l->domain), "%s", vmm_vm_name(l->vm));
@@ -102,8 +99,8 @@ err_teardown:
  * the capacity back. */
 int sandbox_guest_acquire(struct sandbox_svc *svc, struct sandbox_acquire *a, struct sbx_error *err)
 {
-	struct live *l = NULL, *evicted = NULL;
-	struct host *h;
+	struct fleet_guest *l = NULL, *evicted = NULL;
+	struct fleet_host *h;
 	int64_t deadline;
 	int rc;
 
@@ -117,7 +114,7 @@ int sandbox_guest_acquire(struct sandbox_svc *svc, struct sandbox_acquire *a, st
 	pthread_mutex_unlock(&svc->lock);
 	if (evicted) {
 		sbx_info(MOD, "%s: evicting pooled guests to make room", a->marker);
-		sandbox_live_teardown_chain(evicted, "evicted from the warm pool");
+		fleet_guest_end_chain(evicted, "evicted from the warm pool");
 	}
 	if (!h) {
 		a->no_room = true;
@@ -141,6 +138,7 @@ int sandbox_guest_acquire(struct sandbox_svc *svc, struct sandbox_acquire *a, st
 		sandbox_boot_slot_release(svc);
 		if (rc < 0)
 			goto err_uncount;
+		fleet_guest_set_state(l, FLEET_GUEST_RUNNING); /* handed out */
 	}
 	a->l = l;
 	a->h = h;

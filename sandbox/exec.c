@@ -133,9 +133,9 @@ struct exec_call {
 	sandbox_exec_done_fn done;
 	sandbox_exec_output_fn on_output;
 	void *opaque;
-	/* Valid for every exec_done call: a live is freed only after
-	 * agentless_conn_free() has failed all of its execs. */
-	struct live *l;
+	/* The guest it runs on: a ref of the call's own, dropped when the
+	 * call is freed (after done). */
+	struct fleet_guest *l;
 	/* The budget held for the reply: the caller's (req->hold), given back
 	 * by the caller, or own_hold, given back after done returns. */
 	struct sandbox_output_hold own_hold;
@@ -152,6 +152,7 @@ static void exec_call_free(struct exec_call *call)
 {
 	if (call->own)
 		sandbox_output_release(&call->own_hold);
+	fleet_guest_unref(call->l);
 	free(call);
 }
 
@@ -181,17 +182,13 @@ static bool exec_charge(void *opaque, bool is_stderr, size_t len)
 static const struct sbx_error *exec_failure(struct exec_call *call, const struct sbx_error *aerr,
 					    struct sbx_error *e)
 {
-	struct sandbox_svc *svc = call->l->svc;
-	enum store_status ending;
+	enum fleet_end ending = fleet_guest_end_why(call->l);
 
-	pthread_mutex_lock(&svc->lock);
-	ending = call->l->ending;
-	pthread_mutex_unlock(&svc->lock);
-	if (ending == STORE_EXPIRED || ending == STORE_DESTROYED) {
+	if (ending == FLEET_END_EXPIRED || ending == FLEET_END_DELETED) {
 		sbx_error_clear(e);
 		sbx_error_set(e, SBX_E_SANDBOX_NOT_RUNNING, NULL,
 			      "sandbox '%s' %s while the command ran; create a new one",
-			      call->l->id, ending == STORE_EXPIRED ? "expired" : "was deleted");
+			      call->l->id, ending == FLEET_END_EXPIRED ? "expired" : "was deleted");
 		return e;
 	}
 	if (aerr && aerr->code == SBX_E_SANDBOX_ERROR && sandbox_live_host_lost(call->l)) {
@@ -225,7 +222,7 @@ static int exec_receipt(struct exec_call *call, const struct agentless_exec_resu
 	if (!out || !errs)
 		sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
 	else
-		rc_ = exec_receipt_sign(call->l->svc, call->account_id, call->l->id, req,
+		rc_ = exec_receipt_sign(call->l->owner, call->account_id, call->l->id, req,
 					res->exit_code, out, out_len, errs, errs_len, res->host_ms,
 					res->timed_out, rc, err);
 	free(out);
@@ -271,7 +268,7 @@ int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const ch
 	struct store_sandbox row;
 	struct exec_call *call;
 	struct sandbox_output_hold *hold;
-	struct live *l;
+	struct fleet_guest *l;
 	int64_t now = sbx_wall_ms(), left_ms;
 	uint32_t timeout;
 	int rc;
@@ -336,10 +333,14 @@ int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const ch
 		free(call);
 		return -1;
 	}
-	call->l = l;
+	call->l = l; /* the pin becomes the call's ref */
 	rc = agentless_exec_start(l->conn, &areq, exec_done, call, err);
-	sandbox_live_unpin(svc, l);
 	if (rc < 0) {
+		/* ended between the pin and the start (its channel closed):
+		 * as if the pin had come after the end */
+		if (fleet_guest_over(l))
+			fleet_guest_usable(l, id, err);
+		sandbox_live_unpin(l);
 		sandbox_output_release(hold);
 		free(call);
 		if (err && err->code == SBX_E_RATE_LIMITED) {
@@ -354,34 +355,12 @@ int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const ch
 	return 0;
 }
 
-struct live *sandbox_live_pin(struct sandbox_svc *svc, const char *id, struct sbx_error *err)
-{
-	struct live *l;
-
-	pthread_mutex_lock(&svc->lock);
-	l = sandbox_live_find_locked(svc, id);
-	if (sandbox_live_usable_locked(l, id, err) < 0) {
-		pthread_mutex_unlock(&svc->lock);
-		return NULL;
-	}
-	l->refs++;
-	pthread_mutex_unlock(&svc->lock);
-	return l;
-}
-
-void sandbox_live_unpin(struct sandbox_svc *svc, struct live *l)
-{
-	pthread_mutex_lock(&svc->lock);
-	sandbox_live_unref_locked(svc, l);
-	pthread_mutex_unlock(&svc->lock);
-}
-
 void sandbox_exec_resume(struct sandbox_svc *svc, const char *sandbox_id, uint32_t exec_id)
 {
-	struct live *l = sandbox_live_pin(svc, sandbox_id, NULL);
+	struct fleet_guest *l = sandbox_live_pin(svc, sandbox_id, NULL);
 
 	if (!l)
 		return;
 	agentless_exec_resume(l->conn, exec_id);
-	sandbox_live_unpin(svc, l);
+	sandbox_live_unpin(l);
 }

@@ -319,7 +319,7 @@ static int run_dev_process(const char *launcher, const struct sandbox_execution_
 
 /* libvirt: a fresh guest, counted for host capacity while it lives. */
 static int guest_get(struct sandbox_svc *svc, const struct sandbox_size *size,
-		     const struct sandbox_runtime *rt, const char *marker, struct live **out,
+		     const struct sandbox_runtime *rt, const char *marker, struct fleet_guest **out,
 		     bool *warm, bool *prestarted, struct sbx_error *err)
 {
 	int64_t deadline = sbx_mono_ms() + svc->cfg.boot_timeout_ms;
@@ -350,9 +350,10 @@ static int guest_get(struct sandbox_svc *svc, const struct sandbox_size *size,
 }
 
 /* Tear the guest down, then stop counting it for capacity. */
-static void guest_put(struct sandbox_svc *svc, const struct sandbox_size *size, struct live *l)
+static void guest_put(struct sandbox_svc *svc, const struct sandbox_size *size,
+		      struct fleet_guest *l)
 {
-	struct host *h = l->host;
+	struct fleet_host *h = l->host;
 
 	sandbox_live_teardown(l, "the execution is over");
 	pthread_mutex_lock(&svc->lock);
@@ -364,7 +365,7 @@ static void guest_put(struct sandbox_svc *svc, const struct sandbox_size *size, 
 struct guest_end {
 	struct sandbox_svc *svc;
 	const struct sandbox_size *size; /* in svc->cfg: lives as long as svc */
-	struct live *l;
+	struct fleet_guest *l;
 };
 
 /* A job of the blocking pool; cancelled or not, the teardown runs. */
@@ -385,7 +386,7 @@ static void guest_end_job(void *arg, bool cancelled)
  * start's reconcile destroys it. When the pool refuses the job (full, or
  * stopping), tear down here. */
 static void guest_put_background(struct sandbox_svc *svc, const struct sandbox_size *size,
-				 struct live *l)
+				 struct fleet_guest *l)
 {
 	struct guest_end *ge = malloc(sizeof(*ge));
 
@@ -440,7 +441,7 @@ static const char *exec_user_of(const struct sandbox_config *cfg)
 	return strcmp(cfg->exec_user, "root") == 0 ? NULL : cfg->exec_user;
 }
 
-int sandbox_execution_prestart(struct sandbox_svc *svc, struct live *l, const char *runtime,
+int sandbox_execution_prestart(struct sandbox_svc *svc, struct fleet_guest *l, const char *runtime,
 			       int64_t deadline_mono, struct sbx_error *err)
 {
 	const struct sandbox_config *cfg = &svc->cfg;
@@ -561,7 +562,7 @@ static void sync_wait(struct agentless_conn *conn, struct sync_call *sc, int64_t
  * guest takes the frames in order. The two transfers into x[0..1] (the
  * caller releases them once the launcher's result is in). -1 when a frame
  * could not be sent (channel down: the run then fails like a dead guest). */
-static int deliver(struct sandbox_svc *svc, struct live *l, const struct prestart *ps,
+static int deliver(struct sandbox_svc *svc, struct fleet_guest *l, const struct prestart *ps,
 		   const struct sandbox_execution_req *req, struct agentless_xfer *x[2],
 		   struct sbx_error *err)
 {
@@ -598,7 +599,7 @@ static int deliver(struct sandbox_svc *svc, struct live *l, const struct prestar
  * interpreter and take the launcher's result as the run's. Host time and
  * the timeout count from the delivery: the host KILLs the launcher at
  * delivery + timeout_ms. */
-static int run_prestarted(struct sandbox_svc *svc, struct live *l,
+static int run_prestarted(struct sandbox_svc *svc, struct fleet_guest *l,
 			  const struct sandbox_execution_req *req, uint32_t timeout_ms,
 			  struct sandbox_run_result *res, struct sbx_error *err)
 {
@@ -701,7 +702,7 @@ static int run_libvirt(struct sandbox_svc *svc, const char *id, const struct san
 	    /* the exec's user too (config exec_user) */
 	    .user = exec_user_of(cfg),
 	};
-	struct live *l;
+	struct fleet_guest *l;
 	int rc;
 
 	if (!size)

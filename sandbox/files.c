@@ -2,12 +2,11 @@
  * of docs/api.md), over agentless' transfers.
  *
  * Who owns what: a struct sandbox_file holds its agentless transfer and a
- * pointer to the sandbox's live. That pointer is cleared (under svc->lock)
- * by the transfer's wake once it is no longer open; a live is freed only
- * after agentless_conn_free() failed (and so woke) every open transfer,
- * and a channel's wakes run before its close returns. So while f->l is set
- * the live is not freed; a call pins it (refs) unless it is unlinked (an
- * ender is taking it), so nothing here delays a delete or an expiry.
+ * ref on the sandbox's guest (fleet_guest), dropped at release, so the
+ * guest's memory outlives every call. `open` is cleared by the transfer's
+ * wake once it is no longer open; a call on a guest that is ending or gone
+ * answers as the ended transfer would (its channel is closed: the
+ * transfer was failed), so nothing here delays a delete or an expiry.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -20,11 +19,11 @@
 
 struct sandbox_file {
 	struct sandbox_svc *svc;
-	struct live *l; /* svc->lock; NULL once the transfer is over */
+	struct fleet_guest *l; /* a ref of the transfer's own */
+	bool open;	       /* atomic: the transfer is open (the wake clears it) */
 	struct agentless_xfer *x;
 	sandbox_file_wake_fn wake;
 	void *opaque;
-	enum store_status ending;	 /* svc->lock: how the sandbox ended, if it did */
 	struct sandbox_output_hold hold; /* its reply's output budget */
 };
 
@@ -47,37 +46,18 @@ static void file_wake(void *opaque)
 	struct agentless_xfer_status st;
 
 	agentless_xfer_status(f->x, &st);
-	if (st.state != AGENTLESS_XFER_OPEN) {
-		pthread_mutex_lock(&f->svc->lock);
-		if (f->l)
-			f->ending = f->l->ending;
-		f->l = NULL;
-		pthread_mutex_unlock(&f->svc->lock);
-	}
+	if (st.state != AGENTLESS_XFER_OPEN)
+		__atomic_store_n(&f->open, false, __ATOMIC_RELEASE);
 	f->wake(f->opaque);
 }
 
-/* Pin the live for one call; NULL when the transfer or the sandbox is
- * over. */
-static struct live *file_pin(struct sandbox_file *f)
+/* The guest for one call; NULL when the transfer or the sandbox is over
+ * (the file's own ref keeps it meanwhile). */
+static struct fleet_guest *file_guest(struct sandbox_file *f)
 {
-	struct live *l;
-
-	pthread_mutex_lock(&f->svc->lock);
-	l = f->l;
-	if (l && l->unlinked)
-		l = NULL;
-	if (l)
-		l->refs++;
-	pthread_mutex_unlock(&f->svc->lock);
-	return l;
-}
-
-static void file_unpin(struct sandbox_file *f, struct live *l)
-{
-	pthread_mutex_lock(&f->svc->lock);
-	sandbox_live_unref_locked(f->svc, l);
-	pthread_mutex_unlock(&f->svc->lock);
+	if (!__atomic_load_n(&f->open, __ATOMIC_ACQUIRE) || fleet_guest_over(f->l))
+		return NULL;
+	return f->l;
 }
 
 static int gone(struct sandbox_file *f, struct sbx_error *err)
@@ -119,7 +99,7 @@ int sandbox_file_start(struct sandbox_svc *svc, const char *account_id, const ch
 			    : 0;
 	struct store_sandbox row;
 	struct sandbox_file *f;
-	struct live *l;
+	struct fleet_guest *l;
 	int64_t now = sbx_wall_ms();
 	int rc;
 
@@ -138,24 +118,20 @@ int sandbox_file_start(struct sandbox_svc *svc, const char *account_id, const ch
 		return -1;
 	}
 
-	pthread_mutex_lock(&svc->lock);
-	l = sandbox_live_find_locked(svc, id);
-	if (sandbox_live_usable_locked(l, id, err) < 0) {
-		pthread_mutex_unlock(&svc->lock);
+	l = sandbox_live_pin(svc, id, err);
+	if (!l) {
 		sandbox_output_release(&f->hold);
 		free(f);
 		return -1;
 	}
-	l->refs++;
-	f->l = l;
-	pthread_mutex_unlock(&svc->lock);
-
+	f->l = l; /* the pin becomes the transfer's ref */
+	f->open = true;
 	rc = agentless_xfer_start(l->conn, &areq, file_wake, f, &f->x, err);
-
-	pthread_mutex_lock(&svc->lock);
-	sandbox_live_unref_locked(svc, l);
-	pthread_mutex_unlock(&svc->lock);
 	if (rc < 0) {
+		/* ended between the pin and the start: as if after the end */
+		if (fleet_guest_over(l))
+			fleet_guest_usable(l, id, err);
+		sandbox_live_unpin(l);
 		sandbox_output_release(&f->hold);
 		free(f);
 		return -1;
@@ -166,44 +142,38 @@ int sandbox_file_start(struct sandbox_svc *svc, const char *account_id, const ch
 
 long sandbox_file_write(struct sandbox_file *f, const void *data, size_t len, struct sbx_error *err)
 {
-	struct live *l = file_pin(f);
+	struct fleet_guest *l = file_guest(f);
 	long n;
 
 	if (!l)
 		return gone(f, err);
 	n = agentless_xfer_write(l->conn, f->x, data, len);
-	file_unpin(f, l);
 	return n < 0 ? gone(f, err) : n;
 }
 
 int sandbox_file_end(struct sandbox_file *f, struct sbx_error *err)
 {
-	struct live *l = file_pin(f);
+	struct fleet_guest *l = file_guest(f);
 	int rc;
 
 	if (!l)
 		return gone(f, err);
 	rc = agentless_xfer_end(l->conn, f->x);
-	file_unpin(f, l);
 	return rc < 0 ? gone(f, err) : 0;
 }
 
 size_t sandbox_file_read(struct sandbox_file *f, void *buf, size_t max)
 {
-	struct live *l = file_pin(f);
-	size_t n;
+	struct fleet_guest *l = file_guest(f);
 
-	/* without the live the transfer is over: no credit to give */
-	n = agentless_xfer_read(l ? l->conn : NULL, f->x, buf, max);
-	if (l)
-		file_unpin(f, l);
-	return n;
+	/* without the guest the transfer is over: no credit to give */
+	return agentless_xfer_read(l ? l->conn : NULL, f->x, buf, max);
 }
 
 void sandbox_file_status(struct sandbox_file *f, struct sandbox_file_status *out)
 {
 	struct agentless_xfer_status st;
-	enum store_status ending;
+	enum fleet_end ending;
 
 	agentless_xfer_status(f->x, &st);
 	memset(out, 0, sizeof(*out));
@@ -222,15 +192,13 @@ void sandbox_file_status(struct sandbox_file *f, struct sandbox_file_status *out
 	out->buffered = st.buffered;
 	if (out->state != SANDBOX_FILE_FAILED)
 		return;
-	pthread_mutex_lock(&f->svc->lock);
-	ending = f->l ? f->l->ending : f->ending;
-	pthread_mutex_unlock(&f->svc->lock);
+	ending = fleet_guest_end_why(f->l);
 	/* cut short because the sandbox expired or was deleted: 410, as exec */
-	if (ending == STORE_EXPIRED || ending == STORE_DESTROYED) {
+	if (ending == FLEET_END_EXPIRED || ending == FLEET_END_DELETED) {
 		sbx_error_clear(&out->err);
 		sbx_error_set(&out->err, SBX_E_SANDBOX_NOT_RUNNING, NULL,
 			      "the sandbox %s during the file transfer",
-			      ending == STORE_EXPIRED ? "expired" : "was deleted");
+			      ending == FLEET_END_EXPIRED ? "expired" : "was deleted");
 	}
 }
 
@@ -246,5 +214,6 @@ void sandbox_file_release(struct sandbox_file *f)
 	/* no wake runs after this returns */
 	agentless_xfer_release(f->x);
 	sandbox_output_release(&f->hold);
+	fleet_guest_unref(f->l);
 	free(f);
 }

@@ -1,6 +1,6 @@
 /* sandbox: the hosts guests are placed on (docs/hosts.md).
  *
- * svc->hosts holds one struct host per entry of the config's `hosts` (or
+ * svc->hosts holds one struct fleet_host per entry of the config's `hosts` (or
  * the one "local" host made from the top-level keys). Each has its own
  * vmm (libvirt connection, run dir, images), its capacity counters and
  * its share of the warm pool (pooled guests carry their host). Every
@@ -31,7 +31,8 @@
 /* ------------------------------------------------------------- vmm */
 
 /* A new vmm for host h (no lock held: it connects). NULL with err. */
-static struct vmm *host_vmm_new(struct sandbox_svc *svc, struct host *h, struct sbx_error *err)
+static struct vmm *host_vmm_new(struct sandbox_svc *svc, struct fleet_host *h,
+				struct sbx_error *err)
 {
 	const struct sandbox_config *cfg = &svc->cfg;
 	const struct sandbox_host_config *hc = h->cfg;
@@ -78,7 +79,7 @@ static struct vmm *host_vmm_new(struct sandbox_svc *svc, struct host *h, struct 
 	return v;
 }
 
-struct host *sandbox_host_find(struct sandbox_svc *svc, const char *name)
+struct fleet_host *sandbox_host_find(struct sandbox_svc *svc, const char *name)
 {
 	for (size_t i = 0; i < svc->n_hosts; i++)
 		if (strcmp(svc->hosts[i].cfg->name, name) == 0)
@@ -88,23 +89,23 @@ struct host *sandbox_host_find(struct sandbox_svc *svc, const char *name)
 
 /* ------------------------------------------------------------ capacity */
 
-uint64_t sandbox_host_disk_gib(const struct host *h, const struct sandbox_size *size)
+uint64_t sandbox_host_disk_gib(const struct fleet_host *h, const struct sandbox_size *size)
 {
 	return h->cfg->base_image[0] && size ? size->disk_gib : 0;
 }
 
-static uint64_t disk_gib_of(const struct host *h, const char *size)
+static uint64_t disk_gib_of(const struct fleet_host *h, const char *size)
 {
 	return sandbox_host_disk_gib(h, sandbox_config_size(&h->svc->cfg, size));
 }
 
 /* Guests, memory and disk host h holds now (lives, boots; the pool apart). */
-static void host_used_locked(struct host *h, int *guests, uint64_t *mib, uint64_t *gib)
+static void host_used_locked(struct fleet_host *h, int *guests, uint64_t *mib, uint64_t *gib)
 {
 	*guests = h->booting;
 	*mib = h->booting_mib;
 	*gib = h->cfg->base_image[0] ? h->booting_disk_gib : 0;
-	for (struct live *l = h->svc->lives; l; l = l->next) {
+	for (struct fleet_guest *l = h->svc->lives; l; l = l->next) {
 		if (l->host != h)
 			continue;
 		(*guests)++;
@@ -113,7 +114,7 @@ static void host_used_locked(struct host *h, int *guests, uint64_t *mib, uint64_
 	}
 }
 
-static uint64_t host_mem_total(const struct host *h)
+static uint64_t host_mem_total(const struct fleet_host *h)
 {
 	struct sysinfo si;
 
@@ -151,7 +152,7 @@ void sandbox_hosts_measure_disk(struct sandbox_svc *svc)
 	}
 	pthread_mutex_lock(&svc->lock);
 	for (size_t i = 0; i < svc->n_hosts && i < SANDBOX_MAX_HOSTS; i++) {
-		struct host *h = &svc->hosts[i];
+		struct fleet_host *h = &svc->hosts[i];
 
 		h->disk_measured = m[i].ok;
 		h->disk_free_mib = m[i].free_mib;
@@ -166,7 +167,7 @@ void sandbox_hosts_measure_disk(struct sandbox_svc *svc)
  * state dir with `gib` GiB of guest disks placed there, and
  * min_free_disk_mib on the database's filesystem, from the figures
  * sandbox_hosts_measure_disk() kept. Call with lock. */
-static bool disk_rule_locked(struct host *h, uint64_t gib)
+static bool disk_rule_locked(struct fleet_host *h, uint64_t gib)
 {
 	const struct sandbox_config *cfg = &h->svc->cfg;
 	uint64_t need_mib;
@@ -198,7 +199,7 @@ static bool disk_rule_locked(struct host *h, uint64_t gib)
 
 /* What placement needs of host h for a guest of `size` (runtime: an
  * execution's pre-started guests count as warm). Call with lock. */
-static void host_snapshot_locked(struct host *h, const struct sandbox_size *size,
+static void host_snapshot_locked(struct fleet_host *h, const struct sandbox_size *size,
 				 const char *runtime, struct fleet_host_snapshot *s)
 {
 	uint64_t add = sandbox_host_disk_gib(h, size);
@@ -224,7 +225,7 @@ static void host_snapshot_locked(struct host *h, const struct sandbox_size *size
 	s->disk_ok_evicting = s->disk_ok || disk_rule_locked(h, s->disk_used_gib + add);
 }
 
-bool sandbox_host_fits_locked(struct host *h, const struct sandbox_size *size)
+bool sandbox_host_fits_locked(struct fleet_host *h, const struct sandbox_size *size)
 {
 	struct fleet_host_snapshot s;
 	enum fleet_place_how how;
@@ -238,7 +239,7 @@ bool sandbox_host_fits_locked(struct host *h, const struct sandbox_size *size)
 bool sandbox_disk_fits_locked(struct sandbox_svc *svc)
 {
 	for (size_t i = 0; i < svc->n_hosts; i++) {
-		struct host *h = &svc->hosts[i];
+		struct fleet_host *h = &svc->hosts[i];
 		int guests;
 		uint64_t mib, gib, pool_mib, pool_gib;
 
@@ -252,7 +253,7 @@ bool sandbox_disk_fits_locked(struct sandbox_svc *svc)
 	return true;
 }
 
-void sandbox_host_booting_locked(struct host *h, const struct sandbox_size *size, int sign)
+void sandbox_host_booting_locked(struct fleet_host *h, const struct sandbox_size *size, int sign)
 {
 	h->booting += sign;
 	h->booting_mib += (uint64_t)sign * size->memory_mib;
@@ -261,13 +262,14 @@ void sandbox_host_booting_locked(struct host *h, const struct sandbox_size *size
 
 /* ----------------------------------------------------------- placement */
 
-struct host *sandbox_host_admit_locked(struct sandbox_svc *svc, const struct sandbox_size *size,
-				       const char *runtime, struct live **warm_out,
-				       struct live **evicted, struct sbx_error *err)
+struct fleet_host *sandbox_host_admit_locked(struct sandbox_svc *svc,
+					     const struct sandbox_size *size, const char *runtime,
+					     struct fleet_guest **warm_out,
+					     struct fleet_guest **evicted, struct sbx_error *err)
 {
 	struct fleet_host_snapshot snaps[SANDBOX_MAX_HOSTS];
 	enum fleet_place_how how = FLEET_PLACE_ROOM;
-	struct host *h;
+	struct fleet_host *h;
 	int i;
 
 	*warm_out = NULL;
@@ -293,7 +295,7 @@ struct host *sandbox_host_admit_locked(struct sandbox_svc *svc, const struct san
 	}
 	if (how == FLEET_PLACE_EVICT) {
 		while (!sandbox_host_fits_locked(h, size)) {
-			struct live *p = sandbox_pool_evict_locked(svc, h);
+			struct fleet_guest *p = sandbox_pool_evict_locked(svc, h);
 
 			if (!p) {
 				sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
@@ -320,7 +322,7 @@ struct live_rows {
 
 struct reconcile_ctx {
 	struct sandbox_svc *svc;
-	struct host *h;
+	struct fleet_host *h;
 	const struct live_rows *lr;
 	bool restart;
 	char (*orphans)[64];
@@ -336,8 +338,8 @@ static bool live_alive(struct sandbox_svc *svc, const char *id)
 	bool alive;
 
 	pthread_mutex_lock(&svc->lock);
-	struct live *l = sandbox_live_find_locked(svc, id);
-	alive = l && !l->dead;
+	struct fleet_guest *l = sandbox_live_find_locked(svc, id);
+	alive = l && !fleet_guest_dead(l);
 	pthread_mutex_unlock(&svc->lock);
 	return alive;
 }
@@ -372,28 +374,25 @@ static void reconcile_domain(void *opaque, const char *name, const char *sandbox
 }
 
 /* Reattach a running guest left by a previous daemon. */
-static int reattach(struct sandbox_svc *svc, struct host *h, const struct store_sandbox *row,
+static int reattach(struct sandbox_svc *svc, struct fleet_host *h, const struct store_sandbox *row,
 		    struct sbx_error *err)
 {
-	struct live *l = calloc(1, sizeof(*l));
+	struct fleet_guest *l;
 	struct agentless_limits lim = {
 	    .backstop_grace_ms = svc->cfg.exec_backstop_grace_ms,
 	    .xfer_stall_ms = svc->cfg.file_stall_timeout_ms,
 	    .max_inflight = (uint32_t)svc->cfg.max_execs_per_sandbox,
 	};
 	const struct sandbox_size *size = sandbox_config_size(&svc->cfg, row->size);
-	if (!l)
-		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
-	snprintf(l->id, sizeof(l->id), "%s", row->id);
+	l = fleet_guest_new(svc, h, row->id);
+	l->prestart_free = sandbox_execution_prestart_free;
 	snprintf(l->domain, sizeof(l->domain), "%s", row->domain);
 	snprintf(l->size, sizeof(l->size), "%s", row->size);
-	l->svc = svc;
-	l->host = h;
 	l->expires_at_ms = row->expires_at_ms;
 	l->memory_mib = size ? size->memory_mib : 0;
 	l->vm = vmm_vm_lookup(h->vmm, row->domain, err);
 	if (!l->vm) {
-		free(l);
+		fleet_guest_unref(l);
 		return -1;
 	}
 	l->conn = agentless_conn_new(&lim, sandbox_on_conn_broken, l);
@@ -431,7 +430,7 @@ static void settle_lost(struct sandbox_svc *svc, const struct store_sandbox *row
  * last_seen_at and the rest are reattached; on a host that came back
  * every row without a live guest here ends failed at last_seen_at (their
  * guests were failed when it went down). No lock held. */
-static int reconcile_host(struct sandbox_svc *svc, struct host *h, const struct live_rows *lr,
+static int reconcile_host(struct sandbox_svc *svc, struct fleet_host *h, const struct live_rows *lr,
 			  bool restart, struct sbx_error *err)
 {
 	struct reconcile_ctx rc = {.svc = svc, .h = h, .lr = lr, .restart = restart, .cap = 4096};
@@ -522,7 +521,7 @@ static int reconcile_all(struct sandbox_svc *svc, struct sbx_error *err)
 		sbx_info(MOD, "reconcile: dropped %d receipt(s) past retention", cut);
 	for (size_t i = 0; i < lr.n; i++) {
 		const struct store_sandbox *row = &lr.rows[i];
-		struct host *h = sandbox_host_find(svc, row->host);
+		struct fleet_host *h = sandbox_host_find(svc, row->host);
 
 		if (row->status == STORE_CREATING) {
 			/* its domain, if any, names a creating row: an orphan */
@@ -535,7 +534,7 @@ static int reconcile_all(struct sandbox_svc *svc, struct sbx_error *err)
 		}
 	}
 	for (size_t i = 0; i < svc->n_hosts; i++) {
-		struct host *h = &svc->hosts[i];
+		struct fleet_host *h = &svc->hosts[i];
 		struct sbx_error e;
 
 		if (h->vmm && reconcile_host(svc, h, &lr, true, &e) < 0) {
@@ -560,7 +559,7 @@ int sandbox_hosts_open(struct sandbox_svc *svc, struct sbx_error *err)
 
 	svc->n_hosts = svc->cfg.n_hosts;
 	for (size_t i = 0; i < svc->n_hosts; i++) {
-		struct host *h = &svc->hosts[i];
+		struct fleet_host *h = &svc->hosts[i];
 		struct sbx_error e;
 
 		h->svc = svc;
@@ -601,14 +600,14 @@ void sandbox_hosts_close(struct sandbox_svc *svc)
 static void drains_read(struct sandbox_svc *svc)
 {
 	char names[SANDBOX_MAX_HOSTS * 4][STORE_HOST_MAX];
-	struct live *dropped = NULL;
+	struct fleet_guest *dropped = NULL;
 	size_t n = 0;
 
 	if (store_host_drains_list(svc->store, names, SBX_ARRAY_SIZE(names), &n, NULL) < 0)
 		return; /* keep what we knew */
 	pthread_mutex_lock(&svc->lock);
 	for (size_t i = 0; i < svc->n_hosts; i++) {
-		struct host *h = &svc->hosts[i];
+		struct fleet_host *h = &svc->hosts[i];
 		bool drained = false;
 
 		for (size_t k = 0; k < n; k++)
@@ -620,10 +619,10 @@ static void drains_read(struct sandbox_svc *svc)
 					 : "undrained: placements resume");
 		h->draining = drained;
 		if (drained) {
-			struct live *p = sandbox_pool_drop_host_locked(svc, h);
+			struct fleet_guest *p = sandbox_pool_drop_host_locked(svc, h);
 
 			while (p) {
-				struct live *next = p->next;
+				struct fleet_guest *next = p->next;
 
 				p->next = dropped;
 				dropped = p;
@@ -632,24 +631,21 @@ static void drains_read(struct sandbox_svc *svc)
 		}
 	}
 	pthread_mutex_unlock(&svc->lock);
-	sandbox_live_teardown_chain(dropped, "its host is drained");
+	fleet_guest_end_chain(dropped, "its host is drained");
 }
 
 /* Host h stopped answering: its sandboxes end failed at its last answer
  * (the timer queues them, as for a guest liveness gave up on), its pool
  * goes. Call with lock; the dropped pool is returned for teardown. */
-static struct live *host_down_locked(struct sandbox_svc *svc, struct host *h, int64_t silent_ms)
+static struct fleet_guest *host_down_locked(struct sandbox_svc *svc, struct fleet_host *h,
+					    int64_t silent_ms)
 {
 	int n = 0;
 
 	h->state = HOST_DOWN;
-	for (struct live *l = svc->lives; l; l = l->next) {
-		if (l->host != h || l->dead)
-			continue;
-		l->dead = true;
-		l->dead_at_ms = h->last_seen_wall;
-		n++;
-	}
+	for (struct fleet_guest *l = svc->lives; l; l = l->next)
+		if (l->host == h && fleet_guest_mark_dead(l, h->last_seen_wall))
+			n++;
 	sbx_err(MOD,
 		"host %s: no answer for %lld ms: down; %d sandbox(es) end failed at its last "
 		"answer, new guests go to other hosts",
@@ -659,7 +655,7 @@ static struct live *host_down_locked(struct sandbox_svc *svc, struct host *h, in
 }
 
 /* A host that answers again: reconcile it, then place on it. No lock. */
-static void host_back(struct sandbox_svc *svc, struct host *h)
+static void host_back(struct sandbox_svc *svc, struct fleet_host *h)
 {
 	struct live_rows lr = {0};
 	struct sbx_error e;
@@ -680,26 +676,41 @@ static void host_back(struct sandbox_svc *svc, struct host *h)
 	sbx_info(MOD, "host %s: up again, reconciled", h->cfg->name);
 }
 
+/* Is customer guest l suspended, alive and not ending, on a connection
+ * other than cur (other_gen) or on cur (!other_gen)? Call with svc->lock
+ * (takes l->lock). */
+static bool suspended_on(struct fleet_guest *l, unsigned cur, bool other_gen)
+{
+	bool yes;
+
+	pthread_mutex_lock(&l->lock);
+	yes = l->suspended && !l->dead && l->state == FLEET_GUEST_RUNNING &&
+	      (other_gen ? l->conn_gen != cur : l->conn_gen == cur);
+	pthread_mutex_unlock(&l->lock);
+	return yes;
+}
+
 /* Host h answers on a connection: reopen the channels of its sandboxes
  * that went with an earlier connection (docs/hosts.md "A dropped
  * connection"), through the restart reconcile's reattach step. One whose
  * channel broke while the connection stayed up, or whose guest cannot be
  * reached any more, ends failed at the break. Each is pinned with a ref
  * while its conn gets the new channel (requests meanwhile answer 503; an
- * ender waits for the ref). No lock held. */
-static void host_resume(struct sandbox_svc *svc, struct host *h)
+ * ender closing it meanwhile makes the attach close the new channel). No
+ * lock held. */
+static void host_resume(struct sandbox_svc *svc, struct fleet_host *h)
 {
 	struct vmm *v = h->vmm;
 	size_t rounds = 0;
 
 	pthread_mutex_lock(&svc->lock);
-	for (struct live *l = svc->lives; l; l = l->next)
+	for (struct fleet_guest *l = svc->lives; l; l = l->next)
 		rounds++;
 	pthread_mutex_unlock(&svc->lock);
 	while (rounds-- > 0) {
-		struct live *l;
+		struct fleet_guest *l;
 		/* asked before the lock: vmm is not called under it */
-		unsigned seq, gen, cur = vmm_conn_gen(v);
+		unsigned seq = 0, gen, cur = vmm_conn_gen(v);
 		bool up = vmm_connected(v);
 		struct sbx_error e = {0};
 		int rc = -1;
@@ -708,17 +719,20 @@ static void host_resume(struct sandbox_svc *svc, struct host *h)
 			return; /* lost again: wait for the next connection */
 		pthread_mutex_lock(&svc->lock);
 		for (l = svc->lives; l; l = l->next)
-			if (l->host == h && l->suspended && !l->dead && !l->unlinked &&
-			    l->conn_gen != cur)
+			if (l->host == h && suspended_on(l, cur, true))
 				break;
 		if (!l) {
 			/* a break on the connection in use: the guest's doing */
 			for (l = svc->lives; l; l = l->next)
-				if (l->host == h && l->suspended && !l->dead && !l->unlinked)
+				if (l->host == h && suspended_on(l, cur, false))
 					break;
-			if (l && l->conn_gen == cur) {
-				l->dead = true;
-				l->dead_at_ms = l->suspended_at_ms;
+			if (l) {
+				pthread_mutex_lock(&l->lock);
+				if (!l->dead) {
+					l->dead = true;
+					l->dead_at_ms = l->suspended_at_ms;
+				}
+				pthread_mutex_unlock(&l->lock);
 				sbx_warn(MOD, "sandbox %s: exec channel broke on a live connection",
 					 l->id);
 				pthread_cond_broadcast(&svc->cond);
@@ -728,13 +742,15 @@ static void host_resume(struct sandbox_svc *svc, struct host *h)
 			pthread_mutex_unlock(&svc->lock);
 			return;
 		}
-		l->refs++;
+		fleet_guest_ref(l);
+		pthread_mutex_lock(&l->lock);
 		seq = l->breaks;
+		pthread_mutex_unlock(&l->lock);
 		pthread_mutex_unlock(&svc->lock);
 
 		rc = sandbox_live_channel_reopen(l, &gen, &e);
 
-		pthread_mutex_lock(&svc->lock);
+		pthread_mutex_lock(&l->lock);
 		if (rc == 0) {
 			l->conn_gen = gen;
 			if (l->breaks == seq) {
@@ -750,17 +766,19 @@ static void host_resume(struct sandbox_svc *svc, struct host *h)
 			sbx_warn(MOD, "sandbox %s: cannot reopen its channel on host %s: %s", l->id,
 				 h->cfg->name, e.message);
 		}
-		sandbox_live_unref_locked(svc, l);
+		pthread_mutex_unlock(&l->lock);
+		fleet_guest_unref(l);
+		pthread_mutex_lock(&svc->lock);
 		pthread_cond_broadcast(&svc->cond);
 		pthread_mutex_unlock(&svc->lock);
 	}
 }
 
-static void host_check(struct sandbox_svc *svc, struct host *h)
+static void host_check(struct sandbox_svc *svc, struct fleet_host *h)
 {
 	struct vmm *v;
 	bool ok;
-	struct live *dropped = NULL;
+	struct fleet_guest *dropped = NULL;
 
 	pthread_mutex_lock(&svc->lock);
 	v = h->vmm;
@@ -791,7 +809,7 @@ static void host_check(struct sandbox_svc *svc, struct host *h)
 	bool back = ok && h->reconcile_due;
 	bool resume = ok && !back && h->state == HOST_UP;
 	pthread_mutex_unlock(&svc->lock);
-	sandbox_live_teardown_chain(dropped, "its host is down");
+	fleet_guest_end_chain(dropped, "its host is down");
 	if (back)
 		host_back(svc, h);
 	else if (resume)
@@ -873,7 +891,7 @@ size_t sandbox_hosts_view(struct sandbox_svc *svc, struct sandbox_host_view *out
 
 	pthread_mutex_lock(&svc->lock);
 	for (size_t i = 0; i < svc->n_hosts && n < max; i++) {
-		struct host *h = &svc->hosts[i];
+		struct fleet_host *h = &svc->hosts[i];
 		struct sandbox_host_view *v = &out[n++];
 		int pool_guests;
 		uint64_t pool_mib, pool_gib;

@@ -1,14 +1,18 @@
-/* sandbox/live.c: who owns a live guest, and who ends it.
+/* sandbox/live.c: the customers' live guests, and who ends them.
  *
- * svc->lives holds one `struct live` per running customer guest. Threads
- * reach a live under svc->lock and pin it with `refs` to use it after
- * unlocking (exec_start, the timer, the liveness pinger); exactly one ender
- * unlinks it (sandbox_live_take_locked, which waits for refs to drop),
- * closes its channel (failing its in-flight execs), destroys its domain and
- * settles its row, all with no lock held. Callbacks from the channel's
- * thread or libvirt's event loop (a broken channel, a stopped domain) only
- * mark the live dead; a supervisor pass queues the end; a thread of the
- * blocking pool runs it (supervise.c). See sandbox-priv.h for the lock order.
+ * svc->lives holds one fleet_guest (fleet.h) per running customer guest,
+ * with a ref of its own, found by id through the registry. Threads reach
+ * a guest under svc->lock and pin it with a ref to use it after unlocking
+ * (exec_start, file calls, the supervisor's passes, the liveness pinger);
+ * exactly one end unlinks it (sandbox_live_take_locked: it takes the
+ * list's ref and moves the guest to ENDING, never waiting for pins),
+ * closes its channel (failing its in-flight execs, and every later call of
+ * a pinned caller), destroys its domain and settles its row, all with no
+ * lock held; the last unref frees it. Callbacks from the channel's thread
+ * or libvirt's event loop (a broken channel, a stopped domain) only mark
+ * the guest dead; a supervisor pass queues the end; a thread of the
+ * blocking pool runs it (supervise.c). See sandbox-priv.h for the lock
+ * order.
  */
 #include <pthread.h>
 #include <stddef.h>
@@ -26,104 +30,74 @@
 
 /* ----------------------------------------------------------------- lives */
 
-/* The live a registry node is embedded in. */
-#define live_of(n) ((struct live *)((char *)(n)-offsetof(struct live, node)))
+/* The guest a registry node is embedded in. */
+#define guest_of(n) ((struct fleet_guest *)((char *)(n)-offsetof(struct fleet_guest, node)))
 
-struct live *sandbox_live_find_locked(struct sandbox_svc *svc, const char *id)
+struct fleet_guest *sandbox_live_find_locked(struct sandbox_svc *svc, const char *id)
 {
 	struct fleet_node *n = fleet_registry_get(&svc->by_id, id);
 
-	return n ? live_of(n) : NULL;
+	return n ? guest_of(n) : NULL;
 }
 
-void sandbox_live_link_locked(struct sandbox_svc *svc, struct live *l)
+void sandbox_live_link_locked(struct sandbox_svc *svc, struct fleet_guest *l)
 {
+	fleet_guest_set_state(l, FLEET_GUEST_RUNNING);
 	l->node.key = l->id;
 	fleet_registry_put(&svc->by_id, &l->node);
 	l->next = svc->lives;
 	svc->lives = l;
 }
 
-/* Unlink a live and wait until no exec_start uses it. Returns it, owned by
- * the caller, or NULL when someone else already took it. Call with lock. */
-struct live *sandbox_live_take_locked(struct sandbox_svc *svc, const char *id)
+struct fleet_guest *sandbox_live_take_locked(struct sandbox_svc *svc, const char *id,
+					     enum fleet_end end)
 {
 	struct fleet_node *n = fleet_registry_del(&svc->by_id, id);
-	struct live **pp, *l;
+	struct fleet_guest **pp, *l;
 
 	if (!n)
 		return NULL;
-	l = live_of(n);
+	l = guest_of(n);
 	for (pp = &svc->lives; *pp; pp = &(*pp)->next) {
 		if (*pp == l) {
 			*pp = l->next;
 			break;
 		}
 	}
-	l->unlinked = true;
-	while (l->refs > 0)
-		pthread_cond_wait(&svc->cond, &svc->lock);
+	l->next = NULL;
+	fleet_guest_end_begin(l, end);
 	return l;
 }
 
-int sandbox_live_usable_locked(struct live *l, const char *id, struct sbx_error *err)
+struct fleet_guest *sandbox_live_pin(struct sandbox_svc *svc, const char *id, struct sbx_error *err)
 {
-	if (!l || l->dead || l->unlinked)
-		return sbx_error_set(err, SBX_E_SANDBOX_NOT_RUNNING, NULL,
-				     "sandbox '%s' is no longer running", id);
-	if (l->suspended) {
-		sbx_error_set(
-		    err, SBX_E_SERVICE_UNAVAILABLE, NULL,
-		    "the connection to the host of sandbox '%s' was lost; the sandbox keeps "
-		    "running and is reachable again once its host answers: retry",
-		    id);
-		if (err)
-			err->retry_after_s = 2;
-		return -1;
+	struct fleet_guest *l;
+
+	pthread_mutex_lock(&svc->lock);
+	l = sandbox_live_find_locked(svc, id);
+	if (fleet_guest_usable(l, id, err) < 0) {
+		pthread_mutex_unlock(&svc->lock);
+		return NULL;
 	}
-	return 0;
+	fleet_guest_ref(l);
+	pthread_mutex_unlock(&svc->lock);
+	return l;
 }
 
-void sandbox_live_unref_locked(struct sandbox_svc *svc, struct live *l)
+void sandbox_live_unpin(struct fleet_guest *l)
 {
-	if (--l->refs == 0)
-		pthread_cond_broadcast(&svc->cond);
+	fleet_guest_unref(l);
 }
 
-void sandbox_live_teardown_chain(struct live *l, const char *why)
+void sandbox_live_teardown(struct fleet_guest *l, const char *why)
 {
-	while (l) {
-		struct live *next = l->next;
-
-		sandbox_live_teardown(l, why);
-		l = next;
-	}
+	fleet_guest_end(l, why);
+	fleet_guest_unref(l);
 }
 
-void sandbox_live_teardown(struct live *l, const char *why)
+bool sandbox_live_host_lost(struct fleet_guest *l)
 {
-	struct sbx_error err;
-	int64_t t0 = sbx_mono_ms(), t1;
-
-	if (l->conn)
-		agentless_conn_free(l->conn, why);
-	/* after the conn: freeing it fails the launcher exec into it */
-	sandbox_execution_prestart_free(l->prestart);
-	t1 = sbx_mono_ms();
-	if (l->vm) {
-		if (vmm_vm_destroy(l->vm, &err) < 0)
-			sbx_err(MOD, "sandbox %s: destroying domain %s failed: %s", l->id,
-				l->domain, err.message);
-		vmm_vm_free(l->vm);
-	}
-	sbx_info(MOD, "sandbox %s: channel closed in %lld ms, domain destroyed in %lld ms", l->id,
-		 (long long)(t1 - t0), (long long)(sbx_mono_ms() - t1));
-	free(l);
-}
-
-bool sandbox_live_host_lost(struct live *l)
-{
-	struct sandbox_svc *svc = l->svc;
+	struct sandbox_svc *svc = l->owner;
 	struct vmm *v = l->host->vmm;
 	bool eligible;
 	unsigned gen;
@@ -131,14 +105,16 @@ bool sandbox_live_host_lost(struct live *l)
 	if (!v || l->host->cfg->transport != CONFIG_TRANSPORT_STREAM)
 		return false; /* a socket channel is qemu's: it survives libvirtd */
 	pthread_mutex_lock(&svc->lock);
-	eligible =
-	    !l->pooled && !l->prestart && !l->unlinked && sandbox_live_find_locked(svc, l->id) == l;
+	eligible = !l->prestart && sandbox_live_find_locked(svc, l->id) == l;
+	pthread_mutex_lock(&l->lock);
+	eligible = eligible && l->state == FLEET_GUEST_RUNNING;
 	gen = l->conn_gen;
+	pthread_mutex_unlock(&l->lock);
 	pthread_mutex_unlock(&svc->lock);
 	return eligible && (vmm_conn_gen(v) != gen || !vmm_connected(v));
 }
 
-int sandbox_live_channel_reopen(struct live *l, unsigned *gen, struct sbx_error *err)
+int sandbox_live_channel_reopen(struct fleet_guest *l, unsigned *gen, struct sbx_error *err)
 {
 	struct sbx_channel ch;
 
@@ -151,13 +127,13 @@ int sandbox_live_channel_reopen(struct live *l, unsigned *gen, struct sbx_error 
 
 void sandbox_on_conn_broken(void *opaque, const char *why)
 {
-	struct live *l = opaque;
-	struct sandbox_svc *svc = l->svc;
+	struct fleet_guest *l = opaque;
+	struct sandbox_svc *svc = l->owner;
 	bool lost = sandbox_live_host_lost(l); /* before the lock: asks vmm */
 
-	pthread_mutex_lock(&svc->lock);
+	pthread_mutex_lock(&l->lock);
 	l->breaks++;
-	if (!l->dead && lost && !l->unlinked) {
+	if (!l->dead && lost && l->state < FLEET_GUEST_ENDING) {
 		if (!l->suspended) {
 			l->suspended = true;
 			l->suspended_at_ms = sbx_wall_ms();
@@ -171,6 +147,9 @@ void sandbox_on_conn_broken(void *opaque, const char *why)
 		l->dead_at_ms = sbx_wall_ms();
 		sbx_warn(MOD, "sandbox %s: exec channel broke: %s", l->id, why);
 	}
+	pthread_mutex_unlock(&l->lock);
+	/* the timer queues its end */
+	pthread_mutex_lock(&svc->lock);
 	pthread_cond_broadcast(&svc->cond);
 	pthread_mutex_unlock(&svc->lock);
 }
@@ -180,16 +159,27 @@ void sandbox_on_domain_stopped(void *opaque, const char *name)
 	struct sandbox_svc *svc = opaque;
 
 	pthread_mutex_lock(&svc->lock);
-	for (struct live *l = svc->lives; l; l = l->next) {
-		if (strcmp(l->domain, name) == 0 && !l->dead) {
-			l->dead = true;
-			l->dead_at_ms = sbx_wall_ms();
+	for (struct fleet_guest *l = svc->lives; l; l = l->next) {
+		if (strcmp(l->domain, name) == 0 && fleet_guest_mark_dead(l, sbx_wall_ms()))
 			sbx_warn(MOD, "sandbox %s: domain %s stopped", l->id, name);
-		}
 	}
 	sandbox_pool_domain_stopped_locked(svc, name);
 	pthread_cond_broadcast(&svc->cond);
 	pthread_mutex_unlock(&svc->lock);
+}
+
+static enum fleet_end end_of(enum store_status status)
+{
+	switch (status) {
+	case STORE_FAILED:
+		return FLEET_END_FAILED;
+	case STORE_EXPIRED:
+		return FLEET_END_EXPIRED;
+	case STORE_DESTROYED:
+		return FLEET_END_DELETED;
+	default:
+		return FLEET_END_OTHER;
+	}
 }
 
 /* End a sandbox: tear its guest down (if this node runs it), then settle
@@ -199,12 +189,10 @@ int sandbox_end(struct sandbox_svc *svc, const char *id, enum store_status statu
 		int64_t ended_at_ms, const char *why, struct store_sandbox *out,
 		struct sbx_error *err)
 {
-	struct live *l;
+	struct fleet_guest *l;
 
 	pthread_mutex_lock(&svc->lock);
-	l = sandbox_live_take_locked(svc, id);
-	if (l)
-		l->ending = status;
+	l = sandbox_live_take_locked(svc, id, end_of(status));
 	pthread_mutex_unlock(&svc->lock);
 	if (status != STORE_DESTROYED) {
 		/* Expired or failed: the moment is known; record it first so the

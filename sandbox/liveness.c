@@ -38,7 +38,7 @@ struct watch {
 };
 
 struct pinned {
-	struct live *l;
+	struct fleet_guest *l;
 	struct watch *w;
 	struct agentless_ping *ping; /* NULL when it could not be sent */
 };
@@ -80,10 +80,10 @@ static void liveness_round(struct sandbox_svc *svc, struct watch *ws, size_t *n_
 	for (size_t i = 0; i < *n_ws; i++)
 		ws[i].seen = false;
 	pthread_mutex_lock(&svc->lock);
-	for (struct live *l = svc->lives; l && n_pins < LIVENESS_MAX; l = l->next) {
+	for (struct fleet_guest *l = svc->lives; l && n_pins < LIVENESS_MAX; l = l->next) {
 		struct watch *w;
 
-		if (l->dead || l->unlinked)
+		if (fleet_guest_dead(l))
 			continue;
 		w = watch_find(ws, *n_ws, l->id);
 		if (!w && *n_ws < LIVENESS_MAX) {
@@ -96,7 +96,7 @@ static void liveness_round(struct sandbox_svc *svc, struct watch *ws, size_t *n_
 		if (!w)
 			continue;
 		w->seen = true;
-		l->refs++;
+		fleet_guest_ref(l);
 		pins[n_pins].l = l;
 		pins[n_pins].w = w;
 		n_pins++;
@@ -109,7 +109,7 @@ static void liveness_round(struct sandbox_svc *svc, struct watch *ws, size_t *n_
 	for (size_t i = 0; i < n_pins; i++)
 		pins[i].ping = agentless_conn_ping_send(pins[i].l->conn, NULL);
 	for (size_t i = 0; i < n_pins; i++) {
-		struct live *l = pins[i].l;
+		struct fleet_guest *l = pins[i].l;
 		struct watch *w = pins[i].w;
 		int64_t rtt, t;
 
@@ -130,18 +130,17 @@ static void liveness_round(struct sandbox_svc *svc, struct watch *ws, size_t *n_
 			sbx_warn(MOD, "sandbox %s: liveness ping unanswered (%d of %d)", w->id,
 				 w->misses, svc->cfg.liveness_misses);
 		}
-		pthread_mutex_lock(&svc->lock);
-		if (w->misses >= svc->cfg.liveness_misses && !l->dead && !l->unlinked) {
-			l->dead = true;
-			l->dead_at_ms = w->last_ok_ms;
+		if (w->misses >= svc->cfg.liveness_misses && !fleet_guest_over(l) &&
+		    fleet_guest_mark_dead(l, w->last_ok_ms)) {
 			sbx_warn(MOD,
 				 "sandbox %s: guest stopped answering; failing it as of its last "
 				 "answer %lld ms ago",
 				 w->id, (long long)(t - w->last_ok_ms));
-		}
-		if (--l->refs == 0 || l->dead)
+			pthread_mutex_lock(&svc->lock);
 			pthread_cond_broadcast(&svc->cond);
-		pthread_mutex_unlock(&svc->lock);
+			pthread_mutex_unlock(&svc->lock);
+		}
+		fleet_guest_unref(l);
 	}
 
 	/* 3. Compact: keep the watches of guests still live. */

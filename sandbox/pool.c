@@ -44,43 +44,44 @@
 
 struct pool_boot {
 	struct sandbox_svc *svc;
-	struct host *host;
+	struct fleet_host *host;
 	const struct sandbox_size *size;
 	const char *runtime; /* in svc->cfg.execution_pool, or NULL */
 };
 
 /* Usable: not dead, and an execution guest's launcher still waits. Call
  * with lock. */
-static bool pool_usable_locked(struct live *p)
+static bool pool_usable_locked(struct fleet_guest *p)
 {
-	return !p->dead && (!p->runtime[0] || sandbox_execution_prestart_waiting(p->prestart));
+	return !fleet_guest_dead(p) &&
+	       (!p->runtime[0] || sandbox_execution_prestart_waiting(p->prestart));
 }
 
-static bool pool_kind(const struct live *p, const char *size, const char *runtime)
+static bool pool_kind(const struct fleet_guest *p, const char *size, const char *runtime)
 {
 	return runtime ? strcmp(p->runtime, runtime) == 0
 		       : !p->runtime[0] && strcmp(p->size, size) == 0;
 }
 
-int sandbox_pool_ready_locked(struct sandbox_svc *svc, struct host *h, const char *size,
+int sandbox_pool_ready_locked(struct sandbox_svc *svc, struct fleet_host *h, const char *size,
 			      const char *runtime)
 {
 	int n = 0;
 
-	for (struct live *p = svc->pool; p; p = p->next)
+	for (struct fleet_guest *p = svc->pool; p; p = p->next)
 		if ((!h || p->host == h) && pool_kind(p, size, runtime) && pool_usable_locked(p))
 			n++;
 	return n;
 }
 
-struct live *sandbox_pool_take_locked(struct sandbox_svc *svc, struct host *h, const char *size,
-				      const char *runtime)
+struct fleet_guest *sandbox_pool_take_locked(struct sandbox_svc *svc, struct fleet_host *h,
+					     const char *size, const char *runtime)
 {
-	struct live **pp, *oldest = NULL, **oldest_pp = NULL;
+	struct fleet_guest **pp, *oldest = NULL, **oldest_pp = NULL;
 
 	/* The oldest ready one: it has the least idle time left. */
 	for (pp = &svc->pool; *pp; pp = &(*pp)->next) {
-		struct live *p = *pp;
+		struct fleet_guest *p = *pp;
 
 		if ((h && p->host != h) || !pool_kind(p, size, runtime) || !pool_usable_locked(p) ||
 		    !agentless_conn_alive(p->conn))
@@ -94,28 +95,27 @@ struct live *sandbox_pool_take_locked(struct sandbox_svc *svc, struct host *h, c
 		return NULL;
 	*oldest_pp = oldest->next;
 	oldest->next = NULL;
-	oldest->pooled = false;
+	fleet_guest_set_state(oldest, FLEET_GUEST_RUNNING);
 	return oldest;
 }
 
-struct live *sandbox_pool_evict_locked(struct sandbox_svc *svc, struct host *h)
+struct fleet_guest *sandbox_pool_evict_locked(struct sandbox_svc *svc, struct fleet_host *h)
 {
-	for (struct live **pp = &svc->pool; *pp; pp = &(*pp)->next) {
-		struct live *p = *pp;
+	for (struct fleet_guest **pp = &svc->pool; *pp; pp = &(*pp)->next) {
+		struct fleet_guest *p = *pp;
 
 		if (p->host != h)
 			continue;
 		*pp = p->next;
 		p->next = NULL;
-		p->pooled = false;
 		return p;
 	}
 	return NULL;
 }
 
-struct live *sandbox_pool_drop_host_locked(struct sandbox_svc *svc, struct host *h)
+struct fleet_guest *sandbox_pool_drop_host_locked(struct sandbox_svc *svc, struct fleet_host *h)
 {
-	struct live *out = NULL, *p;
+	struct fleet_guest *out = NULL, *p;
 
 	while ((p = sandbox_pool_evict_locked(svc, h)) != NULL) {
 		p->next = out;
@@ -124,13 +124,13 @@ struct live *sandbox_pool_drop_host_locked(struct sandbox_svc *svc, struct host 
 	return out;
 }
 
-void sandbox_pool_count_locked(struct sandbox_svc *svc, struct host *h, int *guests, uint64_t *mib,
-			       uint64_t *disk_gib)
+void sandbox_pool_count_locked(struct sandbox_svc *svc, struct fleet_host *h, int *guests,
+			       uint64_t *mib, uint64_t *disk_gib)
 {
 	*guests = h->pool_booting;
 	*mib = h->pool_booting_mib;
 	*disk_gib = h->pool_booting_disk_gib;
-	for (struct live *p = svc->pool; p; p = p->next) {
+	for (struct fleet_guest *p = svc->pool; p; p = p->next) {
 		if (p->host != h)
 			continue;
 		(*guests)++;
@@ -141,15 +141,13 @@ void sandbox_pool_count_locked(struct sandbox_svc *svc, struct host *h, int *gue
 
 void sandbox_pool_domain_stopped_locked(struct sandbox_svc *svc, const char *name)
 {
-	for (struct live *p = svc->pool; p; p = p->next) {
-		if (strcmp(p->domain, name) == 0 && !p->dead) {
-			p->dead = true;
+	for (struct fleet_guest *p = svc->pool; p; p = p->next) {
+		if (strcmp(p->domain, name) == 0 && fleet_guest_mark_dead(p, sbx_wall_ms()))
 			sbx_warn(MOD, "pooled guest %s stopped", name);
-		}
 	}
 }
 
-static void pool_booting_locked(struct host *h, const struct sandbox_size *size, int sign)
+static void pool_booting_locked(struct fleet_host *h, const struct sandbox_size *size, int sign)
 {
 	h->pool_booting += sign;
 	h->pool_booting_mib += (uint64_t)sign * size->memory_mib;
@@ -160,10 +158,10 @@ static void *pool_boot_main(void *arg)
 {
 	struct pool_boot *pb = arg;
 	struct sandbox_svc *svc = pb->svc;
-	struct host *h = pb->host;
+	struct fleet_host *h = pb->host;
 	const struct sandbox_size *size = pb->size;
 	const char *runtime = pb->runtime;
-	struct live *l = NULL;
+	struct fleet_guest *l = NULL;
 	struct sbx_error err;
 	char marker[32];
 	int64_t t0 = sbx_mono_ms(), deadline = t0 + svc->cfg.boot_timeout_ms;
@@ -193,7 +191,7 @@ static void *pool_boot_main(void *arg)
 		l = NULL;
 		pthread_mutex_lock(&svc->lock);
 	} else if (rc == 0) {
-		l->pooled = true;
+		fleet_guest_set_state(l, FLEET_GUEST_POOLED);
 		l->pooled_at_mono = sbx_mono_ms();
 		l->next = svc->pool;
 		svc->pool = l;
@@ -215,7 +213,7 @@ static void *pool_boot_main(void *arg)
 
 /* Start one pool boot if the rules allow it. Call with lock; returns true
  * when a boot was started. */
-static bool pool_boot_maybe_locked(struct sandbox_svc *svc, struct host *h,
+static bool pool_boot_maybe_locked(struct sandbox_svc *svc, struct fleet_host *h,
 				   const struct sandbox_size *size, const char *runtime)
 {
 	struct pool_boot *pb;
@@ -252,19 +250,18 @@ static bool pool_boot_maybe_locked(struct sandbox_svc *svc, struct host *h,
 }
 
 /* Unlink dead and over-age pooled guests into *out. Call with lock. */
-static void pool_reap_locked(struct sandbox_svc *svc, int64_t mono, struct live **out)
+static void pool_reap_locked(struct sandbox_svc *svc, int64_t mono, struct fleet_guest **out)
 {
 	int64_t max_idle = (int64_t)svc->cfg.pool_max_idle_s * 1000;
-	struct live **pp = &svc->pool;
+	struct fleet_guest **pp = &svc->pool;
 
 	while (*pp) {
-		struct live *p = *pp;
+		struct fleet_guest *p = *pp;
 
 		if (!pool_usable_locked(p) || mono - p->pooled_at_mono >= max_idle ||
 		    p->host->state != HOST_UP || p->host->draining) {
 			*pp = p->next;
 			p->next = *out;
-			p->pooled = false;
 			*out = p;
 			continue;
 		}
@@ -274,7 +271,7 @@ static void pool_reap_locked(struct sandbox_svc *svc, int64_t mono, struct live 
 }
 
 /* Start the boots host h's pool lacks (none on a host down or drained). */
-static void pool_refill_locked(struct sandbox_svc *svc, struct host *h)
+static void pool_refill_locked(struct sandbox_svc *svc, struct fleet_host *h)
 {
 	if (h->state != HOST_UP || h->draining || !h->vmm)
 		return;
@@ -306,7 +303,7 @@ static void *pool_main(void *arg)
 
 	pthread_mutex_lock(&svc->lock);
 	while (!svc->stop) {
-		struct live *reaped = NULL;
+		struct fleet_guest *reaped = NULL;
 		struct timespec ts;
 
 		if (svc->n_hosts &&
@@ -323,10 +320,10 @@ static void *pool_main(void *arg)
 		if (reaped) {
 			pthread_mutex_unlock(&svc->lock);
 			while (reaped) {
-				struct live *next = reaped->next;
+				struct fleet_guest *next = reaped->next;
 
 				sbx_info(MOD, "recycling pooled guest %s (%s)", reaped->domain,
-					 reaped->dead ? "it died"
+					 fleet_guest_dead(reaped) ? "it died"
 					 : !pool_usable_locked(reaped)
 					     ? "its launcher ended"
 					     : "idle too long, or its host "
@@ -363,7 +360,7 @@ int sandbox_pool_start(struct sandbox_svc *svc, struct sbx_error *err)
 
 void sandbox_pool_stop(struct sandbox_svc *svc)
 {
-	struct live *all;
+	struct fleet_guest *all;
 
 	if (svc->pool_started) {
 		pthread_join(svc->pool_thread, NULL);
@@ -379,7 +376,7 @@ void sandbox_pool_stop(struct sandbox_svc *svc)
 	svc->pool = NULL;
 	pthread_mutex_unlock(&svc->lock);
 	while (all) {
-		struct live *next = all->next;
+		struct fleet_guest *next = all->next;
 
 		sandbox_live_teardown(all, "the service is stopping");
 		all = next;

@@ -84,7 +84,7 @@ int sandbox_proc_call(struct sandbox_svc *svc, const char *account_id, const cha
 	};
 	struct store_sandbox row;
 	struct proc_call *call;
-	struct live *l;
+	struct fleet_guest *l;
 	int64_t now = sbx_wall_ms();
 	int rc;
 
@@ -135,7 +135,11 @@ int sandbox_proc_call(struct sandbox_svc *svc, const char *account_id, const cha
 		return -1;
 	}
 	rc = agentless_proc(l->conn, &areq, proc_done, call, err);
-	sandbox_live_unpin(svc, l);
+	/* ended between the pin and the call (its channel closed): as if
+	 * the pin had come after the end */
+	if (rc < 0 && fleet_guest_over(l))
+		fleet_guest_usable(l, id, err);
+	sandbox_live_unpin(l);
 	if (rc < 0) {
 		free(call);
 		sandbox_output_release(req->hold);

@@ -2,25 +2,29 @@
  *
  * Files: sandbox.c (the service, accounts, create, get/list/destroy/extend,
  * usage), acquire.c (a guest for a sandbox or an execution, the boot),
- * live.c (who owns a live guest, how one ends), supervise.c (the supervisor's passes, the blocking
- * pool, the ends), exec.c (exec), budget.c (the output budget: its own object and lock),
+ * live.c (the customers' live guests, how one ends), supervise.c (the supervisor's passes, the
+ * blocking pool, the ends), exec.c (exec), budget.c (the output budget: its own object and lock),
  * execution.c (one-shot executions), pool.c (the warm pool), liveness.c (the ping), host.c (the
  * hosts: capacity, placement, reconcile per host, health and drain), settle.c (ends the store
  * refused, retried; how a lost guest's bill ends).
  *
  * Lock order (a lock may be taken while holding the ones left of it):
  *
+ *   svc->lock  ->  fleet_guest lock (a leaf, fleet.h)
  *   svc->lock  ->  agentless conn lock  ->  vmm channel lock
  *   svc->lock  ->  the work pool's lock (a leaf: sandbox_end_queue_locked)
  *
  * svc->lock guards lives, pool, counters and the end queue, and every
- * host's state and counters (struct host: no lock of its own). With it held
- * only agentless_conn_alive() and agentless_conn_inflight() (queries that
- * take the conn's leaf lock) may be called: never a send, a tick, a free,
- * an exec start, a libvirt call, a store call or a callback. Completions
- * (exec done, on_broken, domain stopped) are called by lower modules with
- * none of their locks held and take svc->lock themselves; so nothing may
- * call into agentless/ or vmm/ with svc->lock held, or they deadlock.
+ * host's state and counters (struct fleet_host: no lock of its own); a
+ * guest's own lock guards its state and health (dead, suspended, conn_gen,
+ * breaks). With svc->lock held only agentless_conn_alive() and
+ * agentless_conn_inflight() (queries that take the conn's leaf lock) may
+ * be called: never a send, a tick, a close, an unref, an exec start, a
+ * libvirt call, a store call or a callback. Completions (exec done,
+ * on_broken, domain stopped) are called by lower modules with none of
+ * their locks held and take svc->lock themselves; so nothing may call into
+ * agentless/ or vmm/ with svc->lock held, or they deadlock. A guest's last
+ * unref frees its conn: drop refs with no lock held.
  * The store has its own mutex, taken with no sandbox lock held. The
  * output budget's lock (budget.c) is a leaf: it may be taken holding any
  * of these, and nothing is taken or called under it; svc->lock does not
@@ -38,7 +42,7 @@
 #include "../vmm/vmm.h"
 #include "sandbox.h"
 
-struct prestart; /* execution.c */
+struct prestart; /* execution.c (a fleet_guest holds one: fleet.h) */
 
 /* A libvirt host guests are placed on (host.c, docs/hosts.md). Its config
  * and vmm are set before the service's threads start and never change;
@@ -48,7 +52,7 @@ enum host_state {
 	HOST_DOWN, /* did not answer for host_down_after_ms (or never opened) */
 };
 
-struct host {
+struct fleet_host {
 	struct sandbox_svc *svc;
 	const struct sandbox_host_config *cfg; /* in svc->cfg.hosts */
 	bool local;			       /* this machine: sysinfo and statvfs apply */
@@ -80,47 +84,6 @@ struct host {
 	int64_t disk_measured_mono; /* when */
 };
 
-/* A running guest: a customer's (in svc->lives, id = the sandbox id) or a
- * pooled one (in svc->pool, pooled = true, never seen by tenant code). */
-struct live {
-	char id[SANDBOX_ID_MAX];
-	char domain[64];
-	char size[16];
-	struct sandbox_svc *svc;
-	struct host *host; /* the host it runs on */
-	struct vmm_vm *vm;
-	struct agentless_conn *conn;
-	int64_t expires_at_ms; /* cached from the row; the row is the truth */
-	uint64_t memory_mib;
-	int refs; /* threads using conn right now (exec_start, supervisor passes, liveness) */
-	bool unlinked;
-	bool end_queued; /* its end is a job in svc->work */
-	bool dead;	 /* guest gone or channel broken: end as failed */
-	/* A customer's stream channel that broke because its host's libvirt
-	 * connection went (docs/hosts.md "A dropped connection"): not dead;
-	 * the host thread reopens the channel once the connection is back
-	 * (sandbox_hosts_resume), or the host-down path fails it. Requests
-	 * meanwhile answer 503. conn_gen is the vmm_conn_gen() the channel
-	 * was opened on; breaks counts on_broken calls (a break during the
-	 * reopen keeps it suspended). */
-	bool suspended;
-	int64_t suspended_at_ms;
-	unsigned conn_gen;
-	unsigned breaks;
-	enum store_status ending; /* set by its end before teardown (lock held) */
-	int64_t dead_at_ms;
-	bool pooled;		/* in svc->pool, not handed out yet */
-	int64_t pooled_at_mono; /* when it said HELLO (for pool_max_idle_s) */
-	/* An execution guest (execution_pool): the runtime whose interpreter
-	 * waits in it ("" for a plain pooled guest) and that launcher exec's
-	 * state, owned by the live (freed by sandbox_live_teardown after the
-	 * conn, whose failure of the exec still writes into it). */
-	char runtime[8];
-	struct prestart *prestart;
-	struct live *next;
-	struct fleet_node node; /* in svc->by_id (key = id) while in svc->lives */
-};
-
 /* The service's blocking pool (supervise.c): its fixed threads, and the
  * threads' names (/proc/PID/task/TID/comm), the supervisor's too. */
 #define SANDBOX_WORK_THREADS	 8
@@ -137,14 +100,14 @@ struct sandbox_svc {
 	struct sandbox_config cfg;
 	struct store *store;
 	struct receipt_signer *signer; /* the node's receipt key */
-	struct host hosts[SANDBOX_MAX_HOSTS];
+	struct fleet_host hosts[SANDBOX_MAX_HOSTS];
 	size_t n_hosts;
 	bool host_thread_started;
 	pthread_t host_thread;
 
 	pthread_mutex_t lock; /* lives, pool, booting, stop, startup rings, retries */
-	pthread_cond_t cond;  /* live refs dropped, boot slot freed, threads' wake */
-	struct live *lives;
+	pthread_cond_t cond;  /* boot slot freed, guest died, threads' wake */
+	struct fleet_guest *lives;
 	struct fleet_registry by_id; /* the lives by sandbox id */
 	struct fleet_slots slots;    /* boot slots (customers and pool) */
 	bool stop;
@@ -156,7 +119,7 @@ struct sandbox_svc {
 	struct sbx_workpool *work;
 
 	/* Warm pool (pool.c). */
-	struct live *pool; /* ready pooled guests of every host (l->host) */
+	struct fleet_guest *pool; /* ready pooled guests of every host (l->host) */
 	bool pool_started;
 	pthread_t pool_thread;
 
@@ -188,8 +151,8 @@ struct sandbox_acquire {
 	int64_t queue_deadline_mono; /* a boot slot by then, or 503 */
 	int64_t boot_deadline_mono;  /* HELLO by then; 0: boot_timeout_ms after the slot */
 	const char *why_failed;	     /* logged when a guest taken is torn down */
-	struct live *l;		     /* out: id = marker, not linked anywhere */
-	struct host *h;		     /* out: where it runs, counted booting there */
+	struct fleet_guest *l;	     /* out: id = marker, not linked anywhere */
+	struct fleet_host *h;	     /* out: where it runs, counted booting there */
 	bool warm;		     /* out: taken from the pool */
 	bool no_room;		     /* out (failure): no host has room (503) */
 };
@@ -201,15 +164,15 @@ int sandbox_guest_acquire(struct sandbox_svc *svc, struct sandbox_acquire *a,
 			  struct sbx_error *err);
 /* Stop counting a guest of `size` as booting on h (undo of the
  * acquisition's capacity). No lock held. */
-void sandbox_guest_uncount(struct sandbox_svc *svc, struct host *h,
+void sandbox_guest_uncount(struct sandbox_svc *svc, struct fleet_host *h,
 			   const struct sandbox_size *size);
 /* Boot a guest of `size` with `marker` as the sandbox id in its metadata,
  * open its channel and wait for HELLO until deadline_mono. On success *out
- * is a new struct live (not linked anywhere; id empty). The caller holds a
+ * is a new struct fleet_guest (not linked anywhere; id empty). The caller holds a
  * boot slot. -1 with err; nothing is left behind. */
-int sandbox_guest_boot(struct sandbox_svc *svc, struct host *h, const struct sandbox_size *size,
-		       const char *marker, int64_t deadline_mono, struct live **out,
-		       struct sbx_error *err);
+int sandbox_guest_boot(struct sandbox_svc *svc, struct fleet_host *h,
+		       const struct sandbox_size *size, const char *marker, int64_t deadline_mono,
+		       struct fleet_guest **out, struct sbx_error *err);
 /* Wait for one of max_concurrent_boots slots (boots are CPU-bound here:
  * queue them rather than thrash), counted as a customer waiting so that the
  * pool's refill yields. No lock held. 0, or -1 with a 503 (retry_after_s 5)
@@ -219,33 +182,46 @@ int sandbox_guest_boot(struct sandbox_svc *svc, struct host *h, const struct san
 int sandbox_boot_slot_acquire(struct sandbox_svc *svc, int64_t deadline_mono,
 			      struct sbx_error *err);
 void sandbox_boot_slot_release(struct sandbox_svc *svc);
-/* live.c */
+/* live.c: the customers' guests (svc->lives, svc->by_id). Each is a
+ * fleet_guest (fleet.h) the list holds a ref of. */
 
-/* The live of sandbox `id` (borrowed: pin it with refs to use it after
+/* The guest of sandbox `id` (borrowed: take a ref to use it after
  * unlocking), or NULL. Call with lock. */
-struct live *sandbox_live_find_locked(struct sandbox_svc *svc, const char *id);
-/* Link live l (id set) into svc->lives and the registry. Call with lock. */
-void sandbox_live_link_locked(struct sandbox_svc *svc, struct live *l);
-/* Unlink a live and wait (releasing the lock meanwhile) until no ref
- * remains. Returns it, owned by the caller, or NULL when another ender
- * took it. Call with lock. */
-struct live *sandbox_live_take_locked(struct sandbox_svc *svc, const char *id);
-/* May a request use live l of sandbox id? 0; -1 with 410 when it is gone,
- * dead or ending, 503 (Retry-After 2) while suspended. Call with lock. */
-int sandbox_live_usable_locked(struct live *l, const char *id, struct sbx_error *err);
-/* agentless_broken_fn of every customer and pooled guest (opaque = live):
- * marks it dead, or suspended when sandbox_live_host_lost() says its
- * channel went with its host's connection. */
+struct fleet_guest *sandbox_live_find_locked(struct sandbox_svc *svc, const char *id);
+/* Link guest l (id set; the caller's ref becomes the list's) into
+ * svc->lives and the registry, state RUNNING. Call with lock. */
+void sandbox_live_link_locked(struct sandbox_svc *svc, struct fleet_guest *l);
+/* Unlink the guest of `id` and begin its end (state ENDING, `end` kept
+ * for the requests it cuts short). Returns it with the list's ref, now the
+ * caller's (end it, then unref), or NULL when another ender took it.
+ * Never waits: pinned callers keep their refs, their calls fail once the
+ * channel is closed. Call with lock. */
+struct fleet_guest *sandbox_live_take_locked(struct sandbox_svc *svc, const char *id,
+					     enum fleet_end end);
+/* Pin the guest of a running sandbox (a ref) to call into its conn with
+ * no lock held; NULL with 410 when it is gone, dead or ending, 503 while
+ * suspended (fleet_guest_usable). Unpin with sandbox_live_unpin. No lock
+ * held. */
+struct fleet_guest *sandbox_live_pin(struct sandbox_svc *svc, const char *id,
+				     struct sbx_error *err);
+void sandbox_live_unpin(struct fleet_guest *l);
+/* End guest l (close its channel, destroy its domain) and drop the
+ * caller's ref. No lock held. */
+void sandbox_live_teardown(struct fleet_guest *l, const char *why);
+/* agentless_broken_fn of every customer and pooled guest (opaque = the
+ * guest): marks it dead, or suspended when sandbox_live_host_lost() says
+ * its channel went with its host's connection. */
 void sandbox_on_conn_broken(void *opaque, const char *why);
-/* Did live l's channel die with its host's libvirt connection (a customer
- * guest in svc->lives on a stream-transport host whose connection is down
- * or was replaced since the channel opened)? No lock held: asks vmm. */
-bool sandbox_live_host_lost(struct live *l);
-/* Open live l's channel on its vmm_vm into its own conn (which resets and
+/* Did guest l's channel die with its host's libvirt connection (a
+ * customer guest in svc->lives on a stream-transport host whose
+ * connection is down or was replaced since the channel opened)? No lock
+ * held: asks vmm. */
+bool sandbox_live_host_lost(struct fleet_guest *l);
+/* Open guest l's channel on its vmm_vm into its own conn (which resets and
  * sends WELCOME: the guest said HELLO long ago) and note the connection
  * generation it is on in *gen. The restart reconcile and the resume after
- * a dropped connection share it. No lock held; the caller owns or pins l. */
-int sandbox_live_channel_reopen(struct live *l, unsigned *gen, struct sbx_error *err);
+ * a dropped connection share it. No lock held; the caller holds a ref. */
+int sandbox_live_channel_reopen(struct fleet_guest *l, unsigned *gen, struct sbx_error *err);
 /* vmm_stopped_fn (opaque = svc). */
 void sandbox_on_domain_stopped(void *opaque, const char *name);
 /* End a sandbox: tear its guest down (if this node runs it), settle the
@@ -278,8 +254,8 @@ int sandbox_work_submit(struct sandbox_svc *svc, sbx_workpool_fn fn, void *arg);
  * EXPIRED at expires_at_ms) as a job of the blocking pool; once per live
  * (when the pool refuses it, the next pass tries again). Call with
  * lock. */
-void sandbox_end_queue_locked(struct sandbox_svc *svc, struct live *l, enum store_status status,
-			      int64_t at_ms);
+void sandbox_end_queue_locked(struct sandbox_svc *svc, struct fleet_guest *l,
+			      enum store_status status, int64_t at_ms);
 
 /* execution.c: the runtimes and the runners beneath the executions use
  * case (executions.c). */
@@ -343,19 +319,6 @@ int sandbox_create_params(const struct sandbox_config *cfg, const struct sandbox
 			  struct sbx_error *err);
 /* A sandbox's view from its row, its cost accrued to now_ms. */
 void sandbox_view_from_row(const struct store_sandbox *row, int64_t now_ms, struct sandbox_view *v);
-/* Pin the live of a running sandbox (a ref) to call into its conn with no
- * lock held; NULL with 410 when it is gone or dead. Unpin with
- * sandbox_live_unpin. No lock held. */
-struct live *sandbox_live_pin(struct sandbox_svc *svc, const char *id, struct sbx_error *err);
-void sandbox_live_unpin(struct sandbox_svc *svc, struct live *l);
-/* Drop a ref taken under the lock; wakes an end waiting for it. Call
- * with lock. */
-void sandbox_live_unref_locked(struct sandbox_svc *svc, struct live *l);
-/* Fail in-flight execs, destroy the domain, free. No lock held. */
-void sandbox_live_teardown(struct live *l, const char *why);
-/* The same for each of a chain linked by next (evicted or dropped pooled
- * guests). No lock held. */
-void sandbox_live_teardown_chain(struct live *l, const char *why);
 /* Do the guests already admitted leave min_free_disk_mib for the ledger
  * on every local host's state dir and the database's filesystem (the
  * disk rule, adding no guest)? Call with lock. */
@@ -374,7 +337,7 @@ void sandbox_hosts_stop(struct sandbox_svc *svc);
 void sandbox_hosts_close(struct sandbox_svc *svc);
 /* The GiB an overlay of `size` may grow to on host h (0 without a base
  * image there). */
-uint64_t sandbox_host_disk_gib(const struct host *h, const struct sandbox_size *size);
+uint64_t sandbox_host_disk_gib(const struct fleet_host *h, const struct sandbox_size *size);
 /* Read the free space of every local host's state dir and of the
  * database's filesystem (statvfs) with no lock held, and keep it in the
  * hosts for the disk rule. Creates and executions call it before they
@@ -385,21 +348,22 @@ void sandbox_hosts_measure_disk(struct sandbox_svc *svc);
 /* Would one more guest of `size` fit host h's capacity (guests, memory,
  * disk), counting its customers' guests, boots and pool? Call with lock
  * (the disk rule reads what sandbox_hosts_measure_disk kept). */
-bool sandbox_host_fits_locked(struct host *h, const struct sandbox_size *size);
+bool sandbox_host_fits_locked(struct fleet_host *h, const struct sandbox_size *size);
 /* Count a guest of `size` as booting on h (sign +1) or stop counting it
  * (-1). Call with lock. */
-void sandbox_host_booting_locked(struct host *h, const struct sandbox_size *size, int sign);
+void sandbox_host_booting_locked(struct fleet_host *h, const struct sandbox_size *size, int sign);
 /* Place a guest of `size` (an execution of `runtime`: its pre-started
  * guests first; NULL for a sandbox) per docs/hosts.md and count it as
  * booting there. A pooled guest taken is returned in *warm_out (else
  * NULL: boot one on the host returned), pooled guests evicted to make
  * room are chained on *evicted (tear them down without the lock). NULL
  * with a 503 (Retry-After 10) when no host has room. Call with lock. */
-struct host *sandbox_host_admit_locked(struct sandbox_svc *svc, const struct sandbox_size *size,
-				       const char *runtime, struct live **warm_out,
-				       struct live **evicted, struct sbx_error *err);
+struct fleet_host *sandbox_host_admit_locked(struct sandbox_svc *svc,
+					     const struct sandbox_size *size, const char *runtime,
+					     struct fleet_guest **warm_out,
+					     struct fleet_guest **evicted, struct sbx_error *err);
 /* The host named `name`, or NULL. */
-struct host *sandbox_host_find(struct sandbox_svc *svc, const char *name);
+struct fleet_host *sandbox_host_find(struct sandbox_svc *svc, const char *name);
 
 /* exec.c */
 
@@ -416,7 +380,7 @@ int sandbox_execution_config_validate(const struct sandbox_config *cfg, struct s
  * (its interpreter starts and waits for the code) and wait until the
  * interpreter waits, at most until deadline_mono. On success l->prestart
  * and l->runtime are set. No lock held. 0 or -1 with err. */
-int sandbox_execution_prestart(struct sandbox_svc *svc, struct live *l, const char *runtime,
+int sandbox_execution_prestart(struct sandbox_svc *svc, struct fleet_guest *l, const char *runtime,
 			       int64_t deadline_mono, struct sbx_error *err);
 /* Is the pre-started launcher still waiting (its exec not finished)? Takes
  * only the prestart's leaf lock: callable with svc->lock held. */
@@ -490,23 +454,23 @@ void sandbox_pool_stop(struct sandbox_svc *svc);
  * a plain one of `size` (runtime NULL) or an execution guest whose
  * `runtime` interpreter waits (size NULL). NULL if none. The guest is
  * never put back. Call with lock. */
-struct live *sandbox_pool_take_locked(struct sandbox_svc *svc, struct host *h, const char *size,
-				      const char *runtime);
+struct fleet_guest *sandbox_pool_take_locked(struct sandbox_svc *svc, struct fleet_host *h,
+					     const char *size, const char *runtime);
 /* Ready guests of the plain pool of `size` (runtime NULL) or of the
  * execution pool of `runtime`, on host h (NULL: every host). Call with
  * lock. */
-int sandbox_pool_ready_locked(struct sandbox_svc *svc, struct host *h, const char *size,
+int sandbox_pool_ready_locked(struct sandbox_svc *svc, struct fleet_host *h, const char *size,
 			      const char *runtime);
 /* Unlink one pooled guest of host h to free capacity for a customer;
  * NULL when it has none. The caller tears it down without the lock. */
-struct live *sandbox_pool_evict_locked(struct sandbox_svc *svc, struct host *h);
+struct fleet_guest *sandbox_pool_evict_locked(struct sandbox_svc *svc, struct fleet_host *h);
 /* Guests, memory and disk host h's pool holds (ready and booting). Call
  * with lock. */
-void sandbox_pool_count_locked(struct sandbox_svc *svc, struct host *h, int *guests, uint64_t *mib,
-			       uint64_t *disk_gib);
+void sandbox_pool_count_locked(struct sandbox_svc *svc, struct fleet_host *h, int *guests,
+			       uint64_t *mib, uint64_t *disk_gib);
 /* Unlink every pooled guest of host h into a chain (a host that went
  * down or is drained): the caller tears them down without the lock. */
-struct live *sandbox_pool_drop_host_locked(struct sandbox_svc *svc, struct host *h);
+struct fleet_guest *sandbox_pool_drop_host_locked(struct sandbox_svc *svc, struct fleet_host *h);
 /* Mark pooled guests of domain `name` dead. Call with lock. */
 void sandbox_pool_domain_stopped_locked(struct sandbox_svc *svc, const char *name);
 

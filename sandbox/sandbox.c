@@ -147,13 +147,12 @@ struct sandbox_svc *sandbox_svc_new(const struct sandbox_config *cfg, int flags,
 err_hosts:
 	/* reattached guests stay running for the next start */
 	while (svc->lives) {
-		struct live *l = svc->lives;
+		struct fleet_guest *l = svc->lives;
 
 		svc->lives = l->next;
 		fleet_registry_del(&svc->by_id, l->id);
-		agentless_conn_free(l->conn, "the service did not start");
-		vmm_vm_free(l->vm);
-		free(l);
+		agentless_conn_close(l->conn, "the service did not start");
+		fleet_guest_unref(l);
 	}
 	sandbox_settles_free(svc);
 	sandbox_hosts_close(svc);
@@ -185,7 +184,7 @@ void sandbox_svc_free(struct sandbox_svc *svc)
 		sandbox_pool_stop(svc);
 
 	for (;;) {
-		struct live *l;
+		struct fleet_guest *l;
 		char id[SANDBOX_ID_MAX];
 
 		pthread_mutex_lock(&svc->lock);
@@ -201,12 +200,11 @@ void sandbox_svc_free(struct sandbox_svc *svc)
 		} else {
 			/* Leave the guest running; the next daemon reattaches. */
 			pthread_mutex_lock(&svc->lock);
-			l = sandbox_live_take_locked(svc, id);
+			l = sandbox_live_take_locked(svc, id, FLEET_END_OTHER);
 			pthread_mutex_unlock(&svc->lock);
 			if (l) {
-				agentless_conn_free(l->conn, "the service is restarting");
-				vmm_vm_free(l->vm);
-				free(l);
+				agentless_conn_close(l->conn, "the service is restarting");
+				fleet_guest_unref(l);
 			}
 		}
 	}
@@ -318,11 +316,11 @@ void sandbox_metrics_get(struct sandbox_svc *svc, struct sandbox_metrics *out)
 	out->n_sizes = SBX_MIN(cfg->n_sizes, (size_t)SANDBOX_MAX_SIZES);
 	pthread_mutex_lock(&svc->lock);
 	for (size_t i = 0; i < out->n_sizes; i++) {
-		for (struct live *l = svc->lives; l; l = l->next)
+		for (struct fleet_guest *l = svc->lives; l; l = l->next)
 			out->sizes[i].running += strcmp(l->size, out->sizes[i].size) == 0;
-		for (struct live *p = svc->pool; p; p = p->next)
+		for (struct fleet_guest *p = svc->pool; p; p = p->next)
 			out->sizes[i].pooled +=
-			    !p->dead && strcmp(p->size, out->sizes[i].size) == 0;
+			    !fleet_guest_dead(p) && strcmp(p->size, out->sizes[i].size) == 0;
 	}
 	for (size_t i = 0; i < svc->n_hosts; i++) {
 		out->booting += svc->hosts[i].booting;
@@ -388,8 +386,8 @@ int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 	const struct sandbox_size *size;
 	int minutes;
 	struct store_sandbox row = {0};
-	struct live *l = NULL;
-	struct host *h = NULL;
+	struct fleet_guest *l = NULL;
+	struct fleet_host *h = NULL;
 	int64_t created_at, t_req_mono = sbx_mono_ms();
 	bool warm = false;
 
@@ -458,10 +456,9 @@ int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 	sandbox_live_link_locked(svc, l);
 	sandbox_host_booting_locked(h, size, -1);
 	/* its host went down while it booted: it ends like the others there */
-	if (h->state == HOST_DOWN && !l->dead) {
-		l->dead = true;
-		l->dead_at_ms = h->last_seen_wall > created_at ? h->last_seen_wall : created_at;
-	}
+	if (h->state == HOST_DOWN)
+		fleet_guest_mark_dead(l, h->last_seen_wall > created_at ? h->last_seen_wall
+									: created_at);
 	startup_record_locked(svc, warm, startup_ms);
 	pthread_mutex_unlock(&svc->lock);
 	sbx_info(MOD,
@@ -577,7 +574,7 @@ int sandbox_extend(struct sandbox_svc *svc, const char *account_id, const char *
 			return -1;
 		sandbox_fault_hit(cfg, SANDBOX_FAULT_EXTEND_AFTER_HOLD);
 		pthread_mutex_lock(&svc->lock);
-		struct live *l = sandbox_live_find_locked(svc, id);
+		struct fleet_guest *l = sandbox_live_find_locked(svc, id);
 		/* Another extend may have published a later expiry since we
 		 * read the row: the in-memory expiry never moves backwards
 		 * (the row keeps the larger one too, store_sandbox_extend). */

@@ -29,28 +29,35 @@
 /* Pin (a ref each) every live that is neither dead nor past its expiry,
  * under the lock; with `queue_ends`, queue the end of the others. The
  * caller uses them with no lock held, then lives_unpin. */
-static struct live **lives_pin(struct sandbox_svc *svc, int64_t now, bool queue_ends, size_t *n)
+static struct fleet_guest **lives_pin(struct sandbox_svc *svc, int64_t now, bool queue_ends, size_t *n)
 {
-	struct live **picked;
+	struct fleet_guest **picked;
 	size_t cap = 0;
 
 	*n = 0;
 	pthread_mutex_lock(&svc->lock);
-	for (struct live *l = svc->lives; l; l = l->next)
+	for (struct fleet_guest *l = svc->lives; l; l = l->next)
 		cap++;
 	picked = cap ? calloc(cap, sizeof(*picked)) : NULL;
-	for (struct live *l = svc->lives; l; l = l->next) {
-		if (l->dead || l->expires_at_ms <= now) {
+	for (struct fleet_guest *l = svc->lives; l; l = l->next) {
+		bool dead;
+		int64_t dead_at;
+
+		pthread_mutex_lock(&l->lock);
+		dead = l->dead;
+		dead_at = l->dead_at_ms;
+		pthread_mutex_unlock(&l->lock);
+		if (dead || l->expires_at_ms <= now) {
 			/* A guest that died after its expiry is billed to expiry
 			 * (billing caps at expires_at anyway). */
 			if (queue_ends)
-				sandbox_end_queue_locked(
-				    svc, l, l->dead ? STORE_FAILED : STORE_EXPIRED,
-				    l->dead ? l->dead_at_ms : l->expires_at_ms);
+				sandbox_end_queue_locked(svc, l,
+							 dead ? STORE_FAILED : STORE_EXPIRED,
+							 dead ? dead_at : l->expires_at_ms);
 			continue;
 		}
 		if (picked && *n < cap) {
-			l->refs++;
+			fleet_guest_ref(l);
 			picked[(*n)++] = l;
 		}
 	}
@@ -58,12 +65,11 @@ static struct live **lives_pin(struct sandbox_svc *svc, int64_t now, bool queue_
 	return picked;
 }
 
-static void lives_unpin(struct sandbox_svc *svc, struct live **picked, size_t n)
+/* Drop the pins, no lock held (a last unref frees the guest). */
+static void lives_unpin(struct fleet_guest **picked, size_t n)
 {
-	pthread_mutex_lock(&svc->lock);
 	for (size_t i = 0; i < n; i++)
-		sandbox_live_unref_locked(svc, picked[i]);
-	pthread_mutex_unlock(&svc->lock);
+		fleet_guest_unref(picked[i]);
 	free(picked);
 }
 
@@ -74,11 +80,11 @@ static void lives_pass(void *opaque, int64_t now_mono)
 {
 	struct sandbox_svc *svc = opaque;
 	size_t n;
-	struct live **picked = lives_pin(svc, sbx_wall_ms(), true, &n);
+	struct fleet_guest **picked = lives_pin(svc, sbx_wall_ms(), true, &n);
 
 	for (size_t i = 0; i < n; i++)
 		agentless_conn_tick(picked[i]->conn, now_mono);
-	lives_unpin(svc, picked, n);
+	lives_unpin(picked, n);
 }
 
 /* The guests that answer are seen: last_seen_at. With liveness on,
@@ -88,7 +94,7 @@ static void heartbeat_pass(void *opaque, int64_t now_mono)
 	struct sandbox_svc *svc = opaque;
 	int64_t now = sbx_wall_ms();
 	size_t n;
-	struct live **picked;
+	struct fleet_guest **picked;
 
 	if (svc->cfg.liveness_interval_ms)
 		return;
@@ -96,7 +102,7 @@ static void heartbeat_pass(void *opaque, int64_t now_mono)
 	for (size_t i = 0; i < n; i++)
 		if (agentless_conn_alive(picked[i]->conn))
 			store_sandbox_touch(svc->store, picked[i]->id, now, NULL);
-	lives_unpin(svc, picked, n);
+	lives_unpin(picked, n);
 }
 
 /* Ends the store refused: again, about every second. */
@@ -111,11 +117,11 @@ static void time_sync_pass(void *opaque, int64_t now_mono)
 	struct sandbox_svc *svc = opaque;
 	int64_t now = sbx_wall_ms();
 	size_t n;
-	struct live **picked = lives_pin(svc, now, false, &n);
+	struct fleet_guest **picked = lives_pin(svc, now, false, &n);
 
 	for (size_t i = 0; i < n; i++)
 		agentless_conn_send_time(picked[i]->conn, NULL);
-	lives_unpin(svc, picked, n);
+	lives_unpin(picked, n);
 	store_idem_prune(svc->store, now - SANDBOX_IDEMPOTENCY_KEEP_MS, NULL);
 }
 
@@ -146,12 +152,12 @@ static void end_job_run(void *arg, bool cancelled)
 	free(j);
 }
 
-void sandbox_end_queue_locked(struct sandbox_svc *svc, struct live *l, enum store_status status,
+void sandbox_end_queue_locked(struct sandbox_svc *svc, struct fleet_guest *l, enum store_status status,
 			      int64_t at_ms)
 {
 	struct end_job *j;
 
-	if (l->end_queued || l->unlinked || !svc->work)
+	if (l->end_queued || !svc->work) /* (an ended guest is no longer in svc->lives) */
 		return;
 	j = calloc(1, sizeof(*j));
 	if (!j)
