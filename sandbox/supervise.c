@@ -29,7 +29,8 @@
 /* Pin (a ref each) every live that is neither dead nor past its expiry,
  * under the lock; with `queue_ends`, queue the end of the others. The
  * caller uses them with no lock held, then lives_unpin. */
-static struct fleet_guest **lives_pin(struct sandbox_svc *svc, int64_t now, bool queue_ends, size_t *n)
+static struct fleet_guest **lives_pin(struct sandbox_svc *svc, int64_t now, bool queue_ends,
+				      size_t *n)
 {
 	struct fleet_guest **picked;
 	size_t cap = 0;
@@ -152,8 +153,8 @@ static void end_job_run(void *arg, bool cancelled)
 	free(j);
 }
 
-void sandbox_end_queue_locked(struct sandbox_svc *svc, struct fleet_guest *l, enum store_status status,
-			      int64_t at_ms)
+void sandbox_end_queue_locked(struct sandbox_svc *svc, struct fleet_guest *l,
+			      enum store_status status, int64_t at_ms)
 {
 	struct end_job *j;
 
