@@ -5,7 +5,8 @@
  * live.c (the customers' live guests, how one ends), supervise.c (the supervisor's passes, the
  * blocking pool, the ends), exec.c (exec), budget.c (the output budget: its own object and lock),
  * execution.c (one-shot executions), pool.c (the warm pool), liveness.c (the ping), host.c (the
- * hosts: capacity, placement, reconcile per host, health and drain), settle.c (ends the store
+ * hosts: capacity, placement, health and drain), reconcile.c (a host's domains and the store's
+ * rows made to agree, at a restart and when a host comes back), settle.c (ends the store
  * refused, retried; how a lost guest's bill ends).
  *
  * Lock order (a lock may be taken while holding the ones left of it):
@@ -323,6 +324,18 @@ void sandbox_view_from_row(const struct store_sandbox *row, int64_t now_ms, stru
  * on every local host's state dir and the database's filesystem (the
  * disk rule, adding no guest)? Call with lock. */
 bool sandbox_disk_fits_locked(struct sandbox_svc *svc);
+
+/* reconcile.c */
+
+/* The restart reconcile (from sandbox_hosts_open, the hosts opened): what
+ * no host owns (interrupted creates and executions, retention, rows on
+ * hosts gone or down), then each host that answers. No lock held. 0, or
+ * -1 with err when the only host cannot be reconciled. */
+int sandbox_reconcile_all(struct sandbox_svc *svc, struct sbx_error *err);
+/* Host h answers again (the host thread, before placing on it): destroy
+ * its domains without a guest alive here, end its running rows without
+ * one. No lock held. 0 or -1 with err (the host thread retries). */
+int sandbox_reconcile_host(struct sandbox_svc *svc, struct fleet_host *h, struct sbx_error *err);
 
 /* host.c */
 
