@@ -4,7 +4,8 @@
  * usage), acquire.c (a guest for a sandbox or an execution, the boot),
  * live.c (the customers' live guests, how one ends), supervise.c (the supervisor's passes, the
  * blocking pool, the ends), exec.c (exec), budget.c (the output budget: its own object and lock),
- * execution.c (one-shot executions), pool.c (the warm pool), liveness.c (the ping), host.c (the
+ * execution.c (one-shot executions: runtimes, the libvirt runner, the execution pool), runner_dev.c
+ * (the mock and dev-process runners), pool.c (the warm pool), liveness.c (the ping), host.c (the
  * hosts: capacity, placement, health and drain), reconcile.c (a host's domains and the store's
  * rows made to agree, at a restart and when a host comes back), settle.c (ends the store
  * refused, retried; how a lost guest's bill ends).
@@ -292,6 +293,19 @@ int sandbox_execution_runner_run(struct sandbox_svc *svc, const char *id,
 				 const struct sandbox_execution_req *req,
 				 struct sandbox_run_result *res, bool *warm, bool *prestarted,
 				 struct sbx_error *err);
+
+/* runner_dev.c: the runners without a guest (execution.c picks them). */
+
+/* mock: the code is not run; res holds a fixed line. 0, or -1 out of
+ * memory. */
+int sandbox_run_mock(const struct sandbox_execution_req *req, struct sandbox_run_result *res);
+/* dev-process: run `launcher` (/bin/sh -c) as a host process with the code
+ * on stdin, stdout and stderr kept up to cap bytes each, killed at
+ * timeout_ms (res->timed_out, exit 137). 0, or -1 with err when it could
+ * not be started. */
+int sandbox_run_dev_process(const char *launcher, const struct sandbox_execution_req *req,
+			    uint32_t timeout_ms, size_t cap, struct sandbox_run_result *res,
+			    struct sbx_error *err);
 
 /* The cwd an exec starts in unless it names one, and an execution's. */
 #define SANDBOX_EXEC_CWD "/home/sandbox"
