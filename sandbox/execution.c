@@ -694,12 +694,12 @@ int sandbox_execution_runner_run(struct sandbox_svc *svc, const char *id,
 				     rt->name);
 	/* 2. the configured runner */
 	if (runner == CONFIG_RUNNER_MOCK)
-		return sandbox_run_mock(req, res) < 0
+		return sandbox_run_mock(res) < 0
 			   ? sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory")
 			   : 0;
 	if (runner == CONFIG_RUNNER_DEV_PROCESS)
-		return sandbox_run_dev_process(launcher, req, timeout_ms, cfg->output_cap_bytes,
-					       res, err);
+		return sandbox_run_dev_process(launcher, req->code, req->code_len, timeout_ms,
+					       cfg->output_cap_bytes, res, err);
 	return run_libvirt(svc, id, rt, launcher, req, timeout_ms, cfg->output_cap_bytes, res, warm,
 			   prestarted, err);
 }

@@ -22,9 +22,8 @@
 #include <unistd.h>
 
 #include "sandbox-priv.h"
-#include "sandbox.h"
 
-int sandbox_run_mock(const struct sandbox_execution_req *req, struct sandbox_run_result *res)
+int sandbox_run_mock(struct sandbox_run_result *res)
 {
 	static const char msg[] = "mock runner: the code was not executed (development "
 				  "deployment without a sandbox node)\n";
@@ -36,7 +35,6 @@ int sandbox_run_mock(const struct sandbox_execution_req *req, struct sandbox_run
 	res->out_len = res->out_total = sizeof(msg) - 1;
 	res->exit_code = 0;
 	res->duration_ms = 0;
-	(void)req;
 	return 0;
 }
 
@@ -66,7 +64,7 @@ static void capture_read(struct capture *c)
 	c->len += keep;
 }
 
-int sandbox_run_dev_process(const char *launcher, const struct sandbox_execution_req *req,
+int sandbox_run_dev_process(const char *launcher, const char *code, size_t code_len,
 			    uint32_t timeout_ms, size_t cap, struct sandbox_run_result *res,
 			    struct sbx_error *err)
 {
@@ -76,7 +74,7 @@ int sandbox_run_dev_process(const char *launcher, const struct sandbox_execution
 	pid_t pid;
 
 	/* 1. the code in a memfd (the launcher's stdin), two pipes */
-	if (in < 0 || write(in, req->code, req->code_len) != (ssize_t)req->code_len ||
+	if (in < 0 || write(in, code, code_len) != (ssize_t)code_len ||
 	    lseek(in, 0, SEEK_SET) < 0 || pipe2(o, O_CLOEXEC) < 0) {
 		if (in >= 0)
 			close(in);

@@ -298,12 +298,12 @@ int sandbox_execution_runner_run(struct sandbox_svc *svc, const char *id,
 
 /* mock: the code is not run; res holds a fixed line. 0, or -1 out of
  * memory. */
-int sandbox_run_mock(const struct sandbox_execution_req *req, struct sandbox_run_result *res);
+int sandbox_run_mock(struct sandbox_run_result *res);
 /* dev-process: run `launcher` (/bin/sh -c) as a host process with the code
- * on stdin, stdout and stderr kept up to cap bytes each, killed at
+ * (code_len bytes) on stdin, stdout and stderr kept up to cap bytes each, killed at
  * timeout_ms (res->timed_out, exit 137). 0, or -1 with err when it could
  * not be started. */
-int sandbox_run_dev_process(const char *launcher, const struct sandbox_execution_req *req,
+int sandbox_run_dev_process(const char *launcher, const char *code, size_t code_len,
 			    uint32_t timeout_ms, size_t cap, struct sandbox_run_result *res,
 			    struct sbx_error *err);
 
