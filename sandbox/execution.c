@@ -1,15 +1,30 @@
 /* execution: what the executions use case (executions.c) runs on: the
- * runtimes and their launchers, the runners (mock, dev-process, libvirt),
- * the execution pool and the pre-started interpreters. See sandbox.h and
- * docs/pool.md. */
-#include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
+ * runtimes and their launchers, the runners, the execution pool and the
+ * pre-started interpreters. See sandbox.h and docs/pool.md.
+ *
+ * Its parts, in the file's order:
+ *   - the launcher (LAUNCH_HEAD, PRE_HEAD, PRE_READY) and the runtimes
+ *     table (python, node, the test shell): runtime_command, runtime_find;
+ *   - the runner a config picks and the checks of its execution keys
+ *     (sandbox_execution_runner, sandbox_execution_config_validate);
+ *   - the libvirt runner's guest: taken (guest_get: the one acquisition),
+ *     given back or ended (guest_put, guest_put_background);
+ *   - the execution pool: an interpreter pre-started at pool time
+ *     (sandbox_execution_prestart) and the warm run on it (deliver,
+ *     run_prestarted); the cold run (sandbox_execution_run_cold);
+ *   - the use case's entry points: the request's checks
+ *     (sandbox_execution_check_req) and the run
+ *     (sandbox_execution_runner_run):
+ *       1. the launcher for the request's runtime;
+ *       2. the configured runner: mock or dev-process (runner_dev.c, no
+ *          guest), else libvirt (run_libvirt):
+ *          a. a guest of the execution size (pre-started, pooled or booted);
+ *          b. pre-started: the code delivered to the waiting interpreter;
+ *             else the launcher run cold with the code on its stdin;
+ *          c. the guest given back in the background; the result taken.
+ */
 #include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/wait.h>
 #include <time.h>
 
 #include "../agentless/agentless.h"
@@ -192,129 +207,6 @@ void sandbox_run_result_release(struct sandbox_run_result *r)
 	free(r->out);
 	free(r->errb);
 	memset(r, 0, sizeof(*r));
-}
-
-static int run_mock(const struct sandbox_execution_req *req, struct sandbox_run_result *res)
-{
-	static const char msg[] = "mock runner: the code was not executed (development "
-				  "deployment without a sandbox node)\n";
-
-	res->out = strdup(msg);
-	res->errb = strdup("");
-	if (!res->out || !res->errb)
-		return -1;
-	res->out_len = res->out_total = sizeof(msg) - 1;
-	res->exit_code = 0;
-	res->duration_ms = 0;
-	(void)req;
-	return 0;
-}
-
-/* dev-process: the launcher as a plain host process, no isolation. */
-struct capture {
-	int fd;
-	char *buf;
-	size_t len, cap;
-	uint64_t total;
-};
-
-static void capture_read(struct capture *c)
-{
-	char tmp[65536];
-	ssize_t n = read(c->fd, tmp, sizeof tmp);
-
-	if (n <= 0) {
-		if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
-			close(c->fd);
-			c->fd = -1;
-		}
-		return;
-	}
-	c->total += (uint64_t)n;
-	size_t keep = SBX_MIN((size_t)n, c->cap - c->len);
-	memcpy(c->buf + c->len, tmp, keep);
-	c->len += keep;
-}
-
-static int run_dev_process(const char *launcher, const struct sandbox_execution_req *req,
-			   uint32_t timeout_ms, size_t cap, struct sandbox_run_result *res,
-			   struct sbx_error *err)
-{
-	int o[2], e[2], in = memfd_create("sbxr-code", MFD_CLOEXEC), status = 0;
-	struct capture co = {.cap = cap}, ce = {.cap = cap};
-	int64_t t0 = sbx_mono_ms(), deadline = t0 + timeout_ms;
-	pid_t pid;
-
-	if (in < 0 || write(in, req->code, req->code_len) != (ssize_t)req->code_len ||
-	    lseek(in, 0, SEEK_SET) < 0 || pipe2(o, O_CLOEXEC) < 0) {
-		if (in >= 0)
-			close(in);
-		return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL, "cannot stage the code");
-	}
-	if (pipe2(e, O_CLOEXEC) < 0) {
-		close(in), close(o[0]), close(o[1]);
-		return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL, "cannot create pipes");
-	}
-	pid = fork();
-	if (pid == 0) {
-		setpgid(0, 0);
-		/* no /home/sandbox on a host: its /tmp stands for the cwd */
-		if (chdir("/tmp") < 0)
-			_exit(126);
-		dup2(in, 0);
-		dup2(o[1], 1);
-		dup2(e[1], 2);
-		execl("/bin/sh", "sh", "-c", launcher, (char *)NULL);
-		_exit(127);
-	}
-	close(in), close(o[1]), close(e[1]);
-	if (pid < 0) {
-		close(o[0]), close(e[0]);
-		return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL, "cannot fork");
-	}
-	co.fd = o[0];
-	ce.fd = e[0];
-	co.buf = malloc(cap + 1);
-	ce.buf = malloc(cap + 1);
-	if (!co.buf || !ce.buf)
-		abort();
-	for (;;) {
-		struct pollfd p[2] = {{.fd = co.fd, .events = POLLIN},
-				      {.fd = ce.fd, .events = POLLIN}};
-		int64_t left = deadline - sbx_mono_ms();
-
-		if (co.fd < 0 && ce.fd < 0)
-			break;
-		if (left <= 0) {
-			res->timed_out = true;
-			kill(-pid, SIGKILL);
-			kill(pid, SIGKILL);
-			break;
-		}
-		if (poll(p, 2, (int)SBX_MIN(left, 1000)) < 0 && errno != EINTR)
-			break;
-		if (co.fd >= 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR)))
-			capture_read(&co);
-		if (ce.fd >= 0 && (p[1].revents & (POLLIN | POLLHUP | POLLERR)))
-			capture_read(&ce);
-	}
-	if (co.fd >= 0)
-		close(co.fd);
-	if (ce.fd >= 0)
-		close(ce.fd);
-	while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-	}
-	kill(-pid, SIGKILL); /* whatever it left behind */
-	res->duration_ms = (uint32_t)(sbx_mono_ms() - t0);
-	res->host_ms = SBX_MIN(res->duration_ms, timeout_ms);
-	res->exit_code = res->timed_out	       ? 137
-			 : WIFEXITED(status)   ? WEXITSTATUS(status)
-			 : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
-					       : 1;
-	co.buf[co.len] = ce.buf[ce.len] = '\0';
-	res->out = co.buf, res->out_len = co.len, res->out_total = co.total;
-	res->errb = ce.buf, res->err_len = ce.len, res->err_total = ce.total;
-	return 0;
 }
 
 /* libvirt: a fresh guest, counted for host capacity while it lives. */
@@ -705,11 +597,14 @@ static int run_libvirt(struct sandbox_svc *svc, const char *id, const struct san
 	struct fleet_guest *l;
 	int rc;
 
+	/* a. a guest of the execution size */
 	if (!size)
 		return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL, "no guest size configured");
 	if (guest_get(svc, size, rt, id, &l, warm, prestarted, err) < 0)
 		return -1;
 	res->t_guest = sbx_mono_ms();
+	/* b. pre-started: deliver to the waiting interpreter (c. then give
+	 *    the guest back) */
 	if (*prestarted) {
 		rc = run_prestarted(svc, l, req, timeout_ms, res, err);
 
@@ -718,9 +613,11 @@ static int run_libvirt(struct sandbox_svc *svc, const char *id, const struct san
 			err->code = SBX_E_SANDBOX_ERROR;
 		return rc;
 	}
+	/* b. cold: the launcher with the code on its stdin */
 	res->t_delivered = sbx_mono_ms();
 	rc = sandbox_execution_run_cold(l->conn, &ar, &out, &res->host_ms, &res->guest_failed, err);
 	res->t_result = sbx_mono_ms();
+	/* c. the guest given back, the result taken */
 	guest_put_background(svc, size, l);
 	if (rc < 0) {
 		if (err->code != SBX_E_SERVICE_UNAVAILABLE)
@@ -787,19 +684,22 @@ int sandbox_execution_runner_run(struct sandbox_svc *svc, const char *id,
 	char launcher[2048];
 	int n;
 
-	/* the bootstraps: the guest's copy; with no guest, the checkout's */
+	/* 1. the launcher; its bootstraps: the guest's copy, with no guest
+	 *    the checkout's */
 	n = snprintf(launcher, sizeof launcher, LAUNCH_HEAD, rt->ext);
 	if (runtime_command(
 		rt, runner == CONFIG_RUNNER_DEV_PROCESS ? SBX_REPO_RUNTIMES : SANDBOX_RUNTIMES_DIR,
 		false, launcher + n, sizeof launcher - (size_t)n) < 0)
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "the %s launcher does not fit",
 				     rt->name);
+	/* 2. the configured runner */
 	if (runner == CONFIG_RUNNER_MOCK)
-		return run_mock(req, res) < 0
+		return sandbox_run_mock(res) < 0
 			   ? sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory")
 			   : 0;
 	if (runner == CONFIG_RUNNER_DEV_PROCESS)
-		return run_dev_process(launcher, req, timeout_ms, cfg->output_cap_bytes, res, err);
+		return sandbox_run_dev_process(launcher, req->code, req->code_len, timeout_ms,
+					       cfg->output_cap_bytes, res, err);
 	return run_libvirt(svc, id, rt, launcher, req, timeout_ms, cfg->output_cap_bytes, res, warm,
 			   prestarted, err);
 }

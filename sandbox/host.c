@@ -313,243 +313,6 @@ struct fleet_host *sandbox_host_admit_locked(struct sandbox_svc *svc,
 	return h;
 }
 
-/* ------------------------------------------------------------ reconcile */
-
-struct live_rows {
-	struct store_sandbox *rows;
-	size_t n;
-};
-
-struct reconcile_ctx {
-	struct sandbox_svc *svc;
-	struct fleet_host *h;
-	const struct live_rows *lr;
-	bool restart;
-	char (*orphans)[64];
-	size_t n_orphans;
-	char (*kept)[64];
-	size_t n_kept;
-	size_t cap;
-};
-
-/* Is sandbox `id` live here with a guest that still answers? */
-static bool live_alive(struct sandbox_svc *svc, const char *id)
-{
-	bool alive;
-
-	pthread_mutex_lock(&svc->lock);
-	struct fleet_guest *l = sandbox_live_find_locked(svc, id);
-	alive = l && !fleet_guest_dead(l);
-	pthread_mutex_unlock(&svc->lock);
-	return alive;
-}
-
-static const struct store_sandbox *row_of(const struct reconcile_ctx *rc, const char *domain,
-					  const char *sandbox_id)
-{
-	for (size_t i = 0; i < rc->lr->n; i++) {
-		const struct store_sandbox *r = &rc->lr->rows[i];
-
-		if (r->status == STORE_RUNNING && strcmp(r->host, rc->h->cfg->name) == 0 &&
-		    strcmp(r->domain, domain) == 0 && strcmp(r->id, sandbox_id) == 0)
-			return r;
-	}
-	return NULL;
-}
-
-static void reconcile_domain(void *opaque, const char *name, const char *sandbox_id)
-{
-	struct reconcile_ctx *rc = opaque;
-	const struct store_sandbox *row = row_of(rc, name, sandbox_id);
-
-	/* At a restart a running row keeps its domain (reattached below);
-	 * on a host that came back only a guest still alive here does. */
-	if (row && (rc->restart || live_alive(rc->svc, row->id))) {
-		if (rc->n_kept < rc->cap)
-			snprintf(rc->kept[rc->n_kept++], 64, "%s", name);
-		return;
-	}
-	if (rc->n_orphans < rc->cap)
-		snprintf(rc->orphans[rc->n_orphans++], 64, "%s", name);
-}
-
-/* Reattach a running guest left by a previous daemon. */
-static int reattach(struct sandbox_svc *svc, struct fleet_host *h, const struct store_sandbox *row,
-		    struct sbx_error *err)
-{
-	struct fleet_guest *l;
-	struct agentless_limits lim = {
-	    .backstop_grace_ms = svc->cfg.exec_backstop_grace_ms,
-	    .xfer_stall_ms = svc->cfg.file_stall_timeout_ms,
-	    .max_inflight = (uint32_t)svc->cfg.max_execs_per_sandbox,
-	};
-	const struct sandbox_size *size = sandbox_config_size(&svc->cfg, row->size);
-	l = fleet_guest_new(svc, h, row->id);
-	l->prestart_free = sandbox_execution_prestart_free;
-	snprintf(l->domain, sizeof(l->domain), "%s", row->domain);
-	snprintf(l->size, sizeof(l->size), "%s", row->size);
-	l->expires_at_ms = row->expires_at_ms;
-	l->memory_mib = size ? size->memory_mib : 0;
-	l->vm = vmm_vm_lookup(h->vmm, row->domain, err);
-	if (!l->vm) {
-		fleet_guest_unref(l);
-		return -1;
-	}
-	l->conn = agentless_conn_new(&lim, sandbox_on_conn_broken, l);
-	if (sandbox_live_channel_reopen(l, &l->conn_gen, err) < 0) {
-		sandbox_live_teardown(l, "reattach failed");
-		return -1;
-	}
-	pthread_mutex_lock(&svc->lock);
-	sandbox_live_link_locked(svc, l);
-	pthread_mutex_unlock(&svc->lock);
-	sbx_info(MOD, "sandbox %s: reattached to domain %s on host %s", row->id, row->domain,
-		 h->cfg->name);
-	return 0;
-}
-
-/* End a running row whose guest cannot be used (sandbox_lost_end): one
- * whose domain ran on past its expiry at the expiry, the rest at their last
- * answer (last_seen_at), never later than their expiry. */
-static void settle_lost(struct sandbox_svc *svc, const struct store_sandbox *row, int64_t now,
-			bool domain_alive, const char *why)
-{
-	enum store_status status;
-	int64_t at;
-
-	sandbox_lost_end(row, domain_alive, now, &status, &at);
-	sbx_info(MOD, "reconcile: %s %s; ending %s", row->id, why,
-		 at == row->expires_at_ms ? "as expired at expires_at" : "at last_seen_at");
-	sandbox_settle(svc, row->id, status, at, NULL, NULL);
-}
-
-/* Make host h's domains and its running rows agree (DESIGN.md "Crash
- * safety"): domains of ours without a live row are destroyed (on a host
- * that came back: without a guest still alive here); at a restart,
- * running rows past expiry end there, those whose domain is gone end at
- * last_seen_at and the rest are reattached; on a host that came back
- * every row without a live guest here ends failed at last_seen_at (their
- * guests were failed when it went down). No lock held. */
-static int reconcile_host(struct sandbox_svc *svc, struct fleet_host *h, const struct live_rows *lr,
-			  bool restart, struct sbx_error *err)
-{
-	struct reconcile_ctx rc = {.svc = svc, .h = h, .lr = lr, .restart = restart, .cap = 4096};
-	int64_t now = sbx_wall_ms();
-
-	int rcode = -1;
-
-	rc.orphans = calloc(rc.cap, sizeof(*rc.orphans));
-	rc.kept = calloc(rc.cap, sizeof(*rc.kept));
-	if (!rc.orphans || !rc.kept) {
-		sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
-		goto out;
-	}
-	if (vmm_list_domains(h->vmm, reconcile_domain, &rc, err) < 0)
-		goto out;
-	for (size_t i = 0; i < rc.n_orphans; i++) {
-		sbx_info(MOD, "reconcile: host %s: destroying domain %s (no live sandbox)",
-			 h->cfg->name, rc.orphans[i]);
-		vmm_destroy_by_name(h->vmm, rc.orphans[i], NULL);
-	}
-	for (size_t i = 0; i < lr->n; i++) {
-		const struct store_sandbox *row = &lr->rows[i];
-		bool has_domain = false;
-		struct sbx_error e;
-
-		if (row->status != STORE_RUNNING || strcmp(row->host, h->cfg->name) != 0)
-			continue;
-		if (!restart) {
-			if (!live_alive(svc, row->id))
-				settle_lost(svc, row, now, false, "ran on a host that was down");
-			continue;
-		}
-		for (size_t k = 0; k < rc.n_kept; k++)
-			if (strcmp(rc.kept[k], row->domain) == 0)
-				has_domain = true;
-		if (row->expires_at_ms <= now) {
-			if (has_domain)
-				vmm_destroy_by_name(h->vmm, row->domain, NULL);
-			settle_lost(svc, row, now, has_domain, "expired while the daemon was down");
-		} else if (!has_domain) {
-			settle_lost(svc, row, now, false, "lost its guest");
-		} else if (reattach(svc, h, row, &e) < 0) {
-			sbx_warn(MOD, "reconcile: %s cannot be reattached: %s", row->id, e.message);
-			vmm_destroy_by_name(h->vmm, row->domain, NULL);
-			sandbox_settle(svc, row->id, STORE_FAILED, now, NULL, NULL);
-		}
-	}
-	/* Overlays, sockets and logs of guests that died while nobody
-	 * watched (host crash, kill -9): no create is in flight here yet. */
-	int pruned = vmm_prune_files(h->vmm, NULL);
-	if (pruned > 0)
-		sbx_info(MOD, "reconcile: host %s: removed %d stale files of stopped guests",
-			 h->cfg->name, pruned);
-	rcode = 0;
-out:
-	free(rc.orphans);
-	free(rc.kept);
-	return rcode;
-}
-
-/* The restart reconcile: what no host owns (interrupted creates and
- * executions, rows on hosts no longer configured or down), then each host
- * that answers. */
-static int reconcile_all(struct sandbox_svc *svc, struct sbx_error *err)
-{
-	struct live_rows lr = {0};
-	int64_t now = sbx_wall_ms();
-	int cut;
-
-	if (store_sandbox_list_live(svc->store, &lr.rows, &lr.n, err) < 0)
-		return -1;
-	/* No create survives a restart: their keys are freed (API.md). */
-	if (store_idem_release_pending(svc->store, NULL) > 0)
-		sbx_info(MOD, "reconcile: freed the idempotency keys of interrupted creates");
-	/* Nor does a one-shot execution: release its hold, charge nothing. */
-	cut = store_execution_fail_unfinished(svc->store, now, NULL);
-	if (cut > 0)
-		sbx_info(MOD, "reconcile: released the holds of %d interrupted execution(s)", cut);
-	/* Stored results past their retention (execution_retention_hours). */
-	cut = store_execution_prune(
-	    svc->store, now - (int64_t)svc->cfg.execution_retention_hours * 3600 * 1000, NULL);
-	if (cut > 0)
-		sbx_info(MOD, "reconcile: dropped %d stored execution result(s) past retention",
-			 cut);
-	cut = store_receipt_prune(
-	    svc->store, now - (int64_t)svc->cfg.execution_retention_hours * 3600 * 1000, NULL);
-	if (cut > 0)
-		sbx_info(MOD, "reconcile: dropped %d receipt(s) past retention", cut);
-	for (size_t i = 0; i < lr.n; i++) {
-		const struct store_sandbox *row = &lr.rows[i];
-		struct fleet_host *h = sandbox_host_find(svc, row->host);
-
-		if (row->status == STORE_CREATING) {
-			/* its domain, if any, names a creating row: an orphan */
-			sbx_info(MOD, "reconcile: rolling back create of %s", row->id);
-			store_sandbox_abort(svc->store, row->id, NULL);
-		} else if (!h) {
-			settle_lost(svc, row, now, false, "ran on a host no longer configured");
-		} else if (!h->vmm) {
-			settle_lost(svc, row, now, false, "runs on a host that does not answer");
-		}
-	}
-	for (size_t i = 0; i < svc->n_hosts; i++) {
-		struct fleet_host *h = &svc->hosts[i];
-		struct sbx_error e;
-
-		if (h->vmm && reconcile_host(svc, h, &lr, true, &e) < 0) {
-			sbx_warn(MOD, "reconcile: host %s: %s", h->cfg->name, e.message);
-			if (svc->n_hosts == 1) {
-				*err = e;
-				free(lr.rows);
-				return -1;
-			}
-		}
-	}
-	free(lr.rows);
-	return 0;
-}
-
 /* ------------------------------------------------------------ lifecycle */
 
 int sandbox_hosts_open(struct sandbox_svc *svc, struct sbx_error *err)
@@ -583,7 +346,7 @@ int sandbox_hosts_open(struct sandbox_svc *svc, struct sbx_error *err)
 		return -1;
 	}
 	sandbox_hosts_measure_disk(svc);
-	return reconcile_all(svc, err);
+	return sandbox_reconcile_all(svc, err);
 }
 
 void sandbox_hosts_close(struct sandbox_svc *svc)
@@ -657,17 +420,13 @@ static struct fleet_guest *host_down_locked(struct sandbox_svc *svc, struct flee
 /* A host that answers again: reconcile it, then place on it. No lock. */
 static void host_back(struct sandbox_svc *svc, struct fleet_host *h)
 {
-	struct live_rows lr = {0};
 	struct sbx_error e;
 
-	if (store_sandbox_list_live(svc->store, &lr.rows, &lr.n, &e) < 0 ||
-	    reconcile_host(svc, h, &lr, false, &e) < 0) {
+	if (sandbox_reconcile_host(svc, h, &e) < 0) {
 		sbx_warn(MOD, "host %s answers again but reconcile failed: %s; retrying",
 			 h->cfg->name, e.message);
-		free(lr.rows);
 		return;
 	}
-	free(lr.rows);
 	pthread_mutex_lock(&svc->lock);
 	h->state = HOST_UP;
 	h->reconcile_due = false;

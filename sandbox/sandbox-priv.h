@@ -4,8 +4,10 @@
  * usage), acquire.c (a guest for a sandbox or an execution, the boot),
  * live.c (the customers' live guests, how one ends), supervise.c (the supervisor's passes, the
  * blocking pool, the ends), exec.c (exec), budget.c (the output budget: its own object and lock),
- * execution.c (one-shot executions), pool.c (the warm pool), liveness.c (the ping), host.c (the
- * hosts: capacity, placement, reconcile per host, health and drain), settle.c (ends the store
+ * execution.c (one-shot executions: runtimes, the libvirt runner, the execution pool), runner_dev.c
+ * (the mock and dev-process runners), pool.c (the warm pool), liveness.c (the ping), host.c (the
+ * hosts: capacity, placement, health and drain), reconcile.c (a host's domains and the store's
+ * rows made to agree, at a restart and when a host comes back), settle.c (ends the store
  * refused, retried; how a lost guest's bill ends).
  *
  * Lock order (a lock may be taken while holding the ones left of it):
@@ -292,6 +294,19 @@ int sandbox_execution_runner_run(struct sandbox_svc *svc, const char *id,
 				 struct sandbox_run_result *res, bool *warm, bool *prestarted,
 				 struct sbx_error *err);
 
+/* runner_dev.c: the runners without a guest (execution.c picks them). */
+
+/* mock: the code is not run; res holds a fixed line. 0, or -1 out of
+ * memory. */
+int sandbox_run_mock(struct sandbox_run_result *res);
+/* dev-process: run `launcher` (/bin/sh -c) as a host process with the code
+ * (code_len bytes) on stdin, stdout and stderr kept up to cap bytes each, killed at
+ * timeout_ms (res->timed_out, exit 137). 0, or -1 with err when it could
+ * not be started. */
+int sandbox_run_dev_process(const char *launcher, const char *code, size_t code_len,
+			    uint32_t timeout_ms, size_t cap, struct sandbox_run_result *res,
+			    struct sbx_error *err);
+
 /* The cwd an exec starts in unless it names one, and an execution's. */
 #define SANDBOX_EXEC_CWD "/home/sandbox"
 
@@ -323,6 +338,18 @@ void sandbox_view_from_row(const struct store_sandbox *row, int64_t now_ms, stru
  * on every local host's state dir and the database's filesystem (the
  * disk rule, adding no guest)? Call with lock. */
 bool sandbox_disk_fits_locked(struct sandbox_svc *svc);
+
+/* reconcile.c */
+
+/* The restart reconcile (from sandbox_hosts_open, the hosts opened): what
+ * no host owns (interrupted creates and executions, retention, rows on
+ * hosts gone or down), then each host that answers. No lock held. 0, or
+ * -1 with err when the only host cannot be reconciled. */
+int sandbox_reconcile_all(struct sandbox_svc *svc, struct sbx_error *err);
+/* Host h answers again (the host thread, before placing on it): destroy
+ * its domains without a guest alive here, end its running rows without
+ * one. No lock held. 0 or -1 with err (the host thread retries). */
+int sandbox_reconcile_host(struct sandbox_svc *svc, struct fleet_host *h, struct sbx_error *err);
 
 /* host.c */
 
