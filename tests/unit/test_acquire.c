@@ -246,15 +246,23 @@ static int pool_len(void)
  * fake created destroyed exactly once, but the `alive` still pooled. */
 static void assert_undone(int alive)
 {
-	int destroyed = 0;
+	int destroyed = 0, booting, by_id;
+	uint64_t booting_mib, booting_disk_gib;
+	bool lives;
 
+	/* read under the lock, assert without it (a failed assert jumps) */
 	pthread_mutex_lock(&F.svc->lock);
-	assert_int_equal(F.h->booting, 0);
-	assert_int_equal(F.h->booting_mib, 0);
-	assert_int_equal(F.h->booting_disk_gib, 0);
-	assert_null(F.svc->lives);
-	assert_int_equal(F.svc->by_id.count, 0);
+	booting = F.h->booting;
+	booting_mib = F.h->booting_mib;
+	booting_disk_gib = F.h->booting_disk_gib;
+	lives = F.svc->lives != NULL;
+	by_id = (int)F.svc->by_id.count;
 	pthread_mutex_unlock(&F.svc->lock);
+	assert_int_equal(booting, 0);
+	assert_int_equal(booting_mib, 0);
+	assert_int_equal(booting_disk_gib, 0);
+	assert_false(lives);
+	assert_int_equal(by_id, 0);
 	assert_int_equal(fleet_slots_active(&F.svc->slots), 0);
 	assert_int_equal(pool_len(), alive);
 	for (int i = 0; i < K.started; i++) {
