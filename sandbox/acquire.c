@@ -1,7 +1,9 @@
 /* sandbox: one way to get a guest for a sandbox or an execution
  * (placement, a pooled guest or a cold boot within a boot slot, and the
  * capacity undo on every failure step), and the boot itself. To move into
- * fleet/ (fleet_acquire) with the hosts and the pools.
+ * fleet/ (fleet_acquire) with the hosts and the pools. Every call into
+ * vmm/ and agentless/ for the guest goes through svc->guest_ops (the real
+ * ones here; a unit test's fake: tests/unit/test_acquire.c).
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -36,11 +38,55 @@ void sandbox_guest_uncount(struct sandbox_svc *svc, struct fleet_host *h,
 	pthread_mutex_unlock(&svc->lock);
 }
 
+/* ------------------------------------------------- the real guest ops */
+
+static int real_start(struct fleet_guest *l, const struct vmm_guest_spec *spec,
+		      struct sbx_error *err)
+{
+	l->vm = vmm_vm_start(l->host->vmm, spec, err);
+	if (!l->vm)
+		return -1;
+	snprintf(l->domain, sizeof(l->domain), "%s", vmm_vm_name(l->vm));
+	l->conn_gen = vmm_conn_gen(l->host->vmm);
+	return 0;
+}
+
+static int real_open_channel(struct fleet_guest *l, struct sbx_channel *ch, struct sbx_error *err)
+{
+	return vmm_vm_open_channel(l->vm, agentless_conn_recv, l->conn, ch, err);
+}
+
+static int real_wait_hello(struct fleet_guest *l, int64_t deadline_mono, struct sbx_error *err)
+{
+	return agentless_conn_wait_hello(l->conn, deadline_mono, err);
+}
+
+static int real_set_sandbox_id(struct fleet_guest *l, const char *id, struct sbx_error *err)
+{
+	return vmm_vm_set_sandbox_id(l->vm, id, err);
+}
+
+const struct sandbox_guest_ops sandbox_guest_ops_real = {
+    .start = real_start,
+    .open_channel = real_open_channel,
+    .wait_hello = real_wait_hello,
+    .set_sandbox_id = real_set_sandbox_id,
+    .teardown = sandbox_live_teardown,
+};
+
+static const struct sandbox_guest_ops *ops_of(const struct sandbox_svc *svc)
+{
+	return svc->guest_ops ? svc->guest_ops : &sandbox_guest_ops_real;
+}
+
+/* ------------------------------------------------------------ the boot */
+
 int sandbox_guest_boot(struct sandbox_svc *svc, struct fleet_host *h,
 		       const struct sandbox_size *size, const char *marker, int64_t deadline_mono,
 		       struct fleet_guest **out, struct sbx_error *err)
 {
 	const struct sandbox_config *cfg = &svc->cfg;
+	const struct sandbox_guest_ops *ops = ops_of(svc);
 	struct agentless_limits lim = {
 	    .backstop_grace_ms = cfg->exec_backstop_grace_ms,
 	    .xfer_stall_ms = cfg->file_stall_timeout_ms,
@@ -59,21 +105,18 @@ int sandbox_guest_boot(struct sandbox_svc *svc, struct fleet_host *h,
 	l->prestart_free = sandbox_execution_prestart_free;
 	snprintf(l->size, sizeof(l->size), "%s", size->name);
 	int64_t boot_t0 = sbx_mono_ms();
-	l->vm = vmm_vm_start(h->vmm, &spec, err);
-	if (!l->vm) {
+	if (ops->start(l, &spec, err) < 0) {
 		fleet_guest_unref(l);
 		return -1;
 	}
-	snprintf(l->domain, sizeof(l->domain), "%s", vmm_vm_name(l->vm));
 	sandbox_fault_hit(cfg, SANDBOX_FAULT_CREATE_AFTER_DOMAIN_START);
 	l->conn = agentless_conn_new(&lim, sandbox_on_conn_broken, l);
-	l->conn_gen = vmm_conn_gen(h->vmm);
-	if (vmm_vm_open_channel(l->vm, agentless_conn_recv, l->conn, &ch, err) < 0)
+	if (ops->open_channel(l, &ch, err) < 0)
 		goto err_teardown;
 	agentless_conn_attach(l->conn, ch, false);
-	if (agentless_conn_wait_hello(l->conn, deadline_mono, err) < 0) {
+	if (ops->wait_hello(l, deadline_mono, err) < 0) {
 		sbx_counter_add(SBX_C_BOOT_FAILURES, 1);
-		_cleanup_free_ char *tail = vmm_vm_console_tail(l->vm, 2048);
+		_cleanup_free_ char *tail = l->vm ? vmm_vm_console_tail(l->vm, 2048) : NULL;
 
 		sbx_err(MOD, "%s: guest %s on host %s not ready: %s; console tail:\n%s", marker,
 			l->domain, h->cfg->name, err ? err->message : "", tail ? tail : "(none)");
@@ -87,7 +130,7 @@ int sandbox_guest_boot(struct sandbox_svc *svc, struct fleet_host *h,
 	return 0;
 
 err_teardown:
-	sandbox_live_teardown(l, "the guest could not be started");
+	ops->teardown(l, "the guest could not be started");
 	return -1;
 }
 
@@ -99,6 +142,7 @@ err_teardown:
  * the capacity back. */
 int sandbox_guest_acquire(struct sandbox_svc *svc, struct sandbox_acquire *a, struct sbx_error *err)
 {
+	const struct sandbox_guest_ops *ops = ops_of(svc);
 	struct fleet_guest *l = NULL, *evicted = NULL;
 	struct fleet_host *h;
 	int64_t deadline;
@@ -114,7 +158,12 @@ int sandbox_guest_acquire(struct sandbox_svc *svc, struct sandbox_acquire *a, st
 	pthread_mutex_unlock(&svc->lock);
 	if (evicted) {
 		sbx_info(MOD, "%s: evicting pooled guests to make room", a->marker);
-		fleet_guest_end_chain(evicted, "evicted from the warm pool");
+		while (evicted) {
+			struct fleet_guest *next = evicted->next;
+
+			ops->teardown(evicted, "evicted from the warm pool");
+			evicted = next;
+		}
 	}
 	if (!h) {
 		a->no_room = true;
@@ -125,8 +174,8 @@ int sandbox_guest_acquire(struct sandbox_svc *svc, struct sandbox_acquire *a, st
 		 * sandbox at all: reconcile destroys it */
 		a->warm = true;
 		snprintf(l->id, sizeof(l->id), "%s", a->marker);
-		if (vmm_vm_set_sandbox_id(l->vm, a->marker, err) < 0) {
-			sandbox_live_teardown(l, a->why_failed);
+		if (ops->set_sandbox_id(l, a->marker, err) < 0) {
+			ops->teardown(l, a->why_failed);
 			goto err_uncount;
 		}
 	} else {

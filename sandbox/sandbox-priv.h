@@ -140,9 +140,38 @@ struct sandbox_svc {
 	/* Liveness ping (liveness.c). */
 	bool liveness_started;
 	pthread_t liveness_thread;
+
+	/* The calls acquire.c makes into vmm/ and agentless/ for one guest:
+	 * NULL = sandbox_guest_ops_real. Only unit tests set it (a fake with
+	 * no guest: tests/unit/test_acquire.c); never a config key. Set
+	 * before any guest is acquired, then read-only. */
+	const struct sandbox_guest_ops *guest_ops;
 };
 
 /* acquire.c */
+
+/* The seam beneath acquisition and the boot: what they ask of vmm/ and
+ * agentless/ for one guest l (l->host, l->conn set by the caller). Each
+ * returns 0, or -1 with err. No lock held in any. */
+struct sandbox_guest_ops {
+	/* Start l's domain on l->host per spec: set l->vm, l->domain and
+	 * l->conn_gen (vmm_vm_start). Nothing is left on failure. */
+	int (*start)(struct fleet_guest *l, const struct vmm_guest_spec *spec,
+		     struct sbx_error *err);
+	/* Open l's channel into l->conn (vmm_vm_open_channel); the caller
+	 * attaches *ch. */
+	int (*open_channel)(struct fleet_guest *l, struct sbx_channel *ch, struct sbx_error *err);
+	/* Wait for l's HELLO until deadline_mono (agentless_conn_wait_hello). */
+	int (*wait_hello)(struct fleet_guest *l, int64_t deadline_mono, struct sbx_error *err);
+	/* Name sandbox `id` in a pooled guest's domain metadata
+	 * (vmm_vm_set_sandbox_id). */
+	int (*set_sandbox_id)(struct fleet_guest *l, const char *id, struct sbx_error *err);
+	/* End l (channel closed, domain destroyed) and drop the caller's ref
+	 * (sandbox_live_teardown). */
+	void (*teardown)(struct fleet_guest *l, const char *why);
+};
+/* The real ones (svc->guest_ops NULL). */
+extern const struct sandbox_guest_ops sandbox_guest_ops_real;
 
 /* What a sandbox or an execution asks of sandbox_guest_acquire (in) and
  * gets (out). */
