@@ -1,11 +1,12 @@
 /* sandbox: the liveness ping (docs/lifecycle.md "Liveness").
  *
  * A guest that hangs without dying (PID 1 wedged, vCPUs paused) sends no
- * lifecycle event and its channel does not break. This thread pings every
+ * lifecycle event and its channel does not break. A round pings every
  * live guest over its channel every liveness_interval_ms, each ping
  * waiting at most that long; liveness_misses misses in a row mark the
  * sandbox dead at its last answered moment, and the supervisor's lives
- * pass queues its end as failed there (domain destroyed, billing stopped at that moment). An
+ * pass queues its end as failed there (domain destroyed, billing stopped
+ * at that moment). An
  * answered ping is also the heartbeat: last_seen_at moves only when the
  * guest answers, so a daemon restart ends a frozen guest's row where it
  * stopped answering, not where it stopped being watched.

@@ -343,7 +343,7 @@ uint64_t sandbox_host_disk_gib(const struct fleet_host *h, const struct sandbox_
 /* Read the free space of every local host's state dir and of the
  * database's filesystem (statvfs) with no lock held, and keep it in the
  * hosts for the disk rule. Creates and executions call it before they
- * take the lock to admit; the pool thread and the host thread when the
+ * take the lock to admit; the pool and hosts passes when the
  * figures are older than SANDBOX_DISK_MEASURE_MS. */
 #define SANDBOX_DISK_MEASURE_MS 1000
 void sandbox_hosts_measure_disk(struct sandbox_svc *svc);
