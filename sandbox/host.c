@@ -7,10 +7,11 @@
  * guest operation goes through the live's host.
  *
  * Placement (fleet_place, fleet/place.c) is a pure function over snapshots taken under
- * svc->lock; the host thread checks each host's connection every
- * host_check_interval_ms with no lock held, reads the drained hosts from
- * the store, marks a host that has not answered for host_down_after_ms
- * down (its sandboxes end failed at its last answer, its pool goes) and
+ * svc->lock; the supervisor's "hosts" task (sandbox_hosts_pass) queues,
+ * every host_check_interval_ms, a check of each host's connection (a job
+ * of the blocking pool, no lock held, never two of one host at once) and
+ * a read of the drained hosts from the store; a check marks a host that has not answered for
+ * host_down_after_ms down (its sandboxes end failed at its last answer, its pool goes) and
  * reconciles a host that answers again before placing on it.
  */
 #include <errno.h>
@@ -357,7 +358,7 @@ void sandbox_hosts_close(struct sandbox_svc *svc)
 	}
 }
 
-/* ----------------------------------------------------- the host thread */
+/* --------------------------------------- the health checks (supervisor) */
 
 /* Read the drained hosts from the store (`sandboxd admin drain`). */
 static void drains_read(struct sandbox_svc *svc)
@@ -398,7 +399,7 @@ static void drains_read(struct sandbox_svc *svc)
 }
 
 /* Host h stopped answering: its sandboxes end failed at its last answer
- * (the timer queues them, as for a guest liveness gave up on), its pool
+ * (the supervisor queues their ends, as for a guest liveness gave up on), its pool
  * goes. Call with lock; the dropped pool is returned for teardown. */
 static struct fleet_guest *host_down_locked(struct sandbox_svc *svc, struct fleet_host *h,
 					    int64_t silent_ms)
@@ -455,7 +456,7 @@ static bool suspended_on(struct fleet_guest *l, unsigned cur, bool other_gen)
  * channel broke while the connection stayed up, or whose guest cannot be
  * reached any more, ends failed at the break. Each is pinned with a ref
  * while its conn gets the new channel (requests meanwhile answer 503; an
- * ender closing it meanwhile makes the attach close the new channel). No
+ * end closing it meanwhile makes the attach close the new channel). No
  * lock held. */
 static void host_resume(struct sandbox_svc *svc, struct fleet_host *h)
 {
@@ -575,45 +576,71 @@ static void host_check(struct sandbox_svc *svc, struct fleet_host *h)
 		host_resume(svc, h);
 }
 
-static void *host_main(void *arg)
+/* A job: one host's health check (a libvirt call, perhaps a reconnect,
+ * a reconcile or channel reopens). Its flag keeps it queued once. */
+struct host_check_job {
+	struct sandbox_svc *svc;
+	struct fleet_host *h;
+};
+
+static void host_check_job_run(void *arg, bool cancelled)
+{
+	struct host_check_job *j = arg;
+	struct sandbox_svc *svc = j->svc;
+
+	if (!cancelled)
+		host_check(svc, j->h);
+	pthread_mutex_lock(&svc->lock);
+	svc->host_check_busy[j->h - svc->hosts] = false;
+	pthread_mutex_unlock(&svc->lock);
+	free(j);
+}
+
+/* A job: the drained hosts, from the store (a drained host's pool is torn
+ * down here). */
+static void drains_job_run(void *arg, bool cancelled)
 {
 	struct sandbox_svc *svc = arg;
 
-	for (;;) {
-		struct timespec ts;
-		bool stop;
-
-		pthread_mutex_lock(&svc->lock);
-		ts = sbx_timespec_in(CLOCK_REALTIME, svc->cfg.host_check_interval_ms);
-		while (!svc->stop && pthread_cond_timedwait(&svc->cond, &svc->lock, &ts) == 0)
-			;
-		stop = svc->stop;
-		pthread_mutex_unlock(&svc->lock);
-		if (stop)
-			break;
+	if (!cancelled)
 		drains_read(svc);
-		sandbox_hosts_measure_disk(svc);
-		for (size_t i = 0; i < svc->n_hosts; i++)
-			host_check(svc, &svc->hosts[i]);
-	}
-	return NULL;
+	pthread_mutex_lock(&svc->lock);
+	svc->drains_busy = false;
+	pthread_mutex_unlock(&svc->lock);
 }
 
-int sandbox_hosts_start(struct sandbox_svc *svc, struct sbx_error *err)
+/* Submit the job unless it is in flight; its flag is set here. Call with
+ * lock. */
+static void hosts_submit_locked(struct sandbox_svc *svc, bool *busy, sbx_workpool_fn fn, void *arg)
 {
-	drains_read(svc); /* before the first placement */
-	if (pthread_create(&svc->host_thread, NULL, host_main, svc) != 0)
-		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "cannot start the host thread");
-	svc->host_thread_started = true;
-	return 0;
+	if (*busy)
+		return;
+	if (sandbox_work_submit(svc, fn, arg) == 0)
+		*busy = true;
+	else if (arg != svc)
+		free(arg); /* full or stopping: the next pass tries again */
 }
 
-void sandbox_hosts_stop(struct sandbox_svc *svc)
+void sandbox_hosts_pass(struct sandbox_svc *svc)
 {
-	if (svc->host_thread_started) {
-		pthread_join(svc->host_thread, NULL);
-		svc->host_thread_started = false;
+	sandbox_hosts_measure_disk(svc); /* statvfs, kept for a while: not libvirt */
+	pthread_mutex_lock(&svc->lock);
+	hosts_submit_locked(svc, &svc->drains_busy, drains_job_run, svc);
+	for (size_t i = 0; i < svc->n_hosts; i++) {
+		struct host_check_job *j;
+
+		if (svc->host_check_busy[i] || !(j = malloc(sizeof(*j))))
+			continue;
+		j->svc = svc;
+		j->h = &svc->hosts[i];
+		hosts_submit_locked(svc, &svc->host_check_busy[i], host_check_job_run, j);
 	}
+	pthread_mutex_unlock(&svc->lock);
+}
+
+void sandbox_hosts_read_drains(struct sandbox_svc *svc)
+{
+	drains_read(svc);
 }
 
 /* ------------------------------------------------------------- operators */

@@ -1,20 +1,23 @@
 /* sandbox: the liveness ping (docs/lifecycle.md "Liveness").
  *
  * A guest that hangs without dying (PID 1 wedged, vCPUs paused) sends no
- * lifecycle event and its channel does not break. This thread pings every
+ * lifecycle event and its channel does not break. A round pings every
  * live guest over its channel every liveness_interval_ms, each ping
  * waiting at most that long; liveness_misses misses in a row mark the
- * sandbox dead at its last answered moment, and the timer thread ends it
- * as failed there (domain destroyed, billing stopped at that moment). An
+ * sandbox dead at its last answered moment, and the supervisor's lives
+ * pass queues its end as failed there (domain destroyed, billing stopped
+ * at that moment). An
  * answered ping is also the heartbeat: last_seen_at moves only when the
  * guest answers, so a daemon restart ends a frozen guest's row where it
  * stopped answering, not where it stopped being watched.
  *
- * Pings are sent on this thread, never on the timer thread: first to every
- * guest (sends only queue), then each answer is awaited until one common
- * deadline, so a round takes at most one interval however many guests
- * stay silent. A live is pinned with refs while its ping is in flight so
- * no ender frees its conn under us.
+ * The supervisor's "liveness" task (every liveness_interval_ms) queues a
+ * round as a job of the blocking pool, never two at once (a round still
+ * in flight skips that pass): the task itself never waits on a guest. A
+ * round pings every guest first (sends only queue), then awaits each
+ * answer until one common deadline, so it takes at most one interval
+ * however many guests stay silent. A live is pinned with refs while its
+ * ping is in flight so no end frees its conn under us.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -49,24 +52,6 @@ static struct watch *watch_find(struct watch *ws, size_t n, const char *id)
 		if (strcmp(ws[i].id, id) == 0)
 			return &ws[i];
 	return NULL;
-}
-
-/* Sleep until the monotonic deadline or stop. Returns true on stop. */
-static bool wait_until(struct sandbox_svc *svc, int64_t deadline_mono)
-{
-	bool stop;
-
-	pthread_mutex_lock(&svc->lock);
-	while (!svc->stop && sbx_mono_ms() < deadline_mono) {
-		int64_t left = deadline_mono - sbx_mono_ms();
-		struct timespec ts;
-
-		ts = sbx_timespec_in(CLOCK_REALTIME, left);
-		pthread_cond_timedwait(&svc->cond, &svc->lock, &ts);
-	}
-	stop = svc->stop;
-	pthread_mutex_unlock(&svc->lock);
-	return stop;
 }
 
 static void liveness_round(struct sandbox_svc *svc, struct watch *ws, size_t *n_ws,
@@ -150,44 +135,53 @@ static void liveness_round(struct sandbox_svc *svc, struct watch *ws, size_t *n_
 	*n_ws = kept;
 }
 
-static void *liveness_main(void *arg)
+/* The pinger's memory between rounds: only the round in flight (one at
+ * a time) touches the watches and the pins. */
+struct sandbox_liveness {
+	struct watch ws[LIVENESS_MAX];
+	struct pinned pins[LIVENESS_MAX];
+	size_t n_ws;
+	bool busy; /* a round is queued or running; under svc->lock */
+};
+
+/* A job: one round (it waits up to an interval on the answers). Skipped
+ * when the pool stopped before it ran. */
+static void liveness_job_run(void *arg, bool cancelled)
 {
 	struct sandbox_svc *svc = arg;
-	struct watch *ws = calloc(LIVENESS_MAX, sizeof(*ws));
-	struct pinned *pins = calloc(LIVENESS_MAX, sizeof(*pins));
-	size_t n_ws = 0;
+	struct sandbox_liveness *lv = svc->liveness;
 
-	if (!ws || !pins) {
-		sbx_err(MOD, "liveness: out of memory; guests are not pinged");
-		goto out;
-	}
-	for (;;) {
-		int64_t next = sbx_mono_ms() + svc->cfg.liveness_interval_ms;
-
-		if (wait_until(svc, next))
-			break;
-		liveness_round(svc, ws, &n_ws, pins);
-	}
-out:
-	free(ws);
-	free(pins);
-	return NULL;
+	if (!cancelled)
+		liveness_round(svc, lv->ws, &lv->n_ws, lv->pins);
+	pthread_mutex_lock(&svc->lock);
+	lv->busy = false;
+	pthread_mutex_unlock(&svc->lock);
 }
 
-int sandbox_liveness_start(struct sandbox_svc *svc, struct sbx_error *err)
+void sandbox_liveness_pass(struct sandbox_svc *svc)
+{
+	struct sandbox_liveness *lv = svc->liveness;
+
+	if (!lv)
+		return;
+	pthread_mutex_lock(&svc->lock);
+	if (!lv->busy && !svc->stop && sandbox_work_submit(svc, liveness_job_run, svc) == 0)
+		lv->busy = true; /* refused (full, stopping): the next pass tries again */
+	pthread_mutex_unlock(&svc->lock);
+}
+
+int sandbox_liveness_init(struct sandbox_svc *svc, struct sbx_error *err)
 {
 	if (!svc->cfg.liveness_interval_ms)
 		return 0;
-	if (pthread_create(&svc->liveness_thread, NULL, liveness_main, svc) != 0)
-		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "cannot start the liveness thread");
-	svc->liveness_started = true;
+	svc->liveness = calloc(1, sizeof(*svc->liveness));
+	if (!svc->liveness)
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
 	return 0;
 }
 
-void sandbox_liveness_stop(struct sandbox_svc *svc)
+void sandbox_liveness_free(struct sandbox_svc *svc)
 {
-	if (!svc->liveness_started)
-		return;
-	pthread_join(svc->liveness_thread, NULL);
-	svc->liveness_started = false;
+	free(svc->liveness);
+	svc->liveness = NULL;
 }

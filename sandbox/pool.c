@@ -4,13 +4,14 @@
  * guest is handed out once and never comes back: a customer's guest is
  * destroyed when its sandbox ends.
  *
- * The refill thread wakes every POOL_TICK_MS (or when a create took a
- * guest), drops pooled guests that died or idled longer than
- * pool_max_idle_s, and starts boots for sizes below their target. A pool
- * boot takes a boot slot only when no customer create waits for one and
- * fewer than pool_max_boots pool boots run, so customers go first; it also
- * needs host capacity without evicting anything. Each boot runs on its
- * own short-lived thread.
+ * The supervisor's "pool" task (sandbox_pool_pass, every 200 ms) drops
+ * pooled guests that died or idled longer than pool_max_idle_s (their
+ * teardown is one job of the blocking pool, one at a time) and queues
+ * boots for sizes below their target. A pool boot takes a boot slot only
+ * when no customer create waits for one and fewer than pool_max_boots
+ * pool boots run on that host, so customers go first; it also needs host
+ * capacity without evicting anything. Each boot is a job of the blocking
+ * pool; the task itself never waits on libvirt or a guest.
  *
  * Execution guests (execution_pool, per runtime) are booted the same way
  * (of execution_size), then get their launcher started
@@ -39,7 +40,6 @@
 #include "sandbox-priv.h"
 
 #define MOD		"pool"
-#define POOL_TICK_MS	200
 #define POOL_BACKOFF_MS 5000
 
 struct pool_boot {
@@ -154,7 +154,11 @@ static void pool_booting_locked(struct fleet_host *h, const struct sandbox_size 
 	h->pool_booting_disk_gib += (uint64_t)sign * size->disk_gib;
 }
 
-static void *pool_boot_main(void *arg)
+/* A job of the blocking pool: one pool boot (a boot slot and its
+ * pool_booting count were taken when it was queued). Cancelled (the pool
+ * stopped before a thread took it) or the service stopping: no boot, only
+ * the undo. */
+static void pool_boot_run(void *arg, bool cancelled)
 {
 	struct pool_boot *pb = arg;
 	struct sandbox_svc *svc = pb->svc;
@@ -170,7 +174,10 @@ static void *pool_boot_main(void *arg)
 	free(pb);
 	snprintf(marker, sizeof(marker), "pool:%s", runtime ? runtime : size->name);
 	sbx_error_clear(&err);
-	rc = sandbox_guest_boot(svc, h, size, marker, deadline, &l, &err);
+	pthread_mutex_lock(&svc->lock);
+	bool skip = cancelled || svc->stop;
+	pthread_mutex_unlock(&svc->lock);
+	rc = skip ? 1 : sandbox_guest_boot(svc, h, size, marker, deadline, &l, &err);
 	/* an execution guest: its interpreter starts now (a second boot
 	 * timeout: python or node under TCG on a busy host) */
 	if (rc == 0 && runtime &&
@@ -208,7 +215,6 @@ static void *pool_boot_main(void *arg)
 	else if (l)
 		sbx_info(MOD, "host %s: a %s guest joined the pool, ready in %lld ms", h->cfg->name,
 			 runtime ? runtime : size->name, (long long)(sbx_mono_ms() - t0));
-	return NULL;
 }
 
 /* Start one pool boot if the rules allow it. Call with lock; returns true
@@ -217,9 +223,6 @@ static bool pool_boot_maybe_locked(struct sandbox_svc *svc, struct fleet_host *h
 				   const struct sandbox_size *size, const char *runtime)
 {
 	struct pool_boot *pb;
-	pthread_attr_t attr;
-	pthread_t t;
-	int rc;
 
 	if (h->pool_booting >= svc->cfg.pool_max_boots ||
 	    sbx_mono_ms() < h->pool_backoff_until_mono || !sandbox_host_fits_locked(h, size))
@@ -236,11 +239,8 @@ static bool pool_boot_maybe_locked(struct sandbox_svc *svc, struct fleet_host *h
 	pb->size = size;
 	pb->runtime = runtime;
 	pool_booting_locked(h, size, +1);
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	rc = pthread_create(&t, &attr, pool_boot_main, pb);
-	pthread_attr_destroy(&attr);
-	if (rc != 0) {
+	/* (the pool's lock is a leaf below svc->lock) */
+	if (sandbox_work_submit(svc, pool_boot_run, pb) < 0) {
 		free(pb);
 		fleet_slot_release(&svc->slots);
 		pool_booting_locked(h, size, -1);
@@ -297,51 +297,64 @@ static void pool_refill_locked(struct sandbox_svc *svc, struct fleet_host *h)
 	}
 }
 
-static void *pool_main(void *arg)
+/* A job: tear down the pooled guests a pass unlinked (libvirt destroys). */
+static void pool_recycle_run(void *arg, bool cancelled)
 {
-	struct sandbox_svc *svc = arg;
+	struct fleet_guest *reaped = arg;
+	struct sandbox_svc *svc = reaped->host->svc;
 
+	while (reaped) {
+		struct fleet_guest *next = reaped->next;
+
+		/* (no lock: pool_usable_locked reads the guest's own state) */
+		sbx_info(MOD, "recycling pooled guest %s (%s)", reaped->domain,
+			 fleet_guest_dead(reaped)      ? "it died"
+			 : !pool_usable_locked(reaped) ? "its launcher ended"
+						       : "idle too long, or its host "
+							 "is down or drained");
+		sandbox_live_teardown(reaped, "recycled from the warm pool");
+		reaped = next;
+	}
 	pthread_mutex_lock(&svc->lock);
-	while (!svc->stop) {
-		struct fleet_guest *reaped = NULL;
-		struct timespec ts;
+	svc->pool_recycling = false;
+	pthread_mutex_unlock(&svc->lock);
+}
 
-		if (svc->n_hosts &&
-		    sbx_mono_ms() - svc->hosts[0].disk_measured_mono >= SANDBOX_DISK_MEASURE_MS) {
-			pthread_mutex_unlock(&svc->lock);
-			sandbox_hosts_measure_disk(svc); /* statvfs: not under the lock */
-			pthread_mutex_lock(&svc->lock);
-			if (svc->stop)
-				break;
-		}
+void sandbox_pool_pass(struct sandbox_svc *svc)
+{
+	struct fleet_guest *reaped = NULL;
+
+	if (svc->n_hosts &&
+	    sbx_mono_ms() - svc->hosts[0].disk_measured_mono >= SANDBOX_DISK_MEASURE_MS)
+		sandbox_hosts_measure_disk(svc); /* statvfs: not under the lock */
+	pthread_mutex_lock(&svc->lock);
+	if (svc->stop) {
+		pthread_mutex_unlock(&svc->lock);
+		return;
+	}
+	/* one recycling job at a time: while one runs, the unusable guests
+	 * wait in the pool (a take skips them) */
+	if (!svc->pool_recycling) {
 		pool_reap_locked(svc, sbx_mono_ms(), &reaped);
-		for (size_t k = 0; k < svc->n_hosts; k++)
-			pool_refill_locked(svc, &svc->hosts[k]);
-		if (reaped) {
-			pthread_mutex_unlock(&svc->lock);
+		if (reaped && sandbox_work_submit(svc, pool_recycle_run, reaped) == 0) {
+			svc->pool_recycling = true;
+		} else if (reaped) {
+			/* refused (full): back in the pool, the next pass tries again */
 			while (reaped) {
 				struct fleet_guest *next = reaped->next;
 
-				sbx_info(MOD, "recycling pooled guest %s (%s)", reaped->domain,
-					 fleet_guest_dead(reaped) ? "it died"
-					 : !pool_usable_locked(reaped)
-					     ? "its launcher ended"
-					     : "idle too long, or its host "
-					       "is down or drained");
-				sandbox_live_teardown(reaped, "recycled from the warm pool");
+				reaped->next = svc->pool;
+				svc->pool = reaped;
 				reaped = next;
 			}
-			pthread_mutex_lock(&svc->lock);
-			continue;
 		}
-		ts = sbx_timespec_in(CLOCK_REALTIME, POOL_TICK_MS);
-		pthread_cond_timedwait(&svc->cond, &svc->lock, &ts);
 	}
+	for (size_t k = 0; k < svc->n_hosts; k++)
+		pool_refill_locked(svc, &svc->hosts[k]);
 	pthread_mutex_unlock(&svc->lock);
-	return NULL;
 }
 
-int sandbox_pool_start(struct sandbox_svc *svc, struct sbx_error *err)
+bool sandbox_pool_configured(const struct sandbox_svc *svc)
 {
 	int total = 0;
 
@@ -349,26 +362,19 @@ int sandbox_pool_start(struct sandbox_svc *svc, struct sbx_error *err)
 		total += svc->cfg.pool[i].count;
 	for (size_t i = 0; i < svc->cfg.n_execution_pool; i++)
 		total += svc->cfg.execution_pool[i].count;
-	if (total == 0)
-		return 0;
-	if (pthread_create(&svc->pool_thread, NULL, pool_main, svc) != 0)
-		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "cannot start the pool thread");
-	svc->pool_started = true;
-	sbx_info(MOD, "warm pool: %d guest(s) to keep ready", total);
-	return 0;
+	if (total)
+		sbx_info(MOD, "warm pool: %d guest(s) to keep ready", total);
+	return total > 0;
 }
 
 void sandbox_pool_stop(struct sandbox_svc *svc)
 {
 	struct fleet_guest *all;
 
-	if (svc->pool_started) {
-		pthread_join(svc->pool_thread, NULL);
-		svc->pool_started = false;
-	}
 	pthread_mutex_lock(&svc->lock);
-	/* Boot threads finish on their own (at most boot_timeout_ms) and
-	 * tear their guest down when they see stop. */
+	/* The boot jobs ended with the blocking pool's drain (a boot in
+	 * flight tore its guest down when it saw stop); this wait is the
+	 * rule written down. */
 	for (size_t i = 0; i < svc->n_hosts; i++)
 		while (svc->hosts[i].pool_booting > 0)
 			pthread_cond_wait(&svc->cond, &svc->lock);

@@ -59,13 +59,13 @@ struct fleet_host {
 	const struct sandbox_host_config *cfg; /* in svc->cfg.hosts */
 	bool local;			       /* this machine: sysinfo and statvfs apply */
 	/* Its libvirt connection; NULL while it could not be opened (the host
-	 * thread retries). Set under svc->lock, before state turns UP; used
+	 * health check retries). Set under svc->lock, before state turns UP; used
 	 * without the lock by whoever saw the host UP or holds a live on it. */
 	struct vmm *vmm;
 
 	enum host_state state;
 	bool draining;		/* `sandboxd admin drain`: no placements, no pool */
-	bool reconcile_due;	/* came back: the host thread reconciles it */
+	bool reconcile_due;	/* came back: its health check reconciles it */
 	int64_t last_seen_mono; /* the last health check it answered */
 	int64_t last_seen_wall;
 	/* Guests being booted or run by executions (booting) and pool boots
@@ -104,8 +104,9 @@ struct sandbox_svc {
 	struct receipt_signer *signer; /* the node's receipt key */
 	struct fleet_host hosts[SANDBOX_MAX_HOSTS];
 	size_t n_hosts;
-	bool host_thread_started;
-	pthread_t host_thread;
+	/* a host's check / the drains read queued or running (host.c) */
+	bool host_check_busy[SANDBOX_MAX_HOSTS];
+	bool drains_busy;
 
 	pthread_mutex_t lock; /* lives, pool, booting, stop, startup rings, retries */
 	pthread_cond_t cond;  /* boot slot freed, guest died, threads' wake */
@@ -122,8 +123,7 @@ struct sandbox_svc {
 
 	/* Warm pool (pool.c). */
 	struct fleet_guest *pool; /* ready pooled guests of every host (l->host) */
-	bool pool_started;
-	pthread_t pool_thread;
+	bool pool_recycling;	  /* a teardown job of pooled guests in flight */
 
 	struct startup_ring startup_warm, startup_cold;
 	/* Executions (request received -> result known), per path: a pooled
@@ -137,9 +137,8 @@ struct sandbox_svc {
 	struct settle_retry *retries;
 	size_t n_retries;
 
-	/* Liveness ping (liveness.c). */
-	bool liveness_started;
-	pthread_t liveness_thread;
+	/* Liveness ping (liveness.c): NULL when liveness_interval_ms is 0. */
+	struct sandbox_liveness *liveness;
 
 	/* The calls acquire.c makes into vmm/ and agentless/ for one guest:
 	 * NULL = sandbox_guest_ops_real. Only unit tests set it (a fake with
@@ -385,10 +384,13 @@ int sandbox_reconcile_host(struct sandbox_svc *svc, struct fleet_host *h, struct
 /* Open every host's vmm (a host that does not answer starts DOWN; none
  * answering fails) and reconcile each against the store. 0 or -1. */
 int sandbox_hosts_open(struct sandbox_svc *svc, struct sbx_error *err);
-/* Start / join the host thread (health checks, drain reads, reconcile of
- * a host that came back). Stop: call with svc->stop set, lock not held. */
-int sandbox_hosts_start(struct sandbox_svc *svc, struct sbx_error *err);
-void sandbox_hosts_stop(struct sandbox_svc *svc);
+/* The supervisor's "hosts" task: queue each host's health check (and
+ * the reconcile of a host that came back) and the read of the drained
+ * hosts as jobs of the blocking pool, each once (one in flight is not
+ * queued again). Never waits on libvirt. No lock held. */
+void sandbox_hosts_pass(struct sandbox_svc *svc);
+/* Read the drained hosts now (before the first placement). No lock. */
+void sandbox_hosts_read_drains(struct sandbox_svc *svc);
 /* Free every host's vmm (after every guest is gone). */
 void sandbox_hosts_close(struct sandbox_svc *svc);
 /* The GiB an overlay of `size` may grow to on host h (0 without a base
@@ -397,7 +399,7 @@ uint64_t sandbox_host_disk_gib(const struct fleet_host *h, const struct sandbox_
 /* Read the free space of every local host's state dir and of the
  * database's filesystem (statvfs) with no lock held, and keep it in the
  * hosts for the disk rule. Creates and executions call it before they
- * take the lock to admit; the pool thread and the host thread when the
+ * take the lock to admit; the pool and hosts passes when the
  * figures are older than SANDBOX_DISK_MEASURE_MS. */
 #define SANDBOX_DISK_MEASURE_MS 1000
 void sandbox_hosts_measure_disk(struct sandbox_svc *svc);
@@ -494,17 +496,26 @@ void sandbox_lost_end(const struct store_sandbox *row, bool domain_alive, int64_
 
 /* liveness.c */
 
-/* Start the ping thread (no-op when liveness_interval_ms is 0). 0 or -1. */
-int sandbox_liveness_start(struct sandbox_svc *svc, struct sbx_error *err);
-/* Join the ping thread. Call with svc->stop set, lock not held. */
-void sandbox_liveness_stop(struct sandbox_svc *svc);
+/* The pinger's state (none when liveness_interval_ms is 0). 0 or -1. */
+int sandbox_liveness_init(struct sandbox_svc *svc, struct sbx_error *err);
+/* Free it (after the blocking pool drained). */
+void sandbox_liveness_free(struct sandbox_svc *svc);
+/* The supervisor's "liveness" task: queue a ping round as a job of the
+ * blocking pool unless one is in flight. Never waits on a guest. No lock
+ * held. */
+void sandbox_liveness_pass(struct sandbox_svc *svc);
 
 /* pool.c */
 
-/* Start the refill thread (no-op without a configured pool). 0 or -1. */
-int sandbox_pool_start(struct sandbox_svc *svc, struct sbx_error *err);
-/* Stop the refill thread, wait for pool boots in flight, destroy the
- * pooled guests. Call with svc->stop set, lock not held. */
+/* Does the config ask for pooled guests (warm or execution)? Logs how
+ * many. */
+bool sandbox_pool_configured(const struct sandbox_svc *svc);
+/* The supervisor's "pool" task: queue the teardown of dead and idle
+ * pooled guests and the boots the pools lack, as jobs of the blocking
+ * pool. Never waits on libvirt. No lock held. */
+void sandbox_pool_pass(struct sandbox_svc *svc);
+/* Destroy the pooled guests (after the blocking pool drained: no boot in
+ * flight). Call with svc->stop set, lock not held. */
 void sandbox_pool_stop(struct sandbox_svc *svc);
 /* Take a ready pooled guest of host h (NULL: any host) out of the pool:
  * a plain one of `size` (runtime NULL) or an execution guest whose

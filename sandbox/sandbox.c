@@ -133,15 +133,11 @@ struct sandbox_svc *sandbox_svc_new(const struct sandbox_config *cfg, int flags,
 
 	if (sandbox_hosts_open(svc, err) < 0)
 		goto err_hosts;
+	/* the drained hosts first: the pool must not refill them, nor a
+	 * placement choose them */
+	sandbox_hosts_read_drains(svc);
 	if (sandbox_supervise_start(svc, err) < 0)
 		goto err_hosts;
-	/* the host thread first: it reads the drained hosts, which the pool
-	 * must not refill */
-	if (sandbox_hosts_start(svc, err) < 0 || sandbox_liveness_start(svc, err) < 0 ||
-	    sandbox_pool_start(svc, err) < 0) {
-		sandbox_svc_free(svc);
-		return NULL;
-	}
 	return svc;
 
 err_hosts:
@@ -178,8 +174,6 @@ void sandbox_svc_free(struct sandbox_svc *svc)
 	/* no pass after this; the ends queued and the execution guests'
 	 * teardowns run to the end (no domain left behind) */
 	sandbox_supervise_stop(svc);
-	sandbox_liveness_stop(svc);
-	sandbox_hosts_stop(svc);
 	if (svc->n_hosts)
 		sandbox_pool_stop(svc);
 

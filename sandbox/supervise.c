@@ -2,10 +2,13 @@
  * blocking work. The service has one supervisor (util's sbx_cron, thread
  * "sbx-cron") whose tasks tick every live's channel (exec deadlines) and
  * queue the end of every live found dead or past its expiry, write
- * heartbeats, retry the ends the store refused and sync guest clocks; and
- * one bounded pool (util's sbx_workpool, threads "sbx-block") that runs
- * the blocking work: the queued ends (sandbox_end, live.c) and the
- * teardowns of execution guests (execution.c). docs/lifecycle.md
+ * heartbeats, retry the ends the store refused and sync guest clocks, and
+ * the fleet's passes: the hosts' health checks (host.c), the warm pool's
+ * upkeep (pool.c) and the liveness pings (liveness.c); and one bounded
+ * pool (util's sbx_workpool, threads "sbx-block") that runs the blocking
+ * work: the queued ends (sandbox_end, live.c), the teardowns of execution
+ * guests (execution.c), the health checks and reconciles, the pool boots
+ * and recycles, the ping rounds. docs/lifecycle.md
  * "Threads" says what runs where. See sandbox-priv.h for the lock order.
  */
 #include <pthread.h>
@@ -126,6 +129,23 @@ static void time_sync_pass(void *opaque, int64_t now_mono)
 	store_idem_prune(svc->store, now - SANDBOX_IDEMPOTENCY_KEEP_MS, NULL);
 }
 
+/* The fleet's passes: each queues its blocking part as jobs, each once
+ * (host.c, pool.c, liveness.c). */
+static void hosts_pass(void *opaque, int64_t now_mono)
+{
+	sandbox_hosts_pass(opaque);
+}
+
+static void pool_pass(void *opaque, int64_t now_mono)
+{
+	sandbox_pool_pass(opaque);
+}
+
+static void liveness_pass(void *opaque, int64_t now_mono)
+{
+	sandbox_liveness_pass(opaque);
+}
+
 /* ------------------------------------------------------------ the ends */
 
 /* A sandbox a pass found dead or expired, for the pool. */
@@ -185,26 +205,32 @@ int sandbox_work_submit(struct sandbox_svc *svc, sbx_workpool_fn fn, void *arg)
 
 int sandbox_supervise_start(struct sandbox_svc *svc, struct sbx_error *err)
 {
-	int guests = 0;
+	int guests = 0, fleet_jobs;
 
 	for (size_t i = 0; i < svc->n_hosts; i++)
 		guests += svc->hosts[i].cfg->max_guests;
-	/* Every job ends, tears down or boots one guest the hosts hold: one
-	 * waiting per guest (and the threads' worth) is never refused. */
-	svc->work = sbx_workpool_new(SANDBOX_WORK_THREAD_NAME, SANDBOX_WORK_THREADS,
-				     guests + SANDBOX_WORK_THREADS, SBX_WORKPOOL_EAGER);
+	/* An end, a teardown or a pool boot is one job per guest the hosts
+	 * hold (a pool boot counts on its host while queued: pool_booting).
+	 * The fleet's passes add at most one job each of their own, as each
+	 * is queued once: a health check per host and the drains read, a
+	 * liveness round, a recycling of pooled guests. With the threads'
+	 * worth on top, none of these is refused. */
+	fleet_jobs = (int)svc->n_hosts + 1 + 1 + 1;
+	svc->work =
+	    sbx_workpool_new(SANDBOX_WORK_THREAD_NAME, SANDBOX_WORK_THREADS,
+			     guests + fleet_jobs + SANDBOX_WORK_THREADS, SBX_WORKPOOL_EAGER);
 	svc->cron = sbx_cron_new(SANDBOX_CRON_THREAD_NAME, TICK_MS);
-	if (!svc->work || !svc->cron ||
+	if (!svc->work || !svc->cron || sandbox_liveness_init(svc, err) < 0 ||
 	    sbx_cron_add(svc->cron, "lives", TICK_MS, lives_pass, svc) < 0 ||
 	    sbx_cron_add(svc->cron, "heartbeat", HEARTBEAT_MS, heartbeat_pass, svc) < 0 ||
 	    sbx_cron_add(svc->cron, "settle-retry", SETTLE_RETRY_MS, settle_retry_pass, svc) < 0 ||
 	    sbx_cron_add(svc->cron, "time-sync", TIME_SYNC_MS, time_sync_pass, svc) < 0 ||
-	    /* HOOK: fleet's one-pass functions are registered here, each one
-	     * sbx_cron_add line like those above: "hosts" every
-	     * host_check_interval_ms, "pool" every tick (200 ms), "liveness"
-	     * every liveness_interval_ms (when not 0). A pass that waits on
-	     * libvirt, pings or boots submits that part with
-	     * sandbox_work_submit (docs/lifecycle.md "Threads"). */
+	    sbx_cron_add(svc->cron, "hosts", svc->cfg.host_check_interval_ms, hosts_pass, svc) <
+		0 ||
+	    (sandbox_pool_configured(svc) &&
+	     sbx_cron_add(svc->cron, "pool", TICK_MS, pool_pass, svc) < 0) ||
+	    (svc->liveness && sbx_cron_add(svc->cron, "liveness", svc->cfg.liveness_interval_ms,
+					   liveness_pass, svc) < 0) ||
 	    sbx_cron_start(svc->cron) < 0) {
 		sandbox_supervise_free(svc);
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL,
@@ -235,4 +261,5 @@ void sandbox_supervise_free(struct sandbox_svc *svc)
 	svc->cron = NULL;
 	sbx_workpool_free(svc->work);
 	svc->work = NULL;
+	sandbox_liveness_free(svc);
 }
