@@ -1,10 +1,98 @@
-/* fleet: what the module's files share (not for other modules).
- *
- * Files: place.c (the placement rule), registry.c (live guests by id),
- * slots.c (boot slots), guest.c (the live guest: refs, state, end). */
+/* fleet: what the module's files share (not for other modules; unit tests
+ * read it). The files are listed in fleet.h. */
 #ifndef SBX_FLEET_PRIV_H
 #define SBX_FLEET_PRIV_H
 
 #include "fleet.h"
+
+struct fleet_liveness; /* liveness.c */
+
+/* The fleet. cfg, hooks, ops and hosts' fixed fields are set before its
+ * threads start; the rest is under lock unless said otherwise. */
+struct fleet {
+	const struct sandbox_config *cfg;
+	struct fleet_hooks hooks;
+	const struct fleet_guest_ops *ops;
+	struct sbx_workpool *work; /* set once, before the passes run */
+
+	pthread_mutex_t lock;
+	pthread_cond_t cond; /* a pool boot ended (fleet_pool_stop waits) */
+	bool stop;
+	struct fleet_host hosts[SANDBOX_MAX_HOSTS];
+	size_t n_hosts;
+	/* a host's check / the drains read queued or running (hosts.c) */
+	bool host_check_busy[SANDBOX_MAX_HOSTS];
+	bool drains_busy;
+
+	struct fleet_guest *lives; /* the customers' guests (a ref each) */
+	struct fleet_registry by_id;
+	struct fleet_slots slots; /* its own lock */
+
+	struct fleet_guest *pool; /* ready pooled guests of every host (g->host) */
+	bool pool_recycling;	  /* a teardown job of pooled guests in flight */
+
+	struct fleet_liveness *liveness; /* NULL when liveness_interval_ms is 0 */
+};
+
+/* hosts.c */
+
+/* Would one more guest of `size` fit host h (guests, memory, disk),
+ * counting its lives, boots and pool? Call with lock. */
+bool fleet_host_fits_locked(struct fleet_host *h, const struct sandbox_size *size);
+/* Count a guest of `size` as booting on h (sign +1) or stop (-1). Call
+ * with lock. */
+void fleet_host_booting_locked(struct fleet_host *h, const struct sandbox_size *size, int sign);
+/* Place a guest of `size` (an execution of `runtime`: its pre-started
+ * guests first; NULL for a sandbox) per docs/hosts.md and count it as
+ * booting there. A pooled guest taken is returned in *warm_out (else
+ * NULL: boot one on the host returned); pooled guests evicted to make
+ * room are chained on *evicted (tear them down without the lock). NULL
+ * with a 503 (Retry-After 10) when no host has room. Call with lock. */
+struct fleet_host *fleet_host_admit_locked(struct fleet *f, const struct sandbox_size *size,
+					   const char *runtime, struct fleet_guest **warm_out,
+					   struct fleet_guest **evicted, struct sbx_error *err);
+/* Domain `name` of host h's vmm stopped (vmm_stopped_fn, opaque = h). */
+void fleet_on_domain_stopped(void *opaque, const char *name);
+
+/* fleet.c */
+
+/* The linked guest of `id` (borrowed), or NULL. Call with lock. */
+struct fleet_guest *fleet_live_find_locked(struct fleet *f, const char *id);
+/* A conn for guest g with the config's limits, fleet_on_conn_broken as
+ * its broken callback. */
+struct agentless_conn *fleet_guest_conn_new(struct fleet_guest *g);
+/* Reopen guest g's channel on its vmm_vm into its own conn (which resets
+ * and sends WELCOME) and note the connection generation in *gen. No lock
+ * held; the caller holds a ref. */
+int fleet_guest_channel_reopen(struct fleet_guest *g, unsigned *gen, struct sbx_error *err);
+
+/* pool.c */
+
+/* Take a ready pooled guest of host h (NULL: any) out of the pool: a
+ * plain one of `size` (runtime NULL) or an execution guest whose
+ * `runtime` interpreter waits (size NULL). NULL if none. Call with lock. */
+struct fleet_guest *fleet_pool_take_locked(struct fleet *f, struct fleet_host *h, const char *size,
+					   const char *runtime);
+/* Ready guests of a kind on host h (NULL: every host). Call with lock. */
+int fleet_pool_ready_locked(struct fleet *f, struct fleet_host *h, const char *size,
+			    const char *runtime);
+/* Unlink one pooled guest of host h (NULL when none). Call with lock. */
+struct fleet_guest *fleet_pool_evict_locked(struct fleet *f, struct fleet_host *h);
+/* Guests, memory and disk host h's pool holds (ready and booting). Call
+ * with lock. */
+void fleet_pool_count_locked(struct fleet *f, struct fleet_host *h, int *guests, uint64_t *mib,
+			     uint64_t *disk_gib);
+/* Unlink every pooled guest of host h into a chain. Call with lock. */
+struct fleet_guest *fleet_pool_drop_host_locked(struct fleet *f, struct fleet_host *h);
+/* Mark pooled guests of domain `name` dead. Call with lock. */
+void fleet_pool_domain_stopped_locked(struct fleet *f, const char *name);
+
+/* liveness.c */
+
+int fleet_liveness_init(struct fleet *f);
+void fleet_liveness_free(struct fleet *f);
+
+/* Queue fn(arg) on the work pool: 0, or -1 (none, full or stopped). */
+int fleet_work_submit(struct fleet *f, sbx_workpool_fn fn, void *arg);
 
 #endif

@@ -1,24 +1,35 @@
 /* fleet: the guests and where they run, beneath the use cases in sandbox/.
- * It places guests on hosts and hands out boot slots; it knows no store,
- * no account, no bill. sandbox/ calls it; it includes nothing of sandbox/
- * or store/ (scripts/lint.sh).
+ * It keeps the hosts (their libvirt connections, capacity, health and
+ * drains), places guests on them, boots them within boot slots, keeps the
+ * warm pools, the customers' live guests and the liveness ping; it knows
+ * no store, no account, no bill. sandbox/ calls it; what the fleet must ask
+ * of its owner (a host's reconcile, the drained hosts, an execution
+ * guest's launcher, a guest seen alive) goes through struct fleet_hooks.
+ * It includes nothing of sandbox/ or store/ (scripts/lint.sh).
  *
- * What lives here so far: the placement rule (place.c), the registry of
- * live guests by id (registry.c), the boot slots (slots.c) and the live
- * guest itself (guest.c: a refcounted object with its own lock and an
- * explicit state, freed by its last unref). The hosts, the pools and
- * liveness still live in sandbox/ (sandbox-priv.h) and move here next.
+ * Files: place.c (the placement rule), registry.c (live guests by id),
+ * slots.c (boot slots), guest.c (the live guest: refs, state, end),
+ * fleet.c (the fleet object, its lives), hosts.c (hosts: capacity,
+ * admission, health checks, drains), acquire.c (a guest for a sandbox or
+ * an execution, and the boot), pool.c (the warm pools), liveness.c (the
+ * ping).
  *
  * Lock order (a lock may be taken while holding the ones left of it):
  *
- *   sandbox svc->lock  ->  fleet_guest lock
- *   sandbox svc->lock  ->  agentless conn lock  ->  vmm channel lock
- *   sandbox svc->lock  ->  fleet_slots lock
+ *   fleet lock  ->  fleet_guest lock
+ *   fleet lock  ->  agentless conn lock  ->  vmm channel lock
+ *   fleet lock  ->  fleet_slots lock
+ *   fleet lock  ->  the work pool's lock
  *
- * The guest and slots locks are leaves: nothing is called with one held
- * (no libvirt call, no I/O, no callback, no other lock). A guest's end
- * and its last unref call into agentless/ and vmm/ (which call back):
- * no lock may be held there.
+ * The fleet lock guards the lists (lives, registry, pool), every host's
+ * state and counters and the fleet's own flags. With it held only
+ * agentless_conn_alive() (a query taking the conn's leaf lock) may be
+ * called into agentless/, never a send, a close, an unref, a libvirt
+ * call or a hook: lower modules call back (a broken channel, a stopped
+ * domain) with none of their locks held and take the fleet lock
+ * themselves. The guest and slots locks are leaves. A guest's end and its
+ * last unref call into agentless/ and vmm/: no lock may be held there.
+ * The owner's locks are never held while calling into the fleet.
  */
 #ifndef SBX_FLEET_H
 #define SBX_FLEET_H
@@ -32,7 +43,11 @@
 #include "../util/util.h"
 
 struct agentless_conn;
+struct vmm;
 struct vmm_vm;
+struct vmm_guest_spec;
+struct sbx_channel;
+struct fleet;
 
 /* ----------------------------------------------------------- placement */
 
@@ -148,7 +163,7 @@ enum fleet_end {
 	FLEET_END_OTHER, /* pooled, execution over, service stopping */
 };
 
-struct fleet_host; /* the host it runs on (sandbox-priv.h until hosts move here) */
+struct fleet_host; /* the host it runs on (below) */
 struct prestart;   /* an execution guest's waiting launcher (its owner's) */
 typedef void (*fleet_prestart_free_fn)(struct prestart *ps);
 
@@ -162,9 +177,9 @@ typedef void (*fleet_prestart_free_fn)(struct prestart *ps);
  * Three groups of fields, by who guards them:
  *  - fixed: set by its creator before it is shared, then read-only
  *    (runtime and prestart are set by the pool's boot before it pools);
- *  - the owner's lock (today svc->lock): its links (next, node) and the
- *    owner's bookkeeping (expires_at_ms, end_queued, pooled_at_mono);
- *  - g->lock, a leaf: its state and health. */
+ *  - the fleet lock: its links (next, node) and pooled_at_mono;
+ *  - g->lock, a leaf: its state and health, and the owner's bookkeeping
+ *    (expires_at_ms, end_queued). */
 struct fleet_guest {
 	/* fixed */
 	char id[SANDBOX_ID_MAX]; /* the sandbox or execution id it serves */
@@ -175,19 +190,19 @@ struct fleet_guest {
 	struct vmm_vm *vm;
 	struct agentless_conn *conn;
 	uint64_t memory_mib;
-	void *owner; /* the service (opaque here) */
+	struct fleet *fleet; /* the fleet it belongs to */
 	struct prestart *prestart;
 	fleet_prestart_free_fn prestart_free;
 
-	/* the owner's lock */
-	int64_t expires_at_ms;	/* a sandbox's, cached from its row */
-	bool end_queued;	/* an end for it waits for an ender */
+	/* the fleet lock */
 	int64_t pooled_at_mono; /* when it said HELLO (pool_max_idle_s) */
 	struct fleet_guest *next;
 	struct fleet_node node; /* in the registry (key = id) while linked */
 
 	/* g->lock */
 	pthread_mutex_t lock;
+	int64_t expires_at_ms; /* the owner's: a sandbox's, cached from its row */
+	bool end_queued;       /* the owner's: an end for it waits for an ender */
 	enum fleet_guest_state state;
 	enum fleet_end end;
 	bool dead; /* guest gone or channel broken: end as failed */
@@ -207,7 +222,7 @@ struct fleet_guest {
 
 /* A new guest in state BOOTING with one ref (the caller's). Never NULL
  * (aborts on ENOMEM). */
-struct fleet_guest *fleet_guest_new(void *owner, struct fleet_host *host, const char *id);
+struct fleet_guest *fleet_guest_new(struct fleet *f, struct fleet_host *host, const char *id);
 /* Take a ref (the caller must already hold one, or hold the lock of a
  * list that holds one). */
 void fleet_guest_ref(struct fleet_guest *g);
@@ -243,5 +258,267 @@ bool fleet_guest_over(struct fleet_guest *g); /* ENDING or GONE */
  * dead, ending or gone; 503 (Retry-After 2) while suspended. Takes
  * g->lock. */
 int fleet_guest_usable(struct fleet_guest *g, const char *id, struct sbx_error *err);
+
+/* Claim the guest's end for the owner's ender (end_queued): true once,
+ * false while one is claimed. fleet_guest_end_unclaim gives a claim back
+ * (the ender could not be queued). Take g->lock. */
+bool fleet_guest_end_claim(struct fleet_guest *g);
+void fleet_guest_end_unclaim(struct fleet_guest *g);
+
+/* ---------------------------------------------------------------- hosts */
+
+/* A libvirt host guests are placed on (hosts.c). cfg, local and the
+ * fleet are fixed; vmm is set under the fleet lock before the host turns
+ * UP, then used without the lock by whoever saw the host UP or holds a
+ * guest on it; the rest is under the fleet lock. */
+enum fleet_host_state {
+	FLEET_HOST_UP,
+	FLEET_HOST_DOWN, /* did not answer for host_down_after_ms (or never opened) */
+};
+
+struct fleet_host {
+	struct fleet *fleet;
+	const struct sandbox_host_config *cfg; /* in the fleet's config */
+	bool local;			       /* this machine: sysinfo and statvfs apply */
+	struct vmm *vmm;		       /* NULL while it could not be opened */
+
+	enum fleet_host_state state;
+	bool draining;		/* `sandboxd admin drain`: no placements, no pool */
+	bool reconcile_due;	/* came back: its health check reconciles it */
+	int64_t last_seen_mono; /* the last health check it answered */
+	int64_t last_seen_wall;
+	/* Guests being booted or run by executions (booting) and pool boots
+	 * (pool_booting), counted for capacity until they are live, pooled
+	 * or torn down. */
+	int booting;
+	uint64_t booting_mib, booting_disk_gib;
+	int pool_booting;
+	uint64_t pool_booting_mib, pool_booting_disk_gib;
+	int64_t pool_backoff_until_mono; /* after a failed pool boot */
+	int64_t disk_warned_mono;	 /* last "refusing: disk" warning */
+	/* The free space the disk rule reads, measured by
+	 * fleet_hosts_measure_disk() with no lock held (statvfs is I/O). */
+	bool disk_measured;
+	uint64_t disk_free_mib;	    /* the state dir's filesystem (local host) */
+	uint64_t db_free_mib;	    /* the database's filesystem */
+	bool db_own_fs;		    /* the database is on another filesystem */
+	int64_t disk_measured_mono; /* when */
+};
+
+/* What an operator sees of a host (sandboxd admin hosts, /v1/admin). */
+struct fleet_host_view {
+	const char *name, *uri; /* the config's */
+	enum fleet_host_state state;
+	bool draining;
+	int guests, max_guests;
+	uint64_t memory_used_mib, memory_total_mib;
+	uint64_t disk_used_gib, disk_total_gib;
+	int pool_ready, pool_booting;
+	int64_t last_seen_ms_ago;
+};
+
+/* ---------------------------------------------------------- the fleet */
+
+struct prestart;
+/* What the fleet asks of its owner. Each is called with no lock held. */
+struct fleet_hooks {
+	void *opaque; /* the owner, passed to each */
+	/* Host h answers again: make its domains and the owner's records
+	 * agree before anything is placed on it. 0, or -1 with err (the
+	 * health check retries). */
+	int (*host_back)(void *opaque, struct fleet_host *h, struct sbx_error *err);
+	/* Which hosts are drained: drained[i] for the config's hosts[i] (n of
+	 * them). 0, or -1 (the fleet keeps what it knew). */
+	int (*drains_read)(void *opaque, bool *drained, size_t n);
+	/* The guest of sandbox `id` answered a liveness ping at at_ms. */
+	void (*guest_seen)(void *opaque, const char *id, int64_t at_ms);
+	/* An execution pool's guest g booted: start `runtime`'s launcher in it
+	 * and wait until the interpreter waits (g->prestart, g->runtime set),
+	 * until deadline_mono. 0, or -1 with err. */
+	int (*prestart)(void *opaque, struct fleet_guest *g, const char *runtime,
+			int64_t deadline_mono, struct sbx_error *err);
+	/* Does the prestart still wait (its exec not finished)? Takes only
+	 * the prestart's leaf lock: called with the fleet lock held. */
+	bool (*prestart_waiting)(struct prestart *ps);
+	/* Free a prestart (a guest's last unref, after its conn). */
+	fleet_prestart_free_fn prestart_free;
+	/* A test point: a boot's domain started, no HELLO yet. May be NULL. */
+	void (*boot_started)(void *opaque);
+};
+
+/* A new fleet for cfg (borrowed: it outlives the fleet) with one host
+ * per cfg->hosts, none opened. NULL out of memory. */
+struct fleet *fleet_new(const struct sandbox_config *cfg, const struct fleet_hooks *hooks);
+/* Free it: every guest gone, every thread stopped (fleet_stop first). */
+void fleet_free(struct fleet *f);
+/* The blocking pool the fleet queues its jobs on (boots, health checks,
+ * ping rounds, recycling); set before its passes run. */
+void fleet_set_work(struct fleet *f, struct sbx_workpool *work);
+/* Stop: no pool boot and no job queued after this; boot slot waiters
+ * fail. */
+void fleet_stop(struct fleet *f);
+
+/* Open every host's libvirt connection (a host that does not answer
+ * starts DOWN). 0, or -1 with the last error when none answers. No
+ * lock held. */
+int fleet_hosts_open(struct fleet *f, struct sbx_error *err);
+/* Free every host's vmm (after every guest is gone). */
+void fleet_hosts_close(struct fleet *f);
+size_t fleet_n_hosts(const struct fleet *f);
+struct fleet_host *fleet_host_at(struct fleet *f, size_t i);
+/* The host named `name`, or NULL. */
+struct fleet_host *fleet_host_find(struct fleet *f, const char *name);
+/* The GiB an overlay of `size` may grow to on host h (0 without a base
+ * image there). */
+uint64_t fleet_host_disk_gib(const struct fleet_host *h, const struct sandbox_size *size);
+/* Read the free space of every local host's state dir and of the
+ * database's filesystem (statvfs) with no lock held, and keep it for the
+ * disk rule. Acquisitions call it before they admit; the passes when the
+ * figures are older than FLEET_DISK_MEASURE_MS. */
+#define FLEET_DISK_MEASURE_MS 1000
+void fleet_hosts_measure_disk(struct fleet *f);
+/* Do the guests already admitted leave min_free_disk_mib for the ledger
+ * on every local host's state dir and the database's filesystem (the
+ * disk rule, adding no guest)? Measures first. No lock held. */
+bool fleet_disk_fits(struct fleet *f);
+/* The drained hosts, read now through the drains_read hook (before the
+ * first placement). No lock held. */
+void fleet_hosts_read_drains(struct fleet *f);
+/* Up to max host views; the count. */
+size_t fleet_hosts_view(struct fleet *f, struct fleet_host_view *out, size_t max);
+
+/* The supervisor's fleet passes; each queues its blocking part as jobs of
+ * the work pool, each once, and never waits on libvirt or a guest.
+ * hosts: every host's health check (a reconcile through host_back for a
+ * host that came back) and the drains read. pool: the teardown of dead
+ * and idle pooled guests and the boots the pools lack. liveness: a ping
+ * round (none when liveness_interval_ms is 0). No lock held. */
+void fleet_hosts_pass(struct fleet *f);
+void fleet_pool_pass(struct fleet *f);
+void fleet_liveness_pass(struct fleet *f);
+/* Does the config ask for pooled guests (warm or execution)? Logs how
+ * many. */
+bool fleet_pool_configured(const struct fleet *f);
+/* Destroy the pooled guests (after the work pool drained: no boot in
+ * flight). After fleet_stop, no lock held. */
+void fleet_pool_stop(struct fleet *f);
+/* Ready guests of the plain pool of `size` (runtime NULL) or of the
+ * execution pool of `runtime`, on every host. */
+int fleet_pool_ready(struct fleet *f, const char *size, const char *runtime);
+
+/* What the fleet holds now, for the metrics: the running and the ready
+ * pooled guests of `size`; the boots in flight (customers', the pools'). */
+void fleet_size_counts(struct fleet *f, const char *size, int *running, int *pooled);
+void fleet_boots(struct fleet *f, int *booting, int *pool_booting);
+
+/* ---------------------------------------------------- the live guests */
+
+/* The customers' guests (fleet.c): each linked guest is held by the list
+ * (a ref), found by id through the registry. */
+
+/* Link guest g (id set; the caller's ref becomes the list's), state
+ * RUNNING. */
+void fleet_live_link(struct fleet *f, struct fleet_guest *g);
+/* Link a guest acquired on host h (fleet_acquire) and stop counting it as
+ * booting there, in one step; a host that went down while it booted
+ * marks it dead at the host's last answer (not before created_at_ms). */
+void fleet_live_adopt(struct fleet *f, struct fleet_guest *g, struct fleet_host *h,
+		      const struct sandbox_size *size, int64_t created_at_ms);
+/* Unlink the guest of `id` and begin its end (ENDING, `end` kept for the
+ * requests it cuts short). Returns it with the list's ref, now the
+ * caller's (end it, then unref), or NULL when another ender took it.
+ * Never waits: pinned callers' calls fail once the channel is closed. */
+struct fleet_guest *fleet_live_take(struct fleet *f, const char *id, enum fleet_end end);
+/* A ref on the guest of `id` whatever its health, or NULL. */
+struct fleet_guest *fleet_live_get(struct fleet *f, const char *id);
+/* Is the guest of `id` linked and not dead? */
+bool fleet_live_alive(struct fleet *f, const char *id);
+/* Pin the guest of a running sandbox (a ref) to call into its conn with
+ * no lock held; NULL with 410 when it is gone, dead or ending, 503 while
+ * suspended (fleet_guest_usable). Unpin with fleet_live_unpin. */
+struct fleet_guest *fleet_live_pin(struct fleet *f, const char *id, struct sbx_error *err);
+void fleet_live_unpin(struct fleet_guest *g);
+/* Refs on every linked guest (*n of them; NULL when none): the caller
+ * uses them with no lock held, then fleet_lives_unpin. */
+struct fleet_guest **fleet_lives_pin(struct fleet *f, size_t *n);
+void fleet_lives_unpin(struct fleet_guest **gs, size_t n);
+/* The id of one linked guest into id (SANDBOX_ID_MAX): false when none. */
+bool fleet_live_any(struct fleet *f, char *id);
+/* End guest g (close its channel, destroy its domain) and drop the
+ * caller's ref. No lock held. */
+void fleet_guest_teardown(struct fleet_guest *g, const char *why);
+/* A guest for the running domain `domain` of sandbox `id` (of `size`) on
+ * host h, left by a previous daemon: its channel reopened, not linked. 0 (*out), or -1
+ * with err and nothing left. */
+int fleet_guest_reattach(struct fleet *f, struct fleet_host *h, const char *id, const char *domain,
+			 const char *size, struct fleet_guest **out, struct sbx_error *err);
+
+/* -------------------------------------------------------- acquisition */
+
+/* The calls acquisition and the boot make into vmm/ and agentless/ for
+ * one guest g (g->host, g->conn set by the caller). Each returns 0, or -1
+ * with err. No lock held in any. */
+struct fleet_guest_ops {
+	/* Start g's domain on g->host per spec: set g->vm, g->domain and
+	 * g->conn_gen. Nothing is left on failure. */
+	int (*start)(struct fleet_guest *g, const struct vmm_guest_spec *spec,
+		     struct sbx_error *err);
+	/* Open g's channel into g->conn; the caller attaches *ch. */
+	int (*open_channel)(struct fleet_guest *g, struct sbx_channel *ch, struct sbx_error *err);
+	/* Wait for g's HELLO until deadline_mono. */
+	int (*wait_hello)(struct fleet_guest *g, int64_t deadline_mono, struct sbx_error *err);
+	/* Name sandbox `id` in a pooled guest's domain metadata. */
+	int (*set_sandbox_id)(struct fleet_guest *g, const char *id, struct sbx_error *err);
+	/* End g and drop the caller's ref (fleet_guest_teardown). */
+	void (*teardown)(struct fleet_guest *g, const char *why);
+};
+/* The real ones (the default). */
+extern const struct fleet_guest_ops fleet_guest_ops_real;
+/* Replace them (unit tests only: a fake with no guest; never a config
+ * key). Before any guest is acquired. */
+void fleet_set_guest_ops(struct fleet *f, const struct fleet_guest_ops *ops);
+
+/* What a sandbox or an execution asks of fleet_acquire (in) and gets
+ * (out). */
+struct fleet_acquire {
+	const struct sandbox_size *size;
+	const char *runtime;	     /* an execution's: its pre-started guests first; else NULL */
+	const char *marker;	     /* the id its domain's metadata names */
+	int64_t queue_deadline_mono; /* a boot slot by then, or 503 */
+	int64_t boot_deadline_mono;  /* HELLO by then; 0: boot_timeout_ms after the slot */
+	const char *why_failed;	     /* logged when a guest taken is torn down */
+	struct fleet_guest *g;	     /* out: id = marker, not linked anywhere */
+	struct fleet_host *h;	     /* out: where it runs, counted booting there */
+	bool warm;		     /* out: taken from the pool */
+	bool no_room;		     /* out (failure): no host has room (503) */
+};
+/* Place and get a guest (docs/hosts.md): a pooled one, or a cold boot
+ * within a boot slot (pooled guests of the host evicted first if need
+ * be). On success it stays counted as booting on a->h until the caller
+ * adopts it (fleet_live_adopt) or calls fleet_guest_uncount. -1 with
+ * err: nothing is left behind, capacity given back. No lock held. */
+int fleet_acquire(struct fleet *f, struct fleet_acquire *a, struct sbx_error *err);
+/* Stop counting a guest of `size` as booting on h. */
+void fleet_guest_uncount(struct fleet *f, struct fleet_host *h, const struct sandbox_size *size);
+/* Boot a guest of `size` on h with `marker` as the sandbox id in its
+ * metadata, open its channel and wait for HELLO until deadline_mono. On
+ * success *out is a new guest (BOOTING, not linked, id = marker). The
+ * caller holds a boot slot. -1 with err; nothing is left behind. */
+int fleet_guest_boot(struct fleet *f, struct fleet_host *h, const struct sandbox_size *size,
+		     const char *marker, int64_t deadline_mono, struct fleet_guest **out,
+		     struct sbx_error *err);
+/* The boot slots (fleet_slot_acquire as a customer; release wakes). */
+int fleet_boot_slot_acquire(struct fleet *f, int64_t deadline_mono, struct sbx_error *err);
+void fleet_boot_slot_release(struct fleet *f);
+int fleet_boot_slots_active(struct fleet *f);
+
+/* Did guest g's channel die with its host's libvirt connection (a
+ * customer's guest on a stream-transport host whose connection is down
+ * or was replaced since the channel opened)? No lock held: asks vmm. */
+bool fleet_guest_host_lost(struct fleet_guest *g);
+/* agentless_broken_fn of every guest (opaque = the guest): marks it
+ * dead, or suspended when its channel went with its host's libvirt
+ * connection (docs/hosts.md "A dropped connection"). */
+void fleet_on_conn_broken(void *opaque, const char *why);
 
 #endif

@@ -10,14 +10,14 @@
 
 #define MOD "fleet"
 
-struct fleet_guest *fleet_guest_new(void *owner, struct fleet_host *host, const char *id)
+struct fleet_guest *fleet_guest_new(struct fleet *f, struct fleet_host *host, const char *id)
 {
 	struct fleet_guest *g = calloc(1, sizeof(*g));
 
 	if (!g)
 		abort();
 	pthread_mutex_init(&g->lock, NULL);
-	g->owner = owner;
+	g->fleet = f;
 	g->host = host;
 	g->state = FLEET_GUEST_BOOTING;
 	g->refs = 1;
@@ -62,15 +62,24 @@ static bool move_legal(enum fleet_guest_state from, enum fleet_guest_state to)
 	return false;
 }
 
+/* Move to `to` (and keep `end` when it is ENDING) if legal. Call with
+ * g->lock. */
+static int move_locked(struct fleet_guest *g, enum fleet_guest_state to, enum fleet_end end)
+{
+	if (!move_legal(g->state, to))
+		return -1;
+	g->state = to;
+	if (to == FLEET_GUEST_ENDING)
+		g->end = end;
+	return 0;
+}
+
 int fleet_guest_set_state(struct fleet_guest *g, enum fleet_guest_state to)
 {
-	int rc = -1;
+	int rc;
 
 	pthread_mutex_lock(&g->lock);
-	if (move_legal(g->state, to)) {
-		g->state = to;
-		rc = 0;
-	}
+	rc = move_locked(g, to, FLEET_END_OTHER);
 	pthread_mutex_unlock(&g->lock);
 	return rc;
 }
@@ -104,16 +113,30 @@ const char *fleet_guest_state_name(enum fleet_guest_state s)
 
 int fleet_guest_end_begin(struct fleet_guest *g, enum fleet_end end)
 {
-	int rc = -1;
+	int rc;
 
 	pthread_mutex_lock(&g->lock);
-	if (move_legal(g->state, FLEET_GUEST_ENDING)) {
-		g->state = FLEET_GUEST_ENDING;
-		g->end = end;
-		rc = 0;
-	}
+	rc = move_locked(g, FLEET_GUEST_ENDING, end);
 	pthread_mutex_unlock(&g->lock);
 	return rc;
+}
+
+bool fleet_guest_end_claim(struct fleet_guest *g)
+{
+	bool did;
+
+	pthread_mutex_lock(&g->lock);
+	did = !g->end_queued;
+	g->end_queued = true;
+	pthread_mutex_unlock(&g->lock);
+	return did;
+}
+
+void fleet_guest_end_unclaim(struct fleet_guest *g)
+{
+	pthread_mutex_lock(&g->lock);
+	g->end_queued = false;
+	pthread_mutex_unlock(&g->lock);
 }
 
 enum fleet_end fleet_guest_end_why(struct fleet_guest *g)

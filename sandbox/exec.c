@@ -9,8 +9,7 @@
  *    receipt signed from the result's own bytes when asked for;
  * 3. the same value is handed to the caller's done, moved, not copied
  *    (api/ stores it in its request's completion and renders it on its
- *    own thread). A failure takes svc->lock only to read how the sandbox
- *    ended.
+ *    own thread). A failure asks the guest only how the sandbox ended.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -130,6 +129,7 @@ out:
 }
 
 struct exec_call {
+	struct sandbox_svc *svc;
 	sandbox_exec_done_fn done;
 	sandbox_exec_output_fn on_output;
 	void *opaque;
@@ -191,7 +191,7 @@ static const struct sbx_error *exec_failure(struct exec_call *call, const struct
 			      call->l->id, ending == FLEET_END_EXPIRED ? "expired" : "was deleted");
 		return e;
 	}
-	if (aerr && aerr->code == SBX_E_SANDBOX_ERROR && sandbox_live_host_lost(call->l)) {
+	if (aerr && aerr->code == SBX_E_SANDBOX_ERROR && fleet_guest_host_lost(call->l)) {
 		sbx_error_clear(e);
 		sbx_error_set(e, SBX_E_SERVICE_UNAVAILABLE, NULL,
 			      "the connection to the host of sandbox '%s' was lost while the "
@@ -222,7 +222,7 @@ static int exec_receipt(struct exec_call *call, const struct agentless_exec_resu
 	if (!out || !errs)
 		sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
 	else
-		rc_ = exec_receipt_sign(call->l->owner, call->account_id, call->l->id, req,
+		rc_ = exec_receipt_sign(call->svc, call->account_id, call->l->id, req,
 					res->exit_code, out, out_len, errs, errs_len, res->host_ms,
 					res->timed_out, rc, err);
 	free(out);
@@ -308,6 +308,7 @@ int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const ch
 	call = calloc(1, sizeof(*call));
 	if (!call)
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+	call->svc = svc;
 	call->done = done;
 	call->on_output = req->on_output;
 	call->opaque = opaque;
@@ -327,7 +328,7 @@ int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const ch
 		return -1;
 	}
 
-	l = sandbox_live_pin(svc, id, err);
+	l = fleet_live_pin(svc->fleet, id, err);
 	if (!l) {
 		sandbox_output_release(hold);
 		free(call);
@@ -340,7 +341,7 @@ int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const ch
 		 * as if the pin had come after the end */
 		if (fleet_guest_over(l))
 			fleet_guest_usable(l, id, err);
-		sandbox_live_unpin(l);
+		fleet_live_unpin(l);
 		sandbox_output_release(hold);
 		free(call);
 		if (err && err->code == SBX_E_RATE_LIMITED) {
@@ -357,10 +358,10 @@ int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const ch
 
 void sandbox_exec_resume(struct sandbox_svc *svc, const char *sandbox_id, uint32_t exec_id)
 {
-	struct fleet_guest *l = sandbox_live_pin(svc, sandbox_id, NULL);
+	struct fleet_guest *l = fleet_live_pin(svc->fleet, sandbox_id, NULL);
 
 	if (!l)
 		return;
 	agentless_exec_resume(l->conn, exec_id);
-	sandbox_live_unpin(l);
+	fleet_live_unpin(l);
 }

@@ -217,7 +217,7 @@ static int guest_get(struct sandbox_svc *svc, const struct sandbox_size *size,
 	int64_t deadline = sbx_mono_ms() + svc->cfg.boot_timeout_ms;
 	/* placed like a sandbox (docs/hosts.md): an execution guest of this
 	 * runtime, else a plain pooled guest, else a boot where there is room */
-	struct sandbox_acquire acq = {
+	struct fleet_acquire acq = {
 	    .size = size,
 	    .runtime = rt->pool ? rt->name : NULL,
 	    .marker = marker,
@@ -226,7 +226,7 @@ static int guest_get(struct sandbox_svc *svc, const struct sandbox_size *size,
 	    .why_failed = "the execution could not start",
 	};
 
-	if (sandbox_guest_acquire(svc, &acq, err) < 0) {
+	if (fleet_acquire(svc->fleet, &acq, err) < 0) {
 		if (acq.no_room) {
 			sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
 				      "no host has capacity for another execution right now; "
@@ -235,9 +235,9 @@ static int guest_get(struct sandbox_svc *svc, const struct sandbox_size *size,
 		}
 		return -1;
 	}
-	*out = acq.l;
+	*out = acq.g;
 	*warm = acq.warm;
-	*prestarted = acq.warm && acq.l->runtime[0];
+	*prestarted = acq.warm && acq.g->runtime[0];
 	return 0;
 }
 
@@ -247,11 +247,8 @@ static void guest_put(struct sandbox_svc *svc, const struct sandbox_size *size,
 {
 	struct fleet_host *h = l->host;
 
-	sandbox_live_teardown(l, "the execution is over");
-	pthread_mutex_lock(&svc->lock);
-	sandbox_host_booting_locked(h, size, -1);
-	pthread_cond_broadcast(&svc->cond);
-	pthread_mutex_unlock(&svc->lock);
+	fleet_guest_teardown(l, "the execution is over");
+	fleet_guest_uncount(svc->fleet, h, size);
 }
 
 struct guest_end {
@@ -284,7 +281,7 @@ static void guest_put_background(struct sandbox_svc *svc, const struct sandbox_s
 
 	if (ge) {
 		*ge = (struct guest_end){.svc = svc, .size = size, .l = l};
-		if (sandbox_work_submit(svc, guest_end_job, ge) == 0)
+		if (svc->work && sbx_workpool_submit(svc->work, guest_end_job, ge) == 0)
 			return;
 		free(ge);
 	}

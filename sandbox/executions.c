@@ -24,26 +24,6 @@
 
 /* ------------------------------------------------------------ statuses */
 
-static const char *const status_names[] = {
-    [SANDBOX_EXECUTION_RUNNING] = "running",
-    [SANDBOX_EXECUTION_COMPLETED] = "completed",
-    [SANDBOX_EXECUTION_TIMED_OUT] = "timed_out",
-    [SANDBOX_EXECUTION_FAILED] = "failed",
-};
-
-const char *sandbox_execution_status_name(enum sandbox_execution_status status)
-{
-	return (size_t)status < SBX_ARRAY_SIZE(status_names) ? status_names[status] : "failed";
-}
-
-enum sandbox_execution_status sandbox_execution_status_of(const char *name)
-{
-	for (size_t i = 0; i < SBX_ARRAY_SIZE(status_names); i++)
-		if (strcmp(name, status_names[i]) == 0)
-			return (enum sandbox_execution_status)i;
-	return SANDBOX_EXECUTION_FAILED;
-}
-
 /* ------------------------------------------------------------ the use case */
 
 /* Everything one execution carries from step to step. */
@@ -83,10 +63,7 @@ static int xrun_hold(struct sandbox_svc *svc, struct xrun *x, struct sbx_error *
 
 	/* A warm guest is admitted already; the disk must still leave the
 	 * ledger its room before anything is written for this run. */
-	sandbox_hosts_measure_disk(svc);
-	pthread_mutex_lock(&svc->lock);
-	bool disk_ok = sandbox_disk_fits_locked(svc);
-	pthread_mutex_unlock(&svc->lock);
+	bool disk_ok = fleet_disk_fits(svc->fleet);
 	if (!disk_ok) {
 		sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
 			      "this node is low on disk space; retry later");

@@ -118,7 +118,7 @@ int sandbox_file_start(struct sandbox_svc *svc, const char *account_id, const ch
 		return -1;
 	}
 
-	l = sandbox_live_pin(svc, id, err);
+	l = fleet_live_pin(svc->fleet, id, err);
 	if (!l) {
 		sandbox_output_release(&f->hold);
 		free(f);
@@ -131,7 +131,7 @@ int sandbox_file_start(struct sandbox_svc *svc, const char *account_id, const ch
 		/* ended between the pin and the start: as if after the end */
 		if (fleet_guest_over(l))
 			fleet_guest_usable(l, id, err);
-		sandbox_live_unpin(l);
+		fleet_live_unpin(l);
 		sandbox_output_release(&f->hold);
 		free(f);
 		return -1;

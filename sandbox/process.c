@@ -128,7 +128,7 @@ int sandbox_proc_call(struct sandbox_svc *svc, const char *account_id, const cha
 	call->op = req->op;
 	call->max_procs = cfg->max_processes_per_sandbox;
 
-	l = sandbox_live_pin(svc, id, err);
+	l = fleet_live_pin(svc->fleet, id, err);
 	if (!l) {
 		free(call);
 		sandbox_output_release(req->hold);
@@ -139,7 +139,7 @@ int sandbox_proc_call(struct sandbox_svc *svc, const char *account_id, const cha
 	 * the pin had come after the end */
 	if (rc < 0 && fleet_guest_over(l))
 		fleet_guest_usable(l, id, err);
-	sandbox_live_unpin(l);
+	fleet_live_unpin(l);
 	if (rc < 0) {
 		free(call);
 		sandbox_output_release(req->hold);

@@ -1,7 +1,7 @@
 /* sandbox: reconcile, a host's domains and the store's rows made to agree
  * (DESIGN.md "Crash safety", docs/lifecycle.md "Restart and reconcile").
  *
- * At a restart (sandbox_reconcile_all, from sandbox_hosts_open):
+ * At a restart (sandbox_reconcile_all, from sandbox_svc_new):
  *   1. read the live rows (creating and running) once;
  *   2. free the idempotency keys of interrupted creates, release the holds
  *      of interrupted executions, drop stored results and receipts past
@@ -26,8 +26,8 @@
  *      here without a live guest ends failed at last_seen_at (its guest
  *      was failed when the host went down); stale files are pruned.
  *
- * No lock is held across a libvirt or store call: svc->lock is taken only
- * to find or link a live guest.
+ * No lock is held across a libvirt or store call; the fleet finds and
+ * links the live guests.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -55,18 +55,6 @@ struct reconcile_ctx {
 	size_t cap;
 };
 
-/* Is sandbox `id` live here with a guest that still answers? */
-static bool live_alive(struct sandbox_svc *svc, const char *id)
-{
-	bool alive;
-
-	pthread_mutex_lock(&svc->lock);
-	struct fleet_guest *l = sandbox_live_find_locked(svc, id);
-	alive = l && !fleet_guest_dead(l);
-	pthread_mutex_unlock(&svc->lock);
-	return alive;
-}
-
 static const struct store_sandbox *row_of(const struct reconcile_ctx *rc, const char *domain,
 					  const char *sandbox_id)
 {
@@ -87,7 +75,7 @@ static void reconcile_domain(void *opaque, const char *name, const char *sandbox
 
 	/* At a restart a running row keeps its domain (reattached below);
 	 * on a host that came back only a guest still alive here does. */
-	if (row && (rc->restart || live_alive(rc->svc, row->id))) {
+	if (row && (rc->restart || fleet_live_alive(rc->svc->fleet, row->id))) {
 		if (rc->n_kept < rc->cap)
 			snprintf(rc->kept[rc->n_kept++], 64, "%s", name);
 		return;
@@ -101,31 +89,11 @@ static int reattach(struct sandbox_svc *svc, struct fleet_host *h, const struct 
 		    struct sbx_error *err)
 {
 	struct fleet_guest *l;
-	struct agentless_limits lim = {
-	    .backstop_grace_ms = svc->cfg.exec_backstop_grace_ms,
-	    .xfer_stall_ms = svc->cfg.file_stall_timeout_ms,
-	    .max_inflight = (uint32_t)svc->cfg.max_execs_per_sandbox,
-	};
-	const struct sandbox_size *size = sandbox_config_size(&svc->cfg, row->size);
-	l = fleet_guest_new(svc, h, row->id);
-	l->prestart_free = sandbox_execution_prestart_free;
-	snprintf(l->domain, sizeof(l->domain), "%s", row->domain);
-	snprintf(l->size, sizeof(l->size), "%s", row->size);
-	l->expires_at_ms = row->expires_at_ms;
-	l->memory_mib = size ? size->memory_mib : 0;
-	l->vm = vmm_vm_lookup(h->vmm, row->domain, err);
-	if (!l->vm) {
-		fleet_guest_unref(l);
+
+	if (fleet_guest_reattach(svc->fleet, h, row->id, row->domain, row->size, &l, err) < 0)
 		return -1;
-	}
-	l->conn = agentless_conn_new(&lim, sandbox_on_conn_broken, l);
-	if (sandbox_live_channel_reopen(l, &l->conn_gen, err) < 0) {
-		sandbox_live_teardown(l, "reattach failed");
-		return -1;
-	}
-	pthread_mutex_lock(&svc->lock);
-	sandbox_live_link_locked(svc, l);
-	pthread_mutex_unlock(&svc->lock);
+	l->expires_at_ms = row->expires_at_ms; /* not shared yet */
+	fleet_live_link(svc->fleet, l);
 	sbx_info(MOD, "sandbox %s: reattached to domain %s on host %s", row->id, row->domain,
 		 h->cfg->name);
 	return 0;
@@ -182,7 +150,7 @@ static int reconcile_host(struct sandbox_svc *svc, struct fleet_host *h, const s
 		if (row->status != STORE_RUNNING || strcmp(row->host, h->cfg->name) != 0)
 			continue;
 		if (!restart) {
-			if (!live_alive(svc, row->id))
+			if (!fleet_live_alive(svc->fleet, row->id))
 				settle_lost(svc, row, now, false, "ran on a host that was down");
 			continue;
 		}
@@ -244,7 +212,7 @@ int sandbox_reconcile_all(struct sandbox_svc *svc, struct sbx_error *err)
 		sbx_info(MOD, "reconcile: dropped %d receipt(s) past retention", cut);
 	for (size_t i = 0; i < lr.n; i++) {
 		const struct store_sandbox *row = &lr.rows[i];
-		struct fleet_host *h = sandbox_host_find(svc, row->host);
+		struct fleet_host *h = fleet_host_find(svc->fleet, row->host);
 
 		if (row->status == STORE_CREATING) {
 			/* its domain, if any, names a creating row: an orphan */
@@ -256,13 +224,13 @@ int sandbox_reconcile_all(struct sandbox_svc *svc, struct sbx_error *err)
 			settle_lost(svc, row, now, false, "runs on a host that does not answer");
 		}
 	}
-	for (size_t i = 0; i < svc->n_hosts; i++) {
-		struct fleet_host *h = &svc->hosts[i];
+	for (size_t i = 0; i < fleet_n_hosts(svc->fleet); i++) {
+		struct fleet_host *h = fleet_host_at(svc->fleet, i);
 		struct sbx_error e;
 
 		if (h->vmm && reconcile_host(svc, h, &lr, true, &e) < 0) {
 			sbx_warn(MOD, "reconcile: host %s: %s", h->cfg->name, e.message);
-			if (svc->n_hosts == 1) {
+			if (fleet_n_hosts(svc->fleet) == 1) {
 				*err = e;
 				free(lr.rows);
 				return -1;

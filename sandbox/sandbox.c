@@ -1,8 +1,8 @@
-/* sandbox: the service, create, get, list, destroy, extend and reconcile.
+/* sandbox: the service, create, get, list, destroy, extend, the stats.
  * See sandbox.h; accounts, keys, idempotency and usage are use cases of
- * their own (accounts.c, keys.c, idempotency.c, usage.c); who owns a live
- * guest and who ends it is live.c, exec is exec.c, and the lock order is
- * in sandbox-priv.h.
+ * their own (accounts.c, keys.c, idempotency.c, usage.c); the live guests
+ * are the fleet's (fleet/fleet.h), a sandbox's end is settle.c's, exec is
+ * exec.c, and the locks are in sandbox-priv.h.
  */
 #include "sandbox.h"
 
@@ -87,6 +87,22 @@ void sandbox_view_from_row(const struct store_sandbox *row, int64_t now_ms, stru
 
 /* ------------------------------------------------------- service lifecycle */
 
+/* Let go of every live guest without ending it: its channel closed, its
+ * domain left running for the next daemon to reattach. */
+static void leave_guests(struct sandbox_svc *svc, const char *why)
+{
+	char id[SANDBOX_ID_MAX];
+
+	while (fleet_live_any(svc->fleet, id)) {
+		struct fleet_guest *l = fleet_live_take(svc->fleet, id, FLEET_END_OTHER);
+
+		if (l) {
+			agentless_conn_close(l->conn, why);
+			fleet_guest_unref(l);
+		}
+	}
+}
+
 struct sandbox_svc *sandbox_svc_new(const struct sandbox_config *cfg, int flags,
 				    struct sbx_error *err)
 {
@@ -99,11 +115,9 @@ struct sandbox_svc *sandbox_svc_new(const struct sandbox_config *cfg, int flags,
 	}
 	svc->cfg = *cfg;
 	pthread_mutex_init(&svc->lock, NULL);
-	pthread_cond_init(&svc->cond, NULL);
-	fleet_slots_init(&svc->slots, cfg->max_concurrent_boots);
 	svc->output = sandbox_output_budget_new(cfg->output_budget_account_mib << 20,
 						cfg->output_budget_host_mib << 20);
-	if (!svc->output || fleet_registry_init(&svc->by_id) < 0) {
+	if (!svc->output) {
 		sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
 		goto err_free;
 	}
@@ -131,33 +145,36 @@ struct sandbox_svc *sandbox_svc_new(const struct sandbox_config *cfg, int flags,
 	if (flags & SANDBOX_SVC_ADMIN)
 		return svc;
 
-	if (sandbox_hosts_open(svc, err) < 0)
+	struct fleet_hooks hooks = sandbox_fleet_hooks;
+
+	hooks.opaque = svc;
+	svc->fleet = fleet_new(&svc->cfg, &hooks);
+	if (!svc->fleet) {
+		sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+		goto err_store;
+	}
+	if (fleet_hosts_open(svc->fleet, err) < 0 || sandbox_reconcile_all(svc, err) < 0)
 		goto err_hosts;
 	/* the drained hosts first: the pool must not refill them, nor a
 	 * placement choose them */
-	sandbox_hosts_read_drains(svc);
+	fleet_hosts_read_drains(svc->fleet);
 	if (sandbox_supervise_start(svc, err) < 0)
 		goto err_hosts;
 	return svc;
 
 err_hosts:
 	/* reattached guests stay running for the next start */
-	while (svc->lives) {
-		struct fleet_guest *l = svc->lives;
-
-		svc->lives = l->next;
-		fleet_registry_del(&svc->by_id, l->id);
-		agentless_conn_close(l->conn, "the service did not start");
-		fleet_guest_unref(l);
-	}
+	leave_guests(svc, "the service did not start");
 	sandbox_settles_free(svc);
-	sandbox_hosts_close(svc);
+	fleet_hosts_close(svc->fleet);
+	fleet_free(svc->fleet);
+err_store:
 	store_close(svc->store);
 err_signer:
 	receipt_signer_free(svc->signer);
 err_free:
-	fleet_registry_free(&svc->by_id);
 	sandbox_output_budget_free(svc->output);
+	pthread_mutex_destroy(&svc->lock);
 	free(svc);
 	return NULL;
 }
@@ -166,53 +183,33 @@ void sandbox_svc_free(struct sandbox_svc *svc)
 {
 	if (!svc)
 		return;
-	pthread_mutex_lock(&svc->lock);
-	svc->stop = true;
-	pthread_cond_broadcast(&svc->cond);
-	pthread_mutex_unlock(&svc->lock);
-	fleet_slots_stop(&svc->slots);
-	/* no pass after this; the ends queued and the execution guests'
-	 * teardowns run to the end (no domain left behind) */
-	sandbox_supervise_stop(svc);
-	if (svc->n_hosts)
-		sandbox_pool_stop(svc);
-
-	for (;;) {
-		struct fleet_guest *l;
-		char id[SANDBOX_ID_MAX];
-
-		pthread_mutex_lock(&svc->lock);
-		l = svc->lives;
-		if (l)
-			snprintf(id, sizeof(id), "%s", l->id);
-		pthread_mutex_unlock(&svc->lock);
-		if (!l)
-			break;
+	if (svc->fleet) {
+		fleet_stop(svc->fleet);
+		/* no pass after this; the ends queued and the execution
+		 * guests' teardowns run to the end (no domain left behind) */
+		sandbox_supervise_stop(svc);
+		fleet_pool_stop(svc->fleet);
 		if (svc->cfg.destroy_on_exit) {
-			sandbox_end(svc, id, STORE_DESTROYED, sbx_wall_ms(),
-				    "the service is shutting down", NULL, NULL);
-		} else {
-			/* Leave the guest running; the next daemon reattaches. */
-			pthread_mutex_lock(&svc->lock);
-			l = sandbox_live_take_locked(svc, id, FLEET_END_OTHER);
-			pthread_mutex_unlock(&svc->lock);
-			if (l) {
-				agentless_conn_close(l->conn, "the service is restarting");
-				fleet_guest_unref(l);
-			}
+			char id[SANDBOX_ID_MAX];
+
+			while (fleet_live_any(svc->fleet, id))
+				sandbox_end(svc, id, STORE_DESTROYED, sbx_wall_ms(),
+					    "the service is shutting down", NULL, NULL);
 		}
+		/* Leave the others running; the next daemon reattaches. */
+		leave_guests(svc, "the service is restarting");
 	}
 	/* Ends the store refused: one last try, the rest the next start's. */
 	sandbox_settles_retry(svc);
 	sandbox_settles_free(svc);
 	sandbox_supervise_free(svc);
-	sandbox_hosts_close(svc);
+	if (svc->fleet) {
+		fleet_hosts_close(svc->fleet);
+		fleet_free(svc->fleet);
+	}
 	receipt_signer_free(svc->signer);
 	store_close(svc->store);
-	fleet_slots_destroy(&svc->slots);
-	fleet_registry_free(&svc->by_id);
 	sandbox_output_budget_free(svc->output);
-	pthread_cond_destroy(&svc->cond);
 	pthread_mutex_destroy(&svc->lock);
 	free(svc);
 }
@@ -308,19 +305,11 @@ void sandbox_metrics_get(struct sandbox_svc *svc, struct sandbox_metrics *out)
 	for (size_t i = 0; i < cfg->n_sizes && i < SANDBOX_MAX_SIZES; i++)
 		snprintf(out->sizes[i].size, sizeof(out->sizes[i].size), "%s", cfg->sizes[i].name);
 	out->n_sizes = SBX_MIN(cfg->n_sizes, (size_t)SANDBOX_MAX_SIZES);
-	pthread_mutex_lock(&svc->lock);
-	for (size_t i = 0; i < out->n_sizes; i++) {
-		for (struct fleet_guest *l = svc->lives; l; l = l->next)
-			out->sizes[i].running += strcmp(l->size, out->sizes[i].size) == 0;
-		for (struct fleet_guest *p = svc->pool; p; p = p->next)
-			out->sizes[i].pooled +=
-			    !fleet_guest_dead(p) && strcmp(p->size, out->sizes[i].size) == 0;
-	}
-	for (size_t i = 0; i < svc->n_hosts; i++) {
-		out->booting += svc->hosts[i].booting;
-		out->pool_booting += svc->hosts[i].pool_booting;
-	}
-	pthread_mutex_unlock(&svc->lock);
+	for (size_t i = 0; svc->fleet && i < out->n_sizes; i++)
+		fleet_size_counts(svc->fleet, out->sizes[i].size, &out->sizes[i].running,
+				  &out->sizes[i].pooled);
+	if (svc->fleet)
+		fleet_boots(svc->fleet, &out->booting, &out->pool_booting);
 	sandbox_output_held(svc->output, NULL, &out->output_held, NULL);
 	if (store_ledger_totals_get(svc->store, &t, NULL) == 0) {
 		out->ledger_ok = true;
@@ -343,14 +332,11 @@ void sandbox_startup_stats(struct sandbox_svc *svc, struct sandbox_startup_stats
 	out->exec_cold.p50_ms = out->exec_cold.p95_ms = -1;
 	if (!svc)
 		return;
-	pthread_mutex_lock(&svc->lock);
-	warm = svc->startup_warm;
-	cold = svc->startup_cold;
 	for (size_t i = 0; i < svc->cfg.n_pool && i < SANDBOX_MAX_SIZES; i++) {
 		snprintf(out->pool[i].size, sizeof(out->pool[i].size), "%s", svc->cfg.pool[i].size);
 		out->pool[i].target = svc->cfg.pool[i].count;
 		out->pool[i].ready =
-		    sandbox_pool_ready_locked(svc, NULL, svc->cfg.pool[i].size, NULL);
+		    svc->fleet ? fleet_pool_ready(svc->fleet, svc->cfg.pool[i].size, NULL) : 0;
 		out->n_pool++;
 	}
 	for (size_t i = 0; i < svc->cfg.n_execution_pool && i < SANDBOX_EXECUTION_RUNTIMES; i++) {
@@ -358,9 +344,12 @@ void sandbox_startup_stats(struct sandbox_svc *svc, struct sandbox_startup_stats
 
 		snprintf(out->exec_pool[i].runtime, sizeof(out->exec_pool[i].runtime), "%s", rt);
 		out->exec_pool[i].target = svc->cfg.execution_pool[i].count;
-		out->exec_pool[i].ready = sandbox_pool_ready_locked(svc, NULL, NULL, rt);
+		out->exec_pool[i].ready = svc->fleet ? fleet_pool_ready(svc->fleet, NULL, rt) : 0;
 		out->n_exec_pool++;
 	}
+	pthread_mutex_lock(&svc->lock);
+	warm = svc->startup_warm;
+	cold = svc->startup_cold;
 	xp = svc->exec_prestarted;
 	xw = svc->exec_warm;
 	xc = svc->exec_cold;
@@ -413,21 +402,21 @@ int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 	}
 	sandbox_fault_hit(cfg, SANDBOX_FAULT_CREATE_AFTER_RESERVE);
 
-	/* 2. A guest (sandbox_guest_acquire, docs/hosts.md): a pooled guest
+	/* 2. A guest (fleet_acquire, docs/hosts.md): a pooled guest
 	 * of this size, named ours (a crash before activation leaves a domain
 	 * naming a creating row, which reconcile destroys), or a cold boot:
 	 * it queues for a boot slot, and the boot's deadline starts with the
 	 * boot, so a burst of creates waiting their turn does not eat into
 	 * it. Its capacity stays counted until it is linked below. */
-	struct sandbox_acquire acq = {
+	struct fleet_acquire acq = {
 	    .size = size,
 	    .marker = row.id,
 	    .queue_deadline_mono = sbx_mono_ms() + cfg->boot_queue_timeout_ms,
 	    .why_failed = "the sandbox could not be created",
 	};
-	if (sandbox_guest_acquire(svc, &acq, err) < 0)
+	if (fleet_acquire(svc->fleet, &acq, err) < 0)
 		goto err_abort;
-	l = acq.l;
+	l = acq.g;
 	h = acq.h;
 	warm = acq.warm;
 	if (warm)
@@ -436,23 +425,18 @@ int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 	sandbox_fault_hit(cfg, SANDBOX_FAULT_CREATE_AFTER_HELLO);
 	/* 4. Ready: billing starts now. */
 	created_at = sbx_wall_ms();
-	l->expires_at_ms = created_at + (int64_t)minutes * minute_ms(cfg);
+	l->expires_at_ms = created_at + (int64_t)minutes * minute_ms(cfg); /* not shared yet */
 	int64_t startup_ms = sbx_mono_ms() - t_req_mono;
 	if (store_sandbox_activate_startup(svc->store, row.id, l->domain, created_at,
 					   l->expires_at_ms, warm ? "warm" : "cold", startup_ms,
 					   h->cfg->name, err) < 0) {
-		sandbox_live_teardown(l, "the sandbox could not be created");
+		fleet_guest_teardown(l, "the sandbox could not be created");
 		goto err_capacity;
 	}
 	sandbox_fault_hit(cfg, SANDBOX_FAULT_CREATE_AFTER_ACTIVATE);
 	startup_ms = sbx_mono_ms() - t_req_mono; /* ready and recorded */
+	fleet_live_adopt(svc->fleet, l, h, size, created_at);
 	pthread_mutex_lock(&svc->lock);
-	sandbox_live_link_locked(svc, l);
-	sandbox_host_booting_locked(h, size, -1);
-	/* its host went down while it booted: it ends like the others there */
-	if (h->state == HOST_DOWN)
-		fleet_guest_mark_dead(l, h->last_seen_wall > created_at ? h->last_seen_wall
-									: created_at);
 	startup_record_locked(svc, warm, startup_ms);
 	pthread_mutex_unlock(&svc->lock);
 	sbx_info(MOD,
@@ -466,7 +450,7 @@ int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 	return 0;
 
 err_capacity:
-	sandbox_guest_uncount(svc, h, size);
+	fleet_guest_uncount(svc->fleet, h, size);
 err_abort:
 	store_sandbox_abort(svc->store, row.id, NULL);
 	if (err && err->code != SBX_E_SERVICE_UNAVAILABLE)
@@ -567,14 +551,17 @@ int sandbox_extend(struct sandbox_svc *svc, const char *account_id, const char *
 		if (store_sandbox_extend(svc->store, account_id, id, want, extra, err) < 0)
 			return -1;
 		sandbox_fault_hit(cfg, SANDBOX_FAULT_EXTEND_AFTER_HOLD);
-		pthread_mutex_lock(&svc->lock);
-		struct fleet_guest *l = sandbox_live_find_locked(svc, id);
+		struct fleet_guest *l = fleet_live_get(svc->fleet, id);
 		/* Another extend may have published a later expiry since we
 		 * read the row: the in-memory expiry never moves backwards
 		 * (the row keeps the larger one too, store_sandbox_extend). */
-		if (l && want > l->expires_at_ms)
-			l->expires_at_ms = want;
-		pthread_mutex_unlock(&svc->lock);
+		if (l) {
+			pthread_mutex_lock(&l->lock);
+			if (want > l->expires_at_ms)
+				l->expires_at_ms = want;
+			pthread_mutex_unlock(&l->lock);
+			fleet_guest_unref(l);
+		}
 	}
 	return sandbox_get(svc, account_id, id, out, err);
 }

@@ -1,4 +1,6 @@
-/* sandbox: ends that must land (docs/billing.md "Settlement"). A settle
+/* sandbox: how a sandbox ends (sandbox_end: its guest torn down through
+ * the fleet, its row settled), and ends that must land (docs/billing.md
+ * "Settlement"). A settle
  * that the store refuses for a while (SQLITE_BUSY past busy_timeout while
  * another process holds the write lock, a full disk) is not dropped: it is
  * kept here with the moment and status it was decided with and tried again
@@ -210,4 +212,49 @@ void sandbox_lost_end(const struct store_sandbox *row, bool domain_alive, int64_
 		*status = STORE_FAILED;
 		*at_ms = seen;
 	}
+}
+
+/* ------------------------------------------------------------- the end */
+
+static enum fleet_end end_of(enum store_status status)
+{
+	switch (status) {
+	case STORE_FAILED:
+		return FLEET_END_FAILED;
+	case STORE_EXPIRED:
+		return FLEET_END_EXPIRED;
+	case STORE_DESTROYED:
+		return FLEET_END_DELETED;
+	default:
+		return FLEET_END_OTHER;
+	}
+}
+
+/* End a sandbox: tear its guest down (if this node runs it), then settle
+ * the row with `status` at ended_at_ms. Safe to call concurrently and
+ * repeatedly: the store settles exactly once. */
+int sandbox_end(struct sandbox_svc *svc, const char *id, enum store_status status,
+		int64_t ended_at_ms, const char *why, struct store_sandbox *out,
+		struct sbx_error *err)
+{
+	struct fleet_guest *l;
+
+	l = svc->fleet ? fleet_live_take(svc->fleet, id, end_of(status)) : NULL;
+	if (status != STORE_DESTROYED) {
+		/* Expired or failed: the moment is known; record it first so the
+		 * status reads right at once, then destroy the domain (~1 s). A
+		 * crash in between leaves a domain without a live row, which
+		 * reconcile destroys. */
+		int rc = sandbox_settle(svc, id, status, ended_at_ms, out, err);
+
+		if (l)
+			fleet_guest_teardown(l, why);
+		return rc < 0 ? -1 : 0;
+	}
+	if (l)
+		fleet_guest_teardown(l, why);
+	sandbox_fault_hit(&svc->cfg, SANDBOX_FAULT_DELETE_AFTER_DESTROY);
+	if (sandbox_settle(svc, id, status, ended_at_ms, out, err) < 0)
+		return -1;
+	return 0;
 }

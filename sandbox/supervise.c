@@ -3,13 +3,13 @@
  * "sbx-cron") whose tasks tick every live's channel (exec deadlines) and
  * queue the end of every live found dead or past its expiry, write
  * heartbeats, retry the ends the store refused and sync guest clocks, and
- * the fleet's passes: the hosts' health checks (host.c), the warm pool's
- * upkeep (pool.c) and the liveness pings (liveness.c); and one bounded
+ * the fleet's passes: the hosts' health checks, the warm pool's upkeep and
+ * the liveness pings (fleet/hosts.c, pool.c, liveness.c); and one bounded
  * pool (util's sbx_workpool, threads "sbx-block") that runs the blocking
- * work: the queued ends (sandbox_end, live.c), the teardowns of execution
- * guests (execution.c), the health checks and reconciles, the pool boots
- * and recycles, the ping rounds. docs/lifecycle.md
- * "Threads" says what runs where. See sandbox-priv.h for the lock order.
+ * work: the queued ends (sandbox_end, settle.c), the teardowns of
+ * execution guests (execution.c), and the fleet's jobs (health checks and
+ * reconciles, pool boots and recycles, ping rounds). docs/lifecycle.md
+ * "Threads" says what runs where. See sandbox-priv.h for the locks.
  */
 #include <pthread.h>
 #include <stddef.h>
@@ -29,57 +29,52 @@
 
 /* --------------------------------------------------------- the passes */
 
-/* Pin (a ref each) every live that is neither dead nor past its expiry,
- * under the lock; with `queue_ends`, queue the end of the others. The
- * caller uses them with no lock held, then lives_unpin. */
+static void end_queue(struct sandbox_svc *svc, struct fleet_guest *l, enum store_status status,
+		      int64_t at_ms);
+
+/* Pin (a ref each) every live that is neither dead nor past its expiry;
+ * with `queue_ends`, queue the end of the others. The caller uses them
+ * with no lock held, then fleet_lives_unpin. */
 static struct fleet_guest **lives_pin(struct sandbox_svc *svc, int64_t now, bool queue_ends,
 				      size_t *n)
 {
-	struct fleet_guest **picked;
-	size_t cap = 0;
+	size_t all, kept = 0;
+	struct fleet_guest **picked = fleet_lives_pin(svc->fleet, &all);
 
-	*n = 0;
-	pthread_mutex_lock(&svc->lock);
-	for (struct fleet_guest *l = svc->lives; l; l = l->next)
-		cap++;
-	picked = cap ? calloc(cap, sizeof(*picked)) : NULL;
-	for (struct fleet_guest *l = svc->lives; l; l = l->next) {
+	for (size_t i = 0; i < all; i++) {
+		struct fleet_guest *l = picked[i];
 		bool dead;
-		int64_t dead_at;
+		int64_t dead_at, expires;
 
 		pthread_mutex_lock(&l->lock);
 		dead = l->dead;
 		dead_at = l->dead_at_ms;
+		expires = l->expires_at_ms;
 		pthread_mutex_unlock(&l->lock);
-		if (dead || l->expires_at_ms <= now) {
+		if (dead || expires <= now) {
 			/* A guest that died after its expiry is billed to expiry
 			 * (billing caps at expires_at anyway). */
 			if (queue_ends)
-				sandbox_end_queue_locked(svc, l,
-							 dead ? STORE_FAILED : STORE_EXPIRED,
-							 dead ? dead_at : l->expires_at_ms);
+				end_queue(svc, l, dead ? STORE_FAILED : STORE_EXPIRED,
+					  dead ? dead_at : expires);
+			fleet_guest_unref(l);
 			continue;
 		}
-		if (picked && *n < cap) {
-			fleet_guest_ref(l);
-			picked[(*n)++] = l;
-		}
+		picked[kept++] = l;
 	}
-	pthread_mutex_unlock(&svc->lock);
+	*n = kept;
 	return picked;
 }
 
 /* Drop the pins, no lock held (a last unref frees the guest). */
 static void lives_unpin(struct fleet_guest **picked, size_t n)
 {
-	for (size_t i = 0; i < n; i++)
-		fleet_guest_unref(picked[i]);
-	free(picked);
+	fleet_lives_unpin(picked, n);
 }
 
 /* Every tick: queue the ends of dead and expired lives, and tick the
  * others' channels (exec deadlines). A tick may complete execs: their
- * callbacks take svc->lock themselves. */
+ * callbacks run here, no lock held. */
 static void lives_pass(void *opaque, int64_t now_mono)
 {
 	struct sandbox_svc *svc = opaque;
@@ -130,20 +125,26 @@ static void time_sync_pass(void *opaque, int64_t now_mono)
 }
 
 /* The fleet's passes: each queues its blocking part as jobs, each once
- * (host.c, pool.c, liveness.c). */
+ * (fleet/hosts.c, pool.c, liveness.c). */
 static void hosts_pass(void *opaque, int64_t now_mono)
 {
-	sandbox_hosts_pass(opaque);
+	struct sandbox_svc *svc = opaque;
+
+	fleet_hosts_pass(svc->fleet);
 }
 
 static void pool_pass(void *opaque, int64_t now_mono)
 {
-	sandbox_pool_pass(opaque);
+	struct sandbox_svc *svc = opaque;
+
+	fleet_pool_pass(svc->fleet);
 }
 
 static void liveness_pass(void *opaque, int64_t now_mono)
 {
-	sandbox_liveness_pass(opaque);
+	struct sandbox_svc *svc = opaque;
+
+	fleet_liveness_pass(svc->fleet);
 }
 
 /* ------------------------------------------------------------ the ends */
@@ -173,64 +174,64 @@ static void end_job_run(void *arg, bool cancelled)
 	free(j);
 }
 
-void sandbox_end_queue_locked(struct sandbox_svc *svc, struct fleet_guest *l,
-			      enum store_status status, int64_t at_ms)
+/* Queue the end of a live sandbox (dead: FAILED at dead_at_ms; expired:
+ * EXPIRED at expires_at_ms) as a job of the blocking pool; once per live
+ * (fleet_guest_end_claim; when the pool refuses it, the next pass tries
+ * again). No lock held. */
+static void end_queue(struct sandbox_svc *svc, struct fleet_guest *l, enum store_status status,
+		      int64_t at_ms)
 {
 	struct end_job *j;
 
-	if (l->end_queued || !svc->work) /* (an ended guest is no longer in svc->lives) */
+	if (!svc->work || !fleet_guest_end_claim(l))
 		return;
 	j = calloc(1, sizeof(*j));
-	if (!j)
-		return; /* the next pass tries again */
+	if (!j) {
+		fleet_guest_end_unclaim(l); /* the next pass tries again */
+		return;
+	}
 	j->svc = svc;
 	snprintf(j->id, sizeof(j->id), "%s", l->id);
 	j->status = status;
 	j->at_ms = at_ms;
-	/* the pool's lock is a leaf below svc->lock; the job takes svc->lock
-	 * itself, so it waits until this pass let go */
 	if (sbx_workpool_submit(svc->work, end_job_run, j) < 0) {
 		free(j); /* the pool is full or stops: the next pass tries again */
-		return;
+		fleet_guest_end_unclaim(l);
 	}
-	l->end_queued = true;
 }
 
 /* ------------------------------------------- the supervisor and the pool */
-
-int sandbox_work_submit(struct sandbox_svc *svc, sbx_workpool_fn fn, void *arg)
-{
-	return svc->work ? sbx_workpool_submit(svc->work, fn, arg) : -1;
-}
 
 int sandbox_supervise_start(struct sandbox_svc *svc, struct sbx_error *err)
 {
 	int guests = 0, fleet_jobs;
 
-	for (size_t i = 0; i < svc->n_hosts; i++)
-		guests += svc->hosts[i].cfg->max_guests;
+	for (size_t i = 0; i < svc->cfg.n_hosts; i++)
+		guests += svc->cfg.hosts[i].max_guests;
 	/* An end, a teardown or a pool boot is one job per guest the hosts
 	 * hold (a pool boot counts on its host while queued: pool_booting).
 	 * The fleet's passes add at most one job each of their own, as each
 	 * is queued once: a health check per host and the drains read, a
 	 * liveness round, a recycling of pooled guests. With the threads'
 	 * worth on top, none of these is refused. */
-	fleet_jobs = (int)svc->n_hosts + 1 + 1 + 1;
+	fleet_jobs = (int)svc->cfg.n_hosts + 1 + 1 + 1;
 	svc->work =
 	    sbx_workpool_new(SANDBOX_WORK_THREAD_NAME, SANDBOX_WORK_THREADS,
 			     guests + fleet_jobs + SANDBOX_WORK_THREADS, SBX_WORKPOOL_EAGER);
 	svc->cron = sbx_cron_new(SANDBOX_CRON_THREAD_NAME, TICK_MS);
-	if (!svc->work || !svc->cron || sandbox_liveness_init(svc, err) < 0 ||
+	fleet_set_work(svc->fleet, svc->work);
+	if (!svc->work || !svc->cron ||
 	    sbx_cron_add(svc->cron, "lives", TICK_MS, lives_pass, svc) < 0 ||
 	    sbx_cron_add(svc->cron, "heartbeat", HEARTBEAT_MS, heartbeat_pass, svc) < 0 ||
 	    sbx_cron_add(svc->cron, "settle-retry", SETTLE_RETRY_MS, settle_retry_pass, svc) < 0 ||
 	    sbx_cron_add(svc->cron, "time-sync", TIME_SYNC_MS, time_sync_pass, svc) < 0 ||
 	    sbx_cron_add(svc->cron, "hosts", svc->cfg.host_check_interval_ms, hosts_pass, svc) <
 		0 ||
-	    (sandbox_pool_configured(svc) &&
+	    (fleet_pool_configured(svc->fleet) &&
 	     sbx_cron_add(svc->cron, "pool", TICK_MS, pool_pass, svc) < 0) ||
-	    (svc->liveness && sbx_cron_add(svc->cron, "liveness", svc->cfg.liveness_interval_ms,
-					   liveness_pass, svc) < 0) ||
+	    (svc->cfg.liveness_interval_ms &&
+	     sbx_cron_add(svc->cron, "liveness", svc->cfg.liveness_interval_ms, liveness_pass,
+			  svc) < 0) ||
 	    sbx_cron_start(svc->cron) < 0) {
 		sandbox_supervise_free(svc);
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL,
@@ -259,7 +260,8 @@ void sandbox_supervise_free(struct sandbox_svc *svc)
 {
 	sbx_cron_free(svc->cron);
 	svc->cron = NULL;
+	if (svc->fleet)
+		fleet_set_work(svc->fleet, NULL);
 	sbx_workpool_free(svc->work);
 	svc->work = NULL;
-	sandbox_liveness_free(svc);
 }

@@ -1,5 +1,5 @@
-/* sandbox/acquire.c with no guest: sandbox_guest_acquire driven through a
- * fake behind its seam (struct sandbox_guest_ops, sandbox-priv.h). The
+/* fleet/acquire.c with no guest: fleet_acquire driven through a fake
+ * behind its seam (struct fleet_guest_ops, fleet.h). The
  * fake "creates" a domain per start (a name, no vmm_vm), hands out a fake
  * channel and feeds the guest's HELLO into the real agentless conn (or
  * not: the real wait times out), and counts every teardown per domain.
@@ -8,12 +8,11 @@
  * the lives or the registry, and every domain created was destroyed
  * exactly once; and the success paths (warm take, cold boot, eviction).
  *
- * The service: a store-only one (SANDBOX_SVC_ADMIN: the ledger is a real
- * SQLite file in a temp dir, no thread), given one host by hand that is
- * UP with no vmm opened: its vmm is a sentinel that nothing may call
- * (every vmm call of acquisition goes through the fake). Prestart (an
- * execution guest's interpreter) is the pool's boot (pool.c), not part
- * of acquisition: not here. */
+ * The fleet: a bare one (no store, no thread), its one host UP by hand
+ * with no vmm opened: its vmm is a sentinel that nothing may call (every
+ * vmm call of acquisition goes through the fake). Prestart (an execution
+ * guest's interpreter) is the pool's boot (pool.c), not part of
+ * acquisition: not here. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -28,7 +27,7 @@
 
 #include "agentless/agentless.h"
 #include "agentless/wire.h"
-#include "sandbox/sandbox-priv.h"
+#include "fleet/fleet-priv.h"
 
 #define MAX_DOMAINS 16
 
@@ -129,10 +128,10 @@ static int fake_set_sandbox_id(struct fleet_guest *l, const char *id, struct sbx
 static void fake_teardown(struct fleet_guest *l, const char *why)
 {
 	K.destroyed[domain_index(l)]++;
-	sandbox_live_teardown(l, why); /* vm NULL: only the conn is closed */
+	fleet_guest_teardown(l, why); /* vm NULL: only the conn is closed */
 }
 
-static const struct sandbox_guest_ops fake_ops = {
+static const struct fleet_guest_ops fake_ops = {
     .start = fake_start,
     .open_channel = fake_open_channel,
     .wait_hello = fake_wait_hello,
@@ -143,9 +142,8 @@ static const struct sandbox_guest_ops fake_ops = {
 /* ------------------------------------------------------------- fixture */
 
 static struct {
-	char dir[64];
 	struct sandbox_config cfg; /* ~150 KiB: static */
-	struct sandbox_svc *svc;
+	struct fleet *fleet;
 	struct fleet_host *h;
 	const struct sandbox_size *small, *medium;
 } F;
@@ -154,60 +152,44 @@ static int sentinel_vmm; /* never called: the fake replaces every vmm call */
 
 static int setup(void **state)
 {
-	struct sbx_error err;
-
 	(void)state;
 	memset(&K, 0, sizeof(K));
-	snprintf(F.dir, sizeof(F.dir), "/tmp/t-acquire-%d-XXXXXX", (int)getpid());
-	if (!mkdtemp(F.dir))
-		return -1;
 	sandbox_config_defaults(&F.cfg);
-	snprintf(F.cfg.state_dir, sizeof(F.cfg.state_dir), "%s", F.dir);
 	F.cfg.transport = CONFIG_TRANSPORT_SOCKET;
 	sandbox_config_resolve(&F.cfg);
 	F.cfg.max_concurrent_boots = 2;
 	F.cfg.boot_timeout_ms = 5000;
-	sbx_error_clear(&err);
-	F.svc = sandbox_svc_new(&F.cfg, SANDBOX_SVC_ADMIN, &err);
-	if (!F.svc || F.svc->cfg.n_hosts != 1)
+	/* one host, room for 2 guests */
+	F.cfg.hosts[0].max_guests = 2;
+	F.cfg.hosts[0].memory_mib = 64 * 1024;
+	F.cfg.hosts[0].base_image[0] = '\0';
+	F.fleet = fleet_new(&F.cfg, NULL);
+	if (!F.fleet || fleet_n_hosts(F.fleet) != 1)
 		return -1;
-	F.svc->guest_ops = &fake_ops;
-	/* one host, UP, room for 2 guests; not this machine (no statvfs) */
-	F.svc->cfg.hosts[0].max_guests = 2;
-	F.svc->cfg.hosts[0].memory_mib = 64 * 1024;
-	F.svc->cfg.hosts[0].base_image[0] = '\0';
-	F.h = &F.svc->hosts[0];
-	*F.h = (struct fleet_host){
-	    .svc = F.svc,
-	    .cfg = &F.svc->cfg.hosts[0],
-	    .local = false,
-	    .vmm = (struct vmm *)&sentinel_vmm,
-	    .state = HOST_UP,
-	};
-	F.svc->n_hosts = 1;
-	F.small = sandbox_config_size(&F.svc->cfg, "small");
-	F.medium = sandbox_config_size(&F.svc->cfg, "medium");
+	fleet_set_guest_ops(F.fleet, &fake_ops);
+	/* UP, not this machine (no statvfs) */
+	F.h = fleet_host_at(F.fleet, 0);
+	F.h->local = false;
+	F.h->vmm = (struct vmm *)&sentinel_vmm;
+	F.h->state = FLEET_HOST_UP;
+	F.small = sandbox_config_size(&F.cfg, "small");
+	F.medium = sandbox_config_size(&F.cfg, "medium");
 	return F.small && F.medium ? 0 : -1;
 }
 
 static int teardown(void **state)
 {
-	char cmd[128];
-
 	(void)state;
-	/* what a test left pooled, as pool_stop would (it needs hosts) */
-	while (F.svc->pool) {
-		struct fleet_guest *p = F.svc->pool;
+	/* what a test left pooled, as fleet_pool_stop would (it needs hosts) */
+	while (F.fleet->pool) {
+		struct fleet_guest *p = F.fleet->pool;
 
-		F.svc->pool = p->next;
+		F.fleet->pool = p->next;
 		fake_teardown(p, "the test is over");
 	}
-	/* the host has no vmm to close */
-	F.svc->n_hosts = 0;
-	F.h->vmm = NULL;
-	sandbox_svc_free(F.svc);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", F.dir);
-	return system(cmd) == 0 ? 0 : -1;
+	F.h->vmm = NULL; /* the host has no vmm to close */
+	fleet_free(F.fleet);
+	return 0;
 }
 
 /* A ready pooled guest of `size` on the host, booted through the fake
@@ -218,16 +200,16 @@ static struct fleet_guest *plant_pooled(const struct sandbox_size *size)
 	struct sbx_error err;
 
 	sbx_error_clear(&err);
-	assert_int_equal(fleet_slot_acquire(&F.svc->slots, sbx_mono_ms() + 1000, &err), 0);
+	assert_int_equal(fleet_slot_acquire(&F.fleet->slots, sbx_mono_ms() + 1000, &err), 0);
 	assert_int_equal(
-	    sandbox_guest_boot(F.svc, F.h, size, "pool:x", sbx_mono_ms() + 5000, &l, &err), 0);
-	fleet_slot_release(&F.svc->slots);
+	    fleet_guest_boot(F.fleet, F.h, size, "pool:x", sbx_mono_ms() + 5000, &l, &err), 0);
+	fleet_slot_release(&F.fleet->slots);
 	assert_int_equal(fleet_guest_set_state(l, FLEET_GUEST_POOLED), 0);
-	pthread_mutex_lock(&F.svc->lock);
+	pthread_mutex_lock(&F.fleet->lock);
 	l->pooled_at_mono = sbx_mono_ms();
-	l->next = F.svc->pool;
-	F.svc->pool = l;
-	pthread_mutex_unlock(&F.svc->lock);
+	l->next = F.fleet->pool;
+	F.fleet->pool = l;
+	pthread_mutex_unlock(&F.fleet->lock);
 	return l;
 }
 
@@ -235,10 +217,10 @@ static int pool_len(void)
 {
 	int n = 0;
 
-	pthread_mutex_lock(&F.svc->lock);
-	for (struct fleet_guest *p = F.svc->pool; p; p = p->next)
+	pthread_mutex_lock(&F.fleet->lock);
+	for (struct fleet_guest *p = F.fleet->pool; p; p = p->next)
 		n++;
-	pthread_mutex_unlock(&F.svc->lock);
+	pthread_mutex_unlock(&F.fleet->lock);
 	return n;
 }
 
@@ -251,19 +233,19 @@ static void assert_undone(int alive)
 	bool lives;
 
 	/* read under the lock, assert without it (a failed assert jumps) */
-	pthread_mutex_lock(&F.svc->lock);
+	pthread_mutex_lock(&F.fleet->lock);
 	booting = F.h->booting;
 	booting_mib = F.h->booting_mib;
 	booting_disk_gib = F.h->booting_disk_gib;
-	lives = F.svc->lives != NULL;
-	by_id = (int)F.svc->by_id.count;
-	pthread_mutex_unlock(&F.svc->lock);
+	lives = F.fleet->lives != NULL;
+	by_id = (int)F.fleet->by_id.count;
+	pthread_mutex_unlock(&F.fleet->lock);
 	assert_int_equal(booting, 0);
 	assert_int_equal(booting_mib, 0);
 	assert_int_equal(booting_disk_gib, 0);
 	assert_false(lives);
 	assert_int_equal(by_id, 0);
-	assert_int_equal(fleet_slots_active(&F.svc->slots), 0);
+	assert_int_equal(fleet_slots_active(&F.fleet->slots), 0);
 	assert_int_equal(pool_len(), alive);
 	for (int i = 0; i < K.started; i++) {
 		assert_in_range(K.destroyed[i], 0, 1);
@@ -272,11 +254,11 @@ static void assert_undone(int alive)
 	assert_int_equal(destroyed, K.started - alive);
 }
 
-static struct sandbox_acquire acq(const struct sandbox_size *size, int64_t boot_ms)
+static struct fleet_acquire acq(const struct sandbox_size *size, int64_t boot_ms)
 {
 	int64_t now = sbx_mono_ms();
 
-	return (struct sandbox_acquire){
+	return (struct fleet_acquire){
 	    .size = size,
 	    .marker = "sbx_test",
 	    .queue_deadline_mono = now + 2000,
@@ -286,10 +268,10 @@ static struct sandbox_acquire acq(const struct sandbox_size *size, int64_t boot_
 }
 
 /* The caller's part after a success: tear the guest down, uncount it. */
-static void give_back(struct sandbox_acquire *a)
+static void give_back(struct fleet_acquire *a)
 {
-	fake_teardown(a->l, "the test is over");
-	sandbox_guest_uncount(F.svc, a->h, a->size);
+	fake_teardown(a->g, "the test is over");
+	fleet_guest_uncount(F.fleet, a->h, a->size);
 }
 
 /* ---------------------------------------------------------------- tests */
@@ -299,24 +281,24 @@ static void give_back(struct sandbox_acquire *a)
  * linked nowhere. */
 static void test_cold_boot(void **state)
 {
-	struct sandbox_acquire a = acq(F.small, 5000);
+	struct fleet_acquire a = acq(F.small, 5000);
 	struct sbx_error err;
 
 	(void)state;
 	sbx_error_clear(&err);
-	assert_int_equal(sandbox_guest_acquire(F.svc, &a, &err), 0);
+	assert_int_equal(fleet_acquire(F.fleet, &a, &err), 0);
 	assert_false(a.warm);
 	assert_ptr_equal(a.h, F.h);
-	assert_non_null(a.l);
-	assert_string_equal(a.l->id, "sbx_test");
-	assert_int_equal(fleet_guest_state(a.l), FLEET_GUEST_RUNNING);
-	assert_true(agentless_conn_alive(a.l->conn));
+	assert_non_null(a.g);
+	assert_string_equal(a.g->id, "sbx_test");
+	assert_int_equal(fleet_guest_state(a.g), FLEET_GUEST_RUNNING);
+	assert_true(agentless_conn_alive(a.g->conn));
 	assert_int_equal(K.started, 1);
 	assert_int_equal(K.destroyed[0], 0);
 	assert_int_equal(F.h->booting, 1);
 	assert_int_equal(F.h->booting_mib, F.small->memory_mib);
-	assert_int_equal(fleet_slots_active(&F.svc->slots), 0);
-	assert_null(F.svc->lives);
+	assert_int_equal(fleet_slots_active(&F.fleet->slots), 0);
+	assert_null(F.fleet->lives);
 	give_back(&a);
 	assert_undone(0);
 }
@@ -326,14 +308,14 @@ static void test_cold_boot(void **state)
 static void test_warm_take(void **state)
 {
 	struct fleet_guest *p = plant_pooled(F.small);
-	struct sandbox_acquire a = acq(F.small, 5000);
+	struct fleet_acquire a = acq(F.small, 5000);
 	struct sbx_error err;
 
 	(void)state;
 	sbx_error_clear(&err);
-	assert_int_equal(sandbox_guest_acquire(F.svc, &a, &err), 0);
+	assert_int_equal(fleet_acquire(F.fleet, &a, &err), 0);
 	assert_true(a.warm);
-	assert_ptr_equal(a.l, p);
+	assert_ptr_equal(a.g, p);
 	assert_string_equal(p->id, "sbx_test");
 	assert_int_equal(fleet_guest_state(p), FLEET_GUEST_RUNNING);
 	assert_int_equal(K.started, 1); /* the pooled one only */
@@ -347,17 +329,17 @@ static void test_warm_take(void **state)
 /* No host has room: 503, nothing counted, no domain created. */
 static void test_no_room(void **state)
 {
-	struct sandbox_acquire a = acq(F.small, 5000), b = acq(F.small, 5000);
-	struct sandbox_acquire c = acq(F.small, 5000);
+	struct fleet_acquire a = acq(F.small, 5000), b = acq(F.small, 5000);
+	struct fleet_acquire c = acq(F.small, 5000);
 	struct sbx_error err;
 
 	(void)state;
 	sbx_error_clear(&err);
-	assert_int_equal(sandbox_guest_acquire(F.svc, &a, &err), 0);
-	assert_int_equal(sandbox_guest_acquire(F.svc, &b, &err), 0);
-	assert_int_equal(sandbox_guest_acquire(F.svc, &c, &err), -1);
+	assert_int_equal(fleet_acquire(F.fleet, &a, &err), 0);
+	assert_int_equal(fleet_acquire(F.fleet, &b, &err), 0);
+	assert_int_equal(fleet_acquire(F.fleet, &c, &err), -1);
 	assert_true(c.no_room);
-	assert_null(c.l);
+	assert_null(c.g);
 	assert_int_equal(err.code, SBX_E_SERVICE_UNAVAILABLE);
 	assert_int_equal(err.retry_after_s, 10);
 	assert_int_equal(K.started, 2);
@@ -371,35 +353,36 @@ static void test_no_room(void **state)
  * no domain created. */
 static void test_slot_deadline(void **state)
 {
-	struct sandbox_acquire a = acq(F.small, 5000);
+	struct fleet_acquire a = acq(F.small, 5000);
 	struct sbx_error err;
 
 	(void)state;
 	sbx_error_clear(&err);
-	for (int i = 0; i < F.svc->cfg.max_concurrent_boots; i++)
-		assert_int_equal(fleet_slot_acquire(&F.svc->slots, sbx_mono_ms() + 1000, &err), 0);
+	for (int i = 0; i < F.cfg.max_concurrent_boots; i++)
+		assert_int_equal(fleet_slot_acquire(&F.fleet->slots, sbx_mono_ms() + 1000, &err),
+				 0);
 	a.queue_deadline_mono = sbx_mono_ms() + 100;
-	assert_int_equal(sandbox_guest_acquire(F.svc, &a, &err), -1);
+	assert_int_equal(fleet_acquire(F.fleet, &a, &err), -1);
 	assert_false(a.no_room);
 	assert_int_equal(err.code, SBX_E_SERVICE_UNAVAILABLE);
 	assert_int_equal(K.started, 0);
 	assert_int_equal(F.h->booting, 0);
-	for (int i = 0; i < F.svc->cfg.max_concurrent_boots; i++)
-		fleet_slot_release(&F.svc->slots);
+	for (int i = 0; i < F.cfg.max_concurrent_boots; i++)
+		fleet_slot_release(&F.fleet->slots);
 	assert_undone(0);
 }
 
 /* The domain create fails: nothing to destroy, everything given back. */
 static void test_start_fails(void **state)
 {
-	struct sandbox_acquire a = acq(F.small, 5000);
+	struct fleet_acquire a = acq(F.small, 5000);
 	struct sbx_error err;
 
 	(void)state;
 	K.fail_start = true;
 	sbx_error_clear(&err);
-	assert_int_equal(sandbox_guest_acquire(F.svc, &a, &err), -1);
-	assert_null(a.l);
+	assert_int_equal(fleet_acquire(F.fleet, &a, &err), -1);
+	assert_null(a.g);
 	assert_int_equal(K.started, 0);
 	assert_undone(0);
 }
@@ -407,14 +390,14 @@ static void test_start_fails(void **state)
 /* The channel does not open: the domain is destroyed once. */
 static void test_channel_fails(void **state)
 {
-	struct sandbox_acquire a = acq(F.small, 5000);
+	struct fleet_acquire a = acq(F.small, 5000);
 	struct sbx_error err;
 
 	(void)state;
 	K.fail_open = true;
 	sbx_error_clear(&err);
-	assert_int_equal(sandbox_guest_acquire(F.svc, &a, &err), -1);
-	assert_null(a.l);
+	assert_int_equal(fleet_acquire(F.fleet, &a, &err), -1);
+	assert_null(a.g);
 	assert_int_equal(K.started, 1);
 	assert_undone(0);
 }
@@ -423,13 +406,13 @@ static void test_channel_fails(void **state)
  * domain destroyed once, its channel closed. */
 static void test_hello_times_out(void **state)
 {
-	struct sandbox_acquire a = acq(F.small, 200);
+	struct fleet_acquire a = acq(F.small, 200);
 	struct sbx_error err;
 
 	(void)state;
 	K.no_hello = true;
 	sbx_error_clear(&err);
-	assert_int_equal(sandbox_guest_acquire(F.svc, &a, &err), -1);
+	assert_int_equal(fleet_acquire(F.fleet, &a, &err), -1);
 	assert_int_equal(err.code, SBX_E_SANDBOX_ERROR);
 	assert_int_equal(K.started, 1);
 	assert_true(K.ch[0].closed);
@@ -440,15 +423,15 @@ static void test_hello_times_out(void **state)
  * named): torn down once, given back; no cold boot instead. */
 static void test_warm_dead(void **state)
 {
-	struct sandbox_acquire a = acq(F.small, 5000);
+	struct fleet_acquire a = acq(F.small, 5000);
 	struct sbx_error err;
 
 	(void)state;
 	plant_pooled(F.small);
 	K.fail_set_id = true;
 	sbx_error_clear(&err);
-	assert_int_equal(sandbox_guest_acquire(F.svc, &a, &err), -1);
-	assert_null(a.l);
+	assert_int_equal(fleet_acquire(F.fleet, &a, &err), -1);
+	assert_null(a.g);
 	assert_int_equal(K.set_ids, 1);
 	assert_int_equal(K.started, 1);
 	assert_undone(0);
@@ -459,15 +442,15 @@ static void test_warm_dead(void **state)
 static void test_dead_pooled_skipped(void **state)
 {
 	struct fleet_guest *p = plant_pooled(F.small);
-	struct sandbox_acquire a = acq(F.small, 5000);
+	struct fleet_acquire a = acq(F.small, 5000);
 	struct sbx_error err;
 
 	(void)state;
 	fleet_guest_mark_dead(p, sbx_wall_ms());
 	sbx_error_clear(&err);
-	assert_int_equal(sandbox_guest_acquire(F.svc, &a, &err), 0);
+	assert_int_equal(fleet_acquire(F.fleet, &a, &err), 0);
 	assert_false(a.warm);
-	assert_ptr_not_equal(a.l, p);
+	assert_ptr_not_equal(a.g, p);
 	assert_int_equal(K.started, 2);
 	assert_int_equal(K.set_ids, 0);
 	give_back(&a);
@@ -478,14 +461,14 @@ static void test_dead_pooled_skipped(void **state)
  * are evicted (each destroyed once) to make room for a cold boot. */
 static void test_evict(void **state)
 {
-	struct sandbox_acquire a = acq(F.small, 5000);
+	struct fleet_acquire a = acq(F.small, 5000);
 	struct sbx_error err;
 
 	(void)state;
 	plant_pooled(F.medium);
 	plant_pooled(F.medium);
 	sbx_error_clear(&err);
-	assert_int_equal(sandbox_guest_acquire(F.svc, &a, &err), 0);
+	assert_int_equal(fleet_acquire(F.fleet, &a, &err), 0);
 	assert_false(a.warm);
 	assert_int_equal(K.started, 3);
 	assert_int_equal(K.destroyed[0] + K.destroyed[1], 1); /* one place was enough */
@@ -499,7 +482,7 @@ static void test_evict(void **state)
  * each destroyed once, nothing stays counted. */
 static void test_evict_then_boot_fails(void **state)
 {
-	struct sandbox_acquire a = acq(F.small, 200);
+	struct fleet_acquire a = acq(F.small, 200);
 	struct sbx_error err;
 
 	(void)state;
@@ -507,7 +490,7 @@ static void test_evict_then_boot_fails(void **state)
 	plant_pooled(F.medium);
 	K.no_hello = true;
 	sbx_error_clear(&err);
-	assert_int_equal(sandbox_guest_acquire(F.svc, &a, &err), -1);
+	assert_int_equal(fleet_acquire(F.fleet, &a, &err), -1);
 	assert_int_equal(K.started, 3);
 	assert_int_equal(K.destroyed[2], 1);
 	assert_undone(1);

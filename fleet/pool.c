@@ -1,10 +1,10 @@
-/* sandbox: the warm pool (docs/pool.md). Guests of the sizes the config
+/* fleet: the warm pools (docs/pool.md). Guests of the sizes the config
  * names are booted ahead of demand, wait until they said HELLO, and sit in
- * svc->pool until a create takes one (sandbox_pool_take_locked). A pooled
+ * f->pool until an acquisition takes one (fleet_pool_take_locked). A pooled
  * guest is handed out once and never comes back: a customer's guest is
  * destroyed when its sandbox ends.
  *
- * The supervisor's "pool" task (sandbox_pool_pass, every 200 ms) drops
+ * The supervisor's "pool" task (fleet_pool_pass, every 200 ms) drops
  * pooled guests that died or idled longer than pool_max_idle_s (their
  * teardown is one job of the blocking pool, one at a time) and queues
  * boots for sizes below their target. A pool boot takes a boot slot only
@@ -15,9 +15,9 @@
  *
  * Execution guests (execution_pool, per runtime) are booted the same way
  * (of execution_size), then get their launcher started
- * (sandbox_execution_prestart: the interpreter starts and waits for the
+ * (the owner's prestart hook: the interpreter starts and waits for the
  * code) before they join the pool with l->runtime set; only an execution
- * of that runtime takes one (sandbox_pool_take_runtime_locked). One whose
+ * of that runtime takes one (fleet_pool_take_runtime_locked). One whose
  * launcher ended meanwhile is recycled like a dead guest.
  *
  * Pools are per host (docs/hosts.md): each host that is up and not
@@ -37,24 +37,25 @@
 #include <string.h>
 #include <time.h>
 
-#include "sandbox-priv.h"
+#include "../agentless/agentless.h"
+#include "fleet-priv.h"
 
 #define MOD		"pool"
 #define POOL_BACKOFF_MS 5000
 
 struct pool_boot {
-	struct sandbox_svc *svc;
+	struct fleet *f;
 	struct fleet_host *host;
 	const struct sandbox_size *size;
-	const char *runtime; /* in svc->cfg.execution_pool, or NULL */
+	const char *runtime; /* in f->cfg->execution_pool, or NULL */
 };
 
 /* Usable: not dead, and an execution guest's launcher still waits. Call
  * with lock. */
-static bool pool_usable_locked(struct fleet_guest *p)
+static bool pool_usable_locked(struct fleet *f, struct fleet_guest *p)
 {
-	return !fleet_guest_dead(p) &&
-	       (!p->runtime[0] || sandbox_execution_prestart_waiting(p->prestart));
+	return !fleet_guest_dead(p) && (!p->runtime[0] || (f->hooks.prestart_waiting &&
+							   f->hooks.prestart_waiting(p->prestart)));
 }
 
 static bool pool_kind(const struct fleet_guest *p, const char *size, const char *runtime)
@@ -63,28 +64,28 @@ static bool pool_kind(const struct fleet_guest *p, const char *size, const char 
 		       : !p->runtime[0] && strcmp(p->size, size) == 0;
 }
 
-int sandbox_pool_ready_locked(struct sandbox_svc *svc, struct fleet_host *h, const char *size,
-			      const char *runtime)
+int fleet_pool_ready_locked(struct fleet *f, struct fleet_host *h, const char *size,
+			    const char *runtime)
 {
 	int n = 0;
 
-	for (struct fleet_guest *p = svc->pool; p; p = p->next)
-		if ((!h || p->host == h) && pool_kind(p, size, runtime) && pool_usable_locked(p))
+	for (struct fleet_guest *p = f->pool; p; p = p->next)
+		if ((!h || p->host == h) && pool_kind(p, size, runtime) && pool_usable_locked(f, p))
 			n++;
 	return n;
 }
 
-struct fleet_guest *sandbox_pool_take_locked(struct sandbox_svc *svc, struct fleet_host *h,
-					     const char *size, const char *runtime)
+struct fleet_guest *fleet_pool_take_locked(struct fleet *f, struct fleet_host *h, const char *size,
+					   const char *runtime)
 {
 	struct fleet_guest **pp, *oldest = NULL, **oldest_pp = NULL;
 
 	/* The oldest ready one: it has the least idle time left. */
-	for (pp = &svc->pool; *pp; pp = &(*pp)->next) {
+	for (pp = &f->pool; *pp; pp = &(*pp)->next) {
 		struct fleet_guest *p = *pp;
 
-		if ((h && p->host != h) || !pool_kind(p, size, runtime) || !pool_usable_locked(p) ||
-		    !agentless_conn_alive(p->conn))
+		if ((h && p->host != h) || !pool_kind(p, size, runtime) ||
+		    !pool_usable_locked(f, p) || !agentless_conn_alive(p->conn))
 			continue;
 		if (!oldest || p->pooled_at_mono < oldest->pooled_at_mono) {
 			oldest = p;
@@ -99,9 +100,9 @@ struct fleet_guest *sandbox_pool_take_locked(struct sandbox_svc *svc, struct fle
 	return oldest;
 }
 
-struct fleet_guest *sandbox_pool_evict_locked(struct sandbox_svc *svc, struct fleet_host *h)
+struct fleet_guest *fleet_pool_evict_locked(struct fleet *f, struct fleet_host *h)
 {
-	for (struct fleet_guest **pp = &svc->pool; *pp; pp = &(*pp)->next) {
+	for (struct fleet_guest **pp = &f->pool; *pp; pp = &(*pp)->next) {
 		struct fleet_guest *p = *pp;
 
 		if (p->host != h)
@@ -113,35 +114,35 @@ struct fleet_guest *sandbox_pool_evict_locked(struct sandbox_svc *svc, struct fl
 	return NULL;
 }
 
-struct fleet_guest *sandbox_pool_drop_host_locked(struct sandbox_svc *svc, struct fleet_host *h)
+struct fleet_guest *fleet_pool_drop_host_locked(struct fleet *f, struct fleet_host *h)
 {
 	struct fleet_guest *out = NULL, *p;
 
-	while ((p = sandbox_pool_evict_locked(svc, h)) != NULL) {
+	while ((p = fleet_pool_evict_locked(f, h)) != NULL) {
 		p->next = out;
 		out = p;
 	}
 	return out;
 }
 
-void sandbox_pool_count_locked(struct sandbox_svc *svc, struct fleet_host *h, int *guests,
-			       uint64_t *mib, uint64_t *disk_gib)
+void fleet_pool_count_locked(struct fleet *f, struct fleet_host *h, int *guests, uint64_t *mib,
+			     uint64_t *disk_gib)
 {
 	*guests = h->pool_booting;
 	*mib = h->pool_booting_mib;
 	*disk_gib = h->pool_booting_disk_gib;
-	for (struct fleet_guest *p = svc->pool; p; p = p->next) {
+	for (struct fleet_guest *p = f->pool; p; p = p->next) {
 		if (p->host != h)
 			continue;
 		(*guests)++;
 		*mib += p->memory_mib;
-		*disk_gib += sandbox_host_disk_gib(h, sandbox_config_size(&svc->cfg, p->size));
+		*disk_gib += fleet_host_disk_gib(h, sandbox_config_size(f->cfg, p->size));
 	}
 }
 
-void sandbox_pool_domain_stopped_locked(struct sandbox_svc *svc, const char *name)
+void fleet_pool_domain_stopped_locked(struct fleet *f, const char *name)
 {
-	for (struct fleet_guest *p = svc->pool; p; p = p->next) {
+	for (struct fleet_guest *p = f->pool; p; p = p->next) {
 		if (strcmp(p->domain, name) == 0 && fleet_guest_mark_dead(p, sbx_wall_ms()))
 			sbx_warn(MOD, "pooled guest %s stopped", name);
 	}
@@ -161,53 +162,55 @@ static void pool_booting_locked(struct fleet_host *h, const struct sandbox_size 
 static void pool_boot_run(void *arg, bool cancelled)
 {
 	struct pool_boot *pb = arg;
-	struct sandbox_svc *svc = pb->svc;
+	struct fleet *f = pb->f;
 	struct fleet_host *h = pb->host;
 	const struct sandbox_size *size = pb->size;
 	const char *runtime = pb->runtime;
 	struct fleet_guest *l = NULL;
 	struct sbx_error err;
 	char marker[32];
-	int64_t t0 = sbx_mono_ms(), deadline = t0 + svc->cfg.boot_timeout_ms;
+	int64_t t0 = sbx_mono_ms(), deadline = t0 + f->cfg->boot_timeout_ms;
 	int rc;
 
 	free(pb);
 	snprintf(marker, sizeof(marker), "pool:%s", runtime ? runtime : size->name);
 	sbx_error_clear(&err);
-	pthread_mutex_lock(&svc->lock);
-	bool skip = cancelled || svc->stop;
-	pthread_mutex_unlock(&svc->lock);
-	rc = skip ? 1 : sandbox_guest_boot(svc, h, size, marker, deadline, &l, &err);
+	pthread_mutex_lock(&f->lock);
+	bool skip = cancelled || f->stop;
+	pthread_mutex_unlock(&f->lock);
+	rc = skip ? 1 : fleet_guest_boot(f, h, size, marker, deadline, &l, &err);
 	/* an execution guest: its interpreter starts now (a second boot
 	 * timeout: python or node under TCG on a busy host) */
 	if (rc == 0 && runtime &&
-	    (rc = sandbox_execution_prestart(svc, l, runtime,
-					     sbx_mono_ms() + svc->cfg.boot_timeout_ms, &err)) < 0) {
-		sandbox_live_teardown(l, "the launcher did not start");
+	    (rc = f->hooks.prestart
+		      ? f->hooks.prestart(f->hooks.opaque, l, runtime,
+					  sbx_mono_ms() + f->cfg->boot_timeout_ms, &err)
+		      : sbx_error_set(&err, SBX_E_INTERNAL, NULL, "no launcher")) < 0) {
+		fleet_guest_teardown(l, "the launcher did not start");
 		l = NULL;
 	}
 
-	fleet_slot_release(&svc->slots);
-	pthread_mutex_lock(&svc->lock);
-	if (rc == 0 && (svc->stop || h->state != HOST_UP || h->draining)) {
-		/* Destroy it while still counted in pool_booting: sandbox_pool_stop
+	fleet_slot_release(&f->slots);
+	pthread_mutex_lock(&f->lock);
+	if (rc == 0 && (f->stop || h->state != FLEET_HOST_UP || h->draining)) {
+		/* Destroy it while still counted in pool_booting: fleet_pool_stop
 		 * waits for that, and the vmm is freed right after. */
-		pthread_mutex_unlock(&svc->lock);
-		sandbox_live_teardown(l, svc->stop ? "the service is stopping"
-						   : "its host is down or drained");
+		pthread_mutex_unlock(&f->lock);
+		fleet_guest_teardown(l, f->stop ? "the service is stopping"
+						: "its host is down or drained");
 		l = NULL;
-		pthread_mutex_lock(&svc->lock);
+		pthread_mutex_lock(&f->lock);
 	} else if (rc == 0) {
 		fleet_guest_set_state(l, FLEET_GUEST_POOLED);
 		l->pooled_at_mono = sbx_mono_ms();
-		l->next = svc->pool;
-		svc->pool = l;
+		l->next = f->pool;
+		f->pool = l;
 	} else if (rc < 0) {
 		h->pool_backoff_until_mono = sbx_mono_ms() + POOL_BACKOFF_MS;
 	}
 	pool_booting_locked(h, size, -1);
-	pthread_cond_broadcast(&svc->cond);
-	pthread_mutex_unlock(&svc->lock);
+	pthread_cond_broadcast(&f->cond);
+	pthread_mutex_unlock(&f->lock);
 
 	if (rc < 0)
 		sbx_warn(MOD, "host %s: a %s pool guest did not boot: %s", h->cfg->name,
@@ -219,30 +222,30 @@ static void pool_boot_run(void *arg, bool cancelled)
 
 /* Start one pool boot if the rules allow it. Call with lock; returns true
  * when a boot was started. */
-static bool pool_boot_maybe_locked(struct sandbox_svc *svc, struct fleet_host *h,
+static bool pool_boot_maybe_locked(struct fleet *f, struct fleet_host *h,
 				   const struct sandbox_size *size, const char *runtime)
 {
 	struct pool_boot *pb;
 
-	if (h->pool_booting >= svc->cfg.pool_max_boots ||
-	    sbx_mono_ms() < h->pool_backoff_until_mono || !sandbox_host_fits_locked(h, size))
+	if (h->pool_booting >= f->cfg->pool_max_boots ||
+	    sbx_mono_ms() < h->pool_backoff_until_mono || !fleet_host_fits_locked(h, size))
 		return false;
 	pb = malloc(sizeof(*pb));
 	if (!pb)
 		return false;
-	if (!fleet_slot_try_pool(&svc->slots)) { /* a customer waits, or all are taken */
+	if (!fleet_slot_try_pool(&f->slots)) { /* a customer waits, or all are taken */
 		free(pb);
 		return false;
 	}
-	pb->svc = svc;
+	pb->f = f;
 	pb->host = h;
 	pb->size = size;
 	pb->runtime = runtime;
 	pool_booting_locked(h, size, +1);
-	/* (the pool's lock is a leaf below svc->lock) */
-	if (sandbox_work_submit(svc, pool_boot_run, pb) < 0) {
+	/* (the pool's lock is a leaf below f->lock) */
+	if (fleet_work_submit(f, pool_boot_run, pb) < 0) {
 		free(pb);
-		fleet_slot_release(&svc->slots);
+		fleet_slot_release(&f->slots);
 		pool_booting_locked(h, size, -1);
 		return false;
 	}
@@ -250,16 +253,16 @@ static bool pool_boot_maybe_locked(struct sandbox_svc *svc, struct fleet_host *h
 }
 
 /* Unlink dead and over-age pooled guests into *out. Call with lock. */
-static void pool_reap_locked(struct sandbox_svc *svc, int64_t mono, struct fleet_guest **out)
+static void pool_reap_locked(struct fleet *f, int64_t mono, struct fleet_guest **out)
 {
-	int64_t max_idle = (int64_t)svc->cfg.pool_max_idle_s * 1000;
-	struct fleet_guest **pp = &svc->pool;
+	int64_t max_idle = (int64_t)f->cfg->pool_max_idle_s * 1000;
+	struct fleet_guest **pp = &f->pool;
 
 	while (*pp) {
 		struct fleet_guest *p = *pp;
 
-		if (!pool_usable_locked(p) || mono - p->pooled_at_mono >= max_idle ||
-		    p->host->state != HOST_UP || p->host->draining) {
+		if (!pool_usable_locked(f, p) || mono - p->pooled_at_mono >= max_idle ||
+		    p->host->state != FLEET_HOST_UP || p->host->draining) {
 			*pp = p->next;
 			p->next = *out;
 			*out = p;
@@ -271,29 +274,28 @@ static void pool_reap_locked(struct sandbox_svc *svc, int64_t mono, struct fleet
 }
 
 /* Start the boots host h's pool lacks (none on a host down or drained). */
-static void pool_refill_locked(struct sandbox_svc *svc, struct fleet_host *h)
+static void pool_refill_locked(struct fleet *f, struct fleet_host *h)
 {
-	if (h->state != HOST_UP || h->draining || !h->vmm)
+	if (h->state != FLEET_HOST_UP || h->draining || !h->vmm)
 		return;
-	for (size_t i = 0; i < svc->cfg.n_pool; i++) {
-		const struct sandbox_size *size =
-		    sandbox_config_size(&svc->cfg, svc->cfg.pool[i].size);
+	for (size_t i = 0; i < f->cfg->n_pool; i++) {
+		const struct sandbox_size *size = sandbox_config_size(f->cfg, f->cfg->pool[i].size);
 
 		/* Boots in flight count toward every size's target only
 		 * roughly; pool_max_boots keeps it small. */
-		if (size && sandbox_pool_ready_locked(svc, h, size->name, NULL) + h->pool_booting <
-				svc->cfg.pool[i].count)
-			pool_boot_maybe_locked(svc, h, size, NULL);
+		if (size && fleet_pool_ready_locked(f, h, size->name, NULL) + h->pool_booting <
+				f->cfg->pool[i].count)
+			pool_boot_maybe_locked(f, h, size, NULL);
 	}
-	for (size_t i = 0; i < svc->cfg.n_execution_pool; i++) {
-		const char *rt = svc->cfg.execution_pool[i].runtime;
-		const struct sandbox_size *size = sandbox_config_size(
-		    &svc->cfg,
-		    svc->cfg.execution_size[0] ? svc->cfg.execution_size : svc->cfg.default_size);
+	for (size_t i = 0; i < f->cfg->n_execution_pool; i++) {
+		const char *rt = f->cfg->execution_pool[i].runtime;
+		const struct sandbox_size *size =
+		    sandbox_config_size(f->cfg, f->cfg->execution_size[0] ? f->cfg->execution_size
+									  : f->cfg->default_size);
 
-		if (size && sandbox_pool_ready_locked(svc, h, NULL, rt) + h->pool_booting <
-				svc->cfg.execution_pool[i].count)
-			pool_boot_maybe_locked(svc, h, size, rt);
+		if (size && fleet_pool_ready_locked(f, h, NULL, rt) + h->pool_booting <
+				f->cfg->execution_pool[i].count)
+			pool_boot_maybe_locked(f, h, size, rt);
 	}
 }
 
@@ -301,90 +303,99 @@ static void pool_refill_locked(struct sandbox_svc *svc, struct fleet_host *h)
 static void pool_recycle_run(void *arg, bool cancelled)
 {
 	struct fleet_guest *reaped = arg;
-	struct sandbox_svc *svc = reaped->host->svc;
+	struct fleet *f = reaped->fleet;
 
 	while (reaped) {
 		struct fleet_guest *next = reaped->next;
 
 		/* (no lock: pool_usable_locked reads the guest's own state) */
 		sbx_info(MOD, "recycling pooled guest %s (%s)", reaped->domain,
-			 fleet_guest_dead(reaped)      ? "it died"
-			 : !pool_usable_locked(reaped) ? "its launcher ended"
-						       : "idle too long, or its host "
-							 "is down or drained");
-		sandbox_live_teardown(reaped, "recycled from the warm pool");
+			 fleet_guest_dead(reaped)	  ? "it died"
+			 : !pool_usable_locked(f, reaped) ? "its launcher ended"
+							  : "idle too long, or its host "
+							    "is down or drained");
+		fleet_guest_teardown(reaped, "recycled from the warm pool");
 		reaped = next;
 	}
-	pthread_mutex_lock(&svc->lock);
-	svc->pool_recycling = false;
-	pthread_mutex_unlock(&svc->lock);
+	pthread_mutex_lock(&f->lock);
+	f->pool_recycling = false;
+	pthread_mutex_unlock(&f->lock);
 }
 
-void sandbox_pool_pass(struct sandbox_svc *svc)
+void fleet_pool_pass(struct fleet *f)
 {
 	struct fleet_guest *reaped = NULL;
 
-	if (svc->n_hosts &&
-	    sbx_mono_ms() - svc->hosts[0].disk_measured_mono >= SANDBOX_DISK_MEASURE_MS)
-		sandbox_hosts_measure_disk(svc); /* statvfs: not under the lock */
-	pthread_mutex_lock(&svc->lock);
-	if (svc->stop) {
-		pthread_mutex_unlock(&svc->lock);
+	if (f->n_hosts && sbx_mono_ms() - f->hosts[0].disk_measured_mono >= FLEET_DISK_MEASURE_MS)
+		fleet_hosts_measure_disk(f); /* statvfs: not under the lock */
+	pthread_mutex_lock(&f->lock);
+	if (f->stop) {
+		pthread_mutex_unlock(&f->lock);
 		return;
 	}
 	/* one recycling job at a time: while one runs, the unusable guests
 	 * wait in the pool (a take skips them) */
-	if (!svc->pool_recycling) {
-		pool_reap_locked(svc, sbx_mono_ms(), &reaped);
-		if (reaped && sandbox_work_submit(svc, pool_recycle_run, reaped) == 0) {
-			svc->pool_recycling = true;
+	if (!f->pool_recycling) {
+		pool_reap_locked(f, sbx_mono_ms(), &reaped);
+		if (reaped && fleet_work_submit(f, pool_recycle_run, reaped) == 0) {
+			f->pool_recycling = true;
 		} else if (reaped) {
 			/* refused (full): back in the pool, the next pass tries again */
 			while (reaped) {
 				struct fleet_guest *next = reaped->next;
 
-				reaped->next = svc->pool;
-				svc->pool = reaped;
+				reaped->next = f->pool;
+				f->pool = reaped;
 				reaped = next;
 			}
 		}
 	}
-	for (size_t k = 0; k < svc->n_hosts; k++)
-		pool_refill_locked(svc, &svc->hosts[k]);
-	pthread_mutex_unlock(&svc->lock);
+	for (size_t k = 0; k < f->n_hosts; k++)
+		pool_refill_locked(f, &f->hosts[k]);
+	pthread_mutex_unlock(&f->lock);
 }
 
-bool sandbox_pool_configured(const struct sandbox_svc *svc)
+bool fleet_pool_configured(const struct fleet *f)
 {
 	int total = 0;
 
-	for (size_t i = 0; i < svc->cfg.n_pool; i++)
-		total += svc->cfg.pool[i].count;
-	for (size_t i = 0; i < svc->cfg.n_execution_pool; i++)
-		total += svc->cfg.execution_pool[i].count;
+	for (size_t i = 0; i < f->cfg->n_pool; i++)
+		total += f->cfg->pool[i].count;
+	for (size_t i = 0; i < f->cfg->n_execution_pool; i++)
+		total += f->cfg->execution_pool[i].count;
 	if (total)
 		sbx_info(MOD, "warm pool: %d guest(s) to keep ready", total);
 	return total > 0;
 }
 
-void sandbox_pool_stop(struct sandbox_svc *svc)
+void fleet_pool_stop(struct fleet *f)
 {
 	struct fleet_guest *all;
 
-	pthread_mutex_lock(&svc->lock);
+	pthread_mutex_lock(&f->lock);
 	/* The boot jobs ended with the blocking pool's drain (a boot in
 	 * flight tore its guest down when it saw stop); this wait is the
 	 * rule written down. */
-	for (size_t i = 0; i < svc->n_hosts; i++)
-		while (svc->hosts[i].pool_booting > 0)
-			pthread_cond_wait(&svc->cond, &svc->lock);
-	all = svc->pool;
-	svc->pool = NULL;
-	pthread_mutex_unlock(&svc->lock);
+	for (size_t i = 0; i < f->n_hosts; i++)
+		while (f->hosts[i].pool_booting > 0)
+			pthread_cond_wait(&f->cond, &f->lock);
+	all = f->pool;
+	f->pool = NULL;
+	pthread_mutex_unlock(&f->lock);
 	while (all) {
 		struct fleet_guest *next = all->next;
 
-		sandbox_live_teardown(all, "the service is stopping");
+		fleet_guest_teardown(all, "the service is stopping");
 		all = next;
 	}
+}
+
+int fleet_pool_ready(struct fleet *f, const char *size, const char *runtime)
+{
+	int n;
+
+	pthread_mutex_lock(&f->lock);
+	n = fleet_pool_ready_locked(f, NULL, size, runtime);
+	pthread_mutex_unlock(&f->lock);
+	return n;
 }

@@ -1,4 +1,4 @@
-/* sandbox: the liveness ping (docs/lifecycle.md "Liveness").
+/* fleet: the liveness ping (docs/lifecycle.md "Liveness").
  *
  * A guest that hangs without dying (PID 1 wedged, vCPUs paused) sends no
  * lifecycle event and its channel does not break. A round pings every
@@ -7,9 +7,9 @@
  * sandbox dead at its last answered moment, and the supervisor's lives
  * pass queues its end as failed there (domain destroyed, billing stopped
  * at that moment). An
- * answered ping is also the heartbeat: last_seen_at moves only when the
- * guest answers, so a daemon restart ends a frozen guest's row where it
- * stopped answering, not where it stopped being watched.
+ * answered ping is also the heartbeat (the guest_seen hook: the owner
+ * moves last_seen_at only when the guest answers), so a daemon restart ends a frozen guest's row
+ * where it stopped answering, not where it stopped being watched.
  *
  * The supervisor's "liveness" task (every liveness_interval_ms) queues a
  * round as a job of the blocking pool, never two at once (a round still
@@ -26,11 +26,12 @@
 #include <string.h>
 #include <time.h>
 
-#include "sandbox-priv.h"
+#include "../agentless/agentless.h"
+#include "fleet-priv.h"
 
-#define MOD	     "sandbox"
+#define MOD	     "fleet"
 #define LIVENESS_MAX 4096 /* guests watched per round (>> max_guests) */
-#define TOUCH_MS     5000 /* write last_seen_at at most this often */
+#define TOUCH_MS     5000 /* tell guest_seen at most this often */
 
 struct watch {
 	char id[SANDBOX_ID_MAX];
@@ -54,18 +55,17 @@ static struct watch *watch_find(struct watch *ws, size_t n, const char *id)
 	return NULL;
 }
 
-static void liveness_round(struct sandbox_svc *svc, struct watch *ws, size_t *n_ws,
-			   struct pinned *pins)
+static void liveness_round(struct fleet *f, struct watch *ws, size_t *n_ws, struct pinned *pins)
 {
-	const uint32_t interval = svc->cfg.liveness_interval_ms;
+	const uint32_t interval = f->cfg->liveness_interval_ms;
 	size_t n_pins = 0, kept = 0;
 	int64_t now = sbx_wall_ms();
 
 	/* 1. Pin every live guest; forget the watches of guests that left. */
 	for (size_t i = 0; i < *n_ws; i++)
 		ws[i].seen = false;
-	pthread_mutex_lock(&svc->lock);
-	for (struct fleet_guest *l = svc->lives; l && n_pins < LIVENESS_MAX; l = l->next) {
+	pthread_mutex_lock(&f->lock);
+	for (struct fleet_guest *l = f->lives; l && n_pins < LIVENESS_MAX; l = l->next) {
 		struct watch *w;
 
 		if (fleet_guest_dead(l))
@@ -86,7 +86,7 @@ static void liveness_round(struct sandbox_svc *svc, struct watch *ws, size_t *n_
 		pins[n_pins].w = w;
 		n_pins++;
 	}
-	pthread_mutex_unlock(&svc->lock);
+	pthread_mutex_unlock(&f->lock);
 
 	/* 2. Ping them all without the lock, then collect the answers until
 	 * one deadline. */
@@ -105,7 +105,8 @@ static void liveness_round(struct sandbox_svc *svc, struct watch *ws, size_t *n_
 			w->misses = 0;
 			w->last_ok_ms = t;
 			if (t - w->last_touch_ms >= TOUCH_MS) {
-				store_sandbox_touch(svc->store, w->id, t, NULL);
+				if (f->hooks.guest_seen)
+					f->hooks.guest_seen(f->hooks.opaque, w->id, t);
 				w->last_touch_ms = t;
 			}
 		} else if (agentless_conn_alive(l->conn)) {
@@ -113,17 +114,14 @@ static void liveness_round(struct sandbox_svc *svc, struct watch *ws, size_t *n_
 			 * channel that works but gets no answer is a miss. */
 			w->misses++;
 			sbx_warn(MOD, "sandbox %s: liveness ping unanswered (%d of %d)", w->id,
-				 w->misses, svc->cfg.liveness_misses);
+				 w->misses, f->cfg->liveness_misses);
 		}
-		if (w->misses >= svc->cfg.liveness_misses && !fleet_guest_over(l) &&
+		if (w->misses >= f->cfg->liveness_misses && !fleet_guest_over(l) &&
 		    fleet_guest_mark_dead(l, w->last_ok_ms)) {
 			sbx_warn(MOD,
 				 "sandbox %s: guest stopped answering; failing it as of its last "
 				 "answer %lld ms ago",
 				 w->id, (long long)(t - w->last_ok_ms));
-			pthread_mutex_lock(&svc->lock);
-			pthread_cond_broadcast(&svc->cond);
-			pthread_mutex_unlock(&svc->lock);
 		}
 		fleet_guest_unref(l);
 	}
@@ -137,51 +135,49 @@ static void liveness_round(struct sandbox_svc *svc, struct watch *ws, size_t *n_
 
 /* The pinger's memory between rounds: only the round in flight (one at
  * a time) touches the watches and the pins. */
-struct sandbox_liveness {
+struct fleet_liveness {
 	struct watch ws[LIVENESS_MAX];
 	struct pinned pins[LIVENESS_MAX];
 	size_t n_ws;
-	bool busy; /* a round is queued or running; under svc->lock */
+	bool busy; /* a round is queued or running; under f->lock */
 };
 
 /* A job: one round (it waits up to an interval on the answers). Skipped
  * when the pool stopped before it ran. */
 static void liveness_job_run(void *arg, bool cancelled)
 {
-	struct sandbox_svc *svc = arg;
-	struct sandbox_liveness *lv = svc->liveness;
+	struct fleet *f = arg;
+	struct fleet_liveness *lv = f->liveness;
 
 	if (!cancelled)
-		liveness_round(svc, lv->ws, &lv->n_ws, lv->pins);
-	pthread_mutex_lock(&svc->lock);
+		liveness_round(f, lv->ws, &lv->n_ws, lv->pins);
+	pthread_mutex_lock(&f->lock);
 	lv->busy = false;
-	pthread_mutex_unlock(&svc->lock);
+	pthread_mutex_unlock(&f->lock);
 }
 
-void sandbox_liveness_pass(struct sandbox_svc *svc)
+void fleet_liveness_pass(struct fleet *f)
 {
-	struct sandbox_liveness *lv = svc->liveness;
+	struct fleet_liveness *lv = f->liveness;
 
 	if (!lv)
 		return;
-	pthread_mutex_lock(&svc->lock);
-	if (!lv->busy && !svc->stop && sandbox_work_submit(svc, liveness_job_run, svc) == 0)
+	pthread_mutex_lock(&f->lock);
+	if (!lv->busy && !f->stop && fleet_work_submit(f, liveness_job_run, f) == 0)
 		lv->busy = true; /* refused (full, stopping): the next pass tries again */
-	pthread_mutex_unlock(&svc->lock);
+	pthread_mutex_unlock(&f->lock);
 }
 
-int sandbox_liveness_init(struct sandbox_svc *svc, struct sbx_error *err)
+int fleet_liveness_init(struct fleet *f)
 {
-	if (!svc->cfg.liveness_interval_ms)
+	if (!f->cfg->liveness_interval_ms)
 		return 0;
-	svc->liveness = calloc(1, sizeof(*svc->liveness));
-	if (!svc->liveness)
-		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
-	return 0;
+	f->liveness = calloc(1, sizeof(*f->liveness));
+	return f->liveness ? 0 : -1;
 }
 
-void sandbox_liveness_free(struct sandbox_svc *svc)
+void fleet_liveness_free(struct fleet *f)
 {
-	free(svc->liveness);
-	svc->liveness = NULL;
+	free(f->liveness);
+	f->liveness = NULL;
 }

@@ -1,8 +1,7 @@
-/* sandbox: one way to get a guest for a sandbox or an execution
+/* fleet: one way to get a guest for a sandbox or an execution
  * (placement, a pooled guest or a cold boot within a boot slot, and the
- * capacity undo on every failure step), and the boot itself. To move into
- * fleet/ (fleet_acquire) with the hosts and the pools. Every call into
- * vmm/ and agentless/ for the guest goes through svc->guest_ops (the real
+ * capacity undo on every failure step), and the boot itself. Every call
+ * into vmm/ and agentless/ for the guest goes through f->ops (the real
  * ones here; a unit test's fake: tests/unit/test_acquire.c).
  */
 #include <pthread.h>
@@ -11,31 +10,30 @@
 
 #include "../agentless/agentless.h"
 #include "../vmm/vmm.h"
-#include "sandbox-priv.h"
+#include "fleet-priv.h"
 
-#define MOD "sandbox"
+#define MOD "fleet"
 
-int sandbox_boot_slot_acquire(struct sandbox_svc *svc, int64_t deadline_mono, struct sbx_error *err)
+int fleet_boot_slot_acquire(struct fleet *f, int64_t deadline_mono, struct sbx_error *err)
 {
-	return fleet_slot_acquire(&svc->slots, deadline_mono, err);
+	return fleet_slot_acquire(&f->slots, deadline_mono, err);
 }
 
-void sandbox_boot_slot_release(struct sandbox_svc *svc)
+void fleet_boot_slot_release(struct fleet *f)
 {
-	fleet_slot_release(&svc->slots);
-	/* the pool refills once no customer boots */
-	pthread_mutex_lock(&svc->lock);
-	pthread_cond_broadcast(&svc->cond);
-	pthread_mutex_unlock(&svc->lock);
+	fleet_slot_release(&f->slots);
 }
 
-void sandbox_guest_uncount(struct sandbox_svc *svc, struct fleet_host *h,
-			   const struct sandbox_size *size)
+int fleet_boot_slots_active(struct fleet *f)
 {
-	pthread_mutex_lock(&svc->lock);
-	sandbox_host_booting_locked(h, size, -1);
-	pthread_cond_broadcast(&svc->cond);
-	pthread_mutex_unlock(&svc->lock);
+	return fleet_slots_active(&f->slots);
+}
+
+void fleet_guest_uncount(struct fleet *f, struct fleet_host *h, const struct sandbox_size *size)
+{
+	pthread_mutex_lock(&f->lock);
+	fleet_host_booting_locked(h, size, -1);
+	pthread_mutex_unlock(&f->lock);
 }
 
 /* ------------------------------------------------- the real guest ops */
@@ -66,51 +64,46 @@ static int real_set_sandbox_id(struct fleet_guest *l, const char *id, struct sbx
 	return vmm_vm_set_sandbox_id(l->vm, id, err);
 }
 
-const struct sandbox_guest_ops sandbox_guest_ops_real = {
+const struct fleet_guest_ops fleet_guest_ops_real = {
     .start = real_start,
     .open_channel = real_open_channel,
     .wait_hello = real_wait_hello,
     .set_sandbox_id = real_set_sandbox_id,
-    .teardown = sandbox_live_teardown,
+    .teardown = fleet_guest_teardown,
 };
 
-static const struct sandbox_guest_ops *ops_of(const struct sandbox_svc *svc)
+void fleet_set_guest_ops(struct fleet *f, const struct fleet_guest_ops *ops)
 {
-	return svc->guest_ops ? svc->guest_ops : &sandbox_guest_ops_real;
+	f->ops = ops ? ops : &fleet_guest_ops_real;
 }
 
 /* ------------------------------------------------------------ the boot */
 
-int sandbox_guest_boot(struct sandbox_svc *svc, struct fleet_host *h,
-		       const struct sandbox_size *size, const char *marker, int64_t deadline_mono,
-		       struct fleet_guest **out, struct sbx_error *err)
+int fleet_guest_boot(struct fleet *f, struct fleet_host *h, const struct sandbox_size *size,
+		     const char *marker, int64_t deadline_mono, struct fleet_guest **out,
+		     struct sbx_error *err)
 {
-	const struct sandbox_config *cfg = &svc->cfg;
-	const struct sandbox_guest_ops *ops = ops_of(svc);
-	struct agentless_limits lim = {
-	    .backstop_grace_ms = cfg->exec_backstop_grace_ms,
-	    .xfer_stall_ms = cfg->file_stall_timeout_ms,
-	    .max_inflight = (uint32_t)cfg->max_execs_per_sandbox,
-	};
+	const struct fleet_guest_ops *ops = f->ops;
 	struct vmm_guest_spec spec = {
 	    .vcpus = size->vcpus,
 	    .memory_mib = size->memory_mib,
-	    .disk_gib = sandbox_host_disk_gib(h, size),
+	    .disk_gib = fleet_host_disk_gib(h, size),
 	    .sandbox_id = marker,
 	};
 	struct sbx_channel ch;
-	struct fleet_guest *l = fleet_guest_new(svc, h, marker);
+	struct fleet_guest *l = fleet_guest_new(f, h, marker);
 
 	l->memory_mib = size->memory_mib;
-	l->prestart_free = sandbox_execution_prestart_free;
+	l->prestart_free = f->hooks.prestart_free;
 	snprintf(l->size, sizeof(l->size), "%s", size->name);
 	int64_t boot_t0 = sbx_mono_ms();
 	if (ops->start(l, &spec, err) < 0) {
 		fleet_guest_unref(l);
 		return -1;
 	}
-	sandbox_fault_hit(cfg, SANDBOX_FAULT_CREATE_AFTER_DOMAIN_START);
-	l->conn = agentless_conn_new(&lim, sandbox_on_conn_broken, l);
+	if (f->hooks.boot_started)
+		f->hooks.boot_started(f->hooks.opaque);
+	l->conn = fleet_guest_conn_new(l);
 	if (ops->open_channel(l, &ch, err) < 0)
 		goto err_teardown;
 	agentless_conn_attach(l->conn, ch, false);
@@ -140,22 +133,21 @@ err_teardown:
  * host first. 2w. A pooled guest: name it. 2c. Queue for a boot slot, then
  * boot, open the channel and wait for HELLO. Every failure after 1 gives
  * the capacity back. */
-int sandbox_guest_acquire(struct sandbox_svc *svc, struct sandbox_acquire *a, struct sbx_error *err)
+int fleet_acquire(struct fleet *f, struct fleet_acquire *a, struct sbx_error *err)
 {
-	const struct sandbox_guest_ops *ops = ops_of(svc);
+	const struct fleet_guest_ops *ops = f->ops;
 	struct fleet_guest *l = NULL, *evicted = NULL;
 	struct fleet_host *h;
 	int64_t deadline;
 	int rc;
 
-	a->l = NULL;
+	a->g = NULL;
 	a->h = NULL;
 	a->warm = a->no_room = false;
-	sandbox_hosts_measure_disk(svc);
-	pthread_mutex_lock(&svc->lock);
-	h = sandbox_host_admit_locked(svc, a->size, a->runtime, &l, &evicted, err);
-	pthread_cond_broadcast(&svc->cond); /* the pool refills */
-	pthread_mutex_unlock(&svc->lock);
+	fleet_hosts_measure_disk(f);
+	pthread_mutex_lock(&f->lock);
+	h = fleet_host_admit_locked(f, a->size, a->runtime, &l, &evicted, err);
+	pthread_mutex_unlock(&f->lock);
 	if (evicted) {
 		sbx_info(MOD, "%s: evicting pooled guests to make room", a->marker);
 		while (evicted) {
@@ -179,21 +171,21 @@ int sandbox_guest_acquire(struct sandbox_svc *svc, struct sandbox_acquire *a, st
 			goto err_uncount;
 		}
 	} else {
-		if (sandbox_boot_slot_acquire(svc, a->queue_deadline_mono, err) < 0)
+		if (fleet_boot_slot_acquire(f, a->queue_deadline_mono, err) < 0)
 			goto err_uncount;
 		deadline = a->boot_deadline_mono ? a->boot_deadline_mono
-						 : sbx_mono_ms() + svc->cfg.boot_timeout_ms;
-		rc = sandbox_guest_boot(svc, h, a->size, a->marker, deadline, &l, err);
-		sandbox_boot_slot_release(svc);
+						 : sbx_mono_ms() + f->cfg->boot_timeout_ms;
+		rc = fleet_guest_boot(f, h, a->size, a->marker, deadline, &l, err);
+		fleet_boot_slot_release(f);
 		if (rc < 0)
 			goto err_uncount;
 		fleet_guest_set_state(l, FLEET_GUEST_RUNNING); /* handed out */
 	}
-	a->l = l;
+	a->g = l;
 	a->h = h;
 	return 0;
 
 err_uncount:
-	sandbox_guest_uncount(svc, h, a->size);
+	fleet_guest_uncount(f, h, a->size);
 	return -1;
 }
