@@ -8,7 +8,9 @@
 
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -235,6 +237,11 @@ static void pool_eager_starts_its_threads(void **state)
 	assert_non_null(p);
 	sbx_workpool_stats(p, &st);
 	assert_int_equal(st.threads, 3);
+	/* an eager pool's threads stay, however long idle */
+	sbx_workpool_set_idle_ms(p, 1);
+	usleep(20 * 1000);
+	sbx_workpool_stats(p, &st);
+	assert_int_equal(st.threads, 3);
 	for (int i = 0; i < 3; i++)
 		assert_int_equal(sbx_workpool_submit(p, gated_job, NULL), 0);
 	wait_running(p, 3);
@@ -242,6 +249,82 @@ static void pool_eager_starts_its_threads(void **state)
 	gate_set(true, false);
 	sbx_workpool_free(p);
 	assert_int_equal(ran, 3);
+}
+
+/* Threads of this process named `name` (/proc/self/task/TID/comm): the
+ * ones that ended are gone from there, whatever the pool's counters say. */
+static int os_threads_named(const char *name)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	int n = 0;
+
+	assert_non_null(d);
+	while ((e = readdir(d))) {
+		char path[300], comm[32] = "";
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue; /* ended meanwhile */
+		if (fgets(comm, sizeof(comm), f))
+			comm[strcspn(comm, "\n")] = '\0';
+		fclose(f);
+		n += strcmp(comm, name) == 0;
+	}
+	closedir(d);
+	return n;
+}
+
+static void wait_threads(struct sbx_workpool *p, const char *name, int n)
+{
+	struct sbx_workpool_stats st;
+
+	for (int i = 0; i < 2500; i++) {
+		sbx_workpool_stats(p, &st);
+		if (st.threads == n && os_threads_named(name) == n)
+			return;
+		usleep(2000);
+	}
+	fail_msg("the pool never got down to %d threads (has %d)", n, st.threads);
+}
+
+/* A pool that is not eager holds no thread until a job comes, starts them
+ * as jobs need them, and they end once idle for idle_ms; the next job
+ * starts one again. */
+static void pool_idle_threads_end(void **state)
+{
+	struct sbx_workpool *p = sbx_workpool_new("t-idle", 3, 2, 0);
+	struct sbx_workpool_stats st;
+
+	(void)state;
+	gate_set(false, true);
+	assert_non_null(p);
+	sbx_workpool_set_idle_ms(p, 20);
+	usleep(30 * 1000);
+	sbx_workpool_stats(p, &st);
+	assert_int_equal(st.threads, 0);
+	assert_int_equal(os_threads_named("t-idle"), 0);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(sbx_workpool_submit(p, gated_job, NULL), 0);
+	wait_running(p, 3);
+	sbx_workpool_stats(p, &st);
+	assert_int_equal(st.threads, 3);
+	assert_int_equal(os_threads_named("t-idle"), 3);
+	gate_set(true, false);
+	wait_threads(p, "t-idle", 0);
+	assert_int_equal(ran_now(), 3);
+	/* and back up on demand */
+	assert_int_equal(sbx_workpool_submit(p, gated_job, NULL), 0);
+	for (int i = 0; i < 2500 && ran_now() < 4; i++)
+		usleep(2000);
+	assert_int_equal(ran_now(), 4);
+	wait_threads(p, "t-idle", 0);
+	sbx_workpool_free(p);
+	assert_int_equal(os_threads_named("t-idle"), 0);
 }
 
 /* Stop cancels what waits and lets what runs finish. */
@@ -360,6 +443,7 @@ int main(void)
 	    cmocka_unit_test(cron_thread_runs_and_stops),
 	    cmocka_unit_test(pool_is_bounded),
 	    cmocka_unit_test(pool_eager_starts_its_threads),
+	    cmocka_unit_test(pool_idle_threads_end),
 	    cmocka_unit_test(pool_stop_cancels_the_queue),
 	    cmocka_unit_test(pool_drain_runs_the_queue),
 	    cmocka_unit_test(pool_no_job_lost_or_run_twice),
