@@ -346,6 +346,17 @@ struct sbx_workpool *sbx_workpool_new(const char *thread_name, int threads, int 
 /* Queue a job. 0, or -1 (fn never called) when every thread is busy and
  * queue_max jobs already wait, or the pool stops. */
 int sbx_workpool_submit(struct sbx_workpool *p, sbx_workpool_fn fn, void *arg);
+/* Queue a job at most once per key: the periodic jobs (a health check
+ * per host, a liveness round) that must never be queued twice. key (not
+ * NULL; compared by pointer, never read: the object the job is for) is
+ * busy from a submit that returned 0 until that job's fn returned, run or
+ * cancelled; so a job that submits itself again under its own key from
+ * inside fn gets 1 (the next pass queues it). 0: queued; 1: a job with
+ * this key is queued or running, fn not called and arg untouched (the
+ * caller frees it); -1: as sbx_workpool_submit (also for a NULL key), fn
+ * not called. A stopping pool answers -1 whatever the key. */
+int sbx_workpool_submit_once(struct sbx_workpool *p, const void *key, sbx_workpool_fn fn,
+			     void *arg);
 /* A thread of a pool that is not eager ends after idle_ms (>= 1) without
  * a job; threads idle now count from the new value. Any time. */
 void sbx_workpool_set_idle_ms(struct sbx_workpool *p, int64_t idle_ms);
@@ -353,6 +364,8 @@ struct sbx_workpool_stats {
 	int threads; /* started and not ended: running a job, or idle */
 	int running; /* jobs running */
 	int queued;  /* jobs waiting for a thread */
+	int keyed;   /* of those queued or running (or being cancelled), the
+		      * ones submit_once queued: keys busy */
 };
 void sbx_workpool_stats(struct sbx_workpool *p, struct sbx_workpool_stats *st);
 /* Refuse new jobs and cancel the queued ones (fn(arg, true), on this

@@ -9,6 +9,11 @@
  * by sbx_workpool_free: no thread is left unjoined, none is joined with
  * the lock held.
  *
+ * Queue once: a job submitted with a key is on p->keyed from submit until
+ * its fn returned (run or cancelled); a submit_once whose key is on that
+ * list is answered 1. The list holds only jobs the pool holds anyway, so
+ * it is bounded by threads + queue_max.
+ *
  * Locking: p->lock is a leaf; jobs run without it. */
 #include <errno.h>
 #include <pthread.h>
@@ -20,7 +25,10 @@
 struct pool_job {
 	sbx_workpool_fn fn;
 	void *arg;
-	struct pool_job *next;
+	const void *key;	/* NULL: sbx_workpool_submit */
+	struct pool_job *next;	/* the queue */
+	struct pool_job *knext; /* p->keyed, when key */
+	struct pool_job **kprev;
 };
 
 struct sbx_workpool {
@@ -36,9 +44,30 @@ struct sbx_workpool {
 	int queued;	 /* jobs waiting for a thread */
 	bool stopping;
 	struct pool_job *head, *tail;
+	struct pool_job *keyed; /* jobs with a key, queued or running */
+	int n_keyed;
 	bool has_ended;
 	pthread_t ended; /* the last thread that ended, to join */
 };
+
+static bool key_busy_locked(struct sbx_workpool *p, const void *key)
+{
+	for (struct pool_job *j = p->keyed; j; j = j->knext)
+		if (j->key == key)
+			return true;
+	return false;
+}
+
+/* fn returned: the job's key is free again. Call with lock. */
+static void key_release_locked(struct sbx_workpool *p, struct pool_job *j)
+{
+	if (!j->key)
+		return;
+	*j->kprev = j->knext;
+	if (j->knext)
+		j->knext->kprev = j->kprev;
+	p->n_keyed--;
+}
 
 /* The next job for a thread, or NULL when the thread should end: the pool
  * stops and nothing waits, or (not eager) nothing came for idle_ms. Call
@@ -86,8 +115,9 @@ static void *worker_main(void *arg)
 		p->running++;
 		pthread_mutex_unlock(&p->lock);
 		j->fn(j->arg, false);
-		free(j);
 		pthread_mutex_lock(&p->lock);
+		key_release_locked(p, j);
+		free(j);
 		p->running--;
 		pthread_cond_broadcast(&p->idle);
 	}
@@ -149,7 +179,8 @@ struct sbx_workpool *sbx_workpool_new(const char *thread_name, int threads, int 
 	return p;
 }
 
-int sbx_workpool_submit(struct sbx_workpool *p, sbx_workpool_fn fn, void *arg)
+/* Queue fn(arg) holding key (NULL: none). 0, 1 (key busy) or -1. */
+static int job_submit(struct sbx_workpool *p, const void *key, sbx_workpool_fn fn, void *arg)
 {
 	struct pool_job *j = malloc(sizeof(*j));
 
@@ -157,10 +188,22 @@ int sbx_workpool_submit(struct sbx_workpool *p, sbx_workpool_fn fn, void *arg)
 		return -1;
 	j->fn = fn;
 	j->arg = arg;
+	j->key = key;
 	j->next = NULL;
 	pthread_mutex_lock(&p->lock);
+	if (p->stopping) {
+		pthread_mutex_unlock(&p->lock);
+		free(j);
+		return -1;
+	}
+	/* A job with this key is queued or running: it does the work. */
+	if (key && key_busy_locked(p, key)) {
+		pthread_mutex_unlock(&p->lock);
+		free(j);
+		return 1;
+	}
 	/* At most max_threads jobs run and queue_max more wait. */
-	if (p->stopping || p->running + p->queued >= p->max_threads + p->queue_max) {
+	if (p->running + p->queued >= p->max_threads + p->queue_max) {
 		pthread_mutex_unlock(&p->lock);
 		free(j);
 		return -1;
@@ -178,9 +221,27 @@ int sbx_workpool_submit(struct sbx_workpool *p, sbx_workpool_fn fn, void *arg)
 		p->head = j;
 	p->tail = j;
 	p->queued++;
+	if (key) {
+		j->knext = p->keyed;
+		if (p->keyed)
+			p->keyed->kprev = &j->knext;
+		j->kprev = &p->keyed;
+		p->keyed = j;
+		p->n_keyed++;
+	}
 	pthread_cond_signal(&p->work);
 	pthread_mutex_unlock(&p->lock);
 	return 0;
+}
+
+int sbx_workpool_submit(struct sbx_workpool *p, sbx_workpool_fn fn, void *arg)
+{
+	return job_submit(p, NULL, fn, arg);
+}
+
+int sbx_workpool_submit_once(struct sbx_workpool *p, const void *key, sbx_workpool_fn fn, void *arg)
+{
+	return key ? job_submit(p, key, fn, arg) : -1;
 }
 
 void sbx_workpool_set_idle_ms(struct sbx_workpool *p, int64_t idle_ms)
@@ -197,6 +258,7 @@ void sbx_workpool_stats(struct sbx_workpool *p, struct sbx_workpool_stats *st)
 	st->threads = p->threads;
 	st->running = p->running;
 	st->queued = p->queued;
+	st->keyed = p->n_keyed;
 	pthread_mutex_unlock(&p->lock);
 }
 
@@ -218,6 +280,11 @@ void sbx_workpool_stop(struct sbx_workpool *p)
 		struct pool_job *next = j->next;
 
 		j->fn(j->arg, true);
+		if (j->key) {
+			pthread_mutex_lock(&p->lock);
+			key_release_locked(p, j);
+			pthread_mutex_unlock(&p->lock);
+		}
 		free(j);
 		j = next;
 	}
