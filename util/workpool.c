@@ -12,7 +12,7 @@
  * Queue once: a job submitted with a key is on p->keyed from submit until
  * its fn returned (run or cancelled); a submit_once whose key is on that
  * list is answered 1. The list holds only jobs the pool holds anyway, so
- * it is bounded by threads + queue_max.
+ * it is bounded by max_threads + queue_max.
  *
  * Locking: p->lock is a leaf; jobs run without it. */
 #include <errno.h>
@@ -50,6 +50,8 @@ struct sbx_workpool {
 	pthread_t ended; /* the last thread that ended, to join */
 };
 
+/* A job with this key is queued, running or being cancelled. Call with
+ * lock. */
 static bool key_busy_locked(struct sbx_workpool *p, const void *key)
 {
 	for (struct pool_job *j = p->keyed; j; j = j->knext)
@@ -103,12 +105,12 @@ static void *worker_main(void *arg)
 {
 	struct sbx_workpool *p = arg;
 	struct pool_job *j;
+	pthread_t prev;
+	bool join_prev;
 
 	/* named, so that thread counts (ps -L, tests) tell the pool's threads
 	 * from the rest */
 	pthread_setname_np(pthread_self(), p->name);
-	pthread_t prev;
-	bool join_prev;
 
 	pthread_mutex_lock(&p->lock);
 	while ((j = job_next_locked(p))) {
