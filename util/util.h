@@ -322,7 +322,8 @@ void sbx_cron_free(struct sbx_cron *c);
 
 /* A bounded pool for blocking work: at most `threads` jobs run at once;
  * jobs past the free threads wait in a FIFO of at most queue_max. Threads
- * start as jobs need them and then stay, or all at creation with
+ * start as jobs need them and each ends after idle_ms without a job (an
+ * idle pool holds none), or all start at creation and stay with
  * SBX_WORKPOOL_EAGER (a fixed set). Every job accepted by submit is called
  * exactly once: fn(arg, false) on a pool thread, or fn(arg, true) on the
  * thread that stops the pool when it stops before the job ran (then the
@@ -334,6 +335,9 @@ void sbx_cron_free(struct sbx_cron *c);
 typedef void (*sbx_workpool_fn)(void *arg, bool cancelled);
 struct sbx_workpool;
 enum { SBX_WORKPOOL_EAGER = 1 };
+/* How long a thread of a pool that is not eager waits for a job before it
+ * ends, unless sbx_workpool_set_idle_ms said otherwise. */
+#define SBX_WORKPOOL_IDLE_MS 30000
 /* A pool of `threads` (>= 1) threads named `thread_name` (<= 15 bytes,
  * /proc/PID/task/TID/comm). NULL on ENOMEM, or when an EAGER pool could
  * not start its threads. */
@@ -342,10 +346,26 @@ struct sbx_workpool *sbx_workpool_new(const char *thread_name, int threads, int 
 /* Queue a job. 0, or -1 (fn never called) when every thread is busy and
  * queue_max jobs already wait, or the pool stops. */
 int sbx_workpool_submit(struct sbx_workpool *p, sbx_workpool_fn fn, void *arg);
+/* Queue a job at most once per key: the periodic jobs (a health check
+ * per host, a liveness round) that must never be queued twice. key (not
+ * NULL; compared by pointer, never read: the object the job is for) is
+ * busy from a submit that returned 0 until that job's fn returned, run or
+ * cancelled; so a job that submits itself again under its own key from
+ * inside fn gets 1 (the next pass queues it). 0: queued; 1: a job with
+ * this key is queued or running, fn not called and arg untouched (the
+ * caller frees it); -1: as sbx_workpool_submit (also for a NULL key), fn
+ * not called. A stopping pool answers -1 whatever the key. */
+int sbx_workpool_submit_once(struct sbx_workpool *p, const void *key, sbx_workpool_fn fn,
+			     void *arg);
+/* A thread of a pool that is not eager ends after idle_ms (>= 1) without
+ * a job; threads idle now count from the new value. Any time. */
+void sbx_workpool_set_idle_ms(struct sbx_workpool *p, int64_t idle_ms);
 struct sbx_workpool_stats {
-	int threads; /* started */
+	int threads; /* started and not ended: running a job, or idle */
 	int running; /* jobs running */
 	int queued;  /* jobs waiting for a thread */
+	int keyed;   /* of those queued or running (or being cancelled), the
+		      * ones submit_once queued: keys busy */
 };
 void sbx_workpool_stats(struct sbx_workpool *p, struct sbx_workpool_stats *st);
 /* Refuse new jobs and cancel the queued ones (fn(arg, true), on this

@@ -1,6 +1,8 @@
 /* util/cron.c and util/workpool.c: the supervisor's period semantics, its
  * thread's start and stop; the blocking pool's bound, stop (cancel) and
- * drain, and that every job accepted is called exactly once. */
+ * drain, and that every job accepted is called exactly once; that threads
+ * of a pool that is not eager start on demand and end when idle; that
+ * submit_once queues at most one job per key. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -8,7 +10,9 @@
 
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -235,6 +239,11 @@ static void pool_eager_starts_its_threads(void **state)
 	assert_non_null(p);
 	sbx_workpool_stats(p, &st);
 	assert_int_equal(st.threads, 3);
+	/* an eager pool's threads stay, however long idle */
+	sbx_workpool_set_idle_ms(p, 1);
+	usleep(20 * 1000);
+	sbx_workpool_stats(p, &st);
+	assert_int_equal(st.threads, 3);
 	for (int i = 0; i < 3; i++)
 		assert_int_equal(sbx_workpool_submit(p, gated_job, NULL), 0);
 	wait_running(p, 3);
@@ -242,6 +251,82 @@ static void pool_eager_starts_its_threads(void **state)
 	gate_set(true, false);
 	sbx_workpool_free(p);
 	assert_int_equal(ran, 3);
+}
+
+/* Threads of this process named `name` (/proc/self/task/TID/comm): the
+ * ones that ended are gone from there, whatever the pool's counters say. */
+static int os_threads_named(const char *name)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	int n = 0;
+
+	assert_non_null(d);
+	while ((e = readdir(d))) {
+		char path[300], comm[32] = "";
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue; /* ended meanwhile */
+		if (fgets(comm, sizeof(comm), f))
+			comm[strcspn(comm, "\n")] = '\0';
+		fclose(f);
+		n += strcmp(comm, name) == 0;
+	}
+	closedir(d);
+	return n;
+}
+
+static void wait_threads(struct sbx_workpool *p, const char *name, int n)
+{
+	struct sbx_workpool_stats st;
+
+	for (int i = 0; i < 2500; i++) {
+		sbx_workpool_stats(p, &st);
+		if (st.threads == n && os_threads_named(name) == n)
+			return;
+		usleep(2000);
+	}
+	fail_msg("the pool never got down to %d threads (has %d)", n, st.threads);
+}
+
+/* A pool that is not eager holds no thread until a job comes, starts them
+ * as jobs need them, and they end once idle for idle_ms; the next job
+ * starts one again. */
+static void pool_idle_threads_end(void **state)
+{
+	struct sbx_workpool *p = sbx_workpool_new("t-idle", 3, 2, 0);
+	struct sbx_workpool_stats st;
+
+	(void)state;
+	gate_set(false, true);
+	assert_non_null(p);
+	sbx_workpool_set_idle_ms(p, 20);
+	usleep(30 * 1000);
+	sbx_workpool_stats(p, &st);
+	assert_int_equal(st.threads, 0);
+	assert_int_equal(os_threads_named("t-idle"), 0);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(sbx_workpool_submit(p, gated_job, NULL), 0);
+	wait_running(p, 3);
+	sbx_workpool_stats(p, &st);
+	assert_int_equal(st.threads, 3);
+	assert_int_equal(os_threads_named("t-idle"), 3);
+	gate_set(true, false);
+	wait_threads(p, "t-idle", 0);
+	assert_int_equal(ran_now(), 3);
+	/* and back up on demand */
+	assert_int_equal(sbx_workpool_submit(p, gated_job, NULL), 0);
+	for (int i = 0; i < 2500 && ran_now() < 4; i++)
+		usleep(2000);
+	assert_int_equal(ran_now(), 4);
+	wait_threads(p, "t-idle", 0);
+	sbx_workpool_free(p);
+	assert_int_equal(os_threads_named("t-idle"), 0);
 }
 
 /* Stop cancels what waits and lets what runs finish. */
@@ -293,6 +378,156 @@ static void pool_drain_runs_the_queue(void **state)
 	pthread_join(t, NULL);
 	sbx_workpool_free(p);
 	assert_int_equal(ran, 5);
+}
+
+/* Until every job has returned (a job's key is released after its fn
+ * returned, so `ran` is not enough). */
+static void wait_idle(struct sbx_workpool *p)
+{
+	struct sbx_workpool_stats st;
+
+	for (int i = 0; i < 2500; i++) {
+		sbx_workpool_stats(p, &st);
+		if (st.running == 0 && st.queued == 0)
+			return;
+		usleep(2000);
+	}
+	fail_msg("the pool never got idle");
+}
+
+/* A job that submits itself again under its own key from inside fn. */
+static struct sbx_workpool *self_pool;
+static int self_again = -2;
+
+static void resubmitting_job(void *arg, bool was_cancelled)
+{
+	if (!was_cancelled)
+		self_again = sbx_workpool_submit_once(self_pool, arg, resubmitting_job, arg);
+}
+
+/* submit_once: a key is busy while its job is queued or running (1, fn not
+ * called), free again once fn returned (0); keys do not block each other
+ * nor plain submits; the bound still holds. */
+static void pool_submit_once_per_key(void **state)
+{
+	struct sbx_workpool *p = sbx_workpool_new("t-once", 2, 2, 0);
+	struct sbx_workpool_stats st;
+	int a, b, c;
+
+	(void)state;
+	gate_set(false, true);
+	assert_int_equal(sbx_workpool_submit_once(p, &a, gated_job, NULL), 0);
+	wait_running(p, 1);
+	assert_int_equal(sbx_workpool_submit_once(p, &a, gated_job, NULL), 1); /* running */
+	assert_int_equal(sbx_workpool_submit_once(p, &b, gated_job, NULL), 0);
+	wait_running(p, 2);
+	assert_int_equal(sbx_workpool_submit_once(p, &c, gated_job, NULL), 0);
+	assert_int_equal(sbx_workpool_submit_once(p, &c, gated_job, NULL), 1); /* queued */
+	assert_int_equal(sbx_workpool_submit_once(p, &b, gated_job, NULL), 1);
+	assert_int_equal(sbx_workpool_submit_once(p, NULL, gated_job, NULL), -1);
+	sbx_workpool_stats(p, &st);
+	assert_int_equal(st.keyed, 3);
+	assert_int_equal(sbx_workpool_submit(p, gated_job, NULL), 0);	       /* no key */
+	assert_int_equal(sbx_workpool_submit_once(p, &a, gated_job, NULL), 1); /* busy first */
+	assert_int_equal(sbx_workpool_submit(p, gated_job, NULL), -1);	       /* full */
+	gate_set(true, false);
+	wait_idle(p);
+	assert_int_equal(ran_now(), 4); /* none of the refused ones ran */
+	sbx_workpool_stats(p, &st);
+	assert_int_equal(st.keyed, 0);
+	assert_int_equal(sbx_workpool_submit_once(p, &a, gated_job, NULL), 0);
+	assert_int_equal(sbx_workpool_submit_once(p, &c, gated_job, NULL), 0);
+	wait_idle(p);
+	assert_int_equal(ran_now(), 6);
+
+	/* held until fn returned: a job cannot queue itself again */
+	self_pool = p;
+	assert_int_equal(sbx_workpool_submit_once(p, &a, resubmitting_job, &a), 0);
+	wait_idle(p);
+	assert_int_equal(self_again, 1);
+	assert_int_equal(sbx_workpool_submit_once(p, &a, gated_job, NULL), 0);
+	wait_idle(p);
+	sbx_workpool_free(p);
+	assert_int_equal(ran, 7);
+}
+
+/* Stop cancels a queued keyed job: its key is released once the cancelled
+ * fn returned; a running keyed job holds its key until it returns. */
+static void pool_cancel_releases_key(void **state)
+{
+	struct sbx_workpool *p = sbx_workpool_new("t-once", 1, 2, 0);
+	struct sbx_workpool_stats st;
+	int a, b;
+
+	(void)state;
+	gate_set(false, true);
+	assert_int_equal(sbx_workpool_submit_once(p, &a, gated_job, NULL), 0);
+	wait_running(p, 1);
+	assert_int_equal(sbx_workpool_submit_once(p, &b, gated_job, NULL), 0);
+	assert_int_equal(sbx_workpool_submit_once(p, &b, gated_job, NULL), 1);
+	sbx_workpool_stats(p, &st);
+	assert_int_equal(st.keyed, 2);
+	sbx_workpool_stop(p);
+	assert_int_equal(cancelled, 1);
+	sbx_workpool_stats(p, &st);
+	assert_int_equal(st.keyed, 1);						/* &a runs on */
+	assert_int_equal(sbx_workpool_submit_once(p, &b, gated_job, NULL), -1); /* stopped */
+	gate_set(true, false);
+	wait_idle(p);
+	sbx_workpool_stats(p, &st);
+	assert_int_equal(st.keyed, 0);
+	sbx_workpool_free(p);
+	assert_int_equal(ran, 1);
+}
+
+/* Submitters race with submit_once over a few keys: never two jobs with
+ * one key at once, and every job accepted runs exactly once. */
+#define ONCE_KEYS	     3
+#define RACE_SUBMITTERS_ONCE 4
+static struct sbx_workpool *once_pool;
+static int once_keys[ONCE_KEYS];
+static int once_active[ONCE_KEYS], once_overlaps, once_runs, once_accepted;
+
+static void once_job(void *arg, bool was_cancelled)
+{
+	int *active = &once_active[(int *)arg - once_keys];
+
+	(void)was_cancelled;
+	if (__atomic_add_fetch(active, 1, __ATOMIC_SEQ_CST) > 1)
+		__atomic_add_fetch(&once_overlaps, 1, __ATOMIC_SEQ_CST);
+	usleep(100);
+	__atomic_add_fetch(&once_runs, 1, __ATOMIC_SEQ_CST);
+	__atomic_sub_fetch(active, 1, __ATOMIC_SEQ_CST);
+}
+
+static void *once_submitter(void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < 1000; i++) {
+		int *key = &once_keys[i % ONCE_KEYS];
+
+		if (sbx_workpool_submit_once(once_pool, key, once_job, key) == 0)
+			__atomic_add_fetch(&once_accepted, 1, __ATOMIC_SEQ_CST);
+		usleep(20); /* let jobs end, so that keys come free again */
+	}
+	return NULL;
+}
+
+static void pool_submit_once_races(void **state)
+{
+	pthread_t t[RACE_SUBMITTERS_ONCE];
+
+	(void)state;
+	once_pool = sbx_workpool_new("t-once", 4, 8, 0);
+	for (int i = 0; i < RACE_SUBMITTERS_ONCE; i++)
+		pthread_create(&t[i], NULL, once_submitter, NULL);
+	for (int i = 0; i < RACE_SUBMITTERS_ONCE; i++)
+		pthread_join(t[i], NULL);
+	sbx_workpool_drain(once_pool);
+	sbx_workpool_free(once_pool);
+	assert_int_equal(once_overlaps, 0);
+	assert_true(once_accepted > ONCE_KEYS);
+	assert_int_equal(once_runs, once_accepted);
 }
 
 /* Submitters race each other and a stop: every job accepted is called
@@ -360,9 +595,13 @@ int main(void)
 	    cmocka_unit_test(cron_thread_runs_and_stops),
 	    cmocka_unit_test(pool_is_bounded),
 	    cmocka_unit_test(pool_eager_starts_its_threads),
+	    cmocka_unit_test(pool_idle_threads_end),
 	    cmocka_unit_test(pool_stop_cancels_the_queue),
 	    cmocka_unit_test(pool_drain_runs_the_queue),
 	    cmocka_unit_test(pool_no_job_lost_or_run_twice),
+	    cmocka_unit_test(pool_submit_once_per_key),
+	    cmocka_unit_test(pool_cancel_releases_key),
+	    cmocka_unit_test(pool_submit_once_races),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
