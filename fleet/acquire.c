@@ -1,8 +1,8 @@
 /* fleet: one way to get a guest for a sandbox or an execution
- * (placement, a pooled guest or a cold boot within a boot slot, and the
- * capacity undo on every failure step), and the boot itself. Every call
- * into vmm/ and agentless/ for the guest goes through f->ops (the real
- * ones here; a unit test's fake: tests/unit/test_acquire.c).
+ * (placement, a pooled guest or a cold boot within a boot slot (boot.c),
+ * and the capacity undo on every failure step). Every call into vmm/ and
+ * agentless/ for the guest goes through f->ops (boot.c; a unit test's
+ * fake: tests/unit/test_acquire.c).
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -14,21 +14,6 @@
 
 #define MOD "fleet"
 
-int fleet_boot_slot_acquire(struct fleet *f, int64_t deadline_mono, struct sbx_error *err)
-{
-	return fleet_slot_acquire(&f->slots, deadline_mono, err);
-}
-
-void fleet_boot_slot_release(struct fleet *f)
-{
-	fleet_slot_release(&f->slots);
-}
-
-int fleet_boot_slots_active(struct fleet *f)
-{
-	return fleet_slots_active(&f->slots);
-}
-
 void fleet_guest_uncount(struct fleet *f, struct fleet_host *h, const struct sandbox_size *size)
 {
 	pthread_mutex_lock(&f->lock);
@@ -36,95 +21,60 @@ void fleet_guest_uncount(struct fleet *f, struct fleet_host *h, const struct san
 	pthread_mutex_unlock(&f->lock);
 }
 
-/* ------------------------------------------------- the real guest ops */
-
-static int real_start(struct fleet_guest *l, const struct vmm_guest_spec *spec,
-		      struct sbx_error *err)
+/* Place a guest of `size` (an execution of `runtime`: its pre-started
+ * guests first; NULL for a sandbox) per docs/hosts.md and count it as
+ * booting there. A pooled guest taken is returned in *warm_out (else
+ * NULL: boot one on the host returned); pooled guests evicted to make
+ * room are chained on *evicted (tear them down without the lock). NULL
+ * with a 503 (Retry-After 10) when no host has room. Call with lock. */
+static struct fleet_host *admit_locked(struct fleet *f, const struct sandbox_size *size,
+				       const char *runtime, struct fleet_guest **warm_out,
+				       struct fleet_guest **evicted, struct sbx_error *err)
 {
-	l->vm = vmm_vm_start(l->host->vmm, spec, err);
-	if (!l->vm)
-		return -1;
-	snprintf(l->domain, sizeof(l->domain), "%s", vmm_vm_name(l->vm));
-	l->conn_gen = vmm_conn_gen(l->host->vmm);
-	return 0;
-}
+	struct fleet_host_snapshot snaps[SANDBOX_MAX_HOSTS];
+	enum fleet_place_how how = FLEET_PLACE_ROOM;
+	struct fleet_host *h;
+	int i;
 
-static int real_open_channel(struct fleet_guest *l, struct sbx_channel *ch, struct sbx_error *err)
-{
-	return vmm_vm_open_channel(l->vm, agentless_conn_recv, l->conn, ch, err);
-}
-
-static int real_wait_hello(struct fleet_guest *l, int64_t deadline_mono, struct sbx_error *err)
-{
-	return agentless_conn_wait_hello(l->conn, deadline_mono, err);
-}
-
-static int real_set_sandbox_id(struct fleet_guest *l, const char *id, struct sbx_error *err)
-{
-	return vmm_vm_set_sandbox_id(l->vm, id, err);
-}
-
-const struct fleet_guest_ops fleet_guest_ops_real = {
-    .start = real_start,
-    .open_channel = real_open_channel,
-    .wait_hello = real_wait_hello,
-    .set_sandbox_id = real_set_sandbox_id,
-    .teardown = fleet_guest_teardown,
-};
-
-void fleet_set_guest_ops(struct fleet *f, const struct fleet_guest_ops *ops)
-{
-	f->ops = ops ? ops : &fleet_guest_ops_real;
-}
-
-/* ------------------------------------------------------------ the boot */
-
-int fleet_guest_boot(struct fleet *f, struct fleet_host *h, const struct sandbox_size *size,
-		     const char *marker, int64_t deadline_mono, struct fleet_guest **out,
-		     struct sbx_error *err)
-{
-	const struct fleet_guest_ops *ops = f->ops;
-	struct vmm_guest_spec spec = {
-	    .vcpus = size->vcpus,
-	    .memory_mib = size->memory_mib,
-	    .disk_gib = fleet_host_disk_gib(h, size),
-	    .sandbox_id = marker,
-	};
-	struct sbx_channel ch;
-	struct fleet_guest *l = fleet_guest_new(f, h, marker);
-
-	l->memory_mib = size->memory_mib;
-	l->prestart_free = f->hooks.prestart_free;
-	snprintf(l->size, sizeof(l->size), "%s", size->name);
-	int64_t boot_t0 = sbx_mono_ms();
-	if (ops->start(l, &spec, err) < 0) {
-		fleet_guest_unref(l);
-		return -1;
+	*warm_out = NULL;
+	for (size_t k = 0; k < f->n_hosts; k++)
+		fleet_host_snapshot_locked(&f->hosts[k], size, runtime, &snaps[k]);
+	i = fleet_place(snaps, f->n_hosts, size->memory_mib, size->disk_gib, &how);
+	if (i < 0) {
+		sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
+			      "no host has capacity for another guest of size '%s' right now; "
+			      "retry later",
+			      size->name);
+		err->retry_after_s = 10;
+		return NULL;
 	}
-	if (f->hooks.boot_started)
-		f->hooks.boot_started(f->hooks.opaque);
-	l->conn = fleet_guest_conn_new(l);
-	if (ops->open_channel(l, &ch, err) < 0)
-		goto err_teardown;
-	agentless_conn_attach(l->conn, ch, false);
-	if (ops->wait_hello(l, deadline_mono, err) < 0) {
-		sbx_counter_add(SBX_C_BOOT_FAILURES, 1);
-		_cleanup_free_ char *tail = l->vm ? vmm_vm_console_tail(l->vm, 2048) : NULL;
-
-		sbx_err(MOD, "%s: guest %s on host %s not ready: %s; console tail:\n%s", marker,
-			l->domain, h->cfg->name, err ? err->message : "", tail ? tail : "(none)");
-		/* A guest that never got ready is this node failing to run it
-		 * (500), not the host being out of capacity (503). */
-		sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL, "the guest did not get ready");
-		goto err_teardown;
+	h = &f->hosts[i];
+	if (how == FLEET_PLACE_WARM) {
+		if (runtime)
+			*warm_out = fleet_pool_take_locked(f, h, NULL, runtime);
+		if (!*warm_out)
+			*warm_out = fleet_pool_take_locked(f, h, size->name, NULL);
+		if (!*warm_out)
+			how = FLEET_PLACE_EVICT; /* its one warm guest was not usable */
 	}
-	sbx_hist_observe_us(SBX_H_BOOT, (sbx_mono_ms() - boot_t0) * 1000);
-	*out = l;
-	return 0;
+	if (how == FLEET_PLACE_EVICT) {
+		while (!fleet_host_fits_locked(h, size)) {
+			struct fleet_guest *p = fleet_pool_evict_locked(f, h);
 
-err_teardown:
-	ops->teardown(l, "the guest could not be started");
-	return -1;
+			if (!p) {
+				sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
+					      "no host has capacity for another guest of size "
+					      "'%s' right now; retry later",
+					      size->name);
+				err->retry_after_s = 10;
+				return NULL;
+			}
+			p->next = *evicted;
+			*evicted = p;
+		}
+	}
+	fleet_host_booting_locked(h, size, +1);
+	return h;
 }
 
 /* 1. Placement and capacity (503, docs/hosts.md): a pooled guest (for an
@@ -146,7 +96,7 @@ int fleet_acquire(struct fleet *f, struct fleet_acquire *a, struct sbx_error *er
 	a->warm = a->no_room = false;
 	fleet_hosts_measure_disk(f);
 	pthread_mutex_lock(&f->lock);
-	h = fleet_host_admit_locked(f, a->size, a->runtime, &l, &evicted, err);
+	h = admit_locked(f, a->size, a->runtime, &l, &evicted, err);
 	pthread_mutex_unlock(&f->lock);
 	if (evicted) {
 		sbx_info(MOD, "%s: evicting pooled guests to make room", a->marker);

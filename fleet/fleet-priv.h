@@ -3,6 +3,8 @@
 #ifndef SBX_FLEET_PRIV_H
 #define SBX_FLEET_PRIV_H
 
+#include <stddef.h>
+
 #include "fleet.h"
 
 struct fleet_liveness; /* liveness.c */
@@ -20,19 +22,26 @@ struct fleet {
 	bool stop;
 	struct fleet_host hosts[SANDBOX_MAX_HOSTS];
 	size_t n_hosts;
-	/* a host's check / the drains read queued or running (hosts.c) */
-	bool host_check_busy[SANDBOX_MAX_HOSTS];
-	bool drains_busy;
 
 	struct fleet_guest *lives; /* the customers' guests (a ref each) */
 	struct fleet_registry by_id;
 	struct fleet_slots slots; /* its own lock */
 
 	struct fleet_guest *pool; /* ready pooled guests of every host (g->host) */
-	bool pool_recycling;	  /* a teardown job of pooled guests in flight */
 
 	struct fleet_liveness *liveness; /* NULL when liveness_interval_ms is 0 */
 };
+
+/* The guest a registry node is embedded in. */
+#define guest_of(n) ((struct fleet_guest *)((char *)(n)-offsetof(struct fleet_guest, node)))
+
+/* The linked guest of `id` (borrowed), or NULL. Call with lock. */
+static inline struct fleet_guest *fleet_live_find_locked(struct fleet *f, const char *id)
+{
+	struct fleet_node *n = fleet_registry_get(&f->by_id, id);
+
+	return n ? guest_of(n) : NULL;
+}
 
 /* hosts.c */
 
@@ -42,22 +51,15 @@ bool fleet_host_fits_locked(struct fleet_host *h, const struct sandbox_size *siz
 /* Count a guest of `size` as booting on h (sign +1) or stop (-1). Call
  * with lock. */
 void fleet_host_booting_locked(struct fleet_host *h, const struct sandbox_size *size, int sign);
-/* Place a guest of `size` (an execution of `runtime`: its pre-started
- * guests first; NULL for a sandbox) per docs/hosts.md and count it as
- * booting there. A pooled guest taken is returned in *warm_out (else
- * NULL: boot one on the host returned); pooled guests evicted to make
- * room are chained on *evicted (tear them down without the lock). NULL
- * with a 503 (Retry-After 10) when no host has room. Call with lock. */
-struct fleet_host *fleet_host_admit_locked(struct fleet *f, const struct sandbox_size *size,
-					   const char *runtime, struct fleet_guest **warm_out,
-					   struct fleet_guest **evicted, struct sbx_error *err);
+/* What placement needs of host h for a guest of `size` (runtime: an
+ * execution's pre-started guests count as warm). Call with lock. */
+void fleet_host_snapshot_locked(struct fleet_host *h, const struct sandbox_size *size,
+				const char *runtime, struct fleet_host_snapshot *s);
 /* Domain `name` of host h's vmm stopped (vmm_stopped_fn, opaque = h). */
 void fleet_on_domain_stopped(void *opaque, const char *name);
 
 /* fleet.c */
 
-/* The linked guest of `id` (borrowed), or NULL. Call with lock. */
-struct fleet_guest *fleet_live_find_locked(struct fleet *f, const char *id);
 /* A conn for guest g with the config's limits, fleet_on_conn_broken as
  * its broken callback. */
 struct agentless_conn *fleet_guest_conn_new(struct fleet_guest *g);
@@ -66,8 +68,11 @@ struct agentless_conn *fleet_guest_conn_new(struct fleet_guest *g);
  * held; the caller holds a ref. */
 int fleet_guest_channel_reopen(struct fleet_guest *g, unsigned *gen, struct sbx_error *err);
 
-/* pool.c */
+/* pooled.c: the pool's list */
 
+/* Usable: not dead, and an execution guest's launcher still waits. Call
+ * with lock. */
+bool fleet_pool_usable_locked(struct fleet *f, struct fleet_guest *p);
 /* Take a ready pooled guest of host h (NULL: any) out of the pool: a
  * plain one of `size` (runtime NULL) or an execution guest whose
  * `runtime` interpreter waits (size NULL). NULL if none. Call with lock. */
@@ -93,6 +98,19 @@ int fleet_liveness_init(struct fleet *f);
 void fleet_liveness_free(struct fleet *f);
 
 /* Queue fn(arg) on the work pool: 0, or -1 (none, full or stopped). */
-int fleet_work_submit(struct fleet *f, sbx_workpool_fn fn, void *arg);
+static inline int fleet_work_submit(struct fleet *f, sbx_workpool_fn fn, void *arg)
+{
+	return f->work ? sbx_workpool_submit(f->work, fn, arg) : -1;
+}
+/* The same, at most once per key (sbx_workpool_submit_once): 0 queued, 1
+ * one with this key is in flight, -1 refused; fn not called unless 0.
+ * The keys are addresses of the fleet's own (a host, the pool list, the
+ * liveness state, the drains hook). Any lock may be held (the work pool's
+ * lock is a leaf). */
+static inline int fleet_work_submit_once(struct fleet *f, const void *key, sbx_workpool_fn fn,
+					 void *arg)
+{
+	return f->work ? sbx_workpool_submit_once(f->work, key, fn, arg) : -1;
+}
 
 #endif

@@ -7,12 +7,14 @@
  * guest's launcher, a guest seen alive) goes through struct fleet_hooks.
  * It includes nothing of sandbox/ or store/ (scripts/lint.sh).
  *
- * Files: place.c (the placement rule), registry.c (live guests by id),
- * slots.c (boot slots), guest.c (the live guest: refs, state, end),
- * fleet.c (the fleet object, its lives), hosts.c (hosts: capacity,
- * admission, health checks, drains), acquire.c (a guest for a sandbox or
- * an execution, and the boot), pool.c (the warm pools), liveness.c (the
- * ping).
+ * Files, from the top: lives.c (the fleet object, the customers' live
+ * guests), acquire.c (a guest for a sandbox or an execution: placement,
+ * a pooled one or a boot), pool.c (the warm pools' upkeep: boots,
+ * recycling), liveness.c (the ping), boot.c (a guest's boot within a boot
+ * slot, the seam beneath it), hosts.c (hosts: capacity, health checks,
+ * drains), pooled.c (the pools' list), guest.c (the live guest: refs,
+ * state, channel, end), place.c (the placement rule), registry.c (guests
+ * by id), slots.c (boot slots).
  *
  * Lock order (a lock may be taken while holding the ones left of it):
  *
@@ -370,7 +372,11 @@ struct fleet_host *fleet_host_at(struct fleet *f, size_t i);
 struct fleet_host *fleet_host_find(struct fleet *f, const char *name);
 /* The GiB an overlay of `size` may grow to on host h (0 without a base
  * image there). */
-uint64_t fleet_host_disk_gib(const struct fleet_host *h, const struct sandbox_size *size);
+static inline uint64_t fleet_host_disk_gib(const struct fleet_host *h,
+					   const struct sandbox_size *size)
+{
+	return h->cfg->base_image[0] && size ? size->disk_gib : 0;
+}
 /* Read the free space of every local host's state dir and of the
  * database's filesystem (statvfs) with no lock held, and keep it for the
  * disk rule. Acquisitions call it before they admit; the passes when the

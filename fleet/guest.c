@@ -232,3 +232,78 @@ int fleet_guest_usable(struct fleet_guest *g, const char *id, struct sbx_error *
 	}
 	return 0;
 }
+
+void fleet_guest_teardown(struct fleet_guest *g, const char *why)
+{
+	fleet_guest_end(g, why);
+	fleet_guest_unref(g);
+}
+
+/* ------------------------------------------- channels and their breaks */
+
+bool fleet_guest_host_lost(struct fleet_guest *g)
+{
+	struct fleet *f = g->fleet;
+	struct vmm *v = g->host->vmm;
+	bool eligible;
+	unsigned gen;
+
+	if (!v || g->host->cfg->transport != CONFIG_TRANSPORT_STREAM)
+		return false; /* a socket channel is qemu's: it survives libvirtd */
+	pthread_mutex_lock(&f->lock);
+	eligible = !g->prestart && fleet_live_find_locked(f, g->id) == g;
+	pthread_mutex_lock(&g->lock);
+	eligible = eligible && g->state == FLEET_GUEST_RUNNING;
+	gen = g->conn_gen;
+	pthread_mutex_unlock(&g->lock);
+	pthread_mutex_unlock(&f->lock);
+	return eligible && (vmm_conn_gen(v) != gen || !vmm_connected(v));
+}
+
+int fleet_guest_channel_reopen(struct fleet_guest *g, unsigned *gen, struct sbx_error *err)
+{
+	struct sbx_channel ch;
+
+	*gen = vmm_conn_gen(g->host->vmm);
+	if (vmm_vm_open_channel(g->vm, agentless_conn_recv, g->conn, &ch, err) < 0)
+		return -1;
+	agentless_conn_attach(g->conn, ch, true);
+	return 0;
+}
+
+void fleet_on_conn_broken(void *opaque, const char *why)
+{
+	struct fleet_guest *g = opaque;
+	bool lost = fleet_guest_host_lost(g); /* before the lock: asks vmm */
+
+	pthread_mutex_lock(&g->lock);
+	g->breaks++;
+	if (!g->dead && lost && g->state < FLEET_GUEST_ENDING) {
+		if (!g->suspended) {
+			g->suspended = true;
+			g->suspended_at_ms = sbx_wall_ms();
+			sbx_warn(MOD,
+				 "sandbox %s: exec channel went with host %s's connection (%s); "
+				 "reopening it when the host answers again",
+				 g->id, g->host->cfg->name, why);
+		}
+	} else if (!g->dead) {
+		g->dead = true;
+		g->dead_at_ms = sbx_wall_ms();
+		sbx_warn(MOD, "sandbox %s: exec channel broke: %s", g->id, why);
+	}
+	pthread_mutex_unlock(&g->lock);
+	/* the owner's supervisor pass ends a dead one */
+}
+
+struct agentless_conn *fleet_guest_conn_new(struct fleet_guest *g)
+{
+	const struct sandbox_config *cfg = g->fleet->cfg;
+	struct agentless_limits lim = {
+	    .backstop_grace_ms = cfg->exec_backstop_grace_ms,
+	    .xfer_stall_ms = cfg->file_stall_timeout_ms,
+	    .max_inflight = (uint32_t)cfg->max_execs_per_sandbox,
+	};
+
+	return agentless_conn_new(&lim, fleet_on_conn_broken, g);
+}

@@ -92,11 +92,6 @@ struct fleet_host *fleet_host_find(struct fleet *f, const char *name)
 
 /* ------------------------------------------------------------ capacity */
 
-uint64_t fleet_host_disk_gib(const struct fleet_host *h, const struct sandbox_size *size)
-{
-	return h->cfg->base_image[0] && size ? size->disk_gib : 0;
-}
-
 static uint64_t disk_gib_of(const struct fleet_host *h, const char *size)
 {
 	return fleet_host_disk_gib(h, sandbox_config_size(h->fleet->cfg, size));
@@ -202,8 +197,8 @@ static bool disk_rule_locked(struct fleet_host *h, uint64_t gib)
 
 /* What placement needs of host h for a guest of `size` (runtime: an
  * execution's pre-started guests count as warm). Call with lock. */
-static void host_snapshot_locked(struct fleet_host *h, const struct sandbox_size *size,
-				 const char *runtime, struct fleet_host_snapshot *s)
+void fleet_host_snapshot_locked(struct fleet_host *h, const struct sandbox_size *size,
+				const char *runtime, struct fleet_host_snapshot *s)
 {
 	uint64_t add = fleet_host_disk_gib(h, size);
 
@@ -233,7 +228,7 @@ bool fleet_host_fits_locked(struct fleet_host *h, const struct sandbox_size *siz
 	struct fleet_host_snapshot s;
 	enum fleet_place_how how;
 
-	host_snapshot_locked(h, size, NULL, &s);
+	fleet_host_snapshot_locked(h, size, NULL, &s);
 	s.warm = 0;
 	return fleet_place(&s, 1, size->memory_mib, fleet_host_disk_gib(h, size), &how) == 0 &&
 	       how == FLEET_PLACE_ROOM;
@@ -273,58 +268,6 @@ void fleet_host_booting_locked(struct fleet_host *h, const struct sandbox_size *
 	h->booting += sign;
 	h->booting_mib += (uint64_t)sign * size->memory_mib;
 	h->booting_disk_gib += (uint64_t)sign * size->disk_gib;
-}
-
-/* ----------------------------------------------------------- placement */
-
-struct fleet_host *fleet_host_admit_locked(struct fleet *f, const struct sandbox_size *size,
-					   const char *runtime, struct fleet_guest **warm_out,
-					   struct fleet_guest **evicted, struct sbx_error *err)
-{
-	struct fleet_host_snapshot snaps[SANDBOX_MAX_HOSTS];
-	enum fleet_place_how how = FLEET_PLACE_ROOM;
-	struct fleet_host *h;
-	int i;
-
-	*warm_out = NULL;
-	for (size_t k = 0; k < f->n_hosts; k++)
-		host_snapshot_locked(&f->hosts[k], size, runtime, &snaps[k]);
-	i = fleet_place(snaps, f->n_hosts, size->memory_mib, size->disk_gib, &how);
-	if (i < 0) {
-		sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
-			      "no host has capacity for another guest of size '%s' right now; "
-			      "retry later",
-			      size->name);
-		err->retry_after_s = 10;
-		return NULL;
-	}
-	h = &f->hosts[i];
-	if (how == FLEET_PLACE_WARM) {
-		if (runtime)
-			*warm_out = fleet_pool_take_locked(f, h, NULL, runtime);
-		if (!*warm_out)
-			*warm_out = fleet_pool_take_locked(f, h, size->name, NULL);
-		if (!*warm_out)
-			how = FLEET_PLACE_EVICT; /* its one warm guest was not usable */
-	}
-	if (how == FLEET_PLACE_EVICT) {
-		while (!fleet_host_fits_locked(h, size)) {
-			struct fleet_guest *p = fleet_pool_evict_locked(f, h);
-
-			if (!p) {
-				sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
-					      "no host has capacity for another guest of size "
-					      "'%s' right now; retry later",
-					      size->name);
-				err->retry_after_s = 10;
-				return NULL;
-			}
-			p->next = *evicted;
-			*evicted = p;
-		}
-	}
-	fleet_host_booting_locked(h, size, +1);
-	return h;
 }
 
 /* ------------------------------------------------------------ lifecycle */
@@ -589,9 +532,6 @@ static void host_check_job_run(void *arg, bool cancelled)
 
 	if (!cancelled)
 		host_check(f, j->h);
-	pthread_mutex_lock(&f->lock);
-	f->host_check_busy[j->h - f->hosts] = false;
-	pthread_mutex_unlock(&f->lock);
 	free(j);
 }
 
@@ -603,38 +543,24 @@ static void drains_job_run(void *arg, bool cancelled)
 
 	if (!cancelled)
 		drains_read(f);
-	pthread_mutex_lock(&f->lock);
-	f->drains_busy = false;
-	pthread_mutex_unlock(&f->lock);
-}
-
-/* Submit the job unless it is in flight; its flag is set here. Call with
- * lock. */
-static void hosts_submit_locked(struct fleet *f, bool *busy, sbx_workpool_fn fn, void *arg)
-{
-	if (*busy)
-		return;
-	if (fleet_work_submit(f, fn, arg) == 0)
-		*busy = true;
-	else if (arg != f)
-		free(arg); /* full or stopping: the next pass tries again */
 }
 
 void fleet_hosts_pass(struct fleet *f)
 {
 	fleet_hosts_measure_disk(f); /* statvfs, kept for a while: not libvirt */
-	pthread_mutex_lock(&f->lock);
-	hosts_submit_locked(f, &f->drains_busy, drains_job_run, f);
+	/* each job once: one in flight (its key busy) is not queued again;
+	 * one refused (full, stopping) is queued by the next pass */
+	fleet_work_submit_once(f, &f->hooks.drains_read, drains_job_run, f);
 	for (size_t i = 0; i < f->n_hosts; i++) {
-		struct host_check_job *j;
+		struct host_check_job *j = malloc(sizeof(*j));
 
-		if (f->host_check_busy[i] || !(j = malloc(sizeof(*j))))
+		if (!j)
 			continue;
 		j->f = f;
 		j->h = &f->hosts[i];
-		hosts_submit_locked(f, &f->host_check_busy[i], host_check_job_run, j);
+		if (fleet_work_submit_once(f, j->h, host_check_job_run, j) != 0)
+			free(j);
 	}
-	pthread_mutex_unlock(&f->lock);
 }
 
 void fleet_hosts_read_drains(struct fleet *f)

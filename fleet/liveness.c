@@ -139,7 +139,6 @@ struct fleet_liveness {
 	struct watch ws[LIVENESS_MAX];
 	struct pinned pins[LIVENESS_MAX];
 	size_t n_ws;
-	bool busy; /* a round is queued or running; under f->lock */
 };
 
 /* A job: one round (it waits up to an interval on the answers). Skipped
@@ -151,9 +150,6 @@ static void liveness_job_run(void *arg, bool cancelled)
 
 	if (!cancelled)
 		liveness_round(f, lv->ws, &lv->n_ws, lv->pins);
-	pthread_mutex_lock(&f->lock);
-	lv->busy = false;
-	pthread_mutex_unlock(&f->lock);
 }
 
 void fleet_liveness_pass(struct fleet *f)
@@ -163,9 +159,13 @@ void fleet_liveness_pass(struct fleet *f)
 	if (!lv)
 		return;
 	pthread_mutex_lock(&f->lock);
-	if (!lv->busy && !f->stop && fleet_work_submit(f, liveness_job_run, f) == 0)
-		lv->busy = true; /* refused (full, stopping): the next pass tries again */
+	bool stop = f->stop;
 	pthread_mutex_unlock(&f->lock);
+	if (stop)
+		return;
+	/* one round at a time (its key busy until it returned); refused
+	 * (full, stopping): the next pass tries again */
+	fleet_work_submit_once(f, lv, liveness_job_run, f);
 }
 
 int fleet_liveness_init(struct fleet *f)

@@ -1,6 +1,6 @@
 /* fleet: the placement rule (docs/hosts.md "Placement"), a pure function
  * over host snapshots. */
-#include "fleet-priv.h"
+#include "fleet.h"
 
 static bool room(const struct fleet_host_snapshot *s, uint64_t mib, uint64_t gib, bool evicting)
 {

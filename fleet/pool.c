@@ -50,104 +50,6 @@ struct pool_boot {
 	const char *runtime; /* in f->cfg->execution_pool, or NULL */
 };
 
-/* Usable: not dead, and an execution guest's launcher still waits. Call
- * with lock. */
-static bool pool_usable_locked(struct fleet *f, struct fleet_guest *p)
-{
-	return !fleet_guest_dead(p) && (!p->runtime[0] || (f->hooks.prestart_waiting &&
-							   f->hooks.prestart_waiting(p->prestart)));
-}
-
-static bool pool_kind(const struct fleet_guest *p, const char *size, const char *runtime)
-{
-	return runtime ? strcmp(p->runtime, runtime) == 0
-		       : !p->runtime[0] && strcmp(p->size, size) == 0;
-}
-
-int fleet_pool_ready_locked(struct fleet *f, struct fleet_host *h, const char *size,
-			    const char *runtime)
-{
-	int n = 0;
-
-	for (struct fleet_guest *p = f->pool; p; p = p->next)
-		if ((!h || p->host == h) && pool_kind(p, size, runtime) && pool_usable_locked(f, p))
-			n++;
-	return n;
-}
-
-struct fleet_guest *fleet_pool_take_locked(struct fleet *f, struct fleet_host *h, const char *size,
-					   const char *runtime)
-{
-	struct fleet_guest **pp, *oldest = NULL, **oldest_pp = NULL;
-
-	/* The oldest ready one: it has the least idle time left. */
-	for (pp = &f->pool; *pp; pp = &(*pp)->next) {
-		struct fleet_guest *p = *pp;
-
-		if ((h && p->host != h) || !pool_kind(p, size, runtime) ||
-		    !pool_usable_locked(f, p) || !agentless_conn_alive(p->conn))
-			continue;
-		if (!oldest || p->pooled_at_mono < oldest->pooled_at_mono) {
-			oldest = p;
-			oldest_pp = pp;
-		}
-	}
-	if (!oldest)
-		return NULL;
-	*oldest_pp = oldest->next;
-	oldest->next = NULL;
-	fleet_guest_set_state(oldest, FLEET_GUEST_RUNNING);
-	return oldest;
-}
-
-struct fleet_guest *fleet_pool_evict_locked(struct fleet *f, struct fleet_host *h)
-{
-	for (struct fleet_guest **pp = &f->pool; *pp; pp = &(*pp)->next) {
-		struct fleet_guest *p = *pp;
-
-		if (p->host != h)
-			continue;
-		*pp = p->next;
-		p->next = NULL;
-		return p;
-	}
-	return NULL;
-}
-
-struct fleet_guest *fleet_pool_drop_host_locked(struct fleet *f, struct fleet_host *h)
-{
-	struct fleet_guest *out = NULL, *p;
-
-	while ((p = fleet_pool_evict_locked(f, h)) != NULL) {
-		p->next = out;
-		out = p;
-	}
-	return out;
-}
-
-void fleet_pool_count_locked(struct fleet *f, struct fleet_host *h, int *guests, uint64_t *mib,
-			     uint64_t *disk_gib)
-{
-	*guests = h->pool_booting;
-	*mib = h->pool_booting_mib;
-	*disk_gib = h->pool_booting_disk_gib;
-	for (struct fleet_guest *p = f->pool; p; p = p->next) {
-		if (p->host != h)
-			continue;
-		(*guests)++;
-		*mib += p->memory_mib;
-		*disk_gib += fleet_host_disk_gib(h, sandbox_config_size(f->cfg, p->size));
-	}
-}
-
-void fleet_pool_domain_stopped_locked(struct fleet *f, const char *name)
-{
-	for (struct fleet_guest *p = f->pool; p; p = p->next) {
-		if (strcmp(p->domain, name) == 0 && fleet_guest_mark_dead(p, sbx_wall_ms()))
-			sbx_warn(MOD, "pooled guest %s stopped", name);
-	}
-}
-
 static void pool_booting_locked(struct fleet_host *h, const struct sandbox_size *size, int sign)
 {
 	h->pool_booting += sign;
@@ -261,7 +163,7 @@ static void pool_reap_locked(struct fleet *f, int64_t mono, struct fleet_guest *
 	while (*pp) {
 		struct fleet_guest *p = *pp;
 
-		if (!pool_usable_locked(f, p) || mono - p->pooled_at_mono >= max_idle ||
+		if (!fleet_pool_usable_locked(f, p) || mono - p->pooled_at_mono >= max_idle ||
 		    p->host->state != FLEET_HOST_UP || p->host->draining) {
 			*pp = p->next;
 			p->next = *out;
@@ -308,18 +210,15 @@ static void pool_recycle_run(void *arg, bool cancelled)
 	while (reaped) {
 		struct fleet_guest *next = reaped->next;
 
-		/* (no lock: pool_usable_locked reads the guest's own state) */
+		/* (no lock: fleet_pool_usable_locked reads the guest's own state) */
 		sbx_info(MOD, "recycling pooled guest %s (%s)", reaped->domain,
-			 fleet_guest_dead(reaped)	  ? "it died"
-			 : !pool_usable_locked(f, reaped) ? "its launcher ended"
-							  : "idle too long, or its host "
-							    "is down or drained");
+			 fleet_guest_dead(reaped)		? "it died"
+			 : !fleet_pool_usable_locked(f, reaped) ? "its launcher ended"
+								: "idle too long, or its host "
+								  "is down or drained");
 		fleet_guest_teardown(reaped, "recycled from the warm pool");
 		reaped = next;
 	}
-	pthread_mutex_lock(&f->lock);
-	f->pool_recycling = false;
-	pthread_mutex_unlock(&f->lock);
 }
 
 void fleet_pool_pass(struct fleet *f)
@@ -333,21 +232,17 @@ void fleet_pool_pass(struct fleet *f)
 		pthread_mutex_unlock(&f->lock);
 		return;
 	}
-	/* one recycling job at a time: while one runs, the unusable guests
-	 * wait in the pool (a take skips them) */
-	if (!f->pool_recycling) {
-		pool_reap_locked(f, sbx_mono_ms(), &reaped);
-		if (reaped && fleet_work_submit(f, pool_recycle_run, reaped) == 0) {
-			f->pool_recycling = true;
-		} else if (reaped) {
-			/* refused (full): back in the pool, the next pass tries again */
-			while (reaped) {
-				struct fleet_guest *next = reaped->next;
+	/* one recycling job at a time (its key: the pool list): while one
+	 * runs, or the work pool refuses, the unusable guests wait in the
+	 * pool (a take skips them) for the next pass */
+	pool_reap_locked(f, sbx_mono_ms(), &reaped);
+	if (reaped && fleet_work_submit_once(f, &f->pool, pool_recycle_run, reaped) != 0) {
+		while (reaped) {
+			struct fleet_guest *next = reaped->next;
 
-				reaped->next = f->pool;
-				f->pool = reaped;
-				reaped = next;
-			}
+			reaped->next = f->pool;
+			f->pool = reaped;
+			reaped = next;
 		}
 	}
 	for (size_t k = 0; k < f->n_hosts; k++)
@@ -388,14 +283,4 @@ void fleet_pool_stop(struct fleet *f)
 		fleet_guest_teardown(all, "the service is stopping");
 		all = next;
 	}
-}
-
-int fleet_pool_ready(struct fleet *f, const char *size, const char *runtime)
-{
-	int n;
-
-	pthread_mutex_lock(&f->lock);
-	n = fleet_pool_ready_locked(f, NULL, size, runtime);
-	pthread_mutex_unlock(&f->lock);
-	return n;
 }

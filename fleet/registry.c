@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fleet-priv.h"
+#include "fleet.h"
 
 #define REGISTRY_MIN_BUCKETS 64
 

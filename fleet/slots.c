@@ -2,7 +2,7 @@
  * customers before the pool). */
 #include <time.h>
 
-#include "fleet-priv.h"
+#include "fleet.h"
 
 void fleet_slots_init(struct fleet_slots *s, int max)
 {

@@ -1,7 +1,7 @@
 /* sandbox: what the module's files share (not for other modules).
  *
- * Files: sandbox.c (the service, create, get/list/destroy/extend, the
- * stats), accounts.c, keys.c, usage.c, idempotency.c, receipts.c (their
+ * Files: service.c (the service, its figures), sandboxes.c (create,
+ * get/list/destroy/extend), accounts.c, keys.c, usage.c, idempotency.c, receipts.c (their
  * use cases), exec.c, files.c, process.c (calls into a running guest),
  * executions.c (one-shot executions), execution.c (their runtimes, the
  * libvirt runner, the launcher pre-started in a pooled guest),
@@ -37,8 +37,9 @@
 
 struct prestart; /* execution.c (a fleet_guest holds one: fleet.h) */
 
-/* The service's blocking pool (supervise.c): its fixed threads, and the
- * threads' names (/proc/PID/task/TID/comm), the supervisor's too. */
+/* The service's blocking pool (supervise.c): at most this many threads,
+ * started on demand and ending after SBX_WORKPOOL_IDLE_MS without a job,
+ * and the threads' names (/proc/PID/task/TID/comm), the supervisor's too. */
 #define SANDBOX_WORK_THREADS	 8
 #define SANDBOX_WORK_THREAD_NAME "sbx-block"
 #define SANDBOX_CRON_THREAD_NAME "sbx-cron"
@@ -88,8 +89,9 @@ int sandbox_end(struct sandbox_svc *svc, const char *id, enum store_status statu
 /* supervise.c */
 
 /* Make and start the supervisor (its passes: lives every tick, heartbeat,
- * settle retry, time sync) and the blocking pool (SANDBOX_WORK_THREADS
- * threads, one waiting job per guest the hosts may hold). 0, or -1 with
+ * settle retry, time sync) and the blocking pool (up to
+ * SANDBOX_WORK_THREADS threads, one waiting job per guest the hosts may
+ * hold). 0, or -1 with
  * err and nothing left. */
 int sandbox_supervise_start(struct sandbox_svc *svc, struct sbx_error *err);
 /* Stop the supervisor (no pass after this), then drain the pool: the
@@ -157,7 +159,7 @@ int sandbox_run_dev_process(const char *launcher, const char *code, size_t code_
 struct receipt_signer *sandbox_receipt_signer_open(const struct sandbox_config *cfg,
 						   struct sbx_error *err);
 
-/* sandbox.c */
+/* sandboxes.c */
 
 /* The row of a sandbox this account may see (a creating one is 404). */
 int sandbox_visible_row(struct sandbox_svc *svc, const char *account_id, const char *id,
@@ -231,6 +233,9 @@ struct store_receipt_keep sandbox_receipt_keep(const struct sandbox_config *cfg,
  * NULL with err (receipts.c). */
 struct receipt_signer;
 struct receipt_signer *sandbox_receipt_signer(struct sandbox_svc *svc, struct sbx_error *err);
+/* Record one create's startup for /v1/limits (service.c). Call with
+ * lock. */
+void sandbox_startup_record_locked(struct sandbox_svc *svc, bool warm, int64_t ms);
 /* Record one execution's latency for /v1/limits. Call with lock. */
 void sandbox_execution_record_locked(struct sandbox_svc *svc, bool warm, bool prestarted,
 				     int64_t ms);

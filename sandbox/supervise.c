@@ -211,13 +211,13 @@ int sandbox_supervise_start(struct sandbox_svc *svc, struct sbx_error *err)
 	/* An end, a teardown or a pool boot is one job per guest the hosts
 	 * hold (a pool boot counts on its host while queued: pool_booting).
 	 * The fleet's passes add at most one job each of their own, as each
-	 * is queued once: a health check per host and the drains read, a
-	 * liveness round, a recycling of pooled guests. With the threads'
-	 * worth on top, none of these is refused. */
+	 * is queued once (a key each): a health check per host and the
+	 * drains read, a liveness round, a recycling of pooled guests. With
+	 * the threads' worth on top, none of these is refused. Threads start
+	 * on demand and end after a while idle. */
 	fleet_jobs = (int)svc->cfg.n_hosts + 1 + 1 + 1;
-	svc->work =
-	    sbx_workpool_new(SANDBOX_WORK_THREAD_NAME, SANDBOX_WORK_THREADS,
-			     guests + fleet_jobs + SANDBOX_WORK_THREADS, SBX_WORKPOOL_EAGER);
+	svc->work = sbx_workpool_new(SANDBOX_WORK_THREAD_NAME, SANDBOX_WORK_THREADS,
+				     guests + fleet_jobs + SANDBOX_WORK_THREADS, 0);
 	svc->cron = sbx_cron_new(SANDBOX_CRON_THREAD_NAME, TICK_MS);
 	fleet_set_work(svc->fleet, svc->work);
 	if (!svc->work || !svc->cron ||

@@ -110,9 +110,10 @@ static void delete_sandbox(const char *id)
 		http_reply_free(&r);
 }
 
-/* Whether thread `tid` of pid is one of the HTTP work pool's, which
- * starts its threads on demand up to http_work_threads and keeps them:
- * not a leak, and how many exist depends on how busy the API was. */
+/* Whether thread `tid` of pid is one of a work pool's (the HTTP work
+ * pool's, up to http_work_threads, or the blocking pool's), which start
+ * their threads on demand and end them after a while idle: not a leak,
+ * and how many exist depends on how busy the daemon was. */
 static bool is_work_thread(pid_t pid, const char *tid)
 {
 	char path[320], comm[32] = "";
@@ -125,7 +126,7 @@ static bool is_work_thread(pid_t pid, const char *tid)
 	if (!fgets(comm, sizeof(comm), f))
 		comm[0] = '\0';
 	fclose(f);
-	return strcmp(comm, "sbx-work\n") == 0;
+	return strcmp(comm, "sbx-work\n") == 0 || strcmp(comm, "sbx-block\n") == 0;
 }
 
 /* Entries of /proc/PID/<sub> (task: threads but the work pool's, fd:

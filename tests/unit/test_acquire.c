@@ -1,4 +1,4 @@
-/* fleet/acquire.c with no guest: fleet_acquire driven through a fake
+/* fleet/acquire.c and boot.c with no guest: fleet_acquire driven through a fake
  * behind its seam (struct fleet_guest_ops, fleet.h). The
  * fake "creates" a domain per start (a name, no vmm_vm), hands out a fake
  * channel and feeds the guest's HELLO into the real agentless conn (or

@@ -73,11 +73,6 @@ void fleet_set_work(struct fleet *f, struct sbx_workpool *work)
 	f->work = work;
 }
 
-int fleet_work_submit(struct fleet *f, sbx_workpool_fn fn, void *arg)
-{
-	return f->work ? sbx_workpool_submit(f->work, fn, arg) : -1;
-}
-
 void fleet_stop(struct fleet *f)
 {
 	pthread_mutex_lock(&f->lock);
@@ -110,16 +105,6 @@ void fleet_boots(struct fleet *f, int *booting, int *pool_booting)
 }
 
 /* ---------------------------------------------------------------- lives */
-
-/* The guest a registry node is embedded in. */
-#define guest_of(n) ((struct fleet_guest *)((char *)(n)-offsetof(struct fleet_guest, node)))
-
-struct fleet_guest *fleet_live_find_locked(struct fleet *f, const char *id)
-{
-	struct fleet_node *n = fleet_registry_get(&f->by_id, id);
-
-	return n ? guest_of(n) : NULL;
-}
 
 static void link_locked(struct fleet *f, struct fleet_guest *g)
 {
@@ -254,84 +239,8 @@ bool fleet_live_any(struct fleet *f, char *id)
 	return any;
 }
 
-void fleet_guest_teardown(struct fleet_guest *g, const char *why)
-{
-	fleet_guest_end(g, why);
-	fleet_guest_unref(g);
-}
-
-/* ------------------------------------------- channels and their breaks */
-
-bool fleet_guest_host_lost(struct fleet_guest *g)
-{
-	struct fleet *f = g->fleet;
-	struct vmm *v = g->host->vmm;
-	bool eligible;
-	unsigned gen;
-
-	if (!v || g->host->cfg->transport != CONFIG_TRANSPORT_STREAM)
-		return false; /* a socket channel is qemu's: it survives libvirtd */
-	pthread_mutex_lock(&f->lock);
-	eligible = !g->prestart && fleet_live_find_locked(f, g->id) == g;
-	pthread_mutex_lock(&g->lock);
-	eligible = eligible && g->state == FLEET_GUEST_RUNNING;
-	gen = g->conn_gen;
-	pthread_mutex_unlock(&g->lock);
-	pthread_mutex_unlock(&f->lock);
-	return eligible && (vmm_conn_gen(v) != gen || !vmm_connected(v));
-}
-
-int fleet_guest_channel_reopen(struct fleet_guest *g, unsigned *gen, struct sbx_error *err)
-{
-	struct sbx_channel ch;
-
-	*gen = vmm_conn_gen(g->host->vmm);
-	if (vmm_vm_open_channel(g->vm, agentless_conn_recv, g->conn, &ch, err) < 0)
-		return -1;
-	agentless_conn_attach(g->conn, ch, true);
-	return 0;
-}
-
-void fleet_on_conn_broken(void *opaque, const char *why)
-{
-	struct fleet_guest *g = opaque;
-	bool lost = fleet_guest_host_lost(g); /* before the lock: asks vmm */
-
-	pthread_mutex_lock(&g->lock);
-	g->breaks++;
-	if (!g->dead && lost && g->state < FLEET_GUEST_ENDING) {
-		if (!g->suspended) {
-			g->suspended = true;
-			g->suspended_at_ms = sbx_wall_ms();
-			sbx_warn(MOD,
-				 "sandbox %s: exec channel went with host %s's connection (%s); "
-				 "reopening it when the host answers again",
-				 g->id, g->host->cfg->name, why);
-		}
-	} else if (!g->dead) {
-		g->dead = true;
-		g->dead_at_ms = sbx_wall_ms();
-		sbx_warn(MOD, "sandbox %s: exec channel broke: %s", g->id, why);
-	}
-	pthread_mutex_unlock(&g->lock);
-	/* the owner's supervisor pass ends a dead one */
-}
-
-struct agentless_conn *fleet_guest_conn_new(struct fleet_guest *g)
-{
-	const struct sandbox_config *cfg = g->fleet->cfg;
-	struct agentless_limits lim = {
-	    .backstop_grace_ms = cfg->exec_backstop_grace_ms,
-	    .xfer_stall_ms = cfg->file_stall_timeout_ms,
-	    .max_inflight = (uint32_t)cfg->max_execs_per_sandbox,
-	};
-
-	return agentless_conn_new(&lim, fleet_on_conn_broken, g);
-}
-
-int fleet_guest_reattach(struct fleet *f, struct fleet_host *h, const char *id,
-			 const char *domain, const char *size, struct fleet_guest **out,
-			 struct sbx_error *err)
+int fleet_guest_reattach(struct fleet *f, struct fleet_host *h, const char *id, const char *domain,
+			 const char *size, struct fleet_guest **out, struct sbx_error *err)
 {
 	const struct sandbox_size *sz = sandbox_config_size(f->cfg, size);
 	struct fleet_guest *g = fleet_guest_new(f, h, id);
