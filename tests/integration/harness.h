@@ -98,9 +98,10 @@ static inline int cmd_out(const char *cmd, char *out, size_t n)
 }
 
 /* Can this test make network namespaces (root, and `ip netns add` of a
- * probe works) and run `tools` (names for `command -v`, space-separated)?
- * If not, says why on stderr ("WHO: SKIP: ...") and returns false: the
- * caller skips its tests. */
+ * probe works) and run `tools` (program names, space-separated)? If not,
+ * says why on stderr ("WHO: SKIP: ...") and returns false: the caller
+ * skips its tests. Each tool is looked up on its own: `command -v a b` in
+ * dash (/bin/sh) looks up a only. */
 static inline bool netns_usable(const char *who, const char *tools)
 {
 	char cmd[1024];
@@ -112,7 +113,7 @@ static inline bool netns_usable(const char *who, const char *tools)
 	}
 	snprintf(cmd, sizeof(cmd),
 		 "ip netns add sbxprobe%d 2>/dev/null && ip netns del sbxprobe%d && "
-		 "command -v %s >/dev/null",
+		 "for t in %s; do command -v \"$t\" >/dev/null || exit 1; done",
 		 id, id, tools);
 	if (run_cmd(cmd) != 0) {
 		fprintf(stderr,
