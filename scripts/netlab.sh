@@ -38,6 +38,8 @@
 # (RFC 1918), nor CGNAT, nor a documentation range (these machines' own
 # network and mirror sit in 192.0.2.0/24 and 203.0.113.0/24).
 set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=lib/netns.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/netns.sh"
 
 cmd=${1:-}
 dir=${2:-}
@@ -58,7 +60,6 @@ NS=${SBX_NL_NS:-${NS:-sbxnl0}}
 VETH=${SBX_NL_VETH:-${VETH:-sbxnl0}}
 NET=${SBX_NL_NET:-${NET:-198.18.0}}
 ZONE=${SBX_NL_ZONE:-${ZONE:-lab.test}}
-PEER="${VETH}p"
 GW=$NET.1
 DNS=$NET.53
 WEB=$NET.10
@@ -201,19 +202,7 @@ EOF
 
 # ---------------------------------------------------------------- network
 net_up() {
-	[ -e "/run/netns/$NS" ] || ip netns add "$NS"
-	if ! ip link show "$VETH" >/dev/null 2>&1; then
-		ip link add "$VETH" type veth peer name "$PEER"
-		ip link set "$PEER" netns "$NS"
-	fi
-	ip addr replace "$GW/24" dev "$VETH"
-	ip link set "$VETH" up
-	local a
-	for a in "$DNS" "$WEB" "$WEB2"; do
-		ip -n "$NS" addr replace "$a/24" dev "$PEER"
-	done
-	ip -n "$NS" link set "$PEER" up
-	ip -n "$NS" link set lo up
+	netns_veth_up "$NS" "$VETH" "$GW" "$DNS" "$WEB" "$WEB2"
 	ip -n "$NS" route replace default via "$GW"
 }
 
@@ -227,16 +216,11 @@ daemons_up() {
 }
 
 daemons_down() {
-	local pid
 	kill_pidfile "$dir/nginx/nginx.pid" nginx
 	kill_pidfile "$dir/dnsmasq.pid" dnsmasq
 	# Whatever else still runs in the namespace (an nginx worker whose
 	# master was killed): all ours, nothing else runs there.
-	if [ -e "/run/netns/$NS" ]; then
-		for pid in $(ip netns pids "$NS" 2>/dev/null); do
-			kill -9 "$pid" 2>/dev/null || true
-		done
-	fi
+	netns_kill_all "$NS"
 }
 
 # Both servers answer (the DNS with the web address, the web over HTTPS
@@ -304,10 +288,7 @@ name)
 	;;
 down)
 	daemons_down
-	if [ -e "/run/netns/$NS" ]; then
-		ip netns del "$NS" || true
-	fi
-	ip link del "$VETH" 2>/dev/null || true
+	netns_veth_down "$NS" "$VETH"
 	if [ -d "$dir" ]; then
 		rm -rf "$dir/pki" "$dir/log" "$dir/www" "$dir/nginx" "$dir/dnsmasq.conf" \
 			"$dir/dnsmasq.pid" "$dir/hosts" "$dir/hosts.new" "$dir/env"

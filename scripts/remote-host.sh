@@ -24,6 +24,8 @@
 # Environment (defaults; set them so two hosts on one machine do not clash):
 #   SBX_RH_NS=sbxrh0  SBX_RH_VETH=sbxrh0  SBX_RH_GW=10.77.0.1  SBX_RH_ADDR=10.77.0.2
 set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=lib/netns.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/netns.sh"
 
 cmd=${1:-}
 dir=${2:-}
@@ -42,7 +44,6 @@ NS=${SBX_RH_NS:-${NS:-sbxrh0}}
 VETH=${SBX_RH_VETH:-${VETH:-sbxrh0}}
 GW=${SBX_RH_GW:-${GW:-10.77.0.1}}
 ADDR=${SBX_RH_ADDR:-${ADDR:-10.77.0.2}}
-PEER="${VETH}p"
 URI="qemu+tls://$ADDR/system?pkipath=$dir/pki/client"
 
 alive() { # pidfile name
@@ -137,20 +138,6 @@ EOF
 	echo "$URI" >"$dir/uri"
 }
 
-# ---------------------------------------------------------------- network
-net_up() {
-	[ -e "/run/netns/$NS" ] || ip netns add "$NS"
-	if ! ip link show "$VETH" >/dev/null 2>&1; then
-		ip link add "$VETH" type veth peer name "$PEER"
-		ip link set "$PEER" netns "$NS"
-	fi
-	ip addr replace "$GW/24" dev "$VETH"
-	ip link set "$VETH" up
-	ip -n "$NS" addr replace "$ADDR/24" dev "$PEER"
-	ip -n "$NS" link set "$PEER" up
-	ip -n "$NS" link set lo up
-}
-
 # ---------------------------------------------------------------- daemons
 # Runs inside the new mount namespace (and the host's network namespace).
 inner() {
@@ -206,7 +193,7 @@ kill_pidfile() { # pidfile name
 }
 
 daemons_down() {
-	local d pid
+	local d
 	# Its guests first, while libvirtd still answers.
 	if alive "$dir/libvirtd.pid" libvirtd; then
 		for d in $(timeout 20 virsh -c "$URI" list --name 2>/dev/null || true); do
@@ -218,18 +205,14 @@ daemons_down() {
 	# Whatever else runs in the network namespace (qemu of guests that
 	# libvirtd did not get to destroy). These are all ours: nothing else
 	# runs in this namespace.
-	if [ -e "/run/netns/$NS" ]; then
-		for pid in $(ip netns pids "$NS" 2>/dev/null); do
-			kill -9 "$pid" 2>/dev/null || true
-		done
-	fi
+	netns_kill_all "$NS"
 }
 
 case "$cmd" in
 up)
 	make_pki
 	write_config
-	net_up
+	netns_veth_up "$NS" "$VETH" "$GW" "$ADDR"
 	daemons_up
 	wait_answer
 	echo "$URI"
@@ -242,10 +225,7 @@ uri)
 	;;
 down)
 	daemons_down
-	if [ -e "/run/netns/$NS" ]; then
-		ip netns del "$NS" || true
-	fi
-	ip link del "$VETH" 2>/dev/null || true
+	netns_veth_down "$NS" "$VETH"
 	;;
 *)
 	echo "usage: $0 up|down|uri DIR" >&2

@@ -72,6 +72,59 @@ static inline int run_cmd(const char *cmd)
 	return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
+/* `cmd`'s stdout into out (at most n - 1 bytes, trailing newlines and
+ * spaces trimmed); its exit status, -1 when it cannot run. */
+static inline int cmd_out(const char *cmd, char *out, size_t n)
+{
+	FILE *p = popen(cmd, "r");
+	size_t got = 0;
+
+	out[0] = '\0';
+	if (!p)
+		return -1;
+	while (got + 1 < n) {
+		size_t r = fread(out + got, 1, n - 1 - got, p);
+
+		if (r == 0)
+			break;
+		got += r;
+	}
+	out[got] = '\0';
+	while (got > 0 && (out[got - 1] == '\n' || out[got - 1] == ' '))
+		out[--got] = '\0';
+	int rc = pclose(p);
+
+	return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+/* Can this test make network namespaces (root, and `ip netns add` of a
+ * probe works) and run `tools` (program names, space-separated)? If not,
+ * says why on stderr ("WHO: SKIP: ...") and returns false: the caller
+ * skips its tests. Each tool is looked up on its own: `command -v a b` in
+ * dash (/bin/sh) looks up a only. */
+static inline bool netns_usable(const char *who, const char *tools)
+{
+	char cmd[1024];
+	int id = (int)(getpid() % 10000);
+
+	if (geteuid() != 0) {
+		fprintf(stderr, "%s: SKIP: needs root to make network namespaces\n", who);
+		return false;
+	}
+	snprintf(cmd, sizeof(cmd),
+		 "ip netns add sbxprobe%d 2>/dev/null && ip netns del sbxprobe%d && "
+		 "for t in %s; do command -v \"$t\" >/dev/null || exit 1; done",
+		 id, id, tools);
+	if (run_cmd(cmd) != 0) {
+		fprintf(stderr,
+			"%s: SKIP: this machine cannot make network namespaces "
+			"(ip netns add failed) or lacks one of %s (scripts/deps.sh)\n",
+			who, tools);
+		return false;
+	}
+	return true;
+}
+
 static inline int copy_file(const char *from, const char *to)
 {
 	char cmd[2100];

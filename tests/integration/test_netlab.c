@@ -29,39 +29,10 @@
 
 #include <cmocka.h>
 
+#include "harness.h"
+
 static char nl_dir[256], nl_ns[16], nl_net[32];
 static int nl_skip;
-
-static int run_cmd(const char *cmd)
-{
-	int rc = system(cmd);
-
-	return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
-/* `cmd`'s stdout (trailing newlines trimmed) into out; its exit status. */
-static int cmd_out(const char *cmd, char *out, size_t n)
-{
-	FILE *p = popen(cmd, "r");
-	size_t got = 0;
-
-	out[0] = '\0';
-	if (!p)
-		return -1;
-	while (got + 1 < n) {
-		size_t r = fread(out + got, 1, n - 1 - got, p);
-
-		if (r == 0)
-			break;
-		got += r;
-	}
-	out[got] = '\0';
-	while (got > 0 && out[got - 1] == '\n')
-		out[--got] = '\0';
-	int rc = pclose(p);
-
-	return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
 
 /* dig's answer (A) for NAME.lab.test from the lab's DNS: one try, a 2 s
  * bound, so a server that does not answer fails (dig exits 9) instead of
@@ -93,19 +64,7 @@ static int setup(void **state)
 	char cmd[1024];
 	int id = (int)(getpid() % 10000);
 
-	if (geteuid() != 0) {
-		fprintf(stderr, "test_netlab: SKIP: needs root to make network namespaces\n");
-		nl_skip = 1;
-		return 0;
-	}
-	snprintf(cmd, sizeof(cmd),
-		 "ip netns add sbxprobe%d 2>/dev/null && ip netns del sbxprobe%d && "
-		 "command -v openssl nginx dnsmasq dig curl >/dev/null",
-		 id, id);
-	if (run_cmd(cmd) != 0) {
-		fprintf(stderr, "test_netlab: SKIP: this machine cannot make network namespaces "
-				"(ip netns add failed) or lacks openssl/nginx/dnsmasq/dig/curl "
-				"(scripts/deps.sh)\n");
+	if (!netns_usable("test_netlab", "openssl nginx dnsmasq dig curl")) {
 		nl_skip = 1;
 		return 0;
 	}

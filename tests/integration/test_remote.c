@@ -48,28 +48,6 @@ static char rh_dir[256], rh_uri[512], rh_veth[16], sbx[64];
 static char local_base[320]; /* the full image's base on this machine */
 static bool rh_skip;
 
-/* `cmd`'s stdout (trimmed) into out; its exit status. */
-static int cmd_out(const char *cmd, char *out, size_t n)
-{
-	FILE *p = popen(cmd, "r");
-	size_t got = 0;
-
-	out[0] = '\0';
-	if (!p)
-		return -1;
-	while (got + 1 < n) {
-		size_t r = fread(out + got, 1, n - 1 - got, p);
-		if (r == 0)
-			break;
-		got += r;
-	}
-	out[got] = '\0';
-	while (got > 0 && (out[got - 1] == '\n' || out[got - 1] == ' '))
-		out[--got] = '\0';
-	int rc = pclose(p);
-	return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
 /* Does `virsh -c URI list --name` show a running domain of ours? */
 static bool virsh_lists_ours(const char *uri)
 {
@@ -104,18 +82,7 @@ static int setup(void **state)
 	char cmd[4096], base[320];
 	int id = (int)(getpid() % 10000);
 
-	if (geteuid() != 0) {
-		fprintf(stderr, "test_remote: SKIP: needs root to make network namespaces\n");
-		rh_skip = true;
-		return 0;
-	}
-	snprintf(cmd, sizeof(cmd),
-		 "ip netns add sbxprobe%d 2>/dev/null && ip netns del sbxprobe%d && "
-		 "command -v unshare nsenter openssl >/dev/null",
-		 id, id);
-	if (run_cmd(cmd) != 0) {
-		fprintf(stderr, "test_remote: SKIP: this machine cannot make network namespaces "
-				"(ip netns add failed) or lacks unshare/nsenter/openssl\n");
+	if (!netns_usable("test_remote", "unshare nsenter openssl")) {
 		rh_skip = true;
 		return 0;
 	}
