@@ -88,7 +88,7 @@ static void pool_boot_run(void *arg, bool cancelled)
 		      ? f->hooks.prestart(f->hooks.opaque, l, runtime,
 					  sbx_mono_ms() + f->cfg->boot_timeout_ms, &err)
 		      : sbx_error_set(&err, SBX_E_INTERNAL, NULL, "no launcher")) < 0) {
-		fleet_guest_teardown(l, "the launcher did not start");
+		f->ops->teardown(l, "the launcher did not start");
 		l = NULL;
 	}
 
@@ -98,8 +98,8 @@ static void pool_boot_run(void *arg, bool cancelled)
 		/* Destroy it while still counted in pool_booting: fleet_pool_stop
 		 * waits for that, and the vmm is freed right after. */
 		pthread_mutex_unlock(&f->lock);
-		fleet_guest_teardown(l, f->stop ? "the service is stopping"
-						: "its host is down or drained");
+		f->ops->teardown(l, f->stop ? "the service is stopping"
+					    : "its host is down or drained");
 		l = NULL;
 		pthread_mutex_lock(&f->lock);
 	} else if (rc == 0) {
@@ -216,7 +216,7 @@ static void pool_recycle_run(void *arg, bool cancelled)
 			 : !fleet_pool_usable_locked(f, reaped) ? "its launcher ended"
 								: "idle too long, or its host "
 								  "is down or drained");
-		fleet_guest_teardown(reaped, "recycled from the warm pool");
+		f->ops->teardown(reaped, "recycled from the warm pool");
 		reaped = next;
 	}
 }
@@ -280,7 +280,7 @@ void fleet_pool_stop(struct fleet *f)
 	while (all) {
 		struct fleet_guest *next = all->next;
 
-		fleet_guest_teardown(all, "the service is stopping");
+		f->ops->teardown(all, "the service is stopping");
 		all = next;
 	}
 }

@@ -10,9 +10,11 @@
  *
  * The fleet: a bare one (no store, no thread), its one host UP by hand
  * with no vmm opened: its vmm is a sentinel that nothing may call (every
- * vmm call of acquisition goes through the fake). Prestart (an execution
- * guest's interpreter) is the pool's boot (pool.c), not part of
- * acquisition: not here. */
+ * vmm call of acquisition goes through the fake). The execution pool's
+ * boot (pool.c) runs on a work pool of the test's, with a fake launcher
+ * behind the prestart hook: a launcher that fails destroys its guest
+ * once and gives everything back; one that starts puts its guest in the
+ * pool for an execution to take. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -145,6 +147,7 @@ static struct {
 	struct sandbox_config cfg; /* ~150 KiB: static */
 	struct fleet *fleet;
 	struct fleet_host *h;
+	struct sbx_workpool *work; /* the pool tests' (NULL otherwise) */
 	const struct sandbox_size *small, *medium;
 } F;
 
@@ -188,6 +191,11 @@ static int teardown(void **state)
 		fake_teardown(p, "the test is over");
 	}
 	F.h->vmm = NULL; /* the host has no vmm to close */
+	if (F.work) {
+		sbx_workpool_drain(F.work);
+		sbx_workpool_free(F.work);
+		F.work = NULL;
+	}
 	fleet_free(F.fleet);
 	return 0;
 }
@@ -496,6 +504,113 @@ static void test_evict_then_boot_fails(void **state)
 	assert_undone(1);
 }
 
+/* ------------------------------------------------ the execution pool */
+
+/* The prestart hook (the owner's launcher): fails, or starts "python". */
+static bool prestart_fails;
+static int prestarts;
+
+static int fake_prestart(void *opaque, struct fleet_guest *g, const char *runtime,
+			 int64_t deadline_mono, struct sbx_error *err)
+{
+	(void)opaque;
+	(void)deadline_mono;
+	prestarts++;
+	if (prestart_fails)
+		return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL,
+				     "fake: launcher did not start");
+	snprintf(g->runtime, sizeof(g->runtime), "%s", runtime);
+	return 0;
+}
+
+static bool fake_prestart_waiting(struct prestart *ps)
+{
+	(void)ps;
+	return true;
+}
+
+/* An execution pool of one "python" guest, a work pool to boot it, and
+ * one pool pass; returns once the boot job ended (nothing booting). */
+static void pool_pass_until_booted(void)
+{
+	int booting = 1;
+
+	F.cfg.n_execution_pool = 1;
+	snprintf(F.cfg.execution_pool[0].runtime, sizeof(F.cfg.execution_pool[0].runtime), "%s",
+		 "python");
+	F.cfg.execution_pool[0].count = 1;
+	snprintf(F.cfg.execution_size, sizeof(F.cfg.execution_size), "%s", "small");
+	F.fleet->hooks.prestart = fake_prestart;
+	F.fleet->hooks.prestart_waiting = fake_prestart_waiting;
+	if (!F.work) {
+		F.work = sbx_workpool_new("t-acquire", 2, 16, 0);
+		assert_non_null(F.work);
+		fleet_set_work(F.fleet, F.work);
+	}
+	fleet_pool_pass(F.fleet);
+	for (int i = 0; i < 500 && booting; i++) {
+		pthread_mutex_lock(&F.fleet->lock);
+		booting = F.h->pool_booting;
+		pthread_mutex_unlock(&F.fleet->lock);
+		if (booting)
+			usleep(10 * 1000);
+	}
+	assert_int_equal(booting, 0);
+}
+
+/* A pool boot whose launcher does not start: its guest is destroyed once,
+ * nothing joins the pool, its slot and capacity are given back, and the
+ * host backs off (the next pass boots nothing at once). */
+static void test_pool_prestart_fails(void **state)
+{
+	int64_t backoff;
+	int booting_now;
+
+	(void)state;
+	prestart_fails = true;
+	prestarts = 0;
+	pool_pass_until_booted();
+	assert_int_equal(prestarts, 1);
+	assert_int_equal(K.started, 1);
+	assert_int_equal(K.destroyed[0], 1);
+	pthread_mutex_lock(&F.fleet->lock);
+	backoff = F.h->pool_backoff_until_mono;
+	pthread_mutex_unlock(&F.fleet->lock);
+	assert_true(backoff > sbx_mono_ms());
+	fleet_pool_pass(F.fleet); /* backing off: queues no boot */
+	pthread_mutex_lock(&F.fleet->lock);
+	booting_now = F.h->pool_booting;
+	pthread_mutex_unlock(&F.fleet->lock);
+	assert_int_equal(booting_now, 0);
+	assert_undone(0);
+}
+
+/* A pool boot whose launcher starts: the guest joins the execution pool
+ * (POOLED, its runtime set) and an execution of that runtime takes it
+ * warm, with no boot. */
+static void test_pool_prestart_joins(void **state)
+{
+	struct fleet_acquire a = acq(F.small, 5000);
+	struct sbx_error err;
+
+	(void)state;
+	prestart_fails = false;
+	prestarts = 0;
+	pool_pass_until_booted();
+	assert_int_equal(prestarts, 1);
+	assert_int_equal(fleet_pool_ready(F.fleet, NULL, "python"), 1);
+	assert_int_equal(pool_len(), 1);
+	assert_int_equal(fleet_guest_state(F.fleet->pool), FLEET_GUEST_POOLED);
+	a.runtime = "python";
+	sbx_error_clear(&err);
+	assert_int_equal(fleet_acquire(F.fleet, &a, &err), 0);
+	assert_true(a.warm);
+	assert_string_equal(a.g->runtime, "python");
+	assert_int_equal(K.started, 1);
+	give_back(&a);
+	assert_undone(0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -510,6 +625,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_dead_pooled_skipped, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_evict, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_evict_then_boot_fails, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_pool_prestart_fails, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_pool_prestart_joins, setup, teardown),
 	};
 
 	sbx_log_set_level(SBX_LOG_ERROR);
