@@ -28,7 +28,8 @@ int fleet_pool_ready_locked(struct fleet *f, struct fleet_host *h, const char *s
 	int n = 0;
 
 	for (struct fleet_guest *p = f->pool; p; p = p->next)
-		if ((!h || p->host == h) && pool_kind(p, size, runtime) && fleet_pool_usable_locked(f, p))
+		if ((!h || p->host == h) && pool_kind(p, size, runtime) &&
+		    fleet_pool_usable_locked(f, p))
 			n++;
 	return n;
 }

@@ -328,7 +328,7 @@ int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const ch
 		return -1;
 	}
 
-	l = fleet_live_pin(svc->fleet, id, err);
+	l = sandbox_pin(svc, id, err);
 	if (!l) {
 		sandbox_output_release(hold);
 		free(call);
@@ -358,7 +358,7 @@ int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const ch
 
 void sandbox_exec_resume(struct sandbox_svc *svc, const char *sandbox_id, uint32_t exec_id)
 {
-	struct fleet_guest *l = fleet_live_pin(svc->fleet, sandbox_id, NULL);
+	struct fleet_guest *l = sandbox_pin(svc, sandbox_id, NULL);
 
 	if (!l)
 		return;

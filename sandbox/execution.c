@@ -226,7 +226,7 @@ static int guest_get(struct sandbox_svc *svc, const struct sandbox_size *size,
 	    .why_failed = "the execution could not start",
 	};
 
-	if (fleet_acquire(svc->fleet, &acq, err) < 0) {
+	if (sandbox_acquire(svc, &acq, err) < 0) {
 		if (acq.no_room) {
 			sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
 				      "no host has capacity for another execution right now; "

@@ -118,7 +118,7 @@ int sandbox_file_start(struct sandbox_svc *svc, const char *account_id, const ch
 		return -1;
 	}
 
-	l = fleet_live_pin(svc->fleet, id, err);
+	l = sandbox_pin(svc, id, err);
 	if (!l) {
 		sandbox_output_release(&f->hold);
 		free(f);

@@ -128,7 +128,7 @@ int sandbox_proc_call(struct sandbox_svc *svc, const char *account_id, const cha
 	call->op = req->op;
 	call->max_procs = cfg->max_processes_per_sandbox;
 
-	l = fleet_live_pin(svc->fleet, id, err);
+	l = sandbox_pin(svc, id, err);
 	if (!l) {
 		free(call);
 		sandbox_output_release(req->hold);

@@ -77,6 +77,33 @@ struct sandbox_svc {
 	size_t n_retries;
 };
 
+/* An admin service (SANDBOX_SVC_ADMIN) has no fleet: no guest runs
+ * there. These answer for it as a fleet with no guest and no host would:
+ * a pin 410, an acquisition 503 (no room). */
+static inline struct fleet_guest *sandbox_pin(struct sandbox_svc *svc, const char *id,
+					      struct sbx_error *err)
+{
+	if (svc->fleet)
+		return fleet_live_pin(svc->fleet, id, err);
+	fleet_guest_usable(NULL, id, err);
+	return NULL;
+}
+
+static inline int sandbox_acquire(struct sandbox_svc *svc, struct fleet_acquire *a,
+				  struct sbx_error *err)
+{
+	if (svc->fleet)
+		return fleet_acquire(svc->fleet, a, err);
+	a->g = NULL;
+	a->h = NULL;
+	a->warm = false;
+	a->no_room = true;
+	sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL, "this service runs no guests");
+	if (err)
+		err->retry_after_s = 10;
+	return -1;
+}
+
 /* settle.c: how a sandbox ends */
 
 /* End a sandbox: tear its guest down (if this node runs it), settle the

@@ -167,7 +167,7 @@ int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 	    .queue_deadline_mono = sbx_mono_ms() + cfg->boot_queue_timeout_ms,
 	    .why_failed = "the sandbox could not be created",
 	};
-	if (fleet_acquire(svc->fleet, &acq, err) < 0)
+	if (sandbox_acquire(svc, &acq, err) < 0)
 		goto err_abort;
 	l = acq.g;
 	h = acq.h;
@@ -304,7 +304,7 @@ int sandbox_extend(struct sandbox_svc *svc, const char *account_id, const char *
 		if (store_sandbox_extend(svc->store, account_id, id, want, extra, err) < 0)
 			return -1;
 		sandbox_fault_hit(cfg, SANDBOX_FAULT_EXTEND_AFTER_HOLD);
-		struct fleet_guest *l = fleet_live_get(svc->fleet, id);
+		struct fleet_guest *l = svc->fleet ? fleet_live_get(svc->fleet, id) : NULL;
 		/* Another extend may have published a later expiry since we
 		 * read the row: the in-memory expiry never moves backwards
 		 * (the row keeps the larger one too, store_sandbox_extend). */
