@@ -83,7 +83,6 @@ struct json_object *api_metadata_encode(const char *json)
 	return m;
 }
 
-
 struct json_object *api_usage_groups_encode(const struct sandbox_usage *u)
 {
 	struct json_object *arr = json_object_new_array();
@@ -134,8 +133,7 @@ static enum MHD_Result filter_arg(void *cls, enum MHD_ValueKind kind, const char
 	return MHD_YES;
 }
 
-int api_metadata_filter(struct MHD_Connection *c, struct sandbox_metadata *m,
-			struct sbx_error *err)
+int api_metadata_filter(struct MHD_Connection *c, struct sandbox_metadata *m, struct sbx_error *err)
 {
 	struct filter_walk w = {m, err, 0};
 

@@ -35,8 +35,7 @@ static bool value_ok(const char *v, size_t len)
 }
 
 int sandbox_metadata_add(struct sandbox_metadata *m, const char *param, const char *key,
-			 size_t key_len, const char *value, size_t value_len,
-			 struct sbx_error *err)
+			 size_t key_len, const char *value, size_t value_len, struct sbx_error *err)
 {
 	size_t bytes = key_len + (value ? value_len : 0);
 
@@ -59,9 +58,11 @@ int sandbox_metadata_add(struct sandbox_metadata *m, const char *param, const ch
 				     (int)key_len, key);
 	if (m->n >= SANDBOX_METADATA_KEYS_MAX)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, param,
-				     "metadata can have at most %d keys", SANDBOX_METADATA_KEYS_MAX);
+				     "metadata can have at most %d keys",
+				     SANDBOX_METADATA_KEYS_MAX);
 	for (size_t i = 0; i < m->n; i++) {
-		if (strlen(m->pairs[i].key) == key_len && memcmp(m->pairs[i].key, key, key_len) == 0)
+		if (strlen(m->pairs[i].key) == key_len &&
+		    memcmp(m->pairs[i].key, key, key_len) == 0)
 			return sbx_error_set(err, SBX_E_INVALID_REQUEST, param,
 					     "metadata '%.*s' is given twice", (int)key_len, key);
 		bytes += strlen(m->pairs[i].key) + strlen(m->pairs[i].value);
@@ -82,7 +83,8 @@ int sandbox_metadata_add(struct sandbox_metadata *m, const char *param, const ch
 
 static int label_cmp(const void *a, const void *b)
 {
-	return strcmp(((const struct sandbox_label *)a)->key, ((const struct sandbox_label *)b)->key);
+	return strcmp(((const struct sandbox_label *)a)->key,
+		      ((const struct sandbox_label *)b)->key);
 }
 
 int sandbox_metadata_json(const struct sandbox_metadata *m, bool patch, char *out, size_t cap)
@@ -104,8 +106,8 @@ int sandbox_metadata_json(const struct sandbox_metadata *m, bool patch, char *ou
 				       sorted[i].remove ? NULL
 							: json_object_new_string(sorted[i].value));
 	}
-	const char *s =
-	    json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
+	const char *s = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
+							      JSON_C_TO_STRING_NOSLASHESCAPE);
 	if (s && strlen(s) < cap) {
 		memcpy(out, s, strlen(s) + 1);
 		rc = 0;

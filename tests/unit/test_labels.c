@@ -73,8 +73,8 @@ static void test_pair_rules(void **state)
 	assert_string_equal(json, "{}");
 	assert_int_equal(sandbox_metadata_json(&c, false, json, 8), -1);
 	char v[SANDBOX_METADATA_VALUE_MAX + 1];
-	assert_true(sandbox_metadata_lookup("{\"alpha\":\"a\\\"b\",\"z\":\"1\"}", "alpha", v,
-					    sizeof v));
+	assert_true(
+	    sandbox_metadata_lookup("{\"alpha\":\"a\\\"b\",\"z\":\"1\"}", "alpha", v, sizeof v));
 	assert_string_equal(v, "a\"b");
 	assert_false(sandbox_metadata_lookup("{\"alpha\":\"a\"}", "beta", v, sizeof v));
 	assert_false(sandbox_metadata_lookup("", "alpha", v, sizeof v));
@@ -129,8 +129,12 @@ static void test_api_decode(void **state)
 	assert_int_equal(api_update_decode(body, strlen(body), &m, &clear, &err), 0);
 	assert_true(clear);
 	const char *bad[] = {
-	    "{}", "{\"metadata\":[]}", "{\"metadata\":\"x\"}", "{\"metadata\":{\"a\":1}}",
-	    "{\"metadata\":{\"a b\":\"1\"}}", "{\"metadata\":{\"a\":\"x\\u0000y\"}}",
+	    "{}",
+	    "{\"metadata\":[]}",
+	    "{\"metadata\":\"x\"}",
+	    "{\"metadata\":{\"a\":1}}",
+	    "{\"metadata\":{\"a b\":\"1\"}}",
+	    "{\"metadata\":{\"a\":\"x\\u0000y\"}}",
 	    "{\"metadata\":{\"a\":{}}}",
 	};
 	for (size_t i = 0; i < SBX_ARRAY_SIZE(bad); i++) {
@@ -211,9 +215,9 @@ static void sandbox_new(struct fx *f, const char *account, const char *json, int
 	r->price_micro_per_hour = 90000;
 	r->requested_at_ms = created_ms - 1000;
 	assert_int_equal(store_sandbox_reserve(f->s, r, 900000, 100, &err), 0);
-	assert_int_equal(store_sandbox_activate(f->s, r->id, "d", created_ms,
-						created_ms + 600 * 60000LL, &err),
-			 0);
+	assert_int_equal(
+	    store_sandbox_activate(f->s, r->id, "d", created_ms, created_ms + 600 * 60000LL, &err),
+	    0);
 }
 
 static size_t list_ids(struct fx *f, const char *account, const char *labels,
@@ -279,13 +283,14 @@ static void test_store_labels(void **state)
 	assert_string_equal(got.metadata, "{\"job\":\"4711\"}");
 	assert_int_equal(list_ids(f, f->a.id, "{\"job\":\"4711\"}", ids, 8), 3);
 	assert_int_equal(list_ids(f, f->a.id, "{\"b\":\"2\"}", ids, 8), 0);
-	assert_int_equal(
-	    store_sandbox_metadata_update(f->s, f->a.id, r1.id, false, "{\"team\":\"\"}", &got, &err),
-	    0);
+	assert_int_equal(store_sandbox_metadata_update(f->s, f->a.id, r1.id, false,
+						       "{\"team\":\"\"}", &got, &err),
+			 0);
 	assert_string_equal(got.metadata, "{\"job\":\"4711\"}");
 	/* clear, then set in the same call */
 	assert_int_equal(
-	    store_sandbox_metadata_update(f->s, f->a.id, r2.id, true, "{\"n\":\"1\"}", &got, &err), 0);
+	    store_sandbox_metadata_update(f->s, f->a.id, r2.id, true, "{\"n\":\"1\"}", &got, &err),
+	    0);
 	assert_string_equal(got.metadata, "{\"n\":\"1\"}");
 
 	/* bounds on the result: nothing changes */
@@ -294,8 +299,8 @@ static void test_store_labels(void **state)
 		snprintf(patch + strlen(patch), sizeof patch - strlen(patch), "%s\"k%02d\":\"v\"",
 			 i ? "," : "", i);
 	strcat(patch, "}");
-	assert_int_equal(store_sandbox_metadata_update(f->s, f->a.id, r2.id, false, patch, &got, &err),
-			 -1);
+	assert_int_equal(
+	    store_sandbox_metadata_update(f->s, f->a.id, r2.id, false, patch, &got, &err), -1);
 	assert_int_equal(err.code, SBX_E_INVALID_REQUEST);
 	assert_string_equal(err.param, "metadata");
 	assert_int_equal(store_sandbox_get(f->s, f->a.id, r2.id, &got, &err), 0);
@@ -316,9 +321,9 @@ static void test_store_labels(void **state)
 	assert_int_equal(
 	    store_sandbox_end(f->s, r1.id, STORE_DESTROYED, t + 5000, charge_25_per_s, NULL, &err),
 	    1);
-	assert_int_equal(
-	    store_sandbox_metadata_update(f->s, f->a.id, r1.id, false, "{\"done\":\"y\"}", &got, &err),
-	    0);
+	assert_int_equal(store_sandbox_metadata_update(f->s, f->a.id, r1.id, false,
+						       "{\"done\":\"y\"}", &got, &err),
+			 0);
 	assert_string_equal(got.metadata, "{\"done\":\"y\",\"job\":\"4711\"}");
 	store_close(f->s);
 	f->s = store_open(f->path, &err);
@@ -358,12 +363,12 @@ static void test_usage_grouped(void **state)
 		const char *json;
 		int64_t start, len;
 	} runs[] = {
-	    {"{\"job\":\"a\"}", base + 3599000, 7000},	   /* across an hour */
+	    {"{\"job\":\"a\"}", base + 3599000, 7000},	     /* across an hour */
 	    {"{\"job\":\"b\"}", base + day - 1500, 4000000}, /* across a day */
-	    {"", base + 7200000, 61500},			   /* unlabelled */
-	    {"{\"other\":\"a\"}", base + 9000000, 1},	   /* another key only */
+	    {"", base + 7200000, 61500},		     /* unlabelled */
+	    {"{\"other\":\"a\"}", base + 9000000, 1},	     /* another key only */
 	    {"{\"job\":\"a\"}", base - 5 * 3600000, 20000},  /* before the period */
-	    {"{\"job\":\"a\"}", base - 3610000, 20000}, /* across its start */
+	    {"{\"job\":\"a\"}", base - 3610000, 20000},	     /* across its start */
 	};
 	for (size_t i = 0; i < SBX_ARRAY_SIZE(runs); i++) {
 		sandbox_new(f, f->a.id, runs[i].json, runs[i].start, &r);
@@ -374,9 +379,9 @@ static void test_usage_grouped(void **state)
 	}
 	/* bob's labelled run is not alice's */
 	sandbox_new(f, f->b.id, "{\"job\":\"a\"}", base + 1000, &r);
-	assert_int_equal(
-	    store_sandbox_end(f->s, r.id, STORE_DESTROYED, base + 9000, charge_25_per_s, NULL, &err),
-	    1);
+	assert_int_equal(store_sandbox_end(f->s, r.id, STORE_DESTROYED, base + 9000,
+					   charge_25_per_s, NULL, &err),
+			 1);
 
 	int64_t from = base - 3600000, to = base + 2 * day;
 	struct store_usage_snapshot snap;
@@ -399,13 +404,14 @@ static void test_usage_grouped(void **state)
 	assert_true(rows_s > 0);
 	assert_int_equal(all.seconds, rows_s);
 	assert_int_equal(all.cost, rows_c);
-	assert_int_equal(a.seconds, 7 + 10); /* not the run before the period */
+	assert_int_equal(a.seconds, 7 + 10);	/* not the run before the period */
 	assert_int_equal(none.seconds, 62 + 1); /* unlabelled, and the other key's */
 	assert_int_equal(none.cost, 25 * 63);
 	store_usage_snapshot_release(&snap);
 	/* the same with hourly rows over a window cutting the day-long run */
-	assert_int_equal(store_usage_snapshot_grouped(f->s, f->a.id, base + day, base + day + 3600000,
-						      STORE_HOUR_MS, "job", &snap, &err),
+	assert_int_equal(store_usage_snapshot_grouped(f->s, f->a.id, base + day,
+						      base + day + 3600000, STORE_HOUR_MS, "job",
+						      &snap, &err),
 			 0);
 	struct sum cut = {base + day, base + day + 3600000, 0, 0};
 	rows_s = rows_c = 0;
