@@ -118,9 +118,18 @@ static int share_cmp(const void *a, const void *b)
 	return x->labeled ? strcmp(x->value, y->value) : 0;
 }
 
+/* Whether by_size counts a size (a configured one). */
+static bool usage_size_known(const struct sandbox_usage *u, const char *size)
+{
+	for (size_t k = 0; k < u->n_sizes; k++)
+		if (strcmp(u->by_size[k].size, size) == 0)
+			return true;
+	return false;
+}
+
 /* The shares of the settled sandboxes and the running ones (the running
  * ones' labels read from their rows: same snapshot), sorted by value and
- * summed into out->groups. */
+ * summed into out->groups; as by_size, only sizes configured now. */
 static int usage_groups(const struct store_usage_snapshot *snap, const char *key, int64_t now,
 			struct sandbox_usage *out, struct sbx_error *err)
 {
@@ -137,7 +146,8 @@ static int usage_groups(const struct store_usage_snapshot *snap, const char *key
 		const struct store_usage_labeled *u = &snap->settled[i];
 
 		sh[i] = (struct usage_share){u->labeled, u->value, 0, 0, out->from_ms, out->to_ms};
-		store_usage_split_sandbox(u, usage_share_piece, &sh[i]);
+		if (usage_size_known(out, u->size))
+			store_usage_split_sandbox(u, usage_share_piece, &sh[i]);
 	}
 	for (size_t i = 0; i < snap->n_running; i++) {
 		const struct store_sandbox *r = &snap->running[i];
@@ -150,9 +160,10 @@ static int usage_groups(const struct store_usage_snapshot *snap, const char *key
 		x->labeled = sandbox_metadata_lookup(r->metadata, key, vals[i], sizeof(vals[i]));
 		x->value = vals[i];
 		/* as usage_add_running splits it */
-		store_usage_split(r->created_at_ms, end,
-				  store_billed_seconds(end - r->created_at_ms),
-				  billing_cost_so_far(r, now), usage_share_piece, x);
+		if (usage_size_known(out, r->size))
+			store_usage_split(r->created_at_ms, end,
+					  store_billed_seconds(end - r->created_at_ms),
+					  billing_cost_so_far(r, now), usage_share_piece, x);
 	}
 	qsort(sh, n, sizeof(*sh), share_cmp);
 	out->groups = calloc(n ? n : 1, sizeof(*out->groups));

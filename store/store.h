@@ -377,6 +377,7 @@ int store_usage_read(struct store *s, const char *account_id, int64_t from_ms, i
  * rollups were written from, and its label's value. */
 struct store_usage_labeled {
 	int64_t created_at_ms, expires_at_ms, ended_at_ms, charge_micro;
+	char size[16];
 	bool labeled; /* false: it has no such label */
 	char value[STORE_METADATA_VALUE_MAX + 1];
 };

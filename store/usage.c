@@ -275,6 +275,7 @@ static void usage_labeled_decode(sqlite3_stmt *q, void *elem)
 	u->charge_micro = sqlite3_column_int64(q, 3);
 	u->labeled = sqlite3_column_type(q, 4) != SQLITE_NULL;
 	store_copy_col(u->value, sizeof u->value, q, 4);
+	store_copy_col(u->size, sizeof u->size, q, 5);
 }
 
 /* The settled sandboxes that may have a piece in [from, to): created
@@ -287,7 +288,7 @@ static int usage_settled(struct store *s, const char *account_id, int64_t from_m
 	_cleanup_reset_ sqlite3_stmt *q = NULL;
 	if (store_bind(s, &q,
 		       "SELECT s.created_at_ms, s.expires_at_ms, s.ended_at_ms, s.charge_micro,"
-		       " l.value FROM sandboxes s LEFT JOIN sandbox_labels l"
+		       " l.value, s.size FROM sandboxes s LEFT JOIN sandbox_labels l"
 		       " ON l.sandbox_id = s.id AND l.key = ?4"
 		       " WHERE s.account_id = ?1 AND s.created_at_ms > 0 AND s.created_at_ms < ?3"
 		       " AND s.ended_at_ms >= ?2 AND s.status IN ('destroyed', 'expired', 'failed')"
