@@ -34,14 +34,25 @@ bool api_json_has_duplicate_keys(const char *text, size_t len, struct json_objec
 /* POST /v1/sandboxes. `size` points into a buffer owned by the struct. */
 struct api_create_body {
 	char size_buf[32];
-	struct sandbox_create_req req; /* req.size NULL or size_buf */
+	struct sandbox_metadata metadata;
+	struct sandbox_create_req req; /* req.size NULL or size_buf; req.metadata &metadata */
 };
-/* {"size": string, "timeout_minutes": integer 1..cfg->max_timeout_minutes},
- * both optional. 0 or -1 with SBX_E_INVALID_REQUEST and param "size",
- * "timeout_minutes" or the unknown field's name ("" when the body itself is
- * not a JSON object). */
+/* {"size": string, "timeout_minutes": integer 1..cfg->max_timeout_minutes,
+ * "metadata": object (api_metadata_decode)}, all optional. 0 or -1 with SBX_E_INVALID_REQUEST and
+ * param "size", "timeout_minutes" or the unknown field's name ("" when the body itself is not a
+ * JSON object). */
 int api_create_decode(const char *body, size_t len, const struct sandbox_config *cfg,
 		      struct api_create_body *out, struct sbx_error *err);
+
+/* A `metadata` object (docs/api.md "Metadata"): string values, or null
+ * (= "") for a key to remove; each pair checked by sandbox_metadata_add.
+ * With clear not NULL (an update), `metadata` null or "" sets *clear (drop
+ * every key). 400 with param "metadata" otherwise. */
+int api_metadata_decode(struct json_object *v, struct sandbox_metadata *m, bool *clear,
+			struct sbx_error *err);
+/* POST /v1/sandboxes/{id}: {"metadata": ...}, required. */
+int api_update_decode(const char *body, size_t len, struct sandbox_metadata *m, bool *clear,
+		      struct sbx_error *err);
 
 /* POST /v1/sandboxes/{id}/extend: {"timeout_minutes": integer
  * 1..cfg->max_lifetime_minutes}, required. Same errors. */
@@ -82,6 +93,13 @@ bool api_env_key_valid(const char *key, size_t len);
 
 /* The sandbox object of API.md (new reference). */
 struct json_object *api_sandbox_encode(const struct sandbox_view *v);
+/* 400 "unknown field" naming it (json.c's rule for every body). */
+int api_json_unknown_field(const char *key, struct sbx_error *err);
+/* usage's by_metadata array: {"value": string|null, "seconds",
+ * "cost_micro_usd"} per group (new reference). */
+struct json_object *api_usage_groups_encode(const struct sandbox_usage *u);
+/* A stored metadata object ("" or bad: {}), new reference. */
+struct json_object *api_metadata_encode(const char *json);
 /* {"stdout","stderr","exit_code","duration_ms","truncated","timed_out"};
  * the streams sanitised to UTF-8 (bad bytes -> U+FFFD, NUL -> \u0000) or
  * base64 of the exact bytes. NULL on ENOMEM. */
@@ -151,6 +169,7 @@ int api_listen_parse(const char *listen, struct sockaddr_in *sa, struct sbx_erro
 struct api_execution_body {
 	char runtime[16];
 	char *code;
+	struct sandbox_metadata metadata;
 	struct sandbox_execution_req req; /* points into runtime and code */
 };
 int api_execution_decode(const char *body, size_t len, struct api_execution_body *out,

@@ -31,6 +31,22 @@ static struct receipt_json *receipt_ref(const struct sandbox_exec_receipt *rc)
 	return r;
 }
 
+/* The request's metadata, as an object of the canonical JSON. */
+static struct receipt_json *metadata_object(const char *json)
+{
+	struct receipt_json *m = receipt_json_object();
+	struct json_object *o = api_metadata_encode(json);
+
+	json_object_object_foreach(o, key, val)
+	{
+		if (json_object_is_type(val, json_type_string))
+			receipt_json_set_str(m, key, json_object_get_string(val),
+					     (size_t)json_object_get_string_len(val));
+	}
+	json_object_put(o);
+	return m;
+}
+
 char *api_execution_render(const struct sandbox_execution_result *res, size_t *len,
 			   struct sbx_error *err)
 {
@@ -52,6 +68,7 @@ char *api_execution_render(const struct sandbox_execution_result *res, size_t *l
 	SET_STR(o, "startup_path", res->warm ? "warm" : "cold");
 	receipt_json_set_bool(o, "prestarted", res->prestarted);
 	receipt_json_set_obj(o, "receipt", receipt_ref(&res->receipt));
+	receipt_json_set_obj(o, "metadata", metadata_object(res->metadata));
 	/* An integer, as all money in docs/api.md. */
 	receipt_json_set_int(bill, "cost_micro_usd", res->cost_micro);
 	receipt_json_set_int(bill, "billed_ms", res->billed_ms);

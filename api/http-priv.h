@@ -240,7 +240,11 @@ void api_security_headers(struct MHD_Response *resp, bool page);
  * requests (one sandbox/ call, answered on MHD's thread) and the routes
  * whose methods go to different files. */
 enum MHD_Result api_sandboxes_handle(struct req *r); /* GET list, POST create */
-enum MHD_Result api_sandbox_handle(struct req *r);   /* GET, DELETE (async) */
+enum MHD_Result api_sandbox_handle(struct req *r);   /* GET, POST (update), DELETE (async) */
+/* GET /v1/sandboxes's label filter, metadata[KEY]=VALUE (labels.c): the
+ * pairs into *m (none: m->n 0). 0, or -1 with a 400 param "metadata". */
+int api_metadata_filter(struct MHD_Connection *c, struct sandbox_metadata *m,
+			struct sbx_error *err);
 enum MHD_Result api_extend_handle(struct req *r);
 enum MHD_Result api_usage_handle(struct req *r);
 enum MHD_Result api_limits_handle(struct req *r);

@@ -40,6 +40,7 @@ static enum MHD_Result handle_list(struct req *r)
 {
 	const char *status = query(r->conn, "status");
 	const char *after = query(r->conn, "starting_after");
+	struct sandbox_metadata filter;
 	struct sandbox_view *views = NULL;
 	size_t n = 0;
 	bool more = false;
@@ -58,8 +59,10 @@ static enum MHD_Result handle_list(struct req *r)
 	if (after && (!after[0] || strlen(after) >= SANDBOX_ID_MAX))
 		return api_reply_new_error(r->conn, SBX_E_INVALID_REQUEST, "starting_after",
 					   "starting_after must be a sandbox id");
-	if (sandbox_list(r->srv->svc, r->account_id, status, limit, after, &views, &n, &more,
-			 &err) < 0)
+	if (api_metadata_filter(r->conn, &filter, &err) < 0)
+		return api_reply_error(r->conn, &err);
+	if (sandbox_list_labeled(r->srv->svc, r->account_id, status, &filter, limit, after, &views,
+				 &n, &more, &err) < 0)
 		return api_reply_error(r->conn, &err);
 	struct json_object *data = json_object_new_array();
 	for (size_t i = 0; i < n; i++)
@@ -72,6 +75,7 @@ enum MHD_Result api_usage_handle(struct req *r)
 {
 	const char *from_s = query(r->conn, "from"), *to_s = query(r->conn, "to");
 	const char *gran = query(r->conn, "granularity");
+	const char *group_by = query(r->conn, "group_by");
 	int64_t from = 0, to = 0;
 	struct sandbox_usage u;
 	struct sbx_error err;
@@ -91,8 +95,12 @@ enum MHD_Result api_usage_handle(struct req *r)
 	if (gran && strcmp(gran, "day") != 0 && strcmp(gran, "hour") != 0)
 		return api_reply_new_error(r->conn, SBX_E_INVALID_REQUEST, "granularity",
 					   "granularity must be 'day' or 'hour'");
+	if (group_by && strncmp(group_by, "metadata.", 9) != 0)
+		return api_reply_new_error(r->conn, SBX_E_INVALID_REQUEST, "group_by",
+					   "group_by must be metadata.KEY");
 	memset(&u, 0, sizeof(u));
-	if (sandbox_usage(r->srv->svc, r->account_id, from, to, gran, &u, &err) < 0)
+	if (sandbox_usage_grouped(r->srv->svc, r->account_id, from, to, gran,
+				  group_by ? group_by + 9 : NULL, &u, &err) < 0)
 		return api_reply_error(r->conn, &err);
 	ret = api_reply_json(r->conn, 200, api_usage_encode(&u), 0, NULL);
 	sandbox_usage_release(&u);
@@ -173,10 +181,20 @@ enum MHD_Result api_sandbox_handle(struct req *r)
 	struct sandbox_view v;
 	struct sbx_error err;
 
-	if (r->method != API_GET)
-		return api_async_run(r); /* DELETE: destroying a domain takes ~1 s */
+	if (r->method == API_DELETE)
+		return api_async_run(r); /* destroying a domain takes ~1 s */
 	sbx_error_clear(&err);
 	memset(&v, 0, sizeof(v));
+	if (r->method == API_POST) { /* an update: its metadata */
+		struct sandbox_metadata patch;
+		bool clear;
+
+		if (api_update_decode(r->body.data, r->body.len, &patch, &clear, &err) < 0 ||
+		    sandbox_metadata_update(r->srv->svc, r->account_id, r->id, clear, &patch, &v,
+					    &err) < 0)
+			return api_reply_error(r->conn, &err);
+		return api_reply_json(r->conn, 200, api_sandbox_encode(&v), 0, NULL);
+	}
 	if (sandbox_get(r->srv->svc, r->account_id, r->id, &v, &err) < 0)
 		return api_reply_error(r->conn, &err);
 	return api_reply_json(r->conn, 200, api_sandbox_encode(&v), 0, NULL);

@@ -213,6 +213,11 @@ static int unknown_field(const char *key, struct sbx_error *err)
 	return sbx_error_set(err, SBX_E_INVALID_REQUEST, name, "unknown field '%s'", name);
 }
 
+int api_json_unknown_field(const char *key, struct sbx_error *err)
+{
+	return unknown_field(key, err);
+}
+
 /* An integer field in [min, max]. json-c stores big numbers saturated or as
  * uint64, so the range check covers overflow too. */
 static int get_int(struct json_object *v, const char *name, int64_t min, int64_t max, int64_t *out,
@@ -278,6 +283,10 @@ int api_create_decode(const char *body, size_t len, const struct sandbox_config 
 			    0)
 				goto out;
 			out->req.timeout_minutes = (int)x;
+		} else if (strcmp(key, "metadata") == 0) {
+			if (api_metadata_decode(val, &out->metadata, NULL, err) < 0)
+				goto out;
+			out->req.metadata = &out->metadata;
 		} else {
 			unknown_field(key, err);
 			goto out;
@@ -362,6 +371,10 @@ int api_execution_decode(const char *body, size_t len, struct api_execution_body
 				goto out;
 			}
 			out->req.code_len = n;
+		} else if (strcmp(key, "metadata") == 0) {
+			if (api_metadata_decode(val, &out->metadata, NULL, err) < 0)
+				goto out;
+			out->req.metadata = &out->metadata;
 		} else {
 			unknown_field(key, err);
 			goto out;
@@ -648,6 +661,7 @@ struct json_object *api_sandbox_encode(const struct sandbox_view *v)
 			       v->startup_path[0] ? json_object_new_string(v->startup_path) : NULL);
 	json_object_object_add(o, "startup_ms",
 			       v->startup_path[0] ? json_object_new_int64(v->startup_ms) : NULL);
+	json_object_object_add(o, "metadata", api_metadata_encode(v->metadata));
 	return o;
 }
 
@@ -916,6 +930,8 @@ struct json_object *api_usage_encode(const struct sandbox_usage *u)
 		}
 		json_object_object_add(o, "buckets", arr);
 	}
+	if (u->groups)
+		json_object_object_add(o, "by_metadata", api_usage_groups_encode(u));
 	return o;
 }
 

@@ -26,25 +26,90 @@ static void print_sandbox(json_object *s)
 	else
 		snprintf(startup, sizeof(startup), "-");
 	cli_table_row(t, "startup", startup);
+	json_object *md;
+	if (json_object_object_get_ex(s, "metadata", &md) &&
+	    json_object_is_type(md, json_type_object)) {
+		char labels[2048] = "";
+
+		json_object_object_foreach(md, k, v)
+		{
+			snprintf(labels + strlen(labels), sizeof(labels) - strlen(labels),
+				 "%s%s=%s", labels[0] ? " " : "", k, json_object_get_string(v));
+		}
+		cli_table_row(t, "metadata", labels[0] ? labels : "-");
+	}
 	cli_table_print(t);
+}
+
+/* --label K=V options into a metadata object (*out, NULL when none).
+ * false, with the usage message printed, on one that is not K=V. */
+static bool labels_parse(struct cli *c, const struct cli_opt *o, json_object **out)
+{
+	*out = NULL;
+	for (size_t i = 0; i < o->n; i++) {
+		const char *kv = o->vals[i], *eq = strchr(kv, '=');
+		char key[64];
+
+		if (!eq || eq == kv || eq - kv >= (ptrdiff_t)sizeof(key)) {
+			json_object_put(*out);
+			*out = NULL;
+			cli_usage(c, "--label '%.60s' is not KEY=VALUE", kv);
+			return false;
+		}
+		snprintf(key, sizeof(key), "%.*s", (int)(eq - kv), kv);
+		if (!*out)
+			*out = json_object_new_object();
+		json_object_object_add(*out, key, json_object_new_string(eq + 1));
+	}
+	return true;
+}
+
+/* Append s to a query, percent-encoded but for RFC 3986's unreserved
+ * characters. false when it does not fit. */
+static bool query_append(char *q, size_t n, const char *s)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	size_t len = strlen(q);
+
+	for (; *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+		bool plain = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+			     (ch >= '0' && ch <= '9') || ch == '-' || ch == '.' || ch == '_' ||
+			     ch == '~';
+
+		if (len + 4 > n)
+			return false;
+		if (plain) {
+			q[len++] = (char)ch;
+		} else {
+			q[len++] = '%';
+			q[len++] = hex[ch >> 4];
+			q[len++] = hex[ch & 15];
+		}
+	}
+	q[len] = '\0';
+	return true;
 }
 
 /* ------------------------------------------------------------- create */
 
 static const char create_help[] =
-    "usage: sbx create [--size S] [--timeout MIN] [--idempotency-key K] [--json]\n"
+    "usage: sbx create [--size S] [--timeout MIN] [--label K=V]... [--idempotency-key K]\n"
+    "                  [--json]\n"
     "Create a sandbox and wait until it accepts commands; print its id (--json:\n"
     "the sandbox object). --timeout: minutes until it expires (the daemon's\n"
-    "default when absent). --idempotency-key: a retry with the same key returns\n"
-    "the same sandbox instead of creating another.\n";
+    "default when absent). --label: a metadata pair (repeatable; docs/api.md,\n"
+    "Metadata). --idempotency-key: a retry with the same key returns the same\n"
+    "sandbox instead of creating another.\n";
 
 int cmd_create(struct cli *c, int argc, char **argv)
 {
 	struct cli_opt opts[] = {{.name = "size", .arg = true},
 				 {.name = "timeout", .arg = true},
 				 {.name = "idempotency-key", .arg = true},
+				 {.name = "label", .arg = true, .multi = true},
 				 {0}};
-	json_object *body;
+	json_object *body, *labels;
 	struct cli_reply r;
 	const char *pos[1];
 	long long minutes;
@@ -52,7 +117,11 @@ int cmd_create(struct cli *c, int argc, char **argv)
 
 	if ((rc = cli_begin(c, argc, argv, opts, pos, 0, &npos, NULL, NULL, create_help)) >= 0)
 		return rc;
+	if (!labels_parse(c, &opts[3], &labels))
+		return CLI_EXIT_USAGE;
 	body = json_object_new_object();
+	if (labels)
+		json_object_object_add(body, "metadata", labels);
 	if (opts[0].set)
 		json_object_object_add(body, "size", json_object_new_string(opts[0].value));
 	if (opts[1].set) {
@@ -80,8 +149,9 @@ int cmd_create(struct cli *c, int argc, char **argv)
 
 static const char ls_help[] =
     "usage: sbx ls [--status running|destroyed|expired|failed] [--limit N]\n"
-    "              [--starting-after ID] [--json]\n"
+    "              [--label K=V]... [--starting-after ID] [--json]\n"
     "List sandboxes, newest first (one page: --limit, default 20, at most 100).\n"
+    "--label: only those whose metadata has every pair given.\n"
     "When there are more, stderr says how to get the next page: the same\n"
     "command with --starting-after the last id shown.\n";
 
@@ -90,8 +160,9 @@ int cmd_ls(struct cli *c, int argc, char **argv)
 	struct cli_opt opts[] = {{.name = "status", .arg = true},
 				 {.name = "limit", .arg = true},
 				 {.name = "starting-after", .arg = true},
+				 {.name = "label", .arg = true, .multi = true},
 				 {0}};
-	char path[256] = "/v1/sandboxes";
+	char path[4096] = "/v1/sandboxes";
 	struct cli_table *t;
 	struct cli_reply r;
 	json_object *data = NULL;
@@ -120,6 +191,22 @@ int cmd_ls(struct cli *c, int argc, char **argv)
 			return cli_usage(c, "%s", "--starting-after is not a sandbox id");
 		snprintf(path + strlen(path), sizeof(path) - strlen(path), "%sstarting_after=%s",
 			 sep, opts[2].value);
+		sep = "&";
+	}
+	for (size_t i = 0; i < opts[3].n; i++) {
+		const char *kv = opts[3].vals[i], *eq = strchr(kv, '=');
+		char key[64];
+
+		if (!eq || eq == kv || eq - kv >= (ptrdiff_t)sizeof(key))
+			return cli_usage(c, "--label '%.60s' is not KEY=VALUE", kv);
+		snprintf(key, sizeof(key), "%.*s", (int)(eq - kv), kv);
+		snprintf(path + strlen(path), sizeof(path) - strlen(path), "%smetadata%%5B", sep);
+		if (!query_append(path, sizeof(path), key) || strlen(path) + 4 > sizeof(path))
+			return cli_usage(c, "%s", "the --label filters are too long");
+		strcat(path, "%5D=");
+		if (!query_append(path, sizeof(path), eq + 1))
+			return cli_usage(c, "%s", "the --label filters are too long");
+		sep = "&";
 	}
 	if ((rc = cli_get_human(c, path, &r)) >= 0)
 		return rc;
@@ -139,11 +226,17 @@ int cmd_ls(struct cli *c, int argc, char **argv)
 		    json_object_array_get_idx(data, json_object_array_length(data) - 1);
 		const char *last_id = cli_str(last, "id");
 
-		/* the same query, one page on (ids are [A-Za-z0-9_-]: no quoting) */
-		fprintf(stderr, "sbx: more sandboxes: sbx ls%s%s%s%s --starting-after %s\n",
+		/* the same query, one page on (ids are [A-Za-z0-9_-]: no quoting;
+		 * a label's value is shown in single quotes, without them when it
+		 * holds one) */
+		fprintf(stderr, "sbx: more sandboxes: sbx ls%s%s%s%s",
 			opts[0].set ? " --status " : "", opts[0].set ? opts[0].value : "",
-			opts[1].set ? " --limit " : "", opts[1].set ? opts[1].value : "",
-			cli_id_ok(last_id) ? last_id : "ID");
+			opts[1].set ? " --limit " : "", opts[1].set ? opts[1].value : "");
+		for (size_t i = 0; i < opts[3].n; i++)
+			fprintf(stderr,
+				strchr(opts[3].vals[i], '\'') ? " --label %s" : " --label '%s'",
+				opts[3].vals[i]);
+		fprintf(stderr, " --starting-after %s\n", cli_id_ok(last_id) ? last_id : "ID");
 	}
 	cli_reply_free(&r);
 	return 0;

@@ -79,6 +79,11 @@ static int xrun_hold(struct sandbox_svc *svc, struct xrun *x, struct sbx_error *
 	snprintf(x->row.runtime, sizeof x->row.runtime, "%s", sandbox_runtime_name(x->rt));
 	snprintf(x->row.runner, sizeof x->row.runner, "%s", config_runner_name(x->out->runner));
 	x->row.timeout_seconds = x->req->timeout_seconds;
+	if (sandbox_metadata_json(x->req->metadata, false, x->out->metadata,
+				  sizeof x->out->metadata) < 0)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "metadata",
+				     "metadata is too large");
+	snprintf(x->row.metadata, sizeof x->row.metadata, "%s", x->out->metadata);
 	x->row.price_micro_per_second = x->price;
 	x->row.requested_at_ms = x->started = sbx_wall_ms();
 	if (store_execution_reserve(svc->store, &x->row,

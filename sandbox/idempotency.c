@@ -50,7 +50,7 @@ int sandbox_create_idempotent(struct sandbox_svc *svc, const char *account_id,
 	const struct sandbox_config *cfg = &svc->cfg;
 	const struct sandbox_size *size;
 	struct store_idem row = {0};
-	char canon[96], hash[65];
+	char canon[96 + SANDBOX_METADATA_JSON_MAX], hash[65];
 	int minutes, claimed;
 	int64_t deadline;
 
@@ -67,6 +67,18 @@ int sandbox_create_idempotent(struct sandbox_svc *svc, const char *account_id,
 	/* The same request = the same parameters after defaults. */
 	snprintf(canon, sizeof(canon), "POST /v1/sandboxes\nsize=%s\ntimeout_minutes=%d",
 		 size->name, minutes);
+	/* Metadata only when there is some: a request without it hashes as
+	 * before labels existed (keys remembered across the upgrade). */
+	if (req->metadata) {
+		char meta[SANDBOX_METADATA_JSON_MAX];
+		size_t used = strlen(canon);
+
+		if (sandbox_metadata_json(req->metadata, false, meta, sizeof(meta)) < 0)
+			return sbx_error_set(err, SBX_E_INVALID_REQUEST, "metadata",
+					     "metadata is too large");
+		if (strcmp(meta, "{}") != 0)
+			snprintf(canon + used, sizeof(canon) - used, "\nmetadata=%s", meta);
+	}
 	sbx_sha256_hex(canon, strlen(canon), hash);
 
 	deadline = sbx_mono_ms() + cfg->boot_timeout_ms + 5000;

@@ -150,6 +150,45 @@ int sandbox_account_add_credit(struct sandbox_svc *svc, const char *account_id,
 int sandbox_account_list(struct sandbox_svc *svc, struct sandbox_account **out, size_t *n,
 			 struct sbx_error *err);
 
+/* ---------------------------------------------------------------- labels
+ *
+ * `metadata` (docs/api.md "Metadata"): string pairs on a sandbox or an
+ * execution, Stripe's rules: at most SANDBOX_METADATA_KEYS_MAX keys of
+ * 1..SANDBOX_METADATA_KEY_MAX bytes of [A-Za-z0-9_.-], values of at most
+ * SANDBOX_METADATA_VALUE_MAX bytes of valid UTF-8 without control
+ * characters, at most SANDBOX_METADATA_BYTES_MAX bytes of keys and values
+ * in all. An update sets the keys it names; a value "" or null removes
+ * its key (metadata.c). */
+#define SANDBOX_METADATA_KEYS_MAX  16
+#define SANDBOX_METADATA_KEY_MAX   40
+#define SANDBOX_METADATA_VALUE_MAX 256
+#define SANDBOX_METADATA_BYTES_MAX 1024
+/* The JSON object of the largest metadata, keys sorted, with its NUL. */
+#define SANDBOX_METADATA_JSON_MAX 2400
+
+struct sandbox_label {
+	char key[SANDBOX_METADATA_KEY_MAX + 1];
+	char value[SANDBOX_METADATA_VALUE_MAX + 1];
+	bool remove; /* null or "": remove the key (an update), none (a create) */
+};
+struct sandbox_metadata {
+	size_t n;
+	struct sandbox_label pairs[SANDBOX_METADATA_KEYS_MAX];
+};
+
+/* Check one pair and add it (value NULL = remove the key). 0, or -1 with
+ * SBX_E_INVALID_REQUEST, param `param` ("metadata"), naming the rule. */
+int sandbox_metadata_add(struct sandbox_metadata *m, const char *param, const char *key,
+			 size_t key_len, const char *value, size_t value_len,
+			 struct sbx_error *err);
+/* The canonical JSON object of m, keys sorted, compact: with patch, a
+ * removal is `null`; without, removals are left out. 0, or -1 when it
+ * does not fit in cap. */
+int sandbox_metadata_json(const struct sandbox_metadata *m, bool patch, char *out, size_t cap);
+/* The value of `key` in a stored metadata object: true and copied (cut to
+ * cap), or false when it has no such key. */
+bool sandbox_metadata_lookup(const char *json, const char *key, char *value, size_t cap);
+
 /* ------------------------------------------------------------ sandboxes */
 
 /* The API's sandbox object (API.md). Times are epoch ms, 0 = null. */
@@ -163,6 +202,7 @@ struct sandbox_view {
 	int64_t cost_micro;   /* so far, or final */
 	char startup_path[8]; /* "warm" (pooled guest) | "cold" (booted) | "" unknown */
 	int64_t startup_ms;   /* request received -> guest ready and recorded */
+	char metadata[SANDBOX_METADATA_JSON_MAX]; /* JSON object, keys sorted */
 };
 
 struct sandbox_create_req {
@@ -171,6 +211,7 @@ struct sandbox_create_req {
 	/* Idempotency-Key (API.md): NULL = none, else 1..255 printable ASCII
 	 * bytes (0x20..0x7e). Only sandbox_create_idempotent() looks at it. */
 	const char *idempotency_key;
+	const struct sandbox_metadata *metadata; /* NULL = none */
 };
 
 /* Reserve, boot, wait for the guest's HELLO, record. Returns when the
@@ -236,6 +277,21 @@ int sandbox_get(struct sandbox_svc *svc, const char *account_id, const char *id,
 int sandbox_list(struct sandbox_svc *svc, const char *account_id, const char *status, int limit,
 		 const char *starting_after, struct sandbox_view **out, size_t *n, bool *has_more,
 		 struct sbx_error *err);
+
+/* sandbox_list() of the sandboxes carrying every pair of `filter` (NULL or
+ * no pairs = all; removals are not allowed in a filter). */
+int sandbox_list_labeled(struct sandbox_svc *svc, const char *account_id, const char *status,
+			 const struct sandbox_metadata *filter, int limit,
+			 const char *starting_after, struct sandbox_view **out, size_t *n,
+			 bool *has_more, struct sbx_error *err);
+
+/* Update a sandbox's metadata (any status): clear drops every key first,
+ * then patch's pairs are set or removed. SBX_E_NOT_FOUND for another
+ * account's sandbox; SBX_E_INVALID_REQUEST (param "metadata") when the
+ * result would pass the bounds. *out is the sandbox after. */
+int sandbox_metadata_update(struct sandbox_svc *svc, const char *account_id, const char *id,
+			    bool clear, const struct sandbox_metadata *patch,
+			    struct sandbox_view *out, struct sbx_error *err);
 
 /* Destroy and settle; repeats return the same final object. */
 int sandbox_destroy(struct sandbox_svc *svc, const char *account_id, const char *id,
@@ -633,6 +689,12 @@ struct sandbox_usage_bucket {
 	int64_t seconds;
 	int64_t cost_micro;
 };
+struct sandbox_usage_group {
+	bool labeled; /* false: the sandboxes without the label */
+	char value[SANDBOX_METADATA_VALUE_MAX + 1];
+	int64_t seconds;
+	int64_t cost_micro;
+};
 struct sandbox_usage {
 	int64_t balance_micro;
 	int64_t reserved_micro;
@@ -646,12 +708,23 @@ struct sandbox_usage {
 	int64_t to_ms;
 	struct sandbox_usage_bucket *buckets; /* NULL unless granularity set */
 	size_t n_buckets;
+	/* sandbox_usage_grouped: per value of the label key, sorted by value,
+	 * those without the label first (labeled false) */
+	struct sandbox_usage_group *groups; /* malloc'd */
+	size_t n_groups;
 };
 /* from_ms/to_ms 0 = the current UTC month; granularity NULL, "day" or
  * "hour" (SBX_E_INVALID_REQUEST otherwise, or when the range would give
  * more than 10000 buckets). */
 int sandbox_usage(struct sandbox_svc *svc, const char *account_id, int64_t from_ms, int64_t to_ms,
 		  const char *granularity, struct sandbox_usage *out, struct sbx_error *err);
+/* sandbox_usage() that also sums the period's usage per value of the
+ * label `group_key` (a metadata key) of each sandbox, as it is now; the
+ * groups add up to by_size exactly (each sandbox's pieces are those of
+ * the rollups). */
+int sandbox_usage_grouped(struct sandbox_svc *svc, const char *account_id, int64_t from_ms,
+			  int64_t to_ms, const char *granularity, const char *group_key,
+			  struct sandbox_usage *out, struct sbx_error *err);
 void sandbox_usage_release(struct sandbox_usage *u);
 
 /* ------------------------------------------------ executions (issue 8)
@@ -676,6 +749,7 @@ struct sandbox_execution_req {
 	int timeout_seconds; /* 1..execution_max_timeout_seconds */
 	const char *code;    /* UTF-8, NUL-free, <= execution_max_code_bytes */
 	size_t code_len;
+	const struct sandbox_metadata *metadata; /* NULL = none; returned as given */
 };
 
 /* An execution's status; its name ("running", "completed", "timed_out",
@@ -703,7 +777,8 @@ int sandbox_execution_check(struct sandbox_svc *svc, const struct sandbox_execut
  * api/ renders into the 200 body (api_execution_render). */
 struct sandbox_execution_result {
 	char id[SANDBOX_ID_MAX];
-	enum sandbox_execution_status status; /* COMPLETED or TIMED_OUT */
+	char metadata[SANDBOX_METADATA_JSON_MAX]; /* the request's, a JSON object */
+	enum sandbox_execution_status status;	  /* COMPLETED or TIMED_OUT */
 	int exit_code;
 	/* The streams as returned, UTF-8 sanitised (an incomplete sequence at
 	 * a truncated end cut): the bytes the receipt signs. NUL-terminated. */

@@ -44,6 +44,7 @@ static void view_from_row(const struct store_sandbox *row, int64_t now_ms, struc
 	v->cost_micro = billing_cost_so_far(row, now_ms);
 	snprintf(v->startup_path, sizeof(v->startup_path), "%s", row->startup_path);
 	v->startup_ms = row->startup_ms;
+	snprintf(v->metadata, sizeof(v->metadata), "%s", row->metadata[0] ? row->metadata : "{}");
 }
 
 /* Tenants see a sandbox that is still being created as not existing yet. */
@@ -138,6 +139,10 @@ int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 	row.timeout_minutes = minutes;
 	row.price_micro_per_hour = size->price_micro_per_hour;
 	row.requested_at_ms = sbx_wall_ms();
+	if (req->metadata &&
+	    sandbox_metadata_json(req->metadata, false, row.metadata, sizeof(row.metadata)) < 0)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "metadata",
+				     "metadata is too large");
 	if (store_sandbox_reserve(svc->store, &row,
 				  billing_hold_for_minutes(minutes, size->price_micro_per_hour),
 				  cfg->max_sandboxes_per_account, err) < 0) {
@@ -231,6 +236,16 @@ int sandbox_list(struct sandbox_svc *svc, const char *account_id, const char *st
 		 const char *starting_after, struct sandbox_view **out, size_t *n, bool *has_more,
 		 struct sbx_error *err)
 {
+	return sandbox_list_labeled(svc, account_id, status, NULL, limit, starting_after, out, n,
+				    has_more, err);
+}
+
+int sandbox_list_labeled(struct sandbox_svc *svc, const char *account_id, const char *status,
+			 const struct sandbox_metadata *filter, int limit,
+			 const char *starting_after, struct sandbox_view **out, size_t *n,
+			 bool *has_more, struct sbx_error *err)
+{
+	char labels[SANDBOX_METADATA_JSON_MAX];
 	struct store_sandbox *rows = NULL;
 	enum store_status st;
 	size_t count = 0;
@@ -242,8 +257,16 @@ int sandbox_list(struct sandbox_svc *svc, const char *account_id, const char *st
 				     "status must be one of running, destroyed, expired, failed");
 	if (limit < 1 || limit > 100)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "limit", "limit must be 1..100");
-	if (store_sandbox_list(svc->store, account_id, status ? &st : NULL, limit, starting_after,
-			       &rows, &count, has_more, err) < 0)
+	for (size_t i = 0; filter && i < filter->n; i++)
+		if (filter->pairs[i].remove)
+			return sbx_error_set(err, SBX_E_INVALID_REQUEST, "metadata",
+					     "a metadata filter's values are not empty");
+	if (filter && filter->n && sandbox_metadata_json(filter, false, labels, sizeof(labels)) < 0)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "metadata",
+				     "the metadata filter is too large");
+	if (store_sandbox_list_labeled(svc->store, account_id, status ? &st : NULL,
+				       filter && filter->n ? labels : NULL, limit, starting_after,
+				       &rows, &count, has_more, err) < 0)
 		return -1;
 	*out = calloc(count ? count : 1, sizeof(**out));
 	if (!*out) {

@@ -88,8 +88,118 @@ static void usage_add_running(const struct store_sandbox *rows, size_t n, int64_
 	}
 }
 
+/* ------------------------------------------------------ grouped by a label */
+
+/* One sandbox's share of the period, and its label. */
+struct usage_share {
+	bool labeled;
+	const char *value;
+	int64_t seconds, cost;
+	int64_t from_ms, to_ms;
+};
+
+static int usage_share_piece(void *arg, int64_t hour_ms, int64_t seconds, int64_t cost)
+{
+	struct usage_share *sh = arg;
+
+	if (hour_ms >= sh->from_ms && hour_ms < sh->to_ms) {
+		sh->seconds += seconds;
+		sh->cost += cost;
+	}
+	return 0;
+}
+
+static int share_cmp(const void *a, const void *b)
+{
+	const struct usage_share *x = a, *y = b;
+
+	if (x->labeled != y->labeled)
+		return x->labeled ? 1 : -1;
+	return x->labeled ? strcmp(x->value, y->value) : 0;
+}
+
+/* Whether by_size counts a size (a configured one). */
+static bool usage_size_known(const struct sandbox_usage *u, const char *size)
+{
+	for (size_t k = 0; k < u->n_sizes; k++)
+		if (strcmp(u->by_size[k].size, size) == 0)
+			return true;
+	return false;
+}
+
+/* The shares of the settled sandboxes and the running ones (the running
+ * ones' labels read from their rows: same snapshot), sorted by value and
+ * summed into out->groups; as by_size, only sizes configured now. */
+static int usage_groups(const struct store_usage_snapshot *snap, const char *key, int64_t now,
+			struct sandbox_usage *out, struct sbx_error *err)
+{
+	size_t n = snap->n_settled + snap->n_running, g = 0;
+	struct usage_share *sh = calloc(n ? n : 1, sizeof(*sh));
+	char(*vals)[SANDBOX_METADATA_VALUE_MAX + 1] = calloc(n ? n : 1, sizeof(*vals));
+
+	if (!sh || !vals) {
+		free(sh);
+		free(vals);
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+	}
+	for (size_t i = 0; i < snap->n_settled; i++) {
+		const struct store_usage_labeled *u = &snap->settled[i];
+
+		sh[i] = (struct usage_share){u->labeled, u->value, 0, 0, out->from_ms, out->to_ms};
+		if (usage_size_known(out, u->size))
+			store_usage_split_sandbox(u, usage_share_piece, &sh[i]);
+	}
+	for (size_t i = 0; i < snap->n_running; i++) {
+		const struct store_sandbox *r = &snap->running[i];
+		struct usage_share *x = &sh[snap->n_settled + i];
+		int64_t end = r->expires_at_ms && now > r->expires_at_ms ? r->expires_at_ms : now;
+
+		if (end < r->created_at_ms)
+			end = r->created_at_ms;
+		*x = (struct usage_share){false, "", 0, 0, out->from_ms, out->to_ms};
+		x->labeled = sandbox_metadata_lookup(r->metadata, key, vals[i], sizeof(vals[i]));
+		x->value = vals[i];
+		/* as usage_add_running splits it */
+		if (usage_size_known(out, r->size))
+			store_usage_split(r->created_at_ms, end,
+					  store_billed_seconds(end - r->created_at_ms),
+					  billing_cost_so_far(r, now), usage_share_piece, x);
+	}
+	qsort(sh, n, sizeof(*sh), share_cmp);
+	out->groups = calloc(n ? n : 1, sizeof(*out->groups));
+	if (!out->groups) {
+		free(sh);
+		free(vals);
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (sh[i].seconds == 0 && sh[i].cost == 0)
+			continue;
+		if (g == 0 || out->groups[g - 1].labeled != sh[i].labeled ||
+		    strcmp(out->groups[g - 1].value, sh[i].value) != 0) {
+			out->groups[g].labeled = sh[i].labeled;
+			snprintf(out->groups[g].value, sizeof(out->groups[g].value), "%s",
+				 sh[i].labeled ? sh[i].value : "");
+			g++;
+		}
+		out->groups[g - 1].seconds += sh[i].seconds;
+		out->groups[g - 1].cost_micro += sh[i].cost;
+	}
+	out->n_groups = g;
+	free(sh);
+	free(vals);
+	return 0;
+}
+
 int sandbox_usage(struct sandbox_svc *svc, const char *account_id, int64_t from_ms, int64_t to_ms,
 		  const char *granularity, struct sandbox_usage *out, struct sbx_error *err)
+{
+	return sandbox_usage_grouped(svc, account_id, from_ms, to_ms, granularity, NULL, out, err);
+}
+
+int sandbox_usage_grouped(struct sandbox_svc *svc, const char *account_id, int64_t from_ms,
+			  int64_t to_ms, const char *granularity, const char *group_key,
+			  struct sandbox_usage *out, struct sbx_error *err)
 {
 	const struct sandbox_config *cfg = &svc->cfg;
 	struct store_usage_snapshot snap;
@@ -120,7 +230,15 @@ int sandbox_usage(struct sandbox_svc *svc, const char *account_id, int64_t from_
 
 	/* Settled rows, totals, live count and running list in one snapshot:
 	 * a sandbox that ends meanwhile counts once, settled or running. */
-	if (store_usage_snapshot(svc->store, account_id, from_ms, to_ms, step, &snap, err) < 0)
+	if (group_key) {
+		struct sandbox_metadata check = {0};
+
+		if (sandbox_metadata_add(&check, "group_by", group_key, strlen(group_key), NULL, 0,
+					 err) < 0)
+			return -1;
+	}
+	if (store_usage_snapshot_grouped(svc->store, account_id, from_ms, to_ms, step, group_key,
+					 &snap, err) < 0)
 		return -1;
 	billing_balance_accrue(&snap.balance, snap.running, snap.n_running, now);
 	out->balance_micro = snap.balance.balance_micro;
@@ -149,6 +267,11 @@ int sandbox_usage(struct sandbox_svc *svc, const char *account_id, int64_t from_
 		usage_add(out, step, snap.rows[i].size, snap.rows[i].start_ms, snap.rows[i].seconds,
 			  snap.rows[i].cost_micro);
 	usage_add_running(snap.running, snap.n_running, now, step, out);
+	if (group_key && usage_groups(&snap, group_key, now, out, err) < 0) {
+		store_usage_snapshot_release(&snap);
+		sandbox_usage_release(out);
+		return -1;
+	}
 	store_usage_snapshot_release(&snap);
 	return 0;
 }
@@ -158,4 +281,7 @@ void sandbox_usage_release(struct sandbox_usage *u)
 	free(u->buckets);
 	u->buckets = NULL;
 	u->n_buckets = 0;
+	free(u->groups);
+	u->groups = NULL;
+	u->n_groups = 0;
 }

@@ -60,13 +60,13 @@ int store_execution_reserve(struct store *s, const struct store_execution *row, 
 		if (store_run(
 			s, &q,
 			"INSERT INTO executions (id, account_id, runtime, runner, status,"
-			" timeout_seconds, price_micro_per_second, requested_at_ms, hold_micro)"
-			" VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6, ?7, ?8)",
+			" timeout_seconds, price_micro_per_second, requested_at_ms, hold_micro,"
+			" metadata) VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6, ?7, ?8, ?9)",
 			err, STORE_T(row->id), STORE_T(row->account_id), STORE_T(row->runtime),
 			STORE_T(row->runner), STORE_I(row->timeout_seconds),
 			STORE_I(row->price_micro_per_second),
 			STORE_I(row->requested_at_ms ? row->requested_at_ms : now),
-			STORE_I(hold_micro)) < 0)
+			STORE_I(hold_micro), STORE_T(row->metadata[0] ? row->metadata : "{}")) < 0)
 			goto err_rollback;
 	}
 	if (sx_ledger(s, row->account_id, row->id, "hold", hold_micro, now, err) < 0)

@@ -181,6 +181,22 @@ static const char *const store_migrations[] = {
      * most max_receipts_per_account per account, the oldest dropped
      * first: an index to find an account's oldest */
     "CREATE INDEX receipts_by_account ON receipts(account_id, created_at_ms);",
+    /* 10 (issue 32, labels): a sandbox's and an execution's metadata as
+     * the API shows it (a JSON object of string pairs, keys sorted), and
+     * a sandbox's pairs one per row, which the list's filter and usage
+     * grouped by a key read through an index. Both written in one
+     * transaction (store_sandbox_reserve, store_sandbox_metadata_update). */
+    "ALTER TABLE sandboxes ADD COLUMN metadata TEXT NOT NULL DEFAULT '{}';"
+    "ALTER TABLE executions ADD COLUMN metadata TEXT NOT NULL DEFAULT '{}';"
+    "CREATE TABLE sandbox_labels ("
+    "  sandbox_id TEXT NOT NULL REFERENCES sandboxes(id),"
+    "  account_id TEXT NOT NULL REFERENCES accounts(id),"
+    "  key TEXT NOT NULL,"
+    "  value TEXT NOT NULL,"
+    "  PRIMARY KEY (sandbox_id, key)"
+    ") WITHOUT ROWID;"
+    "CREATE INDEX sandbox_labels_by_value ON sandbox_labels(account_id, key, value);"
+    "CREATE INDEX sandboxes_by_account_ended ON sandboxes(account_id, ended_at_ms);",
 };
 
 /* Work in C that a migration needs after its SQL, in the same transaction,

@@ -13,7 +13,7 @@
 	"id, account_id, size, domain, status, timeout_minutes,"                                   \
 	" price_micro_per_hour, requested_at_ms, created_at_ms, expires_at_ms,"                    \
 	" ended_at_ms, last_seen_at_ms, hold_micro, charge_micro, startup_path, startup_ms,"       \
-	" host"
+	" host, metadata"
 
 /* "12.345678" without going near floating point (store must not call billing). */
 static void store_usd(int64_t micro, char buf[static 32])
@@ -45,6 +45,57 @@ static void store_sandbox_from_stmt(sqlite3_stmt *q, struct store_sandbox *r)
 	store_copy_col(r->startup_path, sizeof r->startup_path, q, 14);
 	r->startup_ms = sqlite3_column_int64(q, 15);
 	store_copy_col(r->host, sizeof r->host, q, 16);
+	store_copy_col(r->metadata, sizeof r->metadata, q, 17);
+}
+
+/* Bring a sandbox's metadata column in line with its label rows, and check
+ * their bounds (store.h), inside the open write transaction. 0 or -1. */
+static int store_labels_sync(struct store *s, const char *id, struct sbx_error *err)
+{
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
+	if (store_run(
+		s, &q,
+		"SELECT COUNT(*), COALESCE(SUM(length(CAST(key AS BLOB))"
+		" + length(CAST(value AS BLOB))), 0) FROM sandbox_labels WHERE sandbox_id = ?1",
+		err, STORE_T(id)) < 0)
+		return -1;
+	int64_t keys = sqlite3_column_int64(q, 0), bytes = sqlite3_column_int64(q, 1);
+	if (keys > STORE_METADATA_KEYS_MAX)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "metadata",
+				     "metadata can have at most %d keys", STORE_METADATA_KEYS_MAX);
+	if (bytes > STORE_METADATA_BYTES_MAX)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "metadata",
+				     "metadata keys and values can have at most %d bytes in all",
+				     STORE_METADATA_BYTES_MAX);
+	_cleanup_reset_ sqlite3_stmt *u = NULL;
+	return store_run(s, &u,
+			 "UPDATE sandboxes SET metadata = (SELECT COALESCE(json_group_object(key,"
+			 " value), '{}') FROM (SELECT key, value FROM sandbox_labels"
+			 " WHERE sandbox_id = ?1 ORDER BY key)) WHERE id = ?1",
+			 err, STORE_T(id)) < 0
+		   ? -1
+		   : 0;
+}
+
+/* Set (a string value) or remove (null or "") the pairs of a JSON object
+ * on a sandbox's label rows, inside the open write transaction. */
+static int store_labels_apply(struct store *s, const char *account_id, const char *id,
+			      const char *patch, struct sbx_error *err)
+{
+	_cleanup_reset_ sqlite3_stmt *d = NULL, *i = NULL;
+	if (store_run(s, &d,
+		      "DELETE FROM sandbox_labels WHERE sandbox_id = ?1 AND key IN"
+		      " (SELECT key FROM json_each(?2) WHERE type = 'null' OR value = '')",
+		      err, STORE_T(id), STORE_T(patch)) < 0)
+		return -1;
+	if (store_run(s, &i,
+		      "INSERT INTO sandbox_labels (sandbox_id, account_id, key, value)"
+		      " SELECT ?1, ?3, key, value FROM json_each(?2)"
+		      " WHERE type = 'text' AND value != ''"
+		      " ON CONFLICT (sandbox_id, key) DO UPDATE SET value = excluded.value",
+		      err, STORE_T(id), STORE_T(patch), STORE_T(account_id)) < 0)
+		return -1;
+	return store_labels_sync(s, id, err);
 }
 
 static void store_sandbox_decode(sqlite3_stmt *q, void *elem)
@@ -175,6 +226,9 @@ int store_sandbox_reserve(struct store *s, struct store_sandbox *row, int64_t ho
 			      STORE_I(hold_micro)) < 0)
 			goto err_rollback;
 	}
+	if (row->metadata[0] &&
+	    store_labels_apply(s, row->account_id, row->id, row->metadata, err) < 0)
+		goto err_rollback;
 	if (hold_micro > 0 &&
 	    store_ledger_insert(s, row->account_id, row->id, "hold", hold_micro, now, err) < 0)
 		goto err_rollback;
@@ -386,6 +440,90 @@ int store_sandbox_list(struct store *s, const char *account_id, const enum store
 		       int limit, const char *starting_after, struct store_sandbox **out, size_t *n,
 		       bool *has_more, struct sbx_error *err)
 {
+	return store_sandbox_list_labeled(s, account_id, status, NULL, limit, starting_after, out,
+					  n, has_more, err);
+}
+
+int store_sandbox_metadata_update(struct store *s, const char *account_id, const char *id,
+				  bool clear, const char *patch, struct store_sandbox *out,
+				  struct sbx_error *err)
+{
+	STORE_LOCK(s);
+	if (store_tx_begin(s, err) < 0)
+		return -1;
+	struct store_sandbox row;
+	if (store_sandbox_need(s, account_id, id, &row, err) < 0)
+		goto err_rollback;
+	if (row.status == STORE_CREATING) { /* tenants do not see it yet */
+		sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such sandbox '%.64s'", id);
+		goto err_rollback;
+	}
+	if (clear) {
+		_cleanup_reset_ sqlite3_stmt *q = NULL;
+		if (store_run(s, &q, "DELETE FROM sandbox_labels WHERE sandbox_id = ?1", err,
+			      STORE_T(row.id)) < 0)
+			goto err_rollback;
+	}
+	if (store_labels_apply(s, row.account_id, row.id, patch && *patch ? patch : "{}", err) < 0)
+		goto err_rollback;
+	if (store_sandbox_need(s, account_id, id, &row, err) < 0)
+		goto err_rollback;
+	if (store_tx_commit(s, err) < 0)
+		goto err_rollback;
+	*out = row;
+	return 0;
+
+err_rollback:
+	store_tx_rollback(s);
+	return -1;
+}
+
+/* The list's query: by status or not, filtered by labels or not. The
+ * label filter is driven by the index of its first pair (CROSS JOIN keeps
+ * that order); every pair is then checked on the row's labels. */
+#define STORE_LIST_TAIL                                                                            \
+	" AND (?4 IS NULL OR requested_at_ms < ?3 OR (requested_at_ms = ?3 AND id < ?4))"          \
+	" ORDER BY requested_at_ms DESC, id DESC LIMIT ?5"
+#define STORE_LIST_LABELED                                                                         \
+	"SELECT " SBX_COLS " FROM (SELECT s.* FROM sandbox_labels l CROSS JOIN sandboxes s"        \
+	" ON s.id = l.sandbox_id WHERE l.account_id = ?1 AND l.key = ?7 AND l.value = ?8) AS m"    \
+	" WHERE account_id = ?1 AND NOT EXISTS (SELECT 1 FROM json_each(?6) f WHERE NOT EXISTS"    \
+	" (SELECT 1 FROM sandbox_labels x WHERE x.sandbox_id = m.id AND x.key = f.key"             \
+	" AND x.value = f.value))"
+static const char *const store_list_sql[2][2] = {
+    {"SELECT " SBX_COLS " FROM sandboxes WHERE account_id = ?1"
+     " AND status != 'aborted' AND ?2 IS NULL AND COALESCE(?6, ?7, ?8) IS NULL" STORE_LIST_TAIL,
+     "SELECT " SBX_COLS " FROM sandboxes WHERE account_id = ?1"
+     " AND status = ?2 AND COALESCE(?6, ?7, ?8) IS NULL" STORE_LIST_TAIL},
+    {STORE_LIST_LABELED " AND status != 'aborted' AND ?2 IS NULL" STORE_LIST_TAIL,
+     STORE_LIST_LABELED " AND status = ?2" STORE_LIST_TAIL},
+};
+#undef STORE_LIST_TAIL
+#undef STORE_LIST_LABELED
+
+/* The first pair of a labels filter, by json_each. 1, 0 when there is none,
+ * -1 error. */
+static int store_labels_first(struct store *s, const char *labels, char key[static 64],
+			      char value[static STORE_METADATA_VALUE_MAX + 1],
+			      struct sbx_error *err)
+{
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
+	int rc = store_run(s, &q,
+			   "SELECT key, value FROM json_each(?1) WHERE type = 'text' ORDER BY key"
+			   " LIMIT 1",
+			   err, STORE_T(labels));
+	if (rc < 0 || rc == SQLITE_DONE)
+		return rc < 0 ? -1 : 0;
+	store_copy_col(key, 64, q, 0);
+	store_copy_col(value, STORE_METADATA_VALUE_MAX + 1, q, 1);
+	return 1;
+}
+
+int store_sandbox_list_labeled(struct store *s, const char *account_id,
+			       const enum store_status *status, const char *labels, int limit,
+			       const char *starting_after, struct store_sandbox **out, size_t *n,
+			       bool *has_more, struct sbx_error *err)
+{
 	if (limit < 1 || limit > 1000)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "limit",
 				     "limit must be between 1 and 1000");
@@ -409,23 +547,24 @@ int store_sandbox_list(struct store *s, const char *account_id, const enum store
 		cursor_ts = cur.requested_at_ms;
 		cursor_id = cur.id;
 	}
+	char key[64] = "", value[STORE_METADATA_VALUE_MAX + 1] = "";
+	if (labels) {
+		int has = store_labels_first(s, labels, key, value, err);
+		if (has < 0)
+			return -1;
+		if (has == 0)
+			return sbx_error_set(err, SBX_E_INVALID_REQUEST, "metadata",
+					     "a metadata filter needs at least one pair");
+	}
 	_cleanup_reset_ sqlite3_stmt *q = NULL;
-	/* Two texts, so that a status filter is an index term
+	/* Two texts by status, so that a status filter is an index term
 	 * (sandboxes_by_account_status: O(rows of that status), e.g. the few
 	 * running ones) rather than a filter over the whole history. */
-#define STORE_LIST_TAIL                                                                            \
-	" AND (?4 IS NULL OR requested_at_ms < ?3 OR (requested_at_ms = ?3 AND id < ?4))"          \
-	" ORDER BY requested_at_ms DESC, id DESC LIMIT ?5"
-	if (store_bind(s, &q,
-		       status ? "SELECT " SBX_COLS " FROM sandboxes WHERE account_id = ?1"
-				" AND status = ?2" STORE_LIST_TAIL
-			      : "SELECT " SBX_COLS " FROM sandboxes WHERE account_id = ?1"
-				" AND status != 'aborted' AND ?2 IS NULL" STORE_LIST_TAIL,
-		       err, STORE_T(account_id),
-		       STORE_T(status ? store_status_name(*status) : NULL), STORE_I(cursor_ts),
-		       STORE_T(cursor_id), STORE_I(limit + 1)) < 0)
+	if (store_bind(s, &q, store_list_sql[labels != NULL][status != NULL], err,
+		       STORE_T(account_id), STORE_T(status ? store_status_name(*status) : NULL),
+		       STORE_I(cursor_ts), STORE_T(cursor_id), STORE_I(limit + 1), STORE_T(labels),
+		       STORE_T(labels ? key : NULL), STORE_T(labels ? value : NULL)) < 0)
 		return -1;
-#undef STORE_LIST_TAIL
 	struct store_sandbox *rows = NULL;
 	size_t got = 0;
 	if (store_collect(s, q, sizeof *rows, (size_t)limit + 1, store_sandbox_decode,

@@ -198,8 +198,12 @@ int store_usage_rebuild_tx(struct store *s, struct sbx_error *err);
 	"ALTER TABLE accounts DROP COLUMN releases_micro;"                                         \
 	"ALTER TABLE accounts DROP COLUMN charges_micro;"                                          \
 	"DROP INDEX executions_stored; ALTER TABLE executions DROP COLUMN "                        \
-	"response_bytes;" STORE_PRIV_BACK_TO_SCHEMA_8_RECEIPTS STORE_PRIV_BACK_TO_SCHEMA_7_HOSTS   \
-	"PRAGMA user_version = 4;"
+	"response_bytes;" STORE_PRIV_BACK_TO_SCHEMA_9_LABELS STORE_PRIV_BACK_TO_SCHEMA_8_RECEIPTS  \
+	    STORE_PRIV_BACK_TO_SCHEMA_7_HOSTS "PRAGMA user_version = 4;"
+/* Tests only: undo migration 10 (labels). */
+#define STORE_PRIV_BACK_TO_SCHEMA_9_LABELS                                                         \
+	"DROP TABLE sandbox_labels; DROP INDEX sandboxes_by_account_ended;"                        \
+	"ALTER TABLE sandboxes DROP COLUMN metadata; ALTER TABLE executions DROP COLUMN metadata;"
 /* Tests only: undo migration 9 (the receipts' index). */
 #define STORE_PRIV_BACK_TO_SCHEMA_8_RECEIPTS "DROP INDEX receipts_by_account;"
 /* Tests only: undo migration 8 (the sandbox's host and the drains). */

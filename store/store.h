@@ -140,6 +140,19 @@ enum store_status {
 const char *store_status_name(enum store_status st);
 int store_status_parse(const char *name, enum store_status *st);
 
+/* Labels (issue 32): a sandbox's metadata, string pairs. The store keeps
+ * them twice, in one transaction: as the JSON object the API shows (keys
+ * sorted; at most STORE_METADATA_MAX bytes with its NUL) and one row per
+ * pair, which the list's filter and usage grouped by a key read through
+ * an index. sandbox/ checks the pairs (sandbox_metadata_*); the store
+ * checks the bounds that depend on the stored pairs (count and bytes
+ * after an update). */
+#define STORE_METADATA_KEYS_MAX	 16
+#define STORE_METADATA_KEY_MAX	 40
+#define STORE_METADATA_VALUE_MAX 256
+#define STORE_METADATA_BYTES_MAX 1024 /* keys + values, UTF-8 bytes */
+#define STORE_METADATA_MAX	 2400
+
 /* A host name (config `hosts[].name`) and its terminating NUL. */
 #define STORE_HOST_MAX 32
 
@@ -150,21 +163,24 @@ struct store_sandbox {
 	char domain[64]; /* libvirt domain name, "" until known */
 	enum store_status status;
 	int timeout_minutes;
-	int64_t price_micro_per_hour; /* snapshot at create */
-	int64_t requested_at_ms;      /* request received */
-	int64_t created_at_ms;	      /* guest ready: billing starts (0 while creating) */
-	int64_t expires_at_ms;	      /* 0 while creating */
-	int64_t ended_at_ms;	      /* 0 while live */
-	int64_t last_seen_at_ms;      /* heartbeat */
-	int64_t hold_micro;	      /* total reserved for it (create + extends) */
-	int64_t charge_micro;	      /* final charge, once ended */
-	char startup_path[8];	      /* "warm" | "cold" | "" (before migration 3) */
-	int64_t startup_ms;	      /* request received -> guest ready and recorded */
-	char host[STORE_HOST_MAX];    /* the host it runs on ("local" before migration 8) */
+	int64_t price_micro_per_hour;	   /* snapshot at create */
+	int64_t requested_at_ms;	   /* request received */
+	int64_t created_at_ms;		   /* guest ready: billing starts (0 while creating) */
+	int64_t expires_at_ms;		   /* 0 while creating */
+	int64_t ended_at_ms;		   /* 0 while live */
+	int64_t last_seen_at_ms;	   /* heartbeat */
+	int64_t hold_micro;		   /* total reserved for it (create + extends) */
+	int64_t charge_micro;		   /* final charge, once ended */
+	char startup_path[8];		   /* "warm" | "cold" | "" (before migration 3) */
+	int64_t startup_ms;		   /* request received -> guest ready and recorded */
+	char host[STORE_HOST_MAX];	   /* the host it runs on ("local" before migration 8) */
+	char metadata[STORE_METADATA_MAX]; /* JSON object of its labels, "{}" for none */
 };
 
 /* Write a create's intent in one transaction: the row (status CREATING)
- * and a hold of hold_micro. Refuses with SBX_E_CONCURRENCY_LIMIT when the
+ * with its labels (row->metadata: "" or a JSON object of string pairs that
+ * sandbox/ checked; a pair whose value is "" is not kept) and a hold of
+ * hold_micro. Refuses with SBX_E_CONCURRENCY_LIMIT when the
  * account already has max_live sandboxes that are CREATING or RUNNING, and
  * with SBX_E_INSUFFICIENT_CREDIT (message names needed and available, in
  * USD) when available < hold_micro. row->status and ->hold_micro are set
@@ -231,6 +247,25 @@ int store_sandbox_get(struct store *s, const char *account_id, const char *id,
 int store_sandbox_list(struct store *s, const char *account_id, const enum store_status *status,
 		       int limit, const char *starting_after, struct store_sandbox **out, size_t *n,
 		       bool *has_more, struct sbx_error *err);
+
+/* store_sandbox_list() of the sandboxes that carry every pair of
+ * `labels` (a JSON object of 1..STORE_METADATA_KEYS_MAX string pairs;
+ * NULL = no filter): read through the labels' index, O(sandboxes with the
+ * first pair). */
+int store_sandbox_list_labeled(struct store *s, const char *account_id,
+			       const enum store_status *status, const char *labels, int limit,
+			       const char *starting_after, struct store_sandbox **out, size_t *n,
+			       bool *has_more, struct sbx_error *err);
+
+/* Change a sandbox's labels (live or ended; another account's, a
+ * creating or an aborted one is SBX_E_NOT_FOUND), one transaction: clear first drops them all,
+ * then each pair of `patch` (a JSON object sandbox/ checked) is set, or
+ * removed when its value is null or "". SBX_E_INVALID_REQUEST (param
+ * "metadata") when the result would pass STORE_METADATA_KEYS_MAX pairs or
+ * STORE_METADATA_BYTES_MAX bytes (nothing changed). *out gets the row. */
+int store_sandbox_metadata_update(struct store *s, const char *account_id, const char *id,
+				  bool clear, const char *patch, struct store_sandbox *out,
+				  struct sbx_error *err);
 
 /* Every CREATING or RUNNING row of any account (reconcile, expiry). */
 int store_sandbox_list_live(struct store *s, struct store_sandbox **out, size_t *n,
@@ -338,6 +373,14 @@ int store_usage_read(struct store *s, const char *account_id, int64_t from_ms, i
  * sandboxes (all of them, bounded by its live cap; newest first). On a
  * read connection, never the writer's mutex. Release with
  * store_usage_snapshot_release (also after an error). */
+/* A settled sandbox as usage grouped by a label key reads it: what the
+ * rollups were written from, and its label's value. */
+struct store_usage_labeled {
+	int64_t created_at_ms, expires_at_ms, ended_at_ms, charge_micro;
+	char size[16];
+	bool labeled; /* false: it has no such label */
+	char value[STORE_METADATA_VALUE_MAX + 1];
+};
 struct store_usage_snapshot {
 	struct store_usage_row *rows; /* malloc'd */
 	size_t n_rows;
@@ -345,9 +388,26 @@ struct store_usage_snapshot {
 	int live;
 	struct store_sandbox *running; /* malloc'd, NULL when none */
 	size_t n_running;
+	/* store_usage_snapshot_grouped only: the settled sandboxes whose
+	 * runtime may have a piece in the period (malloc'd, NULL when none) */
+	struct store_usage_labeled *settled;
+	size_t n_settled;
 };
 int store_usage_snapshot(struct store *s, const char *account_id, int64_t from_ms, int64_t to_ms,
 			 int64_t step_ms, struct store_usage_snapshot *out, struct sbx_error *err);
+/* store_usage_snapshot() that also reads, in the same snapshot, the
+ * settled sandboxes of the period with the value of their label
+ * `group_key` (O(sandboxes that ran in the period), by the index of
+ * created_at): split with store_usage_split_sandbox, their pieces in the
+ * period add up to the settled rows exactly. */
+int store_usage_snapshot_grouped(struct store *s, const char *account_id, int64_t from_ms,
+				 int64_t to_ms, int64_t step_ms, const char *group_key,
+				 struct store_usage_snapshot *out, struct sbx_error *err);
+/* Split a settled sandbox's billed seconds and charge over the UTC hours
+ * of its billed runtime [created_at, min(ended_at, expires_at)), as the
+ * rollups were written (store_usage_split). */
+int store_usage_split_sandbox(const struct store_usage_labeled *u, store_usage_piece_fn fn,
+			      void *ctx);
 void store_usage_snapshot_release(struct store_usage_snapshot *u);
 /* Recompute every rollup from the sandboxes that ended, one transaction
  * (after filling a database by hand, as bench/api does). */
@@ -435,7 +495,8 @@ struct store_execution {
 	int64_t hold_micro;
 	int64_t charge_micro;
 	char receipt_id[STORE_ID_MAX];
-	char *response; /* malloc'd JSON of the 200 answer, or NULL (get only) */
+	char metadata[STORE_METADATA_MAX]; /* JSON object (insert only; "" = {}) */
+	char *response;			   /* malloc'd JSON of the 200 answer, or NULL (get only) */
 	/* list only: the stored answer's exit_code; has_exit_code false while
 	 * running, for a failed run, or once the answer was dropped */
 	bool has_exit_code;

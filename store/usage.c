@@ -124,6 +124,20 @@ static int rollup_sandbox(struct rollup_ctx *c, int64_t created_ms, int64_t expi
 				 charge_micro, rollup_add, c);
 }
 
+int store_usage_split_sandbox(const struct store_usage_labeled *u, store_usage_piece_fn fn,
+			      void *ctx)
+{
+	int64_t end = u->ended_at_ms;
+
+	if (u->expires_at_ms > 0 && end > u->expires_at_ms)
+		end = u->expires_at_ms;
+	if (end < u->created_at_ms)
+		end = u->created_at_ms;
+	return store_usage_split(u->created_at_ms, end,
+				 store_billed_seconds(end - u->created_at_ms), u->charge_micro, fn,
+				 ctx);
+}
+
 int store_usage_settle(struct store *s, const struct store_sandbox *row, int64_t ended_at_ms,
 		       int64_t charge_micro, struct sbx_error *err)
 {
@@ -250,6 +264,42 @@ static int usage_ranges(struct store *s, const char *account_id, int64_t from, i
 	return 0;
 }
 
+static void usage_labeled_decode(sqlite3_stmt *q, void *elem)
+{
+	struct store_usage_labeled *u = elem;
+
+	memset(u, 0, sizeof(*u));
+	u->created_at_ms = sqlite3_column_int64(q, 0);
+	u->expires_at_ms = sqlite3_column_int64(q, 1);
+	u->ended_at_ms = sqlite3_column_int64(q, 2);
+	u->charge_micro = sqlite3_column_int64(q, 3);
+	u->labeled = sqlite3_column_type(q, 4) != SQLITE_NULL;
+	store_copy_col(u->value, sizeof u->value, q, 4);
+	store_copy_col(u->size, sizeof u->size, q, 5);
+}
+
+/* The settled sandboxes that may have a piece in [from, to): created
+ * before `to`, ended no earlier than the hour before `from` (a piece's
+ * hour is at most its runtime's last hour), the rollups' rows (see
+ * store_usage_rebuild_tx). */
+static int usage_settled(struct store *s, const char *account_id, int64_t from_ms, int64_t to_ms,
+			 const char *key, struct store_usage_snapshot *out, struct sbx_error *err)
+{
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
+	if (store_bind(s, &q,
+		       "SELECT s.created_at_ms, s.expires_at_ms, s.ended_at_ms, s.charge_micro,"
+		       " l.value, s.size FROM sandboxes s LEFT JOIN sandbox_labels l"
+		       " ON l.sandbox_id = s.id AND l.key = ?4"
+		       " WHERE s.account_id = ?1 AND s.created_at_ms > 0 AND s.created_at_ms < ?3"
+		       " AND s.ended_at_ms >= ?2 AND s.status IN ('destroyed', 'expired', 'failed')"
+		       " ORDER BY s.created_at_ms, s.id",
+		       err, STORE_T(account_id), STORE_I(from_ms - STORE_HOUR_MS), STORE_I(to_ms),
+		       STORE_T(key)) < 0)
+		return -1;
+	return store_collect(s, q, sizeof(*out->settled), SIZE_MAX, usage_labeled_decode,
+			     (void **)&out->settled, &out->n_settled, err);
+}
+
 static int usage_period_check(int64_t from_ms, int64_t to_ms, int64_t step_ms,
 			      struct sbx_error *err)
 {
@@ -267,8 +317,8 @@ static int usage_period_check(int64_t from_ms, int64_t to_ms, int64_t step_ms,
 /* The snapshot, with (extras) or without balance, live count and running
  * list: one read transaction on one read connection. */
 static int usage_snapshot(struct store *s, const char *account_id, int64_t from_ms, int64_t to_ms,
-			  int64_t step_ms, bool extras, struct store_usage_snapshot *out,
-			  struct sbx_error *err)
+			  int64_t step_ms, bool extras, const char *group_key,
+			  struct store_usage_snapshot *out, struct sbx_error *err)
 {
 	struct usage_rows rows = {0};
 
@@ -286,6 +336,8 @@ static int usage_snapshot(struct store *s, const char *account_id, int64_t from_
 	if (rc == 0 && extras)
 		rc = store_sandbox_list_running_locked(s, account_id, &out->running,
 						       &out->n_running, err);
+	if (rc == 0 && group_key)
+		rc = usage_settled(s, account_id, from_ms, to_ms, group_key, out, err);
 	/* A read transaction: COMMIT only ends it. */
 	if (store_exec_cached(s, "COMMIT", NULL) < 0)
 		store_tx_rollback(s);
@@ -301,13 +353,21 @@ static int usage_snapshot(struct store *s, const char *account_id, int64_t from_
 int store_usage_snapshot(struct store *s, const char *account_id, int64_t from_ms, int64_t to_ms,
 			 int64_t step_ms, struct store_usage_snapshot *out, struct sbx_error *err)
 {
-	return usage_snapshot(s, account_id, from_ms, to_ms, step_ms, true, out, err);
+	return usage_snapshot(s, account_id, from_ms, to_ms, step_ms, true, NULL, out, err);
+}
+
+int store_usage_snapshot_grouped(struct store *s, const char *account_id, int64_t from_ms,
+				 int64_t to_ms, int64_t step_ms, const char *group_key,
+				 struct store_usage_snapshot *out, struct sbx_error *err)
+{
+	return usage_snapshot(s, account_id, from_ms, to_ms, step_ms, true, group_key, out, err);
 }
 
 void store_usage_snapshot_release(struct store_usage_snapshot *u)
 {
 	free(u->rows);
 	free(u->running);
+	free(u->settled);
 	memset(u, 0, sizeof(*u));
 }
 
@@ -319,7 +379,7 @@ int store_usage_read(struct store *s, const char *account_id, int64_t from_ms, i
 
 	*out = NULL;
 	*n = 0;
-	if (usage_snapshot(s, account_id, from_ms, to_ms, step_ms, false, &u, err) < 0)
+	if (usage_snapshot(s, account_id, from_ms, to_ms, step_ms, false, NULL, &u, err) < 0)
 		return -1;
 	*out = u.rows;
 	*n = u.n_rows;

@@ -33,6 +33,8 @@ export interface SandboxInfo {
   cost_usd: string;
   startup_path: 'warm' | 'cold' | null;
   startup_ms: number | null;
+  /** Labels (docs/api.md, Metadata). */
+  metadata: Record<string, string>;
 }
 
 export interface Receipt {
@@ -70,6 +72,7 @@ export type ProcessEvent = OutputEvent | { type: 'exit'; exitCode: number | null
 export interface CreateOptions extends ClientOptions, CallOptions {
   size?: string;
   timeoutMinutes?: number;
+  metadata?: Record<string, string>;
   /** Default: a new random key per call (shared by its retries). */
   idempotencyKey?: string;
   /** Use this client instead of one made from the other options. */
@@ -89,6 +92,7 @@ export declare class Sandbox {
   exec(command: string, options?: ExecOptions & { receipt?: boolean }): Promise<ExecResult>;
   execStream(command: string, options?: ExecOptions): AsyncGenerator<ExecEvent, void, undefined>;
   refresh(options?: CallOptions): Promise<this>;
+  update(metadata: Record<string, string | null> | null, options?: CallOptions): Promise<this>;
   extend(timeoutMinutes: number, options?: CallOptions): Promise<this>;
   delete(options?: CallOptions): Promise<SandboxInfo>;
 }
@@ -201,7 +205,7 @@ export interface ApiKey {
 export declare class Sandboxes {
   create(options?: Omit<CreateOptions, keyof ClientOptions | 'client'>): Promise<Sandbox>;
   get(id: string, options?: CallOptions): Promise<Sandbox>;
-  list(options?: CallOptions & { status?: 'running' | 'destroyed' | 'expired' | 'failed'; limit?: number; startingAfter?: string }): Promise<{ data: Sandbox[]; hasMore: boolean }>;
+  list(options?: CallOptions & { status?: 'running' | 'destroyed' | 'expired' | 'failed'; limit?: number; startingAfter?: string; metadata?: Record<string, string> }): Promise<{ data: Sandbox[]; hasMore: boolean }>;
 }
 
 export declare class Executions {
@@ -229,8 +233,8 @@ export declare class Sandboxd {
   readonly sandboxes: Sandboxes;
   readonly apiKeys: ApiKeys;
   readonly executions: Executions;
-  runCode(code: string, options?: CallOptions & { runtime?: 'python' | 'node'; timeoutSeconds?: number }): Promise<Execution>;
-  usage(options?: CallOptions & { from?: string; to?: string; granularity?: 'day' | 'hour' }): Promise<Record<string, any>>;
+  runCode(code: string, options?: CallOptions & { runtime?: 'python' | 'node'; timeoutSeconds?: number; metadata?: Record<string, string> }): Promise<Execution>;
+  usage(options?: CallOptions & { from?: string; to?: string; granularity?: 'day' | 'hour'; groupBy?: string }): Promise<Record<string, any>>;
   limits(options?: CallOptions): Promise<Record<string, any>>;
   /** The image's runtime versions (python, node, npm, gcc, git); null where unknown. */
   runtimes(options?: CallOptions): Promise<Record<string, string | null>>;

@@ -272,9 +272,27 @@ static void create_ls_get(void **state)
 
 	/* one page of two: the hint names the real next page */
 	char second[64], hint[256];
-	r = sbx("", "create --timeout 1");
+	r = sbx("", "create --timeout 1 --label 'job=a/b c' --label team=ml");
 	assert_int_equal(r.rc, 0);
 	snprintf(second, sizeof(second), "%.*s", (int)(r.out_len - 1), r.out);
+	run_free(&r);
+	/* labels: shown by get, filtering ls (the value percent-encoded) */
+	r = sbx("", "get %s", second);
+	assert_int_equal(r.rc, 0);
+	assert_non_null(strstr(r.out, "metadata    job=a/b c team=ml\n"));
+	run_free(&r);
+	r = sbx("", "ls --label 'job=a/b c' --label team=ml");
+	assert_int_equal(r.rc, 0);
+	assert_non_null(strstr(r.out, second));
+	assert_null(strstr(r.out, sbx_id));
+	run_free(&r);
+	r = sbx("", "ls --label job=a/b");
+	assert_int_equal(r.rc, 0);
+	assert_null(strstr(r.out, second));
+	run_free(&r);
+	r = sbx("", "ls --label job");
+	assert_int_equal(r.rc, 2);
+	assert_non_null(strstr(r.err, "not KEY=VALUE"));
 	run_free(&r);
 	r = sbx("", "ls --limit 1");
 	assert_int_equal(r.rc, 0);

@@ -93,13 +93,20 @@ static void test_session(void **state)
 	call_free("GET", "/v1/usage?granularity=day", NULL, NULL, 200);
 	call_free("GET", "/v1/receipts/public-key", NULL, NULL, 200);
 
-	r = call("POST", "/v1/sandboxes", NULL, "{\"size\": \"small\", \"timeout_minutes\": 5}", 0,
-		 201);
+	r = call("POST", "/v1/sandboxes", NULL,
+		 "{\"size\": \"small\", \"timeout_minutes\": 5, \"metadata\": {\"job\": \"4711\"}}",
+		 0, 201);
 	snprintf(id, sizeof(id), "%s", jstr(r.json, "id"));
 	http_reply_free(&r);
 	snprintf(p, sizeof(p), "/v1/sandboxes/%s", id);
 	call_free("GET", p, NULL, NULL, 200);
 	call_free("GET", "/v1/sandboxes?status=running&limit=5", NULL, NULL, 200);
+	/* labels: an update, the list's filter, usage by a label */
+	snprintf(p, sizeof(p), "/v1/sandboxes/%s", id);
+	call_free("POST", p, NULL, "{\"metadata\": {\"team\": \"ml\", \"job\": null}}", 200);
+	call_free("POST", p, NULL, "{\"metadata\": {\"bad key\": \"x\"}}", 400);
+	call_free("GET", "/v1/sandboxes?metadata[team]=ml&limit=5", NULL, NULL, 200);
+	call_free("GET", "/v1/usage?group_by=metadata.team", NULL, NULL, 200);
 	snprintf(p, sizeof(p), "/v1/sandboxes/%s/extend", id);
 	call_free("POST", p, NULL, "{\"timeout_minutes\": 6}", 200);
 
@@ -171,8 +178,10 @@ static void test_session(void **state)
 
 	/* a one-shot execution (the dev-process runner) and its list */
 	r = call("POST", "/v1/sandbox/executions", NULL,
-		 "{\"runtime\": \"python\", \"timeout_seconds\": 10, \"code\": \"print(6 * 7)\"}",
+		 "{\"runtime\": \"python\", \"timeout_seconds\": 10, \"code\": \"print(6 * 7)\", "
+		 "\"metadata\": {\"job\": \"4711\"}}",
 		 0, 200);
+	assert_string_equal(jstr(json_object_object_get(r.json, "metadata"), "job"), "4711");
 	snprintf(p, sizeof(p), "/v1/sandbox/executions/%s", jstr(r.json, "id"));
 	http_reply_free(&r);
 	call_free("GET", p, NULL, NULL, 200);

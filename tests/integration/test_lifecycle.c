@@ -1,8 +1,9 @@
 /* The session lifecycle against a real daemon and real guests: the
  * Idempotency-Key on create, extend, expiry, delete after expiry, lists,
- * guest death, and restarts (SIGTERM and kill -9) without losing a running
- * sandbox. One "minute" is 2 s here (test_minute_ms), so expiry is seconds.
- * Guests are small (1 vCPU, 256 MiB) to keep the run short. */
+ * guest death, restarts (SIGTERM and kill -9) without losing a running
+ * sandbox, and labels (metadata: update, list filter, usage by a label). One "minute" is 2 s here
+ * (test_minute_ms), so expiry is seconds. Guests are small (1 vCPU, 256 MiB) to keep the run short.
+ */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -530,6 +531,179 @@ static void restart_keeps_running_sandboxes(void **state)
 	assert_int_equal(count_own_domains(&d), 0);
 }
 
+/* ----------------------------------------------------------------- labels */
+
+/* The ids of a GET /v1/sandboxes page, joined by spaces. */
+static void list_ids(const char *key, const char *query, int want_status, char *out, size_t n)
+{
+	struct http_reply r;
+	char path[256];
+	json_object *data;
+
+	snprintf(path, sizeof(path), "/v1/sandboxes%s", query);
+	assert_int_equal(http_request(&d, "GET", path, key, NULL, NULL, 0, &r), 0);
+	if (r.status != want_status)
+		fail_msg("GET %s: %d %s", path, r.status, r.body);
+	out[0] = '\0';
+	if (want_status == 200) {
+		assert_true(json_object_object_get_ex(r.json, "data", &data));
+		for (size_t i = 0; i < json_object_array_length(data); i++)
+			snprintf(out + strlen(out), n - strlen(out), "%s%s", i ? " " : "",
+				 jstr(json_object_array_get_idx(data, i), "id"));
+	} else {
+		assert_string_equal(jerr(r.json, "param"), "metadata");
+	}
+	http_reply_free(&r);
+}
+
+static const char *meta_of(const struct http_reply *r)
+{
+	json_object *m;
+
+	assert_true(json_object_object_get_ex(r->json, "metadata", &m));
+	return json_object_to_json_string_ext(m, JSON_C_TO_STRING_PLAIN);
+}
+
+/* Sum by_size or by_metadata of a usage reply. */
+static void usage_sums(json_object *u, const char *field, int64_t *seconds, int64_t *cost,
+		       int *groups)
+{
+	json_object *f;
+
+	*seconds = *cost = 0;
+	*groups = 0;
+	assert_true(json_object_object_get_ex(u, field, &f));
+	if (json_object_is_type(f, json_type_array)) {
+		for (size_t i = 0; i < json_object_array_length(f); i++, (*groups)++) {
+			*seconds += jint(json_object_array_get_idx(f, i), "seconds");
+			*cost += jint(json_object_array_get_idx(f, i), "cost_micro_usd");
+		}
+		return;
+	}
+	json_object_object_foreach(f, k, v)
+	{
+		(void)k;
+		*seconds += jint(v, "seconds");
+		*cost += jint(v, "cost_micro_usd");
+		(*groups)++;
+	}
+}
+
+/* metadata at create (in the idempotent request), updated, filtering the
+ * list, kept across a restart, grouping usage to by_size's totals; the
+ * other account sees none of it. */
+static void labels_filter_survive_restart_and_group_usage(void **state)
+{
+	struct http_reply r, first;
+	char a[64], b[64], ids[256];
+	json_object *g;
+
+	create(d.key, "k-labels", "{\"metadata\": {\"job\": \"4711\", \"team\": \"ml\"}}", &first);
+	if (first.status != 201)
+		fail_msg("create: %d %s", first.status, first.body);
+	snprintf(a, sizeof(a), "%s", jstr(first.json, "id"));
+	assert_string_equal(meta_of(&first), "{\"job\":\"4711\",\"team\":\"ml\"}");
+	/* the same key: other metadata is another request; the same (in any
+	 * order) is a replay */
+	create(d.key, "k-labels", "{\"metadata\": {\"job\": \"4712\", \"team\": \"ml\"}}", &r);
+	assert_int_equal(r.status, 422);
+	assert_string_equal(jerr(r.json, "type"), "idempotency_mismatch");
+	http_reply_free(&r);
+	create(d.key, "k-labels", "{\"metadata\": {\"team\": \"ml\", \"job\": \"4711\"}}", &r);
+	assert_int_equal(r.status, 201);
+	assert_true(replayed(&r));
+	assert_string_equal(jstr(r.json, "id"), a);
+	http_reply_free(&r);
+	http_reply_free(&first);
+	create_ok("{\"metadata\": {\"job\": \"4712\"}}", b);
+	create(d.key, NULL, "{\"metadata\": {\"job\": 4712}}", &r);
+	assert_int_equal(r.status, 400);
+	assert_string_equal(jerr(r.json, "param"), "metadata");
+	http_reply_free(&r);
+
+	/* update: set, remove by "", keep the rest; bad pairs are 400 */
+	sbx_req(d.key, "POST", a, NULL, "{\"metadata\": {\"team\": \"\", \"owner\": \"x\"}}", &r);
+	if (r.status != 200)
+		fail_msg("update: %d %s", r.status, r.body);
+	assert_string_equal(meta_of(&r), "{\"job\":\"4711\",\"owner\":\"x\"}");
+	http_reply_free(&r);
+	sbx_req(d.key, "POST", a, NULL, "{\"metadata\": {\"a b\": \"1\"}}", &r);
+	assert_int_equal(r.status, 400);
+	assert_string_equal(jerr(r.json, "param"), "metadata");
+	http_reply_free(&r);
+	/* the other account: 404 on update, nothing in its list */
+	sbx_req(key_b, "POST", a, NULL, "{\"metadata\": {\"owner\": \"b\"}}", &r);
+	assert_int_equal(r.status, 404);
+	assert_string_equal(jerr(r.json, "type"), "not_found");
+	http_reply_free(&r);
+	list_ids(key_b, "?metadata[job]=4711", 200, ids, sizeof(ids));
+	assert_string_equal(ids, "");
+
+	/* the filter: one pair, two (AND), none */
+	list_ids(d.key, "?metadata[job]=4711", 200, ids, sizeof(ids));
+	assert_string_equal(ids, a);
+	list_ids(d.key, "?metadata[job]=4711&metadata[owner]=x", 200, ids, sizeof(ids));
+	assert_string_equal(ids, a);
+	list_ids(d.key, "?metadata[job]=4711&metadata[owner]=b", 200, ids, sizeof(ids));
+	assert_string_equal(ids, "");
+	list_ids(d.key, "?status=running&metadata[job]=4712", 200, ids, sizeof(ids));
+	assert_string_equal(ids, b);
+	list_ids(d.key, "?metadata[a%20b]=1", 400, ids, sizeof(ids));
+
+	/* b ends (settled usage), a keeps running across a restart */
+	sbx_req(d.key, "DELETE", b, NULL, NULL, &r);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(meta_of(&r), "{\"job\":\"4712\"}");
+	http_reply_free(&r);
+	assert_int_equal(daemon_stop(&d), 0);
+	assert_int_equal(daemon_start(&d), 0);
+	sbx_req(d.key, "GET", a, NULL, NULL, &r);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(meta_of(&r), "{\"job\":\"4711\",\"owner\":\"x\"}");
+	http_reply_free(&r);
+	list_ids(d.key, "?metadata[job]=4711", 200, ids, sizeof(ids));
+	assert_string_equal(ids, a);
+	list_ids(d.key, "?status=destroyed&metadata[job]=4712", 200, ids, sizeof(ids));
+	assert_string_equal(ids, b);
+
+	/* usage by job: the groups add up to by_size exactly */
+	assert_int_equal(
+	    http_request(&d, "GET", "/v1/usage?group_by=metadata.job", d.key, NULL, NULL, 0, &r),
+	    0);
+	assert_int_equal(r.status, 200);
+	int64_t ss, sc, gs, gc;
+	int ns, ng;
+	usage_sums(r.json, "by_size", &ss, &sc, &ns);
+	usage_sums(r.json, "by_metadata", &gs, &gc, &ng);
+	print_message("usage: by_size %lld s %lld µ$, by_metadata %lld s %lld µ$ in %d groups\n",
+		      (long long)ss, (long long)sc, (long long)gs, (long long)gc, ng);
+	assert_true(ss > 0 && sc > 0);
+	assert_int_equal(gs, ss);
+	assert_int_equal(gc, sc);
+	bool seen_a = false, seen_b = false;
+	assert_true(json_object_object_get_ex(r.json, "by_metadata", &g));
+	for (size_t i = 0; i < json_object_array_length(g); i++) {
+		json_object *e = json_object_array_get_idx(g, i);
+		if (jis_null(e, "value")) {
+			assert_int_equal(i, 0); /* the unlabelled first */
+			continue;
+		}
+		seen_a |= strcmp(jstr(e, "value"), "4711") == 0 && jint(e, "seconds") > 0;
+		seen_b |= strcmp(jstr(e, "value"), "4712") == 0 && jint(e, "seconds") > 0;
+	}
+	assert_true(seen_a && seen_b);
+	http_reply_free(&r);
+	assert_int_equal(
+	    http_request(&d, "GET", "/v1/usage?group_by=job", d.key, NULL, NULL, 0, &r), 0);
+	assert_int_equal(r.status, 400);
+	assert_string_equal(jerr(r.json, "param"), "group_by");
+	http_reply_free(&r);
+
+	sbx_req(d.key, "DELETE", a, NULL, NULL, &r);
+	assert_int_equal(r.status, 200);
+	http_reply_free(&r);
+}
+
 static void *crash_create_main(void *arg)
 {
 	struct http_reply *r = arg;
@@ -599,6 +773,7 @@ int main(void)
 	    cmocka_unit_test(list_is_newest_first_filtered_and_paged),
 	    cmocka_unit_test(guest_death_fails_the_sandbox_and_stops_billing),
 	    cmocka_unit_test(restart_keeps_running_sandboxes),
+	    cmocka_unit_test(labels_filter_survive_restart_and_group_usage),
 	    cmocka_unit_test(crash_during_create_frees_the_key),
 	    cmocka_unit_test(ledger_invariants_hold),
 	};

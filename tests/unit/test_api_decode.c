@@ -473,6 +473,7 @@ static void test_sandbox_and_error_encode(void **state)
 	    .expires_at_ms = 1787409960000,
 	    .ended_at_ms = 0,
 	    .cost_micro = 7525,
+	    .metadata = "{\"job\":\"4711\",\"team\":\"a \\\"b\\\"\"}",
 	};
 	struct json_object *o = api_sandbox_encode(&v);
 	struct sbx_error err;
@@ -482,7 +483,8 @@ static void test_sandbox_and_error_encode(void **state)
 			    "\"status\":\"running\",\"size\":\"small\",\"created_at\":"
 			    "\"2026-08-22T14:31:00Z\",\"expires_at\":\"2026-08-22T14:46:00Z\","
 			    "\"ended_at\":null,\"cost_micro_usd\":7525,\"cost_usd\":"
-			    "\"0.007525\",\"startup_path\":null,\"startup_ms\":null}");
+			    "\"0.007525\",\"startup_path\":null,\"startup_ms\":null,"
+			    "\"metadata\":{\"job\":\"4711\",\"team\":\"a \\\"b\\\"\"}}");
 	json_object_put(o);
 
 	sbx_error_clear(&err);

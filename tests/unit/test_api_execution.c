@@ -52,6 +52,7 @@ static void result_fill(struct sandbox_execution_result *r, char *out, char *err
 	snprintf(r->receipt.signature, sizeof r->receipt.signature, SIG);
 	snprintf(r->receipt.signer, sizeof r->receipt.signer, SIGNER);
 	snprintf(r->receipt.salt, sizeof r->receipt.salt, SALT);
+	snprintf(r->metadata, sizeof r->metadata, "{\"job\":\"4711\",\"team\":\"a\\\"b\"}");
 }
 
 static const char *str_of(struct json_object *o, const char *k)
@@ -99,7 +100,7 @@ static void test_every_field(void **state)
 	assert_int_equal(len, strlen(text));
 	o = json_tokener_parse(text);
 	assert_non_null(o);
-	assert_int_equal(json_object_object_length(o), 14);
+	assert_int_equal(json_object_object_length(o), 15);
 	assert_string_equal(str_of(o, "id"), "sbxr_0123456789ab");
 	assert_string_equal(str_of(o, "object"), "sandbox.execution");
 	assert_string_equal(str_of(o, "status"), "timed_out");
@@ -113,6 +114,11 @@ static void test_every_field(void **state)
 	assert_string_equal(str_of(o, "startup_path"), "warm");
 	assert_int_equal(bool_of(o, "prestarted"), 1);
 	assert_false(json_object_object_get_ex(o, "stored_truncated", NULL));
+	struct json_object *md;
+	assert_true(json_object_object_get_ex(o, "metadata", &md));
+	assert_int_equal(json_object_object_length(md), 2);
+	assert_string_equal(str_of(md, "job"), "4711");
+	assert_string_equal(str_of(md, "team"), "a\"b");
 	assert_true(json_object_object_get_ex(o, "receipt", &rc));
 	assert_int_equal(json_object_object_length(rc), 6);
 	assert_string_equal(str_of(rc, "id"), "rcpt_ba9876543210");
@@ -139,7 +145,7 @@ static void test_every_field(void **state)
 	assert_non_null(text);
 	o = json_tokener_parse(text);
 	assert_non_null(o);
-	assert_int_equal(json_object_object_length(o), 15);
+	assert_int_equal(json_object_object_length(o), 16);
 	assert_string_equal(str_of(o, "status"), "completed");
 	assert_string_equal(str_of(o, "runner"), "dev-process");
 	assert_string_equal(str_of(o, "startup_path"), "cold");
@@ -176,6 +182,7 @@ static void test_canonical_bytes(void **state)
 	    text,
 	    "{\"billing\":{\"billed_ms\":2001,\"cost_micro_usd\":100,\"cost_usd\":\"0.000100\"},"
 	    "\"duration_ms\":1234,\"exit_code\":0,\"id\":\"sbxr_0123456789ab\","
+	    "\"metadata\":{\"job\":\"4711\",\"team\":\"a\\\"b\"},"
 	    "\"object\":\"sandbox.execution\",\"prestarted\":false,"
 	    "\"receipt\":{\"fingerprint_salt\":\"" SALT "\",\"hash\":\"" HASH "\","
 	    "\"id\":\"rcpt_ba9876543210\",\"signature\":\"" SIG "\",\"signer\":\"" SIGNER "\","

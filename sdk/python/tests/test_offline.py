@@ -60,6 +60,15 @@ def test_create_retries_429_and_503_with_one_idempotency_key(fake):
     assert json.loads(fake.seen[0][3]) == {"size": "small", "timeout_minutes": 5}
 
 
+def test_metadata_is_sent_and_the_filter_is_a_query(fake):
+    fake.replies = [(201, ERR, SBX), (200, ERR, {"object": "list", "data": [], "has_more": False})]
+    c = fake.client()
+    c.create_sandbox(metadata={"job": "4711"})
+    c.list_sandboxes(metadata={"job": "a b", "team": "x"})
+    assert json.loads(fake.seen[0][3]) == {"metadata": {"job": "4711"}}
+    assert fake.seen[1][1] == "/v1/sandboxes?metadata%5Bjob%5D=a+b&metadata%5Bteam%5D=x"
+
+
 def test_retries_are_bounded_and_waits_capped(fake):
     fake.replies = [(429, {"Retry-After": "100"}, err("rate_limited"))]
     waits = []

@@ -44,6 +44,22 @@ def test_exec(sb):
     assert ei.value.param == "cwd" and ei.value.request_id
 
 
+def test_labels(sb, client):
+    info = sb.update({"job": "py-4711", "team": "sdk"})
+    assert info.metadata == {"job": "py-4711", "team": "sdk"} and sb.info.metadata == info.metadata
+    assert sb.update({"team": None}).metadata == {"job": "py-4711"}
+    page = client.list_sandboxes(metadata={"job": "py-4711"})
+    assert [s.id for s in page.data] == [sb.id]
+    assert client.list_sandboxes(metadata={"job": "py-4711", "team": "sdk"}).data == []
+    u = client.usage(group_by="job")
+    assert sum(g["seconds"] for g in u.by_metadata) == sum(v["seconds"] for v in u.by_size.values())
+    assert sum(g["cost_micro_usd"] for g in u.by_metadata) == sum(v["cost_micro_usd"] for v in u.by_size.values())
+    assert "py-4711" in [g["value"] for g in u.by_metadata]
+    with pytest.raises(sandboxd.InvalidRequest) as ei:
+        sb.update({"bad key": "x"})
+    assert ei.value.param == "metadata"
+
+
 def test_exec_stream(sb):
     events = list(sb.exec_stream("for i in 1 2 3; do echo $i; sleep 0.3; done; echo e >&2; exit 4"))
     out = [e.data for e in events if e.type == "stdout"]

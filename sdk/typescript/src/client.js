@@ -30,12 +30,14 @@ export class Sandboxd {
   /** Run code once in a fresh guest; the result carries its signed receipt. */
   async runCode(code, o = {}) {
     const body = { runtime: o.runtime ?? 'python', timeout_seconds: o.timeoutSeconds ?? 30, code };
+    if (o.metadata !== undefined) body.metadata = o.metadata;
     return execution(await this.http.call('POST', '/v1/sandbox/executions', { json: body, signal: o.signal, retry: 'busy' }));
   }
 
-  /** Usage and balance ({from, to, granularity}: RFC 3339 and 'day'|'hour'). */
+  /** Usage and balance ({from, to, granularity, groupBy}: RFC 3339, 'day'|'hour', a metadata key). */
   usage(o = {}) {
-    return this.http.call('GET', '/v1/usage', { query: { from: o.from, to: o.to, granularity: o.granularity }, signal: o.signal });
+    const groupBy = o.groupBy !== undefined ? `metadata.${o.groupBy}` : undefined;
+    return this.http.call('GET', '/v1/usage', { query: { from: o.from, to: o.to, granularity: o.granularity, group_by: groupBy }, signal: o.signal });
   }
 
   /** The service's limits, sizes and prices (no key needed). */
@@ -56,11 +58,12 @@ export class Sandboxd {
 export class Sandboxes {
   constructor(client) { this.client = client; }
 
-  /** Create a sandbox; {size, timeoutMinutes, idempotencyKey, signal}. */
+  /** Create a sandbox; {size, timeoutMinutes, metadata, idempotencyKey, signal}. */
   async create(o = {}) {
     const body = {};
     if (o.size !== undefined) body.size = o.size;
     if (o.timeoutMinutes !== undefined) body.timeout_minutes = o.timeoutMinutes;
+    if (o.metadata !== undefined) body.metadata = o.metadata;
     const key = o.idempotencyKey ?? await newIdempotencyKey();
     const info = await this.client.http.call('POST', '/v1/sandboxes', {
       json: body, signal: o.signal, retry: 'create', headers: { 'Idempotency-Key': key },
@@ -72,11 +75,12 @@ export class Sandboxes {
     return new Sandbox(this.client, await this.client.http.call('GET', '/v1/sandboxes/{id}', { params: { id }, signal: o.signal }));
   }
 
-  /** One page: {data: Sandbox[], hasMore}; {status, limit, startingAfter}. */
+  /** One page: {data: Sandbox[], hasMore}; {status, limit, startingAfter, metadata}
+   * (metadata: only the sandboxes carrying every pair). */
   async list(o = {}) {
-    const r = await this.client.http.call('GET', '/v1/sandboxes', {
-      query: { status: o.status, limit: o.limit, starting_after: o.startingAfter }, signal: o.signal,
-    });
+    const query = { status: o.status, limit: o.limit, starting_after: o.startingAfter };
+    for (const [k, v] of Object.entries(o.metadata ?? {})) query[`metadata[${k}]`] = v;
+    const r = await this.client.http.call('GET', '/v1/sandboxes', { query, signal: o.signal });
     return { data: r.data.map((s) => new Sandbox(this.client, s)), hasMore: r.has_more };
   }
 }

@@ -10,6 +10,7 @@ export const ROUTES = Object.freeze([
   ['POST', '/v1/sandboxes'],
   ['GET', '/v1/sandboxes'],
   ['GET', '/v1/sandboxes/{id}'],
+  ['POST', '/v1/sandboxes/{id}'],
   ['DELETE', '/v1/sandboxes/{id}'],
   ['POST', '/v1/sandboxes/{id}/exec'],
   ['POST', '/v1/sandboxes/{id}/extend'],

@@ -101,6 +101,13 @@ export class Sandbox {
     return this;
   }
 
+  /** Update its metadata: the keys given are set, a value '' or null removes
+   * its key, `null` for the whole removes every key. */
+  async update(metadata, o = {}) {
+    this.info = await this._call('POST', '/v1/sandboxes/{id}', { json: { metadata }, signal: o.signal, retry: 'rate' });
+    return this;
+  }
+
   /** Set the session's timeout (minutes from now, as the API's extend). */
   async extend(timeoutMinutes, o = {}) {
     this.info = await this._call('POST', '/v1/sandboxes/{id}/extend', { json: { timeout_minutes: timeoutMinutes }, signal: o.signal, retry: 'busy' });

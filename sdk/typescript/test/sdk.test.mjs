@@ -189,6 +189,22 @@ test('extend, usage, limits, openapi, receipts key', { skip }, async () => {
   assert.ok(await client.receiptPublicKey());
 });
 
+test('labels: update, list filter, usage grouped by a key', { skip }, async () => {
+  await sbx.update({ job: 'ts-4711', team: 'sdk' });
+  assert.deepEqual(sbx.info.metadata, { job: 'ts-4711', team: 'sdk' });
+  await sbx.update({ team: null });
+  assert.deepEqual(sbx.info.metadata, { job: 'ts-4711' });
+  const page = await client.sandboxes.list({ metadata: { job: 'ts-4711' } });
+  assert.deepEqual(page.data.map((s) => s.id), [sbx.id]);
+  assert.equal((await client.sandboxes.list({ metadata: { job: 'ts-4711', team: 'sdk' } })).data.length, 0);
+  const u = await client.usage({ groupBy: 'job' });
+  const sum = (xs, k) => xs.reduce((a, x) => a + x[k], 0);
+  assert.equal(sum(u.by_metadata, 'seconds'), sum(Object.values(u.by_size), 'seconds'));
+  assert.equal(sum(u.by_metadata, 'cost_micro_usd'), sum(Object.values(u.by_size), 'cost_micro_usd'));
+  assert.ok(u.by_metadata.some((g) => g.value === 'ts-4711'));
+  await assert.rejects(sbx.update({ 'bad key': 'x' }), (e) => e.param === 'metadata');
+});
+
 test('runCode with its receipt', { skip }, async () => {
   const r = await client.runCode('import sys\nprint(6 * 7)\nprint("e", file=sys.stderr)', { runtime: 'python', timeoutSeconds: 60 });
   assert.equal(r.status, 'completed');

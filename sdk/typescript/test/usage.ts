@@ -32,6 +32,8 @@ async function main(): Promise<void> {
   const sent: boolean = s.sent;
   const w = await p.wait();
   await sbx.extend(10);
+  await sbx.update({ job: '1', gone: null });
+  const labels: Record<string, string> = sbx.info.metadata;
   const client = new Sandboxd({ url: 'http://127.0.0.1:8080', apiKey: 'k', maxRetries: 2 });
   const x = await client.runCode('print(1)', { runtime: 'python', timeoutSeconds: 5 });
   const rid: string | undefined = x.receipt?.id;
@@ -53,6 +55,6 @@ async function main(): Promise<void> {
   await sbx.exec();
   // @ts-expect-error: no such signal
   await p.signal('HUP');
-  void [code, bytes, entries, more, next, sent, w, rid, secret, routes, names];
+  void [code, bytes, entries, more, next, sent, w, rid, secret, routes, names, labels];
 }
 void main;

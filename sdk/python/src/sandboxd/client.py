@@ -68,9 +68,11 @@ class Client:
     # ------------------------------------------------------------ sandboxes
 
     def create_sandbox(self, size: Optional[str] = None, timeout_minutes: Optional[int] = None, *,
-                       idempotency_key: Optional[str] = None) -> Sandbox:
+                       idempotency_key: Optional[str] = None,
+                       metadata: Optional[Dict[str, str]] = None) -> Sandbox:
         """Same as ``Sandbox.create(..., client=self)``."""
-        return Sandbox.create(size, timeout_minutes, client=self, idempotency_key=idempotency_key)
+        return Sandbox.create(size, timeout_minutes, client=self, idempotency_key=idempotency_key,
+                              metadata=metadata)
 
     def sandbox(self, sandbox_id: str) -> Sandbox:
         """A handle on an existing sandbox (``GET /v1/sandboxes/{id}``)."""
@@ -80,19 +82,25 @@ class Client:
         return from_json(SandboxInfo, self._get("/v1/sandboxes/{id}", path_params={"id": sandbox_id}))
 
     def list_sandboxes(self, *, status: Optional[str] = None, limit: Optional[int] = None,
-                       starting_after: Optional[str] = None) -> Page[SandboxInfo]:
-        """The account's sandboxes, newest first."""
-        q = {"status": status, "limit": limit, "starting_after": starting_after}
+                       starting_after: Optional[str] = None,
+                       metadata: Optional[Dict[str, str]] = None) -> Page[SandboxInfo]:
+        """The account's sandboxes, newest first; with ``metadata``, only
+        those carrying every pair."""
+        q: Dict[str, Any] = {"status": status, "limit": limit, "starting_after": starting_after}
+        for k, v in (metadata or {}).items():
+            q[f"metadata[{k}]"] = v
         r = self._get("/v1/sandboxes", query=q)
         return Page([from_json(SandboxInfo, s) for s in r["data"]], bool(r.get("has_more")))
 
     # -------------------------------------------------------- usage, limits
 
     def usage(self, *, from_: Optional[str] = None, to: Optional[str] = None,
-              granularity: Optional[str] = None) -> Usage:
+              granularity: Optional[str] = None, group_by: Optional[str] = None) -> Usage:
         """Balance and consumption; ``from_``/``to`` RFC 3339, ``granularity``
-        ``day`` or ``hour`` adds ``buckets``."""
-        q = {"from": from_, "to": to, "granularity": granularity}
+        ``day`` or ``hour`` adds ``buckets``; ``group_by`` a metadata key
+        adds ``by_metadata`` (the usage per value of that label)."""
+        q = {"from": from_, "to": to, "granularity": granularity,
+             "group_by": f"metadata.{group_by}" if group_by else None}
         return from_json(Usage, self._get("/v1/usage", query=q))
 
     def limits(self) -> Limits:
@@ -110,12 +118,15 @@ class Client:
 
     # ----------------------------------------------- one-shot runs, receipts
 
-    def run_code(self, code: str, *, runtime: str = "python", timeout_seconds: int = 30) -> Execution:
+    def run_code(self, code: str, *, runtime: str = "python", timeout_seconds: int = 30,
+                 metadata: Optional[Dict[str, str]] = None) -> Execution:
         """Run a Python or Node.js snippet in a fresh guest; the reply carries
         a signed receipt (check it offline with :func:`verify_receipt`).
         Retried only after a 429 (nothing started): a 503 may come from a
         run that had started."""
-        body = {"runtime": runtime, "timeout_seconds": timeout_seconds, "code": code}
+        body: Dict[str, Any] = {"runtime": runtime, "timeout_seconds": timeout_seconds, "code": code}
+        if metadata is not None:
+            body["metadata"] = metadata
         return from_json(Execution, self._request("POST", "/v1/sandbox/executions", json_body=body,
                                                   retry=RATE).json())
 

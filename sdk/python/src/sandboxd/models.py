@@ -41,6 +41,7 @@ class SandboxInfo:
     cost_usd: Optional[str] = None
     startup_path: Optional[str] = None  # warm | cold
     startup_ms: Optional[int] = None
+    metadata: Dict[str, str] = field(default_factory=dict)  # labels (docs/api.md, Metadata)
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
 
@@ -166,6 +167,7 @@ class Usage:
     sandboxes: Dict[str, Any] = field(default_factory=dict)
     period: Dict[str, Any] = field(default_factory=dict)
     buckets: Optional[List[Dict[str, Any]]] = None
+    by_metadata: Optional[List[Dict[str, Any]]] = None  # with group_by: {value, seconds, cost_micro_usd}
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
 
@@ -202,6 +204,7 @@ class Execution:
     runner: Optional[str] = None
     startup_path: Optional[str] = None
     prestarted: Optional[bool] = None
+    metadata: Dict[str, str] = field(default_factory=dict)
     receipt: Optional[ReceiptRef] = None
     billing: Dict[str, Any] = field(default_factory=dict)
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)

@@ -11,6 +11,7 @@ ROUTES = frozenset(
         ("POST", "/v1/sandboxes"),
         ("GET", "/v1/sandboxes"),
         ("GET", "/v1/sandboxes/{id}"),
+        ("POST", "/v1/sandboxes/{id}"),
         ("DELETE", "/v1/sandboxes/{id}"),
         ("POST", "/v1/sandboxes/{id}/exec"),
         ("POST", "/v1/sandboxes/{id}/extend"),

@@ -71,8 +71,10 @@ class Sandbox:
         *,
         client: Optional["Client"] = None,
         idempotency_key: Optional[str] = None,
+        metadata: Optional[Dict[str, str]] = None,
     ) -> "Sandbox":
         """``POST /v1/sandboxes``: returns once the guest accepts commands.
+        ``metadata``: labels, string pairs (docs/api.md, Metadata).
 
         One ``Idempotency-Key`` (given, or made here) is sent with every
         attempt, so the retries after a 429, 503, 409 or a lost connection
@@ -81,7 +83,8 @@ class Sandbox:
         from .client import Client
 
         client = client or Client()
-        body = {k: v for k, v in (("size", size), ("timeout_minutes", timeout_minutes)) if v is not None}
+        body = {k: v for k, v in (("size", size), ("timeout_minutes", timeout_minutes),
+                                  ("metadata", metadata)) if v is not None}
         key = idempotency_key or f"sdk-py-{uuid.uuid4().hex}"
         with client._request("POST", "/v1/sandboxes", json_body=body,
                              headers={"Idempotency-Key": key}, retry=CREATE) as r:
@@ -116,6 +119,13 @@ class Sandbox:
     def delete(self) -> SandboxInfo:
         """``DELETE``: destroy and settle (repeatable)."""
         self.info = from_json(SandboxInfo, self._req("DELETE", "").json())
+        return self.info
+
+    def update(self, metadata: Optional[Dict[str, Optional[str]]]) -> SandboxInfo:
+        """``POST /v1/sandboxes/{id}``: set the keys given; a value of ``""``
+        or ``None`` removes its key; ``metadata=None`` removes every key."""
+        r = self._req("POST", "", json_body={"metadata": metadata}, retry=RATE)
+        self.info = from_json(SandboxInfo, r.json())
         return self.info
 
     def extend(self, timeout_minutes: int) -> SandboxInfo:
