@@ -30,6 +30,7 @@ struct fleet {
 	struct fleet_guest *pool; /* ready pooled guests of every host (g->host) */
 
 	struct fleet_liveness *liveness; /* NULL when liveness_interval_ms is 0 */
+	char metrics_key;		 /* its address keys the sampling round's job */
 };
 
 /* The guest a registry node is embedded in. */
@@ -105,7 +106,7 @@ static inline int fleet_work_submit(struct fleet *f, sbx_workpool_fn fn, void *a
 /* The same, at most once per key (sbx_workpool_submit_once): 0 queued, 1
  * one with this key is in flight, -1 refused; fn not called unless 0.
  * The keys are addresses of the fleet's own (a host, the pool list, the
- * liveness state, the drains hook). Any lock may be held (the work pool's
+ * liveness state, the drains hook, metrics_key). Any lock may be held (the work pool's
  * lock is a leaf). */
 static inline int fleet_work_submit_once(struct fleet *f, const void *key, sbx_workpool_fn fn,
 					 void *arg)
