@@ -7,7 +7,17 @@
 
 #include "fleet.h"
 
-struct fleet_liveness; /* liveness.c */
+struct fleet_liveness; /* metrics.c */
+
+struct vmm_vm_stats;
+/* The memory figure of a sample from a guest's balloon stats st: its
+ * MemTotal less MemAvailable in MiB, clamped to size_mib (0: no clamp);
+ * -1 when it did not report, or its last report is older than 4 periods
+ * of interval_ms and 30 s at now_ms (wall). Pure. */
+int64_t fleet_metrics_memory_mib(const struct vmm_vm_stats *st, uint64_t size_mib,
+				 uint32_t interval_ms, int64_t now_ms);
+
+/* liveness.c */
 
 /* The fleet. cfg, hooks, ops and hosts' fixed fields are set before its
  * threads start; the rest is under lock unless said otherwise. */
@@ -92,6 +102,16 @@ void fleet_pool_count_locked(struct fleet *f, struct fleet_host *h, int *guests,
 struct fleet_guest *fleet_pool_drop_host_locked(struct fleet *f, struct fleet_host *h);
 /* Mark pooled guests of domain `name` dead. Call with lock. */
 void fleet_pool_domain_stopped_locked(struct fleet *f, const char *name);
+
+/* metrics.c */
+
+struct vmm_vm_stats;
+/* The memory figure of a sample from a guest's balloon stats st: its
+ * MemTotal less MemAvailable in MiB, clamped to size_mib (0: no clamp);
+ * -1 when it did not report, or its last report is older than 4 periods
+ * of interval_ms and 30 s at now_ms (wall). Pure. */
+int64_t fleet_metrics_memory_mib(const struct vmm_vm_stats *st, uint64_t size_mib,
+				 uint32_t interval_ms, int64_t now_ms);
 
 /* liveness.c */
 

@@ -124,35 +124,42 @@ int fleet_live_metrics(struct fleet *f, const char *id, struct fleet_metrics_sam
 
 /* --------------------------------------------------------------- round */
 
+int64_t fleet_metrics_memory_mib(const struct vmm_vm_stats *st, uint64_t size_mib,
+				 uint32_t interval_ms, int64_t now_ms)
+{
+	int64_t stale_ms = (int64_t)interval_ms * STALE_PERIODS;
+	uint64_t used_kib, used;
+
+	if (stale_ms < STALE_MIN_MS)
+		stale_ms = STALE_MIN_MS;
+	/* a driver that never reported, or stopped: QEMU keeps its last
+	 * figures, they say nothing of now */
+	if (!st->has_memory || st->memory_reported_s <= 0 ||
+	    st->memory_reported_s > INT64_MAX / 1000 ||
+	    st->memory_reported_s * 1000 < now_ms - stale_ms)
+		return -1;
+	/* the guest's word: bounded by what its size gives it */
+	used_kib = st->memory_total_kib > st->memory_available_kib
+		       ? st->memory_total_kib - st->memory_available_kib
+		       : 0;
+	used = used_kib / 1024;
+	if (size_mib && used > size_mib)
+		used = size_mib;
+	return (int64_t)used;
+}
+
 /* A reading of guest g's stats as the ring takes it. */
 static void reading_from(struct fleet *f, struct fleet_guest *g, const struct vmm_vm_stats *st,
 			 struct fleet_metrics_reading *r)
 {
-	int64_t stale_ms = (int64_t)f->cfg->metrics_interval_ms * STALE_PERIODS;
-
 	memset(r, 0, sizeof(*r));
 	r->mono_ms = sbx_mono_ms();
 	r->wall_ms = sbx_wall_ms();
 	r->has_cpu = st->has_cpu;
 	r->cpu_ns = st->cpu_ns;
-	r->memory_used_mib = -1;
-	r->disk_used_mib = -1;
-	if (stale_ms < STALE_MIN_MS)
-		stale_ms = STALE_MIN_MS;
-	/* the guest's word: bounded by what its size gives it */
-	if (st->has_memory && st->memory_reported_s < INT64_MAX / 1000 &&
-	    st->memory_reported_s * 1000 >= r->wall_ms - stale_ms) {
-		uint64_t used_kib = st->memory_total_kib > st->memory_available_kib
-					? st->memory_total_kib - st->memory_available_kib
-					: 0;
-		uint64_t used = used_kib / 1024;
-
-		if (g->memory_mib && used > g->memory_mib)
-			used = g->memory_mib;
-		r->memory_used_mib = (int64_t)used;
-	}
-	if (st->has_disk)
-		r->disk_used_mib = (int64_t)((st->disk_bytes + (1u << 20) - 1) >> 20);
+	r->memory_used_mib =
+	    fleet_metrics_memory_mib(st, g->memory_mib, f->cfg->metrics_interval_ms, r->wall_ms);
+	r->disk_used_mib = st->has_disk ? (int64_t)((st->disk_bytes + (1u << 20) - 1) >> 20) : -1;
 }
 
 /* One guest: read, then add under its lock (the ring made first, before

@@ -6,7 +6,7 @@
 #include "sandbox-priv.h"
 
 int sandbox_guest_metrics_get(struct sandbox_svc *svc, const char *account_id, const char *id,
-			struct sandbox_guest_metrics *out, struct sbx_error *err)
+			      struct sandbox_guest_metrics *out, struct sbx_error *err)
 {
 	struct store_sandbox row;
 	struct fleet_metrics_sample *fs = NULL;

@@ -78,10 +78,9 @@ int vmm_vm_stats(struct vmm_vm *vm, struct vmm_vm_stats *out, struct sbx_error *
 		return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL, "the sandbox's guest is gone");
 	/* NOWAIT: a domain busy with another job gives what it can now
 	 * rather than have us queue behind that job */
-	n = virDomainListGetStats(doms,
-				  VIR_DOMAIN_STATS_CPU_TOTAL | VIR_DOMAIN_STATS_BALLOON |
-				      VIR_DOMAIN_STATS_BLOCK,
-				  &recs, VIR_CONNECT_GET_ALL_DOMAINS_STATS_NOWAIT);
+	n = virDomainListGetStats(
+	    doms, VIR_DOMAIN_STATS_CPU_TOTAL | VIR_DOMAIN_STATS_BALLOON | VIR_DOMAIN_STATS_BLOCK,
+	    &recs, VIR_CONNECT_GET_ALL_DOMAINS_STATS_NOWAIT);
 	if (n < 0) {
 		sbx_debug(MOD, "stats of '%s': %s", vm->name, vmm_lv_msg());
 		return sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
