@@ -7,17 +7,7 @@
 
 #include "fleet.h"
 
-struct fleet_liveness; /* metrics.c */
-
-struct vmm_vm_stats;
-/* The memory figure of a sample from a guest's balloon stats st: its
- * MemTotal less MemAvailable in MiB, clamped to size_mib (0: no clamp);
- * -1 when it did not report, or its last report is older than 4 periods
- * of interval_ms and 30 s at now_ms (wall). Pure. */
-int64_t fleet_metrics_memory_mib(const struct vmm_vm_stats *st, uint64_t size_mib,
-				 uint32_t interval_ms, int64_t now_ms);
-
-/* liveness.c */
+struct fleet_liveness; /* liveness.c */
 
 /* The fleet. cfg, hooks, ops and hosts' fixed fields are set before its
  * threads start; the rest is under lock unless said otherwise. */
@@ -126,8 +116,8 @@ static inline int fleet_work_submit(struct fleet *f, sbx_workpool_fn fn, void *a
 /* The same, at most once per key (sbx_workpool_submit_once): 0 queued, 1
  * one with this key is in flight, -1 refused; fn not called unless 0.
  * The keys are addresses of the fleet's own (a host, the pool list, the
- * liveness state, the drains hook, metrics_key). Any lock may be held (the work pool's
- * lock is a leaf). */
+ * liveness state, the drains hook, metrics_key). Any lock may be held
+ * (the work pool's lock is a leaf). */
 static inline int fleet_work_submit_once(struct fleet *f, const void *key, sbx_workpool_fn fn,
 					 void *arg)
 {
