@@ -129,6 +129,7 @@ static const struct key_spec keys[] = {
     NUM(test_fault_pause_ms, K_U32),
     NUM(liveness_interval_ms, K_U32),
     NUM(liveness_misses, K_INT),
+    NUM(metrics_interval_ms, K_U32),
     NUM(http_threads, K_INT),
     NUM(http_work_threads, K_INT),
     NUM(http_work_queue, K_INT),

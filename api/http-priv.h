@@ -48,6 +48,7 @@ enum route {
 	R_PROCESS_STDIN,  /* /v1/sandboxes/{id}/processes/{pid}/stdin */
 	R_PROCESS_SIGNAL, /* /v1/sandboxes/{id}/processes/{pid}/signal */
 	R_FILES,	  /* /v1/sandboxes/{id}/files (http_files.c) */
+	R_METRICS,	  /* /v1/sandboxes/{id}/metrics */
 	R_STATIC,	  /* a compiled-in file (http_static.c): r->asset */
 };
 #define R_COUNT (R_STATIC + 1)
@@ -246,6 +247,7 @@ enum MHD_Result api_sandbox_handle(struct req *r);   /* GET, POST (update), DELE
 int api_metadata_filter(struct MHD_Connection *c, struct sandbox_metadata *m,
 			struct sbx_error *err);
 enum MHD_Result api_extend_handle(struct req *r);
+enum MHD_Result api_sandbox_metrics_handle(struct req *r);
 enum MHD_Result api_usage_handle(struct req *r);
 enum MHD_Result api_limits_handle(struct req *r);
 enum MHD_Result api_runtimes_handle(struct req *r);

@@ -5,6 +5,7 @@
  * different files (a create or a DELETE runs on the pool, http_async.c).
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -213,6 +214,47 @@ enum MHD_Result api_extend_handle(struct req *r)
 	if (sandbox_extend(r->srv->svc, r->account_id, r->id, minutes, &v, &err) < 0)
 		return api_reply_error(r->conn, &err);
 	return api_reply_json(r->conn, 200, api_sandbox_encode(&v), 0, NULL);
+}
+
+/* GET /v1/sandboxes/{id}/metrics (docs/api.md "Metrics"): the samples
+ * held, oldest first; memory is the guest's word (null: not reported). */
+enum MHD_Result api_sandbox_metrics_handle(struct req *r)
+{
+	struct sandbox_guest_metrics m;
+	struct sbx_error err;
+	struct json_object *o, *a;
+
+	sbx_error_clear(&err);
+	if (sandbox_guest_metrics_get(r->srv->svc, r->account_id, r->id, &m, &err) < 0)
+		return api_reply_error(r->conn, &err);
+	o = json_object_new_object();
+	a = json_object_new_array();
+	json_object_object_add(o, "object", json_object_new_string("sandbox_metrics"));
+	json_object_object_add(o, "sandbox_id", json_object_new_string(r->id));
+	json_object_object_add(o, "interval_ms", json_object_new_int64(m.interval_ms));
+	json_object_object_add(o, "history", json_object_new_int64((int64_t)m.history));
+	for (size_t i = 0; i < m.n; i++) {
+		const struct sandbox_guest_sample *s = &m.samples[i];
+		struct json_object *e = json_object_new_object();
+		char num[32];
+
+		json_object_object_add(e, "at", api_time_encode(s->at_ms));
+		/* three decimals are all a sample means */
+		snprintf(num, sizeof(num), "%.3f", s->cpu_cores);
+		json_object_object_add(e, "cpu_cores",
+				       json_object_new_double_s(strtod(num, NULL), num));
+		json_object_object_add(
+		    e, "memory_used_mib",
+		    s->memory_used_mib < 0 ? NULL : json_object_new_int64(s->memory_used_mib));
+		json_object_object_add(e, "memory_guest_reported", json_object_new_boolean(true));
+		json_object_object_add(
+		    e, "disk_used_mib",
+		    s->disk_used_mib < 0 ? NULL : json_object_new_int64(s->disk_used_mib));
+		json_object_array_add(a, e);
+	}
+	json_object_object_add(o, "samples", a);
+	sandbox_guest_metrics_release(&m);
+	return api_reply_json(r->conn, 200, o, 0, NULL);
 }
 
 enum MHD_Result api_limits_handle(struct req *r)

@@ -836,6 +836,8 @@ struct json_object *api_limits_encode_stats(const struct sandbox_config *cfg,
 			       json_object_new_int64(cfg->file_transfer_timeout_ms));
 	json_object_object_add(o, "request_receive_timeout_ms",
 			       json_object_new_int64(cfg->http_receive_timeout_ms));
+	json_object_object_add(o, "metrics_interval_ms",
+			       json_object_new_int64(cfg->metrics_interval_ms));
 	json_object_object_add(t, "default", json_object_new_int(cfg->default_timeout_minutes));
 	json_object_object_add(t, "max", json_object_new_int(cfg->max_timeout_minutes));
 	json_object_object_add(o, "timeout_minutes", t);

@@ -55,6 +55,8 @@ static const struct api_route table[R_COUNT] = {
 			  api_processes_route, "process_signal"},
     [R_FILES] = {"/v1/sandboxes/{id}/files", GET | PUT | DELETE, AUTH | STREAM, 0, api_files_route,
 		 "files"},
+    [R_METRICS] = {"/v1/sandboxes/{id}/metrics", GET, AUTH, 0, api_sandbox_metrics_handle,
+		   "sandbox_metrics"},
     /* api_assets[] (api/assets.h): found by api_static_find, not by path */
     [R_STATIC] = {NULL, GET, 0, 0, api_static_route, "static"},
 };

@@ -1,4 +1,4 @@
-/* sbx: the sandbox commands (create, ls, get, extend, rm, exec). */
+/* sbx: the sandbox commands (create, ls, get, extend, metrics, rm, exec). */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -314,6 +314,65 @@ int cmd_extend(struct cli *c, int argc, char **argv)
 	rc = sandbox_call(c, "POST", pos[0], "/extend", body, 'e');
 	json_object_put(body);
 	return rc;
+}
+
+static const char metrics_help[] =
+    "usage: sbx metrics ID [--last N] [--json]\n"
+    "A running sandbox's sampled CPU (host cores, as the host measured it),\n"
+    "memory (MiB, as the guest reported it: '-' when it did not) and disk use\n"
+    "(MiB its disk takes on the host: '-' without a disk), the newest last.\n"
+    "--last: the newest N samples only (default 10; 0: all the node keeps).\n";
+
+int cmd_metrics(struct cli *c, int argc, char **argv)
+{
+	struct cli_opt opts[] = {{.name = "last", .arg = true}, {0}};
+	struct cli_reply r;
+	struct cli_table *t;
+	json_object *a;
+	const char *pos[1];
+	char path[128];
+	long long last = 10;
+	size_t n, from;
+	int npos, rc;
+
+	if ((rc = cli_begin(c, argc, argv, opts, pos, 1, &npos, NULL, NULL, metrics_help)) >= 0)
+		return rc;
+	if (npos != 1)
+		return cli_usage(c, "%s", "give one sandbox id");
+	if (!cli_id_ok(pos[0]))
+		return cli_usage(c, "'%.60s' is not a sandbox id", pos[0]);
+	if (opts[0].set && !cli_parse_int(opts[0].value, 0, 1000000, &last))
+		return cli_usage(c, "%s", "--last must be a whole number >= 0");
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s/metrics", pos[0]);
+	if ((rc = cli_get_human(c, path, &r)) >= 0)
+		return rc;
+	a = NULL;
+	json_object_object_get_ex(r.json, "samples", &a);
+	n = a && json_object_is_type(a, json_type_array) ? json_object_array_length(a) : 0;
+	from = last && (size_t)last < n ? n - (size_t)last : 0;
+	if (cli_int(r.json, "interval_ms") == 0)
+		fprintf(stderr, "sbx: this node samples no metrics (metrics_interval_ms is 0)\n");
+	t = cli_table_new(4, "AT", "CPU_CORES", "MEMORY_MIB(GUEST)", "DISK_MIB");
+	for (size_t i = from; i < n; i++) {
+		json_object *e = json_object_array_get_idx(a, i), *v;
+		char cpu[32], mem[32], disk[32];
+
+		snprintf(cpu, sizeof(cpu), "%.2f",
+			 json_object_object_get_ex(e, "cpu_cores", &v) ? json_object_get_double(v)
+								       : 0.0);
+		if (json_object_object_get_ex(e, "memory_used_mib", &v) && v)
+			snprintf(mem, sizeof(mem), "%lld", (long long)json_object_get_int64(v));
+		else
+			snprintf(mem, sizeof(mem), "-");
+		if (json_object_object_get_ex(e, "disk_used_mib", &v) && v)
+			snprintf(disk, sizeof(disk), "%lld", (long long)json_object_get_int64(v));
+		else
+			snprintf(disk, sizeof(disk), "-");
+		cli_table_row(t, cli_str(e, "at"), cpu, mem, disk);
+	}
+	cli_table_print(t);
+	cli_reply_free(&r);
+	return 0;
 }
 
 int cmd_rm(struct cli *c, int argc, char **argv)

@@ -27,6 +27,8 @@ static const char main_help[] =
     "  get ID                                                    show one\n"
     "  extend ID MIN                                             make it expire MIN minutes from "
     "now\n"
+    "  metrics ID [--last N]                                     its CPU, memory and disk "
+    "samples\n"
     "  rm ID...                                                  destroy them\n"
     "  exec ID [--cwd D] [--env K=V]... [--timeout-ms N] -- CMD...\n"
     "                                                            run CMD, exit with its code\n"
@@ -720,7 +722,7 @@ static const struct {
 } commands[] = {
     {"create", cmd_create}, {"ls", cmd_ls},	{"get", cmd_get}, {"extend", cmd_extend},
     {"rm", cmd_rm},	    {"exec", cmd_exec}, {"run", cmd_run}, {"receipt", cmd_receipt},
-    {"usage", cmd_usage},   {"keys", cmd_keys}, {"cp", cmd_cp},
+    {"usage", cmd_usage},   {"keys", cmd_keys}, {"cp", cmd_cp},	  {"metrics", cmd_metrics},
 };
 
 /* Edit distance between a and b (both short: command names and what was

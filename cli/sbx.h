@@ -4,7 +4,7 @@
  * (offline, no server).
  *
  * Files: sbx.c (main, configuration, options, the HTTP call, output
- * helpers), sandboxes.c (create, ls, get, extend, rm, exec), account.c
+ * helpers), sandboxes.c (create, ls, get, extend, metrics, rm, exec), account.c
  * (run, receipt, usage, keys). One thread; nothing here is thread-safe.
  */
 #ifndef SBX_CLI_H
@@ -158,6 +158,7 @@ int cmd_create(struct cli *c, int argc, char **argv);
 int cmd_ls(struct cli *c, int argc, char **argv);
 int cmd_get(struct cli *c, int argc, char **argv);
 int cmd_extend(struct cli *c, int argc, char **argv);
+int cmd_metrics(struct cli *c, int argc, char **argv);
 int cmd_rm(struct cli *c, int argc, char **argv);
 int cmd_exec(struct cli *c, int argc, char **argv);
 int cmd_run(struct cli *c, int argc, char **argv);

@@ -230,6 +230,10 @@ struct sandbox_config {
 	 * ends as failed at its last answered moment (last_seen_at). */
 	uint32_t liveness_interval_ms; /* 5000 */
 	int liveness_misses;	       /* 3 */
+	/* Per-sandbox metrics (docs/api.md "Metrics"): every running guest's
+	 * CPU, memory and disk are sampled every metrics_interval_ms (0 =
+	 * off), the last 720 samples kept per guest (fleet/metrics.c). */
+	uint32_t metrics_interval_ms; /* 5000 */
 	/* Tests only: die with _exit(137) at this named step (sandbox/fault.h
 	 * lists them; "" = never). Refused in production mode. */
 	char test_fault_point[48];

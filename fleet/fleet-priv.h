@@ -30,6 +30,7 @@ struct fleet {
 	struct fleet_guest *pool; /* ready pooled guests of every host (g->host) */
 
 	struct fleet_liveness *liveness; /* NULL when liveness_interval_ms is 0 */
+	char metrics_key;		 /* its address keys the sampling round's job */
 };
 
 /* The guest a registry node is embedded in. */
@@ -92,6 +93,16 @@ struct fleet_guest *fleet_pool_drop_host_locked(struct fleet *f, struct fleet_ho
 /* Mark pooled guests of domain `name` dead. Call with lock. */
 void fleet_pool_domain_stopped_locked(struct fleet *f, const char *name);
 
+/* metrics.c */
+
+struct vmm_vm_stats;
+/* The memory figure of a sample from a guest's balloon stats st: its
+ * MemTotal less MemAvailable in MiB, clamped to size_mib (0: no clamp);
+ * -1 when it did not report, or its last report is older than 4 periods
+ * of interval_ms and 30 s at now_ms (wall). Pure. */
+int64_t fleet_metrics_memory_mib(const struct vmm_vm_stats *st, uint64_t size_mib,
+				 uint32_t interval_ms, int64_t now_ms);
+
 /* liveness.c */
 
 int fleet_liveness_init(struct fleet *f);
@@ -105,8 +116,8 @@ static inline int fleet_work_submit(struct fleet *f, sbx_workpool_fn fn, void *a
 /* The same, at most once per key (sbx_workpool_submit_once): 0 queued, 1
  * one with this key is in flight, -1 refused; fn not called unless 0.
  * The keys are addresses of the fleet's own (a host, the pool list, the
- * liveness state, the drains hook). Any lock may be held (the work pool's
- * lock is a leaf). */
+ * liveness state, the drains hook, metrics_key). Any lock may be held
+ * (the work pool's lock is a leaf). */
 static inline int fleet_work_submit_once(struct fleet *f, const void *key, sbx_workpool_fn fn,
 					 void *arg)
 {

@@ -10,7 +10,8 @@
  * Files, from the top: lives.c (the fleet object, the customers' live
  * guests), acquire.c (a guest for a sandbox or an execution: placement,
  * a pooled one or a boot), pool.c (the warm pools' upkeep: boots,
- * recycling), liveness.c (the ping), boot.c (a guest's boot within a boot
+ * recycling), liveness.c (the ping), metrics.c (the guests' sampled
+ * CPU, memory and disk), boot.c (a guest's boot within a boot
  * slot, the seam beneath it), hosts.c (hosts: capacity, health checks,
  * drains), pooled.c (the pools' list), guest.c (the live guest: refs,
  * state, channel, end), place.c (the placement rule), registry.c (guests
@@ -219,6 +220,10 @@ struct fleet_guest {
 	unsigned conn_gen;
 	unsigned breaks;
 
+	/* Its metrics' samples (metrics.c), NULL until the first round that
+	 * read it. Freed by the last unref. */
+	struct fleet_metrics *metrics;
+
 	int refs; /* atomic (__atomic builtins) */
 };
 
@@ -266,6 +271,57 @@ int fleet_guest_usable(struct fleet_guest *g, const char *id, struct sbx_error *
  * (the ender could not be queued). Take g->lock. */
 bool fleet_guest_end_claim(struct fleet_guest *g);
 void fleet_guest_end_unclaim(struct fleet_guest *g);
+
+/* ----------------------------------------------------------- metrics */
+
+/* A running guest's figures over time (docs/api.md "Metrics"): every
+ * metrics_interval_ms a round of the work pool reads each live guest's
+ * stats from libvirt (vmm_vm_stats, no lock held) and adds one sample to
+ * the guest's ring (under g->lock, a leaf). A ring holds the last
+ * FLEET_METRICS_HISTORY samples: a fixed allocation per live guest, so
+ * their memory is bounded by max_guests. */
+#define FLEET_METRICS_HISTORY 720 /* an hour at the default 5 s */
+
+/* One sample. cpu_cores is host-observed (the domain's CPU time over the
+ * wall time since the previous reading: 1.0 = one host core busy);
+ * memory_used_mib is the guest's own word (its balloon driver's MemTotal
+ * less MemAvailable, clamped to its size's memory), -1 when it did not
+ * report; disk_used_mib is host-observed (what its overlay takes on the
+ * host), -1 without a disk. */
+struct fleet_metrics_sample {
+	int64_t at_ms; /* wall clock */
+	double cpu_cores;
+	int64_t memory_used_mib;
+	int64_t disk_used_mib;
+};
+
+/* One reading of a guest's stats, as the round hands it to the ring. */
+struct fleet_metrics_reading {
+	int64_t mono_ms, wall_ms; /* when it was read */
+	bool has_cpu;
+	uint64_t cpu_ns;			/* the domain's CPU time since it started */
+	int64_t memory_used_mib, disk_used_mib; /* -1: none */
+};
+
+/* A ring of samples (metrics.c). No lock of its own: its guest's. */
+struct fleet_metrics;
+/* A ring of `cap` samples (1..FLEET_METRICS_HISTORY). NULL out of memory. */
+struct fleet_metrics *fleet_metrics_new(size_t cap);
+void fleet_metrics_free(struct fleet_metrics *m);
+/* Add a reading: a sample when a previous reading with CPU time gives
+ * the delta (the first reading, one without CPU time, or one whose CPU
+ * time or clock went back only becomes the base of the next); the oldest
+ * sample goes when the ring is full. true when a sample was added. */
+bool fleet_metrics_add(struct fleet_metrics *m, const struct fleet_metrics_reading *r);
+/* The samples held (at most max), oldest first, into out; the count. */
+size_t fleet_metrics_copy(const struct fleet_metrics *m, struct fleet_metrics_sample *out,
+			  size_t max);
+
+/* The samples of the live guest of sandbox `id`, oldest first, into
+ * *out (malloc'd, the caller frees; NULL when none yet) and *n. -1 with
+ * 410 when no guest of `id` is live. Takes g->lock. */
+int fleet_live_metrics(struct fleet *f, const char *id, struct fleet_metrics_sample **out,
+		       size_t *n, struct sbx_error *err);
 
 /* ---------------------------------------------------------------- hosts */
 
@@ -402,6 +458,8 @@ size_t fleet_hosts_view(struct fleet *f, struct fleet_host_view *out, size_t max
 void fleet_hosts_pass(struct fleet *f);
 void fleet_pool_pass(struct fleet *f);
 void fleet_liveness_pass(struct fleet *f);
+/* metrics: a sampling round (none when metrics_interval_ms is 0). */
+void fleet_metrics_pass(struct fleet *f);
 /* Does the config ask for pooled guests (warm or execution)? Logs how
  * many. */
 bool fleet_pool_configured(const struct fleet *f);

@@ -40,6 +40,7 @@ void fleet_guest_unref(struct fleet_guest *g)
 	if (g->prestart && g->prestart_free)
 		g->prestart_free(g->prestart);
 	vmm_vm_free(g->vm);
+	fleet_metrics_free(g->metrics);
 	pthread_mutex_destroy(&g->lock);
 	free(g);
 }

@@ -60,6 +60,8 @@ static struct vmm *host_vmm_new(struct fleet *f, struct fleet_host *h, struct sb
 	    .transport = config_transport_vmm(hc->transport),
 	    .tb_cache_mib = cfg->tb_cache_mib,
 	    .free_page_reporting = cfg->free_page_reporting,
+	    /* the guests' reported memory, read by the metrics' rounds */
+	    .balloon_stats_period_s = (cfg->metrics_interval_ms + 999) / 1000,
 	    .console_log_max = 1024 * 1024,
 	};
 	/* A local host's run dir is ours to make (a remote one is made there

@@ -266,6 +266,10 @@ static int validate_pool_and_tests(const struct sandbox_config *cfg, struct sbx_
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "liveness_interval_ms",
 				     "liveness_interval_ms must be 0 (off) or >= 100, and "
 				     "liveness_misses 1..100");
+	if (cfg->metrics_interval_ms &&
+	    (cfg->metrics_interval_ms < 1000 || cfg->metrics_interval_ms > 3600000))
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "metrics_interval_ms",
+				     "metrics_interval_ms must be 0 (off) or 1000..3600000");
 	return 0;
 }
 

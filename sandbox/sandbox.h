@@ -302,6 +302,28 @@ int sandbox_destroy(struct sandbox_svc *svc, const char *account_id, const char 
 int sandbox_extend(struct sandbox_svc *svc, const char *account_id, const char *id,
 		   int timeout_minutes, struct sandbox_view *out, struct sbx_error *err);
 
+/* A running sandbox's metrics (docs/api.md "Metrics", guest_metrics.c): the
+ * samples its guest's ring holds, oldest first, one every interval_ms.
+ * cpu_cores and disk_used_mib are host-observed; memory_used_mib is the
+ * guest's own word (-1: it did not report), only ever shown. */
+struct sandbox_guest_sample {
+	int64_t at_ms;
+	double cpu_cores;
+	int64_t memory_used_mib; /* -1: none */
+	int64_t disk_used_mib;	 /* -1: no disk */
+};
+struct sandbox_guest_metrics {
+	uint32_t interval_ms;		      /* metrics_interval_ms; 0: sampling is off */
+	size_t history;			      /* samples kept at most */
+	struct sandbox_guest_sample *samples; /* malloc'd, NULL when none */
+	size_t n;
+};
+/* 0, or -1 with 404 (no such sandbox for this account) or 410 (not
+ * running). Release *out with sandbox_guest_metrics_release. */
+int sandbox_guest_metrics_get(struct sandbox_svc *svc, const char *account_id, const char *id,
+			      struct sandbox_guest_metrics *out, struct sbx_error *err);
+void sandbox_guest_metrics_release(struct sandbox_guest_metrics *m);
+
 /* --------------------------------------------------------- output budget */
 
 /* The output budget (docs/api.md "Output budget", budget.c): bytes of

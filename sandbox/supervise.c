@@ -4,11 +4,13 @@
  * queue the end of every live found dead or past its expiry, write
  * heartbeats, retry the ends the store refused and sync guest clocks, and
  * the fleet's passes: the hosts' health checks, the warm pool's upkeep and
- * the liveness pings (fleet/hosts.c, pool.c, liveness.c); and one bounded
+ * the liveness pings and the metrics' sampling (fleet/hosts.c, pool.c,
+ * liveness.c, metrics.c); and one bounded
  * pool (util's sbx_workpool, threads "sbx-block") that runs the blocking
  * work: the queued ends (sandbox_end, settle.c), the teardowns of
  * execution guests (execution.c), and the fleet's jobs (health checks and
- * reconciles, pool boots and recycles, ping rounds). docs/lifecycle.md
+ * reconciles, pool boots and recycles, ping and sampling rounds).
+ * docs/lifecycle.md
  * "Threads" says what runs where. See sandbox-priv.h for the locks.
  */
 #include <pthread.h>
@@ -125,7 +127,7 @@ static void time_sync_pass(void *opaque, int64_t now_mono)
 }
 
 /* The fleet's passes: each queues its blocking part as jobs, each once
- * (fleet/hosts.c, pool.c, liveness.c). */
+ * (fleet/hosts.c, pool.c, liveness.c, metrics.c). */
 static void hosts_pass(void *opaque, int64_t now_mono)
 {
 	struct sandbox_svc *svc = opaque;
@@ -145,6 +147,13 @@ static void liveness_pass(void *opaque, int64_t now_mono)
 	struct sandbox_svc *svc = opaque;
 
 	fleet_liveness_pass(svc->fleet);
+}
+
+static void metrics_pass(void *opaque, int64_t now_mono)
+{
+	struct sandbox_svc *svc = opaque;
+
+	fleet_metrics_pass(svc->fleet);
 }
 
 /* ------------------------------------------------------------ the ends */
@@ -212,10 +221,11 @@ int sandbox_supervise_start(struct sandbox_svc *svc, struct sbx_error *err)
 	 * hold (a pool boot counts on its host while queued: pool_booting).
 	 * The fleet's passes add at most one job each of their own, as each
 	 * is queued once (a key each): a health check per host and the
-	 * drains read, a liveness round, a recycling of pooled guests. With
+	 * drains read, a liveness round, a metrics round, a recycling of
+	 * pooled guests. With
 	 * the threads' worth on top, none of these is refused. Threads start
 	 * on demand and end after a while idle. */
-	fleet_jobs = (int)svc->cfg.n_hosts + 1 + 1 + 1;
+	fleet_jobs = (int)svc->cfg.n_hosts + 1 + 1 + 1 + 1;
 	svc->work = sbx_workpool_new(SANDBOX_WORK_THREAD_NAME, SANDBOX_WORK_THREADS,
 				     guests + fleet_jobs + SANDBOX_WORK_THREADS, 0);
 	svc->cron = sbx_cron_new(SANDBOX_CRON_THREAD_NAME, TICK_MS);
@@ -232,6 +242,9 @@ int sandbox_supervise_start(struct sandbox_svc *svc, struct sbx_error *err)
 	    (svc->cfg.liveness_interval_ms &&
 	     sbx_cron_add(svc->cron, "liveness", svc->cfg.liveness_interval_ms, liveness_pass,
 			  svc) < 0) ||
+	    (svc->cfg.metrics_interval_ms &&
+	     sbx_cron_add(svc->cron, "metrics", svc->cfg.metrics_interval_ms, metrics_pass, svc) <
+		 0) ||
 	    sbx_cron_start(svc->cron) < 0) {
 		sandbox_supervise_free(svc);
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL,

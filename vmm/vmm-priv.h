@@ -57,6 +57,7 @@ struct vmm {
 	 * bound from then on (vmm_vm_start) */
 	atomic_bool cpu_bound_refused;
 	bool free_page_reporting;
+	unsigned balloon_stats_period_s;
 	uint64_t console_log_max;
 	bool kvm;
 	/* Not this machine's hypervisor (vmm_uri_is_local false): run_dir is

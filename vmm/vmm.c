@@ -329,6 +329,7 @@ static struct vmm *vmm_alloc(const struct vmm_config *cfg, bool kvm, bool remote
 	v->transport = cfg->transport;
 	v->tb_cache_mib = cfg->tb_cache_mib;
 	v->free_page_reporting = cfg->free_page_reporting;
+	v->balloon_stats_period_s = cfg->balloon_stats_period_s;
 	v->console_log_max = cfg->console_log_max;
 	v->kvm = kvm;
 	v->remote = remote;
@@ -547,6 +548,7 @@ struct vmm_vm *vmm_vm_start(struct vmm *v, const struct vmm_guest_spec *spec, st
 	    .tb_cache_mib = v->tb_cache_mib,
 	    .host_cpus = atomic_load(&v->cpu_bound_refused) ? 0 : v->host_cpus,
 	    .free_page_reporting = v->free_page_reporting,
+	    .balloon_stats_period_s = v->balloon_stats_period_s,
 	};
 	pthread_mutex_lock(&v->lock);
 	_cleanup_free_ char *vt = v->virt_type ? strdup(v->virt_type) : NULL;

@@ -73,6 +73,10 @@ struct vmm_config {
 	unsigned tb_cache_mib;	  /* TCG translation cache, 0 = qemu default */
 	bool free_page_reporting; /* virtio balloon that only reports freed
 				   * pages to the host (docs/vmm.md) */
+	/* With the balloon: QEMU asks the guest's balloon driver for its
+	 * memory statistics every this many seconds (<stats period>; what
+	 * vmm_vm_stats reads as guest-reported memory). 0 = never. */
+	unsigned balloon_stats_period_s;
 	uint64_t console_log_max; /* bytes of guest console kept per domain */
 	/* The host's CPUs (vmm_new asks the host's libvirtd; a caller of
 	 * vmm_domain_xml sets it). From 2 up, every guest's threads together
@@ -138,6 +142,37 @@ int vmm_vm_open_channel_via(struct vmm_vm *vm, enum vmm_transport t, sbx_recv_fn
 
 /* Is the domain still running? */
 bool vmm_vm_is_running(struct vmm_vm *vm);
+
+/* What the host sees of a running guest (vmm_vm_stats). */
+struct vmm_vm_stats {
+	/* Host-observed: the CPU time every thread of the domain (vCPUs and
+	 * emulator) used since it started, in ns. */
+	bool has_cpu;
+	uint64_t cpu_ns;
+	/* Guest-reported, through the balloon's statistics (vmm_config's
+	 * balloon_stats_period_s): the guest's MemTotal and MemAvailable
+	 * (usable; MemFree when the driver gives no usable figure) in KiB,
+	 * and the host's epoch second QEMU last received them (0: never).
+	 * has_memory false: no balloon, or the guest never reported. A hostile
+	 * guest reports what it likes: only ever shown, marked as its own. */
+	bool has_memory;
+	uint64_t memory_total_kib, memory_available_kib;
+	int64_t memory_reported_s;
+	/* Host-observed: the bytes the guest's root disk (its overlay)
+	 * takes on the host's storage. has_disk false: no disk. */
+	bool has_disk;
+	uint64_t disk_bytes;
+};
+
+/* Read a running guest's CPU time, balloon statistics and disk use in
+ * one libvirt call (virDomainListGetStats). Blocking: call with no lock
+ * held, off any request's thread; like every libvirt call it is bounded
+ * by the connection's keepalive (VMM_KEEPALIVE_BOUND_MS, below: a host
+ * that stops answering closes the connection and the call fails), and a
+ * connection known lost fails at once. 0, or -1 with
+ * SBX_E_SERVICE_UNAVAILABLE (no connection, no answer) or
+ * SBX_E_SANDBOX_ERROR (the domain is gone). */
+int vmm_vm_stats(struct vmm_vm *vm, struct vmm_vm_stats *out, struct sbx_error *err);
 
 /* Destroy the domain (if it still runs) and delete its overlay, socket and
  * console log (on a remote host: its volumes). Idempotent. 0, or -1 when libvirt could not destroy

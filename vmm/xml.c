@@ -206,7 +206,15 @@ static int vmm_xml_devices(struct sbx_buf *b, const struct vmm_config *cfg, cons
 	 * that once used 1 GiB idles at its boot footprint again. The host
 	 * never sets a balloon target: it is no way to take memory from a
 	 * guest (docs/vmm.md, bench/density). */
-	if (cfg->free_page_reporting)
+	if (cfg->free_page_reporting && cfg->balloon_stats_period_s)
+		/* ... and, every period, the guest's own memory figures (the
+		 * sandbox's metrics: shown as the guest's word, never billed) */
+		r |= sbx_buf_printf(b,
+				    "    <memballoon model='virtio' freePageReporting='on'>\n"
+				    "      <stats period='%u'/>\n"
+				    "    </memballoon>\n",
+				    cfg->balloon_stats_period_s);
+	else if (cfg->free_page_reporting)
 		r |= sbx_buf_printf(b, "    <memballoon model='virtio' freePageReporting='on'/>\n");
 	else
 		r |= sbx_buf_printf(b, "    <memballoon model='none'/>\n");

@@ -55,7 +55,7 @@ static int setup(void **state)
 	daemon_config(&d, "\"sizes\": {\"small\": {\"vcpus\": 1, \"memory_mib\": 256, "
 			  "\"disk_gib\": 1, \"price_micro_usd_per_hour\": 90000}}, "
 			  "\"execution_runner\": \"dev-process\", "
-			  "\"execution_test_shell_runtime\": true");
+			  "\"execution_test_shell_runtime\": true, \"metrics_interval_ms\": 1000");
 	snprintf(work, sizeof(work), "%s/cli", d.state_dir);
 	if (sbx_mkdir_p(work, 0700) < 0)
 		return -1;
@@ -474,6 +474,54 @@ static void cp_files_and_directories(void **state)
 	run_free(&r);
 }
 
+/* sbx metrics: a table of the newest samples (one comes after two
+ * readings a second apart), --last, --json; an unknown sandbox exits 5. */
+static void metrics_table(void **state)
+{
+	json_object *o, *a;
+	struct run r;
+	int rows = 0;
+
+	(void)state;
+	for (int i = 0; i < 50 && rows < 3; i++) {
+		usleep(200 * 1000);
+		r = sbx("", "metrics %s", sbx_id);
+		assert_int_equal(r.rc, 0);
+		assert_int_equal(strncmp(r.out, "AT ", 3), 0);
+		assert_non_null(strstr(r.out, "CPU_CORES"));
+		assert_non_null(strstr(r.out, "MEMORY_MIB(GUEST)"));
+		rows = 0;
+		for (const char *p = r.out; (p = strchr(p, '\n')); p++)
+			rows++;
+		rows--; /* the header */
+		run_free(&r);
+	}
+	assert_true(rows >= 3);
+	r = sbx("", "metrics %s --last 2", sbx_id);
+	assert_int_equal(r.rc, 0);
+	rows = 0;
+	for (const char *p = r.out; (p = strchr(p, '\n')); p++)
+		rows++;
+	assert_int_equal(rows, 3);
+	/* the tiny image has no disk */
+	assert_non_null(strstr(r.out, " -\n"));
+	run_free(&r);
+	r = sbx("", "metrics %s --json", sbx_id);
+	assert_int_equal(r.rc, 0);
+	assert_non_null(o = json_tokener_parse(r.out));
+	assert_int_equal(jint(o, "interval_ms"), 1000);
+	assert_true(json_object_object_get_ex(o, "samples", &a));
+	assert_true(json_object_array_length(a) >= 3);
+	json_object_put(o);
+	run_free(&r);
+	r = sbx("", "metrics sbx_00000000000000000000dead");
+	assert_int_equal(r.rc, 5);
+	run_free(&r);
+	r = sbx("", "metrics %s --last x", sbx_id);
+	assert_int_equal(r.rc, 2);
+	run_free(&r);
+}
+
 static void extend_then_rm(void **state)
 {
 	struct run r = sbx("", "extend %s 10", sbx_id);
@@ -717,6 +765,7 @@ int main(void)
 	    cmocka_unit_test(create_ls_get),
 	    cmocka_unit_test(exec_streams_and_exit_code),
 	    cmocka_unit_test(cp_files_and_directories),
+	    cmocka_unit_test(metrics_table),
 	    cmocka_unit_test(extend_then_rm),
 	    cmocka_unit_test(run_and_verify_a_receipt_offline),
 	    cmocka_unit_test(usage_and_keys),

@@ -4,7 +4,7 @@
  *
  * - a session through the harness covering every family of routes
  *   (create, get, list, extend, exec with and without receipt, files up,
- *   down, ranged, listed, deleted, background processes, keys, usage,
+ *   down, ranged, listed, deleted, background processes, metrics, keys, usage,
  *   limits, receipts, executions, delete, and refusals), every exchange
  *   recorded (SBX_TEST_RECORD, tests/integration/harness.h);
  * - the README's shell session ("A session" and "Files, streamed output,
@@ -51,7 +51,7 @@ static int setup(void **state)
 	daemon_config(&d, "\"sizes\": {\"small\": {\"vcpus\": 1, \"memory_mib\": 256, "
 			  "\"disk_gib\": 1, \"price_micro_usd_per_hour\": 90000}}, "
 			  "\"execution_runner\": \"dev-process\", "
-			  "\"execution_test_shell_runtime\": true");
+			  "\"execution_test_shell_runtime\": true, \"metrics_interval_ms\": 1000");
 	return daemon_up(&d) < 0 ? -1 : 0;
 }
 
@@ -163,6 +163,21 @@ static void test_session(void **state)
 	snprintf(p, sizeof(p), "/v1/sandboxes/%s/processes/%s/signal", id, pid);
 	call_free("POST", p, NULL, "{\"signal\": \"TERM\"}", 200);
 	call_free("POST", p, NULL, "{\"signal\": \"HUP\"}", 400);
+
+	/* the sandbox's metrics (sampled every second here: one comes after
+	 * two readings) */
+	snprintf(p, sizeof(p), "/v1/sandboxes/%s/metrics", id);
+	for (int i = 0;; i++) {
+		size_t n;
+
+		r = call("GET", p, NULL, NULL, 0, 200);
+		n = json_object_array_length(json_object_object_get(r.json, "samples"));
+		http_reply_free(&r);
+		if (n > 0)
+			break;
+		assert_true(i < 50);
+		usleep(100 * 1000);
+	}
 
 	/* keys */
 	r = call("POST", "/v1/api_keys", NULL, "{\"scopes\": [\"sandboxes\"]}", 0, 201);

@@ -106,6 +106,37 @@ static void test_xml_without_free_page_reporting(void **state)
 	free(x);
 }
 
+/* With metrics on, the balloon carries a statistics period (whole
+ * seconds) so the guest reports its memory; without the balloon or with
+ * the period 0, none. */
+static void test_xml_balloon_stats_period(void **state)
+{
+	(void)state;
+	struct vmm_config c = xml_cfg();
+	struct vmm_guest_spec s = {.vcpus = 1, .memory_mib = 256};
+	char *x;
+
+	c.balloon_stats_period_s = 5;
+	x = vmm_domain_xml(&c, "t-vmm-a", &s, false);
+	assert_non_null(x);
+	assert_non_null(strstr(x, "<memballoon model='virtio' freePageReporting='on'>\n"
+				  "      <stats period='5'/>\n"
+				  "    </memballoon>\n"));
+	assert_int_equal(count(x, "<memballoon"), 1);
+	free(x);
+	c.balloon_stats_period_s = 0;
+	x = vmm_domain_xml(&c, "t-vmm-a", &s, false);
+	assert_non_null(strstr(x, "<memballoon model='virtio' freePageReporting='on'/>"));
+	assert_null(strstr(x, "<stats"));
+	free(x);
+	c.balloon_stats_period_s = 5;
+	c.free_page_reporting = false;
+	x = vmm_domain_xml(&c, "t-vmm-a", &s, false);
+	assert_non_null(strstr(x, "<memballoon model='none'/>"));
+	assert_null(strstr(x, "<stats"));
+	free(x);
+}
+
 /* A guest's threads together never get more than host_cpus - 1 CPUs, so
  * a guest that floods its channel (or just computes) always leaves a CPU
  * to the daemon, libvirtd and the other guests (docs/vmm.md, "CPU
@@ -1040,6 +1071,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_xml_tcg),
 	    cmocka_unit_test(test_xml_without_free_page_reporting),
+	    cmocka_unit_test(test_xml_balloon_stats_period),
 	    cmocka_unit_test(test_xml_kvm_and_tb_cache),
 	    cmocka_unit_test(test_xml_cpu_bound),
 	    cmocka_unit_test(test_xml_disk_only_with_base),
