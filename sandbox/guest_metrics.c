@@ -17,8 +17,11 @@ int sandbox_guest_metrics_get(struct sandbox_svc *svc, const char *account_id, c
 	out->history = FLEET_METRICS_HISTORY;
 	/* another account's sandbox is no sandbox (404); an ended one has
 	 * no guest and no samples any more (410) */
-	if (sandbox_running_row(svc, account_id, id, sbx_wall_ms(), &row, err) < 0 ||
-	    fleet_live_metrics(svc->fleet, id, &fs, &n, err) < 0)
+	if (sandbox_running_row(svc, account_id, id, sbx_wall_ms(), &row, err) < 0)
+		return -1;
+	if (!svc->fleet) /* an admin service runs no guest */
+		return fleet_guest_usable(NULL, id, err);
+	if (fleet_live_metrics(svc->fleet, id, &fs, &n, err) < 0)
 		return -1;
 	if (n) {
 		out->samples = calloc(n, sizeof(*out->samples));
