@@ -62,8 +62,8 @@ struct agentless_limits {
  * frames past the budget at most: then it is flooding, a protocol
  * violation. The guest's own agent ships output in frames of up to
  * WIRE_MAX_CHUNK bytes and never comes near the budget. */
-#define AGENTLESS_FRAMES_PER_S	 20000
-#define AGENTLESS_FRAME_BURST	 20000
+#define AGENTLESS_FRAMES_PER_S	 100000
+#define AGENTLESS_FRAME_BURST	 100000
 #define AGENTLESS_FRAME_DEBT_MAX (2 * AGENTLESS_FRAMES_PER_S)
 
 /* Called once, on the recv thread, when the channel breaks (EOF, I/O error)

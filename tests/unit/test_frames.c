@@ -275,7 +275,7 @@ static void test_budget_holds_the_guest(void **state)
  * frames. */
 static void test_flood_without_hold_breaks(void **state)
 {
-	const uint32_t n = 10 * (AGENTLESS_FRAME_BURST + AGENTLESS_FRAME_DEBT_MAX);
+	const uint32_t n = 2 * (AGENTLESS_FRAME_BURST + AGENTLESS_FRAME_DEBT_MAX);
 	struct flood f = {.n = n};
 	pthread_t t;
 	uint32_t id;
