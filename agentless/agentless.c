@@ -25,6 +25,12 @@
  * waits for, late frames of an exec the host gave up on) are allowed at
  * UNSOLICITED_PER_S with a burst of UNSOLICITED_BURST; past that the guest
  * is flooding, which is a protocol violation.
+ *
+ * Every frame counts against the frame budget (agentless.h,
+ * conn_frame_budget): past it the recv thread asks the channel to hold
+ * its input (hold_rx, called unlocked and counted as a sender so the
+ * channel is not detached under it), or, on a channel without hold_rx,
+ * breaks the connection once the guest is far past it.
  */
 #include "agentless/agentless.h"
 #include "agentless/agentless-priv.h"
