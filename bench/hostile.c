@@ -16,8 +16,11 @@
  * (`dd bs=1`: as many small frames as a legitimate program can make its
  * guest's agent send), to show what the frame budget does to such a
  * guest. For the phases where
- * A loops on its exec, a second line says how A's own execs fared, and
- * whether the attack cost A its sandbox (then A stops). The last two
+ * A loops on its exec, a line says how A's own execs fared, and
+ * whether the attack cost A its sandbox (then A stops); for every phase
+ * another says how much CPU the daemon and libvirtd (the machine's, so
+ * anyone's use of it counts) took while B was measured: the cost of A's
+ * frames outside A's cgroup. The last two
  * phases restart the daemon first: A's guest was told to say HELLO v3
  * (reopen_v3) or nothing (reopen_silent) after the reopen, and then stops
  * reading while 12 commands of 60 KiB go to it (over the stream
@@ -220,6 +223,44 @@ static int64_t now_us(void)
 	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+/* CPU time (user + system, ms) process `pid` has used so far; -1 when it
+ * cannot be read. */
+static long cpu_ms_of(pid_t pid)
+{
+	char path[64], line[1024];
+	unsigned long ut, st;
+	long ticks = sysconf(_SC_CLK_TCK);
+	FILE *f;
+	char *p;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "re");
+	if (!f)
+		return -1;
+	p = fgets(line, sizeof(line), f) ? strrchr(line, ')') : NULL;
+	fclose(f);
+	/* after "(comm)": state and 10 more fields, then utime and stime */
+	if (!p ||
+	    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2 ||
+	    ticks <= 0)
+		return -1;
+	return (long)((ut + st) * 1000 / (unsigned long)ticks);
+}
+
+/* libvirtd's pid (0 when unknown). */
+static pid_t libvirtd_pid(void)
+{
+	FILE *f = fopen("/run/libvirtd.pid", "re");
+	int pid = 0;
+
+	if (f) {
+		if (fscanf(f, "%d", &pid) != 1)
+			pid = 0;
+		fclose(f);
+	}
+	return (pid_t)pid;
+}
+
 /* B's calls for `seconds`; latencies in microseconds. */
 static void measure(struct lat *l, int seconds)
 {
@@ -357,8 +398,12 @@ int main(void)
 	printf("tenant B's calls, %d s per phase, while tenant A's guest misbehaves "
 	       "(ratios: p99 / idle p99)\n",
 	       seconds);
+	long i0 = cpu_ms_of(d.pid);
 	measure(&l, seconds);
+	long i1 = cpu_ms_of(d.pid);
 	idle = report("idle", &l, busy, busy);
+	if (i0 >= 0 && i1 >= 0)
+		printf("%-13s CPU while measured: daemon %ld ms\n", "", i1 - i0);
 
 	for (size_t i = 0; i < SBX_ARRAY_SIZE(phases); i++) {
 		struct hostile h = {.how = phases[i], .lock = PTHREAD_MUTEX_INITIALIZER};
@@ -374,8 +419,15 @@ int main(void)
 			break;
 		}
 		pthread_create(&h.thread, NULL, hostile_main, &h);
+		pid_t lv = libvirtd_pid();
+		long d0 = cpu_ms_of(d.pid), l0 = lv ? cpu_ms_of(lv) : -1;
 		measure(&l, seconds);
+		long d1 = cpu_ms_of(d.pid), l1 = lv ? cpu_ms_of(lv) : -1;
 		struct p99s p = report(phases[i], &l, idle, busy);
+		/* the daemon's own; libvirtd is the machine's (other users too) */
+		if (d0 >= 0 && d1 >= 0)
+			printf("%-13s CPU while measured: daemon %ld ms, libvirtd %ld ms\n", "",
+			       d1 - d0, l0 >= 0 && l1 >= 0 ? l1 - l0 : -1L);
 		if (strcmp(phases[i], "busy") == 0)
 			busy = p;
 		pthread_mutex_lock(&h.lock);
