@@ -152,7 +152,14 @@ static void exec_until_stopped_as(struct hostile *h, const char *cmd, const char
 			return;
 		int64_t t0 = sbx_mono_ms();
 		int st = exec_status_as(d.key, h->id, cmd, 30000, how, accept);
-		bool ended = st != 200 && !sandbox_running(d.key, h->id);
+		bool ended = false;
+		/* after a failure, wait (up to 5 s) to see whether the sandbox
+		 * ends, rather than calling again at once */
+		for (int i = 0; st != 200 && !ended && i < 50; i++) {
+			ended = !sandbox_running(d.key, h->id);
+			if (!ended)
+				usleep(100 * 1000);
+		}
 		pthread_mutex_lock(&h->lock);
 		h->a_ok += st == 200;
 		h->a_failed += st != 200;
