@@ -152,6 +152,15 @@ struct agentless_conn {
 	size_t co_len;
 	uint8_t co_buf[WIRE_MAX_CHUNK];
 
+	/* the frame budget (agentless.h): a bucket refilled at
+	 * AGENTLESS_FRAMES_PER_S, negative while the guest is past it; the
+	 * frames of the read being parsed (recv thread only); the last time
+	 * a hold was logged */
+	double frame_tokens;
+	int64_t frame_at_ms;
+	unsigned rx_frames;
+	int64_t frame_logged_ms;
+
 	unsigned hellos;	   /* HELLOs on this channel */
 	double unsolicited_tokens; /* bucket, refilled at UNSOLICITED_PER_S */
 	int64_t unsolicited_at_ms; /* last refill, sbx_mono_ms() */

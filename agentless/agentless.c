@@ -25,6 +25,12 @@
  * waits for, late frames of an exec the host gave up on) are allowed at
  * UNSOLICITED_PER_S with a burst of UNSOLICITED_BURST; past that the guest
  * is flooding, which is a protocol violation.
+ *
+ * Every frame counts against the frame budget (agentless.h,
+ * conn_frame_budget): past it the recv thread asks the channel to hold
+ * its input (hold_rx, called unlocked and counted as a sender so the
+ * channel is not detached under it), or, on a channel without hold_rx,
+ * breaks the connection once the guest is far past it.
  */
 #include "agentless/agentless.h"
 #include "agentless/agentless-priv.h"
@@ -640,6 +646,54 @@ static void conn_eof(struct agentless_conn *c)
 
 static void conn_recv_frames(struct agentless_conn *c, const uint8_t *in, size_t len);
 
+/* Charge the frames of one read to the frame budget (agentless.h); past
+ * it, hold the channel's input until the bucket is back at 0, or, on a
+ * channel that cannot hold, break it once the guest is too far past.
+ * Recv thread, no lock held; the channel's hold_rx is called unlocked, as
+ * a sender (a detach waits for it). */
+static void conn_frame_budget(struct agentless_conn *c, unsigned frames)
+{
+	int64_t now = sbx_mono_ms(), hold_ms = 0;
+	struct sbx_channel ch = {0};
+	bool flood = false, log = false;
+	double debt;
+
+	pthread_mutex_lock(&c->lock);
+	c->frame_tokens += (double)(now - c->frame_at_ms) * AGENTLESS_FRAMES_PER_S / 1000.0;
+	c->frame_tokens = SBX_MIN(c->frame_tokens, (double)AGENTLESS_FRAME_BURST);
+	c->frame_at_ms = now;
+	c->frame_tokens -= frames;
+	debt = -c->frame_tokens;
+	if (debt > 0 && c->have_ch && !c->ch_eof && !c->rx_dead) {
+		if (c->ch.hold_rx) {
+			ch = c->ch;
+			c->senders++;
+			hold_ms = (int64_t)(debt * 1000.0 / AGENTLESS_FRAMES_PER_S) + 1;
+			log = now - c->frame_logged_ms >= 10000;
+			if (log)
+				c->frame_logged_ms = now;
+		} else {
+			flood = debt > AGENTLESS_FRAME_DEBT_MAX;
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+
+	if (flood) {
+		conn_violation(c, "a flood of frames (past %d a second)", AGENTLESS_FRAMES_PER_S);
+		return;
+	}
+	if (!ch.hold_rx)
+		return;
+	if (log)
+		sbx_info(MOD, "guest past its frame budget (%d a second): its input waits %lld ms",
+			 AGENTLESS_FRAMES_PER_S, (long long)hold_ms);
+	ch.hold_rx(ch.ctx, hold_ms);
+	pthread_mutex_lock(&c->lock);
+	c->senders--;
+	pthread_cond_broadcast(&c->cond);
+	pthread_mutex_unlock(&c->lock);
+}
+
 void agentless_conn_recv(void *conn, const void *buf, size_t len)
 {
 	struct agentless_conn *c = conn;
@@ -648,8 +702,10 @@ void agentless_conn_recv(void *conn, const void *buf, size_t len)
 		conn_eof(c);
 		return;
 	}
+	c->rx_frames = 0;
 	conn_recv_frames(c, buf, len);
 	exec_output_flush(c); /* nothing gathered waits for the next read */
+	conn_frame_budget(c, c->rx_frames);
 }
 
 static void conn_recv_frames(struct agentless_conn *c, const uint8_t *in, size_t len)
@@ -707,6 +763,7 @@ static void conn_recv_frames(struct agentless_conn *c, const uint8_t *in, size_t
 			return;
 		h = c->cur;
 		reasm_reset(c);
+		c->rx_frames++;
 		conn_handle_frame(c, &h, c->payload, h.len);
 	}
 }
@@ -735,6 +792,8 @@ struct agentless_conn *agentless_conn_new(const struct agentless_limits *lim,
 	c->next_ping = 1;
 	c->unsolicited_tokens = UNSOLICITED_BURST;
 	c->unsolicited_at_ms = sbx_mono_ms();
+	c->frame_tokens = AGENTLESS_FRAME_BURST;
+	c->frame_at_ms = c->unsolicited_at_ms;
 	return c;
 }
 

@@ -50,6 +50,22 @@ struct agentless_limits {
 	uint32_t xfer_stall_ms;
 };
 
+/* The frame budget (docs/protocol.md, "The frame budget"). Every frame
+ * from the guest costs the host the same parsing and dispatch, however
+ * little it carries, so a connection takes at most AGENTLESS_FRAMES_PER_S
+ * frames a second from its guest, with bursts of AGENTLESS_FRAME_BURST.
+ * Past that it holds the channel's input (sbx_channel.hold_rx) until the
+ * guest is back within the budget: the guest's bytes stay unread, its own
+ * writes block, and the flood costs its own vCPUs. A channel that cannot
+ * hold its input (no hold_rx: the stream transport, where libvirt queues
+ * whatever the guest sends) lets a guest run AGENTLESS_FRAME_DEBT_MAX
+ * frames past the budget at most: then it is flooding, a protocol
+ * violation. The guest's own agent ships output in frames of up to
+ * WIRE_MAX_CHUNK bytes and never comes near the budget. */
+#define AGENTLESS_FRAMES_PER_S	 100000
+#define AGENTLESS_FRAME_BURST	 100000
+#define AGENTLESS_FRAME_DEBT_MAX (2 * AGENTLESS_FRAMES_PER_S)
+
 /* Called once, on the recv thread, when the channel breaks (EOF, I/O error)
  * or the guest violates the protocol, after every in-flight exec was failed
  * with SBX_E_SANDBOX_ERROR. `why` is for the log. Must not free the conn. */

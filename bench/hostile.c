@@ -11,7 +11,16 @@
  * it pays for. On a host with few cores that alone slows B (their guests
  * and the daemon share the cores), so each attack's p99 is also printed
  * as a ratio to busy's: what the misbehaviour costs B beyond a guest using
- * what it is entitled to. The last two
+ * what it is entitled to. The phase `small_writes` is no attack either:
+ * A streams the output of a program that writes one byte at a time
+ * (`dd bs=1`: as many small frames as a legitimate program can make its
+ * guest's agent send), to show what the frame budget does to such a
+ * guest. For the phases where
+ * A loops on its exec, a line says how A's own execs fared, and
+ * whether the attack cost A its sandbox (then A stops); for every phase
+ * another says how much CPU the daemon and libvirtd (the machine's, so
+ * anyone's use of it counts) took while B was measured: the cost of A's
+ * frames outside A's cgroup. The last two
  * phases restart the daemon first: A's guest was told to say HELLO v3
  * (reopen_v3) or nothing (reopen_silent) after the reopen, and then stops
  * reading while 12 commands of 60 KiB go to it (over the stream
@@ -51,8 +60,10 @@ static int create_sandbox(const char *key, char *id, size_t idlen)
 	return ok ? 0 : -1;
 }
 
-static int exec_status(const char *key, const char *id, const char *cmd, uint32_t timeout_ms,
-		       const char *how)
+/* POST exec (with the kit's `how` in the env, or NULL; `accept` an
+ * Accept header's value for a streamed exec, or NULL); the status. */
+static int exec_status_as(const char *key, const char *id, const char *cmd, uint32_t timeout_ms,
+			  const char *how, const char *accept)
 {
 	struct http_reply r;
 	json_object *o = json_object_new_object();
@@ -69,12 +80,38 @@ static int exec_status(const char *key, const char *id, const char *cmd, uint32_
 		json_object_object_add(o, "env", env);
 	}
 	snprintf(path, sizeof(path), "/v1/sandboxes/%s/exec", id);
-	st = http_request(&d, "POST", path, key, NULL, json_object_to_json_string(o), 0, &r) == 0
+	char headers[128] = "";
+	if (accept)
+		snprintf(headers, sizeof(headers), "Accept: %s\r\n", accept);
+	st = http_request(&d, "POST", path, key, accept ? headers : NULL,
+			  json_object_to_json_string(o), 0, &r) == 0
 		 ? r.status
 		 : -1;
 	http_reply_free(&r);
 	json_object_put(o);
 	return st;
+}
+
+static int exec_status(const char *key, const char *id, const char *cmd, uint32_t timeout_ms,
+		       const char *how)
+{
+	return exec_status_as(key, id, cmd, timeout_ms, how, NULL);
+}
+
+/* Does sandbox id still run? */
+static bool sandbox_running(const char *key, const char *id)
+{
+	struct http_reply r;
+	char path[128];
+	bool running;
+
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s", id);
+	if (http_request(&d, "GET", path, key, NULL, NULL, 0, &r) < 0)
+		return false;
+	running = r.status == 200 && r.json && jstr(r.json, "status") &&
+		  strcmp(jstr(r.json, "status"), "running") == 0;
+	http_reply_free(&r);
+	return running;
 }
 
 /* ------------------------------------------------ A's misbehaviour */
@@ -86,6 +123,11 @@ struct hostile {
 	pthread_t thread;
 	bool stop;
 	pthread_mutex_t lock;
+	/* A's own execs in the phase (exec_until_stopped): answered 200, not,
+	 * their total time; and whether A's sandbox ended under the attack */
+	int a_ok, a_failed;
+	int64_t a_ms;
+	bool a_ended;
 };
 
 static char mid_cmd[60 * 1024]; /* "true" and spaces */
@@ -96,9 +138,11 @@ static void *mid_exec_main(void *arg)
 	return NULL;
 }
 
-/* Run cmd in A's sandbox (with the kit's `how`, or NULL) again and again
- * until the phase ends (h->stop). */
-static void exec_until_stopped(struct hostile *h, const char *cmd, const char *how)
+/* Run cmd in A's sandbox (with the kit's `how`, or NULL; streamed when
+ * `accept` is set) again and again until the phase ends (h->stop), or
+ * until A's sandbox no longer runs (the attack cost it its sandbox). */
+static void exec_until_stopped_as(struct hostile *h, const char *cmd, const char *how,
+				  const char *accept)
 {
 	for (;;) {
 		pthread_mutex_lock(&h->lock);
@@ -106,8 +150,30 @@ static void exec_until_stopped(struct hostile *h, const char *cmd, const char *h
 		pthread_mutex_unlock(&h->lock);
 		if (stop)
 			return;
-		exec_status(d.key, h->id, cmd, 30000, how);
+		int64_t t0 = sbx_mono_ms();
+		int st = exec_status_as(d.key, h->id, cmd, 30000, how, accept);
+		bool ended = false;
+		/* after a failure, wait (up to 5 s) to see whether the sandbox
+		 * ends, rather than calling again at once */
+		for (int i = 0; st != 200 && !ended && i < 50; i++) {
+			ended = !sandbox_running(d.key, h->id);
+			if (!ended)
+				usleep(100 * 1000);
+		}
+		pthread_mutex_lock(&h->lock);
+		h->a_ok += st == 200;
+		h->a_failed += st != 200;
+		h->a_ms += sbx_mono_ms() - t0;
+		h->a_ended = ended;
+		pthread_mutex_unlock(&h->lock);
+		if (ended)
+			return;
 	}
+}
+
+static void exec_until_stopped(struct hostile *h, const char *cmd, const char *how)
+{
+	exec_until_stopped_as(h, cmd, how, NULL);
 }
 
 static void *hostile_main(void *arg)
@@ -130,6 +196,12 @@ static void *hostile_main(void *arg)
 	}
 	if (strcmp(h->how, "tiny_frames") == 0) {
 		exec_until_stopped(h, "true", h->how);
+		return NULL;
+	}
+	if (strcmp(h->how, "small_writes") == 0) {
+		/* legitimate: streamed output written one byte at a time */
+		exec_until_stopped_as(h, "dd if=/dev/zero bs=1 count=100000 2>/dev/null", NULL,
+				      "application/x-ndjson");
 		return NULL;
 	}
 	if (strcmp(h->how, "flood") == 0) {
@@ -156,6 +228,44 @@ static int64_t now_us(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* CPU time (user + system, ms) process `pid` has used so far; -1 when it
+ * cannot be read. */
+static long cpu_ms_of(pid_t pid)
+{
+	char path[64], line[1024];
+	unsigned long ut, st;
+	long ticks = sysconf(_SC_CLK_TCK);
+	FILE *f;
+	char *p;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "re");
+	if (!f)
+		return -1;
+	p = fgets(line, sizeof(line), f) ? strrchr(line, ')') : NULL;
+	fclose(f);
+	/* after "(comm)": state and 10 more fields, then utime and stime */
+	if (!p ||
+	    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2 ||
+	    ticks <= 0)
+		return -1;
+	return (long)((ut + st) * 1000 / (unsigned long)ticks);
+}
+
+/* libvirtd's pid (0 when unknown). */
+static pid_t libvirtd_pid(void)
+{
+	FILE *f = fopen("/run/libvirtd.pid", "re");
+	int pid = 0;
+
+	if (f) {
+		if (fscanf(f, "%d", &pid) != 1)
+			pid = 0;
+		fclose(f);
+	}
+	return (pid_t)pid;
 }
 
 /* B's calls for `seconds`; latencies in microseconds. */
@@ -267,9 +377,9 @@ static int reopen(struct hostile *h, const char *how)
 
 int main(void)
 {
-	static const char *const phases[] = {"busy",	    "blackhole",    "unknown_ids",
-					     "hello_flood", "stop_reading", "flood",
-					     "tiny_frames", "reopen_v3",    "reopen_silent"};
+	static const char *const phases[] = {
+	    "busy",	    "small_writes", "blackhole",   "unknown_ids", "hello_flood",
+	    "stop_reading", "flood",	    "tiny_frames", "reopen_v3",	  "reopen_silent"};
 	int seconds = env_int_max("SBX_BENCH_SECONDS", 10, 600);
 	static struct lat l;
 	struct p99s idle, busy = {0, 0};
@@ -295,8 +405,12 @@ int main(void)
 	printf("tenant B's calls, %d s per phase, while tenant A's guest misbehaves "
 	       "(ratios: p99 / idle p99)\n",
 	       seconds);
+	long i0 = cpu_ms_of(d.pid);
 	measure(&l, seconds);
+	long i1 = cpu_ms_of(d.pid);
 	idle = report("idle", &l, busy, busy);
+	if (i0 >= 0 && i1 >= 0)
+		printf("%-13s CPU while measured: daemon %ld ms\n", "", i1 - i0);
 
 	for (size_t i = 0; i < SBX_ARRAY_SIZE(phases); i++) {
 		struct hostile h = {.how = phases[i], .lock = PTHREAD_MUTEX_INITIALIZER};
@@ -312,14 +426,25 @@ int main(void)
 			break;
 		}
 		pthread_create(&h.thread, NULL, hostile_main, &h);
+		pid_t lv = libvirtd_pid();
+		long d0 = cpu_ms_of(d.pid), l0 = lv ? cpu_ms_of(lv) : -1;
 		measure(&l, seconds);
+		long d1 = cpu_ms_of(d.pid), l1 = lv ? cpu_ms_of(lv) : -1;
 		struct p99s p = report(phases[i], &l, idle, busy);
+		/* the daemon's own; libvirtd is the machine's (other users too) */
+		if (d0 >= 0 && d1 >= 0)
+			printf("%-13s CPU while measured: daemon %ld ms, libvirtd %ld ms\n", "",
+			       d1 - d0, l0 >= 0 && l1 >= 0 ? l1 - l0 : -1L);
 		if (strcmp(phases[i], "busy") == 0)
 			busy = p;
 		pthread_mutex_lock(&h.lock);
 		h.stop = true;
 		pthread_mutex_unlock(&h.lock);
 		pthread_join(h.thread, NULL);
+		if (h.a_ok + h.a_failed > 0)
+			printf("%-13s A's own execs: %d, mean %.0f ms, %d answered 200%s\n", "",
+			       h.a_ok + h.a_failed, (double)h.a_ms / (h.a_ok + h.a_failed), h.a_ok,
+			       h.a_ended ? "; A's sandbox ended under it" : "");
 		char path[128];
 		struct http_reply r;
 		snprintf(path, sizeof(path), "/v1/sandboxes/%s", h.id);

@@ -215,6 +215,12 @@ struct sbx_channel {
 	 * the start (a lie: the caller breaks the channel). Any thread. */
 	int (*send_window)(void *ctx, const void *buf, size_t len, size_t window);
 	int (*credit)(void *ctx, uint64_t acked);
+	/* Back-pressure on input (NULL for a provider without it): deliver
+	 * nothing more for `ms` milliseconds and leave the peer's bytes
+	 * unread meanwhile, so a peer that keeps writing blocks. Called from
+	 * inside the recv callback (the provider stops its current burst of
+	 * reads too) or from any thread while the channel is open. */
+	void (*hold_rx)(void *ctx, int64_t ms);
 	/* Stop delivery, wait until no recv callback is running, free ctx.
 	 * Must not be called from inside the recv callback. */
 	void (*close)(void *ctx);

@@ -22,6 +22,14 @@
  * VMM_CHUNK bytes, so small frames do not each cost a socket buffer's
  * per-write overhead in libvirtd.
  *
+ * Input back-pressure (hold_rx, the socket transport): the receiver
+ * (agentless' frame budget) may ask for no more input for a while; the
+ * I/O thread then stops its burst of reads and leaves POLLIN out of its
+ * poll until the hold ends, so the guest's bytes wait in the socket, in
+ * qemu's virtio-serial queue and finally in the guest's own writes. A
+ * stream has no hold_rx: libvirt's client queues a stream's packets
+ * whether or not they are read (docs/vmm.md).
+ *
  * Locking: each channel has one mutex (`lock`) guarding its queue and its
  * flags. It is a leaf: nothing else is locked while it is held, and no
  * socket or libvirt call is made with it held. Reads and writes on the
@@ -499,6 +507,10 @@ int vmm_chan_stream_open(virConnectPtr conn, virDomainPtr dom, const char *port,
 	out->send = vmm_stream_send;
 	out->send_window = vmm_stream_send_window;
 	out->credit = vmm_stream_credit;
+	/* no hold_rx: libvirt's client queues a stream's packets whether we
+	 * read them or not, so holding would only move the flood into our
+	 * memory; agentless breaks a channel that floods past its budget */
+	out->hold_rx = NULL;
 	out->close = vmm_stream_close;
 	return 0;
 
@@ -523,6 +535,8 @@ struct vmm_sock_chan {
 	uint8_t *wbuf; /* one gathered write (I/O thread only) */
 	bool failed;
 	atomic_bool closed;
+	/* hold_rx: no reads before this sbx_mono_ms() (0: none) */
+	_Atomic int64_t hold_until;
 	sbx_recv_fn recv;
 	void *opaque;
 	char name[VMM_NAME_MAX + 1];
@@ -535,8 +549,14 @@ static void vmm_sock_wake(struct vmm_sock_chan *c)
 	(void)n; /* EAGAIN: a wake-up is already pending */
 }
 
-/* Read what is there (at most VMM_READS_PER_WAKE chunks). -1 on EOF or a
- * broken socket. */
+/* Is input held (hold_rx) at `now`? */
+static bool vmm_sock_held(struct vmm_sock_chan *c, int64_t now)
+{
+	return now < atomic_load(&c->hold_until);
+}
+
+/* Read what is there (at most VMM_READS_PER_WAKE chunks, fewer when the
+ * receiver holds input). -1 on EOF or a broken socket. */
 static int vmm_sock_read(struct vmm_sock_chan *c, char *buf)
 {
 	for (int i = 0; i < VMM_READS_PER_WAKE; i++) {
@@ -550,6 +570,8 @@ static int vmm_sock_read(struct vmm_sock_chan *c, char *buf)
 		if (atomic_load(&c->closed))
 			return 0;
 		c->recv(c->opaque, buf, (size_t)n);
+		if (vmm_sock_held(c, sbx_mono_ms()))
+			return 0;
 	}
 	return 0;
 }
@@ -597,6 +619,12 @@ static void *vmm_sock_main(void *arg)
 		if (c->q.head)
 			timeout = (int)SBX_MAX((int64_t)0, c->q.head->deadline_ms - now);
 		pthread_mutex_unlock(&c->lock);
+		/* input held: no POLLIN (the guest's bytes wait in the socket,
+		 * then in qemu, then in the guest) until the hold ends */
+		int64_t hold = atomic_load(&c->hold_until);
+		bool held = now < hold;
+		if (held && (timeout < 0 || hold - now < timeout))
+			timeout = (int)(hold - now);
 		if (failed || overdue) {
 			sbx_counter_add(SBX_C_CHANNEL_SEND_DEADLINES, 1);
 			sbx_warn(MOD, "channel socket of '%s': %s", c->name,
@@ -606,7 +634,7 @@ static void *vmm_sock_main(void *arg)
 		}
 
 		struct pollfd p[2] = {
-		    {.fd = c->fd, .events = POLLIN | (want_out ? POLLOUT : 0)},
+		    {.fd = c->fd, .events = (held ? 0 : POLLIN) | (want_out ? POLLOUT : 0)},
 		    {.fd = c->wake, .events = POLLIN},
 		};
 		if (poll(p, 2, timeout) < 0) {
@@ -672,6 +700,14 @@ static int vmm_sock_credit(void *ctx, uint64_t acked)
 	return rc;
 }
 
+static void vmm_sock_hold_rx(void *ctx, int64_t ms)
+{
+	struct vmm_sock_chan *c = ctx;
+
+	atomic_store(&c->hold_until, sbx_mono_ms() + SBX_MAX(ms, (int64_t)0));
+	vmm_sock_wake(c); /* a poll waiting for POLLIN drops it */
+}
+
 static void vmm_sock_close(void *ctx)
 {
 	struct vmm_sock_chan *c = ctx;
@@ -709,6 +745,7 @@ static int vmm_chan_sock_new(int fd, const char *name, bool windowed, sbx_recv_f
 	c->recv = recv;
 	c->opaque = opaque;
 	atomic_init(&c->closed, false);
+	atomic_init(&c->hold_until, 0);
 	snprintf(c->name, sizeof(c->name), "%s", name);
 	if (pthread_create(&c->thread, NULL, vmm_sock_main, c) != 0) {
 		close(fd);
@@ -722,6 +759,7 @@ static int vmm_chan_sock_new(int fd, const char *name, bool windowed, sbx_recv_f
 	out->send = vmm_sock_send;
 	out->send_window = windowed ? vmm_sock_send_window : NULL;
 	out->credit = windowed ? vmm_sock_credit : NULL;
+	out->hold_rx = vmm_sock_hold_rx;
 	out->close = vmm_sock_close;
 	return 0;
 }
