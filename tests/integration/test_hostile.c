@@ -660,8 +660,20 @@ static void output_budget_caps_an_account(void **state)
 		"   1-byte frames to a client that does not read: VmRSS %ld -> peak %ld KiB\n",
 		rss0, peak);
 	assert_true(peak - rss0 < 24 * 1024);
-	/* the sandbox and the account go on */
 	r = exec_as(d.key, id, "echo still", 0, NULL);
+	const char *transport = getenv("SBX_TEST_TRANSPORT");
+	if (transport && strcmp(transport, "stream") == 0) {
+		/* over streams the daemon cannot hold a guest's input (libvirt
+		 * queues it): a flood past the frame budget is a protocol
+		 * violation and the sandbox ends failed (docs/protocol.md "The
+		 * frame budget"); the account goes on */
+		assert_int_equal(r.status, 410);
+		http_reply_free(&r);
+		close(fd);
+		delete_sandbox(id);
+		return;
+	}
+	/* the sandbox and the account go on */
 	assert_int_equal(r.status, 200);
 	http_reply_free(&r);
 	/* now read it all: every byte came, in far fewer events than frames */
