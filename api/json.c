@@ -980,3 +980,33 @@ struct json_object *api_account_encode(const struct sandbox_account *a)
 	json_object_object_add(o, "available_usd", usd_encode(a->available_micro));
 	return o;
 }
+
+int api_update_decode(const char *body, size_t len, struct sandbox_metadata *m, bool *clear,
+		      struct sbx_error *err)
+{
+	struct json_object *obj = api_json_parse_object(body, len, err);
+	bool seen = false;
+	int rc = -1;
+
+	if (!obj)
+		return -1;
+	json_object_object_foreach(obj, key, val)
+	{
+		if (strcmp(key, "metadata") == 0) {
+			if (api_metadata_decode(val, m, clear, err) < 0)
+				goto out;
+			seen = true;
+		} else {
+			api_json_unknown_field(key, err);
+			goto out;
+		}
+	}
+	if (!seen) {
+		sbx_error_set(err, SBX_E_INVALID_REQUEST, "metadata", "'metadata' is required");
+		goto out;
+	}
+	rc = 0;
+out:
+	json_object_put(obj);
+	return rc;
+}

@@ -1,7 +1,7 @@
 /* api/labels.c: the JSON of labels (docs/api.md "Metadata"): a metadata
- * object in a request, the update's body, a stored object in a view, usage
- * grouped by a label key; and GET /v1/sandboxes's metadata[KEY]=VALUE
- * filter. The pairs are checked in sandbox/ (sandbox_metadata_add). */
+ * object in a request (the update's body is json.c's), a stored object in
+ * a view, usage grouped by a label key; and GET /v1/sandboxes's
+ * metadata[KEY]=VALUE filter. The pairs are checked in sandbox/ (sandbox_metadata_add). */
 #include <stdio.h>
 #include <string.h>
 
@@ -40,36 +40,6 @@ int api_metadata_decode(struct json_object *v, struct sandbox_metadata *m, bool 
 			return -1;
 	}
 	return 0;
-}
-
-int api_update_decode(const char *body, size_t len, struct sandbox_metadata *m, bool *clear,
-		      struct sbx_error *err)
-{
-	struct json_object *obj = api_json_parse_object(body, len, err);
-	bool seen = false;
-	int rc = -1;
-
-	if (!obj)
-		return -1;
-	json_object_object_foreach(obj, key, val)
-	{
-		if (strcmp(key, "metadata") == 0) {
-			if (api_metadata_decode(val, m, clear, err) < 0)
-				goto out;
-			seen = true;
-		} else {
-			api_json_unknown_field(key, err);
-			goto out;
-		}
-	}
-	if (!seen) {
-		sbx_error_set(err, SBX_E_INVALID_REQUEST, "metadata", "'metadata' is required");
-		goto out;
-	}
-	rc = 0;
-out:
-	json_object_put(obj);
-	return rc;
 }
 
 struct json_object *api_metadata_encode(const char *json)

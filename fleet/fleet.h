@@ -14,7 +14,8 @@
  * CPU, memory and disk), boot.c (a guest's boot within a boot
  * slot, the seam beneath it), hosts.c (hosts: capacity, health checks,
  * drains), pooled.c (the pools' list), guest.c (the live guest: refs,
- * state, channel, end), place.c (the placement rule), registry.c (guests
+ * state, channel, end), samples.c (a guest's ring of metrics samples),
+ * place.c (the placement rule), registry.c (guests
  * by id), slots.c (boot slots).
  *
  * Lock order (a lock may be taken while holding the ones left of it):
@@ -303,7 +304,7 @@ struct fleet_metrics_reading {
 	int64_t memory_used_mib, disk_used_mib; /* -1: none */
 };
 
-/* A ring of samples (metrics.c). No lock of its own: its guest's. */
+/* A ring of samples (samples.c). No lock of its own: its guest's. */
 struct fleet_metrics;
 /* A ring of `cap` samples (1..FLEET_METRICS_HISTORY). NULL out of memory. */
 struct fleet_metrics *fleet_metrics_new(size_t cap);

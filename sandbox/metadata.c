@@ -1,6 +1,7 @@
 /* metadata: labels on sandboxes and executions (docs/api.md "Metadata"):
  * checking a pair, the canonical JSON object the store keeps and the
- * idempotency hash reads, and the update use case. See sandbox.h. */
+ * idempotency hash reads (the update use case is sandboxes.c's). See
+ * sandbox.h. */
 #include "sandbox.h"
 
 #include <json-c/json.h>
@@ -129,20 +130,4 @@ bool sandbox_metadata_lookup(const char *json, const char *key, char *value, siz
 	}
 	json_object_put(o);
 	return found;
-}
-
-int sandbox_metadata_update(struct sandbox_svc *svc, const char *account_id, const char *id,
-			    bool clear, const struct sandbox_metadata *patch,
-			    struct sandbox_view *out, struct sbx_error *err)
-{
-	char json[SANDBOX_METADATA_JSON_MAX];
-	struct store_sandbox row;
-
-	if (sandbox_metadata_json(patch, true, json, sizeof(json)) < 0)
-		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "metadata",
-				     "metadata is too large");
-	if (store_sandbox_metadata_update(svc->store, account_id, id, clear, json, &row, err) < 0)
-		return -1;
-	sandbox_view_from_row(&row, sbx_wall_ms(), out);
-	return 0;
 }

@@ -1,4 +1,5 @@
-/* sandbox: the sandboxes' use cases: create, get, list, destroy, extend.
+/* sandbox: the sandboxes' use cases: create, get, list, destroy, extend,
+ * update (metadata).
  * See sandbox.h; the service itself is service.c's; accounts, keys,
  * idempotency and usage are use cases of their own (accounts.c, keys.c,
  * idempotency.c, usage.c); the live guests are the fleet's
@@ -340,4 +341,22 @@ int sandbox_extend(struct sandbox_svc *svc, const char *account_id, const char *
 		}
 	}
 	return sandbox_get(svc, account_id, id, out, err);
+}
+
+/* ---------------------------------------------------------------- update */
+
+int sandbox_metadata_update(struct sandbox_svc *svc, const char *account_id, const char *id,
+			    bool clear, const struct sandbox_metadata *patch,
+			    struct sandbox_view *out, struct sbx_error *err)
+{
+	char json[SANDBOX_METADATA_JSON_MAX];
+	struct store_sandbox row;
+
+	if (sandbox_metadata_json(patch, true, json, sizeof(json)) < 0)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "metadata",
+				     "metadata is too large");
+	if (store_sandbox_metadata_update(svc->store, account_id, id, clear, json, &row, err) < 0)
+		return -1;
+	sandbox_view_from_row(&row, sbx_wall_ms(), out);
+	return 0;
 }
