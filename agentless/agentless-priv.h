@@ -65,7 +65,7 @@ struct exec {
 	bool resume_wanted;	      /* resume asked for while in_output */
 };
 
-struct ping_waiter;
+struct ping_waiter; /* ping.c */
 
 struct agentless_conn {
 	pthread_mutex_t lock;
@@ -191,6 +191,17 @@ int conn_error_parse(const uint8_t *p, size_t len, uint32_t *kind, char *param, 
 
 /* calloc that aborts on ENOMEM (as everywhere in this module). */
 void *xcalloc(size_t n, size_t size);
+/* CLOCK_MONOTONIC in microseconds. */
+int64_t now_mono_us(void);
+/* Wait on c->cond until the sbx_mono_ms() deadline. Returns ETIMEDOUT once
+ * the deadline has passed. Call with c->lock held. */
+int conn_wait_until(struct agentless_conn *c, int64_t deadline_ms);
+
+/* ping.c */
+/* A PONG to one of the host's own PINGs (not a window PING): wakes its
+ * waiter; a PONG nobody waits for is dropped, a flood of them breaks the
+ * conn. Recv thread, no lock held. */
+void conn_ping_answered(struct agentless_conn *c, uint32_t id, const uint8_t *p, size_t len);
 
 /* exec.c */
 /* A frame of an exec or a PROC request (STDOUT, STDERR, EXIT, ERROR,

@@ -59,15 +59,6 @@ _Static_assert(AGENTLESS_PROC_RING == WIRE_PROC_RING && AGENTLESS_PROC_CHUNK == 
 #define UNSOLICITED_BURST 32
 #define UNSOLICITED_PER_S 8
 
-struct ping_waiter {
-	struct ping_waiter *next;
-	int64_t sent_us, answered_us; /* monotonic */
-	uint32_t id;
-	const uint8_t *payload;
-	size_t len;
-	bool answered;
-};
-
 /* ------------------------------------------------------------- helpers */
 
 void *xcalloc(size_t n, size_t size)
@@ -102,7 +93,7 @@ static uint64_t now_realtime_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
-static int64_t now_mono_us(void)
+int64_t now_mono_us(void)
 {
 	struct timespec ts;
 
@@ -110,9 +101,7 @@ static int64_t now_mono_us(void)
 	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-/* Wait on c->cond until the sbx_mono_ms() deadline. Returns ETIMEDOUT once
- * the deadline has passed. Call with c->lock held. */
-static int conn_wait_until(struct agentless_conn *c, int64_t deadline_ms)
+int conn_wait_until(struct agentless_conn *c, int64_t deadline_ms)
 {
 	int64_t left = deadline_ms - sbx_mono_ms();
 	struct timespec ts;
@@ -579,32 +568,6 @@ static void handle_win_pong(struct agentless_conn *c, uint32_t id, size_t len)
 			 (unsigned long long)mark);
 }
 
-static void handle_pong(struct agentless_conn *c, uint32_t id, const uint8_t *p, size_t len)
-{
-	struct ping_waiter *w;
-
-	if (id & WIN_PING_BIT) {
-		handle_win_pong(c, id, len);
-		return;
-	}
-	pthread_mutex_lock(&c->lock);
-	for (w = c->pings; w; w = w->next) {
-		if (w->id == id && !w->answered && w->len == len &&
-		    (len == 0 || memcmp(w->payload, p, len) == 0)) {
-			w->answered = true;
-			w->answered_us = now_mono_us();
-			pthread_cond_broadcast(&c->cond);
-			break;
-		}
-	}
-	/* a PONG nobody waits for (late, duplicate) is dropped, unless they
-	 * come as a flood */
-	bool flood = !w && !conn_unsolicited_ok_locked(c);
-	pthread_mutex_unlock(&c->lock);
-	if (flood)
-		conn_violation(c, "a flood of unsolicited PONGs");
-}
-
 /* One complete frame from the guest. */
 static void conn_handle_frame(struct agentless_conn *c, const struct wire_header *h,
 			      const uint8_t *p, size_t len)
@@ -618,7 +581,10 @@ static void conn_handle_frame(struct agentless_conn *c, const struct wire_header
 		handle_hello(c, p, len);
 		break;
 	case WIRE_PONG:
-		handle_pong(c, h->id, p, len);
+		if (h->id & WIN_PING_BIT)
+			handle_win_pong(c, h->id, len);
+		else
+			conn_ping_answered(c, h->id, p, len);
 		break;
 	case WIRE_CREDIT:
 		handle_credit(c, h->id, p, len);
@@ -902,96 +868,6 @@ int agentless_conn_wait_hello(struct agentless_conn *c, int64_t deadline_ms, str
 				   "the sandbox's guest did not become ready in time; retry later");
 	pthread_mutex_unlock(&c->lock);
 	return rc;
-}
-
-/* Register a waiter and send its PING. The waiter is heap-owned by the
- * conn's list until ping_finish takes it out. */
-static struct ping_waiter *ping_begin(struct agentless_conn *c, size_t len, struct sbx_error *err)
-{
-	struct ping_waiter *w;
-	uint8_t *payload;
-	bool ok;
-
-	if (len > WIRE_MAX_GUEST_PAYLOAD) {
-		sbx_error_set(err, SBX_E_INVALID_REQUEST, NULL, "a ping carries at most %d bytes",
-			      WIRE_MAX_GUEST_PAYLOAD);
-		return NULL;
-	}
-	w = xcalloc(1, sizeof(*w) + (len ? len : 1));
-	payload = (uint8_t *)(w + 1);
-	pthread_mutex_lock(&c->lock);
-	ok = c->ready && !c->broken;
-	w->id = c->next_ping++;
-	if (c->next_ping >= WIN_PING_BIT)
-		c->next_ping = 1;
-	if (ok) {
-		for (size_t i = 0; i < len; i++)
-			payload[i] = (uint8_t)(w->id * 31u + i * 7u);
-		w->payload = payload;
-		w->len = len;
-		w->sent_us = now_mono_us();
-		w->next = c->pings;
-		c->pings = w;
-	}
-	pthread_mutex_unlock(&c->lock);
-	if (!ok || conn_send(c, WIRE_PING, w->id, payload, len) < 0) {
-		if (ok) {
-			pthread_mutex_lock(&c->lock);
-			for (struct ping_waiter **pp = &c->pings; *pp; pp = &(*pp)->next)
-				if (*pp == w) {
-					*pp = w->next;
-					break;
-				}
-			pthread_mutex_unlock(&c->lock);
-		}
-		free(w);
-		sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL, MSG_GONE);
-		return NULL;
-	}
-	return w;
-}
-
-/* Wait for w's PONG until the deadline, unlink and free w. RTT in us or -1. */
-static int64_t ping_finish(struct agentless_conn *c, struct ping_waiter *w, int64_t deadline_ms,
-			   struct sbx_error *err)
-{
-	int64_t rtt = -1;
-
-	pthread_mutex_lock(&c->lock);
-	while (!w->answered && !c->broken)
-		if (conn_wait_until(c, deadline_ms) == ETIMEDOUT)
-			break;
-	if (w->answered)
-		rtt = w->answered_us - w->sent_us;
-	for (struct ping_waiter **pp = &c->pings; *pp; pp = &(*pp)->next)
-		if (*pp == w) {
-			*pp = w->next;
-			break;
-		}
-	pthread_mutex_unlock(&c->lock);
-	free(w);
-	if (rtt < 0)
-		return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL, MSG_GONE);
-	return rtt;
-}
-
-int64_t agentless_conn_ping(struct agentless_conn *c, size_t len, int64_t deadline_ms,
-			    struct sbx_error *err)
-{
-	struct ping_waiter *w = ping_begin(c, len, err);
-
-	return w ? ping_finish(c, w, deadline_ms, err) : -1;
-}
-
-struct agentless_ping *agentless_conn_ping_send(struct agentless_conn *c, struct sbx_error *err)
-{
-	return (struct agentless_ping *)ping_begin(c, 0, err);
-}
-
-int64_t agentless_conn_ping_wait(struct agentless_conn *c, struct agentless_ping *p,
-				 int64_t deadline_ms, struct sbx_error *err)
-{
-	return ping_finish(c, (struct ping_waiter *)p, deadline_ms, err);
 }
 
 int agentless_conn_send_time(struct agentless_conn *c, struct sbx_error *err)

@@ -95,6 +95,15 @@ bool api_env_key_valid(const char *key, size_t len);
 struct json_object *api_sandbox_encode(const struct sandbox_view *v);
 /* 400 "unknown field" naming it (json.c's rule for every body). */
 int api_json_unknown_field(const char *key, struct sbx_error *err);
+/* A field's value as an integer in [min, max] (json-c saturates big
+ * numbers: the range check covers overflow), or as a string: 0, or -1
+ * with a 400 naming `name`. json.c, for the decoders (decode.c). */
+int api_json_get_int(struct json_object *v, const char *name, int64_t min, int64_t max,
+		     int64_t *out, struct sbx_error *err);
+int api_json_get_string(struct json_object *v, const char *name, const char **s, size_t *len,
+			struct sbx_error *err);
+/* Copy a field name for an error message, made printable and short. */
+void api_json_field_name(const char *key, char out[static 48]);
 /* usage's by_metadata array: {"value": string|null, "seconds",
  * "cost_micro_usd"} per group (new reference). */
 struct json_object *api_usage_groups_encode(const struct sandbox_usage *u);
