@@ -38,8 +38,8 @@ int api_create_decode(const char *body, size_t len, const struct sandbox_config 
 			out->req.size = out->size_buf;
 		} else if (strcmp(key, "timeout_minutes") == 0) {
 			int64_t x;
-			if (api_json_get_int(val, "timeout_minutes", 1, cfg->max_timeout_minutes, &x, err) <
-			    0)
+			if (api_json_get_int(val, "timeout_minutes", 1, cfg->max_timeout_minutes,
+					     &x, err) < 0)
 				goto out;
 			out->req.timeout_minutes = (int)x;
 		} else if (strcmp(key, "metadata") == 0) {
@@ -70,8 +70,8 @@ int api_extend_decode(const char *body, size_t len, const struct sandbox_config 
 	{
 		if (strcmp(key, "timeout_minutes") == 0) {
 			int64_t x;
-			if (api_json_get_int(val, "timeout_minutes", 1, cfg->max_timeout_minutes, &x, err) <
-			    0)
+			if (api_json_get_int(val, "timeout_minutes", 1, cfg->max_timeout_minutes,
+					     &x, err) < 0)
 				goto out;
 			*timeout_minutes = (int)x;
 			seen = true;
@@ -382,8 +382,6 @@ out:
 		api_exec_body_release(out);
 	return rc;
 }
-
-
 
 int api_update_decode(const char *body, size_t len, struct sandbox_metadata *m, bool *clear,
 		      struct sbx_error *err)
