@@ -69,6 +69,26 @@ export type ExecExitEvent = { type: 'exit'; exitCode: number; durationMs: number
 export type ExecEvent = OutputEvent | ExecExitEvent;
 export type ProcessEvent = OutputEvent | { type: 'exit'; exitCode: number | null };
 
+/** GET /v1/sandboxes/{id}/metrics (docs/api.md, Metrics). */
+export interface MetricsSample {
+  at: string;
+  /** Host-observed: CPU time of the guest's threads over wall time. */
+  cpu_cores: number | null;
+  /** The guest's own word (null: it did not report). */
+  memory_used_mib: number | null;
+  memory_guest_reported: boolean;
+  /** Host-observed: what the root disk's overlay takes. */
+  disk_used_mib: number | null;
+}
+export interface SandboxMetrics {
+  object: 'sandbox_metrics';
+  sandbox_id: string;
+  /** 0: the operator turned sampling off (no samples). */
+  interval_ms: number;
+  history: number;
+  samples: MetricsSample[];
+}
+
 export interface CreateOptions extends ClientOptions, CallOptions {
   size?: string;
   timeoutMinutes?: number;
@@ -93,6 +113,7 @@ export declare class Sandbox {
   execStream(command: string, options?: ExecOptions): AsyncGenerator<ExecEvent, void, undefined>;
   refresh(options?: CallOptions): Promise<this>;
   update(metadata: Record<string, string | null> | null, options?: CallOptions): Promise<this>;
+  metrics(options?: CallOptions): Promise<SandboxMetrics>;
   extend(timeoutMinutes: number, options?: CallOptions): Promise<this>;
   delete(options?: CallOptions): Promise<SandboxInfo>;
 }

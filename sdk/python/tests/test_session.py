@@ -44,6 +44,17 @@ def test_exec(sb):
     assert ei.value.param == "cwd" and ei.value.request_id
 
 
+def test_metrics(sb, client):
+    m = sb.metrics()
+    assert isinstance(m, sandboxd.SandboxMetrics) and m.sandbox_id == sb.id
+    assert m.interval_ms == client.limits().raw["metrics_interval_ms"]
+    assert m.history > 0 and len(m.samples) <= m.history
+    if m.interval_ms == 0:
+        assert m.samples == []
+    with pytest.raises(sandboxd.NotFound):
+        sandboxd.Sandbox(client, sandboxd.SandboxInfo(id="sbx_" + "0" * 24)).metrics()
+
+
 def test_labels(sb, client):
     info = sb.update({"job": "py-4711", "team": "sdk"})
     assert info.metadata == {"job": "py-4711", "team": "sdk"} and sb.info.metadata == info.metadata

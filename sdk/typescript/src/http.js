@@ -14,6 +14,7 @@ export const ROUTES = Object.freeze([
   ['DELETE', '/v1/sandboxes/{id}'],
   ['POST', '/v1/sandboxes/{id}/exec'],
   ['POST', '/v1/sandboxes/{id}/extend'],
+  ['GET', '/v1/sandboxes/{id}/metrics'],
   ['PUT', '/v1/sandboxes/{id}/files'],
   ['GET', '/v1/sandboxes/{id}/files'],
   ['DELETE', '/v1/sandboxes/{id}/files'],

@@ -108,6 +108,13 @@ export class Sandbox {
     return this;
   }
 
+  /** CPU, memory and disk samples over the last hour, oldest first
+   * (docs/api.md, Metrics): { interval_ms, history, samples: [{ at,
+   * cpu_cores, memory_used_mib, memory_guest_reported, disk_used_mib }] }. */
+  async metrics(o = {}) {
+    return this._call('GET', '/v1/sandboxes/{id}/metrics', { signal: o.signal });
+  }
+
   /** Set the session's timeout (minutes from now, as the API's extend). */
   async extend(timeoutMinutes, o = {}) {
     this.info = await this._call('POST', '/v1/sandboxes/{id}/extend', { json: { timeout_minutes: timeoutMinutes }, signal: o.signal, retry: 'busy' });

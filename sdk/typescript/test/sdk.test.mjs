@@ -189,6 +189,15 @@ test('extend, usage, limits, openapi, receipts key', { skip }, async () => {
   assert.ok(await client.receiptPublicKey());
 });
 
+test('metrics: the samples of its own sandbox, the interval the operator set', { skip }, async () => {
+  const m = await sbx.metrics();
+  assert.equal(m.object, 'sandbox_metrics');
+  assert.equal(m.sandbox_id, sbx.id);
+  assert.equal(m.interval_ms, (await client.limits()).metrics_interval_ms);
+  assert.ok(m.history > 0 && m.samples.length <= m.history);
+  if (m.interval_ms === 0) assert.deepEqual(m.samples, []);
+});
+
 test('labels: update, list filter, usage grouped by a key', { skip }, async () => {
   await sbx.update({ job: 'ts-4711', team: 'sdk' });
   assert.deepEqual(sbx.info.metadata, { job: 'ts-4711', team: 'sdk' });

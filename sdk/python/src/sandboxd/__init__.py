@@ -48,6 +48,7 @@ from .models import (
     ReceiptKey,
     ReceiptRef,
     SandboxInfo,
+    SandboxMetrics,
     Usage,
 )
 from .receipts import canonical_json, fingerprint, verify_receipt
@@ -95,6 +96,7 @@ __all__ = [
     "Sandbox",
     "SandboxError",
     "SandboxInfo",
+    "SandboxMetrics",
     "SandboxNotRunning",
     "SandboxdError",
     "ServiceUnavailable",

@@ -46,6 +46,22 @@ class SandboxInfo:
 
 
 @dataclass
+class SandboxMetrics:
+    """``GET /v1/sandboxes/{id}/metrics``: the guest's samples, oldest first.
+
+    Each sample is a dict: ``at``, ``cpu_cores`` and ``disk_used_mib``
+    (host-observed), ``memory_used_mib`` (the guest's own word, ``None``
+    when it did not report). ``interval_ms`` 0: the operator turned
+    sampling off, and ``samples`` is empty."""
+
+    sandbox_id: str = ""
+    interval_ms: int = 0
+    history: int = 0
+    samples: List[Dict[str, Any]] = field(default_factory=list)
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+@dataclass
 class ReceiptRef:
     """The receipt a reply carries; the full receipt is ``Client.receipt(id)``."""
 

@@ -15,6 +15,7 @@ ROUTES = frozenset(
         ("DELETE", "/v1/sandboxes/{id}"),
         ("POST", "/v1/sandboxes/{id}/exec"),
         ("POST", "/v1/sandboxes/{id}/extend"),
+        ("GET", "/v1/sandboxes/{id}/metrics"),
         ("PUT", "/v1/sandboxes/{id}/files"),
         ("GET", "/v1/sandboxes/{id}/files"),
         ("DELETE", "/v1/sandboxes/{id}/files"),

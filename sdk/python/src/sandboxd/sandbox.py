@@ -23,6 +23,7 @@ from .models import (
     ProcessOutput,
     ProcessResult,
     SandboxInfo,
+    SandboxMetrics,
     from_json,
 )
 
@@ -127,6 +128,11 @@ class Sandbox:
         r = self._req("POST", "", json_body={"metadata": metadata}, retry=RATE)
         self.info = from_json(SandboxInfo, r.json())
         return self.info
+
+    def metrics(self) -> SandboxMetrics:
+        """``GET /v1/sandboxes/{id}/metrics``: CPU, memory and disk samples
+        over the last hour (docs/api.md, Metrics)."""
+        return from_json(SandboxMetrics, self._req("GET", "/metrics").json())
 
     def extend(self, timeout_minutes: int) -> SandboxInfo:
         """Set the session to end ``timeout_minutes`` from now."""
