@@ -76,16 +76,18 @@ static struct http_reply exec_ok(const char *cmd)
 	return r;
 }
 
+#define BASE_CFG                                                                                   \
+	"\"sizes\": {\"small\": {\"vcpus\": 1, \"memory_mib\": 512, \"disk_gib\": 2, "             \
+	"\"price_micro_usd_per_hour\": 90000}}, \"http_threads\": 2, \"destroy_on_exit\": true, "  \
+	"\"transport\": \"socket\""
+
 static int setup(void **state)
 {
 	struct daemon other;
 
 	(void)state;
 	memset(&d, 0, sizeof(d));
-	if (daemon_config_full(&d, "\"sizes\": {\"small\": {\"vcpus\": 1, \"memory_mib\": 512, "
-				   "\"disk_gib\": 2, \"price_micro_usd_per_hour\": 90000}}, "
-				   "\"http_threads\": 2, \"destroy_on_exit\": true, "
-				   "\"transport\": \"socket\"") < 0) {
+	if (daemon_config_full(&d, BASE_CFG) < 0) {
 		print_message("the full image is not built (make image-full)\n");
 		return -1;
 	}
@@ -338,6 +340,103 @@ static void a_restart_keeps_it_paused(void **state)
 	http_reply_free(&r);
 }
 
+/* ------------------------------------------------------------- 3b. */
+
+/* Rewrite the config with test_fault_point `fault` ("" = none) and start. */
+static void start_with_fault(const char *fault)
+{
+	char extra[1024];
+
+	snprintf(extra, sizeof(extra), "%s%s%s%s", BASE_CFG,
+		 fault[0] ? ", \"test_fault_point\": \"" : "", fault, fault[0] ? "\"" : "");
+	assert_int_equal(daemon_config_full(&d, extra), 0);
+	assert_int_equal(daemon_start(&d), 0);
+}
+
+/* POST .../what under test_fault_point `fault`: the daemon dies at the
+ * point (exit 137, no answer), then starts again without it. */
+static void die_at(const char *fault, const char *what)
+{
+	struct http_reply r;
+	char path[128];
+	int st = -1;
+
+	daemon_kill9(&d); /* not SIGTERM: destroy_on_exit would end it */
+	start_with_fault(fault);
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s%s", sbx, what);
+	if (http_request(&d, "POST", path, d.key, NULL, NULL, 0, &r) == 0) {
+		print_message("%s answered %d %s\n", what, r.status, r.body);
+		http_reply_free(&r);
+		fail();
+	}
+	for (int i = 0; i < 500 && d.pid > 0; i++) {
+		if (waitpid(d.pid, &st, WNOHANG) == d.pid) {
+			d.pid = 0;
+			break;
+		}
+		usleep(20000);
+	}
+	assert_int_equal(d.pid, 0);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 137);
+	start_with_fault("");
+}
+
+/* A daemon killed between the save and its row (pause.after_save) and
+ * between the restore and its row (resume.after_restore) restarts into
+ * one consistent state: paused with no domain, then running with its
+ * domain; billed once each way (the row's paused time grows once; the
+ * ledger checks). */
+static void a_crash_mid_pause_or_resume_is_consistent(void **state)
+{
+	struct http_reply r;
+	char st[32], buf[64], suffix[128];
+	struct sbx_error err;
+	int64_t paused_before, paused_after;
+
+	(void)state;
+	assert_int_equal(daemon_db_text(&d, "SELECT paused_ms FROM sandboxes WHERE id = ?1", sbx,
+					buf, sizeof(buf)),
+			 0);
+	paused_before = atoll(buf);
+	die_at("pause.after_save", "/pause");
+	/* the domain was saved, the row said running: paused now, at its
+	 * last answer */
+	assert_int_equal(daemon_sandbox_status(&d, sbx, st, sizeof(st)), 200);
+	assert_string_equal(st, "paused");
+	assert_int_equal(list_own_domains(&d, true, NULL, 0), 0);
+	assert_int_equal(daemon_ledger_check(&d, &err), 0);
+
+	die_at("resume.after_restore", "/resume");
+	/* the domain was restored, the row said paused: resumed at the
+	 * restart and reattached */
+	assert_int_equal(daemon_sandbox_status(&d, sbx, st, sizeof(st)), 200);
+	assert_string_equal(st, "running");
+	assert_int_equal(list_own_domains(&d, false, NULL, 0), 1);
+	assert_int_equal(daemon_ledger_check(&d, &err), 0);
+	assert_int_equal(daemon_db_text(&d, "SELECT paused_ms FROM sandboxes WHERE id = ?1", sbx,
+					buf, sizeof(buf)),
+			 0);
+	paused_after = atoll(buf);
+	print_message("paused_ms %lld -> %lld\n", (long long)paused_before,
+		      (long long)paused_after);
+	assert_true(paused_after > paused_before);
+	/* the guest answers, its process still runs */
+	snprintf(suffix, sizeof(suffix), "/processes/%ld/output?stdout_offset=0", bg_pid);
+	for (int i = 0; i < 50; i++) {
+		r = req(d.key, "GET", suffix, NULL);
+		if (r.status == 200)
+			break;
+		http_reply_free(&r);
+		usleep(200 * 1000);
+	}
+	assert_int_equal(r.status, 200);
+	assert_string_equal(jstr(r.json, "status"), "running");
+	http_reply_free(&r);
+	r = exec_ok("cat /root/pause-file");
+	assert_non_null(strstr(jstr(r.json, "stdout"), "kept-through-pause"));
+	http_reply_free(&r);
+}
+
 /* ------------------------------------------------------------- 4. */
 
 static void delete_of_a_paused_sandbox_settles(void **state)
@@ -401,6 +500,7 @@ int main(void)
 	    cmocka_unit_test(state_survives_a_pause),
 	    cmocka_unit_test(runtime_billed_only_while_running),
 	    cmocka_unit_test(a_restart_keeps_it_paused),
+	    cmocka_unit_test(a_crash_mid_pause_or_resume_is_consistent),
 	    cmocka_unit_test(delete_of_a_paused_sandbox_settles),
 	};
 
