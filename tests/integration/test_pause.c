@@ -494,6 +494,55 @@ static void delete_of_a_paused_sandbox_settles(void **state)
 	assert_int_equal(charge, billing_cost(paused_at - created - paused_ms, PRICE));
 }
 
+/* ------------------------------------------------------------- 5. */
+
+/* A sandbox paused longer than paused_ttl_minutes ends (expired at its
+ * pause + the retention) and its files go; a "minute" is 1 s here
+ * (test_minute_ms), the retention 3 of them. */
+static void paused_retention_ends_it(void **state)
+{
+	char dom[64], cmd[512], out[64], st[32];
+	struct http_reply r;
+	struct sbx_error err;
+	char extra[1024];
+	int i;
+
+	(void)state;
+	daemon_kill9(&d);
+	snprintf(extra, sizeof(extra), "%s, \"test_minute_ms\": 1000, \"paused_ttl_minutes\": 3",
+		 BASE_CFG);
+	assert_int_equal(daemon_config_full(&d, extra), 0);
+	assert_int_equal(daemon_start(&d), 0);
+	http_request(&d, "GET", "/v1/limits", NULL, NULL, NULL, 0, &r);
+	assert_int_equal(jint(r.json, "paused_ttl_minutes"), 3);
+	assert_string_equal(jstr(r.json, "paused_storage_usd_per_gib_hour"), "0.000000");
+	http_reply_free(&r);
+	assert_int_equal(daemon_create_sandbox_as(&d, d.key, 600, sbx, sizeof(sbx)), 0);
+	domain_of(dom, sizeof(dom));
+	r = pause_or_resume("/pause", NULL);
+	assert_int_equal(r.status, 200);
+	int64_t paused_at = sbx_wall_ms();
+	http_reply_free(&r);
+	for (i = 0; i < 100; i++) {
+		assert_int_equal(daemon_sandbox_status(&d, sbx, st, sizeof(st)), 200);
+		if (strcmp(st, "paused") != 0)
+			break;
+		usleep(200 * 1000);
+	}
+	print_message("ended %s %lld ms after its pause\n", st,
+		      (long long)(sbx_wall_ms() - paused_at));
+	assert_string_equal(st, "expired");
+	snprintf(cmd, sizeof(cmd), "find %s -name '%s.*' | wc -l", d.state_dir, dom);
+	for (i = 0; i < 50; i++) {
+		assert_int_equal(cmd_out(cmd, out, sizeof(out)), 0);
+		if (atoi(out) == 0)
+			break;
+		usleep(100 * 1000);
+	}
+	assert_int_equal(atoi(out), 0);
+	assert_int_equal(daemon_ledger_check(&d, &err), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -502,6 +551,7 @@ int main(void)
 	    cmocka_unit_test(a_restart_keeps_it_paused),
 	    cmocka_unit_test(a_crash_mid_pause_or_resume_is_consistent),
 	    cmocka_unit_test(delete_of_a_paused_sandbox_settles),
+	    cmocka_unit_test(paused_retention_ends_it),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
