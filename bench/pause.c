@@ -67,8 +67,8 @@ static int run_image(const char *label, bool full, int mib, int rounds)
 	if (daemon_create_sandbox(&d, id, sizeof(id)) < 0)
 		goto out;
 	create_ms = sbx_mono_ms() - t0;
-	if (daemon_db_text(&d, "SELECT domain FROM sandboxes WHERE id = ?1", id, dom,
-			   sizeof(dom)) < 0)
+	if (daemon_db_text(&d, "SELECT domain FROM sandboxes WHERE id = ?1", id, dom, sizeof(dom)) <
+	    0)
 		goto out;
 	if (post(&d, id, "/processes",
 		 "{\"command\": \"i=0; while true; do echo tick $i; i=$((i+1)); sleep 0.2; done\"}",
@@ -103,8 +103,7 @@ static int run_image(const char *label, bool full, int mib, int rounds)
 	       (long long)q.min, (long long)q.max);
 	printf("  first exec after  median %5lld ms\n", (long long)e.median);
 	printf("  save file         median %5.1f MiB (min %.1f, max %.1f)\n",
-	       (double)s.median / 1048576.0, (double)s.min / 1048576.0,
-	       (double)s.max / 1048576.0);
+	       (double)s.median / 1048576.0, (double)s.min / 1048576.0, (double)s.max / 1048576.0);
 	printf("  paused_bytes      median %5.1f MiB (save file + overlay)\n",
 	       (double)k.median / 1048576.0);
 	rc = 0;

@@ -232,7 +232,12 @@ int sandbox_pause(struct sandbox_svc *svc, const char *account_id, const char *i
 					     "this service runs no guests");
 		if (transit_enter(svc, id, err) < 0)
 			return -1;
-		rc = pause_locked(svc, &row, err);
+		/* read again inside the claim: a pause may have just committed */
+		rc = sandbox_visible_row(svc, account_id, id, &row, err);
+		if (rc == 0 && row.status != STORE_PAUSED)
+			rc = sandbox_running_row(svc, account_id, id, sbx_wall_ms(), &row, err);
+		if (rc == 0 && row.status != STORE_PAUSED)
+			rc = pause_locked(svc, &row, err);
 		transit_leave(svc, id);
 		if (rc < 0)
 			return -1;

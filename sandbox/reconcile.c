@@ -75,8 +75,10 @@ static void reconcile_domain(void *opaque, const char *name, const char *sandbox
 	const struct store_sandbox *row = row_of(rc, name, sandbox_id);
 
 	/* At a restart a running row keeps its domain (reattached below);
-	 * on a host that came back only a guest still alive here does. */
-	if (row && (rc->restart || fleet_live_alive(rc->svc->fleet, row->id))) {
+	 * on a host that came back only a guest still alive here does, or
+	 * one being paused or resumed (sandbox/pause.c) right now. */
+	if (row && (rc->restart || fleet_live_alive(rc->svc->fleet, row->id) ||
+		    sandbox_in_transit(rc->svc, row->id))) {
 		if (rc->n_kept < rc->cap)
 			snprintf(rc->kept[rc->n_kept++], 64, "%s", name);
 		return;
@@ -195,7 +197,8 @@ static int reconcile_host(struct sandbox_svc *svc, struct fleet_host *h, const s
 		if (row->status != STORE_RUNNING)
 			continue;
 		if (!restart) {
-			if (!fleet_live_alive(svc->fleet, row->id))
+			if (!fleet_live_alive(svc->fleet, row->id) &&
+			    !sandbox_in_transit(svc, row->id))
 				settle_lost(svc, row, now, false, "ran on a host that was down");
 			continue;
 		}
