@@ -197,7 +197,7 @@ int api_execution_decode(const char *body, size_t len, struct api_execution_body
 /* Per-account counts of long requests in flight (api/inflight.c). */
 enum api_inflight_kind {
 	API_INFLIGHT_CREATE,	/* POST /v1/sandboxes */
-	API_INFLIGHT_DELETE,	/* DELETE /v1/sandboxes/{id} */
+	API_INFLIGHT_DELETE,	/* DELETE /v1/sandboxes/{id}, its pause and resume */
 	API_INFLIGHT_EXECUTION, /* POST /v1/sandbox/executions */
 	API_INFLIGHT_EXEC,	/* POST /v1/sandboxes/{id}/exec */
 	API_INFLIGHT_FILES,	/* /v1/sandboxes/{id}/files, until its reply was sent */

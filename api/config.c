@@ -95,6 +95,8 @@ static const struct key_spec keys[] = {
     NUM(default_timeout_minutes, K_INT),
     NUM(max_timeout_minutes, K_INT),
     NUM(max_lifetime_minutes, K_INT),
+    NUM(paused_ttl_minutes, K_INT),
+    NUM(paused_storage_micro_per_gib_hour, K_U64),
     NUM(max_sandboxes_per_account, K_INT),
     NUM(max_execs_per_sandbox, K_INT),
     NUM(max_api_keys_per_account, K_INT),

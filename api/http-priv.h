@@ -49,6 +49,8 @@ enum route {
 	R_PROCESS_SIGNAL, /* /v1/sandboxes/{id}/processes/{pid}/signal */
 	R_FILES,	  /* /v1/sandboxes/{id}/files (http_files.c) */
 	R_METRICS,	  /* /v1/sandboxes/{id}/metrics */
+	R_PAUSE,	  /* /v1/sandboxes/{id}/pause */
+	R_RESUME,	  /* /v1/sandboxes/{id}/resume */
 	R_STATIC,	  /* a compiled-in file (http_static.c): r->asset */
 };
 #define R_COUNT (R_STATIC + 1)
@@ -368,6 +370,9 @@ enum MHD_Result api_execution_list_handle(struct req *r);
 
 /* POST /v1/sandboxes: decode, then api_async_run. */
 enum MHD_Result api_create_handle(struct req *r);
+/* POST /v1/sandboxes/{id}/pause and .../resume: api_async_run (a save
+ * or a restore takes seconds). */
+enum MHD_Result api_pause_handle(struct req *r);
 /* POST /v1/sandbox/executions: decode, then api_async_run. */
 enum MHD_Result api_execution_handle(struct req *r);
 /* Count r against its account's cap for its route, queue its create,

@@ -147,7 +147,7 @@ static const struct {
 	int retry_after_s;
 } slot_kinds[API_INFLIGHT_KINDS] = {
     [API_INFLIGHT_CREATE] = {"creates", 2},
-    [API_INFLIGHT_DELETE] = {"DELETEs", 1},
+    [API_INFLIGHT_DELETE] = {"DELETEs, pauses and resumes", 1},
     [API_INFLIGHT_EXECUTION] = {"executions", 2},
     [API_INFLIGHT_EXEC] = {"execs", 1},
     [API_INFLIGHT_FILES] = {"file transfers", 1},

@@ -97,6 +97,27 @@ static int delete_work(struct req *r, struct sbx_error *err)
 	return 0;
 }
 
+/* POST /v1/sandboxes/{id}/pause | resume: a save or a restore. */
+static int pause_work(struct req *r, struct sbx_error *err)
+{
+	struct sandbox_view v;
+	int rc;
+
+	memset(&v, 0, sizeof(v));
+	rc = r->route == R_PAUSE ? sandbox_pause(r->srv->svc, r->account_id, r->id, &v, err)
+				 : sandbox_resume(r->srv->svc, r->account_id, r->id, &v, err);
+	if (rc < 0)
+		return -1;
+	if (out_json(r, 200, api_sandbox_encode(&v)) < 0)
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+	return 0;
+}
+
+enum MHD_Result api_pause_handle(struct req *r)
+{
+	return api_async_run(r);
+}
+
 /* POST /v1/sandbox/executions: the whole run (a boot or a warm guest, the
  * program, up to execution_max_timeout_seconds). sandbox/ renders the 200
  * body with api_execution_render before its commit (it keeps those bytes);
@@ -134,6 +155,8 @@ static void async_job(void *arg, bool cancelled)
 		rc = create_work(r, &err);
 	} else if (r->route == R_EXECUTIONS) {
 		rc = execution_work(r, &err);
+	} else if (r->route == R_PAUSE || r->route == R_RESUME) {
+		rc = pause_work(r, &err);
 	} else {
 		rc = delete_work(r, &err);
 	}

@@ -286,6 +286,10 @@ struct json_object *api_sandbox_encode(const struct sandbox_view *v)
 	json_object_object_add(o, "startup_ms",
 			       v->startup_path[0] ? json_object_new_int64(v->startup_ms) : NULL);
 	json_object_object_add(o, "metadata", api_metadata_encode(v->metadata));
+	json_object_object_add(o, "paused_at", api_time_encode(v->paused_at_ms));
+	json_object_object_add(o, "paused_bytes",
+			       v->paused_at_ms ? json_object_new_int64(v->paused_bytes) : NULL);
+	json_object_object_add(o, "paused_seconds", json_object_new_int64(v->paused_ms / 1000));
 	return o;
 }
 
@@ -467,6 +471,10 @@ struct json_object *api_limits_encode_stats(const struct sandbox_config *cfg,
 	json_object_object_add(o, "timeout_minutes", t);
 	json_object_object_add(o, "max_lifetime_minutes",
 			       json_object_new_int(cfg->max_lifetime_minutes));
+	json_object_object_add(o, "paused_ttl_minutes",
+			       json_object_new_int(cfg->paused_ttl_minutes));
+	json_object_object_add(o, "paused_storage_usd_per_gib_hour",
+			       usd_encode((int64_t)cfg->paused_storage_micro_per_gib_hour));
 	json_object_object_add(o, "exec_timeout_ms_default",
 			       json_object_new_int64(cfg->default_exec_timeout_ms));
 	json_object_object_add(o, "max_body_bytes",

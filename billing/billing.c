@@ -71,6 +71,31 @@ int64_t billing_execution_cost(uint32_t host_ms, int64_t price_micro_per_second,
 		       billing_execution_hold(price_micro_per_second, timeout_seconds));
 }
 
+int64_t billing_storage_cost(int64_t bytes, int64_t ms, int64_t price_micro_per_gib_hour)
+{
+	if (bytes <= 0 || ms <= 0 || price_micro_per_gib_hour <= 0)
+		return 0;
+	/* ceil(bytes * ms * price / (GiB * ms per hour)) in 128 bits:
+	 * each factor is below 2^63, so the product of two fits, and the
+	 * third is applied after a division only when it would overflow. */
+	const unsigned __int128 den = (unsigned __int128)(INT64_C(1) << 30) * 3600000u;
+	unsigned __int128 a = (unsigned __int128)bytes * (uint64_t)ms;
+	unsigned __int128 lim = ~(unsigned __int128)0 / (uint64_t)price_micro_per_gib_hour;
+	if (a > lim)
+		return INT64_MAX;
+	unsigned __int128 num = a * (uint64_t)price_micro_per_gib_hour;
+	unsigned __int128 q = num / den + (num % den != 0);
+	return q > (unsigned __int128)INT64_MAX ? INT64_MAX : (int64_t)q;
+}
+
+int64_t billing_pause_cost(const struct store_sandbox *row, int64_t at_ms)
+{
+	if (!row || row->paused_at_ms <= 0 || at_ms <= row->paused_at_ms)
+		return 0;
+	return billing_storage_cost(row->paused_bytes, at_ms - row->paused_at_ms,
+				    row->storage_price_micro);
+}
+
 int64_t billing_charge_for_row(const struct store_sandbox *row, int64_t ended_at_ms)
 {
 	if (!row || row->created_at_ms <= 0)
@@ -78,10 +103,16 @@ int64_t billing_charge_for_row(const struct store_sandbox *row, int64_t ended_at
 	int64_t end = ended_at_ms;
 	if (row->expires_at_ms > 0 && end > row->expires_at_ms)
 		end = row->expires_at_ms;
-	int64_t runtime = end - row->created_at_ms;
+	/* runtime stops at a pause (the row's expiry is the one before it,
+	 * later than the pause) and its time is not runtime */
+	if (row->paused_at_ms > 0 && end > row->paused_at_ms)
+		end = row->paused_at_ms;
+	int64_t runtime = end - row->created_at_ms - row->paused_ms;
 	if (runtime < 0)
 		runtime = 0;
-	return billing_cost(runtime, row->price_micro_per_hour);
+	int64_t c = billing_cost(runtime, row->price_micro_per_hour);
+	c = billing_add_sat(c, row->storage_micro);
+	return billing_add_sat(c, billing_pause_cost(row, ended_at_ms));
 }
 
 int64_t billing_cost_so_far(const struct store_sandbox *row, int64_t now_ms)
@@ -93,7 +124,8 @@ int64_t billing_cost_so_far(const struct store_sandbox *row, int64_t now_ms)
 	case STORE_EXPIRED:
 	case STORE_FAILED:
 		return row->charge_micro;
-	case STORE_RUNNING: {
+	case STORE_RUNNING:
+	case STORE_PAUSED: {
 		/* What store_sandbox_end would post now: capped at the hold. */
 		int64_t c = billing_charge_for_row(row, now_ms);
 		return c > row->hold_micro ? row->hold_micro : c;
@@ -184,20 +216,23 @@ int billing_balance(struct store *s, const char *account_id, int64_t now_ms,
 	 * ledger: a sandbox that ends in between is briefly under-counted,
 	 * never counted twice. */
 	int64_t accrued = 0;
-	enum store_status running = STORE_RUNNING;
-	char after[STORE_ID_MAX] = "";
-	for (;;) {
-		_cleanup_free_ struct store_sandbox *rows = NULL;
-		size_t n = 0;
-		bool more = false;
-		if (store_sandbox_list(s, account_id, &running, 100, *after ? after : NULL, &rows,
-				       &n, &more, err) < 0)
-			return -1;
-		for (size_t i = 0; i < n; i++)
-			accrued = billing_add_sat(accrued, billing_cost_so_far(&rows[i], now_ms));
-		if (!more || n == 0)
-			break;
-		snprintf(after, sizeof after, "%s", rows[n - 1].id);
+	static const enum store_status live[] = {STORE_RUNNING, STORE_PAUSED};
+	for (size_t k = 0; k < SBX_ARRAY_SIZE(live); k++) {
+		char after[STORE_ID_MAX] = "";
+		for (;;) {
+			_cleanup_free_ struct store_sandbox *rows = NULL;
+			size_t n = 0;
+			bool more = false;
+			if (store_sandbox_list(s, account_id, &live[k], 100, *after ? after : NULL,
+					       &rows, &n, &more, err) < 0)
+				return -1;
+			for (size_t i = 0; i < n; i++)
+				accrued =
+				    billing_add_sat(accrued, billing_cost_so_far(&rows[i], now_ms));
+			if (!more || n == 0)
+				break;
+			snprintf(after, sizeof after, "%s", rows[n - 1].id);
+		}
 	}
 	billing_balance_add_accrued(&b, accrued);
 	*out = b;

@@ -1,4 +1,5 @@
-/* sbx: the sandbox commands (create, ls, get, extend, metrics, rm, exec). */
+/* sbx: the sandbox commands (create, ls, get, extend, pause, resume,
+ * metrics, rm, exec). */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -148,7 +149,7 @@ int cmd_create(struct cli *c, int argc, char **argv)
 /* ----------------------------------------------------------------- ls */
 
 static const char ls_help[] =
-    "usage: sbx ls [--status running|destroyed|expired|failed] [--limit N]\n"
+    "usage: sbx ls [--status running|paused|destroyed|expired|failed] [--limit N]\n"
     "              [--label K=V]... [--starting-after ID] [--json]\n"
     "List sandboxes, newest first (one page: --limit, default 20, at most 100).\n"
     "--label: only those whose metadata has every pair given.\n"
@@ -251,6 +252,16 @@ static const char extend_help[] =
     "Set the sandbox to expire MINUTES from now (within the daemon's lifetime\n"
     "cap); prints the new expiry.\n";
 
+static const char pause_help[] =
+    "usage: sbx pause ID [--json]\n"
+    "Pause the sandbox: its memory is saved on its host, runtime billing and\n"
+    "its session clock stop; commands answer 409 until `sbx resume ID`.\n";
+
+static const char resume_help[] =
+    "usage: sbx resume ID [--json]\n"
+    "Resume a paused sandbox: its files, processes and clock as they were;\n"
+    "its expiry moves out by the time it was paused.\n";
+
 static const char rm_help[] =
     "usage: sbx rm ID... [--json]\n"
     "Destroy each sandbox and print its final cost. Goes on past failures and\n"
@@ -277,6 +288,13 @@ static int sandbox_call(struct cli *c, const char *method, const char *id, const
 		print_sandbox(r.json);
 	else if (how == 'e')
 		printf("%s expires at %s\n", cli_str(r.json, "id"), cli_str(r.json, "expires_at"));
+	else if (how == 'p' && cli_str(r.json, "paused_at")[0])
+		printf("%s %s since %s (%lld bytes kept on its host)\n", cli_str(r.json, "id"),
+		       cli_str(r.json, "status"), cli_str(r.json, "paused_at"),
+		       (long long)cli_int(r.json, "paused_bytes"));
+	else if (how == 'p')
+		printf("%s %s, expires at %s\n", cli_str(r.json, "id"), cli_str(r.json, "status"),
+		       cli_str(r.json, "expires_at"));
 	else
 		printf("%s %s, cost %s USD\n", cli_str(r.json, "id"), cli_str(r.json, "status"),
 		       cli_str(r.json, "cost_usd"));
@@ -314,6 +332,29 @@ int cmd_extend(struct cli *c, int argc, char **argv)
 	rc = sandbox_call(c, "POST", pos[0], "/extend", body, 'e');
 	json_object_put(body);
 	return rc;
+}
+
+/* sbx pause ID | sbx resume ID */
+static int pause_resume(struct cli *c, int argc, char **argv, const char *suffix, const char *help)
+{
+	const char *pos[1];
+	int npos, rc;
+
+	if ((rc = cli_begin(c, argc, argv, NULL, pos, 1, &npos, NULL, NULL, help)) >= 0)
+		return rc;
+	if (npos != 1)
+		return cli_usage(c, "%s", "give one sandbox id");
+	return sandbox_call(c, "POST", pos[0], suffix, NULL, 'p');
+}
+
+int cmd_pause(struct cli *c, int argc, char **argv)
+{
+	return pause_resume(c, argc, argv, "/pause", pause_help);
+}
+
+int cmd_resume(struct cli *c, int argc, char **argv)
+{
+	return pause_resume(c, argc, argv, "/resume", resume_help);
 }
 
 static const char metrics_help[] =

@@ -27,6 +27,8 @@ static const char main_help[] =
     "  get ID                                                    show one\n"
     "  extend ID MIN                                             make it expire MIN minutes from "
     "now\n"
+    "  pause ID | resume ID                                      save it and stop its billing; "
+    "bring it back\n"
     "  metrics ID [--last N]                                     its CPU, memory and disk "
     "samples\n"
     "  rm ID...                                                  destroy them\n"
@@ -720,9 +722,10 @@ static const struct {
 	const char *name;
 	int (*fn)(struct cli *, int, char **);
 } commands[] = {
-    {"create", cmd_create}, {"ls", cmd_ls},	{"get", cmd_get}, {"extend", cmd_extend},
-    {"rm", cmd_rm},	    {"exec", cmd_exec}, {"run", cmd_run}, {"receipt", cmd_receipt},
-    {"usage", cmd_usage},   {"keys", cmd_keys}, {"cp", cmd_cp},	  {"metrics", cmd_metrics},
+    {"create", cmd_create}, {"ls", cmd_ls},	    {"get", cmd_get}, {"extend", cmd_extend},
+    {"rm", cmd_rm},	    {"exec", cmd_exec},	    {"run", cmd_run}, {"receipt", cmd_receipt},
+    {"usage", cmd_usage},   {"keys", cmd_keys},	    {"cp", cmd_cp},   {"metrics", cmd_metrics},
+    {"pause", cmd_pause},   {"resume", cmd_resume},
 };
 
 /* Edit distance between a and b (both short: command names and what was

@@ -158,6 +158,8 @@ int cmd_create(struct cli *c, int argc, char **argv);
 int cmd_ls(struct cli *c, int argc, char **argv);
 int cmd_get(struct cli *c, int argc, char **argv);
 int cmd_extend(struct cli *c, int argc, char **argv);
+int cmd_pause(struct cli *c, int argc, char **argv);
+int cmd_resume(struct cli *c, int argc, char **argv);
 int cmd_metrics(struct cli *c, int argc, char **argv);
 int cmd_rm(struct cli *c, int argc, char **argv);
 int cmd_exec(struct cli *c, int argc, char **argv);

@@ -152,6 +152,8 @@ void sandbox_config_defaults(struct sandbox_config *cfg)
 	cfg->default_timeout_minutes = 15;
 	cfg->max_timeout_minutes = 1440;
 	cfg->max_lifetime_minutes = 1440;
+	cfg->paused_ttl_minutes = 1440;
+	cfg->paused_storage_micro_per_gib_hour = 0;
 
 	cfg->max_sandboxes_per_account = 20;
 	cfg->max_execs_per_sandbox = 64;

@@ -115,6 +115,12 @@ struct sandbox_config {
 	int default_timeout_minutes; /* 15 */
 	int max_timeout_minutes;     /* 1440 */
 	int max_lifetime_minutes;    /* 1440: 24 h from created_at */
+	/* Pause and resume (docs/lifecycle.md "Pause and resume"): a paused
+	 * sandbox is deleted (ended expired) this long after its pause, and
+	 * its storage (save file + overlay, host-observed) costs this much
+	 * per GiB-hour while paused. */
+	int paused_ttl_minutes;			    /* 1440 */
+	uint64_t paused_storage_micro_per_gib_hour; /* 0 */
 
 	int max_sandboxes_per_account; /* 20 */
 	/* Valid API keys per account (429 beyond); revoked ones are kept

@@ -163,6 +163,13 @@ static int validate_sandbox_limits(const struct sandbox_config *cfg, struct sbx_
 	    cfg->default_timeout_minutes > cfg->max_timeout_minutes)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "default_timeout_minutes",
 				     "default_timeout_minutes must be 1..max_timeout_minutes");
+	if (cfg->paused_ttl_minutes < 1 || cfg->paused_ttl_minutes > 525600)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "paused_ttl_minutes",
+				     "paused_ttl_minutes must be 1..525600");
+	if (cfg->paused_storage_micro_per_gib_hour > (uint64_t)1000000000)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST,
+				     "paused_storage_micro_per_gib_hour",
+				     "paused_storage_micro_per_gib_hour must be 0..1000000000");
 	if (cfg->max_sandboxes_per_account < 1)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "max_sandboxes_per_account",
 				     "max_sandboxes_per_account must be >= 1");

@@ -184,6 +184,15 @@ static const struct sbx_error *exec_failure(struct exec_call *call, const struct
 {
 	enum fleet_end ending = fleet_guest_end_why(call->l);
 
+	if (ending == FLEET_END_PAUSED) {
+		sbx_error_clear(e);
+		sbx_error_set(e, SBX_E_SANDBOX_PAUSED, NULL,
+			      "sandbox '%s' was paused while the command ran; its outcome is "
+			      "unknown",
+			      call->l->id);
+		return e;
+	}
+
 	if (ending == FLEET_END_EXPIRED || ending == FLEET_END_DELETED) {
 		sbx_error_clear(e);
 		sbx_error_set(e, SBX_E_SANDBOX_NOT_RUNNING, NULL,

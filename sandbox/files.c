@@ -193,6 +193,12 @@ void sandbox_file_status(struct sandbox_file *f, struct sandbox_file_status *out
 	if (out->state != SANDBOX_FILE_FAILED)
 		return;
 	ending = fleet_guest_end_why(f->l);
+	if (ending == FLEET_END_PAUSED) {
+		sbx_error_clear(&out->err);
+		sbx_error_set(&out->err, SBX_E_SANDBOX_PAUSED, NULL,
+			      "the sandbox was paused during the file transfer");
+		return;
+	}
 	/* cut short because the sandbox expired or was deleted: 410, as exec */
 	if (ending == FLEET_END_EXPIRED || ending == FLEET_END_DELETED) {
 		sbx_error_clear(&out->err);

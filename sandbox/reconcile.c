@@ -61,8 +61,9 @@ static const struct store_sandbox *row_of(const struct reconcile_ctx *rc, const 
 	for (size_t i = 0; i < rc->lr->n; i++) {
 		const struct store_sandbox *r = &rc->lr->rows[i];
 
-		if (r->status == STORE_RUNNING && strcmp(r->host, rc->h->cfg->name) == 0 &&
-		    strcmp(r->domain, domain) == 0 && strcmp(r->id, sandbox_id) == 0)
+		if ((r->status == STORE_RUNNING || r->status == STORE_PAUSED) &&
+		    strcmp(r->host, rc->h->cfg->name) == 0 && strcmp(r->domain, domain) == 0 &&
+		    strcmp(r->id, sandbox_id) == 0)
 			return r;
 	}
 	return NULL;
@@ -74,8 +75,10 @@ static void reconcile_domain(void *opaque, const char *name, const char *sandbox
 	const struct store_sandbox *row = row_of(rc, name, sandbox_id);
 
 	/* At a restart a running row keeps its domain (reattached below);
-	 * on a host that came back only a guest still alive here does. */
-	if (row && (rc->restart || fleet_live_alive(rc->svc->fleet, row->id))) {
+	 * on a host that came back only a guest still alive here does, or
+	 * one being paused or resumed (sandbox/pause.c) right now. */
+	if (row && (rc->restart || fleet_live_alive(rc->svc->fleet, row->id) ||
+		    sandbox_in_transit(rc->svc, row->id))) {
 		if (rc->n_kept < rc->cap)
 			snprintf(rc->kept[rc->n_kept++], 64, "%s", name);
 		return;
@@ -114,6 +117,38 @@ static void settle_lost(struct sandbox_svc *svc, const struct store_sandbox *row
 	sandbox_settle(svc, row->id, status, at, NULL, NULL);
 }
 
+struct saved_ctx {
+	struct sandbox_svc *svc;
+	struct fleet_host *h;
+	struct store_sandbox *rows;
+	size_t n;
+};
+
+static void saved_one(void *opaque, const char *name)
+{
+	struct saved_ctx *c = opaque;
+
+	for (size_t i = 0; i < c->n; i++)
+		if (strcmp(c->rows[i].domain, name) == 0 &&
+		    strcmp(c->rows[i].host, c->h->cfg->name) == 0)
+			return;
+	sbx_info(MOD, "reconcile: host %s: deleting the saved guest %s (no live sandbox)",
+		 c->h->cfg->name, name);
+	vmm_destroy_by_name(c->h->vmm, name, NULL);
+}
+
+/* Delete the save files (and the rest of the files) of names no live row
+ * on h names, read after the rows were reconciled. */
+static void prune_saved(struct sandbox_svc *svc, struct fleet_host *h)
+{
+	struct saved_ctx c = {.svc = svc, .h = h};
+
+	if (store_sandbox_list_live(svc->store, &c.rows, &c.n, NULL) < 0)
+		return;
+	vmm_list_saved(h->vmm, saved_one, &c);
+	free(c.rows);
+}
+
 /* Make host h's domains and its running rows agree (DESIGN.md "Crash
  * safety"): domains of ours without a live row are destroyed (on a host
  * that came back: without a guest still alive here); at a restart,
@@ -147,10 +182,23 @@ static int reconcile_host(struct sandbox_svc *svc, struct fleet_host *h, const s
 		bool has_domain = false;
 		struct sbx_error e;
 
-		if (row->status != STORE_RUNNING || strcmp(row->host, h->cfg->name) != 0)
+		if (strcmp(row->host, h->cfg->name) != 0)
+			continue;
+		if (row->status == STORE_PAUSED) {
+			/* no guest while paused: only a restart looks at it */
+			if (restart) {
+				for (size_t k = 0; k < rc.n_kept; k++)
+					if (strcmp(rc.kept[k], row->domain) == 0)
+						has_domain = true;
+				sandbox_reconcile_paused(svc, h, row, has_domain);
+			}
+			continue;
+		}
+		if (row->status != STORE_RUNNING)
 			continue;
 		if (!restart) {
-			if (!fleet_live_alive(svc->fleet, row->id))
+			if (!fleet_live_alive(svc->fleet, row->id) &&
+			    !sandbox_in_transit(svc, row->id))
 				settle_lost(svc, row, now, false, "ran on a host that was down");
 			continue;
 		}
@@ -161,6 +209,8 @@ static int reconcile_host(struct sandbox_svc *svc, struct fleet_host *h, const s
 			if (has_domain)
 				vmm_destroy_by_name(h->vmm, row->domain, NULL);
 			settle_lost(svc, row, now, has_domain, "expired while the daemon was down");
+		} else if (!has_domain && vmm_saved(h->vmm, row->domain) == 1) {
+			sandbox_reconcile_paused(svc, h, row, false);
 		} else if (!has_domain) {
 			settle_lost(svc, row, now, false, "lost its guest");
 		} else if (reattach(svc, h, row, &e) < 0) {
@@ -169,6 +219,11 @@ static int reconcile_host(struct sandbox_svc *svc, struct fleet_host *h, const s
 			sandbox_settle(svc, row->id, STORE_FAILED, now, NULL, NULL);
 		}
 	}
+	/* Save files no paused sandbox names any more (ended while the
+	 * daemon was down, or cut before their row): at a restart no pause
+	 * is in flight. */
+	if (restart)
+		prune_saved(svc, h);
 	/* Overlays, sockets and logs of guests that died while nobody
 	 * watched (host crash, kill -9): no create is in flight here yet. */
 	int pruned = vmm_prune_files(h->vmm, NULL);

@@ -44,6 +44,9 @@ struct prestart; /* execution.c (a fleet_guest holds one: fleet.h) */
 #define SANDBOX_WORK_THREAD_NAME "sbx-block"
 #define SANDBOX_CRON_THREAD_NAME "sbx-cron"
 
+/* Pauses and resumes in flight at once (pause.c); more answer 503. */
+#define SANDBOX_TRANSIT_MAX 64
+
 struct startup_ring {
 	int64_t ms[SANDBOX_STARTUP_WINDOW];
 	size_t n;   /* samples held, <= window */
@@ -75,16 +78,33 @@ struct sandbox_svc {
 	/* Ends the store did not take yet (settle.c), retried by the supervisor. */
 	struct settle_retry *retries;
 	size_t n_retries;
+
+	/* Sandboxes being paused, resumed or ended after their paused
+	 * retention (pause.c), under svc->lock: one such operation per
+	 * sandbox at a time; calls into them answer 409 meanwhile. */
+	char transit[SANDBOX_TRANSIT_MAX][SANDBOX_ID_MAX];
+	size_t n_transit;
+	bool ttl_queued; /* under svc->lock: a paused-retention job is queued */
 };
 
 /* An admin service (SANDBOX_SVC_ADMIN) has no fleet: no guest runs
  * there. These answer for it as a fleet with no guest and no host would:
  * a pin 410, an acquisition 503 (no room). */
+/* pause.c: is sandbox `id` being paused or resumed? (svc->lock) */
+bool sandbox_in_transit(struct sandbox_svc *svc, const char *id);
+/* 409 sandbox_paused into err for a sandbox being paused or resumed. */
+int sandbox_transit_error(const char *id, struct sbx_error *err);
+
 static inline struct fleet_guest *sandbox_pin(struct sandbox_svc *svc, const char *id,
 					      struct sbx_error *err)
 {
-	if (svc->fleet)
-		return fleet_live_pin(svc->fleet, id, err);
+	if (svc->fleet) {
+		struct fleet_guest *l = fleet_live_pin(svc->fleet, id, err);
+
+		if (!l && sandbox_in_transit(svc, id))
+			sandbox_transit_error(id, err);
+		return l;
+	}
 	fleet_guest_usable(NULL, id, err);
 	return NULL;
 }
@@ -112,6 +132,20 @@ static inline int sandbox_acquire(struct sandbox_svc *svc, struct fleet_acquire 
 int sandbox_end(struct sandbox_svc *svc, const char *id, enum store_status status,
 		int64_t ended_at_ms, const char *why, struct store_sandbox *out,
 		struct sbx_error *err);
+
+/* pause.c: end a paused sandbox (DELETE, its paused retention): settle
+ * the row with `status` at at_ms, then delete its save file and overlay.
+ * *out (may be NULL) gets the row. No lock held. */
+int sandbox_end_paused(struct sandbox_svc *svc, const struct store_sandbox *row,
+		       enum store_status status, int64_t at_ms, struct store_sandbox *out,
+		       struct sbx_error *err);
+/* pause.c: the supervisor's paused-retention pass: queue one job that
+ * ends the paused sandboxes past paused_ttl_minutes. No lock held. */
+void sandbox_paused_ttl_pass(void *opaque, int64_t now_mono);
+/* pause.c, for reconcile: make a paused or running row and what its host
+ * holds agree at a restart (the domain runs / a save file / neither). */
+void sandbox_reconcile_paused(struct sandbox_svc *svc, struct fleet_host *h,
+			      const struct store_sandbox *row, bool domain_runs);
 
 /* supervise.c */
 
@@ -311,6 +345,8 @@ enum sandbox_fault {
 	SANDBOX_FAULT_EXTEND_AFTER_HOLD,	 /* extra hold + new expiry committed */
 	SANDBOX_FAULT_DELETE_AFTER_DESTROY,	 /* domain destroyed, row not settled */
 	SANDBOX_FAULT_DELETE_AFTER_SETTLE,	 /* row settled, reply not sent */
+	SANDBOX_FAULT_PAUSE_AFTER_SAVE,		 /* domain saved and gone, row running */
+	SANDBOX_FAULT_RESUME_AFTER_RESTORE,	 /* domain restored, row still paused */
 	SANDBOX_FAULT_COUNT
 };
 

@@ -194,7 +194,7 @@ bool sandbox_metadata_lookup(const char *json, const char *key, char *value, siz
 /* The API's sandbox object (API.md). Times are epoch ms, 0 = null. */
 struct sandbox_view {
 	char id[SANDBOX_ID_MAX];
-	char status[16]; /* running | destroyed | expired | failed */
+	char status[16]; /* running | paused | destroyed | expired | failed */
 	char size[16];
 	int64_t created_at_ms;
 	int64_t expires_at_ms;
@@ -203,6 +203,9 @@ struct sandbox_view {
 	char startup_path[8]; /* "warm" (pooled guest) | "cold" (booted) | "" unknown */
 	int64_t startup_ms;   /* request received -> guest ready and recorded */
 	char metadata[SANDBOX_METADATA_JSON_MAX]; /* JSON object, keys sorted */
+	int64_t paused_at_ms;			  /* while paused: when; else 0 */
+	int64_t paused_bytes; /* while paused: its save file + overlay on the host */
+	int64_t paused_ms;    /* the pauses resumed so far, added up */
 };
 
 struct sandbox_create_req {
@@ -299,6 +302,24 @@ int sandbox_destroy(struct sandbox_svc *svc, const char *account_id, const char 
 
 /* expires_at = max(expires_at, now + minutes), lifetime capped; hold for
  * the added time. */
+/* Pause a running sandbox (docs/lifecycle.md "Pause and resume"): its
+ * channel is closed (in-flight commands fail 409), its memory saved beside
+ * its overlay, runtime billing stops and storage billing starts, in one
+ * transaction with the state change. A paused one answers as it is (200).
+ * SBX_E_SANDBOX_NOT_RUNNING when it ended, SBX_E_SANDBOX_PAUSED while
+ * another pause or resume of it runs, SBX_E_INSUFFICIENT_CREDIT when the
+ * storage of its paused retention cannot be held (it keeps running),
+ * SBX_E_INSUFFICIENT_STORAGE / SBX_E_SERVICE_UNAVAILABLE when the save
+ * failed (it keeps running). Blocking: seconds. No lock held. */
+int sandbox_pause(struct sandbox_svc *svc, const char *account_id, const char *id,
+		  struct sandbox_view *out, struct sbx_error *err);
+/* Resume a paused sandbox: its domain restored, its channel reattached
+ * (the WELCOME sets the guest's clock), runtime billing restarts, the
+ * paused time added to expires_at. A running one answers as it is (200).
+ * Blocking: seconds. No lock held. */
+int sandbox_resume(struct sandbox_svc *svc, const char *account_id, const char *id,
+		   struct sandbox_view *out, struct sbx_error *err);
+
 int sandbox_extend(struct sandbox_svc *svc, const char *account_id, const char *id,
 		   int timeout_minutes, struct sandbox_view *out, struct sbx_error *err);
 

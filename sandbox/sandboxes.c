@@ -46,6 +46,9 @@ static void view_from_row(const struct store_sandbox *row, int64_t now_ms, struc
 	snprintf(v->startup_path, sizeof(v->startup_path), "%s", row->startup_path);
 	v->startup_ms = row->startup_ms;
 	snprintf(v->metadata, sizeof(v->metadata), "%s", row->metadata[0] ? row->metadata : "{}");
+	v->paused_at_ms = row->status == STORE_PAUSED ? row->paused_at_ms : 0;
+	v->paused_bytes = row->status == STORE_PAUSED ? row->paused_bytes : 0;
+	v->paused_ms = row->paused_ms;
 }
 
 /* Tenants see a sandbox that is still being created as not existing yet. */
@@ -64,6 +67,13 @@ int sandbox_running_row(struct sandbox_svc *svc, const char *account_id, const c
 {
 	if (sandbox_visible_row(svc, account_id, id, row, err) < 0)
 		return -1;
+	if (row->status == STORE_PAUSED) {
+		sbx_error_set(err, SBX_E_SANDBOX_PAUSED, NULL,
+			      "sandbox '%s' is paused; resume it first (POST "
+			      "/v1/sandboxes/%s/resume)",
+			      id, id);
+		return -1;
+	}
 	if (row->status != STORE_RUNNING || row->expires_at_ms <= now)
 		return sbx_error_set(
 		    err, SBX_E_SANDBOX_NOT_RUNNING, NULL, "sandbox '%s' is %s; create a new one",
@@ -290,9 +300,14 @@ int sandbox_destroy(struct sandbox_svc *svc, const char *account_id, const char 
 
 	if (sandbox_visible_row(svc, account_id, id, &row, err) < 0)
 		return -1;
-	if (row.status == STORE_RUNNING &&
-	    sandbox_end(svc, id, STORE_DESTROYED, now, "the sandbox was deleted", &row, err) < 0)
+	if (row.status == STORE_PAUSED) {
+		if (sandbox_end_paused(svc, &row, STORE_DESTROYED, now, &row, err) < 0)
+			return -1;
+	} else if (row.status == STORE_RUNNING &&
+		   sandbox_end(svc, id, STORE_DESTROYED, now, "the sandbox was deleted", &row,
+			       err) < 0) {
 		return -1;
+	}
 	sandbox_fault_hit(&svc->cfg, SANDBOX_FAULT_DELETE_AFTER_SETTLE);
 	view_from_row(&row, now, out);
 	return 0;

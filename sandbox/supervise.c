@@ -28,6 +28,7 @@
 #define HEARTBEAT_MS	5000
 #define SETTLE_RETRY_MS 1000
 #define TIME_SYNC_MS	60000
+#define PAUSED_TTL_MS	5000 /* paused sandboxes past paused_ttl_minutes (pause.c) */
 
 /* --------------------------------------------------------- the passes */
 
@@ -225,7 +226,7 @@ int sandbox_supervise_start(struct sandbox_svc *svc, struct sbx_error *err)
 	 * pooled guests. With
 	 * the threads' worth on top, none of these is refused. Threads start
 	 * on demand and end after a while idle. */
-	fleet_jobs = (int)svc->cfg.n_hosts + 1 + 1 + 1 + 1;
+	fleet_jobs = (int)svc->cfg.n_hosts + 1 + 1 + 1 + 1 + 1; /* + the paused-ttl job */
 	svc->work = sbx_workpool_new(SANDBOX_WORK_THREAD_NAME, SANDBOX_WORK_THREADS,
 				     guests + fleet_jobs + SANDBOX_WORK_THREADS, 0);
 	svc->cron = sbx_cron_new(SANDBOX_CRON_THREAD_NAME, TICK_MS);
@@ -235,6 +236,8 @@ int sandbox_supervise_start(struct sandbox_svc *svc, struct sbx_error *err)
 	    sbx_cron_add(svc->cron, "heartbeat", HEARTBEAT_MS, heartbeat_pass, svc) < 0 ||
 	    sbx_cron_add(svc->cron, "settle-retry", SETTLE_RETRY_MS, settle_retry_pass, svc) < 0 ||
 	    sbx_cron_add(svc->cron, "time-sync", TIME_SYNC_MS, time_sync_pass, svc) < 0 ||
+	    sbx_cron_add(svc->cron, "paused-ttl", PAUSED_TTL_MS, sandbox_paused_ttl_pass, svc) <
+		0 ||
 	    sbx_cron_add(svc->cron, "hosts", svc->cfg.host_check_interval_ms, hosts_pass, svc) <
 		0 ||
 	    (fleet_pool_configured(svc->fleet) &&

@@ -197,6 +197,18 @@ static const char *const store_migrations[] = {
     ") WITHOUT ROWID;"
     "CREATE INDEX sandbox_labels_by_value ON sandbox_labels(account_id, key, value);"
     "CREATE INDEX sandboxes_by_account_ended ON sandboxes(account_id, ended_at_ms);",
+    /* 11 (issue 29, pause and resume): a paused sandbox stays 'running'
+     * with paused_at_ms > 0 (store.h STORE_PAUSED); what its pauses took
+     * (time, storage cost) and the current pause's size and price. */
+    "ALTER TABLE sandboxes ADD COLUMN paused_at_ms INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE sandboxes ADD COLUMN paused_ms INTEGER NOT NULL DEFAULT 0"
+    "  CHECK (paused_ms >= 0);"
+    "ALTER TABLE sandboxes ADD COLUMN paused_bytes INTEGER NOT NULL DEFAULT 0"
+    "  CHECK (paused_bytes >= 0);"
+    "ALTER TABLE sandboxes ADD COLUMN storage_price_micro INTEGER NOT NULL DEFAULT 0"
+    "  CHECK (storage_price_micro >= 0);"
+    "ALTER TABLE sandboxes ADD COLUMN storage_micro INTEGER NOT NULL DEFAULT 0"
+    "  CHECK (storage_micro >= 0);",
 };
 
 /* Work in C that a migration needs after its SQL, in the same transaction,

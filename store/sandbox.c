@@ -13,7 +13,8 @@
 	"id, account_id, size, domain, status, timeout_minutes,"                                   \
 	" price_micro_per_hour, requested_at_ms, created_at_ms, expires_at_ms,"                    \
 	" ended_at_ms, last_seen_at_ms, hold_micro, charge_micro, startup_path, startup_ms,"       \
-	" host, metadata"
+	" host, metadata, paused_at_ms, paused_ms, paused_bytes, storage_price_micro,"             \
+	" storage_micro"
 
 /* "12.345678" without going near floating point (store must not call billing). */
 static void store_usd(int64_t micro, char buf[static 32])
@@ -46,6 +47,13 @@ static void store_sandbox_from_stmt(sqlite3_stmt *q, struct store_sandbox *r)
 	r->startup_ms = sqlite3_column_int64(q, 15);
 	store_copy_col(r->host, sizeof r->host, q, 16);
 	store_copy_col(r->metadata, sizeof r->metadata, q, 17);
+	r->paused_at_ms = sqlite3_column_int64(q, 18);
+	r->paused_ms = sqlite3_column_int64(q, 19);
+	r->paused_bytes = sqlite3_column_int64(q, 20);
+	r->storage_price_micro = sqlite3_column_int64(q, 21);
+	r->storage_micro = sqlite3_column_int64(q, 22);
+	if (r->status == STORE_RUNNING && r->paused_at_ms > 0)
+		r->status = STORE_PAUSED; /* stored as 'running' (store.h) */
 }
 
 /* Bring a sandbox's metadata column in line with its label rows, and check
@@ -339,7 +347,7 @@ int store_sandbox_end(struct store *s, const char *id, enum store_status status,
 	struct store_sandbox row;
 	if (store_sandbox_need(s, NULL, id, &row, err) < 0)
 		goto err_rollback;
-	if (row.status != STORE_RUNNING) {
+	if (row.status != STORE_RUNNING && row.status != STORE_PAUSED) {
 		/* Already ended (or still creating: that is abort's business). */
 		store_tx_rollback(s);
 		if (out)
@@ -392,6 +400,11 @@ int store_sandbox_extend(struct store *s, const char *account_id, const char *id
 	struct store_sandbox row;
 	if (store_sandbox_need(s, account_id, id, &row, err) < 0)
 		goto err_rollback;
+	if (row.status == STORE_PAUSED) {
+		sbx_error_set(err, SBX_E_SANDBOX_PAUSED, NULL,
+			      "sandbox '%s' is paused; resume it first", row.id);
+		goto err_rollback;
+	}
 	if (row.status != STORE_RUNNING) {
 		sbx_error_set(err, SBX_E_SANDBOX_NOT_RUNNING, NULL,
 			      "sandbox '%s' is %s; create a new one", row.id,
@@ -419,6 +432,119 @@ int store_sandbox_extend(struct store *s, const char *account_id, const char *id
 							extra_hold_micro, sbx_wall_ms(), err) < 0)
 		goto err_rollback;
 	return store_tx_end(s, 0, err);
+
+err_rollback:
+	store_tx_rollback(s);
+	return -1;
+}
+
+int store_sandbox_pause(struct store *s, const char *id, int64_t paused_at_ms, int64_t bytes,
+			int64_t storage_price_micro, int64_t storage_hold_micro,
+			struct store_sandbox *out, struct sbx_error *err)
+{
+	if (bytes < 0 || storage_price_micro < 0 || storage_hold_micro < 0 || paused_at_ms <= 0)
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "bad pause figures");
+	STORE_LOCK(s);
+	if (store_tx_begin(s, err) < 0)
+		return -1;
+	struct store_sandbox row;
+	if (store_sandbox_need(s, NULL, id, &row, err) < 0)
+		goto err_rollback;
+	if (row.status != STORE_RUNNING) {
+		store_tx_rollback(s);
+		if (out)
+			*out = row;
+		return 0;
+	}
+	if (paused_at_ms < row.created_at_ms)
+		paused_at_ms = row.created_at_ms;
+	if (storage_hold_micro > 0) {
+		int64_t available;
+		if (store_available(s, row.account_id, &available, err) < 0)
+			goto err_rollback;
+		if (available < storage_hold_micro) {
+			store_insufficient(err, "the storage of this pause", storage_hold_micro,
+					   available);
+			goto err_rollback;
+		}
+	}
+	{
+		_cleanup_reset_ sqlite3_stmt *q = NULL;
+		if (store_run(
+			s, &q,
+			"UPDATE sandboxes SET paused_at_ms = ?2, paused_bytes = ?3,"
+			" storage_price_micro = ?4, hold_micro = hold_micro + ?5 WHERE id = ?1",
+			err, STORE_T(row.id), STORE_I(paused_at_ms), STORE_I(bytes),
+			STORE_I(storage_price_micro), STORE_I(storage_hold_micro)) < 0)
+			goto err_rollback;
+	}
+	if (storage_hold_micro > 0 &&
+	    store_ledger_insert(s, row.account_id, row.id, "hold", storage_hold_micro,
+				sbx_wall_ms(), err) < 0)
+		goto err_rollback;
+	if (store_tx_commit(s, err) < 0)
+		goto err_rollback;
+	row.status = STORE_PAUSED;
+	row.paused_at_ms = paused_at_ms;
+	row.paused_bytes = bytes;
+	row.storage_price_micro = storage_price_micro;
+	row.hold_micro += storage_hold_micro;
+	if (out)
+		*out = row;
+	return 1;
+
+err_rollback:
+	store_tx_rollback(s);
+	return -1;
+}
+
+int store_sandbox_resume(struct store *s, const char *id, int64_t resumed_at_ms,
+			 store_pause_cost_fn cost_fn, struct store_sandbox *out,
+			 struct sbx_error *err)
+{
+	if (!cost_fn)
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "no cost function");
+	STORE_LOCK(s);
+	if (store_tx_begin(s, err) < 0)
+		return -1;
+	struct store_sandbox row;
+	if (store_sandbox_need(s, NULL, id, &row, err) < 0)
+		goto err_rollback;
+	if (row.status != STORE_PAUSED) {
+		store_tx_rollback(s);
+		if (out)
+			*out = row;
+		return 0;
+	}
+	if (resumed_at_ms < row.paused_at_ms)
+		resumed_at_ms = row.paused_at_ms;
+	int64_t took = resumed_at_ms - row.paused_at_ms;
+	int64_t cost = cost_fn(&row, resumed_at_ms);
+	if (cost < 0)
+		cost = 0;
+	{
+		_cleanup_reset_ sqlite3_stmt *q = NULL;
+		if (store_run(
+			s, &q,
+			"UPDATE sandboxes SET paused_at_ms = 0, paused_bytes = 0,"
+			" paused_ms = paused_ms + ?2, expires_at_ms = expires_at_ms + ?2,"
+			" storage_micro = storage_micro + ?3, last_seen_at_ms = ?4 WHERE id = ?1",
+			err, STORE_T(row.id), STORE_I(took), STORE_I(cost),
+			STORE_I(resumed_at_ms)) < 0)
+			goto err_rollback;
+	}
+	if (store_tx_commit(s, err) < 0)
+		goto err_rollback;
+	row.status = STORE_RUNNING;
+	row.paused_at_ms = 0;
+	row.paused_bytes = 0;
+	row.paused_ms += took;
+	row.expires_at_ms += took;
+	row.storage_micro += cost;
+	row.last_seen_at_ms = resumed_at_ms;
+	if (out)
+		*out = row;
+	return 1;
 
 err_rollback:
 	store_tx_rollback(s);
@@ -490,14 +616,20 @@ err_rollback:
 	" WHERE account_id = ?1 AND NOT EXISTS (SELECT 1 FROM json_each(?6) f WHERE NOT EXISTS"    \
 	" (SELECT 1 FROM sandbox_labels x WHERE x.sandbox_id = m.id AND x.key = f.key"             \
 	" AND x.value = f.value))"
+/* status ?2 as the API names it: 'paused' is stored as 'running' with
+ * paused_at_ms > 0 (store.h), and 'running' is only the unpaused ones */
+#define STORE_STATUS_IS                                                                            \
+	"status = (CASE ?2 WHEN 'paused' THEN 'running' ELSE ?2 END)"                              \
+	" AND (status != 'running' OR (paused_at_ms > 0) = (?2 = 'paused'))"
 static const char *const store_list_sql[2][2] = {
     {"SELECT " SBX_COLS " FROM sandboxes WHERE account_id = ?1"
      " AND status != 'aborted' AND ?2 IS NULL AND COALESCE(?6, ?7, ?8) IS NULL" STORE_LIST_TAIL,
      "SELECT " SBX_COLS " FROM sandboxes WHERE account_id = ?1"
-     " AND status = ?2 AND COALESCE(?6, ?7, ?8) IS NULL" STORE_LIST_TAIL},
+     " AND " STORE_STATUS_IS " AND COALESCE(?6, ?7, ?8) IS NULL" STORE_LIST_TAIL},
     {STORE_LIST_LABELED " AND status != 'aborted' AND ?2 IS NULL" STORE_LIST_TAIL,
-     STORE_LIST_LABELED " AND status = ?2" STORE_LIST_TAIL},
+     STORE_LIST_LABELED " AND " STORE_STATUS_IS STORE_LIST_TAIL},
 };
+#undef STORE_STATUS_IS
 #undef STORE_LIST_TAIL
 #undef STORE_LIST_LABELED
 
@@ -599,7 +731,7 @@ int store_sandbox_touch(struct store *s, const char *id, int64_t now_ms, struct 
 	/* id is the key: the update changes one row or none. */
 	int n = store_write(s, STORE_WRITE_NEED_CHANGE,
 			    "UPDATE sandboxes SET last_seen_at_ms = MAX(last_seen_at_ms, ?2)"
-			    " WHERE id = ?1 AND status = 'running'",
+			    " WHERE id = ?1 AND status = 'running' AND paused_at_ms = 0",
 			    err, STORE_T(id), STORE_I(now_ms));
 	if (n == 0)
 		return sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no running sandbox '%.64s'",

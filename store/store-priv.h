@@ -198,8 +198,16 @@ int store_usage_rebuild_tx(struct store *s, struct sbx_error *err);
 	"ALTER TABLE accounts DROP COLUMN releases_micro;"                                         \
 	"ALTER TABLE accounts DROP COLUMN charges_micro;"                                          \
 	"DROP INDEX executions_stored; ALTER TABLE executions DROP COLUMN "                        \
-	"response_bytes;" STORE_PRIV_BACK_TO_SCHEMA_9_LABELS STORE_PRIV_BACK_TO_SCHEMA_8_RECEIPTS  \
-	    STORE_PRIV_BACK_TO_SCHEMA_7_HOSTS "PRAGMA user_version = 4;"
+	"response_bytes;" STORE_PRIV_BACK_TO_SCHEMA_10_PAUSE STORE_PRIV_BACK_TO_SCHEMA_9_LABELS    \
+	    STORE_PRIV_BACK_TO_SCHEMA_8_RECEIPTS STORE_PRIV_BACK_TO_SCHEMA_7_HOSTS                 \
+	"PRAGMA user_version = 4;"
+/* Tests only: undo migration 11 (pause and resume). */
+#define STORE_PRIV_BACK_TO_SCHEMA_10_PAUSE                                                         \
+	"ALTER TABLE sandboxes DROP COLUMN paused_at_ms;"                                          \
+	"ALTER TABLE sandboxes DROP COLUMN paused_ms;"                                             \
+	"ALTER TABLE sandboxes DROP COLUMN paused_bytes;"                                          \
+	"ALTER TABLE sandboxes DROP COLUMN storage_price_micro;"                                   \
+	"ALTER TABLE sandboxes DROP COLUMN storage_micro;"
 /* Tests only: undo migration 10 (labels). */
 #define STORE_PRIV_BACK_TO_SCHEMA_9_LABELS                                                         \
 	"DROP TABLE sandbox_labels; DROP INDEX sandboxes_by_account_ended;"                        \

@@ -252,6 +252,7 @@ void store_copy_col(char *dst, size_t dstlen, sqlite3_stmt *stmt, int col)
 static const char *const store_status_names[] = {
     [STORE_CREATING] = "creating", [STORE_RUNNING] = "running", [STORE_DESTROYED] = "destroyed",
     [STORE_EXPIRED] = "expired",   [STORE_FAILED] = "failed",	[STORE_ABORTED] = "aborted",
+    [STORE_PAUSED] = "paused",
 };
 
 const char *store_status_name(enum store_status st)

@@ -135,6 +135,12 @@ enum store_status {
 	STORE_EXPIRED,
 	STORE_FAILED,
 	STORE_ABORTED, /* create rolled back: hidden from tenants */
+	/* Paused (docs/lifecycle.md "Pause and resume"): its memory saved
+	 * beside its overlay, no domain. Stored as status 'running' with
+	 * paused_at_ms > 0, so it stays live (the cap, reconcile, the ledger
+	 * invariants) and ends through store_sandbox_end like a running one;
+	 * every read gives STORE_PAUSED and the list filters by it. */
+	STORE_PAUSED,
 };
 /* "creating", "running", ... (borrowed); parse returns -1 if unknown. */
 const char *store_status_name(enum store_status st);
@@ -175,6 +181,17 @@ struct store_sandbox {
 	int64_t startup_ms;		   /* request received -> guest ready and recorded */
 	char host[STORE_HOST_MAX];	   /* the host it runs on ("local" before migration 8) */
 	char metadata[STORE_METADATA_MAX]; /* JSON object of its labels, "{}" for none */
+	/* Pause and resume (migration 11). While paused: paused_at_ms > 0
+	 * (runtime billing stopped there), paused_bytes the host-observed
+	 * size of its save file and overlay, storage_price_micro the price
+	 * of a GiB-hour in force at the pause. paused_ms and storage_micro
+	 * add up the pauses already resumed (their time, their storage
+	 * cost); expires_at_ms was pushed out by each at its resume. */
+	int64_t paused_at_ms;
+	int64_t paused_ms;
+	int64_t paused_bytes;
+	int64_t storage_price_micro;
+	int64_t storage_micro;
 };
 
 /* Write a create's intent in one transaction: the row (status CREATING)
@@ -227,6 +244,26 @@ typedef int64_t (*store_charge_fn)(const struct store_sandbox *row, int64_t ende
 int store_sandbox_end(struct store *s, const char *id, enum store_status status,
 		      int64_t ended_at_ms, store_charge_fn charge_fn, struct store_sandbox *out,
 		      struct sbx_error *err);
+
+/* Running -> paused, one transaction: paused_at, the host-observed bytes
+ * and the GiB-hour price, and a hold of storage_hold_micro (the storage
+ * of the whole paused retention; SBX_E_INSUFFICIENT_CREDIT when the
+ * account cannot hold it). Returns 1 when this call paused it, 0 when
+ * the row is not running (ended meanwhile, or already paused: nothing
+ * written). *out (may be NULL) gets the row either way. */
+int store_sandbox_pause(struct store *s, const char *id, int64_t paused_at_ms, int64_t bytes,
+			int64_t storage_price_micro, int64_t storage_hold_micro,
+			struct store_sandbox *out, struct sbx_error *err);
+/* The storage cost of the row's current pause if it ended at at_ms
+ * (billing's; the store must not call billing). */
+typedef int64_t (*store_pause_cost_fn)(const struct store_sandbox *row, int64_t at_ms);
+/* Paused -> running at resumed_at_ms, one transaction: the paused time
+ * is added to paused_ms and to expires_at (the session clock stopped),
+ * cost_fn(row, resumed_at) to storage_micro. 1 when this call resumed
+ * it, 0 when the row is not paused (nothing written). *out may be NULL. */
+int store_sandbox_resume(struct store *s, const char *id, int64_t resumed_at_ms,
+			 store_pause_cost_fn cost_fn, struct store_sandbox *out,
+			 struct sbx_error *err);
 
 /* Add a hold for an extension and move expires_at, one transaction; only
  * while RUNNING (SBX_E_SANDBOX_NOT_RUNNING otherwise). Refuses with

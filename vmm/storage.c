@@ -17,9 +17,9 @@
 
 /* The files vmm keeps per domain in run_dir (vmm.c deletes the same set
  * locally): the overlay, and the console log with virtlogd's rotations. */
-static const char *const vmm_vol_suffixes[] = {".qcow2",	 ".console.log",
-					       ".console.log.0", ".console.log.1",
-					       ".console.log.2", ".console.log.3"};
+static const char *const vmm_vol_suffixes[] = {".qcow2",	 ".save",	   ".console.log",
+					       ".console.log.0", ".console.log.1", ".console.log.2",
+					       ".console.log.3"};
 
 void vmm_storage_init(struct vmm *v)
 {
@@ -109,6 +109,11 @@ static virStoragePoolPtr vmm_pool(struct vmm *v)
 	return p;
 }
 
+virStoragePoolPtr vmm_storage_pool(struct vmm *v)
+{
+	return vmm_pool(v);
+}
+
 int vmm_storage_overlay_create(struct vmm *v, const char *name, uint64_t gib)
 {
 	virStoragePoolPtr p = vmm_pool(v);
@@ -164,6 +169,20 @@ void vmm_storage_delete(struct vmm *v, const char *name)
 		snprintf(file, sizeof(file), "%s%s", name, vmm_vol_suffixes[i]);
 		vmm_vol_delete(p, file);
 	}
+	virStoragePoolFree(p);
+}
+
+void vmm_storage_delete_file(struct vmm *v, const char *name, const char *suffix)
+{
+	virStoragePoolPtr p = vmm_pool(v);
+	char file[VMM_NAME_MAX + 32];
+
+	if (!p)
+		return;
+	if (virStoragePoolRefresh(p, 0) < 0)
+		sbx_debug(MOD, "refresh pool '%s': %s", v->pool_name, vmm_lv_msg());
+	snprintf(file, sizeof(file), "%s%s", name, suffix);
+	vmm_vol_delete(p, file);
 	virStoragePoolFree(p);
 }
 

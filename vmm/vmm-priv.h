@@ -134,7 +134,11 @@ void vmm_storage_init(struct vmm *v);
 /* Create run_dir/NAME.qcow2 (qcow2 over the base image, `gib` GiB) as a
  * volume of the pool (started, and built, first when missing). 0 or -1. */
 int vmm_storage_overlay_create(struct vmm *v, const char *name, uint64_t gib);
-/* Delete the volumes of `name` (overlay, console logs). */
+/* The run_dir pool, started (NULL when libvirt refused). Caller frees. */
+virStoragePoolPtr vmm_storage_pool(struct vmm *v);
+/* Delete the volume NAME+suffix. */
+void vmm_storage_delete_file(struct vmm *v, const char *name, const char *suffix);
+/* Delete the volumes of `name` (overlay, save file, console logs). */
 void vmm_storage_delete(struct vmm *v, const char *name);
 /* The last `max` bytes of run_dir/NAME.console.log, downloaded. */
 char *vmm_storage_tail(struct vmm *v, const char *name, size_t max);

@@ -177,9 +177,9 @@ static void vmm_unlink_files(struct vmm *v, const char *name)
 		vmm_storage_delete(v, name);
 		return;
 	}
-	static const char *const suffixes[] = {".qcow2",	 ".sock",	   ".console.log",
-					       ".console.log.0", ".console.log.1", ".console.log.2",
-					       ".console.log.3"};
+	static const char *const suffixes[] = {".qcow2",	 ".save",	   ".sock",
+					       ".console.log",	 ".console.log.0", ".console.log.1",
+					       ".console.log.2", ".console.log.3"};
 	for (size_t i = 0; i < SBX_ARRAY_SIZE(suffixes); i++) {
 		_cleanup_free_ char *p = vmm_path(v->run_dir, name, suffixes[i]);
 		if (p && unlink(p) < 0 && errno != ENOENT)
@@ -848,11 +848,32 @@ static bool vmm_prunable(struct vmm *v, const char *file, char **live, int n)
 	name[dot - file] = '\0';
 	if (!vmm_has_prefix(v, name) || !vmm_name_valid(name))
 		return false;
-	if (strcmp(dot, ".qcow2") != 0 && strcmp(dot, ".sock") != 0 &&
+	if (strcmp(dot, ".qcow2") != 0 && strcmp(dot, ".sock") != 0 && strcmp(dot, ".save") != 0 &&
 	    strncmp(dot, ".console.log", 12) != 0)
 		return false;
 	const char *key = name;
 	return !(n > 0 && bsearch(&key, live, (size_t)n, sizeof(*live), vmm_name_cmp));
+}
+
+struct saved_names {
+	char **names;
+	int n, cap;
+};
+
+static void saved_add(void *opaque, const char *name)
+{
+	struct saved_names *sn = opaque;
+
+	if (sn->n == sn->cap) {
+		char **nn = realloc(sn->names, sizeof(*nn) * (size_t)(sn->cap * 2));
+		if (!nn)
+			return;
+		sn->names = nn;
+		sn->cap *= 2;
+	}
+	sn->names[sn->n] = strdup(name);
+	if (sn->names[sn->n])
+		sn->n++;
 }
 
 int vmm_prune_files(struct vmm *v, struct sbx_error *err)
@@ -880,6 +901,17 @@ int vmm_prune_files(struct vmm *v, struct sbx_error *err)
 	for (int i = 0; i < n; i++)
 		if (!live[i])
 			live[i] = strdup("");
+	/* a paused guest's files (its save file names it) are kept too */
+	struct saved_names sn = {.names = live, .n = n, .cap = n + 1};
+	if (vmm_list_saved(v, saved_add, &sn) < 0) {
+		for (int i = 0; i < sn.n; i++)
+			free(sn.names[i]);
+		free(sn.names);
+		return sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
+				     "the hypervisor did not answer; try again later");
+	}
+	live = sn.names;
+	n = sn.n;
 	qsort(live, (size_t)n, sizeof(*live), vmm_name_cmp);
 
 	if (v->remote) {

@@ -179,6 +179,31 @@ int vmm_vm_stats(struct vmm_vm *vm, struct vmm_vm_stats *out, struct sbx_error *
  * it. */
 int vmm_vm_destroy(struct vmm_vm *vm, struct sbx_error *err);
 
+/* ---- pause and resume (save.c; docs/lifecycle.md "Pause and resume") ----
+ * Save the guest's memory and device state to run_dir/NAME.save (0600,
+ * beside its overlay; virDomainSave): the domain stops and is gone, its
+ * files stay. *bytes (may be NULL) gets the host-observed size of the save
+ * file and the overlay. Blocking (the guest's RAM is written). 0, or -1
+ * with SBX_E_INSUFFICIENT_STORAGE (disk full), SBX_E_SERVICE_UNAVAILABLE
+ * or SBX_E_SANDBOX_ERROR; on failure the domain runs on (libvirt resumes
+ * it) and no save file is left. */
+int vmm_vm_save(struct vmm_vm *vm, int64_t *bytes, struct sbx_error *err);
+/* Start domain `name` again from its save file (virDomainRestore: same
+ * name and XML), then delete the file. A handle, or NULL with err (the
+ * file is kept: still paused). A domain already running (an earlier
+ * restore whose answer was lost) is returned as is. */
+struct vmm_vm *vmm_vm_restore(struct vmm *v, const char *name, struct sbx_error *err);
+/* 1 when `name` has a save file (a paused guest), 0 when not, -1 unknown. */
+int vmm_saved(struct vmm *v, const char *name);
+/* Host-observed bytes of name's save file and overlay; -1 unknown. */
+int64_t vmm_saved_bytes(struct vmm *v, const char *name);
+/* Delete name's save file only. */
+void vmm_saved_delete(struct vmm *v, const char *name);
+/* fn(opaque, name) for each name of ours with a save file; the count or
+ * -1 (run_dir or the pool unreadable). vmm_prune_files keeps their files;
+ * vmm_destroy_by_name deletes them. */
+int vmm_list_saved(struct vmm *v, void (*fn)(void *opaque, const char *name), void *opaque);
+
 /* Free the handle only; the domain keeps running. */
 void vmm_vm_free(struct vmm_vm *vm);
 

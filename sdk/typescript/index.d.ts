@@ -18,7 +18,7 @@ export interface CallOptions {
   signal?: AbortSignal;
 }
 
-export type SandboxStatus = 'creating' | 'running' | 'destroyed' | 'expired' | 'failed';
+export type SandboxStatus = 'creating' | 'running' | 'paused' | 'destroyed' | 'expired' | 'failed';
 
 /** The API's sandbox object, as sent. */
 export interface SandboxInfo {
@@ -35,6 +35,12 @@ export interface SandboxInfo {
   startup_ms: number | null;
   /** Labels (docs/api.md, Metadata). */
   metadata: Record<string, string>;
+  /** While paused: when the pause began (else null). */
+  paused_at: string | null;
+  /** While paused: what it keeps on its host, host-observed (else null). */
+  paused_bytes: number | null;
+  /** The pauses already resumed, added up. */
+  paused_seconds: number;
 }
 
 export interface Receipt {
@@ -115,6 +121,8 @@ export declare class Sandbox {
   update(metadata: Record<string, string | null> | null, options?: CallOptions): Promise<this>;
   metrics(options?: CallOptions): Promise<SandboxMetrics>;
   extend(timeoutMinutes: number, options?: CallOptions): Promise<this>;
+  pause(options?: CallOptions): Promise<this>;
+  resume(options?: CallOptions): Promise<this>;
   delete(options?: CallOptions): Promise<SandboxInfo>;
 }
 
@@ -298,6 +306,7 @@ export declare class NotFoundError extends SandboxdError {}
 export declare class FileNotFoundError extends NotFoundError {}
 export declare class MethodNotAllowedError extends SandboxdError {}
 export declare class IdempotencyConflictError extends SandboxdError {}
+export declare class SandboxPausedError extends SandboxdError {}
 export declare class SandboxNotRunningError extends SandboxdError {}
 export declare class PayloadTooLargeError extends SandboxdError {}
 export declare class UnsupportedMediaTypeError extends SandboxdError {}

@@ -484,7 +484,19 @@ static void test_sandbox_and_error_encode(void **state)
 			    "\"2026-08-22T14:31:00Z\",\"expires_at\":\"2026-08-22T14:46:00Z\","
 			    "\"ended_at\":null,\"cost_micro_usd\":7525,\"cost_usd\":"
 			    "\"0.007525\",\"startup_path\":null,\"startup_ms\":null,"
-			    "\"metadata\":{\"job\":\"4711\",\"team\":\"a \\\"b\\\"\"}}");
+			    "\"metadata\":{\"job\":\"4711\",\"team\":\"a \\\"b\\\"\"},"
+			    "\"paused_at\":null,\"paused_bytes\":null,\"paused_seconds\":0}");
+	json_object_put(o);
+
+	/* paused: when, and what it keeps on the host */
+	snprintf(v.status, sizeof(v.status), "paused");
+	v.paused_at_ms = 1787409120000; /* 2026-08-22T14:32:00Z */
+	v.paused_bytes = 79020032;
+	v.paused_ms = 65710;
+	o = api_sandbox_encode(&v);
+	assert_non_null(strstr(to_s(o), "\"status\":\"paused\""));
+	assert_non_null(strstr(to_s(o), "\"paused_at\":\"2026-08-22T14:32:00Z\","
+					"\"paused_bytes\":79020032,\"paused_seconds\":65}"));
 	json_object_put(o);
 
 	sbx_error_clear(&err);

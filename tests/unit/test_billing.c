@@ -111,6 +111,66 @@ static void test_charge_for_row(void **state)
 	assert_int_equal(billing_cost_so_far(&r, INT64_MAX), 0);
 }
 
+/* Storage of a paused sandbox: bytes x time x price per GiB-hour, rounded
+ * up to a whole micro-USD. */
+static void test_storage_cost(void **state)
+{
+	const int64_t gib = INT64_C(1) << 30, hour = 3600000;
+
+	(void)state;
+	assert_int_equal(billing_storage_cost(gib, hour, 1000), 1000);
+	assert_int_equal(billing_storage_cost(2 * gib, hour / 2, 1000), 1000);
+	assert_int_equal(billing_storage_cost(gib / 2, hour, 1000), 500);
+	/* the smallest piece is one micro-USD, never 0 once something is kept */
+	assert_int_equal(billing_storage_cost(1, 1, 1), 1);
+	assert_int_equal(billing_storage_cost(gib, hour + 1, 1000), 1001);
+	/* free when any factor is 0 (the default price) */
+	assert_int_equal(billing_storage_cost(gib, hour, 0), 0);
+	assert_int_equal(billing_storage_cost(0, hour, 1000), 0);
+	assert_int_equal(billing_storage_cost(gib, 0, 1000), 0);
+	assert_int_equal(billing_storage_cost(-1, hour, 1000), 0);
+	/* no overflow: saturates */
+	assert_int_equal(billing_storage_cost(INT64_MAX, INT64_MAX, INT64_MAX), INT64_MAX);
+	assert_true(billing_storage_cost(INT64_MAX, hour, 1) > 0);
+}
+
+/* A row's charge with pauses: runtime without the paused time, plus the
+ * storage of each pause; the current pause stops runtime at paused_at. */
+static void test_charge_with_pauses(void **state)
+{
+	struct store_sandbox r;
+	const int64_t t = 1000000, gib = INT64_C(1) << 30;
+
+	(void)state;
+	memset(&r, 0, sizeof r);
+	r.status = STORE_RUNNING;
+	r.price_micro_per_hour = SMALL;
+	r.created_at_ms = t;
+	r.expires_at_ms = t + 15 * 60000;
+	r.hold_micro = 22500;
+	/* paused at +100 s: runtime stops there whatever the end */
+	r.status = STORE_PAUSED;
+	r.paused_at_ms = t + 100000;
+	r.paused_bytes = gib;
+	r.storage_price_micro = 3600; /* 1 µ$ per GiB-second */
+	assert_int_equal(billing_charge_for_row(&r, t + 100000), billing_cost(100000, SMALL));
+	assert_int_equal(billing_charge_for_row(&r, t + 160000), billing_cost(100000, SMALL) + 60);
+	assert_int_equal(billing_cost_so_far(&r, t + 160000), billing_cost(100000, SMALL) + 60);
+	assert_int_equal(billing_pause_cost(&r, t + 160000), 60);
+	/* resumed at +160 s (what store_sandbox_resume writes): 60 s out of
+	 * the runtime, expires_at 60 s later, the storage kept */
+	r.status = STORE_RUNNING;
+	r.paused_at_ms = 0;
+	r.paused_ms = 60000;
+	r.expires_at_ms += 60000;
+	r.storage_micro = 60;
+	assert_int_equal(billing_pause_cost(&r, t + 999999), 0);
+	assert_int_equal(billing_charge_for_row(&r, t + 460200),
+			 billing_cost(400200, SMALL) + 60); /* 401 s + storage */
+	/* capped at the moved expiry: the whole timeout, never more */
+	assert_int_equal(billing_charge_for_row(&r, t + 99 * 60000), 22500 + 60);
+}
+
 static void test_format_usd(void **state)
 {
 	(void)state;
@@ -317,6 +377,78 @@ static void test_balance_many_running(void **state)
 	assert_ledger_ok(f, now);
 }
 
+/* The store's pause and resume: one transaction each, billing switched
+ * once each way, a storage hold checked against credit, ended paused
+ * rows settled exactly; the ledger invariants after each step. */
+static void test_pause_resume_ledger(void **state)
+{
+	struct fx *f = *state;
+	struct sbx_error err = {0};
+	const int64_t t = 1700000000000, gib = INT64_C(1) << 30;
+	struct store_sandbox r, out;
+	struct store_balance b;
+	enum store_status paused = STORE_PAUSED, running = STORE_RUNNING;
+	struct store_sandbox *rows = NULL;
+	size_t n = 0;
+	bool more;
+
+	start(f, t, 15, &r);
+	/* paused at +100 s with a storage hold of 1000 */
+	assert_int_equal(store_sandbox_pause(f->s, r.id, t + 100000, gib, 3600, 1000, &out, &err),
+			 1);
+	assert_int_equal(out.status, STORE_PAUSED);
+	assert_int_equal(out.hold_micro, 22500 + 1000);
+	/* read back as paused; listed as paused, not running */
+	assert_int_equal(store_sandbox_get(f->s, f->a.id, r.id, &out, &err), 0);
+	assert_int_equal(out.status, STORE_PAUSED);
+	assert_int_equal(
+	    store_sandbox_list(f->s, f->a.id, &paused, 10, NULL, &rows, &n, &more, &err), 0);
+	assert_int_equal(n, 1);
+	free(rows);
+	assert_int_equal(
+	    store_sandbox_list(f->s, f->a.id, &running, 10, NULL, &rows, &n, &more, &err), 0);
+	assert_int_equal(n, 0);
+	free(rows);
+	/* a second pause does nothing; extend is refused while paused */
+	assert_int_equal(store_sandbox_pause(f->s, r.id, t + 110000, gib, 3600, 1000, &out, &err),
+			 0);
+	assert_int_equal(out.hold_micro, 22500 + 1000);
+	assert_int_equal(store_sandbox_extend(f->s, f->a.id, r.id, t + 99 * 60000, 10, &err), -1);
+	assert_int_equal(err.code, SBX_E_SANDBOX_PAUSED);
+	/* the accrued cost does not move while paused (beyond storage) */
+	assert_int_equal(billing_balance(f->s, f->a.id, t + 160000, &b, &err), 0);
+	assert_int_equal(b.consumed_micro, billing_cost(100000, SMALL) + 60);
+	assert_ledger_ok(f, t + 160000);
+	/* resumed at +160 s: 60 s paused, expiry moved, 60 µ$ of storage */
+	assert_int_equal(
+	    store_sandbox_resume(f->s, r.id, t + 160000, billing_pause_cost, &out, &err), 1);
+	assert_int_equal(out.status, STORE_RUNNING);
+	assert_int_equal(out.paused_ms, 60000);
+	assert_int_equal(out.storage_micro, 60);
+	assert_int_equal(out.expires_at_ms, t + 15 * 60000 + 60000);
+	assert_int_equal(
+	    store_sandbox_resume(f->s, r.id, t + 170000, billing_pause_cost, &out, &err), 0);
+	assert_int_equal(out.paused_ms, 60000);
+	assert_ledger_ok(f, t + 170000);
+	/* a storage hold the account cannot cover: 402, still running */
+	assert_int_equal(
+	    store_sandbox_pause(f->s, r.id, t + 200000, gib, 3600, 999999999, &out, &err), -1);
+	assert_int_equal(err.code, SBX_E_INSUFFICIENT_CREDIT);
+	assert_int_equal(store_sandbox_get(f->s, f->a.id, r.id, &out, &err), 0);
+	assert_int_equal(out.status, STORE_RUNNING);
+	/* paused again at +400.2 s and deleted at +500 s while paused: one
+	 * charge, 400.2 - 60 = 340.2 s of runtime + 60 + 99.8 s of storage */
+	assert_int_equal(store_sandbox_pause(f->s, r.id, t + 400200, gib, 3600, 1000, &out, &err),
+			 1);
+	assert_int_equal(billing_settle(f->s, r.id, STORE_DESTROYED, t + 500000, &out, &err), 1);
+	assert_int_equal(out.charge_micro, billing_cost(340200, SMALL) + 60 + 100);
+	assert_int_equal(billing_settle(f->s, r.id, STORE_DESTROYED, t + 600000, &out, &err), 0);
+	assert_ledger_ok(f, t + 600000);
+	assert_int_equal(billing_balance(f->s, f->a.id, t + 600000, &b, &err), 0);
+	assert_int_equal(b.reserved_micro, 0);
+	assert_int_equal(b.consumed_micro, billing_cost(340200, SMALL) + 160);
+}
+
 int main(void)
 {
 	sbx_log_set_level(SBX_LOG_ERROR);
@@ -329,6 +461,9 @@ int main(void)
 	    cmocka_unit_test(test_parse_usd),
 	    cmocka_unit_test_setup_teardown(test_settle_and_balance, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_balance_many_running, fx_setup, fx_teardown),
+	    cmocka_unit_test(test_storage_cost),
+	    cmocka_unit_test(test_charge_with_pauses),
+	    cmocka_unit_test_setup_teardown(test_pause_resume_ledger, fx_setup, fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -55,6 +55,20 @@ def test_metrics(sb, client):
         sandboxd.Sandbox(client, sandboxd.SandboxInfo(id="sbx_" + "0" * 24)).metrics()
 
 
+def test_pause_resume(sb, client):
+    sb.exec("echo before-pause > /tmp/paused-file")
+    info = sb.pause()
+    assert info.status == "paused" and info.paused_at and info.paused_bytes > 0
+    assert sb.pause().status == "paused"  # a paused one is answered as it is
+    with pytest.raises(sandboxd.SandboxPaused) as ei:
+        sb.exec("true")
+    assert ei.value.status == 409
+    info = sb.resume()
+    assert info.status == "running" and info.paused_at is None
+    assert sb.resume().status == "running"
+    assert sb.exec("cat /tmp/paused-file").stdout == "before-pause\n"
+
+
 def test_labels(sb, client):
     info = sb.update({"job": "py-4711", "team": "sdk"})
     assert info.metadata == {"job": "py-4711", "team": "sdk"} and sb.info.metadata == info.metadata

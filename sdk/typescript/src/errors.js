@@ -24,6 +24,7 @@ export class NotFoundError extends SandboxdError {}
 export class FileNotFoundError extends NotFoundError {}
 export class MethodNotAllowedError extends SandboxdError {}
 export class IdempotencyConflictError extends SandboxdError {}
+export class SandboxPausedError extends SandboxdError {}
 export class SandboxNotRunningError extends SandboxdError {}
 export class PayloadTooLargeError extends SandboxdError {}
 export class UnsupportedMediaTypeError extends SandboxdError {}
@@ -45,6 +46,7 @@ export const ERROR_CLASSES = Object.freeze({
   file_not_found: FileNotFoundError,
   method_not_allowed: MethodNotAllowedError,
   idempotency_conflict: IdempotencyConflictError,
+  sandbox_paused: SandboxPausedError,
   sandbox_not_running: SandboxNotRunningError,
   payload_too_large: PayloadTooLargeError,
   unsupported_media_type: UnsupportedMediaTypeError,

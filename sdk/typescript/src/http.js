@@ -14,6 +14,8 @@ export const ROUTES = Object.freeze([
   ['DELETE', '/v1/sandboxes/{id}'],
   ['POST', '/v1/sandboxes/{id}/exec'],
   ['POST', '/v1/sandboxes/{id}/extend'],
+  ['POST', '/v1/sandboxes/{id}/pause'],
+  ['POST', '/v1/sandboxes/{id}/resume'],
   ['GET', '/v1/sandboxes/{id}/metrics'],
   ['PUT', '/v1/sandboxes/{id}/files'],
   ['GET', '/v1/sandboxes/{id}/files'],

@@ -121,6 +121,21 @@ export class Sandbox {
     return this;
   }
 
+  /** Pause it (docs/api.md, Pause and resume): its memory saved on its
+   * host, runtime billing and the session clock stopped; calls into it
+   * throw SandboxPausedError until resume(). A paused one is returned as it is. */
+  async pause(o = {}) {
+    this.info = await this._call('POST', '/v1/sandboxes/{id}/pause', { signal: o.signal, retry: 'rate' });
+    return this;
+  }
+
+  /** Resume a paused sandbox: files, processes and clock as they were,
+   * expires_at moved out by the pause. A running one is returned as it is. */
+  async resume(o = {}) {
+    this.info = await this._call('POST', '/v1/sandboxes/{id}/resume', { signal: o.signal, retry: 'rate' });
+    return this;
+  }
+
   /** Destroy it; returns the final sandbox object (cost). */
   async delete(o = {}) {
     this.info = await this._call('DELETE', '/v1/sandboxes/{id}', { signal: o.signal });

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 
 import {
   Sandbox, Sandboxd, RateLimitedError, InsufficientCreditError, NotFoundError, FileNotFoundError,
-  SandboxNotRunningError, AuthenticationError,
+  SandboxNotRunningError, AuthenticationError, SandboxPausedError,
 } from '../src/index.js';
 
 const url = process.env.SBX_URL;
@@ -187,6 +187,19 @@ test('extend, usage, limits, openapi, receipts key', { skip }, async () => {
   assert.ok(Array.isArray(l.sizes));
   assert.equal((await client.openapi()).openapi, '3.1.0');
   assert.ok(await client.receiptPublicKey());
+});
+
+test('pause and resume: a file kept, 409 while paused, running again', { skip }, async () => {
+  await sbx.exec('echo before-pause > /tmp/paused-file');
+  await sbx.pause();
+  assert.equal(sbx.info.status, 'paused');
+  assert.ok(sbx.info.paused_at && sbx.info.paused_bytes > 0);
+  assert.equal((await sbx.pause()).info.status, 'paused');
+  await assert.rejects(sbx.exec('true'), (e) => e instanceof SandboxPausedError && e.status === 409);
+  await sbx.resume();
+  assert.equal(sbx.info.status, 'running');
+  assert.equal(sbx.info.paused_at, null);
+  assert.equal((await sbx.exec('cat /tmp/paused-file')).stdout, 'before-pause\n');
 });
 
 test('metrics: the samples of its own sandbox, the interval the operator set', { skip }, async () => {

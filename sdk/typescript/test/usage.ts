@@ -32,6 +32,9 @@ async function main(): Promise<void> {
   const sent: boolean = s.sent;
   const w = await p.wait();
   await sbx.extend(10);
+  await sbx.pause();
+  const pausedAt: string | null = sbx.info.paused_at;
+  await sbx.resume();
   await sbx.update({ job: '1', gone: null });
   const labels: Record<string, string> = sbx.info.metadata;
   const client = new Sandboxd({ url: 'http://127.0.0.1:8080', apiKey: 'k', maxRetries: 2 });
@@ -55,6 +58,6 @@ async function main(): Promise<void> {
   await sbx.exec();
   // @ts-expect-error: no such signal
   await p.signal('HUP');
-  void [code, bytes, entries, more, next, sent, w, rid, secret, routes, names, labels];
+  void [code, bytes, entries, more, next, sent, w, rid, secret, routes, names, labels, pausedAt];
 }
 void main;

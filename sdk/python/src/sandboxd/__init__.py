@@ -31,6 +31,7 @@ from .errors import (
     SandboxdError,
     SandboxError,
     SandboxNotRunning,
+    SandboxPaused,
     ServiceUnavailable,
     UnsupportedMediaType,
 )
@@ -98,6 +99,7 @@ __all__ = [
     "SandboxInfo",
     "SandboxMetrics",
     "SandboxNotRunning",
+    "SandboxPaused",
     "SandboxdError",
     "ServiceUnavailable",
     "UnsupportedMediaType",

@@ -114,6 +114,12 @@ class IdempotencyConflict(APIError):
     status, type = 409, "idempotency_conflict"
 
 
+class SandboxPaused(APIError):
+    """409 ``sandbox_paused``: The sandbox is paused (resume it first), or is being paused or resumed."""
+
+    status, type = 409, "sandbox_paused"
+
+
 class SandboxNotRunning(APIError):
     """410 ``sandbox_not_running``: The sandbox has ended."""
 
@@ -185,7 +191,7 @@ ERROR_TYPES: Dict[str, Type[APIError]] = {
     c.type: c
     for c in (
         InvalidRequest, AuthenticationError, InsufficientCredit, PermissionDenied, NotFound,
-        FileNotFound, MethodNotAllowed, IdempotencyConflict, SandboxNotRunning, PayloadTooLarge,
+        FileNotFound, MethodNotAllowed, IdempotencyConflict, SandboxPaused, SandboxNotRunning, PayloadTooLarge,
         UnsupportedMediaType, RangeNotSatisfiable, IdempotencyMismatch, RateLimited,
         ConcurrencyLimit, APIServerError, SandboxError, ServiceUnavailable, InsufficientStorage,
     )

@@ -32,7 +32,7 @@ class SandboxInfo:
     """A sandbox as the API last described it."""
 
     id: str = ""
-    status: Optional[str] = None  # running | destroyed | expired | failed
+    status: Optional[str] = None  # running | paused | destroyed | expired | failed
     size: Optional[str] = None
     created_at: Optional[str] = None
     expires_at: Optional[str] = None
@@ -42,6 +42,9 @@ class SandboxInfo:
     startup_path: Optional[str] = None  # warm | cold
     startup_ms: Optional[int] = None
     metadata: Dict[str, str] = field(default_factory=dict)  # labels (docs/api.md, Metadata)
+    paused_at: Optional[str] = None  # while paused: when the pause began
+    paused_bytes: Optional[int] = None  # while paused: what it keeps on its host
+    paused_seconds: int = 0  # the pauses already resumed, added up
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
 

@@ -15,6 +15,8 @@ ROUTES = frozenset(
         ("DELETE", "/v1/sandboxes/{id}"),
         ("POST", "/v1/sandboxes/{id}/exec"),
         ("POST", "/v1/sandboxes/{id}/extend"),
+        ("POST", "/v1/sandboxes/{id}/pause"),
+        ("POST", "/v1/sandboxes/{id}/resume"),
         ("GET", "/v1/sandboxes/{id}/metrics"),
         ("PUT", "/v1/sandboxes/{id}/files"),
         ("GET", "/v1/sandboxes/{id}/files"),

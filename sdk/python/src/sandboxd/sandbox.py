@@ -140,6 +140,21 @@ class Sandbox:
         self.info = from_json(SandboxInfo, r.json())
         return self.info
 
+    def pause(self) -> SandboxInfo:
+        """``POST /v1/sandboxes/{id}/pause``: save the guest's memory on its
+        host and stop it; runtime billing and the session clock stop. Calls
+        into it raise :class:`SandboxPaused` until :meth:`resume`. A paused
+        sandbox is returned as it is."""
+        self.info = from_json(SandboxInfo, self._req("POST", "/pause", retry=RATE).json())
+        return self.info
+
+    def resume(self) -> SandboxInfo:
+        """``POST /v1/sandboxes/{id}/resume``: bring a paused sandbox back
+        with its files, processes and clock; ``expires_at`` moves out by the
+        pause. A running sandbox is returned as it is."""
+        self.info = from_json(SandboxInfo, self._req("POST", "/resume", retry=RATE).json())
+        return self.info
+
     def exec(
         self,
         command: str,

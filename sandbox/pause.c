@@ -1,0 +1,442 @@
+/* sandbox: pause and resume (docs/lifecycle.md "Pause and resume",
+ * docs/billing.md "Pause").
+ *
+ * Pause: the guest is taken out of the lives (no request reaches it, the
+ * supervisor no longer ticks or expires it), its channel closed, its
+ * domain saved beside its overlay (vmm_vm_save), then the row moves to
+ * paused in one transaction that stops runtime billing and holds the
+ * storage of its paused retention. Resume: the domain is restored
+ * (vmm_vm_restore), the row moves back to running in one transaction that
+ * adds the storage cost and the paused time (runtime billing restarts,
+ * expires_at moves out by the pause), and the guest is reattached like
+ * after a daemon restart (fleet_guest_reattach: the WELCOME carries the
+ * host's clock, which the guest's PID 1 sets).
+ *
+ * The host's state is changed first, the row after, so that a crash in
+ * between leaves a host state the next start reads back (reconcile):
+ *   row running, domain gone, save file  -> paused at last_seen_at
+ *   row paused, domain running           -> resumed at the restart
+ *   row paused, save file                -> stays paused
+ *   row paused, neither                  -> ends failed at paused_at
+ * Each of those moves is the same store transaction as the live one, so
+ * billing switches exactly once each way.
+ *
+ * One pause, resume or retention end per sandbox at a time (the transit
+ * set, under svc->lock, a leaf). No lock is held across libvirt or the
+ * store.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../billing/billing.h"
+#include "sandbox-priv.h"
+
+#define MOD "sandbox"
+/* How long a resume waits for the restored guest's first answer. */
+#define RESUME_PING_MS 10000
+
+static int64_t minute_ms(const struct sandbox_config *cfg)
+{
+	return cfg->test_minute_ms ? (int64_t)cfg->test_minute_ms : 60000;
+}
+
+/* ----------------------------------------------------------- transit */
+
+bool sandbox_in_transit(struct sandbox_svc *svc, const char *id)
+{
+	bool in = false;
+
+	pthread_mutex_lock(&svc->lock);
+	for (size_t i = 0; i < svc->n_transit && !in; i++)
+		in = strcmp(svc->transit[i], id) == 0;
+	pthread_mutex_unlock(&svc->lock);
+	return in;
+}
+
+int sandbox_transit_error(const char *id, struct sbx_error *err)
+{
+	sbx_error_clear(err);
+	sbx_error_set(err, SBX_E_SANDBOX_PAUSED, NULL,
+		      "sandbox '%s' is being paused or resumed; retry shortly", id);
+	if (err)
+		err->retry_after_s = 2;
+	return -1;
+}
+
+/* Claim `id` for one operation: 0, or -1 with 409 (another one runs) or
+ * 503 (too many at once). */
+static int transit_enter(struct sandbox_svc *svc, const char *id, struct sbx_error *err)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&svc->lock);
+	for (size_t i = 0; i < svc->n_transit; i++)
+		if (strcmp(svc->transit[i], id) == 0)
+			rc = 1;
+	if (rc == 0 && svc->n_transit == SANDBOX_TRANSIT_MAX)
+		rc = 2;
+	if (rc == 0)
+		snprintf(svc->transit[svc->n_transit++], SANDBOX_ID_MAX, "%s", id);
+	pthread_mutex_unlock(&svc->lock);
+	if (rc == 1)
+		return sandbox_transit_error(id, err);
+	if (rc == 2) {
+		sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
+			      "too many pauses and resumes at once; retry shortly");
+		if (err)
+			err->retry_after_s = 2;
+		return -1;
+	}
+	return 0;
+}
+
+static void transit_leave(struct sandbox_svc *svc, const char *id)
+{
+	pthread_mutex_lock(&svc->lock);
+	for (size_t i = 0; i < svc->n_transit; i++) {
+		if (strcmp(svc->transit[i], id) == 0) {
+			svc->n_transit--;
+			if (i != svc->n_transit)
+				memcpy(svc->transit[i], svc->transit[svc->n_transit],
+				       SANDBOX_ID_MAX);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&svc->lock);
+}
+
+/* ------------------------------------------------------------ helpers */
+
+/* A live guest again for the running domain of `row` on h (restored, or
+ * never saved): reattached and linked. 0 or -1. */
+static int relink(struct sandbox_svc *svc, struct fleet_host *h, const struct store_sandbox *row,
+		  struct sbx_error *err)
+{
+	struct fleet_guest *l;
+
+	if (fleet_guest_reattach(svc->fleet, h, row->id, row->domain, row->size, &l, err) < 0)
+		return -1;
+	l->expires_at_ms = row->expires_at_ms; /* not shared yet */
+	fleet_live_link(svc->fleet, l);
+	return 0;
+}
+
+/* The storage hold of a pause of `bytes`: its whole paused retention. */
+static int64_t storage_hold(const struct sandbox_config *cfg, int64_t bytes)
+{
+	return billing_storage_cost(bytes, (int64_t)cfg->paused_ttl_minutes * minute_ms(cfg),
+				    (int64_t)cfg->paused_storage_micro_per_gib_hour);
+}
+
+int sandbox_end_paused(struct sandbox_svc *svc, const struct store_sandbox *row,
+		       enum store_status status, int64_t at_ms, struct store_sandbox *out,
+		       struct sbx_error *err)
+{
+	struct fleet_host *h = svc->fleet ? fleet_host_find(svc->fleet, row->host) : NULL;
+	struct store_sandbox kept = *row;
+
+	if (sandbox_settle(svc, row->id, status, at_ms, out, err) < 0)
+		return -1;
+	/* the row is final: its files go (a crash first leaves them to the
+	 * next start, which deletes the save files no live row names) */
+	if (h && h->vmm && kept.domain[0])
+		vmm_destroy_by_name(h->vmm, kept.domain, NULL);
+	return 0;
+}
+
+/* ------------------------------------------------------------- pause */
+
+/* The guest could not be saved, or the row not paused: bring it back
+ * (restore when it was saved) and link it; failing that it ends failed. */
+static void pause_undo(struct sandbox_svc *svc, struct fleet_host *h,
+		       const struct store_sandbox *row, bool saved)
+{
+	struct sbx_error e;
+
+	if (saved) {
+		struct vmm_vm *vm = vmm_vm_restore(h->vmm, row->domain, &e);
+
+		if (!vm) {
+			/* the save file stays: the next start finds the row
+			 * running with a save file and pauses it */
+			sbx_err(MOD, "sandbox %s: cannot resume after a refused pause: %s", row->id,
+				e.message);
+			return;
+		}
+		vmm_vm_free(vm);
+	}
+	if (relink(svc, h, row, &e) < 0) {
+		sbx_err(MOD, "sandbox %s: cannot reattach after a failed pause: %s", row->id,
+			e.message);
+		vmm_destroy_by_name(h->vmm, row->domain, NULL);
+		sandbox_settle(svc, row->id, STORE_FAILED, sbx_wall_ms(), NULL, NULL);
+	}
+}
+
+static int pause_locked(struct sandbox_svc *svc, struct store_sandbox *row, struct sbx_error *err)
+{
+	const struct sandbox_config *cfg = &svc->cfg;
+	struct fleet_host *h = fleet_host_find(svc->fleet, row->host);
+	struct fleet_guest *g;
+	int64_t t0, t1, bytes = 0;
+	int rc;
+
+	if (!h || !h->vmm)
+		return sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
+				     "the host of sandbox '%s' does not answer; retry", row->id);
+	g = fleet_live_take(svc->fleet, row->id, FLEET_END_PAUSED);
+	if (!g)
+		return sbx_error_set(err, SBX_E_SANDBOX_NOT_RUNNING, NULL,
+				     "sandbox '%s' is no longer running", row->id);
+	t0 = sbx_wall_ms();
+	rc = fleet_guest_save(g, "the sandbox was paused", &bytes, err);
+	fleet_guest_unref(g);
+	if (rc < 0) {
+		pause_undo(svc, h, row, false);
+		return -1;
+	}
+	t1 = sbx_wall_ms();
+	sandbox_fault_hit(cfg, SANDBOX_FAULT_PAUSE_AFTER_SAVE);
+	rc = store_sandbox_pause(svc->store, row->id, t0, bytes,
+				 (int64_t)cfg->paused_storage_micro_per_gib_hour,
+				 storage_hold(cfg, bytes), row, err);
+	if (rc < 0) {
+		pause_undo(svc, h, row, true);
+		return -1;
+	}
+	if (rc == 0) {
+		/* it ended meanwhile (a DELETE): its files go with it */
+		vmm_destroy_by_name(h->vmm, row->domain, NULL);
+		return 0;
+	}
+	sbx_info(MOD, "sandbox %s: paused in %lld ms (%lld bytes saved with its overlay)", row->id,
+		 (long long)(t1 - t0), (long long)bytes);
+	return 0;
+}
+
+int sandbox_pause(struct sandbox_svc *svc, const char *account_id, const char *id,
+		  struct sandbox_view *out, struct sbx_error *err)
+{
+	struct store_sandbox row;
+	int64_t now = sbx_wall_ms();
+	int rc;
+
+	if (sandbox_visible_row(svc, account_id, id, &row, err) < 0)
+		return -1;
+	if (row.status != STORE_PAUSED) {
+		if (sandbox_running_row(svc, account_id, id, now, &row, err) < 0)
+			return -1;
+		if (!svc->fleet)
+			return sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
+					     "this service runs no guests");
+		if (transit_enter(svc, id, err) < 0)
+			return -1;
+		/* read again inside the claim: a pause may have just committed */
+		rc = sandbox_visible_row(svc, account_id, id, &row, err);
+		if (rc == 0 && row.status != STORE_PAUSED)
+			rc = sandbox_running_row(svc, account_id, id, sbx_wall_ms(), &row, err);
+		if (rc == 0 && row.status != STORE_PAUSED)
+			rc = pause_locked(svc, &row, err);
+		transit_leave(svc, id);
+		if (rc < 0)
+			return -1;
+	}
+	sandbox_view_from_row(&row, sbx_wall_ms(), out);
+	return 0;
+}
+
+/* ------------------------------------------------------------ resume */
+
+static int resume_locked(struct sandbox_svc *svc, struct store_sandbox *row, struct sbx_error *err)
+{
+	struct fleet_host *h = fleet_host_find(svc->fleet, row->host);
+	struct vmm_vm *vm;
+	int64_t t0 = sbx_mono_ms(), t1, paused_at = row->paused_at_ms;
+	int rc;
+
+	if (!h || !h->vmm)
+		return sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
+				     "the host of sandbox '%s' does not answer; it stays paused: "
+				     "retry",
+				     row->id);
+	vm = vmm_vm_restore(h->vmm, row->domain, err);
+	if (!vm)
+		return -1;
+	vmm_vm_free(vm); /* the reattach looks it up again */
+	t1 = sbx_wall_ms();
+	sandbox_fault_hit(&svc->cfg, SANDBOX_FAULT_RESUME_AFTER_RESTORE);
+	rc = store_sandbox_resume(svc->store, row->id, t1, billing_pause_cost, row, err);
+	if (rc < 0) {
+		/* the row stays paused: so must the guest */
+		struct sbx_error e;
+		struct vmm_vm *again = vmm_vm_lookup(h->vmm, row->domain, &e);
+
+		if (!again || vmm_vm_save(again, NULL, &e) < 0)
+			sbx_err(MOD, "sandbox %s: runs while its row says paused: %s", row->id,
+				e.message);
+		vmm_vm_free(again);
+		return -1;
+	}
+	if (rc == 0) {
+		/* ended meanwhile (a DELETE, its retention): the guest goes */
+		vmm_destroy_by_name(h->vmm, row->domain, NULL);
+		return 0;
+	}
+	if (relink(svc, h, row, err) < 0) {
+		sbx_err(MOD, "sandbox %s: resumed but cannot be reattached", row->id);
+		vmm_destroy_by_name(h->vmm, row->domain, NULL);
+		sandbox_settle(svc, row->id, STORE_FAILED, sbx_wall_ms(), row, NULL);
+		return -1;
+	}
+	/* answer once the guest answers: its HELLO (said whenever a host
+	 * connects) comes before the PONG, so requests after this reply
+	 * find the protocol settled */
+	struct fleet_guest *l = fleet_live_get(svc->fleet, row->id);
+	struct sbx_error pe;
+
+	if (l && agentless_conn_ping(l->conn, 0, sbx_mono_ms() + RESUME_PING_MS, &pe) < 0)
+		sbx_warn(MOD, "sandbox %s: no answer from the guest after resume: %s", row->id,
+			 pe.message);
+	if (l)
+		fleet_guest_unref(l);
+	sbx_info(MOD, "sandbox %s: resumed in %lld ms after %lld s paused", row->id,
+		 (long long)(sbx_mono_ms() - t0), (long long)((t1 - paused_at) / 1000));
+	return 0;
+}
+
+int sandbox_resume(struct sandbox_svc *svc, const char *account_id, const char *id,
+		   struct sandbox_view *out, struct sbx_error *err)
+{
+	struct store_sandbox row;
+	int rc;
+
+	if (sandbox_visible_row(svc, account_id, id, &row, err) < 0)
+		return -1;
+	if (row.status == STORE_PAUSED) {
+		if (!svc->fleet)
+			return sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
+					     "this service runs no guests");
+		if (transit_enter(svc, id, err) < 0)
+			return -1;
+		/* read again inside the claim: a pause may have just committed */
+		rc = sandbox_visible_row(svc, account_id, id, &row, err);
+		if (rc == 0 && row.status == STORE_PAUSED)
+			rc = resume_locked(svc, &row, err);
+		transit_leave(svc, id);
+		if (rc < 0)
+			return -1;
+	} else if (row.status != STORE_RUNNING) {
+		return sbx_error_set(err, SBX_E_SANDBOX_NOT_RUNNING, NULL,
+				     "sandbox '%s' is %s; create a new one", id,
+				     store_status_name(row.status));
+	} else if (sandbox_in_transit(svc, id)) {
+		return sandbox_transit_error(id, err);
+	}
+	sandbox_view_from_row(&row, sbx_wall_ms(), out);
+	return 0;
+}
+
+/* ------------------------------------------------ paused retention */
+
+static void ttl_job(void *arg, bool cancelled)
+{
+	struct sandbox_svc *svc = arg;
+	struct store_sandbox *rows = NULL;
+	size_t n = 0;
+	int64_t now = sbx_wall_ms(),
+		ttl = (int64_t)svc->cfg.paused_ttl_minutes * minute_ms(&svc->cfg);
+	struct sbx_error err;
+
+	if (!cancelled && store_sandbox_list_live(svc->store, &rows, &n, &err) == 0) {
+		for (size_t i = 0; i < n; i++) {
+			const struct store_sandbox *r = &rows[i];
+
+			if (r->status != STORE_PAUSED || r->paused_at_ms + ttl > now ||
+			    transit_enter(svc, r->id, NULL) < 0)
+				continue;
+			sbx_info(MOD, "sandbox %s: paused longer than paused_ttl_minutes; ending",
+				 r->id);
+			if (sandbox_end_paused(svc, r, STORE_EXPIRED, r->paused_at_ms + ttl, NULL,
+					       &err) < 0)
+				sbx_err(MOD, "sandbox %s: ending failed: %s", r->id, err.message);
+			transit_leave(svc, r->id);
+		}
+	}
+	free(rows);
+	pthread_mutex_lock(&svc->lock);
+	svc->ttl_queued = false;
+	pthread_mutex_unlock(&svc->lock);
+}
+
+void sandbox_paused_ttl_pass(void *opaque, int64_t now_mono)
+{
+	struct sandbox_svc *svc = opaque;
+	bool queue;
+
+	(void)now_mono;
+	if (!svc->work)
+		return;
+	pthread_mutex_lock(&svc->lock);
+	queue = !svc->ttl_queued;
+	svc->ttl_queued = true;
+	pthread_mutex_unlock(&svc->lock);
+	if (queue && sbx_workpool_submit(svc->work, ttl_job, svc) < 0) {
+		pthread_mutex_lock(&svc->lock);
+		svc->ttl_queued = false; /* the next pass tries again */
+		pthread_mutex_unlock(&svc->lock);
+	}
+}
+
+/* ------------------------------------------------------- at a restart */
+
+void sandbox_reconcile_paused(struct sandbox_svc *svc, struct fleet_host *h,
+			      const struct store_sandbox *row, bool domain_runs)
+{
+	const struct sandbox_config *cfg = &svc->cfg;
+	int64_t now = sbx_wall_ms();
+	struct sbx_error e;
+	struct store_sandbox r = *row;
+
+	if (row->status == STORE_PAUSED) {
+		if (domain_runs) {
+			/* cut between the restore and its row: resumed now */
+			if (store_sandbox_resume(svc->store, row->id, now, billing_pause_cost, &r,
+						 &e) < 0 ||
+			    relink(svc, h, &r, &e) < 0) {
+				sbx_warn(MOD, "reconcile: %s cannot be resumed: %s", row->id,
+					 e.message);
+				vmm_destroy_by_name(h->vmm, row->domain, NULL);
+				sandbox_settle(svc, row->id, STORE_FAILED, now, NULL, NULL);
+				return;
+			}
+			sbx_info(MOD, "reconcile: %s was being resumed; resumed", row->id);
+		} else if (vmm_saved(h->vmm, row->domain) == 1) {
+			sbx_info(MOD, "reconcile: %s stays paused", row->id);
+		} else {
+			sbx_info(MOD, "reconcile: %s lost its saved guest; ending at its pause",
+				 row->id);
+			sandbox_settle(svc, row->id, STORE_FAILED, row->paused_at_ms, NULL, NULL);
+		}
+		return;
+	}
+	/* a running row whose domain is gone but saved: cut between the save
+	 * and its row; paused at its last answer (no later than the save) */
+	int64_t at =
+	    row->last_seen_at_ms > row->created_at_ms ? row->last_seen_at_ms : row->created_at_ms;
+	int64_t bytes = vmm_saved_bytes(h->vmm, row->domain);
+
+	if (bytes < 0)
+		bytes = 0;
+	int rc = store_sandbox_pause(svc->store, row->id, at, bytes,
+				     (int64_t)cfg->paused_storage_micro_per_gib_hour,
+				     storage_hold(cfg, bytes), &r, &e);
+	if (rc == 1) {
+		sbx_info(MOD, "reconcile: %s was being paused; paused", row->id);
+		return;
+	}
+	/* the storage cannot be held: running again, as before the pause */
+	sbx_warn(MOD, "reconcile: %s cannot be paused (%s); resuming", row->id,
+		 rc < 0 ? e.message : "not running");
+	pause_undo(svc, h, row, true);
+}
