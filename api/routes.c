@@ -57,6 +57,7 @@ static const struct api_route table[R_COUNT] = {
 		 "files"},
     [R_METRICS] = {"/v1/sandboxes/{id}/metrics", GET, AUTH, 0, api_sandbox_metrics_handle,
 		   "sandbox_metrics"},
+    [R_TERMINAL] = {"/v1/sandboxes/{id}/terminal", GET, AUTH, 0, api_terminal_handle, "terminal"},
     /* api_assets[] (api/assets.h): found by api_static_find, not by path */
     [R_STATIC] = {NULL, GET, 0, 0, api_static_route, "static"},
 };

@@ -54,6 +54,7 @@ from .models import (
 from .receipts import canonical_json, fingerprint, verify_receipt
 from .routes import ROUTES
 from .sandbox import Files, Process, Processes, Sandbox
+from .terminal import Terminal
 
 __all__ = [
     "__version__",
@@ -94,6 +95,7 @@ __all__ = [
     "ReceiptKey",
     "ReceiptRef",
     "Sandbox",
+    "Terminal",
     "SandboxError",
     "SandboxInfo",
     "SandboxMetrics",

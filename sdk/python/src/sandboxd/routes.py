@@ -16,6 +16,7 @@ ROUTES = frozenset(
         ("POST", "/v1/sandboxes/{id}/exec"),
         ("POST", "/v1/sandboxes/{id}/extend"),
         ("GET", "/v1/sandboxes/{id}/metrics"),
+        ("GET", "/v1/sandboxes/{id}/terminal"),
         ("PUT", "/v1/sandboxes/{id}/files"),
         ("GET", "/v1/sandboxes/{id}/files"),
         ("DELETE", "/v1/sandboxes/{id}/files"),
