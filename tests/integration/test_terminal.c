@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -407,6 +408,34 @@ static void close_hangs_up(void **state)
 	assert_int_equal(sleepers(), 0);
 }
 
+/* sbx shell with stdin not a terminal: its bytes typed, 24 x 80, and sbx
+ * exits with the shell's code. */
+static void sbx_shell_exit_code(void **state)
+{
+	const char *bin = sbx_bin(), *slash = strrchr(bin, '/');
+	char cmd[1024], out[8192];
+	FILE *p;
+	size_t n;
+	int st;
+
+	(void)state;
+	snprintf(
+	    cmd, sizeof cmd,
+	    "printf 'stty size; echo SH$((3+4))\\nexit 7\\n' | SANDBOXD_URL=http://127.0.0.1:%d "
+	    "SANDBOXD_KEY=%s %.*ssbx shell %s",
+	    d.port, d.key, slash ? (int)(slash - bin + 1) : 0, bin, sbx);
+	p = popen(cmd, "r");
+	assert_non_null(p);
+	n = fread(out, 1, sizeof out - 1, p);
+	out[n] = '\0';
+	st = pclose(p);
+	fprintf(stderr, "sbx shell: %s\n", out);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 7);
+	assert_non_null(strstr(out, "24 80"));
+	assert_non_null(strstr(out, "SH7"));
+}
+
 /* Nobody reads while the guest prints 100 MB: the daemon's VmRSS stays
  * within 64 MiB of where it was; then every byte still arrives. */
 static void unread_terminal_keeps_memory_flat(void **state)
@@ -458,6 +487,7 @@ int main(void)
 	    cmocka_unit_test(exit_code_closes),
 	    cmocka_unit_test(refusals),
 	    cmocka_unit_test(close_hangs_up),
+	    cmocka_unit_test(sbx_shell_exit_code),
 	    cmocka_unit_test(unread_terminal_keeps_memory_flat),
 	};
 

@@ -69,7 +69,9 @@ static void lengths_round_trip(void **state)
 			size_t n = ws_header_encode(hdr, WS_OP_BINARY, i % 2, lens[i],
 						    masked ? key : NULL);
 
-			assert_int_equal(n, (lens[i] < 126 ? 2 : lens[i] < 65536 ? 4 : 10) +
+			assert_int_equal(n, (lens[i] < 126     ? 2
+					     : lens[i] < 65536 ? 4
+							       : 10) +
 						(masked ? 4 : 0));
 			assert_int_equal(ws_frame_parse(hdr, n - 1, masked, 1u << 20, &f), 0);
 			assert_int_equal(ws_frame_parse(hdr, n, masked, 1u << 20, &f), 1);
@@ -80,7 +82,8 @@ static void lengths_round_trip(void **state)
 				assert_memory_equal(f.mask, key, 4);
 			/* one byte past the cap is refused from the header */
 			if (lens[i] > 0)
-				assert_int_equal(ws_frame_parse(hdr, n, masked, lens[i] - 1, &f), -1);
+				assert_int_equal(ws_frame_parse(hdr, n, masked, lens[i] - 1, &f),
+						 -1);
 		}
 	}
 }
