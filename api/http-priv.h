@@ -268,6 +268,8 @@ enum MHD_Result api_terminal_handle(struct req *r);
 /* End every open terminal (their WebSockets closed, their shells hung
  * up) and wait until none is left; before MHD_stop_daemon. */
 void api_terminals_stop(void);
+/* A server starts: terminals may open again (after a stop in this process). */
+void api_terminals_start(void);
 /* The request of a terminal is freed: its reference goes (a terminal
  * whose 101 never went out is hung up). NULL: nothing. */
 struct term;

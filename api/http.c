@@ -500,6 +500,7 @@ struct api_server *api_server_start(struct sandbox_svc *svc, struct sbx_error *e
 		return NULL;
 	}
 
+	api_terminals_start();
 	srv->daemon = MHD_start_daemon(
 	    MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
 		MHD_USE_ITC | MHD_ALLOW_UPGRADE,

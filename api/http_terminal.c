@@ -207,6 +207,13 @@ void api_terminals_stop(void)
 	pthread_mutex_unlock(&reg.lock);
 }
 
+void api_terminals_start(void)
+{
+	pthread_mutex_lock(&reg.lock);
+	reg.stopping = false;
+	pthread_mutex_unlock(&reg.lock);
+}
+
 static bool reg_stopping(void)
 {
 	bool s;
