@@ -680,6 +680,56 @@ static int pipe_nb(int fds[2])
 	return 0;
 }
 
+/* What guest_spawn checks before it starts anything: a terminal is no
+ * process, the cwd is a directory, each env entry fits execve. 0, or -1
+ * after sending ERROR. */
+static int spawn_check(uint32_t id, const struct exec_req *r, bool stdin_pipe)
+{
+	struct stat st;
+
+	if (r->rows && stdin_pipe) {
+		guest_send_error(id, WIRE_ERR_BAD_REQUEST, "rows",
+				 "a process cannot be a terminal");
+		return -1;
+	}
+	if (stat(r->cwd, &st) < 0 || !S_ISDIR(st.st_mode)) {
+		guest_send_error(id, WIRE_ERR_CWD, "cwd",
+				 "cwd does not exist or is not a directory");
+		return -1;
+	}
+	for (size_t i = 0; i < r->n_env; i++) {
+		if (strlen(r->env[i]) + 1 > ARG_STRLEN_MAX) {
+			guest_send_error(id, WIRE_ERR_BAD_REQUEST, "env",
+					 "each env entry must be shorter than 128 KiB");
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* The command's cgroup sbx-exec-<id>.<n> into c->cgroup ("" without
+ * one): its cgroup.procs open for the child to join, or -1. */
+static int spawn_cgroup(uint32_t id, struct guest_child *c)
+{
+	char path[160];
+	int procs_fd = -1;
+
+	if (!guest_cgroup_root[0])
+		return -1;
+	snprintf(c->cgroup, sizeof(c->cgroup), "%s/sbx-exec-%u.%llu", guest_cgroup_root, id,
+		 (unsigned long long)++serial);
+	if (mkdir(c->cgroup, 0755) == 0) {
+		snprintf(path, sizeof(path), "%s/cgroup.procs", c->cgroup);
+		procs_fd = open(path, O_WRONLY | O_CLOEXEC);
+	}
+	if (procs_fd < 0) {
+		guest_log("cgroup %s: %s", c->cgroup, strerror(errno));
+		rmdir(c->cgroup);
+		c->cgroup[0] = '\0';
+	}
+	return procs_fd;
+}
+
 /* Decode an EXEC-shaped request (EXEC, or a PROC start) and start its
  * command in its own cgroup and session: stdout/stderr to non-blocking
  * pipes, stdin from the request's STDIN, or a pipe when `stdin_pipe` (its
@@ -688,7 +738,6 @@ static int pipe_nb(int fds[2])
 int guest_spawn(uint32_t id, const uint8_t *p, size_t len, bool stdin_pipe, struct guest_child *c)
 {
 	struct exec_req r;
-	struct stat st;
 	int out[2] = {-1, -1}, err[2] = {-1, -1}, in[2] = {-1, -1}, procs_fd = -1, script_fd = -1,
 	    stdin_fd = -1, pty_m = -1, pty_s = -1;
 	char shell[256], arg0[258];
@@ -705,23 +754,8 @@ int guest_spawn(uint32_t id, const uint8_t *p, size_t len, bool stdin_pipe, stru
 	(void)stdin_pipe;
 	return -1;
 #endif
-	if (r.rows && stdin_pipe) {
-		guest_send_error(id, WIRE_ERR_BAD_REQUEST, "rows",
-				 "a process cannot be a terminal");
+	if (spawn_check(id, &r, stdin_pipe) < 0)
 		goto err_req;
-	}
-	if (stat(r.cwd, &st) < 0 || !S_ISDIR(st.st_mode)) {
-		guest_send_error(id, WIRE_ERR_CWD, "cwd",
-				 "cwd does not exist or is not a directory");
-		goto err_req;
-	}
-	for (size_t i = 0; i < r.n_env; i++) {
-		if (strlen(r.env[i]) + 1 > ARG_STRLEN_MAX) {
-			guest_send_error(id, WIRE_ERR_BAD_REQUEST, "env",
-					 "each env entry must be shorter than 128 KiB");
-			goto err_req;
-		}
-	}
 	if (strlen(r.command) + 1 > ARG_STRLEN_MAX && (script_fd = script_memfd(r.command)) < 0) {
 		guest_send_error(id, WIRE_ERR_SPAWN, NULL, "cannot stage the command in the guest");
 		goto err_req;
@@ -752,22 +786,7 @@ int guest_spawn(uint32_t id, const uint8_t *p, size_t len, bool stdin_pipe, stru
 		in[0] = -1;
 	}
 
-	if (guest_cgroup_root[0]) {
-		char path[160];
-
-		snprintf(c->cgroup, sizeof(c->cgroup), "%s/sbx-exec-%u.%llu", guest_cgroup_root, id,
-			 (unsigned long long)++serial);
-		if (mkdir(c->cgroup, 0755) == 0) {
-			snprintf(path, sizeof(path), "%s/cgroup.procs", c->cgroup);
-			procs_fd = open(path, O_WRONLY | O_CLOEXEC);
-		}
-		if (procs_fd < 0) {
-			guest_log("cgroup %s: %s", c->cgroup, strerror(errno));
-			rmdir(c->cgroup);
-			c->cgroup[0] = '\0';
-		}
-	}
-
+	procs_fd = spawn_cgroup(id, c);
 	c->start_ms = guest_mono_ms();
 	pid = fork();
 	if (pid < 0) {
