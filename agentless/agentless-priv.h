@@ -40,7 +40,7 @@ struct stream_buf {
 	size_t len; /* bytes kept (0 when count_only) */
 	size_t alloc;
 	uint64_t shipped; /* bytes the guest shipped, <= cap */
-	uint32_t cap;
+	uint64_t cap;	  /* a terminal's: UINT64_MAX */
 	bool count_only;
 	bool full; /* the exec's charge was refused: keep no more */
 };
@@ -63,6 +63,11 @@ struct exec {
 	bool paused;		      /* PAUSE sent, no RESUME since */
 	bool in_output;		      /* the recv thread is inside on_output */
 	bool resume_wanted;	      /* resume asked for while in_output */
+	/* v5 terminal (pty.c): input bytes sent and acknowledged */
+	bool pty;
+	uint64_t in_sent, in_acked;
+	void (*on_pty_ack)(void *opaque);
+	uint32_t *id_out; /* the id is written here when it is chosen */
 };
 
 struct ping_waiter; /* ping.c */
@@ -211,9 +216,16 @@ bool exec_frame(struct agentless_conn *c, const struct wire_header *h, const uin
 /* Hand gathered output (co_*) to its exec's on_output. Recv thread (or
  * after the channel closed), no lock held. */
 void exec_output_flush(struct agentless_conn *c);
+/* The exec in flight with this id, or NULL. Lock. */
+struct exec *exec_find_locked(struct agentless_conn *c, uint32_t id);
 /* Fail each exec of the list (already unlinked) with err and free it. No
  * lock held. */
 void execs_fail(struct exec *list, const struct sbx_error *err);
+
+/* pty.c */
+/* A PTY_ACK from the guest. Recv thread, no lock held. */
+void pty_ack_frame(struct agentless_conn *c, const struct wire_header *h, const uint8_t *p,
+		   size_t len);
 
 /* xfer.c */
 /* The transfer (in flight or aborted) with this id, or NULL. Lock. */

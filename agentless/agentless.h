@@ -160,6 +160,19 @@ struct agentless_exec_req {
 	agentless_output_fn on_output;
 	/* Optional: charge each frame's bytes before they are kept. */
 	agentless_charge_fn charge;
+	/* Optional (protocol v5): a terminal. With rows and cols (1..
+	 * AGENTLESS_PTY_DIM_MAX) the guest runs the user's login shell on a
+	 * pseudo-terminal instead of the command (command is then ignored but
+	 * sent), its output streamed to on_output (required) with no cap;
+	 * agentless_pty_write / _resize reach it. Refused with
+	 * SBX_E_SANDBOX_ERROR on an older guest. */
+	uint32_t pty_rows, pty_cols;
+	/* Optional: a terminal's input window moved (the guest consumed
+	 * bytes): on the recv thread, no lock held, opaque = done's; must not
+	 * block. */
+	void (*on_pty_ack)(void *opaque);
+	/* Optional: the exec's id is written here before its EXEC is sent. */
+	uint32_t *id_out;
 };
 
 /* The outcome of one exec. Buffers are owned by the result: free with
@@ -297,6 +310,23 @@ typedef void (*agentless_proc_result_fn)(void *opaque, struct agentless_proc_res
  * WIRE_MAX_PAYLOAD). */
 int agentless_proc(struct agentless_conn *c, const struct agentless_proc_req *req,
 		   agentless_proc_result_fn done, void *opaque, struct sbx_error *err);
+
+/* Terminals (protocol v5, wire.h): keystrokes and the window size. The
+ * host keeps at most AGENTLESS_PTY_WINDOW bytes of input in flight past the
+ * guest's last PTY_ACK (a PTY_ACK that goes back or past what was sent is
+ * a violation). */
+#define AGENTLESS_PTY_WINDOW  (64u * 1024)
+#define AGENTLESS_PTY_DIM_MAX 1000
+/* Send up to len bytes to terminal exec_id: how many the window took now
+ * (0: wait for on_pty_ack), or -1 when it is not an open terminal. Any
+ * thread, one writer per terminal; never blocks. */
+long agentless_pty_write(struct agentless_conn *c, uint32_t exec_id, const void *data, size_t len);
+/* Set its window size (1..AGENTLESS_PTY_DIM_MAX each). 0, or -1. */
+int agentless_pty_resize(struct agentless_conn *c, uint32_t exec_id, uint32_t rows, uint32_t cols);
+/* Hang terminal exec_id up: KILL now (the guest sends SIGHUP, then kills
+ * its cgroup a second later); it fails one backstop grace later if the
+ * guest does not answer. 0, or -1 (not an open terminal). Never blocks. */
+int agentless_pty_hangup(struct agentless_conn *c, uint32_t exec_id);
 
 /* Let a streamed exec that its on_output paused run again (RESUME). A no-op
  * when the exec is not in flight (ended, unknown) or not paused. Any thread;

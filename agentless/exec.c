@@ -18,7 +18,7 @@
 
 #define MOD "agentless"
 
-static void stream_init(struct stream_buf *s, uint32_t cap)
+static void stream_init(struct stream_buf *s, uint64_t cap)
 {
 	memset(s, 0, sizeof(*s));
 	s->cap = cap;
@@ -43,7 +43,8 @@ static int stream_append(struct stream_buf *s, const void *data, size_t len)
 
 		while (n < need)
 			n *= 2;
-		n = SBX_MIN(n, (size_t)s->cap + 1);
+		if (s->cap < SIZE_MAX)
+			n = (size_t)SBX_MIN((uint64_t)n, s->cap + 1);
 		p = realloc(s->data, n);
 		if (!p)
 			abort();
@@ -105,6 +106,11 @@ static struct exec *conn_exec_find(struct agentless_conn *c, uint32_t id)
 		if (e->id == id)
 			return e;
 	return NULL;
+}
+
+struct exec *exec_find_locked(struct agentless_conn *c, uint32_t id)
+{
+	return conn_exec_find(c, id);
 }
 
 bool conn_id_used_locked(struct agentless_conn *c, uint32_t id)
@@ -499,6 +505,9 @@ bool exec_frame(struct agentless_conn *c, const struct wire_header *h, const uin
 	case WIRE_PROC_REPLY:
 		handle_proc_reply(c, h, p, len);
 		return true;
+	case WIRE_PTY_ACK:
+		pty_ack_frame(c, h, p, len);
+		return true;
 	default:
 		return false;
 	}
@@ -522,6 +531,8 @@ static size_t exec_payload_size(const struct agentless_exec_req *req)
 		n += 6 + SBX_MIN(req->stdin_len, (size_t)WIRE_MAX_PAYLOAD + 1);
 	if (req->user)
 		n += 6 + strlen(req->user);
+	if (req->pty_rows)
+		n += 2 * (6 + 4);
 	if (req->command_len > WIRE_MAX_PAYLOAD || n > WIRE_MAX_PAYLOAD)
 		return SIZE_MAX;
 	for (size_t i = 0; i < req->n_env; i++) {
@@ -603,6 +614,8 @@ static int conn_launch(struct agentless_conn *c, struct exec *e, uint8_t type, c
 			c->next_id = 1;
 	} while (id == 0 || conn_id_used_locked(c, id));
 	e->id = id;
+	if (e->id_out)
+		*e->id_out = id;
 	e->started_ms = sbx_mono_ms();
 	e->deadline_ms = e->started_ms + (int64_t)timeout_ms + c->lim.backstop_grace_ms;
 	/* in the table before the frame leaves, so a fast reply finds it */
@@ -642,8 +655,13 @@ int agentless_exec_start(struct agentless_conn *c, const struct agentless_exec_r
 	struct exec *e;
 	size_t size;
 
+	bool pty = req && (req->pty_rows || req->pty_cols);
+
 	if (!req || !done || (!req->command && req->command_len) || !req->cwd ||
-	    (req->n_env && !req->env))
+	    (req->n_env && !req->env) ||
+	    (pty &&
+	     (!req->on_output || req->pty_rows < 1 || req->pty_cols < 1 ||
+	      req->pty_rows > AGENTLESS_PTY_DIM_MAX || req->pty_cols > AGENTLESS_PTY_DIM_MAX)))
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "bad exec request");
 	size = exec_payload_size(req);
 	if (size == SIZE_MAX)
@@ -666,6 +684,10 @@ int agentless_exec_start(struct agentless_conn *c, const struct agentless_exec_r
 	/* a v1/v2 guest skips the tag and batches: later, never wrong */
 	if (req->on_output)
 		wire_put_u32(&w, WIRE_T_STREAM, 1);
+	if (pty) {
+		wire_put_u32(&w, WIRE_T_ROWS, req->pty_rows);
+		wire_put_u32(&w, WIRE_T_COLS, req->pty_cols);
+	}
 	if (w.overflow)
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "exec request encoding overflow");
 
@@ -674,14 +696,22 @@ int agentless_exec_start(struct agentless_conn *c, const struct agentless_exec_r
 	e->on_output = req->on_output;
 	e->charge = req->charge;
 	e->opaque = opaque;
-	stream_init(&e->out, req->stdout_cap);
-	stream_init(&e->err, req->stderr_cap);
+	stream_init(&e->out, pty ? UINT64_MAX : req->stdout_cap);
+	stream_init(&e->err, pty ? 0 : req->stderr_cap);
 	e->out.count_only = e->err.count_only = req->on_output != NULL;
+	e->pty = pty;
+	e->on_pty_ack = req->on_pty_ack;
+	e->id_out = req->id_out;
 	sanitize_text(req->cwd, strlen(req->cwd), e->cwd, sizeof e->cwd);
 
 	return conn_launch(c, e, WIRE_EXEC, payload, w.len, req->timeout_ms,
-			   req->stdin_data || req->user ? 2 : 1,
-			   req->user ? "pass a user" : "pass stdin", err);
+			   pty				  ? 5
+			   : req->stdin_data || req->user ? 2
+							  : 1,
+			   pty	       ? "open a terminal"
+			   : req->user ? "pass a user"
+				       : "pass stdin",
+			   err);
 }
 
 void agentless_exec_resume(struct agentless_conn *c, uint32_t exec_id)

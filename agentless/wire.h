@@ -46,6 +46,13 @@
  * WINDOW bytes past the last credit, so libvirtd never holds more for a
  * guest than the guest has read (docs/vmm.md). A host opens the window
  * only for a guest that negotiated version >= 4.
+ *
+ * Version 5 added terminals: an EXEC with ROWS and COLS runs the exec
+ * user's login shell on a pseudo-terminal (its output as STDOUT frames,
+ * streamed, without a cap); PTY_INPUT carries keystrokes to it within
+ * WIRE_PTY_WINDOW bytes past the guest's last PTY_ACK, PTY_RESIZE sets its
+ * window size, and a KILL hangs it up (SIGHUP, then the cgroup's SIGKILL a
+ * second later). A host sends them only to guests that negotiated >= 5.
  */
 #ifndef SBX_WIRE_H
 #define SBX_WIRE_H
@@ -53,7 +60,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define WIRE_VERSION	 4
+#define WIRE_VERSION	 5
 #define WIRE_VERSION_MIN 1
 #define WIRE_PORT_NAME	 "org.sandboxd.exec.0"
 
@@ -76,6 +83,11 @@
 #define WIRE_CHANNEL_WINDOW (128u * 1024)
 /* Most entries one FILE_OP_LIST may return (the host sends LIMIT <= it). */
 #define WIRE_FILE_LIST_MAX 10000
+/* Terminal input (v5): bytes of PTY_INPUT the host has in flight past the
+ * guest's last PTY_ACK; the guest buffers at most this much per terminal. */
+#define WIRE_PTY_WINDOW (64u * 1024)
+/* A terminal's window size (v5): 1..WIRE_PTY_DIM_MAX rows and columns. */
+#define WIRE_PTY_DIM_MAX 1000
 
 enum wire_type {
 	/* guest -> host, id 0: {VERSION, VERSION_MIN, BOOT_MS} once at start */
@@ -136,6 +148,15 @@ enum wire_type {
 	 * Sent once WINDOW/4 bytes are unreported, and whenever the port is
 	 * drained with any unreported. */
 	WIRE_CREDIT = 24,
+	/* v5, host -> guest, id = a terminal's exec id: raw bytes for the
+	 * terminal (keystrokes), <= WIRE_MAX_CHUNK, within WIRE_PTY_WINDOW
+	 * past the last PTY_ACK. Ignored for an unknown id. */
+	WIRE_PTY_INPUT = 25,
+	/* v5, host -> guest: {ROWS, COLS}: the terminal's new window size */
+	WIRE_PTY_RESIZE = 26,
+	/* v5, guest -> host: {ACKED}: PTY_INPUT bytes of this terminal the
+	 * guest consumed (written to the terminal) so far, cumulative */
+	WIRE_PTY_ACK = 27,
 	/* v3, host -> guest, id = exec id, empty payload: stop reading the
 	 * exec's pipes (its writers then block on a full pipe) until RESUME.
 	 * Flow control for a slow consumer of a streamed exec; the deadline
@@ -232,6 +253,8 @@ enum wire_tag {
 	WIRE_T_WINDOW = 55,	  /* u32 bytes (v4, WELCOME): the credit window */
 	WIRE_T_AFTER = 56,	  /* bytes (LIST): only names after this one, in
 				   * byte order; the entries come sorted */
+	WIRE_T_ROWS = 57,	  /* u32 (v5, EXEC, PTY_RESIZE): terminal rows */
+	WIRE_T_COLS = 58,	  /* u32 (v5): terminal columns */
 	/* v3 (counting down from the top of the range, see above) */
 	WIRE_T_STREAM = 65535,	   /* u32 1 in EXEC: ship output as soon as it is
 				    * read instead of batching it into full chunks */

@@ -51,6 +51,7 @@ enum route {
 	R_METRICS,	  /* /v1/sandboxes/{id}/metrics */
 	R_PAUSE,	  /* /v1/sandboxes/{id}/pause */
 	R_RESUME,	  /* /v1/sandboxes/{id}/resume */
+	R_TERMINAL,	  /* /v1/sandboxes/{id}/terminal (http_terminal.c) */
 	R_STATIC,	  /* a compiled-in file (http_static.c): r->asset */
 };
 #define R_COUNT (R_STATIC + 1)
@@ -142,6 +143,7 @@ struct req {
 	 * the answer here. */
 	bool is_async;
 	struct api_files *files; /* R_FILES */
+	struct term *term;	 /* R_TERMINAL (http_terminal.c) */
 	struct api_create_body create;
 	struct api_execution_body execution; /* code owned when has_execution */
 	bool has_execution;
@@ -262,6 +264,18 @@ enum MHD_Result api_receipt_key_handle(struct req *r);
 enum MHD_Result api_processes_route(struct req *r); /* -> http_processes.c */
 enum MHD_Result api_files_route(struct req *r);	    /* -> http_files.c (STREAM) */
 enum MHD_Result api_static_route(struct req *r);    /* -> http_static.c */
+/* --------------------------------------------------- api/http_terminal.c */
+/* GET /v1/sandboxes/{id}/terminal (Upgrade: websocket): a terminal. */
+enum MHD_Result api_terminal_handle(struct req *r);
+/* End every open terminal (their WebSockets closed, their shells hung
+ * up) and wait until none is left; before MHD_stop_daemon. */
+void api_terminals_stop(void);
+/* A server starts: terminals may open again (after a stop in this process). */
+void api_terminals_start(void);
+/* The request of a terminal is freed: its reference goes (a terminal
+ * whose 101 never went out is hung up). NULL: nothing. */
+struct term;
+void api_terminal_req_free(struct term *t);
 
 /* ---------------------------------------------------------- api/http.c */
 
@@ -355,6 +369,9 @@ void api_conn_linger(struct MHD_Connection *c);
 /* From now, the request on c (its body, its work and its reply) has `ms`
  * in all, whatever it does meanwhile (a file transfer). */
 void api_conn_deadline(struct MHD_Connection *c, uint32_t ms);
+/* The connection was upgraded to a WebSocket (its own thread keeps its
+ * deadlines): no receive deadline from now on. */
+void api_conn_upgraded(struct MHD_Connection *c);
 
 /* --------------------------------------------------- api/http_static.c */
 

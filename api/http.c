@@ -374,6 +374,7 @@ void api_req_free(struct req *r)
 	api_req_slot_put(r); /* a no-op unless its work never ran */
 	sbx_buf_release(&r->body);
 	api_files_free(r->files);
+	api_terminal_req_free(r->term);
 	api_exec_body_release(&r->exec);
 	api_stream_free(r->stream);
 	free(r->proc_data);
@@ -499,9 +500,10 @@ struct api_server *api_server_start(struct sandbox_svc *svc, struct sbx_error *e
 		return NULL;
 	}
 
+	api_terminals_start();
 	srv->daemon = MHD_start_daemon(
 	    MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
-		MHD_USE_ITC,
+		MHD_USE_ITC | MHD_ALLOW_UPGRADE,
 	    ntohs(sa.sin_port), NULL, NULL, handler, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv,
 	    MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)&sa, MHD_OPTION_THREAD_POOL_SIZE,
 	    threads, MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->http_max_connections,
@@ -533,6 +535,8 @@ void api_server_quiesce(struct api_server *srv)
 	/* MHD takes the socket out of every worker's epoll set before it
 	 * returns it, so closing it now makes new connections fail fast. */
 	srv->listen_fd = MHD_quiesce_daemon(srv->daemon);
+	/* terminals last as long as their users: they end now (1001) */
+	api_terminals_stop();
 	if (srv->listen_fd != MHD_INVALID_SOCKET)
 		close(srv->listen_fd);
 	srv->listen_fd = MHD_INVALID_SOCKET;
@@ -585,6 +589,7 @@ void api_server_stop(struct api_server *srv)
 	}
 	pthread_mutex_unlock(&srv->lock);
 	api_files_ctx_stop(srv->files);
+	api_terminals_stop();
 	if (n)
 		sbx_warn(MOD, "answered %d running exec(s) with 503 at shutdown", n);
 	/* Let the 503s (and anything else in flight) go out. */

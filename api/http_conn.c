@@ -48,6 +48,7 @@ struct api_conn {
 	uint32_t limit_ms; /* the window's length when not the table's (0) */
 	bool receiving;	   /* the window is open (not parked, not replying) */
 	bool cut;	   /* shut down at its deadline */
+	bool upgraded;	   /* a WebSocket now (http_terminal.c): no deadline */
 	int linger_fd;	   /* a duplicate of fd to linger on after MHD's close, or -1 */
 	struct api_conn *prev, *next;
 };
@@ -279,7 +280,19 @@ void api_conn_rearm(struct MHD_Connection *c)
 	pthread_mutex_lock(&k->tab->lock);
 	k->since_ms = sbx_mono_ms();
 	k->limit_ms = 0;
-	k->receiving = true;
+	k->receiving = !k->upgraded;
+	pthread_mutex_unlock(&k->tab->lock);
+}
+
+void api_conn_upgraded(struct MHD_Connection *c)
+{
+	struct api_conn *k = conn_of(c);
+
+	if (!k)
+		return;
+	pthread_mutex_lock(&k->tab->lock);
+	k->upgraded = true;
+	k->receiving = false;
 	pthread_mutex_unlock(&k->tab->lock);
 }
 

@@ -444,6 +444,12 @@ struct json_object *api_limits_encode_stats(const struct sandbox_config *cfg,
 			       json_object_new_int(cfg->execution_retention_hours));
 	json_object_object_add(o, "processes_per_sandbox",
 			       json_object_new_int(cfg->max_processes_per_sandbox));
+	json_object_object_add(o, "terminals_per_sandbox",
+			       json_object_new_int(cfg->max_terminals_per_sandbox));
+	json_object_object_add(o, "terminals_per_account",
+			       json_object_new_int(cfg->max_terminals_per_account));
+	json_object_object_add(o, "terminal_idle_timeout_ms",
+			       json_object_new_int64(cfg->terminal_idle_timeout_ms));
 	json_object_object_add(o, "process_output_ring_bytes",
 			       json_object_new_int(SANDBOX_PROC_RING_BYTES));
 	json_object_object_add(o, "creates_in_flight_per_account",

@@ -36,6 +36,7 @@ static const char main_help[] =
     "                                                            run CMD, exit with its code\n"
     "  cp LOCAL ID:/path | cp ID:/path LOCAL [--mode OCTAL]      copy a file or a directory\n"
     "                                                            (LOCAL '-': stdin or stdout)\n"
+    "  shell ID                                                  an interactive shell in it\n"
     "one-shot executions and receipts:\n"
     "  run (--python | --node | --runtime R) FILE|- [--timeout S]\n"
     "  receipt get RCPT_ID | receipt public-key\n"
@@ -722,10 +723,10 @@ static const struct {
 	const char *name;
 	int (*fn)(struct cli *, int, char **);
 } commands[] = {
-    {"create", cmd_create}, {"ls", cmd_ls},	    {"get", cmd_get}, {"extend", cmd_extend},
-    {"rm", cmd_rm},	    {"exec", cmd_exec},	    {"run", cmd_run}, {"receipt", cmd_receipt},
-    {"usage", cmd_usage},   {"keys", cmd_keys},	    {"cp", cmd_cp},   {"metrics", cmd_metrics},
-    {"pause", cmd_pause},   {"resume", cmd_resume},
+    {"create", cmd_create}, {"ls", cmd_ls},	    {"get", cmd_get},	  {"extend", cmd_extend},
+    {"rm", cmd_rm},	    {"exec", cmd_exec},	    {"run", cmd_run},	  {"receipt", cmd_receipt},
+    {"usage", cmd_usage},   {"keys", cmd_keys},	    {"cp", cmd_cp},	  {"metrics", cmd_metrics},
+    {"pause", cmd_pause},   {"resume", cmd_resume}, {"shell", cmd_shell},
 };
 
 /* Edit distance between a and b (both short: command names and what was

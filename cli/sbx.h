@@ -5,7 +5,8 @@
  *
  * Files: sbx.c (main, configuration, options, the HTTP call, output
  * helpers), sandboxes.c (create, ls, get, extend, metrics, rm, exec), account.c
- * (run, receipt, usage, keys). One thread; nothing here is thread-safe.
+ * (run, receipt, usage, keys), shell.c (shell: a terminal over a
+ * WebSocket). One thread; nothing here is thread-safe.
  */
 #ifndef SBX_CLI_H
 #define SBX_CLI_H
@@ -168,5 +169,6 @@ int cmd_receipt(struct cli *c, int argc, char **argv);
 int cmd_usage(struct cli *c, int argc, char **argv);
 int cmd_keys(struct cli *c, int argc, char **argv);
 int cmd_cp(struct cli *c, int argc, char **argv);
+int cmd_shell(struct cli *c, int argc, char **argv); /* shell.c */
 
 #endif

@@ -160,6 +160,9 @@ void sandbox_config_defaults(struct sandbox_config *cfg)
 	cfg->max_api_keys_per_account = 100;
 	cfg->max_receipts_per_account = 10000;
 	cfg->max_processes_per_sandbox = 16;
+	cfg->max_terminals_per_sandbox = 4;
+	cfg->max_terminals_per_account = 16;
+	cfg->terminal_idle_timeout_ms = 900000;
 	cfg->output_budget_account_mib = 512;
 	cfg->output_budget_host_mib = 2048;
 	cfg->max_body_bytes = 1024 * 1024;

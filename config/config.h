@@ -131,6 +131,9 @@ struct sandbox_config {
 	int max_receipts_per_account;	    /* 10000 */
 	int max_execs_per_sandbox;	    /* 64 */
 	int max_processes_per_sandbox;	    /* 16: running background processes */
+	int max_terminals_per_sandbox;	    /* 4: open terminals (WebSocket) */
+	int max_terminals_per_account;	    /* 16 */
+	uint32_t terminal_idle_timeout_ms;  /* 900000: no byte either way ends one */
 	uint64_t output_budget_account_mib; /* 512: buffered exec output per account */
 	uint64_t output_budget_host_mib;    /* 2048: the same for the whole host */
 	size_t max_body_bytes;		    /* HTTP request body cap, 1 MiB */

@@ -53,6 +53,8 @@ struct guest_child {
 	pid_t pid;	    /* its session and process group leader */
 	int out_fd, err_fd; /* read ends, non-blocking */
 	int in_fd;	    /* write end of its stdin pipe (non-blocking), or -1 */
+	int pty_fd;	    /* v5 terminal: the pty's master (non-blocking; out_fd
+			     * is a dup of it, err_fd -1), or -1 */
 	char cgroup[96];    /* "" without cgroup2 */
 	int64_t start_ms;   /* guest_mono_ms() at fork */
 	uint32_t timeout_ms, out_cap, err_cap;
@@ -82,6 +84,21 @@ bool guest_proc_reaped(pid_t pid, int status);
 /* Deadlines (a process's own timeout_ms): kill the overdue, return the
  * next deadline (guest_mono_ms) or -1. */
 int64_t guest_proc_tick(int64_t now_ms);
+
+/* Terminals (pty.c, protocol v5): the input side of a terminal exec. */
+/* Take the master of terminal `id`: its slot (< 64), or -1 when full. */
+int guest_pty_add(uint32_t id, int master_fd);
+/* The terminal's exec ended: close its master, drop its input. */
+void guest_pty_remove(int slot);
+/* A PTY_INPUT or PTY_RESIZE frame from the host. */
+void guest_pty_frame(uint8_t type, uint32_t id, const uint8_t *p, size_t len);
+/* Masters with input waiting, to poll for POLLOUT (slot[i] for each). */
+unsigned guest_pty_pollfds(struct pollfd *pfd, unsigned *slot, unsigned max);
+void guest_pty_ready(unsigned slot);
+/* Send a PTY_ACK for every terminal that consumed input since its last. */
+void guest_pty_acks(void);
+/* The host went away: its terminals' input is dropped, no more acks. */
+void guest_pty_disconnected(void);
 
 /* The hostile-guest test kit (hostile.c; tests only, off unless the kernel
  * command line says sandboxd.test_hostile=1). */

@@ -63,7 +63,7 @@
 struct stream {
 	int fd;		/* read end, -1 once closed */
 	uint8_t type;	/* WIRE_STDOUT / WIRE_STDERR */
-	uint32_t cap;	/* bytes to ship */
+	uint64_t cap;	/* bytes to ship (a terminal's: no cap) */
 	uint64_t total; /* bytes read */
 	uint64_t kept;	/* bytes accepted for shipping (<= cap) */
 	uint8_t *chunk; /* WIRE_MAX_CHUNK bytes being batched, NULL until used */
@@ -77,6 +77,8 @@ struct exec {
 	bool timed_out; /* killed on deadline or KILL */
 	bool stream;	/* v3 STREAM: ship output as soon as it is read */
 	bool paused;	/* v3 PAUSE: its pipes are not read until RESUME */
+	bool hup;	/* v5 terminal: SIGHUP sent (a KILL), SIGKILL next */
+	int pty;	/* v5 terminal: its slot in pty.c + 1, 0 for none */
 	uint32_t id;
 	pid_t pid;
 	int status;
@@ -391,6 +393,7 @@ static void exec_finish(struct exec *e)
 		orphan_add(e->out.fd);
 	if (e->err.fd >= 0)
 		orphan_add(e->err.fd);
+	guest_pty_remove(e->pty - 1);
 	guest_cgroup_release(e->cgroup);
 	memset(e, 0, sizeof(*e));
 	S.n_execs--;
@@ -424,6 +427,13 @@ static void exec_start(uint32_t id, const uint8_t *p, size_t len)
 	if (guest_spawn(id, p, len, false, &c) < 0)
 		return;
 	memset(e, 0, sizeof(*e));
+	if (c.pty_fd >= 0) {
+		e->pty = guest_pty_add(id, c.pty_fd) + 1; /* 0: full, no input */
+		if (!e->pty)
+			close(c.pty_fd);
+		c.out_cap = UINT32_MAX;
+		c.stream = true;
+	}
 	e->used = true;
 	e->id = id;
 	e->pid = c.pid;
@@ -432,6 +442,8 @@ static void exec_start(uint32_t id, const uint8_t *p, size_t len)
 	e->stream = c.stream;
 	memcpy(e->cgroup, c.cgroup, sizeof(e->cgroup));
 	e->out = (struct stream){.fd = c.out_fd, .type = WIRE_STDOUT, .cap = c.out_cap};
+	if (e->pty)
+		e->out.cap = UINT64_MAX;
 	e->err = (struct stream){.fd = c.err_fd, .type = WIRE_STDERR, .cap = c.err_cap};
 	S.n_execs++;
 }
@@ -442,6 +454,13 @@ static void exec_kill_req(uint32_t id)
 
 	if (!e || e->reaped)
 		return;
+	if (e->pty && !e->hup) {
+		/* a terminal hangs up first, as when a line drops */
+		e->hup = true;
+		e->deadline_ms = guest_mono_ms() + KILL_RETRY_MS;
+		kill(-e->pid, SIGHUP);
+		return;
+	}
 	e->timed_out = true;
 	e->deadline_ms = guest_mono_ms() + KILL_RETRY_MS;
 	exec_kill(e);
@@ -591,6 +610,10 @@ static void frame_handle(const struct wire_header *h, const uint8_t *p)
 	case WIRE_PROC:
 		guest_proc_request(h->id, p, h->len);
 		break;
+	case WIRE_PTY_INPUT:
+	case WIRE_PTY_RESIZE:
+		guest_pty_frame(h->type, h->id, p, h->len);
+		break;
 	default:
 		break; /* unknown or guest-bound types: ignore */
 	}
@@ -686,6 +709,7 @@ static void port_disconnected(void)
 	S.credit_on = false;
 	queue_drop();
 	guest_files_disconnected();
+	guest_pty_disconnected();
 	/* What the old host sent and we did not read is not for the next one. */
 	while ((n = read(S.port, S.scratch, sizeof(S.scratch))) > 0 || (n < 0 && errno == EINTR))
 		;
@@ -771,7 +795,7 @@ static void signals_read(void)
 
 /* ------------------------------------------------------------ the loop */
 
-enum pfd_kind { PK_SIG, PK_PORT, PK_OUT, PK_ERR, PK_ORPHAN, PK_FILE, PK_PROC };
+enum pfd_kind { PK_SIG, PK_PORT, PK_OUT, PK_ERR, PK_ORPHAN, PK_FILE, PK_PROC, PK_PTY };
 
 #define FILES_POLL_MAX 64
 
@@ -779,13 +803,13 @@ enum pfd_kind { PK_SIG, PK_PORT, PK_OUT, PK_ERR, PK_ORPHAN, PK_FILE, PK_PROC };
 
 /* The poll set of one loop turn: who[i] says what pfd[i] is. */
 static struct {
-	struct pollfd pfd[2 + 2 * EXEC_MAX + ORPHAN_MAX + FILES_POLL_MAX + 2 * WIRE_PROC_MAX];
+	struct pollfd pfd[2 + 2 * EXEC_MAX + ORPHAN_MAX + FILES_POLL_MAX + 3 * WIRE_PROC_MAX];
 	unsigned file_slot[FILES_POLL_MAX];
 	unsigned proc_tags[2 * WIRE_PROC_MAX];
 	struct {
 		enum pfd_kind kind;
 		unsigned idx;
-	} who[2 + 2 * EXEC_MAX + ORPHAN_MAX + FILES_POLL_MAX + 2 * WIRE_PROC_MAX];
+	} who[2 + 2 * EXEC_MAX + ORPHAN_MAX + FILES_POLL_MAX + 3 * WIRE_PROC_MAX];
 } P;
 
 /* Fill P with what to poll this turn; lower *next to the earliest
@@ -847,6 +871,12 @@ static nfds_t poll_build(bool backpressure, int64_t now, int64_t *next)
 
 		for (unsigned j = 0; j < k; j++) {
 			P.who[n + j].kind = PK_PROC;
+			P.who[n + j].idx = P.proc_tags[j];
+		}
+		n += k;
+		k = guest_pty_pollfds(P.pfd + n, P.proc_tags, WIRE_PROC_MAX);
+		for (unsigned j = 0; j < k; j++) {
+			P.who[n + j].kind = PK_PTY;
 			P.who[n + j].idx = P.proc_tags[j];
 		}
 		n += k;
@@ -924,6 +954,9 @@ static void poll_dispatch(nfds_t n)
 		case PK_FILE:
 			guest_files_ready(P.who[i].idx);
 			break;
+		case PK_PTY:
+			guest_pty_ready(P.who[i].idx);
+			break;
 		}
 	}
 }
@@ -954,6 +987,8 @@ static void turn_end(void)
 		if (e->reaped)
 			exec_finish(e);
 	}
+	if (S.connected)
+		guest_pty_acks();
 	queue_flush();
 }
 

@@ -22,6 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <termios.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -154,6 +156,8 @@ struct exec_req {
 	bool as_user; /* v2 USER: drop to uid/gid before exec */
 	uid_t uid;
 	gid_t gid;
+	uint32_t rows, cols; /* v5: both set = a terminal (the login shell) */
+	char user[64];	     /* the USER's name, "" for root */
 };
 
 static void exec_req_release(struct exec_req *r)
@@ -282,6 +286,7 @@ static int exec_req_user(uint32_t id, const uint8_t *p, size_t len, struct exec_
 			return -1;
 		}
 		r->as_user = true;
+		memcpy(r->user, name, f.len + 1);
 		if (env_default_set(r, "HOME", home) < 0 || env_default_set(r, "USER", name) < 0 ||
 		    env_default_set(r, "LOGNAME", name) < 0) {
 			guest_send_error(id, WIRE_ERR_SPAWN, NULL, "guest out of memory");
@@ -364,6 +369,21 @@ static int exec_req_field(uint32_t id, const struct wire_field *f, struct exec_r
 		r->stream = v != 0;
 		break;
 	}
+	case WIRE_T_ROWS:
+	case WIRE_T_COLS: {
+		uint32_t v;
+
+		if (wire_field_u32(f, &v) < 0 || v == 0 || v > WIRE_PTY_DIM_MAX) {
+			guest_send_error(id, WIRE_ERR_BAD_REQUEST, "rows",
+					 "rows and cols must be 1..1000");
+			return -1;
+		}
+		if (f->tag == WIRE_T_ROWS)
+			r->rows = v;
+		else
+			r->cols = v;
+		break;
+	}
 	case WIRE_T_STDIN:
 		if (r->stdin_data) {
 			guest_send_error(id, WIRE_ERR_BAD_REQUEST, "stdin", "stdin given twice");
@@ -420,6 +440,13 @@ static int exec_req_parse(uint32_t id, const uint8_t *p, size_t len, struct exec
 		guest_send_error(id, WIRE_ERR_BAD_REQUEST, "command", "command is required");
 		goto err;
 	}
+	if (!r->rows != !r->cols) {
+		guest_send_error(id, WIRE_ERR_BAD_REQUEST, "rows",
+				 "a terminal needs rows and cols");
+		goto err;
+	}
+	if (r->rows && env_default_set(r, "TERM", "xterm-256color") < 0)
+		goto err_nomem;
 	if (!r->cwd && !(r->cwd = strdup(DEFAULT_CWD)))
 		goto err_nomem;
 	return 0;
@@ -428,6 +455,99 @@ err_nomem:
 	guest_send_error(id, WIRE_ERR_SPAWN, NULL, "guest out of memory");
 err:
 	exec_req_release(r);
+	return -1;
+}
+
+/* The user's login shell from /etc/passwd (its 7th field) into out; "/bin/sh"
+ * when it has none or it cannot be run. */
+static void passwd_shell(const char *name, char *out, size_t cap)
+{
+	char line[512];
+	size_t nlen = strlen(name);
+	FILE *f = fopen("/etc/passwd", "re");
+
+	snprintf(out, cap, "/bin/sh");
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f)) {
+		char *p = line;
+
+		if (strncmp(line, name, nlen) != 0 || line[nlen] != ':')
+			continue;
+		line[strcspn(line, "\n")] = '\0';
+		for (int i = 0; i < 6 && p; i++) {
+			p = strchr(p, ':');
+			if (p)
+				p++;
+		}
+		if (p && p[0] == '/' && access(p, X_OK) == 0)
+			snprintf(out, cap, "%s", p);
+		break;
+	}
+	fclose(f);
+}
+
+/* A terminal's child (v5): the session leader with the pty's slave as its
+ * controlling terminal and fds 0-2, then (as exec_child) the user, the cwd,
+ * and the login shell ("-sh": argv[0] with a dash). Never returns. */
+static void __attribute__((noreturn))
+pty_child(const struct exec_req *r, int procs_fd, int slave_fd, const char *shell, char *arg0)
+{
+	static const char m[] = "sandboxd-init: cannot start the login shell\n";
+	char *argv[] = {arg0, NULL};
+	sigset_t none;
+
+	sigemptyset(&none);
+	for (int sig = 1; sig < NSIG; sig++)
+		if (sig != SIGKILL && sig != SIGSTOP)
+			signal(sig, SIG_DFL);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	setsid();
+	if (procs_fd >= 0 && write(procs_fd, "0", 1) < 0) {
+		/* stays in the parent's cgroup: the pgid kill still works */
+	}
+	if (ioctl(slave_fd, TIOCSCTTY, 0) < 0 || dup2(slave_fd, 0) < 0 || dup2(slave_fd, 1) < 0 ||
+	    dup2(slave_fd, 2) < 0)
+		_exit(126);
+	if (slave_fd > 2)
+		close(slave_fd);
+	if (r->as_user && (setgroups(1, &r->gid) < 0 || setgid(r->gid) < 0 || setuid(r->uid) < 0))
+		_exit(126);
+	if (chdir(r->cwd) < 0 && chdir("/") < 0)
+		_exit(126);
+	execve(shell, argv, r->env);
+	if (write(2, m, sizeof(m) - 1) < 0) {
+	}
+	_exit(127);
+}
+
+/* Open a pseudo-terminal of rows x cols: the master (non-blocking, CLOEXEC)
+ * into *master, the slave (CLOEXEC, owned by the exec user) into *slave.
+ * 0, or -1. */
+static int pty_open(const struct exec_req *r, int *master, int *slave)
+{
+	struct winsize ws = {.ws_row = (unsigned short)r->rows, .ws_col = (unsigned short)r->cols};
+	char name[64];
+	int m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC), s;
+
+	if (m < 0)
+		return -1;
+	if (unlockpt(m) < 0 || ptsname_r(m, name, sizeof(name)) != 0)
+		goto err;
+	s = open(name, O_RDWR | O_NOCTTY | O_CLOEXEC);
+	if (s < 0)
+		goto err;
+	if (r->as_user && fchown(s, r->uid, r->gid) < 0) {
+		/* the shell still runs; it may not chmod its own tty */
+	}
+	ioctl(m, TIOCSWINSZ, &ws);
+	fcntl(m, F_SETFL, fcntl(m, F_GETFL) | O_NONBLOCK);
+	*master = m;
+	*slave = s;
+	return 0;
+
+err:
+	close(m);
 	return -1;
 }
 
@@ -560,6 +680,56 @@ static int pipe_nb(int fds[2])
 	return 0;
 }
 
+/* What guest_spawn checks before it starts anything: a terminal is no
+ * process, the cwd is a directory, each env entry fits execve. 0, or -1
+ * after sending ERROR. */
+static int spawn_check(uint32_t id, const struct exec_req *r, bool stdin_pipe)
+{
+	struct stat st;
+
+	if (r->rows && stdin_pipe) {
+		guest_send_error(id, WIRE_ERR_BAD_REQUEST, "rows",
+				 "a process cannot be a terminal");
+		return -1;
+	}
+	if (stat(r->cwd, &st) < 0 || !S_ISDIR(st.st_mode)) {
+		guest_send_error(id, WIRE_ERR_CWD, "cwd",
+				 "cwd does not exist or is not a directory");
+		return -1;
+	}
+	for (size_t i = 0; i < r->n_env; i++) {
+		if (strlen(r->env[i]) + 1 > ARG_STRLEN_MAX) {
+			guest_send_error(id, WIRE_ERR_BAD_REQUEST, "env",
+					 "each env entry must be shorter than 128 KiB");
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* The command's cgroup sbx-exec-<id>.<n> into c->cgroup ("" without
+ * one): its cgroup.procs open for the child to join, or -1. */
+static int spawn_cgroup(uint32_t id, struct guest_child *c)
+{
+	char path[160];
+	int procs_fd = -1;
+
+	if (!guest_cgroup_root[0])
+		return -1;
+	snprintf(c->cgroup, sizeof(c->cgroup), "%s/sbx-exec-%u.%llu", guest_cgroup_root, id,
+		 (unsigned long long)++serial);
+	if (mkdir(c->cgroup, 0755) == 0) {
+		snprintf(path, sizeof(path), "%s/cgroup.procs", c->cgroup);
+		procs_fd = open(path, O_WRONLY | O_CLOEXEC);
+	}
+	if (procs_fd < 0) {
+		guest_log("cgroup %s: %s", c->cgroup, strerror(errno));
+		rmdir(c->cgroup);
+		c->cgroup[0] = '\0';
+	}
+	return procs_fd;
+}
+
 /* Decode an EXEC-shaped request (EXEC, or a PROC start) and start its
  * command in its own cgroup and session: stdout/stderr to non-blocking
  * pipes, stdin from the request's STDIN, or a pipe when `stdin_pipe` (its
@@ -568,13 +738,15 @@ static int pipe_nb(int fds[2])
 int guest_spawn(uint32_t id, const uint8_t *p, size_t len, bool stdin_pipe, struct guest_child *c)
 {
 	struct exec_req r;
-	struct stat st;
 	int out[2] = {-1, -1}, err[2] = {-1, -1}, in[2] = {-1, -1}, procs_fd = -1, script_fd = -1,
-	    stdin_fd = -1;
+	    stdin_fd = -1, pty_m = -1, pty_s = -1;
+	char shell[256], arg0[258];
+	const char *base;
 	pid_t pid;
 
 	memset(c, 0, sizeof(*c));
 	c->in_fd = -1;
+	c->pty_fd = -1;
 	if (exec_req_parse(id, p, len, &r) < 0)
 		return -1;
 #ifdef SBX_GUEST_FUZZ
@@ -582,18 +754,8 @@ int guest_spawn(uint32_t id, const uint8_t *p, size_t len, bool stdin_pipe, stru
 	(void)stdin_pipe;
 	return -1;
 #endif
-	if (stat(r.cwd, &st) < 0 || !S_ISDIR(st.st_mode)) {
-		guest_send_error(id, WIRE_ERR_CWD, "cwd",
-				 "cwd does not exist or is not a directory");
+	if (spawn_check(id, &r, stdin_pipe) < 0)
 		goto err_req;
-	}
-	for (size_t i = 0; i < r.n_env; i++) {
-		if (strlen(r.env[i]) + 1 > ARG_STRLEN_MAX) {
-			guest_send_error(id, WIRE_ERR_BAD_REQUEST, "env",
-					 "each env entry must be shorter than 128 KiB");
-			goto err_req;
-		}
-	}
 	if (strlen(r.command) + 1 > ARG_STRLEN_MAX && (script_fd = script_memfd(r.command)) < 0) {
 		guest_send_error(id, WIRE_ERR_SPAWN, NULL, "cannot stage the command in the guest");
 		goto err_req;
@@ -602,8 +764,18 @@ int guest_spawn(uint32_t id, const uint8_t *p, size_t len, bool stdin_pipe, stru
 		guest_send_error(id, WIRE_ERR_SPAWN, NULL, "cannot stage stdin in the guest");
 		goto err_req;
 	}
-	if (pipe_nb(out) < 0 || pipe_nb(err) < 0 ||
-	    (stdin_pipe && stdin_fd < 0 && pipe2(in, O_CLOEXEC) < 0)) {
+	if (r.rows) {
+		if (pty_open(&r, &pty_m, &pty_s) < 0 ||
+		    (out[0] = fcntl(pty_m, F_DUPFD_CLOEXEC, 3)) < 0) {
+			guest_send_error(id, WIRE_ERR_SPAWN, NULL,
+					 "cannot open a terminal in the guest");
+			goto err_pipes;
+		}
+		passwd_shell(r.user[0] ? r.user : "root", shell, sizeof(shell));
+		base = strrchr(shell, '/');
+		snprintf(arg0, sizeof(arg0), "-%s", base + 1); /* login shell */
+	} else if (pipe_nb(out) < 0 || pipe_nb(err) < 0 ||
+		   (stdin_pipe && stdin_fd < 0 && pipe2(in, O_CLOEXEC) < 0)) {
 		guest_send_error(id, WIRE_ERR_SPAWN, NULL, "cannot create pipes in the guest");
 		goto err_pipes;
 	}
@@ -614,30 +786,18 @@ int guest_spawn(uint32_t id, const uint8_t *p, size_t len, bool stdin_pipe, stru
 		in[0] = -1;
 	}
 
-	if (guest_cgroup_root[0]) {
-		char path[160];
-
-		snprintf(c->cgroup, sizeof(c->cgroup), "%s/sbx-exec-%u.%llu", guest_cgroup_root, id,
-			 (unsigned long long)++serial);
-		if (mkdir(c->cgroup, 0755) == 0) {
-			snprintf(path, sizeof(path), "%s/cgroup.procs", c->cgroup);
-			procs_fd = open(path, O_WRONLY | O_CLOEXEC);
-		}
-		if (procs_fd < 0) {
-			guest_log("cgroup %s: %s", c->cgroup, strerror(errno));
-			rmdir(c->cgroup);
-			c->cgroup[0] = '\0';
-		}
-	}
-
+	procs_fd = spawn_cgroup(id, c);
 	c->start_ms = guest_mono_ms();
 	pid = fork();
 	if (pid < 0) {
 		guest_send_error(id, WIRE_ERR_SPAWN, NULL, "cannot fork in the guest");
 		goto err_cgroup;
 	}
-	if (pid == 0)
+	if (pid == 0) {
+		if (r.rows)
+			pty_child(&r, procs_fd, pty_s, shell, arg0);
 		exec_child(&r, procs_fd, out[1], err[1], script_fd, stdin_fd);
+	}
 
 	if (script_fd >= 0)
 		close(script_fd);
@@ -645,8 +805,13 @@ int guest_spawn(uint32_t id, const uint8_t *p, size_t len, bool stdin_pipe, stru
 		close(stdin_fd);
 	if (procs_fd >= 0)
 		close(procs_fd);
-	close(out[1]);
-	close(err[1]);
+	if (r.rows) {
+		close(pty_s);
+	} else {
+		close(out[1]);
+		close(err[1]);
+	}
+	c->pty_fd = pty_m;
 	c->pid = pid;
 	c->out_fd = out[0];
 	c->err_fd = err[0];
@@ -664,6 +829,10 @@ err_cgroup:
 	if (c->cgroup[0])
 		rmdir(c->cgroup);
 err_pipes:
+	if (pty_m >= 0)
+		close(pty_m);
+	if (pty_s >= 0)
+		close(pty_s);
 	for (int i = 0; i < 2; i++) {
 		if (out[i] >= 0)
 			close(out[i]);
@@ -680,5 +849,6 @@ err_req:
 	exec_req_release(&r);
 	memset(c, 0, sizeof(*c));
 	c->in_fd = -1;
+	c->pty_fd = -1;
 	return -1;
 }

@@ -208,6 +208,15 @@ static int validate_sandbox_limits(const struct sandbox_config *cfg, struct sbx_
 	if (cfg->file_transfer_timeout_ms < 1000)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "file_transfer_timeout_ms",
 				     "file_transfer_timeout_ms must be >= 1000");
+	if (cfg->max_terminals_per_sandbox < 1 || cfg->max_terminals_per_sandbox > 32)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "max_terminals_per_sandbox",
+				     "max_terminals_per_sandbox must be 1..32");
+	if (cfg->max_terminals_per_account < 1 || cfg->max_terminals_per_account > 1024)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "max_terminals_per_account",
+				     "max_terminals_per_account must be 1..1024");
+	if (cfg->terminal_idle_timeout_ms < 1000)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "terminal_idle_timeout_ms",
+				     "terminal_idle_timeout_ms must be >= 1000");
 	if (cfg->file_stall_timeout_ms < 100)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "file_stall_timeout_ms",
 				     "file_stall_timeout_ms must be >= 100");

@@ -132,6 +132,7 @@ struct exec_call {
 	struct sandbox_svc *svc;
 	sandbox_exec_done_fn done;
 	sandbox_exec_output_fn on_output;
+	void (*on_pty_ack)(void *opaque);
 	void *opaque;
 	/* The guest it runs on: a ref of the call's own, dropped when the
 	 * call is freed (after done). */
@@ -167,6 +168,13 @@ static bool exec_output(void *opaque, uint32_t exec_id, bool is_stderr, const vo
 /* agentless_charge_fn of a buffered exec: its reply will cost `cost`
  * budget bytes per output byte at worst; past the budget the exec keeps
  * no more (truncated). */
+static void exec_pty_ack(void *opaque)
+{
+	struct exec_call *call = opaque;
+
+	call->on_pty_ack(call->opaque);
+}
+
 static bool exec_charge(void *opaque, bool is_stderr, size_t len)
 {
 	struct exec_call *call = opaque;
@@ -285,7 +293,12 @@ int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const ch
 	if (sandbox_running_row(svc, account_id, id, now, &row, err) < 0)
 		return -1;
 	left_ms = row.expires_at_ms - now;
-	if (req->has_timeout) {
+	if (req->pty_rows) {
+		/* a terminal lasts the session, less a margin for its EXIT */
+		timeout = (uint32_t)SBX_MAX(
+		    (int64_t)1, SBX_MIN((int64_t)UINT32_MAX / 2,
+					left_ms - (left_ms > 2000 ? 1000 : left_ms / 2)));
+	} else if (req->has_timeout) {
 		if (req->timeout_ms < 1 || (int64_t)req->timeout_ms > left_ms)
 			return sbx_error_set(err, SBX_E_INVALID_REQUEST, "timeout_ms",
 					     "timeout_ms must be 1..%lld (the time left in the "
@@ -313,6 +326,10 @@ int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const ch
 	    .on_output = req->on_output ? exec_output : NULL,
 	    /* a streamed exec's consumer charges what it buffers itself */
 	    .charge = req->on_output ? NULL : exec_charge,
+	    .pty_rows = req->pty_rows,
+	    .pty_cols = req->pty_cols,
+	    .on_pty_ack = req->on_pty_ack ? exec_pty_ack : NULL,
+	    .id_out = req->exec_id,
 	};
 	call = calloc(1, sizeof(*call));
 	if (!call)
@@ -320,6 +337,7 @@ int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const ch
 	call->svc = svc;
 	call->done = done;
 	call->on_output = req->on_output;
+	call->on_pty_ack = req->on_pty_ack;
 	call->opaque = opaque;
 	call->timeout_ms = timeout;
 	if (req->receipt && !req->on_output)
@@ -372,5 +390,41 @@ void sandbox_exec_resume(struct sandbox_svc *svc, const char *sandbox_id, uint32
 	if (!l)
 		return;
 	agentless_exec_resume(l->conn, exec_id);
+	fleet_live_unpin(l);
+}
+
+long sandbox_pty_write(struct sandbox_svc *svc, const char *sandbox_id, uint32_t exec_id,
+		       const void *data, size_t len)
+{
+	struct fleet_guest *l = sandbox_pin(svc, sandbox_id, NULL);
+	long n;
+
+	if (!l)
+		return -1;
+	n = agentless_pty_write(l->conn, exec_id, data, len);
+	fleet_live_unpin(l);
+	return n;
+}
+
+int sandbox_pty_resize(struct sandbox_svc *svc, const char *sandbox_id, uint32_t exec_id,
+		       uint32_t rows, uint32_t cols)
+{
+	struct fleet_guest *l = sandbox_pin(svc, sandbox_id, NULL);
+	int rc;
+
+	if (!l)
+		return -1;
+	rc = agentless_pty_resize(l->conn, exec_id, rows, cols);
+	fleet_live_unpin(l);
+	return rc;
+}
+
+void sandbox_pty_hangup(struct sandbox_svc *svc, const char *sandbox_id, uint32_t exec_id)
+{
+	struct fleet_guest *l = sandbox_pin(svc, sandbox_id, NULL);
+
+	if (!l)
+		return;
+	agentless_pty_hangup(l->conn, exec_id);
 	fleet_live_unpin(l);
 }

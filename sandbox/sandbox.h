@@ -459,6 +459,15 @@ struct sandbox_exec_req {
 	 * called; command, cwd and env must then stay valid until done was
 	 * called. A receipt that cannot be signed fails the exec with 500. */
 	bool receipt;
+	/* Optional: a terminal (protocol v5) of rows x cols (1..1000 each;
+	 * on_output required): the exec user's login shell on a
+	 * pseudo-terminal, its output streamed without a cap, its timeout the
+	 * time left in the session (has_timeout ignored); its input and size
+	 * by sandbox_pty_*. on_pty_ack (opaque = done's) runs when the input
+	 * window moved; exec_id receives the exec's id before it starts. */
+	uint32_t pty_rows, pty_cols;
+	void (*on_pty_ack)(void *opaque);
+	uint32_t *exec_id;
 };
 
 /* The result of an exec is agentless/'s own value (struct
@@ -506,6 +515,17 @@ typedef void (*sandbox_exec_done_fn)(void *opaque, struct agentless_exec_result 
 int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const char *id,
 		       const struct sandbox_exec_req *req, sandbox_exec_done_fn done, void *opaque,
 		       struct sbx_error *err);
+
+/* Terminals (sandbox_exec_req.pty_rows): keystrokes within the input
+ * window (bytes taken now, 0: wait for on_pty_ack, -1: it ended), the
+ * window size (0 or -1), and the hangup that ends it (the shell gets
+ * SIGHUP, its cgroup SIGKILL a second later; done follows). No lock held;
+ * never block. */
+long sandbox_pty_write(struct sandbox_svc *svc, const char *sandbox_id, uint32_t exec_id,
+		       const void *data, size_t len);
+int sandbox_pty_resize(struct sandbox_svc *svc, const char *sandbox_id, uint32_t exec_id,
+		       uint32_t rows, uint32_t cols);
+void sandbox_pty_hangup(struct sandbox_svc *svc, const char *sandbox_id, uint32_t exec_id);
 
 /* ----------------------------------------------------------------- files */
 

@@ -384,4 +384,63 @@ void sbx_workpool_drain(struct sbx_workpool *p);
 /* Stop, wait for the running jobs, join the threads, free. NULL is a no-op. */
 void sbx_workpool_free(struct sbx_workpool *p);
 
+/* ------------------------------------------------------------ WebSocket
+ * util/ws.c: WebSocket framing (RFC 6455), shared by the daemon's terminal
+ * route (api/http_terminal.c) and the CLI's client (cli/shell.c). Pure
+ * encode/decode over caller buffers: no I/O, no allocation.
+ *
+ * A frame: byte 0 FIN (0x80), RSV1-3 (must be 0: no extension is ever
+ * negotiated), opcode; byte 1 MASK (0x80) and a 7-bit length (126: a u16
+ * follows, 127: a u64 whose top bit is 0); the 4-byte mask key when MASK;
+ * then the payload, XORed with the key when masked. Clients must mask,
+ * servers must not (a peer that breaks this is refused). Control frames
+ * (close, ping, pong) carry at most 125 bytes and are never fragmented.
+ */
+enum ws_opcode {
+	WS_OP_CONT = 0x0,
+	WS_OP_TEXT = 0x1,
+	WS_OP_BINARY = 0x2,
+	WS_OP_CLOSE = 0x8,
+	WS_OP_PING = 0x9,
+	WS_OP_PONG = 0xA,
+};
+
+/* Close codes used here. */
+#define WS_CLOSE_NORMAL	  1000
+#define WS_CLOSE_GOING	  1001
+#define WS_CLOSE_PROTOCOL 1002
+#define WS_CLOSE_TOO_BIG  1009
+#define WS_CLOSE_POLICY	  1008
+#define WS_CLOSE_INTERNAL 1011
+#define WS_HEADER_MAX	  14 /* 2 + 8 (length) + 4 (mask) */
+#define WS_CONTROL_MAX	  125
+#define WS_ACCEPT_LEN	  28 /* base64 of a SHA-1 */
+
+struct ws_frame {
+	bool fin;
+	uint8_t opcode;
+	bool masked;
+	uint8_t mask[4];
+	uint64_t len;	/* payload bytes */
+	size_t hdr_len; /* bytes of the header (payload starts there) */
+};
+
+/* Parse a frame header from buf[0..n). `want_mask`: 1 the frame must be
+ * masked (a server reading a client), 0 it must not (a client reading a
+ * server). Returns 1 and fills f; 0 when more bytes are needed; -1 when
+ * malformed: RSV bits, an unknown opcode, a control frame fragmented or
+ * over 125 bytes, a 64-bit length with its top bit set or a length not in
+ * its shortest form, the wrong masking, or a payload over max_payload. */
+int ws_frame_parse(const uint8_t *buf, size_t n, bool want_mask, uint64_t max_payload,
+		   struct ws_frame *f);
+/* XOR p[0..len) with the key, starting at payload offset `offset`. */
+void ws_mask(uint8_t *p, size_t len, const uint8_t key[4], uint64_t offset);
+/* Encode a frame header into out (WS_HEADER_MAX bytes); `key` NULL for an
+ * unmasked frame. Returns its length. The caller masks the payload. */
+size_t ws_header_encode(uint8_t out[WS_HEADER_MAX], uint8_t opcode, bool fin, uint64_t len,
+			const uint8_t *key);
+/* Sec-WebSocket-Accept of a Sec-WebSocket-Key: out gets 28 chars + NUL.
+ * 0, or -1 when the key is not 24 chars of base64 (16 bytes). */
+int ws_accept(const char *key, char out[WS_ACCEPT_LEN + 1]);
+
 #endif

@@ -105,6 +105,25 @@ export interface CreateOptions extends ClientOptions, CallOptions {
   client?: Sandboxd;
 }
 
+/** A terminal over a WebSocket (Sandbox.terminal). */
+export interface Terminal {
+  /** The shell's exit code once it exited, else null. */
+  exitCode: number | null;
+  /** Why the terminal failed, else null. */
+  error: { type: string; message: string } | null;
+  closeCode: number | null;
+  closeReason: string;
+  /** Type: a string goes as UTF-8. */
+  send(data: string | Uint8Array): void;
+  resize(rows: number, cols: number): void;
+  /** The next screen bytes, or null once the terminal ended. */
+  recv(): Promise<Uint8Array | null>;
+  /** Screen text until `needle` appears. */
+  readUntil(needle: string, timeoutMs?: number): Promise<string>;
+  /** Close it: the shell is hung up. */
+  close(): void;
+}
+
 export declare class Sandbox {
   constructor(client: Sandboxd, info: SandboxInfo);
   readonly client: Sandboxd;
@@ -120,6 +139,8 @@ export declare class Sandbox {
   refresh(options?: CallOptions): Promise<this>;
   update(metadata: Record<string, string | null> | null, options?: CallOptions): Promise<this>;
   metrics(options?: CallOptions): Promise<SandboxMetrics>;
+  /** GET /v1/sandboxes/{id}/terminal (docs/api.md, Terminal); Node only. */
+  terminal(options?: { rows?: number; cols?: number }): Promise<Terminal>;
   extend(timeoutMinutes: number, options?: CallOptions): Promise<this>;
   pause(options?: CallOptions): Promise<this>;
   resume(options?: CallOptions): Promise<this>;

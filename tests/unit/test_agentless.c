@@ -445,6 +445,98 @@ static void test_stdin_v2_and_v1_refusal(void **state)
 	fx_free(old);
 }
 
+/* Protocol v5 terminals: the EXEC carries ROWS and COLS; keystrokes go
+ * within a 64 KiB window that the guest's PTY_ACKs move; a resize is a
+ * PTY_RESIZE; a PTY_ACK going back is a violation; a v4 guest is refused
+ * a terminal before anything is sent. */
+static bool pty_sink(void *opaque, uint32_t exec_id, bool is_stderr, const void *data, size_t len)
+{
+	return false;
+}
+
+static void guest_pty_ack(int fd, uint32_t id, uint64_t acked)
+{
+	uint8_t buf[16];
+	struct wire_writer w;
+
+	wire_writer_init(&w, buf, sizeof buf);
+	wire_put_u64(&w, WIRE_T_ACKED, acked);
+	guest_send(fd, WIRE_PTY_ACK, id, buf, w.len);
+}
+
+static void test_pty_window_and_acks(void **state)
+{
+	static uint8_t keys[100 * 1024];
+	struct agentless_exec_req req = *simple_req();
+	struct fx *fx = fx_new(1000, 4), *old = fx_new(1000, 4);
+	struct sbx_error err;
+	struct wire_header h;
+	struct probe pr;
+	uint32_t id = 0;
+	size_t sent = 0;
+	uint8_t *p;
+	long n;
+
+	(void)state;
+	req.on_output = pty_sink;
+	req.pty_rows = 33;
+	req.pty_cols = 101;
+	req.id_out = &id;
+	fx_handshake(fx);
+	probe_init(&pr);
+	start(fx, &req, &pr);
+	guest_recv(fx->gfd, &h, &p);
+	assert_int_equal(h.type, WIRE_EXEC);
+	assert_int_equal(h.id, id);
+	assert_int_equal(field_u32(p, h.len, WIRE_T_ROWS), 33);
+	assert_int_equal(field_u32(p, h.len, WIRE_T_COLS), 101);
+	free(p);
+	/* the window: 64 KiB in frames of at most 60 KiB, then nothing */
+	while ((n = agentless_pty_write(fx->conn, id, keys + sent, sizeof keys - sent)) > 0) {
+		guest_recv(fx->gfd, &h, &p);
+		assert_int_equal(h.type, WIRE_PTY_INPUT);
+		assert_int_equal(h.len, (uint32_t)n);
+		free(p);
+		sent += (size_t)n;
+	}
+	assert_int_equal(n, 0);
+	assert_int_equal(sent, AGENTLESS_PTY_WINDOW);
+	assert_int_equal(agentless_pty_write(fx->conn, id + 1, keys, 1), -1); /* no such terminal */
+	/* an ACK opens it again */
+	guest_pty_ack(fx->gfd, id, 4096);
+	for (int i = 0; i < 2000 && (n = agentless_pty_write(fx->conn, id, keys, 8192)) == 0; i++)
+		usleep(1000);
+	assert_int_equal(n, 4096);
+	guest_recv(fx->gfd, &h, &p);
+	assert_int_equal(h.len, 4096);
+	free(p);
+	assert_int_equal(agentless_pty_resize(fx->conn, id, 50, 132), 0);
+	assert_int_equal(agentless_pty_resize(fx->conn, id, 0, 132), -1);
+	guest_recv(fx->gfd, &h, &p);
+	assert_int_equal(h.type, WIRE_PTY_RESIZE);
+	assert_int_equal(field_u32(p, h.len, WIRE_T_ROWS), 50);
+	assert_int_equal(field_u32(p, h.len, WIRE_T_COLS), 132);
+	free(p);
+	/* going back is a violation: the exec fails, the conn breaks */
+	guest_pty_ack(fx->gfd, id, 100);
+	fx_wait_broken(fx);
+	assert_int_equal(fx_broken_calls(fx), 1);
+	probe_wait(&pr);
+	assert_false(pr.ok);
+	assert_int_equal(pr.err.code, SBX_E_SANDBOX_ERROR);
+	probe_release(&pr);
+	fx_free(fx);
+
+	guest_hello(old->gfd, 4, 1);
+	assert_int_equal(agentless_conn_wait_hello(old->conn, sbx_mono_ms() + 5000, &err), 0);
+	guest_recv(old->gfd, &h, &p);
+	free(p);
+	assert_int_equal(agentless_exec_start(old->conn, &req, probe_done, NULL, &err), -1);
+	assert_int_equal(err.code, SBX_E_SANDBOX_ERROR);
+	assert_non_null(strstr(err.message, "open a terminal"));
+	fx_free(old);
+}
+
 /* Protocol v3 streaming: output reaches on_output as it arrives (in order,
  * before done, not buffered), the EXEC carries STREAM, and a consumer that
  * asks for a pause gets PAUSE sent, then RESUME; a v2 guest gets no
@@ -2426,6 +2518,7 @@ int main(void)
 	    cmocka_unit_test(test_reattach),
 	    cmocka_unit_test(test_stdin_v2_and_v1_refusal),
 	    cmocka_unit_test(test_stream_output_and_flow_control),
+	    cmocka_unit_test(test_pty_window_and_acks),
 	    cmocka_unit_test(test_proc_call),
 	    cmocka_unit_test(test_reattach_version_assumed),
 	    cmocka_unit_test(test_ping_and_sync_exec),

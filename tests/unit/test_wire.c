@@ -197,7 +197,7 @@ static void test_file_frames(void **state)
 	int seen = 0;
 
 	(void)state;
-	assert_int_equal(WIRE_VERSION, 4);
+	assert_int_equal(WIRE_VERSION, 5);
 	assert_true(WIRE_FILE_WINDOW >= 16 * WIRE_MAX_CHUNK);
 	/* v4: the channel window stays under a unix socket's default buffer
 	 * (208 KiB) with room for the per-write overhead, and CREDIT is a

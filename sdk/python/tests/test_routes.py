@@ -126,6 +126,8 @@ def test_every_table_entry_is_issued_by_a_public_call(fake, tmp_path):
     (tmp_path / "up").mkdir()
     sb.files.write("/f", b"x"), sb.files.read("/f"), sb.files.list("/"), sb.files.delete("/f")
     sb.files.upload_dir(str(tmp_path / "up"), "/d"), sb.files.download_dir("/d", str(tmp_path / "down"))
+    with pytest.raises(sandboxd.APIError):  # a 200 where the upgrade's 101 belongs
+        sb.terminal()
     p = sb.processes.start("sleep 1")
     sb.processes.list(), p.output(), p.write_stdin("x"), p.signal("TERM"), p.wait()
     sb.delete()

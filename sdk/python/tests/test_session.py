@@ -69,6 +69,20 @@ def test_pause_resume(sb, client):
     assert sb.exec("cat /tmp/paused-file").stdout == "before-pause\n"
 
 
+def test_terminal(sb, client):
+    with sb.terminal(rows=33, cols=101) as t:
+        t.send("stty size; echo MARK$((40+2))\r")
+        assert "33 101" in t.read_until("MARK42", timeout=120).decode()
+        t.resize(40, 120)
+        t.send("stty size; exit 3\r")
+        assert "40 120" in t.read_until("40 120", timeout=60).decode()
+        while t.recv(timeout=60) is not None:
+            pass
+        assert t.exit_code == 3 and t.close_code == 1000 and t.close_reason == "exit 3"
+    with pytest.raises(sandboxd.NotFound):
+        sandboxd.Sandbox(client, sandboxd.SandboxInfo(id="sbx_" + "0" * 24)).terminal()
+
+
 def test_labels(sb, client):
     info = sb.update({"job": "py-4711", "team": "sdk"})
     assert info.metadata == {"job": "py-4711", "team": "sdk"} and sb.info.metadata == info.metadata

@@ -17,6 +17,7 @@ export const ROUTES = Object.freeze([
   ['POST', '/v1/sandboxes/{id}/pause'],
   ['POST', '/v1/sandboxes/{id}/resume'],
   ['GET', '/v1/sandboxes/{id}/metrics'],
+  ['GET', '/v1/sandboxes/{id}/terminal'],
   ['PUT', '/v1/sandboxes/{id}/files'],
   ['GET', '/v1/sandboxes/{id}/files'],
   ['DELETE', '/v1/sandboxes/{id}/files'],
@@ -114,11 +115,15 @@ export class HttpClient {
    * One API call. Returns the parsed JSON (or the Response with raw: true,
    * whose body the caller reads). Options: params, query, json, body,
    * headers, signal, raw, retry (a key of RETRY; default 'all' for GET
-   * and DELETE, else 'rate').
+   * and DELETE, else 'rate'), upgrade (a WebSocket: the Terminal).
    */
   async call(method, path, o = {}) {
     if (!KNOWN.has(`${method} ${path}`)) throw new TypeError(`route not in ROUTES: ${method} ${path}`);
     const url = this.urlFor(path, o.params, o.query);
+    if (o.upgrade) { // a WebSocket route (Node only): a Terminal
+      const { openTerminal } = await import('./terminal.js');
+      return openTerminal(url, this.apiKey);
+    }
     const headers = { ...this.headers, ...(o.headers ?? {}) };
     if (this.apiKey) headers.Authorization = `Bearer ${this.apiKey}`;
     let body = o.body;

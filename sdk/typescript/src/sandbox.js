@@ -115,6 +115,14 @@ export class Sandbox {
     return this._call('GET', '/v1/sandboxes/{id}/metrics', { signal: o.signal });
   }
 
+  /** A terminal (docs/api.md, Terminal): the exec user's login shell on a
+   * pseudo-terminal of rows x cols over a WebSocket (Node only: the key
+   * goes in a header). send(data), resize(rows, cols), recv() (screen
+   * bytes, null at the end: then exitCode), readUntil(text), close(). */
+  async terminal(o = {}) {
+    return this._call('GET', '/v1/sandboxes/{id}/terminal', { upgrade: true, query: { rows: o.rows ?? 24, cols: o.cols ?? 80 } });
+  }
+
   /** Set the session's timeout (minutes from now, as the API's extend). */
   async extend(timeoutMinutes, o = {}) {
     this.info = await this._call('POST', '/v1/sandboxes/{id}/extend', { json: { timeout_minutes: timeoutMinutes }, signal: o.signal, retry: 'busy' });

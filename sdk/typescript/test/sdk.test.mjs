@@ -202,6 +202,18 @@ test('pause and resume: a file kept, 409 while paused, running again', { skip },
   assert.equal((await sbx.exec('cat /tmp/paused-file')).stdout, 'before-pause\n');
 });
 
+test('terminal: stty size, a resize, the exit code', { skip }, async () => {
+  const t = await sbx.terminal({ rows: 33, cols: 101 });
+  t.send('stty size; echo MARK$((40+2))\r');
+  assert.match(await t.readUntil('MARK42', 120000), /33 101/);
+  t.resize(40, 120);
+  t.send('stty size; exit 3\r');
+  await t.readUntil('40 120', 60000);
+  while ((await t.recv()) !== null);
+  assert.equal(t.exitCode, 3);
+  assert.equal(t.closeReason, 'exit 3');
+});
+
 test('metrics: the samples of its own sandbox, the interval the operator set', { skip }, async () => {
   const m = await sbx.metrics();
   assert.equal(m.object, 'sandbox_metrics');

@@ -301,3 +301,79 @@ test('sandboxd-mcp deletes its sandbox on SIGTERM (against a stand-in API on loo
     api.close();
   }
 });
+
+// ---- the terminal's WebSocket client against a small RFC 6455 server ----------
+
+test('terminal: the upgrade with the key, masked frames out, screen bytes, resize, exit code', async () => {
+  const { createServer: netServer } = await import('node:net');
+  const { createHash } = await import('node:crypto');
+  const seen = { frames: [] };
+  const srv = netServer((sock) => {
+    let buf = Buffer.alloc(0), upgraded = false;
+    sock.on('data', (d) => {
+      buf = Buffer.concat([buf, d]);
+      if (!upgraded) {
+        const end = buf.indexOf('\r\n\r\n');
+        if (end < 0) return;
+        const head = buf.subarray(0, end).toString();
+        buf = buf.subarray(end + 4);
+        seen.head = head;
+        const key = /sec-websocket-key: (\S+)/i.exec(head)[1];
+        const accept = createHash('sha1').update(`${key}258EAFA5-E914-47DA-95CA-C5AB0DC85B11`).digest('base64');
+        sock.write(`HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\n\r\n`);
+        sock.write(Buffer.concat([Buffer.from([0x82, 3]), Buffer.from('$ \n')]));
+        upgraded = true;
+      }
+      while (buf.length >= 6) {
+        const n = buf[1] & 0x7f; // the client's frames here are short
+        if (buf.length < 6 + n) return;
+        const masked = (buf[1] & 0x80) !== 0, op = buf[0] & 0x0f, key = buf.subarray(2, 6);
+        const p = Buffer.from(buf.subarray(6, 6 + n).map((b, i) => b ^ key[i & 3]));
+        buf = buf.subarray(6 + n);
+        seen.frames.push({ masked, op, text: p.toString() });
+        if (op === 0x2) sock.write(Buffer.concat([Buffer.from([0x82, p.length]), p]));
+        if (op === 0x1) {
+          const msg = Buffer.from('{"type":"exit","exit_code":3}');
+          sock.write(Buffer.concat([Buffer.from([0x81, msg.length]), msg, Buffer.from([0x88, 8, 0x03, 0xe8]), Buffer.from('exit 3')]));
+        }
+      }
+    });
+  });
+  await new Promise((r) => srv.listen(0, '127.0.0.1', r));
+  try {
+    const client = new Sandboxd({ url: `http://127.0.0.1:${srv.address().port}`, apiKey: 'aas_sk_t' });
+    const sb = new Sandbox(client, sandbox);
+    const term = await sb.terminal({ rows: 33, cols: 101 });
+    assert.match(seen.head, /^GET \/v1\/sandboxes\/sbx_1\/terminal\?rows=33&cols=101 HTTP\/1.1/);
+    assert.match(seen.head, /authorization: Bearer aas_sk_t/i);
+    assert.equal(await term.readUntil('$ '), '$ \n');
+    term.send('echo hi\r');
+    assert.equal(await term.readUntil('hi'), 'echo hi\r');
+    term.resize(50, 132);
+    assert.equal(await term.recv(), null);
+    assert.equal(term.exitCode, 3);
+    assert.equal(term.closeCode, 1000);
+    assert.equal(term.closeReason, 'exit 3');
+    assert.deepEqual(seen.frames.slice(0, 2), [
+      { masked: true, op: 2, text: 'echo hi\r' },
+      { masked: true, op: 1, text: '{"type":"resize","rows":50,"cols":132}' },
+    ]);
+  } finally {
+    srv.close();
+  }
+});
+
+test('terminal: an error reply before the upgrade throws its class', async () => {
+  const { createServer } = await import('node:http');
+  const api = createServer((req, res) => {
+    res.writeHead(404, { 'Content-Type': 'application/json' });
+    res.end(JSON.stringify({ error: { type: 'not_found', message: 'no such sandbox' } }));
+  });
+  await new Promise((r) => api.listen(0, '127.0.0.1', r));
+  try {
+    const sb = new Sandbox(new Sandboxd({ url: `http://127.0.0.1:${api.address().port}`, apiKey: 'k' }), sandbox);
+    await assert.rejects(sb.terminal(), NotFoundError);
+  } finally {
+    api.close();
+  }
+});

@@ -55,6 +55,7 @@ from .models import (
 from .receipts import canonical_json, fingerprint, verify_receipt
 from .routes import ROUTES
 from .sandbox import Files, Process, Processes, Sandbox
+from .terminal import Terminal
 
 __all__ = [
     "__version__",
@@ -95,6 +96,7 @@ __all__ = [
     "ReceiptKey",
     "ReceiptRef",
     "Sandbox",
+    "Terminal",
     "SandboxError",
     "SandboxInfo",
     "SandboxMetrics",

@@ -197,6 +197,15 @@ class Transport:
             retry_after=_retry_after(resp.headers.get("Retry-After")),
         )
 
+    def websocket(self, template: str, *, path_params: Mapping[str, Any], query: Mapping[str, Any]) -> Any:
+        """Open a WebSocket route (GET + Upgrade): a terminal.Terminal."""
+        from .terminal import open_terminal
+
+        if ("GET", template) not in ROUTES:
+            raise AssertionError(f"route not in sandboxd.routes.ROUTES: GET {template}")
+        path = template.format(**{k: urllib.parse.quote(str(v), safe="") for k, v in path_params.items()})
+        return open_terminal(self.url, self.api_key, self._prefix + path + _query(query), self.timeout)
+
     def _wait(self, e: Exception, retry: int, attempt: int) -> Optional[float]:
         """Seconds to wait before retrying after e, or None to give up."""
         if attempt >= self.max_retries:

@@ -18,6 +18,7 @@ ROUTES = frozenset(
         ("POST", "/v1/sandboxes/{id}/pause"),
         ("POST", "/v1/sandboxes/{id}/resume"),
         ("GET", "/v1/sandboxes/{id}/metrics"),
+        ("GET", "/v1/sandboxes/{id}/terminal"),
         ("PUT", "/v1/sandboxes/{id}/files"),
         ("GET", "/v1/sandboxes/{id}/files"),
         ("DELETE", "/v1/sandboxes/{id}/files"),

@@ -29,6 +29,7 @@ from .models import (
 
 if TYPE_CHECKING:
     from .client import Client
+    from .terminal import Terminal
 
 SB = "/v1/sandboxes/{id}"
 
@@ -133,6 +134,14 @@ class Sandbox:
         """``GET /v1/sandboxes/{id}/metrics``: CPU, memory and disk samples
         over the last hour (docs/api.md, Metrics)."""
         return from_json(SandboxMetrics, self._req("GET", "/metrics").json())
+
+    def terminal(self, rows: int = 24, cols: int = 80) -> "Terminal":
+        """``GET /v1/sandboxes/{id}/terminal``: the exec user's login shell
+        on a pseudo-terminal of ``rows`` x ``cols``, over a WebSocket. The
+        :class:`Terminal` sends keystrokes (``send``), reads the screen's
+        bytes (``recv``, ``read_until``), resizes, and ``close`` hangs up."""
+        return self.client._t.websocket(SB + "/terminal", path_params={"id": self.id},
+                                        query={"rows": rows, "cols": cols})
 
     def extend(self, timeout_minutes: int) -> SandboxInfo:
         """Set the session to end ``timeout_minutes`` from now."""

@@ -1,0 +1,542 @@
+/* Terminals (issue 32) in a real guest: GET /v1/sandboxes/{id}/terminal
+ * over a WebSocket, driven by a real client (the RFC 6455 framing of
+ * util/ws.c over a TCP socket, masking its frames as a client must).
+ *
+ * One daemon, the full image (python3), ONE guest shared by every case:
+ * `stty size` reads back the rows and cols asked for, and the new ones
+ * after a resize message; the python3 REPL answers print(6*7); Ctrl-C
+ * (0x03) interrupts a `sleep 100` and the prompt comes back; `exit 3`
+ * ends the terminal with {"type":"exit","exit_code":3} and a close frame
+ * "exit 3"; another account gets 404, a request without the upgrade 400,
+ * bad rows 400, past the per-sandbox limit 429; closing the WebSocket
+ * hangs the shell up (its `sleep` is gone from the guest); and a terminal
+ * nobody reads while the guest prints 100 MB keeps the daemon's VmRSS
+ * within 64 MiB of where it started, after which its output flows again
+ * when read. Figures are printed. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+
+static struct daemon d;
+static char other_key[128];
+static char sbx[64];
+
+static int setup(void **state)
+{
+	(void)state;
+	if (daemon_up_full_second_account(
+		&d, "test_terminal",
+		"\"http_threads\": 2, \"destroy_on_exit\": true, \"max_terminals_per_sandbox\": 3",
+		"other", "10", other_key, sizeof(other_key)) < 0)
+		return -1;
+	return daemon_create_sandbox(&d, sbx, sizeof(sbx));
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	return daemon_down(&d);
+}
+
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ------------------------------------------------------------- client */
+
+struct tc {
+	int fd;
+	uint8_t in[256 * 1024];
+	size_t in_len;
+	char *screen; /* what came since the last clear, NUL-terminated */
+	size_t screen_len, screen_cap;
+	uint64_t total; /* screen bytes ever */
+	bool ended;
+	int exit_code; /* from {"type":"exit"}, -1 */
+	int close_code;
+	char close_reason[128];
+};
+
+/* Open a terminal as `key` (NULL: none); *status is the HTTP status (101
+ * when open). The reply's body goes to body (when not 101). */
+static struct tc *tc_open(const char *key, const char *id, const char *query, bool upgrade,
+			  int *status, char *body, size_t body_len)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)d.port)};
+	char req[1024], head[8192];
+	size_t hl = 0;
+	struct tc *t = calloc(1, sizeof(*t));
+	char *end;
+
+	assert_non_null(t);
+	t->exit_code = -1;
+	t->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+	assert_int_equal(connect(t->fd, (struct sockaddr *)&sa, sizeof sa), 0);
+	snprintf(req, sizeof req,
+		 "GET /v1/sandboxes/%s/terminal%s HTTP/1.1\r\nHost: 127.0.0.1\r\n%s%s%s"
+		 "%s\r\n",
+		 id, query, key ? "Authorization: Bearer " : "", key ? key : "", key ? "\r\n" : "",
+		 upgrade ? "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+			   "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+			   "Sec-WebSocket-Version: 13\r\n"
+			 : "");
+	assert_int_equal(send(t->fd, req, strlen(req), MSG_NOSIGNAL), (ssize_t)strlen(req));
+	while (!(end = memmem(head, hl, "\r\n\r\n", 4))) {
+		ssize_t n = recv(t->fd, head + hl, sizeof head - 1 - hl, 0);
+
+		assert_true(n > 0);
+		hl += (size_t)n;
+	}
+	head[hl] = '\0';
+	*status = atoi(head + 9);
+	if (*status == 101) {
+		assert_non_null(strstr(head, "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=")); /* RFC 6455's */
+		t->in_len = hl - (size_t)(end + 4 - head);
+		memcpy(t->in, end + 4, t->in_len);
+		return t;
+	}
+	if (body) {
+		char *cl = strcasestr(head, "Content-Length:");
+		size_t want = cl ? (size_t)atol(cl + 15) : 0, have = hl - (size_t)(end + 4 - head);
+
+		while (have < want && hl < sizeof head - 1) {
+			ssize_t n = recv(t->fd, head + hl, sizeof head - 1 - hl, 0);
+
+			if (n <= 0)
+				break;
+			hl += (size_t)n;
+			have += (size_t)n;
+		}
+		head[hl] = '\0';
+		snprintf(body, body_len, "%s", end + 4);
+	}
+	close(t->fd);
+	free(t);
+	return NULL;
+}
+
+static void tc_frame(struct tc *t, uint8_t op, const void *p, size_t len)
+{
+	static const uint8_t key[4] = {0x12, 0x34, 0x56, 0x78};
+	uint8_t buf[WS_HEADER_MAX + 4096];
+	size_t h = ws_header_encode(buf, op, true, len, key);
+
+	assert_true(len <= 4096);
+	memcpy(buf + h, p, len);
+	ws_mask(buf + h, len, key, 0);
+	assert_int_equal(send(t->fd, buf, h + len, MSG_NOSIGNAL), (ssize_t)(h + len));
+}
+
+static void tc_type(struct tc *t, const char *s)
+{
+	tc_frame(t, WS_OP_BINARY, s, strlen(s));
+}
+
+static void tc_resize(struct tc *t, int rows, int cols)
+{
+	char msg[96];
+
+	snprintf(msg, sizeof msg, "{\"type\":\"resize\",\"rows\":%d,\"cols\":%d}", rows, cols);
+	tc_frame(t, WS_OP_TEXT, msg, strlen(msg));
+}
+
+static void screen_add(struct tc *t, const uint8_t *p, size_t n, bool keep)
+{
+	t->total += n;
+	if (!keep)
+		return;
+	if (t->screen_len + n + 1 > t->screen_cap) {
+		t->screen_cap = (t->screen_len + n + 1) * 2;
+		t->screen = realloc(t->screen, t->screen_cap);
+		assert_non_null(t->screen);
+	}
+	memcpy(t->screen + t->screen_len, p, n);
+	t->screen_len += n;
+	t->screen[t->screen_len] = '\0';
+}
+
+/* Handle the complete frames in t->in. */
+static void tc_parse(struct tc *t, bool keep)
+{
+	size_t off = 0;
+
+	while (!t->ended) {
+		struct ws_frame f;
+		int rc = ws_frame_parse(t->in + off, t->in_len - off, false, sizeof t->in, &f);
+
+		assert_true(rc >= 0);
+		if (rc == 0 || t->in_len - off < f.hdr_len + f.len)
+			break;
+		const uint8_t *p = t->in + off + f.hdr_len;
+
+		if (f.opcode == WS_OP_BINARY) {
+			screen_add(t, p, (size_t)f.len, keep);
+		} else if (f.opcode == WS_OP_TEXT) {
+			char msg[512];
+
+			snprintf(msg, sizeof msg, "%.*s", (int)f.len, (const char *)p);
+			fprintf(stderr, "terminal message: %s\n", msg);
+			if (strstr(msg, "\"type\":\"exit\""))
+				t->exit_code = atoi(strstr(msg, "\"exit_code\":") + 12);
+		} else if (f.opcode == WS_OP_CLOSE) {
+			t->ended = true;
+			t->close_code = f.len >= 2 ? p[0] << 8 | p[1] : 0;
+			snprintf(t->close_reason, sizeof t->close_reason, "%.*s",
+				 f.len >= 2 ? (int)f.len - 2 : 0, (const char *)p + 2);
+		}
+		off += f.hdr_len + (size_t)f.len;
+	}
+	memmove(t->in, t->in + off, t->in_len - off);
+	t->in_len -= off;
+}
+
+/* Read for at most ms; false at EOF. */
+static bool tc_read(struct tc *t, int ms, bool keep)
+{
+	struct pollfd p = {.fd = t->fd, .events = POLLIN};
+	ssize_t n;
+
+	tc_parse(t, keep);
+	if (t->ended)
+		return false;
+	if (poll(&p, 1, ms) <= 0)
+		return true;
+	n = recv(t->fd, t->in + t->in_len, sizeof t->in - t->in_len, 0);
+	if (n <= 0) {
+		t->ended = true;
+		return false;
+	}
+	t->in_len += (size_t)n;
+	tc_parse(t, keep);
+	return true;
+}
+
+/* Read until `needle` is on the screen (since the last clear). */
+static void tc_until(struct tc *t, const char *needle, int timeout_ms)
+{
+	int64_t end = mono_ms() + timeout_ms;
+
+	while (!(t->screen && strstr(t->screen, needle))) {
+		if (mono_ms() > end || !tc_read(t, 200, true)) {
+			fprintf(stderr, "terminal: '%s' not seen; screen: %s\n", needle,
+				t->screen ? t->screen : "");
+			fail();
+		}
+	}
+}
+
+static void tc_clear(struct tc *t)
+{
+	t->screen_len = 0;
+	if (t->screen)
+		t->screen[0] = '\0';
+}
+
+static void tc_free(struct tc *t)
+{
+	if (!t)
+		return;
+	close(t->fd);
+	free(t->screen);
+	free(t);
+}
+
+/* Open one (a terminal closed just before counts until its shell ended:
+ * a 429 is retried for a while). */
+static struct tc *open_ok(const char *query)
+{
+	int status;
+	char body[512] = "";
+	int64_t end = mono_ms() + 20000;
+	struct tc *t;
+
+	while (!(t = tc_open(d.key, sbx, query, true, &status, body, sizeof body)) &&
+	       status == 429 && mono_ms() < end)
+		usleep(200 * 1000);
+
+	if (status != 101)
+		fprintf(stderr, "terminal: %d %s\n", status, body);
+	assert_int_equal(status, 101);
+	return t;
+}
+
+/* ---------------------------------------------------------------- cases */
+
+/* stty size says what the URL asked for, then the resize. */
+static void stty_size_and_resize(void **state)
+{
+	struct tc *t = open_ok("?rows=33&cols=101");
+
+	(void)state;
+	tc_type(t, "stty size; echo MARK$((40+2))\r");
+	tc_until(t, "MARK42", 120000);
+	assert_non_null(strstr(t->screen, "33 101"));
+	tc_clear(t);
+	tc_resize(t, 50, 132);
+	tc_type(t, "stty size; echo MARK$((40+3))\r");
+	tc_until(t, "MARK43", 60000);
+	assert_non_null(strstr(t->screen, "50 132"));
+	tc_free(t);
+}
+
+/* The python3 REPL, and Ctrl-C interrupting a sleep: the prompt returns. */
+static void repl_and_ctrl_c(void **state)
+{
+	struct tc *t = open_ok("");
+	int64_t t0;
+
+	(void)state;
+	tc_type(t, "python3 -q\r");
+	tc_until(t, ">>> ", 120000);
+	tc_clear(t);
+	tc_type(t, "print(6*7)\r");
+	tc_until(t, "42", 60000);
+	tc_until(t, ">>> ", 60000);
+	tc_type(t, "exit()\r");
+	tc_clear(t);
+	tc_type(t, "echo READY$((1+1))\r");
+	tc_until(t, "READY2", 60000);
+	tc_clear(t);
+	tc_type(t, "sleep 100; echo SL\"\"EPT\r");
+	usleep(1500 * 1000);
+	t0 = mono_ms();
+	tc_type(t, "\x03");
+	tc_type(t, "echo BACK$((2+2))\r");
+	tc_until(t, "BACK4", 60000);
+	fprintf(stderr, "Ctrl-C to the prompt: %lld ms\n", (long long)(mono_ms() - t0));
+	assert_null(strstr(t->screen, "SLEPT"));
+	tc_free(t);
+}
+
+/* exit 3: the exit message, then a close frame saying so. */
+static void exit_code_closes(void **state)
+{
+	struct tc *t = open_ok("?rows=24&cols=80");
+	int64_t end = mono_ms() + 60000;
+
+	(void)state;
+	tc_type(t, "exit 3\r");
+	while (!t->ended && mono_ms() < end)
+		tc_read(t, 200, true);
+	assert_true(t->ended);
+	assert_int_equal(t->exit_code, 3);
+	assert_int_equal(t->close_code, 1000);
+	assert_string_equal(t->close_reason, "exit 3");
+	tc_free(t);
+}
+
+/* Another account: 404 as on every sandbox route; no upgrade: 400; bad
+ * rows: 400; past max_terminals_per_sandbox (3): 429. */
+static void refusals(void **state)
+{
+	struct tc *open[3];
+	char body[512];
+	int status;
+
+	(void)state;
+	assert_null(tc_open(other_key, sbx, "", true, &status, body, sizeof body));
+	assert_int_equal(status, 404);
+	assert_non_null(strstr(body, "not_found"));
+	assert_null(tc_open(d.key, sbx, "", false, &status, body, sizeof body));
+	assert_int_equal(status, 400);
+	assert_null(tc_open(d.key, sbx, "?rows=0", true, &status, body, sizeof body));
+	assert_int_equal(status, 400);
+	assert_non_null(strstr(body, "\"rows\""));
+	assert_null(tc_open(NULL, sbx, "", true, &status, body, sizeof body));
+	assert_int_equal(status, 401);
+	for (int i = 0; i < 3; i++)
+		open[i] = open_ok("");
+	assert_null(tc_open(d.key, sbx, "", true, &status, body, sizeof body));
+	assert_int_equal(status, 429);
+	for (int i = 0; i < 3; i++)
+		tc_free(open[i]);
+}
+
+/* Count the guest's processes named `sleep 4242`. */
+static int sleepers(void)
+{
+	struct http_reply r;
+	char path[128];
+	int n;
+
+	snprintf(path, sizeof path, "/v1/sandboxes/%s/exec", sbx);
+	assert_int_equal(
+	    http_request(&d, "POST", path, d.key, NULL,
+			 "{\"command\": \"ps -eo args | grep -c '^sleep 4242' || true\"}", 0, &r),
+	    0);
+	assert_int_equal(r.status, 200);
+	n = atoi(jstr(r.json, "stdout"));
+	http_reply_free(&r);
+	return n;
+}
+
+/* Closing the WebSocket hangs the shell up: its foreground job ends. */
+static void close_hangs_up(void **state)
+{
+	struct tc *t = open_ok("");
+	int64_t end;
+
+	(void)state;
+	tc_type(t, "sleep 4242\r");
+	end = mono_ms() + 60000;
+	while (sleepers() < 1 && mono_ms() < end)
+		usleep(300 * 1000);
+	assert_int_equal(sleepers(), 1);
+	tc_frame(t, WS_OP_CLOSE, "\x03\xe8", 2);
+	tc_free(t);
+	end = mono_ms() + 30000;
+	while (sleepers() > 0 && mono_ms() < end)
+		usleep(300 * 1000);
+	assert_int_equal(sleepers(), 0);
+}
+
+/* sbx shell with stdin not a terminal: its bytes typed, 24 x 80, and sbx
+ * exits with the shell's code. */
+static void sbx_shell_exit_code(void **state)
+{
+	const char *bin = sbx_bin(), *slash = strrchr(bin, '/');
+	char cmd[1024], out[8192];
+	FILE *p;
+	size_t n;
+	int st;
+
+	(void)state;
+	snprintf(
+	    cmd, sizeof cmd,
+	    "printf 'stty size; echo SH$((3+4))\\nexit 7\\n' | SANDBOXD_URL=http://127.0.0.1:%d "
+	    "SANDBOXD_KEY=%s %.*ssbx shell %s",
+	    d.port, d.key, slash ? (int)(slash - bin + 1) : 0, bin, sbx);
+	p = popen(cmd, "r");
+	assert_non_null(p);
+	n = fread(out, 1, sizeof out - 1, p);
+	out[n] = '\0';
+	st = pclose(p);
+	fprintf(stderr, "sbx shell: %s\n", out);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 7);
+	assert_non_null(strstr(out, "24 80"));
+	assert_non_null(strstr(out, "SH7"));
+}
+
+/* Read `bytes` of `yes` as fast as they come (a figure, printed). */
+static void rate_of(struct tc *t, const char *stty, uint64_t bytes, uint64_t expect)
+{
+	char cmd[256];
+	uint64_t got0;
+	int64_t t0, end;
+
+	snprintf(cmd, sizeof cmd, "stty %s; yes | head -c %llu; echo; echo RATE$((6*7))\r", stty,
+		 (unsigned long long)bytes);
+	tc_clear(t);
+	tc_type(t, cmd);
+	tc_until(t, "RATE$((6*7))", 60000); /* the echo of the command */
+	tc_clear(t);
+	got0 = t->total;
+	t0 = mono_ms();
+	end = t0 + 600000;
+	while (mono_ms() < end && !strstr(t->screen ? t->screen : "", "RATE42")) {
+		if (!tc_read(t, 500, true))
+			break;
+		if (t->screen_len > 1024 * 1024) {
+			memmove(t->screen, t->screen + t->screen_len - 16, 16);
+			t->screen_len = 16;
+			t->screen[16] = '\0';
+		}
+	}
+	fprintf(stderr, "stty %s: %llu bytes in %lld ms (%.2f MB/s)\n", stty,
+		(unsigned long long)(t->total - got0), (long long)(mono_ms() - t0),
+		(double)(t->total - got0) / 1000.0 / (double)(mono_ms() - t0 + 1));
+	assert_true(t->total - got0 >= expect);
+}
+
+/* The terminal's throughput to a client that reads: a printed figure. On
+ * this TCG host the guest's own pty is the bound (`script` writing 10 MB
+ * of `yes` to /dev/null inside the guest takes ~19 s). */
+static void throughput_figures(void **state)
+{
+	struct tc *t = open_ok("");
+
+	(void)state;
+	rate_of(t, "opost", 4000000, 6000000); /* "y\n" arrives as "y\r\n" */
+	tc_free(t);
+}
+
+/* Nobody reads while the guest prints 100 MB: the daemon's VmRSS stays
+ * within 64 MiB of where it was; then the output flows again once the
+ * client reads (the next 4 MB; reading all of it would take minutes at
+ * this host's TCG pty rate, throughput_figures reads a whole stream). */
+static void unread_terminal_keeps_memory_flat(void **state)
+{
+	struct tc *t = open_ok("");
+	long rss0 = daemon_proc_kib(&d, "VmRSS"), peak = rss0, rss;
+	int64_t t0, end;
+	uint64_t got0;
+
+	(void)state;
+	tc_type(t, "stty -echo; yes | head -c 100000000; echo; echo END$((6*7))\r");
+	t0 = mono_ms();
+	while (mono_ms() - t0 < 15000) { /* not reading */
+		rss = daemon_proc_kib(&d, "VmRSS");
+		peak = rss > peak ? rss : peak;
+		usleep(250 * 1000);
+	}
+	fprintf(stderr, "unread 15 s: VmRSS %ld -> peak %ld KiB\n", rss0, peak);
+	assert_true(peak - rss0 < 64 * 1024);
+	/* now read: what was held, then the guest's output again */
+	got0 = t->total;
+	t0 = mono_ms();
+	end = t0 + 300000;
+	tc_clear(t);
+	while (mono_ms() < end && t->total - got0 < 4000000ull) {
+		if (!tc_read(t, 500, true))
+			break;
+		if (t->screen_len > 1024 * 1024) {
+			memmove(t->screen, t->screen + t->screen_len - 16, 16);
+			t->screen_len = 16;
+			t->screen[16] = '\0';
+		}
+		rss = daemon_proc_kib(&d, "VmRSS");
+		peak = rss > peak ? rss : peak;
+	}
+	fprintf(stderr, "then read %llu bytes in %lld ms; VmRSS peak %ld KiB (start %ld)\n",
+		(unsigned long long)(t->total - got0), (long long)(mono_ms() - t0), peak, rss0);
+	assert_true(t->total - got0 >= 4000000ull);
+	assert_true(peak - rss0 < 64 * 1024);
+	tc_free(t);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(stty_size_and_resize),
+	    cmocka_unit_test(repl_and_ctrl_c),
+	    cmocka_unit_test(exit_code_closes),
+	    cmocka_unit_test(refusals),
+	    cmocka_unit_test(close_hangs_up),
+	    cmocka_unit_test(sbx_shell_exit_code),
+	    cmocka_unit_test(throughput_figures),
+	    cmocka_unit_test(unread_terminal_keeps_memory_flat),
+	};
+
+	if (getenv("SBX_TEST_FILTER"))
+		cmocka_set_test_filter(getenv("SBX_TEST_FILTER"));
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
