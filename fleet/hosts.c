@@ -498,6 +498,7 @@ static void host_check(struct fleet *f, struct fleet_host *h)
 		h->reconcile_due = true;
 		pthread_mutex_unlock(&f->lock);
 	}
+	vmm_conn_check(v);
 	ok = vmm_connected(v);
 	pthread_mutex_lock(&f->lock);
 	int64_t mono = sbx_mono_ms();

@@ -16,6 +16,9 @@
 #define MOD		     "vmm"
 #define VMM_RECONNECT_MIN_MS 100
 #define VMM_RECONNECT_MAX_MS 2000
+/* One try of vmm's own reconnect: a connect, TLS and libvirt's hello take
+ * well under a second on a live link, a few on a loaded test machine. */
+#define VMM_REOPEN_BOUND_MS 15000
 
 /* ------------------------------------------------------ lifecycle, close */
 
@@ -41,6 +44,7 @@ static void vmm_lifecycle_cb(virConnectPtr conn, virDomainPtr dom, int event, in
 }
 
 static void *vmm_reconnect_main(void *arg);
+static virConnectPtr vmm_open_bounded(struct vmm *v, int timeout_ms);
 
 /* libvirt closed the connection (libvirtd restarted or died): reconnect
  * on a thread of our own, since this runs on the event-loop thread. The
@@ -207,7 +211,11 @@ static void *vmm_reconnect_main(void *arg)
 		if (closing)
 			break;
 		tries++;
-		c = vmm_conn_open(v, &id, &ccb);
+		/* bounded: a connect or TLS handshake on a link that went
+		 * silent mid-way can wait minutes, and this loop must try again */
+		c = vmm_open_bounded(v, VMM_REOPEN_BOUND_MS);
+		if (c)
+			c = vmm_conn_setup(v, c, &id, &ccb);
 		if (c) {
 			vmm_conn_swap(v, c, id, ccb);
 			sbx_info(MOD, "reconnected to '%s' after %lld ms (%u tries)", v->uri,
@@ -215,6 +223,9 @@ static void *vmm_reconnect_main(void *arg)
 			vmm_check_vms(v);
 			break;
 		}
+		sbx_warn(MOD, "reconnect to '%s': try %u failed after %lld ms: %s; next in %lld ms",
+			 v->uri, tries, (long long)(sbx_mono_ms() - t0), vmm_lv_msg(),
+			 (long long)delay);
 		/* Back off, but wake at once for vmm_free. */
 		struct timespec ts = sbx_timespec_in(CLOCK_REALTIME, delay);
 		pthread_mutex_lock(&v->lock);
@@ -263,6 +274,21 @@ bool vmm_connected(struct vmm *v)
 	/* virConnectIsAlive asks no one: it says whether the client still
 	 * holds an open socket that keepalive has not given up on. */
 	return !down && c && virConnectIsAlive(c) == 1;
+}
+
+void vmm_conn_check(struct vmm *v)
+{
+	pthread_mutex_lock(&v->lock);
+	virConnectPtr c = v->conn;
+	bool quiet = c && !v->lost && !v->reconnecting && !v->closing;
+	pthread_mutex_unlock(&v->lock);
+	/* the connection stays ours until vmm_free (vmm_conn), and the close
+	 * callback's checks make a late one from libvirt a no-op */
+	if (quiet && virConnectIsAlive(c) == 0) {
+		sbx_warn(MOD, "libvirt connection '%s' is closed and libvirt did not say so",
+			 v->uri);
+		vmm_close_cb(c, VIR_CONNECT_CLOSE_REASON_ERROR, v);
+	}
 }
 
 /* virConnectOpen on a thread of its own, so a host that never answers a

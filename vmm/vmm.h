@@ -252,6 +252,15 @@ unsigned vmm_conn_gen(struct vmm *v);
  * keepalive bound. */
 bool vmm_connected(struct vmm *v);
 
+/* A connection libvirt closed without calling the close callback goes the
+ * callback's way now (vmm's own reconnect, or the lost callback below).
+ * libvirt marks a connection closed as soon as keepalive gives up inside
+ * a call in flight, but runs the close callback only once the last call
+ * on it has returned, and with several threads calling that was seen not
+ * to come at all (test_remote, metrics on). The host check calls it each
+ * round; no lock held, never blocks. */
+void vmm_conn_check(struct vmm *v);
+
 /* Called on vmm's event-loop thread with no vmm lock held when the
  * connection closes (keepalive timeout, remote end gone, libvirtd
  * restarted); `why` is borrowed. Setting one turns vmm's own reconnecting
