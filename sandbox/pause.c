@@ -119,6 +119,22 @@ static int relink(struct sandbox_svc *svc, struct fleet_host *h, const struct st
 		return -1;
 	l->expires_at_ms = row->expires_at_ms; /* not shared yet */
 	fleet_live_link(svc->fleet, l);
+	/* A DELETE (or the paused retention) that ended the row meanwhile
+	 * found no guest to end: this one is unbilled, so it goes now. */
+	struct store_sandbox now_row;
+	struct sbx_error e = {0};
+	if (store_sandbox_get(svc->store, NULL, row->id, &now_row, &e) == 0 &&
+	    now_row.status != STORE_RUNNING) {
+		struct fleet_guest *g = fleet_live_take(svc->fleet, row->id, FLEET_END_DELETED);
+
+		sbx_warn(MOD, "sandbox %s: ended (%s) while it was relinked: its guest goes",
+			 row->id, store_status_name(now_row.status));
+		if (g)
+			fleet_guest_teardown(g, "the sandbox ended while it was relinked");
+		return sbx_error_set(err, SBX_E_SANDBOX_NOT_RUNNING, NULL,
+				     "sandbox '%s' is %s; create a new one", row->id,
+				     store_status_name(now_row.status));
+	}
 	return 0;
 }
 
@@ -321,8 +337,21 @@ int sandbox_resume(struct sandbox_svc *svc, const char *account_id, const char *
 			return -1;
 		/* read again inside the claim: a pause may have just committed */
 		rc = sandbox_visible_row(svc, account_id, id, &row, err);
-		if (rc == 0 && row.status == STORE_PAUSED)
+		int64_t ttl = (int64_t)svc->cfg.paused_ttl_minutes * minute_ms(&svc->cfg);
+		if (rc == 0 && row.status == STORE_PAUSED &&
+		    row.paused_at_ms + ttl <= sbx_wall_ms()) {
+			/* past its retention (the pass had not come yet): it
+			 * ends as the pass would have ended it */
+			rc = sandbox_end_paused(svc, &row, STORE_EXPIRED, row.paused_at_ms + ttl,
+						&row, err);
+			if (rc == 0)
+				rc = sbx_error_set(err, SBX_E_SANDBOX_NOT_RUNNING, NULL,
+						   "sandbox '%s' was paused longer than its "
+						   "retention and has expired",
+						   id);
+		} else if (rc == 0 && row.status == STORE_PAUSED) {
 			rc = resume_locked(svc, &row, err);
+		}
 		transit_leave(svc, id);
 		if (rc < 0)
 			return -1;
@@ -352,9 +381,18 @@ static void ttl_job(void *arg, bool cancelled)
 		for (size_t i = 0; i < n; i++) {
 			const struct store_sandbox *r = &rows[i];
 
+			struct store_sandbox cur;
+
 			if (r->status != STORE_PAUSED || r->paused_at_ms + ttl > now ||
 			    transit_enter(svc, r->id, NULL) < 0)
 				continue;
+			/* read again inside the claim: a resume may have just
+			 * committed (it is running again, or paused anew) */
+			if (store_sandbox_get(svc->store, NULL, r->id, &cur, &err) < 0 ||
+			    cur.status != STORE_PAUSED || cur.paused_at_ms != r->paused_at_ms) {
+				transit_leave(svc, r->id);
+				continue;
+			}
 			sbx_info(MOD, "sandbox %s: paused longer than paused_ttl_minutes; ending",
 				 r->id);
 			if (sandbox_end_paused(svc, r, STORE_EXPIRED, r->paused_at_ms + ttl, NULL,

@@ -300,6 +300,10 @@ int sandbox_destroy(struct sandbox_svc *svc, const char *account_id, const char 
 
 	if (sandbox_visible_row(svc, account_id, id, &row, err) < 0)
 		return -1;
+	/* a pause or resume has the guest out of the lives: ending the row
+	 * now would leave the guest it brings back unbilled (docs/api.md) */
+	if (sandbox_in_transit(svc, id))
+		return sandbox_transit_error(id, err);
 	if (row.status == STORE_PAUSED) {
 		if (sandbox_end_paused(svc, &row, STORE_DESTROYED, now, &row, err) < 0)
 			return -1;
