@@ -83,6 +83,9 @@ struct term {
 
 	/* the thread's own */
 	MHD_socket sock;
+	int reg_sock; /* sock while the thread has it open; under reg.lock */
+	/* what out holds, charged to the output budget (sandbox.h) */
+	struct sandbox_output_hold hold;
 	struct MHD_UpgradeResponseHandle *urh;
 	uint8_t in[TERM_IN_BUF];
 	size_t in_len;
@@ -181,6 +184,7 @@ static void term_unref(struct term *t)
 	pthread_cond_broadcast(&reg.cond);
 	pthread_mutex_unlock(&reg.lock);
 	close(t->efd);
+	sandbox_output_release(&t->hold);
 	free(t->out);
 	free(t->text);
 	pthread_mutex_destroy(&t->lock);
@@ -195,7 +199,18 @@ void api_terminals_stop(void)
 	reg.stopping = true;
 	for (struct term *t = reg.head; t; t = t->next)
 		wake(t);
-	while (reg.threads > 0 && sbx_mono_ms() < deadline) {
+	/* every thread is gone before the server (and the service its
+	 * terminals call) is: past 5 s their sockets are shut, which ends
+	 * any wait on the client, and the wait goes on */
+	for (;;) {
+		if (reg.threads == 0)
+			break;
+		if (sbx_mono_ms() >= deadline) {
+			for (struct term *t = reg.head; t; t = t->next)
+				if (t->reg_sock >= 0)
+					shutdown(t->reg_sock, SHUT_RDWR);
+			deadline = INT64_MAX;
+		}
 		struct timespec ts;
 
 		clock_gettime(CLOCK_REALTIME, &ts);
@@ -232,11 +247,17 @@ static bool term_output(void *opaque, uint32_t exec_id, bool is_stderr, const vo
 {
 	struct term *t = opaque;
 	bool pause;
+	/* what is kept for the client counts against its account's and the
+	 * host's output budgets, like a streamed exec's (a guest ignoring
+	 * PAUSE meets them; then the terminal ends as too slow) */
+	bool paid = sandbox_output_charge(&t->hold, len, SANDBOX_OUTPUT_WITHIN, NULL, NULL) == 0;
 
 	pthread_mutex_lock(&t->lock);
-	if (t->out_len + len > TERM_OUT_HARD) {
+	if (!paid || t->too_slow || t->out_len + len > TERM_OUT_HARD) {
+		if (paid)
+			sandbox_output_shrink(&t->hold, len);
 		t->too_slow = true; /* dropped: the terminal ends */
-	} else if (!t->too_slow) {
+	} else {
 		if (t->out_len + len > t->out_cap) {
 			size_t cap = t->out_cap ? t->out_cap : 64 * 1024;
 			uint8_t *p;
@@ -246,6 +267,7 @@ static bool term_output(void *opaque, uint32_t exec_id, bool is_stderr, const vo
 			p = realloc(t->out, cap);
 			if (!p) {
 				t->too_slow = true;
+				sandbox_output_shrink(&t->hold, len);
 				goto out;
 			}
 			t->out = p;
@@ -450,6 +472,7 @@ static void out_pump(struct term *t)
 		t->wq_len += n;
 		memmove(t->out, t->out + n, t->out_len - n);
 		t->out_len -= n;
+		sandbox_output_shrink(&t->hold, n);
 	}
 	if (t->paused && !t->too_slow && t->out_len < TERM_OUT_RESUME) {
 		t->paused = false;
@@ -460,11 +483,9 @@ static void out_pump(struct term *t)
 		sandbox_exec_resume(t->svc, t->sandbox_id, t->exec_id);
 }
 
-/* The last frames, with TERM_FLUSH_MS to leave. */
-static void final_flush(struct term *t)
+/* The last frames, until `until` (sbx_mono_ms). */
+static void final_flush(struct term *t, int64_t until)
 {
-	int64_t until = sbx_mono_ms() + TERM_FLUSH_MS;
-
 	while (t->wq_off < t->wq_len && sbx_mono_ms() < until) {
 		struct pollfd p = {.fd = t->sock, .events = POLLOUT};
 
@@ -480,12 +501,15 @@ static void term_finish(struct term *t)
 {
 	char msg[320], reason[64];
 	struct json_object *o;
+	/* one deadline for all that is left: a client reading a chunk now
+	 * and then does not hold the thread (and the server's stop) */
+	int64_t until = sbx_mono_ms() + TERM_FLUSH_MS;
 
 	for (;;) {
 		out_pump(t);
 		if (t->wq_len == 0)
 			break;
-		final_flush(t);
+		final_flush(t, until);
 		if (t->wq_off < t->wq_len)
 			return; /* the client does not read: no goodbye */
 	}
@@ -508,7 +532,7 @@ static void term_finish(struct term *t)
 	json_object_put(o);
 	wq_frame(t, WS_OP_TEXT, msg, strlen(msg));
 	wq_close(t, t->failed ? WS_CLOSE_INTERNAL : WS_CLOSE_NORMAL, reason);
-	final_flush(t);
+	final_flush(t, sbx_mono_ms() + TERM_FLUSH_MS);
 }
 
 /* One turn's poll: the socket (reading while keystrokes can go on, writing
@@ -621,11 +645,20 @@ static void *term_main(void *arg)
 	 * server stops: hang the shell up (its done follows) */
 	sandbox_pty_hangup(t->svc, t->sandbox_id, t->exec_id);
 	if (close_code) {
+		int64_t until = sbx_mono_ms() + TERM_FLUSH_MS;
+
+		/* a frame half sent is finished first: the close must not land
+		 * inside its payload */
+		if (t->wq_off > 0)
+			final_flush(t, until);
 		t->wq_len = t->wq_off = 0;
 		wq_close(t, close_code, close_reason);
-		final_flush(t);
+		final_flush(t, until);
 	}
 closed:
+	pthread_mutex_lock(&reg.lock);
+	t->reg_sock = -1; /* closed below: its number may be reused */
+	pthread_mutex_unlock(&reg.lock);
 	MHD_upgrade_action(t->urh, MHD_UPGRADE_ACTION_CLOSE);
 	pthread_mutex_lock(&reg.lock);
 	reg.threads--;
@@ -658,6 +691,7 @@ static void term_upgraded(void *cls, struct MHD_Connection *c, void *req_cls, co
 	t->in_len = extra_in_size;
 	pthread_mutex_lock(&reg.lock);
 	reg.threads++;
+	t->reg_sock = sock;
 	pthread_mutex_unlock(&reg.lock);
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
@@ -665,6 +699,9 @@ static void term_upgraded(void *cls, struct MHD_Connection *c, void *req_cls, co
 	if (pthread_create(&th, &attr, term_main, t) != 0) {
 		sbx_warn(MOD, "terminal: no thread: %s", strerror(errno));
 		sandbox_pty_hangup(t->svc, t->sandbox_id, t->exec_id);
+		pthread_mutex_lock(&reg.lock);
+		t->reg_sock = -1;
+		pthread_mutex_unlock(&reg.lock);
 		MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
 		pthread_mutex_lock(&reg.lock);
 		reg.threads--;
@@ -754,6 +791,7 @@ static struct term *term_new(struct req *r)
 	t->svc = r->srv->svc;
 	t->idle_ms = r->srv->cfg->terminal_idle_timeout_ms;
 	t->sock = MHD_INVALID_SOCKET;
+	t->reg_sock = -1;
 	snprintf(t->account_id, sizeof t->account_id, "%s", r->account_id);
 	snprintf(t->sandbox_id, sizeof t->sandbox_id, "%s", r->id);
 	return t;
@@ -794,6 +832,7 @@ enum MHD_Result api_terminal_handle(struct req *r)
 	    .pty_cols = cols,
 	    .on_pty_ack = term_ack,
 	    .exec_id = &t->exec_id,
+	    .hold = &t->hold,
 	};
 	t->refs++; /* the exec's, dropped by term_done */
 	if (sandbox_exec_start(t->svc, t->account_id, t->sandbox_id, &req, term_done, t, &err) <
