@@ -43,69 +43,6 @@ static int64_t minute_ms(const struct sandbox_config *cfg)
 
 /* ----------------------------------------------------------- transit */
 
-bool sandbox_in_transit(struct sandbox_svc *svc, const char *id)
-{
-	bool in = false;
-
-	pthread_mutex_lock(&svc->lock);
-	for (size_t i = 0; i < svc->n_transit && !in; i++)
-		in = strcmp(svc->transit[i], id) == 0;
-	pthread_mutex_unlock(&svc->lock);
-	return in;
-}
-
-int sandbox_transit_error(const char *id, struct sbx_error *err)
-{
-	sbx_error_clear(err);
-	sbx_error_set(err, SBX_E_SANDBOX_PAUSED, NULL,
-		      "sandbox '%s' is being paused or resumed; retry shortly", id);
-	if (err)
-		err->retry_after_s = 2;
-	return -1;
-}
-
-/* Claim `id` for one operation: 0, or -1 with 409 (another one runs) or
- * 503 (too many at once). */
-static int transit_enter(struct sandbox_svc *svc, const char *id, struct sbx_error *err)
-{
-	int rc = 0;
-
-	pthread_mutex_lock(&svc->lock);
-	for (size_t i = 0; i < svc->n_transit; i++)
-		if (strcmp(svc->transit[i], id) == 0)
-			rc = 1;
-	if (rc == 0 && svc->n_transit == SANDBOX_TRANSIT_MAX)
-		rc = 2;
-	if (rc == 0)
-		snprintf(svc->transit[svc->n_transit++], SANDBOX_ID_MAX, "%s", id);
-	pthread_mutex_unlock(&svc->lock);
-	if (rc == 1)
-		return sandbox_transit_error(id, err);
-	if (rc == 2) {
-		sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
-			      "too many pauses and resumes at once; retry shortly");
-		if (err)
-			err->retry_after_s = 2;
-		return -1;
-	}
-	return 0;
-}
-
-static void transit_leave(struct sandbox_svc *svc, const char *id)
-{
-	pthread_mutex_lock(&svc->lock);
-	for (size_t i = 0; i < svc->n_transit; i++) {
-		if (strcmp(svc->transit[i], id) == 0) {
-			svc->n_transit--;
-			if (i != svc->n_transit)
-				memcpy(svc->transit[i], svc->transit[svc->n_transit],
-				       SANDBOX_ID_MAX);
-			break;
-		}
-	}
-	pthread_mutex_unlock(&svc->lock);
-}
-
 /* ------------------------------------------------------------ helpers */
 
 /* A live guest again for the running domain of `row` on h (restored, or
@@ -143,22 +80,6 @@ static int64_t storage_hold(const struct sandbox_config *cfg, int64_t bytes)
 {
 	return billing_storage_cost(bytes, (int64_t)cfg->paused_ttl_minutes * minute_ms(cfg),
 				    (int64_t)cfg->paused_storage_micro_per_gib_hour);
-}
-
-int sandbox_end_paused(struct sandbox_svc *svc, const struct store_sandbox *row,
-		       enum store_status status, int64_t at_ms, struct store_sandbox *out,
-		       struct sbx_error *err)
-{
-	struct fleet_host *h = svc->fleet ? fleet_host_find(svc->fleet, row->host) : NULL;
-	struct store_sandbox kept = *row;
-
-	if (sandbox_settle(svc, row->id, status, at_ms, out, err) < 0)
-		return -1;
-	/* the row is final: its files go (a crash first leaves them to the
-	 * next start, which deletes the save files no live row names) */
-	if (h && h->vmm && kept.domain[0])
-		vmm_destroy_by_name(h->vmm, kept.domain, NULL);
-	return 0;
 }
 
 /* ------------------------------------------------------------- pause */
@@ -246,7 +167,7 @@ int sandbox_pause(struct sandbox_svc *svc, const char *account_id, const char *i
 		if (!svc->fleet)
 			return sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
 					     "this service runs no guests");
-		if (transit_enter(svc, id, err) < 0)
+		if (sandbox_transit_enter(svc, id, err) < 0)
 			return -1;
 		/* read again inside the claim: a pause may have just committed */
 		rc = sandbox_visible_row(svc, account_id, id, &row, err);
@@ -254,7 +175,7 @@ int sandbox_pause(struct sandbox_svc *svc, const char *account_id, const char *i
 			rc = sandbox_running_row(svc, account_id, id, sbx_wall_ms(), &row, err);
 		if (rc == 0 && row.status != STORE_PAUSED)
 			rc = pause_locked(svc, &row, err);
-		transit_leave(svc, id);
+		sandbox_transit_leave(svc, id);
 		if (rc < 0)
 			return -1;
 	}
@@ -333,7 +254,7 @@ int sandbox_resume(struct sandbox_svc *svc, const char *account_id, const char *
 		if (!svc->fleet)
 			return sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
 					     "this service runs no guests");
-		if (transit_enter(svc, id, err) < 0)
+		if (sandbox_transit_enter(svc, id, err) < 0)
 			return -1;
 		/* read again inside the claim: a pause may have just committed */
 		rc = sandbox_visible_row(svc, account_id, id, &row, err);
@@ -352,7 +273,7 @@ int sandbox_resume(struct sandbox_svc *svc, const char *account_id, const char *
 		} else if (rc == 0 && row.status == STORE_PAUSED) {
 			rc = resume_locked(svc, &row, err);
 		}
-		transit_leave(svc, id);
+		sandbox_transit_leave(svc, id);
 		if (rc < 0)
 			return -1;
 	} else if (row.status != STORE_RUNNING) {
@@ -384,13 +305,13 @@ static void ttl_job(void *arg, bool cancelled)
 			struct store_sandbox cur;
 
 			if (r->status != STORE_PAUSED || r->paused_at_ms + ttl > now ||
-			    transit_enter(svc, r->id, NULL) < 0)
+			    sandbox_transit_enter(svc, r->id, NULL) < 0)
 				continue;
 			/* read again inside the claim: a resume may have just
 			 * committed (it is running again, or paused anew) */
 			if (store_sandbox_get(svc->store, NULL, r->id, &cur, &err) < 0 ||
 			    cur.status != STORE_PAUSED || cur.paused_at_ms != r->paused_at_ms) {
-				transit_leave(svc, r->id);
+				sandbox_transit_leave(svc, r->id);
 				continue;
 			}
 			sbx_info(MOD, "sandbox %s: paused longer than paused_ttl_minutes; ending",
@@ -398,7 +319,7 @@ static void ttl_job(void *arg, bool cancelled)
 			if (sandbox_end_paused(svc, r, STORE_EXPIRED, r->paused_at_ms + ttl, NULL,
 					       &err) < 0)
 				sbx_err(MOD, "sandbox %s: ending failed: %s", r->id, err.message);
-			transit_leave(svc, r->id);
+			sandbox_transit_leave(svc, r->id);
 		}
 	}
 	free(rows);

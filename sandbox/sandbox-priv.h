@@ -87,13 +87,18 @@ struct sandbox_svc {
 	bool ttl_queued; /* under svc->lock: a paused-retention job is queued */
 };
 
-/* An admin service (SANDBOX_SVC_ADMIN) has no fleet: no guest runs
- * there. These answer for it as a fleet with no guest and no host would:
- * a pin 410, an acquisition 503 (no room). */
-/* pause.c: is sandbox `id` being paused or resumed? (svc->lock) */
+/* rows.c: is sandbox `id` being paused or resumed? (svc->lock) */
 bool sandbox_in_transit(struct sandbox_svc *svc, const char *id);
 /* 409 sandbox_paused into err for a sandbox being paused or resumed. */
 int sandbox_transit_error(const char *id, struct sbx_error *err);
+/* Claim `id` for one pause, resume or retention end: 0, or -1 with 409
+ * (another one runs) or 503 (too many at once); leave it after. */
+int sandbox_transit_enter(struct sandbox_svc *svc, const char *id, struct sbx_error *err);
+void sandbox_transit_leave(struct sandbox_svc *svc, const char *id);
+
+/* An admin service (SANDBOX_SVC_ADMIN) has no fleet: no guest runs
+ * there. These answer for it as a fleet with no guest and no host would:
+ * a pin 410, an acquisition 503 (no room). */
 
 static inline struct fleet_guest *sandbox_pin(struct sandbox_svc *svc, const char *id,
 					      struct sbx_error *err)
@@ -133,7 +138,7 @@ int sandbox_end(struct sandbox_svc *svc, const char *id, enum store_status statu
 		int64_t ended_at_ms, const char *why, struct store_sandbox *out,
 		struct sbx_error *err);
 
-/* pause.c: end a paused sandbox (DELETE, its paused retention): settle
+/* settle.c: end a paused sandbox (DELETE, its paused retention): settle
  * the row with `status` at at_ms, then delete its save file and overlay.
  * *out (may be NULL) gets the row. No lock held. */
 int sandbox_end_paused(struct sandbox_svc *svc, const struct store_sandbox *row,
@@ -220,7 +225,7 @@ int sandbox_run_dev_process(const char *launcher, const char *code, size_t code_
 struct receipt_signer *sandbox_receipt_signer_open(const struct sandbox_config *cfg,
 						   struct sbx_error *err);
 
-/* sandboxes.c */
+/* rows.c */
 
 /* The row of a sandbox this account may see (a creating one is 404). */
 int sandbox_visible_row(struct sandbox_svc *svc, const char *account_id, const char *id,
@@ -230,13 +235,16 @@ int sandbox_visible_row(struct sandbox_svc *svc, const char *account_id, const c
  * sandbox_not_running. */
 int sandbox_running_row(struct sandbox_svc *svc, const char *account_id, const char *id,
 			int64_t now, struct store_sandbox *row, struct sbx_error *err);
+/* A sandbox's view from its row, its cost accrued to now_ms. */
+void sandbox_view_from_row(const struct store_sandbox *row, int64_t now_ms, struct sandbox_view *v);
+
+/* sandboxes.c */
+
 /* create's parameter checks and defaults (size, timeout_minutes), for
  * idempotency.c's canonical request. */
 int sandbox_create_params(const struct sandbox_config *cfg, const struct sandbox_create_req *req,
 			  const struct sandbox_size **size_out, int *minutes_out,
 			  struct sbx_error *err);
-/* A sandbox's view from its row, its cost accrued to now_ms. */
-void sandbox_view_from_row(const struct store_sandbox *row, int64_t now_ms, struct sandbox_view *v);
 
 /* reconcile.c */
 

@@ -33,54 +33,6 @@ static int64_t minute_ms(const struct sandbox_config *cfg)
 	return cfg->test_minute_ms ? (int64_t)cfg->test_minute_ms : 60000;
 }
 
-static void view_from_row(const struct store_sandbox *row, int64_t now_ms, struct sandbox_view *v)
-{
-	memset(v, 0, sizeof(*v));
-	snprintf(v->id, sizeof(v->id), "%s", row->id);
-	snprintf(v->status, sizeof(v->status), "%s", store_status_name(row->status));
-	snprintf(v->size, sizeof(v->size), "%s", row->size);
-	v->created_at_ms = row->created_at_ms;
-	v->expires_at_ms = row->expires_at_ms;
-	v->ended_at_ms = row->ended_at_ms;
-	v->cost_micro = billing_cost_so_far(row, now_ms);
-	snprintf(v->startup_path, sizeof(v->startup_path), "%s", row->startup_path);
-	v->startup_ms = row->startup_ms;
-	snprintf(v->metadata, sizeof(v->metadata), "%s", row->metadata[0] ? row->metadata : "{}");
-	v->paused_at_ms = row->status == STORE_PAUSED ? row->paused_at_ms : 0;
-	v->paused_bytes = row->status == STORE_PAUSED ? row->paused_bytes : 0;
-	v->paused_ms = row->paused_ms;
-}
-
-/* Tenants see a sandbox that is still being created as not existing yet. */
-int sandbox_visible_row(struct sandbox_svc *svc, const char *account_id, const char *id,
-			struct store_sandbox *row, struct sbx_error *err)
-{
-	if (store_sandbox_get(svc->store, account_id, id, row, err) < 0)
-		return -1;
-	if (row->status == STORE_CREATING)
-		return sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such sandbox '%s'", id);
-	return 0;
-}
-
-int sandbox_running_row(struct sandbox_svc *svc, const char *account_id, const char *id,
-			int64_t now, struct store_sandbox *row, struct sbx_error *err)
-{
-	if (sandbox_visible_row(svc, account_id, id, row, err) < 0)
-		return -1;
-	if (row->status == STORE_PAUSED) {
-		sbx_error_set(err, SBX_E_SANDBOX_PAUSED, NULL,
-			      "sandbox '%s' is paused; resume it first (POST "
-			      "/v1/sandboxes/%s/resume)",
-			      id, id);
-		return -1;
-	}
-	if (row->status != STORE_RUNNING || row->expires_at_ms <= now)
-		return sbx_error_set(
-		    err, SBX_E_SANDBOX_NOT_RUNNING, NULL, "sandbox '%s' is %s; create a new one",
-		    id, row->status == STORE_RUNNING ? "expired" : store_status_name(row->status));
-	return 0;
-}
-
 /* For the use cases beside this file (idempotency.c). */
 static int create_params(const struct sandbox_config *cfg, const struct sandbox_create_req *req,
 			 const struct sandbox_size **size_out, int *minutes_out,
@@ -91,11 +43,6 @@ int sandbox_create_params(const struct sandbox_config *cfg, const struct sandbox
 			  struct sbx_error *err)
 {
 	return create_params(cfg, req, size_out, minutes_out, err);
-}
-
-void sandbox_view_from_row(const struct store_sandbox *row, int64_t now_ms, struct sandbox_view *v)
-{
-	view_from_row(row, now_ms, v);
 }
 
 /* ---------------------------------------------------------------- create */
@@ -215,7 +162,7 @@ int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 		 (long long)startup_ms);
 	if (store_sandbox_get(svc->store, account_id, row.id, &row, err) < 0)
 		return -1;
-	view_from_row(&row, sbx_wall_ms(), out);
+	sandbox_view_from_row(&row, sbx_wall_ms(), out);
 	return 0;
 
 err_capacity:
@@ -239,7 +186,7 @@ int sandbox_get(struct sandbox_svc *svc, const char *account_id, const char *id,
 
 	if (sandbox_visible_row(svc, account_id, id, &row, err) < 0)
 		return -1;
-	view_from_row(&row, sbx_wall_ms(), out);
+	sandbox_view_from_row(&row, sbx_wall_ms(), out);
 	return 0;
 }
 
@@ -287,7 +234,7 @@ int sandbox_list_labeled(struct sandbox_svc *svc, const char *account_id, const 
 	*n = 0;
 	for (size_t i = 0; i < count; i++)
 		if (rows[i].status != STORE_CREATING)
-			view_from_row(&rows[i], now, &(*out)[(*n)++]);
+			sandbox_view_from_row(&rows[i], now, &(*out)[(*n)++]);
 	free(rows);
 	return 0;
 }
@@ -313,7 +260,7 @@ int sandbox_destroy(struct sandbox_svc *svc, const char *account_id, const char 
 		return -1;
 	}
 	sandbox_fault_hit(&svc->cfg, SANDBOX_FAULT_DELETE_AFTER_SETTLE);
-	view_from_row(&row, now, out);
+	sandbox_view_from_row(&row, now, out);
 	return 0;
 }
 

@@ -258,3 +258,19 @@ int sandbox_end(struct sandbox_svc *svc, const char *id, enum store_status statu
 		return -1;
 	return 0;
 }
+
+int sandbox_end_paused(struct sandbox_svc *svc, const struct store_sandbox *row,
+		       enum store_status status, int64_t at_ms, struct store_sandbox *out,
+		       struct sbx_error *err)
+{
+	struct fleet_host *h = svc->fleet ? fleet_host_find(svc->fleet, row->host) : NULL;
+	struct store_sandbox kept = *row;
+
+	if (sandbox_settle(svc, row->id, status, at_ms, out, err) < 0)
+		return -1;
+	/* the row is final: its files go (a crash first leaves them to the
+	 * next start, which deletes the save files no live row names) */
+	if (h && h->vmm && kept.domain[0])
+		vmm_destroy_by_name(h->vmm, kept.domain, NULL);
+	return 0;
+}
