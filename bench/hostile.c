@@ -25,7 +25,11 @@
  * (reopen_v3) or nothing (reopen_silent) after the reopen, and then stops
  * reading while 12 commands of 60 KiB go to it (over the stream
  * transport, SBX_TEST_TRANSPORT=stream, it has the credit window anyway,
- * confirmed by the host's PINGs: docs/vmm.md).
+ * confirmed by the host's PINGs: docs/vmm.md). The phase file_trickle
+ * has A download a file 8 times at once, again and again, from a guest
+ * that sends each download one byte every 2 s: the "A's own" line then
+ * counts those downloads (a cut one still answers 200: its head went
+ * first) and their mean time.
  *
  * SBX_BENCH_PHASES (a comma-separated list, default all) runs only the
  * phases named (the idle one always runs first, for the ratios).
@@ -176,6 +180,42 @@ static void exec_until_stopped(struct hostile *h, const char *cmd, const char *h
 	exec_until_stopped_as(h, cmd, how, NULL);
 }
 
+/* The file_trickle phase: TRICKLERS downloads of A's at once, each sent
+ * one byte every 2 s by A's guest, again and again until the phase ends:
+ * they hold A's files slots and connections until the minimum-progress
+ * rule cuts them (docs/api.md "Fair share"). */
+#define TRICKLERS 8
+
+static void *trickle_main(void *arg)
+{
+	struct hostile *h = arg;
+	char path[160];
+
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s/files?path=/tmp/trickle", h->id);
+	for (;;) {
+		struct http_reply r;
+		int64_t t0 = sbx_mono_ms();
+
+		pthread_mutex_lock(&h->lock);
+		bool stop = h->stop;
+		pthread_mutex_unlock(&h->lock);
+		if (stop)
+			return NULL;
+		int st =
+		    http_request(&d, "GET", path, d.key, NULL, NULL, 0, &r) == 0 ? r.status : -1;
+		/* a cut download still answered 200 (its head went first) */
+		if (st >= 0)
+			http_reply_free(&r);
+		pthread_mutex_lock(&h->lock);
+		h->a_ok += st == 200;
+		h->a_failed += st != 200;
+		h->a_ms += sbx_mono_ms() - t0;
+		pthread_mutex_unlock(&h->lock);
+		if (st < 0)
+			usleep(100 * 1000);
+	}
+}
+
 static void *hostile_main(void *arg)
 {
 	struct hostile *h = arg;
@@ -209,6 +249,19 @@ static void *hostile_main(void *arg)
 				   "head -c 1048576 /dev/zero | tr '\\0' '\\1'; "
 				   "head -c 1048576 /dev/zero | tr '\\0' '\\2' >&2",
 				   NULL);
+		return NULL;
+	}
+	if (strcmp(h->how, "file_trickle") == 0) {
+		pthread_t t[TRICKLERS];
+
+		if (exec_status(d.key, h->id, "head -c 1048576 /dev/zero > /tmp/trickle", 0,
+				NULL) != 200 ||
+		    exec_status(d.key, h->id, "true", 0, h->how) != 200)
+			return NULL;
+		for (int i = 0; i < TRICKLERS; i++)
+			pthread_create(&t[i], NULL, trickle_main, h);
+		for (int i = 0; i < TRICKLERS; i++)
+			pthread_join(t[i], NULL);
 		return NULL;
 	}
 	exec_status(d.key, h->id, "true", 2000, h->how);
@@ -378,8 +431,8 @@ static int reopen(struct hostile *h, const char *how)
 int main(void)
 {
 	static const char *const phases[] = {
-	    "busy",	    "small_writes", "blackhole",   "unknown_ids", "hello_flood",
-	    "stop_reading", "flood",	    "tiny_frames", "reopen_v3",	  "reopen_silent"};
+	    "busy",  "small_writes", "blackhole",    "unknown_ids", "hello_flood",  "stop_reading",
+	    "flood", "tiny_frames",  "file_trickle", "reopen_v3",   "reopen_silent"};
 	int seconds = env_int_max("SBX_BENCH_SECONDS", 10, 600);
 	static struct lat l;
 	struct p99s idle, busy = {0, 0};
@@ -442,7 +495,8 @@ int main(void)
 		pthread_mutex_unlock(&h.lock);
 		pthread_join(h.thread, NULL);
 		if (h.a_ok + h.a_failed > 0)
-			printf("%-13s A's own execs: %d, mean %.0f ms, %d answered 200%s\n", "",
+			printf("%-13s A's own %s: %d, mean %.0f ms, %d answered 200%s\n", "",
+			       strcmp(phases[i], "file_trickle") == 0 ? "downloads" : "execs",
 			       h.a_ok + h.a_failed, (double)h.a_ms / (h.a_ok + h.a_failed), h.a_ok,
 			       h.a_ended ? "; A's sandbox ended under it" : "");
 		char path[128];
