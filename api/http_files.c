@@ -53,6 +53,7 @@ struct api_files {
 	bool gzip; /* TAR_GET */
 	bool ranged;
 	uint64_t range_start, range_len;
+	bool cut; /* the body was cut short: said once, MHD may ask again */
 };
 
 /* ---------------------------------------------------------------- replies */
@@ -485,11 +486,14 @@ static ssize_t download_read(void *cls, uint64_t pos, char *buf, size_t max)
 	size_t n;
 
 	(void)pos;
+	if (fr->cut)
+		return MHD_CONTENT_READER_END_WITH_ERROR;
 	for (;;) {
 		n = sandbox_file_read(fr->f, buf, max);
 		if (!progress_ok(fr, n)) {
 			sbx_warn(MOD, "download cut short: fewer than %u bytes in %u ms",
 				 SANDBOX_FILE_MIN_PROGRESS, fr->ctx->cfg->file_stall_timeout_ms);
+			fr->cut = true;
 			return MHD_CONTENT_READER_END_WITH_ERROR;
 		}
 		if (n > 0)
@@ -505,6 +509,7 @@ static ssize_t download_read(void *cls, uint64_t pos, char *buf, size_t max)
 			sbx_warn(MOD, "download cut short: %s",
 				 st.state == SANDBOX_FILE_FAILED ? st.err.message
 								 : "shutting down");
+			fr->cut = true;
 			return MHD_CONTENT_READER_END_WITH_ERROR;
 		}
 		if (park(fr))
