@@ -138,13 +138,19 @@ static int reg_add(struct term *t, const struct sandbox_config *cfg, struct sbx_
 	if (reg.stopping || reg.n >= TERM_HOST_MAX || per_sb >= cfg->max_terminals_per_sandbox ||
 	    per_acct >= cfg->max_terminals_per_account) {
 		bool sb = per_sb >= cfg->max_terminals_per_sandbox;
+		bool acct = per_acct >= cfg->max_terminals_per_account;
 		bool stopping = reg.stopping;
 
 		pthread_mutex_unlock(&reg.lock);
 		if (stopping)
 			return sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
 					     "the server is stopping");
-		if (sb)
+		if (!sb && !acct)
+			sbx_error_set(
+			    err, SBX_E_CONCURRENCY_LIMIT, NULL,
+			    "this server has %d terminals open (its limit); try again later",
+			    TERM_HOST_MAX);
+		else if (sb)
 			sbx_error_set(err, SBX_E_CONCURRENCY_LIMIT, NULL,
 				      "sandbox '%s' has %d terminals open (the limit); close one",
 				      t->sandbox_id, per_sb);
