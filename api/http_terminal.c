@@ -505,7 +505,7 @@ static void final_flush(struct term *t, int64_t until)
 /* The exec ended: what is left of the output, then how it ended. */
 static void term_finish(struct term *t)
 {
-	char msg[320], reason[64];
+	char reason[64];
 	struct json_object *o;
 	/* one deadline for all that is left: a client reading a chunk now
 	 * and then does not hold the thread (and the server's stop) */
@@ -534,9 +534,11 @@ static void term_finish(struct term *t)
 		json_object_object_add(o, "exit_code", json_object_new_int(t->exit_code));
 		snprintf(reason, sizeof reason, "exit %d", t->exit_code);
 	}
-	snprintf(msg, sizeof msg, "%s", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
+	/* whole, however long the escaped message: a cut one is no JSON */
+	size_t len = 0;
+	const char *msg = json_object_to_json_string_length(o, JSON_C_TO_STRING_PLAIN, &len);
+	wq_frame(t, WS_OP_TEXT, msg, len);
 	json_object_put(o);
-	wq_frame(t, WS_OP_TEXT, msg, strlen(msg));
 	wq_close(t, t->failed ? WS_CLOSE_INTERNAL : WS_CLOSE_NORMAL, reason);
 	final_flush(t, sbx_mono_ms() + TERM_FLUSH_MS);
 }
