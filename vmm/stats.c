@@ -63,6 +63,34 @@ static void balloon(virDomainStatsRecordPtr rec, struct vmm_vm_stats *out)
 	out->memory_reported_s = (int64_t)(updated > INT64_MAX ? INT64_MAX : updated);
 }
 
+/* The first libvirt client release with the fix for CVE-2024-4418. */
+#define LIBVIRT_STATS_SAFE 10003000UL
+
+/* A libvirt client bug: before 10.3.0, virNetClientIOEventLoop left its
+ * socket watch attached to the connection's event context, pointing at
+ * its own stack frame, whenever the loop woke for another reason (the
+ * keepalive timer while a call waited on a silent link). The next call
+ * on that connection dispatched it into a dead frame (seen here as a
+ * segfault in the blocking pool after a remote link came back, with
+ * sampling every second). A local host's link does not go silent. */
+void vmm_stats_init(struct vmm *v)
+{
+	unsigned long lib = 0;
+
+	v->stats_ok =
+	    !v->remote || (virGetVersion(&lib, NULL, NULL) == 0 && lib >= LIBVIRT_STATS_SAFE);
+	if (!v->stats_ok)
+		sbx_warn(MOD,
+			 "'%s': no guest statistics from this remote host: the libvirt client "
+			 "library (%lu.%lu.%lu) is older than 10.3.0 (CVE-2024-4418)",
+			 v->uri, lib / 1000000, lib / 1000 % 1000, lib % 1000);
+}
+
+bool vmm_stats_ok(const struct vmm *v)
+{
+	return v->stats_ok;
+}
+
 int vmm_vm_stats(struct vmm_vm *vm, struct vmm_vm_stats *out, struct sbx_error *err)
 {
 	virDomainStatsRecordPtr *recs = NULL;
@@ -70,6 +98,10 @@ int vmm_vm_stats(struct vmm_vm *vm, struct vmm_vm_stats *out, struct sbx_error *
 	int n;
 
 	memset(out, 0, sizeof(*out));
+	if (!vm->v->stats_ok)
+		return sbx_error_set(
+		    err, SBX_E_SERVICE_UNAVAILABLE, NULL,
+		    "statistics are off for this host (its libvirt client library is too old)");
 	if (!vmm_connected(vm->v))
 		return sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
 				     "the hypervisor did not answer; try again later");

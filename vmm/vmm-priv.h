@@ -64,6 +64,10 @@ struct vmm {
 	 * a path on that host, reached only through libvirt (storage.c). */
 	bool remote;
 	char pool_name[VMM_NAME_MAX + 1]; /* the dir pool at run_dir (remote) */
+	/* Statistics are read from this host (vmm_vm_stats): false for a
+	 * remote host when the libvirt client library has CVE-2024-4418 (set
+	 * at vmm_new, stats.c "A libvirt client bug"). */
+	bool stats_ok;
 
 	pthread_mutex_t lock; /* guards the fields below */
 	pthread_cond_t cond;
@@ -131,6 +135,9 @@ void vmm_close_cb(virConnectPtr conn, int reason, void *opaque);
 
 /* Set v->pool_name from run_dir. */
 void vmm_storage_init(struct vmm *v);
+
+/* stats.c: whether this host's statistics are read (vmm_stats_ok). */
+void vmm_stats_init(struct vmm *v);
 /* Create run_dir/NAME.qcow2 (qcow2 over the base image, `gib` GiB) as a
  * volume of the pool (started, and built, first when missing). 0 or -1. */
 int vmm_storage_overlay_create(struct vmm *v, const char *name, uint64_t gib);

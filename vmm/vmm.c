@@ -377,6 +377,7 @@ struct vmm *vmm_new(const struct vmm_config *cfg, struct sbx_error *err)
 		 v->host_cpus);
 	if (remote)
 		vmm_storage_init(v);
+	vmm_stats_init(v);
 	return v;
 
 err_loop:

@@ -170,9 +170,18 @@ struct vmm_vm_stats {
  * by the connection's keepalive (VMM_KEEPALIVE_BOUND_MS, below: a host
  * that stops answering closes the connection and the call fails), and a
  * connection known lost fails at once. 0, or -1 with
- * SBX_E_SERVICE_UNAVAILABLE (no connection, no answer) or
- * SBX_E_SANDBOX_ERROR (the domain is gone). */
+ * SBX_E_SERVICE_UNAVAILABLE (no connection, no answer, or no statistics
+ * from this host: vmm_stats_ok) or SBX_E_SANDBOX_ERROR (the domain is
+ * gone). */
 int vmm_vm_stats(struct vmm_vm *vm, struct vmm_vm_stats *out, struct sbx_error *err);
+
+/* Whether vmm_vm_stats reads this host at all: not a remote host's while
+ * the libvirt client library is older than 10.3.0. Such a library frees
+ * a call's stack frame with an event source still pointing at it when a
+ * call waits across a keepalive tick (CVE-2024-4418): a later call on the
+ * connection then crashes the daemon. Calls made while a link is down
+ * are what plant it, and a sampler makes one per guest per period. */
+bool vmm_stats_ok(const struct vmm *v);
 
 /* Destroy the domain (if it still runs) and delete its overlay, socket and
  * console log (on a remote host: its volumes). Idempotent. 0, or -1 when libvirt could not destroy
