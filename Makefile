@@ -21,7 +21,7 @@ PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 LDLIBS   += $(PKG_LIBS) -pthread -lm
 
 # Library: every module's .c except the program entry and the guest side.
-LIB_SRCS := $(wildcard util/*.c) $(wildcard agentless/*.c) \
+LIB_SRCS := $(wildcard util/*.c) $(wildcard agentless/*.c) $(wildcard network/*.c) \
 	    $(wildcard vmm/*.c) $(wildcard store/*.c) $(wildcard billing/*.c) \
 	    $(wildcard receipt/*.c) $(wildcard config/*.c) $(wildcard fleet/*.c) $(wildcard sandbox/*.c) \
 	    $(filter-out api/main.c,$(wildcard api/*.c))
