@@ -43,6 +43,8 @@
 /* The policy as canonical JSON, with its NUL: the sandbox row's column
  * and the sandbox object's "network". */
 #define NET_POLICY_JSON_MAX 4096
+/* The policy {"egress": "none"} as net_policy_json writes it. */
+#define NET_POLICY_NONE_JSON "{\"egress\":\"none\",\"allow\":[],\"deny\":[]}"
 /* Internal ranges the operator may list (network.internal_ranges). */
 #define NET_INTERNAL_MAX 16
 /* Host addresses the forbidden set remembers (getifaddrs). */
