@@ -185,8 +185,9 @@ static void other_name_same_address_refused(void **state)
 	 * refused on its first bytes (never forwarded) */
 	fd = net_connect(&p, &env, "allowed.lab.test", 80, 3000, &res);
 	assert_true(fd >= 0);
-	assert_int_equal(net_sniff_decide((const uint8_t *)spoof, strlen(spoof), "allowed.lab.test"),
-			 NET_DENY_NAME_MISMATCH);
+	assert_int_equal(
+	    net_sniff_decide((const uint8_t *)spoof, strlen(spoof), "allowed.lab.test"),
+	    NET_DENY_NAME_MISMATCH);
 	close(fd);
 	/* a deny rule wins over the wildcard that allows it */
 	policy_of("{\"egress\":\"allow_list\",\"allow\":[\"*.lab.test\"],"
@@ -358,10 +359,10 @@ static void api_policy_lifecycle(void **state)
 	    "network.allow[0]");
 	bad("POST", path, "{\"egress\": \"open\"}", "network.egress");
 	bad("POST", path, "", "network.egress");
-	assert_int_equal(http_request(&d, "POST", path, d.key, NULL,
-				      "{\"egress\": \"allow_list\", \"allow\": [\"*.cdn.lab.test\"]}",
-				      0, &r),
-			 0);
+	assert_int_equal(
+	    http_request(&d, "POST", path, d.key, NULL,
+			 "{\"egress\": \"allow_list\", \"allow\": [\"*.cdn.lab.test\"]}", 0, &r),
+	    0);
 	assert_int_equal(r.status, 200);
 	assert_string_equal(network_of(r.json), "{\"egress\":\"allow_list\",\"allow\":["
 						"\"*.cdn.lab.test\"],\"deny\":[]}");
