@@ -580,6 +580,13 @@ struct json_object *api_usage_encode(const struct sandbox_usage *u)
 	json_object_object_add(sb, "running", json_object_new_int(u->running));
 	json_object_object_add(sb, "limit", json_object_new_int(u->limit));
 	json_object_object_add(o, "sandboxes", sb);
+	{
+		struct json_object *net = json_object_new_object();
+
+		json_object_object_add(net, "bytes_in", json_object_new_int64(u->net_bytes_in));
+		json_object_object_add(net, "bytes_out", json_object_new_int64(u->net_bytes_out));
+		json_object_object_add(o, "network", net);
+	}
 	json_object_object_add(period, "from", api_time_encode(u->from_ms));
 	json_object_object_add(period, "to", api_time_encode(u->to_ms));
 	json_object_object_add(o, "period", period);

@@ -802,6 +802,9 @@ struct sandbox_usage {
 	 * those without the label first (labeled false) */
 	struct sandbox_usage_group *groups; /* malloc'd */
 	size_t n_groups;
+	/* Egress (docs/network.md): the bytes of the sandboxes that ended in
+	 * the period, plus the running ones' so far. */
+	int64_t net_bytes_in, net_bytes_out;
 };
 /* from_ms/to_ms 0 = the current UTC month; granularity NULL, "day" or
  * "hour" (SBX_E_INVALID_REQUEST otherwise, or when the range would give

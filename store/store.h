@@ -454,6 +454,8 @@ struct store_usage_snapshot {
 	 * runtime may have a piece in the period (malloc'd, NULL when none) */
 	struct store_usage_labeled *settled;
 	size_t n_settled;
+	/* egress of the sandboxes that ended in the period, both ways */
+	int64_t net_bytes_in, net_bytes_out;
 };
 int store_usage_snapshot(struct store *s, const char *account_id, int64_t from_ms, int64_t to_ms,
 			 int64_t step_ms, struct store_usage_snapshot *out, struct sbx_error *err);

@@ -315,6 +315,11 @@ static void api_policy_lifecycle(void **state)
 	assert_int_equal(jint(jget(r.json, "network"), "max_rules"), 4);
 	assert_string_equal(jstr(jget(r.json, "network"), "usd_per_gb"), "0.050000");
 	http_reply_free(&r);
+	assert_int_equal(http_request(&d, "GET", "/v1/usage", d.key, NULL, NULL, 0, &r), 0);
+	assert_int_equal(r.status, 200);
+	assert_int_equal(jint(jget(r.json, "network"), "bytes_in"), 0);
+	assert_int_equal(jint(jget(r.json, "network"), "bytes_out"), 0);
+	http_reply_free(&r);
 
 	/* refused before any guest boots */
 	bad("POST", "/v1/sandboxes", "{\"network\": {\"egress\": \"open\"}}", "network.egress");

@@ -361,6 +361,20 @@ static void test_network_settle(void **state)
 	sbx_error_clear(&err);
 	assert_int_equal(store_sandbox_network_set(f->s, f->a.id, r.id, pol, &out, &err), -1);
 	assert_int_equal(err.code, SBX_E_SANDBOX_NOT_RUNNING);
+	/* usage: in the period it ended in, not in another */
+	{
+		struct store_usage_snapshot u;
+		int64_t h = t - t % 3600000; /* whole UTC hours */
+		assert_int_equal(store_usage_snapshot(f->s, f->a.id, h, h + 7200000, 0, &u, &err),
+				 0);
+		assert_int_equal(u.net_bytes_in, 600000000);
+		assert_int_equal(u.net_bytes_out, 400000000);
+		store_usage_snapshot_release(&u);
+		assert_int_equal(
+		    store_usage_snapshot(f->s, f->a.id, h + 7200000, h + 10800000, 0, &u, &err), 0);
+		assert_int_equal(u.net_bytes_in, 0);
+		store_usage_snapshot_release(&u);
+	}
 	/* a reopen keeps the policy and the counts */
 	{
 		char path[96];

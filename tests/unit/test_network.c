@@ -18,8 +18,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "api/api-priv.h"
 #include "clienthello.h"
 #include "network/network.h"
+#include "sandbox/sandbox.h"
 
 static int policy(const char *json, const struct net_limits *lim, struct net_policy *p,
 		  struct sbx_error *err)
@@ -551,6 +553,63 @@ static void test_apt_hosts(void **state)
 	assert_int_equal(system(path), 0);
 }
 
+/* The config's "network" object (api/config.c) and the default policy
+ * built from it (sandbox/network.c): etc/dev.json's allow list plus the
+ * apt sources' hosts; bad keys named. */
+static void test_config_default(void **state)
+{
+	struct sandbox_config *cfg = malloc(sizeof(*cfg));
+	struct sbx_error err = {0};
+	char dir[] = "/tmp/sbx-apt-XXXXXX", path[300], out[NET_POLICY_JSON_MAX];
+	size_t len = 0;
+	char *dev = sbx_read_file("etc/dev.json", 65536, &len);
+	FILE *f;
+
+	(void)state;
+	assert_non_null(dev);
+	sandbox_config_defaults(cfg);
+	assert_int_equal(sandbox_network_default_build(cfg, NULL, NULL, out, &err), 0);
+	assert_string_equal(out, NET_POLICY_NONE_JSON); /* production's default */
+	assert_int_equal(api_config_parse(dev, len, cfg, &err), 0);
+	free(dev);
+	assert_true(cfg->net_default_apt_sources);
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/debian.sources", dir);
+	f = fopen(path, "w");
+	fputs("Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm\n", f);
+	fclose(f);
+	assert_int_equal(sandbox_network_default_build(cfg, dir, NULL, out, &err), 0);
+	assert_string_equal(out, "{\"egress\":\"allow_list\",\"allow\":[\"registry.npmjs.org\","
+				 "\"deb.debian.org\"],\"deny\":[]}");
+	snprintf(path, sizeof(path), "rm -rf '%s'", dir);
+	assert_int_equal(system(path), 0);
+
+	static const struct {
+		const char *json, *param;
+	} bad[] = {
+	    {"{\"network\": {\"allow_open\": 1}}", "network.allow_open"},
+	    {"{\"network\": {\"surprise\": 1}}", "network"},
+	    {"{\"network\": {\"internal_ranges\": [\"10.0.0.1/8\"]}}", "network.internal_ranges"},
+	    {"{\"network\": {\"default_policy\": {\"egress\": \"allow_list\"}}}",
+	     "network.default_policy.allow"},
+	    {"{\"network\": []}", "network"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		sandbox_config_defaults(cfg);
+		sbx_error_clear(&err);
+		if (api_config_parse(bad[i].json, strlen(bad[i].json), cfg, &err) == 0)
+			fail_msg("accepted %s", bad[i].json);
+		assert_string_equal(err.param, bad[i].param);
+	}
+	/* "open" as the default needs allow_open */
+	sandbox_config_defaults(cfg);
+	const char *open = "{\"network\": {\"default_policy\": {\"egress\": \"open\"}}}";
+	assert_int_equal(api_config_parse(open, strlen(open), cfg, &err), 0);
+	assert_int_equal(sandbox_network_default_build(cfg, NULL, NULL, out, &err), -1);
+	assert_string_equal(err.param, "network.default_policy");
+	free(cfg);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -558,7 +617,7 @@ int main(void)
 	    cmocka_unit_test(test_match),      cmocka_unit_test(test_forbidden),
 	    cmocka_unit_test(test_decide),     cmocka_unit_test(test_sniff_tls),
 	    cmocka_unit_test(test_sniff_http), cmocka_unit_test(test_connect_refusals),
-	    cmocka_unit_test(test_apt_hosts),
+	    cmocka_unit_test(test_apt_hosts),  cmocka_unit_test(test_config_default),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -188,6 +188,7 @@ class Usage:
     consumed_micro_usd: int = 0
     by_size: Dict[str, Any] = field(default_factory=dict)
     sandboxes: Dict[str, Any] = field(default_factory=dict)
+    network: Dict[str, Any] = field(default_factory=dict)  # {bytes_in, bytes_out} (docs/network.md)
     period: Dict[str, Any] = field(default_factory=dict)
     buckets: Optional[List[Dict[str, Any]]] = None
     by_metadata: Optional[List[Dict[str, Any]]] = None  # with group_by: {value, seconds, cost_micro_usd}
