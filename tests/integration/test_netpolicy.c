@@ -378,6 +378,33 @@ static void api_policy_lifecycle(void **state)
 	assert_int_equal(r.status, 404);
 	http_reply_free(&r);
 
+	/* the CLI: show, set, a refused rule named (exit 1) */
+	{
+		char cmd[512], out[1024];
+
+		snprintf(cmd, sizeof(cmd), "bin/sbx --url http://127.0.0.1:%d --key %s network %s",
+			 d.port, d.key, id);
+		assert_int_equal(cmd_out(cmd, out, sizeof(out)), 0);
+		assert_non_null(strstr(out, "egress allow_list allow=*.cdn.lab.test"));
+		snprintf(cmd, sizeof(cmd),
+			 "bin/sbx --url http://127.0.0.1:%d --key %s network %s --allow a.test "
+			 "--allow 'b..test' 2>&1",
+			 d.port, d.key, id);
+		assert_int_equal(cmd_out(cmd, out, sizeof(out)), 1);
+		assert_non_null(strstr(out, "network.allow[1]"));
+		snprintf(cmd, sizeof(cmd),
+			 "bin/sbx --url http://127.0.0.1:%d --key %s network %s --allow "
+			 "'*.cdn.lab.test' --deny bad.cdn.lab.test",
+			 d.port, d.key, id);
+		assert_int_equal(cmd_out(cmd, out, sizeof(out)), 0);
+		assert_non_null(strstr(out, "allow=*.cdn.lab.test deny=bad.cdn.lab.test"));
+		snprintf(cmd, sizeof(cmd),
+			 "bin/sbx --url http://127.0.0.1:%d --key %s network %s --allow "
+			 "'*.cdn.lab.test'",
+			 d.port, d.key, id);
+		assert_int_equal(cmd_out(cmd, out, sizeof(out)), 0);
+	}
+
 	/* a restart keeps every policy */
 	assert_int_equal(daemon_stop(&d), 0);
 	assert_int_equal(daemon_start(&d), 0);
