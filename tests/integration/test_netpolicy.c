@@ -6,7 +6,9 @@
  * resolved by the lab's DNS: the allowed name connects and its server
  * answers the request; another name on the same address is refused
  * before any connect; a request whose Host names another server is
- * refused on its first bytes; names resolving to 127.0.0.1, to the
+ * refused on its first bytes, and so is a real ClientHello (openssl
+ * s_client) naming the other server, while the honest one is relayed and
+ * answered by the lab's TLS server; names resolving to 127.0.0.1, to the
  * metadata address or to this machine's own address are refused even
  * under "open"; a name the DNS does not know fails at once; a connect
  * that gets no answer ends by its deadline (figures printed, no timed
@@ -195,6 +197,76 @@ static void other_name_same_address_refused(void **state)
 		  &p);
 	assert_int_equal(net_connect(&p, &env, "other.lab.test", 80, 3000, &res), -1);
 	assert_int_equal(res.verdict, NET_DENY_DENY_LIST);
+}
+
+/* A real ClientHello from `openssl s_client -servername sni`, caught on a
+ * loopback listener of this test: its bytes into buf, their count. */
+static size_t client_hello(const char *sni, uint8_t *buf, size_t cap)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	socklen_t sl = sizeof(sa);
+	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), c;
+	char cmd[256], name[NET_NAME_MAX];
+	size_t got = 0;
+	FILE *p;
+
+	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+	assert_int_equal(bind(l, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(l, 1), 0);
+	assert_int_equal(getsockname(l, (struct sockaddr *)&sa, &sl), 0);
+	snprintf(cmd, sizeof(cmd),
+		 "sleep 3 | timeout 5 openssl s_client -connect 127.0.0.1:%d -servername %s "
+		 ">/dev/null 2>&1",
+		 ntohs(sa.sin_port), sni);
+	p = popen(cmd, "r");
+	assert_non_null(p);
+	c = accept(l, NULL, NULL);
+	assert_true(c >= 0);
+	while (got < cap && net_sniff(buf, got, name) == NET_SNIFF_MORE) {
+		ssize_t r = read(c, buf + got, cap - got);
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
+	close(c);
+	close(l);
+	pclose(p);
+	return got;
+}
+
+static void real_tls_sni_checked(void **state)
+{
+	struct net_policy p;
+	struct net_env env;
+	struct net_connect_result res;
+	uint8_t hello[NET_SNIFF_MAX], reply[16];
+	size_t n;
+	ssize_t r;
+	int fd;
+
+	(void)state;
+	if (nl_skip)
+		skip();
+	env_lab(&env);
+	policy_of("{\"egress\":\"allow_list\",\"allow\":[\"allowed.lab.test:443\"]}", &p);
+	/* toward the allowed name, a ClientHello naming the other server on
+	 * the same address is refused on its first bytes */
+	n = client_hello("other.lab.test", hello, sizeof(hello));
+	assert_true(n > 0);
+	assert_int_equal(net_sniff_decide(hello, n, "allowed.lab.test"), NET_DENY_NAME_MISMATCH);
+	/* the honest one goes through: relayed to the lab's nginx, which
+	 * answers with a TLS handshake record (its ServerHello) */
+	n = client_hello("allowed.lab.test", hello, sizeof(hello));
+	assert_int_equal(net_sniff_decide(hello, n, "allowed.lab.test"), NET_ALLOW);
+	fd = net_connect(&p, &env, "allowed.lab.test", 443, 3000, &res);
+	if (fd < 0)
+		fail_msg("refused: %s", net_verdict_name(res.verdict));
+	assert_int_equal(write(fd, hello, n), (ssize_t)n);
+	r = read(fd, reply, sizeof(reply));
+	close(fd);
+	assert_true(r >= 5);
+	assert_int_equal(reply[0], 0x16); /* handshake */
+	assert_int_equal(reply[1], 0x03);
 }
 
 static void forbidden_answers_refused(void **state)
@@ -449,6 +521,7 @@ int main(void)
 	const struct CMUnitTest lab[] = {
 	    cmocka_unit_test(allowed_name_connects),
 	    cmocka_unit_test(other_name_same_address_refused),
+	    cmocka_unit_test(real_tls_sni_checked),
 	    cmocka_unit_test(forbidden_answers_refused),
 	    cmocka_unit_test(unknown_name_and_deadline),
 	};
