@@ -229,6 +229,9 @@ test('every MCP tool has a strict input schema', () => {
     assert.equal(t.inputSchema.additionalProperties, false, t.name);
     for (const r of t.inputSchema.required) assert.ok(r in t.inputSchema.properties, `${t.name}.${r}`);
   }
+  const create = TOOLS.find((t) => t.name === 'create_sandbox');
+  assert.deepEqual(checkArgs(create, { network: { egress: 'allow_list', allow: ['pypi.org'] } }), []);
+  assert.match(checkArgs(create, { network: 'open' }).join(), /network' must be of type object/);
   const run = TOOLS.find((t) => t.name === 'run_command');
   assert.deepEqual(checkArgs(run, { sandbox_id: 's', command: 'ls' }), []);
   assert.match(checkArgs(run, { sandbox_id: 's', command: 'ls', shell: 'bash' }).join(), /unknown argument 'shell'/);
