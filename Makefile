@@ -21,7 +21,7 @@ PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 LDLIBS   += $(PKG_LIBS) -pthread -lm
 
 # Library: every module's .c except the program entry and the guest side.
-LIB_SRCS := $(wildcard util/*.c) $(wildcard agentless/*.c) \
+LIB_SRCS := $(wildcard util/*.c) $(wildcard agentless/*.c) $(wildcard network/*.c) \
 	    $(wildcard vmm/*.c) $(wildcard store/*.c) $(wildcard billing/*.c) \
 	    $(wildcard receipt/*.c) $(wildcard config/*.c) $(wildcard fleet/*.c) $(wildcard sandbox/*.c) \
 	    $(filter-out api/main.c,$(wildcard api/*.c))
@@ -183,6 +183,8 @@ $(BUILD)/tests/test_contract: node_modules/.package-lock.json
 $(BUILD)/tests/test_sdk_typescript: node_modules/.package-lock.json
 # test_cli runs bin/sbx against the daemon.
 $(BUILD)/tests/test_cli: $(BIN)/sbx
+# test_netpolicy runs `sbx network` against the daemon.
+$(BUILD)/tests/test_netpolicy: $(BIN)/sbx
 # The guest side is a static program of its own: link its files in, built
 # so that it decodes but starts nothing (SBX_GUEST_FUZZ).
 $(BUILD)/tests/fuzz_guest: tests/fuzz/fuzz_guest.c tests/fuzz/replay.c $(GUEST_FUZZ_SRCS) $(LIB)

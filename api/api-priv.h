@@ -34,6 +34,7 @@ bool api_json_has_duplicate_keys(const char *text, size_t len, struct json_objec
 /* POST /v1/sandboxes. `size` points into a buffer owned by the struct. */
 struct api_create_body {
 	char size_buf[32];
+	char network_buf[NET_POLICY_JSON_MAX]; /* canonical, when the body names one */
 	struct sandbox_metadata metadata;
 	struct sandbox_create_req req; /* req.size NULL or size_buf; req.metadata &metadata */
 };
@@ -50,6 +51,17 @@ int api_create_decode(const char *body, size_t len, const struct sandbox_config 
  * every key). 400 with param "metadata" otherwise. */
 int api_metadata_decode(struct json_object *v, struct sandbox_metadata *m, bool *clear,
 			struct sbx_error *err);
+/* A `network` policy (docs/network.md), checked against the config's
+ * limits (allow_open, max_rules), as canonical JSON into out. 400 with
+ * param "network..." (the rule: "network.allow[2]"). */
+int api_network_decode(struct json_object *v, const struct sandbox_config *cfg,
+		       char out[NET_POLICY_JSON_MAX], struct sbx_error *err);
+/* POST /v1/sandboxes/{id}/network: the body is the policy. */
+int api_network_body_decode(const char *body, size_t len, const struct sandbox_config *cfg,
+			    char out[NET_POLICY_JSON_MAX], struct sbx_error *err);
+/* The "network" of a sandbox object from its canonical JSON. */
+struct json_object *api_network_encode(const char *json);
+
 /* POST /v1/sandboxes/{id}: {"metadata": ...}, required. */
 int api_update_decode(const char *body, size_t len, struct sandbox_metadata *m, bool *clear,
 		      struct sbx_error *err);

@@ -423,6 +423,96 @@ static int apply_hosts(struct json_object *v, struct sandbox_config *cfg, struct
 	return 0;
 }
 
+/* "network": {"allow_open": false, "max_rules": 32, "internal_ranges":
+ * ["10.20.0.0/16"], "default_policy": {...}, "default_policy_apt_sources":
+ * true, "price_micro_per_gb": 0, "bandwidth_bytes_per_s": ...,
+ * "connections_per_account": 64} (docs/network.md). The ranges and the
+ * default policy are checked here (network/), with errors naming
+ * network.KEY. */
+#define NET_KEY(n, f, t)                                                                           \
+	{                                                                                          \
+		.name = "network." n, .type = t, .offset = offsetof(struct sandbox_config, f)      \
+	}
+static const struct key_spec net_keys[] = {
+    NET_KEY("allow_open", net_allow_open, K_BOOL),
+    NET_KEY("max_rules", net_max_rules, K_INT),
+    NET_KEY("default_policy_apt_sources", net_default_apt_sources, K_BOOL),
+    NET_KEY("price_micro_per_gb", net_price_micro_per_gb, K_U64),
+    NET_KEY("bandwidth_bytes_per_s", net_bandwidth_bytes_per_s, K_U64),
+    NET_KEY("connections_per_account", net_connections_per_account, K_INT),
+};
+#undef NET_KEY
+
+static int apply_net_ranges(struct json_object *v, struct sandbox_config *cfg,
+			    struct sbx_error *err)
+{
+	size_t n;
+
+	if (!json_object_is_type(v, json_type_array))
+		return bad_type("network.internal_ranges", "a list of CIDRs", err);
+	n = json_object_array_length(v);
+	if (n > SBX_ARRAY_SIZE(cfg->net_internal_ranges))
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "network.internal_ranges",
+				     "config key 'network.internal_ranges' lists at most %zu "
+				     "ranges",
+				     SBX_ARRAY_SIZE(cfg->net_internal_ranges));
+	for (size_t i = 0; i < n; i++) {
+		struct json_object *e = json_object_array_get_idx(v, i);
+		struct net_range r;
+
+		if (!json_object_is_type(e, json_type_string) ||
+		    net_cidr_parse(json_object_get_string(e), &r) < 0 ||
+		    strlen(json_object_get_string(e)) >= sizeof(cfg->net_internal_ranges[0]))
+			return sbx_error_set(err, SBX_E_INVALID_REQUEST, "network.internal_ranges",
+					     "config key 'network.internal_ranges[%zu]' must be a "
+					     "CIDR such as \"10.20.0.0/16\"",
+					     i);
+		snprintf(cfg->net_internal_ranges[i], sizeof(cfg->net_internal_ranges[i]), "%s",
+			 json_object_get_string(e));
+	}
+	cfg->n_net_internal_ranges = n;
+	return 0;
+}
+
+static int apply_network(struct json_object *v, struct sandbox_config *cfg, struct sbx_error *err)
+{
+	if (!json_object_is_type(v, json_type_object))
+		return bad_type("network", "an object", err);
+	json_object_object_foreach(v, key, kv)
+	{
+		size_t k;
+
+		if (strcmp(key, "internal_ranges") == 0) {
+			if (apply_net_ranges(kv, cfg, err) < 0)
+				return -1;
+			continue;
+		}
+		if (strcmp(key, "default_policy") == 0) {
+			struct net_policy *p = malloc(sizeof(*p));
+			int rc =
+			    p ? net_policy_from_json(kv, "network.default_policy", NULL, p, err)
+			      : sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+
+			if (rc == 0)
+				net_policy_json(p, cfg->net_default_policy,
+						sizeof(cfg->net_default_policy));
+			free(p);
+			if (rc < 0)
+				return -1;
+			continue;
+		}
+		for (k = 0; k < SBX_ARRAY_SIZE(net_keys); k++)
+			if (strcmp(key, net_keys[k].name + 8) == 0)
+				break;
+		if (k == SBX_ARRAY_SIZE(net_keys))
+			return sbx_error_set(err, SBX_E_INVALID_REQUEST, "network",
+					     "unknown key '%.60s' in 'network'", key);
+		if (apply_key(&net_keys[k], kv, cfg, err) < 0)
+			return -1;
+	}
+	return 0;
+}
+
 /* "pool": {"small": 2, ...}: guests kept ready per size (names checked
  * against the sizes by sandbox_config_validate()). */
 static int apply_pool(struct json_object *v, struct sandbox_config *cfg, struct sbx_error *err)
@@ -536,6 +626,11 @@ int api_config_parse(const char *json, size_t len, struct sandbox_config *cfg,
 		}
 		if (strcmp(key, "hosts") == 0) {
 			if (apply_hosts(val, cfg, err) < 0)
+				goto out;
+			continue;
+		}
+		if (strcmp(key, "network") == 0) {
+			if (apply_network(val, cfg, err) < 0)
 				goto out;
 			continue;
 		}

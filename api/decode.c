@@ -46,6 +46,10 @@ int api_create_decode(const char *body, size_t len, const struct sandbox_config 
 			if (api_metadata_decode(val, &out->metadata, NULL, err) < 0)
 				goto out;
 			out->req.metadata = &out->metadata;
+		} else if (strcmp(key, "network") == 0) {
+			if (api_network_decode(val, cfg, out->network_buf, err) < 0)
+				goto out;
+			out->req.network = out->network_buf;
 		} else {
 			api_json_unknown_field(key, err);
 			goto out;
@@ -53,6 +57,36 @@ int api_create_decode(const char *body, size_t len, const struct sandbox_config 
 	}
 	rc = 0;
 out:
+	json_object_put(obj);
+	return rc;
+}
+
+int api_network_decode(struct json_object *v, const struct sandbox_config *cfg,
+		       char out[NET_POLICY_JSON_MAX], struct sbx_error *err)
+{
+	struct net_policy *p = malloc(sizeof(*p));
+	struct net_limits lim;
+	int rc;
+
+	if (!p)
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+	sandbox_network_limits(cfg, &lim);
+	rc = net_policy_from_json(v, "network", &lim, p, err);
+	if (rc == 0 && net_policy_json(p, out, NET_POLICY_JSON_MAX) < 0)
+		rc = sbx_error_set(err, SBX_E_INVALID_REQUEST, "network", "the policy is too long");
+	free(p);
+	return rc;
+}
+
+int api_network_body_decode(const char *body, size_t len, const struct sandbox_config *cfg,
+			    char out[NET_POLICY_JSON_MAX], struct sbx_error *err)
+{
+	struct json_object *obj = api_json_parse_object(body, len, err);
+	int rc;
+
+	if (!obj)
+		return -1;
+	rc = api_network_decode(obj, cfg, out, err);
 	json_object_put(obj);
 	return rc;
 }
@@ -105,6 +139,13 @@ int api_execution_decode(const char *body, size_t len, struct api_execution_body
 		const char *s = NULL;
 		size_t n = 0;
 
+		if (strcmp(key, "network") == 0) {
+			/* docs/network.md: one-shot executions never have one */
+			sbx_error_set(err, SBX_E_INVALID_REQUEST, "network",
+				      "one-shot executions never have a network; create a "
+				      "sandbox with a network policy instead");
+			goto out;
+		}
 		if (strcmp(key, "runtime") == 0) {
 			if (!json_object_is_type(val, json_type_string) ||
 			    (size_t)json_object_get_string_len(val) >= sizeof(out->runtime)) {

@@ -52,6 +52,7 @@ enum route {
 	R_PAUSE,	  /* /v1/sandboxes/{id}/pause */
 	R_RESUME,	  /* /v1/sandboxes/{id}/resume */
 	R_TERMINAL,	  /* /v1/sandboxes/{id}/terminal (http_terminal.c) */
+	R_NETWORK,	  /* /v1/sandboxes/{id}/network */
 	R_STATIC,	  /* a compiled-in file (http_static.c): r->asset */
 };
 #define R_COUNT (R_STATIC + 1)
@@ -251,6 +252,7 @@ enum MHD_Result api_sandbox_handle(struct req *r);   /* GET, POST (update), DELE
 int api_metadata_filter(struct MHD_Connection *c, struct sandbox_metadata *m,
 			struct sbx_error *err);
 enum MHD_Result api_extend_handle(struct req *r);
+enum MHD_Result api_network_handle(struct req *r); /* POST: replace the policy */
 enum MHD_Result api_sandbox_metrics_handle(struct req *r);
 enum MHD_Result api_usage_handle(struct req *r);
 enum MHD_Result api_limits_handle(struct req *r);

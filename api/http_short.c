@@ -216,6 +216,27 @@ enum MHD_Result api_extend_handle(struct req *r)
 	return api_reply_json(r->conn, 200, api_sandbox_encode(&v), 0, NULL);
 }
 
+/* POST /v1/sandboxes/{id}/network (docs/network.md): the body is the
+ * policy; the sandbox with it is the answer. */
+enum MHD_Result api_network_handle(struct req *r)
+{
+	struct sandbox_view *v = calloc(1, sizeof(*v));
+	char *json = malloc(NET_POLICY_JSON_MAX);
+	struct sbx_error err;
+	enum MHD_Result rc;
+
+	sbx_error_clear(&err);
+	if (!v || !json)
+		sbx_error_set(&err, SBX_E_INTERNAL, NULL, "out of memory");
+	else if (api_network_body_decode(r->body.data, r->body.len, r->srv->cfg, json, &err) == 0)
+		sandbox_network_set(r->srv->svc, r->account_id, r->id, json, v, &err);
+	rc = err.code != SBX_OK ? api_reply_error(r->conn, &err)
+				: api_reply_json(r->conn, 200, api_sandbox_encode(v), 0, NULL);
+	free(v);
+	free(json);
+	return rc;
+}
+
 /* GET /v1/sandboxes/{id}/metrics (docs/api.md "Metrics"): the samples
  * held, oldest first; memory is the guest's word (null: not reported). */
 enum MHD_Result api_sandbox_metrics_handle(struct req *r)

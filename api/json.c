@@ -290,7 +290,18 @@ struct json_object *api_sandbox_encode(const struct sandbox_view *v)
 	json_object_object_add(o, "paused_bytes",
 			       v->paused_at_ms ? json_object_new_int64(v->paused_bytes) : NULL);
 	json_object_object_add(o, "paused_seconds", json_object_new_int64(v->paused_ms / 1000));
+	json_object_object_add(o, "network", api_network_encode(v->network));
+	json_object_object_add(o, "net_bytes_in", json_object_new_int64(v->net_bytes_in));
+	json_object_object_add(o, "net_bytes_out", json_object_new_int64(v->net_bytes_out));
 	return o;
+}
+
+struct json_object *api_network_encode(const char *json)
+{
+	struct json_object *o = json_tokener_parse(json && json[0] ? json : NET_POLICY_NONE_JSON);
+
+	/* the store holds what network/ wrote; anything else reads as none */
+	return o ? o : json_tokener_parse(NET_POLICY_NONE_JSON);
 }
 
 struct json_object *api_execution_view_encode(const struct sandbox_execution_view *v)
@@ -481,6 +492,21 @@ struct json_object *api_limits_encode_stats(const struct sandbox_config *cfg,
 			       json_object_new_int(cfg->paused_ttl_minutes));
 	json_object_object_add(o, "paused_storage_usd_per_gib_hour",
 			       usd_encode((int64_t)cfg->paused_storage_micro_per_gib_hour));
+	{
+		struct json_object *n = json_object_new_object();
+
+		json_object_object_add(n, "allow_open",
+				       json_object_new_boolean(cfg->net_allow_open));
+		json_object_object_add(n, "max_rules", json_object_new_int(cfg->net_max_rules));
+		json_object_object_add(
+		    n, "bandwidth_bytes_per_s_per_sandbox",
+		    json_object_new_int64((int64_t)cfg->net_bandwidth_bytes_per_s));
+		json_object_object_add(n, "connections_per_account",
+				       json_object_new_int(cfg->net_connections_per_account));
+		json_object_object_add(n, "usd_per_gb",
+				       usd_encode((int64_t)cfg->net_price_micro_per_gb));
+		json_object_object_add(o, "network", n);
+	}
 	json_object_object_add(o, "exec_timeout_ms_default",
 			       json_object_new_int64(cfg->default_exec_timeout_ms));
 	json_object_object_add(o, "max_body_bytes",
@@ -554,6 +580,13 @@ struct json_object *api_usage_encode(const struct sandbox_usage *u)
 	json_object_object_add(sb, "running", json_object_new_int(u->running));
 	json_object_object_add(sb, "limit", json_object_new_int(u->limit));
 	json_object_object_add(o, "sandboxes", sb);
+	{
+		struct json_object *net = json_object_new_object();
+
+		json_object_object_add(net, "bytes_in", json_object_new_int64(u->net_bytes_in));
+		json_object_object_add(net, "bytes_out", json_object_new_int64(u->net_bytes_out));
+		json_object_object_add(o, "network", net);
+	}
 	json_object_object_add(period, "from", api_time_encode(u->from_ms));
 	json_object_object_add(period, "to", api_time_encode(u->to_ms));
 	json_object_object_add(o, "period", period);

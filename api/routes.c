@@ -60,6 +60,8 @@ static const struct api_route table[R_COUNT] = {
     [R_PAUSE] = {"/v1/sandboxes/{id}/pause", POST, AUTH, 0, api_pause_handle, "pause"},
     [R_RESUME] = {"/v1/sandboxes/{id}/resume", POST, AUTH, 0, api_pause_handle, "resume"},
     [R_TERMINAL] = {"/v1/sandboxes/{id}/terminal", GET, AUTH, 0, api_terminal_handle, "terminal"},
+    [R_NETWORK] = {"/v1/sandboxes/{id}/network", POST, AUTH | BODY, 0, api_network_handle,
+		   "network"},
     /* api_assets[] (api/assets.h): found by api_static_find, not by path */
     [R_STATIC] = {NULL, GET, 0, 0, api_static_route, "static"},
 };

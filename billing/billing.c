@@ -88,6 +88,15 @@ int64_t billing_storage_cost(int64_t bytes, int64_t ms, int64_t price_micro_per_
 	return q > (unsigned __int128)INT64_MAX ? INT64_MAX : (int64_t)q;
 }
 
+int64_t billing_network_cost(int64_t bytes, int64_t price_micro_per_gb)
+{
+	if (bytes <= 0 || price_micro_per_gb <= 0)
+		return 0;
+	unsigned __int128 num = (unsigned __int128)bytes * (uint64_t)price_micro_per_gb;
+	unsigned __int128 q = num / 1000000000u + (num % 1000000000u != 0);
+	return q > (unsigned __int128)INT64_MAX ? INT64_MAX : (int64_t)q;
+}
+
 int64_t billing_pause_cost(const struct store_sandbox *row, int64_t at_ms)
 {
 	if (!row || row->paused_at_ms <= 0 || at_ms <= row->paused_at_ms)
@@ -112,6 +121,9 @@ int64_t billing_charge_for_row(const struct store_sandbox *row, int64_t ended_at
 		runtime = 0;
 	int64_t c = billing_cost(runtime, row->price_micro_per_hour);
 	c = billing_add_sat(c, row->storage_micro);
+	c = billing_add_sat(
+	    c, billing_network_cost(billing_add_sat(row->net_bytes_in, row->net_bytes_out),
+				    row->net_price_micro_per_gb));
 	return billing_add_sat(c, billing_pause_cost(row, ended_at_ms));
 }
 

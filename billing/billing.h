@@ -38,12 +38,16 @@ int64_t billing_execution_cost(uint32_t host_ms, int64_t price_micro_per_second,
  * `ms` long at a price per GiB-hour, rounded up to a whole micro-USD;
  * 0 when any is <= 0; saturates at INT64_MAX. */
 int64_t billing_storage_cost(int64_t bytes, int64_t ms, int64_t price_micro_per_gib_hour);
+/* Egress (docs/billing.md "Network"): `bytes` relayed (both ways) at a
+ * price per GB (10^9 bytes), rounded up to a whole micro-USD; 0 when
+ * either is <= 0; saturates at INT64_MAX. */
+int64_t billing_network_cost(int64_t bytes, int64_t price_micro_per_gb);
 /* The storage cost of a paused row's current pause up to at_ms (a
  * store_pause_cost_fn); 0 when it is not paused. */
 int64_t billing_pause_cost(const struct store_sandbox *row, int64_t at_ms);
 /* The final charge of a row ended at ended_at_ms (a store_charge_fn):
  * runtime (without the time it was paused) at its price, plus the
- * storage of its pauses;
+ * storage of its pauses, plus its network bytes (in + out) at its price;
  * runtime from created_at to min(ended_at, expires_at); 0 for a row that
  * never became ready. */
 int64_t billing_charge_for_row(const struct store_sandbox *row, int64_t ended_at_ms);

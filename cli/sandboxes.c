@@ -96,12 +96,15 @@ static bool query_append(char *q, size_t n, const char *s)
 
 static const char create_help[] =
     "usage: sbx create [--size S] [--timeout MIN] [--label K=V]... [--idempotency-key K]\n"
+    "                  [--network none|allow_list|open] [--allow RULE]... [--deny RULE]...\n"
     "                  [--json]\n"
     "Create a sandbox and wait until it accepts commands; print its id (--json:\n"
     "the sandbox object). --timeout: minutes until it expires (the daemon's\n"
     "default when absent). --label: a metadata pair (repeatable; docs/api.md,\n"
     "Metadata). --idempotency-key: a retry with the same key returns the same\n"
-    "sandbox instead of creating another.\n";
+    "sandbox instead of creating another. --network, --allow, --deny: its\n"
+    "egress policy (docs/network.md; --allow alone means allow_list); without\n"
+    "them, the daemon's default.\n";
 
 int cmd_create(struct cli *c, int argc, char **argv)
 {
@@ -109,8 +112,12 @@ int cmd_create(struct cli *c, int argc, char **argv)
 				 {.name = "timeout", .arg = true},
 				 {.name = "idempotency-key", .arg = true},
 				 {.name = "label", .arg = true, .multi = true},
+				 {.name = "network", .arg = true},
+				 {.name = "allow", .arg = true, .multi = true},
+				 {.name = "deny", .arg = true, .multi = true},
 				 {0}};
-	json_object *body, *labels;
+	json_object *body, *labels, *net;
+	bool bad;
 	struct cli_reply r;
 	const char *pos[1];
 	long long minutes;
@@ -120,7 +127,14 @@ int cmd_create(struct cli *c, int argc, char **argv)
 		return rc;
 	if (!labels_parse(c, &opts[3], &labels))
 		return CLI_EXIT_USAGE;
+	net = cli_network_policy(c, &opts[4], &opts[5], &opts[6], &bad);
+	if (bad) {
+		json_object_put(labels);
+		return CLI_EXIT_USAGE;
+	}
 	body = json_object_new_object();
+	if (net)
+		json_object_object_add(body, "network", net);
 	if (labels)
 		json_object_object_add(body, "metadata", labels);
 	if (opts[0].set)

@@ -23,6 +23,7 @@ static const char main_help[] =
     "\n"
     "sandboxes:\n"
     "  create [--size S] [--timeout MIN] [--idempotency-key K]   create one, print its id\n"
+    "         [--network none|allow_list|open] [--allow R]... [--deny R]...\n"
     "  ls [--status S] [--limit N] [--starting-after ID]        list sandboxes\n"
     "  get ID                                                    show one\n"
     "  extend ID MIN                                             make it expire MIN minutes from "
@@ -31,6 +32,7 @@ static const char main_help[] =
     "bring it back\n"
     "  metrics ID [--last N]                                     its CPU, memory and disk "
     "samples\n"
+    "  network ID [--network E] [--allow R]... [--deny R]...     show or set its egress policy\n"
     "  rm ID...                                                  destroy them\n"
     "  exec ID [--cwd D] [--env K=V]... [--timeout-ms N] -- CMD...\n"
     "                                                            run CMD, exit with its code\n"
@@ -726,7 +728,7 @@ static const struct {
     {"create", cmd_create}, {"ls", cmd_ls},	    {"get", cmd_get},	  {"extend", cmd_extend},
     {"rm", cmd_rm},	    {"exec", cmd_exec},	    {"run", cmd_run},	  {"receipt", cmd_receipt},
     {"usage", cmd_usage},   {"keys", cmd_keys},	    {"cp", cmd_cp},	  {"metrics", cmd_metrics},
-    {"pause", cmd_pause},   {"resume", cmd_resume}, {"shell", cmd_shell},
+    {"pause", cmd_pause},   {"resume", cmd_resume}, {"shell", cmd_shell}, {"network", cmd_network},
 };
 
 /* Edit distance between a and b (both short: command names and what was

@@ -4,7 +4,8 @@
  * (offline, no server).
  *
  * Files: sbx.c (main, configuration, options, the HTTP call, output
- * helpers), sandboxes.c (create, ls, get, extend, metrics, rm, exec), account.c
+ * helpers), sandboxes.c (create, ls, get, extend, metrics, rm, exec),
+ * network.c (network, and create's policy options), account.c
  * (run, receipt, usage, keys), shell.c (shell: a terminal over a
  * WebSocket). One thread; nothing here is thread-safe.
  */
@@ -169,6 +170,12 @@ int cmd_receipt(struct cli *c, int argc, char **argv);
 int cmd_usage(struct cli *c, int argc, char **argv);
 int cmd_keys(struct cli *c, int argc, char **argv);
 int cmd_cp(struct cli *c, int argc, char **argv);
-int cmd_shell(struct cli *c, int argc, char **argv); /* shell.c */
+int cmd_shell(struct cli *c, int argc, char **argv);   /* shell.c */
+int cmd_network(struct cli *c, int argc, char **argv); /* network.c */
+
+/* network.c: an egress policy from --network/--allow/--deny (a new
+ * object), or NULL when none was given (*bad: a usage error, printed). */
+json_object *cli_network_policy(struct cli *c, const struct cli_opt *egress,
+				const struct cli_opt *allow, const struct cli_opt *deny, bool *bad);
 
 #endif

@@ -215,6 +215,10 @@ void sandbox_config_defaults(struct sandbox_config *cfg)
 	cfg->execution_store_max_bytes = 256 * 1024;
 	cfg->execution_store_account_max_bytes = 64ull * 1024 * 1024;
 	cfg->execution_retention_hours = 168;
+	cfg->net_allow_open = false;
+	cfg->net_max_rules = 32;
+	cfg->net_bandwidth_bytes_per_s = 12500000;
+	cfg->net_connections_per_account = 64;
 }
 
 /* dst = base + suffix unless dst is set; a path that does not fit is left

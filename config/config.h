@@ -243,6 +243,23 @@ struct sandbox_config {
 	 * CPU, memory and disk are sampled every metrics_interval_ms (0 =
 	 * off), the last 720 samples kept per guest (fleet/metrics.c). */
 	uint32_t metrics_interval_ms; /* 5000 */
+	/* Egress (docs/network.md): config key "network", an object. The
+	 * operator's limits on what a policy may say (net_allow_open: egress
+	 * "open" accepted; net_max_rules: rules per list), the ranges of the
+	 * private set a policy may then allow (an internal mirror), the
+	 * policy of a create that names none (JSON; "" = {"egress":"none"}),
+	 * with the hostnames of this host's apt sources added to its allow
+	 * list when net_default_apt_sources, the price of a GB relayed, and
+	 * the caps published in /v1/limits. */
+	bool net_allow_open;		    /* false */
+	int net_max_rules;		    /* 32, at most 64 */
+	char net_internal_ranges[16][64];   /* CIDRs */
+	size_t n_net_internal_ranges;	    /* <= 16 */
+	char net_default_policy[4096];	    /* "" = none */
+	bool net_default_apt_sources;	    /* false */
+	uint64_t net_price_micro_per_gb;    /* 0 */
+	uint64_t net_bandwidth_bytes_per_s; /* 12500000 (100 Mbit/s) per sandbox */
+	int net_connections_per_account;    /* 64 open at once */
 	/* Tests only: die with _exit(137) at this named step (sandbox/fault.h
 	 * lists them; "" = never). Refused in production mode. */
 	char test_fault_point[48];

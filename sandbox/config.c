@@ -345,11 +345,31 @@ static int validate_in_flight_caps(const struct sandbox_config *cfg, struct sbx_
 }
 
 /* The checks run in this order; the first failure is the message. */
+/* network.*: the limits are sane; the default policy and the internal
+ * ranges were checked when the file was read (api/config.c). */
+static int validate_network(const struct sandbox_config *cfg, struct sbx_error *err)
+{
+	if (cfg->net_max_rules < 1 || cfg->net_max_rules > NET_RULES_MAX)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "network.max_rules",
+				     "network.max_rules must be 1..%d", NET_RULES_MAX);
+	if (cfg->net_connections_per_account < 1)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "network.connections_per_account",
+				     "network.connections_per_account must be at least 1");
+	if (cfg->net_bandwidth_bytes_per_s < 1 || cfg->net_bandwidth_bytes_per_s > INT64_MAX)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "network.bandwidth_bytes_per_s",
+				     "network.bandwidth_bytes_per_s must be at least 1");
+	if (cfg->net_price_micro_per_gb > INT64_MAX)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "network.price_micro_per_gb",
+				     "network.price_micro_per_gb is too large");
+	return 0;
+}
+
 int sandbox_config_validate(const struct sandbox_config *cfg, struct sbx_error *err)
 {
 	if (validate_basics(cfg, err) < 0 || validate_production(cfg, err) < 0 ||
 	    validate_sandbox_limits(cfg, err) < 0 || validate_pool_and_tests(cfg, err) < 0 ||
-	    validate_http(cfg, err) < 0 || validate_in_flight_caps(cfg, err) < 0)
+	    validate_http(cfg, err) < 0 || validate_in_flight_caps(cfg, err) < 0 ||
+	    validate_network(cfg, err) < 0)
 		return -1;
 	return 0;
 }

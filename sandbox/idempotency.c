@@ -50,7 +50,7 @@ int sandbox_create_idempotent(struct sandbox_svc *svc, const char *account_id,
 	const struct sandbox_config *cfg = &svc->cfg;
 	const struct sandbox_size *size;
 	struct store_idem row = {0};
-	char canon[96 + SANDBOX_METADATA_JSON_MAX], hash[65];
+	char canon[128 + SANDBOX_METADATA_JSON_MAX + NET_POLICY_JSON_MAX], hash[65];
 	int minutes, claimed;
 	int64_t deadline;
 
@@ -78,6 +78,12 @@ int sandbox_create_idempotent(struct sandbox_svc *svc, const char *account_id,
 					     "metadata is too large");
 		if (strcmp(meta, "{}") != 0)
 			snprintf(canon + used, sizeof(canon) - used, "\nmetadata=%s", meta);
+	}
+	/* The network only when named: a request without it hashes as before
+	 * policies existed (the default may change with the config). */
+	if (req->network) {
+		size_t used = strlen(canon);
+		snprintf(canon + used, sizeof(canon) - used, "\nnetwork=%s", req->network);
 	}
 	sbx_sha256_hex(canon, strlen(canon), hash);
 

@@ -27,6 +27,10 @@ void sandbox_view_from_row(const struct store_sandbox *row, int64_t now_ms, stru
 	v->paused_at_ms = row->status == STORE_PAUSED ? row->paused_at_ms : 0;
 	v->paused_bytes = row->status == STORE_PAUSED ? row->paused_bytes : 0;
 	v->paused_ms = row->paused_ms;
+	snprintf(v->network, sizeof(v->network), "%s",
+		 row->network[0] ? row->network : STORE_NETWORK_NONE);
+	v->net_bytes_in = row->net_bytes_in;
+	v->net_bytes_out = row->net_bytes_out;
 }
 
 /* Tenants see a sandbox that is still being created as not existing yet. */

@@ -85,7 +85,16 @@ struct sandbox_svc {
 	char transit[SANDBOX_TRANSIT_MAX][SANDBOX_ID_MAX];
 	size_t n_transit;
 	bool ttl_queued; /* under svc->lock: a paused-retention job is queued */
+
+	/* Egress (network.c): the default policy and the forbidden set's
+	 * variable part (internal ranges, this host's addresses). Built at
+	 * sandbox_svc_new, read-only after. */
+	char net_default[NET_POLICY_JSON_MAX];
+	struct net_env net;
 };
+
+/* network.c: the default policy and svc->net (at sandbox_svc_new). */
+int sandbox_network_init(struct sandbox_svc *svc, struct sbx_error *err);
 
 /* rows.c: is sandbox `id` being paused or resumed? (svc->lock) */
 bool sandbox_in_transit(struct sandbox_svc *svc, const char *id);

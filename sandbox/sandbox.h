@@ -16,6 +16,7 @@
 
 #include "../agentless/agentless.h"
 #include "../config/config.h"
+#include "../network/network.h"
 #include "../util/util.h"
 
 /* ---------------------------------------------------------------- config */
@@ -204,8 +205,10 @@ struct sandbox_view {
 	int64_t startup_ms;   /* request received -> guest ready and recorded */
 	char metadata[SANDBOX_METADATA_JSON_MAX]; /* JSON object, keys sorted */
 	int64_t paused_at_ms;			  /* while paused: when; else 0 */
-	int64_t paused_bytes; /* while paused: its save file + overlay on the host */
-	int64_t paused_ms;    /* the pauses resumed so far, added up */
+	int64_t paused_bytes;		     /* while paused: its save file + overlay on the host */
+	int64_t paused_ms;		     /* the pauses resumed so far, added up */
+	char network[NET_POLICY_JSON_MAX];   /* its egress policy, canonical JSON */
+	int64_t net_bytes_in, net_bytes_out; /* relayed so far (docs/network.md) */
 };
 
 struct sandbox_create_req {
@@ -215,7 +218,31 @@ struct sandbox_create_req {
 	 * bytes (0x20..0x7e). Only sandbox_create_idempotent() looks at it. */
 	const char *idempotency_key;
 	const struct sandbox_metadata *metadata; /* NULL = none */
+	/* Its egress policy as canonical JSON (net_policy_json of a policy
+	 * checked against the config's limits); NULL = the service's default
+	 * (sandbox_network_default). */
+	const char *network;
 };
+
+/* Egress (docs/network.md). The policy of a create that names none: the
+ * config's network.default_policy (none when unset) with, when
+ * network.default_policy_apt_sources, the hostnames of apt_dir's *.sources
+ * and *.list and of apt_list added to its allow list (egress none becomes
+ * allow_list). Canonical JSON into out; SBX_E_INVALID_REQUEST (param
+ * "network.default_policy") when it does not fit the limits. */
+int sandbox_network_default_build(const struct sandbox_config *cfg, const char *apt_dir,
+				  const char *apt_list, char out[NET_POLICY_JSON_MAX],
+				  struct sbx_error *err);
+/* The service's (built at sandbox_svc_new from /etc/apt). Borrowed. */
+const char *sandbox_network_default(const struct sandbox_svc *svc);
+/* The limits a tenant's policy is checked against (config network.*). */
+void sandbox_network_limits(const struct sandbox_config *cfg, struct net_limits *out);
+/* Replace a running or paused sandbox's policy (canonical JSON, checked
+ * by the caller against sandbox_network_limits); new connections obey it
+ * at once, open ones keep going (docs/network.md). SBX_E_NOT_FOUND,
+ * SBX_E_SANDBOX_NOT_RUNNING (ended). */
+int sandbox_network_set(struct sandbox_svc *svc, const char *account_id, const char *id,
+			const char *network, struct sandbox_view *out, struct sbx_error *err);
 
 /* Reserve, boot, wait for the guest's HELLO, record. Returns when the
  * sandbox accepts commands. Errors in API.md's order: SBX_E_INVALID_REQUEST
@@ -775,6 +802,9 @@ struct sandbox_usage {
 	 * those without the label first (labeled false) */
 	struct sandbox_usage_group *groups; /* malloc'd */
 	size_t n_groups;
+	/* Egress (docs/network.md): the bytes of the sandboxes that ended in
+	 * the period, plus the running ones' so far. */
+	int64_t net_bytes_in, net_bytes_out;
 };
 /* from_ms/to_ms 0 = the current UTC month; granularity NULL, "day" or
  * "hour" (SBX_E_INVALID_REQUEST otherwise, or when the range would give

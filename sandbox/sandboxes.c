@@ -101,6 +101,9 @@ int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 	    sandbox_metadata_json(req->metadata, false, row.metadata, sizeof(row.metadata)) < 0)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "metadata",
 				     "metadata is too large");
+	snprintf(row.network, sizeof(row.network), "%s",
+		 req->network ? req->network : sandbox_network_default(svc));
+	row.net_price_micro_per_gb = (int64_t)cfg->net_price_micro_per_gb;
 	if (store_sandbox_reserve(svc->store, &row,
 				  billing_hold_for_minutes(minutes, size->price_micro_per_hour),
 				  cfg->max_sandboxes_per_account, err) < 0) {

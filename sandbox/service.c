@@ -68,6 +68,8 @@ struct sandbox_svc *sandbox_svc_new(const struct sandbox_config *cfg, int flags,
 	if (!(svc->signer = sandbox_receipt_signer_open(cfg, err)))
 		goto err_free;
 	svc->started_wall_ms = sbx_wall_ms();
+	if (sandbox_network_init(svc, err) < 0)
+		goto err_signer;
 	svc->store = store_open(cfg->db_path, err);
 	if (!svc->store)
 		goto err_signer;

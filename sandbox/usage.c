@@ -267,6 +267,12 @@ int sandbox_usage_grouped(struct sandbox_svc *svc, const char *account_id, int64
 		usage_add(out, step, snap.rows[i].size, snap.rows[i].start_ms, snap.rows[i].seconds,
 			  snap.rows[i].cost_micro);
 	usage_add_running(snap.running, snap.n_running, now, step, out);
+	out->net_bytes_in = snap.net_bytes_in;
+	out->net_bytes_out = snap.net_bytes_out;
+	for (size_t i = 0; i < snap.n_running; i++) {
+		out->net_bytes_in += snap.running[i].net_bytes_in;
+		out->net_bytes_out += snap.running[i].net_bytes_out;
+	}
 	if (group_key && usage_groups(&snap, group_key, now, out, err) < 0) {
 		store_usage_snapshot_release(&snap);
 		sandbox_usage_release(out);

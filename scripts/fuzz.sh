@@ -11,7 +11,7 @@ pkgs="libvirt libmicrohttpd json-c sqlite3 libcrypto"
 cflags="-g -O1 -std=c11 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $(pkg-config --cflags $pkgs)"
 libs="$(pkg-config --libs $pkgs) -pthread -lm"
 make -s build/gen/web_assets.c # the dashboard's assets, compiled into the library
-lib_srcs="$(ls util/*.c agentless/*.c vmm/*.c store/*.c billing/*.c receipt/*.c config/*.c fleet/*.c sandbox/*.c api/*.c | grep -v '^api/main.c$') build/gen/web_assets.c"
+lib_srcs="$(ls util/*.c agentless/*.c network/*.c vmm/*.c store/*.c billing/*.c receipt/*.c config/*.c fleet/*.c sandbox/*.c api/*.c | grep -v '^api/main.c$') build/gen/web_assets.c"
 for src in tests/fuzz/fuzz_*.c; do
 	name=$(basename "$src" .c); name=${name#fuzz_}
 	extra=""

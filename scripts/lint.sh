@@ -23,6 +23,9 @@ check agentless '^(util/util\.h|wire\.h|agentless\.h|agentless-priv\.h)$'
 # domain. It shares only the wire format with the host; nothing of the
 # daemon (not even util/) links into it.
 check guest '^(agentless/wire\.h|init\.h|files-priv\.h)$'
+# network/ (egress policy, forbidden set, connector) sits beside store/:
+# util/ only; sandbox/ and api/ use it.
+check network '^(util/util\.h|network\.h)$'
 check vmm '^(util/util\.h|vmm\.h|vmm-priv\.h)$'
 check config '^(util/util\.h|vmm/vmm\.h|config\.h)$'
 check store '^(util/util\.h|store\.h|store-priv\.h)$'
@@ -31,8 +34,8 @@ check receipt '^(util/util\.h|receipt\.h|verify\.h)$'
 # fleet/ (hosts, placement, pools, boot slots, live guests) sits below
 # sandbox/: never sandbox/ nor store/.
 check fleet '^(util/util\.h|config/config\.h|vmm/vmm\.h|agentless/agentless\.h|fleet\.h|fleet-priv\.h)$'
-check sandbox '^(util/util\.h|config/config\.h|store/store\.h|billing/billing\.h|vmm/vmm\.h|agentless/agentless\.h|receipt/receipt\.h|fleet/fleet\.h|sandbox\.h|sandbox-priv\.h)$'
-check api '^(util/util\.h|config/config\.h|sandbox/sandbox\.h|api\.h|assets\.h|api-priv\.h|http-priv\.h|reqctx\.h|receipt/receipt\.h|receipt/verify\.h)$'
+check sandbox '^(util/util\.h|config/config\.h|network/network\.h|store/store\.h|billing/billing\.h|vmm/vmm\.h|agentless/agentless\.h|receipt/receipt\.h|fleet/fleet\.h|sandbox\.h|sandbox-priv\.h)$'
+check api '^(util/util\.h|config/config\.h|network/network\.h|sandbox/sandbox\.h|api\.h|assets\.h|api-priv\.h|http-priv\.h|reqctx\.h|receipt/receipt\.h|receipt/verify\.h)$'
 # Only main.c, the composition root, may use receipt/ directly: its
 # `verify-receipt` checks a receipt offline, with no service or database.
 # And execution_json.c, for receipt/'s canonical JSON only (RFC 8785: the

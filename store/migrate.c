@@ -209,6 +209,18 @@ static const char *const store_migrations[] = {
     "  CHECK (storage_price_micro >= 0);"
     "ALTER TABLE sandboxes ADD COLUMN storage_micro INTEGER NOT NULL DEFAULT 0"
     "  CHECK (storage_micro >= 0);",
+    /* 12 (issue 27, egress): a sandbox's network policy as the API shows
+     * it (canonical JSON; every sandbox before it had none), the bytes its
+     * connections moved each way (counted by the daemon, which relays
+     * them), and the price of a GB in force at its create. */
+    "ALTER TABLE sandboxes ADD COLUMN network TEXT NOT NULL"
+    "  DEFAULT '{\"egress\":\"none\",\"allow\":[],\"deny\":[]}';"
+    "ALTER TABLE sandboxes ADD COLUMN net_bytes_in INTEGER NOT NULL DEFAULT 0"
+    "  CHECK (net_bytes_in >= 0);"
+    "ALTER TABLE sandboxes ADD COLUMN net_bytes_out INTEGER NOT NULL DEFAULT 0"
+    "  CHECK (net_bytes_out >= 0);"
+    "ALTER TABLE sandboxes ADD COLUMN net_price_micro_per_gb INTEGER NOT NULL DEFAULT 0"
+    "  CHECK (net_price_micro_per_gb >= 0);",
 };
 
 /* Work in C that a migration needs after its SQL, in the same transaction,

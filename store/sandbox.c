@@ -14,7 +14,7 @@
 	" price_micro_per_hour, requested_at_ms, created_at_ms, expires_at_ms,"                    \
 	" ended_at_ms, last_seen_at_ms, hold_micro, charge_micro, startup_path, startup_ms,"       \
 	" host, metadata, paused_at_ms, paused_ms, paused_bytes, storage_price_micro,"             \
-	" storage_micro"
+	" storage_micro, network, net_bytes_in, net_bytes_out, net_price_micro_per_gb"
 
 /* "12.345678" without going near floating point (store must not call billing). */
 static void store_usd(int64_t micro, char buf[static 32])
@@ -52,6 +52,10 @@ static void store_sandbox_from_stmt(sqlite3_stmt *q, struct store_sandbox *r)
 	r->paused_bytes = sqlite3_column_int64(q, 20);
 	r->storage_price_micro = sqlite3_column_int64(q, 21);
 	r->storage_micro = sqlite3_column_int64(q, 22);
+	store_copy_col(r->network, sizeof r->network, q, 23);
+	r->net_bytes_in = sqlite3_column_int64(q, 24);
+	r->net_bytes_out = sqlite3_column_int64(q, 25);
+	r->net_price_micro_per_gb = sqlite3_column_int64(q, 26);
 	if (r->status == STORE_RUNNING && r->paused_at_ms > 0)
 		r->status = STORE_PAUSED; /* stored as 'running' (store.h) */
 }
@@ -226,12 +230,14 @@ int store_sandbox_reserve(struct store *s, struct store_sandbox *row, int64_t ho
 		if (store_run(s, &q,
 			      "INSERT INTO sandboxes (id, account_id, size, domain, status,"
 			      " timeout_minutes, price_micro_per_hour, requested_at_ms,"
-			      " last_seen_at_ms, hold_micro)"
-			      " VALUES (?1, ?2, ?3, ?4, 'creating', ?5, ?6, ?7, ?7, ?8)",
+			      " last_seen_at_ms, hold_micro, network, net_price_micro_per_gb)"
+			      " VALUES (?1, ?2, ?3, ?4, 'creating', ?5, ?6, ?7, ?7, ?8,"
+			      " COALESCE(NULLIF(?9, ''), '" STORE_NETWORK_NONE "'), ?10)",
 			      err, STORE_T(row->id), STORE_T(row->account_id), STORE_T(row->size),
 			      STORE_T(row->domain), STORE_I(row->timeout_minutes),
 			      STORE_I(row->price_micro_per_hour), STORE_I(row->requested_at_ms),
-			      STORE_I(hold_micro)) < 0)
+			      STORE_I(hold_micro), STORE_T(row->network),
+			      STORE_I(row->net_price_micro_per_gb)) < 0)
 			goto err_rollback;
 	}
 	if (row->metadata[0] &&
@@ -809,4 +815,54 @@ int store_host_drains_list(struct store *s, char (*hosts)[STORE_HOST_MAX], size_
 	if (rc != SQLITE_DONE)
 		return store_db_error(s, "host drains", err);
 	return 0;
+}
+
+/* ------------------------------------------------------------- network */
+
+int store_sandbox_network_set(struct store *s, const char *account_id, const char *id,
+			      const char *network, struct store_sandbox *out, struct sbx_error *err)
+{
+	STORE_LOCK(s);
+	if (store_tx_begin(s, err) < 0)
+		return -1;
+	struct store_sandbox row;
+	if (store_sandbox_need(s, account_id, id, &row, err) < 0)
+		goto err_rollback;
+	if (row.status == STORE_CREATING) { /* tenants do not see it yet */
+		sbx_error_set(err, SBX_E_NOT_FOUND, NULL, "no such sandbox '%.64s'", id);
+		goto err_rollback;
+	}
+	if (row.status != STORE_RUNNING && row.status != STORE_PAUSED) {
+		sbx_error_set(err, SBX_E_SANDBOX_NOT_RUNNING, NULL,
+			      "sandbox '%.64s' has ended: its network cannot change", id);
+		goto err_rollback;
+	}
+	{
+		_cleanup_reset_ sqlite3_stmt *q = NULL;
+		if (store_run(s, &q, "UPDATE sandboxes SET network = ?2 WHERE id = ?1", err,
+			      STORE_T(row.id), STORE_T(network)) < 0)
+			goto err_rollback;
+	}
+	if (store_sandbox_need(s, account_id, id, &row, err) < 0)
+		goto err_rollback;
+	if (store_tx_commit(s, err) < 0)
+		goto err_rollback;
+	*out = row;
+	return 0;
+
+err_rollback:
+	store_tx_rollback(s);
+	return -1;
+}
+
+int store_sandbox_net_add(struct store *s, const char *id, int64_t bytes_in, int64_t bytes_out,
+			  struct sbx_error *err)
+{
+	if (bytes_in < 0 || bytes_out < 0)
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "negative byte count");
+	return store_write(s, 0,
+			   "UPDATE sandboxes SET net_bytes_in = net_bytes_in + ?2,"
+			   " net_bytes_out = net_bytes_out + ?3"
+			   " WHERE id = ?1 AND status IN ('creating', 'running')",
+			   err, STORE_T(id), STORE_I(bytes_in), STORE_I(bytes_out));
 }

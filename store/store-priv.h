@@ -198,9 +198,15 @@ int store_usage_rebuild_tx(struct store *s, struct sbx_error *err);
 	"ALTER TABLE accounts DROP COLUMN releases_micro;"                                         \
 	"ALTER TABLE accounts DROP COLUMN charges_micro;"                                          \
 	"DROP INDEX executions_stored; ALTER TABLE executions DROP COLUMN "                        \
-	"response_bytes;" STORE_PRIV_BACK_TO_SCHEMA_10_PAUSE STORE_PRIV_BACK_TO_SCHEMA_9_LABELS    \
-	    STORE_PRIV_BACK_TO_SCHEMA_8_RECEIPTS STORE_PRIV_BACK_TO_SCHEMA_7_HOSTS                 \
-	"PRAGMA user_version = 4;"
+	"response_bytes;" STORE_PRIV_BACK_TO_SCHEMA_11_NETWORK STORE_PRIV_BACK_TO_SCHEMA_10_PAUSE  \
+	    STORE_PRIV_BACK_TO_SCHEMA_9_LABELS STORE_PRIV_BACK_TO_SCHEMA_8_RECEIPTS                \
+		STORE_PRIV_BACK_TO_SCHEMA_7_HOSTS "PRAGMA user_version = 4;"
+/* Tests only: undo migration 12 (egress). */
+#define STORE_PRIV_BACK_TO_SCHEMA_11_NETWORK                                                       \
+	"ALTER TABLE sandboxes DROP COLUMN network;"                                               \
+	"ALTER TABLE sandboxes DROP COLUMN net_bytes_in;"                                          \
+	"ALTER TABLE sandboxes DROP COLUMN net_bytes_out;"                                         \
+	"ALTER TABLE sandboxes DROP COLUMN net_price_micro_per_gb;"
 /* Tests only: undo migration 11 (pause and resume). */
 #define STORE_PRIV_BACK_TO_SCHEMA_10_PAUSE                                                         \
 	"ALTER TABLE sandboxes DROP COLUMN paused_at_ms;"                                          \

@@ -159,6 +159,12 @@ int store_status_parse(const char *name, enum store_status *st);
 #define STORE_METADATA_BYTES_MAX 1024 /* keys + values, UTF-8 bytes */
 #define STORE_METADATA_MAX	 2400
 
+/* A sandbox's network policy (issue 27): canonical JSON that network/
+ * wrote and checked, with its NUL (NET_POLICY_JSON_MAX); the store keeps
+ * it as given. */
+#define STORE_NETWORK_MAX  4096
+#define STORE_NETWORK_NONE "{\"egress\":\"none\",\"allow\":[],\"deny\":[]}"
+
 /* A host name (config `hosts[].name`) and its terminating NUL. */
 #define STORE_HOST_MAX 32
 
@@ -192,6 +198,12 @@ struct store_sandbox {
 	int64_t paused_bytes;
 	int64_t storage_price_micro;
 	int64_t storage_micro;
+	/* Egress (migration 12): the policy (canonical JSON; "" at reserve =
+	 * none), the bytes relayed each way, and the price of a GB (10^9
+	 * bytes) in force at the create. */
+	char network[STORE_NETWORK_MAX];
+	int64_t net_bytes_in, net_bytes_out;
+	int64_t net_price_micro_per_gb;
 };
 
 /* Write a create's intent in one transaction: the row (status CREATING)
@@ -204,6 +216,19 @@ struct store_sandbox {
  * by the call. */
 int store_sandbox_reserve(struct store *s, struct store_sandbox *row, int64_t hold_micro,
 			  int max_live, struct sbx_error *err);
+
+/* Replace a live sandbox's network policy (network: canonical JSON that
+ * network/ checked, < STORE_NETWORK_MAX) and read the row back, in one
+ * transaction. SBX_E_NOT_FOUND when it is not the account's (or still
+ * CREATING), SBX_E_SANDBOX_NOT_RUNNING when it has ended. */
+int store_sandbox_network_set(struct store *s, const char *account_id, const char *id,
+			      const char *network, struct store_sandbox *out,
+			      struct sbx_error *err);
+/* Add bytes relayed for a live sandbox's connections (in: toward the
+ * guest, out: from it; each >= 0). 1 when counted, 0 when the sandbox is
+ * no longer live (the bytes are then dropped: it has settled). */
+int store_sandbox_net_add(struct store *s, const char *id, int64_t bytes_in, int64_t bytes_out,
+			  struct sbx_error *err);
 
 /* CREATING -> RUNNING with the guest's domain, created_at and expires_at.
  * SBX_E_NOT_FOUND if the row is not CREATING. */
@@ -429,6 +454,8 @@ struct store_usage_snapshot {
 	 * runtime may have a piece in the period (malloc'd, NULL when none) */
 	struct store_usage_labeled *settled;
 	size_t n_settled;
+	/* egress of the sandboxes that ended in the period, both ways */
+	int64_t net_bytes_in, net_bytes_out;
 };
 int store_usage_snapshot(struct store *s, const char *account_id, int64_t from_ms, int64_t to_ms,
 			 int64_t step_ms, struct store_usage_snapshot *out, struct sbx_error *err);

@@ -316,6 +316,28 @@ static int usage_period_check(int64_t from_ms, int64_t to_ms, int64_t step_ms,
 
 /* The snapshot, with (extras) or without balance, live count and running
  * list: one read transaction on one read connection. */
+/* The bytes relayed by the account's sandboxes that ended in [from, to)
+ * (by the index of ended_at): a sandbox's network counts in the period it
+ * ended in (the running ones are added by the caller, from the running
+ * list of the same snapshot). */
+static int usage_network(struct store *s, const char *account_id, int64_t from_ms, int64_t to_ms,
+			 struct store_usage_snapshot *out, struct sbx_error *err)
+{
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
+	int rc = store_run(s, &q,
+			   "SELECT COALESCE(SUM(net_bytes_in), 0), COALESCE(SUM(net_bytes_out), 0)"
+			   " FROM sandboxes WHERE account_id = ?1 AND ended_at_ms >= ?2"
+			   " AND ended_at_ms < ?3",
+			   err, STORE_T(account_id), STORE_I(from_ms), STORE_I(to_ms));
+	if (rc < 0)
+		return -1;
+	if (rc == SQLITE_ROW) {
+		out->net_bytes_in = sqlite3_column_int64(q, 0);
+		out->net_bytes_out = sqlite3_column_int64(q, 1);
+	}
+	return 0;
+}
+
 static int usage_snapshot(struct store *s, const char *account_id, int64_t from_ms, int64_t to_ms,
 			  int64_t step_ms, bool extras, const char *group_key,
 			  struct store_usage_snapshot *out, struct sbx_error *err)
@@ -336,6 +358,8 @@ static int usage_snapshot(struct store *s, const char *account_id, int64_t from_
 	if (rc == 0 && extras)
 		rc = store_sandbox_list_running_locked(s, account_id, &out->running,
 						       &out->n_running, err);
+	if (rc == 0 && extras)
+		rc = usage_network(s, account_id, from_ms, to_ms, out, err);
 	if (rc == 0 && group_key)
 		rc = usage_settled(s, account_id, from_ms, to_ms, group_key, out, err);
 	/* A read transaction: COMMIT only ends it. */

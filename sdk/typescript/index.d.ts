@@ -41,6 +41,20 @@ export interface SandboxInfo {
   paused_bytes: number | null;
   /** The pauses already resumed, added up. */
   paused_seconds: number;
+  /** Its egress policy (docs/api.md, Network). */
+  network: NetworkPolicy;
+  /** Bytes relayed toward the guest (0 until egress is wired). */
+  net_bytes_in: number;
+  /** Bytes relayed from the guest. */
+  net_bytes_out: number;
+}
+
+/** An egress policy (docs/network.md): rules are a domain, '*.domain', an
+ * address or a CIDR, each with an optional ':port' or ':lo-hi'. */
+export interface NetworkPolicy {
+  egress: 'none' | 'allow_list' | 'open';
+  allow?: string[];
+  deny?: string[];
 }
 
 export interface Receipt {
@@ -99,6 +113,8 @@ export interface CreateOptions extends ClientOptions, CallOptions {
   size?: string;
   timeoutMinutes?: number;
   metadata?: Record<string, string>;
+  /** Its egress policy; default: the service's (docs/network.md). */
+  network?: NetworkPolicy;
   /** Default: a new random key per call (shared by its retries). */
   idempotencyKey?: string;
   /** Use this client instead of one made from the other options. */
@@ -138,6 +154,8 @@ export declare class Sandbox {
   execStream(command: string, options?: ExecOptions): AsyncGenerator<ExecEvent, void, undefined>;
   refresh(options?: CallOptions): Promise<this>;
   update(metadata: Record<string, string | null> | null, options?: CallOptions): Promise<this>;
+  /** POST /v1/sandboxes/{id}/network: replace its egress policy. */
+  setNetwork(policy: NetworkPolicy, options?: CallOptions): Promise<this>;
   metrics(options?: CallOptions): Promise<SandboxMetrics>;
   /** GET /v1/sandboxes/{id}/terminal (docs/api.md, Terminal); Node only. */
   terminal(options?: { rows?: number; cols?: number }): Promise<Terminal>;

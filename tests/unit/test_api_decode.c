@@ -214,6 +214,10 @@ static void test_execution_decode(void **state)
 	free(b.code);
 
 	execution_bad(S("{\"timeout_seconds\": 30, \"code\": \"x\"}"), "runtime");
+	/* one-shot executions never have a network (docs/network.md) */
+	execution_bad(S("{\"runtime\": \"node\", \"timeout_seconds\": 30, \"code\": \"x\", "
+			"\"network\": {\"egress\": \"none\"}}"),
+		      "network");
 	execution_bad(S("{\"runtime\": \"node\", \"timeout_seconds\": 30}"), "code");
 	execution_bad(S("{\"runtime\": \"node\", \"code\": \"x\"}"), "timeout_seconds");
 	execution_bad(S("{\"runtime\": 1, \"timeout_seconds\": 30, \"code\": \"x\"}"), "runtime");
@@ -291,6 +295,15 @@ static void test_create_decode(void **state)
 	    0);
 	assert_string_equal(b.req.size, "medium");
 	assert_int_equal(b.req.timeout_minutes, 1440);
+	assert_null(b.req.network); /* the service's default */
+	/* a network policy (docs/network.md), canonical */
+	assert_int_equal(api_create_decode(S("{\"network\":{\"egress\":\"allow_list\","
+					     "\"allow\":[\"Deb.Debian.org.\"]}}"),
+					   &cfg, &b, &err),
+			 0);
+	assert_string_equal(
+	    b.req.network,
+	    "{\"egress\":\"allow_list\",\"allow\":[\"deb.debian.org\"],\"deny\":[]}");
 
 	struct {
 		const char *body;
@@ -305,6 +318,10 @@ static void test_create_decode(void **state)
 	    {"{\"timeout_minutes\": \"15\"}", "timeout_minutes"},
 	    {"{\"timeout_minutes\": true}", "timeout_minutes"},
 	    {"{\"image\": \"x\"}", "image"},
+	    {"{\"network\": \"open\"}", "network"},
+	    {"{\"network\": {\"egress\": \"open\"}}", "network.egress"}, /* not allowed */
+	    {"{\"network\": {\"egress\": \"allow_list\", \"allow\": [\"ok.test\", \"b@d\"]}}",
+	     "network.allow[1]"},
 	    {"not json", ""},
 	    {"[]", ""},
 	    {"null", ""},
@@ -474,6 +491,9 @@ static void test_sandbox_and_error_encode(void **state)
 	    .ended_at_ms = 0,
 	    .cost_micro = 7525,
 	    .metadata = "{\"job\":\"4711\",\"team\":\"a \\\"b\\\"\"}",
+	    .network = "{\"egress\":\"allow_list\",\"allow\":[\"a.test:443\"],\"deny\":[]}",
+	    .net_bytes_in = 7,
+	    .net_bytes_out = 3,
 	};
 	struct json_object *o = api_sandbox_encode(&v);
 	struct sbx_error err;
@@ -485,7 +505,9 @@ static void test_sandbox_and_error_encode(void **state)
 			    "\"ended_at\":null,\"cost_micro_usd\":7525,\"cost_usd\":"
 			    "\"0.007525\",\"startup_path\":null,\"startup_ms\":null,"
 			    "\"metadata\":{\"job\":\"4711\",\"team\":\"a \\\"b\\\"\"},"
-			    "\"paused_at\":null,\"paused_bytes\":null,\"paused_seconds\":0}");
+			    "\"paused_at\":null,\"paused_bytes\":null,\"paused_seconds\":0,"
+			    "\"network\":{\"egress\":\"allow_list\",\"allow\":[\"a.test:443\"],"
+			    "\"deny\":[]},\"net_bytes_in\":7,\"net_bytes_out\":3}");
 	json_object_put(o);
 
 	/* paused: when, and what it keeps on the host */
@@ -496,7 +518,7 @@ static void test_sandbox_and_error_encode(void **state)
 	o = api_sandbox_encode(&v);
 	assert_non_null(strstr(to_s(o), "\"status\":\"paused\""));
 	assert_non_null(strstr(to_s(o), "\"paused_at\":\"2026-08-22T14:32:00Z\","
-					"\"paused_bytes\":79020032,\"paused_seconds\":65}"));
+					"\"paused_bytes\":79020032,\"paused_seconds\":65,"));
 	json_object_put(o);
 
 	sbx_error_clear(&err);

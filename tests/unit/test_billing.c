@@ -134,6 +134,19 @@ static void test_storage_cost(void **state)
 	assert_true(billing_storage_cost(INT64_MAX, hour, 1) > 0);
 }
 
+/* Egress: bytes x price per GB (10^9 bytes), rounded up. */
+static void test_network_cost(void **state)
+{
+	(void)state;
+	assert_int_equal(billing_network_cost(1000000000, 50000), 50000);
+	assert_int_equal(billing_network_cost(1, 1), 1); /* rounded up */
+	assert_int_equal(billing_network_cost(1500000000, 3), 5);
+	assert_int_equal(billing_network_cost(123456789, 0), 0); /* the default price */
+	assert_int_equal(billing_network_cost(0, 50000), 0);
+	assert_int_equal(billing_network_cost(-5, 50000), 0);
+	assert_int_equal(billing_network_cost(INT64_MAX, INT64_MAX), INT64_MAX);
+}
+
 /* A row's charge with pauses: runtime without the paused time, plus the
  * storage of each pause; the current pause stops runtime at paused_at. */
 static void test_charge_with_pauses(void **state)
@@ -289,6 +302,90 @@ static void start(struct fx *f, int64_t t, int minutes, struct store_sandbox *r)
 	    store_sandbox_reserve(f->s, r, billing_hold_for_minutes(minutes, SMALL), 20, &err), 0);
 	assert_int_equal(store_sandbox_activate(f->s, r->id, r->id, t, t + minutes * 60000LL, &err),
 			 0);
+}
+
+static void assert_ledger_ok(struct fx *f, int64_t now);
+
+/* A sandbox's network (migration 12) on real SQLite: its policy stored at
+ * reserve and replaced while live (not once ended, not by another
+ * account), its bytes counted while live only, and billed at the price
+ * of its create exactly once, in the settle. */
+static void test_network_settle(void **state)
+{
+	struct fx *f = *state;
+	struct sbx_error err = {0};
+	struct store_sandbox r, out;
+	struct store_account other;
+	int64_t t = 1700000000000, now = t + 300200;
+	const char *pol = "{\"egress\":\"allow_list\",\"allow\":[\"a.test\"],\"deny\":[]}";
+
+	memset(&r, 0, sizeof r);
+	snprintf(r.account_id, sizeof r.account_id, "%s", f->a.id);
+	snprintf(r.size, sizeof r.size, "small");
+	snprintf(r.network, sizeof r.network, "%s", pol);
+	r.timeout_minutes = 60;
+	r.price_micro_per_hour = SMALL;
+	r.requested_at_ms = t;
+	r.net_price_micro_per_gb = 50000;
+	assert_int_equal(
+	    store_sandbox_reserve(f->s, &r, billing_hold_for_minutes(60, SMALL), 20, &err), 0);
+	/* not live for the tenant while creating */
+	assert_int_equal(store_sandbox_network_set(f->s, f->a.id, r.id, pol, &out, &err), -1);
+	assert_int_equal(err.code, SBX_E_NOT_FOUND);
+	assert_int_equal(store_sandbox_activate(f->s, r.id, r.id, t, t + 3600000LL, &err), 0);
+	assert_int_equal(store_sandbox_get(f->s, f->a.id, r.id, &out, &err), 0);
+	assert_string_equal(out.network, pol);
+	assert_int_equal(out.net_price_micro_per_gb, 50000);
+	assert_int_equal(
+	    store_sandbox_network_set(f->s, f->a.id, r.id, STORE_NETWORK_NONE, &out, &err), 0);
+	assert_string_equal(out.network, STORE_NETWORK_NONE);
+	assert_int_equal(store_account_create(f->s, "mallory", 0, &other, &err), 0);
+	sbx_error_clear(&err);
+	assert_int_equal(store_sandbox_network_set(f->s, other.id, r.id, pol, &out, &err), -1);
+	assert_int_equal(err.code, SBX_E_NOT_FOUND);
+	/* 0.6 GB in, 0.4 GB out: 1 GB at 50000 µ$ */
+	assert_int_equal(store_sandbox_net_add(f->s, r.id, 600000000, 300000000, &err), 1);
+	assert_int_equal(store_sandbox_net_add(f->s, r.id, 0, 100000000, &err), 1);
+	assert_int_equal(store_sandbox_get(f->s, f->a.id, r.id, &out, &err), 0);
+	assert_int_equal(out.net_bytes_in, 600000000);
+	assert_int_equal(out.net_bytes_out, 400000000);
+	assert_int_equal(billing_cost_so_far(&out, now), 7525 + 50000);
+	assert_int_equal(billing_settle(f->s, r.id, STORE_DESTROYED, now, &out, &err), 1);
+	assert_int_equal(out.charge_micro, 7525 + 50000);
+	assert_ledger_ok(f, now);
+	/* after the settle: no more bytes, no second charge, no change */
+	assert_int_equal(store_sandbox_net_add(f->s, r.id, 5, 5, &err), 0);
+	assert_int_equal(billing_settle(f->s, r.id, STORE_DESTROYED, now + 1000, &out, &err), 0);
+	assert_int_equal(out.charge_micro, 7525 + 50000);
+	assert_int_equal(out.net_bytes_in, 600000000);
+	sbx_error_clear(&err);
+	assert_int_equal(store_sandbox_network_set(f->s, f->a.id, r.id, pol, &out, &err), -1);
+	assert_int_equal(err.code, SBX_E_SANDBOX_NOT_RUNNING);
+	/* usage: in the period it ended in, not in another */
+	{
+		struct store_usage_snapshot u;
+		int64_t h = t - t % 3600000; /* whole UTC hours */
+		assert_int_equal(store_usage_snapshot(f->s, f->a.id, h, h + 7200000, 0, &u, &err),
+				 0);
+		assert_int_equal(u.net_bytes_in, 600000000);
+		assert_int_equal(u.net_bytes_out, 400000000);
+		store_usage_snapshot_release(&u);
+		assert_int_equal(
+		    store_usage_snapshot(f->s, f->a.id, h + 7200000, h + 10800000, 0, &u, &err), 0);
+		assert_int_equal(u.net_bytes_in, 0);
+		store_usage_snapshot_release(&u);
+	}
+	/* a reopen keeps the policy and the counts */
+	{
+		char path[96];
+		store_close(f->s);
+		snprintf(path, sizeof path, "%s/db", f->dir);
+		f->s = store_open(path, &err);
+		assert_non_null(f->s);
+		assert_int_equal(store_sandbox_get(f->s, f->a.id, r.id, &out, &err), 0);
+		assert_string_equal(out.network, STORE_NETWORK_NONE);
+		assert_int_equal(out.net_bytes_out, 400000000);
+	}
 }
 
 static void assert_ledger_ok(struct fx *f, int64_t now)
@@ -462,6 +559,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_settle_and_balance, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_balance_many_running, fx_setup, fx_teardown),
 	    cmocka_unit_test(test_storage_cost),
+	    cmocka_unit_test(test_network_cost),
+	    cmocka_unit_test_setup_teardown(test_network_settle, fx_setup, fx_teardown),
 	    cmocka_unit_test(test_charge_with_pauses),
 	    cmocka_unit_test_setup_teardown(test_pause_resume_ledger, fx_setup, fx_teardown),
 	};

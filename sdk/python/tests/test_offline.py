@@ -69,6 +69,19 @@ def test_metadata_is_sent_and_the_filter_is_a_query(fake):
     assert fake.seen[1][1] == "/v1/sandboxes?metadata%5Bjob%5D=a+b&metadata%5Bteam%5D=x"
 
 
+def test_network_is_sent_on_create_and_set(fake):
+    pol = {"egress": "allow_list", "allow": ["pypi.org", "*.pythonhosted.org:443"], "deny": []}
+    fake.replies = [(201, ERR, dict(SBX, network={"egress": "none", "allow": [], "deny": []})),
+                    (200, ERR, dict(SBX, network=pol, net_bytes_in=3, net_bytes_out=4))]
+    sb = fake.client().create_sandbox(network={"egress": "none"})
+    assert json.loads(fake.seen[0][3]) == {"network": {"egress": "none"}}
+    assert sb.info.network["egress"] == "none"
+    info = sb.set_network(pol)
+    assert fake.seen[1][0] == "POST" and fake.seen[1][1] == "/v1/sandboxes/sbx_1/network"
+    assert json.loads(fake.seen[1][3]) == pol
+    assert info.network == pol and info.net_bytes_in == 3 and info.net_bytes_out == 4
+
+
 def test_retries_are_bounded_and_waits_capped(fake):
     fake.replies = [(429, {"Retry-After": "100"}, err("rate_limited"))]
     waits = []

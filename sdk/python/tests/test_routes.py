@@ -122,7 +122,7 @@ def test_every_table_entry_is_issued_by_a_public_call(fake, tmp_path):
     c.run_code("print(1)"), c.list_executions(), c.get_execution("sbxr_1")
     c.receipt("rcpt_1"), c.receipt_public_key()
     c.create_api_key(), c.list_api_keys(), c.revoke_api_key("key_1")
-    sb.refresh(), sb.update({"job": "1"}), sb.extend(5), sb.metrics(), sb.pause(), sb.resume(), sb.exec("true"), list(sb.exec_stream("true"))
+    sb.refresh(), sb.update({"job": "1"}), sb.extend(5), sb.set_network({"egress": "none"}), sb.metrics(), sb.pause(), sb.resume(), sb.exec("true"), list(sb.exec_stream("true"))
     (tmp_path / "up").mkdir()
     sb.files.write("/f", b"x"), sb.files.read("/f"), sb.files.list("/"), sb.files.delete("/f")
     sb.files.upload_dir(str(tmp_path / "up"), "/d"), sb.files.download_dir("/d", str(tmp_path / "down"))

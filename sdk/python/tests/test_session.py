@@ -99,6 +99,18 @@ def test_labels(sb, client):
     assert ei.value.param == "metadata"
 
 
+def test_network(sb, client):
+    pol = {"egress": "allow_list", "allow": ["pypi.org", "*.pythonhosted.org:443"], "deny": []}
+    info = sb.set_network({"egress": "allow_list", "allow": ["PyPI.org.", "*.pythonhosted.org:443"]})
+    assert info.network == pol and sb.refresh().network == pol
+    assert info.net_bytes_in == 0 and info.net_bytes_out == 0
+    with pytest.raises(sandboxd.InvalidRequest) as ei:
+        sb.set_network({"egress": "allow_list", "allow": ["ok.example", "not a name"]})
+    assert ei.value.param == "network.allow[1]"
+    assert sb.set_network({"egress": "none"}).network == {"egress": "none", "allow": [], "deny": []}
+    assert client.limits().network["max_rules"] >= 2
+
+
 def test_exec_stream(sb):
     events = list(sb.exec_stream("for i in 1 2 3; do echo $i; sleep 0.3; done; echo e >&2; exit 4"))
     out = [e.data for e in events if e.type == "stdout"]

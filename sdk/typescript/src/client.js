@@ -58,12 +58,14 @@ export class Sandboxd {
 export class Sandboxes {
   constructor(client) { this.client = client; }
 
-  /** Create a sandbox; {size, timeoutMinutes, metadata, idempotencyKey, signal}. */
+  /** Create a sandbox; {size, timeoutMinutes, metadata, network, idempotencyKey, signal}
+   * (network: an egress policy, docs/network.md). */
   async create(o = {}) {
     const body = {};
     if (o.size !== undefined) body.size = o.size;
     if (o.timeoutMinutes !== undefined) body.timeout_minutes = o.timeoutMinutes;
     if (o.metadata !== undefined) body.metadata = o.metadata;
+    if (o.network !== undefined) body.network = o.network;
     const key = o.idempotencyKey ?? await newIdempotencyKey();
     const info = await this.client.http.call('POST', '/v1/sandboxes', {
       json: body, signal: o.signal, retry: 'create', headers: { 'Idempotency-Key': key },

@@ -26,6 +26,17 @@ export const TOOLS = [
   tool('create_sandbox', 'Create a Linux sandbox (a fresh VM; commands run as root in /home/sandbox). Returns its id. It is deleted when this session ends unless keep is true.', {
     size: str('size name (see the service limits), default the service default'),
     timeout_minutes: int('minutes until it expires', 1),
+    network: {
+      type: 'object',
+      description: 'its egress policy (default: the service default, usually none): {"egress": "none" | "allow_list" | "open", "allow": ["pypi.org", "*.pythonhosted.org:443"], "deny": [...]}',
+      properties: {
+        egress: { type: 'string', enum: ['none', 'allow_list', 'open'] },
+        allow: { type: 'array', items: { type: 'string' } },
+        deny: { type: 'array', items: { type: 'string' } },
+      },
+      required: ['egress'],
+      additionalProperties: false,
+    },
     keep: { type: 'boolean', description: 'keep it after this session ends' },
   }, []),
   tool('run_command', 'Run a shell command in a sandbox and wait for it (stdout, stderr, exit code).', {
@@ -221,7 +232,7 @@ export class McpServer {
   }
 
   async tool_create_sandbox(a) {
-    const s = await this.client.sandboxes.create({ size: a.size, timeoutMinutes: a.timeout_minutes });
+    const s = await this.client.sandboxes.create({ size: a.size, timeoutMinutes: a.timeout_minutes, network: a.network });
     this.created.set(s.id, { sandbox: s, keep: !!a.keep });
     const keep = a.keep || this.keepAll ? 'kept after this session' : 'deleted when this session ends';
     return `sandbox ${s.id} is ${s.info.status} (size ${s.info.size}, expires ${s.info.expires_at}; ${keep})`;

@@ -108,6 +108,14 @@ export class Sandbox {
     return this;
   }
 
+  /** Replace its egress policy (docs/api.md, Network): {egress: 'none' |
+   * 'allow_list' | 'open', allow: [...], deny: [...]}; new connections
+   * obey it at once. */
+  async setNetwork(policy, o = {}) {
+    this.info = await this._call('POST', '/v1/sandboxes/{id}/network', { json: policy, signal: o.signal, retry: 'rate' });
+    return this;
+  }
+
   /** CPU, memory and disk samples over the last hour, oldest first
    * (docs/api.md, Metrics): { interval_ms, history, samples: [{ at,
    * cpu_cores, memory_used_mib, memory_guest_reported, disk_used_mib }] }. */

@@ -239,6 +239,16 @@ test('labels: update, list filter, usage grouped by a key', { skip }, async () =
   await assert.rejects(sbx.update({ 'bad key': 'x' }), (e) => e.param === 'metadata');
 });
 
+test('network: setNetwork, canonical, 400 naming the rule', { skip }, async () => {
+  await sbx.setNetwork({ egress: 'allow_list', allow: ['Registry.NPMJS.org.:443'] });
+  assert.deepEqual(sbx.info.network, { egress: 'allow_list', allow: ['registry.npmjs.org:443'], deny: [] });
+  assert.equal(sbx.info.net_bytes_in, 0);
+  await assert.rejects(sbx.setNetwork({ egress: 'allow_list', allow: ['a.test', 'b..test'] }),
+    (e) => e.param === 'network.allow[1]');
+  await sbx.setNetwork({ egress: 'none' });
+  assert.equal(sbx.info.network.egress, 'none');
+});
+
 test('runCode with its receipt', { skip }, async () => {
   const r = await client.runCode('import sys\nprint(6 * 7)\nprint("e", file=sys.stderr)', { runtime: 'python', timeoutSeconds: 60 });
   assert.equal(r.status, 'completed');

@@ -202,6 +202,22 @@ test('the request: path parameters encoded, query, JSON body in wire names', asy
   assert.equal(s2.calls[0].url, 'http://x/v1/sandboxes/sbx_1/files?path=%2Fa+b&list=true');
 });
 
+test('network: a policy on create and setNetwork, in the API\'s wire form', async () => {
+  const pol = { egress: 'allow_list', allow: ['registry.npmjs.org:443'], deny: [] };
+  const { fetch, calls } = scripted([
+    { status: 201, body: { ...sandbox, network: { egress: 'none', allow: [], deny: [] } } },
+    { status: 200, body: { ...sandbox, network: pol, net_bytes_in: 0, net_bytes_out: 0 } },
+  ]);
+  const client = new Sandboxd({ url: 'http://x', fetch });
+  const sbx = await client.sandboxes.create({ network: { egress: 'none' } });
+  assert.deepEqual(JSON.parse(calls[0].init.body), { network: { egress: 'none' } });
+  await sbx.setNetwork(pol);
+  assert.equal(calls[1].init.method, 'POST');
+  assert.equal(calls[1].url, 'http://x/v1/sandboxes/sbx_1/network');
+  assert.deepEqual(JSON.parse(calls[1].init.body), pol);
+  assert.deepEqual(sbx.info.network, pol);
+});
+
 // ---- the MCP tools ------------------------------------------------------------
 
 test('every MCP tool has a strict input schema', () => {
@@ -213,6 +229,9 @@ test('every MCP tool has a strict input schema', () => {
     assert.equal(t.inputSchema.additionalProperties, false, t.name);
     for (const r of t.inputSchema.required) assert.ok(r in t.inputSchema.properties, `${t.name}.${r}`);
   }
+  const create = TOOLS.find((t) => t.name === 'create_sandbox');
+  assert.deepEqual(checkArgs(create, { network: { egress: 'allow_list', allow: ['pypi.org'] } }), []);
+  assert.match(checkArgs(create, { network: 'open' }).join(), /network' must be of type object/);
   const run = TOOLS.find((t) => t.name === 'run_command');
   assert.deepEqual(checkArgs(run, { sandbox_id: 's', command: 'ls' }), []);
   assert.match(checkArgs(run, { sandbox_id: 's', command: 'ls', shell: 'bash' }).join(), /unknown argument 'shell'/);

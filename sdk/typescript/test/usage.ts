@@ -36,6 +36,9 @@ async function main(): Promise<void> {
   const pausedAt: string | null = sbx.info.paused_at;
   await sbx.resume();
   await sbx.update({ job: '1', gone: null });
+  await sbx.setNetwork({ egress: 'allow_list', allow: ['registry.npmjs.org:443'] });
+  const egress: 'none' | 'allow_list' | 'open' = sbx.info.network.egress;
+  const bytesIn: number = sbx.info.net_bytes_in;
   const labels: Record<string, string> = sbx.info.metadata;
   const client = new Sandboxd({ url: 'http://127.0.0.1:8080', apiKey: 'k', maxRetries: 2 });
   const x = await client.runCode('print(1)', { runtime: 'python', timeoutSeconds: 5 });

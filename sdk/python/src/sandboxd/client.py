@@ -69,10 +69,11 @@ class Client:
 
     def create_sandbox(self, size: Optional[str] = None, timeout_minutes: Optional[int] = None, *,
                        idempotency_key: Optional[str] = None,
-                       metadata: Optional[Dict[str, str]] = None) -> Sandbox:
+                       metadata: Optional[Dict[str, str]] = None,
+                       network: Optional[Dict[str, Any]] = None) -> Sandbox:
         """Same as ``Sandbox.create(..., client=self)``."""
         return Sandbox.create(size, timeout_minutes, client=self, idempotency_key=idempotency_key,
-                              metadata=metadata)
+                              metadata=metadata, network=network)
 
     def sandbox(self, sandbox_id: str) -> Sandbox:
         """A handle on an existing sandbox (``GET /v1/sandboxes/{id}``)."""

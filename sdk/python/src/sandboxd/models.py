@@ -45,6 +45,10 @@ class SandboxInfo:
     paused_at: Optional[str] = None  # while paused: when the pause began
     paused_bytes: Optional[int] = None  # while paused: what it keeps on its host
     paused_seconds: int = 0  # the pauses already resumed, added up
+    # its egress policy, {"egress", "allow", "deny"} (docs/network.md)
+    network: Dict[str, Any] = field(default_factory=dict)
+    net_bytes_in: int = 0  # relayed toward the guest (0 until egress is wired)
+    net_bytes_out: int = 0  # relayed from the guest
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
 
@@ -184,6 +188,7 @@ class Usage:
     consumed_micro_usd: int = 0
     by_size: Dict[str, Any] = field(default_factory=dict)
     sandboxes: Dict[str, Any] = field(default_factory=dict)
+    network: Dict[str, Any] = field(default_factory=dict)  # {bytes_in, bytes_out} (docs/network.md)
     period: Dict[str, Any] = field(default_factory=dict)
     buckets: Optional[List[Dict[str, Any]]] = None
     by_metadata: Optional[List[Dict[str, Any]]] = None  # with group_by: {value, seconds, cost_micro_usd}
@@ -205,6 +210,8 @@ class Limits:
     output_cap_bytes: Optional[int] = None
     timeout_minutes: Dict[str, Any] = field(default_factory=dict)
     sizes: List[Dict[str, Any]] = field(default_factory=list)
+    # what a policy may say and what egress costs (docs/network.md)
+    network: Dict[str, Any] = field(default_factory=dict)
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
 

@@ -15,6 +15,7 @@ ROUTES = frozenset(
         ("DELETE", "/v1/sandboxes/{id}"),
         ("POST", "/v1/sandboxes/{id}/exec"),
         ("POST", "/v1/sandboxes/{id}/extend"),
+        ("POST", "/v1/sandboxes/{id}/network"),
         ("POST", "/v1/sandboxes/{id}/pause"),
         ("POST", "/v1/sandboxes/{id}/resume"),
         ("GET", "/v1/sandboxes/{id}/metrics"),

@@ -74,9 +74,13 @@ class Sandbox:
         client: Optional["Client"] = None,
         idempotency_key: Optional[str] = None,
         metadata: Optional[Dict[str, str]] = None,
+        network: Optional[Dict[str, Any]] = None,
     ) -> "Sandbox":
         """``POST /v1/sandboxes``: returns once the guest accepts commands.
         ``metadata``: labels, string pairs (docs/api.md, Metadata).
+        ``network``: its egress policy, e.g. ``{"egress": "allow_list",
+        "allow": ["pypi.org", "*.pythonhosted.org:443"]}`` (docs/api.md,
+        Network); without it, the service's default.
 
         One ``Idempotency-Key`` (given, or made here) is sent with every
         attempt, so the retries after a 429, 503, 409 or a lost connection
@@ -86,7 +90,7 @@ class Sandbox:
 
         client = client or Client()
         body = {k: v for k, v in (("size", size), ("timeout_minutes", timeout_minutes),
-                                  ("metadata", metadata)) if v is not None}
+                                  ("metadata", metadata), ("network", network)) if v is not None}
         key = idempotency_key or f"sdk-py-{uuid.uuid4().hex}"
         with client._request("POST", "/v1/sandboxes", json_body=body,
                              headers={"Idempotency-Key": key}, retry=CREATE) as r:
@@ -127,6 +131,14 @@ class Sandbox:
         """``POST /v1/sandboxes/{id}``: set the keys given; a value of ``""``
         or ``None`` removes its key; ``metadata=None`` removes every key."""
         r = self._req("POST", "", json_body={"metadata": metadata}, retry=RATE)
+        self.info = from_json(SandboxInfo, r.json())
+        return self.info
+
+    def set_network(self, policy: Dict[str, Any]) -> SandboxInfo:
+        """``POST /v1/sandboxes/{id}/network``: replace its egress policy
+        (``{"egress": "none" | "allow_list" | "open", "allow": [...],
+        "deny": [...]}``); new connections obey it at once."""
+        r = self._req("POST", "/network", json_body=policy, retry=RATE)
         self.info = from_json(SandboxInfo, r.json())
         return self.info
 
