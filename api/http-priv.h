@@ -52,6 +52,7 @@ enum route {
 	R_PAUSE,	  /* /v1/sandboxes/{id}/pause */
 	R_RESUME,	  /* /v1/sandboxes/{id}/resume */
 	R_TERMINAL,	  /* /v1/sandboxes/{id}/terminal (http_terminal.c) */
+	R_PORTS,	  /* /v1/sandboxes/{id}/ports/{port}/{path} (http_ports.c) */
 	R_STATIC,	  /* a compiled-in file (http_static.c): r->asset */
 };
 #define R_COUNT (R_STATIC + 1)
@@ -98,6 +99,7 @@ struct api_server {
 	struct sbx_workpool *pool;	  /* runs create, DELETE, executions */
 	struct api_inflight *per_account; /* their counts (and execs') per account */
 	struct api_files_ctx *files;	  /* the files routes (http_files.c) */
+	struct api_ports_ctx *ports;	  /* the ports route (http_ports.c) */
 	struct api_runtimes runtimes;	  /* read at start, then constant */
 };
 
@@ -144,6 +146,8 @@ struct req {
 	bool is_async;
 	struct api_files *files; /* R_FILES */
 	struct term *term;	 /* R_TERMINAL (http_terminal.c) */
+	struct api_port *port;	 /* R_PORTS (http_ports.c) */
+	char *port_tail;	 /* R_PORTS: the path after the port, without its '/' */
 	struct api_create_body create;
 	struct api_execution_body execution; /* code owned when has_execution */
 	bool has_execution;
@@ -276,6 +280,27 @@ void api_terminals_start(void);
  * whose 101 never went out is hung up). NULL: nothing. */
 struct term;
 void api_terminal_req_free(struct term *t);
+
+/* ------------------------------------------------------ api/http_ports.c */
+/* ANY /v1/sandboxes/{id}/ports/{port}/{path}: an HTTP/1.1 proxy to the
+ * sandbox's loopback port ({port} in r->pid, 0 when not 1..65535; the
+ * path in r->port_tail). STREAM: it reads the body itself. */
+enum MHD_Result api_ports_route(struct req *r);
+/* The path after /v1/sandboxes/{id}/ports/{port}/ in url (malloc'd, ""
+ * for none; NULL on ENOMEM). */
+char *api_ports_tail(const char *url);
+struct api_port;
+struct api_ports_ctx;
+enum MHD_Result api_ports_begin(struct api_ports_ctx *ctx, struct req *r, const char *tail,
+				struct api_port **out);
+/* Each later call of MHD's handler for the request. */
+enum MHD_Result api_ports_step(struct api_port *ap, const char *upload_data,
+			       size_t *upload_data_size);
+void api_ports_free(struct api_port *ap);
+struct api_ports_ctx *api_ports_ctx_new(struct sandbox_svc *svc, const struct sandbox_config *cfg);
+/* Wake every parked proxy (they answer 503 or cut their body). */
+void api_ports_ctx_stop(struct api_ports_ctx *ctx);
+void api_ports_ctx_free(struct api_ports_ctx *ctx);
 
 /* ---------------------------------------------------------- api/http.c */
 
