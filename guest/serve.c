@@ -810,7 +810,8 @@ enum pfd_kind { PK_SIG, PK_PORT, PK_OUT, PK_ERR, PK_ORPHAN, PK_FILE, PK_PROC, PK
 
 /* The poll set of one loop turn: who[i] says what pfd[i] is. */
 static struct {
-	struct pollfd pfd[2 + 2 * EXEC_MAX + ORPHAN_MAX + FILES_POLL_MAX + 3 * WIRE_PROC_MAX + WIRE_TCP_MAX];
+	struct pollfd
+	    pfd[2 + 2 * EXEC_MAX + ORPHAN_MAX + FILES_POLL_MAX + 3 * WIRE_PROC_MAX + WIRE_TCP_MAX];
 	unsigned file_slot[FILES_POLL_MAX];
 	unsigned proc_tags[2 * WIRE_PROC_MAX];
 	unsigned tcp_slot[WIRE_TCP_MAX];

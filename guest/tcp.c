@@ -39,7 +39,7 @@ static struct tcp {
 	int fd;
 	uint8_t *buf; /* host -> socket, WIRE_TCP_WINDOW bytes */
 	size_t len;
-	uint64_t done, acked; /* host bytes consumed, reported */
+	uint64_t done, acked;  /* host bytes consumed, reported */
 	uint64_t sent, credit; /* socket bytes shipped, the host's ACKED */
 } T[WIRE_TCP_MAX];
 
