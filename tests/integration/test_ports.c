@@ -132,10 +132,11 @@ static int setup(void **state)
 	struct http_reply r;
 
 	(void)state;
-	if (daemon_up_full_second_account(
-		&d, "test_ports",
-		"\"http_threads\": 2, \"destroy_on_exit\": true, \"max_port_conns_per_sandbox\": 4",
-		"other", "10", other_key, sizeof(other_key)) < 0)
+	if (daemon_up_full_second_account(&d, "test_ports",
+					  "\"http_threads\": 2, \"destroy_on_exit\": true, "
+					  "\"max_port_conns_per_sandbox\": 4, "
+					  "\"port_response_timeout_ms\": 3000",
+					  "other", "10", other_key, sizeof(other_key)) < 0)
 		return -1;
 	if (daemon_create_sandbox(&d, sbx, sizeof(sbx)) < 0)
 		return -1;
@@ -325,6 +326,77 @@ static void refusals(void **state)
 	http_reply_free(&r);
 }
 
+/* Send a GET over a fresh socket and return it, the answer not read. */
+static int send_only(const char *path)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)d.port)};
+	char req[512];
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+	snprintf(req, sizeof req,
+		 "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\n"
+		 "Connection: close\r\n\r\n",
+		 path, d.key);
+	assert_int_equal(write(fd, req, strlen(req)), (ssize_t)strlen(req));
+	return fd;
+}
+
+/* The status of the answer on fd (read to its end), then closed. */
+static int read_status(int fd)
+{
+	char buf[4096];
+	size_t got = 0;
+	ssize_t n;
+
+	while (got < sizeof buf - 1 && (n = read(fd, buf + got, sizeof buf - 1 - got)) > 0)
+		got += (size_t)n;
+	buf[got] = '\0';
+	close(fd);
+	return got > 12 ? atoi(buf + 9) : -1;
+}
+
+/* A server that accepts and never answers: 504 port_timeout after
+ * port_response_timeout_ms (3 s here); while 4 such requests wait, the
+ * sandbox is at max_port_conns_per_sandbox and a 5th is 429. */
+static void silent_server_and_the_limit(void **state)
+{
+	char path[160];
+	struct http_reply r;
+	int fds[4];
+
+	(void)state;
+	start_process("exec python3 -c \"import socket, time; s = socket.socket(); "
+		      "s.bind(('127.0.0.1', 8002)); s.listen(64); time.sleep(100000)\"");
+	path_of(path, sizeof path, 8002, "/");
+	for (int i = 0; i < 240; i++) { /* until it listens: 504, not 502 */
+		assert_int_equal(http_request(&d, "GET", path, d.key, NULL, NULL, 0, &r), 0);
+		if (r.status != 502)
+			break;
+		http_reply_free(&r);
+		usleep(250 * 1000);
+	}
+	assert_int_equal(r.status, 504);
+	assert_string_equal(jerr(r.json, "type"), "port_timeout");
+	http_reply_free(&r);
+
+	for (int i = 0; i < 4; i++)
+		fds[i] = send_only(path);
+	sleep(1); /* they are taken in well within the 3 s they wait */
+	assert_int_equal(http_request(&d, "GET", path, d.key, NULL, NULL, 0, &r), 0);
+	assert_int_equal(r.status, 429);
+	assert_string_equal(jerr(r.json, "type"), "concurrency_limit");
+	http_reply_free(&r);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(read_status(fds[i]), 504);
+	/* the places are given back */
+	path_of(path, sizeof path, 8000, "/");
+	assert_int_equal(http_request(&d, "GET", path, d.key, NULL, NULL, 0, &r), 0);
+	assert_int_equal(r.status, 200);
+	http_reply_free(&r);
+}
+
 /* After all that, the sandbox's exec channel still works. */
 static void channel_still_works(void **state)
 {
@@ -338,8 +410,11 @@ static void channel_still_works(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(get_file_bytes),	   cmocka_unit_test(post_with_body),
-	    cmocka_unit_test(chunked_reply),	   cmocka_unit_test(refusals),
+	    cmocka_unit_test(get_file_bytes),
+	    cmocka_unit_test(post_with_body),
+	    cmocka_unit_test(chunked_reply),
+	    cmocka_unit_test(refusals),
+	    cmocka_unit_test(silent_server_and_the_limit),
 	    cmocka_unit_test(channel_still_works),
 	};
 
