@@ -19,6 +19,7 @@
  * cannot move, and the stream's wake resumes it. Locking: ctx->lock is a
  * leaf, never held across a sandbox/ call.
  */
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
@@ -311,6 +312,26 @@ static enum MHD_Result header_add(void *cls, enum MHD_ValueKind kind, const char
 	return MHD_YES;
 }
 
+/* X-Forwarded-For: the client's address as the daemon saw it. */
+static bool forwarded_for(struct api_port *ap)
+{
+	const union MHD_ConnectionInfo *ci =
+	    MHD_get_connection_info(ap->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	char addr[INET6_ADDRSTRLEN] = "", line[96];
+	const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+
+	if (sa && sa->sa_family == AF_INET)
+		inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, addr,
+			  sizeof addr);
+	else if (sa && sa->sa_family == AF_INET6)
+		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr,
+			  addr, sizeof addr);
+	if (!addr[0])
+		return true;
+	snprintf(line, sizeof line, "X-Forwarded-For: %s\r\n", addr);
+	return out_str(ap, line);
+}
+
 /* The request line and headers into ap->out. */
 static int head_build(struct api_port *ap, const char *method, const char *tail, uint32_t port,
 		      struct sbx_error *err)
@@ -336,6 +357,7 @@ static int head_build(struct api_port *ap, const char *method, const char *tail,
 		 "X-Forwarded-Proto: http\r\nX-Forwarded-Prefix: /v1/sandboxes/%s/ports/%u\r\n",
 		 ap->sandbox_id, port);
 	a.ok = a.ok && out_str(ap, line);
+	a.ok = a.ok && forwarded_for(ap);
 	if (cl && header_value_ok(cl)) {
 		a.ok = a.ok && out_str(ap, "Content-Length: ") && out_str(ap, cl) &&
 		       out_str(ap, "\r\n");
