@@ -691,7 +691,7 @@ static enum MHD_Result answer(struct api_port *ap)
 	}
 	ap->answered = true;
 	resp = MHD_create_response_from_callback(ap->has_length ? ap->remaining : MHD_SIZE_UNKNOWN,
-						 32 * 1024, body_read, ap, NULL);
+						 64 * 1024, body_read, ap, NULL);
 	if (!resp)
 		return MHD_NO;
 	head_copy(ap, resp);
