@@ -123,12 +123,22 @@ struct agentless_tcp *tcp_find_locked(struct agentless_conn *c, uint32_t id)
 	return NULL;
 }
 
+/* Streams in use: neither reset nor given back (a released one is reset at
+ * the next tick and no longer counts). conn->lock held. */
 static unsigned tcp_active_locked(struct agentless_conn *c)
 {
 	unsigned n = 0;
 
-	for (struct agentless_tcp *t = c->tcps; t; t = t->next)
-		n += !t->aborted;
+	for (struct agentless_tcp *t = c->tcps; t; t = t->next) {
+		bool released;
+
+		if (t->aborted)
+			continue;
+		pthread_mutex_lock(&t->mu);
+		released = t->released;
+		pthread_mutex_unlock(&t->mu);
+		n += !released;
+	}
 	return n;
 }
 

@@ -31,10 +31,10 @@
 #include "http-priv.h"
 
 #define MOD	      "api"
-#define PORT_OUT_MAX  (256u * 1024) /* a request head plus one body piece */
-#define PORT_RAW_MAX  (32u * 1024)  /* raw body bytes being de-chunked */
-#define PORT_LINE_MAX 1024	    /* a chunk-size or trailer line */
-#define PORT_HOST_MAX 4096	    /* connections on this server, whatever the config */
+#define PORT_OUT_MAX  (64u * 1024) /* a request head, or one body piece */
+#define PORT_RAW_MAX  (32u * 1024) /* raw body bytes being de-chunked */
+#define PORT_LINE_MAX 1024	   /* a chunk-size or trailer line */
+#define PORT_HOST_MAX 1024	   /* connections on this server, whatever the config */
 
 struct api_ports_ctx {
 	struct sandbox_svc *svc;
@@ -466,9 +466,13 @@ static unsigned head_parse(struct api_port *ap)
 			char *end;
 			unsigned long long v;
 
+			char *d = colon + 1;
+
+			while (*d == ' ' || *d == '\t')
+				d++;
 			errno = 0;
-			v = strtoull(colon + 1, &end, 10);
-			if (errno || end == colon + 1)
+			v = strtoull(d, &end, 10);
+			if (errno || !isdigit((unsigned char)*d))
 				return 0;
 			ap->has_length = true;
 			ap->remaining = v;
