@@ -15,6 +15,9 @@
  * credit. Nobody listening: 502 port_unreachable; no answer within
  * port_response_timeout_ms: 504 port_timeout.
  *
+ * A GET asking for an upgrade (WebSocket) goes on as one, and a 101 from
+ * the guest hands the connection to http_ports_ws.c's relay.
+ *
  * Parking is http_files.c's: the connection is suspended while the stream
  * cannot move, and the stream's wake resumes it. Locking: ctx->lock is a
  * leaf, never held across a sandbox/ call.
@@ -27,64 +30,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "http-priv.h"
 
-#define MOD	      "api"
-#define PORT_OUT_MAX  (64u * 1024) /* a request head, or one body piece */
-#define PORT_RAW_MAX  (32u * 1024) /* raw body bytes being de-chunked */
-#define PORT_LINE_MAX 1024	   /* a chunk-size or trailer line */
-#define PORT_HOST_MAX 1024	   /* connections on this server, whatever the config */
-
-struct api_ports_ctx {
-	struct sandbox_svc *svc;
-	const struct sandbox_config *cfg;
-	pthread_mutex_t lock;
-	bool stopping;
-	struct api_port *parked;
-	struct api_port *live; /* counted against the limits */
-	unsigned n_live;
-};
-
-enum chunk_state { CH_SIZE, CH_DATA, CH_DATA_END, CH_TRAILER, CH_DONE };
-
-struct api_port {
-	struct api_ports_ctx *ctx;
-	struct MHD_Connection *conn;
-	struct sandbox_port *p;
-	char account_id[SANDBOX_ID_MAX];
-	char sandbox_id[SANDBOX_ID_MAX];
-
-	/* ctx->lock */
-	bool parked, woke, counted;
-	struct api_port *prev, *next;	/* parked list */
-	struct api_port *lprev, *lnext; /* live list */
-
-	/* request: bytes waiting for the stream's credit */
-	char *out;
-	size_t out_len, out_off;
-	bool chunked_in; /* re-chunk the client's body */
-	bool body_done;
-	bool drop; /* failed: drop the rest of the body, then answer err */
-	struct sbx_error err;
-
-	/* response head */
-	char *hdr;
-	size_t hdr_len, hdr_end; /* bytes in hdr; where the body starts */
-	size_t pre_off;		 /* body bytes of hdr handed on */
-	bool answered;
-
-	/* response body */
-	bool has_length, chunked_out;
-	uint64_t remaining;
-	enum chunk_state ch;
-	uint64_t ch_left;
-	size_t line_len;
-	unsigned ch_digits;
-	bool ch_ext;
-	char raw[PORT_RAW_MAX];
-	size_t raw_len, raw_off;
-};
+#define MOD "api"
 
 /* ------------------------------------------------------------- parking */
 
@@ -107,11 +57,19 @@ static void ports_wake(void *opaque)
 
 	pthread_mutex_lock(&ctx->lock);
 	ap->woke = true;
+	if (ap->efd >= 0) { /* an upgraded connection's relay */
+		uint64_t one = 1;
+
+		if (write(ap->efd, &one, sizeof one) < 0) {
+			/* the counter is full: it is awake already */
+		}
+	}
 	if (ap->parked) {
 		parked_unlink_locked(ctx, ap);
 		MHD_resume_connection(ap->conn);
 	}
 	pthread_mutex_unlock(&ctx->lock);
+	ports_relays_stop(ctx);
 }
 
 /* As http_files.c's park(): true when suspended until the next wake. */
@@ -345,8 +303,14 @@ static int head_build(struct api_port *ap, const char *method, const char *tail,
 
 	a.ok = out_str(ap, method) && out_str(ap, " /") && out_encoded(ap, tail, true);
 	MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, arg_add, &a);
-	snprintf(line, sizeof line, " HTTP/1.1\r\nHost: localhost:%u\r\nConnection: close\r\n",
-		 port);
+	if (ap->upgrade)
+		snprintf(
+		    line, sizeof line,
+		    " HTTP/1.1\r\nHost: localhost:%u\r\nConnection: Upgrade\r\nUpgrade: %s\r\n",
+		    port, ap->upgrade_proto);
+	else
+		snprintf(line, sizeof line,
+			 " HTTP/1.1\r\nHost: localhost:%u\r\nConnection: close\r\n", port);
 	a.ok = a.ok && out_str(ap, line);
 	MHD_get_connection_values(c, MHD_HEADER_KIND, header_add, &a);
 	if (host && header_value_ok(host) && strlen(host) < 200) {
@@ -490,8 +454,7 @@ static unsigned head_parse(struct api_port *ap)
 	return status;
 }
 
-/* Copy the guest's end-to-end headers onto resp. */
-static void head_copy(struct api_port *ap, struct MHD_Response *resp)
+void ports_head_copy(struct api_port *ap, struct MHD_Response *resp)
 {
 	char *p = strchr(ap->hdr, '\n'), *eol;
 
@@ -527,8 +490,7 @@ static void head_copy(struct api_port *ap, struct MHD_Response *resp)
 	}
 }
 
-/* Raw body bytes: what came with the head first, then the stream. */
-static size_t raw_take(struct api_port *ap, char *dst, size_t max)
+size_t ports_raw_take(struct api_port *ap, char *dst, size_t max)
 {
 	if (ap->hdr_end + ap->pre_off < ap->hdr_len) {
 		size_t n = SBX_MIN(max, ap->hdr_len - ap->hdr_end - ap->pre_off);
@@ -621,7 +583,7 @@ static ssize_t body_once(struct api_port *ap, char *buf, size_t max)
 
 		if (ap->has_length && ap->remaining == 0)
 			return MHD_CONTENT_READER_END_OF_STREAM;
-		n = raw_take(ap, buf, want);
+		n = ports_raw_take(ap, buf, want);
 		ap->remaining -= ap->has_length ? n : 0;
 		return (ssize_t)n;
 	}
@@ -632,7 +594,7 @@ static ssize_t body_once(struct api_port *ap, char *buf, size_t max)
 			return MHD_CONTENT_READER_END_OF_STREAM;
 		if (ap->raw_off == ap->raw_len) {
 			ap->raw_off = 0;
-			ap->raw_len = raw_take(ap, ap->raw, sizeof ap->raw);
+			ap->raw_len = ports_raw_take(ap, ap->raw, sizeof ap->raw);
 			if (ap->raw_len == 0)
 				return 0;
 		}
@@ -686,8 +648,10 @@ static enum MHD_Result answer(struct api_port *ap)
 	enum MHD_Result ret;
 	unsigned status;
 
-	status = head_parse(ap);
 	sbx_error_clear(&e);
+	if (ap->upgrade && strncmp(ap->hdr + 8, " 101", 4) == 0)
+		return ports_answer_upgrade(ap);
+	status = head_parse(ap);
 	if (!status) {
 		sbx_error_set(&e, SBX_E_PORT_UNREACHABLE, NULL,
 			      "the server in the sandbox did not answer with HTTP/1.x");
@@ -698,7 +662,7 @@ static enum MHD_Result answer(struct api_port *ap)
 						 64 * 1024, body_read, ap, NULL);
 	if (!resp)
 		return MHD_NO;
-	head_copy(ap, resp);
+	ports_head_copy(ap, resp);
 	/* the guest's pages are not the API's origin: a unique origin for
 	 * their scripts (docs/api.md "Ports") */
 	MHD_add_response_header(resp, "Content-Security-Policy",
@@ -784,6 +748,19 @@ static enum MHD_Result await_answer(struct api_port *ap)
 
 /* ------------------------------------------------------------ the steps */
 
+static void ap_free(struct api_port *ap);
+
+void ports_unref(struct api_port *ap)
+{
+	bool last;
+
+	pthread_mutex_lock(&ap->ctx->lock);
+	last = --ap->refs == 0;
+	pthread_mutex_unlock(&ap->ctx->lock);
+	if (last)
+		ap_free(ap);
+}
+
 static void ap_free(struct api_port *ap)
 {
 	sandbox_port_release(ap->p); /* no wake after this */
@@ -795,6 +772,19 @@ static void ap_free(struct api_port *ap)
 	free(ap->out);
 	free(ap->hdr);
 	free(ap);
+}
+
+/* A GET asking for an upgrade (WebSocket): passed on as one. */
+static void upgrade_detect(struct api_port *ap, struct req *r)
+{
+	const char *u = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Upgrade");
+	const char *c = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Connection");
+
+	if (r->method != API_GET || !u || !c || !strcasestr(c, "upgrade") ||
+	    !token_ok(u, strlen(u)) || strlen(u) >= sizeof ap->upgrade_proto)
+		return;
+	ap->upgrade = true;
+	snprintf(ap->upgrade_proto, sizeof ap->upgrade_proto, "%s", u);
 }
 
 enum MHD_Result api_ports_begin(struct api_ports_ctx *ctx, struct req *r, const char *tail,
@@ -809,6 +799,10 @@ enum MHD_Result api_ports_begin(struct api_ports_ctx *ctx, struct req *r, const 
 		return MHD_NO;
 	ap->ctx = ctx;
 	ap->conn = r->conn;
+	ap->refs = 1;
+	ap->efd = -1;
+	ap->sock = MHD_INVALID_SOCKET;
+	upgrade_detect(ap, r);
 	snprintf(ap->account_id, sizeof ap->account_id, "%s", r->account_id);
 	snprintf(ap->sandbox_id, sizeof ap->sandbox_id, "%s", r->id);
 	ap->out = malloc(PORT_OUT_MAX);
@@ -929,7 +923,7 @@ enum MHD_Result api_ports_step(struct api_port *ap, const char *upload_data,
 void api_ports_free(struct api_port *ap)
 {
 	if (ap)
-		ap_free(ap);
+		ports_unref(ap);
 }
 
 /* ------------------------------------------------------------ lifecycle */
@@ -943,6 +937,7 @@ struct api_ports_ctx *api_ports_ctx_new(struct sandbox_svc *svc, const struct sa
 	ctx->svc = svc;
 	ctx->cfg = cfg;
 	pthread_mutex_init(&ctx->lock, NULL);
+	pthread_cond_init(&ctx->relays_done, NULL);
 	return ctx;
 }
 
@@ -963,6 +958,7 @@ void api_ports_ctx_free(struct api_ports_ctx *ctx)
 {
 	if (!ctx)
 		return;
+	pthread_cond_destroy(&ctx->relays_done);
 	pthread_mutex_destroy(&ctx->lock);
 	free(ctx);
 }

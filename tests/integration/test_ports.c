@@ -63,6 +63,57 @@ static const char echo_py[] =
     "        self.wfile.write(b'0\\r\\n\\r\\n')\n"
     "http.server.HTTPServer(('127.0.0.1', 8001), H).serve_forever()\n";
 
+/* A WebSocket echo server (RFC 6455, stdlib only): each message comes back
+ * as "echo: " + it; a request without a key gets 426. */
+static const char ws_py[] =
+    "import socket, hashlib, base64, threading\n"
+    "s = socket.socket()\n"
+    "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+    "s.bind(('127.0.0.1', 8003))\n"
+    "s.listen(8)\n"
+    "def serve(c):\n"
+    "    data = b''\n"
+    "    while b'\\r\\n\\r\\n' not in data:\n"
+    "        data += c.recv(4096)\n"
+    "    head, buf = data.split(b'\\r\\n\\r\\n', 1)\n"
+    "    keys = [l.split(b':', 1)[1].strip() for l in head.split(b'\\r\\n')\n"
+    "            if l.lower().startswith(b'sec-websocket-key:')]\n"
+    "    if not keys:\n"
+    "        c.sendall(b'HTTP/1.1 426 Upgrade Required\\r\\nContent-Length: 0\\r\\n\\r\\n')\n"
+    "        c.close()\n"
+    "        return\n"
+    "    acc = base64.b64encode(hashlib.sha1(keys[0] + "
+    "b'258EAFA5-E914-47DA-95CA-C5AB0DC85B11').digest())\n"
+    "    c.sendall(b'HTTP/1.1 101 Switching Protocols\\r\\nUpgrade: websocket\\r\\n'\n"
+    "              b'Connection: Upgrade\\r\\nSec-WebSocket-Accept: ' + acc + b'\\r\\n\\r\\n')\n"
+    "    def need(n):\n"
+    "        nonlocal buf\n"
+    "        while len(buf) < n:\n"
+    "            d = c.recv(65536)\n"
+    "            if not d:\n"
+    "                raise EOFError\n"
+    "            buf += d\n"
+    "        r, buf = buf[:n], buf[n:]\n"
+    "        return r\n"
+    "    while True:\n"
+    "        b0, b1 = need(2)\n"
+    "        op, n = b0 & 15, b1 & 127\n"
+    "        if n == 126:\n"
+    "            n = int.from_bytes(need(2), 'big')\n"
+    "        mask = need(4)\n"
+    "        p = bytes(x ^ mask[i % 4] for i, x in enumerate(need(n)))\n"
+    "        if op == 8:\n"
+    "            c.sendall(b'\\x88\\x00')\n"
+    "            break\n"
+    "        out = b'echo: ' + p\n"
+    "        ln = bytes([len(out)]) if len(out) < 126 else bytes([126]) + len(out).to_bytes(2, "
+    "'big')\n"
+    "        c.sendall(bytes([0x80 | op]) + ln + out)\n"
+    "    c.close()\n"
+    "while True:\n"
+    "    c, _ = s.accept()\n"
+    "    threading.Thread(target=serve, args=(c,), daemon=True).start()\n";
+
 static void path_of(char *out, size_t n, int port, const char *tail)
 {
 	snprintf(out, n, "/v1/sandboxes/%s/ports/%d%s", sbx, port, tail);
@@ -424,6 +475,117 @@ static void silent_server_and_the_limit(void **state)
 	http_reply_free(&r);
 }
 
+static void read_n(int fd, uint8_t *p, size_t n)
+{
+	while (n > 0) {
+		ssize_t k = read(fd, p, n);
+
+		assert_true(k > 0);
+		p += k;
+		n -= (size_t)k;
+	}
+}
+
+/* One masked client frame. */
+static void ws_send(int fd, uint8_t op, const uint8_t *data, size_t n)
+{
+	static const uint8_t mask[4] = {1, 2, 3, 4};
+	uint8_t *f = malloc(n + 8);
+	size_t h = 0;
+
+	assert_non_null(f);
+	f[h++] = 0x80 | op;
+	if (n < 126) {
+		f[h++] = 0x80 | (uint8_t)n;
+	} else {
+		f[h++] = 0x80 | 126;
+		f[h++] = (uint8_t)(n >> 8);
+		f[h++] = (uint8_t)n;
+	}
+	memcpy(f + h, mask, 4);
+	h += 4;
+	for (size_t i = 0; i < n; i++)
+		f[h + i] = data[i] ^ mask[i % 4];
+	assert_int_equal(write(fd, f, h + n), (ssize_t)(h + n));
+	free(f);
+}
+
+/* One server frame: its opcode; the payload into buf (its length in *n). */
+static uint8_t ws_recv(int fd, uint8_t *buf, size_t cap, size_t *n)
+{
+	uint8_t h[2], ext[2];
+
+	read_n(fd, h, 2);
+	assert_int_equal(h[1] & 0x80, 0); /* a server never masks */
+	*n = h[1] & 127;
+	if (*n == 126) {
+		read_n(fd, ext, 2);
+		*n = (size_t)ext[0] << 8 | ext[1];
+	}
+	assert_true(*n <= cap);
+	read_n(fd, buf, *n);
+	return h[0] & 15;
+}
+
+/* A WebSocket through the route: the upgrade reaches the guest's server,
+ * its 101 (with its Sec-WebSocket-Accept) the client, and messages go both
+ * ways as they are, a 50 KB one included; a close is answered. */
+static void websocket_echo(void **state)
+{
+	static uint8_t big[50000], got[60000];
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)d.port)};
+	char path[200], req[1024], head[4096];
+	struct http_reply r;
+	size_t hl = 0, n;
+	char *end;
+	int fd;
+
+	(void)state;
+	snprintf(path, sizeof path, "/v1/sandboxes/%s/files?path=/srv/ws.py", sbx);
+	assert_int_equal(http_request(&d, "PUT", path, d.key,
+				      "Content-Type: application/octet-stream\r\n", ws_py,
+				      sizeof ws_py - 1, &r),
+			 0);
+	assert_int_equal(r.status, 201);
+	http_reply_free(&r);
+	start_process("exec python3 /srv/ws.py");
+	wait_listening(8003); /* its 426 to a plain GET */
+
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+	snprintf(req, sizeof req,
+		 "GET /v1/sandboxes/%s/ports/8003/chat HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+		 "Authorization: Bearer %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+		 "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+		 sbx, d.key);
+	assert_int_equal(write(fd, req, strlen(req)), (ssize_t)strlen(req));
+	while (!(end = memmem(head, hl, "\r\n\r\n", 4))) {
+		ssize_t k = read(fd, head + hl, sizeof head - 1 - hl);
+
+		assert_true(k > 0);
+		hl += (size_t)k;
+	}
+	*end = '\0';
+	assert_int_equal(atoi(head + 9), 101);
+	assert_non_null(strstr(head, "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=")); /* RFC 6455's */
+	assert_int_equal(hl, (size_t)(end + 4 - head)); /* nothing before our first frame */
+
+	ws_send(fd, 1, (const uint8_t *)"hello ws", 8);
+	assert_int_equal(ws_recv(fd, got, sizeof got, &n), 1);
+	assert_int_equal(n, 14);
+	assert_memory_equal(got, "echo: hello ws", 14);
+	for (size_t i = 0; i < sizeof big; i++)
+		big[i] = (uint8_t)('a' + i % 26);
+	ws_send(fd, 2, big, sizeof big);
+	assert_int_equal(ws_recv(fd, got, sizeof got, &n), 2);
+	assert_int_equal(n, 6 + sizeof big);
+	assert_memory_equal(got + 6, big, sizeof big);
+	ws_send(fd, 8, NULL, 0);
+	assert_int_equal(ws_recv(fd, got, sizeof got, &n), 8);
+	close(fd);
+}
+
 /* After all that, the sandbox's exec channel still works. */
 static void channel_still_works(void **state)
 {
@@ -442,6 +604,7 @@ int main(void)
 	    cmocka_unit_test(chunked_reply),
 	    cmocka_unit_test(refusals),
 	    cmocka_unit_test(silent_server_and_the_limit),
+	    cmocka_unit_test(websocket_echo),
 	    cmocka_unit_test(channel_still_works),
 	};
 
