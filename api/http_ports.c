@@ -764,6 +764,8 @@ void ports_unref(struct api_port *ap)
 static void ap_free(struct api_port *ap)
 {
 	sandbox_port_release(ap->p); /* no wake after this */
+	if (ap->efd >= 0)
+		close(ap->efd);
 	pthread_mutex_lock(&ap->ctx->lock);
 	if (ap->parked)
 		parked_unlink_locked(ap->ctx, ap);

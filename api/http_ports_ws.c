@@ -212,8 +212,13 @@ enum MHD_Result ports_answer_upgrade(struct api_port *ap)
 void ports_relays_stop(struct api_ports_ctx *ctx)
 {
 	int64_t deadline = sbx_mono_ms() + RELAY_STOP_MS;
+	uint64_t one = 1;
 
 	pthread_mutex_lock(&ctx->lock);
+	for (struct api_port *ap = ctx->live; ap; ap = ap->lnext) /* wake them now */
+		if (ap->efd >= 0 && write(ap->efd, &one, sizeof one) < 0) {
+			/* the counter is full: it is awake already */
+		}
 	while (ctx->relays > 0 && sbx_mono_ms() < deadline) {
 		struct timespec ts;
 
