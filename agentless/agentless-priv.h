@@ -122,6 +122,9 @@ struct agentless_conn {
 	 * to absorb the frames the guest had already sent */
 	struct agentless_xfer *xfers;
 	unsigned n_xfers;
+	/* TCP streams (tcp.c), open and reset ones absorbing late frames */
+	struct agentless_tcp *tcps;
+	unsigned n_tcps;
 
 	/* v4 credit window: the epoch of the open one (0: none) and the
 	 * next to hand out (both per connection) */
@@ -239,5 +242,15 @@ bool xfer_frame(struct agentless_conn *c, const struct wire_header *h, const uin
 void xfer_fail_list(struct agentless_xfer *list, const struct sbx_error *err);
 /* Transfers' deadlines and releases, from agentless_conn_tick. */
 void xfer_tick(struct agentless_conn *c, int64_t now_ms);
+
+/* tcp.c */
+struct agentless_tcp *tcp_find_locked(struct agentless_conn *c, uint32_t id);
+/* A TCP_* frame, or an ERROR naming a stream: true when handled here.
+ * Recv thread, no lock held. */
+bool tcp_frame(struct agentless_conn *c, const struct wire_header *h, const uint8_t *p, size_t len);
+/* Fail every stream of the list (unlinked already). No lock held. */
+void tcp_fail_list(struct agentless_tcp *list, const struct sbx_error *err);
+/* Streams' deadlines and resets, from agentless_conn_tick. */
+void tcp_tick(struct agentless_conn *c, int64_t now_ms);
 
 #endif

@@ -332,6 +332,7 @@ static void conn_break(struct agentless_conn *c, const char *tenant_msg, const c
 	struct sbx_error err;
 	struct exec *list;
 	struct agentless_xfer *xlist;
+	struct agentless_tcp *tlist;
 
 	pthread_mutex_lock(&c->lock);
 	c->rx_dead = true;
@@ -349,6 +350,9 @@ static void conn_break(struct agentless_conn *c, const char *tenant_msg, const c
 	xlist = c->xfers;
 	c->xfers = NULL;
 	c->n_xfers = 0;
+	tlist = c->tcps;
+	c->tcps = NULL;
+	c->n_tcps = 0;
 	pthread_cond_broadcast(&c->cond);
 	pthread_mutex_unlock(&c->lock);
 
@@ -357,6 +361,7 @@ static void conn_break(struct agentless_conn *c, const char *tenant_msg, const c
 	sbx_error_set(&err, SBX_E_SANDBOX_ERROR, NULL, "%s", tenant_msg);
 	execs_fail(list, &err);
 	xfer_fail_list(xlist, &err);
+	tcp_fail_list(tlist, &err);
 	if (c->on_broken)
 		c->on_broken(c->opaque, why);
 }
@@ -574,7 +579,7 @@ static void conn_handle_frame(struct agentless_conn *c, const struct wire_header
 {
 	if (h->type != WIRE_STDOUT && h->type != WIRE_STDERR)
 		exec_output_flush(c); /* gathered output comes before this */
-	if (xfer_frame(c, h, p, len) || exec_frame(c, h, p, len))
+	if (xfer_frame(c, h, p, len) || tcp_frame(c, h, p, len) || exec_frame(c, h, p, len))
 		return;
 	switch (h->type) {
 	case WIRE_HELLO:
@@ -769,6 +774,7 @@ void agentless_conn_attach(struct agentless_conn *c, struct sbx_channel ch, bool
 	bool had_old, old_live, welcome;
 	struct exec *list;
 	struct agentless_xfer *xlist;
+	struct agentless_tcp *tlist;
 	struct sbx_error err;
 	uint32_t version;
 
@@ -818,6 +824,9 @@ void agentless_conn_attach(struct agentless_conn *c, struct sbx_channel ch, bool
 	xlist = c->xfers;
 	c->xfers = NULL;
 	c->n_xfers = 0;
+	tlist = c->tcps;
+	c->tcps = NULL;
+	c->n_tcps = 0;
 	welcome = reattach || c->hello_pending;
 	/* A guest we did not hear HELLO from is assumed to speak only the
 	 * oldest version (it may have been booted by an older daemon). */
@@ -829,10 +838,11 @@ void agentless_conn_attach(struct agentless_conn *c, struct sbx_channel ch, bool
 	version = c->version;
 	pthread_mutex_unlock(&c->lock);
 
-	if (list || xlist) {
+	if (list || xlist || tlist) {
 		sbx_error_set(&err, SBX_E_SANDBOX_ERROR, NULL, MSG_GONE);
 		execs_fail(list, &err);
 		xfer_fail_list(xlist, &err);
+		tcp_fail_list(tlist, &err);
 	}
 	if (welcome) {
 		if (conn_send_welcome(c, version) < 0) {
@@ -903,6 +913,7 @@ void agentless_conn_close(struct agentless_conn *c, const char *why)
 	struct sbx_channel ch;
 	struct exec *list;
 	struct agentless_xfer *xlist;
+	struct agentless_tcp *tlist;
 	struct sbx_error err;
 	bool had;
 
@@ -922,6 +933,9 @@ void agentless_conn_close(struct agentless_conn *c, const char *why)
 	xlist = c->xfers;
 	c->xfers = NULL;
 	c->n_xfers = 0;
+	tlist = c->tcps;
+	c->tcps = NULL;
+	c->n_tcps = 0;
 	/* later calls (and waiters: hello, pings) fail at once with `why` */
 	if (!c->broken) {
 		c->broken = true;
@@ -935,6 +949,7 @@ void agentless_conn_close(struct agentless_conn *c, const char *why)
 	sbx_error_set(&err, SBX_E_SANDBOX_ERROR, NULL, "%s", why ? why : MSG_GONE);
 	execs_fail(list, &err);
 	xfer_fail_list(xlist, &err);
+	tcp_fail_list(tlist, &err);
 }
 
 void agentless_conn_free(struct agentless_conn *c, const char *why)

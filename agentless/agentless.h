@@ -447,6 +447,76 @@ const struct agentless_file_entry *agentless_xfer_entries(struct agentless_xfer 
  * the conn. */
 void agentless_xfer_release(struct agentless_xfer *x);
 
+/* ------------------------------------------------------------ TCP streams
+ *
+ * Protocol v6 (wire.h TCP_*): a byte stream to a TCP connection the
+ * guest's agent opens to its own loopback, 127.0.0.1:port. Each direction
+ * has a credit window of AGENTLESS_TCP_WINDOW bytes: agentless_tcp_write
+ * takes only what the guest's TCP_ACKs allow, and the guest sends only what
+ * the host's reads freed, so memory per stream stays bounded whatever
+ * either end does. Lifetime and wakes as for transfers (above): the handle
+ * is released exactly once, `wake` runs with no lock held on the recv
+ * thread, the tick's or the freeing thread, never after release returns.
+ * A stream released before both halves closed is reset in the guest
+ * (TCP_CLOSE with ABORT) at the next tick. */
+struct agentless_tcp;
+
+#define AGENTLESS_TCP_WINDOW (256u * 1024)
+#define AGENTLESS_TCP_MAX    64
+
+struct agentless_tcp_req {
+	uint32_t port;	      /* 1..65535, on the guest's 127.0.0.1 */
+	uint32_t max_streams; /* open at once on this conn; 0 or more = AGENTLESS_TCP_MAX */
+	uint32_t open_ms;     /* the guest answers the open within; 0 = 10000 */
+	/* the first byte from the guest within (from agentless_tcp_await);
+	 * 0 = no limit */
+	uint32_t first_byte_ms;
+	uint32_t idle_ms; /* no byte either way for this long fails it; 0 = 60000 */
+};
+
+enum agentless_tcp_state {
+	AGENTLESS_TCP_OPENING,
+	AGENTLESS_TCP_OPEN,
+	AGENTLESS_TCP_CLOSED, /* both halves closed (FIN each way) */
+	AGENTLESS_TCP_FAILED, /* err: SBX_E_PORT_UNREACHABLE (refused, reset),
+			       * SBX_E_PORT_TIMEOUT (open, first byte, idle),
+			       * SBX_E_RATE_LIMITED, SBX_E_SANDBOX_ERROR */
+};
+
+struct agentless_tcp_status {
+	enum agentless_tcp_state state;
+	struct sbx_error err; /* FAILED */
+	size_t buffered;      /* bytes agentless_tcp_read gives now */
+	bool eof;	      /* the guest's half is closed (after the buffered bytes) */
+	uint64_t received;    /* bytes the guest sent so far */
+	uint64_t writable;    /* bytes agentless_tcp_write takes now (OPEN) */
+};
+
+typedef void (*agentless_tcp_wake_fn)(void *opaque);
+
+/* Send TCP_OPEN. 0 and *out, or -1: SBX_E_SANDBOX_ERROR (channel down, a
+ * guest older than v6: "create a new sandbox"), SBX_E_RATE_LIMITED
+ * (max_streams open), SBX_E_INVALID_REQUEST (port). */
+int agentless_tcp_open(struct agentless_conn *c, const struct agentless_tcp_req *req,
+		       agentless_tcp_wake_fn wake, void *opaque, struct agentless_tcp **out,
+		       struct sbx_error *err);
+/* Send up to len bytes within the credit: how many were taken (0: wait for
+ * a wake; also while OPENING), or -1 (failed, closed or shut down). */
+long agentless_tcp_write(struct agentless_conn *c, struct agentless_tcp *t, const void *data,
+			 size_t len);
+/* The host's request is all sent: the guest's first byte is due within
+ * the request's first_byte_ms from now (504 port_timeout past it). A no-op
+ * once a byte came. */
+void agentless_tcp_await(struct agentless_tcp *t);
+/* The host's half is done (FIN). 0, or -1 when not OPEN. */
+int agentless_tcp_shutdown(struct agentless_conn *c, struct agentless_tcp *t);
+/* Copy up to max buffered bytes; grants the guest credit for them. `c` may
+ * be NULL once the stream is over. */
+size_t agentless_tcp_read(struct agentless_conn *c, struct agentless_tcp *t, void *buf, size_t max);
+void agentless_tcp_status(struct agentless_tcp *t, struct agentless_tcp_status *st);
+/* Give the handle back (never touches the conn). */
+void agentless_tcp_release(struct agentless_tcp *t);
+
 /* Number of execs in flight. */
 unsigned agentless_conn_inflight(struct agentless_conn *c);
 

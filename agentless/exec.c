@@ -115,7 +115,7 @@ struct exec *exec_find_locked(struct agentless_conn *c, uint32_t id)
 
 bool conn_id_used_locked(struct agentless_conn *c, uint32_t id)
 {
-	return conn_exec_find(c, id) || xfer_find_locked(c, id);
+	return conn_exec_find(c, id) || xfer_find_locked(c, id) || tcp_find_locked(c, id);
 }
 
 /* Fail a list of execs (already unlinked) with err; no lock held. */
@@ -864,6 +864,7 @@ void agentless_conn_tick(struct agentless_conn *c, int64_t now_ms)
 		conn_send(c, WIRE_KILL, kill_ids[i], NULL, 0);
 	}
 	xfer_tick(c, now_ms);
+	tcp_tick(c, now_ms);
 	if (failed) {
 		sbx_warn(MOD, "giving up on execs the guest did not finish after KILL");
 		sbx_error_set(&err, SBX_E_SANDBOX_ERROR, NULL,

@@ -53,6 +53,14 @@
  * WIRE_PTY_WINDOW bytes past the guest's last PTY_ACK, PTY_RESIZE sets its
  * window size, and a KILL hangs it up (SIGHUP, then the cgroup's SIGKILL a
  * second later). A host sends them only to guests that negotiated >= 5.
+ *
+ * Version 6 added TCP streams (TCP_OPEN .. TCP_CLOSE): a byte stream between
+ * the host and a TCP connection the guest's agent holds to its own
+ * loopback (127.0.0.1:PORT), with a credit window per stream and per
+ * direction (WIRE_TCP_WINDOW past the receiver's last TCP_ACK). Streams the
+ * host opens take ids from its exec id space (top bit clear); ids with
+ * WIRE_TCP_GUEST_BIT set are reserved for streams a guest opens (egress,
+ * not yet). A host sends TCP_* only to guests that negotiated >= 6.
  */
 #ifndef SBX_WIRE_H
 #define SBX_WIRE_H
@@ -60,7 +68,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define WIRE_VERSION	 5
+#define WIRE_VERSION	 6
 #define WIRE_VERSION_MIN 1
 #define WIRE_PORT_NAME	 "org.sandboxd.exec.0"
 
@@ -88,6 +96,13 @@
 #define WIRE_PTY_WINDOW (64u * 1024)
 /* A terminal's window size (v5): 1..WIRE_PTY_DIM_MAX rows and columns. */
 #define WIRE_PTY_DIM_MAX 1000
+/* TCP streams (v6): data bytes a sender may have in flight past the
+ * receiver's last TCP_ACK, per stream and direction; streams a guest holds
+ * at once (more TCP_OPENs get ERROR BUSY); the id bit of guest-opened
+ * streams (reserved). */
+#define WIRE_TCP_WINDOW	   (256u * 1024)
+#define WIRE_TCP_MAX	   64
+#define WIRE_TCP_GUEST_BIT 0x80000000u
 
 enum wire_type {
 	/* guest -> host, id 0: {VERSION, VERSION_MIN, BOOT_MS} once at start */
@@ -157,6 +172,24 @@ enum wire_type {
 	/* v5, guest -> host: {ACKED}: PTY_INPUT bytes of this terminal the
 	 * guest consumed (written to the terminal) so far, cumulative */
 	WIRE_PTY_ACK = 27,
+	/* v6, host -> guest (guest -> host reserved for egress, ids with
+	 * WIRE_TCP_GUEST_BIT), id = the stream's: {PORT}: connect to
+	 * 127.0.0.1:PORT. Answered with TCP_OPENED, or ERROR (REFUSED: nobody
+	 * listens or the connect failed; BUSY: WIRE_TCP_MAX streams open). */
+	WIRE_TCP_OPEN = 28,
+	/* v6, guest -> host, empty: the connection is up; data may flow */
+	WIRE_TCP_OPENED = 29,
+	/* v6, both ways: raw bytes of the stream, <= WIRE_MAX_CHUNK, within
+	 * WIRE_TCP_WINDOW past the receiver's last TCP_ACK */
+	WIRE_TCP_DATA = 30,
+	/* v6, both ways: {ACKED}: TCP_DATA bytes of this stream the receiver
+	 * consumed so far (cumulative) */
+	WIRE_TCP_ACK = 31,
+	/* v6, both ways: {ABORT?}: without ABORT, the sender's half is done
+	 * (FIN: it sends no more TCP_DATA); with ABORT = 1, the stream is
+	 * gone at once (reset; the sender sends nothing more for it and the
+	 * receiver drops what it holds) */
+	WIRE_TCP_CLOSE = 32,
 	/* v3, host -> guest, id = exec id, empty payload: stop reading the
 	 * exec's pipes (its writers then block on a full pipe) until RESUME.
 	 * Flow control for a slow consumer of a streamed exec; the deadline
@@ -255,6 +288,8 @@ enum wire_tag {
 				   * byte order; the entries come sorted */
 	WIRE_T_ROWS = 57,	  /* u32 (v5, EXEC, PTY_RESIZE): terminal rows */
 	WIRE_T_COLS = 58,	  /* u32 (v5): terminal columns */
+	WIRE_T_PORT = 59,	  /* u32 (v6, TCP_OPEN): 1..65535 */
+	WIRE_T_ABORT = 60,	  /* u32 (v6, TCP_CLOSE): 1 = reset, not FIN */
 	/* v3 (counting down from the top of the range, see above) */
 	WIRE_T_STREAM = 65535,	   /* u32 1 in EXEC: ship output as soon as it is
 				    * read instead of batching it into full chunks */
@@ -292,6 +327,9 @@ enum wire_error_kind {
 	 * "socket", "character device", "block device", "other", or "pseudo"
 	 * (a /proc or /sys file whose size reads 0) */
 	WIRE_ERR_NOT_REGULAR = 12,
+	/* v6, TCP_OPEN: nobody listens on the port, or the connect failed;
+	 * MESSAGE says how */
+	WIRE_ERR_REFUSED = 13,
 	/* v3 (top of the range): a PROC named a pid the guest does not keep */
 	WIRE_ERR_NO_PROCESS = 255,
 };

@@ -53,6 +53,7 @@ enum route {
 	R_RESUME,	  /* /v1/sandboxes/{id}/resume */
 	R_TERMINAL,	  /* /v1/sandboxes/{id}/terminal (http_terminal.c) */
 	R_NETWORK,	  /* /v1/sandboxes/{id}/network */
+	R_PORTS,	  /* /v1/sandboxes/{id}/ports/{port}/{path} (http_ports.c) */
 	R_STATIC,	  /* a compiled-in file (http_static.c): r->asset */
 };
 #define R_COUNT (R_STATIC + 1)
@@ -99,6 +100,7 @@ struct api_server {
 	struct sbx_workpool *pool;	  /* runs create, DELETE, executions */
 	struct api_inflight *per_account; /* their counts (and execs') per account */
 	struct api_files_ctx *files;	  /* the files routes (http_files.c) */
+	struct api_ports_ctx *ports;	  /* the ports route (http_ports.c) */
 	struct api_runtimes runtimes;	  /* read at start, then constant */
 };
 
@@ -145,6 +147,8 @@ struct req {
 	bool is_async;
 	struct api_files *files; /* R_FILES */
 	struct term *term;	 /* R_TERMINAL (http_terminal.c) */
+	struct api_port *port;	 /* R_PORTS (http_ports.c) */
+	char *port_tail;	 /* R_PORTS: the path after the port, without its '/' */
 	struct api_create_body create;
 	struct api_execution_body execution; /* code owned when has_execution */
 	bool has_execution;
@@ -278,6 +282,112 @@ void api_terminals_start(void);
  * whose 101 never went out is hung up). NULL: nothing. */
 struct term;
 void api_terminal_req_free(struct term *t);
+
+/* ------------------------------------------------------ api/http_ports.c */
+/* ANY /v1/sandboxes/{id}/ports/{port}/{path}: an HTTP/1.1 proxy to the
+ * sandbox's loopback port ({port} in r->pid, 0 when not 1..65535; the
+ * path in r->port_tail). STREAM: it reads the body itself. */
+enum MHD_Result api_ports_route(struct req *r);
+/* The path after /v1/sandboxes/{id}/ports/{port}/ in url (malloc'd, ""
+ * for none; NULL on ENOMEM). */
+char *api_ports_tail(const char *url);
+struct api_port;
+struct api_ports_ctx;
+enum MHD_Result api_ports_begin(struct api_ports_ctx *ctx, struct req *r, const char *tail,
+				struct api_port **out);
+/* Each later call of MHD's handler for the request. */
+enum MHD_Result api_ports_step(struct api_port *ap, const char *upload_data,
+			       size_t *upload_data_size);
+void api_ports_free(struct api_port *ap);
+struct api_ports_ctx *api_ports_ctx_new(struct sandbox_svc *svc, const struct sandbox_config *cfg);
+/* Wake every parked proxy (they answer 503 or cut their body). */
+void api_ports_ctx_stop(struct api_ports_ctx *ctx);
+void api_ports_ctx_free(struct api_ports_ctx *ctx);
+
+/* What http_ports.c (the proxy) and http_ports_ws.c (its upgraded
+ * connections) share. ctx->lock is a leaf, never held across a sandbox/
+ * call or socket I/O. */
+#define PORT_OUT_MAX  (64u * 1024) /* a request head, or one body piece */
+#define PORT_RAW_MAX  (32u * 1024) /* raw body bytes being de-chunked */
+#define PORT_LINE_MAX 1024	   /* a chunk-size or trailer line */
+#define PORT_HOST_MAX 1024	   /* connections on this server, whatever the config */
+
+struct api_ports_ctx {
+	struct sandbox_svc *svc;
+	const struct sandbox_config *cfg;
+	pthread_mutex_t lock;
+	bool stopping;
+	struct api_port *parked;
+	struct api_port *live; /* counted against the limits */
+	unsigned n_live;
+	unsigned relays; /* upgraded connections' relay threads running */
+	pthread_cond_t relays_done;
+};
+
+enum chunk_state { CH_SIZE, CH_DATA, CH_DATA_END, CH_TRAILER, CH_DONE };
+
+struct api_port {
+	struct api_ports_ctx *ctx;
+	struct MHD_Connection *conn;
+	struct sandbox_port *p;
+	char account_id[SANDBOX_ID_MAX];
+	char sandbox_id[SANDBOX_ID_MAX];
+
+	/* ctx->lock */
+	bool parked, woke, counted;
+	struct api_port *prev, *next;	/* parked list */
+	struct api_port *lprev, *lnext; /* live list */
+
+	/* request: bytes waiting for the stream's credit */
+	char *out;
+	size_t out_len, out_off;
+	bool chunked_in; /* re-chunk the client's body */
+	bool body_done;
+	bool drop; /* failed: drop the rest of the body, then answer err */
+	struct sbx_error err;
+
+	/* response head */
+	char *hdr;
+	size_t hdr_len, hdr_end; /* bytes in hdr; where the body starts */
+	size_t pre_off;		 /* body bytes of hdr handed on */
+	bool answered;
+
+	/* response body */
+	bool has_length, chunked_out;
+	uint64_t remaining;
+	enum chunk_state ch;
+	uint64_t ch_left;
+	size_t line_len;
+	unsigned ch_digits;
+	bool ch_ext;
+	char raw[PORT_RAW_MAX];
+	size_t raw_len, raw_off;
+
+	/* an upgrade (WebSocket, http_ports_ws.c): after the 101 a thread
+	 * relays raw bytes between the client's socket and the stream */
+	bool upgrade;
+	char upgrade_proto[64];
+	int refs; /* ctx->lock: the request's, the relay thread's */
+	int efd;  /* ctx->lock: the relay's wake (an eventfd), -1 before */
+	MHD_socket sock;
+	struct MHD_UpgradeResponseHandle *urh;
+};
+
+/* http_ports.c */
+/* Raw body bytes of the answer: what came with its head first, then the
+ * stream's. */
+size_t ports_raw_take(struct api_port *ap, char *dst, size_t max);
+/* Copy the guest's end-to-end headers (hdr) onto resp. */
+void ports_head_copy(struct api_port *ap, struct MHD_Response *resp);
+/* Drop a reference (ctx->lock not held); the last frees ap. */
+void ports_unref(struct api_port *ap);
+
+/* http_ports_ws.c */
+/* The guest answered 101 to an upgrade: answer the client 101 and relay
+ * the connection's bytes both ways on a thread of its own. */
+enum MHD_Result ports_answer_upgrade(struct api_port *ap);
+/* The server stops: wake every relay and wait (bounded) for them to end. */
+void ports_relays_stop(struct api_ports_ctx *ctx);
 
 /* ---------------------------------------------------------- api/http.c */
 

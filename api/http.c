@@ -232,6 +232,8 @@ static enum MHD_Result request_begin(struct api_server *srv, struct MHD_Connecti
 	sbx_error_clear(&err);
 	r->method = api_method_bit(method);
 	r->route = api_route_resolve(url, r->id, &r->pid);
+	if (r->route == R_PORTS)
+		r->port_tail = api_ports_tail(url);
 	if (r->route == R_NONE && (r->asset = api_static_find(url)) >= 0)
 		r->route = R_STATIC;
 	rt = api_route_get(r->route);
@@ -290,6 +292,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 	api_reqctx_enter(r->request_id, r->account_id, r->id);
 	if (r->files) /* a STREAM route's; a refused one drains like any other */
 		return api_files_step(r->files, upload_data, upload_data_size);
+	if (r->port)
+		return api_ports_step(r->port, upload_data, upload_data_size);
 	if (*upload_data_size) {
 		r->body_bytes += *upload_data_size;
 		/* Keep at most max_body_bytes; past that (a chunked body
@@ -360,6 +364,7 @@ static void server_free(struct api_server *srv)
 	sbx_workpool_free(srv->pool);
 	api_inflight_free(srv->per_account);
 	api_files_ctx_free(srv->files);
+	api_ports_ctx_free(srv->ports);
 	api_conns_free(srv->conns);
 	pthread_mutex_destroy(&srv->lock);
 	pthread_cond_destroy(&srv->idle);
@@ -374,6 +379,8 @@ void api_req_free(struct req *r)
 	api_req_slot_put(r); /* a no-op unless its work never ran */
 	sbx_buf_release(&r->body);
 	api_files_free(r->files);
+	api_ports_free(r->port);
+	free(r->port_tail);
 	api_terminal_req_free(r->term);
 	api_exec_body_release(&r->exec);
 	api_stream_free(r->stream);
@@ -489,6 +496,7 @@ struct api_server *api_server_start(struct sandbox_svc *svc, struct sbx_error *e
 				     cfg->http_work_queue, 0);
 	srv->per_account = api_inflight_new();
 	srv->files = api_files_ctx_new(svc, cfg);
+	srv->ports = api_ports_ctx_new(svc, cfg);
 	if (!srv->pool || !srv->per_account || !srv->files) {
 		sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
 		server_free(srv);
@@ -589,6 +597,7 @@ void api_server_stop(struct api_server *srv)
 	}
 	pthread_mutex_unlock(&srv->lock);
 	api_files_ctx_stop(srv->files);
+	api_ports_ctx_stop(srv->ports);
 	api_terminals_stop();
 	if (n)
 		sbx_warn(MOD, "answered %d running exec(s) with 503 at shutdown", n);

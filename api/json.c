@@ -461,6 +461,16 @@ struct json_object *api_limits_encode_stats(const struct sandbox_config *cfg,
 			       json_object_new_int(cfg->max_terminals_per_account));
 	json_object_object_add(o, "terminal_idle_timeout_ms",
 			       json_object_new_int64(cfg->terminal_idle_timeout_ms));
+	json_object_object_add(o, "port_conns_per_sandbox",
+			       json_object_new_int(cfg->max_port_conns_per_sandbox));
+	json_object_object_add(o, "port_conns_per_account",
+			       json_object_new_int(cfg->max_port_conns_per_account));
+	json_object_object_add(o, "port_idle_timeout_ms",
+			       json_object_new_int64(cfg->port_idle_timeout_ms));
+	json_object_object_add(o, "port_response_timeout_ms",
+			       json_object_new_int64(cfg->port_response_timeout_ms));
+	json_object_object_add(o, "port_header_max_bytes",
+			       json_object_new_int64(cfg->port_header_max_bytes));
 	json_object_object_add(o, "process_output_ring_bytes",
 			       json_object_new_int(SANDBOX_PROC_RING_BYTES));
 	json_object_object_add(o, "creates_in_flight_per_account",

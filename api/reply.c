@@ -97,7 +97,9 @@ enum MHD_Result api_reply_error_ex(struct MHD_Connection *c, const struct sbx_er
 	if ((int)e.code <= SBX_OK || e.code >= SBX_CODE_COUNT)
 		e.code = SBX_E_INTERNAL;
 	status = sbx_code_status(e.code);
-	if (status >= 500)
+	/* a server in a sandbox that is not there or slow is its owner's
+	 * matter, not a fault of the daemon: not logged as an error */
+	if (status >= 500 && e.code != SBX_E_PORT_UNREACHABLE && e.code != SBX_E_PORT_TIMEOUT)
 		sbx_err(MOD, "%d %s: %s", status, sbx_code_type(e.code), err->message);
 	if (e.code == SBX_E_INTERNAL) {
 		/* The detail is in the log; the tenant learns little. */

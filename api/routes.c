@@ -62,6 +62,8 @@ static const struct api_route table[R_COUNT] = {
     [R_TERMINAL] = {"/v1/sandboxes/{id}/terminal", GET, AUTH, 0, api_terminal_handle, "terminal"},
     [R_NETWORK] = {"/v1/sandboxes/{id}/network", POST, AUTH | BODY, 0, api_network_handle,
 		   "network"},
+    [R_PORTS] = {"/v1/sandboxes/{id}/ports/{port}/{path}", GET | PUT | POST | DELETE, AUTH | STREAM,
+		 0, api_ports_route, "ports"},
     /* api_assets[] (api/assets.h): found by api_static_find, not by path */
     [R_STATIC] = {NULL, GET, 0, 0, api_static_route, "static"},
 };
@@ -144,14 +146,38 @@ static bool pid_parse(const char *s, size_t n, uint32_t *pid)
 	return true;
 }
 
+/* One {port} segment: its number when 1..65535, else 0 (the handler
+ * answers 400 for it). */
+static uint32_t port_parse(const char *s, size_t n)
+{
+	uint32_t v = 0;
+
+	if (n == 0 || n > 5 || s[0] == '0')
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return 0;
+		v = v * 10 + (uint32_t)(s[i] - '0');
+	}
+	return v <= 65535 ? v : 0;
+}
+
 /* Does `url` match the pattern? Each "{name}" takes one non-empty segment:
- * {pid} a pid, any other an id shorter than SANDBOX_ID_MAX (a longer one
- * is no route: 404 either way). *params counts them. */
+ * {pid} a pid, {port} anything (its number into *pid, 0 when not a port),
+ * any other an id shorter than SANDBOX_ID_MAX (a longer one is no route:
+ * 404 either way); a final "/{path}" takes the rest of the URL, slashes and
+ * nothing included. *params counts them. */
 static bool match(const char *pat, const char *url, char id[SANDBOX_ID_MAX], uint32_t *pid,
 		  int *params)
 {
 	*params = 0;
 	while (*pat) {
+		if (strcmp(pat, "/{path}") == 0 && *url == '\0')
+			return true; /* .../ports/8000: the root */
+		if (strcmp(pat, "{path}") == 0) {
+			(*params)++;
+			return true;
+		}
 		if (*pat != '{') {
 			if (*pat++ != *url++)
 				return false;
@@ -161,6 +187,10 @@ static bool match(const char *pat, const char *url, char id[SANDBOX_ID_MAX], uin
 		if (strncmp(pat, "{pid}", 5) == 0) {
 			if (!pid_parse(url, n, pid))
 				return false;
+		} else if (strncmp(pat, "{port}", 6) == 0) {
+			if (n == 0)
+				return false;
+			*pid = port_parse(url, n);
 		} else {
 			if (n == 0 || n >= SANDBOX_ID_MAX)
 				return false;

@@ -163,6 +163,11 @@ void sandbox_config_defaults(struct sandbox_config *cfg)
 	cfg->max_terminals_per_sandbox = 4;
 	cfg->max_terminals_per_account = 16;
 	cfg->terminal_idle_timeout_ms = 900000;
+	cfg->max_port_conns_per_sandbox = 16;
+	cfg->max_port_conns_per_account = 64;
+	cfg->port_idle_timeout_ms = 60000;
+	cfg->port_response_timeout_ms = 30000;
+	cfg->port_header_max_bytes = 65536;
 	cfg->output_budget_account_mib = 512;
 	cfg->output_budget_host_mib = 2048;
 	cfg->max_body_bytes = 1024 * 1024;

@@ -128,12 +128,22 @@ struct sandbox_config {
 	int max_api_keys_per_account; /* 100 */
 	/* Signed receipts kept per account (the oldest go first), each for
 	 * execution_retention_hours. */
-	int max_receipts_per_account;	    /* 10000 */
-	int max_execs_per_sandbox;	    /* 64 */
-	int max_processes_per_sandbox;	    /* 16: running background processes */
-	int max_terminals_per_sandbox;	    /* 4: open terminals (WebSocket) */
-	int max_terminals_per_account;	    /* 16 */
-	uint32_t terminal_idle_timeout_ms;  /* 900000: no byte either way ends one */
+	int max_receipts_per_account;	   /* 10000 */
+	int max_execs_per_sandbox;	   /* 64 */
+	int max_processes_per_sandbox;	   /* 16: running background processes */
+	int max_terminals_per_sandbox;	   /* 4: open terminals (WebSocket) */
+	int max_terminals_per_account;	   /* 16 */
+	uint32_t terminal_idle_timeout_ms; /* 900000: no byte either way ends one */
+	/* Ports (docs/api.md "Ports"): proxied connections to a sandbox's
+	 * ports open at once, per sandbox and per account; no byte either way
+	 * for port_idle_timeout_ms ends one; the guest's server answers
+	 * within port_response_timeout_ms (504 past it); its status line and
+	 * headers fit in port_header_max_bytes (502 past it). */
+	int max_port_conns_per_sandbox;	    /* 16 */
+	int max_port_conns_per_account;	    /* 64 */
+	uint32_t port_idle_timeout_ms;	    /* 60000 */
+	uint32_t port_response_timeout_ms;  /* 30000 */
+	uint32_t port_header_max_bytes;	    /* 65536 */
 	uint64_t output_budget_account_mib; /* 512: buffered exec output per account */
 	uint64_t output_budget_host_mib;    /* 2048: the same for the whole host */
 	size_t max_body_bytes;		    /* HTTP request body cap, 1 MiB */

@@ -100,6 +100,20 @@ void guest_pty_acks(void);
 /* The host went away: its terminals' input is dropped, no more acks. */
 void guest_pty_disconnected(void);
 
+/* TCP streams (tcp.c, protocol v6): connections to the guest's loopback.
+ * `queue_size` is the outbound queue's bytes; sockets are not read while
+ * it is above `queue_soft`. */
+void guest_tcp_init(size_t (*queue_size)(void), size_t queue_soft);
+/* A TCP_OPEN, TCP_DATA, TCP_ACK or TCP_CLOSE from the host. */
+void guest_tcp_frame(uint8_t type, uint32_t id, const uint8_t *p, size_t len);
+/* The sockets to poll (slot[i] for each); returns how many. */
+unsigned guest_tcp_pollfds(struct pollfd *pfd, unsigned *slot, unsigned max);
+void guest_tcp_ready(unsigned slot, short revents);
+/* Send a TCP_ACK for every stream that consumed host bytes since its last. */
+void guest_tcp_acks(void);
+/* The host went away: every stream is closed. */
+void guest_tcp_disconnected(void);
+
 /* The hostile-guest test kit (hostile.c; tests only, off unless the kernel
  * command line says sandboxd.test_hostile=1). */
 #include <stdbool.h>

@@ -614,6 +614,12 @@ static void frame_handle(const struct wire_header *h, const uint8_t *p)
 	case WIRE_PTY_RESIZE:
 		guest_pty_frame(h->type, h->id, p, h->len);
 		break;
+	case WIRE_TCP_OPEN:
+	case WIRE_TCP_DATA:
+	case WIRE_TCP_ACK:
+	case WIRE_TCP_CLOSE:
+		guest_tcp_frame(h->type, h->id, p, h->len);
+		break;
 	default:
 		break; /* unknown or guest-bound types: ignore */
 	}
@@ -710,6 +716,7 @@ static void port_disconnected(void)
 	queue_drop();
 	guest_files_disconnected();
 	guest_pty_disconnected();
+	guest_tcp_disconnected();
 	/* What the old host sent and we did not read is not for the next one. */
 	while ((n = read(S.port, S.scratch, sizeof(S.scratch))) > 0 || (n < 0 && errno == EINTR))
 		;
@@ -795,7 +802,7 @@ static void signals_read(void)
 
 /* ------------------------------------------------------------ the loop */
 
-enum pfd_kind { PK_SIG, PK_PORT, PK_OUT, PK_ERR, PK_ORPHAN, PK_FILE, PK_PROC, PK_PTY };
+enum pfd_kind { PK_SIG, PK_PORT, PK_OUT, PK_ERR, PK_ORPHAN, PK_FILE, PK_PROC, PK_PTY, PK_TCP };
 
 #define FILES_POLL_MAX 64
 
@@ -803,13 +810,15 @@ enum pfd_kind { PK_SIG, PK_PORT, PK_OUT, PK_ERR, PK_ORPHAN, PK_FILE, PK_PROC, PK
 
 /* The poll set of one loop turn: who[i] says what pfd[i] is. */
 static struct {
-	struct pollfd pfd[2 + 2 * EXEC_MAX + ORPHAN_MAX + FILES_POLL_MAX + 3 * WIRE_PROC_MAX];
+	struct pollfd
+	    pfd[2 + 2 * EXEC_MAX + ORPHAN_MAX + FILES_POLL_MAX + 3 * WIRE_PROC_MAX + WIRE_TCP_MAX];
 	unsigned file_slot[FILES_POLL_MAX];
 	unsigned proc_tags[2 * WIRE_PROC_MAX];
+	unsigned tcp_slot[WIRE_TCP_MAX];
 	struct {
 		enum pfd_kind kind;
 		unsigned idx;
-	} who[2 + 2 * EXEC_MAX + ORPHAN_MAX + FILES_POLL_MAX + 3 * WIRE_PROC_MAX];
+	} who[2 + 2 * EXEC_MAX + ORPHAN_MAX + FILES_POLL_MAX + 3 * WIRE_PROC_MAX + WIRE_TCP_MAX];
 } P;
 
 /* Fill P with what to poll this turn; lower *next to the earliest
@@ -878,6 +887,12 @@ static nfds_t poll_build(bool backpressure, int64_t now, int64_t *next)
 		for (unsigned j = 0; j < k; j++) {
 			P.who[n + j].kind = PK_PTY;
 			P.who[n + j].idx = P.proc_tags[j];
+		}
+		n += k;
+		k = S.connected ? guest_tcp_pollfds(P.pfd + n, P.tcp_slot, WIRE_TCP_MAX) : 0;
+		for (unsigned j = 0; j < k; j++) {
+			P.who[n + j].kind = PK_TCP;
+			P.who[n + j].idx = P.tcp_slot[j];
 		}
 		n += k;
 		if (pnext >= 0 && (*next < 0 || pnext < *next))
@@ -957,6 +972,10 @@ static void poll_dispatch(nfds_t n)
 		case PK_PTY:
 			guest_pty_ready(P.who[i].idx);
 			break;
+		case PK_TCP:
+			if (S.connected)
+				guest_tcp_ready(P.who[i].idx, re);
+			break;
 		}
 	}
 }
@@ -987,8 +1006,10 @@ static void turn_end(void)
 		if (e->reaped)
 			exec_finish(e);
 	}
-	if (S.connected)
+	if (S.connected) {
 		guest_pty_acks();
+		guest_tcp_acks();
+	}
 	queue_flush();
 }
 
@@ -999,6 +1020,7 @@ int guest_serve(int port_fd)
 	S.port = port_fd;
 	guest_hostile_init(frame_send, send_hello, queue_size);
 	guest_files_init(frame_send, queue_size, QUEUE_SOFT);
+	guest_tcp_init(queue_size, QUEUE_SOFT);
 	if (signals_setup() < 0) {
 		guest_log("signal setup failed: %s", strerror(errno));
 		return -1;

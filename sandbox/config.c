@@ -344,7 +344,27 @@ static int validate_in_flight_caps(const struct sandbox_config *cfg, struct sbx_
 	return 0;
 }
 
-/* The checks run in this order; the first failure is the message. */
+/* Ports (docs/api.md "Ports"). */
+static int validate_ports(const struct sandbox_config *cfg, struct sbx_error *err)
+{
+	if (cfg->max_port_conns_per_sandbox < 1 || cfg->max_port_conns_per_sandbox > 64)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "max_port_conns_per_sandbox",
+				     "max_port_conns_per_sandbox must be 1..64");
+	if (cfg->max_port_conns_per_account < 1 || cfg->max_port_conns_per_account > 4096)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "max_port_conns_per_account",
+				     "max_port_conns_per_account must be 1..4096");
+	if (cfg->port_idle_timeout_ms < 1000)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "port_idle_timeout_ms",
+				     "port_idle_timeout_ms must be >= 1000");
+	if (cfg->port_response_timeout_ms < 100)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "port_response_timeout_ms",
+				     "port_response_timeout_ms must be >= 100");
+	if (cfg->port_header_max_bytes < 1024 || cfg->port_header_max_bytes > 1024 * 1024)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "port_header_max_bytes",
+				     "port_header_max_bytes must be 1024..1048576");
+	return 0;
+}
+
 /* network.*: the limits are sane; the default policy and the internal
  * ranges were checked when the file was read (api/config.c). */
 static int validate_network(const struct sandbox_config *cfg, struct sbx_error *err)
@@ -364,12 +384,13 @@ static int validate_network(const struct sandbox_config *cfg, struct sbx_error *
 	return 0;
 }
 
+/* The checks run in this order; the first failure is the message. */
 int sandbox_config_validate(const struct sandbox_config *cfg, struct sbx_error *err)
 {
 	if (validate_basics(cfg, err) < 0 || validate_production(cfg, err) < 0 ||
 	    validate_sandbox_limits(cfg, err) < 0 || validate_pool_and_tests(cfg, err) < 0 ||
 	    validate_http(cfg, err) < 0 || validate_in_flight_caps(cfg, err) < 0 ||
-	    validate_network(cfg, err) < 0)
+	    validate_network(cfg, err) < 0 || validate_ports(cfg, err) < 0)
 		return -1;
 	return 0;
 }

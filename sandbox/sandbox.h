@@ -647,6 +647,59 @@ void sandbox_file_status(struct sandbox_file *f, struct sandbox_file_status *st)
 const struct agentless_file_entry *sandbox_file_entries(struct sandbox_file *f, size_t *n);
 /* Give the transfer back (an unfinished one is aborted in the guest). */
 void sandbox_file_release(struct sandbox_file *f);
+/* ----------------------------------------------------------------- ports */
+
+/* A TCP connection to a port on a running sandbox's loopback (docs/api.md
+ * "Ports"; the protocol side is agentless.h "TCP streams"). The handle
+ * pins nothing between calls, as a file transfer's. Each direction holds
+ * at most SANDBOX_PORT_WINDOW bytes in flight; a guest holds at most
+ * SANDBOX_PORT_GUEST_MAX connections, the config's
+ * max_port_conns_per_sandbox fewer. */
+#define SANDBOX_PORT_WINDOW    (256u * 1024)
+#define SANDBOX_PORT_GUEST_MAX 64
+
+enum sandbox_port_state {
+	SANDBOX_PORT_OPENING,
+	SANDBOX_PORT_OPEN,
+	SANDBOX_PORT_CLOSED, /* both halves closed */
+	SANDBOX_PORT_FAILED, /* err: 502 port_unreachable, 504 port_timeout, 429, 409, 410, 500 */
+};
+
+struct sandbox_port_status {
+	enum sandbox_port_state state;
+	struct sbx_error err;
+	size_t buffered;   /* bytes sandbox_port_read gives now */
+	bool eof;	   /* the guest's side closed (after the buffered bytes) */
+	uint64_t received; /* bytes from the guest so far */
+	uint64_t writable; /* bytes sandbox_port_write takes now */
+};
+
+struct sandbox_port;
+/* Called with no lock held (any thread) when the connection may have
+ * moved on; must not call sandbox_port_release. */
+typedef void (*sandbox_port_wake_fn)(void *opaque);
+
+/* Connect to `port` (1..65535) of sandbox `id` of this account: 404 (not
+ * this account's), 410 (not running), 409 (paused), 429 (the sandbox's
+ * limit), 500 (a guest older than protocol v6). The connect's outcome
+ * comes later in the status (502 when nothing listens). 0 and *out, or
+ * -1. */
+int sandbox_port_open(struct sandbox_svc *svc, const char *account_id, const char *id,
+		      uint32_t port, sandbox_port_wake_fn wake, void *opaque,
+		      struct sandbox_port **out, struct sbx_error *err);
+/* Bytes taken now (0: wait for a wake), or -1 (over: see the status). */
+long sandbox_port_write(struct sandbox_port *p, const void *data, size_t len);
+/* The request is all sent: the answer is due within
+ * port_response_timeout_ms (504 port_timeout past it). */
+void sandbox_port_await(struct sandbox_port *p);
+/* The host's half is done (FIN). 0 or -1. */
+int sandbox_port_shutdown(struct sandbox_port *p);
+/* Up to max bytes ready now (0: none yet; see the status). */
+size_t sandbox_port_read(struct sandbox_port *p, void *buf, size_t max);
+void sandbox_port_status(struct sandbox_port *p, struct sandbox_port_status *st);
+/* Give it back (an open connection is reset in the guest). */
+void sandbox_port_release(struct sandbox_port *p);
+
 /* Let a streamed exec that its on_output paused run again. A no-op when
  * the sandbox or the exec is gone. No lock held; never blocks. */
 void sandbox_exec_resume(struct sandbox_svc *svc, const char *sandbox_id, uint32_t exec_id);

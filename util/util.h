@@ -42,7 +42,9 @@
 	X(SBX_E_SERVICE_UNAVAILABLE, 503, "service_unavailable")                                   \
 	X(SBX_E_FILE_NOT_FOUND, 404, "file_not_found")                                             \
 	X(SBX_E_RANGE_NOT_SATISFIABLE, 416, "range_not_satisfiable")                               \
-	X(SBX_E_INSUFFICIENT_STORAGE, 507, "insufficient_storage")
+	X(SBX_E_INSUFFICIENT_STORAGE, 507, "insufficient_storage")                                 \
+	X(SBX_E_PORT_UNREACHABLE, 502, "port_unreachable")                                         \
+	X(SBX_E_PORT_TIMEOUT, 504, "port_timeout")
 
 enum sbx_code {
 #define SBX_X_ENUM(code, status, type) code,

@@ -159,6 +159,25 @@ export declare class Sandbox {
   metrics(options?: CallOptions): Promise<SandboxMetrics>;
   /** GET /v1/sandboxes/{id}/terminal (docs/api.md, Terminal); Node only. */
   terminal(options?: { rows?: number; cols?: number }): Promise<Terminal>;
+  /** One HTTP request to the server on the sandbox's 127.0.0.1:port
+   * (/v1/sandboxes/{id}/ports/{port}/{path}, docs/api.md, Ports). Resolves
+   * with the server's answer whatever its status (a fetch Response);
+   * rejects with the daemon's own errors (PortUnreachableError when nothing
+   * listens, PortTimeoutError, NotFoundError...). */
+  portFetch(
+    port: number,
+    path?: string,
+    options?: {
+      method?: 'GET' | 'PUT' | 'POST' | 'DELETE';
+      body?: string | Uint8Array | ArrayBuffer | Blob;
+      headers?: Record<string, string>;
+      query?: Record<string, string | number>;
+      signal?: AbortSignal;
+    },
+  ): Promise<Response>;
+  /** The URL of path on the sandbox's port through the API (it needs the
+   * API key in an Authorization header, like every route). */
+  portUrl(port: number, path?: string): string;
   extend(timeoutMinutes: number, options?: CallOptions): Promise<this>;
   pause(options?: CallOptions): Promise<this>;
   resume(options?: CallOptions): Promise<this>;
@@ -357,5 +376,7 @@ export declare class APIError extends SandboxdError {}
 export declare class SandboxError extends SandboxdError {}
 export declare class ServiceUnavailableError extends SandboxdError {}
 export declare class InsufficientStorageError extends SandboxdError {}
+export declare class PortUnreachableError extends SandboxdError {}
+export declare class PortTimeoutError extends SandboxdError {}
 export declare const ERROR_CLASSES: Readonly<Record<string, typeof SandboxdError>>;
 export declare function errorFrom(err: { type?: string; message?: string; param?: string } | null, fields?: ErrorFields): SandboxdError;

@@ -197,7 +197,12 @@ static void test_file_frames(void **state)
 	int seen = 0;
 
 	(void)state;
-	assert_int_equal(WIRE_VERSION, 5);
+	assert_int_equal(WIRE_VERSION, 6);
+	/* v6: TCP streams take the next free frame types and tags */
+	assert_int_equal(WIRE_TCP_OPEN, 28);
+	assert_int_equal(WIRE_TCP_CLOSE, 32);
+	assert_true(WIRE_TCP_WINDOW >= 4 * WIRE_MAX_CHUNK);
+	assert_true((WIRE_TCP_GUEST_BIT & 0x7fffffffu) == 0);
 	assert_true(WIRE_FILE_WINDOW >= 16 * WIRE_MAX_CHUNK);
 	/* v4: the channel window stays under a unix socket's default buffer
 	 * (208 KiB) with room for the per-write overhead, and CREDIT is a

@@ -222,3 +222,24 @@ def test_verify_receipt_offline():
             sandboxd.verify_receipt(receipt, **kw)
     with pytest.raises(ValueError):
         sandboxd.verify_receipt(rc)  # no pinned signer
+
+
+def test_port_fetch_passes_the_guests_answer_and_raises_the_daemons(fake):
+    proxied = {"Content-Type": "text/plain", "Content-Security-Policy": "sandbox allow-scripts"}
+    fake.replies = [(200, ERR, SBX), (404, proxied, b"no such page"),
+                    (404, dict(proxied, **{"Content-Type": "application/json"}), err("not_found")),
+                    (502, ERR, err("port_unreachable")), (201, proxied, b'{"ok": true}')]
+    sb = Sandbox.get("sbx_1", client=fake.client())
+    r = sb.port_fetch(8000, "/a b/c.txt", query={"q": "1"})
+    assert r.status == 404 and r.body == b"no such page" and r.text == "no such page"
+    # a guest's answer in the API's error shape is still the guest's (it carries the CSP mark)
+    assert sb.port_fetch(8000, "/x").status == 404
+    with pytest.raises(sandboxd.PortUnreachable):
+        sb.port_fetch(8009)
+    r = sb.port_fetch(8000, "/echo", method="post", body=b"hi", headers={"X-Test": "1"})
+    assert r.status == 201 and r.json() == {"ok": True}
+    methods = [(m, p) for m, p, _, _ in fake.seen]
+    assert methods[1] == ("GET", "/v1/sandboxes/sbx_1/ports/8000/a%20b/c.txt?q=1")
+    assert methods[4] == ("POST", "/v1/sandboxes/sbx_1/ports/8000/echo") and fake.seen[4][3] == b"hi"
+    assert fake.seen[4][2]["X-Test"] == "1"
+    assert sb.port_url(3000, "/app/") .endswith("/v1/sandboxes/sbx_1/ports/3000/app/")

@@ -36,6 +36,8 @@ export class APIError extends SandboxdError {}
 export class SandboxError extends SandboxdError {}
 export class ServiceUnavailableError extends SandboxdError {}
 export class InsufficientStorageError extends SandboxdError {}
+export class PortUnreachableError extends SandboxdError {}
+export class PortTimeoutError extends SandboxdError {}
 
 export const ERROR_CLASSES = Object.freeze({
   invalid_request: InvalidRequestError,
@@ -58,6 +60,8 @@ export const ERROR_CLASSES = Object.freeze({
   sandbox_error: SandboxError,
   service_unavailable: ServiceUnavailableError,
   insufficient_storage: InsufficientStorageError,
+  port_unreachable: PortUnreachableError,
+  port_timeout: PortTimeoutError,
 });
 
 // The class for a status when the body named no known type (a proxy's
@@ -66,7 +70,7 @@ const BY_STATUS = { 400: InvalidRequestError, 401: AuthenticationError, 402: Ins
   403: PermissionDeniedError, 404: NotFoundError, 405: MethodNotAllowedError, 409: IdempotencyConflictError,
   410: SandboxNotRunningError, 413: PayloadTooLargeError, 415: UnsupportedMediaTypeError,
   416: RangeNotSatisfiableError, 422: IdempotencyMismatchError, 429: RateLimitedError,
-  503: ServiceUnavailableError, 507: InsufficientStorageError };
+  502: PortUnreachableError, 503: ServiceUnavailableError, 504: PortTimeoutError, 507: InsufficientStorageError };
 
 /** Build the error for an API error object `{type, message, param?}`. */
 export function errorFrom(err, extra = {}) {

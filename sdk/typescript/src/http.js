@@ -19,6 +19,10 @@ export const ROUTES = Object.freeze([
   ['POST', '/v1/sandboxes/{id}/resume'],
   ['GET', '/v1/sandboxes/{id}/metrics'],
   ['GET', '/v1/sandboxes/{id}/terminal'],
+  ['GET', '/v1/sandboxes/{id}/ports/{port}/{path}'],
+  ['PUT', '/v1/sandboxes/{id}/ports/{port}/{path}'],
+  ['POST', '/v1/sandboxes/{id}/ports/{port}/{path}'],
+  ['DELETE', '/v1/sandboxes/{id}/ports/{port}/{path}'],
   ['PUT', '/v1/sandboxes/{id}/files'],
   ['GET', '/v1/sandboxes/{id}/files'],
   ['DELETE', '/v1/sandboxes/{id}/files'],
@@ -104,7 +108,8 @@ export class HttpClient {
   urlFor(path, params = {}, query = {}) {
     const p = path.replace(/\{(\w+)\}/g, (_, k) => {
       if (params[k] === undefined || params[k] === null) throw new TypeError(`missing path parameter ${k}`);
-      return encodeURIComponent(String(params[k]));
+      // {path} (the ports route) keeps its slashes
+      return k === 'path' ? String(params[k]).split('/').map(encodeURIComponent).join('/') : encodeURIComponent(String(params[k]));
     });
     const q = new URLSearchParams();
     for (const [k, v] of Object.entries(query)) if (v !== undefined && v !== null) q.append(k, String(v));
@@ -149,6 +154,8 @@ export class HttpClient {
         throw new ConnectionError(`cannot reach ${this.url}: ${e?.cause?.code ?? e?.message ?? e}`, { body: String(e) });
       }
       if (res.ok) return o.raw ? res : res.status === 204 ? null : res.json();
+      // the ports route: the guest's answers carry the daemon's CSP mark
+      if (o.passthrough && /(^|,)\s*sandbox\b/.test(res.headers.get('content-security-policy') ?? '')) return res;
       const err = await this.errorOf(res);
       const modes = RETRY[retry];
       const retryable = modes && ((err.status === 429 && err.type === 'rate_limited') ||

@@ -123,6 +123,33 @@ export class Sandbox {
     return this._call('GET', '/v1/sandboxes/{id}/metrics', { signal: o.signal });
   }
 
+  /** One HTTP request to the server on the sandbox's 127.0.0.1:port
+   * (docs/api.md, Ports): the server's answer as a fetch Response whatever
+   * its status; the daemon's own errors reject (PortUnreachableError when
+   * nothing listens, PortTimeoutError, NotFoundError...). Options: method
+   * (GET, PUT, POST, DELETE), body, headers, query, signal. */
+  async portFetch(port, path = '/', o = {}) {
+    const opts = {
+      params: { port: Number(port), path: String(path).replace(/^\/+/, '') },
+      query: o.query ?? {}, body: o.body, headers: o.headers, signal: o.signal,
+      raw: true, passthrough: true, retry: 'rate',
+    };
+    switch (String(o.method ?? 'GET').toUpperCase()) {
+      case 'GET': return this._call('GET', '/v1/sandboxes/{id}/ports/{port}/{path}', opts);
+      case 'PUT': return this._call('PUT', '/v1/sandboxes/{id}/ports/{port}/{path}', opts);
+      case 'POST': return this._call('POST', '/v1/sandboxes/{id}/ports/{port}/{path}', opts);
+      case 'DELETE': return this._call('DELETE', '/v1/sandboxes/{id}/ports/{port}/{path}', opts);
+      default: throw new TypeError(`portFetch: method must be GET, PUT, POST or DELETE, not ${o.method}`);
+    }
+  }
+
+  /** The URL of path on the sandbox's port through the API (it needs the
+   * API key in an Authorization header, like every route). */
+  portUrl(port, path = '/') {
+    return this.client.http.urlFor('/v1/sandboxes/{id}/ports/{port}/{path}',
+      { id: this.id, port: Number(port), path: String(path).replace(/^\/+/, '') });
+  }
+
   /** A terminal (docs/api.md, Terminal): the exec user's login shell on a
    * pseudo-terminal of rows x cols over a WebSocket (Node only: the key
    * goes in a header). send(data), resize(rows, cols), recv() (screen

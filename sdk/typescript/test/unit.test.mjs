@@ -13,6 +13,7 @@ import { dirname, join } from 'node:path';
 import {
   Sandboxd, Sandbox, ROUTES, RateLimitedError, InsufficientCreditError, NotFoundError, FileNotFoundError,
   ConcurrencyLimitError, ServiceUnavailableError, SandboxError, SandboxNotRunningError, ConnectionError, ERROR_CLASSES, SandboxdError,
+  PortUnreachableError,
 } from '../src/index.js';
 import { TOOLS, McpServer, checkArgs } from '../src/mcp.js';
 
@@ -119,6 +120,29 @@ test('every error type of the API has its class', () => {
     assert.ok(new ERROR_CLASSES[type]('x') instanceof SandboxdError);
   }
   assert.ok(new FileNotFoundError('x') instanceof NotFoundError);
+});
+
+test('portFetch: the guest\'s answer whatever its status, the daemon\'s errors thrown', async () => {
+  const mark = { 'Content-Security-Policy': 'sandbox allow-scripts' };
+  const { fetch, calls } = scripted([
+    { status: 404, body: { error: { type: 'not_found', message: 'the app\'s own' } }, headers: mark },
+    { status: 201, body: { ok: true }, headers: mark },
+    err(502, 'port_unreachable', 'nobody listens'),
+  ]);
+  const c = new Sandboxd({ url: 'http://x', apiKey: 'k', fetch, maxRetryWaitMs: 10 });
+  const sb = new Sandbox(c, sandbox);
+  const r = await sb.portFetch(8000, '/a b/c.txt', { query: { q: 1 } });
+  assert.equal(r.status, 404);
+  assert.equal((await r.json()).error.message, 'the app\'s own');
+  assert.equal(calls[0].url, 'http://x/v1/sandboxes/sbx_1/ports/8000/a%20b/c.txt?q=1');
+  const p = await sb.portFetch(8000, 'echo', { method: 'post', body: 'hi', headers: { 'X-Test': '1' } });
+  assert.equal(p.status, 201);
+  assert.equal(calls[1].init.method, 'POST');
+  assert.equal(calls[1].init.body, 'hi');
+  assert.equal(calls[1].init.headers['X-Test'], '1');
+  await assert.rejects(sb.portFetch(8009), PortUnreachableError);
+  await assert.rejects(sb.portFetch(8000, '/', { method: 'PATCH' }), TypeError);
+  assert.equal(sb.portUrl(3000, '/app/'), 'http://x/v1/sandboxes/sbx_1/ports/3000/app/');
 });
 
 test('a 429 is waited out by its Retry-After, with the same Idempotency-Key', async () => {

@@ -20,6 +20,8 @@ from .errors import (
     IdempotencyMismatch,
     InsufficientCredit,
     InsufficientStorage,
+    PortTimeout,
+    PortUnreachable,
     InvalidRequest,
     MethodNotAllowed,
     NotFound,
@@ -54,7 +56,7 @@ from .models import (
 )
 from .receipts import canonical_json, fingerprint, verify_receipt
 from .routes import ROUTES
-from .sandbox import Files, Process, Processes, Sandbox
+from .sandbox import Files, PortResponse, Process, Processes, Sandbox
 from .terminal import Terminal
 
 __all__ = [
@@ -78,6 +80,9 @@ __all__ = [
     "IdempotencyMismatch",
     "InsufficientCredit",
     "InsufficientStorage",
+    "PortResponse",
+    "PortTimeout",
+    "PortUnreachable",
     "InvalidRequest",
     "Limits",
     "MethodNotAllowed",

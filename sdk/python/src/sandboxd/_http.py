@@ -11,7 +11,7 @@ import time
 import urllib.parse
 from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple
 
-from .errors import APIConnectionError, APIError, error_from_reply
+from .errors import ERROR_TYPES, APIConnectionError, APIError, error_from_reply
 from .routes import ROUTES
 
 VERSION = "0.1.0"
@@ -24,6 +24,14 @@ VERSION = "0.1.0"
 NEVER, RATE, SAFE, CREATE = 0, 1, 2, 3
 
 OnRetry = Callable[[int, Exception, float], None]
+
+
+class PassedResponse:
+    """A reply of a server in a sandbox (the ports route) read whole:
+    any status, its headers and body, as the daemon passed them on."""
+
+    def __init__(self, status: int, headers: Any, body: bytes):
+        self.status, self.headers, self.body = status, headers, body
 
 
 class Response:
@@ -130,13 +138,16 @@ class Transport:
         body: Any = None,
         headers: Optional[Dict[str, str]] = None,
         retry: int = SAFE,
-    ) -> Response:
+        passthrough: bool = False,
+    ) -> Any:
         """Send one API call and return the reply (status < 400), or raise
         the error's exception once the retries allowed are spent."""
         if (method, template) not in ROUTES:
             raise AssertionError(f"route not in sandboxd.routes.ROUTES: {method} {template}")
+        # {path} (the ports route) keeps its slashes
         path = template.format(
-            **{k: urllib.parse.quote(str(v), safe="") for k, v in (path_params or {}).items()}
+            **{k: urllib.parse.quote(str(v), safe="/" if k == "path" else "")
+               for k, v in (path_params or {}).items()}
         )
         target = self._prefix + path + _query(query)
         hdrs = {"User-Agent": f"sandboxd-python/{VERSION}", "Accept": "application/json"}
@@ -156,7 +167,7 @@ class Transport:
             try:
                 if start is not None:
                     body.seek(start)
-                return self._once(method, target, body, hdrs)
+                return self._once(method, target, body, hdrs, passthrough)
             except (APIError, APIConnectionError) as e:
                 wait = self._wait(e, retry, attempt)
                 if wait is None:
@@ -166,7 +177,8 @@ class Transport:
                     self.on_retry(attempt, e, wait)
             time.sleep(wait)
 
-    def _once(self, method: str, target: str, body: Any, hdrs: Dict[str, str]) -> Response:
+    def _once(self, method: str, target: str, body: Any, hdrs: Dict[str, str],
+              passthrough: bool = False) -> Any:
         conn = self._connect()
         try:
             if body is not None and "Content-Length" not in hdrs:
@@ -178,11 +190,13 @@ class Transport:
         except (OSError, http.client.HTTPException) as e:
             conn.close()
             raise APIConnectionError(f"{method} {target}: {e}") from e
-        if resp.status < 400:
+        if resp.status < 400 and not passthrough:
             return Response(conn, resp)
         try:
             raw = resp.read()
-        except (OSError, http.client.HTTPException):
+        except (OSError, http.client.HTTPException) as e:
+            if passthrough:
+                raise APIConnectionError(f"{method} {target}: {e}") from e
             raw = b""
         finally:
             conn.close()
@@ -190,6 +204,8 @@ class Transport:
             parsed = json.loads(raw)
         except ValueError:
             parsed = None
+        if passthrough and not _api_error(resp.status, parsed, resp.headers):
+            return PassedResponse(resp.status, resp.headers, raw)
         raise error_from_reply(
             resp.status,
             parsed,
@@ -225,6 +241,18 @@ class Transport:
         # without a Retry-After: 0.5, 1, 2, 4 s ... with jitter
         wait = hint if hint is not None else min(8.0, 0.5 * 2**attempt) * (0.5 + random.random() / 2)
         return min(wait, self.max_retry_wait)
+
+
+def _api_error(status: int, parsed: Any, headers: Any) -> bool:
+    """Whether a reply of the ports route is the daemon's own error rather
+    than the guest's: the daemon marks every proxied reply with its
+    ``Content-Security-Policy: sandbox ...`` (docs/api.md "Ports"), which a
+    guest can add to but not take away."""
+    csp = headers.get_all("Content-Security-Policy") or []
+    if status < 400 or any(v.startswith("sandbox") for v in csp) or not isinstance(parsed, dict):
+        return False
+    err = parsed.get("error")
+    return isinstance(err, dict) and err.get("type") in ERROR_TYPES
 
 
 def _body_start(body: Any) -> Tuple[Optional[int], bool]:

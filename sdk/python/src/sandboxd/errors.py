@@ -186,6 +186,19 @@ class InsufficientStorage(APIError):
     status, type = 507, "insufficient_storage"
 
 
+class PortUnreachable(APIError):
+    """502 ``port_unreachable``: nothing in the sandbox accepts connections
+    on the port, or its server broke the connection."""
+
+    status, type = 502, "port_unreachable"
+
+
+class PortTimeout(APIError):
+    """504 ``port_timeout``: the server in the sandbox did not answer in time."""
+
+    status, type = 504, "port_timeout"
+
+
 #: error type -> exception class
 ERROR_TYPES: Dict[str, Type[APIError]] = {
     c.type: c
@@ -194,6 +207,7 @@ ERROR_TYPES: Dict[str, Type[APIError]] = {
         FileNotFound, MethodNotAllowed, IdempotencyConflict, SandboxPaused, SandboxNotRunning, PayloadTooLarge,
         UnsupportedMediaType, RangeNotSatisfiable, IdempotencyMismatch, RateLimited,
         ConcurrencyLimit, APIServerError, SandboxError, ServiceUnavailable, InsufficientStorage,
+        PortUnreachable, PortTimeout,
     )
 }
 

@@ -8,6 +8,7 @@ import os
 import tarfile
 import tempfile
 import time
+import urllib.parse
 import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO, Dict, Iterator, List, Optional, Union
@@ -26,6 +27,23 @@ from .models import (
     SandboxMetrics,
     from_json,
 )
+
+
+@dataclass
+class PortResponse:
+    """What the server in the sandbox answered (``Sandbox.port_fetch``)."""
+
+    status: int
+    headers: Dict[str, str]
+    body: bytes
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", "replace")
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
 
 if TYPE_CHECKING:
     from .client import Client
@@ -154,6 +172,32 @@ class Sandbox:
         bytes (``recv``, ``read_until``), resizes, and ``close`` hangs up."""
         return self.client._t.websocket(SB + "/terminal", path_params={"id": self.id},
                                         query={"rows": rows, "cols": cols})
+
+    def port_fetch(
+        self,
+        port: int,
+        path: str = "/",
+        *,
+        method: str = "GET",
+        body: Any = None,
+        headers: Optional[Dict[str, str]] = None,
+        query: Optional[Dict[str, Any]] = None,
+    ) -> PortResponse:
+        """One HTTP request to the server listening on the sandbox's
+        ``127.0.0.1:port`` (``/v1/sandboxes/{id}/ports/{port}/{path}``,
+        docs/api.md "Ports"). The server's answer comes back whatever its
+        status; the daemon's own errors raise (``PortUnreachable`` when
+        nothing listens, ``PortTimeout``, ``NotFound``...)."""
+        r = self._req(method.upper(), "/ports/{port}/{path}",
+                      path_params={"port": port, "path": path.lstrip("/")},
+                      query=query, body=body, headers=headers, retry=RATE, passthrough=True)
+        return PortResponse(r.status, {k: v for k, v in r.headers.items()}, r.body)
+
+    def port_url(self, port: int, path: str = "/") -> str:
+        """The URL of ``path`` on the sandbox's ``port`` through the API; it
+        needs the API key (``Authorization: Bearer``) like every route."""
+        return (self.client._t.url.rstrip("/") + f"/v1/sandboxes/{self.id}/ports/{int(port)}/"
+                + urllib.parse.quote(path.lstrip("/"), safe="/"))
 
     def extend(self, timeout_minutes: int) -> SandboxInfo:
         """Set the session to end ``timeout_minutes`` from now."""

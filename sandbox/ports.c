@@ -1,0 +1,153 @@
+/* sandbox/ports.c: TCP connections to a port of a running sandbox (the
+ * ports route of docs/api.md), over agentless' TCP streams (protocol v6).
+ *
+ * Who owns what, as files.c: a struct sandbox_port holds its agentless
+ * stream and a ref on the sandbox's guest, dropped at release; `open` is
+ * cleared by the stream's wake once it is over, and a call on a guest that
+ * is ending or gone answers as the ended stream would, so nothing here
+ * delays a delete, a pause or an expiry.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../agentless/agentless.h"
+#include "../store/store.h"
+#include "sandbox-priv.h"
+
+struct sandbox_port {
+	struct sandbox_svc *svc;
+	struct fleet_guest *l; /* a ref of the stream's own */
+	bool open;	       /* atomic: the stream is not over (the wake clears it) */
+	struct agentless_tcp *t;
+	sandbox_port_wake_fn wake;
+	void *opaque;
+};
+
+_Static_assert(SANDBOX_PORT_WINDOW == AGENTLESS_TCP_WINDOW, "one window");
+_Static_assert(SANDBOX_PORT_GUEST_MAX == AGENTLESS_TCP_MAX, "one stream cap");
+
+static void port_wake(void *opaque)
+{
+	struct sandbox_port *p = opaque;
+	struct agentless_tcp_status st;
+
+	agentless_tcp_status(p->t, &st);
+	if (st.state == AGENTLESS_TCP_FAILED || st.state == AGENTLESS_TCP_CLOSED)
+		__atomic_store_n(&p->open, false, __ATOMIC_RELEASE);
+	p->wake(p->opaque);
+}
+
+static struct fleet_guest *port_guest(struct sandbox_port *p)
+{
+	if (!__atomic_load_n(&p->open, __ATOMIC_ACQUIRE) || fleet_guest_over(p->l))
+		return NULL;
+	return p->l;
+}
+
+int sandbox_port_open(struct sandbox_svc *svc, const char *account_id, const char *id,
+		      uint32_t port, sandbox_port_wake_fn wake, void *opaque,
+		      struct sandbox_port **out, struct sbx_error *err)
+{
+	const struct sandbox_config *cfg = &svc->cfg;
+	struct agentless_tcp_req req = {
+	    .port = port,
+	    .max_streams = (uint32_t)cfg->max_port_conns_per_sandbox,
+	    .open_ms = 10000,
+	    .first_byte_ms = cfg->port_response_timeout_ms,
+	    .idle_ms = cfg->port_idle_timeout_ms,
+	};
+	struct store_sandbox row;
+	struct sandbox_port *p;
+	struct fleet_guest *l;
+
+	if (sandbox_running_row(svc, account_id, id, sbx_wall_ms(), &row, err) < 0)
+		return -1;
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+	p->svc = svc;
+	p->wake = wake;
+	p->opaque = opaque;
+	l = sandbox_pin(svc, id, err);
+	if (!l) {
+		free(p);
+		return -1;
+	}
+	p->l = l; /* the pin becomes the stream's ref */
+	p->open = true;
+	if (agentless_tcp_open(l->conn, &req, port_wake, p, &p->t, err) < 0) {
+		if (fleet_guest_over(l))
+			fleet_guest_usable(l, id, err);
+		fleet_live_unpin(l);
+		free(p);
+		return -1;
+	}
+	*out = p;
+	return 0;
+}
+
+long sandbox_port_write(struct sandbox_port *p, const void *data, size_t len)
+{
+	struct fleet_guest *l = port_guest(p);
+
+	return l ? agentless_tcp_write(l->conn, p->t, data, len) : -1;
+}
+
+void sandbox_port_await(struct sandbox_port *p)
+{
+	agentless_tcp_await(p->t);
+}
+
+int sandbox_port_shutdown(struct sandbox_port *p)
+{
+	struct fleet_guest *l = port_guest(p);
+
+	return l ? agentless_tcp_shutdown(l->conn, p->t) : -1;
+}
+
+size_t sandbox_port_read(struct sandbox_port *p, void *buf, size_t max)
+{
+	struct fleet_guest *l = port_guest(p);
+
+	return agentless_tcp_read(l ? l->conn : NULL, p->t, buf, max);
+}
+
+void sandbox_port_status(struct sandbox_port *p, struct sandbox_port_status *out)
+{
+	struct agentless_tcp_status st;
+	enum fleet_end ending;
+
+	agentless_tcp_status(p->t, &st);
+	memset(out, 0, sizeof(*out));
+	out->state = st.state == AGENTLESS_TCP_OPENING	? SANDBOX_PORT_OPENING
+		     : st.state == AGENTLESS_TCP_OPEN	? SANDBOX_PORT_OPEN
+		     : st.state == AGENTLESS_TCP_CLOSED ? SANDBOX_PORT_CLOSED
+							: SANDBOX_PORT_FAILED;
+	out->err = st.err;
+	out->buffered = st.buffered;
+	out->eof = st.eof;
+	out->received = st.received;
+	out->writable = st.writable;
+	if (out->state != SANDBOX_PORT_FAILED)
+		return;
+	ending = fleet_guest_end_why(p->l);
+	if (ending == FLEET_END_PAUSED) {
+		sbx_error_clear(&out->err);
+		sbx_error_set(&out->err, SBX_E_SANDBOX_PAUSED, NULL,
+			      "the sandbox was paused during the request");
+	} else if (ending == FLEET_END_EXPIRED || ending == FLEET_END_DELETED) {
+		sbx_error_clear(&out->err);
+		sbx_error_set(&out->err, SBX_E_SANDBOX_NOT_RUNNING, NULL,
+			      "the sandbox %s during the request",
+			      ending == FLEET_END_EXPIRED ? "expired" : "was deleted");
+	}
+}
+
+void sandbox_port_release(struct sandbox_port *p)
+{
+	if (!p)
+		return;
+	agentless_tcp_release(p->t); /* no wake after this */
+	fleet_guest_unref(p->l);
+	free(p);
+}

@@ -1,0 +1,492 @@
+/* Unit tests of TCP streams (protocol v6, agentless/tcp.c), the host side,
+ * against a fake guest on a socketpair: the open, credit both ways, FIN
+ * and reset, the refusal of an old guest, the deadlines, and the guest's
+ * violations that break its channel. */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "agentless/agentless.h"
+#include "agentless/wire.h"
+
+/* ------------------------------------------------ a socketpair channel */
+
+struct sock_chan {
+	int fd;
+	struct agentless_conn *conn;
+	pthread_t reader;
+	int closing;
+};
+
+static void *sock_chan_reader(void *arg)
+{
+	struct sock_chan *s = arg;
+	uint8_t buf[3000]; /* odd size: frames straddle reads */
+
+	for (;;) {
+		ssize_t n = read(s->fd, buf, sizeof buf);
+
+		if (__atomic_load_n(&s->closing, __ATOMIC_SEQ_CST))
+			return NULL;
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			agentless_conn_recv(s->conn, NULL, 0);
+			return NULL;
+		}
+		agentless_conn_recv(s->conn, buf, (size_t)n);
+	}
+}
+
+static int sock_chan_send(void *ctx, const void *buf, size_t len)
+{
+	struct sock_chan *s = ctx;
+	const uint8_t *p = buf;
+
+	while (len > 0) {
+		ssize_t n = send(s->fd, p, len, MSG_NOSIGNAL);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -1;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+static void sock_chan_close(void *ctx)
+{
+	struct sock_chan *s = ctx;
+
+	__atomic_store_n(&s->closing, 1, __ATOMIC_SEQ_CST);
+	shutdown(s->fd, SHUT_RDWR);
+	pthread_join(s->reader, NULL);
+	close(s->fd);
+	free(s);
+}
+
+/* Channel over fds[0]; the fake guest gets *guest_fd. */
+static struct sbx_channel sock_chan_new(struct agentless_conn *conn, int *guest_fd)
+{
+	int fds[2];
+	struct sock_chan *s = calloc(1, sizeof(*s));
+
+	assert_non_null(s);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+	s->fd = fds[0];
+	s->conn = conn;
+	*guest_fd = fds[1];
+	assert_int_equal(pthread_create(&s->reader, NULL, sock_chan_reader, s), 0);
+	return (struct sbx_channel){.ctx = s, .send = sock_chan_send, .close = sock_chan_close};
+}
+
+/* ------------------------------------------------------ the fake guest */
+
+static void guest_write(int fd, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+
+	while (len > 0) {
+		ssize_t n = write(fd, p, len);
+
+		assert_true(n > 0);
+		p += n;
+		len -= (size_t)n;
+	}
+}
+
+/* Build a frame into out (header + payload); returns its length. */
+static size_t frame_build(uint8_t *out, uint8_t type, uint32_t id, const void *payload, size_t len)
+{
+	struct wire_header h = {.type = type, .id = id, .len = (uint32_t)len};
+
+	wire_header_encode(&h, out);
+	if (len)
+		memcpy(out + WIRE_HEADER_LEN, payload, len);
+	return WIRE_HEADER_LEN + len;
+}
+
+static void guest_send(int fd, uint8_t type, uint32_t id, const void *payload, size_t len)
+{
+	uint8_t *buf = malloc(WIRE_HEADER_LEN + len);
+
+	assert_non_null(buf);
+	guest_write(fd, buf, frame_build(buf, type, id, payload, len));
+	free(buf);
+}
+
+static void read_exact(int fd, void *buf, size_t len)
+{
+	uint8_t *p = buf;
+
+	while (len > 0) {
+		struct pollfd pfd = {.fd = fd, .events = POLLIN};
+		ssize_t n;
+
+		assert_int_equal(poll(&pfd, 1, 5000), 1);
+		n = read(fd, p, len);
+		assert_true(n > 0);
+		p += n;
+		len -= (size_t)n;
+	}
+}
+
+/* Read one host frame; the payload (malloc'd) goes to *payload. */
+static void guest_recv(int fd, struct wire_header *h, uint8_t **payload)
+{
+	uint8_t hdr[WIRE_HEADER_LEN];
+
+	read_exact(fd, hdr, sizeof hdr);
+	assert_int_equal(wire_header_decode(hdr, WIRE_MAX_PAYLOAD, h), 0);
+	*payload = malloc(h->len + 1);
+	assert_non_null(*payload);
+	read_exact(fd, *payload, h->len);
+}
+
+/* ------------------------------------------------------------- fixture */
+
+struct fx {
+	struct agentless_conn *conn;
+	int gfd;
+	int broken;
+	int wakes;
+	pthread_mutex_t lock;
+};
+
+static void fx_on_broken(void *opaque, const char *why)
+{
+	struct fx *fx = opaque;
+
+	(void)why;
+	pthread_mutex_lock(&fx->lock);
+	fx->broken++;
+	pthread_mutex_unlock(&fx->lock);
+}
+
+static void fx_wake(void *opaque)
+{
+	struct fx *fx = opaque;
+
+	pthread_mutex_lock(&fx->lock);
+	fx->wakes++;
+	pthread_mutex_unlock(&fx->lock);
+}
+
+static int fx_broken(struct fx *fx)
+{
+	int n;
+
+	pthread_mutex_lock(&fx->lock);
+	n = fx->broken;
+	pthread_mutex_unlock(&fx->lock);
+	return n;
+}
+
+static struct fx *fx_new(uint32_t version)
+{
+	struct fx *fx = calloc(1, sizeof(*fx));
+	struct agentless_limits lim = {.backstop_grace_ms = 1000, .max_inflight = 8};
+	struct sbx_error err;
+	struct wire_header h;
+	uint8_t buf[64], *p;
+	struct wire_writer w;
+
+	assert_non_null(fx);
+	pthread_mutex_init(&fx->lock, NULL);
+	fx->conn = agentless_conn_new(&lim, fx_on_broken, fx);
+	agentless_conn_attach(fx->conn, sock_chan_new(fx->conn, &fx->gfd), false);
+	wire_writer_init(&w, buf, sizeof buf);
+	wire_put_u32(&w, WIRE_T_VERSION, version);
+	wire_put_u32(&w, WIRE_T_VERSION_MIN, 1);
+	guest_send(fx->gfd, WIRE_HELLO, 0, buf, w.len);
+	assert_int_equal(agentless_conn_wait_hello(fx->conn, sbx_mono_ms() + 5000, &err), 0);
+	guest_recv(fx->gfd, &h, &p);
+	assert_int_equal(h.type, WIRE_WELCOME);
+	free(p);
+	return fx;
+}
+
+static void fx_free(struct fx *fx)
+{
+	agentless_conn_free(fx->conn, "test over");
+	close(fx->gfd);
+	pthread_mutex_destroy(&fx->lock);
+	free(fx);
+}
+
+/* Wait (bounded) until the stream's status satisfies `cond`. */
+#define WAIT_STATUS(t, st, cond)                                                                   \
+	do {                                                                                       \
+		for (int i_ = 0; i_ < 5000; i_++) {                                                \
+			agentless_tcp_status((t), &(st));                                          \
+			if (cond)                                                                  \
+				break;                                                             \
+			usleep(1000);                                                              \
+		}                                                                                  \
+		agentless_tcp_status((t), &(st));                                                  \
+	} while (0)
+
+static uint64_t payload_u64(const uint8_t *p, size_t len, uint16_t tag, bool *have)
+{
+	struct wire_reader r;
+	struct wire_field f;
+	uint64_t v = 0;
+
+	*have = false;
+	wire_reader_init(&r, p, len);
+	while (wire_next(&r, &f) == 1)
+		if (f.tag == tag && (f.len == 4 || f.len == 8)) {
+			uint32_t v32;
+
+			if (f.len == 4 && wire_field_u32(&f, &v32) == 0)
+				v = v32;
+			else
+				assert_int_equal(wire_field_u64(&f, &v), 0);
+			*have = true;
+		}
+	return v;
+}
+
+static void guest_ack(int fd, uint32_t id, uint64_t acked)
+{
+	uint8_t b[16];
+	struct wire_writer w;
+
+	wire_writer_init(&w, b, sizeof b);
+	wire_put_u64(&w, WIRE_T_ACKED, acked);
+	guest_send(fd, WIRE_TCP_ACK, id, b, w.len);
+}
+
+/* Open port 8000 and read the TCP_OPEN: its id. */
+static uint32_t open_port(struct fx *fx, struct agentless_tcp **t,
+			  const struct agentless_tcp_req *req)
+{
+	struct agentless_tcp_req def = {.port = 8000};
+	struct sbx_error err;
+	struct wire_header h;
+	uint8_t *p;
+	bool have;
+
+	assert_int_equal(agentless_tcp_open(fx->conn, req ? req : &def, fx_wake, fx, t, &err), 0);
+	guest_recv(fx->gfd, &h, &p);
+	assert_int_equal(h.type, WIRE_TCP_OPEN);
+	assert_true(h.id != 0 && !(h.id & WIRE_TCP_GUEST_BIT));
+	assert_int_equal(payload_u64(p, h.len, WIRE_T_PORT, &have), req ? req->port : 8000);
+	assert_true(have);
+	free(p);
+	return h.id;
+}
+
+/* --------------------------------------------------------------- tests */
+
+static void test_open_credit_both_ways_and_close(void **state)
+{
+	struct fx *fx = fx_new(WIRE_VERSION);
+	struct agentless_tcp *t;
+	struct agentless_tcp_status st;
+	static uint8_t big[300 * 1024];
+	uint64_t got = 0;
+	struct wire_header h;
+	uint8_t *p, buf[64];
+	uint32_t id;
+	bool have;
+
+	(void)state;
+	id = open_port(fx, &t, NULL);
+	agentless_tcp_status(t, &st);
+	assert_int_equal(st.state, AGENTLESS_TCP_OPENING);
+	assert_int_equal(agentless_tcp_write(fx->conn, t, "x", 1), 0); /* not open yet */
+	guest_send(fx->gfd, WIRE_TCP_OPENED, id, NULL, 0);
+	WAIT_STATUS(t, st, st.state == AGENTLESS_TCP_OPEN);
+	assert_int_equal(st.state, AGENTLESS_TCP_OPEN);
+	assert_int_equal(st.writable, AGENTLESS_TCP_WINDOW);
+
+	/* host -> guest: the window, then nothing until the guest acks (in
+	 * pieces: the fake guest reads on this thread) */
+	memset(big, 'b', sizeof big);
+	for (;;) {
+		long n = agentless_tcp_write(fx->conn, t, big, 64 * 1024);
+		uint64_t want = got + (uint64_t)n;
+
+		assert_true(n >= 0);
+		if (n == 0)
+			break;
+		while (got < want) {
+			guest_recv(fx->gfd, &h, &p);
+			assert_int_equal(h.type, WIRE_TCP_DATA);
+			assert_int_equal(h.id, id);
+			assert_true(h.len > 0 && h.len <= WIRE_MAX_CHUNK);
+			got += h.len;
+			free(p);
+		}
+	}
+	assert_int_equal(got, AGENTLESS_TCP_WINDOW);
+	guest_ack(fx->gfd, id, 100000);
+	WAIT_STATUS(t, st, st.writable == 100000);
+	assert_int_equal(st.writable, 100000);
+
+	/* guest -> host: the bytes read, then acked */
+	guest_send(fx->gfd, WIRE_TCP_DATA, id, "hello", 5);
+	WAIT_STATUS(t, st, st.buffered == 5);
+	assert_int_equal(agentless_tcp_read(fx->conn, t, buf, sizeof buf), 5);
+	assert_memory_equal(buf, "hello", 5);
+	guest_recv(fx->gfd, &h, &p);
+	assert_int_equal(h.type, WIRE_TCP_ACK);
+	assert_int_equal(payload_u64(p, h.len, WIRE_T_ACKED, &have), 5);
+	free(p);
+
+	/* FIN each way: closed */
+	guest_send(fx->gfd, WIRE_TCP_CLOSE, id, NULL, 0);
+	WAIT_STATUS(t, st, st.eof);
+	assert_true(st.eof);
+	assert_int_equal(agentless_tcp_shutdown(fx->conn, t), 0);
+	guest_recv(fx->gfd, &h, &p);
+	assert_int_equal(h.type, WIRE_TCP_CLOSE);
+	payload_u64(p, h.len, WIRE_T_ABORT, &have);
+	assert_false(have); /* a FIN, not a reset */
+	free(p);
+	agentless_tcp_status(t, &st);
+	assert_int_equal(st.state, AGENTLESS_TCP_CLOSED);
+	assert_int_equal(agentless_tcp_write(fx->conn, t, "x", 1), -1);
+	agentless_tcp_release(t);
+	assert_int_equal(fx_broken(fx), 0);
+	assert_true(agentless_conn_alive(fx->conn));
+	fx_free(fx);
+}
+
+static void test_refused_deadline_and_old_guest(void **state)
+{
+	struct fx *fx = fx_new(WIRE_VERSION);
+	struct agentless_tcp_req quick = {.port = 9, .open_ms = 50};
+	struct agentless_tcp *t;
+	struct agentless_tcp_status st;
+	struct sbx_error err;
+	struct wire_header h;
+	uint8_t b[128], *p;
+	struct wire_writer w;
+	uint32_t id;
+	bool have;
+
+	(void)state;
+	/* nobody listens: 502, and the channel lives on */
+	id = open_port(fx, &t, NULL);
+	wire_writer_init(&w, b, sizeof b);
+	wire_put_u32(&w, WIRE_T_ERROR_KIND, WIRE_ERR_REFUSED);
+	wire_put_str(&w, WIRE_T_MESSAGE, "Connection refused");
+	guest_send(fx->gfd, WIRE_ERROR, id, b, w.len);
+	WAIT_STATUS(t, st, st.state == AGENTLESS_TCP_FAILED);
+	assert_int_equal(st.state, AGENTLESS_TCP_FAILED);
+	assert_int_equal(st.err.code, SBX_E_PORT_UNREACHABLE);
+	agentless_tcp_release(t);
+	assert_true(agentless_conn_alive(fx->conn));
+
+	/* an open the guest never answers: 504 at the tick, and a reset */
+	open_port(fx, &t, &quick);
+	agentless_conn_tick(fx->conn, sbx_mono_ms() + 1000);
+	agentless_tcp_status(t, &st);
+	assert_int_equal(st.state, AGENTLESS_TCP_FAILED);
+	assert_int_equal(st.err.code, SBX_E_PORT_TIMEOUT);
+	guest_recv(fx->gfd, &h, &p);
+	assert_int_equal(h.type, WIRE_TCP_CLOSE);
+	assert_int_equal(payload_u64(p, h.len, WIRE_T_ABORT, &have), 1);
+	free(p);
+	/* its late OPENED is absorbed, not a violation */
+	guest_send(fx->gfd, WIRE_TCP_OPENED, h.id, NULL, 0);
+	agentless_tcp_release(t);
+	sbx_error_clear(&err);
+	assert_int_equal(agentless_tcp_open(fx->conn, &(struct agentless_tcp_req){.port = 0},
+					    fx_wake, fx, &t, &err),
+			 -1);
+	assert_int_equal(err.code, SBX_E_INVALID_REQUEST);
+	usleep(20000);
+	assert_int_equal(fx_broken(fx), 0);
+	fx_free(fx);
+
+	/* a v5 guest has no TCP streams: 500, "create a new sandbox" */
+	fx = fx_new(5);
+	sbx_error_clear(&err);
+	assert_int_equal(agentless_tcp_open(fx->conn, &(struct agentless_tcp_req){.port = 80},
+					    fx_wake, fx, &t, &err),
+			 -1);
+	assert_int_equal(err.code, SBX_E_SANDBOX_ERROR);
+	assert_non_null(strstr(err.message, "create a new sandbox"));
+	assert_true(agentless_conn_alive(fx->conn));
+	fx_free(fx);
+}
+
+/* What a hostile guest may not do: each breaks its channel and fails the
+ * stream with 500. */
+enum bad { DATA_BEFORE_OPENED, DATA_PAST_CREDIT, ACK_PAST_SENT, FIN_TWICE, GUEST_OPEN };
+
+static void one_violation(enum bad how)
+{
+	struct fx *fx = fx_new(WIRE_VERSION);
+	struct agentless_tcp *t;
+	struct agentless_tcp_status st;
+	static uint8_t chunk[WIRE_MAX_CHUNK];
+	uint32_t id = open_port(fx, &t, NULL);
+
+	if (how != DATA_BEFORE_OPENED)
+		guest_send(fx->gfd, WIRE_TCP_OPENED, id, NULL, 0);
+	switch (how) {
+	case DATA_BEFORE_OPENED:
+		guest_send(fx->gfd, WIRE_TCP_DATA, id, "early", 5);
+		break;
+	case DATA_PAST_CREDIT:
+		for (uint64_t sent = 0; sent <= AGENTLESS_TCP_WINDOW; sent += sizeof chunk)
+			guest_send(fx->gfd, WIRE_TCP_DATA, id, chunk, sizeof chunk);
+		break;
+	case ACK_PAST_SENT:
+		guest_ack(fx->gfd, id, 1);
+		break;
+	case FIN_TWICE:
+		guest_send(fx->gfd, WIRE_TCP_CLOSE, id, NULL, 0);
+		guest_send(fx->gfd, WIRE_TCP_CLOSE, id, NULL, 0);
+		break;
+	case GUEST_OPEN:
+		guest_send(fx->gfd, WIRE_TCP_OPEN, WIRE_TCP_GUEST_BIT | 1, NULL, 0);
+		break;
+	}
+	for (int i = 0; i < 5000 && !fx_broken(fx); i++)
+		usleep(1000);
+	assert_int_equal(fx_broken(fx), 1);
+	agentless_tcp_status(t, &st);
+	assert_int_equal(st.state, AGENTLESS_TCP_FAILED);
+	assert_int_equal(st.err.code, SBX_E_SANDBOX_ERROR);
+	agentless_tcp_release(t);
+	fx_free(fx);
+}
+
+static void test_guest_violations_break_its_channel(void **state)
+{
+	(void)state;
+	one_violation(DATA_BEFORE_OPENED);
+	one_violation(DATA_PAST_CREDIT);
+	one_violation(ACK_PAST_SENT);
+	one_violation(FIN_TWICE);
+	one_violation(GUEST_OPEN);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_open_credit_both_ways_and_close),
+	    cmocka_unit_test(test_refused_deadline_and_old_guest),
+	    cmocka_unit_test(test_guest_violations_break_its_channel),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
