@@ -847,6 +847,12 @@ enum MHD_Result api_terminal_handle(struct req *r)
 		return api_reply_new_error(r->conn, SBX_E_INTERNAL, NULL, "out of memory");
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_UPGRADE, "websocket");
 	MHD_add_response_header(resp, "Sec-WebSocket-Accept", accept);
+	/* a browser's offer (http_wsauth.c): answered with this one only,
+	 * never with its bearer.<key> entry */
+	if (api_ws_protocol_offered(
+		MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Sec-WebSocket-Protocol"),
+		API_WS_PROTOCOL))
+		MHD_add_response_header(resp, "Sec-WebSocket-Protocol", API_WS_PROTOCOL);
 	ret = MHD_queue_response(r->conn, MHD_HTTP_SWITCHING_PROTOCOLS, resp);
 	MHD_destroy_response(resp);
 	return ret;
