@@ -228,8 +228,13 @@ test('sign in, sandboxes, usage, executions, keys', async (t) => {
     await screenshot('sandbox-terminal');
     // the key went in the subprotocol, never in the URL
     assert.ok(!page.url().includes(KEY.slice(7)));
+    // xterm's CSS went to constructable sheets (web/xterm-csp.js): 3 live
+    // with the terminal, none once it is closed
+    const live = () => page.evaluate(async () => (await import('/xterm-csp.js')).styleSheetsLive());
+    assert.ok(await live() > 0);
     await page.click('#sbx-term-close');
     await page.waitForSelector('#sbx-term-status[data-state="closed"]');
+    assert.equal(await live(), 0);
     await page.click('#sbx-back');
     await page.waitForSelector('#running tbody tr');
     assert.ok(await page.isVisible('#running'));
