@@ -27,7 +27,7 @@ LIB_SRCS := $(wildcard util/*.c) $(wildcard agentless/*.c) $(wildcard network/*.
 	    $(filter-out api/main.c,$(wildcard api/*.c))
 # The dashboard and /v1/openapi.json (api/http_static.c): web/ and
 # docs/openapi.yaml compiled into a generated C file (docs/dashboard.md).
-WEB_FILES  := $(wildcard web/*)
+WEB_FILES  := $(wildcard web/*.*) $(wildcard web/vendor/*)
 WEB_ASSETS := $(BUILD)/gen/web_assets.c
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/web_assets.o
 LIB      := $(BUILD)/libsandboxd.a
@@ -59,7 +59,7 @@ RUN_IMAGE  ?= full
 
 .PHONY: install uninstall
 .PHONY: all deps image image-tiny image-full run test test-unit test-integration asan tsan fuzz format \
-	format-check lint bench clean libvirt-up
+	format-check lint bench clean libvirt-up vendor-web
 all: $(BIN)/sandboxd $(BIN)/sbx $(GUEST_INIT)
 
 deps:
@@ -138,6 +138,11 @@ $(BUILD)/obj/gen/web_assets.o: $(WEB_ASSETS) api/assets.h
 node_modules/.package-lock.json: package.json package-lock.json
 	npm ci --no-audit --no-fund
 	@touch $@
+
+# web/vendor/ (committed): xterm.js from node_modules, as pinned in
+# package.json; run after changing a pin (docs/dashboard.md).
+vendor-web: node_modules/.package-lock.json
+	./scripts/vendor-web.sh
 
 $(LIB): $(LIB_OBJS)
 	@mkdir -p $(dir $@)

@@ -389,6 +389,24 @@ enum MHD_Result ports_answer_upgrade(struct api_port *ap);
 /* The server stops: wake every relay and wait (bounded) for them to end. */
 void ports_relays_stop(struct api_ports_ctx *ctx);
 
+/* ---------------------------------------------------- api/http_wsauth.c */
+/* The subprotocol a browser's terminal WebSocket offers, and the one the
+ * server answers with (docs/api.md "Terminal"). */
+#define API_WS_PROTOCOL "sandboxd.v1"
+/* Whether the Sec-WebSocket-Protocol value `header` (NULL: none) lists
+ * `proto` (exact, case-sensitive). */
+bool api_ws_protocol_offered(const char *header, const char *proto);
+/* The key of a `bearer.<key>` entry of `header`, taken only beside
+ * API_WS_PROTOCOL: 1 and out (NUL-terminated, under cap), 0 none, -1 a
+ * malformed key or two of them. */
+int api_ws_protocol_key(const char *header, char *out, size_t cap);
+/* Whether Origin (NULL: none, true) is http:// or https:// and then
+ * exactly Host (case-insensitive). */
+bool api_origin_is_host(const char *origin, const char *host);
+/* The terminal's key from the request's Sec-WebSocket-Protocol: 1 (out),
+ * 0 none, -1 malformed (a 401), -2 a foreign Origin (err: 403). */
+int api_ws_key(struct MHD_Connection *c, char *out, size_t cap, struct sbx_error *err);
+
 /* ---------------------------------------------------------- api/http.c */
 
 /* Free a request once its last reference is gone. */

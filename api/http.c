@@ -58,17 +58,30 @@ static bool bearer_token(const char *h, char out[API_TOKEN_MAX + 1])
 }
 
 /* One key lookup per request: the account and the key's scopes. */
-static int authenticate(struct api_server *srv, struct MHD_Connection *c, char *account_id,
+/* ws: a WebSocket route, which also takes the key from
+ * Sec-WebSocket-Protocol when there is no Authorization (http_wsauth.c). */
+static int authenticate(struct api_server *srv, struct MHD_Connection *c, bool ws, char *account_id,
 			unsigned *scopes, struct sbx_error *err)
 {
 	const char *h =
 	    MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
 	char token[API_TOKEN_MAX + 1];
 	struct sbx_error e;
+	bool have;
 
 	sbx_error_clear(&e);
-	if (bearer_token(h, token) &&
-	    sandbox_authenticate_scopes(srv->svc, token, account_id, scopes, &e) == 0)
+	if (!h && ws) {
+		int k = api_ws_key(c, token, sizeof token, &e);
+
+		if (k == -2) {
+			*err = e;
+			return -1;
+		}
+		have = k == 1;
+	} else {
+		have = bearer_token(h, token);
+	}
+	if (have && sandbox_authenticate_scopes(srv->svc, token, account_id, scopes, &e) == 0)
 		return 0;
 	if (e.code != SBX_OK && e.code != SBX_E_AUTHENTICATION) {
 		*err = e; /* the store failed: not the tenant's fault */
@@ -256,7 +269,7 @@ static enum MHD_Result request_begin(struct api_server *srv, struct MHD_Connecti
 		return api_reply_reject(c, &err, api_methods_allow(rt->methods));
 	}
 	if ((rt->flags & API_ROUTE_AUTH) &&
-	    authenticate(srv, c, r->account_id, &r->scopes, &err) < 0)
+	    authenticate(srv, c, r->route == R_TERMINAL, r->account_id, &r->scopes, &err) < 0)
 		return api_reply_reject(c, &err, NULL);
 	if (api_route_scope_check(rt, r->scopes, &err) < 0)
 		return api_reply_reject(c, &err, NULL);

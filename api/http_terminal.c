@@ -805,6 +805,23 @@ static struct term *term_new(struct req *r)
 	return t;
 }
 
+/* An upgrade refused: the error, with 'Connection: close'. Answered on a
+ * keep-alive connection, a request that asked for 'Connection: Upgrade'
+ * left libmicrohttpd holding the connection without telling the
+ * connection table it closed (api_conn_notify): 30 s on, the receive
+ * deadline shut down whatever connection had reused its descriptor
+ * (tests/unit/test_api_http.c). err NULL: out of memory. */
+static enum MHD_Result term_refuse(struct req *r, const struct sbx_error *err)
+{
+	struct sbx_error oom;
+
+	if (!err) {
+		sbx_error_set(&oom, SBX_E_INTERNAL, NULL, "out of memory");
+		err = &oom;
+	}
+	return api_reply_error_ex(r->conn, err, NULL, true);
+}
+
 enum MHD_Result api_terminal_handle(struct req *r)
 {
 	static const char login[] = "exec \"$SHELL\" -l"; /* ignored by the guest */
@@ -819,17 +836,17 @@ enum MHD_Result api_terminal_handle(struct req *r)
 	if (upgrade_check(r->conn, accept, &err) < 0 ||
 	    dim_arg(r->conn, "rows", TERM_DEFAULT_ROWS, &rows, &err) < 0 ||
 	    dim_arg(r->conn, "cols", TERM_DEFAULT_COLS, &cols, &err) < 0)
-		return api_reply_error(r->conn, &err);
+		return term_refuse(r, &err);
 	t = term_new(r);
 	if (!t)
-		return api_reply_new_error(r->conn, SBX_E_INTERNAL, NULL, "out of memory");
+		return term_refuse(r, NULL);
 	t->refs = 1; /* the request's (api_terminal_req_free) */
 	if (reg_add(t, r->srv->cfg, &err) < 0) {
 		close(t->efd);
 		free(t->text);
 		pthread_mutex_destroy(&t->lock);
 		free(t);
-		return api_reply_error(r->conn, &err);
+		return term_refuse(r, &err);
 	}
 
 	struct sandbox_exec_req req = {
@@ -847,14 +864,20 @@ enum MHD_Result api_terminal_handle(struct req *r)
 	    0) {
 		t->refs--;
 		term_unref(t);
-		return api_reply_error(r->conn, &err);
+		return term_refuse(r, &err);
 	}
 	r->term = t; /* a 101 never sent hangs the shell up (api_terminal_req_free) */
 	resp = MHD_create_response_for_upgrade(term_upgraded, t);
 	if (!resp)
-		return api_reply_new_error(r->conn, SBX_E_INTERNAL, NULL, "out of memory");
+		return term_refuse(r, NULL);
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_UPGRADE, "websocket");
 	MHD_add_response_header(resp, "Sec-WebSocket-Accept", accept);
+	/* a browser's offer (http_wsauth.c): answered with this one only,
+	 * never with its bearer.<key> entry */
+	if (api_ws_protocol_offered(
+		MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Sec-WebSocket-Protocol"),
+		API_WS_PROTOCOL))
+		MHD_add_response_header(resp, "Sec-WebSocket-Protocol", API_WS_PROTOCOL);
 	ret = MHD_queue_response(r->conn, MHD_HTTP_SWITCHING_PROTOCOLS, resp);
 	MHD_destroy_response(resp);
 	return ret;

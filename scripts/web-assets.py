@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Compile the dashboard's files into C: scripts/web-assets.py OUT.c WEBDIR OPENAPI.yaml
 
-Every file of WEBDIR is served at /NAME (index.html also at / and
+Every file of WEBDIR is served at /NAME, and of its subdirectories (the
+vendored third-party files of web/vendor/) at /DIR/NAME (index.html also at / and
 /dashboard, favicon.svg also at /favicon.ico), and OPENAPI.yaml, converted to
 JSON, at /v1/openapi.json (loaded strictly: a key given twice in one mapping
 is an error, not the last one winning).
@@ -33,6 +34,7 @@ class StrictLoader(yaml.SafeLoader):
 TYPES = {
     ".html": "text/html; charset=utf-8",
     ".js": "text/javascript; charset=utf-8",
+    ".mjs": "text/javascript; charset=utf-8",
     ".css": "text/css; charset=utf-8",
     ".json": "application/json",
     ".svg": "image/svg+xml",
@@ -50,9 +52,15 @@ def c_bytes(data):
 def main():
     out, webdir, spec = sys.argv[1:4]
     entries = []  # (url path, type, page?, bytes)
+    names = []
     for name in sorted(os.listdir(webdir)):
+        if os.path.isdir(os.path.join(webdir, name)) and not name.startswith("."):
+            names += [name + "/" + n for n in sorted(os.listdir(os.path.join(webdir, name)))]
+        else:
+            names.append(name)
+    for name in names:
         ext = os.path.splitext(name)[1]
-        if name.startswith(".") or ext not in TYPES:
+        if os.path.basename(name).startswith(".") or ext not in TYPES:
             continue
         with open(os.path.join(webdir, name), "rb") as f:
             data = f.read()

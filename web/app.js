@@ -1,16 +1,18 @@
 // The sandboxd dashboard: plain DOM, public API only, the user's key in
 // sessionStorage. Every value from the API is put in the page as text
 // (textContent, text nodes, attributes): a sandbox's output is hostile.
-// docs/dashboard.md.
+// docs/dashboard.md. The sandbox page is sandbox.js's.
 
-const KEY_STORE = 'sandboxd.api_key';
+import { showSandbox, closeSandbox, startSandboxPage } from './sandbox.js';
+
+export const KEY_STORE = 'sandboxd.api_key';
 const REFRESH_MS = 15000;
 const $ = (sel) => document.querySelector(sel);
 
-class SignedOut extends Error {}
+export class SignedOut extends Error {}
 
 // el('td', {class: 'x'}, 'text', child...): strings become text nodes.
-function el(tag, attrs = {}, ...children) {
+export function el(tag, attrs = {}, ...children) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs)) {
     if (v === undefined || v === null || v === false) continue;
@@ -21,7 +23,7 @@ function el(tag, attrs = {}, ...children) {
   return e;
 }
 
-function svg(tag, attrs = {}, text) {
+export function svg(tag, attrs = {}, text) {
   const e = document.createElementNS('http://www.w3.org/2000/svg', tag);
   for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, String(v));
   if (text !== undefined) e.textContent = text;
@@ -36,7 +38,7 @@ function notice(msg) {
 
 // ------------------------------------------------------------------ API
 
-async function api(method, path, body) {
+export async function api(method, path, body) {
   const key = sessionStorage.getItem(KEY_STORE);
   if (!key) throw new SignedOut();
   const opts = { method, headers: { Authorization: `Bearer ${key}` }, cache: 'no-store', credentials: 'omit' };
@@ -63,7 +65,7 @@ async function api(method, path, body) {
 // ------------------------------------------------------------- formats
 
 // Exact dollars from micro-dollars: 6 places, trailing zeros cut to 2.
-const usd = (micro) => {
+export const usd = (micro) => {
   if (typeof micro !== 'number') return '–';
   const neg = micro < 0;
   const m = Math.abs(micro);
@@ -71,7 +73,7 @@ const usd = (micro) => {
   return `${neg ? '-' : ''}$${Math.floor(m / 1e6)}.${frac}`;
 };
 
-function duration(ms) {
+export function duration(ms) {
   if (ms < 0) ms = 0;
   const s = Math.floor(ms / 1000);
   if (s < 60) return `${s} s`;
@@ -88,7 +90,7 @@ const isoUtc = (iso) => {
   const d = iso ? new Date(iso) : null;
   return d && !Number.isNaN(d.getTime()) ? d.toISOString() : null;
 };
-const when = (iso) => {
+export const when = (iso) => {
   const s = isoUtc(iso);
   return s ? `${s.slice(0, 10)} ${s.slice(11, 19)} UTC` : '–';
 };
@@ -97,13 +99,17 @@ const shortTime = (iso, hourly) => {
   return hourly ? `${s.slice(11, 13)}:00` : s.slice(5, 10);
 };
 
+// A sandbox id opens its page (#/sandboxes/ID: the key is never in the URL).
+const sandboxLink = (id) => el('a', { href: `#/sandboxes/${encodeURIComponent(id)}`, class: 'sandbox-link' }, id);
+
 function statusCell(status) {
   return el('td', { class: `status-${status}` }, status);
 }
 
 // ---------------------------------------------------------- sign in/out
 
-function signOut(msg) {
+export function signOut(msg) {
+  closeSandbox();
   sessionStorage.removeItem(KEY_STORE);
   clearInterval(state.timer);
   state.timer = null;
@@ -131,6 +137,7 @@ async function signIn(key) {
   $('#signin-error').textContent = '';
   notice('');
   showApp();
+  route();
 }
 
 function showApp() {
@@ -242,7 +249,7 @@ async function loadRunning() {
         act(`delete ${s.id}`, () => api('DELETE', `/v1/sandboxes/${encodeURIComponent(s.id)}`));
     } }, 'Delete');
     return el('tr', { 'data-id': s.id },
-      el('td', { class: 'id' }, s.id), el('td', {}, s.size),
+      el('td', { class: 'id' }, sandboxLink(s.id)), el('td', {}, s.size),
       el('td', {}, duration(now - Date.parse(s.created_at))),
       el('td', { class: 'expires', title: s.expires_at }, `${when(s.expires_at)} (in ${duration(Date.parse(s.expires_at) - now)})`),
       el('td', { class: 'cost' }, usd(s.cost_micro_usd)),
@@ -253,7 +260,7 @@ async function loadRunning() {
 async function loadRecent() {
   const list = await api('GET', '/v1/sandboxes?limit=20');
   fill('#recent', list.data.map((s) => el('tr', { 'data-id': s.id },
-    el('td', { class: 'id' }, s.id), statusCell(s.status), el('td', {}, s.size),
+    el('td', { class: 'id' }, sandboxLink(s.id)), statusCell(s.status), el('td', {}, s.size),
     el('td', {}, when(s.created_at)), el('td', {}, when(s.ended_at)), el('td', { class: 'cost' }, usd(s.cost_micro_usd)))));
 }
 
@@ -402,9 +409,13 @@ async function showExecution(id) {
 }
 
 function route() {
+  const signedIn = !!sessionStorage.getItem(KEY_STORE);
   const m = location.hash.match(/^#execution=([A-Za-z0-9_]{1,40})$/);
-  if (m && sessionStorage.getItem(KEY_STORE)) showExecution(m[1]);
+  if (m && signedIn) showExecution(m[1]);
   else $('#receipt').hidden = true;
+  const sb = location.hash.match(/^#\/sandboxes\/([A-Za-z0-9_]{1,40})$/);
+  if (sb && signedIn) showSandbox(sb[1]);
+  else closeSandbox();
 }
 
 // ------------------------------------------------------------------ keys
@@ -441,6 +452,7 @@ function start() {
   $('#confirm-cancel').addEventListener('click', () => $('#confirm').close('cancel'));
   $('#receipt-close').addEventListener('click', (ev) => { ev.preventDefault(); history.replaceState(null, '', location.pathname); route(); });
   window.addEventListener('hashchange', route);
+  startSandboxPage();
   if (sessionStorage.getItem(KEY_STORE)) {
     showApp();
     route();

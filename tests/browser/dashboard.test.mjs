@@ -1,18 +1,20 @@
 // The dashboard and the API reference page in a real browser: Debian's
 // chromium driven by playwright-core. Run by tests/integration/
-// test_dashboard.c against a daemon it started, with SBX_URL (the daemon)
-// and SBX_KEY (an account's key with both scopes) in the environment;
+// test_dashboard.c against a daemon it started, with SBX_URL (the daemon),
+// SBX_KEY (an account's key with both scopes) and SBX_KEY2 (another
+// account's) in the environment;
 // screenshots of each step go to SBX_ARTIFACTS (build/browser).
 //   node --test tests/browser/
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdirSync, readdirSync, rmSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { chromium } from 'playwright-core';
 import { Validator } from '@seriousme/openapi-schema-validator';
 
 const URL = process.env.SBX_URL;
 const KEY = process.env.SBX_KEY;
+const KEY2 = process.env.SBX_KEY2;
 const ART = process.env.SBX_ARTIFACTS || 'build/browser';
 const HOSTILE = '<img src=x onerror="window.__pwned=1">';
 const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
@@ -49,7 +51,7 @@ async function refresh() {
 const chartTotal = async () => Number(await page.getAttribute('#chart', 'data-total'));
 
 before(async () => {
-  assert.ok(URL && KEY, 'SBX_URL and SBX_KEY must be set (tests/integration/test_dashboard.c)');
+  assert.ok(URL && KEY && KEY2, 'SBX_URL, SBX_KEY and SBX_KEY2 must be set (tests/integration/test_dashboard.c)');
   mkdirSync(ART, { recursive: true });
   for (const f of readdirSync(ART)) if (f.endsWith('.png')) rmSync(join(ART, f));
   browser = await chromium.launch({ executablePath: CHROMIUM, args: ARGS });
@@ -79,6 +81,24 @@ test('the OpenAPI description is valid OpenAPI 3.1', async () => {
     '/v1/sandbox/executions', '/v1/receipts/{id}', '/v1/openapi.json'])
     assert.ok(spec.paths[p], `${p} is described`);
   assert.ok(spec.paths['/v1/sandbox/executions'].get, 'the executions list is described');
+});
+
+test('the terminal emulator served is the pinned xterm.js', async () => {
+  const pkg = JSON.parse(readFileSync('package.json', 'utf8'));
+  const nm = (p) => readFileSync(`node_modules/@xterm/${p}`, 'utf8');
+  for (const [name, dir] of [['@xterm/xterm', 'xterm'], ['@xterm/addon-fit', 'addon-fit']]) {
+    const pin = pkg.devDependencies[name];
+    assert.match(pin, /^\d+\.\d+\.\d+$/, `${name} is pinned exactly`);
+    assert.equal(JSON.parse(nm(`${dir}/package.json`)).version, pin);
+  }
+  // web/vendor/ is node_modules' dist (scripts/vendor-web.sh), source map line dropped
+  const nomap = (t) => t.replace(/^\/\/# sourceMappingURL=.*\n/m, '');
+  for (const [path, file] of [['/vendor/xterm.mjs', 'xterm/lib/xterm.mjs'], ['/vendor/xterm.css', 'xterm/css/xterm.css'],
+    ['/vendor/addon-fit.mjs', 'addon-fit/lib/addon-fit.mjs']]) {
+    const res = await fetch(URL + path);
+    assert.equal(res.status, 200, path);
+    assert.equal(await res.text(), nomap(nm(file)), `${path} is ${file} of the pinned package (run make vendor-web)`);
+  }
 });
 
 test('the reference page renders every operation', async () => {
@@ -146,6 +166,94 @@ test('sign in, sandboxes, usage, executions, keys', async (t) => {
     assert.match(await row.locator('.expires').textContent(), /^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} UTC \(in /);
     assert.doesNotMatch(await page.textContent('#app'), /\d (AM|PM)\b/);
     await screenshot('sandbox-running');
+  });
+
+  await t.test('its page: facts, metrics off, files, a process, the terminal', async () => {
+    // a file made by exec (its content hostile) and a background process
+    let r = await call('POST', `/v1/sandboxes/${sandbox}/exec`,
+      { command: `printf '%s' '${HOSTILE}' > /tmp/dash-note.txt`, timeout_ms: 60000 });
+    assert.equal(r.status, 200, JSON.stringify(r.json));
+    r = await call('POST', `/v1/sandboxes/${sandbox}/processes`, { command: 'echo bg-out; echo bg-err >&2' });
+    assert.equal(r.status, 201, JSON.stringify(r.json));
+    const pid = r.json.pid;
+    await page.locator(`#running tr[data-id="${sandbox}"] a.sandbox-link`).click();
+    await page.waitForSelector('#sandbox[data-loaded]');
+    assert.equal(page.url(), `${URL}/#/sandboxes/${sandbox}`);
+    assert.ok(await page.isHidden('#running'));
+    assert.equal(await page.textContent('#sbx-facts dd[data-fact="status"]'), 'running');
+    assert.equal(await page.textContent('#sbx-facts dd[data-fact="size"]'), 'small');
+    assert.match(await page.textContent('#sbx-facts dd[data-fact="cost-so-far"]'), /^\$\d+\.\d+$/);
+    // this daemon samples no metrics (metrics_interval_ms 0)
+    assert.match(await page.textContent('#sbx-metrics-note'), /sampling is off/);
+    await screenshot('sandbox-page');
+
+    // files: list /tmp, the file is there; its download is its bytes
+    await page.fill('#sbx-path', '/tmp');
+    await page.click('#sbx-files-form button');
+    const file = page.locator('#sbx-files tr[data-name="dash-note.txt"]');
+    await file.waitFor();
+    assert.equal(await file.locator('td').nth(2).textContent(), String(HOSTILE.length));
+    const [dl] = await Promise.all([page.waitForEvent('download'), file.locator('button.download').click()]);
+    assert.equal(dl.suggestedFilename(), 'dash-note.txt');
+    assert.equal(readFileSync(await dl.path(), 'utf8'), HOSTILE);
+
+    // the background process and its output, as text
+    const proc = page.locator(`#sbx-procs tr[data-pid="${pid}"]`);
+    await proc.waitFor();
+    await proc.locator('button.output').click();
+    await page.waitForFunction(() => document.querySelector('#sbx-output-stdout').textContent !== '');
+    assert.equal(await page.textContent('#sbx-output-stdout'), 'bg-out\n');
+    assert.equal(await page.textContent('#sbx-output-stderr'), 'bg-err\n');
+
+    // the terminal: type `echo hi`, read `hi` back from xterm's buffer
+    await page.click('#sbx-term-open');
+    await page.waitForSelector('#sbx-term-status[data-state="open"]', { timeout: 60000 });
+    await page.click('#sbx-term .xterm');
+    const line = (want) => page.waitForFunction((w) => {
+      const b = window.__sbxTerminal?.buffer.active;
+      for (let i = 0; b && i < b.length; i++) if (b.getLine(i)?.translateToString(true).trim() === w) return true;
+      return false;
+    }, want, { timeout: 60000 });
+    await page.keyboard.type('echo hi');
+    await page.keyboard.press('Enter');
+    await line('hi');
+    // and on screen: a row of xterm's DOM renderer reads `hi`
+    assert.ok((await page.locator('#sbx-term .xterm-rows > div').allTextContents()).some((t) => t.trim() === 'hi'));
+    // the guest's hostile bytes are drawn as characters, never as HTML
+    await page.keyboard.type('cat /tmp/dash-note.txt; echo; echo done-$((6*7))');
+    await page.keyboard.press('Enter');
+    await line('done-42');
+    assert.equal(await page.locator('img').count(), 0);
+    assert.equal(await page.evaluate(() => window.__pwned), undefined);
+    await screenshot('sandbox-terminal');
+    // the key went in the subprotocol, never in the URL
+    assert.ok(!page.url().includes(KEY.slice(7)));
+    // xterm's CSS went to constructable sheets (web/xterm-csp.js): 3 live
+    // with the terminal, none once it is closed
+    const live = () => page.evaluate(async () => (await import('/xterm-csp.js')).styleSheetsLive());
+    assert.ok(await live() > 0);
+    await page.click('#sbx-term-close');
+    await page.waitForSelector('#sbx-term-status[data-state="closed"]');
+    assert.equal(await live(), 0);
+    await page.click('#sbx-back');
+    await page.waitForSelector('#running tbody tr');
+    assert.ok(await page.isVisible('#running'));
+  });
+
+  await t.test("another account's sandbox id is not found", async () => {
+    const other = await browser.newPage();
+    other.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+    other.on('console', (m) => { if (/Content Security Policy|Refused to/i.test(m.text())) problems.push(m.text()); });
+    await other.goto(`${URL}/`);
+    await other.fill('#key', KEY2);
+    await other.click('#signin-form button');
+    await other.waitForSelector('#app:not([hidden])');
+    await other.goto(`${URL}/#/sandboxes/${sandbox}`);
+    await other.waitForSelector('#sandbox[data-state="not-found"]');
+    assert.match(await other.textContent('#sbx-missing'), /not found/);
+    assert.ok(await other.isHidden('#sbx-body'));
+    await other.screenshot({ path: join(ART, 'sandbox-not-found.png') });
+    await other.close();
   });
 
   await t.test('extend it', async () => {

@@ -7,10 +7,13 @@
  *   API's replies carry them too and no CORS header, whatever Origin asks
  *   (a preflight is refused); the executions list's limit is checked;
  * - in a real browser: tests/browser/dashboard.test.mjs (node --test,
- *   playwright-core driving Debian's chromium), given SBX_URL and SBX_KEY:
- *   the OpenAPI 3.1 validation, the reference page, sign in, a sandbox
- *   created, extended and deleted, the usage chart, hostile output shown as
- *   text with its receipt checked, a key created, used and revoked.
+ *   playwright-core driving Debian's chromium), given SBX_URL, SBX_KEY and
+ *   SBX_KEY2 (a second account's): the OpenAPI 3.1 validation, the
+ *   reference page, sign in, a sandbox created, its page (files, a
+ *   background process's output, `echo hi` typed into its terminal and
+ *   read back; not found for the other account), extended and deleted,
+ *   the usage chart, hostile output shown as text with its receipt
+ *   checked, a key created, used and revoked.
  *   Screenshots of each step go to build/browser/ (SBX_ARTIFACTS).
  *
  * NODE names node (default "node"), CHROMIUM the browser (/usr/bin/chromium).
@@ -25,6 +28,7 @@
 #include "harness.h"
 
 static struct daemon d;
+static char key2[128];
 
 static int setup(void **state)
 {
@@ -32,7 +36,18 @@ static int setup(void **state)
 			  "\"disk_gib\": 1, \"price_micro_usd_per_hour\": 90000}}, "
 			  "\"execution_runner\": \"dev-process\", "
 			  "\"execution_test_shell_runtime\": true");
-	return daemon_up(&d) < 0 ? -1 : 0;
+	if (daemon_up(&d) < 0)
+		return -1;
+	json_object *o = daemon_admin(&d, "create-account --name other --credit-usd 1");
+	json_object *v;
+
+	if (!o || !json_object_object_get_ex(o, "api_key", &v)) {
+		json_object_put(o);
+		return -1;
+	}
+	snprintf(key2, sizeof key2, "%s", json_object_get_string(v));
+	json_object_put(o);
+	return 0;
 }
 
 static int teardown(void **state)
@@ -115,6 +130,14 @@ static void test_pages_and_headers(void **state)
 		get_file(pages[i], "text/html; charset=utf-8", true, inline_code);
 	get_file("/app.js", "text/javascript; charset=utf-8", false, html_sinks);
 	get_file("/reference.js", "text/javascript; charset=utf-8", false, html_sinks);
+	get_file("/sandbox.js", "text/javascript; charset=utf-8", false, html_sinks);
+	get_file("/xterm-csp.js", "text/javascript; charset=utf-8", false, html_sinks);
+	/* the vendored terminal emulator (web/vendor/, docs/dashboard.md) is
+	 * third-party code: served, but not held to the sinks rule above */
+	static const char *const none[] = {NULL};
+	get_file("/vendor/xterm.mjs", "text/javascript; charset=utf-8", false, none);
+	get_file("/vendor/addon-fit.mjs", "text/javascript; charset=utf-8", false, none);
+	get_file("/vendor/xterm.css", "text/css; charset=utf-8", false, none);
 	/* the icon every browser asks for, from the assets (an SVG: scripts
 	 * in it run nowhere, its CSP is the JSON one) */
 	get_file("/favicon.ico", "image/svg+xml", false, html_sinks);
@@ -184,10 +207,10 @@ static void test_browser(void **state)
 	char cmd[1024];
 
 	snprintf(cmd, sizeof(cmd),
-		 "SBX_URL=http://127.0.0.1:%d SBX_KEY='%s' "
+		 "SBX_URL=http://127.0.0.1:%d SBX_KEY='%s' SBX_KEY2='%s' "
 		 "SBX_ARTIFACTS=${SBX_ARTIFACTS:-build/browser} "
 		 "'%s' --test tests/browser/",
-		 d.port, d.key, node);
+		 d.port, d.key, key2, node);
 	assert_int_equal(run_cmd(cmd), 0);
 }
 

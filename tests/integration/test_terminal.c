@@ -8,7 +8,9 @@
  * (0x03) interrupts a `sleep 100` and the prompt comes back; `exit 3`
  * ends the terminal with {"type":"exit","exit_code":3} and a close frame
  * "exit 3"; another account gets 404, a request without the upgrade 400,
- * bad rows 400, past the per-sandbox limit 429; closing the WebSocket
+ * bad rows 400, past the per-sandbox limit 429; a browser's key in the
+ * subprotocol opens one (401 when wrong, 403 from another Origin, the key
+ * never echoed); closing the WebSocket
  * hangs the shell up (its `sleep` is gone from the guest); and a terminal
  * nobody reads while the guest prints 100 MB keeps the daemon's VmRSS
  * within 64 MiB of where it started, after which its output flows again
@@ -74,10 +76,13 @@ struct tc {
 	char close_reason[128];
 };
 
-/* Open a terminal as `key` (NULL: none); *status is the HTTP status (101
- * when open). The reply's body goes to body (when not 101). */
-static struct tc *tc_open(const char *key, const char *id, const char *query, bool upgrade,
-			  int *status, char *body, size_t body_len)
+/* Open a terminal as `key` (NULL: none) with `extra` header lines (each
+ * ending in CRLF; NULL: none); *status is the HTTP status (101 when open).
+ * The reply's body goes to body (when not 101), its head to head (when
+ * not NULL, at most 8 KiB). */
+static struct tc *tc_open_ex(const char *key, const char *id, const char *query, bool upgrade,
+			     const char *extra, int *status, char *body, size_t body_len,
+			     char *head_out)
 {
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)d.port)};
 	char req[1024], head[8192];
@@ -91,13 +96,15 @@ static struct tc *tc_open(const char *key, const char *id, const char *query, bo
 	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
 	assert_int_equal(connect(t->fd, (struct sockaddr *)&sa, sizeof sa), 0);
 	snprintf(req, sizeof req,
-		 "GET /v1/sandboxes/%s/terminal%s HTTP/1.1\r\nHost: 127.0.0.1\r\n%s%s%s"
-		 "%s\r\n",
-		 id, query, key ? "Authorization: Bearer " : "", key ? key : "", key ? "\r\n" : "",
+		 "GET /v1/sandboxes/%s/terminal%s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n%s%s%s"
+		 "%s%s\r\n",
+		 id, query, d.port, key ? "Authorization: Bearer " : "", key ? key : "",
+		 key ? "\r\n" : "",
 		 upgrade ? "Upgrade: websocket\r\nConnection: Upgrade\r\n"
 			   "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
 			   "Sec-WebSocket-Version: 13\r\n"
-			 : "");
+			 : "",
+		 extra ? extra : "");
 	assert_int_equal(send(t->fd, req, strlen(req), MSG_NOSIGNAL), (ssize_t)strlen(req));
 	while (!(end = memmem(head, hl, "\r\n\r\n", 4))) {
 		ssize_t n = recv(t->fd, head + hl, sizeof head - 1 - hl, 0);
@@ -107,6 +114,8 @@ static struct tc *tc_open(const char *key, const char *id, const char *query, bo
 	}
 	head[hl] = '\0';
 	*status = atoi(head + 9);
+	if (head_out)
+		snprintf(head_out, 8192, "%.*s", (int)(end + 2 - head), head);
 	if (*status == 101) {
 		assert_non_null(strstr(head, "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=")); /* RFC 6455's */
 		t->in_len = hl - (size_t)(end + 4 - head);
@@ -131,6 +140,12 @@ static struct tc *tc_open(const char *key, const char *id, const char *query, bo
 	close(t->fd);
 	free(t);
 	return NULL;
+}
+
+static struct tc *tc_open(const char *key, const char *id, const char *query, bool upgrade,
+			  int *status, char *body, size_t body_len)
+{
+	return tc_open_ex(key, id, query, upgrade, NULL, status, body, body_len, NULL);
 }
 
 static void tc_frame(struct tc *t, uint8_t op, const void *p, size_t len)
@@ -370,6 +385,56 @@ static void refusals(void **state)
 		tc_free(open[i]);
 }
 
+/* A browser's way in (api/http_wsauth.c): the key as a `bearer.<key>`
+ * subprotocol entry beside sandboxd.v1, from the daemon's own Origin: 101
+ * answering sandboxd.v1 only (the key in no header of the reply), and the
+ * terminal works; a wrong key is 401 and another site's Origin 403, both
+ * before any upgrade. */
+static void browser_subprotocol(void **state)
+{
+	char extra[512], head[8192], body[512];
+	int status;
+	struct tc *t;
+
+	(void)state;
+	snprintf(
+	    extra, sizeof extra,
+	    "Origin: http://127.0.0.1:%d\r\nSec-WebSocket-Protocol: sandboxd.v1, bearer.%s\r\n",
+	    d.port, d.key);
+	int64_t until = mono_ms() + 20000; /* the terminals closed before count a while */
+	while (!(t = tc_open_ex(NULL, sbx, "", true, extra, &status, body, sizeof body, head)) &&
+	       status == 429 && mono_ms() < until)
+		usleep(200 * 1000);
+	if (status != 101)
+		fprintf(stderr, "terminal: %d %s\n", status, body);
+	assert_int_equal(status, 101);
+	assert_non_null(strcasestr(head, "\r\nSec-WebSocket-Protocol: sandboxd.v1\r\n"));
+	assert_null(strstr(head, d.key + 7));
+	assert_null(strstr(head, "bearer."));
+	tc_type(t, "echo MARK$((40+4))\r");
+	tc_until(t, "MARK44", 60000);
+	tc_free(t);
+
+	snprintf(extra, sizeof extra,
+		 "Origin: http://127.0.0.1:%d\r\nSec-WebSocket-Protocol: sandboxd.v1, "
+		 "bearer.aas_sk_00000000000000000000000000000000000000000000\r\n",
+		 d.port);
+	assert_null(tc_open_ex(NULL, sbx, "", true, extra, &status, body, sizeof body, head));
+	assert_int_equal(status, 401);
+	assert_null(strstr(head, "aas_sk_0000"));
+	assert_null(strstr(body, "aas_sk_0000"));
+
+	snprintf(extra, sizeof extra,
+		 "Origin: https://attacker.example\r\nSec-WebSocket-Protocol: sandboxd.v1, "
+		 "bearer.%s\r\n",
+		 d.key);
+	assert_null(tc_open_ex(NULL, sbx, "", true, extra, &status, body, sizeof body, head));
+	assert_int_equal(status, 403);
+	assert_non_null(strstr(body, "permission_error"));
+	assert_null(strstr(head, d.key + 7));
+	assert_null(strstr(body, d.key + 7));
+}
+
 /* Count the guest's processes named `sleep 4242`. */
 static int sleepers(void)
 {
@@ -530,6 +595,7 @@ int main(void)
 	    cmocka_unit_test(repl_and_ctrl_c),
 	    cmocka_unit_test(exit_code_closes),
 	    cmocka_unit_test(refusals),
+	    cmocka_unit_test(browser_subprotocol),
 	    cmocka_unit_test(close_hangs_up),
 	    cmocka_unit_test(sbx_shell_exit_code),
 	    cmocka_unit_test(throughput_figures),

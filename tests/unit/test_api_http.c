@@ -755,10 +755,106 @@ static void test_request_id(void **state)
 	}
 }
 
+/* A browser's terminal: the key as a `bearer.<key>` subprotocol entry
+ * beside sandboxd.v1 (api/http_wsauth.c). Without a guest the upgrade
+ * ends at 404 (no such sandbox), which shows the key was taken; a wrong
+ * key is 401, a foreign Origin 403, and no reply carries the key. */
+static void ws_upgrade(const char *proto, const char *origin, struct resp *r)
+{
+	char raw[1024];
+	int n = snprintf(
+	    raw, sizeof(raw),
+	    "GET /v1/sandboxes/sbx_nosuch/terminal HTTP/1.1\r\nHost: 127.0.0.1:%u\r\n"
+	    "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
+	    "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+	    "Sec-WebSocket-Protocol: %s\r\n%s%s%s\r\n",
+	    F.port, proto, origin ? "Origin: " : "", origin ? origin : "", origin ? "\r\n" : "");
+	assert_true((size_t)n < sizeof(raw));
+	http_raw(raw, (size_t)n, r);
+	/* the key (past its prefix) is in no reply */
+	assert_null(strstr(r->headers, F.key + 7));
+	assert_null(strstr(r->body, F.key + 7));
+	assert_null(strstr(r->headers, "000000000000"));
+	assert_null(strstr(r->body, "000000000000"));
+}
+
+static void test_terminal_subprotocol_auth(void **state)
+{
+	char proto[256], origin[64], out[129];
+	struct resp r;
+
+	(void)state;
+	/* the parser */
+	assert_int_equal(api_ws_protocol_key("sandboxd.v1, bearer.aas_sk_abc123", out, sizeof out),
+			 1);
+	assert_string_equal(out, "aas_sk_abc123");
+	assert_int_equal(api_ws_protocol_key("bearer.aas_sk_abc123", out, sizeof out), 0);
+	assert_int_equal(api_ws_protocol_key("sandboxd.v1", out, sizeof out), 0);
+	assert_int_equal(api_ws_protocol_key(NULL, out, sizeof out), 0);
+	assert_int_equal(
+	    api_ws_protocol_key("sandboxd.v1,bearer.aas_sk_a1,bearer.aas_sk_b2", out, sizeof out),
+	    -1);
+	assert_int_equal(api_ws_protocol_key("sandboxd.v1, bearer.xyz", out, sizeof out), -1);
+	assert_true(api_ws_protocol_offered(" x , sandboxd.v1 ", "sandboxd.v1"));
+	assert_false(api_ws_protocol_offered("sandboxd.v10", "sandboxd.v1"));
+	assert_true(api_origin_is_host(NULL, "h:1"));
+	assert_true(api_origin_is_host("http://H:1", "h:1"));
+	assert_true(api_origin_is_host("https://h:1", "h:1"));
+	assert_false(api_origin_is_host("http://h:1.evil.example", "h:1"));
+	assert_false(api_origin_is_host("http://evil.example", "h:1"));
+	assert_false(api_origin_is_host("null", "h:1"));
+	assert_false(api_origin_is_host("http://h:1", NULL));
+
+	/* over the socket: the right key passes auth (404: no such sandbox) */
+	snprintf(proto, sizeof proto, "sandboxd.v1, bearer.%s", F.key);
+	snprintf(origin, sizeof origin, "http://127.0.0.1:%u", F.port);
+	ws_upgrade(proto, origin, &r);
+	assert_error(&r, 404, "not_found", NULL);
+	/* a refused upgrade closes its connection: kept alive, libmicrohttpd
+	 * held it without telling the connection table, whose deadline then
+	 * cut whatever connection reused its descriptor (later tests' parked
+	 * requests, unanswered) */
+	char v[256];
+	assert_non_null(resp_header(&r, "Connection", v));
+	assert_string_equal(v, "close");
+	resp_release(&r);
+	ws_upgrade(proto, NULL, &r); /* not a browser: no Origin to check */
+	assert_error(&r, 404, "not_found", NULL);
+	resp_release(&r);
+	/* a wrong key: 401 before the upgrade */
+	ws_upgrade("sandboxd.v1, bearer.aas_sk_0000000000000000000000000000000000000000", origin,
+		   &r);
+	assert_error(&r, 401, "authentication_error", NULL);
+	resp_release(&r);
+	/* the key without sandboxd.v1 is not read */
+	snprintf(proto, sizeof proto, "bearer.%s", F.key);
+	ws_upgrade(proto, origin, &r);
+	assert_error(&r, 401, "authentication_error", NULL);
+	resp_release(&r);
+	/* another site's page, or an opaque origin: 403, the key not looked at */
+	snprintf(proto, sizeof proto, "sandboxd.v1, bearer.%s", F.key);
+	ws_upgrade(proto, "http://evil.example", &r);
+	assert_error(&r, 403, "permission_error", NULL);
+	resp_release(&r);
+	ws_upgrade(proto, "null", &r);
+	assert_error(&r, 403, "permission_error", NULL);
+	resp_release(&r);
+	/* only the terminal takes it: another route still wants Authorization */
+	char raw[512];
+	int n = snprintf(raw, sizeof(raw),
+			 "GET /v1/usage HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+			 "Sec-WebSocket-Protocol: sandboxd.v1, bearer.%s\r\n\r\n",
+			 F.key);
+	http_raw(raw, (size_t)n, &r);
+	assert_error(&r, 401, "authentication_error", NULL);
+	resp_release(&r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_auth),
+	    cmocka_unit_test(test_terminal_subprotocol_auth),
 	    cmocka_unit_test(test_routes),
 	    cmocka_unit_test(test_route_table_405),
 	    cmocka_unit_test(test_request_id),
