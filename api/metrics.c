@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "http-priv.h"
 
@@ -37,10 +38,34 @@ static struct {
 /* The status the handler on this thread queued last (api_queue_response). */
 static _Thread_local unsigned last_status;
 
+/* Whether the request's Connection header lists the token "upgrade". */
+static bool asks_upgrade(struct MHD_Connection *c)
+{
+	const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONNECTION);
+
+	while (v && *v) {
+		v += strspn(v, " \t,");
+		size_t n = strcspn(v, " \t,");
+		if (n == 7 && strncasecmp(v, "upgrade", 7) == 0)
+			return true;
+		v += n;
+	}
+	return false;
+}
+
 enum MHD_Result api_queue_response(struct MHD_Connection *c, unsigned status,
 				   struct MHD_Response *resp)
 {
 	last_status = status;
+	/* Any answer but a 101 to a request that asked for an upgrade ends
+	 * its connection: kept alive, libmicrohttpd held such a connection
+	 * without telling the connection table it closed, whose receive
+	 * deadline then shut down whatever connection reused the descriptor
+	 * (another tenant's request, cut unanswered). A client can send the
+	 * header on any route. */
+	if (status != MHD_HTTP_SWITCHING_PROTOCOLS && asks_upgrade(c) &&
+	    !MHD_get_response_header(resp, MHD_HTTP_HEADER_CONNECTION))
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
 	return MHD_queue_response(c, status, resp);
 }
 

@@ -818,6 +818,17 @@ static void test_terminal_subprotocol_auth(void **state)
 	assert_non_null(resp_header(&r, "Connection", v));
 	assert_string_equal(v, "close");
 	resp_release(&r);
+	/* any route: a client may ask any request to upgrade */
+	char up[512];
+	int un = snprintf(up, sizeof up,
+			  "GET /v1/usage HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+			  "Connection: keep-alive, Upgrade\r\nUpgrade: websocket\r\n\r\n",
+			  F.key);
+	http_raw(up, (size_t)un, &r);
+	assert_int_equal(r.status, 200);
+	assert_non_null(resp_header(&r, "Connection", v));
+	assert_string_equal(v, "close");
+	resp_release(&r);
 	ws_upgrade(proto, NULL, &r); /* not a browser: no Origin to check */
 	assert_error(&r, 404, "not_found", NULL);
 	resp_release(&r);
