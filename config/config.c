@@ -213,7 +213,7 @@ void sandbox_config_defaults(struct sandbox_config *cfg)
 	cfg->http_receive_timeout_ms = 30000;
 	cfg->liveness_interval_ms = 5000;
 	cfg->liveness_misses = 3;
-	cfg->metrics_interval_ms = 0; /* off until the operator sets it (docs/configuration.md) */
+	cfg->metrics_interval_ms = 5000;
 	cfg->execution_price_micro_per_second = 40;
 	cfg->execution_max_timeout_seconds = 60;
 	cfg->execution_max_code_bytes = 256 * 1024;

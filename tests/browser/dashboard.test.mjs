@@ -183,7 +183,7 @@ test('sign in, sandboxes, usage, executions, keys', async (t) => {
     assert.equal(await page.textContent('#sbx-facts dd[data-fact="status"]'), 'running');
     assert.equal(await page.textContent('#sbx-facts dd[data-fact="size"]'), 'small');
     assert.match(await page.textContent('#sbx-facts dd[data-fact="cost-so-far"]'), /^\$\d+\.\d+$/);
-    // this daemon samples no metrics (metrics_interval_ms 0)
+    // this daemon samples no metrics (its config sets metrics_interval_ms 0)
     assert.match(await page.textContent('#sbx-metrics-note'), /sampling is off/);
     await screenshot('sandbox-page');
 

@@ -35,7 +35,8 @@ static int setup(void **state)
 	daemon_config(&d, "\"sizes\": {\"small\": {\"vcpus\": 1, \"memory_mib\": 256, "
 			  "\"disk_gib\": 1, \"price_micro_usd_per_hour\": 90000}}, "
 			  "\"execution_runner\": \"dev-process\", "
-			  "\"execution_test_shell_runtime\": true");
+			  "\"execution_test_shell_runtime\": true, "
+			  "\"metrics_interval_ms\": 0"); /* the page's "sampling is off" */
 	if (daemon_up(&d) < 0)
 		return -1;
 	json_object *o = daemon_admin(&d, "create-account --name other --credit-usd 1");

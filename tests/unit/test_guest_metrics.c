@@ -152,7 +152,7 @@ static void test_memory_from_balloon(void **state)
 	assert_int_equal(fleet_metrics_memory_mib(&st, 4096, 5000, now), -1);
 }
 
-/* metrics_interval_ms: 0 (off) by default; 0 or 1000..3600000. */
+/* metrics_interval_ms: 5000 by default; 0 (off) or 1000..3600000. */
 static void test_config_bounds(void **state)
 {
 	static const struct {
@@ -164,7 +164,7 @@ static void test_config_bounds(void **state)
 
 	(void)state;
 	sandbox_config_defaults(&c);
-	assert_int_equal(c.metrics_interval_ms, 0);
+	assert_int_equal(c.metrics_interval_ms, 5000);
 	snprintf(c.state_dir, sizeof(c.state_dir), "/tmp/t-guest-metrics");
 	sandbox_config_resolve(&c);
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
