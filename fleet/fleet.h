@@ -503,6 +503,11 @@ void fleet_live_adopt(struct fleet *f, struct fleet_guest *g, struct fleet_host 
  * caller's (end it, then unref), or NULL when another ender took it.
  * Never waits: pinned callers' calls fail once the channel is closed. */
 struct fleet_guest *fleet_live_take(struct fleet *f, const char *id, enum fleet_end end);
+/* The same for a guest that is to live on (a pause saves it, a resume or
+ * a relink hands it on): NULL, and the guest left linked for the
+ * supervisor to end, when it is dead (its channel broke, its domain
+ * stopped) or already ending. */
+struct fleet_guest *fleet_live_take_alive(struct fleet *f, const char *id, enum fleet_end end);
 /* A ref on the guest of `id` whatever its health, or NULL. */
 struct fleet_guest *fleet_live_get(struct fleet *f, const char *id);
 /* Is the guest of `id` linked and not dead? */
