@@ -258,11 +258,12 @@ void fleet_guest_end(struct fleet_guest *g, const char *why);
 /* Pause it instead (docs/lifecycle.md "Pause and resume"): begin its end
  * as FLEET_END_PAUSED if nobody did, close its channel (in-flight execs
  * and transfers fail), save its domain's memory beside its overlay
- * (vmm_vm_save: *bytes the host-observed size), state GONE. The caller
- * took it out of the lives (fleet_live_take). 0, or -1 with err: the
- * domain then runs on, to be reattached (fleet_guest_reattach). Does not
- * drop a ref. No lock held. */
-int fleet_guest_save(struct fleet_guest *g, const char *why, int64_t *bytes, struct sbx_error *err);
+ * (vmm_vm_save within timeout_ms: *bytes the host-observed size), state
+ * GONE. The caller took it out of the lives (fleet_live_take_alive). 0,
+ * or -1 with err: the domain then runs on, to be reattached
+ * (fleet_guest_reattach). Does not drop a ref. No lock held. */
+int fleet_guest_save(struct fleet_guest *g, const char *why, uint32_t timeout_ms, int64_t *bytes,
+		     struct sbx_error *err);
 /* fleet_guest_end then fleet_guest_unref, for each of a chain linked by
  * next (evicted or dropped pooled guests). */
 void fleet_guest_end_chain(struct fleet_guest *g, const char *why);

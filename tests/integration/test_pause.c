@@ -2,8 +2,9 @@
  * daemon, one sandbox shared by the cases, in order.
  *
  *  1. a file written and a background process started before a pause of
- *     ~60 s are there after resume, and the process keeps writing to its
- *     ring; the guest's `date` is within a few seconds of the host's; exec,
+ *     PAUSE_S seconds are there after resume, and the process keeps writing
+ *     to its ring; the guest's `date` is within 3 s of the host's (a guest
+ *     whose clock is not set at resume lags by the whole pause); exec,
  *     files and processes answer 409 sandbox_paused while paused; another
  *     account gets 404 on pause and resume; pause of a paused and resume of
  *     a running sandbox answer 200 with the object;
@@ -13,7 +14,13 @@
  *     the overlay and gone after resume; the ledger invariants hold;
  *  3. a daemon restart (kill -9) while paused keeps it paused, with no
  *     domain, and resumable: the process is still there after;
- *  4. DELETE of a paused sandbox settles it and deletes its files.
+ *  3c. refused before the save: a pause whose storage the account cannot
+ *     hold answers 402 without saving (the fault point after the save is
+ *     never reached); past pause_jobs_per_host a resume answers 429; a
+ *     save past pause_timeout_ms is aborted (503, still running, no save
+ *     file), a restore past it ends the sandbox failed (ledger holds);
+ *  4. DELETE of a paused sandbox settles it and deletes its files; pause
+ *     and resume of the ended sandbox answer 410.
  *
  * Pause and resume times and the save-file size are printed (figures,
  * not assertions). */
@@ -21,6 +28,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <sys/stat.h>
 
@@ -40,17 +48,26 @@ static int64_t paused_min_ms, paused_max_ms;
 static int64_t pause_sent, pause_answered;
 
 #define PRICE 90000 /* µ$/h of the size below */
+/* How long case 1 keeps the sandbox paused: longer than the clock check's
+ * 3 s tolerance, so a guest clock not set at resume fails it. */
+#define PAUSE_S 60
 
-static struct http_reply req(const char *key, const char *method, const char *suffix,
-			     const char *body)
+static struct http_reply req_on(const char *id, const char *key, const char *method,
+				const char *suffix, const char *body)
 {
 	struct http_reply r;
 	char path[256];
 
-	snprintf(path, sizeof(path), "/v1/sandboxes/%s%s", sbx, suffix);
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s%s", id, suffix);
 	if (http_request(&d, method, path, key, NULL, body, 0, &r) < 0)
 		fail_msg("no answer to %s %s", method, path);
 	return r;
+}
+
+static struct http_reply req(const char *key, const char *method, const char *suffix,
+			     const char *body)
+{
+	return req_on(sbx, key, method, suffix, body);
 }
 
 static struct http_reply exec_cmd(const char *cmd)
@@ -214,7 +231,7 @@ static void state_survives_a_pause(void **state)
 	cost_paused = jint(r.json, "cost_micro_usd");
 	http_reply_free(&r);
 
-	sleep(60);
+	sleep(PAUSE_S);
 	/* the cost does not move while paused (storage is free here) */
 	r = req(d.key, "GET", "", NULL);
 	assert_string_equal(jstr(r.json, "status"), "paused");
@@ -225,7 +242,7 @@ static void state_survives_a_pause(void **state)
 	assert_int_equal(r.status, 200);
 	assert_string_equal(jstr(r.json, "status"), "running");
 	assert_true(jis_null(r.json, "paused_at"));
-	assert_true(jint(r.json, "paused_seconds") >= 60);
+	assert_true(jint(r.json, "paused_seconds") >= PAUSE_S);
 	print_message("resume: %lld ms after %lld s paused\n", (long long)resume_ms,
 		      (long long)jint(r.json, "paused_seconds"));
 	http_reply_free(&r);
@@ -437,6 +454,124 @@ static void a_crash_mid_pause_or_resume_is_consistent(void **state)
 	http_reply_free(&r);
 }
 
+/* ------------------------------------------------------------- 3c. */
+
+/* The save file of sandbox `id` exists? */
+static bool save_file_of(const char *id)
+{
+	char dom[64], path[512];
+	struct stat st;
+
+	assert_int_equal(
+	    daemon_db_text(&d, "SELECT domain FROM sandboxes WHERE id = ?1", id, dom, sizeof(dom)),
+	    0);
+	snprintf(path, sizeof(path), "%s/run/%s.save", d.state_dir, dom);
+	return stat(path, &st) == 0;
+}
+
+struct bg_pause {
+	pthread_t t;
+	int status;
+	char type[64];
+};
+
+static void *bg_pause_main(void *arg)
+{
+	struct bg_pause *b = arg;
+	struct http_reply r = req(d.key, "POST", "/pause", NULL);
+
+	b->status = r.status;
+	snprintf(b->type, sizeof(b->type), "%s", r.json ? jerr(r.json, "type") : "");
+	http_reply_free(&r);
+	return NULL;
+}
+
+/* The sandbox (running) is the one refused; `other` a second one, paused
+ * normally first, whose resume meets the host cap and then the deadline. */
+static void refused_before_the_save_and_deadlines(void **state)
+{
+	char other[64], st[32], extra[1024];
+	struct http_reply r;
+	struct sbx_error err;
+	struct bg_pause b = {0};
+	int i;
+
+	(void)state;
+	assert_int_equal(daemon_create_sandbox(&d, other, sizeof(other)), 0);
+	r = req_on(other, d.key, "POST", "/pause", NULL);
+	assert_int_equal(r.status, 200);
+	http_reply_free(&r);
+
+	/* storage the account ($10) cannot hold: 402 before any save (a save
+	 * would reach pause.after_save and kill the daemon: no answer) */
+	daemon_kill9(&d);
+	snprintf(extra, sizeof(extra),
+		 "%s, \"paused_storage_micro_per_gib_hour\": 1000000000, "
+		 "\"test_fault_point\": \"pause.after_save\"",
+		 BASE_CFG);
+	assert_int_equal(daemon_config_full(&d, extra), 0);
+	assert_int_equal(daemon_start(&d), 0);
+	r = req(d.key, "POST", "/pause", NULL);
+	print_message("pause without the credit for its storage: %d %s\n", r.status, r.body);
+	assert_int_equal(r.status, 402);
+	assert_string_equal(jerr(r.json, "type"), "insufficient_credit");
+	http_reply_free(&r);
+	assert_false(save_file_of(sbx));
+	r = exec_ok("cat /root/pause-file");
+	http_reply_free(&r);
+
+	/* one save or restore per host at a time, 300 ms each at most; the
+	 * first save waits 5 s before it starts (pause.before_save), its
+	 * guest out of the lives and the host's slot held */
+	daemon_kill9(&d);
+	snprintf(extra, sizeof(extra),
+		 "%s, \"pause_jobs_per_host\": 1, \"pause_timeout_ms\": 300, "
+		 "\"test_fault_point\": \"pause.before_save\", \"test_fault_pause_ms\": 5000",
+		 BASE_CFG);
+	assert_int_equal(daemon_config_full(&d, extra), 0);
+	assert_int_equal(daemon_start(&d), 0);
+	assert_int_equal(daemon_sandbox_status(&d, other, st, sizeof(st)), 200);
+	assert_string_equal(st, "paused");
+	assert_int_equal(pthread_create(&b.t, NULL, bg_pause_main, &b), 0);
+	for (i = 0; i < 150; i++) { /* the pause took the guest: 409 */
+		r = exec_cmd("true");
+		int s = r.status;
+		http_reply_free(&r);
+		if (s == 409)
+			break;
+		usleep(100 * 1000);
+	}
+	assert_true(i < 150);
+	r = req_on(other, d.key, "POST", "/resume", NULL);
+	print_message("resume while the host's one slot is taken: %d %s\n", r.status, r.body);
+	assert_int_equal(r.status, 429);
+	assert_string_equal(jerr(r.json, "type"), "rate_limited");
+	http_reply_free(&r);
+	pthread_join(b.t, NULL);
+	print_message("pause past pause_timeout_ms: %d %s\n", b.status, b.type);
+	assert_int_equal(b.status, 503);
+	/* aborted: still running, answering, nothing saved, nothing billed */
+	assert_false(save_file_of(sbx));
+	assert_int_equal(daemon_sandbox_status(&d, sbx, st, sizeof(st)), 200);
+	assert_string_equal(st, "running");
+	r = exec_ok("cat /root/pause-file");
+	assert_non_null(strstr(jstr(r.json, "stdout"), "kept-through-pause"));
+	http_reply_free(&r);
+
+	/* a restore past its deadline: the sandbox ends failed */
+	r = req_on(other, d.key, "POST", "/resume", NULL);
+	print_message("resume past pause_timeout_ms: %d %s\n", r.status, r.body);
+	assert_int_equal(r.status, 500);
+	http_reply_free(&r);
+	assert_int_equal(daemon_sandbox_status(&d, other, st, sizeof(st)), 200);
+	assert_string_equal(st, "failed");
+	assert_false(save_file_of(other));
+	assert_int_equal(daemon_ledger_check(&d, &err), 0);
+
+	daemon_kill9(&d);
+	start_with_fault("");
+}
+
 /* ------------------------------------------------------------- 4. */
 
 static void delete_of_a_paused_sandbox_settles(void **state)
@@ -460,6 +595,11 @@ static void delete_of_a_paused_sandbox_settles(void **state)
 	assert_int_equal(daemon_ledger_check(&d, &err), 0);
 	r = req(d.key, "POST", "/resume", NULL);
 	assert_int_equal(r.status, 410);
+	assert_string_equal(jerr(r.json, "type"), "sandbox_not_running");
+	http_reply_free(&r);
+	r = req(d.key, "POST", "/pause", NULL);
+	assert_int_equal(r.status, 410);
+	assert_string_equal(jerr(r.json, "type"), "sandbox_not_running");
 	http_reply_free(&r);
 
 	/* the one charge is the runtime without any pause: billing stopped at
@@ -565,6 +705,7 @@ int main(void)
 	    cmocka_unit_test(runtime_billed_only_while_running),
 	    cmocka_unit_test(a_restart_keeps_it_paused),
 	    cmocka_unit_test(a_crash_mid_pause_or_resume_is_consistent),
+	    cmocka_unit_test(refused_before_the_save_and_deadlines),
 	    cmocka_unit_test(delete_of_a_paused_sandbox_settles),
 	    cmocka_unit_test(paused_retention_ends_it),
 	};

@@ -12,7 +12,9 @@
  * hangs the shell up (its `sleep` is gone from the guest); and a terminal
  * nobody reads while the guest prints 100 MB keeps the daemon's VmRSS
  * within 64 MiB of where it started, after which its output flows again
- * when read. Figures are printed. */
+ * when read; a pause ends the terminals and hangs their shells up in the
+ * guest first (none of them, and none of their PTYs, is there after the
+ * resume). Figures are printed. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -408,6 +410,72 @@ static void close_hangs_up(void **state)
 	assert_int_equal(sleepers(), 0);
 }
 
+/* A number the guest prints for `cmd` (an exec that must answer 200). */
+static int guest_count(const char *cmd)
+{
+	struct http_reply r;
+	char path[128], body[512];
+	int n;
+
+	snprintf(path, sizeof path, "/v1/sandboxes/%s/exec", sbx);
+	snprintf(body, sizeof body, "{\"command\": \"%s\"}", cmd);
+	assert_int_equal(http_request(&d, "POST", path, d.key, NULL, body, 0, &r), 0);
+	assert_int_equal(r.status, 200);
+	n = atoi(jstr(r.json, "stdout"));
+	http_reply_free(&r);
+	return n;
+}
+
+static void post_ok(const char *what)
+{
+	struct http_reply r;
+	char path[128];
+
+	snprintf(path, sizeof path, "/v1/sandboxes/%s/%s", sbx, what);
+	assert_int_equal(http_request(&d, "POST", path, d.key, NULL, NULL, 0, &r), 0);
+	if (r.status != 200)
+		fprintf(stderr, "%s: %d %s\n", what, r.status, r.body);
+	assert_int_equal(r.status, 200);
+	http_reply_free(&r);
+}
+
+/* A pause ends the terminals (the client is told) and hangs their shells
+ * up in the guest first: after the resume none of them is there, and no
+ * PTY is held (a guest that kept them would run out of PTYs after a few
+ * pauses). */
+static void a_pause_hangs_up_terminals(void **state)
+{
+	const char *pts = "ls /dev/pts | grep -c '^[0-9]' || true",
+		   *sleeps = "ps -eo args | grep -c '^sleep 4343' || true";
+	struct tc *t[2];
+	int pts0 = guest_count(pts);
+	int64_t end;
+
+	(void)state;
+	for (int i = 0; i < 2; i++) {
+		t[i] = open_ok("");
+		tc_type(t[i], "sleep 4343\r");
+	}
+	end = mono_ms() + 60000;
+	while (guest_count(sleeps) < 2 && mono_ms() < end)
+		usleep(300 * 1000);
+	assert_int_equal(guest_count(sleeps), 2);
+	assert_int_equal(guest_count(pts), pts0 + 2);
+	post_ok("pause");
+	for (int i = 0; i < 2; i++) {
+		end = mono_ms() + 30000;
+		while (!t[i]->ended && mono_ms() < end)
+			tc_read(t[i], 200, false);
+		fprintf(stderr, "terminal %d at the pause: closed %d '%s'\n", i, t[i]->close_code,
+			t[i]->close_reason);
+		assert_true(t[i]->ended);
+		tc_free(t[i]);
+	}
+	post_ok("resume");
+	assert_int_equal(guest_count(sleeps), 0);
+	assert_int_equal(guest_count(pts), pts0);
+}
+
 /* sbx shell with stdin not a terminal: its bytes typed, 24 x 80, and sbx
  * exits with the shell's code. */
 static void sbx_shell_exit_code(void **state)
@@ -532,6 +600,7 @@ int main(void)
 	    cmocka_unit_test(refusals),
 	    cmocka_unit_test(close_hangs_up),
 	    cmocka_unit_test(sbx_shell_exit_code),
+	    cmocka_unit_test(a_pause_hangs_up_terminals),
 	    cmocka_unit_test(throughput_figures),
 	    cmocka_unit_test(unread_terminal_keeps_memory_flat),
 	};
