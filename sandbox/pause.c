@@ -108,17 +108,22 @@ static int claim(struct sandbox_svc *svc, const char *account_id, const char *id
 static int host_job_enter(struct sandbox_svc *svc, struct fleet_host *h, struct sbx_error *err)
 {
 	const char *name = h->cfg->name;
+	size_t i, free_i = SANDBOX_MAX_HOSTS;
 	int rc = -1;
 
 	pthread_mutex_lock(&svc->lock);
-	for (size_t i = 0; i < SANDBOX_MAX_HOSTS && rc < 0; i++) {
-		if (svc->host_jobs[i].n && strcmp(svc->host_jobs[i].host, name) != 0)
-			continue;
+	/* the host's entry while it has jobs, else a free one */
+	for (i = 0; i < SANDBOX_MAX_HOSTS; i++) {
 		if (!svc->host_jobs[i].n)
-			snprintf(svc->host_jobs[i].host, sizeof(svc->host_jobs[i].host), "%s",
-				 name);
-		if (svc->host_jobs[i].n >= svc->cfg.pause_jobs_per_host)
+			free_i = free_i < i ? free_i : i;
+		else if (strcmp(svc->host_jobs[i].host, name) == 0)
 			break;
+	}
+	if (i == SANDBOX_MAX_HOSTS && free_i < SANDBOX_MAX_HOSTS) {
+		i = free_i;
+		snprintf(svc->host_jobs[i].host, sizeof(svc->host_jobs[i].host), "%s", name);
+	}
+	if (i < SANDBOX_MAX_HOSTS && svc->host_jobs[i].n < svc->cfg.pause_jobs_per_host) {
 		svc->host_jobs[i].n++;
 		rc = 0;
 	}
