@@ -7,7 +7,11 @@
  *     whose clock is not set at resume lags by the whole pause); exec,
  *     files and processes answer 409 sandbox_paused while paused; another
  *     account gets 404 on pause and resume; pause of a paused and resume of
- *     a running sandbox answer 200 with the object;
+ *     a running sandbox answer 200 with the object; two terminals open at
+ *     the pause (`sbx shell` running `sleep 4343`) end, told it was paused,
+ *     and their shells are not in the guest after the resume, nor their
+ *     PTYs (a guest that kept them would run out of PTYs after a few
+ *     pauses);
  *  2. billing: the sandbox's charge is its running time only (the ledger's
  *     one charge equals the runtime without the pause at its price), the
  *     cost so far does not move while paused, the save file is 0600 beside
@@ -50,7 +54,7 @@ static int64_t pause_sent, pause_answered;
 #define PRICE 90000 /* µ$/h of the size below */
 /* How long case 1 keeps the sandbox paused: longer than the clock check's
  * 3 s tolerance, so a guest clock not set at resume fails it. */
-#define PAUSE_S 60
+#define PAUSE_S 10
 
 static struct http_reply req_on(const char *id, const char *key, const char *method,
 				const char *suffix, const char *body)
@@ -153,6 +157,59 @@ static struct http_reply pause_or_resume(const char *what, int64_t *took_ms)
 	return r;
 }
 
+/* The shell command running `sbx ARGS` against the daemon (bin/sbx beside
+ * SBX_BIN), under `wrap` ("" or e.g. "timeout 120 "), then `tail`
+ * (redirections), into cmd. */
+static void sbx_command(char *cmd, size_t len, const char *wrap, const char *args, const char *tail)
+{
+	const char *bin = sbx_bin(), *slash = strrchr(bin, '/');
+
+	snprintf(cmd, len,
+		 "SANDBOXD_URL=http://127.0.0.1:%d SANDBOXD_KEY='%s' XDG_CONFIG_HOME=/nonexistent "
+		 "%s%.*s/sbx %s %s",
+		 d.port, d.key, wrap, slash ? (int)(slash - bin) : 3, slash ? bin : "bin", args,
+		 tail);
+}
+
+/* `sbx ARGS`: its stdout into out, its exit code. */
+static int sbx_cli(const char *args, char *out, size_t n)
+{
+	char cmd[1024];
+
+	sbx_command(cmd, sizeof(cmd), "", args, "</dev/null 2>&1");
+	return cmd_out(cmd, out, n);
+}
+
+/* A terminal (`sbx shell`, bounded by `timeout`) typing `line`, its stdin
+ * left open, its output into the file `out`. */
+static FILE *terminal_open(const char *line, const char *out)
+{
+	char args[128], tail[640], cmd[1024];
+	FILE *p;
+
+	snprintf(args, sizeof(args), "shell %s", sbx);
+	snprintf(tail, sizeof(tail), ">%s 2>&1", out);
+	sbx_command(cmd, sizeof(cmd), "timeout 120 ", args, tail);
+	p = popen(cmd, "w");
+	assert_non_null(p);
+	fputs(line, p);
+	fflush(p);
+	return p;
+}
+
+/* A number the guest prints for `cmd`. */
+static int guest_count(const char *cmd)
+{
+	struct http_reply r = exec_ok(cmd);
+	int n = atoi(jstr(r.json, "stdout"));
+
+	http_reply_free(&r);
+	return n;
+}
+
+#define SLEEPS "ps -eo args | grep -c '^sleep 4343' || true"
+#define PTS    "ls /dev/pts | grep -c '^[0-9]' || true"
+
 /* ------------------------------------------------------------- 1. */
 
 static void state_survives_a_pause(void **state)
@@ -173,6 +230,18 @@ static void state_survives_a_pause(void **state)
 	assert_int_equal(r.status, 201);
 	bg_pid = (long)jint(r.json, "pid");
 	http_reply_free(&r);
+	/* two terminals, each running a `sleep 4343`, open at the pause */
+	int pts0 = guest_count(PTS);
+	char tout[2][300];
+	FILE *term[2];
+	for (int i = 0; i < 2; i++) {
+		snprintf(tout[i], sizeof(tout[i]), "%s/terminal-%d.out", d.state_dir, i);
+		term[i] = terminal_open("sleep 4343\n", tout[i]);
+	}
+	for (int i = 0; i < 300 && guest_count(SLEEPS) < 2; i++)
+		usleep(200 * 1000);
+	assert_int_equal(guest_count(SLEEPS), 2);
+	assert_int_equal(guest_count(PTS), pts0 + 2);
 	sleep(2);
 
 	/* another account: 404 on both */
@@ -196,6 +265,17 @@ static void state_survives_a_pause(void **state)
 		      (long long)pause_ms, (long long)jint(r.json, "paused_bytes"));
 	assert_true(jint(r.json, "paused_bytes") > 0);
 	http_reply_free(&r);
+	/* the terminals ended, told the sandbox was paused */
+	for (int i = 0; i < 2; i++) {
+		int ps = pclose(term[i]);
+		char out[4096] = "", cmd[700];
+
+		snprintf(cmd, sizeof(cmd), "tail -c 400 %s", tout[i]);
+		cmd_out(cmd, out, sizeof(out));
+		print_message("terminal %d at the pause: exit %d: %s\n", i, WEXITSTATUS(ps), out);
+		assert_true(WIFEXITED(ps) && WEXITSTATUS(ps) != 0 && WEXITSTATUS(ps) != 124);
+		assert_non_null(strstr(out, "was paused"));
+	}
 
 	/* the domain is gone, its save file is there, 0600 */
 	domain_of(dom, sizeof(dom));
@@ -247,6 +327,11 @@ static void state_survives_a_pause(void **state)
 		      (long long)jint(r.json, "paused_seconds"));
 	http_reply_free(&r);
 	assert_int_equal(stat(path, &st), -1); /* the save file went */
+
+	/* the terminals' shells were hung up before the save: none came back
+	 * with the guest, nor their PTYs (64 per guest) */
+	assert_int_equal(guest_count(SLEEPS), 0);
+	assert_int_equal(guest_count(PTS), pts0);
 
 	/* the file, the clock */
 	r = exec_ok("cat /root/pause-file; date +%s");
@@ -313,20 +398,6 @@ static void runtime_billed_only_while_running(void **state)
 
 /* ------------------------------------------------------------- 3. */
 
-/* `sbx ARGS` against the daemon (bin/sbx beside SBX_BIN): its stdout
- * into out, its exit code. */
-static int sbx_cli(const char *args, char *out, size_t n)
-{
-	const char *bin = sbx_bin(), *slash = strrchr(bin, '/');
-	char cmd[1024];
-
-	snprintf(cmd, sizeof(cmd),
-		 "SANDBOXD_URL=http://127.0.0.1:%d SANDBOXD_KEY='%s' XDG_CONFIG_HOME=/nonexistent "
-		 "%.*s/sbx %s </dev/null 2>&1",
-		 d.port, d.key, slash ? (int)(slash - bin) : 3, slash ? bin : "bin", args);
-	return cmd_out(cmd, out, n);
-}
-
 static void a_restart_keeps_it_paused(void **state)
 {
 	struct http_reply r;
@@ -359,15 +430,25 @@ static void a_restart_keeps_it_paused(void **state)
 
 /* ------------------------------------------------------------- 3b. */
 
-/* Rewrite the config with test_fault_point `fault` ("" = none) and start. */
-static void start_with_fault(const char *fault)
+/* Rewrite the config as BASE_CFG plus `more` (JSON members after a
+ * comma, "" = none) and start. */
+static void start_with(const char *more)
 {
 	char extra[1024];
 
-	snprintf(extra, sizeof(extra), "%s%s%s%s", BASE_CFG,
-		 fault[0] ? ", \"test_fault_point\": \"" : "", fault, fault[0] ? "\"" : "");
+	snprintf(extra, sizeof(extra), "%s%s%s", BASE_CFG, more[0] ? ", " : "", more);
 	assert_int_equal(daemon_config_full(&d, extra), 0);
 	assert_int_equal(daemon_start(&d), 0);
+}
+
+/* The same with test_fault_point `fault` ("" = none). */
+static void start_with_fault(const char *fault)
+{
+	char more[256] = "";
+
+	if (fault[0])
+		snprintf(more, sizeof(more), "\"test_fault_point\": \"%s\"", fault);
+	start_with(more);
 }
 
 /* POST .../what under test_fault_point `fault`: the daemon dies at the
@@ -490,7 +571,7 @@ static void *bg_pause_main(void *arg)
  * normally first, whose resume meets the host cap and then the deadline. */
 static void refused_before_the_save_and_deadlines(void **state)
 {
-	char other[64], st[32], extra[1024];
+	char other[64], st[32];
 	struct http_reply r;
 	struct sbx_error err;
 	struct bg_pause b = {0};
@@ -505,12 +586,8 @@ static void refused_before_the_save_and_deadlines(void **state)
 	/* storage the account ($10) cannot hold: 402 before any save (a save
 	 * would reach pause.after_save and kill the daemon: no answer) */
 	daemon_kill9(&d);
-	snprintf(extra, sizeof(extra),
-		 "%s, \"paused_storage_micro_per_gib_hour\": 1000000000, "
-		 "\"test_fault_point\": \"pause.after_save\"",
-		 BASE_CFG);
-	assert_int_equal(daemon_config_full(&d, extra), 0);
-	assert_int_equal(daemon_start(&d), 0);
+	start_with("\"paused_storage_micro_per_gib_hour\": 1000000000, "
+		   "\"test_fault_point\": \"pause.after_save\"");
 	r = req(d.key, "POST", "/pause", NULL);
 	print_message("pause without the credit for its storage: %d %s\n", r.status, r.body);
 	assert_int_equal(r.status, 402);
@@ -524,12 +601,8 @@ static void refused_before_the_save_and_deadlines(void **state)
 	 * first save waits 5 s before it starts (pause.before_save), its
 	 * guest out of the lives and the host's slot held */
 	daemon_kill9(&d);
-	snprintf(extra, sizeof(extra),
-		 "%s, \"pause_jobs_per_host\": 1, \"pause_timeout_ms\": 300, "
-		 "\"test_fault_point\": \"pause.before_save\", \"test_fault_pause_ms\": 5000",
-		 BASE_CFG);
-	assert_int_equal(daemon_config_full(&d, extra), 0);
-	assert_int_equal(daemon_start(&d), 0);
+	start_with("\"pause_jobs_per_host\": 1, \"pause_timeout_ms\": 300, "
+		   "\"test_fault_point\": \"pause.before_save\", \"test_fault_pause_ms\": 5000");
 	assert_int_equal(daemon_sandbox_status(&d, other, st, sizeof(st)), 200);
 	assert_string_equal(st, "paused");
 	assert_int_equal(pthread_create(&b.t, NULL, bg_pause_main, &b), 0);
@@ -644,15 +717,11 @@ static void paused_retention_ends_it(void **state)
 	char dom[64], cmd[512], out[64], st[32];
 	struct http_reply r;
 	struct sbx_error err;
-	char extra[1024];
 	int i;
 
 	(void)state;
 	daemon_kill9(&d);
-	snprintf(extra, sizeof(extra), "%s, \"test_minute_ms\": 1000, \"paused_ttl_minutes\": 3",
-		 BASE_CFG);
-	assert_int_equal(daemon_config_full(&d, extra), 0);
-	assert_int_equal(daemon_start(&d), 0);
+	start_with("\"test_minute_ms\": 1000, \"paused_ttl_minutes\": 3");
 	http_request(&d, "GET", "/v1/limits", NULL, NULL, NULL, 0, &r);
 	assert_int_equal(jint(r.json, "paused_ttl_minutes"), 3);
 	assert_string_equal(jstr(r.json, "paused_storage_usd_per_gib_hour"), "0.000000");

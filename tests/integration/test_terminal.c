@@ -12,9 +12,8 @@
  * hangs the shell up (its `sleep` is gone from the guest); and a terminal
  * nobody reads while the guest prints 100 MB keeps the daemon's VmRSS
  * within 64 MiB of where it started, after which its output flows again
- * when read; a pause ends the terminals and hangs their shells up in the
- * guest first (none of them, and none of their PTYs, is there after the
- * resume). Figures are printed. */
+ * when read. Figures are printed; the throughput to a reading client is
+ * bench/terminal's; what a pause does to terminals is test_pause's. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -410,72 +409,6 @@ static void close_hangs_up(void **state)
 	assert_int_equal(sleepers(), 0);
 }
 
-/* A number the guest prints for `cmd` (an exec that must answer 200). */
-static int guest_count(const char *cmd)
-{
-	struct http_reply r;
-	char path[128], body[512];
-	int n;
-
-	snprintf(path, sizeof path, "/v1/sandboxes/%s/exec", sbx);
-	snprintf(body, sizeof body, "{\"command\": \"%s\"}", cmd);
-	assert_int_equal(http_request(&d, "POST", path, d.key, NULL, body, 0, &r), 0);
-	assert_int_equal(r.status, 200);
-	n = atoi(jstr(r.json, "stdout"));
-	http_reply_free(&r);
-	return n;
-}
-
-static void post_ok(const char *what)
-{
-	struct http_reply r;
-	char path[128];
-
-	snprintf(path, sizeof path, "/v1/sandboxes/%s/%s", sbx, what);
-	assert_int_equal(http_request(&d, "POST", path, d.key, NULL, NULL, 0, &r), 0);
-	if (r.status != 200)
-		fprintf(stderr, "%s: %d %s\n", what, r.status, r.body);
-	assert_int_equal(r.status, 200);
-	http_reply_free(&r);
-}
-
-/* A pause ends the terminals (the client is told) and hangs their shells
- * up in the guest first: after the resume none of them is there, and no
- * PTY is held (a guest that kept them would run out of PTYs after a few
- * pauses). */
-static void a_pause_hangs_up_terminals(void **state)
-{
-	const char *pts = "ls /dev/pts | grep -c '^[0-9]' || true",
-		   *sleeps = "ps -eo args | grep -c '^sleep 4343' || true";
-	struct tc *t[2];
-	int pts0 = guest_count(pts);
-	int64_t end;
-
-	(void)state;
-	for (int i = 0; i < 2; i++) {
-		t[i] = open_ok("");
-		tc_type(t[i], "sleep 4343\r");
-	}
-	end = mono_ms() + 60000;
-	while (guest_count(sleeps) < 2 && mono_ms() < end)
-		usleep(300 * 1000);
-	assert_int_equal(guest_count(sleeps), 2);
-	assert_int_equal(guest_count(pts), pts0 + 2);
-	post_ok("pause");
-	for (int i = 0; i < 2; i++) {
-		end = mono_ms() + 30000;
-		while (!t[i]->ended && mono_ms() < end)
-			tc_read(t[i], 200, false);
-		fprintf(stderr, "terminal %d at the pause: closed %d '%s'\n", i, t[i]->close_code,
-			t[i]->close_reason);
-		assert_true(t[i]->ended);
-		tc_free(t[i]);
-	}
-	post_ok("resume");
-	assert_int_equal(guest_count(sleeps), 0);
-	assert_int_equal(guest_count(pts), pts0);
-}
-
 /* sbx shell with stdin not a terminal: its bytes typed, 24 x 80, and sbx
  * exits with the shell's code. */
 static void sbx_shell_exit_code(void **state)
@@ -504,53 +437,11 @@ static void sbx_shell_exit_code(void **state)
 	assert_non_null(strstr(out, "SH7"));
 }
 
-/* Read `bytes` of `yes` as fast as they come (a figure, printed). */
-static void rate_of(struct tc *t, const char *stty, uint64_t bytes, uint64_t expect)
-{
-	char cmd[256];
-	uint64_t got0;
-	int64_t t0, end;
-
-	snprintf(cmd, sizeof cmd, "stty %s; yes | head -c %llu; echo; echo RATE$((6*7))\r", stty,
-		 (unsigned long long)bytes);
-	tc_clear(t);
-	tc_type(t, cmd);
-	tc_until(t, "RATE$((6*7))", 60000); /* the echo of the command */
-	tc_clear(t);
-	got0 = t->total;
-	t0 = mono_ms();
-	end = t0 + 600000;
-	while (mono_ms() < end && !strstr(t->screen ? t->screen : "", "RATE42")) {
-		if (!tc_read(t, 500, true))
-			break;
-		if (t->screen_len > 1024 * 1024) {
-			memmove(t->screen, t->screen + t->screen_len - 16, 16);
-			t->screen_len = 16;
-			t->screen[16] = '\0';
-		}
-	}
-	fprintf(stderr, "stty %s: %llu bytes in %lld ms (%.2f MB/s)\n", stty,
-		(unsigned long long)(t->total - got0), (long long)(mono_ms() - t0),
-		(double)(t->total - got0) / 1000.0 / (double)(mono_ms() - t0 + 1));
-	assert_true(t->total - got0 >= expect);
-}
-
-/* The terminal's throughput to a client that reads: a printed figure. On
- * this TCG host the guest's own pty is the bound (`script` writing 10 MB
- * of `yes` to /dev/null inside the guest takes ~19 s). */
-static void throughput_figures(void **state)
-{
-	struct tc *t = open_ok("");
-
-	(void)state;
-	rate_of(t, "opost", 4000000, 6000000); /* "y\n" arrives as "y\r\n" */
-	tc_free(t);
-}
-
 /* Nobody reads while the guest prints 100 MB: the daemon's VmRSS stays
  * within 64 MiB of where it was; then the output flows again once the
  * client reads (the next 4 MB; reading all of it would take minutes at
- * this host's TCG pty rate, throughput_figures reads a whole stream). */
+ * this host's TCG pty rate; bench/terminal prints the rate of a whole
+ * stream). */
 static void unread_terminal_keeps_memory_flat(void **state)
 {
 	struct tc *t = open_ok("");
@@ -600,8 +491,6 @@ int main(void)
 	    cmocka_unit_test(refusals),
 	    cmocka_unit_test(close_hangs_up),
 	    cmocka_unit_test(sbx_shell_exit_code),
-	    cmocka_unit_test(a_pause_hangs_up_terminals),
-	    cmocka_unit_test(throughput_figures),
 	    cmocka_unit_test(unread_terminal_keeps_memory_flat),
 	};
 
