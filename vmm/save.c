@@ -48,29 +48,34 @@ struct watchdog {
 	int64_t deadline_mono; /* 0: no watchdog */
 	struct vmm *v;
 	char name[VMM_NAME_MAX + 1];
-	bool save; /* abort a save; else destroy a restoring domain */
+	virDomainPtr dom; /* a save's domain (a ref of the watchdog's); NULL: a restore */
 };
 
-/* Abort the save job of `name` (save) or destroy its domain (a restore
- * under way, or one restored past its deadline); its files stay. */
-static void job_end(struct vmm *v, const char *name, bool save)
+/* Abort the save job of dom (a save) or destroy the domain `name` (a
+ * restore under way, or one restored past its deadline); files stay. */
+static void job_end(struct vmm *v, virDomainPtr save_dom, const char *name)
 {
-	virDomainPtr dom = virDomainLookupByName(vmm_conn(v), name);
+	bool save = save_dom != NULL;
+	virDomainPtr dom = save ? save_dom : virDomainLookupByName(vmm_conn(v), name);
 
 	if (!dom)
 		return; /* not there (yet, or any more) */
 	if (save) {
 		if (virDomainAbortJob(dom) == 0)
 			sbx_warn(MOD, "save '%s': past its deadline: aborted", name);
+		else
+			sbx_warn(MOD, "save '%s': past its deadline: abort refused: %s", name,
+				 vmm_lv_msg());
 	} else if (virDomainDestroy(dom) == 0) {
 		sbx_warn(MOD, "restore '%s': past its deadline: destroyed", name);
 	}
-	virDomainFree(dom);
+	if (!save)
+		virDomainFree(dom);
 }
 
 static void watchdog_fire(struct watchdog *w)
 {
-	job_end(w->v, w->name, w->save);
+	job_end(w->v, w->dom, w->name);
 }
 
 static void *watchdog_main(void *arg)
@@ -96,8 +101,9 @@ static void *watchdog_main(void *arg)
 	return NULL;
 }
 
-/* Start a watchdog for `name` (timeout_ms 0: none). */
-static void watchdog_start(struct watchdog *w, struct vmm *v, const char *name, bool save,
+/* Start a watchdog for the save of dom, or the restore of `name` (dom
+ * NULL); timeout_ms 0: none. */
+static void watchdog_start(struct watchdog *w, struct vmm *v, virDomainPtr dom, const char *name,
 			   uint32_t timeout_ms)
 {
 	pthread_condattr_t ca;
@@ -105,8 +111,12 @@ static void watchdog_start(struct watchdog *w, struct vmm *v, const char *name, 
 	memset(w, 0, sizeof(*w));
 	if (!timeout_ms)
 		return;
+	if (dom && virDomainRef(dom) < 0) {
+		sbx_warn(MOD, "save '%s': no watchdog: no deadline of its own", name);
+		return; /* never a restore's watchdog for a save */
+	}
 	w->v = v;
-	w->save = save;
+	w->dom = dom;
 	snprintf(w->name, sizeof(w->name), "%s", name);
 	w->deadline_mono = sbx_mono_ms() + timeout_ms;
 	pthread_mutex_init(&w->lock, NULL);
@@ -118,6 +128,8 @@ static void watchdog_start(struct watchdog *w, struct vmm *v, const char *name, 
 		sbx_warn(MOD, "'%s': no watchdog thread: no deadline of its own", name);
 		pthread_cond_destroy(&w->cond);
 		pthread_mutex_destroy(&w->lock);
+		if (w->dom)
+			virDomainFree(w->dom);
 		w->deadline_mono = 0;
 	}
 }
@@ -137,6 +149,8 @@ static bool watchdog_stop(struct watchdog *w)
 	fired = w->fired;
 	pthread_cond_destroy(&w->cond);
 	pthread_mutex_destroy(&w->lock);
+	if (w->dom)
+		virDomainFree(w->dom);
 	return fired;
 }
 
@@ -239,9 +253,14 @@ int vmm_vm_save(struct vmm_vm *vm, uint32_t timeout_ms, int64_t *bytes, struct s
 		return sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL, "the sandbox's guest is gone");
 	if (save_path(v, vm->name, VMM_SAVE_SUFFIX, path, sizeof(path)) < 0)
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "save path too long");
-	watchdog_start(&w, v, vm->name, true, timeout_ms);
+	watchdog_start(&w, v, dom, vm->name, timeout_ms);
 	rc = virDomainSave(dom, path);
 	late = watchdog_stop(&w);
+	/* an abort before QEMU's migration to the file began does not stop
+	 * libvirt's save: one that finished is a pause, late but done */
+	if (rc == 0 && late)
+		sbx_warn(MOD, "save '%s': finished past its deadline of %u ms", vm->name,
+			 timeout_ms);
 	if (rc < 0) {
 		int code = vmm_lv_code();
 		const char *msg = vmm_lv_msg();
@@ -291,13 +310,13 @@ struct vmm_vm *vmm_vm_restore(struct vmm *v, const char *name, uint32_t timeout_
 	}
 	if (timed_out)
 		*timed_out = false;
-	watchdog_start(&w, v, name, false, timeout_ms);
+	watchdog_start(&w, v, NULL, name, timeout_ms);
 	rc = virDomainRestore(vmm_conn(v), path);
 	if (watchdog_stop(&w)) {
 		/* past its deadline: whatever the call said, no guest of it
 		 * runs (one restored just before the watchdog is ended too) */
 		sbx_err(MOD, "restore '%s': not done within %u ms", name, timeout_ms);
-		job_end(v, name, false);
+		job_end(v, NULL, name);
 		if (timed_out)
 			*timed_out = true;
 		sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL,

@@ -187,8 +187,10 @@ int vmm_vm_destroy(struct vmm_vm *vm, struct sbx_error *err);
  * with SBX_E_INSUFFICIENT_STORAGE (disk full), SBX_E_SERVICE_UNAVAILABLE
  * or SBX_E_SANDBOX_ERROR; on failure the domain runs on (libvirt resumes
  * it) and no save file is left. A save not done within timeout_ms (0:
- * none) is aborted (virDomainAbortJob, from a watchdog thread): -1 with
- * SBX_E_SERVICE_UNAVAILABLE, the domain running on. */
+ * none) is aborted (virDomainAbortJob, from a watchdog thread, again
+ * every 250 ms until the call returns): -1 with SBX_E_SERVICE_UNAVAILABLE,
+ * the domain running on; a save libvirt finishes anyway (an abort that
+ * came before QEMU's migration to the file began) is 0, done. */
 int vmm_vm_save(struct vmm_vm *vm, uint32_t timeout_ms, int64_t *bytes, struct sbx_error *err);
 /* Start domain `name` again from its save file (virDomainRestore: same
  * name and XML), then delete the file. A handle, or NULL with err (the

@@ -210,6 +210,49 @@ static int guest_count(const char *cmd)
 #define SLEEPS "ps -eo args | grep -c '^sleep 4343' || true"
 #define PTS    "ls /dev/pts | grep -c '^[0-9]' || true"
 
+/* Case 1's two terminals, open at its pause: the `sbx shell`s, their
+ * output files, and the guest's PTYs in use before them. */
+static FILE *term[2];
+static char term_out[2][300];
+static int pts_before;
+
+/* Open both, each running a `sleep 4343`; wait until the guest runs them. */
+static void terminals_start(void)
+{
+	pts_before = guest_count(PTS);
+	for (int i = 0; i < 2; i++) {
+		snprintf(term_out[i], sizeof(term_out[i]), "%s/terminal-%d.out", d.state_dir, i);
+		term[i] = terminal_open("sleep 4343\n", term_out[i]);
+	}
+	for (int i = 0; i < 300 && guest_count(SLEEPS) < 2; i++)
+		usleep(200 * 1000);
+	assert_int_equal(guest_count(SLEEPS), 2);
+	assert_int_equal(guest_count(PTS), pts_before + 2);
+}
+
+/* After the pause: both ended (not by `timeout`), told it was paused. */
+static void terminals_ended_by_the_pause(void)
+{
+	for (int i = 0; i < 2; i++) {
+		int ps = pclose(term[i]);
+		char out[4096] = "", cmd[700];
+
+		snprintf(cmd, sizeof(cmd), "tail -c 400 %s", term_out[i]);
+		cmd_out(cmd, out, sizeof(out));
+		print_message("terminal %d at the pause: exit %d: %s\n", i, WEXITSTATUS(ps), out);
+		assert_true(WIFEXITED(ps) && WEXITSTATUS(ps) != 0 && WEXITSTATUS(ps) != 124);
+		assert_non_null(strstr(out, "was paused"));
+	}
+}
+
+/* After the resume: their shells were hung up before the save, so none
+ * came back with the guest, nor their PTYs (64 per guest). */
+static void terminals_gone_after_the_resume(void)
+{
+	assert_int_equal(guest_count(SLEEPS), 0);
+	assert_int_equal(guest_count(PTS), pts_before);
+}
+
 /* ------------------------------------------------------------- 1. */
 
 static void state_survives_a_pause(void **state)
@@ -230,18 +273,7 @@ static void state_survives_a_pause(void **state)
 	assert_int_equal(r.status, 201);
 	bg_pid = (long)jint(r.json, "pid");
 	http_reply_free(&r);
-	/* two terminals, each running a `sleep 4343`, open at the pause */
-	int pts0 = guest_count(PTS);
-	char tout[2][300];
-	FILE *term[2];
-	for (int i = 0; i < 2; i++) {
-		snprintf(tout[i], sizeof(tout[i]), "%s/terminal-%d.out", d.state_dir, i);
-		term[i] = terminal_open("sleep 4343\n", tout[i]);
-	}
-	for (int i = 0; i < 300 && guest_count(SLEEPS) < 2; i++)
-		usleep(200 * 1000);
-	assert_int_equal(guest_count(SLEEPS), 2);
-	assert_int_equal(guest_count(PTS), pts0 + 2);
+	terminals_start();
 	sleep(2);
 
 	/* another account: 404 on both */
@@ -265,17 +297,7 @@ static void state_survives_a_pause(void **state)
 		      (long long)pause_ms, (long long)jint(r.json, "paused_bytes"));
 	assert_true(jint(r.json, "paused_bytes") > 0);
 	http_reply_free(&r);
-	/* the terminals ended, told the sandbox was paused */
-	for (int i = 0; i < 2; i++) {
-		int ps = pclose(term[i]);
-		char out[4096] = "", cmd[700];
-
-		snprintf(cmd, sizeof(cmd), "tail -c 400 %s", tout[i]);
-		cmd_out(cmd, out, sizeof(out));
-		print_message("terminal %d at the pause: exit %d: %s\n", i, WEXITSTATUS(ps), out);
-		assert_true(WIFEXITED(ps) && WEXITSTATUS(ps) != 0 && WEXITSTATUS(ps) != 124);
-		assert_non_null(strstr(out, "was paused"));
-	}
+	terminals_ended_by_the_pause();
 
 	/* the domain is gone, its save file is there, 0600 */
 	domain_of(dom, sizeof(dom));
@@ -328,10 +350,7 @@ static void state_survives_a_pause(void **state)
 	http_reply_free(&r);
 	assert_int_equal(stat(path, &st), -1); /* the save file went */
 
-	/* the terminals' shells were hung up before the save: none came back
-	 * with the guest, nor their PTYs (64 per guest) */
-	assert_int_equal(guest_count(SLEEPS), 0);
-	assert_int_equal(guest_count(PTS), pts0);
+	terminals_gone_after_the_resume();
 
 	/* the file, the clock */
 	r = exec_ok("cat /root/pause-file; date +%s");
@@ -567,6 +586,39 @@ static void *bg_pause_main(void *arg)
 	return NULL;
 }
 
+/* Fill BLOAT_MB of sandbox `id`'s memory with non-zero bytes (a
+ * background process that keeps them): its save and its restore then
+ * write and read that much more, seconds under TCG, so that a 1.5 s
+ * deadline falls inside QEMU's migration to the file (an abort before it
+ * began does not stop libvirt's save). */
+#define BLOAT_MB 150
+static void bloat(const char *id)
+{
+	char body[256], suffix[128];
+	struct http_reply r;
+	long pid;
+	int i;
+
+	snprintf(body, sizeof(body),
+		 "{\"command\": \"python3 -c \\\"import time; b = bytearray(b'x') * %d000000; "
+		 "print('ready', flush=True); time.sleep(100000)\\\"\"}",
+		 BLOAT_MB);
+	r = req_on(id, d.key, "POST", "/processes", body);
+	assert_int_equal(r.status, 201);
+	pid = (long)jint(r.json, "pid");
+	http_reply_free(&r);
+	snprintf(suffix, sizeof(suffix), "/processes/%ld/output?stdout_offset=0", pid);
+	for (i = 0; i < 600; i++) {
+		r = req_on(id, d.key, "GET", suffix, NULL);
+		bool ready = r.status == 200 && strstr(jstr(r.json, "stdout"), "ready");
+		http_reply_free(&r);
+		if (ready)
+			break;
+		usleep(200 * 1000);
+	}
+	assert_true(i < 600);
+}
+
 /* The sandbox (running) is the one refused; `other` a second one, paused
  * normally first, whose resume meets the host cap and then the deadline. */
 static void refused_before_the_save_and_deadlines(void **state)
@@ -579,6 +631,7 @@ static void refused_before_the_save_and_deadlines(void **state)
 
 	(void)state;
 	assert_int_equal(daemon_create_sandbox(&d, other, sizeof(other)), 0);
+	bloat(other);
 	r = req_on(other, d.key, "POST", "/pause", NULL);
 	assert_int_equal(r.status, 200);
 	http_reply_free(&r);
@@ -597,11 +650,12 @@ static void refused_before_the_save_and_deadlines(void **state)
 	r = exec_ok("cat /root/pause-file");
 	http_reply_free(&r);
 
-	/* one save or restore per host at a time, 300 ms each at most; the
+	/* one save or restore per host at a time, 1.5 s each at most; the
 	 * first save waits 5 s before it starts (pause.before_save), its
 	 * guest out of the lives and the host's slot held */
+	bloat(sbx);
 	daemon_kill9(&d);
-	start_with("\"pause_jobs_per_host\": 1, \"pause_timeout_ms\": 300, "
+	start_with("\"pause_jobs_per_host\": 1, \"pause_timeout_ms\": 1500, "
 		   "\"test_fault_point\": \"pause.before_save\", \"test_fault_pause_ms\": 5000");
 	assert_int_equal(daemon_sandbox_status(&d, other, st, sizeof(st)), 200);
 	assert_string_equal(st, "paused");
