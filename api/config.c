@@ -97,6 +97,8 @@ static const struct key_spec keys[] = {
     NUM(max_lifetime_minutes, K_INT),
     NUM(paused_ttl_minutes, K_INT),
     NUM(paused_storage_micro_per_gib_hour, K_U64),
+    NUM(pause_timeout_ms, K_U32),
+    NUM(pause_jobs_per_host, K_INT),
     NUM(max_sandboxes_per_account, K_INT),
     NUM(max_execs_per_sandbox, K_INT),
     NUM(max_api_keys_per_account, K_INT),

@@ -154,6 +154,8 @@ void sandbox_config_defaults(struct sandbox_config *cfg)
 	cfg->max_lifetime_minutes = 1440;
 	cfg->paused_ttl_minutes = 1440;
 	cfg->paused_storage_micro_per_gib_hour = 0;
+	cfg->pause_timeout_ms = 120000;
+	cfg->pause_jobs_per_host = 2;
 
 	cfg->max_sandboxes_per_account = 20;
 	cfg->max_execs_per_sandbox = 64;

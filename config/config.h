@@ -121,6 +121,11 @@ struct sandbox_config {
 	 * per GiB-hour while paused. */
 	int paused_ttl_minutes;			    /* 1440 */
 	uint64_t paused_storage_micro_per_gib_hour; /* 0 */
+	/* A save or a restore not done in this long is aborted (the save:
+	 * the sandbox keeps running; the restore: it ends failed), and at
+	 * most this many of them run at once on one host (more: 429). */
+	uint32_t pause_timeout_ms; /* 120000 */
+	int pause_jobs_per_host;   /* 2 */
 
 	int max_sandboxes_per_account; /* 20 */
 	/* Valid API keys per account (429 beyond); revoked ones are kept

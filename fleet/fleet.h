@@ -258,11 +258,12 @@ void fleet_guest_end(struct fleet_guest *g, const char *why);
 /* Pause it instead (docs/lifecycle.md "Pause and resume"): begin its end
  * as FLEET_END_PAUSED if nobody did, close its channel (in-flight execs
  * and transfers fail), save its domain's memory beside its overlay
- * (vmm_vm_save: *bytes the host-observed size), state GONE. The caller
- * took it out of the lives (fleet_live_take). 0, or -1 with err: the
- * domain then runs on, to be reattached (fleet_guest_reattach). Does not
- * drop a ref. No lock held. */
-int fleet_guest_save(struct fleet_guest *g, const char *why, int64_t *bytes, struct sbx_error *err);
+ * (vmm_vm_save within timeout_ms: *bytes the host-observed size), state
+ * GONE. The caller took it out of the lives (fleet_live_take_alive). 0,
+ * or -1 with err: the domain then runs on, to be reattached
+ * (fleet_guest_reattach). Does not drop a ref. No lock held. */
+int fleet_guest_save(struct fleet_guest *g, const char *why, uint32_t timeout_ms, int64_t *bytes,
+		     struct sbx_error *err);
 /* fleet_guest_end then fleet_guest_unref, for each of a chain linked by
  * next (evicted or dropped pooled guests). */
 void fleet_guest_end_chain(struct fleet_guest *g, const char *why);
@@ -503,6 +504,11 @@ void fleet_live_adopt(struct fleet *f, struct fleet_guest *g, struct fleet_host 
  * caller's (end it, then unref), or NULL when another ender took it.
  * Never waits: pinned callers' calls fail once the channel is closed. */
 struct fleet_guest *fleet_live_take(struct fleet *f, const char *id, enum fleet_end end);
+/* The same for a guest that is to live on (a pause saves it, a resume or
+ * a relink hands it on): NULL, and the guest left linked for the
+ * supervisor to end, when it is dead (its channel broke, its domain
+ * stopped) or already ending. */
+struct fleet_guest *fleet_live_take_alive(struct fleet *f, const char *id, enum fleet_end end);
 /* A ref on the guest of `id` whatever its health, or NULL. */
 struct fleet_guest *fleet_live_get(struct fleet *f, const char *id);
 /* Is the guest of `id` linked and not dead? */

@@ -167,7 +167,8 @@ void fleet_guest_end(struct fleet_guest *g, const char *why)
 		 (long long)(t1 - t0), (long long)(sbx_mono_ms() - t1));
 }
 
-int fleet_guest_save(struct fleet_guest *g, const char *why, int64_t *bytes, struct sbx_error *err)
+int fleet_guest_save(struct fleet_guest *g, const char *why, uint32_t timeout_ms, int64_t *bytes,
+		     struct sbx_error *err)
 {
 	int64_t t0 = sbx_mono_ms(), t1;
 	int rc;
@@ -175,7 +176,7 @@ int fleet_guest_save(struct fleet_guest *g, const char *why, int64_t *bytes, str
 	fleet_guest_end_begin(g, FLEET_END_PAUSED); /* unless its owner did */
 	agentless_conn_close(g->conn, why);
 	t1 = sbx_mono_ms();
-	rc = g->vm ? vmm_vm_save(g->vm, bytes, err)
+	rc = g->vm ? vmm_vm_save(g->vm, timeout_ms, bytes, err)
 		   : sbx_error_set(err, SBX_E_SANDBOX_ERROR, NULL, "the guest has no domain");
 	fleet_guest_set_state(g, FLEET_GUEST_GONE);
 	sbx_info(MOD, "sandbox %s: channel closed in %lld ms, domain %s %s in %lld ms", g->id,

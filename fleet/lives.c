@@ -135,18 +135,20 @@ void fleet_live_adopt(struct fleet *f, struct fleet_guest *g, struct fleet_host 
 	pthread_mutex_unlock(&f->lock);
 }
 
-struct fleet_guest *fleet_live_take(struct fleet *f, const char *id, enum fleet_end end)
+/* Unlink and begin the end of the guest of `id`; with only_alive, not
+ * one that is dead (or ending): it stays linked for the supervisor. */
+static struct fleet_guest *live_take(struct fleet *f, const char *id, enum fleet_end end,
+				     bool only_alive)
 {
-	struct fleet_node *n;
 	struct fleet_guest **pp, *g;
 
 	pthread_mutex_lock(&f->lock);
-	n = fleet_registry_del(&f->by_id, id);
-	if (!n) {
+	g = fleet_live_find_locked(f, id);
+	if (!g || (only_alive && fleet_guest_dead(g))) {
 		pthread_mutex_unlock(&f->lock);
 		return NULL;
 	}
-	g = guest_of(n);
+	fleet_registry_del(&f->by_id, id);
 	for (pp = &f->lives; *pp; pp = &(*pp)->next) {
 		if (*pp == g) {
 			*pp = g->next;
@@ -157,6 +159,16 @@ struct fleet_guest *fleet_live_take(struct fleet *f, const char *id, enum fleet_
 	fleet_guest_end_begin(g, end);
 	pthread_mutex_unlock(&f->lock);
 	return g;
+}
+
+struct fleet_guest *fleet_live_take(struct fleet *f, const char *id, enum fleet_end end)
+{
+	return live_take(f, id, end, false);
+}
+
+struct fleet_guest *fleet_live_take_alive(struct fleet *f, const char *id, enum fleet_end end)
+{
+	return live_take(f, id, end, true);
 }
 
 struct fleet_guest *fleet_live_get(struct fleet *f, const char *id)

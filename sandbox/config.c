@@ -166,6 +166,12 @@ static int validate_sandbox_limits(const struct sandbox_config *cfg, struct sbx_
 	if (cfg->paused_ttl_minutes < 1 || cfg->paused_ttl_minutes > 525600)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "paused_ttl_minutes",
 				     "paused_ttl_minutes must be 1..525600");
+	if (cfg->pause_timeout_ms < 100 || cfg->pause_timeout_ms > 3600000)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "pause_timeout_ms",
+				     "pause_timeout_ms must be 100..3600000");
+	if (cfg->pause_jobs_per_host < 1 || cfg->pause_jobs_per_host > 64)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "pause_jobs_per_host",
+				     "pause_jobs_per_host must be 1..64");
 	if (cfg->paused_storage_micro_per_gib_hour > (uint64_t)1000000000)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST,
 				     "paused_storage_micro_per_gib_hour",

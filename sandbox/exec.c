@@ -147,14 +147,106 @@ struct exec_call {
 	/* with a receipt: the caller's request (valid until done) */
 	const struct sandbox_exec_req *receipt_req;
 	char account_id[SANDBOX_ID_MAX];
+	/* A terminal: its id in the guest and its place in svc->terminals
+	 * (under svc->lock, while listed). Two refs (atomic): the starter's
+	 * until it listed the call, done's until it ran. */
+	uint32_t exec_id;
+	bool pty, listed, ended;
+	struct exec_call *tnext;
+	int refs;
 };
 
-static void exec_call_free(struct exec_call *call)
+static void exec_call_put(struct exec_call *call)
 {
+	if (__atomic_sub_fetch(&call->refs, 1, __ATOMIC_ACQ_REL) > 0)
+		return;
 	if (call->own)
 		sandbox_output_release(&call->own_hold);
 	fleet_guest_unref(call->l);
 	free(call);
+}
+
+/* ---------------------------------------------------------- terminals */
+
+/* List a started terminal (unless it already ended). svc->lock taken. */
+static void terminal_list(struct exec_call *call, uint32_t exec_id)
+{
+	struct sandbox_svc *svc = call->svc;
+
+	pthread_mutex_lock(&svc->lock);
+	if (!call->ended) {
+		call->exec_id = exec_id;
+		call->listed = true;
+		call->tnext = svc->terminals;
+		svc->terminals = call;
+	}
+	pthread_mutex_unlock(&svc->lock);
+}
+
+/* It ended: out of the list, and a pause waiting for it is woken. */
+static void terminal_ended(struct exec_call *call)
+{
+	struct sandbox_svc *svc = call->svc;
+
+	pthread_mutex_lock(&svc->lock);
+	call->ended = true;
+	if (call->listed) {
+		for (struct exec_call **pp = &svc->terminals; *pp; pp = &(*pp)->tnext) {
+			if (*pp == call) {
+				*pp = call->tnext;
+				break;
+			}
+		}
+		call->listed = false;
+		pthread_cond_broadcast(&svc->term_cond);
+	}
+	pthread_mutex_unlock(&svc->lock);
+}
+
+/* The terminals of guest g still listed; up to cap exec ids into ids. */
+static size_t terminals_of(struct sandbox_svc *svc, struct fleet_guest *g, uint32_t *ids,
+			   size_t cap)
+{
+	size_t n = 0;
+
+	for (struct exec_call *c = svc->terminals; c; c = c->tnext) {
+		if (c->l != g)
+			continue;
+		if (ids && n < cap)
+			ids[n] = c->exec_id;
+		n++;
+	}
+	return n;
+}
+
+size_t sandbox_terminals_hangup(struct sandbox_svc *svc, struct fleet_guest *g,
+				int64_t deadline_mono)
+{
+	uint32_t ids[64];
+	size_t n, left;
+
+	pthread_mutex_lock(&svc->lock);
+	n = terminals_of(svc, g, ids, sizeof(ids) / sizeof(ids[0]));
+	pthread_mutex_unlock(&svc->lock);
+	if (!n)
+		return 0;
+	/* KILL each (never blocks): the guest sends SIGHUP, then kills the
+	 * terminal's cgroup, and answers with its EXIT */
+	for (size_t i = 0; i < n && i < sizeof(ids) / sizeof(ids[0]); i++)
+		agentless_pty_hangup(g->conn, ids[i]);
+	pthread_mutex_lock(&svc->lock);
+	while ((left = terminals_of(svc, g, NULL, 0)) > 0) {
+		struct timespec ts = {.tv_sec = deadline_mono / 1000,
+				      .tv_nsec = (long)(deadline_mono % 1000) * 1000000L};
+
+		if (pthread_cond_timedwait(&svc->term_cond, &svc->lock, &ts) != 0)
+			break;
+	}
+	left = terminals_of(svc, g, NULL, 0);
+	pthread_mutex_unlock(&svc->lock);
+	sbx_info(MOD, "sandbox %s: %zu terminal(s) hung up before the pause, %zu not ended", g->id,
+		 n, left);
+	return left;
 }
 
 static bool exec_output(void *opaque, uint32_t exec_id, bool is_stderr, const void *data,
@@ -261,9 +353,17 @@ static void exec_done(void *opaque, struct agentless_exec_result *res, const str
 	struct sandbox_exec_receipt rc;
 	struct sbx_error e;
 
+	if (call->pty)
+		terminal_ended(call);
+	/* a terminal a pause hung up: the client is told the sandbox was
+	 * paused, as for one whose channel the pause closed */
+	if (res && call->pty && fleet_guest_end_why(call->l) == FLEET_END_PAUSED) {
+		agentless_exec_result_release(res);
+		res = NULL;
+	}
 	if (!res) {
 		call->done(call->opaque, NULL, NULL, exec_failure(call, aerr, &e));
-		exec_call_free(call);
+		exec_call_put(call);
 		return;
 	}
 	/* the time the exec could run at most: the timeout it ran with */
@@ -274,7 +374,7 @@ static void exec_done(void *opaque, struct agentless_exec_result *res, const str
 	} else {
 		call->done(call->opaque, res, call->receipt_req ? &rc : NULL, NULL);
 	}
-	exec_call_free(call);
+	exec_call_put(call);
 }
 
 int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const char *id,
@@ -287,7 +387,7 @@ int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const ch
 	struct sandbox_output_hold *hold;
 	struct fleet_guest *l;
 	int64_t now = sbx_wall_ms(), left_ms;
-	uint32_t timeout;
+	uint32_t timeout, exec_id = 0;
 	int rc;
 
 	if (sandbox_running_row(svc, account_id, id, now, &row, err) < 0)
@@ -329,7 +429,7 @@ int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const ch
 	    .pty_rows = req->pty_rows,
 	    .pty_cols = req->pty_cols,
 	    .on_pty_ack = req->on_pty_ack ? exec_pty_ack : NULL,
-	    .id_out = req->exec_id,
+	    .id_out = req->exec_id ? req->exec_id : &exec_id,
 	};
 	call = calloc(1, sizeof(*call));
 	if (!call)
@@ -338,6 +438,8 @@ int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const ch
 	call->done = done;
 	call->on_output = req->on_output;
 	call->on_pty_ack = req->on_pty_ack;
+	call->pty = req->pty_rows != 0;
+	call->refs = call->pty ? 2 : 1; /* a terminal: the starter lists it */
 	call->opaque = opaque;
 	call->timeout_ms = timeout;
 	if (req->receipt && !req->on_output)
@@ -379,6 +481,10 @@ int sandbox_exec_start(struct sandbox_svc *svc, const char *account_id, const ch
 			err->retry_after_s = 1;
 		}
 		return -1;
+	}
+	if (call->pty) {
+		terminal_list(call, *areq.id_out);
+		exec_call_put(call);
 	}
 	return 0;
 }

@@ -15,6 +15,7 @@ static const char *const fault_names[SANDBOX_FAULT_COUNT] = {
     [SANDBOX_FAULT_EXTEND_AFTER_HOLD] = "extend.after_hold",
     [SANDBOX_FAULT_DELETE_AFTER_DESTROY] = "delete.after_destroy",
     [SANDBOX_FAULT_DELETE_AFTER_SETTLE] = "delete.after_settle",
+    [SANDBOX_FAULT_PAUSE_BEFORE_SAVE] = "pause.before_save",
     [SANDBOX_FAULT_PAUSE_AFTER_SAVE] = "pause.after_save",
     [SANDBOX_FAULT_RESUME_AFTER_RESTORE] = "resume.after_restore",
 };

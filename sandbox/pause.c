@@ -35,27 +35,20 @@
 #define MOD "sandbox"
 /* How long a resume waits for the restored guest's first answer. */
 #define RESUME_PING_MS 10000
-
-static int64_t minute_ms(const struct sandbox_config *cfg)
-{
-	return cfg->test_minute_ms ? (int64_t)cfg->test_minute_ms : 60000;
-}
-
-/* ----------------------------------------------------------- transit */
+/* How long a pause waits for the EXITs of the terminals it hung up. */
+#define TERMINAL_HANGUP_MS 3000
+/* What a save file may hold beyond the guest's memory (device state). */
+#define SAVE_MARGIN_BYTES (INT64_C(16) << 20)
 
 /* ------------------------------------------------------------ helpers */
 
 /* A live guest again for the running domain of `row` on h (restored, or
- * never saved): reattached and linked. 0 or -1. */
+ * never saved): relinked; one whose row ended meanwhile goes. 0 or -1. */
 static int relink(struct sandbox_svc *svc, struct fleet_host *h, const struct store_sandbox *row,
 		  struct sbx_error *err)
 {
-	struct fleet_guest *l;
-
-	if (fleet_guest_reattach(svc->fleet, h, row->id, row->domain, row->size, &l, err) < 0)
+	if (sandbox_relink(svc, h, row, err) < 0)
 		return -1;
-	l->expires_at_ms = row->expires_at_ms; /* not shared yet */
-	fleet_live_link(svc->fleet, l);
 	/* A DELETE (or the paused retention) that ended the row meanwhile
 	 * found no guest to end: this one is unbilled, so it goes now. */
 	struct store_sandbox now_row;
@@ -78,22 +71,143 @@ static int relink(struct sandbox_svc *svc, struct fleet_host *h, const struct st
 /* The storage hold of a pause of `bytes`: its whole paused retention. */
 static int64_t storage_hold(const struct sandbox_config *cfg, int64_t bytes)
 {
-	return billing_storage_cost(bytes, (int64_t)cfg->paused_ttl_minutes * minute_ms(cfg),
+	return billing_storage_cost(bytes,
+				    (int64_t)cfg->paused_ttl_minutes * sandbox_minute_ms(cfg),
 				    (int64_t)cfg->paused_storage_micro_per_gib_hour);
+}
+
+/* 410 for a sandbox that ended while it was being paused or resumed. */
+static int ended_meanwhile(const struct store_sandbox *row, struct sbx_error *err)
+{
+	return sbx_error_set(err, SBX_E_SANDBOX_NOT_RUNNING, NULL,
+			     "sandbox '%s' is %s; create a new one", row->id,
+			     store_status_name(row->status));
+}
+
+/* Claim `id` for a pause or a resume and read its row again inside the
+ * claim (another one may have just committed). 0 with the claim held, or
+ * -1 with none. */
+static int claim(struct sandbox_svc *svc, const char *account_id, const char *id,
+		 struct store_sandbox *row, struct sbx_error *err)
+{
+	if (!svc->fleet)
+		return sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
+				     "this service runs no guests");
+	if (sandbox_transit_enter(svc, id, err) < 0)
+		return -1;
+	if (sandbox_visible_row(svc, account_id, id, row, err) < 0) {
+		sandbox_transit_leave(svc, id);
+		return -1;
+	}
+	return 0;
+}
+
+/* One of host h's pause_jobs_per_host save-or-restore slots: 0, or -1
+ * with 429 rate_limited (saves and restores are I/O heavy: one account
+ * must not take a host's disk). svc->lock, a leaf. */
+static int host_job_enter(struct sandbox_svc *svc, struct fleet_host *h, struct sbx_error *err)
+{
+	const char *name = h->cfg->name;
+	size_t i, free_i = SANDBOX_MAX_HOSTS;
+	int rc = -1;
+
+	pthread_mutex_lock(&svc->lock);
+	/* the host's entry while it has jobs, else a free one */
+	for (i = 0; i < SANDBOX_MAX_HOSTS; i++) {
+		if (!svc->host_jobs[i].n)
+			free_i = free_i < i ? free_i : i;
+		else if (strcmp(svc->host_jobs[i].host, name) == 0)
+			break;
+	}
+	if (i == SANDBOX_MAX_HOSTS && free_i < SANDBOX_MAX_HOSTS) {
+		i = free_i;
+		snprintf(svc->host_jobs[i].host, sizeof(svc->host_jobs[i].host), "%s", name);
+	}
+	if (i < SANDBOX_MAX_HOSTS && svc->host_jobs[i].n < svc->cfg.pause_jobs_per_host) {
+		svc->host_jobs[i].n++;
+		rc = 0;
+	}
+	pthread_mutex_unlock(&svc->lock);
+	if (rc < 0) {
+		sbx_error_set(err, SBX_E_RATE_LIMITED, NULL,
+			      "the sandbox's host is at its limit of saves and restores at once "
+			      "(%d); retry shortly",
+			      svc->cfg.pause_jobs_per_host);
+		if (err)
+			err->retry_after_s = 5;
+	}
+	return rc;
+}
+
+static void host_job_leave(struct sandbox_svc *svc, struct fleet_host *h)
+{
+	pthread_mutex_lock(&svc->lock);
+	for (size_t i = 0; i < SANDBOX_MAX_HOSTS; i++) {
+		if (svc->host_jobs[i].n && strcmp(svc->host_jobs[i].host, h->cfg->name) == 0) {
+			svc->host_jobs[i].n--;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&svc->lock);
 }
 
 /* ------------------------------------------------------------- pause */
 
+/* Before the save: can the account hold the storage of the largest save
+ * this guest may make (its whole memory, device state and its disk
+ * overlay now) for the paused retention? 0, or -1 with 402 (it keeps
+ * running, nothing was written). The hold itself is taken on what was
+ * saved, in the pause's transaction. */
+static int pause_credit_check(struct sandbox_svc *svc, struct fleet_host *h,
+			      const struct store_sandbox *row, struct sbx_error *err)
+{
+	const struct sandbox_config *cfg = &svc->cfg;
+	const struct sandbox_size *size = sandbox_config_size(cfg, row->size);
+	struct store_balance b;
+	int64_t bytes, hold;
+	char need[32], have[32];
+
+	if (!cfg->paused_storage_micro_per_gib_hour)
+		return 0;
+	bytes = vmm_saved_bytes(h->vmm, row->domain); /* the overlay: no save file yet */
+	bytes = (bytes > 0 ? bytes : 0) + SAVE_MARGIN_BYTES +
+		(size ? (int64_t)size->memory_mib << 20 : 0);
+	hold = storage_hold(cfg, bytes);
+	if (store_balance_get(svc->store, row->account_id, &b, err) < 0)
+		return -1;
+	if (b.available_micro >= hold)
+		return 0;
+	billing_format_usd(hold, need);
+	billing_format_usd(b.available_micro > 0 ? b.available_micro : 0, have);
+	return sbx_error_set(err, SBX_E_INSUFFICIENT_CREDIT, NULL,
+			     "insufficient credit: the storage of this pause (up to %lld MiB for "
+			     "%d minutes) needs $%s reserved but $%s is available; add credit",
+			     (long long)(bytes >> 20), cfg->paused_ttl_minutes, need, have);
+}
+
 /* The guest could not be saved, or the row not paused: bring it back
- * (restore when it was saved) and link it; failing that it ends failed. */
+ * (restore when it was saved) and link it with its row as it is now (an
+ * extend may have landed meanwhile); failing that it ends failed. */
 static void pause_undo(struct sandbox_svc *svc, struct fleet_host *h,
 		       const struct store_sandbox *row, bool saved)
 {
 	struct sbx_error e;
+	struct store_sandbox cur;
 
 	if (saved) {
-		struct vmm_vm *vm = vmm_vm_restore(h->vmm, row->domain, &e);
+		bool late = false;
+		struct vmm_vm *vm =
+		    vmm_vm_restore(h->vmm, row->domain, svc->cfg.pause_timeout_ms, &late, &e);
 
+		if (!vm && late) {
+			/* by rule (docs/lifecycle.md): a restore past its
+			 * deadline ends the sandbox failed, billed until now */
+			sbx_err(MOD, "sandbox %s: no restore in time after a refused pause",
+				row->id);
+			vmm_destroy_by_name(h->vmm, row->domain, NULL);
+			sandbox_settle(svc, row->id, STORE_FAILED, sbx_wall_ms(), NULL, NULL);
+			return;
+		}
 		if (!vm) {
 			/* the save file stays: the next start finds the row
 			 * running with a save file and pauses it */
@@ -103,7 +217,9 @@ static void pause_undo(struct sandbox_svc *svc, struct fleet_host *h,
 		}
 		vmm_vm_free(vm);
 	}
-	if (relink(svc, h, row, &e) < 0) {
+	if (store_sandbox_get(svc->store, NULL, row->id, &cur, &e) < 0)
+		cur = *row;
+	if (relink(svc, h, &cur, &e) < 0) {
 		sbx_err(MOD, "sandbox %s: cannot reattach after a failed pause: %s", row->id,
 			e.message);
 		vmm_destroy_by_name(h->vmm, row->domain, NULL);
@@ -111,23 +227,26 @@ static void pause_undo(struct sandbox_svc *svc, struct fleet_host *h,
 	}
 }
 
-static int pause_locked(struct sandbox_svc *svc, struct store_sandbox *row, struct sbx_error *err)
+/* With the host's save slot held. */
+static int pause_saved(struct sandbox_svc *svc, struct fleet_host *h, struct store_sandbox *row,
+		       struct sbx_error *err)
 {
 	const struct sandbox_config *cfg = &svc->cfg;
-	struct fleet_host *h = fleet_host_find(svc->fleet, row->host);
 	struct fleet_guest *g;
 	int64_t t0, t1, bytes = 0;
 	int rc;
 
-	if (!h || !h->vmm)
-		return sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
-				     "the host of sandbox '%s' does not answer; retry", row->id);
-	g = fleet_live_take(svc->fleet, row->id, FLEET_END_PAUSED);
+	/* not a dead one: the supervisor ends that (failed) */
+	g = fleet_live_take_alive(svc->fleet, row->id, FLEET_END_PAUSED);
 	if (!g)
 		return sbx_error_set(err, SBX_E_SANDBOX_NOT_RUNNING, NULL,
 				     "sandbox '%s' is no longer running", row->id);
+	/* its terminals end here (the API said so); their shells must not
+	 * be saved with the guest, holding its PTYs */
+	sandbox_terminals_hangup(svc, g, sbx_mono_ms() + TERMINAL_HANGUP_MS);
+	sandbox_fault_hit(cfg, SANDBOX_FAULT_PAUSE_BEFORE_SAVE);
 	t0 = sbx_wall_ms();
-	rc = fleet_guest_save(g, "the sandbox was paused", &bytes, err);
+	rc = fleet_guest_save(g, "the sandbox was paused", cfg->pause_timeout_ms, &bytes, err);
 	fleet_guest_unref(g);
 	if (rc < 0) {
 		pause_undo(svc, h, row, false);
@@ -143,38 +262,48 @@ static int pause_locked(struct sandbox_svc *svc, struct store_sandbox *row, stru
 		return -1;
 	}
 	if (rc == 0) {
-		/* it ended meanwhile (a DELETE): its files go with it */
+		/* it ended meanwhile: its files go with it */
 		vmm_destroy_by_name(h->vmm, row->domain, NULL);
-		return 0;
+		return ended_meanwhile(row, err);
 	}
 	sbx_info(MOD, "sandbox %s: paused in %lld ms (%lld bytes saved with its overlay)", row->id,
 		 (long long)(t1 - t0), (long long)bytes);
 	return 0;
 }
 
+static int pause_locked(struct sandbox_svc *svc, struct store_sandbox *row, struct sbx_error *err)
+{
+	struct fleet_host *h = fleet_host_find(svc->fleet, row->host);
+	int rc;
+
+	if (!h || !h->vmm)
+		return sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
+				     "the host of sandbox '%s' does not answer; retry", row->id);
+	/* the money first: a refused pause must not have cost a save */
+	if (pause_credit_check(svc, h, row, err) < 0 || host_job_enter(svc, h, err) < 0)
+		return -1;
+	rc = pause_saved(svc, h, row, err);
+	host_job_leave(svc, h);
+	return rc;
+}
+
 int sandbox_pause(struct sandbox_svc *svc, const char *account_id, const char *id,
 		  struct sandbox_view *out, struct sbx_error *err)
 {
 	struct store_sandbox row;
-	int64_t now = sbx_wall_ms();
-	int rc;
+	int rc = 0;
 
 	if (sandbox_visible_row(svc, account_id, id, &row, err) < 0)
 		return -1;
 	if (row.status != STORE_PAUSED) {
-		if (sandbox_running_row(svc, account_id, id, now, &row, err) < 0)
+		if (sandbox_running_row(svc, account_id, id, sbx_wall_ms(), &row, err) < 0 ||
+		    claim(svc, account_id, id, &row, err) < 0)
 			return -1;
-		if (!svc->fleet)
-			return sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
-					     "this service runs no guests");
-		if (sandbox_transit_enter(svc, id, err) < 0)
-			return -1;
-		/* read again inside the claim: a pause may have just committed */
-		rc = sandbox_visible_row(svc, account_id, id, &row, err);
-		if (rc == 0 && row.status != STORE_PAUSED)
+		if (row.status != STORE_PAUSED) {
 			rc = sandbox_running_row(svc, account_id, id, sbx_wall_ms(), &row, err);
-		if (rc == 0 && row.status != STORE_PAUSED)
-			rc = pause_locked(svc, &row, err);
+			if (rc == 0)
+				rc = pause_locked(svc, &row, err);
+		}
 		sandbox_transit_leave(svc, id);
 		if (rc < 0)
 			return -1;
@@ -184,6 +313,28 @@ int sandbox_pause(struct sandbox_svc *svc, const char *account_id, const char *i
 }
 
 /* ------------------------------------------------------------ resume */
+
+/* Restore the domain of `row` with host h's slot held: a handle, or NULL
+ * with err; a restore past pause_timeout_ms ends the sandbox failed
+ * (docs/lifecycle.md: runtime billed until the pause, its storage until
+ * now). */
+static struct vmm_vm *resume_restore(struct sandbox_svc *svc, struct fleet_host *h,
+				     struct store_sandbox *row, struct sbx_error *err)
+{
+	struct vmm_vm *vm;
+	bool late = false;
+
+	if (host_job_enter(svc, h, err) < 0)
+		return NULL;
+	vm = vmm_vm_restore(h->vmm, row->domain, svc->cfg.pause_timeout_ms, &late, err);
+	host_job_leave(svc, h);
+	if (!vm && late) {
+		sbx_err(MOD, "sandbox %s: not restored within pause_timeout_ms: ends failed",
+			row->id);
+		sandbox_end_paused(svc, row, STORE_FAILED, sbx_wall_ms(), row, NULL);
+	}
+	return vm;
+}
 
 static int resume_locked(struct sandbox_svc *svc, struct store_sandbox *row, struct sbx_error *err)
 {
@@ -197,7 +348,7 @@ static int resume_locked(struct sandbox_svc *svc, struct store_sandbox *row, str
 				     "the host of sandbox '%s' does not answer; it stays paused: "
 				     "retry",
 				     row->id);
-	vm = vmm_vm_restore(h->vmm, row->domain, err);
+	vm = resume_restore(svc, h, row, err);
 	if (!vm)
 		return -1;
 	vmm_vm_free(vm); /* the reattach looks it up again */
@@ -209,7 +360,7 @@ static int resume_locked(struct sandbox_svc *svc, struct store_sandbox *row, str
 		struct sbx_error e;
 		struct vmm_vm *again = vmm_vm_lookup(h->vmm, row->domain, &e);
 
-		if (!again || vmm_vm_save(again, NULL, &e) < 0)
+		if (!again || vmm_vm_save(again, svc->cfg.pause_timeout_ms, NULL, &e) < 0)
 			sbx_err(MOD, "sandbox %s: runs while its row says paused: %s", row->id,
 				e.message);
 		vmm_vm_free(again);
@@ -218,7 +369,7 @@ static int resume_locked(struct sandbox_svc *svc, struct store_sandbox *row, str
 	if (rc == 0) {
 		/* ended meanwhile (a DELETE, its retention): the guest goes */
 		vmm_destroy_by_name(h->vmm, row->domain, NULL);
-		return 0;
+		return ended_meanwhile(row, err);
 	}
 	if (relink(svc, h, row, err) < 0) {
 		sbx_err(MOD, "sandbox %s: resumed but cannot be reattached", row->id);
@@ -246,43 +397,40 @@ int sandbox_resume(struct sandbox_svc *svc, const char *account_id, const char *
 		   struct sandbox_view *out, struct sbx_error *err)
 {
 	struct store_sandbox row;
-	int rc;
+	int64_t ttl = (int64_t)svc->cfg.paused_ttl_minutes * sandbox_minute_ms(&svc->cfg);
+	int rc = 0;
 
 	if (sandbox_visible_row(svc, account_id, id, &row, err) < 0)
 		return -1;
-	if (row.status == STORE_PAUSED) {
-		if (!svc->fleet)
-			return sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
-					     "this service runs no guests");
-		if (sandbox_transit_enter(svc, id, err) < 0)
+	if (row.status != STORE_PAUSED) {
+		/* running: as it is; ended (or past its expiry): 410, as pause */
+		if (sandbox_running_row(svc, account_id, id, sbx_wall_ms(), &row, err) < 0)
 			return -1;
-		/* read again inside the claim: a pause may have just committed */
-		rc = sandbox_visible_row(svc, account_id, id, &row, err);
-		int64_t ttl = (int64_t)svc->cfg.paused_ttl_minutes * minute_ms(&svc->cfg);
-		if (rc == 0 && row.status == STORE_PAUSED &&
-		    row.paused_at_ms + ttl <= sbx_wall_ms()) {
-			/* past its retention (the pass had not come yet): it
-			 * ends as the pass would have ended it */
-			rc = sandbox_end_paused(svc, &row, STORE_EXPIRED, row.paused_at_ms + ttl,
-						&row, err);
-			if (rc == 0)
-				rc = sbx_error_set(err, SBX_E_SANDBOX_NOT_RUNNING, NULL,
-						   "sandbox '%s' was paused longer than its "
-						   "retention and has expired",
-						   id);
-		} else if (rc == 0 && row.status == STORE_PAUSED) {
-			rc = resume_locked(svc, &row, err);
-		}
-		sandbox_transit_leave(svc, id);
-		if (rc < 0)
-			return -1;
-	} else if (row.status != STORE_RUNNING) {
-		return sbx_error_set(err, SBX_E_SANDBOX_NOT_RUNNING, NULL,
-				     "sandbox '%s' is %s; create a new one", id,
-				     store_status_name(row.status));
-	} else if (sandbox_in_transit(svc, id)) {
-		return sandbox_transit_error(id, err);
+		if (sandbox_in_transit(svc, id))
+			return sandbox_transit_error(id, err);
+		sandbox_view_from_row(&row, sbx_wall_ms(), out);
+		return 0;
 	}
+	if (claim(svc, account_id, id, &row, err) < 0)
+		return -1;
+	if (row.status == STORE_PAUSED && row.paused_at_ms + ttl <= sbx_wall_ms()) {
+		/* past its retention (the pass had not come yet): it ends as
+		 * the pass would have ended it */
+		rc =
+		    sandbox_end_paused(svc, &row, STORE_EXPIRED, row.paused_at_ms + ttl, &row, err);
+		if (rc == 0)
+			rc = sbx_error_set(err, SBX_E_SANDBOX_NOT_RUNNING, NULL,
+					   "sandbox '%s' was paused longer than its retention and "
+					   "has expired",
+					   id);
+	} else if (row.status == STORE_PAUSED) {
+		rc = resume_locked(svc, &row, err);
+	} else if (row.status != STORE_RUNNING) {
+		rc = ended_meanwhile(&row, err);
+	}
+	sandbox_transit_leave(svc, id);
+	if (rc < 0)
+		return -1;
 	sandbox_view_from_row(&row, sbx_wall_ms(), out);
 	return 0;
 }
@@ -295,7 +443,7 @@ static void ttl_job(void *arg, bool cancelled)
 	struct store_sandbox *rows = NULL;
 	size_t n = 0;
 	int64_t now = sbx_wall_ms(),
-		ttl = (int64_t)svc->cfg.paused_ttl_minutes * minute_ms(&svc->cfg);
+		ttl = (int64_t)svc->cfg.paused_ttl_minutes * sandbox_minute_ms(&svc->cfg);
 	struct sbx_error err;
 
 	if (!cancelled && store_sandbox_list_live(svc->store, &rows, &n, &err) == 0) {

@@ -87,21 +87,6 @@ static void reconcile_domain(void *opaque, const char *name, const char *sandbox
 		snprintf(rc->orphans[rc->n_orphans++], 64, "%s", name);
 }
 
-/* Reattach a running guest left by a previous daemon. */
-static int reattach(struct sandbox_svc *svc, struct fleet_host *h, const struct store_sandbox *row,
-		    struct sbx_error *err)
-{
-	struct fleet_guest *l;
-
-	if (fleet_guest_reattach(svc->fleet, h, row->id, row->domain, row->size, &l, err) < 0)
-		return -1;
-	l->expires_at_ms = row->expires_at_ms; /* not shared yet */
-	fleet_live_link(svc->fleet, l);
-	sbx_info(MOD, "sandbox %s: reattached to domain %s on host %s", row->id, row->domain,
-		 h->cfg->name);
-	return 0;
-}
-
 /* End a running row whose guest cannot be used (sandbox_lost_end): one
  * whose domain ran on past its expiry at the expiry, the rest at their last
  * answer (last_seen_at), never later than their expiry. */
@@ -213,7 +198,7 @@ static int reconcile_host(struct sandbox_svc *svc, struct fleet_host *h, const s
 			sandbox_reconcile_paused(svc, h, row, false);
 		} else if (!has_domain) {
 			settle_lost(svc, row, now, false, "lost its guest");
-		} else if (reattach(svc, h, row, &e) < 0) {
+		} else if (sandbox_relink(svc, h, row, &e) < 0) {
 			sbx_warn(MOD, "reconcile: %s cannot be reattached: %s", row->id, e.message);
 			vmm_destroy_by_name(h->vmm, row->domain, NULL);
 			sandbox_settle(svc, row->id, STORE_FAILED, now, NULL, NULL);

@@ -1,5 +1,6 @@
 /* sandbox: a sandbox's row as the use cases read it (visible to its
- * tenant, running, as the API's view), and the transit claims that keep
+ * tenant, running, as the API's view), a guest relinked to its row (a
+ * restart's reattach, a resume, an undone pause), and the transit claims that keep
  * one pause, resume or retention end per sandbox at a time (under
  * svc->lock, a leaf). Below the use cases: sandboxes.c, pause.c,
  * reconcile.c and the others read rows here, and nothing here calls them.
@@ -60,6 +61,22 @@ int sandbox_running_row(struct sandbox_svc *svc, const char *account_id, const c
 		return sbx_error_set(
 		    err, SBX_E_SANDBOX_NOT_RUNNING, NULL, "sandbox '%s' is %s; create a new one",
 		    id, row->status == STORE_RUNNING ? "expired" : store_status_name(row->status));
+	return 0;
+}
+
+/* ------------------------------------------------------------ relink */
+
+int sandbox_relink(struct sandbox_svc *svc, struct fleet_host *h, const struct store_sandbox *row,
+		   struct sbx_error *err)
+{
+	struct fleet_guest *l;
+
+	if (fleet_guest_reattach(svc->fleet, h, row->id, row->domain, row->size, &l, err) < 0)
+		return -1;
+	l->expires_at_ms = row->expires_at_ms; /* not shared yet */
+	fleet_live_link(svc->fleet, l);
+	sbx_info("sandbox", "sandbox %s: reattached to domain %s on host %s", row->id, row->domain,
+		 h->cfg->name);
 	return 0;
 }
 

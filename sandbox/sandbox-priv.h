@@ -46,6 +46,13 @@ struct prestart; /* execution.c (a fleet_guest holds one: fleet.h) */
 
 /* Pauses and resumes in flight at once (pause.c); more answer 503. */
 #define SANDBOX_TRANSIT_MAX 64
+struct exec_call; /* exec.c */
+
+/* A "minute" of the session clocks: 60 s, or test_minute_ms in tests. */
+static inline int64_t sandbox_minute_ms(const struct sandbox_config *cfg)
+{
+	return cfg->test_minute_ms ? (int64_t)cfg->test_minute_ms : 60000;
+}
 
 struct startup_ring {
 	int64_t ms[SANDBOX_STARTUP_WINDOW];
@@ -91,6 +98,17 @@ struct sandbox_svc {
 	 * sandbox_svc_new, read-only after. */
 	char net_default[NET_POLICY_JSON_MAX];
 	struct net_env net;
+	/* Saves and restores running per host (pause.c), under svc->lock:
+	 * at most cfg.pause_jobs_per_host each (more answer 429). */
+	struct {
+		char host[SANDBOX_HOST_NAME_MAX];
+		int n;
+	} host_jobs[SANDBOX_MAX_HOSTS];
+	/* The terminals open in the guests (exec.c), under svc->lock, so that
+	 * a pause can hang them up first; term_cond (with svc->lock) is
+	 * signalled when one ends. */
+	struct exec_call *terminals; /* a list through exec_call's tnext */
+	pthread_cond_t term_cond;    /* CLOCK_MONOTONIC */
 };
 
 /* network.c: the default policy and svc->net (at sandbox_svc_new). */
@@ -104,6 +122,17 @@ int sandbox_transit_error(const char *id, struct sbx_error *err);
  * (another one runs) or 503 (too many at once); leave it after. */
 int sandbox_transit_enter(struct sandbox_svc *svc, const char *id, struct sbx_error *err);
 void sandbox_transit_leave(struct sandbox_svc *svc, const char *id);
+/* rows.c: a live guest again for the running domain of `row` on h (a
+ * daemon restart, a resume, an undone pause): reattached and linked with
+ * the row's expires_at. 0, or -1 with err. */
+int sandbox_relink(struct sandbox_svc *svc, struct fleet_host *h, const struct store_sandbox *row,
+		   struct sbx_error *err);
+/* exec.c: hang up every terminal open in guest g (a pause, before the
+ * save: the guest's shells and their PTYs must not be saved with it) and
+ * wait for their EXITs until deadline_mono. The number still open. No
+ * lock held. */
+size_t sandbox_terminals_hangup(struct sandbox_svc *svc, struct fleet_guest *g,
+				int64_t deadline_mono);
 
 /* An admin service (SANDBOX_SVC_ADMIN) has no fleet: no guest runs
  * there. These answer for it as a fleet with no guest and no host would:
@@ -362,6 +391,7 @@ enum sandbox_fault {
 	SANDBOX_FAULT_EXTEND_AFTER_HOLD,	 /* extra hold + new expiry committed */
 	SANDBOX_FAULT_DELETE_AFTER_DESTROY,	 /* domain destroyed, row not settled */
 	SANDBOX_FAULT_DELETE_AFTER_SETTLE,	 /* row settled, reply not sent */
+	SANDBOX_FAULT_PAUSE_BEFORE_SAVE,	 /* guest out of the lives, not saved yet */
 	SANDBOX_FAULT_PAUSE_AFTER_SAVE,		 /* domain saved and gone, row running */
 	SANDBOX_FAULT_RESUME_AFTER_RESTORE,	 /* domain restored, row still paused */
 	SANDBOX_FAULT_COUNT

@@ -27,12 +27,6 @@
 
 /* ----------------------------------------------------------- conversions */
 
-/* One minute of timeout_minutes, in ms (scaled only by test configs). */
-static int64_t minute_ms(const struct sandbox_config *cfg)
-{
-	return cfg->test_minute_ms ? (int64_t)cfg->test_minute_ms : 60000;
-}
-
 /* For the use cases beside this file (idempotency.c). */
 static int create_params(const struct sandbox_config *cfg, const struct sandbox_create_req *req,
 			 const struct sandbox_size **size_out, int *minutes_out,
@@ -144,7 +138,8 @@ int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 	sandbox_fault_hit(cfg, SANDBOX_FAULT_CREATE_AFTER_HELLO);
 	/* 4. Ready: billing starts now. */
 	created_at = sbx_wall_ms();
-	l->expires_at_ms = created_at + (int64_t)minutes * minute_ms(cfg); /* not shared yet */
+	l->expires_at_ms =
+	    created_at + (int64_t)minutes * sandbox_minute_ms(cfg); /* not shared yet */
 	int64_t startup_ms = sbx_mono_ms() - t_req_mono;
 	if (store_sandbox_activate_startup(svc->store, row.id, l->domain, created_at,
 					   l->expires_at_ms, warm ? "warm" : "cold", startup_ms,
@@ -280,8 +275,8 @@ int sandbox_extend(struct sandbox_svc *svc, const char *account_id, const char *
 				     "timeout_minutes must be 1..%d", cfg->max_timeout_minutes);
 	if (sandbox_running_row(svc, account_id, id, now, &row, err) < 0)
 		return -1;
-	want = now + (int64_t)timeout_minutes * minute_ms(cfg);
-	latest = row.created_at_ms + (int64_t)cfg->max_lifetime_minutes * minute_ms(cfg);
+	want = now + (int64_t)timeout_minutes * sandbox_minute_ms(cfg);
+	latest = row.created_at_ms + (int64_t)cfg->max_lifetime_minutes * sandbox_minute_ms(cfg);
 	if (want > latest) {
 		sbx_rfc3339(latest, latest_s);
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "timeout_minutes",

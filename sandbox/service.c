@@ -44,6 +44,14 @@ struct sandbox_svc *sandbox_svc_new(const struct sandbox_config *cfg, int flags,
 	}
 	svc->cfg = *cfg;
 	pthread_mutex_init(&svc->lock, NULL);
+	{
+		pthread_condattr_t ca;
+
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&svc->term_cond, &ca);
+		pthread_condattr_destroy(&ca);
+	}
 	svc->output = sandbox_output_budget_new(cfg->output_budget_account_mib << 20,
 						cfg->output_budget_host_mib << 20);
 	if (!svc->output) {
@@ -105,6 +113,7 @@ err_signer:
 	receipt_signer_free(svc->signer);
 err_free:
 	sandbox_output_budget_free(svc->output);
+	pthread_cond_destroy(&svc->term_cond);
 	pthread_mutex_destroy(&svc->lock);
 	free(svc);
 	return NULL;
@@ -141,6 +150,7 @@ void sandbox_svc_free(struct sandbox_svc *svc)
 	receipt_signer_free(svc->signer);
 	store_close(svc->store);
 	sandbox_output_budget_free(svc->output);
+	pthread_cond_destroy(&svc->term_cond);
 	pthread_mutex_destroy(&svc->lock);
 	free(svc);
 }

@@ -195,13 +195,20 @@ int vmm_vm_destroy(struct vmm_vm *vm, struct sbx_error *err);
  * file and the overlay. Blocking (the guest's RAM is written). 0, or -1
  * with SBX_E_INSUFFICIENT_STORAGE (disk full), SBX_E_SERVICE_UNAVAILABLE
  * or SBX_E_SANDBOX_ERROR; on failure the domain runs on (libvirt resumes
- * it) and no save file is left. */
-int vmm_vm_save(struct vmm_vm *vm, int64_t *bytes, struct sbx_error *err);
+ * it) and no save file is left. A save not done within timeout_ms (0:
+ * none) is aborted (virDomainAbortJob, from a watchdog thread, again
+ * every 250 ms until the call returns): -1 with SBX_E_SERVICE_UNAVAILABLE,
+ * the domain running on; a save libvirt finishes anyway (an abort that
+ * came before QEMU's migration to the file began) is 0, done. */
+int vmm_vm_save(struct vmm_vm *vm, uint32_t timeout_ms, int64_t *bytes, struct sbx_error *err);
 /* Start domain `name` again from its save file (virDomainRestore: same
  * name and XML), then delete the file. A handle, or NULL with err (the
  * file is kept: still paused). A domain already running (an earlier
- * restore whose answer was lost) is returned as is. */
-struct vmm_vm *vmm_vm_restore(struct vmm *v, const char *name, struct sbx_error *err);
+ * restore whose answer was lost) is returned as is. A restore not done
+ * within timeout_ms (0: none) is ended (its domain destroyed, the file
+ * kept): NULL with *timed_out (may be NULL) true. */
+struct vmm_vm *vmm_vm_restore(struct vmm *v, const char *name, uint32_t timeout_ms, bool *timed_out,
+			      struct sbx_error *err);
 /* 1 when `name` has a save file (a paused guest), 0 when not, -1 unknown. */
 int vmm_saved(struct vmm *v, const char *name);
 /* Host-observed bytes of name's save file and overlay; -1 unknown. */

@@ -2,18 +2,29 @@
  * daemon, one sandbox shared by the cases, in order.
  *
  *  1. a file written and a background process started before a pause of
- *     ~60 s are there after resume, and the process keeps writing to its
- *     ring; the guest's `date` is within a few seconds of the host's; exec,
+ *     PAUSE_S seconds are there after resume, and the process keeps writing
+ *     to its ring; the guest's `date` is within 3 s of the host's (a guest
+ *     whose clock is not set at resume lags by the whole pause); exec,
  *     files and processes answer 409 sandbox_paused while paused; another
  *     account gets 404 on pause and resume; pause of a paused and resume of
- *     a running sandbox answer 200 with the object;
+ *     a running sandbox answer 200 with the object; two terminals open at
+ *     the pause (`sbx shell` running `sleep 4343`) end, told it was paused,
+ *     and their shells are not in the guest after the resume, nor their
+ *     PTYs (a guest that kept them would run out of PTYs after a few
+ *     pauses);
  *  2. billing: the sandbox's charge is its running time only (the ledger's
  *     one charge equals the runtime without the pause at its price), the
  *     cost so far does not move while paused, the save file is 0600 beside
  *     the overlay and gone after resume; the ledger invariants hold;
  *  3. a daemon restart (kill -9) while paused keeps it paused, with no
  *     domain, and resumable: the process is still there after;
- *  4. DELETE of a paused sandbox settles it and deletes its files.
+ *  3c. refused before the save: a pause whose storage the account cannot
+ *     hold answers 402 without saving (the fault point after the save is
+ *     never reached); past pause_jobs_per_host a resume answers 429; a
+ *     save past pause_timeout_ms is aborted (503, still running, no save
+ *     file), a restore past it ends the sandbox failed (ledger holds);
+ *  4. DELETE of a paused sandbox settles it and deletes its files; pause
+ *     and resume of the ended sandbox answer 410.
  *
  * Pause and resume times and the save-file size are printed (figures,
  * not assertions). */
@@ -21,6 +32,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <sys/stat.h>
 
@@ -40,17 +52,26 @@ static int64_t paused_min_ms, paused_max_ms;
 static int64_t pause_sent, pause_answered;
 
 #define PRICE 90000 /* µ$/h of the size below */
+/* How long case 1 keeps the sandbox paused: longer than the clock check's
+ * 3 s tolerance, so a guest clock not set at resume fails it. */
+#define PAUSE_S 10
 
-static struct http_reply req(const char *key, const char *method, const char *suffix,
-			     const char *body)
+static struct http_reply req_on(const char *id, const char *key, const char *method,
+				const char *suffix, const char *body)
 {
 	struct http_reply r;
 	char path[256];
 
-	snprintf(path, sizeof(path), "/v1/sandboxes/%s%s", sbx, suffix);
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s%s", id, suffix);
 	if (http_request(&d, method, path, key, NULL, body, 0, &r) < 0)
 		fail_msg("no answer to %s %s", method, path);
 	return r;
+}
+
+static struct http_reply req(const char *key, const char *method, const char *suffix,
+			     const char *body)
+{
+	return req_on(sbx, key, method, suffix, body);
 }
 
 static struct http_reply exec_cmd(const char *cmd)
@@ -136,6 +157,102 @@ static struct http_reply pause_or_resume(const char *what, int64_t *took_ms)
 	return r;
 }
 
+/* The shell command running `sbx ARGS` against the daemon (bin/sbx beside
+ * SBX_BIN), under `wrap` ("" or e.g. "timeout 120 "), then `tail`
+ * (redirections), into cmd. */
+static void sbx_command(char *cmd, size_t len, const char *wrap, const char *args, const char *tail)
+{
+	const char *bin = sbx_bin(), *slash = strrchr(bin, '/');
+
+	snprintf(cmd, len,
+		 "SANDBOXD_URL=http://127.0.0.1:%d SANDBOXD_KEY='%s' XDG_CONFIG_HOME=/nonexistent "
+		 "%s%.*s/sbx %s %s",
+		 d.port, d.key, wrap, slash ? (int)(slash - bin) : 3, slash ? bin : "bin", args,
+		 tail);
+}
+
+/* `sbx ARGS`: its stdout into out, its exit code. */
+static int sbx_cli(const char *args, char *out, size_t n)
+{
+	char cmd[1024];
+
+	sbx_command(cmd, sizeof(cmd), "", args, "</dev/null 2>&1");
+	return cmd_out(cmd, out, n);
+}
+
+/* A terminal (`sbx shell`, bounded by `timeout`) typing `line`, its stdin
+ * left open, its output into the file `out`. */
+static FILE *terminal_open(const char *line, const char *out)
+{
+	char args[128], tail[640], cmd[1024];
+	FILE *p;
+
+	snprintf(args, sizeof(args), "shell %s", sbx);
+	snprintf(tail, sizeof(tail), ">%s 2>&1", out);
+	sbx_command(cmd, sizeof(cmd), "timeout 120 ", args, tail);
+	p = popen(cmd, "w");
+	assert_non_null(p);
+	fputs(line, p);
+	fflush(p);
+	return p;
+}
+
+/* A number the guest prints for `cmd`. */
+static int guest_count(const char *cmd)
+{
+	struct http_reply r = exec_ok(cmd);
+	int n = atoi(jstr(r.json, "stdout"));
+
+	http_reply_free(&r);
+	return n;
+}
+
+#define SLEEPS "ps -eo args | grep -c '^sleep 4343' || true"
+#define PTS    "ls /dev/pts | grep -c '^[0-9]' || true"
+
+/* Case 1's two terminals, open at its pause: the `sbx shell`s, their
+ * output files, and the guest's PTYs in use before them. */
+static FILE *term[2];
+static char term_out[2][300];
+static int pts_before;
+
+/* Open both, each running a `sleep 4343`; wait until the guest runs them. */
+static void terminals_start(void)
+{
+	pts_before = guest_count(PTS);
+	for (int i = 0; i < 2; i++) {
+		snprintf(term_out[i], sizeof(term_out[i]), "%s/terminal-%d.out", d.state_dir, i);
+		term[i] = terminal_open("sleep 4343\n", term_out[i]);
+	}
+	for (int i = 0; i < 300 && guest_count(SLEEPS) < 2; i++)
+		usleep(200 * 1000);
+	assert_int_equal(guest_count(SLEEPS), 2);
+	assert_int_equal(guest_count(PTS), pts_before + 2);
+}
+
+/* After the pause: both ended (not by `timeout`), told it was paused. */
+static void terminals_ended_by_the_pause(void)
+{
+	for (int i = 0; i < 2; i++) {
+		int ps = pclose(term[i]);
+		char out[4096] = "", cmd[700];
+
+		snprintf(cmd, sizeof(cmd), "tail -c 400 %s", term_out[i]);
+		cmd_out(cmd, out, sizeof(out));
+		print_message("terminal %d at the pause: exit %d: %s\n", i, WEXITSTATUS(ps), out);
+		assert_true(WIFEXITED(ps) && WEXITSTATUS(ps) != 0 && WEXITSTATUS(ps) != 124);
+		assert_non_null(strstr(out, "was paused"));
+	}
+}
+
+/* After the resume: their shells were hung up before the save, so none
+ * came back with the guest, nor their PTYs (64 per guest). */
+static void terminals_gone_after_the_resume(void)
+{
+	assert_int_equal(guest_count(SLEEPS), 0);
+	assert_int_equal(guest_count(PTS), pts_before);
+}
+
 /* ------------------------------------------------------------- 1. */
 
 static void state_survives_a_pause(void **state)
@@ -156,6 +273,7 @@ static void state_survives_a_pause(void **state)
 	assert_int_equal(r.status, 201);
 	bg_pid = (long)jint(r.json, "pid");
 	http_reply_free(&r);
+	terminals_start();
 	sleep(2);
 
 	/* another account: 404 on both */
@@ -179,6 +297,7 @@ static void state_survives_a_pause(void **state)
 		      (long long)pause_ms, (long long)jint(r.json, "paused_bytes"));
 	assert_true(jint(r.json, "paused_bytes") > 0);
 	http_reply_free(&r);
+	terminals_ended_by_the_pause();
 
 	/* the domain is gone, its save file is there, 0600 */
 	domain_of(dom, sizeof(dom));
@@ -214,7 +333,7 @@ static void state_survives_a_pause(void **state)
 	cost_paused = jint(r.json, "cost_micro_usd");
 	http_reply_free(&r);
 
-	sleep(60);
+	sleep(PAUSE_S);
 	/* the cost does not move while paused (storage is free here) */
 	r = req(d.key, "GET", "", NULL);
 	assert_string_equal(jstr(r.json, "status"), "paused");
@@ -225,11 +344,13 @@ static void state_survives_a_pause(void **state)
 	assert_int_equal(r.status, 200);
 	assert_string_equal(jstr(r.json, "status"), "running");
 	assert_true(jis_null(r.json, "paused_at"));
-	assert_true(jint(r.json, "paused_seconds") >= 60);
+	assert_true(jint(r.json, "paused_seconds") >= PAUSE_S);
 	print_message("resume: %lld ms after %lld s paused\n", (long long)resume_ms,
 		      (long long)jint(r.json, "paused_seconds"));
 	http_reply_free(&r);
 	assert_int_equal(stat(path, &st), -1); /* the save file went */
+
+	terminals_gone_after_the_resume();
 
 	/* the file, the clock */
 	r = exec_ok("cat /root/pause-file; date +%s");
@@ -296,20 +417,6 @@ static void runtime_billed_only_while_running(void **state)
 
 /* ------------------------------------------------------------- 3. */
 
-/* `sbx ARGS` against the daemon (bin/sbx beside SBX_BIN): its stdout
- * into out, its exit code. */
-static int sbx_cli(const char *args, char *out, size_t n)
-{
-	const char *bin = sbx_bin(), *slash = strrchr(bin, '/');
-	char cmd[1024];
-
-	snprintf(cmd, sizeof(cmd),
-		 "SANDBOXD_URL=http://127.0.0.1:%d SANDBOXD_KEY='%s' XDG_CONFIG_HOME=/nonexistent "
-		 "%.*s/sbx %s </dev/null 2>&1",
-		 d.port, d.key, slash ? (int)(slash - bin) : 3, slash ? bin : "bin", args);
-	return cmd_out(cmd, out, n);
-}
-
 static void a_restart_keeps_it_paused(void **state)
 {
 	struct http_reply r;
@@ -342,15 +449,25 @@ static void a_restart_keeps_it_paused(void **state)
 
 /* ------------------------------------------------------------- 3b. */
 
-/* Rewrite the config with test_fault_point `fault` ("" = none) and start. */
-static void start_with_fault(const char *fault)
+/* Rewrite the config as BASE_CFG plus `more` (JSON members after a
+ * comma, "" = none) and start. */
+static void start_with(const char *more)
 {
 	char extra[1024];
 
-	snprintf(extra, sizeof(extra), "%s%s%s%s", BASE_CFG,
-		 fault[0] ? ", \"test_fault_point\": \"" : "", fault, fault[0] ? "\"" : "");
+	snprintf(extra, sizeof(extra), "%s%s%s", BASE_CFG, more[0] ? ", " : "", more);
 	assert_int_equal(daemon_config_full(&d, extra), 0);
 	assert_int_equal(daemon_start(&d), 0);
+}
+
+/* The same with test_fault_point `fault` ("" = none). */
+static void start_with_fault(const char *fault)
+{
+	char more[256] = "";
+
+	if (fault[0])
+		snprintf(more, sizeof(more), "\"test_fault_point\": \"%s\"", fault);
+	start_with(more);
 }
 
 /* POST .../what under test_fault_point `fault`: the daemon dies at the
@@ -437,6 +554,165 @@ static void a_crash_mid_pause_or_resume_is_consistent(void **state)
 	http_reply_free(&r);
 }
 
+/* ------------------------------------------------------------- 3c. */
+
+/* The save file of sandbox `id` exists? */
+static bool save_file_of(const char *id)
+{
+	char dom[64], path[512];
+	struct stat st;
+
+	assert_int_equal(
+	    daemon_db_text(&d, "SELECT domain FROM sandboxes WHERE id = ?1", id, dom, sizeof(dom)),
+	    0);
+	snprintf(path, sizeof(path), "%s/run/%s.save", d.state_dir, dom);
+	return stat(path, &st) == 0;
+}
+
+struct bg_pause {
+	pthread_t t;
+	int status;
+	char type[64];
+};
+
+static void *bg_pause_main(void *arg)
+{
+	struct bg_pause *b = arg;
+	struct http_reply r = req(d.key, "POST", "/pause", NULL);
+
+	b->status = r.status;
+	snprintf(b->type, sizeof(b->type), "%s", r.json ? jerr(r.json, "type") : "");
+	http_reply_free(&r);
+	return NULL;
+}
+
+/* Fill BLOAT_MB of sandbox `id`'s memory with non-zero bytes (a
+ * background process that keeps them): its restore then reads that much
+ * more (1.2 s or more here), well past a 300 ms deadline. */
+#define BLOAT_MB 150
+static void bloat(const char *id)
+{
+	char body[256], suffix[128];
+	struct http_reply r;
+	long pid;
+	int i;
+
+	snprintf(body, sizeof(body),
+		 "{\"command\": \"python3 -c \\\"import time; b = bytearray(b'x') * %d000000; "
+		 "print('ready', flush=True); time.sleep(100000)\\\"\"}",
+		 BLOAT_MB);
+	r = req_on(id, d.key, "POST", "/processes", body);
+	assert_int_equal(r.status, 201);
+	pid = (long)jint(r.json, "pid");
+	http_reply_free(&r);
+	snprintf(suffix, sizeof(suffix), "/processes/%ld/output?stdout_offset=0", pid);
+	for (i = 0; i < 600; i++) {
+		r = req_on(id, d.key, "GET", suffix, NULL);
+		bool ready = r.status == 200 && strstr(jstr(r.json, "stdout"), "ready");
+		http_reply_free(&r);
+		if (ready)
+			break;
+		usleep(200 * 1000);
+	}
+	assert_true(i < 600);
+}
+
+/* The sandbox (running) is the one refused; `other` a second one, paused
+ * normally first, whose resume meets the host cap and then the deadline. */
+static void refused_before_the_save_and_deadlines(void **state)
+{
+	char other[64], st[32];
+	struct http_reply r;
+	struct sbx_error err;
+	struct bg_pause b = {0};
+	int i;
+
+	(void)state;
+	assert_int_equal(daemon_create_sandbox(&d, other, sizeof(other)), 0);
+	bloat(other);
+	r = req_on(other, d.key, "POST", "/pause", NULL);
+	assert_int_equal(r.status, 200);
+	http_reply_free(&r);
+
+	/* storage the account ($10) cannot hold: 402 before any save (a save
+	 * would reach pause.after_save and kill the daemon: no answer) */
+	daemon_kill9(&d);
+	start_with("\"paused_storage_micro_per_gib_hour\": 1000000000, "
+		   "\"test_fault_point\": \"pause.after_save\"");
+	r = req(d.key, "POST", "/pause", NULL);
+	print_message("pause without the credit for its storage: %d %s\n", r.status, r.body);
+	assert_int_equal(r.status, 402);
+	assert_string_equal(jerr(r.json, "type"), "insufficient_credit");
+	http_reply_free(&r);
+	assert_false(save_file_of(sbx));
+	r = exec_ok("cat /root/pause-file");
+	http_reply_free(&r);
+
+	/* one save or restore per host at a time, 300 ms each at most; the
+	 * first save waits 5 s before it starts (pause.before_save), its
+	 * guest out of the lives and the host's slot held */
+	daemon_kill9(&d);
+	start_with("\"pause_jobs_per_host\": 1, \"pause_timeout_ms\": 300, "
+		   "\"test_fault_point\": \"pause.before_save\", \"test_fault_pause_ms\": 5000");
+	assert_int_equal(daemon_sandbox_status(&d, other, st, sizeof(st)), 200);
+	assert_string_equal(st, "paused");
+	assert_int_equal(pthread_create(&b.t, NULL, bg_pause_main, &b), 0);
+	for (i = 0; i < 150; i++) { /* the pause took the guest: 409 */
+		r = exec_cmd("true");
+		int s = r.status;
+		http_reply_free(&r);
+		if (s == 409)
+			break;
+		usleep(100 * 1000);
+	}
+	assert_true(i < 150);
+	r = req_on(other, d.key, "POST", "/resume", NULL);
+	print_message("resume while the host's one slot is taken: %d %s\n", r.status, r.body);
+	assert_int_equal(r.status, 429);
+	assert_string_equal(jerr(r.json, "type"), "rate_limited");
+	http_reply_free(&r);
+	pthread_join(b.t, NULL);
+	print_message("pause past pause_timeout_ms: %d %s\n", b.status, b.type);
+	bool late = b.status == 200;
+	if (!late) {
+		/* aborted: still running, answering, nothing saved or billed */
+		assert_int_equal(b.status, 503);
+		assert_false(save_file_of(sbx));
+		assert_int_equal(daemon_sandbox_status(&d, sbx, st, sizeof(st)), 200);
+		assert_string_equal(st, "running");
+		r = exec_ok("cat /root/pause-file");
+		assert_non_null(strstr(jstr(r.json, "stdout"), "kept-through-pause"));
+		http_reply_free(&r);
+	} else {
+		/* libvirt finished the save although aborted (the abort came
+		 * outside QEMU's migration to the file: libvirt accepts it and
+		 * goes on, or holds it until the save's end): a pause, late
+		 * but done, and nothing else */
+		print_message("the save finished past its deadline: a pause, late\n");
+		assert_true(save_file_of(sbx));
+		assert_int_equal(daemon_sandbox_status(&d, sbx, st, sizeof(st)), 200);
+		assert_string_equal(st, "paused");
+	}
+
+	/* a restore past its deadline: the sandbox ends failed */
+	r = req_on(other, d.key, "POST", "/resume", NULL);
+	print_message("resume past pause_timeout_ms: %d %s\n", r.status, r.body);
+	assert_int_equal(r.status, 500);
+	http_reply_free(&r);
+	assert_int_equal(daemon_sandbox_status(&d, other, st, sizeof(st)), 200);
+	assert_string_equal(st, "failed");
+	assert_false(save_file_of(other));
+	assert_int_equal(daemon_ledger_check(&d, &err), 0);
+
+	daemon_kill9(&d);
+	start_with_fault("");
+	if (late) { /* running again for the next case (no 300 ms deadline now) */
+		r = req(d.key, "POST", "/resume", NULL);
+		assert_int_equal(r.status, 200);
+		http_reply_free(&r);
+	}
+}
+
 /* ------------------------------------------------------------- 4. */
 
 static void delete_of_a_paused_sandbox_settles(void **state)
@@ -460,6 +736,11 @@ static void delete_of_a_paused_sandbox_settles(void **state)
 	assert_int_equal(daemon_ledger_check(&d, &err), 0);
 	r = req(d.key, "POST", "/resume", NULL);
 	assert_int_equal(r.status, 410);
+	assert_string_equal(jerr(r.json, "type"), "sandbox_not_running");
+	http_reply_free(&r);
+	r = req(d.key, "POST", "/pause", NULL);
+	assert_int_equal(r.status, 410);
+	assert_string_equal(jerr(r.json, "type"), "sandbox_not_running");
 	http_reply_free(&r);
 
 	/* the one charge is the runtime without any pause: billing stopped at
@@ -504,15 +785,11 @@ static void paused_retention_ends_it(void **state)
 	char dom[64], cmd[512], out[64], st[32];
 	struct http_reply r;
 	struct sbx_error err;
-	char extra[1024];
 	int i;
 
 	(void)state;
 	daemon_kill9(&d);
-	snprintf(extra, sizeof(extra), "%s, \"test_minute_ms\": 1000, \"paused_ttl_minutes\": 3",
-		 BASE_CFG);
-	assert_int_equal(daemon_config_full(&d, extra), 0);
-	assert_int_equal(daemon_start(&d), 0);
+	start_with("\"test_minute_ms\": 1000, \"paused_ttl_minutes\": 3");
 	http_request(&d, "GET", "/v1/limits", NULL, NULL, NULL, 0, &r);
 	assert_int_equal(jint(r.json, "paused_ttl_minutes"), 3);
 	assert_string_equal(jstr(r.json, "paused_storage_usd_per_gib_hour"), "0.000000");
@@ -565,6 +842,7 @@ int main(void)
 	    cmocka_unit_test(runtime_billed_only_while_running),
 	    cmocka_unit_test(a_restart_keeps_it_paused),
 	    cmocka_unit_test(a_crash_mid_pause_or_resume_is_consistent),
+	    cmocka_unit_test(refused_before_the_save_and_deadlines),
 	    cmocka_unit_test(delete_of_a_paused_sandbox_settles),
 	    cmocka_unit_test(paused_retention_ends_it),
 	};

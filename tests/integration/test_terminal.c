@@ -14,7 +14,8 @@
  * hangs the shell up (its `sleep` is gone from the guest); and a terminal
  * nobody reads while the guest prints 100 MB keeps the daemon's VmRSS
  * within 64 MiB of where it started, after which its output flows again
- * when read. Figures are printed. */
+ * when read. Figures are printed; the throughput to a reading client is
+ * bench/terminal's; what a pause does to terminals is test_pause's. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -501,53 +502,11 @@ static void sbx_shell_exit_code(void **state)
 	assert_non_null(strstr(out, "SH7"));
 }
 
-/* Read `bytes` of `yes` as fast as they come (a figure, printed). */
-static void rate_of(struct tc *t, const char *stty, uint64_t bytes, uint64_t expect)
-{
-	char cmd[256];
-	uint64_t got0;
-	int64_t t0, end;
-
-	snprintf(cmd, sizeof cmd, "stty %s; yes | head -c %llu; echo; echo RATE$((6*7))\r", stty,
-		 (unsigned long long)bytes);
-	tc_clear(t);
-	tc_type(t, cmd);
-	tc_until(t, "RATE$((6*7))", 60000); /* the echo of the command */
-	tc_clear(t);
-	got0 = t->total;
-	t0 = mono_ms();
-	end = t0 + 600000;
-	while (mono_ms() < end && !strstr(t->screen ? t->screen : "", "RATE42")) {
-		if (!tc_read(t, 500, true))
-			break;
-		if (t->screen_len > 1024 * 1024) {
-			memmove(t->screen, t->screen + t->screen_len - 16, 16);
-			t->screen_len = 16;
-			t->screen[16] = '\0';
-		}
-	}
-	fprintf(stderr, "stty %s: %llu bytes in %lld ms (%.2f MB/s)\n", stty,
-		(unsigned long long)(t->total - got0), (long long)(mono_ms() - t0),
-		(double)(t->total - got0) / 1000.0 / (double)(mono_ms() - t0 + 1));
-	assert_true(t->total - got0 >= expect);
-}
-
-/* The terminal's throughput to a client that reads: a printed figure. On
- * this TCG host the guest's own pty is the bound (`script` writing 10 MB
- * of `yes` to /dev/null inside the guest takes ~19 s). */
-static void throughput_figures(void **state)
-{
-	struct tc *t = open_ok("");
-
-	(void)state;
-	rate_of(t, "opost", 4000000, 6000000); /* "y\n" arrives as "y\r\n" */
-	tc_free(t);
-}
-
 /* Nobody reads while the guest prints 100 MB: the daemon's VmRSS stays
  * within 64 MiB of where it was; then the output flows again once the
  * client reads (the next 4 MB; reading all of it would take minutes at
- * this host's TCG pty rate, throughput_figures reads a whole stream). */
+ * this host's TCG pty rate; bench/terminal prints the rate of a whole
+ * stream). */
 static void unread_terminal_keeps_memory_flat(void **state)
 {
 	struct tc *t = open_ok("");
@@ -598,7 +557,6 @@ int main(void)
 	    cmocka_unit_test(browser_subprotocol),
 	    cmocka_unit_test(close_hangs_up),
 	    cmocka_unit_test(sbx_shell_exit_code),
-	    cmocka_unit_test(throughput_figures),
 	    cmocka_unit_test(unread_terminal_keeps_memory_flat),
 	};
 

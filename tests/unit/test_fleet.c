@@ -396,6 +396,43 @@ static void test_guest_last_unref_frees(void **state)
 	assert_int_equal(d.calls, 1); /* failed, not lost */
 }
 
+/* A dead guest is not handed on (a pause, a resume's relink): the take
+ * for a guest that is to live on leaves it linked for the supervisor,
+ * which takes it to end it. */
+static void test_take_alive_skips_dead(void **state)
+{
+	struct sandbox_config cfg;
+	struct fake_ch f = {0};
+	struct fleet *fl;
+	struct fleet_guest *g, *t;
+
+	(void)state;
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.max_concurrent_boots = 1;
+	fl = fleet_new(&cfg, NULL);
+	assert_non_null(fl);
+	g = ready_guest(&f);
+	snprintf(g->id, sizeof(g->id), "%s", "sbx_dead");
+	fleet_live_link(fl, g);
+	assert_true(fleet_guest_mark_dead(g, sbx_wall_ms()));
+	assert_null(fleet_live_take_alive(fl, "sbx_dead", FLEET_END_PAUSED));
+	assert_false(fleet_live_alive(fl, "sbx_dead"));
+	t = fleet_live_take(fl, "sbx_dead", FLEET_END_FAILED);
+	assert_ptr_equal(t, g);
+	fleet_guest_unref(t);
+
+	/* a live one is taken */
+	g = ready_guest(&f);
+	snprintf(g->id, sizeof(g->id), "%s", "sbx_live");
+	fleet_live_link(fl, g);
+	t = fleet_live_take_alive(fl, "sbx_live", FLEET_END_PAUSED);
+	assert_ptr_equal(t, g);
+	assert_null(fleet_live_take(fl, "sbx_live", FLEET_END_FAILED));
+	fleet_guest_unref(t);
+	fleet_stop(fl);
+	fleet_free(fl);
+}
+
 struct racer {
 	struct fleet_guest *g; /* pinned by the racer */
 	int ok, failed;
@@ -470,6 +507,7 @@ int main(void)
 	    cmocka_unit_test(test_guest_pin_outlives_end),
 	    cmocka_unit_test(test_guest_last_unref_frees),
 	    cmocka_unit_test(test_guest_end_races_pins),
+	    cmocka_unit_test(test_take_alive_skips_dead),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
