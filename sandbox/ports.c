@@ -6,7 +6,16 @@
  * cleared by the stream's wake once it is over, and a call on a guest that
  * is ending or gone answers as the ended stream would, so nothing here
  * delays a delete, a pause or an expiry.
+ *
+ * Metering: the bytes a connection moves (to the guest: what it took;
+ * from it: what it sent) are added to the sandbox's net_bytes_in/out, as
+ * egress is, every PORT_METER_STEP and at release, so the settle bills
+ * them with its runtime. Counted by the daemon, never by the guest's word.
+ * A step not yet added when the sandbox ends under the connection (at most
+ * PORT_METER_STEP bytes) is not billed: the ended row takes no more.
  */
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,8 +23,17 @@
 #include "../store/store.h"
 #include "sandbox-priv.h"
 
+#define MOD "sandbox"
+
+#define PORT_METER_STEP (1u << 20)
+
 struct sandbox_port {
 	struct sandbox_svc *svc;
+	char id[SANDBOX_ID_MAX];
+	/* meter_lock: bytes taken by the guest so far, and what of them and
+	 * of the guest's (status.received) was added to the row */
+	pthread_mutex_t meter_lock;
+	uint64_t sent, metered_in, metered_out;
 	struct fleet_guest *l; /* a ref of the stream's own */
 	bool open;	       /* atomic: the stream is not over (the wake clears it) */
 	struct agentless_tcp *t;
@@ -35,6 +53,32 @@ static void port_wake(void *opaque)
 	if (st.state == AGENTLESS_TCP_FAILED || st.state == AGENTLESS_TCP_CLOSED)
 		__atomic_store_n(&p->open, false, __ATOMIC_RELEASE);
 	p->wake(p->opaque);
+}
+
+/* Add what moved since the last step to the sandbox's row, when a step's
+ * worth did (or always, at release). No lock held across the store. */
+static void port_meter(struct sandbox_port *p, uint64_t sent_now, bool final)
+{
+	struct agentless_tcp_status st;
+	uint64_t in, out;
+	struct sbx_error err = {0};
+
+	agentless_tcp_status(p->t, &st);
+	pthread_mutex_lock(&p->meter_lock);
+	p->sent += sent_now;
+	in = p->sent - p->metered_in;
+	out = st.received - p->metered_out;
+	if ((!final && in + out < PORT_METER_STEP) || in + out == 0) {
+		pthread_mutex_unlock(&p->meter_lock);
+		return;
+	}
+	/* claimed before the write: a concurrent step does not add them too */
+	p->metered_in += in;
+	p->metered_out += out;
+	pthread_mutex_unlock(&p->meter_lock);
+	if (store_sandbox_net_add(p->svc->store, p->id, (int64_t)in, (int64_t)out, &err) < 0)
+		sbx_warn(MOD, "sandbox %s: port bytes not metered (%llu in, %llu out): %s", p->id,
+			 (unsigned long long)in, (unsigned long long)out, err.message);
 }
 
 static struct fleet_guest *port_guest(struct sandbox_port *p)
@@ -66,6 +110,8 @@ int sandbox_port_open(struct sandbox_svc *svc, const char *account_id, const cha
 	if (!p)
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
 	p->svc = svc;
+	snprintf(p->id, sizeof p->id, "%s", id);
+	pthread_mutex_init(&p->meter_lock, NULL);
 	p->wake = wake;
 	p->opaque = opaque;
 	l = sandbox_pin(svc, id, err);
@@ -79,6 +125,7 @@ int sandbox_port_open(struct sandbox_svc *svc, const char *account_id, const cha
 		if (fleet_guest_over(l))
 			fleet_guest_usable(l, id, err);
 		fleet_live_unpin(l);
+		pthread_mutex_destroy(&p->meter_lock);
 		free(p);
 		return -1;
 	}
@@ -89,8 +136,11 @@ int sandbox_port_open(struct sandbox_svc *svc, const char *account_id, const cha
 long sandbox_port_write(struct sandbox_port *p, const void *data, size_t len)
 {
 	struct fleet_guest *l = port_guest(p);
+	long n = l ? agentless_tcp_write(l->conn, p->t, data, len) : -1;
 
-	return l ? agentless_tcp_write(l->conn, p->t, data, len) : -1;
+	if (n > 0)
+		port_meter(p, (uint64_t)n, false);
+	return n;
 }
 
 void sandbox_port_await(struct sandbox_port *p)
@@ -108,8 +158,11 @@ int sandbox_port_shutdown(struct sandbox_port *p)
 size_t sandbox_port_read(struct sandbox_port *p, void *buf, size_t max)
 {
 	struct fleet_guest *l = port_guest(p);
+	size_t n = agentless_tcp_read(l ? l->conn : NULL, p->t, buf, max);
 
-	return agentless_tcp_read(l ? l->conn : NULL, p->t, buf, max);
+	if (n > 0)
+		port_meter(p, 0, false);
+	return n;
 }
 
 void sandbox_port_status(struct sandbox_port *p, struct sandbox_port_status *out)
@@ -147,7 +200,9 @@ void sandbox_port_release(struct sandbox_port *p)
 {
 	if (!p)
 		return;
+	port_meter(p, 0, true);
 	agentless_tcp_release(p->t); /* no wake after this */
 	fleet_guest_unref(p->l);
+	pthread_mutex_destroy(&p->meter_lock);
 	free(p);
 }
