@@ -191,6 +191,8 @@ $(BUILD)/tests/test_sdk_typescript: node_modules/.package-lock.json
 $(BUILD)/tests/test_cli: $(BIN)/sbx
 # test_netpolicy runs `sbx network` against the daemon.
 $(BUILD)/tests/test_netpolicy: $(BIN)/sbx
+# test_ports runs `sbx port` against the daemon.
+$(BUILD)/tests/test_ports: $(BIN)/sbx
 # The guest side is a static program of its own: link its files in, built
 # so that it decodes but starts nothing (SBX_GUEST_FUZZ).
 $(BUILD)/tests/fuzz_guest: tests/fuzz/fuzz_guest.c tests/fuzz/replay.c $(GUEST_FUZZ_SRCS) $(LIB)

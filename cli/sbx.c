@@ -39,6 +39,7 @@ static const char main_help[] =
     "  cp LOCAL ID:/path | cp ID:/path LOCAL [--mode OCTAL]      copy a file or a directory\n"
     "                                                            (LOCAL '-': stdin or stdout)\n"
     "  shell ID                                                  an interactive shell in it\n"
+    "  port ID PORT [PATH] [--url-only]                          GET a server in it (its port)\n"
     "one-shot executions and receipts:\n"
     "  run (--python | --node | --runtime R) FILE|- [--timeout S]\n"
     "  receipt get RCPT_ID | receipt public-key\n"
@@ -729,6 +730,7 @@ static const struct {
     {"rm", cmd_rm},	    {"exec", cmd_exec},	    {"run", cmd_run},	  {"receipt", cmd_receipt},
     {"usage", cmd_usage},   {"keys", cmd_keys},	    {"cp", cmd_cp},	  {"metrics", cmd_metrics},
     {"pause", cmd_pause},   {"resume", cmd_resume}, {"shell", cmd_shell}, {"network", cmd_network},
+    {"port", cmd_port},
 };
 
 /* Edit distance between a and b (both short: command names and what was

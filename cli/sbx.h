@@ -172,6 +172,7 @@ int cmd_keys(struct cli *c, int argc, char **argv);
 int cmd_cp(struct cli *c, int argc, char **argv);
 int cmd_shell(struct cli *c, int argc, char **argv);   /* shell.c */
 int cmd_network(struct cli *c, int argc, char **argv); /* network.c */
+int cmd_port(struct cli *c, int argc, char **argv);    /* port.c */
 
 /* network.c: an egress policy from --network/--allow/--deny (a new
  * object), or NULL when none was given (*bad: a usage error, printed). */

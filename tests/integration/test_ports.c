@@ -299,6 +299,38 @@ static void get_file_bytes(void **state)
 	http_reply_free(&r);
 }
 
+/* `sbx port`: the same server through the CLI, bytes on stdout; a server's
+ * 404 is exit 1 with its status said; a port nobody listens on is the
+ * daemon's 502 (exit 1, the API's message); --url-only prints the route. */
+static void sbx_port_fetches(void **state)
+{
+	char cmd[512], out[256], want[128] = "";
+	int n;
+#define SBX_PORT_CLI "bin/sbx --url http://127.0.0.1:%d --key %s port %s"
+
+	(void)state;
+	run("sha256sum /srv/www/big.bin | cut -c1-64", want, sizeof want);
+	want[64] = '\0';
+	n = snprintf(cmd, sizeof cmd, SBX_PORT_CLI, d.port, d.key, sbx);
+	snprintf(cmd + n, sizeof cmd - (size_t)n, " 8000 /big.bin | sha256sum | cut -c1-64");
+	assert_int_equal(cmd_out(cmd, out, sizeof out), 0);
+	assert_string_equal(out, want);
+	n = snprintf(cmd, sizeof cmd, SBX_PORT_CLI, d.port, d.key, sbx);
+	snprintf(cmd + n, sizeof cmd - (size_t)n, " 8000 /nope.txt 2>&1 >/dev/null");
+	assert_int_equal(cmd_out(cmd, out, sizeof out), 1);
+	assert_non_null(strstr(out, "answered 404"));
+	n = snprintf(cmd, sizeof cmd, SBX_PORT_CLI, d.port, d.key, sbx);
+	snprintf(cmd + n, sizeof cmd - (size_t)n, " 8999 2>&1");
+	assert_int_equal(cmd_out(cmd, out, sizeof out), 1);
+	assert_non_null(strstr(out, "accepts connections"));
+	n = snprintf(cmd, sizeof cmd, SBX_PORT_CLI, d.port, d.key, sbx);
+	snprintf(cmd + n, sizeof cmd - (size_t)n, " 8000 'a/b?c=1' --url-only");
+	assert_int_equal(cmd_out(cmd, out, sizeof out), 0);
+	snprintf(want, sizeof want, "http://127.0.0.1:%d/v1/sandboxes/%s/ports/8000/a/b?c=1",
+		 d.port, sbx);
+	assert_string_equal(out, want);
+}
+
 static void post_with_body(void **state)
 {
 	char path[200], v[64];
@@ -615,13 +647,10 @@ static void channel_still_works(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(get_file_bytes),
-	    cmocka_unit_test(post_with_body),
-	    cmocka_unit_test(chunked_reply),
-	    cmocka_unit_test(refusals),
-	    cmocka_unit_test(silent_server_and_the_limit),
-	    cmocka_unit_test(websocket_echo),
-	    cmocka_unit_test(channel_still_works),
+	    cmocka_unit_test(get_file_bytes), cmocka_unit_test(sbx_port_fetches),
+	    cmocka_unit_test(post_with_body), cmocka_unit_test(chunked_reply),
+	    cmocka_unit_test(refusals),	      cmocka_unit_test(silent_server_and_the_limit),
+	    cmocka_unit_test(websocket_echo), cmocka_unit_test(channel_still_works),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
