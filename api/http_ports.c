@@ -69,7 +69,6 @@ static void ports_wake(void *opaque)
 		MHD_resume_connection(ap->conn);
 	}
 	pthread_mutex_unlock(&ctx->lock);
-	ports_relays_stop(ctx);
 }
 
 /* As http_files.c's park(): true when suspended until the next wake. */
@@ -322,12 +321,16 @@ static int head_build(struct api_port *ap, const char *method, const char *tail,
 		 ap->sandbox_id, port);
 	a.ok = a.ok && out_str(ap, line);
 	a.ok = a.ok && forwarded_for(ap);
-	if (cl && header_value_ok(cl)) {
-		a.ok = a.ok && out_str(ap, "Content-Length: ") && out_str(ap, cl) &&
-		       out_str(ap, "\r\n");
-	} else if (te) {
+	/* Transfer-Encoding wins over a Content-Length beside it, as
+	 * libmicrohttpd reads the body: the guest is told the framing of the
+	 * bytes it gets (a length that disagreed would let a body smuggle a
+	 * second request past these rules) */
+	if (te) {
 		ap->chunked_in = true;
 		a.ok = a.ok && out_str(ap, "Transfer-Encoding: chunked\r\n");
+	} else if (cl && header_value_ok(cl)) {
+		a.ok = a.ok && out_str(ap, "Content-Length: ") && out_str(ap, cl) &&
+		       out_str(ap, "\r\n");
 	}
 	a.ok = a.ok && out_str(ap, "\r\n");
 	if (!a.ok)
@@ -407,7 +410,9 @@ static unsigned head_parse(struct api_port *ap)
 	char *p = ap->hdr, *eol;
 	unsigned status;
 
-	if (strncmp(p, "HTTP/1.", 7) != 0 || !isdigit((unsigned char)p[9]) || p[8] != ' ')
+	/* "HTTP/1.x NNN" and its line end, within the head's bytes */
+	if (ap->hdr_end < 13 || strncmp(p, "HTTP/1.", 7) != 0 || p[8] != ' ' ||
+	    !isdigit((unsigned char)p[9]))
 		return 0;
 	status = (unsigned)strtoul(p + 9, NULL, 10);
 	if (status < 200 || status > 599)
@@ -565,6 +570,10 @@ static ssize_t dechunk(struct api_port *ap, char *buf, size_t max)
 			} else if (ch != '\r' && ++ap->line_len > PORT_LINE_MAX) {
 				return -1;
 			}
+			/* bounded in all: trailers give no byte to hand on, so
+			 * endless ones would keep this loop reading */
+			if (++ap->trailer_bytes > PORT_TRAILER_MAX)
+				return -1;
 			break;
 		case CH_DONE:
 			break;
@@ -649,7 +658,8 @@ static enum MHD_Result answer(struct api_port *ap)
 	unsigned status;
 
 	sbx_error_clear(&e);
-	if (ap->upgrade && strncmp(ap->hdr + 8, " 101", 4) == 0)
+	if (ap->upgrade && ap->hdr_end >= 13 && strncmp(ap->hdr, "HTTP/1.", 7) == 0 &&
+	    strncmp(ap->hdr + 8, " 101", 4) == 0)
 		return ports_answer_upgrade(ap);
 	status = head_parse(ap);
 	if (!status) {
@@ -703,9 +713,17 @@ static enum MHD_Result await_answer(struct api_port *ap)
 		ap->hdr_len += n;
 		end = head_end(ap->hdr, ap->hdr_len);
 		if (end) {
-			/* a 1xx interim answer: skip it */
-			if (strncmp(ap->hdr, "HTTP/1.", 7) == 0 && ap->hdr_len > 9 &&
-			    ap->hdr[9] == '1' && strncmp(ap->hdr + 9, "101", 3) != 0) {
+			/* a 1xx interim answer: skip it, a few at most (a guest
+			 * streaming them would hold this thread in the loop) */
+			if (end >= 13 && strncmp(ap->hdr, "HTTP/1.", 7) == 0 && ap->hdr[9] == '1' &&
+			    strncmp(ap->hdr + 9, "101", 3) != 0) {
+				if (++ap->interims > PORT_INTERIM_MAX) {
+					sbx_error_set(&e, SBX_E_PORT_UNREACHABLE, NULL,
+						      "the server in the sandbox sent more than %d "
+						      "interim (1xx) answers",
+						      PORT_INTERIM_MAX);
+					return api_reply_error(ap->conn, &e);
+				}
 				memmove(ap->hdr, ap->hdr + end, ap->hdr_len - end);
 				ap->hdr_len -= end;
 				continue;
@@ -763,14 +781,20 @@ void ports_unref(struct api_port *ap)
 
 static void ap_free(struct api_port *ap)
 {
+	int efd;
+
 	sandbox_port_release(ap->p); /* no wake after this */
-	if (ap->efd >= 0)
-		close(ap->efd);
+	live_remove(ap);	     /* ports_relays_stop writes no more to efd */
 	pthread_mutex_lock(&ap->ctx->lock);
 	if (ap->parked)
 		parked_unlink_locked(ap->ctx, ap);
+	efd = ap->efd;
+	ap->efd = -1;
 	pthread_mutex_unlock(&ap->ctx->lock);
-	live_remove(ap);
+	/* closed only once no list reaches it: a write to the number after
+	 * this would land in whatever file reused it */
+	if (efd >= 0)
+		close(efd);
 	free(ap->out);
 	free(ap->hdr);
 	free(ap);
@@ -954,6 +978,8 @@ void api_ports_ctx_stop(struct api_ports_ctx *ctx)
 		MHD_resume_connection(ap->conn);
 	}
 	pthread_mutex_unlock(&ctx->lock);
+	/* the upgraded connections: woken, and waited for (bounded) */
+	ports_relays_stop(ctx);
 }
 
 void api_ports_ctx_free(struct api_ports_ctx *ctx)
