@@ -307,10 +307,12 @@ void api_ports_ctx_free(struct api_ports_ctx *ctx);
 /* What http_ports.c (the proxy) and http_ports_ws.c (its upgraded
  * connections) share. ctx->lock is a leaf, never held across a sandbox/
  * call or socket I/O. */
-#define PORT_OUT_MAX  (64u * 1024) /* a request head, or one body piece */
-#define PORT_RAW_MAX  (32u * 1024) /* raw body bytes being de-chunked */
-#define PORT_LINE_MAX 1024	   /* a chunk-size or trailer line */
-#define PORT_HOST_MAX 1024	   /* connections on this server, whatever the config */
+#define PORT_OUT_MAX	 (64u * 1024) /* a request head, or one body piece */
+#define PORT_RAW_MAX	 (32u * 1024) /* raw body bytes being de-chunked */
+#define PORT_LINE_MAX	 1024	      /* a chunk-size or trailer line */
+#define PORT_HOST_MAX	 1024	      /* connections on this server, whatever the config */
+#define PORT_INTERIM_MAX 8	      /* 1xx answers skipped before the final one */
+#define PORT_TRAILER_MAX (8u * 1024)  /* trailer bytes of a chunked answer */
 
 struct api_ports_ctx {
 	struct sandbox_svc *svc;
@@ -347,6 +349,7 @@ struct api_port {
 	struct sbx_error err;
 
 	/* response head */
+	unsigned interims; /* 1xx answers skipped */
 	char *hdr;
 	size_t hdr_len, hdr_end; /* bytes in hdr; where the body starts */
 	size_t pre_off;		 /* body bytes of hdr handed on */
@@ -359,6 +362,7 @@ struct api_port {
 	uint64_t ch_left;
 	size_t line_len;
 	unsigned ch_digits;
+	uint32_t trailer_bytes;
 	bool ch_ext;
 	char raw[PORT_RAW_MAX];
 	size_t raw_len, raw_off;

@@ -44,7 +44,9 @@ static const char echo_py[] =
     "                          'cookie': self.headers.get('Cookie'),\n"
     "                          'xtest': self.headers.get('X-Test'),\n"
     "                          'prefix': self.headers.get('X-Forwarded-Prefix'),\n"
-    "                          'xff': self.headers.get('X-Forwarded-For')}).encode()\n"
+    "                          'xff': self.headers.get('X-Forwarded-For'),\n"
+    "                          'te': self.headers.get('Transfer-Encoding'),\n"
+    "                          'cl': self.headers.get('Content-Length')}).encode()\n"
     "        self.send_response(201)\n"
     "        self.send_header('Content-Type', 'application/json')\n"
     "        self.send_header('Content-Length', str(len(out)))\n"
@@ -62,6 +64,18 @@ static const char echo_py[] =
     "            self.wfile.flush()\n"
     "        self.wfile.write(b'0\\r\\n\\r\\n')\n"
     "http.server.HTTPServer(('127.0.0.1', 8001), H).serve_forever()\n";
+
+/* A server (port 8005) whose every answer is 100 interim (1xx) heads,
+ * then a 200. */
+static const char interim_py[] =
+    "import socket\n"
+    "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+    "s.bind(('127.0.0.1', 8005)); s.listen(8)\n"
+    "while True:\n"
+    "    c, _ = s.accept(); c.recv(65536)\n"
+    "    c.sendall(b'HTTP/1.1 100 Continue\\r\\n\\r\\n' * 100 +\n"
+    "              b'HTTP/1.1 200 OK\\r\\nContent-Length: 2\\r\\n\\r\\nok')\n"
+    "    c.close()\n";
 
 /* A WebSocket echo server (RFC 6455, stdlib only): each message comes back
  * as "echo: " + it; a request without a key gets 426. */
@@ -362,6 +376,51 @@ static void post_with_body(void **state)
 	http_reply_free(&r);
 }
 
+/* A guest that streams interim answers is cut at a few (502: it would
+ * hold a shared thread); a request with both Transfer-Encoding and
+ * Content-Length reaches the guest framed as chunked only, as the daemon
+ * read it (a disagreeing length would smuggle a second request). */
+static void hostile_framing(void **state)
+{
+	char path[200];
+	struct http_reply r;
+
+	(void)state;
+	snprintf(path, sizeof path, "/v1/sandboxes/%s/files?path=/srv/interim.py", sbx);
+	assert_int_equal(http_request(&d, "PUT", path, d.key,
+				      "Content-Type: application/octet-stream\r\n", interim_py,
+				      sizeof interim_py - 1, &r),
+			 0);
+	assert_int_equal(r.status, 201);
+	http_reply_free(&r);
+	start_process("exec python3 /srv/interim.py");
+	path_of(path, sizeof path, 8005, "/");
+	for (int i = 0; i < 240; i++) {
+		assert_int_equal(http_request(&d, "GET", path, d.key, NULL, NULL, 0, &r), 0);
+		if (r.status != 502 || strstr(r.body, "interim"))
+			break;
+		http_reply_free(&r);
+		usleep(250 * 1000);
+	}
+	assert_int_equal(r.status, 502);
+	assert_string_equal(jerr(r.json, "type"), "port_unreachable");
+	assert_non_null(strstr(r.body, "interim"));
+	http_reply_free(&r);
+
+	path_of(path, sizeof path, 8001, "/te");
+	assert_int_equal(http_request(&d, "POST", path, d.key, "Transfer-Encoding: chunked\r\n",
+				      "5\r\nhello\r\n0\r\n\r\n", 0, &r),
+			 0);
+	printf("# Transfer-Encoding with Content-Length: %d\n", r.status);
+	if (r.status == 201) {
+		assert_string_equal(jstr(r.json, "te"), "chunked");
+		assert_true(jis_null(r.json, "cl"));
+	} else {
+		assert_int_equal(r.status, 400); /* refused whole: as good */
+	}
+	http_reply_free(&r);
+}
+
 /* Undo the daemon's own chunked framing of a body (in place). */
 static void dechunk_body(struct http_reply *r)
 {
@@ -647,10 +706,15 @@ static void channel_still_works(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(get_file_bytes), cmocka_unit_test(sbx_port_fetches),
-	    cmocka_unit_test(post_with_body), cmocka_unit_test(chunked_reply),
-	    cmocka_unit_test(refusals),	      cmocka_unit_test(silent_server_and_the_limit),
-	    cmocka_unit_test(websocket_echo), cmocka_unit_test(channel_still_works),
+	    cmocka_unit_test(get_file_bytes),
+	    cmocka_unit_test(sbx_port_fetches),
+	    cmocka_unit_test(post_with_body),
+	    cmocka_unit_test(hostile_framing),
+	    cmocka_unit_test(chunked_reply),
+	    cmocka_unit_test(refusals),
+	    cmocka_unit_test(silent_server_and_the_limit),
+	    cmocka_unit_test(websocket_echo),
+	    cmocka_unit_test(channel_still_works),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
