@@ -67,7 +67,9 @@ static enum net_sniff client_hello(const uint8_t *b, size_t n, char name[NET_NAM
 		unsigned hlen;
 		char raw[NET_NAME_MAX];
 
-		if (r.bad || len > ext_end - r.at)
+		/* r.at past ext_end (an extension's own header crossing
+		 * the list's end) would wrap the subtraction below */
+		if (r.bad || r.at > ext_end || len > ext_end - r.at)
 			return NET_SNIFF_BAD;
 		if (type != 0) {
 			rd_skip(&r, len);

@@ -390,6 +390,18 @@ static void test_sniff_tls(void **state)
 				 NET_DENY_NAME_MISSING);
 		assert_int_equal(net_sniff_decide(nosni, sizeof(nosni), "203.0.113.10"), NET_ALLOW);
 	}
+	/* an extension list of 1 byte whose first extension's header runs past
+	 * it: refused, not read on past the list (the name after it is not
+	 * the hello's) */
+	{
+		static const uint8_t cross[] = {0x16, 0x03, 0x01, 0x00, 0x3d, 0x01,
+						0x00, 0x00, 0x39, 0x03, 0x03, [11 ... 42] = 0x11,
+						0x00, 0x00, 0x02, 0x13, 0x01, 0x01,
+						0x00, 0x00, 0x01, 0x00, 0x00, 0x00,
+						0x0a, 0x00, 0x08, 0x00, 0x00, 0x05,
+						'e',  'v',  'i',  'l',	'x'};
+		assert_int_equal(net_sniff(cross, sizeof(cross), name), NET_SNIFF_BAD);
+	}
 	/* a record past the bound */
 	memset(buf, 0, sizeof(buf));
 	buf[0] = 0x16, buf[1] = 3, buf[2] = 1, buf[3] = 0xff, buf[4] = 0xff;
