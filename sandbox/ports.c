@@ -34,6 +34,7 @@ struct sandbox_port {
 	 * of the guest's (status.received) was added to the row */
 	pthread_mutex_t meter_lock;
 	uint64_t sent, metered_in, metered_out;
+	bool spent;	       /* atomic: the sandbox's hold is spent: no more bytes */
 	struct fleet_guest *l; /* a ref of the stream's own */
 	bool open;	       /* atomic: the stream is not over (the wake clears it) */
 	struct agentless_tcp *t;
@@ -79,11 +80,23 @@ static void port_meter(struct sandbox_port *p, uint64_t sent_now, bool final)
 	if (store_sandbox_net_add(p->svc->store, p->id, (int64_t)in, (int64_t)out, &err) < 0)
 		sbx_warn(MOD, "sandbox %s: port bytes not metered (%llu in, %llu out): %s", p->id,
 			 (unsigned long long)in, (unsigned long long)out, err.message);
+	if (final)
+		return;
+	/* what is billed stops at the hold: so do the bytes */
+	struct store_sandbox *row = malloc(sizeof(*row));
+	if (row && store_sandbox_get(p->svc->store, NULL, p->id, row, NULL) == 0 &&
+	    sandbox_hold_spent(row, sbx_wall_ms()) &&
+	    !__atomic_exchange_n(&p->spent, true, __ATOMIC_ACQ_REL)) {
+		sbx_info(MOD, "sandbox %s: its hold is spent: its port connection ends", p->id);
+		p->wake(p->opaque);
+	}
+	free(row);
 }
 
 static struct fleet_guest *port_guest(struct sandbox_port *p)
 {
-	if (!__atomic_load_n(&p->open, __ATOMIC_ACQUIRE) || fleet_guest_over(p->l))
+	if (!__atomic_load_n(&p->open, __ATOMIC_ACQUIRE) || fleet_guest_over(p->l) ||
+	    __atomic_load_n(&p->spent, __ATOMIC_ACQUIRE))
 		return NULL;
 	return p->l;
 }
@@ -106,6 +119,11 @@ int sandbox_port_open(struct sandbox_svc *svc, const char *account_id, const cha
 
 	if (sandbox_running_row(svc, account_id, id, sbx_wall_ms(), &row, err) < 0)
 		return -1;
+	if (sandbox_hold_spent(&row, sbx_wall_ms()))
+		return sbx_error_set(err, SBX_E_INSUFFICIENT_CREDIT, NULL,
+				     "sandbox '%s' has spent what its hold covers (its runtime and "
+				     "bytes); extend it for more",
+				     id);
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
@@ -181,6 +199,16 @@ void sandbox_port_status(struct sandbox_port *p, struct sandbox_port_status *out
 	out->eof = st.eof;
 	out->received = st.received;
 	out->writable = st.writable;
+	if (__atomic_load_n(&p->spent, __ATOMIC_ACQUIRE)) {
+		out->state = SANDBOX_PORT_FAILED;
+		out->buffered = 0;
+		out->writable = 0;
+		sbx_error_clear(&out->err);
+		sbx_error_set(&out->err, SBX_E_INSUFFICIENT_CREDIT, NULL,
+			      "the sandbox spent what its hold covers during the request; extend "
+			      "it for more");
+		return;
+	}
 	if (out->state != SANDBOX_PORT_FAILED)
 		return;
 	ending = fleet_guest_end_why(p->l);

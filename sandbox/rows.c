@@ -34,6 +34,12 @@ void sandbox_view_from_row(const struct store_sandbox *row, int64_t now_ms, stru
 	v->net_bytes_out = row->net_bytes_out;
 }
 
+bool sandbox_hold_spent(const struct store_sandbox *row, int64_t now_ms)
+{
+	return row->net_price_micro_per_gb > 0 &&
+	       billing_cost_so_far(row, now_ms) >= row->hold_micro;
+}
+
 /* Tenants see a sandbox that is still being created as not existing yet. */
 int sandbox_visible_row(struct sandbox_svc *svc, const char *account_id, const char *id,
 			struct store_sandbox *row, struct sbx_error *err)

@@ -275,6 +275,10 @@ int sandbox_running_row(struct sandbox_svc *svc, const char *account_id, const c
 			int64_t now, struct store_sandbox *row, struct sbx_error *err);
 /* A sandbox's view from its row, its cost accrued to now_ms. */
 void sandbox_view_from_row(const struct store_sandbox *row, int64_t now_ms, struct sandbox_view *v);
+/* Has the sandbox's cost so far (runtime and the bytes counted) reached
+ * what its hold covers, with bytes priced? Past it a byte would go
+ * unbilled (docs/billing.md "Network"): no more bytes through it. */
+bool sandbox_hold_spent(const struct store_sandbox *row, int64_t now_ms);
 
 /* sandboxes.c */
 
