@@ -11,6 +11,7 @@
 # nginx, dnsmasq-base, bind9-dnsutils (dig): scripts/netlab.sh, the tests'
 # own "internet" (tests/integration/test_netlab.c). On a machine run by
 # systemd, Debian's nginx package also starts its own site on port 80.
+# tmux: a real terminal for `sbx shell` (tests/integration/test_terminal.c).
 # python3-pytest, -cryptography, -pip, -setuptools, -wheel: the Python SDK's
 # tests (tests/integration/test_sdk_python.c builds its wheel offline).
 set -euo pipefail
@@ -19,7 +20,7 @@ pkgs=(build-essential pkg-config libvirt-daemon-system libvirt-dev qemu-system-x
       libssl-dev libcmocka-dev libcurl4-openssl-dev e2fsprogs cpio lz4 curl jq procps
       systemd chromium python3 python3-yaml openssl iproute2 util-linux
       python3-pytest python3-cryptography python3-pip python3-setuptools python3-wheel
-      nginx dnsmasq-base bind9-dnsutils)
+      nginx dnsmasq-base bind9-dnsutils tmux)
 # node and npm: Debian's nodejs + npm unless a node with its own npm is there
 # (the browser tests; images/build-full.sh fetches the full image's Node.js
 # with `npm pack`, images/README.md).

@@ -502,6 +502,64 @@ static void sbx_shell_exit_code(void **state)
 	assert_non_null(strstr(out, "SH7"));
 }
 
+/* tmux's pane for session `s` of server `sock`: does it show `want`? */
+static bool pane_shows(const char *sock, const char *want)
+{
+	char cmd[256], out[16384];
+
+	snprintf(cmd, sizeof cmd, "tmux -L %s capture-pane -p -t s 2>/dev/null", sock);
+	return cmd_out(cmd, out, sizeof out) == 0 && strstr(out, want);
+}
+
+static void pane_wait(const char *sock, const char *want)
+{
+	for (int i = 0; i < 600 && !pane_shows(sock, want); i++)
+		usleep(100 * 1000);
+	if (!pane_shows(sock, want))
+		fail_msg("the pane never showed '%s'", want);
+}
+
+/* `sbx shell` on a real terminal, tmux's: raw mode (keys go one by one,
+ * the guest's shell echoes them), the window's size at the start and
+ * after a resize (SIGWINCH), and the shell's exit code as sbx's. */
+static void sbx_shell_in_tmux(void **state)
+{
+	const char *bin = sbx_bin(), *slash = strrchr(bin, '/');
+	char sock[32], cmd[1024], exitf[64], out[64] = "";
+
+	(void)state;
+	assert_int_equal(run_cmd("command -v tmux >/dev/null"), 0); /* scripts/deps.sh */
+	snprintf(sock, sizeof sock, "sbxt%d", (int)getpid());
+	snprintf(exitf, sizeof exitf, "/tmp/%s.exit", sock);
+	unlink(exitf);
+	snprintf(cmd, sizeof cmd,
+		 "tmux -L %s new-session -d -s s -x 100 -y 30 "
+		 "\"SANDBOXD_URL=http://127.0.0.1:%d SANDBOXD_KEY=%s %.*ssbx shell %s; "
+		 "echo \\$? > %s; sleep 30\"",
+		 sock, d.port, d.key, slash ? (int)(slash - bin + 1) : 0, bin, sbx, exitf);
+	assert_int_equal(run_cmd(cmd), 0);
+	snprintf(cmd, sizeof cmd, "tmux -L %s send-keys -t s 'echo READY$((40+2))' Enter", sock);
+	assert_int_equal(run_cmd(cmd), 0);
+	pane_wait(sock, "READY42");
+	snprintf(cmd, sizeof cmd, "tmux -L %s send-keys -t s 'stty size' Enter", sock);
+	assert_int_equal(run_cmd(cmd), 0);
+	pane_wait(sock, "30 100");
+	snprintf(cmd, sizeof cmd,
+		 "tmux -L %s resize-window -t s -x 120 -y 40 && "
+		 "tmux -L %s send-keys -t s 'clear; stty size' Enter",
+		 sock, sock);
+	assert_int_equal(run_cmd(cmd), 0);
+	pane_wait(sock, "40 120");
+	snprintf(cmd, sizeof cmd, "tmux -L %s send-keys -t s 'exit 3' Enter", sock);
+	assert_int_equal(run_cmd(cmd), 0);
+	for (int i = 0; i < 300 && access(exitf, F_OK) != 0; i++)
+		usleep(100 * 1000);
+	snprintf(cmd, sizeof cmd, "cat %s 2>/dev/null; tmux -L %s kill-server", exitf, sock);
+	cmd_out(cmd, out, sizeof out);
+	unlink(exitf);
+	assert_string_equal(out, "3");
+}
+
 /* Nobody reads while the guest prints 100 MB: the daemon's VmRSS stays
  * within 64 MiB of where it was; then the output flows again once the
  * client reads (the next 4 MB; reading all of it would take minutes at
@@ -557,6 +615,7 @@ int main(void)
 	    cmocka_unit_test(browser_subprotocol),
 	    cmocka_unit_test(close_hangs_up),
 	    cmocka_unit_test(sbx_shell_exit_code),
+	    cmocka_unit_test(sbx_shell_in_tmux),
 	    cmocka_unit_test(unread_terminal_keeps_memory_flat),
 	};
 
