@@ -34,6 +34,19 @@ void sandbox_view_from_row(const struct store_sandbox *row, int64_t now_ms, stru
 	v->net_bytes_out = row->net_bytes_out;
 }
 
+struct fleet_guest *sandbox_pin(struct sandbox_svc *svc, const char *id, struct sbx_error *err)
+{
+	if (svc->fleet) {
+		struct fleet_guest *l = fleet_live_pin(svc->fleet, id, err);
+
+		if (!l && sandbox_in_transit(svc, id))
+			sandbox_transit_error(id, err);
+		return l;
+	}
+	fleet_guest_usable(NULL, id, err);
+	return NULL;
+}
+
 bool sandbox_hold_spent(const struct store_sandbox *row, int64_t now_ms)
 {
 	return row->net_price_micro_per_gb > 0 &&

@@ -138,19 +138,9 @@ size_t sandbox_terminals_hangup(struct sandbox_svc *svc, struct fleet_guest *g,
  * there. These answer for it as a fleet with no guest and no host would:
  * a pin 410, an acquisition 503 (no room). */
 
-static inline struct fleet_guest *sandbox_pin(struct sandbox_svc *svc, const char *id,
-					      struct sbx_error *err)
-{
-	if (svc->fleet) {
-		struct fleet_guest *l = fleet_live_pin(svc->fleet, id, err);
-
-		if (!l && sandbox_in_transit(svc, id))
-			sandbox_transit_error(id, err);
-		return l;
-	}
-	fleet_guest_usable(NULL, id, err);
-	return NULL;
-}
+/* rows.c: the live guest of sandbox id, pinned (fleet_live_pin), or NULL
+ * with err (409 sandbox_paused while it is being paused or resumed). */
+struct fleet_guest *sandbox_pin(struct sandbox_svc *svc, const char *id, struct sbx_error *err);
 
 static inline int sandbox_acquire(struct sandbox_svc *svc, struct fleet_acquire *a,
 				  struct sbx_error *err)
