@@ -513,10 +513,15 @@ static bool pane_shows(const char *sock, const char *want)
 
 static void pane_wait(const char *sock, const char *want)
 {
+	char cmd[256], out[16384] = "";
+
 	for (int i = 0; i < 600 && !pane_shows(sock, want); i++)
 		usleep(100 * 1000);
-	if (!pane_shows(sock, want))
-		fail_msg("the pane never showed '%s'", want);
+	if (pane_shows(sock, want))
+		return;
+	snprintf(cmd, sizeof cmd, "tmux -L %s capture-pane -p -t s 2>&1", sock);
+	cmd_out(cmd, out, sizeof out);
+	fail_msg("the pane never showed '%s'; it shows:\n%s", want, out);
 }
 
 /* `sbx shell` on a real terminal, tmux's: raw mode (keys go one by one,
@@ -538,8 +543,14 @@ static void sbx_shell_in_tmux(void **state)
 		 "echo \\$? > %s; sleep 30\"",
 		 sock, d.port, d.key, slash ? (int)(slash - bin + 1) : 0, bin, sbx, exitf);
 	assert_int_equal(run_cmd(cmd), 0);
+	/* typed again until the shell answers: keys that come before sbx set
+	 * its raw mode are flushed with the switch (TCSAFLUSH) */
 	snprintf(cmd, sizeof cmd, "tmux -L %s send-keys -t s 'echo READY$((40+2))' Enter", sock);
-	assert_int_equal(run_cmd(cmd), 0);
+	for (int i = 0; i < 30 && !pane_shows(sock, "READY42"); i++) {
+		assert_int_equal(run_cmd(cmd), 0);
+		for (int j = 0; j < 20 && !pane_shows(sock, "READY42"); j++)
+			usleep(100 * 1000);
+	}
 	pane_wait(sock, "READY42");
 	snprintf(cmd, sizeof cmd, "tmux -L %s send-keys -t s 'stty size' Enter", sock);
 	assert_int_equal(run_cmd(cmd), 0);
