@@ -125,6 +125,11 @@ struct agentless_conn {
 	/* TCP streams (tcp.c), open and reset ones absorbing late frames */
 	struct agentless_tcp *tcps;
 	unsigned n_tcps;
+	/* v7: who takes the streams the guest opens (NULL: refused), and
+	 * how many it may hold at once */
+	agentless_tcp_accept_fn tcp_accept;
+	void *tcp_accept_opaque;
+	unsigned tcp_accept_max;
 
 	/* v4 credit window: the epoch of the open one (0: none) and the
 	 * next to hand out (both per connection) */
@@ -179,6 +184,8 @@ struct agentless_conn {
  * channel. No lock held. */
 int conn_send(struct agentless_conn *c, uint8_t type, uint32_t id, const uint8_t *payload,
 	      size_t len);
+/* Queue an ERROR {ERROR_KIND, MESSAGE} for id. No lock held. */
+void conn_send_error(struct agentless_conn *c, uint32_t id, uint32_t kind, const char *msg);
 /* Break the connection for a protocol violation. No lock held. */
 void conn_violation(struct agentless_conn *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

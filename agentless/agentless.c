@@ -250,6 +250,17 @@ int conn_send(struct agentless_conn *c, uint8_t type, uint32_t id, const uint8_t
 	return conn_send_ex(c, type, id, payload, len, false, 0);
 }
 
+void conn_send_error(struct agentless_conn *c, uint32_t id, uint32_t kind, const char *msg)
+{
+	uint8_t b[WIRE_HEADER_LEN + 256];
+	struct wire_writer w;
+
+	wire_writer_init(&w, b, sizeof b);
+	wire_put_u32(&w, WIRE_T_ERROR_KIND, kind);
+	wire_put_bytes(&w, WIRE_T_MESSAGE, msg, SBX_MIN(strlen(msg), (size_t)200));
+	conn_send(c, WIRE_ERROR, id, b, w.len);
+}
+
 /* WELCOME: to a v4 guest over a channel with a window (the stream
  * transport) the first one opens a credit window under a fresh epoch (the
  * channel starts counting at the WELCOME's end, as the guest does); later

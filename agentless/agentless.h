@@ -517,6 +517,38 @@ void agentless_tcp_status(struct agentless_tcp *t, struct agentless_tcp_status *
 /* Give the handle back (never touches the conn). */
 void agentless_tcp_release(struct agentless_tcp *t);
 
+/* Streams the guest opens (protocol v7, egress: docs/network.md). The
+ * guest's TCP_OPEN {HOST, PORT} makes a stream in AGENTLESS_TCP_OPENING
+ * and calls `accept` on the recv thread, with no lock held: it must not
+ * block (hand the stream to a thread of its own). The callee then owns a
+ * handle (agentless_tcp_release, exactly once) and answers exactly once:
+ * agentless_tcp_accept (the destination is connected: TCP_OPENED, the
+ * stream is OPEN, `wake` runs from now on) or agentless_tcp_refuse. Until
+ * then the stream fails only if the guest resets it or the channel goes;
+ * an answer then is a no-op. A guest past `max` streams of its own at
+ * once, or on a conn without a callee, gets ERROR BUSY or FORBIDDEN and
+ * no stream. Set once, before the guest can speak (no lock guards it
+ * against a concurrent change). */
+typedef void (*agentless_tcp_accept_fn)(void *opaque, struct agentless_tcp *t, const char *host,
+					uint16_t port);
+void agentless_set_tcp_accept(struct agentless_conn *c, agentless_tcp_accept_fn accept,
+			      void *opaque, unsigned max);
+/* -1 when the stream failed meanwhile (nothing sent) or c is down. */
+int agentless_tcp_accept(struct agentless_conn *c, struct agentless_tcp *t,
+			 agentless_tcp_wake_fn wake, void *opaque, uint32_t idle_ms);
+/* Why a guest's stream is refused (the guest's proxy answers 403, 502,
+ * 504 or 429); msg is one line. */
+enum agentless_refusal {
+	AGENTLESS_REFUSE_FORBIDDEN, /* the policy says no */
+	AGENTLESS_REFUSE_FAILED,    /* resolve or connect failed */
+	AGENTLESS_REFUSE_TIMEOUT,   /* no answer in time */
+	AGENTLESS_REFUSE_BUSY,	    /* too many at once */
+};
+void agentless_tcp_refuse(struct agentless_conn *c, struct agentless_tcp *t,
+			  enum agentless_refusal why, const char *msg);
+/* The longest host a guest's stream may name (a DNS name's 253). */
+#define AGENTLESS_TCP_HOST_MAX 253
+
 /* Number of execs in flight. */
 unsigned agentless_conn_inflight(struct agentless_conn *c);
 

@@ -30,16 +30,21 @@
 #define TCP_ABORT_KEEP_MS 10000
 #define TCP_LATE_FRAMES	  64
 #define TCP_ACK_STEP	  (WIRE_TCP_WINDOW / 4)
+/* A guest-opened stream the callee has not answered by then is reset (the
+ * callee's own deadlines are shorter: this is a backstop). */
+#define TCP_ACCEPT_BACKSTOP_MS 120000
 #define MSG_OLD_VERSION                                                                            \
 	"this sandbox's guest speaks exec protocol v%u, which has no TCP streams; create a new "   \
 	"sandbox"
 
 _Static_assert(AGENTLESS_TCP_WINDOW == WIRE_TCP_WINDOW, "one window");
 _Static_assert(AGENTLESS_TCP_MAX == WIRE_TCP_MAX, "one stream cap");
+_Static_assert(AGENTLESS_TCP_HOST_MAX == WIRE_TCP_HOST_MAX, "one host length");
 
 struct agentless_tcp {
 	struct agentless_tcp *next; /* conn->tcps; conn->lock */
 	uint32_t id;
+	bool guest_opened; /* fixed: an egress stream (v7) */
 	agentless_tcp_wake_fn wake;
 	void *opaque;
 
@@ -123,7 +128,7 @@ struct agentless_tcp *tcp_find_locked(struct agentless_conn *c, uint32_t id)
 	return NULL;
 }
 
-/* Streams in use: neither reset nor given back (a released one is reset at
+/* Streams the host opened in use: neither reset nor given back (a released one is reset at
  * the next tick and no longer counts). conn->lock held. */
 static unsigned tcp_active_locked(struct agentless_conn *c)
 {
@@ -132,7 +137,7 @@ static unsigned tcp_active_locked(struct agentless_conn *c)
 	for (struct agentless_tcp *t = c->tcps; t; t = t->next) {
 		bool released;
 
-		if (t->aborted)
+		if (t->aborted || t->guest_opened)
 			continue;
 		pthread_mutex_lock(&t->mu);
 		released = t->released;
@@ -240,7 +245,7 @@ static size_t ring_get(struct agentless_tcp *t, uint8_t *out, size_t max)
 
 static void on_opened(struct agentless_tcp *t, size_t len, struct verdict *v)
 {
-	if (t->state != AGENTLESS_TCP_OPENING || len != 0) {
+	if (t->state != AGENTLESS_TCP_OPENING || len != 0 || t->guest_opened) {
 		snprintf(v->violation, sizeof v->violation, "TCP_OPENED for stream %u", t->id);
 		return;
 	}
@@ -304,7 +309,8 @@ static void on_close(struct agentless_tcp *t, const uint8_t *p, size_t len, stru
 			rc = -1;
 			break;
 		}
-	if (rc < 0 || t->state == AGENTLESS_TCP_OPENING || (t->fin_got && !ab)) {
+	if (rc < 0 || (t->state == AGENTLESS_TCP_OPENING && !(t->guest_opened && ab)) ||
+	    (t->fin_got && !ab)) {
 		snprintf(v->violation, sizeof v->violation, "bad TCP_CLOSE for stream %u", t->id);
 		return;
 	}
@@ -312,8 +318,9 @@ static void on_close(struct agentless_tcp *t, const uint8_t *p, size_t len, stru
 		struct sbx_error e;
 
 		sbx_error_clear(&e);
-		sbx_error_set(&e, SBX_E_PORT_UNREACHABLE, NULL,
-			      "the connection to the sandbox's port was reset");
+		sbx_error_set(&e, SBX_E_PORT_UNREACHABLE, NULL, "%s",
+			      t->guest_opened ? "the sandbox reset the connection"
+					      : "the connection to the sandbox's port was reset");
 		tcp_fail_locked(t, &e);
 		v->final = true;
 		return;
@@ -330,7 +337,7 @@ static void on_error(struct agentless_tcp *t, const uint8_t *p, size_t len, stru
 	struct sbx_error e;
 
 	v->final = true;
-	if (t->state != AGENTLESS_TCP_OPENING ||
+	if (t->state != AGENTLESS_TCP_OPENING || t->guest_opened ||
 	    conn_error_parse(p, len, &kind, NULL, 0, msg, sizeof msg) < 0) {
 		snprintf(v->violation, sizeof v->violation, "ERROR for stream %u", t->id);
 		return;
@@ -365,6 +372,69 @@ static bool late_ok_locked(struct agentless_conn *c, struct agentless_tcp *t,
 	return conn_unsolicited_ok_locked(c);
 }
 
+/* The guest's TCP_OPEN {HOST, PORT}: a bad id breaks the channel; a bad
+ * destination, a conn without a callee or too many streams get an ERROR
+ * and no stream; else a stream is listed and handed to the callee. */
+static void guest_open(struct agentless_conn *c, uint32_t id, const uint8_t *p, size_t len)
+{
+	char host[WIRE_TCP_HOST_MAX + 1] = "";
+	struct wire_reader r;
+	struct wire_field f;
+	struct agentless_tcp *t;
+	uint32_t port = 0, kind = 0;
+	const char *why = NULL;
+	unsigned mine = 0;
+	int rc;
+
+	wire_reader_init(&r, p, len);
+	while ((rc = wire_next(&r, &f)) == 1) {
+		if (f.tag == WIRE_T_PORT && wire_field_u32(&f, &port) < 0)
+			port = 0;
+		if (f.tag == WIRE_T_HOST && f.len >= 1 && f.len <= WIRE_TCP_HOST_MAX) {
+			memcpy(host, f.value, f.len);
+			host[f.len] = '\0';
+		}
+	}
+	for (const char *q = host; *q; q++)
+		if (*q <= ' ' || *q > '~')
+			host[0] = '\0';
+	pthread_mutex_lock(&c->lock);
+	if (!(id & WIRE_TCP_GUEST_BIT) || tcp_find_locked(c, id)) {
+		pthread_mutex_unlock(&c->lock);
+		conn_violation(c, "TCP_OPEN from the guest with stream id %u", id);
+		return;
+	}
+	for (t = c->tcps; t; t = t->next)
+		mine += t->guest_opened && !t->aborted;
+	if (rc < 0 || !host[0] || port < 1 || port > 65535)
+		kind = WIRE_ERR_BAD_REQUEST, why = "TCP_OPEN needs HOST and PORT 1..65535";
+	else if (!c->tcp_accept || c->version < 7)
+		kind = WIRE_ERR_FORBIDDEN, why = "this sandbox has no network";
+	else if (mine >= c->tcp_accept_max || c->n_tcps >= TCP_LISTED_MAX)
+		kind = WIRE_ERR_BUSY, why = "too many connections from this sandbox at once";
+	if (why) {
+		pthread_mutex_unlock(&c->lock);
+		conn_send_error(c, id, kind, why);
+		return;
+	}
+	t = xcalloc(1, sizeof(*t));
+	pthread_mutex_init(&t->mu, NULL);
+	pthread_cond_init(&t->cond, NULL);
+	t->id = id;
+	t->guest_opened = true;
+	t->refs = 2; /* the list's, the callee's */
+	t->state = AGENTLESS_TCP_OPENING;
+	t->open_deadline_ms = sbx_mono_ms() + TCP_ACCEPT_BACKSTOP_MS;
+	t->idle_ms = 60000;
+	t->progress_ms = sbx_mono_ms();
+	t->listed = true;
+	t->next = c->tcps;
+	c->tcps = t;
+	c->n_tcps++;
+	pthread_mutex_unlock(&c->lock);
+	c->tcp_accept(c->tcp_accept_opaque, t, host, (uint16_t)port);
+}
+
 bool tcp_frame(struct agentless_conn *c, const struct wire_header *h, const uint8_t *p, size_t len)
 {
 	struct verdict v = {0};
@@ -374,8 +444,7 @@ bool tcp_frame(struct agentless_conn *c, const struct wire_header *h, const uint
 	if (!is_tcp && h->type != WIRE_ERROR)
 		return false;
 	if (h->type == WIRE_TCP_OPEN) {
-		conn_violation(c,
-			       "TCP_OPEN from the guest (guest-opened streams are not accepted)");
+		guest_open(c, h->id, p, len);
 		return true;
 	}
 	pthread_mutex_lock(&c->lock);
@@ -644,6 +713,67 @@ void agentless_tcp_release(struct agentless_tcp *t)
 	tcp_unref(t);
 }
 
+void agentless_set_tcp_accept(struct agentless_conn *c, agentless_tcp_accept_fn accept,
+			      void *opaque, unsigned max)
+{
+	pthread_mutex_lock(&c->lock);
+	c->tcp_accept = accept;
+	c->tcp_accept_opaque = opaque;
+	c->tcp_accept_max = max && max < WIRE_TCP_MAX ? max : WIRE_TCP_MAX;
+	pthread_mutex_unlock(&c->lock);
+}
+
+int agentless_tcp_accept(struct agentless_conn *c, struct agentless_tcp *t,
+			 agentless_tcp_wake_fn wake, void *opaque, uint32_t idle_ms)
+{
+	pthread_mutex_lock(&t->mu);
+	if (!t->guest_opened || t->state != AGENTLESS_TCP_OPENING) {
+		pthread_mutex_unlock(&t->mu);
+		return -1;
+	}
+	t->state = AGENTLESS_TCP_OPEN;
+	t->wake = wake;
+	t->opaque = opaque;
+	t->idle_ms = idle_ms ? idle_ms : 60000;
+	t->progress_ms = sbx_mono_ms();
+	pthread_mutex_unlock(&t->mu);
+	return conn_send(c, WIRE_TCP_OPENED, t->id, NULL, 0);
+}
+
+void agentless_tcp_refuse(struct agentless_conn *c, struct agentless_tcp *t,
+			  enum agentless_refusal why, const char *msg)
+{
+	static const uint32_t kinds[] = {
+	    [AGENTLESS_REFUSE_FORBIDDEN] = WIRE_ERR_FORBIDDEN,
+	    [AGENTLESS_REFUSE_FAILED] = WIRE_ERR_REFUSED,
+	    [AGENTLESS_REFUSE_TIMEOUT] = WIRE_ERR_TIMEOUT,
+	    [AGENTLESS_REFUSE_BUSY] = WIRE_ERR_BUSY,
+	};
+	uint32_t kind = kinds[why];
+	struct sbx_error e;
+	bool was_opening;
+
+	sbx_error_clear(&e);
+	sbx_error_set(&e, SBX_E_PORT_UNREACHABLE, NULL, "%s", msg);
+	pthread_mutex_lock(&t->mu);
+	was_opening = t->guest_opened && t->state == AGENTLESS_TCP_OPENING;
+	if (was_opening)
+		tcp_fail_locked(t, &e);
+	pthread_mutex_unlock(&t->mu);
+	if (!was_opening)
+		return;
+	pthread_mutex_lock(&c->lock);
+	if (t->listed && !t->aborted) {
+		tcp_unlink_locked(c, t);
+		conn_abandon(c, t->id);
+		pthread_mutex_unlock(&c->lock);
+		tcp_unref(t); /* the list's */
+	} else {
+		pthread_mutex_unlock(&c->lock);
+	}
+	conn_send_error(c, t->id, kind, msg);
+}
+
 /* ------------------------------------------------------------------ tick */
 
 /* Why a live stream fails now (mu held), or NULL. */
@@ -652,7 +782,9 @@ static const char *overdue_locked(const struct agentless_tcp *t, int64_t now_ms,
 {
 	*code = SBX_E_PORT_TIMEOUT;
 	if (t->state == AGENTLESS_TCP_OPENING && now_ms >= t->open_deadline_ms)
-		return "the sandbox did not open the connection to the port in time";
+		return t->guest_opened
+			   ? "the host did not answer the sandbox's connection in time"
+			   : "the sandbox did not open the connection to the port in time";
 	if (t->state != AGENTLESS_TCP_OPEN)
 		return NULL;
 	if (t->first_deadline_ms && now_ms >= t->first_deadline_ms)

@@ -59,8 +59,19 @@
  * loopback (127.0.0.1:PORT), with a credit window per stream and per
  * direction (WIRE_TCP_WINDOW past the receiver's last TCP_ACK). Streams the
  * host opens take ids from its exec id space (top bit clear); ids with
- * WIRE_TCP_GUEST_BIT set are reserved for streams a guest opens (egress,
- * not yet). A host sends TCP_* only to guests that negotiated >= 6.
+ * WIRE_TCP_GUEST_BIT set are reserved for streams a guest opens. A host
+ * sends TCP_* only to guests that negotiated >= 6.
+ *
+ * Version 7 added streams the guest opens (egress, docs/network.md): the
+ * guest's agent sends TCP_OPEN {HOST, PORT} with an id of its own
+ * (WIRE_TCP_GUEST_BIT set), and the host answers TCP_OPENED once its
+ * connection to HOST:PORT is up under the sandbox's policy, or ERROR
+ * (FORBIDDEN: the policy refuses; REFUSED: the connect failed; TIMEOUT;
+ * BUSY: too many at once). The guest sends nothing for the stream before
+ * the answer but TCP_CLOSE with ABORT (its client went away). From
+ * TCP_OPENED on, the stream is as above. A guest opens streams only
+ * towards a host that negotiated >= 7; an older host would break the
+ * channel on a guest-opened id.
  */
 #ifndef SBX_WIRE_H
 #define SBX_WIRE_H
@@ -68,7 +79,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define WIRE_VERSION	 6
+#define WIRE_VERSION	 7
 #define WIRE_VERSION_MIN 1
 #define WIRE_PORT_NAME	 "org.sandboxd.exec.0"
 
@@ -103,6 +114,8 @@
 #define WIRE_TCP_WINDOW	   (256u * 1024)
 #define WIRE_TCP_MAX	   64
 #define WIRE_TCP_GUEST_BIT 0x80000000u
+/* v7: the longest HOST of a guest's TCP_OPEN (a DNS name's 253) */
+#define WIRE_TCP_HOST_MAX 253
 
 enum wire_type {
 	/* guest -> host, id 0: {VERSION, VERSION_MIN, BOOT_MS} once at start */
@@ -172,10 +185,12 @@ enum wire_type {
 	/* v5, guest -> host: {ACKED}: PTY_INPUT bytes of this terminal the
 	 * guest consumed (written to the terminal) so far, cumulative */
 	WIRE_PTY_ACK = 27,
-	/* v6, host -> guest (guest -> host reserved for egress, ids with
-	 * WIRE_TCP_GUEST_BIT), id = the stream's: {PORT}: connect to
+	/* v6, host -> guest, id = the stream's: {PORT}: connect to
 	 * 127.0.0.1:PORT. Answered with TCP_OPENED, or ERROR (REFUSED: nobody
-	 * listens or the connect failed; BUSY: WIRE_TCP_MAX streams open). */
+	 * listens or the connect failed; BUSY: WIRE_TCP_MAX streams open).
+	 * v7, guest -> host, id with WIRE_TCP_GUEST_BIT: {HOST, PORT}: egress
+	 * to HOST:PORT; answered the same way by the host (FORBIDDEN, REFUSED,
+	 * TIMEOUT, BUSY). */
 	WIRE_TCP_OPEN = 28,
 	/* v6, guest -> host, empty: the connection is up; data may flow */
 	WIRE_TCP_OPENED = 29,
@@ -290,6 +305,8 @@ enum wire_tag {
 	WIRE_T_COLS = 58,	  /* u32 (v5): terminal columns */
 	WIRE_T_PORT = 59,	  /* u32 (v6, TCP_OPEN): 1..65535 */
 	WIRE_T_ABORT = 60,	  /* u32 (v6, TCP_CLOSE): 1 = reset, not FIN */
+	WIRE_T_HOST = 61,	  /* bytes (v7, guest's TCP_OPEN): a name or an
+				     address literal, <= 253 bytes */
 	/* v3 (counting down from the top of the range, see above) */
 	WIRE_T_STREAM = 65535,	   /* u32 1 in EXEC: ship output as soon as it is
 				    * read instead of batching it into full chunks */
@@ -330,6 +347,11 @@ enum wire_error_kind {
 	/* v6, TCP_OPEN: nobody listens on the port, or the connect failed;
 	 * MESSAGE says how */
 	WIRE_ERR_REFUSED = 13,
+	/* v7, host -> guest, a guest-opened TCP_OPEN: the sandbox's policy
+	 * refuses the destination (MESSAGE says why) */
+	WIRE_ERR_FORBIDDEN = 14,
+	/* v7: the destination did not answer within the host's deadline */
+	WIRE_ERR_TIMEOUT = 15,
 	/* v3 (top of the range): a PROC named a pid the guest does not keep */
 	WIRE_ERR_NO_PROCESS = 255,
 };

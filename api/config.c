@@ -447,6 +447,9 @@ static const struct key_spec net_keys[] = {
     NET_KEY("price_micro_per_gb", net_price_micro_per_gb, K_U64),
     NET_KEY("bandwidth_bytes_per_s", net_bandwidth_bytes_per_s, K_U64),
     NET_KEY("connections_per_account", net_connections_per_account, K_INT),
+    NET_KEY("connections_per_sandbox", net_connections_per_sandbox, K_INT),
+    NET_KEY("connect_timeout_ms", net_connect_timeout_ms, K_U32),
+    NET_KEY("idle_timeout_ms", net_idle_timeout_ms, K_U32),
 };
 #undef NET_KEY
 

@@ -513,6 +513,12 @@ struct json_object *api_limits_encode_stats(const struct sandbox_config *cfg,
 		    json_object_new_int64((int64_t)cfg->net_bandwidth_bytes_per_s));
 		json_object_object_add(n, "connections_per_account",
 				       json_object_new_int(cfg->net_connections_per_account));
+		json_object_object_add(n, "connections_per_sandbox",
+				       json_object_new_int(cfg->net_connections_per_sandbox));
+		json_object_object_add(n, "connect_timeout_ms",
+				       json_object_new_int64(cfg->net_connect_timeout_ms));
+		json_object_object_add(n, "idle_timeout_ms",
+				       json_object_new_int64(cfg->net_idle_timeout_ms));
 		json_object_object_add(n, "usd_per_gb",
 				       usd_encode((int64_t)cfg->net_price_micro_per_gb));
 		json_object_object_add(o, "network", n);

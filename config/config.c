@@ -226,6 +226,9 @@ void sandbox_config_defaults(struct sandbox_config *cfg)
 	cfg->net_max_rules = 32;
 	cfg->net_bandwidth_bytes_per_s = 12500000;
 	cfg->net_connections_per_account = 64;
+	cfg->net_connections_per_sandbox = 32;
+	cfg->net_connect_timeout_ms = 10000;
+	cfg->net_idle_timeout_ms = 300000;
 }
 
 /* dst = base + suffix unless dst is set; a path that does not fit is left

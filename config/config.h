@@ -275,6 +275,9 @@ struct sandbox_config {
 	uint64_t net_price_micro_per_gb;    /* 0 */
 	uint64_t net_bandwidth_bytes_per_s; /* 12500000 (100 Mbit/s) per sandbox */
 	int net_connections_per_account;    /* 64 open at once */
+	int net_connections_per_sandbox;    /* 32 open at once, at most 32 */
+	uint32_t net_connect_timeout_ms;    /* 10000: resolve and connect */
+	uint32_t net_idle_timeout_ms;	    /* 300000: no byte either way */
 	/* Tests only: die with _exit(137) at this named step (sandbox/fault.h
 	 * lists them; "" = never). Refused in production mode. */
 	char test_fault_point[48];

@@ -168,8 +168,9 @@ enum fleet_end {
 	FLEET_END_PAUSED, /* its sandbox is being paused (409 sandbox_paused) */
 };
 
-struct fleet_host; /* the host it runs on (below) */
-struct prestart;   /* an execution guest's waiting launcher (its owner's) */
+struct fleet_host;    /* the host it runs on (below) */
+struct prestart;      /* an execution guest's waiting launcher (its owner's) */
+struct agentless_tcp; /* a stream of the guest's channel (agentless.h) */
 typedef void (*fleet_prestart_free_fn)(struct prestart *ps);
 
 /* A live guest: a refcounted object. Whoever holds a ref may read its
@@ -413,6 +414,12 @@ struct fleet_hooks {
 	fleet_prestart_free_fn prestart_free;
 	/* A test point: a boot's domain started, no HELLO yet. May be NULL. */
 	void (*boot_started)(void *opaque);
+	/* Guest g opened a stream to host:port (egress, agentless.h
+	 * "Streams the guest opens"): answer it, on a thread of the owner's
+	 * (this runs on the channel's recv thread, no lock held; take a ref
+	 * on g to keep it). NULL: every guest's egress is refused. */
+	void (*egress_open)(void *opaque, struct fleet_guest *g, struct agentless_tcp *t,
+			    const char *host, uint16_t port);
 };
 
 /* A new fleet for cfg (borrowed: it outlives the fleet) with one host

@@ -315,6 +315,14 @@ void fleet_on_conn_broken(void *opaque, const char *why)
 	/* the owner's supervisor pass ends a dead one */
 }
 
+static void fleet_on_egress(void *opaque, struct agentless_tcp *t, const char *host, uint16_t port)
+{
+	struct fleet_guest *g = opaque;
+	const struct fleet_hooks *hk = &g->fleet->hooks;
+
+	hk->egress_open(hk->opaque, g, t, host, port);
+}
+
 struct agentless_conn *fleet_guest_conn_new(struct fleet_guest *g)
 {
 	const struct sandbox_config *cfg = g->fleet->cfg;
@@ -323,6 +331,10 @@ struct agentless_conn *fleet_guest_conn_new(struct fleet_guest *g)
 	    .xfer_stall_ms = cfg->file_stall_timeout_ms,
 	    .max_inflight = (uint32_t)cfg->max_execs_per_sandbox,
 	};
+	struct agentless_conn *c = agentless_conn_new(&lim, fleet_on_conn_broken, g);
 
-	return agentless_conn_new(&lim, fleet_on_conn_broken, g);
+	if (c && g->fleet->hooks.egress_open)
+		agentless_set_tcp_accept(c, fleet_on_egress, g,
+					 (unsigned)cfg->net_connections_per_sandbox);
+	return c;
 }

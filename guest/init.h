@@ -113,6 +113,26 @@ void guest_tcp_ready(unsigned slot, short revents);
 void guest_tcp_acks(void);
 /* The host went away: every stream is closed. */
 void guest_tcp_disconnected(void);
+/* v7: a stream of the guest's own to host:port for the proxy's client fd
+ * (taken: closed by the stream), `pre` sent to the server first, a
+ * CONNECT's "200" written at TCP_OPENED when tunnel. 0, or -1 (too many:
+ * the caller keeps fd). */
+int guest_tcp_egress(int fd, const char *host, uint16_t port, bool tunnel, const uint8_t *pre,
+		     size_t pre_len);
+/* An HTTP answer (code, reason, a line of text) to a proxy client; closes fd. */
+void guest_proxy_answer(int fd, int code, const char *reason, const char *msg);
+
+/* The egress proxy (proxy.c, v7): HTTP CONNECT and http:// requests on
+ * 127.0.0.1:GUEST_PROXY_PORT, each handed to guest_tcp_egress. init binds
+ * it (PID 1 only); pollfds gives the listener and the clients whose
+ * request head is still coming (slot[i]), lowering *next to their
+ * deadline; tick answers the overdue (408). host_version: the version the
+ * connected host negotiated (0: none connected). */
+#define GUEST_PROXY_PORT 3128
+void guest_proxy_init(void);
+unsigned guest_proxy_pollfds(struct pollfd *pfd, unsigned *slot, unsigned max, int64_t *next);
+void guest_proxy_ready(unsigned slot, uint32_t host_version);
+void guest_proxy_tick(int64_t now_ms);
 
 /* The hostile-guest test kit (hostile.c; tests only, off unless the kernel
  * command line says sandboxd.test_hostile=1). */

@@ -90,8 +90,9 @@ struct exec {
 static struct {
 	int port;
 	bool connected;
-	bool in_bad;	   /* framing lost: discard input until reconnect */
-	bool rehello_sent; /* HELLO repeated after a low WELCOME (welcome_check) */
+	bool in_bad;	       /* framing lost: discard input until reconnect */
+	bool rehello_sent;     /* HELLO repeated after a low WELCOME (welcome_check) */
+	uint32_t host_version; /* the last WELCOME's (0: none on this connection) */
 	int sfd;
 
 	/* outbound bytes: frames back to back, [head, len) unsent */
@@ -544,6 +545,7 @@ static void welcome_check(uint32_t id, const uint8_t *p, size_t len)
 		if (f.tag == WIRE_T_WINDOW && wire_field_u32(&f, &window) < 0)
 			window = 0;
 	}
+	S.host_version = v;
 	/* v4 with a window and an epoch: count from the end of this frame,
 	 * unless it repeats the epoch we count for (a WELCOME answering a
 	 * repeated HELLO: the host's window goes on); anything else: report
@@ -615,10 +617,15 @@ static void frame_handle(const struct wire_header *h, const uint8_t *p)
 		guest_pty_frame(h->type, h->id, p, h->len);
 		break;
 	case WIRE_TCP_OPEN:
+	case WIRE_TCP_OPENED:
 	case WIRE_TCP_DATA:
 	case WIRE_TCP_ACK:
 	case WIRE_TCP_CLOSE:
 		guest_tcp_frame(h->type, h->id, p, h->len);
+		break;
+	case WIRE_ERROR: /* v7: the host refused a stream the guest opened */
+		if (h->id & WIRE_TCP_GUEST_BIT)
+			guest_tcp_frame(h->type, h->id, p, h->len);
 		break;
 	default:
 		break; /* unknown or guest-bound types: ignore */
@@ -734,6 +741,7 @@ static void port_connected(void)
 	S.in_bad = false;
 	S.in_len = 0;
 	S.rehello_sent = false;
+	S.host_version = 0;
 	S.credit_on = false;
 	S.rx_total = 0;
 	send_hello();
@@ -802,7 +810,19 @@ static void signals_read(void)
 
 /* ------------------------------------------------------------ the loop */
 
-enum pfd_kind { PK_SIG, PK_PORT, PK_OUT, PK_ERR, PK_ORPHAN, PK_FILE, PK_PROC, PK_PTY, PK_TCP };
+enum pfd_kind {
+	PK_SIG,
+	PK_PORT,
+	PK_OUT,
+	PK_ERR,
+	PK_ORPHAN,
+	PK_FILE,
+	PK_PROC,
+	PK_PTY,
+	PK_TCP,
+	PK_PROXY
+};
+#define PROXY_POLL_MAX 17
 
 #define FILES_POLL_MAX 64
 
@@ -810,15 +830,17 @@ enum pfd_kind { PK_SIG, PK_PORT, PK_OUT, PK_ERR, PK_ORPHAN, PK_FILE, PK_PROC, PK
 
 /* The poll set of one loop turn: who[i] says what pfd[i] is. */
 static struct {
-	struct pollfd
-	    pfd[2 + 2 * EXEC_MAX + ORPHAN_MAX + FILES_POLL_MAX + 3 * WIRE_PROC_MAX + WIRE_TCP_MAX];
+	struct pollfd pfd[2 + 2 * EXEC_MAX + ORPHAN_MAX + FILES_POLL_MAX + 3 * WIRE_PROC_MAX +
+			  WIRE_TCP_MAX + PROXY_POLL_MAX];
 	unsigned file_slot[FILES_POLL_MAX];
+	unsigned proxy_slot[PROXY_POLL_MAX];
 	unsigned proc_tags[2 * WIRE_PROC_MAX];
 	unsigned tcp_slot[WIRE_TCP_MAX];
 	struct {
 		enum pfd_kind kind;
 		unsigned idx;
-	} who[2 + 2 * EXEC_MAX + ORPHAN_MAX + FILES_POLL_MAX + 3 * WIRE_PROC_MAX + WIRE_TCP_MAX];
+	} who[2 + 2 * EXEC_MAX + ORPHAN_MAX + FILES_POLL_MAX + 3 * WIRE_PROC_MAX + WIRE_TCP_MAX +
+	      PROXY_POLL_MAX];
 } P;
 
 /* Fill P with what to poll this turn; lower *next to the earliest
@@ -893,6 +915,12 @@ static nfds_t poll_build(bool backpressure, int64_t now, int64_t *next)
 		for (unsigned j = 0; j < k; j++) {
 			P.who[n + j].kind = PK_TCP;
 			P.who[n + j].idx = P.tcp_slot[j];
+		}
+		n += k;
+		k = guest_proxy_pollfds(P.pfd + n, P.proxy_slot, PROXY_POLL_MAX, next);
+		for (unsigned j = 0; j < k; j++) {
+			P.who[n + j].kind = PK_PROXY;
+			P.who[n + j].idx = P.proxy_slot[j];
 		}
 		n += k;
 		if (pnext >= 0 && (*next < 0 || pnext < *next))
@@ -976,6 +1004,9 @@ static void poll_dispatch(nfds_t n)
 			if (S.connected)
 				guest_tcp_ready(P.who[i].idx, re);
 			break;
+		case PK_PROXY:
+			guest_proxy_ready(P.who[i].idx, S.connected ? S.host_version : 0);
+			break;
 		}
 	}
 }
@@ -993,6 +1024,7 @@ static void turn_end(void)
 	S.n_orphans = j;
 
 	now = guest_mono_ms();
+	guest_proxy_tick(now);
 	for (unsigned i = 0; i < EXEC_MAX; i++) {
 		struct exec *e = &S.execs[i];
 
@@ -1021,6 +1053,7 @@ int guest_serve(int port_fd)
 	guest_hostile_init(frame_send, send_hello, queue_size);
 	guest_files_init(frame_send, queue_size, QUEUE_SOFT);
 	guest_tcp_init(queue_size, QUEUE_SOFT);
+	guest_proxy_init();
 	if (signals_setup() < 0) {
 		guest_log("signal setup failed: %s", strerror(errno));
 		return -1;

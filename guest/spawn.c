@@ -46,6 +46,13 @@ static const char *const default_env[] = {
     "LANG=C.UTF-8",
     "TERM=dumb",
     "USER=root",
+    /* egress goes through the agent's proxy (proxy.c, docs/network.md) */
+    "http_proxy=http://127.0.0.1:3128",
+    "https_proxy=http://127.0.0.1:3128",
+    "HTTP_PROXY=http://127.0.0.1:3128",
+    "HTTPS_PROXY=http://127.0.0.1:3128",
+    "no_proxy=localhost,127.0.0.1,::1",
+    "NO_PROXY=localhost,127.0.0.1,::1",
 };
 #define DEFAULT_ENV_N (sizeof(default_env) / sizeof(default_env[0]))
 

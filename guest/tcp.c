@@ -14,6 +14,15 @@
  * the guest already closed), bytes past the window are dropped (the
  * host's fault), an ACKED past what was sent is ignored. At most
  * WIRE_TCP_MAX streams are open; more get ERROR BUSY.
+ *
+ * Streams the guest opens (v7, egress): the proxy (proxy.c) hands over a
+ * client socket with the destination it asked for; the stream sends
+ * TCP_OPEN {HOST, PORT} with an id of its own (WIRE_TCP_GUEST_BIT) and
+ * waits, the socket unpolled, for the host's TCP_OPENED (then a CONNECT
+ * client gets its "200", and what the proxy kept for the server, the
+ * request head or early bytes, goes first) or ERROR (the client gets an
+ * HTTP error that says why). At most GUEST_OPEN_MAX of them at once, so
+ * the host's connections to the guest's ports keep room.
  */
 #include "guest/init.h"
 #include "agentless/wire.h"
@@ -28,6 +37,8 @@
 #include <unistd.h>
 
 #define TCP_READ_BUDGET (256u << 10) /* bytes per stream per loop turn */
+#define GUEST_OPEN_MAX	(WIRE_TCP_MAX / 2)
+#define TCP_MIN(a, b)	((a) < (b) ? (a) : (b))
 
 static struct tcp {
 	bool used;
@@ -41,7 +52,15 @@ static struct tcp {
 	size_t len;
 	uint64_t done, acked;  /* host bytes consumed, reported */
 	uint64_t sent, credit; /* socket bytes shipped, the host's ACKED */
+	/* guest-opened (egress) */
+	bool guest;    /* opened by the proxy */
+	bool awaiting; /* TCP_OPEN sent, no answer yet: not polled */
+	bool tunnel;   /* CONNECT: answer "200" at TCP_OPENED */
+	uint8_t *pre;  /* bytes for the server first (malloc'd) */
+	size_t pre_len;
 } T[WIRE_TCP_MAX];
+
+static uint32_t next_guest_id = 1;
 
 static size_t (*queue_size)(void);
 static size_t queue_soft;
@@ -67,6 +86,7 @@ static void tcp_free(struct tcp *t)
 	if (t->fd >= 0)
 		close(t->fd);
 	free(t->buf);
+	free(t->pre);
 	memset(t, 0, sizeof(*t));
 	t->fd = -1;
 }
@@ -191,6 +211,124 @@ static void tcp_data(struct tcp *t, const uint8_t *p, size_t len)
 	tcp_write(t);
 }
 
+/* Write a short answer to a proxy client (its socket is fresh: it takes
+ * it whole) and close. */
+void guest_proxy_answer(int fd, int code, const char *reason, const char *msg)
+{
+	char b[512];
+	int n = snprintf(b, sizeof b,
+			 "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+			 "Content-Length: %zu\r\n\r\nsandboxd: %s\n",
+			 code, reason, strlen(msg) + 11, msg);
+
+	if (n > 0)
+		(void)!write(fd, b, TCP_MIN((size_t)n, sizeof b - 1));
+	close(fd);
+}
+
+/* The host's answer to a stream the guest opened. */
+static void egress_answer(struct tcp *t, uint8_t type, const uint8_t *p, size_t len)
+{
+	static const char est[] = "HTTP/1.1 200 Connection established\r\n\r\n";
+	struct wire_reader rd;
+	struct wire_field f;
+	uint32_t kind = 0, v;
+	char msg[256] = "the host refused the connection";
+	static const struct {
+		uint32_t kind;
+		int code;
+		const char *reason;
+	} map[] = {
+	    {WIRE_ERR_FORBIDDEN, 403, "Forbidden"},
+	    {WIRE_ERR_TIMEOUT, 504, "Gateway Timeout"},
+	    {WIRE_ERR_BUSY, 429, "Too Many Requests"},
+	    {WIRE_ERR_BAD_REQUEST, 400, "Bad Request"},
+	};
+	int code = 502;
+	const char *reason = "Bad Gateway";
+
+	if (type == WIRE_TCP_OPENED) {
+		t->awaiting = false;
+		if (t->tunnel && write(t->fd, est, sizeof est - 1) != (ssize_t)(sizeof est - 1)) {
+			tcp_reset(t);
+			return;
+		}
+		if (t->pre_len) {
+			guest_frame_send(WIRE_TCP_DATA, t->id, t->pre, t->pre_len);
+			t->sent += t->pre_len;
+		}
+		free(t->pre);
+		t->pre = NULL;
+		t->pre_len = 0;
+		return;
+	}
+	wire_reader_init(&rd, p, len);
+	while (wire_next(&rd, &f) == 1) {
+		if (f.tag == WIRE_T_ERROR_KIND && wire_field_u32(&f, &v) == 0)
+			kind = v;
+		if (f.tag == WIRE_T_MESSAGE && f.len > 0) {
+			size_t n = TCP_MIN((size_t)f.len, sizeof msg - 1);
+
+			memcpy(msg, f.value, n);
+			msg[n] = '\0';
+			for (size_t i = 0; i < n; i++)
+				if (msg[i] < ' ' || msg[i] > '~')
+					msg[i] = '?';
+		}
+	}
+	if (type == WIRE_TCP_CLOSE)
+		snprintf(msg, sizeof msg, "the host gave up on the connection");
+	else if (type != WIRE_ERROR)
+		return; /* nothing else is due before the answer */
+	for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+		if (map[i].kind == kind) {
+			code = map[i].code;
+			reason = map[i].reason;
+		}
+	guest_proxy_answer(t->fd, code, reason, msg);
+	t->fd = -1;
+	tcp_free(t);
+}
+
+int guest_tcp_egress(int fd, const char *host, uint16_t port, bool tunnel, const uint8_t *pre,
+		     size_t pre_len)
+{
+	uint8_t b[WIRE_TCP_HOST_MAX + 32];
+	struct wire_writer w;
+	struct tcp *t = NULL;
+	unsigned mine = 0;
+	uint32_t id;
+
+	for (int i = 0; i < WIRE_TCP_MAX; i++) {
+		mine += T[i].used && T[i].guest;
+		if (!T[i].used && !t)
+			t = &T[i];
+	}
+	if (!t || mine >= GUEST_OPEN_MAX || strlen(host) > WIRE_TCP_HOST_MAX)
+		return -1;
+	do {
+		id = WIRE_TCP_GUEST_BIT | next_guest_id++;
+		if (next_guest_id >= WIRE_TCP_GUEST_BIT)
+			next_guest_id = 1;
+	} while (tcp_find(id));
+	*t = (struct tcp){
+	    .used = true, .id = id, .fd = fd, .guest = true, .awaiting = true, .tunnel = tunnel};
+	if (pre_len) {
+		t->pre = malloc(pre_len);
+		if (!t->pre) {
+			*t = (struct tcp){.fd = -1};
+			return -1;
+		}
+		memcpy(t->pre, pre, pre_len);
+		t->pre_len = pre_len;
+	}
+	wire_writer_init(&w, b, sizeof b);
+	wire_put_bytes(&w, WIRE_T_HOST, host, strlen(host));
+	wire_put_u32(&w, WIRE_T_PORT, port);
+	guest_frame_send(WIRE_TCP_OPEN, id, w.buf, w.len);
+	return 0;
+}
+
 void guest_tcp_frame(uint8_t type, uint32_t id, const uint8_t *p, size_t len)
 {
 	struct wire_reader rd;
@@ -207,6 +345,10 @@ void guest_tcp_frame(uint8_t type, uint32_t id, const uint8_t *p, size_t len)
 	t = tcp_find(id);
 	if (!t)
 		return;
+	if (t->awaiting) {
+		egress_answer(t, type, p, len);
+		return;
+	}
 	switch (type) {
 	case WIRE_TCP_DATA:
 		tcp_data(t, p, len);
@@ -245,7 +387,7 @@ unsigned guest_tcp_pollfds(struct pollfd *pfd, unsigned *slot, unsigned max)
 		struct tcp *t = &T[i];
 		short ev = 0;
 
-		if (!t->used)
+		if (!t->used || t->awaiting)
 			continue;
 		if (t->connecting) {
 			ev = POLLOUT;
@@ -327,7 +469,7 @@ void guest_tcp_ready(unsigned slot, short revents)
 {
 	struct tcp *t;
 
-	if (slot >= WIRE_TCP_MAX || !T[slot].used)
+	if (slot >= WIRE_TCP_MAX || !T[slot].used || T[slot].awaiting)
 		return;
 	t = &T[slot];
 	if (t->connecting) {

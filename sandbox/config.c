@@ -381,6 +381,15 @@ static int validate_network(const struct sandbox_config *cfg, struct sbx_error *
 	if (cfg->net_connections_per_account < 1)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "network.connections_per_account",
 				     "network.connections_per_account must be at least 1");
+	if (cfg->net_connections_per_sandbox < 1 || cfg->net_connections_per_sandbox > 32)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "network.connections_per_sandbox",
+				     "network.connections_per_sandbox must be 1..32");
+	if (cfg->net_connect_timeout_ms < 100 || cfg->net_connect_timeout_ms > 60000)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "network.connect_timeout_ms",
+				     "network.connect_timeout_ms must be 100..60000");
+	if (cfg->net_idle_timeout_ms < 1000)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "network.idle_timeout_ms",
+				     "network.idle_timeout_ms must be at least 1000");
 	if (cfg->net_bandwidth_bytes_per_s < 1 || cfg->net_bandwidth_bytes_per_s > INT64_MAX)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "network.bandwidth_bytes_per_s",
 				     "network.bandwidth_bytes_per_s must be at least 1");

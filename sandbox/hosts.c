@@ -62,6 +62,7 @@ const struct fleet_hooks sandbox_fleet_hooks = {
     .prestart_waiting = sandbox_execution_prestart_waiting,
     .prestart_free = sandbox_execution_prestart_free,
     .boot_started = hook_boot_started,
+    .egress_open = sandbox_egress_open,
 };
 
 /* ------------------------------------------------------------ operators */

@@ -98,6 +98,8 @@ struct sandbox_svc {
 	 * sandbox_svc_new, read-only after. */
 	char net_default[NET_POLICY_JSON_MAX];
 	struct net_env net;
+	/* The relays of guests' connections out (egress.c): its own leaf lock. */
+	struct sandbox_egress *egress;
 	/* Saves and restores running per host (pause.c), under svc->lock:
 	 * at most cfg.pause_jobs_per_host each (more answer 429). */
 	struct {
@@ -110,6 +112,17 @@ struct sandbox_svc {
 	struct exec_call *terminals; /* a list through exec_call's tnext */
 	pthread_cond_t term_cond;    /* CLOCK_MONOTONIC */
 };
+
+/* egress.c: the relays (docs/network.md). init at sandbox_svc_new (-1:
+ * out of memory); stop waits for every relay to end (after fleet_stop);
+ * free after that. */
+struct agentless_tcp;
+int sandbox_egress_init(struct sandbox_svc *svc);
+void sandbox_egress_stop(struct sandbox_svc *svc);
+void sandbox_egress_free(struct sandbox_svc *svc);
+/* fleet_hooks.egress_open */
+void sandbox_egress_open(void *opaque, struct fleet_guest *g, struct agentless_tcp *t,
+			 const char *host, uint16_t port);
 
 /* network.c: the default policy and svc->net (at sandbox_svc_new). */
 int sandbox_network_init(struct sandbox_svc *svc, struct sbx_error *err);

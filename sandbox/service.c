@@ -78,6 +78,10 @@ struct sandbox_svc *sandbox_svc_new(const struct sandbox_config *cfg, int flags,
 	svc->started_wall_ms = sbx_wall_ms();
 	if (sandbox_network_init(svc, err) < 0)
 		goto err_signer;
+	if (sandbox_egress_init(svc) < 0) {
+		sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+		goto err_signer;
+	}
 	svc->store = store_open(cfg->db_path, err);
 	if (!svc->store)
 		goto err_signer;
@@ -110,6 +114,7 @@ err_hosts:
 err_store:
 	store_close(svc->store);
 err_signer:
+	sandbox_egress_free(svc);
 	receipt_signer_free(svc->signer);
 err_free:
 	sandbox_output_budget_free(svc->output);
@@ -125,6 +130,7 @@ void sandbox_svc_free(struct sandbox_svc *svc)
 		return;
 	if (svc->fleet) {
 		fleet_stop(svc->fleet);
+		sandbox_egress_stop(svc); /* every relay ends (its guest stays) */
 		/* no pass after this; the ends queued and the execution
 		 * guests' teardowns run to the end (no domain left behind) */
 		sandbox_supervise_stop(svc);
@@ -147,6 +153,7 @@ void sandbox_svc_free(struct sandbox_svc *svc)
 		fleet_hosts_close(svc->fleet);
 		fleet_free(svc->fleet);
 	}
+	sandbox_egress_free(svc);
 	receipt_signer_free(svc->signer);
 	store_close(svc->store);
 	sandbox_output_budget_free(svc->output);

@@ -1,7 +1,11 @@
 /* Unit tests of TCP streams (protocol v6, agentless/tcp.c), the host side,
  * against a fake guest on a socketpair: the open, credit both ways, FIN
  * and reset, the refusal of an old guest, the deadlines, and the guest's
- * violations that break its channel. */
+ * violations that break its channel; streams the guest opens (v7): the
+ * callee accepts (bytes both ways, FIN) or refuses (an ERROR with its kind
+ * and message), a conn without a callee and a guest past its cap get an
+ * ERROR and no stream, a guest may reset its open before the answer, and
+ * its TCP_OPENED for its own stream breaks the channel. */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -323,7 +327,8 @@ static void one_violation(enum bad how)
 		guest_send(fx->gfd, WIRE_TCP_CLOSE, id, NULL, 0);
 		break;
 	case GUEST_OPEN:
-		guest_send(fx->gfd, WIRE_TCP_OPEN, WIRE_TCP_GUEST_BIT | 1, NULL, 0);
+		/* a guest's open must carry the guest bit */
+		guest_send(fx->gfd, WIRE_TCP_OPEN, 7, NULL, 0);
 		break;
 	}
 	for (int i = 0; i < 5000 && !fx_broken(fx); i++)
@@ -346,12 +351,182 @@ static void test_guest_violations_break_its_channel(void **state)
 	one_violation(GUEST_OPEN);
 }
 
+/* ------------------------------------------------- guest-opened (v7) */
+
+struct callee {
+	pthread_mutex_t lock;
+	struct agentless_tcp *t[8];
+	char host[8][64];
+	uint16_t port[8];
+	int n;
+};
+
+static void callee_take(void *opaque, struct agentless_tcp *t, const char *host, uint16_t port)
+{
+	struct callee *c = opaque;
+
+	pthread_mutex_lock(&c->lock);
+	if (c->n < 8) {
+		c->t[c->n] = t;
+		snprintf(c->host[c->n], sizeof c->host[0], "%s", host);
+		c->port[c->n] = port;
+		c->n++;
+	}
+	pthread_mutex_unlock(&c->lock);
+}
+
+static struct agentless_tcp *callee_wait(struct callee *c, int k)
+{
+	struct agentless_tcp *t = NULL;
+
+	for (int i = 0; i < 5000 && !t; i++) {
+		pthread_mutex_lock(&c->lock);
+		t = c->n > k ? c->t[k] : NULL;
+		pthread_mutex_unlock(&c->lock);
+		if (!t)
+			usleep(1000);
+	}
+	assert_non_null(t);
+	return t;
+}
+
+static void guest_open_send(int fd, uint32_t id, const char *host, uint32_t port)
+{
+	uint8_t b[320];
+	struct wire_writer w;
+
+	wire_writer_init(&w, b, sizeof b);
+	if (host)
+		wire_put_bytes(&w, WIRE_T_HOST, host, strlen(host));
+	wire_put_u32(&w, WIRE_T_PORT, port);
+	guest_send(fd, WIRE_TCP_OPEN, id, b, w.len);
+}
+
+/* The next frame for id that is not an ACK: its type; the ERROR's kind. */
+static uint8_t guest_next(int fd, uint32_t id, uint32_t *kind, char *msg, size_t cap)
+{
+	for (;;) {
+		struct wire_header h;
+		uint8_t *p;
+		bool have;
+
+		guest_recv(fd, &h, &p);
+		if (h.id != id || h.type == WIRE_TCP_ACK) {
+			free(p);
+			continue;
+		}
+		if (h.type == WIRE_ERROR) {
+			struct wire_reader r;
+			struct wire_field f;
+
+			*kind = (uint32_t)payload_u64(p, h.len, WIRE_T_ERROR_KIND, &have);
+			wire_reader_init(&r, p, h.len);
+			while (wire_next(&r, &f) == 1)
+				if (f.tag == WIRE_T_MESSAGE && msg)
+					snprintf(msg, cap, "%.*s", (int)f.len,
+						 (const char *)f.value);
+		}
+		free(p);
+		return h.type;
+	}
+}
+
+static void test_guest_opened_streams(void **state)
+{
+	struct fx *fx = fx_new(WIRE_VERSION);
+	struct callee c = {.lock = PTHREAD_MUTEX_INITIALIZER};
+	struct agentless_tcp_status st;
+	struct agentless_tcp *t;
+	uint32_t kind = 0, id = WIRE_TCP_GUEST_BIT | 1;
+	char msg[256] = "", buf[16];
+
+	(void)state;
+	/* no callee: FORBIDDEN, no stream, the channel lives */
+	guest_open_send(fx->gfd, id, "example.com", 443);
+	assert_int_equal(guest_next(fx->gfd, id, &kind, msg, sizeof msg), WIRE_ERROR);
+	assert_int_equal(kind, WIRE_ERR_FORBIDDEN);
+	assert_non_null(strstr(msg, "no network"));
+
+	agentless_set_tcp_accept(fx->conn, callee_take, &c, 2);
+	/* accepted: bytes both ways, then FIN each way */
+	guest_open_send(fx->gfd, ++id, "example.com", 443);
+	t = callee_wait(&c, 0);
+	assert_string_equal(c.host[0], "example.com");
+	assert_int_equal(c.port[0], 443);
+	assert_int_equal(agentless_tcp_accept(fx->conn, t, fx_wake, fx, 5000), 0);
+	assert_int_equal(guest_next(fx->gfd, id, &kind, NULL, 0), WIRE_TCP_OPENED);
+	guest_send(fx->gfd, WIRE_TCP_DATA, id, "hello", 5);
+	WAIT_STATUS(t, st, st.buffered == 5);
+	assert_int_equal(agentless_tcp_read(fx->conn, t, buf, sizeof buf), 5);
+	assert_memory_equal(buf, "hello", 5);
+	assert_int_equal(agentless_tcp_write(fx->conn, t, "world", 5), 5);
+	assert_int_equal(guest_next(fx->gfd, id, &kind, NULL, 0), WIRE_TCP_DATA);
+	guest_send(fx->gfd, WIRE_TCP_CLOSE, id, NULL, 0);
+	assert_int_equal(agentless_tcp_shutdown(fx->conn, t), 0);
+	WAIT_STATUS(t, st, st.state == AGENTLESS_TCP_CLOSED);
+	assert_int_equal(st.state, AGENTLESS_TCP_CLOSED);
+	agentless_tcp_release(t);
+
+	/* refused: the guest gets the kind and the message */
+	guest_open_send(fx->gfd, ++id, "10.0.0.1", 22);
+	t = callee_wait(&c, 1);
+	agentless_tcp_refuse(fx->conn, t, AGENTLESS_REFUSE_FORBIDDEN, "forbidden_address");
+	assert_int_equal(guest_next(fx->gfd, id, &kind, msg, sizeof msg), WIRE_ERROR);
+	assert_int_equal(kind, WIRE_ERR_FORBIDDEN);
+	assert_string_equal(msg, "forbidden_address");
+	agentless_tcp_release(t);
+
+	/* the guest resets its open before the answer: the accept is a no-op */
+	guest_open_send(fx->gfd, ++id, "example.org", 80);
+	t = callee_wait(&c, 2);
+	{
+		uint8_t b[16];
+		struct wire_writer w;
+
+		wire_writer_init(&w, b, sizeof b);
+		wire_put_u32(&w, WIRE_T_ABORT, 1);
+		guest_send(fx->gfd, WIRE_TCP_CLOSE, id, b, w.len);
+	}
+	WAIT_STATUS(t, st, st.state == AGENTLESS_TCP_FAILED);
+	assert_int_equal(st.state, AGENTLESS_TCP_FAILED);
+	assert_int_equal(agentless_tcp_accept(fx->conn, t, fx_wake, fx, 5000), -1);
+
+	agentless_tcp_release(t);
+
+	/* a bad destination: BAD_REQUEST, no stream */
+	guest_open_send(fx->gfd, ++id, "bad host", 80);
+	assert_int_equal(guest_next(fx->gfd, id, &kind, msg, sizeof msg), WIRE_ERROR);
+	assert_int_equal(kind, WIRE_ERR_BAD_REQUEST);
+	/* past the cap (2 unanswered held): BUSY */
+	guest_open_send(fx->gfd, ++id, "example.net", 80);
+	(void)callee_wait(&c, 3);
+	guest_open_send(fx->gfd, ++id, "example.net", 81);
+	(void)callee_wait(&c, 4);
+	guest_open_send(fx->gfd, ++id, "example.net", 82);
+	assert_int_equal(guest_next(fx->gfd, id, &kind, msg, sizeof msg), WIRE_ERROR);
+	assert_int_equal(kind, WIRE_ERR_BUSY);
+	assert_int_equal(fx_broken(fx), 0);
+	agentless_tcp_refuse(fx->conn, c.t[3], AGENTLESS_REFUSE_FAILED, "no");
+	agentless_tcp_release(c.t[3]);
+
+	/* the guest's TCP_OPENED for its own stream breaks the channel */
+	guest_send(fx->gfd, WIRE_TCP_OPENED, id - 1, NULL, 0);
+	for (int i = 0; i < 5000 && !fx_broken(fx); i++)
+		usleep(1000);
+	assert_int_equal(fx_broken(fx), 1);
+	agentless_tcp_status(c.t[4], &st);
+	assert_int_equal(st.state, AGENTLESS_TCP_FAILED);
+	agentless_tcp_release(c.t[4]);
+	fx_free(fx);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_open_credit_both_ways_and_close),
 	    cmocka_unit_test(test_refused_deadline_and_old_guest),
 	    cmocka_unit_test(test_guest_violations_break_its_channel),
+	    cmocka_unit_test(test_guest_opened_streams),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
