@@ -18,7 +18,7 @@ CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wformat=2 -Wvla \
 	    $(SANITIZE) -I.
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
-LDLIBS   += $(PKG_LIBS) -pthread -lm
+LDLIBS   += $(PKG_LIBS) -pthread -lm -lresolv
 
 # Library: every module's .c except the program entry and the guest side.
 LIB_SRCS := $(wildcard util/*.c) $(wildcard agentless/*.c) $(wildcard network/*.c) \

@@ -433,9 +433,9 @@ static int apply_hosts(struct json_object *v, struct sandbox_config *cfg, struct
 /* "network": {"allow_open": false, "max_rules": 32, "internal_ranges":
  * ["10.20.0.0/16"], "default_policy": {...}, "default_policy_apt_sources":
  * true, "price_micro_per_gb": 0, "bandwidth_bytes_per_s": ...,
- * "connections_per_account": 64} (docs/network.md). The ranges and the
- * default policy are checked here (network/), with errors naming
- * network.KEY. */
+ * "connections_per_account": 64, "nameservers": ["198.18.0.53"]}
+ * (docs/network.md). The ranges, the nameservers and the default policy
+ * are checked here (network/), with errors naming network.KEY. */
 #define NET_KEY(n, f, t)                                                                           \
 	{                                                                                          \
 		.name = "network." n, .type = t, .offset = offsetof(struct sandbox_config, f)      \
@@ -484,6 +484,42 @@ static int apply_net_ranges(struct json_object *v, struct sandbox_config *cfg,
 	return 0;
 }
 
+/* "nameservers": at most NET_NAMESERVERS_MAX addresses, each as
+ * net_nameserver_parse takes it; [] is the system resolver. */
+static int apply_net_nameservers(struct json_object *v, struct sandbox_config *cfg,
+				 struct sbx_error *err)
+{
+	size_t n;
+
+	_Static_assert(SBX_ARRAY_SIZE(cfg->net_nameservers) == NET_NAMESERVERS_MAX,
+		       "the config holds what network/ takes");
+	if (!json_object_is_type(v, json_type_array))
+		return bad_type("network.nameservers", "a list of addresses", err);
+	n = json_object_array_length(v);
+	if (n > NET_NAMESERVERS_MAX)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "network.nameservers",
+				     "config key 'network.nameservers' lists at most %d servers",
+				     NET_NAMESERVERS_MAX);
+	for (size_t i = 0; i < n; i++) {
+		struct json_object *e = json_object_array_get_idx(v, i);
+		struct net_nameserver ns;
+
+		if (!json_object_is_type(e, json_type_string) ||
+		    strlen(json_object_get_string(e)) >= sizeof(cfg->net_nameservers[0]) ||
+		    net_nameserver_parse(json_object_get_string(e), &ns) < 0)
+			return sbx_error_set(
+			    err, SBX_E_INVALID_REQUEST, "network.nameservers",
+			    "config key 'network.nameservers[%zu]' must be an "
+			    "address with an optional port, such as \"198.18.0.53\" "
+			    "or \"[2001:db8::53]:5353\"",
+			    i);
+		snprintf(cfg->net_nameservers[i], sizeof(cfg->net_nameservers[i]), "%s",
+			 json_object_get_string(e));
+	}
+	cfg->n_net_nameservers = n;
+	return 0;
+}
+
 static int apply_network(struct json_object *v, struct sandbox_config *cfg, struct sbx_error *err)
 {
 	if (!json_object_is_type(v, json_type_object))
@@ -494,6 +530,11 @@ static int apply_network(struct json_object *v, struct sandbox_config *cfg, stru
 
 		if (strcmp(key, "internal_ranges") == 0) {
 			if (apply_net_ranges(kv, cfg, err) < 0)
+				return -1;
+			continue;
+		}
+		if (strcmp(key, "nameservers") == 0) {
+			if (apply_net_nameservers(kv, cfg, err) < 0)
 				return -1;
 			continue;
 		}

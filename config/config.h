@@ -264,8 +264,9 @@ struct sandbox_config {
 	 * private set a policy may then allow (an internal mirror), the
 	 * policy of a create that names none (JSON; "" = {"egress":"none"}),
 	 * with the hostnames of this host's apt sources added to its allow
-	 * list when net_default_apt_sources, the price of a GB relayed, and
-	 * the caps published in /v1/limits. */
+	 * list when net_default_apt_sources, the price of a GB relayed, the
+	 * caps published in /v1/limits, and the DNS servers that resolve the
+	 * names connections ask for (none: this host's resolv.conf). */
 	bool net_allow_open;		    /* false */
 	int net_max_rules;		    /* 32, at most 64 */
 	char net_internal_ranges[16][64];   /* CIDRs */
@@ -278,6 +279,8 @@ struct sandbox_config {
 	int net_connections_per_sandbox;    /* 32 open at once, at most 32 */
 	uint32_t net_connect_timeout_ms;    /* 10000: resolve and connect */
 	uint32_t net_idle_timeout_ms;	    /* 300000: no byte either way */
+	char net_nameservers[3][64];	    /* "198.18.0.53", "[2001:db8::53]:5353" */
+	size_t n_net_nameservers;	    /* <= 3; 0: the system resolver */
 	/* Tests only: die with _exit(137) at this named step (sandbox/fault.h
 	 * lists them; "" = never). Refused in production mode. */
 	char test_fault_point[48];

@@ -82,6 +82,67 @@ bool net_range_contains(const struct net_range *range, const struct net_range *a
 	return true;
 }
 
+/* "53" (1..65535, digits only) into *port. */
+static int port_parse(const char *s, uint16_t *port)
+{
+	unsigned long v = 0;
+
+	if (!*s || strlen(s) > 5)
+		return -1;
+	for (; *s; s++) {
+		if (*s < '0' || *s > '9')
+			return -1;
+		v = v * 10 + (unsigned long)(*s - '0');
+	}
+	if (v < 1 || v > 65535)
+		return -1;
+	*port = (uint16_t)v;
+	return 0;
+}
+
+int net_nameserver_parse(const char *text, struct net_nameserver *out)
+{
+	static const uint8_t zero[16];
+	char a[64];
+	const char *port = NULL, *end;
+	size_t len = strlen(text);
+	bool bracketed = text[0] == '[';
+
+	memset(out, 0, sizeof(*out));
+	out->port = 53;
+	if (bracketed) { /* [v6] or [v6]:port */
+		end = strchr(text, ']');
+		if (!end || (end[1] && end[1] != ':'))
+			return -1;
+		port = end[1] ? end + 2 : NULL;
+		text++;
+		len = (size_t)(end - text);
+	} else if (strchr(text, ':') == strrchr(text, ':') && strchr(text, ':')) {
+		end = strchr(text, ':'); /* v4:port (one colon) */
+		port = end + 1;
+		len = (size_t)(end - text);
+	}
+	if (len == 0 || len >= sizeof(a))
+		return -1;
+	memcpy(a, text, len);
+	a[len] = '\0';
+	if (net_addr_parse(a, &out->addr) < 0 || (port && port_parse(port, &out->port) < 0))
+		return -1;
+	/* brackets hold an IPv6 address only; nobody answers at 0.0.0.0 or :: */
+	if ((bracketed && out->addr.family != 6) ||
+	    !memcmp(out->addr.addr, zero, out->addr.family == 4 ? 4 : 16))
+		return -1;
+	return 0;
+}
+
+void net_nameserver_text(const struct net_nameserver *ns, char *out, size_t cap)
+{
+	char a[64];
+
+	net_addr_text(&ns->addr, a, sizeof(a));
+	snprintf(out, cap, ns->addr.family == 6 ? "[%s]:%u" : "%s:%u", a, (unsigned)ns->port);
+}
+
 /* --------------------------------------------------------- forbidden set */
 
 /* Never reachable, whatever the policy (docs/network.md "Never
@@ -153,6 +214,21 @@ int net_env_add_internal(struct net_env *env, const char *cidr, const char *para
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, param,
 				     "'%.80s' is not a CIDR (host bits must be zero)", cidr);
 	env->n_internal++;
+	return 0;
+}
+
+int net_env_add_nameserver(struct net_env *env, const char *text, const char *param,
+			   struct sbx_error *err)
+{
+	if (env->n_nameservers >= NET_NAMESERVERS_MAX)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, param, "at most %d nameservers",
+				     NET_NAMESERVERS_MAX);
+	if (net_nameserver_parse(text, &env->nameservers[env->n_nameservers]) < 0)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, param,
+				     "'%.80s' is not a nameserver address such as \"198.18.0.53\" "
+				     "or \"[2001:db8::53]:5353\"",
+				     text);
+	env->n_nameservers++;
 	return 0;
 }
 

@@ -13,12 +13,14 @@
  * - sniff.c:  the first client bytes: TLS ClientHello -> SNI, HTTP/1.x
  *   request -> Host, bounded (NET_SNIFF_MAX).
  * - connect.c: a resolver with a deadline (a bounded pool of detached
- *   threads, never a 30 s stall) and net_connect().
+ *   threads, never a 30 s stall): the system's (getaddrinfo) or the
+ *   operator's nameservers (libresolv); and net_connect().
  * - apt.c:    hostnames of the apt sources (the development default).
  *
  * Depends on util/ and json-c only. No locks are held across calls: the
  * resolver's one mutex (connect.c) guards its in-flight count and each
- * request's state, and is never held across getaddrinfo, connect or poll.
+ * request's state, and is never held across getaddrinfo, res_nquery,
+ * connect or poll.
  * A struct net_policy and a struct net_env are plain values: read-only
  * once built, safe to share between threads.
  */
@@ -47,6 +49,8 @@
 #define NET_POLICY_NONE_JSON "{\"egress\":\"none\",\"allow\":[],\"deny\":[]}"
 /* Internal ranges the operator may list (network.internal_ranges). */
 #define NET_INTERNAL_MAX 16
+/* DNS servers the operator may name (network.nameservers; MAXNS). */
+#define NET_NAMESERVERS_MAX 3
 /* Host addresses the forbidden set remembers (getifaddrs). */
 #define NET_HOST_ADDRS_MAX 64
 /* The first client bytes net_sniff() looks at, at most. */
@@ -135,6 +139,21 @@ int net_cidr_parse(const char *s, struct net_range *out);
 void net_addr_text(const struct net_range *a, char *out, size_t cap);
 bool net_range_contains(const struct net_range *range, const struct net_range *addr);
 
+/* A DNS server: an address (prefix full) and its UDP port. */
+struct net_nameserver {
+	struct net_range addr;
+	uint16_t port;
+};
+
+/* One nameserver as the config writes it: "198.18.0.53", "2001:db8::53"
+ * (port 53), "198.18.0.53:5353" or "[2001:db8::53]:5353". An address
+ * only (a name would need a resolver to find the resolver); any address
+ * but the unspecified one (0.0.0.0, ::), loopback included (a local
+ * caching resolver). -1 for anything else. */
+int net_nameserver_parse(const char *text, struct net_nameserver *out);
+/* Its text, as parsed ("198.18.0.53:53", "[2001:db8::53]:53"). */
+void net_nameserver_text(const struct net_nameserver *ns, char *out, size_t cap);
+
 /* Resolution, injectable for tests: fill out[0..*n) (*n <= cap) with the
  * addresses of name (prefix full), within timeout_ms. 0, or -1 with
  * *timed_out set when the deadline passed. */
@@ -142,14 +161,18 @@ typedef int (*net_resolve_fn)(void *ctx, const char *name, uint32_t timeout_ms,
 			      struct net_range *out, size_t cap, size_t *n, bool *timed_out);
 
 /* The daemon's side: the forbidden set's variable part and the resolver.
- * Build with net_env_init, then net_env_add_internal and
- * net_env_host_addrs; read-only after. */
+ * Build with net_env_init, then net_env_add_internal,
+ * net_env_add_nameserver and net_env_host_addrs; read-only after. */
 struct net_env {
 	struct net_range internal[NET_INTERNAL_MAX]; /* network.internal_ranges */
 	size_t n_internal;
 	struct net_range host[NET_HOST_ADDRS_MAX]; /* this host's own addresses */
 	size_t n_host;
-	net_resolve_fn resolve; /* NULL: the system's (net_resolve_system) */
+	struct net_nameserver nameservers[NET_NAMESERVERS_MAX]; /* network.nameservers */
+	size_t n_nameservers;
+	/* NULL: net_resolve_nameservers (ctx: this env) when n_nameservers,
+	 * else net_resolve_system. */
+	net_resolve_fn resolve;
 	void *resolve_ctx;
 };
 
@@ -158,6 +181,10 @@ void net_env_init(struct net_env *env);
  * it is not a CIDR or there are NET_INTERNAL_MAX already. */
 int net_env_add_internal(struct net_env *env, const char *cidr, const char *param,
 			 struct sbx_error *err);
+/* Add a nameserver (net_nameserver_parse's text); SBX_E_INVALID_REQUEST
+ * (param) when it is none or there are NET_NAMESERVERS_MAX already. */
+int net_env_add_nameserver(struct net_env *env, const char *text, const char *param,
+			   struct sbx_error *err);
 /* Remember every address of this host's interfaces (getifaddrs); the
  * count, or -1. */
 int net_env_host_addrs(struct net_env *env);
@@ -207,10 +234,24 @@ enum net_verdict net_decide_name(const struct net_policy *p, const char *name, u
 /* ------------------------------------------------------------- connect */
 
 /* The system resolver with a deadline: getaddrinfo on a detached worker
- * thread (at most 64 in flight; beyond: -1 at once); the caller waits
- * until timeout_ms and leaves a late worker to free itself. */
+ * thread (at most 64 in flight, shared with net_resolve_nameservers;
+ * beyond: -1 at once); the caller waits until timeout_ms and leaves a
+ * late worker to free itself. ctx unused. */
 int net_resolve_system(void *ctx, const char *name, uint32_t timeout_ms, struct net_range *out,
 		       size_t cap, size_t *n, bool *timed_out);
+/* The same pool and deadline, asking the operator's nameservers
+ * (ctx: a const struct net_env * with n_nameservers > 0; copied, so the
+ * env may go before a late worker ends) instead of /etc/resolv.conf:
+ * libresolv (res_nquery, one UDP try per server in order, truncated
+ * answers used as they are: never TCP), A then AAAA, each answer's A and
+ * AAAA records for the name or its CNAME chain. NXDOMAIN, REFUSED or
+ * SERVFAIL end the lookup at once (-1, not timed out); a name with no
+ * address is -1 too. Servers that do not answer end it at the deadline
+ * (*timed_out); its worker gives up within about a second per server
+ * past it (libresolv counts whole seconds). When the A answer came but
+ * the AAAA one is late, the A addresses are the answer. */
+int net_resolve_nameservers(void *ctx, const char *name, uint32_t timeout_ms, struct net_range *out,
+			    size_t cap, size_t *n, bool *timed_out);
 
 struct net_connect_result {
 	enum net_verdict verdict;

@@ -371,8 +371,9 @@ static int validate_ports(const struct sandbox_config *cfg, struct sbx_error *er
 	return 0;
 }
 
-/* network.*: the limits are sane; the default policy and the internal
- * ranges were checked when the file was read (api/config.c). */
+/* network.*: the limits are sane; the default policy, the internal
+ * ranges and the nameservers were checked when the file was read
+ * (api/config.c). */
 static int validate_network(const struct sandbox_config *cfg, struct sbx_error *err)
 {
 	if (cfg->net_max_rules < 1 || cfg->net_max_rules > NET_RULES_MAX)

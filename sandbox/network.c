@@ -101,9 +101,16 @@ int sandbox_network_init(struct sandbox_svc *svc, struct sbx_error *err)
 		if (net_env_add_internal(&svc->net, cfg->net_internal_ranges[i],
 					 "network.internal_ranges", err) < 0)
 			return -1;
+	for (size_t i = 0; i < cfg->n_net_nameservers; i++)
+		if (net_env_add_nameserver(&svc->net, cfg->net_nameservers[i],
+					   "network.nameservers", err) < 0)
+			return -1;
 	if (net_env_host_addrs(&svc->net) < 0)
 		sbx_warn(MOD, "cannot list this host's addresses");
 	sbx_info(MOD, "default policy %s", svc->net_default);
+	if (cfg->n_net_nameservers > 0)
+		sbx_info(MOD, "names resolve through %zu nameserver(s), first %s",
+			 cfg->n_net_nameservers, cfg->net_nameservers[0]);
 	return 0;
 }
 

@@ -5,7 +5,9 @@
  * decision table (deny wins, open obeys deny and the forbidden set); the
  * SNI/Host parser on a real ClientHello, on truncations and on hostile
  * bytes; the connector's name-only refusals and its resolver deadline;
- * the apt sources' hostnames. */
+ * the apt sources' hostnames; network.nameservers entries, in the env
+ * and in the config (the resolver that asks them:
+ * test_nameservers.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -622,6 +624,126 @@ static void test_config_default(void **state)
 	free(cfg);
 }
 
+/* network.nameservers entries: the forms the config takes, written back
+ * with their port; anything else refused, names included. */
+static void test_nameserver_parse(void **state)
+{
+	static const char *const good[][2] = {
+	    {"198.18.0.53", "198.18.0.53:53"},
+	    {"198.18.0.53:5353", "198.18.0.53:5353"},
+	    {"127.0.0.53", "127.0.0.53:53"}, /* a local caching resolver */
+	    {"2001:db8::53", "[2001:db8::53]:53"},
+	    {"[2001:db8::53]", "[2001:db8::53]:53"},
+	    {"[2001:db8::53]:5353", "[2001:db8::53]:5353"},
+	    {"[::1]:65535", "[::1]:65535"},
+	    /* a bare IPv6 address never carries a port: this is an address */
+	    {"2001:db8::53:5353", "[2001:db8::53:5353]:53"},
+	};
+	static const char *const bad[] = {
+	    "",
+	    "dns.example",
+	    "dns.example:53",
+	    "198.18.0.53:",
+	    "198.18.0.53:0",
+	    "198.18.0.53:65536",
+	    "198.18.0.53:53x",
+	    "198.18.0.53:+53",
+	    "198.18.0.53:123456",
+	    "198.18.0.53/32",
+	    " 198.18.0.53",
+	    "198.18.0.53 ",
+	    "198.18.0",
+	    "[198.18.0.53]:53",
+	    "[2001:db8::53",
+	    "[2001:db8::53]5353",
+	    "[2001:db8::53]:",
+	    "[]:53",
+	    "0.0.0.0",
+	    "::",
+	    "[::]:53",
+	    "fe80::1%eth0",
+	};
+	struct net_nameserver ns;
+	char text[80];
+
+	(void)state;
+	for (size_t i = 0; i < SBX_ARRAY_SIZE(good); i++) {
+		if (net_nameserver_parse(good[i][0], &ns) < 0)
+			fail_msg("refused '%s'", good[i][0]);
+		net_nameserver_text(&ns, text, sizeof(text));
+		assert_string_equal(text, good[i][1]);
+	}
+	assert_int_equal(net_nameserver_parse("[2001:db8::53]:5353", &ns), 0);
+	assert_int_equal(ns.addr.family, 6);
+	assert_int_equal(ns.port, 5353);
+	for (size_t i = 0; i < SBX_ARRAY_SIZE(bad); i++)
+		if (net_nameserver_parse(bad[i], &ns) == 0)
+			fail_msg("accepted '%s'", bad[i]);
+}
+
+/* The env takes at most NET_NAMESERVERS_MAX, each checked, errors naming
+ * the param; the config key the same, read into the config's strings. */
+static void test_nameservers_config(void **state)
+{
+	struct sandbox_config *cfg = malloc(sizeof(*cfg));
+	struct sbx_error err = {0};
+	struct net_env env;
+	const char *ok = "{\"network\": {\"nameservers\": [\"198.18.0.53\", "
+			 "\"[2001:db8::53]:5353\", \"127.0.0.53:53\"]}}";
+
+	(void)state;
+	net_env_init(&env);
+	assert_int_equal(env.n_nameservers, 0); /* the system resolver */
+	assert_int_equal(net_env_add_nameserver(&env, "dns.example", "network.nameservers", &err),
+			 -1);
+	assert_string_equal(err.param, "network.nameservers");
+	assert_non_null(strstr(err.message, "'dns.example'"));
+	assert_int_equal(env.n_nameservers, 0);
+	assert_int_equal(net_env_add_nameserver(&env, "198.18.0.53", "x", &err), 0);
+	assert_int_equal(net_env_add_nameserver(&env, "[2001:db8::53]:5353", "x", &err), 0);
+	assert_int_equal(net_env_add_nameserver(&env, "198.18.0.54:53", "x", &err), 0);
+	assert_int_equal(env.n_nameservers, NET_NAMESERVERS_MAX);
+	assert_int_equal(env.nameservers[1].port, 5353);
+	sbx_error_clear(&err);
+	assert_int_equal(net_env_add_nameserver(&env, "198.18.0.55", "network.nameservers", &err),
+			 -1);
+	assert_string_equal(err.param, "network.nameservers");
+	assert_non_null(strstr(err.message, "at most 3"));
+
+	sandbox_config_defaults(cfg);
+	assert_int_equal(cfg->n_net_nameservers, 0);
+	assert_int_equal(api_config_parse(ok, strlen(ok), cfg, &err), 0);
+	assert_int_equal(cfg->n_net_nameservers, 3);
+	assert_string_equal(cfg->net_nameservers[0], "198.18.0.53");
+	assert_string_equal(cfg->net_nameservers[1], "[2001:db8::53]:5353");
+	assert_string_equal(cfg->net_nameservers[2], "127.0.0.53:53");
+
+	static const struct {
+		const char *json, *says;
+	} bad[] = {
+	    {"{\"network\": {\"nameservers\": \"198.18.0.53\"}}", "a list of addresses"},
+	    {"{\"network\": {\"nameservers\": [53]}}", "nameservers[0]"},
+	    {"{\"network\": {\"nameservers\": [\"198.18.0.53\", \"dns.example\"]}}",
+	     "nameservers[1]"},
+	    {"{\"network\": {\"nameservers\": [\"198.18.0.53:99999\"]}}", "nameservers[0]"},
+	    {"{\"network\": {\"nameservers\": [\"1.1.1.1\", \"1.0.0.1\", \"9.9.9.9\", "
+	     "\"8.8.8.8\"]}}",
+	     "at most 3"},
+	};
+	for (size_t i = 0; i < SBX_ARRAY_SIZE(bad); i++) {
+		sandbox_config_defaults(cfg);
+		sbx_error_clear(&err);
+		if (api_config_parse(bad[i].json, strlen(bad[i].json), cfg, &err) == 0)
+			fail_msg("accepted %s", bad[i].json);
+		assert_string_equal(err.param, "network.nameservers");
+		if (!strstr(err.message, bad[i].says))
+			fail_msg("%s: '%s' does not say '%s'", bad[i].json, err.message,
+				 bad[i].says);
+		assert_int_equal(cfg->n_net_nameservers, 0);
+	}
+	free(cfg);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -630,6 +752,7 @@ int main(void)
 	    cmocka_unit_test(test_decide),     cmocka_unit_test(test_sniff_tls),
 	    cmocka_unit_test(test_sniff_http), cmocka_unit_test(test_connect_refusals),
 	    cmocka_unit_test(test_apt_hosts),  cmocka_unit_test(test_config_default),
+	    cmocka_unit_test(test_nameserver_parse), cmocka_unit_test(test_nameservers_config),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
