@@ -544,7 +544,8 @@ void sandbox_egress_open(void *opaque, struct fleet_guest *g, struct agentless_t
 			free(r->down);
 		}
 		free(r);
-		agentless_tcp_refuse(g->conn, t, AGENTLESS_REFUSE_BUSY, "the daemon is out of memory");
+		agentless_tcp_refuse(g->conn, t, AGENTLESS_REFUSE_BUSY,
+				     "the daemon is out of memory");
 		agentless_tcp_release(t);
 		return;
 	}

@@ -273,8 +273,8 @@ static void forbidden_even_when_open(void **state)
 		assert_non_null(strstr(out, "forbidden_address"));
 	}
 	/* this machine's side of the lab, at the daemon's API port */
-	snprintf(cmd, sizeof cmd,
-		 "curl -sS -w ' code=%%{http_code}' http://%s.1:%d/v1/limits", nl_net, d.port);
+	snprintf(cmd, sizeof cmd, "curl -sS -w ' code=%%{http_code}' http://%s.1:%d/v1/limits",
+		 nl_net, d.port);
 	run(cmd, out, sizeof out);
 	printf("# open, the daemon's own API: %s\n", out);
 	assert_non_null(strstr(out, "code=403"));
@@ -318,14 +318,13 @@ static void bandwidth_capped_and_metered(void **state)
 }
 
 /* Three tunnels held open (the account's cap), a fourth: 429. */
-static const char cap_py[] =
-    "import socket\n"
-    "held = []\n"
-    "for i in range(4):\n"
-    "    s = socket.create_connection(('127.0.0.1', 3128), timeout=30)\n"
-    "    s.sendall(b'CONNECT allowed.lab.test:80 HTTP/1.1\\r\\n\\r\\n')\n"
-    "    print(i, s.recv(4096).split(b'\\r\\n')[0].decode())\n"
-    "    held.append(s)\n";
+static const char cap_py[] = "import socket\n"
+			     "held = []\n"
+			     "for i in range(4):\n"
+			     "    s = socket.create_connection(('127.0.0.1', 3128), timeout=30)\n"
+			     "    s.sendall(b'CONNECT allowed.lab.test:80 HTTP/1.1\\r\\n\\r\\n')\n"
+			     "    print(i, s.recv(4096).split(b'\\r\\n')[0].decode())\n"
+			     "    held.append(s)\n";
 
 static void account_connection_cap(void **state)
 {

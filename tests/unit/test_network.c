@@ -747,12 +747,18 @@ static void test_nameservers_config(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_rules),      cmocka_unit_test(test_policy_json),
-	    cmocka_unit_test(test_match),      cmocka_unit_test(test_forbidden),
-	    cmocka_unit_test(test_decide),     cmocka_unit_test(test_sniff_tls),
-	    cmocka_unit_test(test_sniff_http), cmocka_unit_test(test_connect_refusals),
-	    cmocka_unit_test(test_apt_hosts),  cmocka_unit_test(test_config_default),
-	    cmocka_unit_test(test_nameserver_parse), cmocka_unit_test(test_nameservers_config),
+	    cmocka_unit_test(test_rules),
+	    cmocka_unit_test(test_policy_json),
+	    cmocka_unit_test(test_match),
+	    cmocka_unit_test(test_forbidden),
+	    cmocka_unit_test(test_decide),
+	    cmocka_unit_test(test_sniff_tls),
+	    cmocka_unit_test(test_sniff_http),
+	    cmocka_unit_test(test_connect_refusals),
+	    cmocka_unit_test(test_apt_hosts),
+	    cmocka_unit_test(test_config_default),
+	    cmocka_unit_test(test_nameserver_parse),
+	    cmocka_unit_test(test_nameservers_config),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
