@@ -10,6 +10,14 @@
 # FULL_NETWORK=1 builds an image for guests that do have a network: the
 # package tools keep their normal retries (no offline settings, below).
 #
+# FULL_EXTRA_CA_DIR (default /usr/local/share/ca-certificates): the build
+# host's own CA certificates (*.crt there: a TLS-inspecting proxy between
+# this site and the internet, an internal registry's CA) are trusted in the
+# guest too: copied into the image's same directory and added to its
+# bundle (update-ca-certificates), which npm is told to use (cafile).
+# Guests reach the network through the daemon's host (docs/network.md), so
+# they see what it sees. Empty: none.
+#
 # Output (world-readable; qemu runs as libvirt-qemu):
 #   OUTDIR/base.qcow2          the root filesystem (ext4 in qcow2), 0444
 #   OUTDIR/vmlinux             copied from TINYDIR
@@ -39,6 +47,12 @@ OUTDIR=${2%/}
 SOURCES=${FULL_APT_SOURCES:-/etc/apt/sources.list.d/debian.sources}
 SUITE=bookworm
 NETWORK=${FULL_NETWORK:-0}
+EXTRA_CA_DIR=${FULL_EXTRA_CA_DIR-/usr/local/share/ca-certificates}
+extra_cas=()
+if [ -n "$EXTRA_CA_DIR" ] && [ -d "$EXTRA_CA_DIR" ]; then
+	while IFS= read -r -d '' f; do extra_cas+=("$f"); done \
+		< <(find "$EXTRA_CA_DIR" -maxdepth 1 -name '*.crt' -type f -print0 | sort -z)
+fi
 case "$NETWORK" in 0 | 1) ;; *) die "FULL_NETWORK must be 0 or 1" ;; esac
 PACKAGES=(python3 python3-pip python3-venv git curl ca-certificates build-essential
 	  procps less vim-tiny unzip xz-utils jq sudo)
@@ -60,7 +74,7 @@ SELF=$(readlink -f "$0")
 digest=$({
 	echo "suite=$SUITE packages=${PACKAGES[*]} network=$NETWORK"
 	mmdebstrap --version
-	sha256sum "$SELF" "$SOURCES" "$PIN" "$VERSIONS_SH" | awk '{print $1}'
+	sha256sum "$SELF" "$SOURCES" "$PIN" "$VERSIONS_SH" ${extra_cas[@]+"${extra_cas[@]}"} | awk '{print $1}'
 } | sha256sum | awk '{print $1}')
 
 mkdir -p "$OUTDIR"
@@ -140,6 +154,12 @@ node_hooks=(
 # git and curl do not retry: nothing to set. resolv.conf names no server
 # (the build host's would be meaningless in a guest): lookups go to
 # 127.0.0.1 on lo and are refused at once. images/README.md lists them.
+# The build host's extra CAs (FULL_EXTRA_CA_DIR, above), and npm told to
+# use the system bundle that holds them (node ignores it otherwise).
+ca_hooks=(--customize-hook='printf "cafile=/etc/ssl/certs/ca-certificates.crt\n" >> "$1/usr/local/etc/npmrc"')
+if [ ${#extra_cas[@]} -gt 0 ]; then
+	ca_hooks+=(--customize-hook="install -d \"\$1/usr/local/share/ca-certificates\" && install -m 0644 $(printf '%q ' "${extra_cas[@]}") \"\$1/usr/local/share/ca-certificates/\" && chroot \"\$1\" update-ca-certificates >/dev/null")
+fi
 offline=()
 if [ "$NETWORK" = 0 ]; then
 	offline=(
@@ -164,8 +184,10 @@ mmdebstrap --variant=minbase --include="$include" \
 	--customize-hook='echo "sandbox ALL=(ALL) NOPASSWD:ALL" > "$1/etc/sudoers.d/sandbox"; chmod 0440 "$1/etc/sudoers.d/sandbox"' \
 	--customize-hook='printf "[user]\n\tname = sandbox\n\temail = sandbox@localhost\n[init]\n\tdefaultBranch = main\n" > "$1/etc/gitconfig"' \
 	--customize-hook='printf "# sandboxd: su and sudo sessions keep the limits of the init (pam_limits would cut ulimit -n to 1024)\n*\tsoft\tnofile\t65536\n*\thard\tnofile\t1048576\nroot\tsoft\tnofile\t65536\nroot\thard\tnofile\t1048576\n" > "$1/etc/security/limits.d/90-sandboxd.conf"' \
+	--customize-hook='printf "# sandboxd: sudo keeps the egress proxy variables (docs/network.md)\nDefaults env_keep += \"http_proxy https_proxy no_proxy HTTP_PROXY HTTPS_PROXY NO_PROXY\"\n" > "$1/etc/sudoers.d/proxy"; chmod 0440 "$1/etc/sudoers.d/proxy"' \
 	--customize-hook='echo sandbox > "$1/etc/hostname"; printf "127.0.0.1 localhost\n127.0.1.1 sandbox\n::1 localhost\n" > "$1/etc/hosts"' \
 	"${node_hooks[@]}" \
+	"${ca_hooks[@]}" \
 	"${offline[@]}" \
 	--customize-hook="$q_versions_sh \"\$1\" > $q_versions" \
 	--customize-hook='rm -rf "$1"/tmp/.npm "$1"/tmp/.config "$1"/root/.npm; rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin "$1"/var/log/*.log' \

@@ -478,16 +478,22 @@ out:
 	return fd;
 }
 
-static void relay_free(struct relay *r)
+/* Give back what a relay holds: its keys, its thread's count (counted:
+ * it was counted in e->threads), its fds and buffers. */
+static void relay_free(struct relay *r, bool counted)
 {
 	struct sandbox_egress *e = r->svc->egress;
 
 	pthread_mutex_lock(&e->mu);
 	key_drop_locked(e, r->account);
 	key_drop_locked(e, r->bucket);
-	if (--e->threads == 0)
+	if (counted && --e->threads == 0)
 		pthread_cond_broadcast(&e->cond);
 	pthread_mutex_unlock(&e->mu);
+	if (r->fd >= 0)
+		close(r->fd);
+	if (r->efd >= 0)
+		close(r->efd);
 	free(r->up);
 	free(r->down);
 	free(r);
@@ -512,11 +518,8 @@ static void *relay_main(void *arg)
 		relay_meter(r, true);
 	}
 	agentless_tcp_release(r->t); /* no wake after this; reset if not closed */
-	if (r->fd >= 0)
-		close(r->fd);
-	close(r->efd);
 	fleet_guest_unref(r->g);
-	relay_free(r);
+	relay_free(r, true);
 	return NULL;
 }
 
@@ -529,59 +532,40 @@ void sandbox_egress_open(void *opaque, struct fleet_guest *g, struct agentless_t
 	struct relay *r = calloc(1, sizeof(*r));
 	pthread_attr_t attr;
 	pthread_t th;
-	bool ok;
+	bool ok = false;
 
 	if (r) {
+		r->svc = svc;
+		r->fd = -1;
 		r->up = malloc(NET_SNIFF_MAX);
 		r->down = malloc(EGRESS_BUF);
 		r->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		pthread_mutex_lock(&e->mu);
+		ok = r->up && r->down && r->efd >= 0 && !e->stopping &&
+		     e->threads < EGRESS_THREADS_MAX;
+		e->threads += ok;
+		pthread_mutex_unlock(&e->mu);
 	}
-	if (!r || !r->up || !r->down || r->efd < 0) {
-		if (r && r->efd > 0)
-			close(r->efd);
-		if (r) {
-			free(r->up);
-			free(r->down);
-		}
-		free(r);
-		agentless_tcp_refuse(g->conn, t, AGENTLESS_REFUSE_BUSY,
-				     "the daemon is out of memory");
-		agentless_tcp_release(t);
-		return;
-	}
-	r->svc = svc;
-	r->g = g;
-	r->t = t;
-	r->fd = -1;
-	r->port = port;
-	snprintf(r->id, sizeof r->id, "%s", g->id);
-	snprintf(r->host, sizeof r->host, "%s", host);
-	pthread_mutex_lock(&e->mu);
-	ok = !e->stopping && e->threads < EGRESS_THREADS_MAX;
-	if (ok)
-		e->threads++;
-	pthread_mutex_unlock(&e->mu);
-	fleet_guest_ref(g);
-	pthread_attr_init(&attr);
-	pthread_attr_setstacksize(&attr, EGRESS_STACK);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	if (ok && pthread_create(&th, &attr, relay_main, r) == 0) {
+	if (ok) {
+		r->g = g;
+		r->t = t;
+		r->port = port;
+		snprintf(r->id, sizeof r->id, "%s", g->id);
+		snprintf(r->host, sizeof r->host, "%s", host);
+		fleet_guest_ref(g);
+		pthread_attr_init(&attr);
+		pthread_attr_setstacksize(&attr, EGRESS_STACK);
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+		ok = pthread_create(&th, &attr, relay_main, r) == 0;
 		pthread_attr_destroy(&attr);
-		return;
+		if (ok)
+			return;
+		fleet_guest_unref(g);
+		relay_free(r, true);
+	} else if (r) {
+		relay_free(r, false);
 	}
-	pthread_attr_destroy(&attr);
 	agentless_tcp_refuse(g->conn, t, AGENTLESS_REFUSE_BUSY,
 			     "the daemon holds too many connections at once; retry shortly");
 	agentless_tcp_release(t);
-	close(r->efd);
-	fleet_guest_unref(g);
-	if (ok) {
-		pthread_mutex_lock(&e->mu);
-		if (--e->threads == 0)
-			pthread_cond_broadcast(&e->cond);
-		pthread_mutex_unlock(&e->mu);
-	}
-	free(r->up);
-	free(r->down);
-	free(r);
 }

@@ -72,6 +72,16 @@ static int run(const char *cmd, char *out, size_t n)
 	return code;
 }
 
+/* A python script in the sandbox (printed); it must exit 0. */
+static void run_py(const char *script, char *out, size_t n)
+{
+	char cmd[4096];
+
+	snprintf(cmd, sizeof cmd, "python3 - <<'EOF'\n%sEOF\n", script);
+	assert_int_equal(run(cmd, out, n), 0);
+	printf("%s", out);
+}
+
 static void policy(const char *json)
 {
 	struct http_reply r;
@@ -231,16 +241,12 @@ static const char spoof_py[] =
 
 static void spoofed_sni_and_host_cut(void **state)
 {
-	char out[4096], cmd[4096];
-	int rc;
+	char out[4096];
 
 	(void)state;
 	SKIP_IF_NO_LAB();
 	policy("{\"egress\": \"allow_list\", \"allow\": [\"allowed.lab.test\"]}");
-	snprintf(cmd, sizeof cmd, "python3 - <<'EOF'\n%sEOF\n", spoof_py);
-	rc = run(cmd, out, sizeof out);
-	printf("%s", out);
-	assert_int_equal(rc, 0);
+	run_py(spoof_py, out, sizeof out);
 	assert_non_null(strstr(out, "tls allowed.lab.test ANSWERED"));
 	assert_non_null(strstr(out, "tls other.lab.test CUT"));
 	assert_non_null(strstr(out, "http allowed.lab.test ANSWERED"));
@@ -328,16 +334,12 @@ static const char cap_py[] = "import socket\n"
 
 static void account_connection_cap(void **state)
 {
-	char out[4096], cmd[2048];
-	int rc;
+	char out[4096];
 
 	(void)state;
 	SKIP_IF_NO_LAB();
 	policy("{\"egress\": \"allow_list\", \"allow\": [\"allowed.lab.test\"]}");
-	snprintf(cmd, sizeof cmd, "python3 - <<'EOF'\n%sEOF\n", cap_py);
-	rc = run(cmd, out, sizeof out);
-	printf("%s", out);
-	assert_int_equal(rc, 0);
+	run_py(cap_py, out, sizeof out);
 	assert_non_null(strstr(out, "2 HTTP/1.1 200"));
 	assert_non_null(strstr(out, "3 HTTP/1.1 429"));
 }
