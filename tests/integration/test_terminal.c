@@ -42,7 +42,8 @@ static int setup(void **state)
 	(void)state;
 	if (daemon_up_full_second_account(
 		&d, "test_terminal",
-		"\"http_threads\": 2, \"destroy_on_exit\": true, \"max_terminals_per_sandbox\": 3",
+		"\"http_threads\": 2, \"destroy_on_exit\": true, \"max_terminals_per_sandbox\": 3, "
+		"\"terminal_reconnect_grace_ms\": 5000",
 		"other", "10", other_key, sizeof(other_key)) < 0)
 		return -1;
 	return daemon_create_sandbox(&d, sbx, sizeof(sbx));
@@ -75,6 +76,9 @@ struct tc {
 	int exit_code; /* from {"type":"exit"}, -1 */
 	int close_code;
 	char close_reason[128];
+	char term_id[64]; /* from {"type":"terminal"} */
+	int grace_ms;	  /* its reconnect_grace_ms, -1 */
+	bool reattached;  /* its reattached */
 };
 
 /* Open a terminal as `key` (NULL: none) with `extra` header lines (each
@@ -93,6 +97,7 @@ static struct tc *tc_open_ex(const char *key, const char *id, const char *query,
 
 	assert_non_null(t);
 	t->exit_code = -1;
+	t->grace_ms = -1;
 	t->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
 	assert_int_equal(connect(t->fd, (struct sockaddr *)&sa, sizeof sa), 0);
@@ -212,6 +217,17 @@ static void tc_parse(struct tc *t, bool keep)
 			fprintf(stderr, "terminal message: %s\n", msg);
 			if (strstr(msg, "\"type\":\"exit\""))
 				t->exit_code = atoi(strstr(msg, "\"exit_code\":") + 12);
+			if (strstr(msg, "\"type\":\"terminal\"")) {
+				const char *id = strstr(msg, "\"id\":\"");
+				const char *g = strstr(msg, "\"reconnect_grace_ms\":");
+
+				assert_non_null(id);
+				assert_non_null(g);
+				snprintf(t->term_id, sizeof t->term_id, "%.*s",
+					 (int)strcspn(id + 6, "\""), id + 6);
+				t->grace_ms = atoi(g + 21);
+				t->reattached = strstr(msg, "\"reattached\":true") != NULL;
+			}
 		} else if (f.opcode == WS_OP_CLOSE) {
 			t->ended = true;
 			t->close_code = f.len >= 2 ? p[0] << 8 | p[1] : 0;
@@ -266,10 +282,23 @@ static void tc_clear(struct tc *t)
 		t->screen[0] = '\0';
 }
 
+/* The client closes (a close frame 1000, then the socket): the shell is
+ * hung up. */
 static void tc_free(struct tc *t)
 {
+	static const uint8_t key[4] = {1, 2, 3, 4};
+	uint8_t f[WS_HEADER_MAX + 2];
+	size_t h;
+
 	if (!t)
 		return;
+	h = ws_header_encode(f, WS_OP_CLOSE, true, 2, key);
+	f[h] = 0x03;
+	f[h + 1] = 0xe8;
+	ws_mask(f + h, 2, key, 0);
+	if (send(t->fd, f, h + 2, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+		/* gone already */
+	}
 	close(t->fd);
 	free(t->screen);
 	free(t);
@@ -436,22 +465,26 @@ static void browser_subprotocol(void **state)
 	assert_null(strstr(body, d.key + 7));
 }
 
-/* Count the guest's processes named `sleep 4242`. */
-static int sleepers(void)
+/* Count the guest's processes named `sleep N`. */
+static int sleepers_of(int n_arg)
 {
 	struct http_reply r;
-	char path[128];
+	char path[128], body[160];
 	int n;
 
 	snprintf(path, sizeof path, "/v1/sandboxes/%s/exec", sbx);
-	assert_int_equal(
-	    http_request(&d, "POST", path, d.key, NULL,
-			 "{\"command\": \"ps -eo args | grep -c '^sleep 4242' || true\"}", 0, &r),
-	    0);
+	snprintf(body, sizeof body, "{\"command\": \"ps -eo args | grep -c '^sleep %d' || true\"}",
+		 n_arg);
+	assert_int_equal(http_request(&d, "POST", path, d.key, NULL, body, 0, &r), 0);
 	assert_int_equal(r.status, 200);
 	n = atoi(jstr(r.json, "stdout"));
 	http_reply_free(&r);
 	return n;
+}
+
+static int sleepers(void)
+{
+	return sleepers_of(4242);
 }
 
 /* Closing the WebSocket hangs the shell up: its foreground job ends. */
@@ -472,6 +505,117 @@ static void close_hangs_up(void **state)
 	while (sleepers() > 0 && mono_ms() < end)
 		usleep(300 * 1000);
 	assert_int_equal(sleepers(), 0);
+}
+
+/* The connection drops without a close frame (the network went away). */
+static void tc_drop(struct tc *t)
+{
+	close(t->fd);
+	free(t->screen);
+	free(t);
+}
+
+/* GET ...terminal?attach=id as key: the client (101), or NULL with
+ * *status and the body. The 101's head carries X-Terminal-Id. */
+static struct tc *tc_attach(const char *key, const char *id, int *status, char *body, size_t len)
+{
+	char q[128], head[8192];
+	struct tc *t;
+
+	snprintf(q, sizeof q, "?attach=%s", id);
+	t = tc_open_ex(key, sbx, q, true, NULL, status, body, len, head);
+	if (t) {
+		char want[96];
+
+		snprintf(want, sizeof want, "\r\nX-Terminal-Id: %s\r\n", id);
+		assert_non_null(strcasestr(head, want));
+	}
+	return t;
+}
+
+/* A dropped connection leaves the shell running: the same shell comes
+ * back by ?attach= (a variable set before the drop is still set), with
+ * what it printed meanwhile first; another account's attach and an
+ * unknown id are 404, a second client while one is attached 409. */
+static void reattach_after_drop(void **state)
+{
+	struct tc *t = open_ok("?rows=30&cols=90"), *t2 = NULL;
+	char id[64], body[512];
+	int status = 0;
+	int64_t end;
+
+	(void)state;
+	tc_type(t, "export GRACE_VAR=kept$((1+1)); echo SET$((5+5))\r");
+	tc_until(t, "SET10", 120000);
+	assert_int_equal(strncmp(t->term_id, "term_", 5), 0);
+	assert_int_equal(t->grace_ms, 5000);
+	assert_false(t->reattached);
+	snprintf(id, sizeof id, "%s", t->term_id);
+	/* printed while nobody is attached: kept for the next client */
+	tc_type(t, "sleep 1; echo WHILE$((2+3))\r");
+	tc_until(t, "WHILE$((2+3))", 60000); /* the line's echo: it was taken */
+	tc_drop(t);
+
+	assert_null(tc_attach(other_key, id, &status, body, sizeof body));
+	assert_int_equal(status, 404);
+	assert_non_null(strstr(body, "not_found"));
+	assert_null(tc_attach(d.key, "term_000000000000000000000000", &status, body, sizeof body));
+	assert_int_equal(status, 404);
+	usleep(2500 * 1000);
+	/* the server may not have seen the drop yet: 409 until it has */
+	end = mono_ms() + 4000;
+	while (!(t2 = tc_attach(d.key, id, &status, body, sizeof body)) && status == 409 &&
+	       mono_ms() < end)
+		usleep(100 * 1000);
+	if (status != 101)
+		fprintf(stderr, "attach: %d %s\n", status, body);
+	assert_int_equal(status, 101);
+	assert_null(tc_attach(d.key, id, &status, body, sizeof body));
+	assert_int_equal(status, 409);
+	assert_non_null(strstr(body, "terminal_attached"));
+
+	tc_until(t2, "WHILE5", 30000);
+	assert_string_equal(t2->term_id, id);
+	assert_true(t2->reattached);
+	tc_clear(t2);
+	tc_type(t2, "echo back $GRACE_VAR\r");
+	tc_until(t2, "back kept2", 60000);
+	tc_free(t2);
+}
+
+/* Past the grace (5 s here) nobody can reattach and the shell is hung up:
+ * its foreground job is gone; within it, the job still ran. */
+static void grace_over_hangs_up(void **state)
+{
+	struct tc *t = open_ok("");
+	char id[64], body[512];
+	int64_t end, dropped;
+	int status;
+
+	(void)state;
+	tc_type(t, "sleep 4343\r");
+	end = mono_ms() + 60000;
+	while (sleepers_of(4343) < 1 && mono_ms() < end)
+		usleep(300 * 1000);
+	assert_int_equal(sleepers_of(4343), 1);
+	end = mono_ms() + 10000;
+	while (!t->term_id[0] && mono_ms() < end && tc_read(t, 200, true))
+		;
+	assert_true(t->term_id[0] != '\0');
+	snprintf(id, sizeof id, "%s", t->term_id);
+	tc_drop(t);
+	dropped = mono_ms();
+	usleep(1000 * 1000);
+	assert_int_equal(sleepers_of(4343), 1); /* detached, not hung up */
+	assert_true(mono_ms() - dropped < 5000);
+	while (mono_ms() - dropped < 5000 + 1500)
+		usleep(100 * 1000);
+	assert_null(tc_attach(d.key, id, &status, body, sizeof body));
+	assert_int_equal(status, 404);
+	end = mono_ms() + 30000;
+	while (sleepers_of(4343) > 0 && mono_ms() < end)
+		usleep(300 * 1000);
+	assert_int_equal(sleepers_of(4343), 0);
 }
 
 /* sbx shell with stdin not a terminal: its bytes typed, 24 x 80, and sbx
@@ -625,6 +769,8 @@ int main(void)
 	    cmocka_unit_test(refusals),
 	    cmocka_unit_test(browser_subprotocol),
 	    cmocka_unit_test(close_hangs_up),
+	    cmocka_unit_test(reattach_after_drop),
+	    cmocka_unit_test(grace_over_hangs_up),
 	    cmocka_unit_test(sbx_shell_exit_code),
 	    cmocka_unit_test(sbx_shell_in_tmux),
 	    cmocka_unit_test(unread_terminal_keeps_memory_flat),
