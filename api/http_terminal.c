@@ -32,6 +32,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -42,6 +44,14 @@
 #define MOD "api"
 
 #define TERM_FLUSH_MS 2000 /* the last frames' chance to leave */
+/* A client gone without a FIN (its network vanished) is seen within about
+ * TERM_KA_IDLE_S + TERM_KA_INTVL_S * TERM_KA_CNT seconds by TCP's
+ * keepalives, or TERM_USER_TIMEOUT_MS after unacknowledged output: then
+ * it is detached and a reattach is no longer refused with 409. */
+#define TERM_KA_IDLE_S	     10
+#define TERM_KA_INTVL_S	     5
+#define TERM_KA_CNT	     3
+#define TERM_USER_TIMEOUT_MS 25000
 
 /* ------------------------------------------------------- client frames */
 
@@ -320,6 +330,20 @@ static void term_hello(struct term *t)
 	wq_frame(t, WS_OP_TEXT, msg, (size_t)n);
 }
 
+/* TCP keepalives on the client's socket (a UNIX socket ignores them). */
+static void sock_keepalive(MHD_socket fd)
+{
+	int on = 1, idle = TERM_KA_IDLE_S, intvl = TERM_KA_INTVL_S, cnt = TERM_KA_CNT;
+	unsigned tmo = TERM_USER_TIMEOUT_MS;
+
+	if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on) < 0)
+		return;
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+	setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &tmo, sizeof tmo);
+}
+
 /* Keystrokes that wait for the guest's window: what it takes now. */
 static void pend_write(struct term *t)
 {
@@ -349,6 +373,8 @@ static enum serve_end term_serve(struct term *t)
 	const char *close_reason = "";
 
 	t->active_ms = sbx_mono_ms();
+	if (t->grace_ms > 0)
+		sock_keepalive(t->sock);
 	term_hello(t);
 	if (t->in_len > 0)
 		close_code = (uint16_t)in_parse(t);
