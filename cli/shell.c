@@ -132,6 +132,8 @@ static int connect_to(const char *host, const char *port)
 	return fd;
 }
 
+#define SHELL_BUSY (-409) /* shell_open's rc: 409 terminal_attached */
+
 /* The handshake. Returns the socket (bytes read past the head in
  * extra/extra_len), or -1 with *rc the exit code (an error reply printed). */
 static int shell_open(struct cli *c, const char *id, const char *attach, unsigned rows,
@@ -205,6 +207,11 @@ static int shell_open(struct cli *c, const char *id, const char *attach, unsigne
 			hl += (size_t)n;
 		}
 		head[hl] = '\0';
+		if (attach && r.status == 409) { /* the server has not seen the drop yet */
+			*rc = SHELL_BUSY;
+			close(fd);
+			return -1;
+		}
 		r.body = head + off;
 		r.body_len = hl - off;
 		r.json = json_tokener_parse(r.body);
@@ -227,6 +234,7 @@ struct shell {
 	size_t text_len;
 	int exit_code;	  /* -1 until {"type":"exit"} */
 	char term_id[48]; /* from {"type":"terminal"}: for a reattach */
+	long grace_ms;	  /* its reconnect_grace_ms */
 	bool failed;
 	bool closed;
 };
@@ -240,6 +248,9 @@ static void shell_text(struct shell *s)
 		if (strcmp(json_object_get_string(v), "terminal") == 0 &&
 		    json_object_object_get_ex(o, "id", &e))
 			snprintf(s->term_id, sizeof s->term_id, "%s", json_object_get_string(e));
+		if (strcmp(json_object_get_string(v), "terminal") == 0 &&
+		    json_object_object_get_ex(o, "reconnect_grace_ms", &e))
+			s->grace_ms = (long)json_object_get_int64(e);
 		if (strcmp(json_object_get_string(v), "exit") == 0 &&
 		    json_object_object_get_ex(o, "exit_code", &v))
 			s->exit_code = json_object_get_int(v);
@@ -355,19 +366,28 @@ static int shell_loop(struct shell *s)
 }
 
 /* The connection dropped with the shell running: once more, by its id
- * (docs/api.md "Terminal", reattach). The loop's result, or -1. */
+ * (docs/api.md "Terminal", reattach), a 409 (the server has not seen the
+ * drop yet) retried each second within the grace. The loop's result, or
+ * -1. */
 static int shell_reattach(struct cli *c, struct shell *s, const char *id)
 {
 	unsigned rows, cols;
 	int rc;
 
+	if (s->grace_ms <= 0)
+		return -1;
 	fprintf(stderr, "\r\nsbx: the terminal's connection dropped; reattaching\r\n");
 	close(s->fd);
-	s->in_len = s->text_len = 0;
-	win_size(&rows, &cols);
-	s->fd = shell_open(c, id, s->term_id, rows, cols, s->in, &s->in_len, &rc);
-	if (s->fd < 0)
-		return -1;
+	for (long waited = 0;; waited += 1000) {
+		s->in_len = s->text_len = 0;
+		win_size(&rows, &cols);
+		s->fd = shell_open(c, id, s->term_id, rows, cols, s->in, &s->in_len, &rc);
+		if (s->fd >= 0)
+			break;
+		if (rc != SHELL_BUSY || waited + 1000 > s->grace_ms)
+			return -1;
+		sleep(1);
+	}
 	return shell_loop(s);
 }
 
