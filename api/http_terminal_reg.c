@@ -15,8 +15,9 @@
  * requests are through (refs); it counts against the limits until then,
  * detached or not.
  *
- * Locking: reg.lock, then t->lock (term_claim only); never across a
- * sandbox/ call or socket I/O. */
+ * Locking: reg.lock, then t->lock (term_claim only); never across
+ * socket I/O or a sandbox/ call but sandbox_output_shrink (a leaf lock);
+ * api/terminal-priv.h. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>

@@ -18,8 +18,10 @@
  * the shell is hung up as when the client closes.
  *
  * Locking. Lock order: reg.lock (http_terminal_reg.c), then t->lock;
- * only term_claim takes both, in that order. Neither is held across a
- * sandbox/ call, socket I/O or MHD_upgrade_action. */
+ * only term_claim takes both, in that order. Neither is held across
+ * socket I/O, MHD_upgrade_action or a sandbox/ call, but for
+ * sandbox_output_shrink under t->lock (the output budget's own leaf
+ * lock: it calls nothing back). */
 #ifndef SBX_API_TERMINAL_PRIV_H
 #define SBX_API_TERMINAL_PRIV_H
 

@@ -11,7 +11,13 @@
  * bad rows 400, past the per-sandbox limit 429; a browser's key in the
  * subprotocol opens one (401 when wrong, 403 from another Origin, the key
  * never echoed); closing the WebSocket
- * hangs the shell up (its `sleep` is gone from the guest); and a terminal
+ * hangs the shell up (its `sleep` is gone from the guest); dropping it
+ * (no close frame) detaches it for the grace (5 s here): ?attach= with
+ * the id of its first message reattaches the same shell (a variable set
+ * before the drop, the output printed meanwhile), 404 for another
+ * account or an unknown id, 409 while attached, 404 past the grace, whose
+ * end hangs the shell up; `sbx shell` through a relay whose connections
+ * are cut reattaches by itself; and a terminal
  * nobody reads while the guest prints 100 MB keeps the daemon's VmRSS
  * within 64 MiB of where it started, after which its output flows again
  * when read. Figures are printed; the throughput to a reading client is
@@ -24,6 +30,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -715,6 +722,147 @@ static void sbx_shell_in_tmux(void **state)
 	assert_string_equal(out, "3");
 }
 
+/* ------------------------------------------------------------- a relay */
+
+static volatile sig_atomic_t relay_cut;
+
+static void relay_on_usr1(int sig)
+{
+	(void)sig;
+	relay_cut = 1;
+}
+
+/* The relay's child: accept, connect to the daemon, copy bytes both ways;
+ * SIGUSR1 closes every connection it has (no close frame: a drop). */
+static void relay_child(int ls)
+{
+	struct sigaction sa = {.sa_handler = relay_on_usr1};
+	int pair[32][2], n = 0;
+
+	sigaction(SIGUSR1, &sa, NULL);
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	for (;;) {
+		struct pollfd p[1 + 64];
+		char buf[16384];
+
+		if (relay_cut) {
+			for (int i = 0; i < n; i++) {
+				close(pair[i][0]);
+				close(pair[i][1]);
+			}
+			n = 0;
+			relay_cut = 0;
+		}
+		p[0] = (struct pollfd){.fd = ls, .events = POLLIN};
+		for (int i = 0; i < n; i++) {
+			p[1 + 2 * i] = (struct pollfd){.fd = pair[i][0], .events = POLLIN};
+			p[2 + 2 * i] = (struct pollfd){.fd = pair[i][1], .events = POLLIN};
+		}
+		if (poll(p, (nfds_t)(1 + 2 * n), 200) <= 0)
+			continue;
+		for (int i = n - 1; i >= 0; i--) {
+			for (int side = 0; side < 2; side++) {
+				ssize_t r;
+
+				if (!(p[1 + 2 * i + side].revents & (POLLIN | POLLHUP | POLLERR)))
+					continue;
+				r = recv(pair[i][side], buf, sizeof buf, 0);
+				if (r > 0 &&
+				    send(pair[i][!side], buf, (size_t)r, MSG_NOSIGNAL) == r)
+					continue;
+				close(pair[i][0]);
+				close(pair[i][1]);
+				pair[i][0] = pair[n - 1][0];
+				pair[i][1] = pair[n - 1][1];
+				n--;
+				break;
+			}
+		}
+		if ((p[0].revents & POLLIN) && n < 32) {
+			struct sockaddr_in sa_d = {.sin_family = AF_INET,
+						   .sin_port = htons((uint16_t)d.port)};
+			int c = accept(ls, NULL, NULL), u = socket(AF_INET, SOCK_STREAM, 0);
+
+			inet_pton(AF_INET, "127.0.0.1", &sa_d.sin_addr);
+			if (c >= 0 && u >= 0 &&
+			    connect(u, (struct sockaddr *)&sa_d, sizeof sa_d) == 0) {
+				pair[n][0] = c;
+				pair[n][1] = u;
+				n++;
+			} else {
+				close(c);
+				close(u);
+			}
+		}
+	}
+}
+
+/* A relay to the daemon on 127.0.0.1:*port: its pid. */
+static pid_t relay_start(int *port)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	socklen_t sl = sizeof sa;
+	int ls = socket(AF_INET, SOCK_STREAM, 0);
+	pid_t pid;
+
+	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+	assert_int_equal(bind(ls, (struct sockaddr *)&sa, sizeof sa), 0);
+	assert_int_equal(listen(ls, 8), 0);
+	assert_int_equal(getsockname(ls, (struct sockaddr *)&sa, &sl), 0);
+	*port = ntohs(sa.sin_port);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0)
+		relay_child(ls);
+	close(ls);
+	return pid;
+}
+
+/* `sbx shell` through a relay whose connections are cut while the shell
+ * runs: sbx says it reattaches, and the same shell answers (a variable
+ * set before the cut); its exit code is still sbx's. */
+static void sbx_shell_reattaches(void **state)
+{
+	const char *bin = sbx_bin(), *slash = strrchr(bin, '/');
+	char sock[32], cmd[1024], exitf[64], out[64] = "";
+	int rport;
+	pid_t relay = relay_start(&rport);
+
+	(void)state;
+	snprintf(sock, sizeof sock, "sbxr%d", (int)getpid());
+	snprintf(exitf, sizeof exitf, "/tmp/%s.exit", sock);
+	unlink(exitf);
+	snprintf(cmd, sizeof cmd,
+		 "tmux -L %s new-session -d -s s -x 100 -y 30 "
+		 "\"SANDBOXD_URL=http://127.0.0.1:%d SANDBOXD_KEY=%s %.*ssbx shell %s; "
+		 "echo \\$? > %s; sleep 30\"",
+		 sock, rport, d.key, slash ? (int)(slash - bin + 1) : 0, bin, sbx, exitf);
+	assert_int_equal(run_cmd(cmd), 0);
+	snprintf(cmd, sizeof cmd,
+		 "tmux -L %s send-keys -t s 'export RV=kept$((3+4)); echo RV-$RV' Enter", sock);
+	for (int i = 0; i < 30 && !pane_shows(sock, "RV-kept7"); i++) {
+		assert_int_equal(run_cmd(cmd), 0);
+		for (int j = 0; j < 20 && !pane_shows(sock, "RV-kept7"); j++)
+			usleep(100 * 1000);
+	}
+	pane_wait(sock, "RV-kept7");
+	kill(relay, SIGUSR1); /* the drop */
+	pane_wait(sock, "reattaching");
+	snprintf(cmd, sizeof cmd, "tmux -L %s send-keys -t s 'echo again-$RV' Enter", sock);
+	assert_int_equal(run_cmd(cmd), 0);
+	pane_wait(sock, "again-kept7");
+	snprintf(cmd, sizeof cmd, "tmux -L %s send-keys -t s 'exit 5' Enter", sock);
+	assert_int_equal(run_cmd(cmd), 0);
+	for (int i = 0; i < 300 && access(exitf, F_OK) != 0; i++)
+		usleep(100 * 1000);
+	snprintf(cmd, sizeof cmd, "cat %s 2>/dev/null; tmux -L %s kill-server", exitf, sock);
+	cmd_out(cmd, out, sizeof out);
+	unlink(exitf);
+	kill(relay, SIGKILL);
+	waitpid(relay, NULL, 0);
+	assert_string_equal(out, "5");
+}
+
 /* Nobody reads while the guest prints 100 MB: the daemon's VmRSS stays
  * within 64 MiB of where it was; then the output flows again once the
  * client reads (the next 4 MB; reading all of it would take minutes at
@@ -773,6 +921,7 @@ int main(void)
 	    cmocka_unit_test(grace_over_hangs_up),
 	    cmocka_unit_test(sbx_shell_exit_code),
 	    cmocka_unit_test(sbx_shell_in_tmux),
+	    cmocka_unit_test(sbx_shell_reattaches),
 	    cmocka_unit_test(unread_terminal_keeps_memory_flat),
 	};
 
