@@ -12,7 +12,7 @@
  * subprotocol opens one (401 when wrong, 403 from another Origin, the key
  * never echoed); closing the WebSocket
  * hangs the shell up (its `sleep` is gone from the guest); dropping it
- * (no close frame) detaches it for the grace (5 s here): ?attach= with
+ * (no close frame) detaches it for the grace (8 s here): ?attach= with
  * the id of its first message reattaches the same shell (a variable set
  * before the drop, the output printed meanwhile), 404 for another
  * account or an unknown id, 409 while attached, 404 past the grace, whose
@@ -30,7 +30,6 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -39,6 +38,7 @@
 #include <cmocka.h>
 
 #include "harness.h"
+#include "relay.h"
 
 static struct daemon d;
 static char other_key[128];
@@ -50,7 +50,7 @@ static int setup(void **state)
 	if (daemon_up_full_second_account(
 		&d, "test_terminal",
 		"\"http_threads\": 2, \"destroy_on_exit\": true, \"max_terminals_per_sandbox\": 3, "
-		"\"terminal_reconnect_grace_ms\": 5000",
+		"\"terminal_reconnect_grace_ms\": 8000",
 		"other", "10", other_key, sizeof(other_key)) < 0)
 		return -1;
 	return daemon_create_sandbox(&d, sbx, sizeof(sbx));
@@ -555,7 +555,7 @@ static void reattach_after_drop(void **state)
 	tc_type(t, "export GRACE_VAR=kept$((1+1)); echo SET$((5+5))\r");
 	tc_until(t, "SET10", 120000);
 	assert_int_equal(strncmp(t->term_id, "term_", 5), 0);
-	assert_int_equal(t->grace_ms, 5000);
+	assert_int_equal(t->grace_ms, 8000);
 	assert_false(t->reattached);
 	snprintf(id, sizeof id, "%s", t->term_id);
 	/* printed while nobody is attached: kept for the next client */
@@ -590,11 +590,12 @@ static void reattach_after_drop(void **state)
 	tc_free(t2);
 }
 
-/* Past the grace (5 s here) nobody can reattach and the shell is hung up:
- * its foreground job is gone; within it, the job still ran. */
+/* Past the grace (8 s here) nobody can reattach and the shell is hung up:
+ * its foreground job is gone; within it, the job still ran and the
+ * detached terminal counted against the per-sandbox limit. */
 static void grace_over_hangs_up(void **state)
 {
-	struct tc *t = open_ok("");
+	struct tc *t = open_ok(""), *more[2];
 	char id[64], body[512];
 	int64_t end, dropped;
 	int status;
@@ -614,8 +615,15 @@ static void grace_over_hangs_up(void **state)
 	dropped = mono_ms();
 	usleep(1000 * 1000);
 	assert_int_equal(sleepers_of(4343), 1); /* detached, not hung up */
-	assert_true(mono_ms() - dropped < 5000);
-	while (mono_ms() - dropped < 5000 + 1500)
+	/* it still counts: 2 more make max_terminals_per_sandbox (3) */
+	more[0] = open_ok("");
+	more[1] = open_ok("");
+	assert_null(tc_open(d.key, sbx, "", true, &status, body, sizeof body));
+	assert_int_equal(status, 429);
+	tc_free(more[0]);
+	tc_free(more[1]);
+	assert_true(mono_ms() - dropped < 8000);
+	while (mono_ms() - dropped < 8000 + 1500)
 		usleep(100 * 1000);
 	assert_null(tc_attach(d.key, id, &status, body, sizeof body));
 	assert_int_equal(status, 404);
@@ -623,6 +631,78 @@ static void grace_over_hangs_up(void **state)
 	while (sleepers_of(4343) > 0 && mono_ms() < end)
 		usleep(300 * 1000);
 	assert_int_equal(sleepers_of(4343), 0);
+}
+
+/* The guest file /tmp/ctr's number (-1 when there is none); read again
+ * when caught between the loop's truncation and its write. */
+static long guest_counter(void)
+{
+	struct http_reply r;
+	char path[128];
+	long n = -1;
+
+	snprintf(path, sizeof path, "/v1/sandboxes/%s/exec", sbx);
+	for (int i = 0; i < 10; i++) {
+		bool empty;
+
+		assert_int_equal(
+		    http_request(&d, "POST", path, d.key, NULL,
+				 "{\"command\": \"cat /tmp/ctr 2>/dev/null || echo -1\"}", 0, &r),
+		    0);
+		assert_int_equal(r.status, 200);
+		empty = jstr(r.json, "stdout")[0] == '\0';
+		n = atol(jstr(r.json, "stdout"));
+		http_reply_free(&r);
+		if (!empty)
+			break;
+	}
+	return n;
+}
+
+/* Detached, the shell is stopped by the guest's PAUSE once the kept tail
+ * is full (a loop printing 500-byte lines stops counting), and goes on
+ * once a client is back and reads. */
+static void detached_output_stops_the_shell(void **state)
+{
+	struct tc *t = open_ok(""), *t2 = NULL;
+	char id[64], body[512];
+	long c1, c2, c3;
+	int status = 0;
+	int64_t end;
+	uint64_t got0;
+
+	(void)state;
+	tc_type(t, "stty -echo; pad=$(printf '%0500d' 0); i=0; "
+		   "while :; do i=$((i+1)); echo $i > /tmp/ctr; echo \"$i $pad\"; done\r");
+	end = mono_ms() + 60000;
+	while (t->total < 200000 && mono_ms() < end)
+		tc_read(t, 200, false);
+	assert_true(t->total >= 200000);
+	snprintf(id, sizeof id, "%s", t->term_id);
+	tc_drop(t);
+	usleep(2000 * 1000);
+	c1 = guest_counter();
+	usleep(1000 * 1000);
+	c2 = guest_counter();
+	fprintf(stderr, "detached: counter %ld, then %ld\n", c1, c2);
+	assert_true(c1 > 0);
+	assert_int_equal(c1, c2); /* blocked on its terminal */
+	end = mono_ms() + 4000;
+	while (!(t2 = tc_attach(d.key, id, &status, body, sizeof body)) && status == 409 &&
+	       mono_ms() < end)
+		usleep(100 * 1000);
+	assert_int_equal(status, 101);
+	got0 = t2->total;
+	end = mono_ms() + 60000;
+	while (t2->total - got0 < 256 * 1024 && mono_ms() < end)
+		tc_read(t2, 200, false);
+	assert_true(t2->total - got0 >= 256 * 1024); /* more than the tail: it ran again */
+	c3 = guest_counter();
+	fprintf(stderr, "reattached: %llu bytes read, counter %ld\n",
+		(unsigned long long)(t2->total - got0), c3);
+	assert_true(c3 > c2);
+	tc_type(t2, "\x03");
+	tc_free(t2);
 }
 
 /* sbx shell with stdin not a terminal: its bytes typed, 24 x 80, and sbx
@@ -722,102 +802,6 @@ static void sbx_shell_in_tmux(void **state)
 	assert_string_equal(out, "3");
 }
 
-/* ------------------------------------------------------------- a relay */
-
-static volatile sig_atomic_t relay_cut;
-
-static void relay_on_usr1(int sig)
-{
-	(void)sig;
-	relay_cut = 1;
-}
-
-/* The relay's child: accept, connect to the daemon, copy bytes both ways;
- * SIGUSR1 closes every connection it has (no close frame: a drop). */
-static void relay_child(int ls)
-{
-	struct sigaction sa = {.sa_handler = relay_on_usr1};
-	int pair[32][2], n = 0;
-
-	sigaction(SIGUSR1, &sa, NULL);
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	for (;;) {
-		struct pollfd p[1 + 64];
-		char buf[16384];
-
-		if (relay_cut) {
-			for (int i = 0; i < n; i++) {
-				close(pair[i][0]);
-				close(pair[i][1]);
-			}
-			n = 0;
-			relay_cut = 0;
-		}
-		p[0] = (struct pollfd){.fd = ls, .events = POLLIN};
-		for (int i = 0; i < n; i++) {
-			p[1 + 2 * i] = (struct pollfd){.fd = pair[i][0], .events = POLLIN};
-			p[2 + 2 * i] = (struct pollfd){.fd = pair[i][1], .events = POLLIN};
-		}
-		if (poll(p, (nfds_t)(1 + 2 * n), 200) <= 0)
-			continue;
-		for (int i = n - 1; i >= 0; i--) {
-			for (int side = 0; side < 2; side++) {
-				ssize_t r;
-
-				if (!(p[1 + 2 * i + side].revents & (POLLIN | POLLHUP | POLLERR)))
-					continue;
-				r = recv(pair[i][side], buf, sizeof buf, 0);
-				if (r > 0 &&
-				    send(pair[i][!side], buf, (size_t)r, MSG_NOSIGNAL) == r)
-					continue;
-				close(pair[i][0]);
-				close(pair[i][1]);
-				pair[i][0] = pair[n - 1][0];
-				pair[i][1] = pair[n - 1][1];
-				n--;
-				break;
-			}
-		}
-		if ((p[0].revents & POLLIN) && n < 32) {
-			struct sockaddr_in sa_d = {.sin_family = AF_INET,
-						   .sin_port = htons((uint16_t)d.port)};
-			int c = accept(ls, NULL, NULL), u = socket(AF_INET, SOCK_STREAM, 0);
-
-			inet_pton(AF_INET, "127.0.0.1", &sa_d.sin_addr);
-			if (c >= 0 && u >= 0 &&
-			    connect(u, (struct sockaddr *)&sa_d, sizeof sa_d) == 0) {
-				pair[n][0] = c;
-				pair[n][1] = u;
-				n++;
-			} else {
-				close(c);
-				close(u);
-			}
-		}
-	}
-}
-
-/* A relay to the daemon on 127.0.0.1:*port: its pid. */
-static pid_t relay_start(int *port)
-{
-	struct sockaddr_in sa = {.sin_family = AF_INET};
-	socklen_t sl = sizeof sa;
-	int ls = socket(AF_INET, SOCK_STREAM, 0);
-	pid_t pid;
-
-	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-	assert_int_equal(bind(ls, (struct sockaddr *)&sa, sizeof sa), 0);
-	assert_int_equal(listen(ls, 8), 0);
-	assert_int_equal(getsockname(ls, (struct sockaddr *)&sa, &sl), 0);
-	*port = ntohs(sa.sin_port);
-	pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0)
-		relay_child(ls);
-	close(ls);
-	return pid;
-}
-
 /* `sbx shell` through a relay whose connections are cut while the shell
  * runs: sbx says it reattaches, and the same shell answers (a variable
  * set before the cut); its exit code is still sbx's. */
@@ -826,7 +810,7 @@ static void sbx_shell_reattaches(void **state)
 	const char *bin = sbx_bin(), *slash = strrchr(bin, '/');
 	char sock[32], cmd[1024], exitf[64], out[64] = "";
 	int rport;
-	pid_t relay = relay_start(&rport);
+	pid_t relay = relay_start(d.port, &rport);
 
 	(void)state;
 	snprintf(sock, sizeof sock, "sbxr%d", (int)getpid());
@@ -919,6 +903,7 @@ int main(void)
 	    cmocka_unit_test(close_hangs_up),
 	    cmocka_unit_test(reattach_after_drop),
 	    cmocka_unit_test(grace_over_hangs_up),
+	    cmocka_unit_test(detached_output_stops_the_shell),
 	    cmocka_unit_test(sbx_shell_exit_code),
 	    cmocka_unit_test(sbx_shell_in_tmux),
 	    cmocka_unit_test(sbx_shell_reattaches),
