@@ -177,7 +177,7 @@ $(BUILD)/tests/%: tests/unit/%.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(PKG_CFLAGS) -o $@ $< $(LIB) $(LDLIBS) -lcmocka
 $(BUILD)/tests/test_agentless $(BUILD)/tests/test_agentless_tcp: tests/unit/fake_guest.h
-$(BUILD)/tests/%: tests/integration/%.c tests/integration/harness.h $(LIB) $(BIN)/sandboxd
+$(BUILD)/tests/%: tests/integration/%.c tests/integration/harness.h tests/integration/relay.h $(LIB) $(BIN)/sandboxd
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(PKG_CFLAGS) -o $@ $< $(LIB) $(LDLIBS) -lcmocka
 # test_dashboard drives the dashboard in chromium (tests/browser/).

@@ -107,6 +107,7 @@ static const struct key_spec keys[] = {
     NUM(max_terminals_per_sandbox, K_INT),
     NUM(max_terminals_per_account, K_INT),
     NUM(terminal_idle_timeout_ms, K_U32),
+    NUM(terminal_reconnect_grace_ms, K_U32),
     NUM(max_port_conns_per_sandbox, K_INT),
     NUM(max_port_conns_per_account, K_INT),
     NUM(port_idle_timeout_ms, K_U32),

@@ -146,7 +146,7 @@ struct req {
 	 * the answer here. */
 	bool is_async;
 	struct api_files *files; /* R_FILES */
-	struct term *term;	 /* R_TERMINAL (http_terminal.c) */
+	struct term_req *term;	 /* R_TERMINAL (http_terminal_reg.c) */
 	struct api_port *port;	 /* R_PORTS (http_ports.c) */
 	char *port_tail;	 /* R_PORTS: the path after the port, without its '/' */
 	struct api_create_body create;
@@ -270,18 +270,20 @@ enum MHD_Result api_receipt_key_handle(struct req *r);
 enum MHD_Result api_processes_route(struct req *r); /* -> http_processes.c */
 enum MHD_Result api_files_route(struct req *r);	    /* -> http_files.c (STREAM) */
 enum MHD_Result api_static_route(struct req *r);    /* -> http_static.c */
-/* --------------------------------------------------- api/http_terminal.c */
-/* GET /v1/sandboxes/{id}/terminal (Upgrade: websocket): a terminal. */
+/* ------------------------ api/http_terminal.c, api/http_terminal_reg.c */
+/* GET /v1/sandboxes/{id}/terminal (Upgrade: websocket): a terminal, or
+ * with ?attach=<id> a detached one's new client (api/terminal-priv.h). */
 enum MHD_Result api_terminal_handle(struct req *r);
 /* End every open terminal (their WebSockets closed, their shells hung
  * up) and wait until none is left; before MHD_stop_daemon. */
 void api_terminals_stop(void);
 /* A server starts: terminals may open again (after a stop in this process). */
 void api_terminals_start(void);
-/* The request of a terminal is freed: its reference goes (a terminal
- * whose 101 never went out is hung up). NULL: nothing. */
-struct term;
-void api_terminal_req_free(struct term *t);
+/* The request of a terminal is freed: its reference goes (a new terminal
+ * whose 101 never went out is hung up; a reattach's claim ends). NULL:
+ * nothing. */
+struct term_req;
+void api_terminal_req_free(struct term_req *q);
 
 /* ------------------------------------------------------ api/http_ports.c */
 /* ANY /v1/sandboxes/{id}/ports/{port}/{path}: an HTTP/1.1 proxy to the

@@ -461,6 +461,8 @@ struct json_object *api_limits_encode_stats(const struct sandbox_config *cfg,
 			       json_object_new_int(cfg->max_terminals_per_account));
 	json_object_object_add(o, "terminal_idle_timeout_ms",
 			       json_object_new_int64(cfg->terminal_idle_timeout_ms));
+	json_object_object_add(o, "terminal_reconnect_grace_ms",
+			       json_object_new_int64(cfg->terminal_reconnect_grace_ms));
 	json_object_object_add(o, "port_conns_per_sandbox",
 			       json_object_new_int(cfg->max_port_conns_per_sandbox));
 	json_object_object_add(o, "port_conns_per_account",

@@ -5,8 +5,10 @@
  * the local terminal in raw mode, keystrokes as binary frames (masked, as
  * a client must), a resize message on SIGWINCH, the screen's bytes to
  * stdout, and the shell's exit code as sbx's. With stdin not a terminal
- * its bytes are typed as they are, and its end is a Ctrl-D. http:// URLs
- * only (no TLS here yet).
+ * its bytes are typed as they are, and its end is a Ctrl-D. A connection
+ * that drops before the shell ended is reattached once (?attach= with the
+ * id of the server's first message), within the server's grace. http://
+ * URLs only (no TLS here yet).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -32,7 +34,8 @@ static const char shell_help[] =
     "An interactive shell in sandbox ID: the exec user's login shell on a\n"
     "terminal of this window's size (resized with it). Exits with the\n"
     "shell's exit code. With stdin not a terminal, its bytes are typed and\n"
-    "its end is a Ctrl-D. http:// URLs only.\n";
+    "its end is a Ctrl-D. A dropped connection is reattached once.\n"
+    "http:// URLs only.\n";
 
 static int winch_pipe[2] = {-1, -1};
 static struct termios saved;
@@ -129,12 +132,15 @@ static int connect_to(const char *host, const char *port)
 	return fd;
 }
 
+#define SHELL_BUSY (-409) /* shell_open's rc: 409 terminal_attached */
+
 /* The handshake. Returns the socket (bytes read past the head in
  * extra/extra_len), or -1 with *rc the exit code (an error reply printed). */
-static int shell_open(struct cli *c, const char *id, unsigned rows, unsigned cols, uint8_t *extra,
-		      size_t *extra_len, int *rc)
+static int shell_open(struct cli *c, const char *id, const char *attach, unsigned rows,
+		      unsigned cols, uint8_t *extra, size_t *extra_len, int *rc)
 {
-	char host[256], port[8] = "80", req[1024], head[16384], accept[WS_ACCEPT_LEN + 1], *end;
+	char host[256], port[8] = "80", req[1024], att[64] = "", head[16384],
+			accept[WS_ACCEPT_LEN + 1], *end;
 	const char *h = c->url + 7, *slash, *colon;
 	uint8_t nonce[16];
 	char *key;
@@ -163,11 +169,13 @@ static int shell_open(struct cli *c, const char *id, unsigned rows, unsigned col
 		free(key);
 		return -1;
 	}
+	if (attach)
+		snprintf(att, sizeof att, "attach=%.40s&", attach);
 	snprintf(req, sizeof req,
-		 "GET %s/v1/sandboxes/%s/terminal?rows=%u&cols=%u HTTP/1.1\r\nHost: %s:%s\r\n"
+		 "GET %s/v1/sandboxes/%s/terminal?%srows=%u&cols=%u HTTP/1.1\r\nHost: %s:%s\r\n"
 		 "Authorization: Bearer %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
 		 "Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\nUser-Agent: sbx\r\n\r\n",
-		 slash ? slash : "", id, rows, cols, host, port, c->key, key);
+		 slash ? slash : "", id, att, rows, cols, host, port, c->key, key);
 	free(key);
 	if (send_all(fd, req, strlen(req)) < 0)
 		goto gone;
@@ -199,6 +207,11 @@ static int shell_open(struct cli *c, const char *id, unsigned rows, unsigned col
 			hl += (size_t)n;
 		}
 		head[hl] = '\0';
+		if (attach && r.status == 409) { /* the server has not seen the drop yet */
+			*rc = SHELL_BUSY;
+			close(fd);
+			return -1;
+		}
 		r.body = head + off;
 		r.body_len = hl - off;
 		r.json = json_tokener_parse(r.body);
@@ -219,7 +232,9 @@ struct shell {
 	size_t in_len;
 	char text[4096];
 	size_t text_len;
-	int exit_code; /* -1 until {"type":"exit"} */
+	int exit_code;	  /* -1 until {"type":"exit"} */
+	char term_id[48]; /* from {"type":"terminal"}: for a reattach */
+	long grace_ms;	  /* its reconnect_grace_ms */
 	bool failed;
 	bool closed;
 };
@@ -230,6 +245,12 @@ static void shell_text(struct shell *s)
 	json_object *o = json_tokener_parse(s->text), *v, *e;
 
 	if (o && json_object_object_get_ex(o, "type", &v)) {
+		if (strcmp(json_object_get_string(v), "terminal") == 0 &&
+		    json_object_object_get_ex(o, "id", &e))
+			snprintf(s->term_id, sizeof s->term_id, "%s", json_object_get_string(e));
+		if (strcmp(json_object_get_string(v), "terminal") == 0 &&
+		    json_object_object_get_ex(o, "reconnect_grace_ms", &e))
+			s->grace_ms = (long)json_object_get_int64(e);
 		if (strcmp(json_object_get_string(v), "exit") == 0 &&
 		    json_object_object_get_ex(o, "exit_code", &v))
 			s->exit_code = json_object_get_int(v);
@@ -344,6 +365,32 @@ static int shell_loop(struct shell *s)
 	return 0;
 }
 
+/* The connection dropped with the shell running: once more, by its id
+ * (docs/api.md "Terminal", reattach), a 409 (the server has not seen the
+ * drop yet) retried each second within the grace. The loop's result, or
+ * -1. */
+static int shell_reattach(struct cli *c, struct shell *s, const char *id)
+{
+	unsigned rows, cols;
+	int rc;
+
+	if (s->grace_ms <= 0)
+		return -1;
+	fprintf(stderr, "\r\nsbx: the terminal's connection dropped; reattaching\r\n");
+	close(s->fd);
+	for (long waited = 0;; waited += 1000) {
+		s->in_len = s->text_len = 0;
+		win_size(&rows, &cols);
+		s->fd = shell_open(c, id, s->term_id, rows, cols, s->in, &s->in_len, &rc);
+		if (s->fd >= 0)
+			break;
+		if (rc != SHELL_BUSY || waited + 1000 > s->grace_ms)
+			return -1;
+		sleep(1);
+	}
+	return shell_loop(s);
+}
+
 int cmd_shell(struct cli *c, int argc, char **argv)
 {
 	struct sigaction sa = {.sa_handler = on_winch, .sa_flags = SA_RESTART};
@@ -365,7 +412,7 @@ int cmd_shell(struct cli *c, int argc, char **argv)
 	}
 	s->exit_code = -1;
 	win_size(&rows, &cols);
-	s->fd = shell_open(c, pos[0], rows, cols, s->in, &s->in_len, &rc);
+	s->fd = shell_open(c, pos[0], NULL, rows, cols, s->in, &s->in_len, &rc);
 	if (s->fd < 0) {
 		free(s);
 		return rc;
@@ -373,8 +420,11 @@ int cmd_shell(struct cli *c, int argc, char **argv)
 	sigaction(SIGWINCH, &sa, NULL);
 	raw_enter();
 	loop = shell_loop(s);
+	if (loop < 0 && s->exit_code < 0 && !s->failed && !s->closed && s->term_id[0])
+		loop = shell_reattach(c, s, pos[0]);
 	raw_restore();
-	close(s->fd);
+	if (s->fd >= 0)
+		close(s->fd);
 	rc = s->exit_code >= 0 ? s->exit_code : s->failed ? CLI_EXIT_API : CLI_EXIT_CONNECT;
 	if (loop < 0 && s->exit_code < 0 && !s->failed)
 		fprintf(stderr, "sbx: the terminal's connection was lost\n");

@@ -165,6 +165,7 @@ void sandbox_config_defaults(struct sandbox_config *cfg)
 	cfg->max_terminals_per_sandbox = 4;
 	cfg->max_terminals_per_account = 16;
 	cfg->terminal_idle_timeout_ms = 900000;
+	cfg->terminal_reconnect_grace_ms = 30000;
 	cfg->max_port_conns_per_sandbox = 16;
 	cfg->max_port_conns_per_account = 64;
 	cfg->port_idle_timeout_ms = 60000;

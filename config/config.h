@@ -133,12 +133,13 @@ struct sandbox_config {
 	int max_api_keys_per_account; /* 100 */
 	/* Signed receipts kept per account (the oldest go first), each for
 	 * execution_retention_hours. */
-	int max_receipts_per_account;	   /* 10000 */
-	int max_execs_per_sandbox;	   /* 64 */
-	int max_processes_per_sandbox;	   /* 16: running background processes */
-	int max_terminals_per_sandbox;	   /* 4: open terminals (WebSocket) */
-	int max_terminals_per_account;	   /* 16 */
-	uint32_t terminal_idle_timeout_ms; /* 900000: no byte either way ends one */
+	int max_receipts_per_account;	      /* 10000 */
+	int max_execs_per_sandbox;	      /* 64 */
+	int max_processes_per_sandbox;	      /* 16: running background processes */
+	int max_terminals_per_sandbox;	      /* 4: open terminals (WebSocket) */
+	int max_terminals_per_account;	      /* 16 */
+	uint32_t terminal_idle_timeout_ms;    /* 900000: no byte either way ends one */
+	uint32_t terminal_reconnect_grace_ms; /* 30000: a dropped client may reattach (0: never) */
 	/* Ports (docs/api.md "Ports"): proxied connections to a sandbox's
 	 * ports open at once, per sandbox and per account; no byte either way
 	 * for port_idle_timeout_ms ends one; the guest's server answers

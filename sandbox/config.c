@@ -223,6 +223,9 @@ static int validate_sandbox_limits(const struct sandbox_config *cfg, struct sbx_
 	if (cfg->terminal_idle_timeout_ms < 1000)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "terminal_idle_timeout_ms",
 				     "terminal_idle_timeout_ms must be >= 1000");
+	if (cfg->terminal_reconnect_grace_ms > 600000)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "terminal_reconnect_grace_ms",
+				     "terminal_reconnect_grace_ms must be 0..600000");
 	if (cfg->file_stall_timeout_ms < 100)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "file_stall_timeout_ms",
 				     "file_stall_timeout_ms must be >= 100");

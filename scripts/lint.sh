@@ -35,7 +35,7 @@ check receipt '^(util/util\.h|receipt\.h|verify\.h)$'
 # sandbox/: never sandbox/ nor store/.
 check fleet '^(util/util\.h|config/config\.h|vmm/vmm\.h|agentless/agentless\.h|fleet\.h|fleet-priv\.h)$'
 check sandbox '^(util/util\.h|config/config\.h|network/network\.h|store/store\.h|billing/billing\.h|vmm/vmm\.h|agentless/agentless\.h|receipt/receipt\.h|fleet/fleet\.h|sandbox\.h|sandbox-priv\.h)$'
-check api '^(util/util\.h|config/config\.h|network/network\.h|sandbox/sandbox\.h|api\.h|assets\.h|api-priv\.h|http-priv\.h|reqctx\.h|receipt/receipt\.h|receipt/verify\.h)$'
+check api '^(util/util\.h|config/config\.h|network/network\.h|sandbox/sandbox\.h|api\.h|assets\.h|api-priv\.h|http-priv\.h|terminal-priv\.h|reqctx\.h|receipt/receipt\.h|receipt/verify\.h)$'
 # Only main.c, the composition root, may use receipt/ directly: its
 # `verify-receipt` checks a receipt offline, with no service or database.
 # And execution_json.c, for receipt/'s canonical JSON only (RFC 8785: the

@@ -30,6 +30,7 @@
 	X(SBX_E_NOT_FOUND, 404, "not_found")                                                       \
 	X(SBX_E_METHOD_NOT_ALLOWED, 405, "method_not_allowed")                                     \
 	X(SBX_E_IDEMPOTENCY_CONFLICT, 409, "idempotency_conflict")                                 \
+	X(SBX_E_TERMINAL_ATTACHED, 409, "terminal_attached")                                       \
 	X(SBX_E_SANDBOX_NOT_RUNNING, 410, "sandbox_not_running")                                   \
 	X(SBX_E_SANDBOX_PAUSED, 409, "sandbox_paused")                                             \
 	X(SBX_E_PAYLOAD_TOO_LARGE, 413, "payload_too_large")                                       \

@@ -11,7 +11,7 @@ const $ = (sel) => document.querySelector(sel);
 const REFRESH_MS = 10000;
 const OUTPUT_MAX = 256 * 1024; // characters of a process's output shown
 
-const view = { id: null, timer: null, term: null, ws: null, fit: null, dir: '/home/sandbox' };
+const view = { id: null, timer: null, term: null, ws: null, fit: null, termId: null, dir: '/home/sandbox' };
 
 const sbxPath = (id, rest = '') => `/v1/sandboxes/${encodeURIComponent(id)}${rest}`;
 
@@ -282,36 +282,61 @@ async function openTerminal() {
   view.fit = fit;
   window.__sbxTerminal = term; // for tests/browser: its buffer, not the DOM
 
+  view.termId = null;
+  connectTerminal(term, null);
+  const enc = new TextEncoder();
+  const send = (data) => { if (view.ws?.readyState === WebSocket.OPEN) view.ws.send(data); };
+  term.onData((d) => send(enc.encode(d)));
+  term.onBinary((d) => send(Uint8Array.from(d, (c) => c.charCodeAt(0) & 0xff)));
+  term.onResize(({ rows, cols }) => send(JSON.stringify({ type: 'resize', rows, cols })));
+}
+
+// One connection of the terminal: a new one, or (attach: its id) the same
+// shell again after a drop. A connection that drops without a close frame
+// (1006) while the shell runs is reattached, retried until the server's
+// grace is over (docs/api.md "Terminal": 409 until the server has seen the
+// drop, 404 once the grace is over).
+function connectTerminal(term, attach, until = 0) {
+  const key = sessionStorage.getItem(KEY_STORE);
+  if (!key || view.term !== term) return;
   const proto = location.protocol === 'https:' ? 'wss:' : 'ws:';
   const q = new URLSearchParams({ rows: String(term.rows), cols: String(term.cols) });
+  if (attach) q.set('attach', attach);
   // The key as a subprotocol entry: never in the URL (docs/api.md, "Terminal")
   const ws = new WebSocket(`${proto}//${location.host}${sbxPath(view.id, '/terminal')}?${q}`,
     ['sandboxd.v1', `bearer.${key}`]);
   ws.binaryType = 'arraybuffer';
   view.ws = ws;
-  const enc = new TextEncoder();
-  ws.onopen = () => { termStatus('open', 'connected'); term.focus(); };
+  let opened = false;
+  let grace = 0;
+  ws.onopen = () => {
+    opened = true;
+    termStatus('open', attach ? 'connected (reattached)' : 'connected');
+    term.focus();
+  };
   ws.onmessage = (ev) => {
     if (typeof ev.data !== 'string') return term.write(new Uint8Array(ev.data));
     let m = null;
     try { m = JSON.parse(ev.data); } catch { /* not ours */ }
-    if (m?.type === 'exit') termStatus('exited', `the shell exited with ${m.exit_code}`);
+    if (m?.type === 'terminal') { view.termId = m.id; grace = m.reconnect_grace_ms; }
+    else if (m?.type === 'exit') termStatus('exited', `the shell exited with ${m.exit_code}`);
     else if (m?.type === 'error') termStatus('error', `${m.error?.type ?? 'error'}: ${m.error?.message ?? ''}`);
   };
   ws.onclose = (ev) => {
     if (view.ws !== ws) return;
     view.ws = null;
     const st = $('#sbx-term-status').dataset.state;
-    if (st === 'opening') termStatus('error', 'the terminal could not be opened (not running, or too many terminals open)');
+    const retry = (deadline) => {
+      termStatus('opening', 'the connection dropped; reattaching…');
+      setTimeout(() => { if (view.term === term && !view.ws) connectTerminal(term, view.termId, deadline); }, 1000);
+    };
+    if (opened && ev.code === 1006 && st === 'open' && view.termId && grace > 0) return retry(Date.now() + grace);
+    if (!opened && attach && Date.now() < until) return retry(until);
+    if (st === 'opening') termStatus('error', attach
+      ? 'the terminal could not be reattached (its grace is over): open a new one'
+      : 'the terminal could not be opened (not running, or too many terminals open)');
     else if (st === 'open') termStatus('closed', `closed${ev.reason ? `: ${ev.reason}` : ''} (${ev.code})`);
   };
-  term.onData((d) => { if (ws.readyState === WebSocket.OPEN) ws.send(enc.encode(d)); });
-  term.onBinary((d) => {
-    if (ws.readyState === WebSocket.OPEN) ws.send(Uint8Array.from(d, (c) => c.charCodeAt(0) & 0xff));
-  });
-  term.onResize(({ rows, cols }) => {
-    if (ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ type: 'resize', rows, cols }));
-  });
 }
 
 function closeTerminal(text) {

@@ -8,6 +8,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import net from 'node:net';
 import { join } from 'node:path';
 import { chromium } from 'playwright-core';
 import { Validator } from '@seriousme/openapi-schema-validator';
@@ -238,6 +239,63 @@ test('sign in, sandboxes, usage, executions, keys', async (t) => {
     await page.click('#sbx-back');
     await page.waitForSelector('#running tbody tr');
     assert.ok(await page.isVisible('#running'));
+  });
+
+  await t.test('the terminal reattaches after its connection drops', async () => {
+    // the page through a TCP relay of this test's: cutting its
+    // connections drops the WebSocket without a close frame, as a lost
+    // network does; the daemon keeps the shell for its grace
+    const seen = [];
+    const conns = new Set();
+    const daemon = new globalThis.URL(URL);
+    const relay = net.createServer((c) => {
+      const u = net.connect(Number(daemon.port), daemon.hostname);
+      conns.add(c).add(u);
+      c.once('data', (d) => seen.push(d.toString('latin1').split('\r\n')[0]));
+      c.pipe(u).pipe(c);
+      const end = () => { c.destroy(); u.destroy(); conns.delete(c); conns.delete(u); };
+      c.on('error', end).on('close', end);
+      u.on('error', end).on('close', end);
+    });
+    await new Promise((ok) => relay.listen(0, '127.0.0.1', ok));
+    const via = `http://127.0.0.1:${relay.address().port}`;
+    const p = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+    p.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+    p.on('console', (m) => { if (/Content Security Policy|Refused to/i.test(m.text())) problems.push(m.text()); });
+    try {
+      await p.goto(`${via}/`);
+      await p.fill('#key', KEY);
+      await p.click('#signin-form button');
+      await p.waitForSelector('#app:not([hidden])');
+      await p.goto(`${via}/#/sandboxes/${sandbox}`);
+      await p.waitForSelector('#sandbox[data-loaded]');
+      await p.click('#sbx-term-open');
+      await p.waitForSelector('#sbx-term-status[data-state="open"]', { timeout: 60000 });
+      await p.click('#sbx-term .xterm');
+      const line = (want) => p.waitForFunction((w) => {
+        const b = window.__sbxTerminal?.buffer.active;
+        for (let i = 0; b && i < b.length; i++) if (b.getLine(i)?.translateToString(true).trim() === w) return true;
+        return false;
+      }, want, { timeout: 60000 });
+      await p.keyboard.type('export DROPVAR=still$((1+2)); echo set-$DROPVAR');
+      await p.keyboard.press('Enter');
+      await line('set-still3');
+      for (const c of conns) c.destroy(); // no close frame: a drop
+      await p.waitForFunction(() => /reattached/.test(document.querySelector('#sbx-term-status').textContent)
+        && document.querySelector('#sbx-term-status').dataset.state === 'open', null, { timeout: 30000 });
+      assert.ok(seen.some((l) => /\/terminal\?.*attach=term_/.test(l)), seen.join('\n'));
+      // the same shell: its variable is still set
+      await p.keyboard.type('echo back-$DROPVAR');
+      await p.keyboard.press('Enter');
+      await line('back-still3');
+      await p.screenshot({ path: join(ART, 'sandbox-terminal-reattached.png') });
+      await p.click('#sbx-term-close');
+      await p.waitForSelector('#sbx-term-status[data-state="closed"]');
+    } finally {
+      await p.close();
+      for (const c of conns) c.destroy();
+      relay.close();
+    }
   });
 
   await t.test("another account's sandbox id is not found", async () => {

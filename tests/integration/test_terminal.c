@@ -11,7 +11,13 @@
  * bad rows 400, past the per-sandbox limit 429; a browser's key in the
  * subprotocol opens one (401 when wrong, 403 from another Origin, the key
  * never echoed); closing the WebSocket
- * hangs the shell up (its `sleep` is gone from the guest); and a terminal
+ * hangs the shell up (its `sleep` is gone from the guest); dropping it
+ * (no close frame) detaches it for the grace (8 s here): ?attach= with
+ * the id of its first message reattaches the same shell (a variable set
+ * before the drop, the output printed meanwhile), 404 for another
+ * account or an unknown id, 409 while attached, 404 past the grace, whose
+ * end hangs the shell up; `sbx shell` through a relay whose connections
+ * are cut reattaches by itself; and a terminal
  * nobody reads while the guest prints 100 MB keeps the daemon's VmRSS
  * within 64 MiB of where it started, after which its output flows again
  * when read. Figures are printed; the throughput to a reading client is
@@ -32,6 +38,7 @@
 #include <cmocka.h>
 
 #include "harness.h"
+#include "relay.h"
 
 static struct daemon d;
 static char other_key[128];
@@ -42,7 +49,8 @@ static int setup(void **state)
 	(void)state;
 	if (daemon_up_full_second_account(
 		&d, "test_terminal",
-		"\"http_threads\": 2, \"destroy_on_exit\": true, \"max_terminals_per_sandbox\": 3",
+		"\"http_threads\": 2, \"destroy_on_exit\": true, \"max_terminals_per_sandbox\": 3, "
+		"\"terminal_reconnect_grace_ms\": 8000",
 		"other", "10", other_key, sizeof(other_key)) < 0)
 		return -1;
 	return daemon_create_sandbox(&d, sbx, sizeof(sbx));
@@ -75,6 +83,9 @@ struct tc {
 	int exit_code; /* from {"type":"exit"}, -1 */
 	int close_code;
 	char close_reason[128];
+	char term_id[64]; /* from {"type":"terminal"} */
+	int grace_ms;	  /* its reconnect_grace_ms, -1 */
+	bool reattached;  /* its reattached */
 };
 
 /* Open a terminal as `key` (NULL: none) with `extra` header lines (each
@@ -93,6 +104,7 @@ static struct tc *tc_open_ex(const char *key, const char *id, const char *query,
 
 	assert_non_null(t);
 	t->exit_code = -1;
+	t->grace_ms = -1;
 	t->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
 	assert_int_equal(connect(t->fd, (struct sockaddr *)&sa, sizeof sa), 0);
@@ -212,6 +224,17 @@ static void tc_parse(struct tc *t, bool keep)
 			fprintf(stderr, "terminal message: %s\n", msg);
 			if (strstr(msg, "\"type\":\"exit\""))
 				t->exit_code = atoi(strstr(msg, "\"exit_code\":") + 12);
+			if (strstr(msg, "\"type\":\"terminal\"")) {
+				const char *id = strstr(msg, "\"id\":\"");
+				const char *g = strstr(msg, "\"reconnect_grace_ms\":");
+
+				assert_non_null(id);
+				assert_non_null(g);
+				snprintf(t->term_id, sizeof t->term_id, "%.*s",
+					 (int)strcspn(id + 6, "\""), id + 6);
+				t->grace_ms = atoi(g + 21);
+				t->reattached = strstr(msg, "\"reattached\":true") != NULL;
+			}
 		} else if (f.opcode == WS_OP_CLOSE) {
 			t->ended = true;
 			t->close_code = f.len >= 2 ? p[0] << 8 | p[1] : 0;
@@ -266,10 +289,23 @@ static void tc_clear(struct tc *t)
 		t->screen[0] = '\0';
 }
 
+/* The client closes (a close frame 1000, then the socket): the shell is
+ * hung up. */
 static void tc_free(struct tc *t)
 {
+	static const uint8_t key[4] = {1, 2, 3, 4};
+	uint8_t f[WS_HEADER_MAX + 2];
+	size_t h;
+
 	if (!t)
 		return;
+	h = ws_header_encode(f, WS_OP_CLOSE, true, 2, key);
+	f[h] = 0x03;
+	f[h + 1] = 0xe8;
+	ws_mask(f + h, 2, key, 0);
+	if (send(t->fd, f, h + 2, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+		/* gone already */
+	}
 	close(t->fd);
 	free(t->screen);
 	free(t);
@@ -436,22 +472,26 @@ static void browser_subprotocol(void **state)
 	assert_null(strstr(body, d.key + 7));
 }
 
-/* Count the guest's processes named `sleep 4242`. */
-static int sleepers(void)
+/* Count the guest's processes named `sleep N`. */
+static int sleepers_of(int n_arg)
 {
 	struct http_reply r;
-	char path[128];
+	char path[128], body[160];
 	int n;
 
 	snprintf(path, sizeof path, "/v1/sandboxes/%s/exec", sbx);
-	assert_int_equal(
-	    http_request(&d, "POST", path, d.key, NULL,
-			 "{\"command\": \"ps -eo args | grep -c '^sleep 4242' || true\"}", 0, &r),
-	    0);
+	snprintf(body, sizeof body, "{\"command\": \"ps -eo args | grep -c '^sleep %d' || true\"}",
+		 n_arg);
+	assert_int_equal(http_request(&d, "POST", path, d.key, NULL, body, 0, &r), 0);
 	assert_int_equal(r.status, 200);
 	n = atoi(jstr(r.json, "stdout"));
 	http_reply_free(&r);
 	return n;
+}
+
+static int sleepers(void)
+{
+	return sleepers_of(4242);
 }
 
 /* Closing the WebSocket hangs the shell up: its foreground job ends. */
@@ -472,6 +512,197 @@ static void close_hangs_up(void **state)
 	while (sleepers() > 0 && mono_ms() < end)
 		usleep(300 * 1000);
 	assert_int_equal(sleepers(), 0);
+}
+
+/* The connection drops without a close frame (the network went away). */
+static void tc_drop(struct tc *t)
+{
+	close(t->fd);
+	free(t->screen);
+	free(t);
+}
+
+/* GET ...terminal?attach=id as key: the client (101), or NULL with
+ * *status and the body. The 101's head carries X-Terminal-Id. */
+static struct tc *tc_attach(const char *key, const char *id, int *status, char *body, size_t len)
+{
+	char q[128], head[8192];
+	struct tc *t;
+
+	snprintf(q, sizeof q, "?attach=%s", id);
+	t = tc_open_ex(key, sbx, q, true, NULL, status, body, len, head);
+	if (t) {
+		char want[96];
+
+		snprintf(want, sizeof want, "\r\nX-Terminal-Id: %s\r\n", id);
+		assert_non_null(strcasestr(head, want));
+	}
+	return t;
+}
+
+/* A dropped connection leaves the shell running: the same shell comes
+ * back by ?attach= (a variable set before the drop is still set), with
+ * what it printed meanwhile first; another account's attach and an
+ * unknown id are 404, a second client while one is attached 409. */
+static void reattach_after_drop(void **state)
+{
+	struct tc *t = open_ok("?rows=30&cols=90"), *t2 = NULL;
+	char id[64], body[512];
+	int status = 0;
+	int64_t end;
+
+	(void)state;
+	tc_type(t, "export GRACE_VAR=kept$((1+1)); echo SET$((5+5))\r");
+	tc_until(t, "SET10", 120000);
+	assert_int_equal(strncmp(t->term_id, "term_", 5), 0);
+	assert_int_equal(t->grace_ms, 8000);
+	assert_false(t->reattached);
+	snprintf(id, sizeof id, "%s", t->term_id);
+	/* printed while nobody is attached: kept for the next client */
+	tc_type(t, "sleep 1; echo WHILE$((2+3))\r");
+	tc_until(t, "WHILE$((2+3))", 60000); /* the line's echo: it was taken */
+	tc_drop(t);
+
+	assert_null(tc_attach(other_key, id, &status, body, sizeof body));
+	assert_int_equal(status, 404);
+	assert_non_null(strstr(body, "not_found"));
+	assert_null(tc_attach(d.key, "term_000000000000000000000000", &status, body, sizeof body));
+	assert_int_equal(status, 404);
+	usleep(2500 * 1000);
+	/* the server may not have seen the drop yet: 409 until it has */
+	end = mono_ms() + 4000;
+	while (!(t2 = tc_attach(d.key, id, &status, body, sizeof body)) && status == 409 &&
+	       mono_ms() < end)
+		usleep(100 * 1000);
+	if (status != 101)
+		fprintf(stderr, "attach: %d %s\n", status, body);
+	assert_int_equal(status, 101);
+	assert_null(tc_attach(d.key, id, &status, body, sizeof body));
+	assert_int_equal(status, 409);
+	assert_non_null(strstr(body, "terminal_attached"));
+
+	tc_until(t2, "WHILE5", 30000);
+	assert_string_equal(t2->term_id, id);
+	assert_true(t2->reattached);
+	tc_clear(t2);
+	tc_type(t2, "echo back $GRACE_VAR\r");
+	tc_until(t2, "back kept2", 60000);
+	tc_free(t2);
+}
+
+/* Past the grace (8 s here) nobody can reattach and the shell is hung up:
+ * its foreground job is gone; within it, the job still ran and the
+ * detached terminal counted against the per-sandbox limit. */
+static void grace_over_hangs_up(void **state)
+{
+	struct tc *t = open_ok(""), *more[2];
+	char id[64], body[512];
+	int64_t end, dropped;
+	int status;
+
+	(void)state;
+	tc_type(t, "sleep 4343\r");
+	end = mono_ms() + 60000;
+	while (sleepers_of(4343) < 1 && mono_ms() < end)
+		usleep(300 * 1000);
+	assert_int_equal(sleepers_of(4343), 1);
+	end = mono_ms() + 10000;
+	while (!t->term_id[0] && mono_ms() < end && tc_read(t, 200, true))
+		;
+	assert_true(t->term_id[0] != '\0');
+	snprintf(id, sizeof id, "%s", t->term_id);
+	tc_drop(t);
+	dropped = mono_ms();
+	usleep(1000 * 1000);
+	assert_int_equal(sleepers_of(4343), 1); /* detached, not hung up */
+	/* it still counts: 2 more make max_terminals_per_sandbox (3) */
+	more[0] = open_ok("");
+	more[1] = open_ok("");
+	assert_null(tc_open(d.key, sbx, "", true, &status, body, sizeof body));
+	assert_int_equal(status, 429);
+	tc_free(more[0]);
+	tc_free(more[1]);
+	assert_true(mono_ms() - dropped < 8000);
+	while (mono_ms() - dropped < 8000 + 1500)
+		usleep(100 * 1000);
+	assert_null(tc_attach(d.key, id, &status, body, sizeof body));
+	assert_int_equal(status, 404);
+	end = mono_ms() + 30000;
+	while (sleepers_of(4343) > 0 && mono_ms() < end)
+		usleep(300 * 1000);
+	assert_int_equal(sleepers_of(4343), 0);
+}
+
+/* The guest file /tmp/ctr's number (-1 when there is none); read again
+ * when caught between the loop's truncation and its write. */
+static long guest_counter(void)
+{
+	struct http_reply r;
+	char path[128];
+	long n = -1;
+
+	snprintf(path, sizeof path, "/v1/sandboxes/%s/exec", sbx);
+	for (int i = 0; i < 10; i++) {
+		bool empty;
+
+		assert_int_equal(
+		    http_request(&d, "POST", path, d.key, NULL,
+				 "{\"command\": \"cat /tmp/ctr 2>/dev/null || echo -1\"}", 0, &r),
+		    0);
+		assert_int_equal(r.status, 200);
+		empty = jstr(r.json, "stdout")[0] == '\0';
+		n = atol(jstr(r.json, "stdout"));
+		http_reply_free(&r);
+		if (!empty)
+			break;
+	}
+	return n;
+}
+
+/* Detached, the shell is stopped by the guest's PAUSE once the kept tail
+ * is full (a loop printing 500-byte lines stops counting), and goes on
+ * once a client is back and reads. */
+static void detached_output_stops_the_shell(void **state)
+{
+	struct tc *t = open_ok(""), *t2 = NULL;
+	char id[64], body[512];
+	long c1, c2, c3;
+	int status = 0;
+	int64_t end;
+	uint64_t got0;
+
+	(void)state;
+	tc_type(t, "stty -echo; pad=$(printf '%0500d' 0); i=0; "
+		   "while :; do i=$((i+1)); echo $i > /tmp/ctr; echo \"$i $pad\"; done\r");
+	end = mono_ms() + 60000;
+	while (t->total < 200000 && mono_ms() < end)
+		tc_read(t, 200, false);
+	assert_true(t->total >= 200000);
+	snprintf(id, sizeof id, "%s", t->term_id);
+	tc_drop(t);
+	usleep(2000 * 1000);
+	c1 = guest_counter();
+	usleep(1000 * 1000);
+	c2 = guest_counter();
+	fprintf(stderr, "detached: counter %ld, then %ld\n", c1, c2);
+	assert_true(c1 > 0);
+	assert_int_equal(c1, c2); /* blocked on its terminal */
+	end = mono_ms() + 4000;
+	while (!(t2 = tc_attach(d.key, id, &status, body, sizeof body)) && status == 409 &&
+	       mono_ms() < end)
+		usleep(100 * 1000);
+	assert_int_equal(status, 101);
+	got0 = t2->total;
+	end = mono_ms() + 60000;
+	while (t2->total - got0 < 256 * 1024 && mono_ms() < end)
+		tc_read(t2, 200, false);
+	assert_true(t2->total - got0 >= 256 * 1024); /* more than the tail: it ran again */
+	c3 = guest_counter();
+	fprintf(stderr, "reattached: %llu bytes read, counter %ld\n",
+		(unsigned long long)(t2->total - got0), c3);
+	assert_true(c3 > c2);
+	tc_type(t2, "\x03");
+	tc_free(t2);
 }
 
 /* sbx shell with stdin not a terminal: its bytes typed, 24 x 80, and sbx
@@ -571,6 +802,51 @@ static void sbx_shell_in_tmux(void **state)
 	assert_string_equal(out, "3");
 }
 
+/* `sbx shell` through a relay whose connections are cut while the shell
+ * runs: sbx says it reattaches, and the same shell answers (a variable
+ * set before the cut); its exit code is still sbx's. */
+static void sbx_shell_reattaches(void **state)
+{
+	const char *bin = sbx_bin(), *slash = strrchr(bin, '/');
+	char sock[32], cmd[1024], exitf[64], out[64] = "";
+	int rport;
+	pid_t relay = relay_start(d.port, &rport);
+
+	(void)state;
+	snprintf(sock, sizeof sock, "sbxr%d", (int)getpid());
+	snprintf(exitf, sizeof exitf, "/tmp/%s.exit", sock);
+	unlink(exitf);
+	snprintf(cmd, sizeof cmd,
+		 "tmux -L %s new-session -d -s s -x 100 -y 30 "
+		 "\"SANDBOXD_URL=http://127.0.0.1:%d SANDBOXD_KEY=%s %.*ssbx shell %s; "
+		 "echo \\$? > %s; sleep 30\"",
+		 sock, rport, d.key, slash ? (int)(slash - bin + 1) : 0, bin, sbx, exitf);
+	assert_int_equal(run_cmd(cmd), 0);
+	snprintf(cmd, sizeof cmd,
+		 "tmux -L %s send-keys -t s 'export RV=kept$((3+4)); echo RV-$RV' Enter", sock);
+	for (int i = 0; i < 30 && !pane_shows(sock, "RV-kept7"); i++) {
+		assert_int_equal(run_cmd(cmd), 0);
+		for (int j = 0; j < 20 && !pane_shows(sock, "RV-kept7"); j++)
+			usleep(100 * 1000);
+	}
+	pane_wait(sock, "RV-kept7");
+	kill(relay, SIGUSR1); /* the drop */
+	pane_wait(sock, "reattaching");
+	snprintf(cmd, sizeof cmd, "tmux -L %s send-keys -t s 'echo again-$RV' Enter", sock);
+	assert_int_equal(run_cmd(cmd), 0);
+	pane_wait(sock, "again-kept7");
+	snprintf(cmd, sizeof cmd, "tmux -L %s send-keys -t s 'exit 5' Enter", sock);
+	assert_int_equal(run_cmd(cmd), 0);
+	for (int i = 0; i < 300 && access(exitf, F_OK) != 0; i++)
+		usleep(100 * 1000);
+	snprintf(cmd, sizeof cmd, "cat %s 2>/dev/null; tmux -L %s kill-server", exitf, sock);
+	cmd_out(cmd, out, sizeof out);
+	unlink(exitf);
+	kill(relay, SIGKILL);
+	waitpid(relay, NULL, 0);
+	assert_string_equal(out, "5");
+}
+
 /* Nobody reads while the guest prints 100 MB: the daemon's VmRSS stays
  * within 64 MiB of where it was; then the output flows again once the
  * client reads (the next 4 MB; reading all of it would take minutes at
@@ -625,8 +901,12 @@ int main(void)
 	    cmocka_unit_test(refusals),
 	    cmocka_unit_test(browser_subprotocol),
 	    cmocka_unit_test(close_hangs_up),
+	    cmocka_unit_test(reattach_after_drop),
+	    cmocka_unit_test(grace_over_hangs_up),
+	    cmocka_unit_test(detached_output_stops_the_shell),
 	    cmocka_unit_test(sbx_shell_exit_code),
 	    cmocka_unit_test(sbx_shell_in_tmux),
+	    cmocka_unit_test(sbx_shell_reattaches),
 	    cmocka_unit_test(unread_terminal_keeps_memory_flat),
 	};
 
