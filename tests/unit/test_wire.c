@@ -197,7 +197,13 @@ static void test_file_frames(void **state)
 	int seen = 0;
 
 	(void)state;
-	assert_int_equal(WIRE_VERSION, 6);
+	assert_int_equal(WIRE_VERSION, 7);
+	/* v7: the guest's TCP_OPEN names its destination in the next tag,
+	 * and the new error kinds follow REFUSED */
+	assert_int_equal(WIRE_T_HOST, WIRE_T_ABORT + 1);
+	assert_int_equal(WIRE_ERR_FORBIDDEN, WIRE_ERR_REFUSED + 1);
+	assert_int_equal(WIRE_ERR_TIMEOUT, WIRE_ERR_FORBIDDEN + 1);
+	assert_true(WIRE_TCP_HOST_MAX == 253);
 	/* v6: TCP streams take the next free frame types and tags */
 	assert_int_equal(WIRE_TCP_OPEN, 28);
 	assert_int_equal(WIRE_TCP_CLOSE, 32);
