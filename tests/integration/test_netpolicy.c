@@ -19,8 +19,9 @@
  * answer (an unused address of the lab's /24) ends by the deadline.
  * Skips where network namespaces cannot be made.
  *
- * The API on a real daemon and a real guest (tiny image): /v1/limits
- * publishes the network limits; a create with a policy shows it
+ * The API on a real daemon and a real guest (tiny image), its config
+ * naming nameservers: /v1/limits publishes the network limits (not the
+ * nameservers); a create with a policy shows it
  * (canonical), a create without one gets the configured default; bad
  * policies are 400 naming the param, "open" is refused where the config
  * forbids it, a one-shot execution with a network is 400; the policy
@@ -400,6 +401,11 @@ static void nameservers_resolve(void **state)
 	assert_int_equal(res.verdict, NET_DENY_RESOLVE);
 }
 
+/* A nameserver that does not answer: an address of the lab's /24 that
+ * nobody holds (not .99: unknown_name_and_deadline left its neighbour
+ * entry failing). The lookup ends by the deadline: timed out while the
+ * neighbour is unresolved, or at once (resolve_failed) once the kernel
+ * has given up on it and says the host is unreachable. */
 static void nameservers_silent(void **state)
 {
 	struct net_policy p;
@@ -410,25 +416,25 @@ static void nameservers_silent(void **state)
 	size_t n = 0;
 	bool timed_out = false;
 	int64_t t0;
+	int rc;
 
 	(void)state;
 	if (nl_skip)
 		skip();
-	/* an address of the lab's /24 that nobody holds: no answer */
-	snprintf(ns, sizeof(ns), "%s.99:53", nl_net);
+	snprintf(ns, sizeof(ns), "%s.98:53", nl_net);
 	env_nameserver(&env, ns);
 	t0 = sbx_mono_ms();
-	assert_int_equal(net_resolve_nameservers(&env, "allowed.lab.test", 700, a,
-						 SBX_ARRAY_SIZE(a), &n, &timed_out),
-			 -1);
-	assert_true(timed_out);
-	printf("# nameserver %s, deadline 700 ms: ended after %lld ms\n", ns,
-	       (long long)(sbx_mono_ms() - t0));
+	rc = net_resolve_nameservers(&env, "allowed.lab.test", 700, a, SBX_ARRAY_SIZE(a), &n,
+				     &timed_out);
+	assert_int_equal(rc, -1);
+	assert_int_equal(n, 0);
+	printf("# nameserver %s, deadline 700 ms: ended after %lld ms (%s)\n", ns,
+	       (long long)(sbx_mono_ms() - t0), timed_out ? "timed out" : "failed");
 	policy_of("{\"egress\":\"open\"}", &p);
 	t0 = sbx_mono_ms();
-	assert_int_equal(net_connect(&p, &env, "allowed.lab.test", 80, 2500, &res), -1);
-	assert_int_equal(res.verdict, NET_DENY_TIMEOUT);
-	printf("# net_connect through it, deadline 2500 ms: %s after %lld ms (resolve %d ms)\n",
+	assert_int_equal(net_connect(&p, &env, "allowed.lab.test", 80, 1500, &res), -1);
+	assert_true(res.verdict == NET_DENY_TIMEOUT || res.verdict == NET_DENY_RESOLVE);
+	printf("# net_connect through it, deadline 1500 ms: %s after %lld ms (resolve %d ms)\n",
 	       net_verdict_name(res.verdict), (long long)(sbx_mono_ms() - t0), res.resolve_ms);
 }
 
@@ -440,6 +446,7 @@ static int api_setup(void **state)
 {
 	(void)state;
 	daemon_config(&d, "\"network\": {\"max_rules\": 4, \"price_micro_per_gb\": 50000,"
+			  " \"nameservers\": [\"127.0.0.53\", \"[2001:db8::53]:5353\"],"
 			  " \"default_policy\": {\"egress\": \"allow_list\","
 			  " \"allow\": [\"registry.npmjs.org:443\"]}}");
 	return daemon_up(&d);
@@ -491,6 +498,7 @@ static void api_create_with_policy(void **state)
 	assert_false(jbool(jget(r.json, "network"), "allow_open"));
 	assert_int_equal(jint(jget(r.json, "network"), "max_rules"), 4);
 	assert_string_equal(jstr(jget(r.json, "network"), "usd_per_gb"), "0.050000");
+	assert_null(jget(jget(r.json, "network"), "nameservers")); /* the operator's only */
 	http_reply_free(&r);
 	assert_int_equal(http_request(&d, "GET", "/v1/usage", d.key, NULL, NULL, 0, &r), 0);
 	assert_int_equal(r.status, 200);
