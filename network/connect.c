@@ -79,8 +79,8 @@ static void *resolve_worker(void *arg)
 	return NULL;
 }
 
-/* Start q's worker (the pool's bound: -1 at once beyond it). q is the
- * worker's from then on until resolve_wait. */
+/* Start q's worker (the pool's bound: -1 at once beyond it). From then
+ * on q is shared with the worker (resolve_run). */
 static int resolve_start(struct resolve_req *q)
 {
 	pthread_attr_t attr;
@@ -285,9 +285,10 @@ static void answer_addrs(const unsigned char *ans, int len, const char *name, in
 
 /* One query (ns_t_a or ns_t_aaaa), bounded by q->until: 0 (answered,
  * addresses or none), -1 (NXDOMAIN, REFUSED, SERVFAIL, no answer in
- * time, then q->no_answer: the lookup ends). libresolv's timeout is whole seconds per
- * server (the first server retrans s, the others about as much), so
- * retrans is what is left shared among the servers, 1 s at least. */
+ * time: then q->no_answer; the lookup ends). libresolv's timeout is
+ * whole seconds per server (the first server retrans s, the others
+ * about as much), so retrans is what is left shared among the servers,
+ * 1 s at least. */
 static int query_one(struct __res_state *st, struct resolve_req *q, int type, struct net_range *out,
 		     size_t *n)
 {

@@ -12,10 +12,16 @@
  * metadata address or to this machine's own address are refused even
  * under "open"; a name the DNS does not know fails at once; a connect
  * that gets no answer ends by its deadline (figures printed, no timed
- * assertion). Skips where network namespaces cannot be made.
+ * assertion). The same names through network.nameservers (libresolv,
+ * net_resolve_nameservers) pointed at the lab's DNS, no dig: the allowed
+ * name resolves and connects, an unknown name in the zone (NXDOMAIN) and
+ * a name outside it (REFUSED) fail at once, a nameserver that does not
+ * answer (an unused address of the lab's /24) ends by the deadline.
+ * Skips where network namespaces cannot be made.
  *
- * The API on a real daemon and a real guest (tiny image): /v1/limits
- * publishes the network limits; a create with a policy shows it
+ * The API on a real daemon and a real guest (tiny image), its config
+ * naming nameservers: /v1/limits publishes the network limits (not the
+ * nameservers); a create with a policy shows it
  * (canonical), a create without one gets the configured default; bad
  * policies are 400 naming the param, "open" is refused where the config
  * forbids it, a one-shot execution with a network is 400; the policy
@@ -330,6 +336,108 @@ static void unknown_name_and_deadline(void **state)
 	       (long long)(sbx_mono_ms() - t0), net_verdict_name(res.verdict));
 }
 
+/* An env whose resolver is network.nameservers = [ns] (no dig). */
+static void env_nameserver(struct net_env *env, const char *ns)
+{
+	struct sbx_error err = {0};
+
+	net_env_init(env);
+	assert_true(net_env_host_addrs(env) > 0);
+	if (net_env_add_nameserver(env, ns, "network.nameservers", &err) < 0)
+		fail_msg("%s: %s", ns, err.message);
+}
+
+static void nameservers_resolve(void **state)
+{
+	struct net_policy p;
+	struct net_env env;
+	struct net_connect_result res;
+	struct net_range a[16];
+	char ns[64], want[64], got[64], body[4096];
+	size_t n = 0;
+	bool timed_out;
+	int64_t t0;
+	int fd;
+
+	(void)state;
+	if (nl_skip)
+		skip();
+	snprintf(ns, sizeof(ns), "%s.53", nl_net); /* port 53 by default */
+	env_nameserver(&env, ns);
+	snprintf(want, sizeof(want), "%s.10", nl_net);
+	t0 = sbx_mono_ms();
+	assert_int_equal(net_resolve_nameservers(&env, "allowed.lab.test", 3000, a,
+						 SBX_ARRAY_SIZE(a), &n, &timed_out),
+			 0);
+	assert_int_equal(n, 1); /* one A, no AAAA in the lab */
+	net_addr_text(&a[0], got, sizeof(got));
+	assert_string_equal(got, want);
+	printf("# allowed.lab.test via %s: %s in %lld ms\n", ns, got,
+	       (long long)(sbx_mono_ms() - t0));
+	/* net_connect asks the env's nameservers, and the server answers */
+	policy_of("{\"egress\":\"allow_list\",\"allow\":[\"allowed.lab.test:80\"]}", &p);
+	fd = net_connect(&p, &env, "allowed.lab.test", 80, 3000, &res);
+	if (fd < 0)
+		fail_msg("refused: %s", net_verdict_name(res.verdict));
+	net_addr_text(&res.addr, got, sizeof(got));
+	assert_string_equal(got, want);
+	get(fd, "allowed.lab.test", body, sizeof(body));
+	close(fd);
+	assert_non_null(strstr(body, "host=allowed.lab.test"));
+	printf("# connected: resolve %d ms, connect %d ms\n", res.resolve_ms, res.connect_ms);
+	/* NXDOMAIN in the zone, REFUSED outside it: at once, not timed out */
+	static const char *const refused[] = {"nope.lab.test", "example.com"};
+	for (size_t i = 0; i < SBX_ARRAY_SIZE(refused); i++) {
+		t0 = sbx_mono_ms();
+		assert_int_equal(net_resolve_nameservers(&env, refused[i], 3000, a,
+							 SBX_ARRAY_SIZE(a), &n, &timed_out),
+				 -1);
+		assert_false(timed_out);
+		assert_int_equal(n, 0);
+		printf("# %s failed after %lld ms\n", refused[i], (long long)(sbx_mono_ms() - t0));
+	}
+	policy_of("{\"egress\":\"open\"}", &p);
+	assert_int_equal(net_connect(&p, &env, "nope.lab.test", 80, 3000, &res), -1);
+	assert_int_equal(res.verdict, NET_DENY_RESOLVE);
+}
+
+/* A nameserver that does not answer: an address of the lab's /24 that
+ * nobody holds (not .99: unknown_name_and_deadline left its neighbour
+ * entry failing). The lookup ends by the deadline: timed out while the
+ * neighbour is unresolved, or at once (resolve_failed) once the kernel
+ * has given up on it and says the host is unreachable. */
+static void nameservers_silent(void **state)
+{
+	struct net_policy p;
+	struct net_env env;
+	struct net_connect_result res;
+	struct net_range a[16];
+	char ns[64];
+	size_t n = 0;
+	bool timed_out = false;
+	int64_t t0;
+	int rc;
+
+	(void)state;
+	if (nl_skip)
+		skip();
+	snprintf(ns, sizeof(ns), "%s.98:53", nl_net);
+	env_nameserver(&env, ns);
+	t0 = sbx_mono_ms();
+	rc = net_resolve_nameservers(&env, "allowed.lab.test", 700, a, SBX_ARRAY_SIZE(a), &n,
+				     &timed_out);
+	assert_int_equal(rc, -1);
+	assert_int_equal(n, 0);
+	printf("# nameserver %s, deadline 700 ms: ended after %lld ms (%s)\n", ns,
+	       (long long)(sbx_mono_ms() - t0), timed_out ? "timed out" : "failed");
+	policy_of("{\"egress\":\"open\"}", &p);
+	t0 = sbx_mono_ms();
+	assert_int_equal(net_connect(&p, &env, "allowed.lab.test", 80, 1500, &res), -1);
+	assert_true(res.verdict == NET_DENY_TIMEOUT || res.verdict == NET_DENY_RESOLVE);
+	printf("# net_connect through it, deadline 1500 ms: %s after %lld ms (resolve %d ms)\n",
+	       net_verdict_name(res.verdict), (long long)(sbx_mono_ms() - t0), res.resolve_ms);
+}
+
 /* ------------------------------------------------------------------ API */
 
 static struct daemon d;
@@ -338,6 +446,7 @@ static int api_setup(void **state)
 {
 	(void)state;
 	daemon_config(&d, "\"network\": {\"max_rules\": 4, \"price_micro_per_gb\": 50000,"
+			  " \"nameservers\": [\"127.0.0.53\", \"[2001:db8::53]:5353\"],"
 			  " \"default_policy\": {\"egress\": \"allow_list\","
 			  " \"allow\": [\"registry.npmjs.org:443\"]}}");
 	return daemon_up(&d);
@@ -389,6 +498,7 @@ static void api_create_with_policy(void **state)
 	assert_false(jbool(jget(r.json, "network"), "allow_open"));
 	assert_int_equal(jint(jget(r.json, "network"), "max_rules"), 4);
 	assert_string_equal(jstr(jget(r.json, "network"), "usd_per_gb"), "0.050000");
+	assert_null(jget(jget(r.json, "network"), "nameservers")); /* the operator's only */
 	http_reply_free(&r);
 	assert_int_equal(http_request(&d, "GET", "/v1/usage", d.key, NULL, NULL, 0, &r), 0);
 	assert_int_equal(r.status, 200);
@@ -524,6 +634,8 @@ int main(void)
 	    cmocka_unit_test(real_tls_sni_checked),
 	    cmocka_unit_test(forbidden_answers_refused),
 	    cmocka_unit_test(unknown_name_and_deadline),
+	    cmocka_unit_test(nameservers_resolve),
+	    cmocka_unit_test(nameservers_silent),
 	};
 	const struct CMUnitTest api[] = {
 	    cmocka_unit_test(api_create_with_policy),
