@@ -16,7 +16,11 @@
  *   the daemon's API, and a private address are 403 all the same;
  * - the bandwidth cap holds (8 MiB at a 2 MB/s cap: the rate printed,
  *   at most 1.5x the cap) and the bytes show on the sandbox;
- * - the account's connection cap: the 4th connection held at once is 429.
+ * - the account's connection cap: the 4th connection held at once is 429;
+ * - a hostile guest: no interface but lo (a raw packet goes nowhere,
+ *   another guest has no address), 200 tunnels asked for back to back
+ *   are answered (200 or 429, never a broken channel) and the relay
+ *   still relays.
  * Skips where network namespaces cannot be made.
  */
 #include <setjmp.h>
@@ -344,6 +348,52 @@ static void account_connection_cap(void **state)
 	assert_non_null(strstr(out, "3 HTTP/1.1 429"));
 }
 
+/* No interface but lo: a raw packet has nowhere to go, and another
+ * guest has no address to be reached at. */
+static const char raw_py[] =
+    "import os, socket\n"
+    "print('ifaces', sorted(os.listdir('/sys/class/net')))\n"
+    "s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)\n"
+    "try:\n"
+    "    s.sendto(b'\\x08\\x00\\xf7\\xff\\x00\\x00\\x00\\x00', ('%s.10', 0))\n"
+    "    print('raw SENT')\n"
+    "except OSError as e:\n"
+    "    print('raw', e.strerror)\n";
+
+/* 200 tunnels asked for as fast as the guest can, each closed once
+ * answered: the answers counted. */
+static const char flood_py[] =
+    "import socket, collections\n"
+    "seen = collections.Counter()\n"
+    "for i in range(200):\n"
+    "    s = socket.create_connection(('127.0.0.1', 3128), timeout=30)\n"
+    "    s.sendall(b'CONNECT allowed.lab.test:80 HTTP/1.1\\r\\n\\r\\n')\n"
+    "    seen[s.recv(64).split(b' ')[1].decode()] += 1\n"
+    "    s.close()\n"
+    "print('answers', dict(seen))\n";
+
+static void hostile_guest_costs_only_itself(void **state)
+{
+	char out[4096], script[1024];
+	int64_t t0;
+
+	(void)state;
+	SKIP_IF_NO_LAB();
+	policy("{\"egress\": \"open\"}");
+	snprintf(script, sizeof script, raw_py, nl_net);
+	run_py(script, out, sizeof out);
+	assert_non_null(strstr(out, "ifaces ['lo']"));
+	assert_non_null(strstr(out, "raw Network is unreachable"));
+	t0 = now_ms();
+	run_py(flood_py, out, sizeof out);
+	printf("# 200 tunnels in %lld ms\n", (long long)(now_ms() - t0));
+	assert_null(strstr(out, "'502'"));
+	assert_non_null(strstr(out, "'200'"));
+	/* the daemon and the sandbox still answer; the relay still relays */
+	assert_int_equal(run("curl -sS http://allowed.lab.test/", out, sizeof out), 0);
+	assert_non_null(strstr(out, "host=allowed.lab.test"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -353,6 +403,7 @@ int main(void)
 	    cmocka_unit_test(forbidden_even_when_open),
 	    cmocka_unit_test(bandwidth_capped_and_metered),
 	    cmocka_unit_test(account_connection_cap),
+	    cmocka_unit_test(hostile_guest_costs_only_itself),
 	};
 
 	if (getenv("SBX_TEST_FILTER"))

@@ -29,7 +29,10 @@ static int setup(void **state)
 {
 	/* the default sizes' 40 GiB disks on a shared dev host: allow thin
 	 * provisioning (docs/configuration.md "disk_overcommit") */
-	if (daemon_config_full(&d, "\"pool\": {\"small\": 1}, \"disk_overcommit\": 16.0") < 0) {
+	/* a default policy of "open": executions get no network all the same */
+	if (daemon_config_full(&d, "\"pool\": {\"small\": 1}, \"disk_overcommit\": 16.0, "
+				   "\"network\": {\"allow_open\": true, "
+				   "\"default_policy\": {\"egress\": \"open\"}}") < 0) {
 		fprintf(stderr, "test_executions: no full image (make image-full)\n");
 		return -1;
 	}
@@ -116,6 +119,34 @@ static void test_python(void **state)
 	assert_string_equal(jstr(r.json, "stdout"), "out 42\nno stdin\n");
 	assert_string_equal(jstr(r.json, "stderr"), "oops\n");
 	assert_int_equal(jbool(r.json, "stdout_truncated"), 0);
+	http_reply_free(&r);
+}
+
+/* One-shot executions never get a network: the guest agent's proxy is
+ * there, and the daemon refuses every connection an execution asks for,
+ * whatever the config's default policy (docs/network.md). */
+static void test_no_network(void **state)
+{
+	struct http_reply r =
+	    execute(d.key, "python", 30,
+		    "import urllib.request, urllib.error\n"
+		    "o = urllib.request.build_opener("
+		    "urllib.request.ProxyHandler({'http': 'http://127.0.0.1:3128'}))\n"
+		    "try:\n"
+		    "    o.open('http://example.com/', timeout=20)\n"
+		    "    print('REACHED')\n"
+		    "except urllib.error.HTTPError as e:\n"
+		    "    print(e.code, e.read().decode().strip())\n",
+		    200);
+
+	const char *out;
+
+	check_execution(&r, 30);
+	out = jstr(r.json, "stdout") ? jstr(r.json, "stdout") : "";
+	print_message("  no network: %s", out);
+	assert_null(strstr(out, "REACHED"));
+	assert_non_null(strstr(out, "403"));
+	assert_non_null(strstr(out, "one-shot executions have no network"));
 	http_reply_free(&r);
 }
 
@@ -480,6 +511,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_python),
 	    cmocka_unit_test(test_node),
+	    cmocka_unit_test(test_no_network),
 	    cmocka_unit_test(test_timeout),
 	    cmocka_unit_test(test_truncation),
 	    cmocka_unit_test(test_receipt),
