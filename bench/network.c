@@ -41,7 +41,7 @@ static int run(const char *cmd, char *out, size_t n)
 	int rc;
 
 	json_object_object_add(body, "command", json_object_new_string(cmd));
-	json_object_object_add(body, "timeout_ms", json_object_new_int(600000));
+	json_object_object_add(body, "timeout_ms", json_object_new_int(300000));
 	snprintf(path, sizeof path, "/v1/sandboxes/%s/exec", sbx);
 	rc = http_request(&d, "POST", path, d.key, NULL, json_object_to_json_string(body), 0, &r);
 	json_object_put(body);
