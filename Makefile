@@ -157,7 +157,7 @@ $(BIN)/sbx: $(CLI_OBJS) $(LIB)
 	$(CC) $(CFLAGS) -o $@ $(CLI_OBJS) $(LIB) $(CLI_LIBS)
 
 # PID 1 of every guest (guest/, a program of its own): static, libc only.
-$(GUEST_INIT): $(GUEST_SRCS) guest/init.h guest/files-priv.h agentless/wire.h
+$(GUEST_INIT): $(GUEST_SRCS) guest/init.h guest/files-priv.h guest/exec-priv.h agentless/wire.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Wshadow -Wvla $(WERROR) -I. -static \
 		-o $@ $(GUEST_SRCS)

@@ -33,10 +33,12 @@
  * RESUME take its pipes out of the poll set and back. Background processes
  * (PROC) are proc.c's: serve.c hands it their frames, polls their pipes
  * for it, and tells it which children were reaped; both start commands
- * with guest_spawn().
+ * with guest_spawn(). The execs themselves (their slots, pipes, EXIT and
+ * the orphaned pipes) are exec.c's; this file polls them and routes.
  */
 #include "guest/init.h"
 #include "agentless/wire.h"
+#include "guest/exec-priv.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -53,40 +55,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define EXEC_MAX      1024	   /* in-flight execs; more -> BUSY */
-#define ORPHAN_MAX    1024	   /* background pipes kept after EXIT */
-#define QUEUE_SOFT    (8u << 20)   /* stop reading exec pipes above this */
-#define QUEUE_HARD    (32u << 20)  /* never queue beyond this */
-#define READ_BUDGET   (256u << 10) /* bytes per pipe per loop turn */
-#define DRAIN_BUDGET  (4u << 20)   /* bytes per pipe drained at exit */
-#define KILL_RETRY_MS 1000	   /* re-kill a cgroup that did not die */
-struct stream {
-	int fd;		/* read end, -1 once closed */
-	uint8_t type;	/* WIRE_STDOUT / WIRE_STDERR */
-	uint64_t cap;	/* bytes to ship (a terminal's: no cap) */
-	uint64_t total; /* bytes read */
-	uint64_t kept;	/* bytes accepted for shipping (<= cap) */
-	uint8_t *chunk; /* WIRE_MAX_CHUNK bytes being batched, NULL until used */
-	size_t chunk_len;
-};
-
-struct exec {
-	bool used;
-	bool detached;	/* its connection is gone: ship nothing */
-	bool reaped;	/* the sh exited; EXIT pending */
-	bool timed_out; /* killed on deadline or KILL */
-	bool stream;	/* v3 STREAM: ship output as soon as it is read */
-	bool paused;	/* v3 PAUSE: its pipes are not read until RESUME */
-	bool hup;	/* v5 terminal: SIGHUP sent (a KILL), SIGKILL next */
-	int pty;	/* v5 terminal: its slot in pty.c + 1, 0 for none */
-	uint32_t id;
-	pid_t pid;
-	int status;
-	int64_t start_ms, end_ms, deadline_ms;
-	struct stream out, err;
-	char cgroup[96]; /* "" without cgroup2 */
-};
-
+#define QUEUE_SOFT (8u << 20)  /* stop reading exec pipes above this */
+#define QUEUE_HARD (32u << 20) /* never queue beyond this */
 static struct {
 	int port;
 	bool connected;
@@ -112,12 +82,6 @@ static struct {
 	uint32_t credit_epoch;
 	uint64_t credit_origin, credit_sent;
 	uint32_t credit_step;
-
-	struct exec execs[EXEC_MAX];
-	unsigned n_execs;
-
-	int orphans[ORPHAN_MAX];
-	unsigned n_orphans;
 
 	uint8_t scratch[64 * 1024];
 } S = {.port = -1, .sfd = -1};
@@ -241,267 +205,6 @@ void guest_frame_send(uint8_t type, uint32_t id, const void *payload, size_t len
 	frame_send(type, id, payload, len);
 }
 
-/* --------------------------------------------------------------- output */
-
-static void orphan_add(int fd)
-{
-	if (S.n_orphans == ORPHAN_MAX) {
-		/* Degenerate: thousands of background writers. The oldest
-		 * loses its reader. */
-		close(S.orphans[0]);
-		memmove(S.orphans, S.orphans + 1, (ORPHAN_MAX - 1) * sizeof(int));
-		S.n_orphans--;
-	}
-	S.orphans[S.n_orphans++] = fd;
-}
-
-/* Ship the batched bytes of a stream as one frame. */
-static void stream_flush(const struct exec *e, struct stream *s)
-{
-	if (s->chunk_len && !e->detached)
-		frame_send(s->type, e->id, s->chunk, s->chunk_len);
-	s->chunk_len = 0;
-}
-
-static void stream_read_some(struct exec *e, struct stream *s, size_t budget);
-
-/* Read up to `budget` bytes of one stream. The part under its cap is
- * batched into WIRE_MAX_CHUNK frames (attached execs only; the tail is
- * flushed at exit, so a synchronous exec costs no extra frames), the rest
- * is read and dropped; all of it is counted. A streamed exec (v3 STREAM)
- * ships what it read at once. Closes the fd at EOF. */
-static void stream_read(struct exec *e, struct stream *s, size_t budget)
-{
-	stream_read_some(e, s, budget);
-	if (e->stream)
-		stream_flush(e, s);
-}
-
-static void stream_read_some(struct exec *e, struct stream *s, size_t budget)
-{
-	size_t done = 0;
-
-	while (s->fd >= 0 && done < budget) {
-		bool ship = !e->detached && s->kept < s->cap;
-		uint8_t *dst = S.scratch;
-		size_t want = sizeof(S.scratch);
-		ssize_t n;
-
-		if (ship && !s->chunk && !(s->chunk = malloc(WIRE_MAX_CHUNK)))
-			ship = false;
-		if (ship) {
-			uint64_t left = s->cap - s->kept;
-
-			dst = s->chunk + s->chunk_len;
-			want = WIRE_MAX_CHUNK - s->chunk_len;
-			if (left < want)
-				want = (size_t)left;
-		}
-		n = read(s->fd, dst, want);
-		if (n > 0) {
-			done += (size_t)n;
-			s->total += (uint64_t)n;
-			if (ship) {
-				s->kept += (uint64_t)n;
-				s->chunk_len += (size_t)n;
-				if (s->chunk_len == WIRE_MAX_CHUNK)
-					stream_flush(e, s);
-			}
-			continue;
-		}
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && errno == EAGAIN)
-			return;
-		close(s->fd); /* EOF or error */
-		s->fd = -1;
-	}
-}
-
-/* Read and drop; 1 while the fd stays open, 0 once closed. */
-static int orphan_read(int fd)
-{
-	for (size_t done = 0; done < READ_BUDGET;) {
-		ssize_t n = read(fd, S.scratch, sizeof(S.scratch));
-
-		if (n > 0) {
-			done += (size_t)n;
-			continue;
-		}
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && errno == EAGAIN)
-			return 1;
-		close(fd);
-		return 0;
-	}
-	return 1;
-}
-
-/* ----------------------------------------------------------------- exec */
-
-/* SIGKILL every process of the exec (spawn.c: its cgroup, and its session's
- * process group while the sh is not reaped). */
-static void exec_kill(struct exec *e)
-{
-	guest_cgroup_kill(e->cgroup, e->reaped ? 0 : e->pid);
-}
-
-static struct exec *exec_find(uint32_t id)
-{
-	for (unsigned i = 0; i < EXEC_MAX; i++)
-		if (S.execs[i].used && !S.execs[i].detached && S.execs[i].id == id)
-			return &S.execs[i];
-	return NULL;
-}
-
-/* The sh exited: drain what the pipes hold, send EXIT, hand the pipes that
- * background processes still hold to the orphan set, free the slot. */
-static void exec_finish(struct exec *e)
-{
-	uint8_t buf[128];
-	struct wire_writer w;
-	int code;
-	int64_t dur = e->end_ms - e->start_ms;
-
-	stream_read(e, &e->out, DRAIN_BUDGET);
-	stream_read(e, &e->err, DRAIN_BUDGET);
-	stream_flush(e, &e->out);
-	stream_flush(e, &e->err);
-	free(e->out.chunk);
-	free(e->err.chunk);
-	if (e->timed_out)
-		code = 128 + SIGKILL;
-	else if (WIFEXITED(e->status))
-		code = WEXITSTATUS(e->status);
-	else if (WIFSIGNALED(e->status))
-		code = 128 + WTERMSIG(e->status);
-	else
-		code = 255;
-	if (!e->detached) {
-		wire_writer_init(&w, buf, sizeof(buf));
-		wire_put_u32(&w, WIRE_T_EXIT_CODE, (uint32_t)code);
-		wire_put_u32(&w, WIRE_T_DURATION_MS,
-			     dur < 0		? 0
-			     : dur > UINT32_MAX ? UINT32_MAX
-						: (uint32_t)dur);
-		wire_put_u32(&w, WIRE_T_TIMED_OUT, e->timed_out ? 1 : 0);
-		wire_put_u64(&w, WIRE_T_STDOUT_TOTAL, e->out.total);
-		wire_put_u64(&w, WIRE_T_STDERR_TOTAL, e->err.total);
-		frame_send_w(WIRE_EXIT, e->id, &w);
-	}
-	if (e->out.fd >= 0)
-		orphan_add(e->out.fd);
-	if (e->err.fd >= 0)
-		orphan_add(e->err.fd);
-	guest_pty_remove(e->pty - 1);
-	guest_cgroup_release(e->cgroup);
-	memset(e, 0, sizeof(*e));
-	S.n_execs--;
-}
-
-static struct exec *exec_slot(void)
-{
-	for (unsigned i = 0; i < EXEC_MAX; i++)
-		if (!S.execs[i].used)
-			return &S.execs[i];
-	return NULL;
-}
-
-#define SBX_GUEST_MIN(a, b) ((a) < (b) ? (a) : (b))
-
-static void exec_start(uint32_t id, const uint8_t *p, size_t len)
-{
-	struct guest_child c;
-	struct exec *e;
-
-	if (id == 0 || exec_find(id)) {
-		guest_send_error(id, WIRE_ERR_BAD_REQUEST, "id",
-				 "exec id is zero or already in use");
-		return;
-	}
-	if (S.n_execs >= EXEC_MAX || !(e = exec_slot())) {
-		guest_send_error(id, WIRE_ERR_BUSY, NULL,
-				 "too many commands running in this sandbox");
-		return;
-	}
-	if (guest_spawn(id, p, len, false, &c) < 0)
-		return;
-	memset(e, 0, sizeof(*e));
-	if (c.pty_fd >= 0) {
-		e->pty = guest_pty_add(id, c.pty_fd) + 1; /* 0: full, no input */
-		if (!e->pty)
-			close(c.pty_fd);
-		c.out_cap = UINT32_MAX;
-		c.stream = true;
-	}
-	e->used = true;
-	e->id = id;
-	e->pid = c.pid;
-	e->start_ms = c.start_ms;
-	e->deadline_ms = c.start_ms + c.timeout_ms;
-	e->stream = c.stream;
-	memcpy(e->cgroup, c.cgroup, sizeof(e->cgroup));
-	e->out = (struct stream){.fd = c.out_fd, .type = WIRE_STDOUT, .cap = c.out_cap};
-	if (e->pty)
-		e->out.cap = UINT64_MAX;
-	e->err = (struct stream){.fd = c.err_fd, .type = WIRE_STDERR, .cap = c.err_cap};
-	S.n_execs++;
-}
-
-static void exec_kill_req(uint32_t id)
-{
-	struct exec *e = exec_find(id);
-
-	if (!e || e->reaped)
-		return;
-	if (e->pty && !e->hup) {
-		/* a terminal hangs up first, as when a line drops */
-		e->hup = true;
-		e->deadline_ms = guest_mono_ms() + KILL_RETRY_MS;
-		kill(-e->pid, SIGHUP);
-		return;
-	}
-	e->timed_out = true;
-	e->deadline_ms = guest_mono_ms() + KILL_RETRY_MS;
-	exec_kill(e);
-}
-
-/* v3 flow control: a slow consumer of a streamed exec pauses the reading
- * of its pipes (the command then blocks writing) and resumes it. */
-static void exec_pause_req(uint32_t id, bool paused)
-{
-	struct exec *e = exec_find(id);
-
-	if (e)
-		e->paused = paused;
-}
-
-static void reap(void)
-{
-	int status;
-	pid_t pid;
-
-	while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
-		if (guest_proc_reaped(pid, status))
-			continue;
-		for (unsigned i = 0; i < EXEC_MAX; i++) {
-			struct exec *e = &S.execs[i];
-
-			if (e->used && !e->reaped && e->pid == pid) {
-				e->reaped = true;
-				e->status = status;
-				e->end_ms = guest_mono_ms();
-				pid = 0;
-				break;
-			}
-		}
-		if (pid)
-			guest_files_reaped(pid, status);
-	}
-	guest_cgroup_linger_retry();
-}
-
 /* ----------------------------------------------------------- host input */
 
 static void set_clock(const uint8_t *p, size_t len)
@@ -593,10 +296,10 @@ static void frame_handle(const struct wire_header *h, const uint8_t *p)
 		break;
 	case WIRE_EXEC:
 		if (!guest_hostile_exec(h->id, p, h->len))
-			exec_start(h->id, p, h->len);
+			guest_exec_start(h->id, p, h->len);
 		break;
 	case WIRE_KILL:
-		exec_kill_req(h->id);
+		guest_exec_kill_req(h->id);
 		break;
 	case WIRE_FILE_OPEN:
 	case WIRE_FILE_DATA:
@@ -607,7 +310,7 @@ static void frame_handle(const struct wire_header *h, const uint8_t *p)
 		break;
 	case WIRE_PAUSE:
 	case WIRE_RESUME:
-		exec_pause_req(h->id, h->type == WIRE_PAUSE);
+		guest_exec_pause_req(h->id, h->type == WIRE_PAUSE);
 		break;
 	case WIRE_PROC:
 		guest_proc_request(h->id, p, h->len);
@@ -728,9 +431,9 @@ static void port_disconnected(void)
 	while ((n = read(S.port, S.scratch, sizeof(S.scratch))) > 0 || (n < 0 && errno == EINTR))
 		;
 	for (unsigned i = 0; i < EXEC_MAX; i++)
-		if (S.execs[i].used) {
-			S.execs[i].detached = true;
-			S.execs[i].out.chunk_len = S.execs[i].err.chunk_len = 0;
+		if (X.execs[i].used) {
+			X.execs[i].detached = true;
+			X.execs[i].out.chunk_len = X.execs[i].err.chunk_len = 0;
 		}
 	guest_log("host disconnected");
 }
@@ -803,7 +506,7 @@ static void signals_read(void)
 		}
 	}
 	if (chld)
-		reap();
+		guest_exec_reap();
 	if (io)
 		port_check();
 }
@@ -863,7 +566,7 @@ static nfds_t poll_build(bool backpressure, int64_t now, int64_t *next)
 		n++;
 	}
 	for (unsigned i = 0; i < EXEC_MAX; i++) {
-		struct exec *e = &S.execs[i];
+		struct exec *e = &X.execs[i];
 
 		if (!e->used)
 			continue;
@@ -884,8 +587,8 @@ static nfds_t poll_build(bool backpressure, int64_t now, int64_t *next)
 			n++;
 		}
 	}
-	for (unsigned i = 0; i < S.n_orphans; i++) {
-		P.pfd[n] = (struct pollfd){.fd = S.orphans[i], .events = POLLIN};
+	for (unsigned i = 0; i < X.n_orphans; i++) {
+		P.pfd[n] = (struct pollfd){.fd = X.orphans[i], .events = POLLIN};
 		P.who[n].kind = PK_ORPHAN;
 		P.who[n].idx = i;
 		n++;
@@ -980,19 +683,19 @@ static void poll_dispatch(nfds_t n)
 			break;
 		case PK_OUT:
 		case PK_ERR: {
-			struct exec *e = &S.execs[P.who[i].idx];
+			struct exec *e = &X.execs[P.who[i].idx];
 
 			if (e->used)
-				stream_read(e, P.who[i].kind == PK_OUT ? &e->out : &e->err,
-					    READ_BUDGET);
+				guest_stream_read(e, P.who[i].kind == PK_OUT ? &e->out : &e->err,
+						  READ_BUDGET);
 			break;
 		}
 		case PK_PROC:
 			guest_proc_ready(P.who[i].idx);
 			break;
 		case PK_ORPHAN:
-			if (!orphan_read(S.orphans[P.who[i].idx]))
-				S.orphans[P.who[i].idx] = -1;
+			if (!guest_orphan_read(X.orphans[P.who[i].idx]))
+				X.orphans[P.who[i].idx] = -1;
 			break;
 		case PK_FILE:
 			guest_files_ready(P.who[i].idx);
@@ -1018,25 +721,25 @@ static void turn_end(void)
 	unsigned j = 0;
 	int64_t now;
 
-	for (unsigned i = 0; i < S.n_orphans; i++)
-		if (S.orphans[i] >= 0)
-			S.orphans[j++] = S.orphans[i];
-	S.n_orphans = j;
+	for (unsigned i = 0; i < X.n_orphans; i++)
+		if (X.orphans[i] >= 0)
+			X.orphans[j++] = X.orphans[i];
+	X.n_orphans = j;
 
 	now = guest_mono_ms();
 	guest_proxy_tick(now);
 	for (unsigned i = 0; i < EXEC_MAX; i++) {
-		struct exec *e = &S.execs[i];
+		struct exec *e = &X.execs[i];
 
 		if (!e->used)
 			continue;
 		if (!e->reaped && e->deadline_ms <= now) {
 			e->timed_out = true;
 			e->deadline_ms = now + KILL_RETRY_MS;
-			exec_kill(e);
+			guest_exec_kill(e);
 		}
 		if (e->reaped)
-			exec_finish(e);
+			guest_exec_finish(e);
 	}
 	if (S.connected) {
 		guest_pty_acks();

@@ -22,7 +22,7 @@ check agentless '^(util/util\.h|wire\.h|agentless\.h|agentless-priv\.h)$'
 # guest/ is PID 1 of every guest: a program of its own in the guest's trust
 # domain. It shares only the wire format with the host; nothing of the
 # daemon (not even util/) links into it.
-check guest '^(agentless/wire\.h|init\.h|files-priv\.h)$'
+check guest '^(agentless/wire\.h|init\.h|files-priv\.h|exec-priv\.h)$'
 # network/ (egress policy, forbidden set, connector) sits beside store/:
 # util/ only; sandbox/ and api/ use it.
 check network '^(util/util\.h|network\.h)$'
