@@ -55,8 +55,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define QUEUE_SOFT (8u << 20)  /* stop reading exec pipes above this */
-#define QUEUE_HARD (32u << 20) /* never queue beyond this */
+#define SBX_GUEST_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define QUEUE_SOFT	    (8u << 20)	/* stop reading exec pipes above this */
+#define QUEUE_HARD	    (32u << 20) /* never queue beyond this */
 static struct {
 	int port;
 	bool connected;

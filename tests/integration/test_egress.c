@@ -20,7 +20,9 @@
  * - a hostile guest: no interface but lo (a raw packet goes nowhere,
  *   another guest has no address), 200 tunnels asked for back to back
  *   are answered (200 or 429, never a broken channel) and the relay
- *   still relays.
+ *   still relays;
+ * - at a price of 1 µ$ a byte, a download is cut at the hold and the next
+ *   connection is refused (the daemon restarted with that price).
  * Skips where network namespaces cannot be made.
  */
 #include <setjmp.h>
@@ -98,6 +100,18 @@ static void policy(const char *json)
 	http_reply_free(&r);
 }
 
+/* The daemon's config: the lab's DNS, caps the tests can reach, and a
+ * price of a GB (0 but for the last case). */
+static void config_extra(char *out, size_t n, long long price_micro_per_gb)
+{
+	snprintf(out, n,
+		 "\"http_threads\": 4, \"destroy_on_exit\": true, "
+		 "\"network\": {\"allow_open\": true, \"nameservers\": [\"%s.53\"], "
+		 "\"bandwidth_bytes_per_s\": %d, \"connections_per_account\": 3, "
+		 "\"connect_timeout_ms\": 3000, \"price_micro_per_gb\": %lld}",
+		 nl_net, BANDWIDTH, price_micro_per_gb);
+}
+
 static int setup(void **state)
 {
 	char cmd[1024], extra[512], ca[8192];
@@ -126,12 +140,7 @@ static int setup(void **state)
 			nl_dir);
 		return -1;
 	}
-	snprintf(extra, sizeof extra,
-		 "\"http_threads\": 4, \"destroy_on_exit\": true, "
-		 "\"network\": {\"allow_open\": true, \"nameservers\": [\"%s.53\"], "
-		 "\"bandwidth_bytes_per_s\": %d, \"connections_per_account\": 3, "
-		 "\"connect_timeout_ms\": 3000}",
-		 nl_net, BANDWIDTH);
+	config_extra(extra, sizeof extra, 0);
 	if (daemon_config_full(&d, extra) < 0 || daemon_up(&d) < 0)
 		return -1;
 	if (daemon_create_sandbox(&d, sbx, sizeof sbx) < 0)
@@ -394,6 +403,43 @@ static void hostile_guest_costs_only_itself(void **state)
 	assert_non_null(strstr(out, "host=allowed.lab.test"));
 }
 
+/* With a price of 1 µ$ a byte the sandbox's hold covers a few KB: a
+ * download is cut at the relay's first metering step (a MiB) and the next
+ * connection is refused: no byte goes unbilled past the hold. The daemon
+ * restarts with that price for a sandbox of its own (prices are taken at
+ * create). */
+static void bytes_stop_at_the_hold(void **state)
+{
+	char extra[512], out[4096], path[128];
+	struct http_reply r;
+	long long got = 0;
+
+	(void)state;
+	SKIP_IF_NO_LAB();
+	assert_int_equal(daemon_stop(&d), 0);
+	config_extra(extra, sizeof extra, 1000000000);
+	assert_int_equal(daemon_config_full(&d, extra), 0);
+	assert_int_equal(daemon_start(&d), 0);
+	assert_int_equal(daemon_create_sandbox(&d, sbx, sizeof sbx), 0);
+	policy("{\"egress\": \"allow_list\", \"allow\": [\"allowed.lab.test\"]}");
+	run("curl -sS -o /dev/null -w 'size=%{size_download}' http://allowed.lab.test/100M", out,
+	    sizeof out);
+	assert_non_null(strstr(out, "size="));
+	got = atoll(strstr(out, "size=") + 5);
+	printf("# at 1 µ$ a byte: the download stopped after %lld bytes: %s\n", got, out);
+	assert_true(got < 4 * 1048576);
+	run("curl -sS -w ' code=%{http_code}' http://allowed.lab.test/", out, sizeof out);
+	printf("# the next connection: %s\n", out);
+	assert_non_null(strstr(out, "code=403"));
+	assert_non_null(strstr(out, "hold"));
+	snprintf(path, sizeof path, "/v1/sandboxes/%s", sbx);
+	assert_int_equal(http_request(&d, "GET", path, d.key, NULL, NULL, 0, &r), 0);
+	printf("# the sandbox: net_bytes_in %lld, cost_micro_usd %lld\n",
+	       (long long)jint(r.json, "net_bytes_in"), (long long)jint(r.json, "cost_micro_usd"));
+	assert_true(jint(r.json, "net_bytes_in") >= 1048576);
+	http_reply_free(&r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -404,6 +450,7 @@ int main(void)
 	    cmocka_unit_test(bandwidth_capped_and_metered),
 	    cmocka_unit_test(account_connection_cap),
 	    cmocka_unit_test(hostile_guest_costs_only_itself),
+	    cmocka_unit_test(bytes_stop_at_the_hold),
 	};
 
 	if (getenv("SBX_TEST_FILTER"))
