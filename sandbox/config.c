@@ -371,6 +371,44 @@ static int validate_ports(const struct sandbox_config *cfg, struct sbx_error *er
 	return 0;
 }
 
+/* A DNS name of lowercase labels (letters, digits, '-'), dot separated,
+ * that PORT-TOKEN. before it keeps under 254 bytes. */
+static bool preview_domain_ok(const char *d)
+{
+	size_t label = 0, n = strlen(d);
+
+	if (n == 0 || n > 200 || d[0] == '.' || d[n - 1] == '.')
+		return false;
+	for (; *d; d++) {
+		if (*d == '.') {
+			if (label == 0)
+				return false;
+			label = 0;
+			continue;
+		}
+		if (!((*d >= 'a' && *d <= 'z') || (*d >= '0' && *d <= '9') || *d == '-') ||
+		    ++label > 63)
+			return false;
+	}
+	return true;
+}
+
+/* Previews (docs/api.md "Previews"). */
+static int validate_previews(const struct sandbox_config *cfg, struct sbx_error *err)
+{
+	if (!preview_domain_ok(cfg->preview_domain))
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "preview_domain",
+				     "preview_domain must be a lowercase DNS name (letters, digits, "
+				     "'-', dots), such as 'preview.example.com'");
+	if (cfg->preview_max_ttl_seconds < 60 || cfg->preview_max_ttl_seconds > 30 * 86400)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "preview_max_ttl_seconds",
+				     "preview_max_ttl_seconds must be 60..2592000");
+	if (cfg->max_previews_per_sandbox < 1 || cfg->max_previews_per_sandbox > 1000)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "max_previews_per_sandbox",
+				     "max_previews_per_sandbox must be 1..1000");
+	return 0;
+}
+
 /* network.*: the limits are sane; the default policy, the internal
  * ranges and the nameservers were checked when the file was read
  * (api/config.c). */
@@ -406,7 +444,8 @@ int sandbox_config_validate(const struct sandbox_config *cfg, struct sbx_error *
 	if (validate_basics(cfg, err) < 0 || validate_production(cfg, err) < 0 ||
 	    validate_sandbox_limits(cfg, err) < 0 || validate_pool_and_tests(cfg, err) < 0 ||
 	    validate_http(cfg, err) < 0 || validate_in_flight_caps(cfg, err) < 0 ||
-	    validate_network(cfg, err) < 0 || validate_ports(cfg, err) < 0)
+	    validate_network(cfg, err) < 0 || validate_ports(cfg, err) < 0 ||
+	    validate_previews(cfg, err) < 0)
 		return -1;
 	return 0;
 }
