@@ -115,6 +115,7 @@ static const struct key_spec keys[] = {
     STR(preview_domain),
     NUM(preview_max_ttl_seconds, K_INT),
     NUM(max_previews_per_sandbox, K_INT),
+    NUM(preview_public_port, K_INT),
     NUM(output_budget_account_mib, K_U64),
     NUM(output_budget_host_mib, K_U64),
     NUM(max_body_bytes, K_SIZE),

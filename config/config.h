@@ -156,6 +156,9 @@ struct sandbox_config {
 	char preview_domain[128];	/* "preview.localhost" */
 	int preview_max_ttl_seconds;	/* 86400 */
 	int max_previews_per_sandbox;	/* 20 */
+	/* The port a browser reaches previews on (a URL's): 0 the daemon's
+	 * own; 443 (https) or 80 (http) behind a front end, shown without. */
+	int preview_public_port; /* 0 */
 	uint64_t output_budget_account_mib; /* 512: buffered exec output per account */
 	uint64_t output_budget_host_mib;    /* 2048: the same for the whole host */
 	size_t max_body_bytes;		    /* HTTP request body cap, 1 MiB */

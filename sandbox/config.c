@@ -406,6 +406,9 @@ static int validate_previews(const struct sandbox_config *cfg, struct sbx_error 
 	if (cfg->max_previews_per_sandbox < 1 || cfg->max_previews_per_sandbox > 1000)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "max_previews_per_sandbox",
 				     "max_previews_per_sandbox must be 1..1000");
+	if (cfg->preview_public_port < 0 || cfg->preview_public_port > 65535)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "preview_public_port",
+				     "preview_public_port must be 0 (the daemon's port) or 1..65535");
 	return 0;
 }
 
