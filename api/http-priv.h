@@ -148,10 +148,10 @@ struct req {
 	 * destroy, a program): they run on srv->pool (async_job) and leave
 	 * the answer here. */
 	bool is_async;
-	struct api_files *files; /* R_FILES */
-	struct term *term;	 /* R_TERMINAL (http_terminal.c) */
-	struct api_port *port;	 /* R_PORTS (http_ports.c) */
-	char *port_tail;	 /* R_PORTS: the path after the port, without its '/' */
+	struct api_files *files;     /* R_FILES */
+	struct term *term;	     /* R_TERMINAL (http_terminal.c) */
+	struct api_port *port;	     /* R_PORTS (http_ports.c) */
+	char *port_tail;	     /* R_PORTS: the path after the port, without its '/' */
 	char sub_id[SANDBOX_ID_MAX]; /* R_PREVIEW: {preview_id} */
 	struct api_create_body create;
 	struct api_execution_body execution; /* code owned when has_execution */

@@ -272,7 +272,8 @@ static enum MHD_Result header_add(void *cls, enum MHD_ValueKind kind, const char
 	struct args_ctx *a = cls;
 
 	(void)kind;
-	if (!value || header_dropped(a->ap, key, value) || !header_value_ok(key) || !header_value_ok(value))
+	if (!value || header_dropped(a->ap, key, value) || !header_value_ok(key) ||
+	    !header_value_ok(value))
 		return MHD_YES;
 	a->ok = a->ok && out_str(a->ap, key) && out_str(a->ap, ": ") && out_str(a->ap, value) &&
 		out_str(a->ap, "\r\n");

@@ -81,4 +81,3 @@ ssize_t ports_dechunk(struct api_port *ap, char *buf, size_t max)
 	}
 	return (ssize_t)o;
 }
-

@@ -76,8 +76,8 @@ static void preview_url(struct req *r, const struct sandbox_preview *p, const ch
 			char *out, size_t len)
 {
 	const struct sandbox_config *cfg = r->srv->cfg;
-	unsigned port = cfg->preview_public_port ? (unsigned)cfg->preview_public_port
-						 : api_server_port(r->srv);
+	unsigned port =
+	    cfg->preview_public_port ? (unsigned)cfg->preview_public_port : api_server_port(r->srv);
 	char suffix[16] = "";
 
 	if (port != 80 && port != 443)
@@ -221,9 +221,11 @@ enum MHD_Result api_preview_host_begin(struct req *r, const char *url, const cha
 	if (!method_ok(method)) {
 		sbx_error_set(&err, SBX_E_METHOD_NOT_ALLOWED, NULL,
 			      "method not allowed on a preview");
-		return api_reply_reject(r->conn, &err, "GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS");
+		return api_reply_reject(r->conn, &err,
+					"GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS");
 	}
-	if (!host_split(r->srv->cfg, host, label, sizeof label) || !label_parse(label, &port, &token) ||
+	if (!host_split(r->srv->cfg, host, label, sizeof label) ||
+	    !label_parse(label, &port, &token) ||
 	    sandbox_preview_resolve(r->srv->svc, port, token, &p, &err) < 0) {
 		if (err.code == SBX_OK)
 			sbx_error_set(&err, SBX_E_NOT_FOUND, NULL,

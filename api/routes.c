@@ -173,8 +173,8 @@ static uint32_t port_parse(const char *s, size_t n)
 /* Does `url` match the pattern? Each "{name}" takes one non-empty segment:
  * {pid} a pid, {port} anything (its number into *pid, 0 when not a port),
  * any other an id shorter than SANDBOX_ID_MAX (a longer one is no route:
- * 404 either way), the first of them into id; a final "/{path}" takes the rest of the URL, slashes and
- * nothing included. *params counts them. */
+ * 404 either way), the first of them into id; a final "/{path}" takes the rest of the URL, slashes
+ * and nothing included. *params counts them. */
 static bool match(const char *pat, const char *url, char id[SANDBOX_ID_MAX], uint32_t *pid,
 		  int *params)
 {

@@ -397,9 +397,10 @@ static bool preview_domain_ok(const char *d)
 static int validate_previews(const struct sandbox_config *cfg, struct sbx_error *err)
 {
 	if (!preview_domain_ok(cfg->preview_domain))
-		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "preview_domain",
-				     "preview_domain must be a lowercase DNS name (letters, digits, "
-				     "'-', dots), such as 'preview.example.com'");
+		return sbx_error_set(
+		    err, SBX_E_INVALID_REQUEST, "preview_domain",
+		    "preview_domain must be a lowercase DNS name (letters, digits, "
+		    "'-', dots), such as 'preview.example.com'");
 	if (cfg->preview_max_ttl_seconds < 60 || cfg->preview_max_ttl_seconds > 30 * 86400)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "preview_max_ttl_seconds",
 				     "preview_max_ttl_seconds must be 60..2592000");
@@ -407,8 +408,9 @@ static int validate_previews(const struct sandbox_config *cfg, struct sbx_error 
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "max_previews_per_sandbox",
 				     "max_previews_per_sandbox must be 1..1000");
 	if (cfg->preview_public_port < 0 || cfg->preview_public_port > 65535)
-		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "preview_public_port",
-				     "preview_public_port must be 0 (the daemon's port) or 1..65535");
+		return sbx_error_set(
+		    err, SBX_E_INVALID_REQUEST, "preview_public_port",
+		    "preview_public_port must be 0 (the daemon's port) or 1..65535");
 	return 0;
 }
 

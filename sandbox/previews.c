@@ -51,8 +51,8 @@ int sandbox_preview_create(struct sandbox_svc *svc, const char *account_id, cons
 				     svc->cfg.preview_max_ttl_seconds);
 	if (sandbox_running_row(svc, account_id, id, now, &sb, err) < 0)
 		return -1;
-	if (sbx_random_id("", SANDBOX_PREVIEW_TOKEN_LEN / 2, token,
-			  SANDBOX_PREVIEW_TOKEN_LEN + 1) < 0 ||
+	if (sbx_random_id("", SANDBOX_PREVIEW_TOKEN_LEN / 2, token, SANDBOX_PREVIEW_TOKEN_LEN + 1) <
+		0 ||
 	    sbx_random_id("pv_", 12, row.id, sizeof row.id) < 0)
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "no randomness available");
 	sbx_sha256_hex(token, SANDBOX_PREVIEW_TOKEN_LEN, hash);
@@ -67,8 +67,8 @@ int sandbox_preview_create(struct sandbox_svc *svc, const char *account_id, cons
 		return -1;
 	}
 	preview_from_store(&row, out);
-	sbx_info(MOD, "preview %s of sandbox %s port %u created, expires in %d s", row.id, id,
-		 port, expires_in_s);
+	sbx_info(MOD, "preview %s of sandbox %s port %u created, expires in %d s", row.id, id, port,
+		 expires_in_s);
 	return 0;
 }
 
@@ -110,8 +110,8 @@ int sandbox_preview_revoke(struct sandbox_svc *svc, const char *account_id, cons
 
 	if (sandbox_visible_row(svc, account_id, id, &sb, err) < 0)
 		return -1;
-	if (store_preview_revoke(svc->store, account_id, id, preview_id, sbx_wall_ms(), &row,
-				 err) < 0)
+	if (store_preview_revoke(svc->store, account_id, id, preview_id, sbx_wall_ms(), &row, err) <
+	    0)
 		return -1;
 	preview_from_store(&row, out);
 	sbx_info(MOD, "preview %s of sandbox %s revoked", row.id, id);
@@ -150,7 +150,7 @@ int sandbox_preview_resolve(struct sandbox_svc *svc, uint32_t port, const char *
 		}
 		if (e.code == SBX_OK)
 			sbx_info(MOD, "preview %s refused (%s)", row.id,
-				 row.revoked_at_ms   ? "revoked"
+				 row.revoked_at_ms  ? "revoked"
 				 : row.port != port ? "another port"
 						    : "expired");
 	}

@@ -721,8 +721,7 @@ struct sandbox_preview {
  * 429 (max_previews_per_sandbox live ones). token: its secret, with NUL. */
 int sandbox_preview_create(struct sandbox_svc *svc, const char *account_id, const char *id,
 			   uint32_t port, int expires_in_s, struct sandbox_preview *out,
-			   char token[static SANDBOX_PREVIEW_TOKEN_LEN + 1],
-			   struct sbx_error *err);
+			   char token[static SANDBOX_PREVIEW_TOKEN_LEN + 1], struct sbx_error *err);
 /* The live previews of a port (0: every port) of this account's sandbox,
  * newest first (404 as create). *out malloc'd. */
 int sandbox_preview_list(struct sandbox_svc *svc, const char *account_id, const char *id,

@@ -9,8 +9,7 @@
 
 #define MOD "store"
 
-#define PREVIEW_COLS                                                                               \
-	"id, account_id, sandbox_id, port, created_at_ms, expires_at_ms, revoked_at_ms"
+#define PREVIEW_COLS "id, account_id, sandbox_id, port, created_at_ms, expires_at_ms, revoked_at_ms"
 
 static void preview_decode(sqlite3_stmt *q, void *elem)
 {
@@ -30,8 +29,8 @@ static void preview_decode(sqlite3_stmt *q, void *elem)
 	p->revoked_at_ms = sqlite3_column_int64(q, 6);
 }
 
-static int preview_count_live_locked(struct store *s, const char *sandbox_id, int64_t now,
-				     int *n, struct sbx_error *err)
+static int preview_count_live_locked(struct store *s, const char *sandbox_id, int64_t now, int *n,
+				     struct sbx_error *err)
 {
 	_cleanup_reset_ sqlite3_stmt *q = NULL;
 
@@ -75,8 +74,8 @@ static int preview_insert_locked(struct store *s, const struct store_preview *ro
 		   : 0;
 }
 
-int store_preview_insert(struct store *s, const struct store_preview *row,
-			 const char *token_hash, int max_live, struct sbx_error *err)
+int store_preview_insert(struct store *s, const struct store_preview *row, const char *token_hash,
+			 int max_live, struct sbx_error *err)
 {
 	if (!token_hash || strlen(token_hash) != 64)
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "a preview needs its token's hash");

@@ -668,8 +668,8 @@ struct store_preview {
 /* Insert row (its created_at_ms is "now") unless the sandbox already has
  * max_live live previews (SBX_E_CONCURRENCY_LIMIT); drops the sandbox's
  * rows that expired or were revoked before now. 0 or -1. */
-int store_preview_insert(struct store *s, const struct store_preview *row,
-			 const char *token_hash, int max_live, struct sbx_error *err);
+int store_preview_insert(struct store *s, const struct store_preview *row, const char *token_hash,
+			 int max_live, struct sbx_error *err);
 /* The live previews of a sandbox's port (port 0: all its ports), newest
  * first, at most max. *out malloc'd. */
 int store_preview_list(struct store *s, const char *account_id, const char *sandbox_id,

@@ -215,8 +215,8 @@ static void create_and_browse(void **state)
 	assert_int_equal(r.status, 200);
 	http_reply_free(&r);
 	/* an API path on a preview's host is the guest's path, not the API */
-	assert_int_equal(
-	    http_request_host(&d, host, "GET", "/v1/limits", NULL, NULL, NULL, 0, &r), 0);
+	assert_int_equal(http_request_host(&d, host, "GET", "/v1/limits", NULL, NULL, NULL, 0, &r),
+			 0);
 	assert_int_equal(r.status, 200);
 	assert_string_equal(r.body, "other");
 	http_reply_free(&r);
@@ -405,8 +405,8 @@ static void create_refusals(void **state)
 			assert_true(json_object_object_get_ex(it, "id", &id));
 			snprintf(del, sizeof del, "/v1/sandboxes/%s/previews/%s", sbx,
 				 json_object_get_string(id));
-			assert_int_equal(
-			    http_request(&d, "DELETE", del, d.key, NULL, NULL, 0, &x), 0);
+			assert_int_equal(http_request(&d, "DELETE", del, d.key, NULL, NULL, 0, &x),
+					 0);
 			assert_int_equal(x.status, 200);
 			assert_int_equal(jbool(x.json, "revoked"), 1);
 			http_reply_free(&x);
@@ -507,10 +507,14 @@ static void browser(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(create_and_browse), cmocka_unit_test(list_and_limits),
-	    cmocka_unit_test(upgrade_relayed),	 cmocka_unit_test(refused_hosts),
-	    cmocka_unit_test(create_refusals),	 cmocka_unit_test(revoked),
-	    cmocka_unit_test(expiry),		 cmocka_unit_test(cli_preview),
+	    cmocka_unit_test(create_and_browse),
+	    cmocka_unit_test(list_and_limits),
+	    cmocka_unit_test(upgrade_relayed),
+	    cmocka_unit_test(refused_hosts),
+	    cmocka_unit_test(create_refusals),
+	    cmocka_unit_test(revoked),
+	    cmocka_unit_test(expiry),
+	    cmocka_unit_test(cli_preview),
 	    cmocka_unit_test(browser),
 	};
 

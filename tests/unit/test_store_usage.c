@@ -579,9 +579,9 @@ static void test_migration_hosts(void **state)
 	store_close(f->s);
 	exec_sql(f->path,
 		 STORE_PRIV_BACK_TO_SCHEMA_12_PREVIEWS STORE_PRIV_BACK_TO_SCHEMA_11_NETWORK
-		     STORE_PRIV_BACK_TO_SCHEMA_10_PAUSE
-		     STORE_PRIV_BACK_TO_SCHEMA_9_LABELS STORE_PRIV_BACK_TO_SCHEMA_8_RECEIPTS
-			 STORE_PRIV_BACK_TO_SCHEMA_7_HOSTS "PRAGMA user_version = 7;");
+		     STORE_PRIV_BACK_TO_SCHEMA_10_PAUSE STORE_PRIV_BACK_TO_SCHEMA_9_LABELS
+			 STORE_PRIV_BACK_TO_SCHEMA_8_RECEIPTS STORE_PRIV_BACK_TO_SCHEMA_7_HOSTS
+		 "PRAGMA user_version = 7;");
 	f->s = store_open(f->path, &err);
 	assert_non_null(f->s);
 	assert_int_equal(q64(f->path, "PRAGMA user_version", NULL), 13);
