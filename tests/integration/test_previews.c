@@ -42,6 +42,10 @@ static const char site_py[] =
     "    protocol_version = 'HTTP/1.1'\n"
     "    def log_message(self, *a):\n"
     "        pass\n"
+    "    def do_HEAD(self):\n"
+    "        self.send_response(200)\n"
+    "        self.send_header('Content-Length', '12')\n"
+    "        self.end_headers()\n"
     "    def do_GET(self):\n"
     "        body = PAGE if self.path == '/' else (\n"
     "            b'<!doctype html><title>second page</title><p id=\"p\">second</p>'\n"
@@ -209,6 +213,15 @@ static void create_and_browse(void **state)
 	assert_string_equal(v, "/second?x=1");
 	header_value(r.headers, "X-Got-Cookie", v, sizeof v);
 	assert_string_equal(v, "guest=1");
+	http_reply_free(&r);
+	/* HEAD: the head only */
+	assert_int_equal(http_request_host(&d, host, "HEAD", "/", NULL, NULL, NULL, 0, &r), 0);
+	assert_int_equal(r.status, 200);
+	assert_int_equal(r.body_len, 0);
+	http_reply_free(&r);
+	/* a method no server gets: 405 */
+	assert_int_equal(http_request_host(&d, host, "TRACE", "/", NULL, NULL, NULL, 0, &r), 0);
+	assert_int_equal(r.status, 405);
 	http_reply_free(&r);
 	/* an API key sent to a preview's host stays out of the guest */
 	assert_int_equal(http_request_host(&d, host, "GET", "/", d.key, NULL, NULL, 0, &r), 0);
