@@ -371,13 +371,14 @@ static int validate_ports(const struct sandbox_config *cfg, struct sbx_error *er
 	return 0;
 }
 
-/* A DNS name of lowercase labels (letters, digits, '-'), dot separated,
- * that PORT-TOKEN. before it keeps under 254 bytes. */
+/* A DNS name of two labels or more, lowercase (letters, digits, '-'), dot
+ * separated, that PORT-TOKEN. before it keeps under 254 bytes. One label
+ * ("localhost") would take the API's own host names for previews. */
 static bool preview_domain_ok(const char *d)
 {
 	size_t label = 0, n = strlen(d);
 
-	if (n == 0 || n > 200 || d[0] == '.' || d[n - 1] == '.')
+	if (n == 0 || n > 200 || d[0] == '.' || d[n - 1] == '.' || !strchr(d, '.'))
 		return false;
 	for (; *d; d++) {
 		if (*d == '.') {
@@ -399,8 +400,9 @@ static int validate_previews(const struct sandbox_config *cfg, struct sbx_error 
 	if (!preview_domain_ok(cfg->preview_domain))
 		return sbx_error_set(
 		    err, SBX_E_INVALID_REQUEST, "preview_domain",
-		    "preview_domain must be a lowercase DNS name (letters, digits, "
-		    "'-', dots), such as 'preview.example.com'");
+		    "preview_domain must be a lowercase DNS name of two labels or more "
+		    "(letters, digits, '-', dots), such as 'preview.example.com', and not "
+		    "the API's own host name");
 	if (cfg->preview_max_ttl_seconds < 60 || cfg->preview_max_ttl_seconds > 30 * 86400)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "preview_max_ttl_seconds",
 				     "preview_max_ttl_seconds must be 60..2592000");

@@ -162,6 +162,7 @@ static void test_config_keys(void **state)
 	    {"{\"preview_domain\": \"a..b\"}", "preview_domain"},
 	    {"{\"preview_domain\": \".example.com\"}", "preview_domain"},
 	    {"{\"preview_domain\": \"\"}", "preview_domain"},
+	    {"{\"preview_domain\": \"localhost\"}", "preview_domain"},
 	    {"{\"preview_domain\": \"under_score.com\"}", "preview_domain"},
 	    {"{\"preview_max_ttl_seconds\": 59}", "preview_max_ttl_seconds"},
 	    {"{\"max_previews_per_sandbox\": 0}", "max_previews_per_sandbox"},
