@@ -54,6 +54,9 @@ enum route {
 	R_TERMINAL,	  /* /v1/sandboxes/{id}/terminal (http_terminal.c) */
 	R_NETWORK,	  /* /v1/sandboxes/{id}/network */
 	R_PORTS,	  /* /v1/sandboxes/{id}/ports/{port}/{path} (http_ports.c) */
+	R_PREVIEWS,	  /* /v1/sandboxes/{id}/ports/{port}/previews (http_previews.c) */
+	R_PREVIEW,	  /* /v1/sandboxes/{id}/previews/{preview_id} */
+	R_PREVIEW_HOST,	  /* a preview's host name, no API request (http_previews.c) */
 	R_STATIC,	  /* a compiled-in file (http_static.c): r->asset */
 };
 #define R_COUNT (R_STATIC + 1)
@@ -145,10 +148,11 @@ struct req {
 	 * destroy, a program): they run on srv->pool (async_job) and leave
 	 * the answer here. */
 	bool is_async;
-	struct api_files *files; /* R_FILES */
-	struct term_req *term;	 /* R_TERMINAL (http_terminal_reg.c) */
-	struct api_port *port;	 /* R_PORTS (http_ports.c) */
-	char *port_tail;	 /* R_PORTS: the path after the port, without its '/' */
+	struct api_files *files;     /* R_FILES */
+	struct term_req *term;	     /* R_TERMINAL (http_terminal_reg.c) */
+	struct api_port *port;	     /* R_PORTS (http_ports.c) */
+	char *port_tail;	     /* R_PORTS: the path after the port, without its '/' */
+	char sub_id[SANDBOX_ID_MAX]; /* R_PREVIEW: {preview_id} */
 	struct api_create_body create;
 	struct api_execution_body execution; /* code owned when has_execution */
 	bool has_execution;
@@ -295,8 +299,13 @@ enum MHD_Result api_ports_route(struct req *r);
 char *api_ports_tail(const char *url);
 struct api_port;
 struct api_ports_ctx;
-enum MHD_Result api_ports_begin(struct api_ports_ctx *ctx, struct req *r, const char *tail,
-				struct api_port **out);
+/* Start proxying r to port r->pid of sandbox r->id of account
+ * r->account_id: method as the client sent it, tail the path without its
+ * '/'. preview: it came on a preview's host name (http_previews.c), the
+ * guest's own origin: its Set-Cookie and the client's Cookie pass, no
+ * X-Forwarded-Prefix and no CSP sandbox (docs/api.md "Previews"). */
+enum MHD_Result api_ports_begin(struct api_ports_ctx *ctx, struct req *r, const char *method,
+				const char *tail, bool preview, struct api_port **out);
 /* Each later call of MHD's handler for the request. */
 enum MHD_Result api_ports_step(struct api_port *ap, const char *upload_data,
 			       size_t *upload_data_size);
@@ -305,6 +314,23 @@ struct api_ports_ctx *api_ports_ctx_new(struct sandbox_svc *svc, const struct sa
 /* Wake every parked proxy (they answer 503 or cut their body). */
 void api_ports_ctx_stop(struct api_ports_ctx *ctx);
 void api_ports_ctx_free(struct api_ports_ctx *ctx);
+
+/* ---------------------------------------------------- api/http_previews.c */
+/* POST, GET /v1/sandboxes/{id}/ports/{port}/previews ({port} in r->pid). */
+enum MHD_Result api_previews_handle(struct req *r);
+/* DELETE /v1/sandboxes/{id}/previews/{preview_id} (r->sub_id). */
+enum MHD_Result api_preview_revoke_handle(struct req *r);
+/* Whether the request's Host is a preview's (PORT-TOKEN.<preview_domain>,
+ * any port after it, any case), or preview_domain itself: then it is no
+ * API request, and api_preview_host_begin answers it. */
+bool api_preview_host_is(const struct sandbox_config *cfg, struct MHD_Connection *c);
+/* Proxy the request (the path as it came) to the port the preview names,
+ * or answer 404 not_found (an unknown, expired or revoked token, or one of
+ * another port). Before any route and any API key. */
+enum MHD_Result api_preview_host_begin(struct req *r, const char *url, const char *method);
+/* R_PREVIEW_HOST's handler: never reached (STREAM, answered by
+ * api_preview_host_begin), 404 if it were. */
+enum MHD_Result api_preview_host_route(struct req *r);
 
 /* What http_ports.c (the proxy) and http_ports_ws.c (its upgraded
  * connections) share. ctx->lock is a leaf, never held across a sandbox/
@@ -336,6 +362,7 @@ struct api_port {
 	struct sandbox_port *p;
 	char account_id[SANDBOX_ID_MAX];
 	char sandbox_id[SANDBOX_ID_MAX];
+	bool preview; /* on a preview's host name (api_ports_begin) */
 
 	/* ctx->lock */
 	bool parked, woke, counted;
@@ -387,6 +414,10 @@ size_t ports_raw_take(struct api_port *ap, char *dst, size_t max);
 void ports_head_copy(struct api_port *ap, struct MHD_Response *resp);
 /* Drop a reference (ctx->lock not held); the last frees ap. */
 void ports_unref(struct api_port *ap);
+
+/* http_ports_chunked.c */
+/* De-chunk ap->raw into buf: bytes produced; -1 when malformed. */
+ssize_t ports_dechunk(struct api_port *ap, char *buf, size_t max);
 
 /* http_ports_ws.c */
 /* The guest answered 101 to an upgrade: answer the client 101 and relay

@@ -244,9 +244,14 @@ static enum MHD_Result request_begin(struct api_server *srv, struct MHD_Connecti
 
 	sbx_error_clear(&err);
 	r->method = api_method_bit(method);
+	/* a preview's host name is no API request: before any route and key */
+	if (api_preview_host_is(srv->cfg, c))
+		return api_preview_host_begin(r, url, method);
 	r->route = api_route_resolve(url, r->id, &r->pid);
 	if (r->route == R_PORTS)
 		r->port_tail = api_ports_tail(url);
+	if (r->route == R_PREVIEW) /* the last segment: {preview_id} */
+		snprintf(r->sub_id, sizeof r->sub_id, "%s", strrchr(url, '/') + 1);
 	if (r->route == R_NONE && (r->asset = api_static_find(url)) >= 0)
 		r->route = R_STATIC;
 	rt = api_route_get(r->route);

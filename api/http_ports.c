@@ -18,6 +18,10 @@
  * A GET asking for an upgrade (WebSocket) goes on as one, and a 101 from
  * the guest hands the connection to http_ports_ws.c's relay.
  *
+ * A preview's host name (http_previews.c) enters the same proxy through
+ * api_ports_begin with `preview`: the path as it came, the guest's own
+ * origin (its Set-Cookie and the client's Cookie pass), no CSP sandbox.
+ *
  * Parking is http_files.c's: the connection is suspended while the stream
  * cannot move, and the stream's wake resumes it. Locking: ctx->lock is a
  * leaf, never held across a sandbox/ call.
@@ -219,9 +223,15 @@ static enum MHD_Result arg_add(void *cls, enum MHD_ValueKind kind, const char *k
 }
 
 /* Headers the proxy never passes on (hop-by-hop, credentials, what it
- * sets itself). */
-static bool header_dropped(const char *name)
+ * sets itself). On a preview's host the client's Cookie is the guest's
+ * own origin's, and passes; an Authorization passes unless it carries an
+ * API key. */
+static bool header_dropped(const struct api_port *ap, const char *name, const char *value)
 {
+	if (ap->preview && strcasecmp(name, "Cookie") == 0)
+		return false;
+	if (ap->preview && strcasecmp(name, "Authorization") == 0)
+		return strcasestr(value, "aas_sk_") != NULL;
 	static const char *const drop[] = {"Host",
 					   "Connection",
 					   "Keep-Alive",
@@ -262,7 +272,8 @@ static enum MHD_Result header_add(void *cls, enum MHD_ValueKind kind, const char
 	struct args_ctx *a = cls;
 
 	(void)kind;
-	if (!value || header_dropped(key) || !header_value_ok(key) || !header_value_ok(value))
+	if (!value || header_dropped(a->ap, key, value) || !header_value_ok(key) ||
+	    !header_value_ok(value))
 		return MHD_YES;
 	a->ok = a->ok && out_str(a->ap, key) && out_str(a->ap, ": ") && out_str(a->ap, value) &&
 		out_str(a->ap, "\r\n");
@@ -316,9 +327,13 @@ static int head_build(struct api_port *ap, const char *method, const char *tail,
 		snprintf(line, sizeof line, "X-Forwarded-Host: %s\r\n", host);
 		a.ok = a.ok && out_str(ap, line);
 	}
-	snprintf(line, sizeof line,
-		 "X-Forwarded-Proto: http\r\nX-Forwarded-Prefix: /v1/sandboxes/%s/ports/%u\r\n",
-		 ap->sandbox_id, port);
+	if (ap->preview) /* the path is the guest's own: no prefix */
+		snprintf(line, sizeof line, "X-Forwarded-Proto: http\r\n");
+	else
+		snprintf(line, sizeof line,
+			 "X-Forwarded-Proto: http\r\nX-Forwarded-Prefix: "
+			 "/v1/sandboxes/%s/ports/%u\r\n",
+			 ap->sandbox_id, port);
 	a.ok = a.ok && out_str(ap, line);
 	a.ok = a.ok && forwarded_for(ap);
 	/* Transfer-Encoding wins over a Content-Length beside it, as
@@ -370,8 +385,14 @@ static int out_flush(struct api_port *ap)
 
 /* ---------------------------------------------------------- the answer */
 
-static bool reply_header_dropped(const char *name, size_t n)
+/* A guest's header the client does not get. On a preview's host (the
+ * guest's own origin) its Set-Cookie passes, unless it names a Domain: a
+ * cookie of one preview's host only, never one every preview shares. */
+static bool reply_header_dropped(const struct api_port *ap, const char *name, size_t n,
+				 const char *value)
 {
+	if (ap->preview && n == 10 && strncasecmp(name, "Set-Cookie", 10) == 0)
+		return strcasestr(value, "domain=") != NULL;
 	static const char *const drop[] = {"Connection",
 					   "Keep-Alive",
 					   "Proxy-Connection",
@@ -474,7 +495,7 @@ void ports_head_copy(struct api_port *ap, struct MHD_Response *resp)
 		if (!colon)
 			continue;
 		nlen = (size_t)(colon - p);
-		if (!token_ok(p, nlen) || reply_header_dropped(p, nlen))
+		if (!token_ok(p, nlen))
 			continue;
 		v = colon + 1;
 		while (*v == ' ' || *v == '\t')
@@ -487,7 +508,7 @@ void ports_head_copy(struct api_port *ap, struct MHD_Response *resp)
 
 			p[nlen] = '\0';
 			*vend = '\0';
-			if (header_value_ok(v))
+			if (header_value_ok(v) && !reply_header_dropped(ap, p, nlen, v))
 				MHD_add_response_header(resp, p, v);
 			p[nlen] = save_n;
 			*vend = save_v;
@@ -505,81 +526,6 @@ size_t ports_raw_take(struct api_port *ap, char *dst, size_t max)
 		return n;
 	}
 	return sandbox_port_read(ap->p, dst, max);
-}
-
-/* De-chunk ap->raw into buf: bytes produced; -1 when malformed. */
-static ssize_t dechunk(struct api_port *ap, char *buf, size_t max)
-{
-	size_t o = 0;
-
-	while (ap->raw_off < ap->raw_len && o < max && ap->ch != CH_DONE) {
-		char ch = ap->raw[ap->raw_off];
-
-		switch (ap->ch) {
-		case CH_SIZE:
-			ap->raw_off++;
-			if (ch == '\n') {
-				if (ap->ch_digits == 0)
-					return -1;
-				ap->ch = ap->ch_left ? CH_DATA : CH_TRAILER;
-				ap->line_len = ap->ch_digits = 0;
-				ap->ch_ext = false;
-				break;
-			}
-			if (++ap->line_len > PORT_LINE_MAX)
-				return -1;
-			if (!ap->ch_ext && isxdigit((unsigned char)ch)) {
-				int d = isdigit((unsigned char)ch)
-					    ? ch - '0'
-					    : tolower((unsigned char)ch) - 'a' + 10;
-
-				if (++ap->ch_digits > 15)
-					return -1;
-				ap->ch_left = ap->ch_left * 16 + (uint64_t)d;
-			} else {
-				ap->ch_ext = true; /* an extension, or the CR */
-			}
-			break;
-		case CH_DATA: {
-			size_t n = SBX_MIN(max - o, ap->raw_len - ap->raw_off);
-
-			n = (size_t)SBX_MIN((uint64_t)n, ap->ch_left);
-			memcpy(buf + o, ap->raw + ap->raw_off, n);
-			o += n;
-			ap->raw_off += n;
-			ap->ch_left -= n;
-			if (ap->ch_left == 0)
-				ap->ch = CH_DATA_END;
-			break;
-		}
-		case CH_DATA_END:
-			ap->raw_off++;
-			if (ch == '\n') {
-				ap->ch = CH_SIZE;
-				ap->line_len = 0;
-			} else if (ch != '\r') {
-				return -1;
-			}
-			break;
-		case CH_TRAILER:
-			ap->raw_off++;
-			if (ch == '\n') {
-				if (ap->line_len == 0)
-					ap->ch = CH_DONE;
-				ap->line_len = 0;
-			} else if (ch != '\r' && ++ap->line_len > PORT_LINE_MAX) {
-				return -1;
-			}
-			/* bounded in all: trailers give no byte to hand on, so
-			 * endless ones would keep this loop reading */
-			if (++ap->trailer_bytes > PORT_TRAILER_MAX)
-				return -1;
-			break;
-		case CH_DONE:
-			break;
-		}
-	}
-	return (ssize_t)o;
 }
 
 /* One look at the body: bytes into buf (> 0), 0 nothing now, or an MHD
@@ -607,7 +553,7 @@ static ssize_t body_once(struct api_port *ap, char *buf, size_t max)
 			if (ap->raw_len == 0)
 				return 0;
 		}
-		n = dechunk(ap, buf, max);
+		n = ports_dechunk(ap, buf, max);
 		if (n < 0) {
 			sbx_warn(MOD, "a port's chunked answer was malformed; cut short");
 			return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -674,10 +620,12 @@ static enum MHD_Result answer(struct api_port *ap)
 		return MHD_NO;
 	ports_head_copy(ap, resp);
 	/* the guest's pages are not the API's origin: a unique origin for
-	 * their scripts (docs/api.md "Ports") */
-	MHD_add_response_header(resp, "Content-Security-Policy",
-				"sandbox allow-scripts allow-forms allow-popups allow-modals "
-				"allow-downloads");
+	 * their scripts (docs/api.md "Ports"). A preview's host is their own
+	 * origin: no sandbox there (docs/api.md "Previews"). */
+	if (!ap->preview)
+		MHD_add_response_header(resp, "Content-Security-Policy",
+					"sandbox allow-scripts allow-forms allow-popups "
+					"allow-modals allow-downloads");
 	api_reqctx_header(resp);
 	ret = api_queue_response(ap->conn, status, resp);
 	MHD_destroy_response(resp);
@@ -813,8 +761,8 @@ static void upgrade_detect(struct api_port *ap, struct req *r)
 	snprintf(ap->upgrade_proto, sizeof ap->upgrade_proto, "%s", u);
 }
 
-enum MHD_Result api_ports_begin(struct api_ports_ctx *ctx, struct req *r, const char *tail,
-				struct api_port **out)
+enum MHD_Result api_ports_begin(struct api_ports_ctx *ctx, struct req *r, const char *method,
+				const char *tail, bool preview, struct api_port **out)
 {
 	struct api_port *ap = calloc(1, sizeof(*ap));
 	struct sbx_error err;
@@ -828,6 +776,7 @@ enum MHD_Result api_ports_begin(struct api_ports_ctx *ctx, struct req *r, const 
 	ap->refs = 1;
 	ap->efd = -1;
 	ap->sock = MHD_INVALID_SOCKET;
+	ap->preview = preview;
 	upgrade_detect(ap, r);
 	snprintf(ap->account_id, sizeof ap->account_id, "%s", r->account_id);
 	snprintf(ap->sandbox_id, sizeof ap->sandbox_id, "%s", r->id);
@@ -845,7 +794,7 @@ enum MHD_Result api_ports_begin(struct api_ports_ctx *ctx, struct req *r, const 
 			      "port must be a number 1..65535 (the path is "
 			      "/v1/sandboxes/{id}/ports/{port}/{path})");
 	if (err.code != SBX_OK || live_add(ap, &err) < 0 ||
-	    head_build(ap, api_method_name(r->method), tail ? tail : "", port, &err) < 0 ||
+	    head_build(ap, method, tail ? tail : "", port, &err) < 0 ||
 	    sandbox_port_open(ctx->svc, r->account_id, r->id, port, ports_wake, ap, &ap->p, &err) <
 		0) {
 		live_remove(ap);
@@ -1011,5 +960,6 @@ char *api_ports_tail(const char *url)
 enum MHD_Result api_ports_route(struct req *r)
 {
 	api_conn_deadline(r->conn, r->srv->cfg->file_transfer_timeout_ms);
-	return api_ports_begin(r->srv->ports, r, r->port_tail, &r->port);
+	return api_ports_begin(r->srv->ports, r, api_method_name(r->method), r->port_tail, false,
+			       &r->port);
 }

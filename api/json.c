@@ -473,6 +473,11 @@ struct json_object *api_limits_encode_stats(const struct sandbox_config *cfg,
 			       json_object_new_int64(cfg->port_response_timeout_ms));
 	json_object_object_add(o, "port_header_max_bytes",
 			       json_object_new_int64(cfg->port_header_max_bytes));
+	json_object_object_add(o, "previews_per_sandbox",
+			       json_object_new_int(cfg->max_previews_per_sandbox));
+	json_object_object_add(o, "preview_max_ttl_seconds",
+			       json_object_new_int(cfg->preview_max_ttl_seconds));
+	json_object_object_add(o, "preview_domain", json_object_new_string(cfg->preview_domain));
 	json_object_object_add(o, "process_output_ring_bytes",
 			       json_object_new_int(SANDBOX_PROC_RING_BYTES));
 	json_object_object_add(o, "creates_in_flight_per_account",

@@ -64,6 +64,14 @@ static const struct api_route table[R_COUNT] = {
 		   "network"},
     [R_PORTS] = {"/v1/sandboxes/{id}/ports/{port}/{path}", GET | PUT | POST | DELETE, AUTH | STREAM,
 		 0, api_ports_route, "ports"},
+    [R_PREVIEWS] = {"/v1/sandboxes/{id}/ports/{port}/previews", GET | POST, AUTH | BODY, 0,
+		    api_previews_handle, "previews"},
+    [R_PREVIEW] = {"/v1/sandboxes/{id}/previews/{preview_id}", DELETE, AUTH, 0,
+		   api_preview_revoke_handle, "preview"},
+    /* a preview's host name (http_previews.c): found by its Host, before
+     * any route and any key, not by path */
+    [R_PREVIEW_HOST] = {NULL, GET | PUT | POST | DELETE, STREAM, 0, api_preview_host_route,
+			"preview_host"},
     /* api_assets[] (api/assets.h): found by api_static_find, not by path */
     [R_STATIC] = {NULL, GET, 0, 0, api_static_route, "static"},
 };
@@ -165,8 +173,8 @@ static uint32_t port_parse(const char *s, size_t n)
 /* Does `url` match the pattern? Each "{name}" takes one non-empty segment:
  * {pid} a pid, {port} anything (its number into *pid, 0 when not a port),
  * any other an id shorter than SANDBOX_ID_MAX (a longer one is no route:
- * 404 either way); a final "/{path}" takes the rest of the URL, slashes and
- * nothing included. *params counts them. */
+ * 404 either way), the first of them into id; a final "/{path}" takes the rest of the URL, slashes
+ * and nothing included. *params counts them. */
 static bool match(const char *pat, const char *url, char id[SANDBOX_ID_MAX], uint32_t *pid,
 		  int *params)
 {
@@ -194,8 +202,10 @@ static bool match(const char *pat, const char *url, char id[SANDBOX_ID_MAX], uin
 		} else {
 			if (n == 0 || n >= SANDBOX_ID_MAX)
 				return false;
-			memcpy(id, url, n);
-			id[n] = '\0';
+			if (!id[0]) { /* {preview_id} after {id}: the handler's */
+				memcpy(id, url, n);
+				id[n] = '\0';
+			}
 		}
 		(*params)++;
 		pat = strchr(pat, '}') + 1;

@@ -1,5 +1,6 @@
 /* sbx port: ask a server in a sandbox through the ports route (docs/api.md
- * "Ports"), with the API key, as curl would; or print the route's URL. */
+ * "Ports"), with the API key, as curl would; print the route's URL; or
+ * create a preview URL for a browser (docs/api.md "Previews"). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,12 +10,15 @@
 
 static const char port_help[] =
     "usage: sbx port ID PORT [PATH] [--url-only]\n"
+    "       sbx port ID PORT --preview [--ttl SECONDS]\n"
     "GET PATH (default /) from the server listening on 127.0.0.1:PORT inside\n"
     "the sandbox, through the API's ports route, and write the answer's body\n"
     "to stdout (a server's non-2xx: its status on stderr, exit 1). PATH may\n"
     "carry a query. --url-only prints the route's URL instead, for a client\n"
-    "that sends the API key itself (Authorization: Bearer KEY). Browser\n"
-    "preview links are not built yet (docs/api.md \"Ports\").\n";
+    "that sends the API key itself (Authorization: Bearer KEY).\n"
+    "--preview creates a preview URL of the port for a browser (no key needed:\n"
+    "the URL is the secret, shown once), live --ttl SECONDS (default 3600),\n"
+    "and prints it (docs/api.md \"Previews\"); with --json the whole answer.\n";
 
 /* PORT: 1..65535, digits only. */
 static int port_of(const char *s)
@@ -38,9 +42,40 @@ static bool path_ok(const char *p)
 	return true;
 }
 
+/* POST .../ports/PORT/previews: print the URL (the answer with --json). */
+static int preview(struct cli *c, const char *id, int port, const char *ttl)
+{
+	json_object *body = NULL;
+	struct cli_reply r;
+	char path[160];
+	long long v;
+	int rc;
+
+	if (ttl) {
+		if (!cli_parse_int(ttl, -1000000000LL, 1000000000LL, &v))
+			return cli_usage(c, "--ttl '%s' is not a number of seconds", ttl);
+		body = json_object_new_object();
+		json_object_object_add(body, "expires_in_seconds", json_object_new_int64(v));
+	}
+	snprintf(path, sizeof path, "/v1/sandboxes/%s/ports/%d/previews", id, port);
+	rc = cli_call(c, "POST", path, body, NULL, NULL, &r);
+	json_object_put(body);
+	if (rc)
+		return rc;
+	if (r.status != 201)
+		rc = cli_fail(c, &r);
+	else if (c->json)
+		cli_print_json(r.json);
+	else
+		printf("%s\n", cli_str(r.json, "url"));
+	cli_reply_free(&r);
+	return rc;
+}
+
 int cmd_port(struct cli *c, int argc, char **argv)
 {
-	struct cli_opt opts[] = {{.name = "url-only"}, {0}};
+	struct cli_opt opts[] = {
+	    {.name = "url-only"}, {.name = "preview"}, {.name = "ttl", .arg = true}, {0}};
 	const char *pos[3], *path;
 	struct cli_stream s = {.download = stdout, .accept = "*/*"};
 	struct cli_reply r;
@@ -53,6 +88,13 @@ int cmd_port(struct cli *c, int argc, char **argv)
 		return cli_usage(c, "%s", "give a sandbox id and a port");
 	if ((port = port_of(pos[1])) < 0)
 		return cli_usage(c, "port '%s' is not 1..65535", pos[1]);
+	if (opts[2].set && !opts[1].set)
+		return cli_usage(c, "%s", "--ttl goes with --preview");
+	if (opts[1].set) {
+		if (npos > 2 || opts[0].set)
+			return cli_usage(c, "%s", "--preview takes no PATH and no --url-only");
+		return preview(c, pos[0], port, opts[2].set ? opts[2].value : NULL);
+	}
 	path = npos == 3 ? pos[2] : "/";
 	if (!path_ok(path))
 		return cli_usage(c, "%s", "the path has a space, a control byte or '#'");

@@ -40,6 +40,7 @@ static const char main_help[] =
     "                                                            (LOCAL '-': stdin or stdout)\n"
     "  shell ID                                                  an interactive shell in it\n"
     "  port ID PORT [PATH] [--url-only]                          GET a server in it (its port)\n"
+    "  port ID PORT --preview [--ttl SECONDS]                    a preview URL for a browser\n"
     "one-shot executions and receipts:\n"
     "  run (--python | --node | --runtime R) FILE|- [--timeout S]\n"
     "  receipt get RCPT_ID | receipt public-key\n"

@@ -171,6 +171,9 @@ void sandbox_config_defaults(struct sandbox_config *cfg)
 	cfg->port_idle_timeout_ms = 60000;
 	cfg->port_response_timeout_ms = 30000;
 	cfg->port_header_max_bytes = 65536;
+	snprintf(cfg->preview_domain, sizeof cfg->preview_domain, "preview.localhost");
+	cfg->preview_max_ttl_seconds = 86400;
+	cfg->max_previews_per_sandbox = 20;
 	cfg->output_budget_account_mib = 512;
 	cfg->output_budget_host_mib = 2048;
 	cfg->max_body_bytes = 1024 * 1024;

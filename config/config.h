@@ -145,11 +145,21 @@ struct sandbox_config {
 	 * for port_idle_timeout_ms ends one; the guest's server answers
 	 * within port_response_timeout_ms (504 past it); its status line and
 	 * headers fit in port_header_max_bytes (502 past it). */
-	int max_port_conns_per_sandbox;	    /* 16 */
-	int max_port_conns_per_account;	    /* 64 */
-	uint32_t port_idle_timeout_ms;	    /* 60000 */
-	uint32_t port_response_timeout_ms;  /* 30000 */
-	uint32_t port_header_max_bytes;	    /* 65536 */
+	int max_port_conns_per_sandbox;	   /* 16 */
+	int max_port_conns_per_account;	   /* 64 */
+	uint32_t port_idle_timeout_ms;	   /* 60000 */
+	uint32_t port_response_timeout_ms; /* 30000 */
+	uint32_t port_header_max_bytes;	   /* 65536 */
+	/* Preview URLs (docs/api.md "Previews"): PORT-TOKEN.<preview_domain>
+	 * is a browser's way to a port; a preview lives at most
+	 * preview_max_ttl_seconds, a sandbox has at most
+	 * max_previews_per_sandbox live ones. */
+	char preview_domain[128];     /* "preview.localhost" */
+	int preview_max_ttl_seconds;  /* 86400 */
+	int max_previews_per_sandbox; /* 20 */
+	/* The port a browser reaches previews on (a URL's): 0 the daemon's
+	 * own; 443 (https) or 80 (http) behind a front end, shown without. */
+	int preview_public_port;	    /* 0 */
 	uint64_t output_budget_account_mib; /* 512: buffered exec output per account */
 	uint64_t output_budget_host_mib;    /* 2048: the same for the whole host */
 	size_t max_body_bytes;		    /* HTTP request body cap, 1 MiB */

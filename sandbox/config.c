@@ -374,6 +374,51 @@ static int validate_ports(const struct sandbox_config *cfg, struct sbx_error *er
 	return 0;
 }
 
+/* A DNS name of two labels or more, lowercase (letters, digits, '-'), dot
+ * separated, that PORT-TOKEN. before it keeps under 254 bytes. One label
+ * ("localhost") would take the API's own host names for previews. */
+static bool preview_domain_ok(const char *d)
+{
+	size_t label = 0, n = strlen(d);
+
+	if (n == 0 || n > 200 || d[0] == '.' || d[n - 1] == '.' || !strchr(d, '.'))
+		return false;
+	for (; *d; d++) {
+		if (*d == '.') {
+			if (label == 0)
+				return false;
+			label = 0;
+			continue;
+		}
+		if (!((*d >= 'a' && *d <= 'z') || (*d >= '0' && *d <= '9') || *d == '-') ||
+		    ++label > 63)
+			return false;
+	}
+	return true;
+}
+
+/* Previews (docs/api.md "Previews"). */
+static int validate_previews(const struct sandbox_config *cfg, struct sbx_error *err)
+{
+	if (!preview_domain_ok(cfg->preview_domain))
+		return sbx_error_set(
+		    err, SBX_E_INVALID_REQUEST, "preview_domain",
+		    "preview_domain must be a lowercase DNS name of two labels or more "
+		    "(letters, digits, '-', dots), such as 'preview.example.com', and not "
+		    "the API's own host name");
+	if (cfg->preview_max_ttl_seconds < 60 || cfg->preview_max_ttl_seconds > 30 * 86400)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "preview_max_ttl_seconds",
+				     "preview_max_ttl_seconds must be 60..2592000");
+	if (cfg->max_previews_per_sandbox < 1 || cfg->max_previews_per_sandbox > 1000)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "max_previews_per_sandbox",
+				     "max_previews_per_sandbox must be 1..1000");
+	if (cfg->preview_public_port < 0 || cfg->preview_public_port > 65535)
+		return sbx_error_set(
+		    err, SBX_E_INVALID_REQUEST, "preview_public_port",
+		    "preview_public_port must be 0 (the daemon's port) or 1..65535");
+	return 0;
+}
+
 /* network.*: the limits are sane; the default policy, the internal
  * ranges and the nameservers were checked when the file was read
  * (api/config.c). */
@@ -409,7 +454,8 @@ int sandbox_config_validate(const struct sandbox_config *cfg, struct sbx_error *
 	if (validate_basics(cfg, err) < 0 || validate_production(cfg, err) < 0 ||
 	    validate_sandbox_limits(cfg, err) < 0 || validate_pool_and_tests(cfg, err) < 0 ||
 	    validate_http(cfg, err) < 0 || validate_in_flight_caps(cfg, err) < 0 ||
-	    validate_network(cfg, err) < 0 || validate_ports(cfg, err) < 0)
+	    validate_network(cfg, err) < 0 || validate_ports(cfg, err) < 0 ||
+	    validate_previews(cfg, err) < 0)
 		return -1;
 	return 0;
 }

@@ -700,6 +700,43 @@ void sandbox_port_status(struct sandbox_port *p, struct sandbox_port_status *st)
 /* Give it back (an open connection is reset in the guest). */
 void sandbox_port_release(struct sandbox_port *p);
 
+/* -------------------------------------------------------------- previews */
+
+/* A preview URL of a sandbox's port (docs/api.md "Previews"): a token of
+ * 128 random bits, 32 lowercase hex digits, shown once at its create; the
+ * store keeps its SHA-256 only. */
+#define SANDBOX_PREVIEW_TOKEN_LEN 32
+
+struct sandbox_preview {
+	char id[SANDBOX_ID_MAX]; /* "pv_" + 24 hex */
+	char account_id[SANDBOX_ID_MAX];
+	char sandbox_id[SANDBOX_ID_MAX];
+	uint32_t port;
+	int64_t created_at_ms, expires_at_ms, revoked_at_ms;
+};
+
+/* A preview of `port` of this account's running sandbox, live for
+ * expires_in_s seconds (1..preview_max_ttl_seconds; 400 naming
+ * "expires_in_seconds" else): 404 (not this account's), 410 (not running),
+ * 429 (max_previews_per_sandbox live ones). token: its secret, with NUL. */
+int sandbox_preview_create(struct sandbox_svc *svc, const char *account_id, const char *id,
+			   uint32_t port, int expires_in_s, struct sandbox_preview *out,
+			   char token[static SANDBOX_PREVIEW_TOKEN_LEN + 1], struct sbx_error *err);
+/* The live previews of a port (0: every port) of this account's sandbox,
+ * newest first (404 as create). *out malloc'd. */
+int sandbox_preview_list(struct sandbox_svc *svc, const char *account_id, const char *id,
+			 uint32_t port, struct sandbox_preview **out, size_t *n,
+			 struct sbx_error *err);
+/* Revoke one of this account's sandbox's previews: 404 when it is not. */
+int sandbox_preview_revoke(struct sandbox_svc *svc, const char *account_id, const char *id,
+			   const char *preview_id, struct sandbox_preview *out,
+			   struct sbx_error *err);
+/* The live preview a browser's host name names (its port and token):
+ * 404 not_found for an unknown, revoked or expired token, or a token of
+ * another port. The token is never logged. */
+int sandbox_preview_resolve(struct sandbox_svc *svc, uint32_t port, const char *token,
+			    struct sandbox_preview *out, struct sbx_error *err);
+
 /* Let a streamed exec that its on_output paused run again. A no-op when
  * the sandbox or the exec is gone. No lock held; never blocks. */
 void sandbox_exec_resume(struct sandbox_svc *svc, const char *sandbox_id, uint32_t exec_id);

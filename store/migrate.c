@@ -221,6 +221,21 @@ static const char *const store_migrations[] = {
     "  CHECK (net_bytes_out >= 0);"
     "ALTER TABLE sandboxes ADD COLUMN net_price_micro_per_gb INTEGER NOT NULL DEFAULT 0"
     "  CHECK (net_price_micro_per_gb >= 0);",
+    /* 13 (issue 28, preview URLs): a browser's way to a sandbox's port.
+     * Only the SHA-256 of a preview's token is kept (the token is shown
+     * once); a revoked one keeps its row until it would have expired. */
+    "CREATE TABLE previews ("
+    "  id TEXT PRIMARY KEY,"
+    "  account_id TEXT NOT NULL REFERENCES accounts(id),"
+    "  sandbox_id TEXT NOT NULL REFERENCES sandboxes(id),"
+    "  port INTEGER NOT NULL CHECK (port BETWEEN 1 AND 65535),"
+    "  token_hash TEXT NOT NULL UNIQUE,"
+    "  created_at_ms INTEGER NOT NULL,"
+    "  expires_at_ms INTEGER NOT NULL,"
+    "  revoked_at_ms INTEGER NOT NULL DEFAULT 0"
+    ");"
+    "CREATE INDEX previews_by_sandbox ON previews(sandbox_id, port, created_at_ms);"
+    "CREATE INDEX previews_by_expiry ON previews(expires_at_ms);",
 };
 
 /* Work in C that a migration needs after its SQL, in the same transaction,

@@ -27,7 +27,7 @@
  * file of store/ uses (store-priv.h). The tables by concern: accounts.c
  * (accounts, credit), keys.c (API keys), ledger.c (balances, the ledger
  * check, totals), idem.c (idempotency keys), sandbox.c, execution.c,
- * usage.c; migrate.c the schema.
+ * usage.c, previews.c; migrate.c the schema.
  */
 #include "store.h"
 

@@ -652,4 +652,37 @@ int store_key_scopes_get(struct store *s, const char *key_id, char out[STORE_SCO
 int store_key_scopes_set(struct store *s, const char *key_id, const char *scopes,
 			 struct sbx_error *err);
 
+/* ----------------------------------------------------------- previews */
+
+/* A preview URL of a sandbox's port (issue 28, migration 13): only the
+ * SHA-256 of its token (64 lowercase hex) is stored. Live: not revoked and
+ * expires_at_ms in the future. */
+struct store_preview {
+	char id[STORE_ID_MAX]; /* "pv_" + 24 hex */
+	char account_id[STORE_ID_MAX];
+	char sandbox_id[STORE_ID_MAX];
+	uint32_t port;
+	int64_t created_at_ms, expires_at_ms, revoked_at_ms;
+};
+
+/* Insert row (its created_at_ms is "now") unless the sandbox already has
+ * max_live live previews (SBX_E_CONCURRENCY_LIMIT); drops the sandbox's
+ * rows that expired or were revoked before now. 0 or -1. */
+int store_preview_insert(struct store *s, const struct store_preview *row, const char *token_hash,
+			 int max_live, struct sbx_error *err);
+/* The live previews of a sandbox's port (port 0: all its ports), newest
+ * first, at most max. *out malloc'd. */
+int store_preview_list(struct store *s, const char *account_id, const char *sandbox_id,
+		       uint32_t port, int64_t now_ms, size_t max, struct store_preview **out,
+		       size_t *n, struct sbx_error *err);
+/* Revoke one (the first revocation time is kept): SBX_E_NOT_FOUND when it
+ * is not this account's preview of that sandbox. *out: the row after. */
+int store_preview_revoke(struct store *s, const char *account_id, const char *sandbox_id,
+			 const char *id, int64_t now_ms, struct store_preview *out,
+			 struct sbx_error *err);
+/* The preview whose token hashes to token_hash, revoked or expired ones
+ * included (the caller decides): SBX_E_NOT_FOUND when none. */
+int store_preview_find(struct store *s, const char *token_hash, struct store_preview *out,
+		       struct sbx_error *err);
+
 #endif

@@ -178,6 +178,13 @@ export declare class Sandbox {
   /** The URL of path on the sandbox's port through the API (it needs the
    * API key in an Authorization header, like every route). */
   portUrl(port: number, path?: string): string;
+  /** POST /v1/sandboxes/{id}/ports/{port}/previews (docs/api.md, Previews):
+   * a URL a browser opens without a key; `url` is shown only here. */
+  createPreview(port: number, options?: CallOptions & { expiresInSeconds?: number }): Promise<Preview>;
+  /** The port's live previews, newest first (no `url`). */
+  listPreviews(port: number, options?: CallOptions): Promise<Preview[]>;
+  /** DELETE /v1/sandboxes/{id}/previews/{preview_id}. */
+  revokePreview(previewId: string, options?: CallOptions): Promise<Preview>;
   extend(timeoutMinutes: number, options?: CallOptions): Promise<this>;
   pause(options?: CallOptions): Promise<this>;
   resume(options?: CallOptions): Promise<this>;
@@ -276,6 +283,17 @@ export interface Execution {
   startupPath: 'warm' | 'cold';
   prestarted: boolean;
   raw: Record<string, unknown>;
+}
+
+export interface Preview {
+  id: string;
+  object: 'preview';
+  sandbox_id: string;
+  port: number;
+  url?: string;
+  created_at: string;
+  expires_at: string;
+  revoked: boolean;
 }
 
 export interface ApiKey {

@@ -548,12 +548,13 @@ static inline void http_record(const char *method, const char *path, const char 
 	json_object_put(o);
 }
 
-/* One HTTP/1.1 request over a fresh TCP connection (Connection: close).
- * `auth` NULL sends no Authorization header; `extra_headers` is raw
- * "Name: value\r\n" lines or NULL. Returns 0 and fills r, or -1. */
-static inline int http_request(const struct daemon *d, const char *method, const char *path,
-			       const char *auth, const char *extra_headers, const char *body,
-			       size_t body_len, struct http_reply *r)
+/* One HTTP/1.1 request over a fresh TCP connection (Connection: close)
+ * to the daemon, with Host: host. `auth` NULL sends no Authorization
+ * header; `extra_headers` is raw "Name: value\r\n" lines or NULL. Returns
+ * 0 and fills r, or -1. */
+static inline int http_request_host(const struct daemon *d, const char *host, const char *method,
+				    const char *path, const char *auth, const char *extra_headers,
+				    const char *body, size_t body_len, struct http_reply *r)
 {
 	struct sockaddr_in sa = {.sin_family = AF_INET};
 	struct sbx_buf in;
@@ -574,9 +575,9 @@ static inline int http_request(const struct daemon *d, const char *method, const
 	if (body && body_len == 0)
 		body_len = strlen(body);
 	n = snprintf(head, sizeof(head),
-		     "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n%s%s%s%s"
+		     "%s %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n%s%s%s%s"
 		     "Content-Length: %zu\r\n\r\n",
-		     method, path, auth ? "Authorization: Bearer " : "", auth ? auth : "",
+		     method, path, host, auth ? "Authorization: Bearer " : "", auth ? auth : "",
 		     auth ? "\r\n" : "", extra_headers ? extra_headers : "",
 		     body ? body_len : (size_t)0);
 	if (write(fd, head, (size_t)n) != n ||
@@ -612,8 +613,18 @@ static inline int http_request(const struct daemon *d, const char *method, const
 	r->body[r->body_len] = '\0';
 	sbx_buf_release(&in);
 	r->json = json_tokener_parse(r->body);
-	http_record(method, path, extra_headers, body, body_len, r);
+	if (strcmp(host, "127.0.0.1") == 0) /* the API's, not a preview's */
+		http_record(method, path, extra_headers, body, body_len, r);
 	return 0;
+}
+
+/* http_request_host with Host: 127.0.0.1 (an API request). */
+static inline int http_request(const struct daemon *d, const char *method, const char *path,
+			       const char *auth, const char *extra_headers, const char *body,
+			       size_t body_len, struct http_reply *r)
+{
+	return http_request_host(d, "127.0.0.1", method, path, auth, extra_headers, body, body_len,
+				 r);
 }
 
 /* POST /v1/sandboxes {"timeout_minutes": minutes} as `key`: the new id

@@ -323,6 +323,9 @@ static void test_route_table_405(void **state)
 	t = api_routes(&n);
 	for (size_t i = 1; i < n; i++) {
 		const char *path = t[i].path ? t[i].path : "/v1/openapi.json"; /* R_STATIC */
+
+		if (i == R_PREVIEW_HOST) /* found by its Host, not by a path */
+			continue;
 		size_t o = 0;
 
 		for (const char *p = path; *p && o + 40 < sizeof(url);) {

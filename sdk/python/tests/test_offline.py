@@ -243,3 +243,27 @@ def test_port_fetch_passes_the_guests_answer_and_raises_the_daemons(fake):
     assert methods[4] == ("POST", "/v1/sandboxes/sbx_1/ports/8000/echo") and fake.seen[4][3] == b"hi"
     assert fake.seen[4][2]["X-Test"] == "1"
     assert sb.port_url(3000, "/app/") .endswith("/v1/sandboxes/sbx_1/ports/3000/app/")
+
+
+def test_previews_create_list_revoke(fake):
+    pv = {"object": "preview", "id": "pv_1", "sandbox_id": "sbx_1", "port": 3000,
+          "url": "http://3000-" + "a" * 32 + ".preview.localhost:8080/", "created_at": "t",
+          "expires_at": "u", "revoked": False}
+    listed = {k: v for k, v in pv.items() if k != "url"}
+    fake.replies = [(200, ERR, SBX), (201, ERR, json.dumps(pv).encode()),
+                    (200, ERR, json.dumps({"object": "list", "data": [listed], "has_more": False}).encode()),
+                    (200, ERR, json.dumps(dict(listed, revoked=True)).encode()),
+                    (429, ERR, err("concurrency_limit"))]
+    sb = Sandbox.get("sbx_1", client=fake.client())
+    p = sb.create_preview(3000, expires_in_seconds=60)
+    assert p.id == "pv_1" and p.port == 3000 and p.url.startswith("http://3000-")
+    assert [x.id for x in sb.list_previews(3000)] == ["pv_1"]
+    assert sb.list_previews.__doc__ and sb.revoke_preview("pv_1").revoked is True
+    with pytest.raises(sandboxd.ConcurrencyLimit):  # never retried: it could make two
+        sb.create_preview(3000)
+    seen = [(m, p) for m, p, _, _ in fake.seen]
+    assert seen[1] == ("POST", "/v1/sandboxes/sbx_1/ports/3000/previews")
+    assert json.loads(fake.seen[1][3]) == {"expires_in_seconds": 60}
+    assert seen[2] == ("GET", "/v1/sandboxes/sbx_1/ports/3000/previews")
+    assert seen[3] == ("DELETE", "/v1/sandboxes/sbx_1/previews/pv_1")
+    assert len(seen) == 5 and json.loads(fake.seen[4][3]) == {}

@@ -150,6 +150,28 @@ export class Sandbox {
       { id: this.id, port: Number(port), path: String(path).replace(/^\/+/, '') });
   }
 
+  /** A preview URL of the port for a browser (docs/api.md, Previews):
+   * { id, sandbox_id, port, url, created_at, expires_at, revoked }; url
+   * opens the server's pages without a key until it expires (expiresInSeconds,
+   * default an hour) or is revoked, and is shown only here. */
+  async createPreview(port, o = {}) {
+    const json = o.expiresInSeconds == null ? {} : { expires_in_seconds: o.expiresInSeconds };
+    return this._call('POST', '/v1/sandboxes/{id}/ports/{port}/previews',
+      { params: { port: Number(port) }, json, signal: o.signal, retry: 'rate' });
+  }
+
+  /** The port's live previews, newest first (without their urls). */
+  async listPreviews(port, o = {}) {
+    return (await this._call('GET', '/v1/sandboxes/{id}/ports/{port}/previews',
+      { params: { port: Number(port) }, signal: o.signal })).data;
+  }
+
+  /** Revoke a preview: its URL answers 404 from then on. */
+  async revokePreview(previewId, o = {}) {
+    return this._call('DELETE', '/v1/sandboxes/{id}/previews/{preview_id}',
+      { params: { preview_id: previewId }, signal: o.signal });
+  }
+
   /** A terminal (docs/api.md, Terminal): the exec user's login shell on a
    * pseudo-terminal of rows x cols over a WebSocket (Node only: the key
    * goes in a header). send(data), resize(rows, cols), recv() (screen

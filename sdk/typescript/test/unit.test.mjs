@@ -145,6 +145,33 @@ test('portFetch: the guest\'s answer whatever its status, the daemon\'s errors t
   assert.equal(sb.portUrl(3000, '/app/'), 'http://x/v1/sandboxes/sbx_1/ports/3000/app/');
 });
 
+test('previews: create (the url shown once), list, revoke; a 429 concurrency_limit is not retried', async () => {
+  const pv = { object: 'preview', id: 'pv_1', sandbox_id: 'sbx_1', port: 3000, url: `http://3000-${'a'.repeat(32)}.preview.localhost:8080/`,
+    created_at: 't', expires_at: 'u', revoked: false };
+  const { url: _u, ...listed } = pv;
+  const { fetch, calls } = scripted([
+    { status: 201, body: pv },
+    { status: 200, body: { object: 'list', data: [listed], has_more: false } },
+    { status: 200, body: { ...listed, revoked: true } },
+    err(429, 'concurrency_limit', 'too many previews'),
+  ]);
+  const c = new Sandboxd({ url: 'http://x', apiKey: 'k', fetch, maxRetryWaitMs: 10 });
+  const sb = new Sandbox(c, sandbox);
+  const p = await sb.createPreview(3000, { expiresInSeconds: 60 });
+  assert.equal(p.url, pv.url);
+  assert.equal(calls[0].init.method, 'POST');
+  assert.equal(calls[0].url, 'http://x/v1/sandboxes/sbx_1/ports/3000/previews');
+  assert.deepEqual(JSON.parse(calls[0].init.body), { expires_in_seconds: 60 });
+  assert.deepEqual((await sb.listPreviews(3000)).map((x) => x.id), ['pv_1']);
+  assert.equal(calls[1].url, 'http://x/v1/sandboxes/sbx_1/ports/3000/previews');
+  assert.equal((await sb.revokePreview('pv_1')).revoked, true);
+  assert.equal(calls[2].init.method, 'DELETE');
+  assert.equal(calls[2].url, 'http://x/v1/sandboxes/sbx_1/previews/pv_1');
+  await assert.rejects(sb.createPreview(3000), (e) => e.status === 429);
+  assert.equal(calls.length, 4);
+  assert.deepEqual(JSON.parse(calls[3].init.body), {});
+});
+
 test('a 429 is waited out by its Retry-After, with the same Idempotency-Key', async () => {
   const { fetch, calls } = scripted([err(429, 'rate_limited', 'too many', { 'Retry-After': '1' }), { status: 201, body: sandbox }]);
   const s = await Sandbox.create({ url: 'http://x', apiKey: 'k', fetch });

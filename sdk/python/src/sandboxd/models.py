@@ -255,6 +255,22 @@ class ApiKey:
 
 
 @dataclass
+class Preview:
+    """A preview URL of a sandbox's port for browsers (docs/api.md
+    "Previews"); ``url`` (which holds the token) only in the reply of its
+    creation."""
+
+    id: str = ""
+    sandbox_id: str = ""
+    port: int = 0
+    url: Optional[str] = None
+    created_at: Optional[str] = None
+    expires_at: Optional[str] = None
+    revoked: bool = False
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+@dataclass
 class ReceiptKey:
     """``GET /v1/receipts/public-key``: pin it once, verify offline after."""
 

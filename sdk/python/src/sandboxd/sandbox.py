@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO, Dict, Iterator, List, Optional, Union
 
-from ._http import CREATE, RATE, Response
+from ._http import CREATE, NEVER, RATE, SAFE, Response
 from .errors import APIConnectionError, SandboxdError, error_from_reply
 from .models import (
     ExecEvent,
@@ -21,6 +21,7 @@ from .models import (
     FileEntry,
     FileInfo,
     Page,
+    Preview,
     ProcessOutput,
     ProcessResult,
     SandboxInfo,
@@ -198,6 +199,28 @@ class Sandbox:
         needs the API key (``Authorization: Bearer``) like every route."""
         return (self.client._t.url.rstrip("/") + f"/v1/sandboxes/{self.id}/ports/{int(port)}/"
                 + urllib.parse.quote(path.lstrip("/"), safe="/"))
+
+    def create_preview(self, port: int, expires_in_seconds: Optional[int] = None) -> Preview:
+        """A preview URL of ``port`` for a browser (``POST
+        /v1/sandboxes/{id}/ports/{port}/previews``, docs/api.md "Previews"):
+        ``url`` opens the server's pages without a key until it expires
+        (default an hour) or is revoked. The URL is shown only here. Never
+        retried (a retry could make two)."""
+        body = {} if expires_in_seconds is None else {"expires_in_seconds": expires_in_seconds}
+        r = self._req("POST", "/ports/{port}/previews", path_params={"port": int(port)},
+                      json_body=body, retry=NEVER)
+        return from_json(Preview, r.json())
+
+    def list_previews(self, port: int) -> List[Preview]:
+        """The port's live previews, newest first (without their urls)."""
+        r = self._req("GET", "/ports/{port}/previews", path_params={"port": int(port)}, retry=SAFE)
+        return [from_json(Preview, p) for p in r.json()["data"]]
+
+    def revoke_preview(self, preview_id: str) -> Preview:
+        """Revoke one: its URL answers 404 from then on."""
+        r = self._req("DELETE", "/previews/{preview_id}", path_params={"preview_id": preview_id},
+                      retry=SAFE)
+        return from_json(Preview, r.json())
 
     def extend(self, timeout_minutes: int) -> SandboxInfo:
         """Set the session to end ``timeout_minutes`` from now."""
