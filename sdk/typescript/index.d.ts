@@ -383,6 +383,7 @@ export declare class FileNotFoundError extends NotFoundError {}
 export declare class MethodNotAllowedError extends SandboxdError {}
 export declare class IdempotencyConflictError extends SandboxdError {}
 export declare class SandboxPausedError extends SandboxdError {}
+export declare class TerminalAttachedError extends SandboxdError {}
 export declare class SandboxNotRunningError extends SandboxdError {}
 export declare class PayloadTooLargeError extends SandboxdError {}
 export declare class UnsupportedMediaTypeError extends SandboxdError {}

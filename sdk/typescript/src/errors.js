@@ -25,6 +25,7 @@ export class FileNotFoundError extends NotFoundError {}
 export class MethodNotAllowedError extends SandboxdError {}
 export class IdempotencyConflictError extends SandboxdError {}
 export class SandboxPausedError extends SandboxdError {}
+export class TerminalAttachedError extends SandboxdError {}
 export class SandboxNotRunningError extends SandboxdError {}
 export class PayloadTooLargeError extends SandboxdError {}
 export class UnsupportedMediaTypeError extends SandboxdError {}
@@ -49,6 +50,7 @@ export const ERROR_CLASSES = Object.freeze({
   method_not_allowed: MethodNotAllowedError,
   idempotency_conflict: IdempotencyConflictError,
   sandbox_paused: SandboxPausedError,
+  terminal_attached: TerminalAttachedError,
   sandbox_not_running: SandboxNotRunningError,
   payload_too_large: PayloadTooLargeError,
   unsupported_media_type: UnsupportedMediaTypeError,

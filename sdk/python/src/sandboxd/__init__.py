@@ -34,6 +34,7 @@ from .errors import (
     SandboxError,
     SandboxNotRunning,
     SandboxPaused,
+    TerminalAttached,
     ServiceUnavailable,
     UnsupportedMediaType,
 )
@@ -109,6 +110,7 @@ __all__ = [
     "SandboxMetrics",
     "SandboxNotRunning",
     "SandboxPaused",
+    "TerminalAttached",
     "SandboxdError",
     "ServiceUnavailable",
     "UnsupportedMediaType",

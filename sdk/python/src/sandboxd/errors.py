@@ -120,6 +120,13 @@ class SandboxPaused(APIError):
     status, type = 409, "sandbox_paused"
 
 
+class TerminalAttached(APIError):
+    """409 ``terminal_attached``: a client is attached to that terminal
+    (a reattach waits until the other connection is gone)."""
+
+    status, type = 409, "terminal_attached"
+
+
 class SandboxNotRunning(APIError):
     """410 ``sandbox_not_running``: The sandbox has ended."""
 
@@ -204,7 +211,7 @@ ERROR_TYPES: Dict[str, Type[APIError]] = {
     c.type: c
     for c in (
         InvalidRequest, AuthenticationError, InsufficientCredit, PermissionDenied, NotFound,
-        FileNotFound, MethodNotAllowed, IdempotencyConflict, SandboxPaused, SandboxNotRunning, PayloadTooLarge,
+        FileNotFound, MethodNotAllowed, IdempotencyConflict, SandboxPaused, TerminalAttached, SandboxNotRunning, PayloadTooLarge,
         UnsupportedMediaType, RangeNotSatisfiable, IdempotencyMismatch, RateLimited,
         ConcurrencyLimit, APIServerError, SandboxError, ServiceUnavailable, InsufficientStorage,
         PortUnreachable, PortTimeout,
