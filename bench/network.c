@@ -35,17 +35,10 @@ static char nl_dir[256], nl_net[32];
 /* exec cmd in the sandbox; its stdout into out. 0, or -1. */
 static int run(const char *cmd, char *out, size_t n)
 {
-	json_object *body = json_object_new_object();
 	struct http_reply r;
-	char path[160];
 	int rc;
 
-	json_object_object_add(body, "command", json_object_new_string(cmd));
-	json_object_object_add(body, "timeout_ms", json_object_new_int(300000));
-	snprintf(path, sizeof path, "/v1/sandboxes/%s/exec", sbx);
-	rc = http_request(&d, "POST", path, d.key, NULL, json_object_to_json_string(body), 0, &r);
-	json_object_put(body);
-	if (rc < 0)
+	if (sandbox_command(&d, sbx, "exec", cmd, 300000, &r) < 0)
 		return -1;
 	rc = r.status == 200 && jint(r.json, "exit_code") == 0 ? 0 : -1;
 	if (rc < 0)

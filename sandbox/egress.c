@@ -227,26 +227,13 @@ static void relay_wake(void *opaque)
  * 1 when the sandbox's hold is spent: the relay ends. */
 static int relay_meter(struct relay *r, bool final)
 {
-	struct sbx_error err = {0};
 	uint64_t in = r->in - r->metered_in, out = r->out - r->metered_out;
-	struct store_sandbox *row;
-	int spent = 0;
 
 	if ((!final && in + out < EGRESS_METER_STEP) || in + out == 0)
 		return 0;
 	r->metered_in += in;
 	r->metered_out += out;
-	if (store_sandbox_net_add(r->svc->store, r->id, (int64_t)in, (int64_t)out, &err) < 0)
-		sbx_warn(MOD, "sandbox %s: egress bytes not metered (%llu in, %llu out): %s", r->id,
-			 (unsigned long long)in, (unsigned long long)out, err.message);
-	if (final)
-		return 0;
-	row = malloc(sizeof(*row));
-	if (row && store_sandbox_get(r->svc->store, NULL, r->id, row, NULL) == 0 &&
-	    sandbox_hold_spent(row, sbx_wall_ms()))
-		spent = 1;
-	free(row);
-	return spent;
+	return sandbox_net_count(r->svc, r->id, "egress", in, out, !final) ? 1 : 0;
 }
 
 /* Should the relay stop (the daemon stops, the guest ends)? */

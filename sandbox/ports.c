@@ -62,7 +62,6 @@ static void port_meter(struct sandbox_port *p, uint64_t sent_now, bool final)
 {
 	struct agentless_tcp_status st;
 	uint64_t in, out;
-	struct sbx_error err = {0};
 
 	agentless_tcp_status(p->t, &st);
 	pthread_mutex_lock(&p->meter_lock);
@@ -77,20 +76,12 @@ static void port_meter(struct sandbox_port *p, uint64_t sent_now, bool final)
 	p->metered_in += in;
 	p->metered_out += out;
 	pthread_mutex_unlock(&p->meter_lock);
-	if (store_sandbox_net_add(p->svc->store, p->id, (int64_t)in, (int64_t)out, &err) < 0)
-		sbx_warn(MOD, "sandbox %s: port bytes not metered (%llu in, %llu out): %s", p->id,
-			 (unsigned long long)in, (unsigned long long)out, err.message);
-	if (final)
-		return;
 	/* what is billed stops at the hold: so do the bytes */
-	struct store_sandbox *row = malloc(sizeof(*row));
-	if (row && store_sandbox_get(p->svc->store, NULL, p->id, row, NULL) == 0 &&
-	    sandbox_hold_spent(row, sbx_wall_ms()) &&
+	if (sandbox_net_count(p->svc, p->id, "port", in, out, !final) &&
 	    !__atomic_exchange_n(&p->spent, true, __ATOMIC_ACQ_REL)) {
 		sbx_info(MOD, "sandbox %s: its hold is spent: its port connection ends", p->id);
 		p->wake(p->opaque);
 	}
-	free(row);
 }
 
 static struct fleet_guest *port_guest(struct sandbox_port *p)

@@ -7,10 +7,13 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <stdlib.h>
 
 #include "../billing/billing.h"
 #include "../store/store.h"
 #include "sandbox-priv.h"
+
+#define MOD "sandbox"
 
 void sandbox_view_from_row(const struct store_sandbox *row, int64_t now_ms, struct sandbox_view *v)
 {
@@ -51,6 +54,25 @@ bool sandbox_hold_spent(const struct store_sandbox *row, int64_t now_ms)
 {
 	return row->net_price_micro_per_gb > 0 &&
 	       billing_cost_so_far(row, now_ms) >= row->hold_micro;
+}
+
+bool sandbox_net_count(struct sandbox_svc *svc, const char *id, const char *what, uint64_t in,
+		       uint64_t out, bool check_hold)
+{
+	struct sbx_error err = {0};
+	struct store_sandbox *row;
+	bool spent = false;
+
+	if (store_sandbox_net_add(svc->store, id, (int64_t)in, (int64_t)out, &err) < 0)
+		sbx_warn(MOD, "sandbox %s: %s bytes not metered (%llu in, %llu out): %s", id, what,
+			 (unsigned long long)in, (unsigned long long)out, err.message);
+	if (!check_hold)
+		return false;
+	row = malloc(sizeof(*row));
+	spent = row && store_sandbox_get(svc->store, NULL, id, row, NULL) == 0 &&
+		sandbox_hold_spent(row, sbx_wall_ms());
+	free(row);
+	return spent;
 }
 
 /* Tenants see a sandbox that is still being created as not existing yet. */

@@ -282,6 +282,12 @@ void sandbox_view_from_row(const struct store_sandbox *row, int64_t now_ms, stru
  * what its hold covers, with bytes priced? Past it a byte would go
  * unbilled (docs/billing.md "Network"): no more bytes through it. */
 bool sandbox_hold_spent(const struct store_sandbox *row, int64_t now_ms);
+/* Add bytes a connection moved (in: to the guest, out: from it) to
+ * sandbox id's row (`what` names them in the warning when the store
+ * refuses); with check_hold, then whether the hold is spent (true: no
+ * more bytes). The metering step of the ports route and of egress. */
+bool sandbox_net_count(struct sandbox_svc *svc, const char *id, const char *what, uint64_t in,
+		       uint64_t out, bool check_hold);
 
 /* sandboxes.c */
 

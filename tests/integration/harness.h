@@ -654,6 +654,25 @@ static inline int daemon_create_sandbox(const struct daemon *d, char *id, size_t
 	return daemon_create_sandbox_as(d, d->key, 10, id, idlen);
 }
 
+/* POST /v1/sandboxes/{id}/{route} (exec, processes) with {"command": cmd}
+ * and, when timeout_ms > 0, its timeout_ms, as d's key. 0 and the reply
+ * in *r (the caller frees it), or -1 when no reply came. */
+static inline int sandbox_command(const struct daemon *d, const char *id, const char *route,
+				  const char *cmd, int timeout_ms, struct http_reply *r)
+{
+	json_object *body = json_object_new_object();
+	char path[192];
+	int rc;
+
+	json_object_object_add(body, "command", json_object_new_string(cmd));
+	if (timeout_ms > 0)
+		json_object_object_add(body, "timeout_ms", json_object_new_int(timeout_ms));
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s/%s", id, route);
+	rc = http_request(d, "POST", path, d->key, NULL, json_object_to_json_string(body), 0, r);
+	json_object_put(body);
+	return rc;
+}
+
 /* A "Field: N kB" line of the daemon's /proc/PID/status (VmRSS, VmHWM), in
  * KiB, or -1. */
 static inline long daemon_proc_kib(const struct daemon *d, const char *field)

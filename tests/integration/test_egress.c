@@ -59,17 +59,9 @@ static int64_t now_ms(void)
 static int run(const char *cmd, char *out, size_t n)
 {
 	struct http_reply r;
-	json_object *body = json_object_new_object();
-	char path[128];
 	int code;
 
-	json_object_object_add(body, "command", json_object_new_string(cmd));
-	json_object_object_add(body, "timeout_ms", json_object_new_int(120000));
-	snprintf(path, sizeof path, "/v1/sandboxes/%s/exec", sbx);
-	assert_int_equal(
-	    http_request(&d, "POST", path, d.key, NULL, json_object_to_json_string(body), 0, &r),
-	    0);
-	json_object_put(body);
+	assert_int_equal(sandbox_command(&d, sbx, "exec", cmd, 120000, &r), 0);
 	if (r.status != 200)
 		fail_msg("exec %s: %d %s", cmd, r.status, r.body);
 	code = (int)jint(r.json, "exit_code");

@@ -137,15 +137,8 @@ static void path_of(char *out, size_t n, int port, const char *tail)
 static void run(const char *cmd, char *out, size_t n)
 {
 	struct http_reply r;
-	json_object *body = json_object_new_object();
-	char path[128];
 
-	json_object_object_add(body, "command", json_object_new_string(cmd));
-	snprintf(path, sizeof path, "/v1/sandboxes/%s/exec", sbx);
-	assert_int_equal(
-	    http_request(&d, "POST", path, d.key, NULL, json_object_to_json_string(body), 0, &r),
-	    0);
-	json_object_put(body);
+	assert_int_equal(sandbox_command(&d, sbx, "exec", cmd, 0, &r), 0);
 	if (r.status != 200 || jint(r.json, "exit_code") != 0)
 		fail_msg("exec %s: %d %s", cmd, r.status, r.body);
 	if (out)
@@ -156,15 +149,8 @@ static void run(const char *cmd, char *out, size_t n)
 static void start_process(const char *cmd)
 {
 	struct http_reply r;
-	json_object *body = json_object_new_object();
-	char path[128];
 
-	json_object_object_add(body, "command", json_object_new_string(cmd));
-	snprintf(path, sizeof path, "/v1/sandboxes/%s/processes", sbx);
-	assert_int_equal(
-	    http_request(&d, "POST", path, d.key, NULL, json_object_to_json_string(body), 0, &r),
-	    0);
-	json_object_put(body);
+	assert_int_equal(sandbox_command(&d, sbx, "processes", cmd, 0, &r), 0);
 	if (r.status != 201)
 		fail_msg("process %s: %d %s", cmd, r.status, r.body);
 	http_reply_free(&r);

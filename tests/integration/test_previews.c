@@ -105,15 +105,8 @@ static void upload(const char *name, const char *text)
 static void start_process(const char *cmd)
 {
 	struct http_reply r;
-	json_object *body = json_object_new_object();
-	char path[128];
 
-	json_object_object_add(body, "command", json_object_new_string(cmd));
-	snprintf(path, sizeof path, "/v1/sandboxes/%s/processes", sbx);
-	assert_int_equal(
-	    http_request(&d, "POST", path, d.key, NULL, json_object_to_json_string(body), 0, &r),
-	    0);
-	json_object_put(body);
+	assert_int_equal(sandbox_command(&d, sbx, "processes", cmd, 0, &r), 0);
 	if (r.status != 201)
 		fail_msg("process %s: %d %s", cmd, r.status, r.body);
 	http_reply_free(&r);
