@@ -163,8 +163,9 @@ int main(void)
 		       path_files_big[160];
 	int fp, fe, ff;
 
-	if (daemon_config_full(&d, "\"destroy_on_exit\": true") < 0 || daemon_up(&d) < 0 ||
-	    daemon_create_sandbox(&d, sbx, sizeof sbx) < 0) {
+	if (daemon_config_full(&d, "\"destroy_on_exit\": true, "
+				   "\"network\": {\"bandwidth_bytes_per_s\": 1000000000}") < 0 ||
+	    daemon_up(&d) < 0 || daemon_create_sandbox(&d, sbx, sizeof sbx) < 0) {
 		fprintf(stderr, "ports bench: no full image, daemon or sandbox\n");
 		daemon_down(&d);
 		return 1;

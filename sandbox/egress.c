@@ -15,13 +15,14 @@
  *   server -> guest: at once (a server that speaks first, ssh, works).
  *
  * Both directions take bytes from the sandbox's token bucket
- * (bandwidth_bytes_per_s, shared by its connections). The bytes are added
+ * (bandwidth.c: bandwidth_bytes_per_s, shared by its connections and
+ * its ports'). The bytes are added
  * to the sandbox's net_bytes_in/out every EGRESS_METER_STEP and at the
  * end, counted here, never by the guest's word; once the hold is spent
  * (sandbox_hold_spent) every connection of the sandbox ends.
  *
  * Locking: one leaf mutex (struct sandbox_egress.mu) guards the account
- * counts, the sandbox buckets, the thread count and `stopping`; it is
+ * counts, the thread count and `stopping`; it is
  * never held across a call out of this file. A relay's own state is its
  * thread's; the stream's wake only writes the relay's eventfd.
  */
@@ -48,14 +49,11 @@
 /* How often a relay looks at its sandbox's hold and the daemon's stop. */
 #define EGRESS_CHECK_MS 1000
 
-/* A sandbox's bucket, or an account's count: one list of both. */
+/* An account's count of relays. */
 struct egress_key {
 	struct egress_key *next;
 	char key[SANDBOX_ID_MAX];
-	bool is_account;
-	int refs;      /* relays holding it */
-	double tokens; /* a sandbox's bytes it may move now */
-	int64_t at_ms; /* its last refill */
+	int refs; /* relays holding it */
 };
 
 struct sandbox_egress {
@@ -70,7 +68,8 @@ struct relay {
 	struct sandbox_svc *svc;
 	struct fleet_guest *g; /* a ref of the relay's */
 	struct agentless_tcp *t;
-	struct egress_key *bucket, *account;
+	struct egress_key *account;
+	struct sandbox_bucket *bucket;
 	char id[SANDBOX_ID_MAX];
 	char host[AGENTLESS_TCP_HOST_MAX + 1];
 	char requested[NET_NAME_MAX]; /* normalized name or address literal */
@@ -136,26 +135,22 @@ void sandbox_egress_free(struct sandbox_svc *svc)
 
 /* ------------------------------------------------------------- the keys */
 
-/* Take a ref on key's entry, made if new (mu held); NULL out of memory or
- * when an account is at its cap. */
-static struct egress_key *key_take_locked(struct sandbox_egress *e, const char *key,
-					  bool is_account, int cap, double tokens)
+/* Take a ref on an account's count, made if new (mu held); NULL out of
+ * memory or when the account is at its cap. */
+static struct egress_key *key_take_locked(struct sandbox_egress *e, const char *key, int cap)
 {
 	struct egress_key *k;
 
 	for (k = e->keys; k; k = k->next)
-		if (k->is_account == is_account && strcmp(k->key, key) == 0)
+		if (strcmp(k->key, key) == 0)
 			break;
-	if (k && is_account && k->refs >= cap)
+	if (k && k->refs >= cap)
 		return NULL;
 	if (!k) {
 		k = calloc(1, sizeof(*k));
 		if (!k)
 			return NULL;
 		snprintf(k->key, sizeof k->key, "%s", key);
-		k->is_account = is_account;
-		k->tokens = tokens;
-		k->at_ms = sbx_mono_ms();
 		k->next = e->keys;
 		e->keys = k;
 	}
@@ -175,41 +170,15 @@ static void key_drop_locked(struct sandbox_egress *e, struct egress_key *k)
 		}
 }
 
-/* Bytes the sandbox's bucket gives now, at most want (0: none yet; *wait_ms
- * says when some will be). */
+/* Bytes the sandbox's bucket (bandwidth.c) gives now, at most want (0:
+ * none yet; *wait_ms says when some will be). */
 static size_t bucket_take(struct relay *r, size_t want, int *wait_ms)
 {
-	struct sandbox_egress *e = r->svc->egress;
-	double rate = (double)r->svc->cfg.net_bandwidth_bytes_per_s;
-	int64_t now = sbx_mono_ms();
-	size_t got;
+	size_t got = sandbox_bucket_take(r->svc, r->bucket, want, wait_ms);
 
-	pthread_mutex_lock(&e->mu);
-	r->bucket->tokens += rate * (double)(now - r->bucket->at_ms) / 1000.0;
-	r->bucket->at_ms = now;
-	/* a burst of at most a quarter second's worth (and one buffer) */
-	if (r->bucket->tokens > rate / 4 + EGRESS_BUF)
-		r->bucket->tokens = rate / 4 + EGRESS_BUF;
-	got = r->bucket->tokens >= 1 ? (size_t)SBX_MIN((double)want, r->bucket->tokens) : 0;
-	r->bucket->tokens -= (double)got;
-	pthread_mutex_unlock(&e->mu);
-	if (!got) {
+	if (!got)
 		r->starved = true;
-		*wait_ms = (int)SBX_MIN((double)*wait_ms, 1000.0 * 4096 / rate + 1);
-	}
 	return got;
-}
-
-/* Give back what was taken and not moved. */
-static void bucket_refund(struct relay *r, size_t n)
-{
-	struct sandbox_egress *e = r->svc->egress;
-
-	if (!n)
-		return;
-	pthread_mutex_lock(&e->mu);
-	r->bucket->tokens += (double)n;
-	pthread_mutex_unlock(&e->mu);
 }
 
 /* ------------------------------------------------------------ the relay */
@@ -259,7 +228,7 @@ static int relay_up(struct relay *r, const struct agentless_tcp_status *st, int 
 		    want ? agentless_tcp_read(r->g->conn, r->t, r->up + r->up_len, want) : 0;
 
 		r->up_len += got;
-		bucket_refund(r, want - got);
+		sandbox_bucket_refund(r->svc, r->bucket, want - got);
 	}
 	if (!r->sniffed && r->up_len > 0) {
 		int v = net_sniff_decide(r->up, r->up_len, r->requested);
@@ -311,7 +280,7 @@ static int relay_down(struct relay *r, const struct agentless_tcp_status *st, in
 		} else if (n < 0 && errno != EAGAIN && errno != EINTR) {
 			return -1;
 		}
-		bucket_refund(r, want - (n > 0 ? (size_t)n : 0));
+		sandbox_bucket_refund(r->svc, r->bucket, want - (n > 0 ? (size_t)n : 0));
 	}
 	if (r->down_len > 0 && st->writable > 0) {
 		long n = agentless_tcp_write(r->g->conn, r->t, r->down + r->down_off, r->down_len);
@@ -437,11 +406,10 @@ static int relay_connect(struct relay *r, enum agentless_refusal *kind, char *ms
 		goto out;
 	}
 	pthread_mutex_lock(&e->mu);
-	r->account =
-	    key_take_locked(e, row->account_id, true, svc->cfg.net_connections_per_account, 0);
-	if (r->account)
-		r->bucket = key_take_locked(e, r->id, false, 0, EGRESS_BUF);
+	r->account = key_take_locked(e, row->account_id, svc->cfg.net_connections_per_account);
 	pthread_mutex_unlock(&e->mu);
+	if (r->account)
+		r->bucket = sandbox_bucket_get(svc, r->id);
 	if (!r->account || !r->bucket) {
 		*kind = AGENTLESS_REFUSE_BUSY;
 		snprintf(msg, cap, "the account has %d connections open (its limit)",
@@ -471,9 +439,9 @@ static void relay_free(struct relay *r, bool counted)
 {
 	struct sandbox_egress *e = r->svc->egress;
 
+	sandbox_bucket_put(r->svc, r->bucket);
 	pthread_mutex_lock(&e->mu);
 	key_drop_locked(e, r->account);
-	key_drop_locked(e, r->bucket);
 	if (counted && --e->threads == 0)
 		pthread_cond_broadcast(&e->cond);
 	pthread_mutex_unlock(&e->mu);

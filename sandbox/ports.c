@@ -13,6 +13,12 @@
  * them with its runtime. Counted by the daemon, never by the guest's word.
  * A step not yet added when the sandbox ends under the connection (at most
  * PORT_METER_STEP bytes) is not billed: the ended row takes no more.
+ *
+ * Bandwidth: both directions take bytes from the sandbox's bucket
+ * (bandwidth.c), the one its egress takes from. While it is empty a read
+ * or a write moves nothing and the status shows nothing to move (so the
+ * HTTP side parks), and the bucket's waker wakes the connection when it
+ * has refilled.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -38,6 +44,8 @@ struct sandbox_port {
 	struct fleet_guest *l; /* a ref of the stream's own */
 	bool open;	       /* atomic: the stream is not over (the wake clears it) */
 	struct agentless_tcp *t;
+	struct sandbox_bucket *bucket;
+	struct sandbox_bw_waiter waiter; /* calls wake(opaque) */
 	sandbox_port_wake_fn wake;
 	void *opaque;
 };
@@ -123,8 +131,15 @@ int sandbox_port_open(struct sandbox_svc *svc, const char *account_id, const cha
 	pthread_mutex_init(&p->meter_lock, NULL);
 	p->wake = wake;
 	p->opaque = opaque;
-	l = sandbox_pin(svc, id, err);
+	p->waiter.fn = wake;
+	p->waiter.opaque = opaque;
+	p->bucket = sandbox_bucket_get(svc, id);
+	l = p->bucket ? sandbox_pin(svc, id, err) : NULL;
 	if (!l) {
+		if (!p->bucket)
+			sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
+		sandbox_bucket_put(svc, p->bucket);
+		pthread_mutex_destroy(&p->meter_lock);
 		free(p);
 		return -1;
 	}
@@ -134,6 +149,7 @@ int sandbox_port_open(struct sandbox_svc *svc, const char *account_id, const cha
 		if (fleet_guest_over(l))
 			fleet_guest_usable(l, id, err);
 		fleet_live_unpin(l);
+		sandbox_bucket_put(svc, p->bucket);
 		pthread_mutex_destroy(&p->meter_lock);
 		free(p);
 		return -1;
@@ -142,11 +158,29 @@ int sandbox_port_open(struct sandbox_svc *svc, const char *account_id, const cha
 	return 0;
 }
 
+/* Bytes the bucket gives for a move of up to want (0: none now, and the
+ * waker will wake the connection). */
+static size_t port_take(struct sandbox_port *p, size_t want)
+{
+	size_t got = want ? sandbox_bucket_take(p->svc, p->bucket, want, NULL) : 0;
+
+	if (want && !got)
+		sandbox_bw_wake_later(p->svc, &p->waiter);
+	return got;
+}
+
 long sandbox_port_write(struct sandbox_port *p, const void *data, size_t len)
 {
 	struct fleet_guest *l = port_guest(p);
-	long n = l ? agentless_tcp_write(l->conn, p->t, data, len) : -1;
+	size_t got;
+	long n;
 
+	if (!l)
+		return -1;
+	if (!(got = port_take(p, len)))
+		return 0;
+	n = agentless_tcp_write(l->conn, p->t, data, got);
+	sandbox_bucket_refund(p->svc, p->bucket, got - (n > 0 ? (size_t)n : 0));
 	if (n > 0)
 		port_meter(p, (uint64_t)n, false);
 	return n;
@@ -167,8 +201,14 @@ int sandbox_port_shutdown(struct sandbox_port *p)
 size_t sandbox_port_read(struct sandbox_port *p, void *buf, size_t max)
 {
 	struct fleet_guest *l = port_guest(p);
-	size_t n = agentless_tcp_read(l ? l->conn : NULL, p->t, buf, max);
+	struct agentless_tcp_status st;
+	size_t got, n;
 
+	agentless_tcp_status(p->t, &st);
+	if (!(got = port_take(p, SBX_MIN(max, st.buffered))))
+		return 0;
+	n = agentless_tcp_read(l ? l->conn : NULL, p->t, buf, got);
+	sandbox_bucket_refund(p->svc, p->bucket, got - n);
 	if (n > 0)
 		port_meter(p, 0, false);
 	return n;
@@ -200,8 +240,18 @@ void sandbox_port_status(struct sandbox_port *p, struct sandbox_port_status *out
 			      "it for more");
 		return;
 	}
-	if (out->state != SANDBOX_PORT_FAILED)
+	if (out->state != SANDBOX_PORT_FAILED) {
+		/* nothing moves until the bucket refills: nothing to do */
+		if ((out->buffered || out->writable) && sandbox_bucket_empty(p->svc, p->bucket)) {
+			if (out->buffered && out->state == SANDBOX_PORT_CLOSED)
+				out->state = SANDBOX_PORT_OPEN;
+			out->eof = out->eof && !out->buffered;
+			out->buffered = 0;
+			out->writable = 0;
+			sandbox_bw_wake_later(p->svc, &p->waiter);
+		}
 		return;
+	}
 	ending = fleet_guest_end_why(p->l);
 	if (ending == FLEET_END_PAUSED) {
 		sbx_error_clear(&out->err);
@@ -220,7 +270,9 @@ void sandbox_port_release(struct sandbox_port *p)
 	if (!p)
 		return;
 	port_meter(p, 0, true);
+	sandbox_bw_cancel(p->svc, &p->waiter);
 	agentless_tcp_release(p->t); /* no wake after this */
+	sandbox_bucket_put(p->svc, p->bucket);
 	fleet_guest_unref(p->l);
 	pthread_mutex_destroy(&p->meter_lock);
 	free(p);

@@ -100,6 +100,9 @@ struct sandbox_svc {
 	struct net_env net;
 	/* The relays of guests' connections out (egress.c): its own leaf lock. */
 	struct sandbox_egress *egress;
+	/* Each sandbox's bandwidth bucket and the waker (bandwidth.c): its
+	 * own leaf lock. */
+	struct sandbox_bw *bw;
 	/* Saves and restores running per host (pause.c), under svc->lock:
 	 * at most cfg.pause_jobs_per_host each (more answer 429). */
 	struct {
@@ -123,6 +126,36 @@ void sandbox_egress_free(struct sandbox_svc *svc);
 /* fleet_hooks.egress_open */
 void sandbox_egress_open(void *opaque, struct fleet_guest *g, struct agentless_tcp *t,
 			 const char *host, uint16_t port);
+
+/* bandwidth.c: a sandbox's bandwidth, one token bucket of
+ * network.bandwidth_bytes_per_s shared by its egress relays and its port
+ * connections (docs/network.md "Limits"). init at sandbox_svc_new (-1: out
+ * of memory or no thread); free last. */
+struct sandbox_bucket;
+int sandbox_bw_init(struct sandbox_svc *svc);
+void sandbox_bw_free(struct sandbox_svc *svc);
+/* A ref on sandbox id's bucket (made if new); NULL out of memory. */
+struct sandbox_bucket *sandbox_bucket_get(struct sandbox_svc *svc, const char *id);
+void sandbox_bucket_put(struct sandbox_svc *svc, struct sandbox_bucket *b);
+/* Take up to want bytes: how many (0: none now; *wait_ms, may be NULL, is
+ * lowered to when some will be). Give back what did not move. */
+size_t sandbox_bucket_take(struct sandbox_svc *svc, struct sandbox_bucket *b, size_t want,
+			   int *wait_ms);
+void sandbox_bucket_refund(struct sandbox_svc *svc, struct sandbox_bucket *b, size_t n);
+/* Has it less than a byte now? */
+bool sandbox_bucket_empty(struct sandbox_svc *svc, struct sandbox_bucket *b);
+/* A callback for when the buckets have refilled: sandbox_bw_wake_later
+ * lists it (once; fn is called once, from the waker's thread, no lock
+ * held); sandbox_bw_cancel unlists it and returns once no call of it runs. */
+struct sandbox_bw_waiter {
+	struct sandbox_bw_waiter *next; /* bw->mu */
+	int64_t due_ms;			/* bw->mu */
+	bool listed;			/* bw->mu */
+	void (*fn)(void *opaque);
+	void *opaque;
+};
+void sandbox_bw_wake_later(struct sandbox_svc *svc, struct sandbox_bw_waiter *w);
+void sandbox_bw_cancel(struct sandbox_svc *svc, struct sandbox_bw_waiter *w);
 
 /* network.c: the default policy and svc->net (at sandbox_svc_new). */
 int sandbox_network_init(struct sandbox_svc *svc, struct sbx_error *err);

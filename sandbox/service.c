@@ -78,7 +78,7 @@ struct sandbox_svc *sandbox_svc_new(const struct sandbox_config *cfg, int flags,
 	svc->started_wall_ms = sbx_wall_ms();
 	if (sandbox_network_init(svc, err) < 0)
 		goto err_signer;
-	if (sandbox_egress_init(svc) < 0) {
+	if (sandbox_egress_init(svc) < 0 || sandbox_bw_init(svc) < 0) {
 		sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
 		goto err_signer;
 	}
@@ -115,6 +115,7 @@ err_store:
 	store_close(svc->store);
 err_signer:
 	sandbox_egress_free(svc);
+	sandbox_bw_free(svc);
 	receipt_signer_free(svc->signer);
 err_free:
 	sandbox_output_budget_free(svc->output);
@@ -154,6 +155,7 @@ void sandbox_svc_free(struct sandbox_svc *svc)
 		fleet_free(svc->fleet);
 	}
 	sandbox_egress_free(svc);
+	sandbox_bw_free(svc);
 	receipt_signer_free(svc->signer);
 	store_close(svc->store);
 	sandbox_output_budget_free(svc->output);
