@@ -182,6 +182,8 @@ $(BUILD)/tests/%: tests/integration/%.c tests/integration/harness.h tests/integr
 	$(CC) $(CFLAGS) $(PKG_CFLAGS) -o $@ $< $(LIB) $(LDLIBS) -lcmocka
 # test_dashboard drives the dashboard in chromium (tests/browser/).
 $(BUILD)/tests/test_dashboard: node_modules/.package-lock.json
+# test_previews opens a preview in chromium (tests/browser/preview.mjs).
+$(BUILD)/tests/test_previews: node_modules/.package-lock.json
 # test_contract checks docs/openapi.yaml and the README against the daemon
 # with node tools (tests/contract/).
 $(BUILD)/tests/test_contract: node_modules/.package-lock.json
