@@ -1,9 +1,9 @@
 // The dashboard's sandbox page (#/sandboxes/ID): status, cost, metadata,
-// metrics, files, background processes and a terminal (xterm.js, loaded
-// on first use from /vendor/). Public API only, with the key of this tab;
-// every value from the API is put in the page as text, and the guest's
-// terminal output goes to xterm, which draws it as a terminal and never
-// as HTML. docs/dashboard.md, "The sandbox page".
+// metrics, listening ports with preview links, files, background processes
+// and a terminal (xterm.js, loaded on first use from /vendor/). Public API
+// only, with the key of this tab; every value from the API is put in the
+// page as text, and the guest's terminal output goes to xterm, which draws
+// it as a terminal and never as HTML. docs/dashboard.md, "The sandbox page".
 
 import { api, el, svg, usd, when, duration, SignedOut, KEY_STORE, signOut } from './app.js';
 
@@ -66,8 +66,12 @@ async function loadSandbox(first) {
   facts(s);
   metadata(s.metadata || {});
   const running = s.status === 'running';
-  for (const sel of ['#sbx-files-form', '#sbx-term-open', '#sbx-procs-table'])
+  for (const sel of ['#sbx-files-form', '#sbx-term-open', '#sbx-procs-table', '#sbx-ports-find'])
     $(sel).hidden = !running;
+  if (!running) {
+    $('#sbx-ports').hidden = true;
+    note('#sbx-ports-note', `The sandbox is ${s.status}: nothing listens.`);
+  }
   await Promise.all([loadMetrics(running), loadProcesses(running), first && running ? listDir(view.dir) : null]);
   if (!running) {
     note('#sbx-files-note', `The sandbox is ${s.status}: its files are gone.`);
@@ -202,6 +206,69 @@ async function download(path, name) {
   } catch (e) {
     note('#sbx-files-note', `${path}: ${e.message}`, 'error');
   }
+}
+
+// -------------------------------------------------------------- ports
+
+const LISTEN = '0A'; // /proc/net/tcp's st of a listening socket
+const GUEST_PROXY = 3128; // the guest agent's own egress proxy (docs/network.md)
+
+// The listening TCP sockets of /proc/net/tcp and tcp6 text: [{port, addr}],
+// one per port and address, by port. The text is the guest's: only
+// numbers are taken from it.
+export function listeningPorts(text) {
+  const seen = new Map();
+  for (const line of text.split('\n')) {
+    const f = line.trim().split(/\s+/);
+    if (f.length < 4 || f[3] !== LISTEN || !/^[0-9A-F]+:[0-9A-F]{4}$/.test(f[1])) continue;
+    const [hex, p] = f[1].split(':');
+    const port = parseInt(p, 16);
+    const addr = hex === '0100007F' ? '127.0.0.1' : hex === '00000000' ? '0.0.0.0'
+      : /^0{32}$/.test(hex) ? '::' : hex === '00000000000000000000000001000000' ? '::1' : 'another address';
+    if (port > 0) seen.set(`${port} ${addr}`, { port, addr });
+  }
+  return [...seen.values()].sort((a, b) => a.port - b.port || a.addr.localeCompare(b.addr));
+}
+
+async function findPorts() {
+  const id = view.id;
+  note('#sbx-ports-note', 'looking…');
+  let r;
+  try {
+    r = await api('POST', sbxPath(id, '/exec'),
+      { command: 'cat /proc/net/tcp /proc/net/tcp6 2>/dev/null', timeout_ms: 30000 });
+  } catch (e) {
+    if (!(e instanceof SignedOut)) note('#sbx-ports-note', e.message, 'error');
+    return;
+  }
+  if (view.id !== id) return;
+  const ports = listeningPorts(r.stdout || '');
+  // the proxy reaches the guest's 127.0.0.1 (so 0.0.0.0, and :: unless v6-only)
+  const rows = ports.map(({ port, addr }) => {
+    const proxy = port === GUEST_PROXY && addr === '127.0.0.1';
+    const reach = !proxy && (addr === '127.0.0.1' || addr === '0.0.0.0' || addr === '::');
+    const cell = el('td', {});
+    if (reach) cell.append(el('button', { type: 'button', class: 'preview', onclick: () => previewLink(port, cell) }, 'Preview link'));
+    return el('tr', { 'data-port': String(port) }, el('td', { class: 'id' }, String(port)), el('td', { class: 'id' }, addr),
+      el('td', {}, proxy ? 'no: the sandbox\'s network proxy' : reach ? 'yes' : 'no (not on 127.0.0.1)'), cell);
+  });
+  $('#sbx-ports tbody').replaceChildren(...rows);
+  $('#sbx-ports').hidden = !rows.length;
+  note('#sbx-ports-note', rows.length ? `${rows.length} listening` : 'Nothing listens on a TCP port.');
+}
+
+// A preview of the port for an hour, shown as a link (opened by the user:
+// no pop-up).
+async function previewLink(port, cell) {
+  let pv;
+  try {
+    pv = await api('POST', sbxPath(view.id, `/ports/${port}/previews`), { expires_in_seconds: 3600 });
+  } catch (e) {
+    if (!(e instanceof SignedOut)) note('#sbx-ports-note', `port ${port}: ${e.message}`, 'error');
+    return;
+  }
+  cell.replaceChildren(el('a', { href: pv.url, target: '_blank', rel: 'noopener noreferrer', class: 'preview-url' }, 'open ↗'),
+    el('span', { class: 'muted' }, ` until ${when(pv.expires_at)}`));
 }
 
 // ---------------------------------------------------------- processes
@@ -360,6 +427,7 @@ export function startSandboxPage() {
   });
   $('#sbx-term-open').addEventListener('click', () => openTerminal().catch((e) => termStatus('error', e.message)));
   $('#sbx-term-close').addEventListener('click', () => closeTerminal('closed'));
+  $('#sbx-ports-find').addEventListener('click', () => findPorts());
   $('#sbx-reload').addEventListener('click', () => view.id && loadSandbox(false));
   window.addEventListener('resize', () => view.fit?.fit());
 }

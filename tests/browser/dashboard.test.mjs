@@ -22,7 +22,9 @@ const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
 // Without the background-networking flags chromium calls home on a
 // closed network. Playwright gives each launch a fresh profile.
 const ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-  '--disable-background-networking', '--disable-component-update', '--disable-sync'];
+  '--disable-background-networking', '--disable-component-update', '--disable-sync',
+  // a preview's host name (PORT-TOKEN.preview.localhost) to the daemon
+  '--host-resolver-rules=MAP *.localhost 127.0.0.1'];
 
 let browser, page;
 const problems = []; // CSP violations and script errors seen by the page
@@ -239,6 +241,56 @@ test('sign in, sandboxes, usage, executions, keys', async (t) => {
     await page.click('#sbx-back');
     await page.waitForSelector('#running tbody tr');
     assert.ok(await page.isVisible('#running'));
+  });
+
+  await t.test('its listening ports, and a preview link that opens one', async () => {
+    // busybox's httpd on the guest's loopback, port 8123, and a port
+    // listening on another address only (not reachable: no link)
+    let r = await call('POST', `/v1/sandboxes/${sandbox}/exec`, {
+      command: "mkdir -p /tmp/www && printf '<title>port-8123</title><p id=hi>served from 8123</p>' > /tmp/www/index.html",
+      timeout_ms: 60000,
+    });
+    assert.equal(r.status, 200, JSON.stringify(r.json));
+    r = await call('POST', `/v1/sandboxes/${sandbox}/processes`, { command: 'exec busybox httpd -f -p 127.0.0.1:8123 -h /tmp/www' });
+    assert.equal(r.status, 201, JSON.stringify(r.json));
+    r = await call('POST', `/v1/sandboxes/${sandbox}/processes`, { command: 'exec busybox httpd -f -p 127.0.0.2:8124 -h /tmp/www' });
+    assert.equal(r.status, 201, JSON.stringify(r.json));
+    await page.goto(`${URL}/#/sandboxes/${sandbox}`);
+    await page.waitForSelector('#sandbox[data-loaded]');
+    const row = page.locator('#sbx-ports tr[data-port="8123"]');
+    for (let i = 0; i < 20 && !(await row.count()); i++) { // until both listen
+      await page.click('#sbx-ports-find');
+      await page.waitForFunction(() => !/looking/.test(document.querySelector('#sbx-ports-note').textContent));
+      if (!(await row.count()) || !(await page.locator('#sbx-ports tr[data-port="8124"]').count())) await new Promise((ok) => setTimeout(ok, 500));
+    }
+    assert.equal(await row.locator('td').nth(1).textContent(), '127.0.0.1');
+    assert.equal(await row.locator('td').nth(2).textContent(), 'yes');
+    const other = page.locator('#sbx-ports tr[data-port="8124"]');
+    assert.equal(await other.locator('td').nth(2).textContent(), 'no (not on 127.0.0.1)');
+    assert.equal(await other.locator('button').count(), 0);
+    // the guest agent's own egress proxy is named, never offered
+    const proxy = page.locator('#sbx-ports tr[data-port="3128"]');
+    assert.equal(await proxy.locator('td').nth(2).textContent(), "no: the sandbox's network proxy");
+    assert.equal(await proxy.locator('button').count(), 0);
+    await row.locator('button.preview').click();
+    const link = row.locator('a.preview-url');
+    await link.waitFor();
+    const href = await link.getAttribute('href');
+    assert.match(href, /^http:\/\/8123-[0-9a-f]{32}\.preview\.localhost:\d+\/$/);
+    assert.equal(await link.getAttribute('rel'), 'noopener noreferrer');
+    await screenshot('sandbox-ports');
+    // the link opens the guest's page in a tab of its own
+    const [tab] = await Promise.all([page.context().waitForEvent('page'), link.click()]);
+    await tab.waitForLoadState();
+    assert.equal(await tab.title(), 'port-8123');
+    assert.equal(await tab.textContent('#hi'), 'served from 8123');
+    await tab.close();
+    // the preview is the account's: listed under the port
+    r = await call('GET', `/v1/sandboxes/${sandbox}/ports/8123/previews`);
+    assert.equal(r.status, 200);
+    assert.equal(r.json.data.length, 1);
+    await page.click('#sbx-back');
+    await page.waitForSelector('#running tbody tr');
   });
 
   await t.test('the terminal reattaches after its connection drops', async () => {
