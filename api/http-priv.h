@@ -174,6 +174,10 @@ enum api_method {
 	API_PUT = 1u << 1,
 	API_POST = 1u << 2,
 	API_DELETE = 1u << 3,
+	/* the ports route's only (the guest's server answers them) */
+	API_HEAD = 1u << 4,
+	API_PATCH = 1u << 5,
+	API_OPTIONS = 1u << 6,
 };
 
 enum api_route_flag {

@@ -6,6 +6,7 @@
  * auth, scope, body); tests/unit/test_routes.c compares it with
  * docs/openapi.yaml both ways.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -21,6 +22,9 @@
 #define PUT    API_PUT
 #define POST   API_POST
 #define DELETE API_DELETE
+#define HEAD   API_HEAD
+#define PATCH  API_PATCH
+#define OPTS   API_OPTIONS
 
 /* Indexed by enum route; the order is that of the /metrics series. */
 static const struct api_route table[R_COUNT] = {
@@ -62,8 +66,9 @@ static const struct api_route table[R_COUNT] = {
     [R_TERMINAL] = {"/v1/sandboxes/{id}/terminal", GET, AUTH, 0, api_terminal_handle, "terminal"},
     [R_NETWORK] = {"/v1/sandboxes/{id}/network", POST, AUTH | BODY, 0, api_network_handle,
 		   "network"},
-    [R_PORTS] = {"/v1/sandboxes/{id}/ports/{port}/{path}", GET | PUT | POST | DELETE, AUTH | STREAM,
-		 0, api_ports_route, "ports"},
+    [R_PORTS] = {"/v1/sandboxes/{id}/ports/{port}/{path}",
+		 GET | PUT | POST | DELETE | HEAD | PATCH | OPTS, AUTH | STREAM, 0, api_ports_route,
+		 "ports"},
     [R_PREVIEWS] = {"/v1/sandboxes/{id}/ports/{port}/previews", GET | POST, AUTH | BODY, 0,
 		    api_previews_handle, "previews"},
     [R_PREVIEW] = {"/v1/sandboxes/{id}/previews/{preview_id}", DELETE, AUTH, 0,
@@ -89,14 +94,15 @@ const struct api_route *api_route_get(enum route r)
 
 /* ---------------------------------------------------------------- methods */
 
-static const char *const method_names[] = {"GET", "PUT", "POST", "DELETE"};
+static const char *const method_names[] = {"GET",  "PUT",   "POST",   "DELETE",
+					   "HEAD", "PATCH", "OPTIONS"};
 
 unsigned api_method_bit(const char *method)
 {
 	for (size_t i = 0; i < SBX_ARRAY_SIZE(method_names); i++)
 		if (strcmp(method, method_names[i]) == 0)
 			return 1u << i;
-	return 0; /* HEAD, PATCH, OPTIONS...: answered by no route */
+	return 0; /* TRACE, CONNECT...: answered by no route */
 }
 
 const char *api_method_name(unsigned bit)
@@ -107,29 +113,24 @@ const char *api_method_name(unsigned bit)
 	return "";
 }
 
+/* The Allow header of every set of the methods, in method_names' order. */
+static char allow[1u << SBX_ARRAY_SIZE(method_names)][64];
+
+static void allow_init(void)
+{
+	for (unsigned m = 0; m < SBX_ARRAY_SIZE(allow); m++)
+		for (size_t i = 0, n = 0; i < SBX_ARRAY_SIZE(method_names); i++)
+			if (m & (1u << i))
+				n += (size_t)snprintf(allow[m] + n, sizeof allow[m] - n, "%s%s",
+						      n ? ", " : "", method_names[i]);
+}
+
 const char *api_methods_allow(unsigned methods)
 {
-	/* each set of API_GET | API_PUT | API_POST | API_DELETE, in that order */
-	static const char *const allow[16] = {
-	    "",
-	    "GET",
-	    "PUT",
-	    "GET, PUT",
-	    "POST",
-	    "GET, POST",
-	    "PUT, POST",
-	    "GET, PUT, POST",
-	    "DELETE",
-	    "GET, DELETE",
-	    "PUT, DELETE",
-	    "GET, PUT, DELETE",
-	    "POST, DELETE",
-	    "GET, POST, DELETE",
-	    "PUT, POST, DELETE",
-	    "GET, PUT, POST, DELETE",
-	};
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
 
-	return allow[methods & 15u];
+	pthread_once(&once, allow_init);
+	return allow[methods & ((1u << SBX_ARRAY_SIZE(method_names)) - 1)];
 }
 
 /* ---------------------------------------------------------------- resolve */

@@ -55,6 +55,12 @@ static const char echo_py[] =
     "        self.send_header('X-Echo', 'yes')\n"
     "        self.end_headers()\n"
     "        self.wfile.write(out)\n"
+    "    do_PATCH = do_OPTIONS = do_POST\n"
+    "    def do_HEAD(self):\n"
+    "        self.send_response(200)\n"
+    "        self.send_header('Content-Length', '1234')\n"
+    "        self.send_header('X-Echo', 'head')\n"
+    "        self.end_headers()\n"
     "    def do_GET(self):\n"
     "        self.send_response(200)\n"
     "        self.send_header('Transfer-Encoding', 'chunked')\n"
@@ -365,6 +371,34 @@ static void post_with_body(void **state)
 	assert_string_equal(v, "yes");
 	header_value(r.headers, "Set-Cookie", v, sizeof v);
 	assert_string_equal(v, ""); /* a guest never sets cookies on the API's origin */
+	http_reply_free(&r);
+	/* PATCH and OPTIONS reach the server as they are; HEAD gets the head */
+	assert_int_equal(http_request(&d, "PATCH", path, d.key, "Content-Type: text/plain\r\n",
+				      "patched", 0, &r),
+			 0);
+	assert_int_equal(r.status, 201);
+	assert_string_equal(jstr(r.json, "method"), "PATCH");
+	assert_string_equal(jstr(r.json, "body"), "patched");
+	http_reply_free(&r);
+	assert_int_equal(http_request(&d, "OPTIONS", path, d.key, NULL, NULL, 0, &r), 0);
+	assert_int_equal(r.status, 201);
+	assert_string_equal(jstr(r.json, "method"), "OPTIONS");
+	http_reply_free(&r);
+	assert_int_equal(http_request(&d, "HEAD", path, d.key, NULL, NULL, 0, &r), 0);
+	assert_int_equal(r.status, 200);
+	assert_int_equal(r.body_len, 0);
+	header_value(r.headers, "X-Echo", v, sizeof v);
+	assert_string_equal(v, "head");
+	http_reply_free(&r);
+	/* a method no server gets: 405, the route's methods in Allow */
+	assert_int_equal(http_request(&d, "TRACE", path, d.key, NULL, NULL, 0, &r), 0);
+	assert_int_equal(r.status, 405);
+	header_value(r.headers, "Allow", v, sizeof v);
+	assert_string_equal(v, "GET, PUT, POST, DELETE, HEAD, PATCH, OPTIONS");
+	http_reply_free(&r);
+	/* and no other route answers them */
+	assert_int_equal(http_request(&d, "PATCH", "/v1/sandboxes", d.key, NULL, NULL, 0, &r), 0);
+	assert_int_equal(r.status, 405);
 	http_reply_free(&r);
 }
 

@@ -51,7 +51,7 @@ def spec_routes():
 
 def contract_routes():
     text = open(os.path.join(REPO, "docs", "api.md")).read()
-    return {norm(m, p) for m, p in re.findall(r"^\| (GET|POST|PUT|DELETE|PATCH) \| `(/v1/[^`]*)`", text, re.M)}
+    return {norm(m, p) for m, p in re.findall(r"^\| (GET|POST|PUT|DELETE|PATCH|HEAD|OPTIONS) \| `(/v1/[^`]*)`", text, re.M)}
 
 
 SDK = {norm(m, p) for m, p in sandboxd.ROUTES}
@@ -123,8 +123,8 @@ def test_every_table_entry_is_issued_by_a_public_call(fake, tmp_path):
     c.receipt("rcpt_1"), c.receipt_public_key()
     c.create_api_key(), c.list_api_keys(), c.revoke_api_key("key_1")
     sb.refresh(), sb.update({"job": "1"}), sb.extend(5), sb.set_network({"egress": "none"}), sb.metrics(), sb.pause(), sb.resume(), sb.exec("true"), list(sb.exec_stream("true"))
-    for m in ("GET", "PUT", "POST", "DELETE"):
-        sb.port_fetch(8000, "/a/b", method=m, body=b"x" if m in ("PUT", "POST") else None)
+    for m in ("GET", "PUT", "POST", "DELETE", "HEAD", "PATCH", "OPTIONS"):
+        sb.port_fetch(8000, "/a/b", method=m, body=b"x" if m in ("PUT", "POST", "PATCH") else None)
     sb.create_preview(8000, 60), sb.list_previews(8000), sb.revoke_preview("pv_1")
     (tmp_path / "up").mkdir()
     sb.files.write("/f", b"x"), sb.files.read("/f"), sb.files.list("/"), sb.files.delete("/f")

@@ -127,7 +127,8 @@ export class Sandbox {
    * (docs/api.md, Ports): the server's answer as a fetch Response whatever
    * its status; the daemon's own errors reject (PortUnreachableError when
    * nothing listens, PortTimeoutError, NotFoundError...). Options: method
-   * (GET, PUT, POST, DELETE), body, headers, query, signal. */
+   * (GET, PUT, POST, DELETE, HEAD, PATCH, OPTIONS), body, headers, query,
+   * signal. */
   async portFetch(port, path = '/', o = {}) {
     const opts = {
       params: { port: Number(port), path: String(path).replace(/^\/+/, '') },
@@ -139,7 +140,10 @@ export class Sandbox {
       case 'PUT': return this._call('PUT', '/v1/sandboxes/{id}/ports/{port}/{path}', opts);
       case 'POST': return this._call('POST', '/v1/sandboxes/{id}/ports/{port}/{path}', opts);
       case 'DELETE': return this._call('DELETE', '/v1/sandboxes/{id}/ports/{port}/{path}', opts);
-      default: throw new TypeError(`portFetch: method must be GET, PUT, POST or DELETE, not ${o.method}`);
+      case 'HEAD': return this._call('HEAD', '/v1/sandboxes/{id}/ports/{port}/{path}', opts);
+      case 'PATCH': return this._call('PATCH', '/v1/sandboxes/{id}/ports/{port}/{path}', opts);
+      case 'OPTIONS': return this._call('OPTIONS', '/v1/sandboxes/{id}/ports/{port}/{path}', opts);
+      default: throw new TypeError(`portFetch: method must be GET, PUT, POST, DELETE, HEAD, PATCH or OPTIONS, not ${o.method}`);
     }
   }
 

@@ -55,7 +55,7 @@ export function specRoutes(yamlText) {
 /** The routes of docs/api.md's endpoint table (the contract), /v1 only. */
 function contractRoutes(md) {
   const out = new Set();
-  for (const m of md.matchAll(/^\| (GET|POST|PUT|DELETE|PATCH) \| `(\/v1\/[^`?]*)(?:\?[^`]*)?` \|/gm)) out.add(norm(m[1], m[2]));
+  for (const m of md.matchAll(/^\| (GET|POST|PUT|DELETE|PATCH|HEAD|OPTIONS) \| `(\/v1\/[^`?]*)(?:\?[^`]*)?` \|/gm)) out.add(norm(m[1], m[2]));
   return out;
 }
 
@@ -88,7 +88,7 @@ test('ROUTES is exactly the routes the code calls', () => {
   const used = new Set();
   for (const f of readdirSync(join(sdkDir, 'src'))) {
     const src = readFileSync(join(sdkDir, 'src', f), 'utf8');
-    for (const m of src.matchAll(/call\('(GET|POST|PUT|DELETE)', '([^']+)'/g)) used.add(norm(m[1], m[2]));
+    for (const m of src.matchAll(/call\('(GET|POST|PUT|DELETE|HEAD|PATCH|OPTIONS)', '([^']+)'/g)) used.add(norm(m[1], m[2]));
   }
   assert.deepEqual([...used].sort(), ROUTES.map(([m, p]) => norm(m, p)).sort());
 });
@@ -141,7 +141,7 @@ test('portFetch: the guest\'s answer whatever its status, the daemon\'s errors t
   assert.equal(calls[1].init.body, 'hi');
   assert.equal(calls[1].init.headers['X-Test'], '1');
   await assert.rejects(sb.portFetch(8009), PortUnreachableError);
-  await assert.rejects(sb.portFetch(8000, '/', { method: 'PATCH' }), TypeError);
+  await assert.rejects(sb.portFetch(8000, '/', { method: 'TRACE' }), TypeError);
   assert.equal(sb.portUrl(3000, '/app/'), 'http://x/v1/sandboxes/sbx_1/ports/3000/app/');
 });
 
