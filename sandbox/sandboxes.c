@@ -209,8 +209,9 @@ int sandbox_list_labeled(struct sandbox_svc *svc, const char *account_id, const 
 
 	if (status &&
 	    (store_status_parse(status, &st) < 0 || st == STORE_CREATING || st == STORE_ABORTED))
-		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "status",
-				     "status must be one of running, destroyed, expired, failed");
+		return sbx_error_set(
+		    err, SBX_E_INVALID_REQUEST, "status",
+		    "status must be one of running, paused, destroyed, expired, failed");
 	if (limit < 1 || limit > 100)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "limit", "limit must be 1..100");
 	for (size_t i = 0; filter && i < filter->n; i++)

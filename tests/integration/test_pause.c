@@ -332,6 +332,17 @@ static void state_survives_a_pause(void **state)
 	r = req(d.key, "GET", "", NULL);
 	cost_paused = jint(r.json, "cost_micro_usd");
 	http_reply_free(&r);
+	/* the list's status filter: under paused, not under running */
+	assert_int_equal(
+	    http_request(&d, "GET", "/v1/sandboxes?status=paused", d.key, NULL, NULL, 0, &r), 0);
+	assert_int_equal(r.status, 200);
+	assert_non_null(strstr(r.body, sbx));
+	http_reply_free(&r);
+	assert_int_equal(
+	    http_request(&d, "GET", "/v1/sandboxes?status=running", d.key, NULL, NULL, 0, &r), 0);
+	assert_int_equal(r.status, 200);
+	assert_null(strstr(r.body, sbx));
+	http_reply_free(&r);
 
 	sleep(PAUSE_S);
 	/* the cost does not move while paused (storage is free here) */
