@@ -257,6 +257,41 @@ async function loadRunning() {
   }));
 }
 
+// The storage a paused sandbox has run up in its current pause, as the
+// service bills it at resume or end (docs/api.md, "Pause and resume"):
+// ceil(bytes x paused ms x price per GiB-hour / (2^30 x 3 600 000)).
+export function pausedStorageMicro(bytes, pausedMs, microPerGibHour) {
+  if (!(bytes > 0 && pausedMs > 0 && microPerGibHour > 0)) return 0;
+  return Math.ceil((bytes * pausedMs * microPerGibHour) / (2 ** 30 * 3600000));
+}
+
+const mib = (bytes) => (typeof bytes === 'number' ? `${(bytes / 2 ** 20).toFixed(1)} MiB` : '–');
+
+async function loadPaused() {
+  state.limits ??= await api('GET', '/v1/limits');
+  const price = Math.round(Number(state.limits.paused_storage_usd_per_gib_hour || 0) * 1e6);
+  const ttlMs = (state.limits.paused_ttl_minutes || 0) * 60000;
+  $('#paused-price').textContent = `${usd(price)} per GiB-hour, kept up to ${duration(ttlMs)}`;
+  const list = await api('GET', '/v1/sandboxes?status=paused&limit=100');
+  const now = Date.now();
+  fill('#paused', list.data.map((s) => {
+    const since = Date.parse(s.paused_at);
+    const resume = el('button', { type: 'button', class: 'resume', onclick: () => act(`resume ${s.id}`,
+      () => api('POST', `/v1/sandboxes/${encodeURIComponent(s.id)}/resume`)) }, 'Resume');
+    const del = el('button', { type: 'button', class: 'delete danger', onclick: async () => {
+      if (await confirmStep(`Delete paused sandbox ${s.id}? Its memory and files are lost; its storage is billed up to now.`, 'Delete'))
+        act(`delete ${s.id}`, () => api('DELETE', `/v1/sandboxes/${encodeURIComponent(s.id)}`));
+    } }, 'Delete');
+    return el('tr', { 'data-id': s.id },
+      el('td', { class: 'id' }, sandboxLink(s.id)), el('td', {}, s.size),
+      el('td', { title: s.paused_at }, `${when(s.paused_at)} (${duration(now - since)})`),
+      el('td', { class: 'bytes' }, mib(s.paused_bytes)),
+      el('td', { class: 'cost' }, usd(pausedStorageMicro(s.paused_bytes, now - since, price))),
+      el('td', {}, ttlMs ? when(new Date(since + ttlMs).toISOString()) : '–'),
+      el('td', {}, resume, ' ', del));
+  }));
+}
+
 async function loadRecent() {
   const list = await api('GET', '/v1/sandboxes?limit=20');
   fill('#recent', list.data.map((s) => el('tr', { 'data-id': s.id },
@@ -307,7 +342,8 @@ async function loadKeys() {
 
 async function refresh() {
   if (state.loading) return state.loading;
-  const views = [['#usage', loadBalanceAndUsage], ['#running', loadRunning], ['#recent', loadRecent],
+  const views = [['#usage', loadBalanceAndUsage], ['#running', loadRunning], ['#paused', loadPaused],
+    ['#recent', loadRecent],
     ['#executions', loadExecutions], ['#keys', loadKeys]];
   state.loading = (async () => {
     for (const [section, load] of views) {

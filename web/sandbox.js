@@ -64,17 +64,21 @@ async function loadSandbox(first) {
   $('#sbx-body').hidden = false;
   $('#sandbox').dataset.state = s.status;
   facts(s);
+  $('#sbx-pause').hidden = s.status !== 'running';
+  $('#sbx-resume').hidden = s.status !== 'paused';
   metadata(s.metadata || {});
   const running = s.status === 'running';
   for (const sel of ['#sbx-files-form', '#sbx-term-open', '#sbx-procs-table', '#sbx-ports-find'])
     $(sel).hidden = !running;
   if (!running) {
     $('#sbx-ports').hidden = true;
-    note('#sbx-ports-note', `The sandbox is ${s.status}: nothing listens.`);
+    note('#sbx-ports-note', s.status === 'paused' ? 'The sandbox is paused: nothing answers until it is resumed.'
+      : `The sandbox is ${s.status}: nothing listens.`);
   }
   await Promise.all([loadMetrics(running), loadProcesses(running), first && running ? listDir(view.dir) : null]);
   if (!running) {
-    note('#sbx-files-note', `The sandbox is ${s.status}: its files are gone.`);
+    note('#sbx-files-note', s.status === 'paused' ? 'The sandbox is paused: resume it to see its files.'
+      : `The sandbox is ${s.status}: its files are gone.`);
     $('#sbx-files tbody').replaceChildren();
   }
   $('#sandbox').dataset.loaded = String(Date.now());
@@ -91,6 +95,9 @@ function facts(s) {
     [s.ended_at ? 'ran for' : 'age', duration((s.ended_at ? Date.parse(s.ended_at) : now) - Date.parse(s.created_at))],
     [s.ended_at ? 'cost' : 'cost so far', usd(s.cost_micro_usd)],
   ];
+  if (s.status === 'paused')
+    rows.push(['paused since', `${when(s.paused_at)} (${duration(now - Date.parse(s.paused_at))})`],
+      ['kept on the host', typeof s.paused_bytes === 'number' ? `${(s.paused_bytes / 2 ** 20).toFixed(1)} MiB` : '–']);
   $('#sbx-facts').replaceChildren(...rows.flatMap(([k, v]) =>
     [el('dt', {}, k), el('dd', { 'data-fact': k.replace(/ /g, '-') }, v ?? '–')]));
 }
@@ -417,6 +424,27 @@ function closeTerminal(text) {
   if (text) termStatus('closed', text);
 }
 
+// ------------------------------------------------------ pause, resume
+
+// Pause or resume (seconds: the guest's memory is written or read back),
+// then the page again.
+async function pauseResume(what) {
+  const id = view.id;
+  const buttons = ['#sbx-pause', '#sbx-resume'].map((sel) => $(sel));
+  buttons.forEach((b) => { b.disabled = true; });
+  note('#sbx-state-note', what === 'pause' ? 'pausing (the guest\'s memory is saved)…' : 'resuming…');
+  try {
+    if (what === 'pause') closeTerminal('the sandbox was paused');
+    await api('POST', sbxPath(id, `/${what}`));
+    note('#sbx-state-note', '');
+  } catch (e) {
+    if (!(e instanceof SignedOut)) note('#sbx-state-note', `${what}: ${e.message}`, 'error');
+  } finally {
+    buttons.forEach((b) => { b.disabled = false; });
+  }
+  if (view.id === id) await loadSandbox(what === 'resume');
+}
+
 // ------------------------------------------------------------- events
 
 export function startSandboxPage() {
@@ -428,6 +456,8 @@ export function startSandboxPage() {
   $('#sbx-term-open').addEventListener('click', () => openTerminal().catch((e) => termStatus('error', e.message)));
   $('#sbx-term-close').addEventListener('click', () => closeTerminal('closed'));
   $('#sbx-ports-find').addEventListener('click', () => findPorts());
+  $('#sbx-pause').addEventListener('click', () => pauseResume('pause'));
+  $('#sbx-resume').addEventListener('click', () => pauseResume('resume'));
   $('#sbx-reload').addEventListener('click', () => view.id && loadSandbox(false));
   window.addEventListener('resize', () => view.fit?.fit());
 }

@@ -366,6 +366,36 @@ test('sign in, sandboxes, usage, executions, keys', async (t) => {
     await other.close();
   });
 
+  await t.test('pause it from its page, see it paused with its storage, resume it from the list', async () => {
+    await page.goto(`${URL}/#/sandboxes/${sandbox}`);
+    await page.waitForSelector('#sandbox[data-state="running"]');
+    assert.ok(await page.isHidden('#sbx-resume'));
+    await page.click('#sbx-pause');
+    await page.waitForSelector('#sandbox[data-state="paused"]', { timeout: 120000 });
+    assert.ok(await page.isVisible('#sbx-resume'));
+    assert.ok(await page.isHidden('#sbx-pause'));
+    assert.match(await page.textContent('#sbx-facts dd[data-fact="kept-on-the-host"]'), /^\d+\.\d MiB$/);
+    assert.match(await page.textContent('#sbx-files-note'), /paused: resume it/);
+    await screenshot('sandbox-paused');
+    // the dashboard: in the paused list (not the running one), its bytes
+    // the API's, its storage priced by /v1/limits (0 here)
+    await page.click('#sbx-back');
+    await refresh();
+    const row = page.locator(`#paused tr[data-id="${sandbox}"]`);
+    await row.waitFor();
+    assert.equal(await page.locator(`#running tr[data-id="${sandbox}"]`).count(), 0);
+    const s = await call('GET', `/v1/sandboxes/${sandbox}`);
+    assert.equal(s.json.status, 'paused');
+    assert.equal(await row.locator('td.bytes').textContent(), `${(s.json.paused_bytes / 2 ** 20).toFixed(1)} MiB`);
+    assert.equal(await row.locator('td.cost').textContent(), '$0.00');
+    assert.match(await page.textContent('#paused-price'), /per GiB-hour, kept up to/);
+    await screenshot('paused-list');
+    await row.locator('button.resume').click();
+    await page.waitForSelector(`#running tr[data-id="${sandbox}"]`, { timeout: 120000 });
+    assert.equal(await page.locator(`#paused tr[data-id="${sandbox}"]`).count(), 0);
+    assert.equal((await call('GET', `/v1/sandboxes/${sandbox}`)).json.status, 'running');
+  });
+
   await t.test('extend it', async () => {
     const before = (await call('GET', `/v1/sandboxes/${sandbox}`)).json.expires_at;
     const row = page.locator(`#running tr[data-id="${sandbox}"]`);
