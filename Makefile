@@ -214,9 +214,10 @@ test-unit: $(UNIT_BINS) $(FUZZ_REPLAY)
 		echo "== $$f tests/fuzz/corpus/$$n"; $$f tests/fuzz/corpus/$$n; done
 
 test-integration: all image-tiny image-full $(INTEG_BINS) libvirt-up
-	@set -e; for t in $(INTEG_BINS); do echo "== $$t"; \
+	@set -e; for t in $(INTEG_BINS); do echo "== $$t"; s=$$(date +%s); \
 		SBX_TEST_IMAGE_DIR=$(CURDIR)/$(TINY_IMAGE) \
-		SBX_TEST_FULL_IMAGE_DIR=$(CURDIR)/$(FULL_IMAGE) SBX_BIN=$(CURDIR)/$(BIN)/sandboxd $$t; done
+		SBX_TEST_FULL_IMAGE_DIR=$(CURDIR)/$(FULL_IMAGE) SBX_BIN=$(CURDIR)/$(BIN)/sandboxd $$t; \
+		echo "== $$t: passed in $$(( $$(date +%s) - s )) s"; done
 	@# (test_hostile's reopen_without_credit_keeps_the_window, in the loop
 	@# above, runs over the stream transport whatever SBX_TEST_TRANSPORT says)
 	@# the deaf guest once more over the stream transport (docs/vmm.md):
