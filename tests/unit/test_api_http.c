@@ -509,7 +509,16 @@ static void test_sandboxes_list_and_usage(void **state)
 	http("GET", "/v1/sandboxes?limit=1x", F.key, NULL, NULL, &r);
 	assert_error(&r, 400, "invalid_request", "limit");
 	resp_release(&r);
+	/* paused is a status the list filters by (none here); creating, an
+	 * internal state, and anything else are not */
 	http("GET", "/v1/sandboxes?status=paused", F.key, NULL, NULL, &r);
+	assert_int_equal(r.status, 200);
+	assert_int_equal(json_object_array_length(get(r.json, "data")), 0);
+	resp_release(&r);
+	http("GET", "/v1/sandboxes?status=creating", F.key, NULL, NULL, &r);
+	assert_error(&r, 400, "invalid_request", "status");
+	resp_release(&r);
+	http("GET", "/v1/sandboxes?status=bogus", F.key, NULL, NULL, &r);
 	assert_error(&r, 400, "invalid_request", "status");
 	resp_release(&r);
 
