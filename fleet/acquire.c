@@ -21,6 +21,45 @@ void fleet_guest_uncount(struct fleet *f, struct fleet_host *h, const struct san
 	pthread_mutex_unlock(&f->lock);
 }
 
+int fleet_host_admit(struct fleet *f, struct fleet_host *h, const struct sandbox_size *size,
+		     struct sbx_error *err)
+{
+	struct fleet_guest *evicted = NULL;
+	enum fleet_place_how how = FLEET_PLACE_ROOM;
+	bool room;
+
+	fleet_hosts_measure_disk(f);
+	pthread_mutex_lock(&f->lock);
+	room = fleet_host_room_locked(h, size, true, &how);
+	while (room && how == FLEET_PLACE_EVICT) {
+		struct fleet_guest *p = fleet_pool_evict_locked(f, h);
+
+		if (!p) {
+			room = false;
+			break;
+		}
+		p->next = evicted;
+		evicted = p;
+		room = fleet_host_room_locked(h, size, true, &how);
+	}
+	if (room)
+		fleet_host_booting_locked(h, size, +1);
+	pthread_mutex_unlock(&f->lock);
+	while (evicted) {
+		struct fleet_guest *next = evicted->next;
+
+		f->ops->teardown(evicted, "evicted from the warm pool");
+		evicted = next;
+	}
+	if (room)
+		return 0;
+	sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
+		      "host '%s' has no room for a guest of size '%s' right now; retry later",
+		      h->cfg->name, size->name);
+	err->retry_after_s = 10;
+	return -1;
+}
+
 /* Place a guest of `size` (an execution of `runtime`: its pre-started
  * guests first; NULL for a sandbox) per docs/hosts.md and count it as
  * booting there. A pooled guest taken is returned in *warm_out (else

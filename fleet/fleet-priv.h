@@ -48,6 +48,11 @@ static inline struct fleet_guest *fleet_live_find_locked(struct fleet *f, const 
 
 /* Would one more guest of `size` fit host h (guests, memory, disk),
  * counting its lives, boots and pool? Call with lock. */
+/* Has h room for a guest of size, now (*how FLEET_PLACE_ROOM) or after
+ * evicting pooled guests (FLEET_PLACE_EVICT)? drained_too: a draining
+ * host as if it were not. Call with lock. */
+bool fleet_host_room_locked(struct fleet_host *h, const struct sandbox_size *size, bool drained_too,
+			    enum fleet_place_how *how);
 bool fleet_host_fits_locked(struct fleet_host *h, const struct sandbox_size *size);
 /* Count a guest of `size` as booting on h (sign +1) or stop (-1). Call
  * with lock. */

@@ -587,6 +587,15 @@ struct fleet_acquire {
 int fleet_acquire(struct fleet *f, struct fleet_acquire *a, struct sbx_error *err);
 /* Stop counting a guest of `size` as booting on h. */
 void fleet_guest_uncount(struct fleet *f, struct fleet_host *h, const struct sandbox_size *size);
+/* Room on h itself for a guest of `size` that exists already (a paused
+ * sandbox's, to be restored there: docs/lifecycle.md "Pause and resume"),
+ * counted as booting on h until fleet_guest_uncount: as placement judges
+ * a cold boot (memory, guests, disk), pooled guests of h evicted first if
+ * need be, a draining host included (a drain stops placements, not the
+ * sandboxes it holds). -1 with a 503 (Retry-After 10) when h has no room
+ * or is not up. No lock held. */
+int fleet_host_admit(struct fleet *f, struct fleet_host *h, const struct sandbox_size *size,
+		     struct sbx_error *err);
 /* Boot a guest of `size` on h with `marker` as the sandbox id in its
  * metadata, open its channel and wait for HELLO until deadline_mono. On
  * success *out is a new guest (BOOTING, not linked, id = marker). The

@@ -199,14 +199,16 @@ static bool disk_rule_locked(struct fleet_host *h, uint64_t gib)
 
 /* What placement needs of host h for a guest of `size` (runtime: an
  * execution's pre-started guests count as warm). Call with lock. */
-void fleet_host_snapshot_locked(struct fleet_host *h, const struct sandbox_size *size,
-				const char *runtime, struct fleet_host_snapshot *s)
+/* As fleet_host_snapshot_locked; drained_too: a draining host as if it
+ * were not (a resume on its own host). */
+static void snapshot_locked(struct fleet_host *h, const struct sandbox_size *size,
+			    const char *runtime, bool drained_too, struct fleet_host_snapshot *s)
 {
 	uint64_t add = fleet_host_disk_gib(h, size);
 
 	memset(s, 0, sizeof(*s));
 	s->up = h->state == FLEET_HOST_UP && h->vmm;
-	s->draining = h->draining;
+	s->draining = h->draining && !drained_too;
 	s->max_guests = h->cfg->max_guests;
 	s->mem_total_mib = host_mem_total(h);
 	s->disk_total_gib =
@@ -225,15 +227,27 @@ void fleet_host_snapshot_locked(struct fleet_host *h, const struct sandbox_size 
 	s->disk_ok_evicting = s->disk_ok || disk_rule_locked(h, s->disk_used_gib + add);
 }
 
-bool fleet_host_fits_locked(struct fleet_host *h, const struct sandbox_size *size)
+void fleet_host_snapshot_locked(struct fleet_host *h, const struct sandbox_size *size,
+				const char *runtime, struct fleet_host_snapshot *s)
+{
+	snapshot_locked(h, size, runtime, false, s);
+}
+
+bool fleet_host_room_locked(struct fleet_host *h, const struct sandbox_size *size, bool drained_too,
+			    enum fleet_place_how *how)
 {
 	struct fleet_host_snapshot s;
+
+	snapshot_locked(h, size, NULL, drained_too, &s);
+	s.warm = 0;
+	return fleet_place(&s, 1, size->memory_mib, fleet_host_disk_gib(h, size), how) == 0;
+}
+
+bool fleet_host_fits_locked(struct fleet_host *h, const struct sandbox_size *size)
+{
 	enum fleet_place_how how;
 
-	fleet_host_snapshot_locked(h, size, NULL, &s);
-	s.warm = 0;
-	return fleet_place(&s, 1, size->memory_mib, fleet_host_disk_gib(h, size), &how) == 0 &&
-	       how == FLEET_PLACE_ROOM;
+	return fleet_host_room_locked(h, size, false, &how) && how == FLEET_PLACE_ROOM;
 }
 
 /* The disk rule with the guests admitted now. Call with lock. */

@@ -336,18 +336,14 @@ static struct vmm_vm *resume_restore(struct sandbox_svc *svc, struct fleet_host 
 	return vm;
 }
 
-static int resume_locked(struct sandbox_svc *svc, struct store_sandbox *row, struct sbx_error *err)
+/* Restore, switch the row back to running and relink, on h (admitted). */
+static int resume_on(struct sandbox_svc *svc, struct fleet_host *h, struct store_sandbox *row,
+		     struct sbx_error *err)
 {
-	struct fleet_host *h = fleet_host_find(svc->fleet, row->host);
 	struct vmm_vm *vm;
 	int64_t t0 = sbx_mono_ms(), t1, paused_at = row->paused_at_ms;
 	int rc;
 
-	if (!h || !h->vmm)
-		return sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
-				     "the host of sandbox '%s' does not answer; it stays paused: "
-				     "retry",
-				     row->id);
 	vm = resume_restore(svc, h, row, err);
 	if (!vm)
 		return -1;
@@ -391,6 +387,40 @@ static int resume_locked(struct sandbox_svc *svc, struct store_sandbox *row, str
 	sbx_info(MOD, "sandbox %s: resumed in %lld ms after %lld s paused", row->id,
 		 (long long)(sbx_mono_ms() - t0), (long long)((t1 - paused_at) / 1000));
 	return 0;
+}
+
+/* Its memory was free while it was paused, and the host may have given
+ * it away (a create, the pool): room first (fleet_host_admit), counted as
+ * booting until the restore is relinked or has failed. */
+static int resume_locked(struct sandbox_svc *svc, struct store_sandbox *row, struct sbx_error *err)
+{
+	const struct sandbox_size *size = sandbox_config_size(&svc->cfg, row->size);
+	struct fleet_host *h = fleet_host_find(svc->fleet, row->host);
+	int rc;
+
+	if (!h || !h->vmm)
+		return sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
+				     "the host of sandbox '%s' does not answer; it stays paused: "
+				     "retry",
+				     row->id);
+	if (!size)
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "sandbox '%s': unknown size '%s'",
+				     row->id, row->size);
+	if (fleet_host_admit(svc->fleet, h, size, err) < 0) {
+		int retry = err->retry_after_s;
+
+		sbx_info(MOD, "sandbox %s: stays paused: %s", row->id, err->message);
+		sbx_error_clear(err);
+		sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
+			      "the host of sandbox '%s' has no room to restore it now (its memory "
+			      "went to other guests while it was paused); it stays paused: retry",
+			      row->id);
+		err->retry_after_s = retry;
+		return -1;
+	}
+	rc = resume_on(svc, h, row, err);
+	fleet_guest_uncount(svc->fleet, h, size);
+	return rc;
 }
 
 int sandbox_resume(struct sandbox_svc *svc, const char *account_id, const char *id,

@@ -486,6 +486,44 @@ static void test_evict(void **state)
 	assert_undone(1);
 }
 
+/* A resume's room on its own host (fleet_host_admit): with the host full
+ * of running guests it is a 503 and nothing is counted; pooled guests are
+ * evicted for it; a draining host still takes it; a host that is down
+ * does not. Counted as booting until uncounted. */
+static void test_admit_on_host(void **state)
+{
+	struct fleet_acquire a = acq(F.small, 5000), b = acq(F.small, 5000);
+	struct sbx_error err;
+
+	(void)state;
+	sbx_error_clear(&err);
+	assert_int_equal(fleet_acquire(F.fleet, &a, &err), 0);
+	assert_int_equal(fleet_acquire(F.fleet, &b, &err), 0);
+	/* full (2 of 2): refused, nothing counted */
+	assert_int_equal(fleet_host_admit(F.fleet, F.h, F.small, &err), -1);
+	assert_int_equal(err.code, SBX_E_SERVICE_UNAVAILABLE);
+	assert_int_equal(err.retry_after_s, 10);
+	assert_non_null(strstr(err.message, "no room"));
+	assert_int_equal(F.h->booting, 2);
+	give_back(&b);
+	/* a pooled guest holds the room left: evicted for the resume */
+	plant_pooled(F.small);
+	sbx_error_clear(&err);
+	F.h->draining = true;
+	assert_int_equal(fleet_host_admit(F.fleet, F.h, F.small, &err), 0);
+	F.h->draining = false;
+	assert_int_equal(pool_len(), 0);
+	assert_int_equal(K.destroyed[2], 1);
+	assert_int_equal(F.h->booting, 2);
+	fleet_guest_uncount(F.fleet, F.h, F.small);
+	/* a host that is down takes nothing */
+	F.h->state = FLEET_HOST_DOWN;
+	assert_int_equal(fleet_host_admit(F.fleet, F.h, F.small, &err), -1);
+	F.h->state = FLEET_HOST_UP;
+	give_back(&a);
+	assert_undone(0);
+}
+
 /* Eviction, then the boot fails: the evicted guest and the new domain are
  * each destroyed once, nothing stays counted. */
 static void test_evict_then_boot_fails(void **state)
@@ -624,6 +662,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_warm_dead, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_dead_pooled_skipped, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_evict, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_admit_on_host, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_evict_then_boot_fails, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_pool_prestart_fails, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_pool_prestart_joins, setup, teardown),
