@@ -207,8 +207,10 @@ static int reconcile_host(struct sandbox_svc *svc, struct fleet_host *h, const s
 	/* Save files no paused sandbox names any more (ended while the
 	 * daemon was down, or cut before their row): at a restart no pause
 	 * is in flight. */
-	if (restart)
+	if (restart) {
 		prune_saved(svc, h);
+		sandbox_reconcile_snapshots(svc, h);
+	}
 	/* Overlays, sockets and logs of guests that died while nobody
 	 * watched (host crash, kill -9): no create is in flight here yet. */
 	int pruned = vmm_prune_files(h->vmm, NULL);

@@ -1,0 +1,462 @@
+/* Disk snapshots and templates (issue 29) in real guests of the full
+ * image: one daemon, one source sandbox shared by the cases, in order.
+ *
+ *  1. a file written before a snapshot of the running source is in the
+ *     snapshot; the source keeps running (a file written after is not in
+ *     the snapshot); the snapshot's file is 0600 in the run dir, backed by
+ *     the base image only;
+ *  2. two sandboxes created from it at once both have the file, neither
+ *     has the later one, each has its own boot id (and neither is the
+ *     source's); both are cold boots;
+ *  3. another account gets 404 on every route (take, get, delete, a
+ *     create from it) and an empty list;
+ *  4. a snapshot of the paused source; a sandbox from it has the file;
+ *  5. delete: 409 snapshot_in_use while sandboxes start from it, 200 once
+ *     they are gone, then 404 and the file gone; the storage was charged
+ *     once (one hold, one charge, equal to the row's charge_micro) and
+ *     the ledger invariants hold;
+ *  6. caps: past max_snapshots 429 concurrency_limit; /v1/limits shows
+ *     the caps and the price;
+ *  7. a crash after the copy (fault snapshot.after_copy) leaves no row and
+ *     no file after the restart.
+ *
+ * Snapshot and create-from-snapshot times and file sizes are printed
+ * (figures, not assertions). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/stat.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+
+static struct daemon d;
+static char other_key[128];
+static char src[64];
+static char snap1[64]; /* of the running source, case 1 */
+
+#define BASE_CFG                                                                                   \
+	"\"sizes\": {\"small\": {\"vcpus\": 1, \"memory_mib\": 512, \"disk_gib\": 2, "             \
+	"\"price_micro_usd_per_hour\": 90000}}, \"http_threads\": 4, \"destroy_on_exit\": true, "  \
+	"\"transport\": \"socket\", \"max_snapshots\": 3, "                                        \
+	"\"snapshot_storage_micro_per_gib_hour\": 100000000"
+
+static void start_with(const char *more)
+{
+	char extra[1024];
+
+	snprintf(extra, sizeof(extra), "%s%s%s", BASE_CFG, more[0] ? ", " : "", more);
+	assert_int_equal(daemon_config_full(&d, extra), 0);
+	assert_int_equal(daemon_start(&d), 0);
+}
+
+static int setup(void **state)
+{
+	struct daemon other;
+
+	(void)state;
+	memset(&d, 0, sizeof(d));
+	if (daemon_config_full(&d, BASE_CFG) < 0) {
+		print_message("the full image is not built (make image-full)\n");
+		return -1;
+	}
+	other = d;
+	daemon_create_account(&other, "10");
+	snprintf(other_key, sizeof(other_key), "%s", other.key);
+	if (daemon_up(&d) < 0)
+		return -1;
+	return daemon_create_sandbox(&d, src, sizeof(src));
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	return daemon_down(&d);
+}
+
+static struct http_reply call(const char *key, const char *method, const char *path,
+			      const char *body)
+{
+	struct http_reply r;
+
+	if (http_request(&d, method, path, key, NULL, body, 0, &r) < 0)
+		fail_msg("no answer to %s %s", method, path);
+	return r;
+}
+
+/* stdout of `cmd` in sandbox id (exit 0 asserted) into out. */
+static void run_in(const char *id, const char *cmd, char *out, size_t n)
+{
+	struct http_reply r;
+
+	assert_int_equal(sandbox_command(&d, id, "exec", cmd, 60000, &r), 0);
+	if (r.status != 200 || jint(r.json, "exit_code") != 0)
+		fail_msg("exec '%s' in %s: %d %s", cmd, id, r.status, r.body);
+	snprintf(out, n, "%s", jstr(r.json, "stdout"));
+	http_reply_free(&r);
+}
+
+/* The reply's "id" (asserted present), borrowed. */
+static const char *jid(json_object *o)
+{
+	const char *id = jstr(o, "id");
+
+	assert_non_null(id);
+	return id ? id : "";
+}
+
+/* POST /v1/sandboxes/ID/snapshots as key: the reply (caller frees). */
+static struct http_reply take(const char *key, const char *id, const char *body)
+{
+	char path[128];
+
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s/snapshots", id);
+	return call(key, "POST", path, body);
+}
+
+static void snap_path(const char *id, char *out, size_t n)
+{
+	snprintf(out, n, "%s/run/%s.qcow2", d.state_dir, id);
+}
+
+static void snapshot_of_a_running_sandbox(void **state)
+{
+	char out[256], path[512], cmd[700];
+	struct http_reply r;
+	struct stat st;
+	int64_t t0;
+
+	(void)state;
+	run_in(src, "echo before-snapshot > /root/snap-file && sync", out, sizeof(out));
+	t0 = sbx_mono_ms();
+	r = take(d.key, src, "{\"name\": \"with the file\"}");
+	print_message("snapshot of a running sandbox: %lld ms: %s\n",
+		      (long long)(sbx_mono_ms() - t0), r.body);
+	assert_int_equal(r.status, 201);
+	assert_string_equal(jstr(r.json, "object"), "snapshot");
+	assert_true(strncmp(jstr(r.json, "id"), "snap_", 5) == 0);
+	assert_string_equal(jstr(r.json, "name"), "with the file");
+	assert_string_equal(jstr(r.json, "sandbox_id"), src);
+	assert_int_equal(jint(r.json, "disk_gib"), 2);
+	assert_true(jint(r.json, "bytes") > 0);
+	snprintf(snap1, sizeof(snap1), "%s", jid(r.json));
+	http_reply_free(&r);
+
+	/* one file, 0600, whose only backing is the base image */
+	snap_path(snap1, path, sizeof(path));
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(st.st_mode & 0777, 0600);
+	snprintf(cmd, sizeof(cmd),
+		 "qemu-img info -U --backing-chain '%s' | grep -c '^backing file:'", path);
+	assert_int_equal(cmd_out(cmd, out, sizeof(out)), 0);
+	assert_int_equal(atoi(out), 1);
+	print_message("snapshot file: %lld bytes on disk\n", (long long)st.st_blocks * 512);
+
+	/* the source runs on */
+	run_in(src, "cat /root/snap-file && echo after-snapshot > /root/later-file", out,
+	       sizeof(out));
+	assert_string_equal(out, "before-snapshot\n");
+
+	/* a bad name: 400 naming it */
+	r = take(d.key, src, "{\"name\": 7}");
+	assert_int_equal(r.status, 400);
+	http_reply_free(&r);
+	r = take(d.key, src, "{\"nom\": \"x\"}");
+	assert_int_equal(r.status, 400);
+	http_reply_free(&r);
+}
+
+struct bg_create {
+	pthread_t t;
+	const char *snap;
+	int status;
+	char id[64];
+	int64_t ms;
+};
+
+static void *bg_create_main(void *arg)
+{
+	struct bg_create *b = arg;
+	struct http_reply r;
+	char body[128];
+	int64_t t0 = sbx_mono_ms();
+
+	snprintf(body, sizeof(body), "{\"snapshot\": \"%s\", \"timeout_minutes\": 10}", b->snap);
+	if (http_request(&d, "POST", "/v1/sandboxes", d.key, NULL, body, 0, &r) < 0)
+		return NULL;
+	b->ms = sbx_mono_ms() - t0;
+	b->status = r.status;
+	if (r.status == 201) {
+		snprintf(b->id, sizeof(b->id), "%s", jstr(r.json, "id"));
+		if (strcmp(jstr(r.json, "startup_path"), "cold") != 0)
+			b->status = -2;
+	} else {
+		print_message("create from %s: %d %s\n", b->snap, r.status, r.body);
+	}
+	http_reply_free(&r);
+	return NULL;
+}
+
+static char made[2][64];
+
+static void two_sandboxes_from_one_snapshot(void **state)
+{
+	struct bg_create b[2] = {{.snap = snap1}, {.snap = snap1}};
+	char src_boot[64], boot[2][64], out[256];
+
+	(void)state;
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(pthread_create(&b[i].t, NULL, bg_create_main, &b[i]), 0);
+	for (int i = 0; i < 2; i++) {
+		pthread_join(b[i].t, NULL);
+		print_message("create from a snapshot (at once with another): %lld ms\n",
+			      (long long)b[i].ms);
+		assert_int_equal(b[i].status, 201);
+		snprintf(made[i], sizeof(made[i]), "%s", b[i].id);
+	}
+	run_in(src, "cat /proc/sys/kernel/random/boot_id", src_boot, sizeof(src_boot));
+	for (int i = 0; i < 2; i++) {
+		run_in(made[i],
+		       "cat /root/snap-file; test -e /root/later-file || echo no-later-file", out,
+		       sizeof(out));
+		assert_string_equal(out, "before-snapshot\nno-later-file\n");
+		run_in(made[i], "cat /proc/sys/kernel/random/boot_id", boot[i], sizeof(boot[i]));
+		assert_string_not_equal(boot[i], src_boot);
+		/* writes stay its own */
+		snprintf(out, sizeof(out), "echo %d > /root/snap-file", i);
+		run_in(made[i], out, out, sizeof(out));
+	}
+	assert_string_not_equal(boot[0], boot[1]);
+	run_in(made[0], "cat /root/snap-file", out, sizeof(out));
+	assert_string_equal(out, "0\n");
+	run_in(src, "cat /root/snap-file", out, sizeof(out));
+	assert_string_equal(out, "before-snapshot\n");
+}
+
+static void another_account_gets_404(void **state)
+{
+	char path[128], body[128];
+	struct http_reply r;
+
+	(void)state;
+	r = take(other_key, src, NULL);
+	assert_int_equal(r.status, 404);
+	http_reply_free(&r);
+	snprintf(path, sizeof(path), "/v1/snapshots/%s", snap1);
+	r = call(other_key, "GET", path, NULL);
+	assert_int_equal(r.status, 404);
+	assert_string_equal(jerr(r.json, "type"), "not_found");
+	http_reply_free(&r);
+	r = call(other_key, "DELETE", path, NULL);
+	assert_int_equal(r.status, 404);
+	http_reply_free(&r);
+	snprintf(body, sizeof(body), "{\"snapshot\": \"%s\"}", snap1);
+	r = call(other_key, "POST", "/v1/sandboxes", body);
+	assert_int_equal(r.status, 404);
+	assert_string_equal(jerr(r.json, "param"), "snapshot");
+	http_reply_free(&r);
+	r = call(other_key, "GET", "/v1/snapshots", NULL);
+	assert_int_equal(r.status, 200);
+	assert_int_equal(json_object_array_length(json_object_object_get(r.json, "data")), 0);
+	http_reply_free(&r);
+	/* the owner sees it, and it is still there */
+	r = call(d.key, "GET", path, NULL);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(jstr(r.json, "id"), snap1);
+	http_reply_free(&r);
+}
+
+static void snapshot_of_a_paused_sandbox(void **state)
+{
+	char path[128], body[128], snap2[64], out[256];
+	struct http_reply r;
+	struct bg_create b = {0};
+
+	(void)state;
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s/pause", src);
+	r = call(d.key, "POST", path, NULL);
+	assert_int_equal(r.status, 200);
+	http_reply_free(&r);
+	r = take(d.key, src, NULL);
+	print_message("snapshot of a paused sandbox: %s\n", r.body);
+	assert_int_equal(r.status, 201);
+	assert_string_equal(jstr(r.json, "name"), "");
+	snprintf(snap2, sizeof(snap2), "%s", jid(r.json));
+	http_reply_free(&r);
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s/resume", src);
+	r = call(d.key, "POST", path, NULL);
+	assert_int_equal(r.status, 200);
+	http_reply_free(&r);
+
+	b.snap = snap2;
+	bg_create_main(&b);
+	assert_int_equal(b.status, 201);
+	run_in(b.id, "cat /root/later-file", out, sizeof(out));
+	assert_string_equal(out, "after-snapshot\n");
+	assert_int_equal(daemon_delete_sandbox(&d, b.id, NULL, 0), 200);
+	snprintf(path, sizeof(path), "/v1/snapshots/%s", snap2);
+	r = call(d.key, "DELETE", path, NULL);
+	assert_int_equal(r.status, 200);
+	http_reply_free(&r);
+	/* a create of a deleted snapshot: 404 */
+	snprintf(body, sizeof(body), "{\"snapshot\": \"%s\"}", snap2);
+	r = call(d.key, "POST", "/v1/sandboxes", body);
+	assert_int_equal(r.status, 404);
+	http_reply_free(&r);
+}
+
+static void delete_waits_for_its_sandboxes_and_charges_once(void **state)
+{
+	char path[128], file[512], buf[64];
+	struct http_reply r;
+	struct sbx_error err;
+	struct stat st;
+	int64_t charged;
+
+	(void)state;
+	snprintf(path, sizeof(path), "/v1/snapshots/%s", snap1);
+	r = call(d.key, "DELETE", path, NULL);
+	print_message("delete while sandboxes start from it: %d %s\n", r.status, r.body);
+	assert_int_equal(r.status, 409);
+	assert_string_equal(jerr(r.json, "type"), "snapshot_in_use");
+	http_reply_free(&r);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(daemon_delete_sandbox(&d, made[i], NULL, 0), 200);
+	r = call(d.key, "DELETE", path, NULL);
+	assert_int_equal(r.status, 200);
+	charged = jint(r.json, "cost_micro_usd");
+	print_message("snapshot deleted, its storage cost %lld µ$\n", (long long)charged);
+	assert_true(charged > 0);
+	http_reply_free(&r);
+	snap_path(snap1, file, sizeof(file));
+	assert_int_not_equal(stat(file, &st), 0);
+	r = call(d.key, "GET", path, NULL);
+	assert_int_equal(r.status, 404);
+	http_reply_free(&r);
+	r = call(d.key, "DELETE", path, NULL);
+	assert_int_equal(r.status, 404);
+	http_reply_free(&r);
+
+	/* charged once: one hold and one charge, both the row's charge */
+	assert_int_equal(daemon_db_text(&d,
+					"SELECT count(*) || ' ' || SUM(amount_micro) FROM ledger"
+					" WHERE snapshot_id = ?1 AND kind = 'charge'",
+					snap1, buf, sizeof(buf)),
+			 0);
+	char want[64];
+	snprintf(want, sizeof(want), "1 %lld", (long long)charged);
+	assert_string_equal(buf, want);
+	assert_int_equal(daemon_db_text(&d, "SELECT charge_micro FROM snapshots WHERE id = ?1",
+					snap1, buf, sizeof(buf)),
+			 0);
+	assert_int_equal(atoll(buf), charged);
+	assert_int_equal(daemon_ledger_check(&d, &err), 0);
+}
+
+static void caps_and_limits(void **state)
+{
+	char ids[3][64];
+	struct http_reply r;
+	int i;
+
+	(void)state;
+	r = call(NULL, "GET", "/v1/limits", NULL);
+	assert_int_equal(r.status, 200);
+	assert_int_equal(jint(r.json, "snapshots"), 3);
+	assert_int_equal(jint(r.json, "snapshot_bytes"), 10LL << 30);
+	assert_string_equal(jstr(r.json, "snapshot_storage_usd_per_gib_hour"), "100.000000");
+	http_reply_free(&r);
+	for (i = 0; i < 3; i++) {
+		r = take(d.key, src, NULL);
+		assert_int_equal(r.status, 201);
+		snprintf(ids[i], sizeof(ids[i]), "%s", jid(r.json));
+		http_reply_free(&r);
+	}
+	r = take(d.key, src, NULL);
+	print_message("past max_snapshots: %d %s\n", r.status, r.body);
+	assert_int_equal(r.status, 429);
+	assert_string_equal(jerr(r.json, "type"), "concurrency_limit");
+	http_reply_free(&r);
+	r = call(d.key, "GET", "/v1/snapshots", NULL);
+	assert_int_equal(json_object_array_length(json_object_object_get(r.json, "data")), 3);
+	http_reply_free(&r);
+	for (i = 0; i < 3; i++) {
+		char path[256];
+
+		snprintf(path, sizeof(path), "/v1/snapshots/%s", ids[i]);
+		r = call(d.key, "DELETE", path, NULL);
+		assert_int_equal(r.status, 200);
+		http_reply_free(&r);
+	}
+}
+
+static void a_crash_mid_snapshot_leaves_nothing(void **state)
+{
+	char buf[64], cmd[600];
+	struct http_reply r;
+	struct sbx_error err;
+	int st = -1;
+
+	(void)state;
+	daemon_kill9(&d);
+	start_with("\"test_fault_point\": \"snapshot.after_copy\"");
+	if (http_request(&d, "POST", "/v1/sandboxes/x/snapshots", d.key, NULL, NULL, 0, &r) == 0)
+		http_reply_free(&r); /* 404: no such sandbox, no copy */
+	{
+		char path[128];
+
+		snprintf(path, sizeof(path), "/v1/sandboxes/%s/snapshots", src);
+		if (http_request(&d, "POST", path, d.key, NULL, NULL, 0, &r) == 0) {
+			print_message("answered %d %s\n", r.status, r.body);
+			http_reply_free(&r);
+			fail();
+		}
+	}
+	for (int i = 0; i < 500 && d.pid > 0; i++) {
+		if (waitpid(d.pid, &st, WNOHANG) == d.pid) {
+			d.pid = 0;
+			break;
+		}
+		usleep(20000);
+	}
+	assert_int_equal(d.pid, 0);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 137);
+	/* the row is there, CREATING, and so is the file */
+	assert_int_equal(daemon_db_text(&d, "SELECT count(*) FROM snapshots WHERE status = ?1",
+					"creating", buf, sizeof(buf)),
+			 0);
+	assert_string_equal(buf, "1");
+	snprintf(cmd, sizeof(cmd), "ls %s/run | grep -c '^snap_.*qcow2$'", d.state_dir);
+	assert_int_equal(cmd_out(cmd, buf, sizeof(buf)), 0);
+	assert_int_equal(atoi(buf), 1);
+	start_with("");
+	assert_int_equal(daemon_db_text(&d, "SELECT count(*) FROM snapshots WHERE status = ?1",
+					"creating", buf, sizeof(buf)),
+			 0);
+	assert_string_equal(buf, "0");
+	cmd_out(cmd, buf, sizeof(buf));
+	assert_int_equal(atoi(buf), 0);
+	/* the source was resumed by the restart's reattach, or runs on */
+	run_in(src, "cat /root/snap-file", buf, sizeof(buf));
+	assert_string_equal(buf, "before-snapshot\n");
+	assert_int_equal(daemon_ledger_check(&d, &err), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(snapshot_of_a_running_sandbox),
+	    cmocka_unit_test(two_sandboxes_from_one_snapshot),
+	    cmocka_unit_test(another_account_gets_404),
+	    cmocka_unit_test(snapshot_of_a_paused_sandbox),
+	    cmocka_unit_test(delete_waits_for_its_sandboxes_and_charges_once),
+	    cmocka_unit_test(caps_and_limits),
+	    cmocka_unit_test(a_crash_mid_snapshot_leaves_nothing),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
