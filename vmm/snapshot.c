@@ -203,3 +203,23 @@ int vmm_list_snapshots(struct vmm *v, void (*fn)(void *opaque, const char *snap_
 	closedir(d);
 	return n;
 }
+
+int vmm_resume_suspended(struct vmm *v, const char *name)
+{
+	virDomainPtr dom;
+	int state = 0, reason = 0, rc = 0;
+
+	if (!vmm_name_valid(name) || !vmm_has_prefix(v, name))
+		return 0;
+	dom = virDomainLookupByName(vmm_conn(v), name);
+	if (!dom)
+		return 0;
+	if (virDomainGetState(dom, &state, &reason, 0) == 0 && state == VIR_DOMAIN_PAUSED &&
+	    reason == VIR_DOMAIN_PAUSED_USER) {
+		rc = virDomainResume(dom) == 0 ? 1 : -1;
+		if (rc < 0)
+			sbx_err(MOD, "resume '%s': %s", name, vmm_lv_msg());
+	}
+	virDomainFree(dom);
+	return rc;
+}

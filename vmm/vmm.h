@@ -238,6 +238,11 @@ int vmm_list_saved(struct vmm *v, void (*fn)(void *opaque, const char *name), vo
  * on failure. */
 int vmm_snapshot_take(struct vmm *v, const char *domain, bool running, const char *snap_id,
 		      uint32_t timeout_ms, int64_t *bytes, struct sbx_error *err);
+/* Resume domain `name` when it is suspended by a client (a snapshot's
+ * copy that a daemon crash cut: nothing else of ours suspends): 1 when
+ * resumed, 0 when it was not suspended (or is gone), -1 when libvirt
+ * refused. For reconcile, before a reattach. */
+int vmm_resume_suspended(struct vmm *v, const char *name);
 /* Delete snap_id's file (idempotent). */
 void vmm_snapshot_delete(struct vmm *v, const char *snap_id);
 /* fn(opaque, snap_id) for each snapshot file in run_dir (none on a remote

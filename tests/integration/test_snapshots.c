@@ -18,7 +18,9 @@
  *  6. caps: past max_snapshots 429 concurrency_limit; /v1/limits shows
  *     the caps and the price;
  *  7. a crash after the copy (fault snapshot.after_copy) leaves no row and
- *     no file after the restart.
+ *     no file after the restart; a domain left suspended (a crash during
+ *     the copy, made here with virsh) is resumed by the restart and its
+ *     sandbox answers.
  *
  * Snapshot and create-from-snapshot times and file sizes are printed
  * (figures, not assertions). */
@@ -433,6 +435,18 @@ static void a_crash_mid_snapshot_leaves_nothing(void **state)
 	snprintf(cmd, sizeof(cmd), "ls %s/run | grep -c '^snap_.*qcow2$'", d.state_dir);
 	assert_int_equal(cmd_out(cmd, buf, sizeof(buf)), 0);
 	assert_int_equal(atoi(buf), 1);
+	/* a crash between the suspend and the resume leaves the domain
+	 * suspended: the restart resumes it before the reattach */
+	{
+		char dom[64], vcmd[256];
+
+		assert_int_equal(daemon_db_text(&d, "SELECT domain FROM sandboxes WHERE id = ?1",
+						src, dom, sizeof(dom)),
+				 0);
+		snprintf(vcmd, sizeof(vcmd), "virsh -q -c qemu:///system suspend %s >/dev/null",
+			 dom);
+		assert_int_equal(run_cmd(vcmd), 0);
+	}
 	start_with("");
 	assert_int_equal(daemon_db_text(&d, "SELECT count(*) FROM snapshots WHERE status = ?1",
 					"creating", buf, sizeof(buf)),
