@@ -17,6 +17,7 @@
  *     the ledger invariants hold;
  *  6. caps: past max_snapshots 429 concurrency_limit; /v1/limits shows
  *     the caps and the price;
+ *  6b. the CLI: sbx snapshot create|list|get|delete, sbx create --snapshot;
  *  7. a crash after the copy (fault snapshot.after_copy) leaves no row and
  *     no file after the restart; a domain left suspended (a crash during
  *     the copy, made here with virsh) is resumed by the restart and its
@@ -396,6 +397,47 @@ static void caps_and_limits(void **state)
 	}
 }
 
+/* `sbx ARGS` against the daemon: its stdout into out; its exit code. */
+static int sbx_cli(char *out, size_t n, const char *args)
+{
+	const char *bin = sbx_bin(), *slash = strrchr(bin, '/');
+	char cmd[1024];
+
+	snprintf(cmd, sizeof(cmd),
+		 "env -i PATH=/usr/bin:/bin SANDBOXD_URL=http://127.0.0.1:%d SANDBOXD_KEY=%s "
+		 "%.*s%ssbx %s 2>/dev/null",
+		 d.port, d.key, slash ? (int)(slash - bin) : 3, slash ? bin : "bin", "/", args);
+	return cmd_out(cmd, out, n);
+}
+
+static void the_cli(void **state)
+{
+	char snap[64], sbx2[64], out[1024], args[256];
+
+	(void)state;
+	snprintf(args, sizeof(args), "snapshot create %s --name from-cli", src);
+	assert_int_equal(sbx_cli(snap, sizeof(snap), args), 0);
+	assert_true(strncmp(snap, "snap_", 5) == 0);
+	assert_int_equal(sbx_cli(out, sizeof(out), "snapshot list"), 0);
+	assert_non_null(strstr(out, snap));
+	assert_non_null(strstr(out, "from-cli"));
+	snprintf(args, sizeof(args), "snapshot get %s", snap);
+	assert_int_equal(sbx_cli(out, sizeof(out), args), 0);
+	assert_non_null(strstr(out, src));
+	snprintf(args, sizeof(args), "create --snapshot %s --timeout 5", snap);
+	assert_int_equal(sbx_cli(sbx2, sizeof(sbx2), args), 0);
+	assert_true(strncmp(sbx2, "sbx_", 4) == 0);
+	run_in(sbx2, "cat /root/snap-file", out, sizeof(out));
+	assert_string_equal(out, "before-snapshot\n");
+	snprintf(args, sizeof(args), "snapshot delete %s", snap);
+	assert_int_equal(sbx_cli(out, sizeof(out), args), 1); /* 409: in use */
+	assert_int_equal(daemon_delete_sandbox(&d, sbx2, NULL, 0), 200);
+	assert_int_equal(sbx_cli(out, sizeof(out), args), 0);
+	assert_non_null(strstr(out, "deleted"));
+	snprintf(args, sizeof(args), "snapshot get %s", snap);
+	assert_int_equal(sbx_cli(out, sizeof(out), args), 5); /* 404 */
+}
+
 static void a_crash_mid_snapshot_leaves_nothing(void **state)
 {
 	char buf[64], cmd[600];
@@ -427,14 +469,16 @@ static void a_crash_mid_snapshot_leaves_nothing(void **state)
 	}
 	assert_int_equal(d.pid, 0);
 	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 137);
-	/* the row is there, CREATING, and so is the file */
-	assert_int_equal(daemon_db_text(&d, "SELECT count(*) FROM snapshots WHERE status = ?1",
-					"creating", buf, sizeof(buf)),
+	/* the row is there, CREATING, and so is its file */
+	char cut[64], file[512];
+	struct stat fst;
+
+	assert_int_equal(daemon_db_text(&d, "SELECT id FROM snapshots WHERE status = ?1",
+					"creating", cut, sizeof(cut)),
 			 0);
-	assert_string_equal(buf, "1");
-	snprintf(cmd, sizeof(cmd), "ls %s/run | grep -c '^snap_.*qcow2$'", d.state_dir);
-	assert_int_equal(cmd_out(cmd, buf, sizeof(buf)), 0);
-	assert_int_equal(atoi(buf), 1);
+	assert_true(strncmp(cut, "snap_", 5) == 0);
+	snap_path(cut, file, sizeof(file));
+	assert_int_equal(stat(file, &fst), 0);
 	/* a crash between the suspend and the resume leaves the domain
 	 * suspended: the restart resumes it before the reattach */
 	{
@@ -452,6 +496,9 @@ static void a_crash_mid_snapshot_leaves_nothing(void **state)
 					"creating", buf, sizeof(buf)),
 			 0);
 	assert_string_equal(buf, "0");
+	assert_int_not_equal(stat(file, &fst), 0);
+	/* and no file any row does not name */
+	snprintf(cmd, sizeof(cmd), "ls %s/run | grep -c '^snap_.*qcow2$'", d.state_dir);
 	cmd_out(cmd, buf, sizeof(buf));
 	assert_int_equal(atoi(buf), 0);
 	/* the source was resumed by the restart's reattach, or runs on */
@@ -469,6 +516,7 @@ int main(void)
 	    cmocka_unit_test(snapshot_of_a_paused_sandbox),
 	    cmocka_unit_test(delete_waits_for_its_sandboxes_and_charges_once),
 	    cmocka_unit_test(caps_and_limits),
+	    cmocka_unit_test(the_cli),
 	    cmocka_unit_test(a_crash_mid_snapshot_leaves_nothing),
 	};
 
