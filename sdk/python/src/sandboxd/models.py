@@ -271,6 +271,21 @@ class Preview:
 
 
 @dataclass
+class Snapshot:
+    """A snapshot of a sandbox's disk (docs/api.md "Snapshots"): a
+    sandbox created with ``snapshot=`` starts from it."""
+
+    id: str = ""
+    name: str = ""
+    sandbox_id: str = ""
+    disk_gib: int = 0
+    bytes: int = 0
+    created_at: Optional[str] = None
+    cost_micro_usd: int = 0
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+@dataclass
 class ReceiptKey:
     """``GET /v1/receipts/public-key``: pin it once, verify offline after."""
 
