@@ -28,18 +28,21 @@ static void print_one(json_object *o)
 static void print_list(json_object *o)
 {
 	json_object *a = NULL;
-	size_t n = json_object_object_get_ex(o, "data", &a) && json_object_is_type(a, json_type_array)
-		       ? json_object_array_length(a)
-		       : 0;
-	struct cli_table *t = cli_table_new(6, "ID", "NAME", "SANDBOX", "BYTES", "CREATED", "COST_USD");
+	size_t n =
+	    json_object_object_get_ex(o, "data", &a) && json_object_is_type(a, json_type_array)
+		? json_object_array_length(a)
+		: 0;
+	struct cli_table *t =
+	    cli_table_new(6, "ID", "NAME", "SANDBOX", "BYTES", "CREATED", "COST_USD");
 
 	for (size_t i = 0; i < n; i++) {
 		json_object *e = json_object_array_get_idx(a, i);
 		char bytes[32], usd[32];
 
 		snprintf(bytes, sizeof(bytes), "%lld", (long long)cli_int(e, "bytes"));
-		cli_table_row(t, cli_str(e, "id"), cli_str(e, "name"), cli_str(e, "sandbox_id"), bytes,
-			      cli_str(e, "created_at"), cli_usd(cli_int(e, "cost_micro_usd"), usd));
+		cli_table_row(t, cli_str(e, "id"), cli_str(e, "name"), cli_str(e, "sandbox_id"),
+			      bytes, cli_str(e, "created_at"),
+			      cli_usd(cli_int(e, "cost_micro_usd"), usd));
 	}
 	cli_table_print(t);
 }
