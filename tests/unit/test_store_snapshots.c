@@ -22,7 +22,7 @@
 #include "store/store.h"
 #include "util/util.h"
 
-#define GIB (INT64_C(1) << 30)
+#define GIB	(INT64_C(1) << 30)
 #define HOUR_MS (INT64_C(3600000))
 
 struct fx {
@@ -165,7 +165,8 @@ static void test_in_use_and_delete(void **state)
 	assert_int_equal(store_snapshot_delete_begin(f->s, f->a.id, "snap_u1", &got, &err), -1);
 	assert_int_equal(err.code, SBX_E_SNAPSHOT_IN_USE);
 	/* ended: free to go; a create that comes after the delete began: 404 */
-	assert_int_equal(store_sandbox_end(f->s, sb.id, STORE_DESTROYED, t + 1000, billing_charge_for_row, NULL, &err),
+	assert_int_equal(store_sandbox_end(f->s, sb.id, STORE_DESTROYED, t + 1000,
+					   billing_charge_for_row, NULL, &err),
 			 1);
 	assert_int_equal(store_snapshot_delete_begin(f->s, f->a.id, "snap_u1", &got, &err), 0);
 	assert_int_equal(got.status, STORE_SNAP_DELETING);
@@ -175,12 +176,12 @@ static void test_in_use_and_delete(void **state)
 	assert_int_equal(store_sandbox_snapshot_set(f->s, f->a.id, sb3.id, "snap_u1", &err), -1);
 	assert_int_equal(err.code, SBX_E_NOT_FOUND);
 	assert_int_equal(store_snapshot_get(f->s, f->a.id, "snap_u1", &got, &err), -1);
-	assert_int_equal(store_snapshot_settle(f->s, "snap_u1", t + 2000, true, billing_storage_cost,
-					       NULL, &err),
+	assert_int_equal(store_snapshot_settle(f->s, "snap_u1", t + 2000, true,
+					       billing_storage_cost, NULL, &err),
 			 1);
 	/* deleted: not settled again, not deleted twice */
-	assert_int_equal(store_snapshot_settle(f->s, "snap_u1", t + 9000, true, billing_storage_cost,
-					       NULL, &err),
+	assert_int_equal(store_snapshot_settle(f->s, "snap_u1", t + 9000, true,
+					       billing_storage_cost, NULL, &err),
 			 0);
 	assert_int_equal(store_snapshot_delete_begin(f->s, f->a.id, "snap_u1", &got, &err), -1);
 	ledger_ok(f);
@@ -194,11 +195,12 @@ static int64_t ledger_sum(struct fx *f, const char *id, const char *kind, int *c
 	int64_t sum = -1;
 
 	assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
-	assert_int_equal(sqlite3_prepare_v2(db,
-					    "SELECT COALESCE(SUM(amount_micro), 0), count(*) FROM ledger"
-					    " WHERE snapshot_id = ?1 AND kind = ?2",
-					    -1, &q, NULL),
-			 SQLITE_OK);
+	assert_int_equal(
+	    sqlite3_prepare_v2(db,
+			       "SELECT COALESCE(SUM(amount_micro), 0), count(*) FROM ledger"
+			       " WHERE snapshot_id = ?1 AND kind = ?2",
+			       -1, &q, NULL),
+	    SQLITE_OK);
 	sqlite3_bind_text(q, 1, id, -1, SQLITE_STATIC);
 	sqlite3_bind_text(q, 2, kind, -1, SQLITE_STATIC);
 	if (sqlite3_step(q) == SQLITE_ROW) {
