@@ -119,13 +119,14 @@ int main(void)
 	if (daemon_up(&d) < 0 || create(&d, "{\"timeout_minutes\": 30}", src, sizeof(src), &ms) < 0)
 		goto out;
 	snprintf(cmd, sizeof(cmd),
-		 "head -c %dM /dev/urandom > /root/data && sync && du -m /root/data | cut -f1", mib);
+		 "head -c %dM /dev/urandom > /root/data && sync && du -m /root/data | cut -f1",
+		 mib);
 	if (sandbox_command(&d, src, "exec", cmd, 600000, &r) < 0 || r.status != 200)
 		goto out;
 	http_reply_free(&r);
 	for (n = 0; n < rounds; n++)
-		if (round_once(&d, src, &snap_ms[n], &from_ms[n], &cold_ms[n], &bytes[n], &file[n]) <
-		    0)
+		if (round_once(&d, src, &snap_ms[n], &from_ms[n], &cold_ms[n], &bytes[n],
+			       &file[n]) < 0)
 			goto out;
 	printf("full image, 512 MiB guest, 2 GiB disk, %d MiB written by the source, %d rounds:\n",
 	       mib, n);

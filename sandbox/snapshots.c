@@ -92,6 +92,20 @@ int sandbox_guest_sync(struct sandbox_svc *svc, const char *id, struct sbx_error
 	return 0;
 }
 
+/* How long a copy may take: snapshot_timeout_ms, and for a running guest
+ * (suspended meanwhile: it answers no ping) less than the liveness rule
+ * takes to call it dead (liveness_misses - 1 silent rounds). */
+static uint32_t snapshot_deadline_ms(const struct sandbox_config *cfg, bool running)
+{
+	uint64_t t = cfg->snapshot_timeout_ms, live;
+
+	if (running && cfg->liveness_interval_ms && cfg->liveness_misses > 1) {
+		live = (uint64_t)cfg->liveness_interval_ms * (uint64_t)(cfg->liveness_misses - 1);
+		t = t < live ? t : live;
+	}
+	return (uint32_t)t;
+}
+
 /* Steps 3 and 4 with the row CREATING: 0, or -1 (the row and file gone). */
 static int snapshot_write(struct sandbox_svc *svc, struct fleet_host *h,
 			  const struct store_sandbox *sb, struct store_snapshot *snap,
@@ -106,7 +120,7 @@ static int snapshot_write(struct sandbox_svc *svc, struct fleet_host *h,
 	rc = running ? sandbox_guest_sync(svc, sb->id, err) : 0;
 	if (rc == 0 && (rc = sandbox_host_job_enter(svc, h, err)) == 0) {
 		rc = vmm_snapshot_take(h->vmm, sb->domain, running, snap->id,
-				       cfg->snapshot_timeout_ms, &bytes, err);
+				       snapshot_deadline_ms(cfg, running), &bytes, err);
 		sandbox_host_job_leave(svc, h);
 	}
 	if (rc == 0) {
