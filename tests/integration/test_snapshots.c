@@ -7,7 +7,8 @@
  *     the base image only;
  *  2. two sandboxes created from it at once both have the file, neither
  *     has the later one, each has its own boot id (and neither is the
- *     source's); both are cold boots;
+ *     source's); both are cold boots; a snapshot of one of them is backed
+ *     by the base only and a sandbox from it has that one's writes;
  *  3. another account gets 404 on every route (take, get, delete, a
  *     create from it) and an empty list;
  *  4. a snapshot of the paused source; a sandbox from it has the file;
@@ -238,6 +239,34 @@ static void two_sandboxes_from_one_snapshot(void **state)
 	assert_string_equal(out, "0\n");
 	run_in(src, "cat /root/snap-file", out, sizeof(out));
 	assert_string_equal(out, "before-snapshot\n");
+
+	/* a snapshot of a template flattens its chain: backed by the base
+	 * only, with its own writes and its snapshot's files */
+	{
+		struct http_reply r = take(d.key, made[0], NULL);
+		struct bg_create b2 = {0};
+		char snap[64], path[512], cmd[700], path2[128];
+
+		assert_int_equal(r.status, 201);
+		snprintf(snap, sizeof(snap), "%s", jid(r.json));
+		http_reply_free(&r);
+		snap_path(snap, path, sizeof(path));
+		snprintf(cmd, sizeof(cmd),
+			 "qemu-img info -U --backing-chain '%s' | grep -c '^backing file:'", path);
+		assert_int_equal(cmd_out(cmd, out, sizeof(out)), 0);
+		assert_int_equal(atoi(out), 1);
+		b2.snap = snap;
+		bg_create_main(&b2);
+		assert_int_equal(b2.status, 201);
+		run_in(b2.id, "cat /root/snap-file; test -e /root/later-file || echo no-later-file",
+		       out, sizeof(out));
+		assert_string_equal(out, "0\nno-later-file\n");
+		assert_int_equal(daemon_delete_sandbox(&d, b2.id, NULL, 0), 200);
+		snprintf(path2, sizeof(path2), "/v1/snapshots/%s", snap);
+		r = call(d.key, "DELETE", path2, NULL);
+		assert_int_equal(r.status, 200);
+		http_reply_free(&r);
+	}
 }
 
 static void another_account_gets_404(void **state)
