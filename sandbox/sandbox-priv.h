@@ -91,7 +91,8 @@ struct sandbox_svc {
 	 * sandbox at a time; calls into them answer 409 meanwhile. */
 	char transit[SANDBOX_TRANSIT_MAX][SANDBOX_ID_MAX];
 	size_t n_transit;
-	bool ttl_queued; /* under svc->lock: a paused-retention job is queued */
+	bool ttl_queued;	 /* under svc->lock: a paused-retention job is queued */
+	bool snap_settle_queued; /* under svc->lock: a snapshots' settle job is queued */
 
 	/* Egress (network.c): the default policy and the forbidden set's
 	 * variable part (internal ranges, this host's addresses). Built at

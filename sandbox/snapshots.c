@@ -20,6 +20,7 @@
  *
  * No lock of its own; no lock is held across libvirt, the copy or the
  * store. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -350,23 +351,44 @@ void sandbox_reconcile_snapshots(struct sandbox_svc *svc, struct fleet_host *h)
 	free(rows);
 }
 
-void sandbox_snapshots_settle_pass(void *opaque, int64_t now_mono)
+/* A job of svc->work: charge every READY snapshot's storage up to now. */
+static void settle_job(void *arg, bool cancelled)
 {
-	struct sandbox_svc *svc = opaque;
+	struct sandbox_svc *svc = arg;
 	struct store_snapshot *rows = NULL;
 	size_t n = 0;
 	int64_t now = sbx_wall_ms();
 	struct sbx_error e;
 
-	(void)now_mono;
-	if (!svc->cfg.snapshot_storage_micro_per_gib_hour ||
-	    store_snapshot_list_all(svc->store, &rows, &n, &e) < 0)
-		return;
-	for (size_t i = 0; i < n; i++)
-		if (rows[i].status == STORE_SNAP_READY &&
-		    store_snapshot_settle(svc->store, rows[i].id, now, false, billing_storage_cost,
-					  NULL, &e) < 0)
-			sbx_warn(MOD, "snapshot %s: storage not settled: %s", rows[i].id,
-				 e.message);
+	if (!cancelled && store_snapshot_list_all(svc->store, &rows, &n, &e) == 0) {
+		for (size_t i = 0; i < n; i++)
+			if (rows[i].status == STORE_SNAP_READY &&
+			    store_snapshot_settle(svc->store, rows[i].id, now, false,
+						  billing_storage_cost, NULL, &e) < 0)
+				sbx_warn(MOD, "snapshot %s: storage not settled: %s", rows[i].id,
+					 e.message);
+	}
 	free(rows);
+	pthread_mutex_lock(&svc->lock);
+	svc->snap_settle_queued = false;
+	pthread_mutex_unlock(&svc->lock);
+}
+
+void sandbox_snapshots_settle_pass(void *opaque, int64_t now_mono)
+{
+	struct sandbox_svc *svc = opaque;
+	bool queue;
+
+	(void)now_mono;
+	if (!svc->work || !svc->cfg.snapshot_storage_micro_per_gib_hour)
+		return;
+	pthread_mutex_lock(&svc->lock);
+	queue = !svc->snap_settle_queued;
+	svc->snap_settle_queued = true;
+	pthread_mutex_unlock(&svc->lock);
+	if (queue && sbx_workpool_submit(svc->work, settle_job, svc) < 0) {
+		pthread_mutex_lock(&svc->lock);
+		svc->snap_settle_queued = false; /* the next pass tries again */
+		pthread_mutex_unlock(&svc->lock);
+	}
 }

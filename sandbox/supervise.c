@@ -227,7 +227,8 @@ int sandbox_supervise_start(struct sandbox_svc *svc, struct sbx_error *err)
 	 * pooled guests. With
 	 * the threads' worth on top, none of these is refused. Threads start
 	 * on demand and end after a while idle. */
-	fleet_jobs = (int)svc->cfg.n_hosts + 1 + 1 + 1 + 1 + 1; /* + the paused-ttl job */
+	fleet_jobs = (int)svc->cfg.n_hosts + 1 + 1 + 1 + 1 + 1 +
+		     1; /* + the paused-ttl job, the snapshots' settle job */
 	svc->work = sbx_workpool_new(SANDBOX_WORK_THREAD_NAME, SANDBOX_WORK_THREADS,
 				     guests + fleet_jobs + SANDBOX_WORK_THREADS, 0);
 	svc->cron = sbx_cron_new(SANDBOX_CRON_THREAD_NAME, TICK_MS);

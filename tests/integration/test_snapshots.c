@@ -14,8 +14,8 @@
  *  4. a snapshot of the paused source; a sandbox from it has the file;
  *  5. delete: 409 snapshot_in_use while sandboxes start from it, 200 once
  *     they are gone, then 404 and the file gone; the storage was charged
- *     once (one hold, one charge, equal to the row's charge_micro) and
- *     the ledger invariants hold;
+ *     once (its holds and charges equal the row's charge_micro and the
+ *     cost of its bytes over its life) and the ledger invariants hold;
  *  6. caps: past max_snapshots 429 concurrency_limit; /v1/limits shows
  *     the caps and the price;
  *  6b. the CLI: sbx snapshot create|list|get|delete, sbx create --snapshot;
@@ -36,6 +36,7 @@
 
 #include <cmocka.h>
 
+#include "billing/billing.h"
 #include "harness.h"
 
 static struct daemon d;
@@ -373,19 +374,41 @@ static void delete_waits_for_its_sandboxes_and_charges_once(void **state)
 	assert_int_equal(r.status, 404);
 	http_reply_free(&r);
 
-	/* charged once: one hold and one charge, both the row's charge */
+	/* charged once: its charges (one per minute-settle and the delete's,
+	 * each with its hold) add up to the row's charge and to the cost of
+	 * its bytes from created_at to the delete, each settle rounding up at
+	 * most 1 µ$ */
+	int64_t n_charges, sum, want;
 	assert_int_equal(daemon_db_text(&d,
 					"SELECT count(*) || ' ' || SUM(amount_micro) FROM ledger"
 					" WHERE snapshot_id = ?1 AND kind = 'charge'",
 					snap1, buf, sizeof(buf)),
 			 0);
-	char want[64];
-	snprintf(want, sizeof(want), "1 %lld", (long long)charged);
-	assert_string_equal(buf, want);
-	assert_int_equal(daemon_db_text(&d, "SELECT charge_micro FROM snapshots WHERE id = ?1",
+	assert_int_equal(sscanf(buf, "%" SCNd64 " %" SCNd64, &n_charges, &sum), 2);
+	assert_true(n_charges >= 1);
+	assert_int_equal(sum, charged);
+	assert_int_equal(daemon_db_text(&d,
+					"SELECT SUM(amount_micro) FROM ledger"
+					" WHERE snapshot_id = ?1 AND kind = 'hold'",
 					snap1, buf, sizeof(buf)),
 			 0);
 	assert_int_equal(atoll(buf), charged);
+	assert_int_equal(
+	    daemon_db_text(&d,
+			   "SELECT charge_micro || ' ' || bytes || ' ' ||"
+			   " (deleted_at_ms - created_at_ms) || ' ' || price_micro_per_gib_hour"
+			   " FROM snapshots WHERE id = ?1 AND status = 'deleted'",
+			   snap1, buf, sizeof(buf)),
+	    0);
+	int64_t row_charge, bytes, ms, price;
+	assert_int_equal(sscanf(buf, "%" SCNd64 " %" SCNd64 " %" SCNd64 " %" SCNd64, &row_charge,
+				&bytes, &ms, &price),
+			 4);
+	assert_int_equal(row_charge, charged);
+	want = billing_storage_cost(bytes, ms, price);
+	print_message("%lld charges, %lld µ$; one for the whole time: %lld µ$\n",
+		      (long long)n_charges, (long long)sum, (long long)want);
+	assert_true(sum >= want && sum <= want + n_charges - 1);
 	assert_int_equal(daemon_ledger_check(&d, &err), 0);
 }
 
