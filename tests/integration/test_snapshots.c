@@ -19,6 +19,7 @@
  *  6. caps: past max_snapshots 429 concurrency_limit; /v1/limits shows
  *     the caps and the price;
  *  6b. the CLI: sbx snapshot create|list|get|delete, sbx create --snapshot;
+ *  6c. a sandbox without a disk (the tiny image, its own daemon): 400;
  *  7. a crash after the copy (fault snapshot.after_copy) leaves no row and
  *     no file after the restart; a domain left suspended (a crash during
  *     the copy, made here with virsh) is resumed by the restart and its
@@ -559,6 +560,32 @@ static void a_crash_mid_snapshot_leaves_nothing(void **state)
 	assert_int_equal(daemon_ledger_check(&d, &err), 0);
 }
 
+/* The tiny image has no disk: 400, nothing kept. A second daemon. */
+static void no_disk_no_snapshot(void **state)
+{
+	struct daemon t;
+	struct http_reply r;
+	char id[64], path[128], buf[32];
+
+	(void)state;
+	memset(&t, 0, sizeof(t));
+	snprintf(t.tag, sizeof(t.tag), "t");
+	daemon_config(&t, "\"destroy_on_exit\": true");
+	assert_int_equal(daemon_up(&t), 0);
+	assert_int_equal(daemon_create_sandbox(&t, id, sizeof(id)), 0);
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s/snapshots", id);
+	assert_int_equal(http_request(&t, "POST", path, t.key, NULL, NULL, 0, &r), 0);
+	print_message("snapshot without a disk: %d %s\n", r.status, r.body);
+	assert_int_equal(r.status, 400);
+	assert_string_equal(jerr(r.json, "type"), "invalid_request");
+	http_reply_free(&r);
+	assert_int_equal(daemon_db_text(&t, "SELECT count(*) FROM snapshots WHERE ?1 = ?1", "x",
+					buf, sizeof(buf)),
+			 0);
+	assert_string_equal(buf, "0");
+	daemon_down(&t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -569,6 +596,7 @@ int main(void)
 	    cmocka_unit_test(delete_waits_for_its_sandboxes_and_charges_once),
 	    cmocka_unit_test(caps_and_limits),
 	    cmocka_unit_test(the_cli),
+	    cmocka_unit_test(no_disk_no_snapshot),
 	    cmocka_unit_test(a_crash_mid_snapshot_leaves_nothing),
 	};
 
