@@ -293,6 +293,8 @@ struct json_object *api_sandbox_encode(const struct sandbox_view *v)
 	json_object_object_add(o, "network", api_network_encode(v->network));
 	json_object_object_add(o, "net_bytes_in", json_object_new_int64(v->net_bytes_in));
 	json_object_object_add(o, "net_bytes_out", json_object_new_int64(v->net_bytes_out));
+	json_object_object_add(o, "snapshot",
+			       v->snapshot[0] ? json_object_new_string(v->snapshot) : NULL);
 	return o;
 }
 

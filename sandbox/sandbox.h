@@ -209,6 +209,7 @@ struct sandbox_view {
 	int64_t paused_ms;		     /* the pauses resumed so far, added up */
 	char network[NET_POLICY_JSON_MAX];   /* its egress policy, canonical JSON */
 	int64_t net_bytes_in, net_bytes_out; /* relayed so far (docs/network.md) */
+	char snapshot[SANDBOX_ID_MAX];	     /* the snapshot its disk started from, "" */
 };
 
 struct sandbox_create_req {

@@ -204,6 +204,9 @@ struct store_sandbox {
 	char network[STORE_NETWORK_MAX];
 	int64_t net_bytes_in, net_bytes_out;
 	int64_t net_price_micro_per_gb;
+	/* The snapshot its disk started from (migration 14; "" for the base
+	 * image), set by store_sandbox_snapshot_set. */
+	char snapshot_id[STORE_ID_MAX];
 };
 
 /* Write a create's intent in one transaction: the row (status CREATING)

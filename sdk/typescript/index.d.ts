@@ -47,6 +47,8 @@ export interface SandboxInfo {
   net_bytes_in: number;
   /** Bytes relayed from the guest. */
   net_bytes_out: number;
+  /** The snapshot its disk started from (docs/api.md, Snapshots); null for the image. */
+  snapshot?: string | null;
 }
 
 /** An egress policy (docs/network.md): rules are a domain, '*.domain', an

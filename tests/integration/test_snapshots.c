@@ -167,6 +167,16 @@ static void snapshot_of_a_running_sandbox(void **state)
 	       sizeof(out));
 	assert_string_equal(out, "before-snapshot\n");
 
+	/* the source's disk is the image's */
+	{
+		char sp[128];
+
+		snprintf(sp, sizeof(sp), "/v1/sandboxes/%s", src);
+		r = call(d.key, "GET", sp, NULL);
+		assert_int_equal(r.status, 200);
+		assert_true(jis_null(r.json, "snapshot"));
+		http_reply_free(&r);
+	}
 	/* a bad name: 400 naming it */
 	r = take(d.key, src, "{\"name\": 7}");
 	assert_int_equal(r.status, 400);
@@ -200,6 +210,8 @@ static void *bg_create_main(void *arg)
 		snprintf(b->id, sizeof(b->id), "%s", jstr(r.json, "id"));
 		if (strcmp(jstr(r.json, "startup_path"), "cold") != 0)
 			b->status = -2;
+		if (!jstr(r.json, "snapshot") || strcmp(jstr(r.json, "snapshot"), b->snap) != 0)
+			b->status = -3; /* the object names its snapshot */
 	} else {
 		print_message("create from %s: %d %s\n", b->snap, r.status, r.body);
 	}

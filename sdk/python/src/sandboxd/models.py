@@ -49,6 +49,7 @@ class SandboxInfo:
     network: Dict[str, Any] = field(default_factory=dict)
     net_bytes_in: int = 0  # relayed toward the guest (0 until egress is wired)
     net_bytes_out: int = 0  # relayed from the guest
+    snapshot: Optional[str] = None  # the snapshot its disk started from (docs/api.md "Snapshots")
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
 
