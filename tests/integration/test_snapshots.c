@@ -23,7 +23,8 @@
  *  7. a crash after the copy (fault snapshot.after_copy) leaves no row and
  *     no file after the restart; a domain left suspended (a crash during
  *     the copy, made here with virsh) is resumed by the restart and its
- *     sandbox answers.
+ *     sandbox answers; a crash in a delete (snapshot_delete.after_begin)
+ *     is finished by the restart: file gone, row deleted, charged once.
  *
  * Snapshot and create-from-snapshot times and file sizes are printed
  * (figures, not assertions). */
@@ -503,27 +504,21 @@ static void the_cli(void **state)
 	assert_int_equal(sbx_cli(out, sizeof(out), args), 5); /* 404 */
 }
 
-static void a_crash_mid_snapshot_leaves_nothing(void **state)
+/* `method path` under test_fault_point `fault`: the daemon dies at the
+ * point (exit 137, no answer); it is not started again. */
+static void die_at(const char *fault, const char *method, const char *path)
 {
-	char buf[64], cmd[600];
+	char more[128];
 	struct http_reply r;
-	struct sbx_error err;
 	int st = -1;
 
-	(void)state;
 	daemon_kill9(&d);
-	start_with("\"test_fault_point\": \"snapshot.after_copy\"");
-	if (http_request(&d, "POST", "/v1/sandboxes/x/snapshots", d.key, NULL, NULL, 0, &r) == 0)
-		http_reply_free(&r); /* 404: no such sandbox, no copy */
-	{
-		char path[128];
-
-		snprintf(path, sizeof(path), "/v1/sandboxes/%s/snapshots", src);
-		if (http_request(&d, "POST", path, d.key, NULL, NULL, 0, &r) == 0) {
-			print_message("answered %d %s\n", r.status, r.body);
-			http_reply_free(&r);
-			fail();
-		}
+	snprintf(more, sizeof(more), "\"test_fault_point\": \"%s\"", fault);
+	start_with(more);
+	if (http_request(&d, method, path, d.key, NULL, NULL, 0, &r) == 0) {
+		print_message("%s %s answered %d %s\n", method, path, r.status, r.body);
+		http_reply_free(&r);
+		fail();
 	}
 	for (int i = 0; i < 500 && d.pid > 0; i++) {
 		if (waitpid(d.pid, &st, WNOHANG) == d.pid) {
@@ -534,6 +529,16 @@ static void a_crash_mid_snapshot_leaves_nothing(void **state)
 	}
 	assert_int_equal(d.pid, 0);
 	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 137);
+}
+
+static void a_crash_mid_snapshot_leaves_nothing(void **state)
+{
+	char buf[64], cmd[600], path[128];
+	struct sbx_error err;
+
+	(void)state;
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s/snapshots", src);
+	die_at("snapshot.after_copy", "POST", path);
 	/* the row is there, CREATING, and so is its file */
 	char cut[64], file[512];
 	struct stat fst;
@@ -569,6 +574,49 @@ static void a_crash_mid_snapshot_leaves_nothing(void **state)
 	/* the source was resumed by the restart's reattach, or runs on */
 	run_in(src, "cat /root/snap-file", buf, sizeof(buf));
 	assert_string_equal(buf, "before-snapshot\n");
+	assert_int_equal(daemon_ledger_check(&d, &err), 0);
+}
+
+/* A crash between a delete's first step and its file's removal
+ * (snapshot_delete.after_begin): the restart finishes it, charged once. */
+static void a_crash_mid_delete_finishes_it(void **state)
+{
+	char snap[64], file[512], path[128], buf[64];
+	struct http_reply r;
+	struct sbx_error err;
+	struct stat fst;
+
+	(void)state;
+	r = take(d.key, src, NULL);
+	assert_int_equal(r.status, 201);
+	snprintf(snap, sizeof(snap), "%s", jid(r.json));
+	http_reply_free(&r);
+	snap_path(snap, file, sizeof(file));
+	snprintf(path, sizeof(path), "/v1/snapshots/%s", snap);
+	die_at("snapshot_delete.after_begin", "DELETE", path);
+	assert_int_equal(daemon_db_text(&d, "SELECT status FROM snapshots WHERE id = ?1", snap, buf,
+					sizeof(buf)),
+			 0);
+	assert_string_equal(buf, "deleting");
+	assert_int_equal(stat(file, &fst), 0);
+	start_with("");
+	assert_int_equal(daemon_db_text(&d, "SELECT status FROM snapshots WHERE id = ?1", snap, buf,
+					sizeof(buf)),
+			 0);
+	assert_string_equal(buf, "deleted");
+	assert_int_not_equal(stat(file, &fst), 0);
+	r = call(d.key, "GET", path, NULL);
+	assert_int_equal(r.status, 404);
+	http_reply_free(&r);
+	/* its storage charged once: the charges are the row's */
+	assert_int_equal(
+	    daemon_db_text(&d,
+			   "SELECT (SELECT COALESCE(SUM(amount_micro), 0) FROM ledger"
+			   " WHERE snapshot_id = ?1 AND kind = 'charge') = charge_micro"
+			   " AND charge_micro > 0 FROM snapshots WHERE id = ?1",
+			   snap, buf, sizeof(buf)),
+	    0);
+	assert_string_equal(buf, "1");
 	assert_int_equal(daemon_ledger_check(&d, &err), 0);
 }
 
@@ -610,6 +658,7 @@ int main(void)
 	    cmocka_unit_test(the_cli),
 	    cmocka_unit_test(no_disk_no_snapshot),
 	    cmocka_unit_test(a_crash_mid_snapshot_leaves_nothing),
+	    cmocka_unit_test(a_crash_mid_delete_finishes_it),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
