@@ -155,6 +155,13 @@ static int snapshot_locked(struct sandbox_svc *svc, const char *account_id,
 	if (!h || !h->vmm)
 		return sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
 				     "the host of sandbox '%s' does not answer; retry", sb->id);
+	/* vmm refuses it too; here before anything is written or synced */
+	if (!vmm_uri_is_local(h->cfg->uri))
+		return sbx_error_set(
+		    err, SBX_E_INVALID_REQUEST, NULL,
+		    "sandbox '%s' runs on a remote host: snapshots are taken only "
+		    "of sandboxes on the service's own host (docs/api.md, Snapshots)",
+		    sb->id);
 	memset(snap, 0, sizeof(*snap));
 	if (sbx_random_id("snap_", 12, snap->id, sizeof(snap->id)) < 0)
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "no randomness available");

@@ -137,6 +137,35 @@ static void test_xml_balloon_stats_period(void **state)
 	free(x);
 }
 
+/* A guest made from a snapshot: overlay -> the snapshot's file (labelled
+ * by libvirt) -> the base (never relabelled); without one, overlay ->
+ * base. */
+static void test_xml_snapshot_chain(void **state)
+{
+	(void)state;
+	struct vmm_config c = xml_cfg();
+	struct vmm_guest_spec s = {.vcpus = 1, .memory_mib = 256, .disk_gib = 2};
+	char *x;
+
+	c.base_image = "/srv/img/base.qcow2";
+	x = vmm_domain_xml(&c, "t-vmm-a", &s, false);
+	assert_non_null(x);
+	assert_int_equal(count(x, "<backingStore type='file'>"), 1);
+	assert_null(strstr(x, "snap_"));
+	free(x);
+	s.snapshot_id = "snap_0123abcd";
+	x = vmm_domain_xml(&c, "t-vmm-a", &s, false);
+	assert_non_null(x);
+	assert_int_equal(count(x, "<backingStore type='file'>"), 2);
+	assert_int_equal(count(x, "</backingStore>"), 2);
+	const char *ov = strstr(x, "<source file='/run/sbx/t-vmm-a.qcow2'/>");
+	const char *sn = strstr(x, "<source file='/run/sbx/snap_0123abcd.qcow2'/>");
+	const char *base = strstr(x, "<source file='/srv/img/base.qcow2'>");
+	assert_true(ov && sn && base && ov < sn && sn < base);
+	assert_int_equal(count(x, "relabel='no'"), 1);
+	free(x);
+}
+
 /* A guest's threads together never get more than host_cpus - 1 CPUs, so
  * a guest that floods its channel (or just computes) always leaves a CPU
  * to the daemon, libvirtd and the other guests (docs/vmm.md, "CPU
@@ -1072,6 +1101,7 @@ int main(void)
 	    cmocka_unit_test(test_xml_tcg),
 	    cmocka_unit_test(test_xml_without_free_page_reporting),
 	    cmocka_unit_test(test_xml_balloon_stats_period),
+	    cmocka_unit_test(test_xml_snapshot_chain),
 	    cmocka_unit_test(test_xml_kvm_and_tb_cache),
 	    cmocka_unit_test(test_xml_cpu_bound),
 	    cmocka_unit_test(test_xml_disk_only_with_base),
