@@ -833,6 +833,10 @@ static bool vmm_prunable(struct vmm *v, const char *file, char **live, int n)
 	name[dot - file] = '\0';
 	if (!vmm_has_prefix(v, name) || !vmm_name_valid(name))
 		return false;
+	/* a snapshot's file ("snap_" + 24 hex; snapshot.c), whatever the
+	 * prefix: reconcile keeps or deletes those by their rows */
+	if (strncmp(name, "snap_", 5) == 0 && strlen(name) == 29)
+		return false;
 	if (strcmp(dot, ".qcow2") != 0 && strcmp(dot, ".sock") != 0 && strcmp(dot, ".save") != 0 &&
 	    strncmp(dot, ".console.log", 12) != 0)
 		return false;

@@ -663,6 +663,12 @@ static void test_overlay(void **state)
 	assert_int_equal(vmm_list_domains(f->v, NULL, NULL, &err), 0);
 }
 
+static void count_snap(void *opaque, const char *id)
+{
+	assert_true(strncmp(id, "snap_", 5) == 0);
+	(*(int *)opaque)++;
+}
+
 static void test_prune_files(void **state)
 {
 	struct fx *f = *state;
@@ -700,6 +706,35 @@ static void test_prune_files(void **state)
 
 	assert_int_equal(vmm_vm_destroy(vm, &err), 0);
 	vmm_vm_free(vm);
+}
+
+/* Snapshot files (snapshot.c: snap_ + 24 hex) are never pruned as a
+ * stopped domain's, even under a prefix they start with; they are listed
+ * for reconcile, and deleted by id. */
+static void test_prune_keeps_snapshots(void **state)
+{
+	struct fx *f = *state;
+	struct sbx_error err = {0};
+	char path[512];
+	int n = 0;
+	const char *snap = "snap_0123456789abcdef01234567";
+
+	f->cfg.name_prefix = "s";
+	f->v = vmm_new(&f->cfg, &err);
+	assert_non_null(f->v);
+	snprintf(path, sizeof(path), "%s/%s.qcow2", f->run_dir, snap);
+	touch(path);
+	snprintf(path, sizeof(path), "%s/s0123456789ab.qcow2", f->run_dir);
+	touch(path);
+	assert_int_equal(vmm_prune_files(f->v, &err), 1);
+	assert_false(file_exists(f->run_dir, "s0123456789ab", ".qcow2"));
+	assert_true(file_exists(f->run_dir, snap, ".qcow2"));
+	assert_int_equal(vmm_list_snapshots(f->v, count_snap, &n), 1);
+	assert_int_equal(n, 1);
+	vmm_snapshot_delete(f->v, "../etc/passwd"); /* not an id: nothing */
+	vmm_snapshot_delete(f->v, snap);
+	assert_false(file_exists(f->run_dir, snap, ".qcow2"));
+	assert_int_equal(vmm_list_snapshots(f->v, count_snap, &n), 0);
 }
 
 static void test_start_refused(void **state)
@@ -1113,6 +1148,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_bookkeeping, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_overlay, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_prune_files, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_prune_keeps_snapshots, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_start_refused, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_socket_transport, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_socket_transport_no_server, fx_setup, fx_teardown),
