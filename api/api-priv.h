@@ -34,6 +34,7 @@ bool api_json_has_duplicate_keys(const char *text, size_t len, struct json_objec
 /* POST /v1/sandboxes. `size` points into a buffer owned by the struct. */
 struct api_create_body {
 	char size_buf[32];
+	char snapshot_buf[SANDBOX_ID_MAX];
 	char network_buf[NET_POLICY_JSON_MAX]; /* canonical, when the body names one */
 	struct sandbox_metadata metadata;
 	struct sandbox_create_req req; /* req.size NULL or size_buf; req.metadata &metadata */

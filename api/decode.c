@@ -50,6 +50,19 @@ int api_create_decode(const char *body, size_t len, const struct sandbox_config 
 			if (api_network_decode(val, cfg, out->network_buf, err) < 0)
 				goto out;
 			out->req.network = out->network_buf;
+		} else if (strcmp(key, "snapshot") == 0) {
+			const char *s = NULL;
+			size_t n = 0;
+			if (api_json_get_string(val, "snapshot", &s, &n, err) < 0)
+				goto out;
+			if (n == 0 || n >= sizeof(out->snapshot_buf) || memchr(s, '\0', n)) {
+				sbx_error_set(err, SBX_E_INVALID_REQUEST, "snapshot",
+					      "snapshot must be a snapshot's id (snap_...; GET "
+					      "/v1/snapshots lists them)");
+				goto out;
+			}
+			memcpy(out->snapshot_buf, s, n + 1);
+			out->req.snapshot = out->snapshot_buf;
 		} else {
 			api_json_unknown_field(key, err);
 			goto out;

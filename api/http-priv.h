@@ -56,6 +56,9 @@ enum route {
 	R_PORTS,	  /* /v1/sandboxes/{id}/ports/{port}/{path} (http_ports.c) */
 	R_PREVIEWS,	  /* /v1/sandboxes/{id}/ports/{port}/previews (http_previews.c) */
 	R_PREVIEW,	  /* /v1/sandboxes/{id}/previews/{preview_id} */
+	R_SNAPSHOT_TAKE,  /* /v1/sandboxes/{id}/snapshots (http_snapshots.c) */
+	R_SNAPSHOTS,	  /* /v1/snapshots */
+	R_SNAPSHOT,	  /* /v1/snapshots/{id} */
 	R_PREVIEW_HOST,	  /* a preview's host name, no API request (http_previews.c) */
 	R_STATIC,	  /* a compiled-in file (http_static.c): r->asset */
 };
@@ -318,6 +321,19 @@ struct api_ports_ctx *api_ports_ctx_new(struct sandbox_svc *svc, const struct sa
 /* Wake every parked proxy (they answer 503 or cut their body). */
 void api_ports_ctx_stop(struct api_ports_ctx *ctx);
 void api_ports_ctx_free(struct api_ports_ctx *ctx);
+
+/* --------------------------------------------------- api/http_snapshots.c */
+/* POST /v1/sandboxes/{id}/snapshots: on the pool (api_async_run), whose
+ * job runs api_snapshot_take_work. */
+enum MHD_Result api_snapshot_take_handle(struct req *r);
+int api_snapshot_take_work(struct req *r, struct sbx_error *err);
+/* GET /v1/snapshots; GET, DELETE /v1/snapshots/{id}. */
+enum MHD_Result api_snapshots_handle(struct req *r);
+enum MHD_Result api_snapshot_handle(struct req *r);
+struct json_object *api_snapshot_encode(const struct sandbox_snapshot *s);
+/* http_async.c: render o (consumed) into r's answer with `status`. 0 or
+ * -1 (out of memory). */
+int api_async_out_json(struct req *r, unsigned status, struct json_object *o);
 
 /* ---------------------------------------------------- api/http_previews.c */
 /* POST, GET /v1/sandboxes/{id}/ports/{port}/previews ({port} in r->pid). */

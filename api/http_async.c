@@ -14,7 +14,7 @@
 /* ---------------------------------------------------------------- create */
 
 /* Render a JSON object into r->out_body (owned). 0 or -1. */
-static int out_json(struct req *r, unsigned status, struct json_object *o)
+int api_async_out_json(struct req *r, unsigned status, struct json_object *o)
 {
 	const char *text;
 	size_t len = 0;
@@ -50,7 +50,7 @@ static int create_work(struct req *r, struct sbx_error *err)
 	if (res.replayed && !res.body) {
 		/* The first create's sandbox, whose answer a crash lost: render
 		 * it now and remember it, so later replays are these bytes. */
-		if (out_json(r, 201, api_sandbox_encode(&res.view)) < 0) {
+		if (api_async_out_json(r, 201, api_sandbox_encode(&res.view)) < 0) {
 			sandbox_create_result_release(&res);
 			return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
 		}
@@ -72,7 +72,7 @@ static int create_work(struct req *r, struct sbx_error *err)
 		sandbox_create_result_release(&res);
 		return r->out_body ? 0 : sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
 	}
-	if (out_json(r, 201, api_sandbox_encode(&res.view)) < 0) {
+	if (api_async_out_json(r, 201, api_sandbox_encode(&res.view)) < 0) {
 		if (key)
 			sandbox_idempotency_release(srv->svc, r->account_id, key);
 		sandbox_create_result_release(&res);
@@ -92,7 +92,7 @@ static int delete_work(struct req *r, struct sbx_error *err)
 	memset(&v, 0, sizeof(v));
 	if (sandbox_destroy(r->srv->svc, r->account_id, r->id, &v, err) < 0)
 		return -1;
-	if (out_json(r, 200, api_sandbox_encode(&v)) < 0)
+	if (api_async_out_json(r, 200, api_sandbox_encode(&v)) < 0)
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
 	return 0;
 }
@@ -108,7 +108,7 @@ static int pause_work(struct req *r, struct sbx_error *err)
 				 : sandbox_resume(r->srv->svc, r->account_id, r->id, &v, err);
 	if (rc < 0)
 		return -1;
-	if (out_json(r, 200, api_sandbox_encode(&v)) < 0)
+	if (api_async_out_json(r, 200, api_sandbox_encode(&v)) < 0)
 		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "out of memory");
 	return 0;
 }
@@ -157,6 +157,8 @@ static void async_job(void *arg, bool cancelled)
 		rc = execution_work(r, &err);
 	} else if (r->route == R_PAUSE || r->route == R_RESUME) {
 		rc = pause_work(r, &err);
+	} else if (r->route == R_SNAPSHOT_TAKE) {
+		rc = api_snapshot_take_work(r, &err);
 	} else {
 		rc = delete_work(r, &err);
 	}

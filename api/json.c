@@ -293,6 +293,8 @@ struct json_object *api_sandbox_encode(const struct sandbox_view *v)
 	json_object_object_add(o, "network", api_network_encode(v->network));
 	json_object_object_add(o, "net_bytes_in", json_object_new_int64(v->net_bytes_in));
 	json_object_object_add(o, "net_bytes_out", json_object_new_int64(v->net_bytes_out));
+	json_object_object_add(o, "snapshot",
+			       v->snapshot[0] ? json_object_new_string(v->snapshot) : NULL);
 	return o;
 }
 
@@ -509,6 +511,11 @@ struct json_object *api_limits_encode_stats(const struct sandbox_config *cfg,
 			       json_object_new_int(cfg->paused_ttl_minutes));
 	json_object_object_add(o, "paused_storage_usd_per_gib_hour",
 			       usd_encode((int64_t)cfg->paused_storage_micro_per_gib_hour));
+	json_object_object_add(o, "snapshots", json_object_new_int(cfg->max_snapshots));
+	json_object_object_add(o, "snapshot_bytes",
+			       json_object_new_int64((int64_t)cfg->max_snapshot_bytes));
+	json_object_object_add(o, "snapshot_storage_usd_per_gib_hour",
+			       usd_encode((int64_t)cfg->snapshot_storage_micro_per_gib_hour));
 	{
 		struct json_object *n = json_object_new_object();
 

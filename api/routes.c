@@ -73,6 +73,10 @@ static const struct api_route table[R_COUNT] = {
 		    api_previews_handle, "previews"},
     [R_PREVIEW] = {"/v1/sandboxes/{id}/previews/{preview_id}", DELETE, AUTH, 0,
 		   api_preview_revoke_handle, "preview"},
+    [R_SNAPSHOT_TAKE] = {"/v1/sandboxes/{id}/snapshots", POST, AUTH | BODY, 0,
+			 api_snapshot_take_handle, "snapshot_take"},
+    [R_SNAPSHOTS] = {"/v1/snapshots", GET, AUTH, 0, api_snapshots_handle, "snapshots"},
+    [R_SNAPSHOT] = {"/v1/snapshots/{id}", GET | DELETE, AUTH, 0, api_snapshot_handle, "snapshot"},
     /* a preview's host name (http_previews.c): found by its Host, before
      * any route and any key, not by path */
     [R_PREVIEW_HOST] = {NULL, GET | PUT | POST | DELETE, STREAM, 0, api_preview_host_route,

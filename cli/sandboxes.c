@@ -97,14 +97,15 @@ static bool query_append(char *q, size_t n, const char *s)
 static const char create_help[] =
     "usage: sbx create [--size S] [--timeout MIN] [--label K=V]... [--idempotency-key K]\n"
     "                  [--network none|allow_list|open] [--allow RULE]... [--deny RULE]...\n"
-    "                  [--json]\n"
+    "                  [--snapshot SNAP_ID] [--json]\n"
     "Create a sandbox and wait until it accepts commands; print its id (--json:\n"
     "the sandbox object). --timeout: minutes until it expires (the daemon's\n"
     "default when absent). --label: a metadata pair (repeatable; docs/api.md,\n"
     "Metadata). --idempotency-key: a retry with the same key returns the same\n"
     "sandbox instead of creating another. --network, --allow, --deny: its\n"
     "egress policy (docs/network.md; --allow alone means allow_list); without\n"
-    "them, the daemon's default.\n";
+    "them, the daemon's default. --snapshot: its disk starts as that snapshot's\n"
+    "(sbx snapshot; a cold boot).\n";
 
 int cmd_create(struct cli *c, int argc, char **argv)
 {
@@ -115,6 +116,7 @@ int cmd_create(struct cli *c, int argc, char **argv)
 				 {.name = "network", .arg = true},
 				 {.name = "allow", .arg = true, .multi = true},
 				 {.name = "deny", .arg = true, .multi = true},
+				 {.name = "snapshot", .arg = true},
 				 {0}};
 	json_object *body, *labels, *net;
 	bool bad;
@@ -139,6 +141,8 @@ int cmd_create(struct cli *c, int argc, char **argv)
 		json_object_object_add(body, "metadata", labels);
 	if (opts[0].set)
 		json_object_object_add(body, "size", json_object_new_string(opts[0].value));
+	if (opts[7].set)
+		json_object_object_add(body, "snapshot", json_object_new_string(opts[7].value));
 	if (opts[1].set) {
 		if (!cli_parse_int(opts[1].value, 1, INT_MAX, &minutes)) {
 			json_object_put(body);

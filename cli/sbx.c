@@ -23,6 +23,7 @@ static const char main_help[] =
     "\n"
     "sandboxes:\n"
     "  create [--size S] [--timeout MIN] [--idempotency-key K]   create one, print its id\n"
+    "         [--snapshot SNAP_ID]                               (its disk from a snapshot)\n"
     "         [--network none|allow_list|open] [--allow R]... [--deny R]...\n"
     "  ls [--status S] [--limit N] [--starting-after ID]        list sandboxes\n"
     "  get ID                                                    show one\n"
@@ -30,6 +31,8 @@ static const char main_help[] =
     "now\n"
     "  pause ID | resume ID                                      save it and stop its billing; "
     "bring it back\n"
+    "  snapshot create ID [--name N] | list | get SNAP | delete SNAP  its disk, kept; "
+    "a template\n"
     "  metrics ID [--last N]                                     its CPU, memory and disk "
     "samples\n"
     "  network ID [--network E] [--allow R]... [--deny R]...     show or set its egress policy\n"
@@ -727,11 +730,12 @@ static const struct {
 	const char *name;
 	int (*fn)(struct cli *, int, char **);
 } commands[] = {
-    {"create", cmd_create}, {"ls", cmd_ls},	    {"get", cmd_get},	  {"extend", cmd_extend},
-    {"rm", cmd_rm},	    {"exec", cmd_exec},	    {"run", cmd_run},	  {"receipt", cmd_receipt},
-    {"usage", cmd_usage},   {"keys", cmd_keys},	    {"cp", cmd_cp},	  {"metrics", cmd_metrics},
-    {"pause", cmd_pause},   {"resume", cmd_resume}, {"shell", cmd_shell}, {"network", cmd_network},
-    {"port", cmd_port},
+    {"create", cmd_create},	{"ls", cmd_ls},		  {"get", cmd_get},
+    {"extend", cmd_extend},	{"rm", cmd_rm},		  {"exec", cmd_exec},
+    {"run", cmd_run},		{"receipt", cmd_receipt}, {"usage", cmd_usage},
+    {"keys", cmd_keys},		{"cp", cmd_cp},		  {"metrics", cmd_metrics},
+    {"snapshot", cmd_snapshot}, {"pause", cmd_pause},	  {"resume", cmd_resume},
+    {"shell", cmd_shell},	{"network", cmd_network}, {"port", cmd_port},
 };
 
 /* Edit distance between a and b (both short: command names and what was

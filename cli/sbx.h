@@ -6,7 +6,7 @@
  * Files: sbx.c (main, configuration, options, the HTTP call, output
  * helpers), sandboxes.c (create, ls, get, extend, metrics, rm, exec),
  * network.c (network, and create's policy options), account.c
- * (run, receipt, usage, keys), shell.c (shell: a terminal over a
+ * (run, receipt, usage, keys), snapshots.c (snapshot), shell.c (shell: a terminal over a
  * WebSocket). One thread; nothing here is thread-safe.
  */
 #ifndef SBX_CLI_H
@@ -170,9 +170,10 @@ int cmd_receipt(struct cli *c, int argc, char **argv);
 int cmd_usage(struct cli *c, int argc, char **argv);
 int cmd_keys(struct cli *c, int argc, char **argv);
 int cmd_cp(struct cli *c, int argc, char **argv);
-int cmd_shell(struct cli *c, int argc, char **argv);   /* shell.c */
-int cmd_network(struct cli *c, int argc, char **argv); /* network.c */
-int cmd_port(struct cli *c, int argc, char **argv);    /* port.c */
+int cmd_shell(struct cli *c, int argc, char **argv);	/* shell.c */
+int cmd_network(struct cli *c, int argc, char **argv);	/* network.c */
+int cmd_port(struct cli *c, int argc, char **argv);	/* port.c */
+int cmd_snapshot(struct cli *c, int argc, char **argv); /* snapshots.c */
 
 /* network.c: an egress policy from --network/--allow/--deny (a new
  * object), or NULL when none was given (*bad: a usage error, printed). */

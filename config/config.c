@@ -156,6 +156,10 @@ void sandbox_config_defaults(struct sandbox_config *cfg)
 	cfg->paused_storage_micro_per_gib_hour = 0;
 	cfg->pause_timeout_ms = 120000;
 	cfg->pause_jobs_per_host = 2;
+	cfg->max_snapshots = 10;
+	cfg->max_snapshot_bytes = 10ULL << 30;
+	cfg->snapshot_storage_micro_per_gib_hour = 0;
+	cfg->snapshot_timeout_ms = 60000;
 
 	cfg->max_sandboxes_per_account = 20;
 	cfg->max_execs_per_sandbox = 64;

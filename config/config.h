@@ -126,6 +126,15 @@ struct sandbox_config {
 	 * most this many of them run at once on one host (more: 429). */
 	uint32_t pause_timeout_ms; /* 120000 */
 	int pause_jobs_per_host;   /* 2 */
+	/* Disk snapshots (docs/api.md "Snapshots"): per account at most
+	 * max_snapshots of them, taking at most max_snapshot_bytes
+	 * (host-observed) together; their storage costs this much per
+	 * GiB-hour; a copy not done in snapshot_timeout_ms is killed (a
+	 * running sandbox is suspended at most that long). */
+	int max_snapshots;			      /* 10 */
+	uint64_t max_snapshot_bytes;		      /* 10 GiB */
+	uint64_t snapshot_storage_micro_per_gib_hour; /* 0 */
+	uint32_t snapshot_timeout_ms;		      /* 60000 */
 
 	int max_sandboxes_per_account; /* 20 */
 	/* Valid API keys per account (429 beyond); revoked ones are kept

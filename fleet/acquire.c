@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../agentless/agentless.h"
 #include "../vmm/vmm.h"
@@ -66,18 +67,26 @@ int fleet_host_admit(struct fleet *f, struct fleet_host *h, const struct sandbox
  * NULL: boot one on the host returned); pooled guests evicted to make
  * room are chained on *evicted (tear them down without the lock). NULL
  * with a 503 (Retry-After 10) when no host has room. Call with lock. */
-static struct fleet_host *admit_locked(struct fleet *f, const struct sandbox_size *size,
-				       const char *runtime, struct fleet_guest **warm_out,
-				       struct fleet_guest **evicted, struct sbx_error *err)
+static struct fleet_host *admit_locked(struct fleet *f, const struct fleet_acquire *a,
+				       struct fleet_guest **warm_out, struct fleet_guest **evicted,
+				       struct sbx_error *err)
 {
+	const struct sandbox_size *size = a->size;
+	const char *runtime = a->runtime;
 	struct fleet_host_snapshot snaps[SANDBOX_MAX_HOSTS];
 	enum fleet_place_how how = FLEET_PLACE_ROOM;
 	struct fleet_host *h;
 	int i;
 
 	*warm_out = NULL;
-	for (size_t k = 0; k < f->n_hosts; k++)
+	for (size_t k = 0; k < f->n_hosts; k++) {
 		fleet_host_snapshot_locked(&f->hosts[k], size, runtime, &snaps[k]);
+		/* a template's boot: its host only, never a pooled guest */
+		if (a->host && strcmp(f->hosts[k].cfg->name, a->host) != 0)
+			snaps[k].up = false;
+		if (a->snapshot_id)
+			snaps[k].warm = 0;
+	}
 	i = fleet_place(snaps, f->n_hosts, size->memory_mib, size->disk_gib, &how);
 	if (i < 0) {
 		sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
@@ -135,7 +144,7 @@ int fleet_acquire(struct fleet *f, struct fleet_acquire *a, struct sbx_error *er
 	a->warm = a->no_room = false;
 	fleet_hosts_measure_disk(f);
 	pthread_mutex_lock(&f->lock);
-	h = admit_locked(f, a->size, a->runtime, &l, &evicted, err);
+	h = admit_locked(f, a, &l, &evicted, err);
 	pthread_mutex_unlock(&f->lock);
 	if (evicted) {
 		sbx_info(MOD, "%s: evicting pooled guests to make room", a->marker);
@@ -164,7 +173,7 @@ int fleet_acquire(struct fleet *f, struct fleet_acquire *a, struct sbx_error *er
 			goto err_uncount;
 		deadline = a->boot_deadline_mono ? a->boot_deadline_mono
 						 : sbx_mono_ms() + f->cfg->boot_timeout_ms;
-		rc = fleet_guest_boot(f, h, a->size, a->marker, deadline, &l, err);
+		rc = fleet_guest_boot(f, h, a->size, a->marker, a->snapshot_id, deadline, &l, err);
 		fleet_boot_slot_release(f);
 		if (rc < 0)
 			goto err_uncount;

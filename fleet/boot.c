@@ -71,8 +71,8 @@ void fleet_set_guest_ops(struct fleet *f, const struct fleet_guest_ops *ops)
 /* ------------------------------------------------------------ the boot */
 
 int fleet_guest_boot(struct fleet *f, struct fleet_host *h, const struct sandbox_size *size,
-		     const char *marker, int64_t deadline_mono, struct fleet_guest **out,
-		     struct sbx_error *err)
+		     const char *marker, const char *snapshot_id, int64_t deadline_mono,
+		     struct fleet_guest **out, struct sbx_error *err)
 {
 	const struct fleet_guest_ops *ops = f->ops;
 	struct vmm_guest_spec spec = {
@@ -80,6 +80,7 @@ int fleet_guest_boot(struct fleet *f, struct fleet_host *h, const struct sandbox
 	    .memory_mib = size->memory_mib,
 	    .disk_gib = fleet_host_disk_gib(h, size),
 	    .sandbox_id = marker,
+	    .snapshot_id = snapshot_id,
 	};
 	struct sbx_channel ch;
 	struct fleet_guest *l = fleet_guest_new(f, h, marker);

@@ -574,10 +574,16 @@ struct fleet_acquire {
 	int64_t queue_deadline_mono; /* a boot slot by then, or 503 */
 	int64_t boot_deadline_mono;  /* HELLO by then; 0: boot_timeout_ms after the slot */
 	const char *why_failed;	     /* logged when a guest taken is torn down */
-	struct fleet_guest *g;	     /* out: id = marker, not linked anywhere */
-	struct fleet_host *h;	     /* out: where it runs, counted booting there */
-	bool warm;		     /* out: taken from the pool */
-	bool no_room;		     /* out (failure): no host has room (503) */
+	/* A template's create (docs/lifecycle.md "Snapshots and templates"):
+	 * a cold boot on host `host` only (no pooled guest: theirs is the
+	 * base image's disk), its overlay backed by the snapshot's file.
+	 * NULL for any host and the base image. */
+	const char *snapshot_id;
+	const char *host;
+	struct fleet_guest *g; /* out: id = marker, not linked anywhere */
+	struct fleet_host *h;  /* out: where it runs, counted booting there */
+	bool warm;	       /* out: taken from the pool */
+	bool no_room;	       /* out (failure): no host has room (503) */
 };
 /* Place and get a guest (docs/hosts.md): a pooled one, or a cold boot
  * within a boot slot (pooled guests of the host evicted first if need
@@ -597,12 +603,12 @@ void fleet_guest_uncount(struct fleet *f, struct fleet_host *h, const struct san
 int fleet_host_admit(struct fleet *f, struct fleet_host *h, const struct sandbox_size *size,
 		     struct sbx_error *err);
 /* Boot a guest of `size` on h with `marker` as the sandbox id in its
- * metadata, open its channel and wait for HELLO until deadline_mono. On
- * success *out is a new guest (BOOTING, not linked, id = marker). The
+ * metadata (its disk backed by snapshot_id's file, NULL: the base), open its channel and wait for
+ * HELLO until deadline_mono. On success *out is a new guest (BOOTING, not linked, id = marker). The
  * caller holds a boot slot. -1 with err; nothing is left behind. */
 int fleet_guest_boot(struct fleet *f, struct fleet_host *h, const struct sandbox_size *size,
-		     const char *marker, int64_t deadline_mono, struct fleet_guest **out,
-		     struct sbx_error *err);
+		     const char *marker, const char *snapshot_id, int64_t deadline_mono,
+		     struct fleet_guest **out, struct sbx_error *err);
 /* The boot slots (fleet_slot_acquire as a customer; release wakes). */
 int fleet_boot_slot_acquire(struct fleet *f, int64_t deadline_mono, struct sbx_error *err);
 void fleet_boot_slot_release(struct fleet *f);

@@ -80,7 +80,7 @@ static void pool_boot_run(void *arg, bool cancelled)
 	pthread_mutex_lock(&f->lock);
 	bool skip = cancelled || f->stop;
 	pthread_mutex_unlock(&f->lock);
-	rc = skip ? 1 : fleet_guest_boot(f, h, size, marker, deadline, &l, &err);
+	rc = skip ? 1 : fleet_guest_boot(f, h, size, marker, NULL, deadline, &l, &err);
 	/* an execution guest: its interpreter starts now (a second boot
 	 * timeout: python or node under TCG on a busy host) */
 	if (rc == 0 && runtime &&

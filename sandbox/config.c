@@ -172,6 +172,19 @@ static int validate_sandbox_limits(const struct sandbox_config *cfg, struct sbx_
 	if (cfg->pause_jobs_per_host < 1 || cfg->pause_jobs_per_host > 64)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "pause_jobs_per_host",
 				     "pause_jobs_per_host must be 1..64");
+	if (cfg->max_snapshots < 0 || cfg->max_snapshots > 10000)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "max_snapshots",
+				     "max_snapshots must be 0..10000");
+	if (cfg->max_snapshot_bytes > (uint64_t)1 << 50)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "max_snapshot_bytes",
+				     "max_snapshot_bytes must be 0..2^50");
+	if (cfg->snapshot_storage_micro_per_gib_hour > (uint64_t)1000000000)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST,
+				     "snapshot_storage_micro_per_gib_hour",
+				     "snapshot_storage_micro_per_gib_hour must be 0..1000000000");
+	if (cfg->snapshot_timeout_ms < 1000 || cfg->snapshot_timeout_ms > 3600000)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "snapshot_timeout_ms",
+				     "snapshot_timeout_ms must be 1000..3600000");
 	if (cfg->paused_storage_micro_per_gib_hour > (uint64_t)1000000000)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST,
 				     "paused_storage_micro_per_gib_hour",

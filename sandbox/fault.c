@@ -18,6 +18,9 @@ static const char *const fault_names[SANDBOX_FAULT_COUNT] = {
     [SANDBOX_FAULT_PAUSE_BEFORE_SAVE] = "pause.before_save",
     [SANDBOX_FAULT_PAUSE_AFTER_SAVE] = "pause.after_save",
     [SANDBOX_FAULT_RESUME_AFTER_RESTORE] = "resume.after_restore",
+    [SANDBOX_FAULT_SNAPSHOT_AFTER_INSERT] = "snapshot.after_insert",
+    [SANDBOX_FAULT_SNAPSHOT_AFTER_COPY] = "snapshot.after_copy",
+    [SANDBOX_FAULT_SNAPSHOT_DELETE_AFTER_BEGIN] = "snapshot_delete.after_begin",
 };
 
 const char *sandbox_fault_name(enum sandbox_fault point)

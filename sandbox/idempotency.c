@@ -50,7 +50,8 @@ int sandbox_create_idempotent(struct sandbox_svc *svc, const char *account_id,
 	const struct sandbox_config *cfg = &svc->cfg;
 	const struct sandbox_size *size;
 	struct store_idem row = {0};
-	char canon[128 + SANDBOX_METADATA_JSON_MAX + NET_POLICY_JSON_MAX], hash[65];
+	char canon[128 + SANDBOX_ID_MAX + SANDBOX_METADATA_JSON_MAX + NET_POLICY_JSON_MAX],
+	    hash[65];
 	int minutes, claimed;
 	int64_t deadline;
 
@@ -84,6 +85,11 @@ int sandbox_create_idempotent(struct sandbox_svc *svc, const char *account_id,
 	if (req->network) {
 		size_t used = strlen(canon);
 		snprintf(canon + used, sizeof(canon) - used, "\nnetwork=%s", req->network);
+	}
+	/* The snapshot only when named, likewise. */
+	if (req->snapshot) {
+		size_t used = strlen(canon);
+		snprintf(canon + used, sizeof(canon) - used, "\nsnapshot=%s", req->snapshot);
 	}
 	sbx_sha256_hex(canon, strlen(canon), hash);
 

@@ -105,7 +105,7 @@ static int claim(struct sandbox_svc *svc, const char *account_id, const char *id
 /* One of host h's pause_jobs_per_host save-or-restore slots: 0, or -1
  * with 429 rate_limited (saves and restores are I/O heavy: one account
  * must not take a host's disk). svc->lock, a leaf. */
-static int host_job_enter(struct sandbox_svc *svc, struct fleet_host *h, struct sbx_error *err)
+int sandbox_host_job_enter(struct sandbox_svc *svc, struct fleet_host *h, struct sbx_error *err)
 {
 	const char *name = h->cfg->name;
 	size_t i, free_i = SANDBOX_MAX_HOSTS;
@@ -139,7 +139,7 @@ static int host_job_enter(struct sandbox_svc *svc, struct fleet_host *h, struct 
 	return rc;
 }
 
-static void host_job_leave(struct sandbox_svc *svc, struct fleet_host *h)
+void sandbox_host_job_leave(struct sandbox_svc *svc, struct fleet_host *h)
 {
 	pthread_mutex_lock(&svc->lock);
 	for (size_t i = 0; i < SANDBOX_MAX_HOSTS; i++) {
@@ -280,10 +280,17 @@ static int pause_locked(struct sandbox_svc *svc, struct store_sandbox *row, stru
 		return sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
 				     "the host of sandbox '%s' does not answer; retry", row->id);
 	/* the money first: a refused pause must not have cost a save */
-	if (pause_credit_check(svc, h, row, err) < 0 || host_job_enter(svc, h, err) < 0)
+	if (pause_credit_check(svc, h, row, err) < 0)
+		return -1;
+	/* its disk as the guest sees it: what a snapshot of the paused
+	 * sandbox copies (best effort: the save keeps the page cache anyway) */
+	struct sbx_error se;
+	if (sandbox_guest_sync(svc, row->id, &se) < 0)
+		sbx_warn(MOD, "sandbox %s: no sync before its pause: %s", row->id, se.message);
+	if (sandbox_host_job_enter(svc, h, err) < 0)
 		return -1;
 	rc = pause_saved(svc, h, row, err);
-	host_job_leave(svc, h);
+	sandbox_host_job_leave(svc, h);
 	return rc;
 }
 
@@ -324,10 +331,10 @@ static struct vmm_vm *resume_restore(struct sandbox_svc *svc, struct fleet_host 
 	struct vmm_vm *vm;
 	bool late = false;
 
-	if (host_job_enter(svc, h, err) < 0)
+	if (sandbox_host_job_enter(svc, h, err) < 0)
 		return NULL;
 	vm = vmm_vm_restore(h->vmm, row->domain, svc->cfg.pause_timeout_ms, &late, err);
-	host_job_leave(svc, h);
+	sandbox_host_job_leave(svc, h);
 	if (!vm && late) {
 		sbx_err(MOD, "sandbox %s: not restored within pause_timeout_ms: ends failed",
 			row->id);

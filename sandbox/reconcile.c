@@ -198,17 +198,26 @@ static int reconcile_host(struct sandbox_svc *svc, struct fleet_host *h, const s
 			sandbox_reconcile_paused(svc, h, row, false);
 		} else if (!has_domain) {
 			settle_lost(svc, row, now, false, "lost its guest");
-		} else if (sandbox_relink(svc, h, row, &e) < 0) {
-			sbx_warn(MOD, "reconcile: %s cannot be reattached: %s", row->id, e.message);
-			vmm_destroy_by_name(h->vmm, row->domain, NULL);
-			sandbox_settle(svc, row->id, STORE_FAILED, now, NULL, NULL);
+		} else {
+			/* a snapshot's copy the crash cut left it suspended */
+			if (vmm_resume_suspended(h->vmm, row->domain) == 1)
+				sbx_info(MOD, "reconcile: %s was suspended for a snapshot; resumed",
+					 row->id);
+			if (sandbox_relink(svc, h, row, &e) < 0) {
+				sbx_warn(MOD, "reconcile: %s cannot be reattached: %s", row->id,
+					 e.message);
+				vmm_destroy_by_name(h->vmm, row->domain, NULL);
+				sandbox_settle(svc, row->id, STORE_FAILED, now, NULL, NULL);
+			}
 		}
 	}
 	/* Save files no paused sandbox names any more (ended while the
 	 * daemon was down, or cut before their row): at a restart no pause
 	 * is in flight. */
-	if (restart)
+	if (restart) {
 		prune_saved(svc, h);
+		sandbox_reconcile_snapshots(svc, h);
+	}
 	/* Overlays, sockets and logs of guests that died while nobody
 	 * watched (host crash, kill -9): no create is in flight here yet. */
 	int pruned = vmm_prune_files(h->vmm, NULL);

@@ -35,6 +35,7 @@ void sandbox_view_from_row(const struct store_sandbox *row, int64_t now_ms, stru
 		 row->network[0] ? row->network : STORE_NETWORK_NONE);
 	v->net_bytes_in = row->net_bytes_in;
 	v->net_bytes_out = row->net_bytes_out;
+	snprintf(v->snapshot, sizeof(v->snapshot), "%s", row->snapshot_id);
 }
 
 struct fleet_guest *sandbox_pin(struct sandbox_svc *svc, const char *id, struct sbx_error *err)

@@ -91,7 +91,8 @@ struct sandbox_svc {
 	 * sandbox at a time; calls into them answer 409 meanwhile. */
 	char transit[SANDBOX_TRANSIT_MAX][SANDBOX_ID_MAX];
 	size_t n_transit;
-	bool ttl_queued; /* under svc->lock: a paused-retention job is queued */
+	bool ttl_queued;	 /* under svc->lock: a paused-retention job is queued */
+	bool snap_settle_queued; /* under svc->lock: a snapshots' settle job is queued */
 
 	/* Egress (network.c): the default policy and the forbidden set's
 	 * variable part (internal ranges, this host's addresses). Built at
@@ -159,6 +160,28 @@ void sandbox_bw_cancel(struct sandbox_svc *svc, struct sandbox_bw_waiter *w);
 
 /* network.c: the default policy and svc->net (at sandbox_svc_new). */
 int sandbox_network_init(struct sandbox_svc *svc, struct sbx_error *err);
+
+/* pause.c: one of host h's pause_jobs_per_host slots for a save, a
+ * restore or a snapshot's copy (I/O heavy): 0, or -1 with 429. Leave it
+ * after. svc->lock, a leaf. */
+int sandbox_host_job_enter(struct sandbox_svc *svc, struct fleet_host *h, struct sbx_error *err);
+void sandbox_host_job_leave(struct sandbox_svc *svc, struct fleet_host *h);
+/* snapshots.c: the account's READY snapshot `snap_id` for a create of
+ * `size` (its disk at least the snapshot's): 0, or -1 with 404 or 400
+ * naming "snapshot". */
+int sandbox_snapshot_for_create(struct sandbox_svc *svc, const char *account_id,
+				const char *snap_id, const struct sandbox_size *size,
+				struct store_snapshot *out, struct sbx_error *err);
+/* snapshots.c: ask running sandbox id's guest to write its dirty pages
+ * to its disk (an exec of `sync`, at most 20 s): 0, or -1 with 410 (no
+ * live guest) or 503. */
+int sandbox_guest_sync(struct sandbox_svc *svc, const char *id, struct sbx_error *err);
+/* snapshots.c, at a restart (no snapshot in flight): host h's snapshot
+ * rows CREATING are rolled back (file and row), DELETING ones finished;
+ * files in its run_dir no row names are deleted. */
+void sandbox_reconcile_snapshots(struct sandbox_svc *svc, struct fleet_host *h);
+/* snapshots.c: a cron pass: charge every snapshot's storage up to now. */
+void sandbox_snapshots_settle_pass(void *opaque, int64_t now_mono);
 
 /* rows.c: is sandbox `id` being paused or resumed? (svc->lock) */
 bool sandbox_in_transit(struct sandbox_svc *svc, const char *id);
@@ -430,16 +453,19 @@ void sandbox_lost_end(const struct store_sandbox *row, bool domain_alive, int64_
 /* The points, in the order a sandbox meets them. The names are in
  * fault.c, the only list of them. */
 enum sandbox_fault {
-	SANDBOX_FAULT_CREATE_AFTER_RESERVE,	 /* row CREATING + hold committed */
-	SANDBOX_FAULT_CREATE_AFTER_DOMAIN_START, /* domain started, no HELLO yet */
-	SANDBOX_FAULT_CREATE_AFTER_HELLO,	 /* guest ready, row still CREATING */
-	SANDBOX_FAULT_CREATE_AFTER_ACTIVATE,	 /* row RUNNING, key not yet done */
-	SANDBOX_FAULT_EXTEND_AFTER_HOLD,	 /* extra hold + new expiry committed */
-	SANDBOX_FAULT_DELETE_AFTER_DESTROY,	 /* domain destroyed, row not settled */
-	SANDBOX_FAULT_DELETE_AFTER_SETTLE,	 /* row settled, reply not sent */
-	SANDBOX_FAULT_PAUSE_BEFORE_SAVE,	 /* guest out of the lives, not saved yet */
-	SANDBOX_FAULT_PAUSE_AFTER_SAVE,		 /* domain saved and gone, row running */
-	SANDBOX_FAULT_RESUME_AFTER_RESTORE,	 /* domain restored, row still paused */
+	SANDBOX_FAULT_CREATE_AFTER_RESERVE,	   /* row CREATING + hold committed */
+	SANDBOX_FAULT_CREATE_AFTER_DOMAIN_START,   /* domain started, no HELLO yet */
+	SANDBOX_FAULT_CREATE_AFTER_HELLO,	   /* guest ready, row still CREATING */
+	SANDBOX_FAULT_CREATE_AFTER_ACTIVATE,	   /* row RUNNING, key not yet done */
+	SANDBOX_FAULT_EXTEND_AFTER_HOLD,	   /* extra hold + new expiry committed */
+	SANDBOX_FAULT_DELETE_AFTER_DESTROY,	   /* domain destroyed, row not settled */
+	SANDBOX_FAULT_DELETE_AFTER_SETTLE,	   /* row settled, reply not sent */
+	SANDBOX_FAULT_PAUSE_BEFORE_SAVE,	   /* guest out of the lives, not saved yet */
+	SANDBOX_FAULT_PAUSE_AFTER_SAVE,		   /* domain saved and gone, row running */
+	SANDBOX_FAULT_RESUME_AFTER_RESTORE,	   /* domain restored, row still paused */
+	SANDBOX_FAULT_SNAPSHOT_AFTER_INSERT,	   /* snapshot row CREATING, no file yet */
+	SANDBOX_FAULT_SNAPSHOT_AFTER_COPY,	   /* file written, row still CREATING */
+	SANDBOX_FAULT_SNAPSHOT_DELETE_AFTER_BEGIN, /* row DELETING, file still there */
 	SANDBOX_FAULT_COUNT
 };
 

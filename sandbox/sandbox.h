@@ -209,6 +209,7 @@ struct sandbox_view {
 	int64_t paused_ms;		     /* the pauses resumed so far, added up */
 	char network[NET_POLICY_JSON_MAX];   /* its egress policy, canonical JSON */
 	int64_t net_bytes_in, net_bytes_out; /* relayed so far (docs/network.md) */
+	char snapshot[SANDBOX_ID_MAX];	     /* the snapshot its disk started from, "" */
 };
 
 struct sandbox_create_req {
@@ -222,6 +223,10 @@ struct sandbox_create_req {
 	 * checked against the config's limits); NULL = the service's default
 	 * (sandbox_network_default). */
 	const char *network;
+	/* A template (docs/api.md "Snapshots"): the id of one of the
+	 * account's snapshots, whose disk the sandbox starts from; NULL =
+	 * the base image. */
+	const char *snapshot;
 };
 
 /* Egress (docs/network.md). The policy of a create that names none: the
@@ -706,6 +711,38 @@ void sandbox_port_release(struct sandbox_port *p);
  * 128 random bits, 32 lowercase hex digits, shown once at its create; the
  * store keeps its SHA-256 only. */
 #define SANDBOX_PREVIEW_TOKEN_LEN 32
+
+/* A snapshot of a sandbox's disk (docs/api.md "Snapshots"). */
+#define SANDBOX_SNAPSHOT_NAME_MAX 64
+struct sandbox_snapshot {
+	char id[SANDBOX_ID_MAX]; /* "snap_" + 24 hex */
+	char name[SANDBOX_SNAPSHOT_NAME_MAX + 1];
+	char sandbox_id[SANDBOX_ID_MAX]; /* the sandbox it was taken of */
+	int64_t disk_gib;		 /* the disk's virtual size */
+	int64_t bytes;			 /* host-observed size of its file */
+	int64_t created_at_ms;
+	int64_t cost_micro; /* its storage so far: charged + accrued to now */
+};
+/* Snapshot the disk of this account's running or paused sandbox `id`
+ * (name: NULL or "", or 1..64 printable ASCII bytes; 400 naming "name"
+ * else). A running guest syncs its filesystems first and is suspended
+ * for the copy (at most snapshot_timeout_ms). 404 (not this account's),
+ * 410 (ended), 409 (being paused or resumed), 429 (max_snapshots,
+ * max_snapshot_bytes), 400 (a remote host, no disk), 503. */
+int sandbox_snapshot_create(struct sandbox_svc *svc, const char *account_id, const char *id,
+			    const char *name, struct sandbox_snapshot *out, struct sbx_error *err);
+/* The account's snapshots, newest first (at most max_snapshots). *out
+ * malloc'd. */
+int sandbox_snapshot_list(struct sandbox_svc *svc, const char *account_id,
+			  struct sandbox_snapshot **out, size_t *n, struct sbx_error *err);
+/* One of the account's snapshots: 404 otherwise. */
+int sandbox_snapshot_get(struct sandbox_svc *svc, const char *account_id, const char *snap_id,
+			 struct sandbox_snapshot *out, struct sbx_error *err);
+/* Delete one: its storage is charged up to now and its file removed.
+ * 404 (not the account's), 409 snapshot_in_use (live sandboxes' disks are
+ * backed by it). *out: the snapshot as it was, its final cost. */
+int sandbox_snapshot_delete(struct sandbox_svc *svc, const char *account_id, const char *snap_id,
+			    struct sandbox_snapshot *out, struct sbx_error *err);
 
 struct sandbox_preview {
 	char id[SANDBOX_ID_MAX]; /* "pv_" + 24 hex */

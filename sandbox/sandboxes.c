@@ -80,7 +80,12 @@ int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 	int64_t created_at, t_req_mono = sbx_mono_ms();
 	bool warm = false;
 
+	struct store_snapshot snap;
+
 	if (create_params(cfg, req, &size, &minutes, err) < 0)
+		return -1;
+	if (req->snapshot &&
+	    sandbox_snapshot_for_create(svc, account_id, req->snapshot, size, &snap, err) < 0)
 		return -1;
 
 	/* 1. Intent: row + hold (429 cap, then 402 credit) before libvirt. */
@@ -113,6 +118,13 @@ int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 		store_sandbox_abort(svc->store, row.id, NULL);
 		return -1;
 	}
+	/* A template: its disk is the snapshot's from here on (a delete of
+	 * the snapshot that began first wins: 404) */
+	if (req->snapshot &&
+	    store_sandbox_snapshot_set(svc->store, account_id, row.id, snap.id, err) < 0) {
+		store_sandbox_abort(svc->store, row.id, NULL);
+		return -1;
+	}
 	sandbox_fault_hit(cfg, SANDBOX_FAULT_CREATE_AFTER_RESERVE);
 
 	/* 2. A guest (fleet_acquire, docs/hosts.md): a pooled guest
@@ -126,6 +138,8 @@ int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 	    .marker = row.id,
 	    .queue_deadline_mono = sbx_mono_ms() + cfg->boot_queue_timeout_ms,
 	    .why_failed = "the sandbox could not be created",
+	    .snapshot_id = req->snapshot ? snap.id : NULL,
+	    .host = req->snapshot ? snap.host : NULL,
 	};
 	if (sandbox_acquire(svc, &acq, err) < 0)
 		goto err_abort;

@@ -23,12 +23,13 @@
 #include "../store/store.h"
 #include "sandbox-priv.h"
 
-#define MOD		"sandbox"
-#define TICK_MS		200 /* the supervisor's base tick; the lives pass's period */
-#define HEARTBEAT_MS	5000
-#define SETTLE_RETRY_MS 1000
-#define TIME_SYNC_MS	60000
-#define PAUSED_TTL_MS	5000 /* paused sandboxes past paused_ttl_minutes (pause.c) */
+#define MOD		   "sandbox"
+#define TICK_MS		   200 /* the supervisor's base tick; the lives pass's period */
+#define HEARTBEAT_MS	   5000
+#define SETTLE_RETRY_MS	   1000
+#define TIME_SYNC_MS	   60000
+#define PAUSED_TTL_MS	   5000	 /* paused sandboxes past paused_ttl_minutes (pause.c) */
+#define SNAPSHOT_SETTLE_MS 60000 /* snapshots' storage charged up to now (snapshots.c) */
 
 /* --------------------------------------------------------- the passes */
 
@@ -226,7 +227,8 @@ int sandbox_supervise_start(struct sandbox_svc *svc, struct sbx_error *err)
 	 * pooled guests. With
 	 * the threads' worth on top, none of these is refused. Threads start
 	 * on demand and end after a while idle. */
-	fleet_jobs = (int)svc->cfg.n_hosts + 1 + 1 + 1 + 1 + 1; /* + the paused-ttl job */
+	fleet_jobs = (int)svc->cfg.n_hosts + 1 + 1 + 1 + 1 + 1 +
+		     1; /* + the paused-ttl job, the snapshots' settle job */
 	svc->work = sbx_workpool_new(SANDBOX_WORK_THREAD_NAME, SANDBOX_WORK_THREADS,
 				     guests + fleet_jobs + SANDBOX_WORK_THREADS, 0);
 	svc->cron = sbx_cron_new(SANDBOX_CRON_THREAD_NAME, TICK_MS);
@@ -238,6 +240,8 @@ int sandbox_supervise_start(struct sandbox_svc *svc, struct sbx_error *err)
 	    sbx_cron_add(svc->cron, "time-sync", TIME_SYNC_MS, time_sync_pass, svc) < 0 ||
 	    sbx_cron_add(svc->cron, "paused-ttl", PAUSED_TTL_MS, sandbox_paused_ttl_pass, svc) <
 		0 ||
+	    sbx_cron_add(svc->cron, "snapshots-settle", SNAPSHOT_SETTLE_MS,
+			 sandbox_snapshots_settle_pass, svc) < 0 ||
 	    sbx_cron_add(svc->cron, "hosts", svc->cfg.host_check_interval_ms, hosts_pass, svc) <
 		0 ||
 	    (fleet_pool_configured(svc->fleet) &&

@@ -50,6 +50,20 @@ int store_ledger_insert(struct store *s, const char *account_id, const char *san
 		   : 0;
 }
 
+int store_ledger_snapshot_insert(struct store *s, const char *account_id, const char *snapshot_id,
+				 const char *kind, int64_t amount_micro, int64_t now_ms,
+				 struct sbx_error *err)
+{
+	_cleanup_reset_ sqlite3_stmt *q = NULL;
+	return store_run(s, &q,
+			 "INSERT INTO ledger (account_id, snapshot_id, kind, amount_micro,"
+			 " created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+			 err, STORE_T(account_id), STORE_T(snapshot_id), STORE_T(kind),
+			 STORE_I(amount_micro), STORE_I(now_ms)) < 0
+		   ? -1
+		   : 0;
+}
+
 int store_account_create(struct store *s, const char *name, int64_t credit_micro,
 			 struct store_account *acct, struct sbx_error *err)
 {

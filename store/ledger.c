@@ -123,8 +123,19 @@ int store_ledger_check(struct store *s, const char *account_id, struct sbx_error
 	     "SELECT id FROM (" STORE_ACCOUNT_SUMS ") WHERE credits - charges < 0"},
 	    {"entry kind does not match its sandbox or execution link",
 	     "SELECT seq FROM ledger WHERE (?1 IS NULL OR account_id = ?1) AND"
-	     " ((kind = 'credit' AND (sandbox_id IS NOT NULL OR execution_id IS NOT NULL)) OR"
-	     "  (kind != 'credit' AND (sandbox_id IS NULL) = (execution_id IS NULL)))"},
+	     " ((kind = 'credit' AND (sandbox_id IS NOT NULL OR execution_id IS NOT NULL"
+	     "   OR snapshot_id IS NOT NULL)) OR"
+	     "  (kind != 'credit' AND (sandbox_id IS NOT NULL) + (execution_id IS NOT NULL)"
+	     "   + (snapshot_id IS NOT NULL) != 1))"},
+	    /* A snapshot's storage is charged as it is held: each settle
+	     * is a hold and its charge (store_snapshot_settle). */
+	    {"snapshot's holds, charges and charge_micro differ, or it was released",
+	     "SELECT x.id FROM snapshots x LEFT JOIN ledger l ON l.snapshot_id = x.id"
+	     " WHERE (?1 IS NULL OR x.account_id = ?1) GROUP BY x.id HAVING"
+	     " COALESCE(SUM(CASE l.kind WHEN 'hold' THEN l.amount_micro END), 0) != x.charge_micro"
+	     " OR COALESCE(SUM(CASE l.kind WHEN 'charge' THEN l.amount_micro END), 0)"
+	     "  != x.charge_micro OR COUNT(CASE l.kind WHEN 'release' THEN 1 END) > 0"
+	     " OR SUM(CASE WHEN l.account_id != x.account_id THEN 1 ELSE 0 END) > 0"},
 	    {"entry's account is not its execution's account",
 	     "SELECT l.seq FROM ledger l JOIN executions e ON e.id = l.execution_id"
 	     " WHERE (?1 IS NULL OR l.account_id = ?1 OR e.account_id = ?1)"

@@ -236,6 +236,36 @@ static const char *const store_migrations[] = {
     ");"
     "CREATE INDEX previews_by_sandbox ON previews(sandbox_id, port, created_at_ms);"
     "CREATE INDEX previews_by_expiry ON previews(expires_at_ms);",
+    /* 14 (issue 29, disk snapshots): an account's snapshots of a
+     * sandbox's disk (one file each on the host that took it, backed
+     * only by the base image), the snapshot a sandbox's overlay is backed
+     * by ('' for the base image), and the ledger's link to a snapshot's
+     * storage charges (a hold and its charge each settle). A 'creating'
+     * row has a file being written; 'deleting' a file being removed;
+     * billed_until_ms is where its storage was charged up to. */
+    "CREATE TABLE snapshots ("
+    "  id TEXT PRIMARY KEY,"
+    "  account_id TEXT NOT NULL REFERENCES accounts(id),"
+    "  name TEXT NOT NULL DEFAULT '',"
+    "  sandbox_id TEXT NOT NULL,"
+    "  host TEXT NOT NULL,"
+    "  base_snapshot_id TEXT NOT NULL DEFAULT '',"
+    "  disk_gib INTEGER NOT NULL CHECK (disk_gib >= 0),"
+    "  bytes INTEGER NOT NULL DEFAULT 0 CHECK (bytes >= 0),"
+    "  status TEXT NOT NULL CHECK (status IN ('creating','ready','deleting','deleted')),"
+    "  price_micro_per_gib_hour INTEGER NOT NULL DEFAULT 0"
+    "    CHECK (price_micro_per_gib_hour >= 0),"
+    "  charge_micro INTEGER NOT NULL DEFAULT 0 CHECK (charge_micro >= 0),"
+    "  created_at_ms INTEGER NOT NULL,"
+    "  billed_until_ms INTEGER NOT NULL DEFAULT 0,"
+    "  deleted_at_ms INTEGER NOT NULL DEFAULT 0"
+    ");"
+    "CREATE INDEX snapshots_by_account ON snapshots(account_id, status, created_at_ms);"
+    "ALTER TABLE sandboxes ADD COLUMN snapshot_id TEXT NOT NULL DEFAULT '';"
+    "CREATE INDEX sandboxes_by_snapshot ON sandboxes(snapshot_id, status)"
+    "  WHERE snapshot_id != '';"
+    "ALTER TABLE ledger ADD COLUMN snapshot_id TEXT NULL;"
+    "CREATE INDEX ledger_by_snapshot ON ledger(snapshot_id) WHERE snapshot_id IS NOT NULL;",
 };
 
 /* Work in C that a migration needs after its SQL, in the same transaction,

@@ -14,7 +14,8 @@
 	" price_micro_per_hour, requested_at_ms, created_at_ms, expires_at_ms,"                    \
 	" ended_at_ms, last_seen_at_ms, hold_micro, charge_micro, startup_path, startup_ms,"       \
 	" host, metadata, paused_at_ms, paused_ms, paused_bytes, storage_price_micro,"             \
-	" storage_micro, network, net_bytes_in, net_bytes_out, net_price_micro_per_gb"
+	" storage_micro, network, net_bytes_in, net_bytes_out, net_price_micro_per_gb, "           \
+	"snapshot_id"
 
 /* "12.345678" without going near floating point (store must not call billing). */
 static void store_usd(int64_t micro, char buf[static 32])
@@ -56,6 +57,7 @@ static void store_sandbox_from_stmt(sqlite3_stmt *q, struct store_sandbox *r)
 	r->net_bytes_in = sqlite3_column_int64(q, 24);
 	r->net_bytes_out = sqlite3_column_int64(q, 25);
 	r->net_price_micro_per_gb = sqlite3_column_int64(q, 26);
+	store_copy_col(r->snapshot_id, sizeof r->snapshot_id, q, 27);
 	if (r->status == STORE_RUNNING && r->paused_at_ms > 0)
 		r->status = STORE_PAUSED; /* stored as 'running' (store.h) */
 }

@@ -144,6 +144,11 @@ int store_no_account(struct sbx_error *err, const char *account_id);
 int store_ledger_insert(struct store *s, const char *account_id, const char *sandbox_id,
 			const char *kind, int64_t amount_micro, int64_t now_ms,
 			struct sbx_error *err);
+/* The same for a snapshot's storage (migration 14: linked to the
+ * snapshot, not to a sandbox or an execution). */
+int store_ledger_snapshot_insert(struct store *s, const char *account_id, const char *snapshot_id,
+				 const char *kind, int64_t amount_micro, int64_t now_ms,
+				 struct sbx_error *err);
 /* Bring the schema to this build's version (migrate.c): every missing
  * migration in one write transaction. 0 or -1. */
 int store_migrate(struct store *s, struct sbx_error *err);
@@ -198,10 +203,16 @@ int store_usage_rebuild_tx(struct store *s, struct sbx_error *err);
 	"ALTER TABLE accounts DROP COLUMN releases_micro;"                                         \
 	"ALTER TABLE accounts DROP COLUMN charges_micro;"                                          \
 	"DROP INDEX executions_stored; ALTER TABLE executions DROP COLUMN "                        \
-	"response_bytes;" STORE_PRIV_BACK_TO_SCHEMA_12_PREVIEWS                                    \
-	    STORE_PRIV_BACK_TO_SCHEMA_11_NETWORK STORE_PRIV_BACK_TO_SCHEMA_10_PAUSE                \
-		STORE_PRIV_BACK_TO_SCHEMA_9_LABELS STORE_PRIV_BACK_TO_SCHEMA_8_RECEIPTS            \
-		    STORE_PRIV_BACK_TO_SCHEMA_7_HOSTS "PRAGMA user_version = 4;"
+	"response_bytes;" STORE_PRIV_BACK_TO_SCHEMA_13_SNAPSHOTS                                   \
+	    STORE_PRIV_BACK_TO_SCHEMA_12_PREVIEWS STORE_PRIV_BACK_TO_SCHEMA_11_NETWORK             \
+		STORE_PRIV_BACK_TO_SCHEMA_10_PAUSE STORE_PRIV_BACK_TO_SCHEMA_9_LABELS              \
+		    STORE_PRIV_BACK_TO_SCHEMA_8_RECEIPTS STORE_PRIV_BACK_TO_SCHEMA_7_HOSTS         \
+	"PRAGMA user_version = 4;"
+/* Tests only: undo migration 14 (snapshots). */
+#define STORE_PRIV_BACK_TO_SCHEMA_13_SNAPSHOTS                                                     \
+	"DROP INDEX ledger_by_snapshot; ALTER TABLE ledger DROP COLUMN snapshot_id;"               \
+	"DROP INDEX sandboxes_by_snapshot; ALTER TABLE sandboxes DROP COLUMN snapshot_id;"         \
+	"DROP TABLE snapshots;"
 /* Tests only: undo migration 13 (previews). */
 #define STORE_PRIV_BACK_TO_SCHEMA_12_PREVIEWS "DROP TABLE previews;"
 /* Tests only: undo migration 12 (egress). */

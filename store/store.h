@@ -204,6 +204,9 @@ struct store_sandbox {
 	char network[STORE_NETWORK_MAX];
 	int64_t net_bytes_in, net_bytes_out;
 	int64_t net_price_micro_per_gb;
+	/* The snapshot its disk started from (migration 14; "" for the base
+	 * image), set by store_sandbox_snapshot_set. */
+	char snapshot_id[STORE_ID_MAX];
 };
 
 /* Write a create's intent in one transaction: the row (status CREATING)
@@ -684,5 +687,86 @@ int store_preview_revoke(struct store *s, const char *account_id, const char *sa
  * included (the caller decides): SBX_E_NOT_FOUND when none. */
 int store_preview_find(struct store *s, const char *token_hash, struct store_preview *out,
 		       struct sbx_error *err);
+
+/* ---------------------------------------------------------- snapshots */
+
+/* A snapshot of a sandbox's disk (issue 29, migration 14): one file on
+ * `host`, backed only by the base image. CREATING while its file is being
+ * written, READY once usable, DELETING while its file is being removed,
+ * DELETED (kept for the ledger's sake) after. Its storage is billed from
+ * billed_until_ms on, on `bytes` (host-observed) at the price in force at
+ * its creation. */
+enum store_snapshot_status {
+	STORE_SNAP_CREATING,
+	STORE_SNAP_READY,
+	STORE_SNAP_DELETING,
+	STORE_SNAP_DELETED,
+};
+#define STORE_SNAPSHOT_NAME_MAX 65 /* 64 bytes and the NUL */
+struct store_snapshot {
+	char id[STORE_ID_MAX]; /* "snap_" + 24 hex */
+	char account_id[STORE_ID_MAX];
+	char name[STORE_SNAPSHOT_NAME_MAX];
+	char sandbox_id[STORE_ID_MAX]; /* the sandbox it was taken of */
+	char host[STORE_HOST_MAX];
+	int64_t disk_gib; /* the disk's virtual size */
+	int64_t bytes;	  /* host-observed size of its file */
+	enum store_snapshot_status status;
+	int64_t price_micro_per_gib_hour;
+	int64_t charge_micro; /* charged so far */
+	int64_t created_at_ms, billed_until_ms, deleted_at_ms;
+};
+/* "creating", "ready", "deleting", "deleted" (borrowed). */
+const char *store_snapshot_status_name(enum store_snapshot_status st);
+
+/* Insert row as CREATING (created_at_ms and billed_until_ms are its
+ * created_at_ms), unless the account already has max_count snapshots that
+ * are not DELETED or their READY ones take max_bytes or more
+ * (SBX_E_CONCURRENCY_LIMIT, naming the limit). 0 or -1. */
+int store_snapshot_insert(struct store *s, const struct store_snapshot *row, int max_count,
+			  int64_t max_bytes, struct sbx_error *err);
+/* CREATING -> READY with its file's bytes, unless the account's READY
+ * snapshots would then take more than max_bytes (SBX_E_CONCURRENCY_LIMIT:
+ * the caller removes the file and the row). Its storage is billed from
+ * ready_at_ms. 0, or -1 (SBX_E_NOT_FOUND: not CREATING any more). */
+int store_snapshot_ready(struct store *s, const char *id, int64_t bytes, int64_t ready_at_ms,
+			 int64_t max_bytes, struct sbx_error *err);
+/* Remove a row that never got READY (a failed snapshot, a restart). */
+int store_snapshot_forget(struct store *s, const char *id, struct sbx_error *err);
+/* A snapshot of the account (account_id NULL: any, internal use) that is
+ * READY: SBX_E_NOT_FOUND otherwise. */
+int store_snapshot_get(struct store *s, const char *account_id, const char *id,
+		       struct store_snapshot *out, struct sbx_error *err);
+/* The account's READY snapshots, newest first, at most max; *out
+ * malloc'd. */
+int store_snapshot_list(struct store *s, const char *account_id, size_t max,
+			struct store_snapshot **out, size_t *n, struct sbx_error *err);
+/* Every snapshot row that is not DELETED (reconcile, settle); *out
+ * malloc'd. */
+int store_snapshot_list_all(struct store *s, struct store_snapshot **out, size_t *n,
+			    struct sbx_error *err);
+/* The cost of `bytes` held for `ms` at a price per GiB-hour
+ * (billing_storage_cost). */
+typedef int64_t (*store_storage_cost_fn)(int64_t bytes, int64_t ms, int64_t price);
+/* Charge a READY or DELETING snapshot's storage from billed_until_ms to
+ * at_ms (a hold and its charge, linked to it, at most what the account
+ * has available) and move billed_until_ms there; with `final`, the row
+ * becomes DELETED at at_ms in the same transaction. 1 when it moved, 0
+ * when there was nothing to settle (not READY or DELETING; at_ms not past
+ * billed_until_ms and not final). *charged (may be NULL): the amount. */
+int store_snapshot_settle(struct store *s, const char *id, int64_t at_ms, bool final,
+			  store_storage_cost_fn cost, int64_t *charged, struct sbx_error *err);
+/* READY -> DELETING for the account's snapshot, unless a live sandbox
+ * (CREATING or RUNNING, paused included) is backed by it: SBX_E_NOT_FOUND,
+ * SBX_E_SNAPSHOT_IN_USE (naming how many). *out: the row. */
+int store_snapshot_delete_begin(struct store *s, const char *account_id, const char *id,
+				struct store_snapshot *out, struct sbx_error *err);
+/* Back the CREATING sandbox sandbox_id by the account's READY snapshot
+ * snapshot_id, in one statement (a delete that began first wins:
+ * SBX_E_NOT_FOUND). */
+int store_sandbox_snapshot_set(struct store *s, const char *account_id, const char *sandbox_id,
+			       const char *snapshot_id, struct sbx_error *err);
+/* The live sandboxes backed by snapshot id. -1 on error. */
+int store_snapshot_users(struct store *s, const char *id, int *n, struct sbx_error *err);
 
 #endif

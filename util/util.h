@@ -33,6 +33,7 @@
 	X(SBX_E_TERMINAL_ATTACHED, 409, "terminal_attached")                                       \
 	X(SBX_E_SANDBOX_NOT_RUNNING, 410, "sandbox_not_running")                                   \
 	X(SBX_E_SANDBOX_PAUSED, 409, "sandbox_paused")                                             \
+	X(SBX_E_SNAPSHOT_IN_USE, 409, "snapshot_in_use")                                           \
 	X(SBX_E_PAYLOAD_TOO_LARGE, 413, "payload_too_large")                                       \
 	X(SBX_E_UNSUPPORTED_MEDIA_TYPE, 415, "unsupported_media_type")                             \
 	X(SBX_E_IDEMPOTENCY_MISMATCH, 422, "idempotency_mismatch")                                 \

@@ -25,6 +25,13 @@ void vmm_priv_set_virt_type(struct vmm *v, const char *type);
  * there is no id element or it does not fit. */
 int vmm_priv_metadata_id(const char *xml, char *out, size_t outlen);
 
+/* run_dir/NAME+suffix, malloc'd (NULL on ENOMEM). */
+char *vmm_path(const char *run_dir, const char *name, const char *suffix);
+/* Run qemu-img with argv (argv[0] "qemu-img"; stdin and stdout
+ * /dev/null), no shell, and wait at most timeout_ms (0: no bound): 0, -1
+ * (it failed or could not run; logged), or -2 (killed at the deadline). */
+int vmm_qemu_img(char *const argv[], uint32_t timeout_ms);
+
 /* ---- shared by vmm.c, xml.c, conn.c, storage.c and channel.c (not for
  * other modules) ---- */
 #ifdef LIBVIRT_H
@@ -128,6 +135,10 @@ bool vmm_has_prefix(const struct vmm *v, const char *name);
 virConnectPtr vmm_conn_open(struct vmm *v, int *lifecycle_id, bool *close_cb);
 /* libvirt's close callback (vmm_free unregisters it). */
 void vmm_close_cb(virConnectPtr conn, int reason, void *opaque);
+
+/* snapshot.c: run_dir/SNAP_ID.qcow2 (malloc'd), or NULL for an id that is
+ * not "snap_" and lowercase hex. */
+char *vmm_snapshot_path(const struct vmm *v, const char *snap_id);
 
 /* storage.c: run_dir on a remote host as a libvirt `dir` pool. */
 /* Our pools are named VMM_POOL_PREFIX + 16 hex digits (of run_dir). */

@@ -92,6 +92,10 @@ struct vmm_guest_spec {
 	uint64_t memory_mib;
 	uint64_t disk_gib;	/* virtual size of the overlay; 0 = no disk */
 	const char *sandbox_id; /* for <metadata>; NULL or "" for none */
+	/* A template: the overlay is backed by this snapshot's file
+	 * (vmm_snapshot_take) instead of the base image; NULL or "" for the
+	 * base. Local hosts only. */
+	const char *snapshot_id;
 };
 
 /* Connect to libvirt and start the event-loop thread. NULL with
@@ -219,6 +223,31 @@ void vmm_saved_delete(struct vmm *v, const char *name);
  * -1 (run_dir or the pool unreadable). vmm_prune_files keeps their files;
  * vmm_destroy_by_name deletes them. */
 int vmm_list_saved(struct vmm *v, void (*fn)(void *opaque, const char *name), void *opaque);
+
+/* ---- disk snapshots (snapshot.c; docs/lifecycle.md "Snapshots and
+ * templates") ----
+ * Write run_dir/SNAP_ID.qcow2 (snap_id: "snap_" and lowercase hex; mode
+ * 0600): the disk of domain `domain` (its overlay, and the snapshot it was
+ * made from) flattened onto the base image, its only backing. `running`:
+ * the domain runs and is suspended for the copy, resumed after; else its
+ * overlay is quiescent (a paused sandbox's). A copy not done within
+ * timeout_ms (0: none) is killed. *bytes (may be NULL): the file's
+ * host-observed size. Blocking (the copy): no lock held. 0, or -1 with
+ * SBX_E_INVALID_REQUEST (a remote host, no disk), SBX_E_SERVICE_UNAVAILABLE
+ * (no suspend, past the deadline) or SBX_E_SANDBOX_ERROR; no file is left
+ * on failure. */
+int vmm_snapshot_take(struct vmm *v, const char *domain, bool running, const char *snap_id,
+		      uint32_t timeout_ms, int64_t *bytes, struct sbx_error *err);
+/* Resume domain `name` when it is suspended by a client (a snapshot's
+ * copy that a daemon crash cut: nothing else of ours suspends): 1 when
+ * resumed, 0 when it was not suspended (or is gone), -1 when libvirt
+ * refused. For reconcile, before a reattach. */
+int vmm_resume_suspended(struct vmm *v, const char *name);
+/* Delete snap_id's file (idempotent). */
+void vmm_snapshot_delete(struct vmm *v, const char *snap_id);
+/* fn(opaque, snap_id) for each snapshot file in run_dir (none on a remote
+ * host); the count, or -1 (run_dir unreadable). */
+int vmm_list_snapshots(struct vmm *v, void (*fn)(void *opaque, const char *snap_id), void *opaque);
 
 /* Free the handle only; the domain keeps running. */
 void vmm_vm_free(struct vmm_vm *vm);

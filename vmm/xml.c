@@ -150,7 +150,7 @@ static int vmm_xml_cpu(struct sbx_buf *b, const struct vmm_config *cfg, bool kvm
 
 /* The disk, serial console, exec channel, balloon and entropy devices. */
 static int vmm_xml_devices(struct sbx_buf *b, const struct vmm_config *cfg, const char *name,
-			   bool disk)
+			   const struct vmm_guest_spec *spec, bool disk)
 {
 	int r = 0;
 	const char *run = cfg->run_dir ? cfg->run_dir : "";
@@ -165,16 +165,30 @@ static int vmm_xml_devices(struct sbx_buf *b, const struct vmm_config *cfg, cons
 		r |= sbx_buf_printf(b, "/");
 		r |= vmm_xml_escape(b, name);
 		/* The shared base is read-only and never relabelled per domain. */
-		r |= sbx_buf_printf(b, ".qcow2'/>\n"
-				       "      <backingStore type='file'>\n"
+		r |= sbx_buf_printf(b, ".qcow2'/>\n");
+		if (spec->snapshot_id && spec->snapshot_id[0]) {
+			/* A template (vmm/snapshot.c): the snapshot's file
+			 * between the overlay and the base, shared read-only
+			 * by every guest made from it; libvirt labels it. */
+			r |= sbx_buf_printf(b, "      <backingStore type='file'>\n"
+					       "        <format type='qcow2'/>\n"
+					       "        <source file='");
+			r |= vmm_xml_escape(b, run);
+			r |= sbx_buf_printf(b, "/");
+			r |= vmm_xml_escape(b, spec->snapshot_id);
+			r |= sbx_buf_printf(b, ".qcow2'/>\n");
+		}
+		r |= sbx_buf_printf(b, "      <backingStore type='file'>\n"
 				       "        <format type='qcow2'/>\n"
 				       "        <source file='");
 		r |= vmm_xml_escape(b, cfg->base_image);
 		r |= sbx_buf_printf(b, "'>\n          <seclabel model='dac' relabel='no'/>\n"
 				       "        </source>\n"
 				       "        <backingStore/>\n"
-				       "      </backingStore>\n"
-				       "      <target dev='vda' bus='virtio'/>\n"
+				       "      </backingStore>\n");
+		if (spec->snapshot_id && spec->snapshot_id[0])
+			r |= sbx_buf_printf(b, "      </backingStore>\n");
+		r |= sbx_buf_printf(b, "      <target dev='vda' bus='virtio'/>\n"
 				       "    </disk>\n");
 	}
 	r |= sbx_buf_printf(b, "    <controller type='usb' model='none'/>\n"
@@ -243,7 +257,7 @@ static int vmm_xml_build(struct sbx_buf *b, const struct vmm_config *cfg, const 
 			       "  <on_reboot>destroy</on_reboot>\n"
 			       "  <on_crash>destroy</on_crash>\n"
 			       "  <devices>\n");
-	r |= vmm_xml_devices(b, cfg, name, disk);
+	r |= vmm_xml_devices(b, cfg, name, spec, disk);
 	r |= sbx_buf_printf(b, "  </devices>\n</domain>\n");
 	return r ? -1 : 0;
 }

@@ -47,6 +47,8 @@ export interface SandboxInfo {
   net_bytes_in: number;
   /** Bytes relayed from the guest. */
   net_bytes_out: number;
+  /** The snapshot its disk started from (docs/api.md, Snapshots); null for the image. */
+  snapshot?: string | null;
 }
 
 /** An egress policy (docs/network.md): rules are a domain, '*.domain', an
@@ -115,6 +117,8 @@ export interface CreateOptions extends ClientOptions, CallOptions {
   metadata?: Record<string, string>;
   /** Its egress policy; default: the service's (docs/network.md). */
   network?: NetworkPolicy;
+  /** A snapshot's id: its disk starts as the snapshot's (docs/api.md, Snapshots). */
+  snapshot?: string;
   /** Default: a new random key per call (shared by its retries). */
   idempotencyKey?: string;
   /** Use this client instead of one made from the other options. */
@@ -185,6 +189,8 @@ export declare class Sandbox {
   listPreviews(port: number, options?: CallOptions): Promise<Preview[]>;
   /** DELETE /v1/sandboxes/{id}/previews/{preview_id}. */
   revokePreview(previewId: string, options?: CallOptions): Promise<Preview>;
+  /** POST /v1/sandboxes/{id}/snapshots (docs/api.md, Snapshots). */
+  snapshot(options?: CallOptions & { name?: string }): Promise<Snapshot>;
   extend(timeoutMinutes: number, options?: CallOptions): Promise<this>;
   pause(options?: CallOptions): Promise<this>;
   resume(options?: CallOptions): Promise<this>;
@@ -296,6 +302,23 @@ export interface Preview {
   revoked: boolean;
 }
 
+export interface Snapshot {
+  id: string;
+  object: 'snapshot';
+  name: string;
+  sandbox_id: string;
+  disk_gib: number;
+  bytes: number;
+  created_at: string;
+  cost_micro_usd: number;
+}
+
+export declare class Snapshots {
+  list(options?: CallOptions): Promise<Snapshot[]>;
+  get(id: string, options?: CallOptions): Promise<Snapshot>;
+  delete(id: string, options?: CallOptions): Promise<Snapshot>;
+}
+
 export interface ApiKey {
   id: string;
   object: 'api_key';
@@ -337,6 +360,7 @@ export declare class Sandboxd {
   readonly http: HttpClient;
   readonly sandboxes: Sandboxes;
   readonly apiKeys: ApiKeys;
+  readonly snapshots: Snapshots;
   readonly executions: Executions;
   runCode(code: string, options?: CallOptions & { runtime?: 'python' | 'node'; timeoutSeconds?: number; metadata?: Record<string, string> }): Promise<Execution>;
   usage(options?: CallOptions & { from?: string; to?: string; granularity?: 'day' | 'hour'; groupBy?: string }): Promise<Record<string, any>>;
@@ -384,6 +408,7 @@ export declare class MethodNotAllowedError extends SandboxdError {}
 export declare class IdempotencyConflictError extends SandboxdError {}
 export declare class SandboxPausedError extends SandboxdError {}
 export declare class TerminalAttachedError extends SandboxdError {}
+export declare class SnapshotInUseError extends SandboxdError {}
 export declare class SandboxNotRunningError extends SandboxdError {}
 export declare class PayloadTooLargeError extends SandboxdError {}
 export declare class UnsupportedMediaTypeError extends SandboxdError {}

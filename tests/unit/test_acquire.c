@@ -210,7 +210,8 @@ static struct fleet_guest *plant_pooled(const struct sandbox_size *size)
 	sbx_error_clear(&err);
 	assert_int_equal(fleet_slot_acquire(&F.fleet->slots, sbx_mono_ms() + 1000, &err), 0);
 	assert_int_equal(
-	    fleet_guest_boot(F.fleet, F.h, size, "pool:x", sbx_mono_ms() + 5000, &l, &err), 0);
+	    fleet_guest_boot(F.fleet, F.h, size, "pool:x", NULL, sbx_mono_ms() + 5000, &l, &err),
+	    0);
 	fleet_slot_release(&F.fleet->slots);
 	assert_int_equal(fleet_guest_set_state(l, FLEET_GUEST_POOLED), 0);
 	pthread_mutex_lock(&F.fleet->lock);

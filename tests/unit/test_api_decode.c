@@ -498,17 +498,24 @@ static void test_sandbox_and_error_encode(void **state)
 	struct json_object *o = api_sandbox_encode(&v);
 	struct sbx_error err;
 
-	assert_string_equal(to_s(o),
-			    "{\"id\":\"sbx_0123456789abcdef\",\"object\":\"sandbox\","
-			    "\"status\":\"running\",\"size\":\"small\",\"created_at\":"
-			    "\"2026-08-22T14:31:00Z\",\"expires_at\":\"2026-08-22T14:46:00Z\","
-			    "\"ended_at\":null,\"cost_micro_usd\":7525,\"cost_usd\":"
-			    "\"0.007525\",\"startup_path\":null,\"startup_ms\":null,"
-			    "\"metadata\":{\"job\":\"4711\",\"team\":\"a \\\"b\\\"\"},"
-			    "\"paused_at\":null,\"paused_bytes\":null,\"paused_seconds\":0,"
-			    "\"network\":{\"egress\":\"allow_list\",\"allow\":[\"a.test:443\"],"
-			    "\"deny\":[]},\"net_bytes_in\":7,\"net_bytes_out\":3}");
+	assert_string_equal(
+	    to_s(o), "{\"id\":\"sbx_0123456789abcdef\",\"object\":\"sandbox\","
+		     "\"status\":\"running\",\"size\":\"small\",\"created_at\":"
+		     "\"2026-08-22T14:31:00Z\",\"expires_at\":\"2026-08-22T14:46:00Z\","
+		     "\"ended_at\":null,\"cost_micro_usd\":7525,\"cost_usd\":"
+		     "\"0.007525\",\"startup_path\":null,\"startup_ms\":null,"
+		     "\"metadata\":{\"job\":\"4711\",\"team\":\"a \\\"b\\\"\"},"
+		     "\"paused_at\":null,\"paused_bytes\":null,\"paused_seconds\":0,"
+		     "\"network\":{\"egress\":\"allow_list\",\"allow\":[\"a.test:443\"],"
+		     "\"deny\":[]},\"net_bytes_in\":7,\"net_bytes_out\":3,\"snapshot\":null}");
 	json_object_put(o);
+
+	/* made from a snapshot: it names it */
+	snprintf(v.snapshot, sizeof(v.snapshot), "snap_0123456789abcdef01234567");
+	o = api_sandbox_encode(&v);
+	assert_non_null(strstr(to_s(o), "\"snapshot\":\"snap_0123456789abcdef01234567\"}"));
+	json_object_put(o);
+	v.snapshot[0] = '\0';
 
 	/* paused: when, and what it keeps on the host */
 	snprintf(v.status, sizeof(v.status), "paused");

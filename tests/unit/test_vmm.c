@@ -137,6 +137,35 @@ static void test_xml_balloon_stats_period(void **state)
 	free(x);
 }
 
+/* A guest made from a snapshot: overlay -> the snapshot's file (labelled
+ * by libvirt) -> the base (never relabelled); without one, overlay ->
+ * base. */
+static void test_xml_snapshot_chain(void **state)
+{
+	(void)state;
+	struct vmm_config c = xml_cfg();
+	struct vmm_guest_spec s = {.vcpus = 1, .memory_mib = 256, .disk_gib = 2};
+	char *x;
+
+	c.base_image = "/srv/img/base.qcow2";
+	x = vmm_domain_xml(&c, "t-vmm-a", &s, false);
+	assert_non_null(x);
+	assert_int_equal(count(x, "<backingStore type='file'>"), 1);
+	assert_null(strstr(x, "snap_"));
+	free(x);
+	s.snapshot_id = "snap_0123abcd";
+	x = vmm_domain_xml(&c, "t-vmm-a", &s, false);
+	assert_non_null(x);
+	assert_int_equal(count(x, "<backingStore type='file'>"), 2);
+	assert_int_equal(count(x, "</backingStore>"), 2);
+	const char *ov = strstr(x, "<source file='/run/sbx/t-vmm-a.qcow2'/>");
+	const char *sn = strstr(x, "<source file='/run/sbx/snap_0123abcd.qcow2'/>");
+	const char *base = strstr(x, "<source file='/srv/img/base.qcow2'>");
+	assert_true(ov && sn && base && ov < sn && sn < base);
+	assert_int_equal(count(x, "relabel='no'"), 1);
+	free(x);
+}
+
 /* A guest's threads together never get more than host_cpus - 1 CPUs, so
  * a guest that floods its channel (or just computes) always leaves a CPU
  * to the daemon, libvirtd and the other guests (docs/vmm.md, "CPU
@@ -634,6 +663,12 @@ static void test_overlay(void **state)
 	assert_int_equal(vmm_list_domains(f->v, NULL, NULL, &err), 0);
 }
 
+static void count_snap(void *opaque, const char *id)
+{
+	assert_true(strncmp(id, "snap_", 5) == 0);
+	(*(int *)opaque)++;
+}
+
 static void test_prune_files(void **state)
 {
 	struct fx *f = *state;
@@ -671,6 +706,35 @@ static void test_prune_files(void **state)
 
 	assert_int_equal(vmm_vm_destroy(vm, &err), 0);
 	vmm_vm_free(vm);
+}
+
+/* Snapshot files (snapshot.c: snap_ + 24 hex) are never pruned as a
+ * stopped domain's, even under a prefix they start with; they are listed
+ * for reconcile, and deleted by id. */
+static void test_prune_keeps_snapshots(void **state)
+{
+	struct fx *f = *state;
+	struct sbx_error err = {0};
+	char path[512];
+	int n = 0;
+	const char *snap = "snap_0123456789abcdef01234567";
+
+	f->cfg.name_prefix = "s";
+	f->v = vmm_new(&f->cfg, &err);
+	assert_non_null(f->v);
+	snprintf(path, sizeof(path), "%s/%s.qcow2", f->run_dir, snap);
+	touch(path);
+	snprintf(path, sizeof(path), "%s/s0123456789ab.qcow2", f->run_dir);
+	touch(path);
+	assert_int_equal(vmm_prune_files(f->v, &err), 1);
+	assert_false(file_exists(f->run_dir, "s0123456789ab", ".qcow2"));
+	assert_true(file_exists(f->run_dir, snap, ".qcow2"));
+	assert_int_equal(vmm_list_snapshots(f->v, count_snap, &n), 1);
+	assert_int_equal(n, 1);
+	vmm_snapshot_delete(f->v, "../etc/passwd"); /* not an id: nothing */
+	vmm_snapshot_delete(f->v, snap);
+	assert_false(file_exists(f->run_dir, snap, ".qcow2"));
+	assert_int_equal(vmm_list_snapshots(f->v, count_snap, &n), 0);
 }
 
 static void test_start_refused(void **state)
@@ -1072,6 +1136,7 @@ int main(void)
 	    cmocka_unit_test(test_xml_tcg),
 	    cmocka_unit_test(test_xml_without_free_page_reporting),
 	    cmocka_unit_test(test_xml_balloon_stats_period),
+	    cmocka_unit_test(test_xml_snapshot_chain),
 	    cmocka_unit_test(test_xml_kvm_and_tb_cache),
 	    cmocka_unit_test(test_xml_cpu_bound),
 	    cmocka_unit_test(test_xml_disk_only_with_base),
@@ -1083,6 +1148,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_bookkeeping, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_overlay, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_prune_files, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_prune_keeps_snapshots, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_start_refused, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_socket_transport, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_socket_transport_no_server, fx_setup, fx_teardown),

@@ -267,3 +267,28 @@ def test_previews_create_list_revoke(fake):
     assert seen[2] == ("GET", "/v1/sandboxes/sbx_1/ports/3000/previews")
     assert seen[3] == ("DELETE", "/v1/sandboxes/sbx_1/previews/pv_1")
     assert len(seen) == 5 and json.loads(fake.seen[4][3]) == {}
+
+
+def test_snapshots_take_list_get_delete_and_create_from_one(fake):
+    snap = {"object": "snapshot", "id": "snap_1", "name": "base", "sandbox_id": "sbx_1",
+            "disk_gib": 2, "bytes": 4096, "created_at": "t", "cost_micro_usd": 0}
+    fake.replies = [(200, ERR, SBX), (201, ERR, json.dumps(snap).encode()),
+                    (200, ERR, json.dumps({"object": "list", "data": [snap], "has_more": False}).encode()),
+                    (200, ERR, json.dumps(snap).encode()),
+                    (409, ERR, err("snapshot_in_use")),
+                    (201, ERR, SBX)]
+    c = fake.client()
+    sb = Sandbox.get("sbx_1", client=c)
+    s = sb.snapshot("base")
+    assert s.id == "snap_1" and s.disk_gib == 2 and s.bytes == 4096
+    assert [x.id for x in c.list_snapshots()] == ["snap_1"]
+    assert c.get_snapshot("snap_1").sandbox_id == "sbx_1"
+    with pytest.raises(sandboxd.SnapshotInUse):
+        c.delete_snapshot("snap_1")
+    c.create_sandbox(snapshot="snap_1")
+    seen = [(m, p) for m, p, _, _ in fake.seen]
+    assert seen[1] == ("POST", "/v1/sandboxes/sbx_1/snapshots")
+    assert json.loads(fake.seen[1][3]) == {"name": "base"}
+    assert seen[2] == ("GET", "/v1/snapshots") and seen[3] == ("GET", "/v1/snapshots/snap_1")
+    assert seen[4] == ("DELETE", "/v1/snapshots/snap_1")
+    assert seen[5][0] == "POST" and json.loads(fake.seen[5][3]) == {"snapshot": "snap_1"}

@@ -126,6 +126,7 @@ def test_every_table_entry_is_issued_by_a_public_call(fake, tmp_path):
     for m in ("GET", "PUT", "POST", "DELETE", "HEAD", "PATCH", "OPTIONS"):
         sb.port_fetch(8000, "/a/b", method=m, body=b"x" if m in ("PUT", "POST", "PATCH") else None)
     sb.create_preview(8000, 60), sb.list_previews(8000), sb.revoke_preview("pv_1")
+    sb.snapshot("s"), c.list_snapshots(), c.get_snapshot("snap_1"), c.delete_snapshot("snap_1")
     (tmp_path / "up").mkdir()
     sb.files.write("/f", b"x"), sb.files.read("/f"), sb.files.list("/"), sb.files.delete("/f")
     sb.files.upload_dir(str(tmp_path / "up"), "/d"), sb.files.download_dir("/d", str(tmp_path / "down"))

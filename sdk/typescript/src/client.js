@@ -24,6 +24,7 @@ export class Sandboxd {
     this.http = new HttpClient(o);
     this.sandboxes = new Sandboxes(this);
     this.apiKeys = new ApiKeys(this);
+    this.snapshots = new Snapshots(this);
     this.executions = new Executions(this);
   }
 
@@ -58,14 +59,16 @@ export class Sandboxd {
 export class Sandboxes {
   constructor(client) { this.client = client; }
 
-  /** Create a sandbox; {size, timeoutMinutes, metadata, network, idempotencyKey, signal}
-   * (network: an egress policy, docs/network.md). */
+  /** Create a sandbox; {size, timeoutMinutes, metadata, network, snapshot, idempotencyKey, signal}
+   * (network: an egress policy, docs/network.md; snapshot: a snapshot's id,
+   * its disk starts as the snapshot's, docs/api.md Snapshots). */
   async create(o = {}) {
     const body = {};
     if (o.size !== undefined) body.size = o.size;
     if (o.timeoutMinutes !== undefined) body.timeout_minutes = o.timeoutMinutes;
     if (o.metadata !== undefined) body.metadata = o.metadata;
     if (o.network !== undefined) body.network = o.network;
+    if (o.snapshot !== undefined) body.snapshot = o.snapshot;
     const key = o.idempotencyKey ?? await newIdempotencyKey();
     const info = await this.client.http.call('POST', '/v1/sandboxes', {
       json: body, signal: o.signal, retry: 'create', headers: { 'Idempotency-Key': key },
@@ -100,6 +103,19 @@ export class Executions {
     const r = await this.client.http.call('GET', '/v1/sandbox/executions', { query: { limit: o.limit }, signal: o.signal });
     return { data: r.data, hasMore: r.has_more };
   }
+}
+
+/** The account's disk snapshots (docs/api.md, Snapshots); take one with
+ * Sandbox.snapshot(). */
+export class Snapshots {
+  constructor(client) { this.client = client; }
+
+  async list(o = {}) { return (await this.client.http.call('GET', '/v1/snapshots', { signal: o.signal })).data; }
+
+  get(id, o = {}) { return this.client.http.call('GET', '/v1/snapshots/{id}', { params: { id }, signal: o.signal }); }
+
+  /** Remove one; SnapshotInUseError while sandboxes made from it live. */
+  delete(id, o = {}) { return this.client.http.call('DELETE', '/v1/snapshots/{id}', { params: { id }, signal: o.signal }); }
 }
 
 export class ApiKeys {

@@ -26,6 +26,7 @@ export class MethodNotAllowedError extends SandboxdError {}
 export class IdempotencyConflictError extends SandboxdError {}
 export class SandboxPausedError extends SandboxdError {}
 export class TerminalAttachedError extends SandboxdError {}
+export class SnapshotInUseError extends SandboxdError {}
 export class SandboxNotRunningError extends SandboxdError {}
 export class PayloadTooLargeError extends SandboxdError {}
 export class UnsupportedMediaTypeError extends SandboxdError {}
@@ -51,6 +52,7 @@ export const ERROR_CLASSES = Object.freeze({
   idempotency_conflict: IdempotencyConflictError,
   sandbox_paused: SandboxPausedError,
   terminal_attached: TerminalAttachedError,
+  snapshot_in_use: SnapshotInUseError,
   sandbox_not_running: SandboxNotRunningError,
   payload_too_large: PayloadTooLargeError,
   unsupported_media_type: UnsupportedMediaTypeError,

@@ -176,6 +176,13 @@ export class Sandbox {
       { params: { preview_id: previewId }, signal: o.signal });
   }
 
+  /** Keep a copy of its disk (running or paused; it runs on): {name, signal}.
+   * Never retried past a 429 rate_limited (a retry could make two). */
+  async snapshot(o = {}) {
+    const json = o.name == null ? {} : { name: o.name };
+    return this._call('POST', '/v1/sandboxes/{id}/snapshots', { json, signal: o.signal, retry: 'rate' });
+  }
+
   /** A terminal (docs/api.md, Terminal): the exec user's login shell on a
    * pseudo-terminal of rows x cols over a WebSocket (Node only: the key
    * goes in a header). send(data), resize(rows, cols), recv() (screen

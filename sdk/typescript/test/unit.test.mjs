@@ -13,7 +13,7 @@ import { dirname, join } from 'node:path';
 import {
   Sandboxd, Sandbox, ROUTES, RateLimitedError, InsufficientCreditError, NotFoundError, FileNotFoundError,
   ConcurrencyLimitError, ServiceUnavailableError, SandboxError, SandboxNotRunningError, ConnectionError, ERROR_CLASSES, SandboxdError,
-  PortUnreachableError,
+  PortUnreachableError, SnapshotInUseError,
 } from '../src/index.js';
 import { TOOLS, McpServer, checkArgs } from '../src/mcp.js';
 
@@ -170,6 +170,30 @@ test('previews: create (the url shown once), list, revoke; a 429 concurrency_lim
   await assert.rejects(sb.createPreview(3000), (e) => e.status === 429);
   assert.equal(calls.length, 4);
   assert.deepEqual(JSON.parse(calls[3].init.body), {});
+});
+
+test('snapshots: take, list, get, delete (409 snapshot_in_use), create from one', async () => {
+  const snap = { object: 'snapshot', id: 'snap_1', name: 'base', sandbox_id: 'sbx_1', disk_gib: 2, bytes: 4096, created_at: 't', cost_micro_usd: 0 };
+  const { fetch, calls } = scripted([
+    { status: 201, body: snap },
+    { status: 200, body: { object: 'list', data: [snap], has_more: false } },
+    { status: 200, body: snap },
+    err(409, 'snapshot_in_use', 'in use'),
+    { status: 201, body: sandbox },
+  ]);
+  const c = new Sandboxd({ url: 'http://x', apiKey: 'k', fetch, maxRetryWaitMs: 10 });
+  const sb = new Sandbox(c, sandbox);
+  assert.equal((await sb.snapshot({ name: 'base' })).id, 'snap_1');
+  assert.equal(calls[0].url, 'http://x/v1/sandboxes/sbx_1/snapshots');
+  assert.deepEqual(JSON.parse(calls[0].init.body), { name: 'base' });
+  assert.deepEqual((await c.snapshots.list()).map((x) => x.id), ['snap_1']);
+  assert.equal((await c.snapshots.get('snap_1')).disk_gib, 2);
+  assert.equal(calls[2].url, 'http://x/v1/snapshots/snap_1');
+  await assert.rejects(c.snapshots.delete('snap_1'), (e) => e instanceof SnapshotInUseError && e.status === 409);
+  assert.equal(calls[3].init.method, 'DELETE');
+  await c.sandboxes.create({ snapshot: 'snap_1' });
+  assert.deepEqual(JSON.parse(calls[4].init.body), { snapshot: 'snap_1' });
+  assert.equal(calls.length, 5);
 });
 
 test('a 429 is waited out by its Retry-After, with the same Idempotency-Key', async () => {

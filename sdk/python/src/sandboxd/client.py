@@ -7,7 +7,8 @@ import os
 from typing import Any, Dict, List, Optional
 
 from ._http import NEVER, RATE, SAFE, OnRetry, Response, Transport
-from .models import ApiKey, Execution, Limits, Page, ReceiptKey, SandboxInfo, Usage, from_json
+from .models import (ApiKey, Execution, Limits, Page, ReceiptKey, SandboxInfo, Snapshot, Usage,
+                     from_json)
 from .sandbox import Sandbox
 
 DEFAULT_URL = "http://127.0.0.1:8080"
@@ -70,10 +71,11 @@ class Client:
     def create_sandbox(self, size: Optional[str] = None, timeout_minutes: Optional[int] = None, *,
                        idempotency_key: Optional[str] = None,
                        metadata: Optional[Dict[str, str]] = None,
-                       network: Optional[Dict[str, Any]] = None) -> Sandbox:
+                       network: Optional[Dict[str, Any]] = None,
+                       snapshot: Optional[str] = None) -> Sandbox:
         """Same as ``Sandbox.create(..., client=self)``."""
         return Sandbox.create(size, timeout_minutes, client=self, idempotency_key=idempotency_key,
-                              metadata=metadata, network=network)
+                              metadata=metadata, network=network, snapshot=snapshot)
 
     def sandbox(self, sandbox_id: str) -> Sandbox:
         """A handle on an existing sandbox (``GET /v1/sandboxes/{id}``)."""
@@ -147,6 +149,23 @@ class Client:
     def receipt_public_key(self) -> ReceiptKey:
         """The node's Ed25519 signer key: fetch it once and keep it (pin it)."""
         return from_json(ReceiptKey, self._get("/v1/receipts/public-key"))
+
+    # ----------------------------------------------------------- snapshots
+
+    def list_snapshots(self) -> List[Snapshot]:
+        """The account's disk snapshots, newest first (docs/api.md
+        "Snapshots"); take one with ``Sandbox.snapshot()``."""
+        return [from_json(Snapshot, s) for s in self._get("/v1/snapshots")["data"]]
+
+    def get_snapshot(self, snapshot_id: str) -> Snapshot:
+        return from_json(Snapshot, self._get("/v1/snapshots/{id}", path_params={"id": snapshot_id}))
+
+    def delete_snapshot(self, snapshot_id: str) -> Snapshot:
+        """Remove one (its final cost in ``cost_micro_usd``); raises
+        :class:`SnapshotInUse` while sandboxes made from it live."""
+        return from_json(Snapshot, self._request("DELETE", "/v1/snapshots/{id}",
+                                                 path_params={"id": snapshot_id},
+                                                 retry=SAFE).json())
 
     # ---------------------------------------------------------------- keys
 

@@ -127,6 +127,13 @@ class TerminalAttached(APIError):
     status, type = 409, "terminal_attached"
 
 
+class SnapshotInUse(APIError):
+    """409 ``snapshot_in_use``: live sandboxes' disks start from that
+    snapshot; delete them first."""
+
+    status, type = 409, "snapshot_in_use"
+
+
 class SandboxNotRunning(APIError):
     """410 ``sandbox_not_running``: The sandbox has ended."""
 
@@ -211,7 +218,7 @@ ERROR_TYPES: Dict[str, Type[APIError]] = {
     c.type: c
     for c in (
         InvalidRequest, AuthenticationError, InsufficientCredit, PermissionDenied, NotFound,
-        FileNotFound, MethodNotAllowed, IdempotencyConflict, SandboxPaused, TerminalAttached, SandboxNotRunning, PayloadTooLarge,
+        FileNotFound, MethodNotAllowed, IdempotencyConflict, SandboxPaused, TerminalAttached, SnapshotInUse, SandboxNotRunning, PayloadTooLarge,
         UnsupportedMediaType, RangeNotSatisfiable, IdempotencyMismatch, RateLimited,
         ConcurrencyLimit, APIServerError, SandboxError, ServiceUnavailable, InsufficientStorage,
         PortUnreachable, PortTimeout,

@@ -49,6 +49,7 @@ class SandboxInfo:
     network: Dict[str, Any] = field(default_factory=dict)
     net_bytes_in: int = 0  # relayed toward the guest (0 until egress is wired)
     net_bytes_out: int = 0  # relayed from the guest
+    snapshot: Optional[str] = None  # the snapshot its disk started from (docs/api.md "Snapshots")
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
 
@@ -267,6 +268,21 @@ class Preview:
     created_at: Optional[str] = None
     expires_at: Optional[str] = None
     revoked: bool = False
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+@dataclass
+class Snapshot:
+    """A snapshot of a sandbox's disk (docs/api.md "Snapshots"): a
+    sandbox created with ``snapshot=`` starts from it."""
+
+    id: str = ""
+    name: str = ""
+    sandbox_id: str = ""
+    disk_gib: int = 0
+    bytes: int = 0
+    created_at: Optional[str] = None
+    cost_micro_usd: int = 0
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
 

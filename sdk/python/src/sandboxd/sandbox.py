@@ -22,6 +22,7 @@ from .models import (
     FileInfo,
     Page,
     Preview,
+    Snapshot,
     ProcessOutput,
     ProcessResult,
     SandboxInfo,
@@ -94,12 +95,14 @@ class Sandbox:
         idempotency_key: Optional[str] = None,
         metadata: Optional[Dict[str, str]] = None,
         network: Optional[Dict[str, Any]] = None,
+        snapshot: Optional[str] = None,
     ) -> "Sandbox":
         """``POST /v1/sandboxes``: returns once the guest accepts commands.
         ``metadata``: labels, string pairs (docs/api.md, Metadata).
         ``network``: its egress policy, e.g. ``{"egress": "allow_list",
         "allow": ["pypi.org", "*.pythonhosted.org:443"]}`` (docs/api.md,
-        Network); without it, the service's default.
+        Network); without it, the service's default. ``snapshot``: a
+        snapshot's id (:meth:`snapshot`): its disk starts as the snapshot's.
 
         One ``Idempotency-Key`` (given, or made here) is sent with every
         attempt, so the retries after a 429, 503, 409 or a lost connection
@@ -109,7 +112,8 @@ class Sandbox:
 
         client = client or Client()
         body = {k: v for k, v in (("size", size), ("timeout_minutes", timeout_minutes),
-                                  ("metadata", metadata), ("network", network)) if v is not None}
+                                  ("metadata", metadata), ("network", network),
+                                  ("snapshot", snapshot)) if v is not None}
         key = idempotency_key or f"sdk-py-{uuid.uuid4().hex}"
         with client._request("POST", "/v1/sandboxes", json_body=body,
                              headers={"Idempotency-Key": key}, retry=CREATE) as r:
@@ -227,6 +231,14 @@ class Sandbox:
         r = self._req("POST", "/extend", json_body={"timeout_minutes": timeout_minutes}, retry=RATE)
         self.info = from_json(SandboxInfo, r.json())
         return self.info
+
+    def snapshot(self, name: Optional[str] = None) -> Snapshot:
+        """``POST /v1/sandboxes/{id}/snapshots``: keep a copy of its disk
+        (running or paused; it runs on). Never retried (a retry could make
+        two)."""
+        body = {} if name is None else {"name": name}
+        r = self._req("POST", "/snapshots", json_body=body, retry=NEVER)
+        return from_json(Snapshot, r.json())
 
     def pause(self) -> SandboxInfo:
         """``POST /v1/sandboxes/{id}/pause``: save the guest's memory on its
