@@ -84,6 +84,18 @@ test('the OpenAPI description is valid OpenAPI 3.1', async () => {
     '/v1/sandbox/executions', '/v1/receipts/{id}', '/v1/openapi.json'])
     assert.ok(spec.paths[p], `${p} is described`);
   assert.ok(spec.paths['/v1/sandbox/executions'].get, 'the executions list is described');
+  // a comma in an unquoted flow-style description cuts it and makes the
+  // rest a key of its own (one the validator lets pass inside a schema)
+  const prose = [];
+  const walk = (o, at) => {
+    if (!o || typeof o !== 'object') return;
+    for (const [k, v] of Object.entries(o)) {
+      if (/ /.test(k) && at !== 'paths' && at !== 'content') prose.push(k);
+      walk(v, k);
+    }
+  };
+  walk(spec, '');
+  assert.deepEqual(prose, [], 'keys that are the tail of a description cut at a comma');
 });
 
 test('the terminal emulator served is the pinned xterm.js', async () => {
@@ -394,6 +406,19 @@ test('sign in, sandboxes, usage, executions, keys', async (t) => {
     await page.waitForSelector(`#running tr[data-id="${sandbox}"]`, { timeout: 120000 });
     assert.equal(await page.locator(`#paused tr[data-id="${sandbox}"]`).count(), 0);
     assert.equal((await call('GET', `/v1/sandboxes/${sandbox}`)).json.status, 'running');
+  });
+
+  await t.test('the snapshots panel: the account has none, its price and caps are /v1/limits\'', async () => {
+    // this daemon's guests (the tiny image) have no disk to snapshot:
+    // the panel's rows are the API's list, empty here
+    const list = await call('GET', '/v1/snapshots');
+    assert.equal(list.status, 200);
+    assert.equal(list.json.data.length, 0);
+    const lim = await call('GET', '/v1/limits');
+    assert.ok(await page.isVisible('#snapshots .empty'));
+    assert.equal(await page.locator('#snapshots tbody tr').count(), 0);
+    assert.equal(await page.textContent('#snapshots-price'),
+      `$0.00 per GiB-hour; at most ${lim.json.snapshots} snapshots and ${(lim.json.snapshot_bytes / 2 ** 20).toFixed(1)} MiB in all`);
   });
 
   await t.test('extend it', async () => {
