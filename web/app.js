@@ -292,6 +292,24 @@ async function loadPaused() {
   }));
 }
 
+async function loadSnapshots() {
+  state.limits ??= await api('GET', '/v1/limits');
+  const price = Math.round(Number(state.limits.snapshot_storage_usd_per_gib_hour || 0) * 1e6);
+  $('#snapshots-price').textContent = `${usd(price)} per GiB-hour; at most ${state.limits.snapshots ?? '–'} ` +
+    `snapshots and ${mib(state.limits.snapshot_bytes)} in all`;
+  const list = await api('GET', '/v1/snapshots');
+  fill('#snapshots', list.data.map((n) => {
+    const del = el('button', { type: 'button', class: 'delete danger', onclick: async () => {
+      if (await confirmStep(`Delete snapshot ${n.id}? Sandboxes can no longer start from it; its storage is billed up to now.`, 'Delete'))
+        act(`delete ${n.id}`, () => api('DELETE', `/v1/snapshots/${encodeURIComponent(n.id)}`));
+    } }, 'Delete');
+    return el('tr', { 'data-id': n.id },
+      el('td', { class: 'id' }, n.id), el('td', {}, n.name || '–'), el('td', { class: 'id' }, sandboxLink(n.sandbox_id)),
+      el('td', { class: 'bytes' }, mib(n.bytes)), el('td', {}, when(n.created_at)),
+      el('td', { class: 'cost' }, usd(n.cost_micro_usd)), el('td', {}, del));
+  }));
+}
+
 async function loadRecent() {
   const list = await api('GET', '/v1/sandboxes?limit=20');
   fill('#recent', list.data.map((s) => el('tr', { 'data-id': s.id },
@@ -343,7 +361,7 @@ async function loadKeys() {
 async function refresh() {
   if (state.loading) return state.loading;
   const views = [['#usage', loadBalanceAndUsage], ['#running', loadRunning], ['#paused', loadPaused],
-    ['#recent', loadRecent],
+    ['#snapshots', loadSnapshots], ['#recent', loadRecent],
     ['#executions', loadExecutions], ['#keys', loadKeys]];
   state.loading = (async () => {
     for (const [section, load] of views) {
