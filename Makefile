@@ -177,6 +177,8 @@ $(BUILD)/tests/%: tests/unit/%.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(PKG_CFLAGS) -o $@ $< $(LIB) $(LDLIBS) -lcmocka
 $(BUILD)/tests/test_agentless $(BUILD)/tests/test_agentless_tcp: tests/unit/fake_guest.h
+$(BUILD)/tests/test_store $(BUILD)/tests/test_labels $(BUILD)/tests/test_store_usage \
+	$(BUILD)/tests/test_store_snapshots $(BUILD)/tests/test_store_previews: tests/unit/store_fx.h
 $(BUILD)/tests/%: tests/integration/%.c tests/integration/harness.h tests/integration/relay.h $(LIB) $(BIN)/sandboxd
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(PKG_CFLAGS) -o $@ $< $(LIB) $(LDLIBS) -lcmocka

@@ -20,6 +20,8 @@
 #include "store/store.h"
 #include "util/util.h"
 
+#include "store_fx.h"
+
 static int add(struct sandbox_metadata *m, const char *k, const char *v, struct sbx_error *err)
 {
 	return sandbox_metadata_add(m, "metadata", k, strlen(k), v, v ? strlen(v) : 0, err);
@@ -165,39 +167,9 @@ static void test_api_decode(void **state)
 
 /* ------------------------------------------------------------ the store */
 
-struct fx {
-	char dir[64];
-	char path[96];
-	struct store *s;
-	struct store_account a, b;
-};
-
 static int fx_setup(void **state)
 {
-	struct fx *f = calloc(1, sizeof *f);
-	struct sbx_error err = {0};
-
-	snprintf(f->dir, sizeof f->dir, "/tmp/t-labels-XXXXXX");
-	if (!mkdtemp(f->dir))
-		return -1;
-	snprintf(f->path, sizeof f->path, "%s/sandboxd.db", f->dir);
-	f->s = store_open(f->path, &err);
-	if (!f->s || store_account_create(f->s, "alice", 100000000, &f->a, &err) < 0 ||
-	    store_account_create(f->s, "bob", 100000000, &f->b, &err) < 0)
-		return -1;
-	*state = f;
-	return 0;
-}
-
-static int fx_teardown(void **state)
-{
-	struct fx *f = *state;
-	char cmd[160];
-
-	store_close(f->s);
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", f->dir);
-	free(f);
-	return system(cmd) == 0 ? 0 : -1;
+	return fx_open(state, "labels", 100000000);
 }
 
 /* A running sandbox of account a with metadata (JSON, may be "") ready at

@@ -17,44 +17,14 @@
 #include "store/store.h"
 #include "util/util.h"
 
+#include "store_fx.h"
+
 #define SMALL_PRICE 90000 /* µ$/hour */
 #define HOLD_15M    22500 /* 15 min of small */
 
-struct fx {
-	char dir[64];
-	char path[96];
-	struct store *s;
-	struct store_account a, b;
-};
-
 static int fx_setup(void **state)
 {
-	struct fx *f = calloc(1, sizeof *f);
-	snprintf(f->dir, sizeof f->dir, "/tmp/t-store-XXXXXX");
-	if (!mkdtemp(f->dir))
-		return -1;
-	snprintf(f->path, sizeof f->path, "%s/sandboxd.db", f->dir);
-	struct sbx_error err = {0};
-	f->s = store_open(f->path, &err);
-	if (!f->s)
-		return -1;
-	if (store_account_create(f->s, "alice", 1000000, &f->a, &err) < 0 ||
-	    store_account_create(f->s, "bob", 1000000, &f->b, &err) < 0)
-		return -1;
-	*state = f;
-	return 0;
-}
-
-static int fx_teardown(void **state)
-{
-	struct fx *f = *state;
-	char cmd[160];
-	store_close(f->s);
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", f->dir);
-	if (system(cmd) != 0)
-		return -1;
-	free(f);
-	return 0;
+	return fx_open(state, "store", 1000000);
 }
 
 /* ------------------------------------------- independent invariant check */

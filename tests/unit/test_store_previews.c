@@ -18,28 +18,17 @@
 #include "store/store.h"
 #include "util/util.h"
 
-struct fx {
-	char dir[64];
-	char path[96];
-	struct store *s;
-	struct store_account a, b;
-	struct store_sandbox sb;
-};
+#include "store_fx.h"
 
 static int fx_setup(void **state)
 {
-	struct fx *f = calloc(1, sizeof *f);
+	struct fx *f;
 	struct sbx_error err = {0};
 	int64_t t = sbx_wall_ms();
 
-	snprintf(f->dir, sizeof f->dir, "/tmp/t-previews-XXXXXX");
-	if (!mkdtemp(f->dir))
+	if (fx_open(state, "previews", 1000000) < 0)
 		return -1;
-	snprintf(f->path, sizeof f->path, "%s/sandboxd.db", f->dir);
-	f->s = store_open(f->path, &err);
-	if (!f->s || store_account_create(f->s, "alice", 1000000, &f->a, &err) < 0 ||
-	    store_account_create(f->s, "bob", 1000000, &f->b, &err) < 0)
-		return -1;
+	f = *state;
 	snprintf(f->sb.account_id, sizeof f->sb.account_id, "%s", f->a.id);
 	snprintf(f->sb.size, sizeof f->sb.size, "small");
 	f->sb.timeout_minutes = 15;
@@ -48,20 +37,6 @@ static int fx_setup(void **state)
 	if (store_sandbox_reserve(f->s, &f->sb, 22500, 20, &err) < 0 ||
 	    store_sandbox_activate(f->s, f->sb.id, f->sb.id, t, t + 15 * 60000, &err) < 0)
 		return -1;
-	*state = f;
-	return 0;
-}
-
-static int fx_teardown(void **state)
-{
-	struct fx *f = *state;
-	char cmd[160];
-
-	store_close(f->s);
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", f->dir);
-	if (system(cmd) != 0)
-		return -1;
-	free(f);
 	return 0;
 }
 

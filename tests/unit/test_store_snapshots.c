@@ -22,44 +22,14 @@
 #include "store/store.h"
 #include "util/util.h"
 
+#include "store_fx.h"
+
 #define GIB	(INT64_C(1) << 30)
 #define HOUR_MS (INT64_C(3600000))
 
-struct fx {
-	char dir[64];
-	char path[96];
-	struct store *s;
-	struct store_account a, b;
-};
-
 static int fx_setup(void **state)
 {
-	struct fx *f = calloc(1, sizeof *f);
-	struct sbx_error err = {0};
-
-	snprintf(f->dir, sizeof f->dir, "/tmp/t-snapshots-XXXXXX");
-	if (!mkdtemp(f->dir))
-		return -1;
-	snprintf(f->path, sizeof f->path, "%s/sandboxd.db", f->dir);
-	f->s = store_open(f->path, &err);
-	if (!f->s || store_account_create(f->s, "alice", 1000000, &f->a, &err) < 0 ||
-	    store_account_create(f->s, "bob", 1000000, &f->b, &err) < 0)
-		return -1;
-	*state = f;
-	return 0;
-}
-
-static int fx_teardown(void **state)
-{
-	struct fx *f = *state;
-	char cmd[160];
-
-	store_close(f->s);
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", f->dir);
-	if (system(cmd) != 0)
-		return -1;
-	free(f);
-	return 0;
+	return fx_open(state, "snapshots", 1000000);
 }
 
 /* A CREATING row of account a at t with price (µ$ per GiB-hour). */
