@@ -37,6 +37,7 @@ export const TOOLS = [
       required: ['egress'],
       additionalProperties: false,
     },
+    snapshot: str('start from a snapshot\'s disk (snap_..., from snapshot_sandbox): its files, not its processes', { minLength: 1, maxLength: 40 }),
     keep: { type: 'boolean', description: 'keep it after this session ends' },
   }, []),
   tool('run_command', 'Run a shell command in a sandbox and wait for it (stdout, stderr, exit code).', {
@@ -86,6 +87,15 @@ export const TOOLS = [
     pid: int('the process id', 1),
     signal: { type: 'string', enum: ['TERM', 'INT', 'KILL'], description: 'default TERM' },
   }, ['sandbox_id', 'pid']),
+  tool('preview_port', 'A URL a browser can open for a server listening on 127.0.0.1:port in a sandbox (no key needed: anyone with the URL can open it until it expires).', {
+    sandbox_id: sandboxId,
+    port: int('the TCP port the server listens on in the sandbox', 1, 65535),
+    expires_in_seconds: int('how long the URL works (default 3600)', 1),
+  }, ['sandbox_id', 'port']),
+  tool('snapshot_sandbox', 'Save a sandbox\'s disk as a snapshot (it runs on); create_sandbox with its id starts new sandboxes with those files. Snapshots outlive the session and are billed for storage until deleted.', {
+    sandbox_id: sandboxId,
+    name: str('a name for it', { maxLength: 64 }),
+  }, ['sandbox_id']),
   tool('delete_sandbox', 'Delete a sandbox (it stops being billed).', { sandbox_id: sandboxId }, ['sandbox_id']),
 ];
 
@@ -232,7 +242,7 @@ export class McpServer {
   }
 
   async tool_create_sandbox(a) {
-    const s = await this.client.sandboxes.create({ size: a.size, timeoutMinutes: a.timeout_minutes, network: a.network });
+    const s = await this.client.sandboxes.create({ size: a.size, timeoutMinutes: a.timeout_minutes, network: a.network, snapshot: a.snapshot });
     this.created.set(s.id, { sandbox: s, keep: !!a.keep });
     const keep = a.keep || this.keepAll ? 'kept after this session' : 'deleted when this session ends';
     return `sandbox ${s.id} is ${s.info.status} (size ${s.info.size}, expires ${s.info.expires_at}; ${keep})`;
@@ -296,6 +306,16 @@ export class McpServer {
     const s = await this.sandbox(a.sandbox_id);
     const r = await s.processes.get(a.pid).signal(a.signal ?? 'TERM');
     return r.sent ? `sent ${a.signal ?? 'TERM'} to ${a.pid}` : `process ${a.pid} had already exited (exit_code ${r.exitCode}); nothing sent`;
+  }
+
+  async tool_preview_port(a) {
+    const pv = await (await this.sandbox(a.sandbox_id)).createPreview(a.port, { expiresInSeconds: a.expires_in_seconds });
+    return `${pv.url} (preview ${pv.id} of port ${pv.port}, until ${pv.expires_at}; anyone with the URL can open it)`;
+  }
+
+  async tool_snapshot_sandbox(a) {
+    const n = await (await this.sandbox(a.sandbox_id)).snapshot({ name: a.name });
+    return `snapshot ${n.id} of ${n.sandbox_id} (${n.bytes} bytes); create_sandbox with snapshot "${n.id}" starts a sandbox with its files`;
   }
 
   async tool_delete_sandbox(a) {

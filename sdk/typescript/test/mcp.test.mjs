@@ -9,6 +9,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { fileURLToPath } from 'node:url';
 import { dirname, join } from 'node:path';
+import http from 'node:http';
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
@@ -20,7 +21,7 @@ const bin = join(here, '..', 'bin', 'sandboxd-mcp.js');
 const url = process.env.SBX_URL;
 const skip = url ? false : 'no daemon (SBX_URL)';
 
-let mcp, transport, sdk, sbxId;
+let mcp, transport, sdk, sbxId, fromSnapId, snapId;
 let stderr = '';
 
 // a create or a run_code boots a guest: minutes on a loaded TCG host, more
@@ -53,15 +54,31 @@ before(async () => {
 
 after(async () => {
   await mcp?.close().catch(() => {});
-  if (sbxId) await sdk.sandboxes.get(sbxId).then((s) => s.status === 'running' && s.delete()).catch(() => {});
+  for (const id of [sbxId, fromSnapId])
+    if (id) await sdk.sandboxes.get(id).then((s) => s.status === 'running' && s.delete()).catch(() => {});
+  if (snapId) await sdk.snapshots.delete(snapId).catch(() => {});
 });
+
+// GET path from the daemon with another Host (a preview's host name)
+function getWithHost(host, path) {
+  const d = new URL(url);
+  return new Promise((resolve, reject) => {
+    http.get({ host: d.hostname, port: d.port, path, headers: { Host: host } }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (c) => { body += c; });
+      res.on('end', () => resolve({ status: res.statusCode, body }));
+    }).on('error', reject);
+  });
+}
 
 test('the server lists its tools, each with a strict schema', { skip }, async () => {
   assert.equal(mcp.getServerVersion().name, 'sandboxd-mcp');
   const { tools } = await mcp.listTools();
   const names = tools.map((t) => t.name).sort();
-  assert.deepEqual(names, ['create_sandbox', 'delete_sandbox', 'list_files', 'read_file', 'read_process_output',
-    'run_code', 'run_command', 'signal_process', 'start_process', 'write_file']);
+  assert.deepEqual(names, ['create_sandbox', 'delete_sandbox', 'list_files', 'preview_port', 'read_file',
+    'read_process_output', 'run_code', 'run_command', 'signal_process', 'snapshot_sandbox', 'start_process',
+    'write_file']);
   for (const t of tools) assert.equal(t.inputSchema.additionalProperties, false, t.name);
 });
 
@@ -151,6 +168,32 @@ test('a scripted agent loop: write code and tests, run them, read the failure, f
   assert.match(ls, /calc\.py/);
 });
 
+test('snapshot_sandbox, create_sandbox from the snapshot, preview_port to a server in it', { skip }, async () => {
+  await ok('write_file', { sandbox_id: sbxId, path: '/home/sandbox/www/index.html', content: '<p>from the template</p>' });
+  const snap = await ok('snapshot_sandbox', { sandbox_id: sbxId, name: 'mcp-test' });
+  snapId = /(snap_[0-9a-f]+)/.exec(snap)[1];
+  assert.match(snap, new RegExp(`of ${sbxId} \\(\\d+ bytes\\)`));
+  const created = await ok('create_sandbox', { snapshot: snapId, timeout_minutes: 10 });
+  fromSnapId = /(sbx_[0-9a-f]+)/.exec(created)[1];
+  assert.notEqual(fromSnapId, sbxId);
+  assert.equal(await ok('read_file', { sandbox_id: fromSnapId, path: '/home/sandbox/www/index.html' }), '<p>from the template</p>');
+  await ok('start_process', { sandbox_id: fromSnapId, command: 'cd /home/sandbox/www && exec python3 -m http.server 8000 --bind 127.0.0.1' });
+  const pv = await ok('preview_port', { sandbox_id: fromSnapId, port: 8000, expires_in_seconds: 600 });
+  const u = new URL(/^(\S+)/.exec(pv)[1]);
+  assert.match(u.hostname, /^8000-[0-9a-f]{32}\.preview\.localhost$/);
+  let r;
+  for (let i = 0; i < 120; i++) { // until the server listens (502 before)
+    r = await getWithHost(u.host, '/');
+    if (r.status !== 502) break;
+    await new Promise((ok2) => setTimeout(ok2, 500));
+  }
+  assert.equal(r.status, 200, r.body);
+  assert.match(r.body, /from the template/);
+  // a tool argument out of its schema is refused before the API
+  const bad = await call('preview_port', { sandbox_id: fromSnapId, port: 70000 });
+  assert.equal(bad.isError, true);
+});
+
 test('when the session ends (stdin closed) its sandbox is deleted', { skip }, async () => {
   await mcp.close(); // closes the server's stdin
   let status;
@@ -161,4 +204,9 @@ test('when the session ends (stdin closed) its sandbox is deleted', { skip }, as
   }
   assert.equal(status, 'destroyed', stderr);
   assert.match(stderr, new RegExp(`deleted ${sbxId}`));
+  // the one made from the snapshot too; the snapshot outlives the session
+  for (let i = 0; i < 50 && !stderr.includes(`deleted ${fromSnapId}`); i++) await new Promise((r) => setTimeout(r, 200));
+  assert.equal((await sdk.sandboxes.get(fromSnapId)).status, 'destroyed');
+  assert.match(stderr, new RegExp(`deleted ${fromSnapId}`));
+  assert.equal((await sdk.snapshots.get(snapId)).id, snapId);
 });
