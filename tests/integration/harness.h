@@ -899,7 +899,7 @@ static inline int daemon_sandbox_status(const struct daemon *d, const char *id, 
 static inline int daemon_delete_sandbox(const struct daemon *d, const char *id, char *buf, size_t n)
 {
 	struct http_reply r;
-	char path[128];
+	char path[192];
 	int st;
 
 	snprintf(path, sizeof(path), "/v1/sandboxes/%s", id);
