@@ -53,13 +53,9 @@ void sandbox_fault_hit(const struct sandbox_config *cfg, enum sandbox_fault poin
 	if (cfg->test_fault_pause_ms) {
 		/* only the first request that gets here waits; the others pass */
 		if (!atomic_exchange(&paused, true)) {
-			struct timespec ts = {.tv_sec = cfg->test_fault_pause_ms / 1000,
-					      .tv_nsec = (long)(cfg->test_fault_pause_ms % 1000) *
-							 1000000L};
 			fprintf(stderr, "sandboxd: test fault point '%s' reached: pausing %u ms\n",
 				name, cfg->test_fault_pause_ms);
-			while (nanosleep(&ts, &ts) < 0) {
-			}
+			sbx_sleep_ms(cfg->test_fault_pause_ms);
 		}
 		return;
 	}

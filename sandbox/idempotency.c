@@ -35,14 +35,6 @@ static bool idempotency_key_valid(const char *key)
 	return n >= 1 && n <= STORE_IDEM_KEY_MAX;
 }
 
-static void sleep_ms(int64_t ms)
-{
-	struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
-
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-		;
-}
-
 int sandbox_create_idempotent(struct sandbox_svc *svc, const char *account_id,
 			      const struct sandbox_create_req *req,
 			      struct sandbox_create_result *res, struct sbx_error *err)
@@ -143,7 +135,7 @@ int sandbox_create_idempotent(struct sandbox_svc *svc, const char *account_id,
 			err->retry_after_s = 2;
 			return -1;
 		}
-		sleep_ms(100);
+		sbx_sleep_ms(100);
 	}
 	if (claimed < 0)
 		return -1;

@@ -183,6 +183,15 @@ int64_t sbx_wall_ms(void)
 	return clock_ms(CLOCK_REALTIME);
 }
 
+void sbx_sleep_ms(int64_t ms)
+{
+	struct timespec ts = {.tv_sec = ms > 0 ? ms / 1000 : 0,
+			      .tv_nsec = ms > 0 ? (long)(ms % 1000) * 1000000L : 0};
+
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
 struct timespec sbx_timespec_in(clockid_t clock, int64_t ms)
 {
 	struct timespec ts;

@@ -108,6 +108,8 @@ void sbx_log(enum sbx_log_level level, const char *module, const char *fmt, ...)
 int64_t sbx_mono_ms(void);
 /* Milliseconds since the Unix epoch, UTC wall clock. */
 int64_t sbx_wall_ms(void);
+/* Sleep `ms` milliseconds (negative = 0), the whole of it across signals. */
+void sbx_sleep_ms(int64_t ms);
 /* The instant `ms` milliseconds (negative = 0) from now on `clock`, as
  * pthread_cond_timedwait wants it: CLOCK_REALTIME for a default condition
  * variable, CLOCK_MONOTONIC for one set up with pthread_condattr_setclock. */
