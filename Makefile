@@ -59,7 +59,8 @@ RUN_IMAGE  ?= full
 
 .PHONY: install uninstall
 .PHONY: all deps image image-tiny image-full run test test-unit test-integration asan tsan fuzz format \
-	format-check lint bench clean libvirt-up vendor-web
+	format-check lint bench clean libvirt-up vendor-web unit-bins tsan-build asan-build \
+	sanitize-build
 all: $(BIN)/sandboxd $(BIN)/sbx $(GUEST_INIT)
 
 deps:
@@ -210,6 +211,8 @@ $(BUILD)/bench/%: bench/%.c bench/bench.h $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(PKG_CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
+unit-bins: $(UNIT_BINS) $(FUZZ_REPLAY)
+
 test-unit: $(UNIT_BINS) $(FUZZ_REPLAY)
 	@set -e; for t in $(UNIT_BINS); do echo "== $$t"; $$t; done
 	@set -e; for f in $(FUZZ_REPLAY); do n=$${f##*/fuzz_}; \
@@ -248,7 +251,7 @@ bench: all image-tiny $(BENCH_BINS)
 # Any report fails the run (UB too: -fno-sanitize-recover).
 ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 ASAN_OPTIONS_RUN := halt_on_error=1 detect_leaks=1 abort_on_error=0
-asan:
+asan: asan-build
 	ASAN_OPTIONS="$(ASAN_OPTIONS_RUN)" UBSAN_OPTIONS="halt_on_error=1 print_stacktrace=1" \
 		$(MAKE) BUILD=build-asan BIN=build-asan/bin SANITIZE="$(ASAN_FLAGS)" test-unit
 
@@ -257,17 +260,26 @@ asan:
 # Any report fails the run (halt_on_error). docs/lifecycle.md, "Threads".
 TSAN_INTEG ?= test_hostile test_exec test_lifecycle test_remote
 TSAN_OPTIONS_RUN := halt_on_error=1 second_deadlock_stack=1 report_mutex_bugs=0 suppressions=$(CURDIR)/tests/tsan.supp
-tsan:
-	$(MAKE) BUILD=build-tsan BIN=build-tsan/bin SANITIZE="-fsanitize=thread -fno-omit-frame-pointer" all
+TSAN_FLAGS := -fsanitize=thread -fno-omit-frame-pointer
+tsan: tsan-build
 	TSAN_OPTIONS="$(TSAN_OPTIONS_RUN)" $(MAKE) BUILD=build-tsan BIN=build-tsan/bin \
-		SANITIZE="-fsanitize=thread -fno-omit-frame-pointer" test-unit
-	$(MAKE) BUILD=build-tsan BIN=build-tsan/bin SANITIZE="-fsanitize=thread -fno-omit-frame-pointer" \
-		$(TSAN_INTEG:%=build-tsan/tests/%)
+		SANITIZE="$(TSAN_FLAGS)" test-unit
 	$(MAKE) image-tiny image-full libvirt-up
 	@set -e; for t in $(TSAN_INTEG); do echo "== tsan $$t"; \
 		TSAN_OPTIONS="$(TSAN_OPTIONS_RUN)" SBX_TEST_IMAGE_DIR=$(CURDIR)/$(TINY_IMAGE) \
 		SBX_TEST_FULL_IMAGE_DIR=$(CURDIR)/$(FULL_IMAGE) SBX_BIN=$(CURDIR)/build-tsan/bin/sandboxd \
 		build-tsan/tests/$$t; done
+
+# The sanitizer trees' programs, without running them: .ci/run builds them
+# at the lowest CPU priority while the integration tests run (the guests
+# leave CPU idle while they wait), so `make tsan` and `make asan` then only
+# run.
+tsan-build:
+	$(MAKE) BUILD=build-tsan BIN=build-tsan/bin SANITIZE="$(TSAN_FLAGS)" all unit-bins \
+		$(TSAN_INTEG:%=build-tsan/tests/%)
+asan-build:
+	$(MAKE) BUILD=build-asan BIN=build-asan/bin SANITIZE="$(ASAN_FLAGS)" unit-bins
+sanitize-build: tsan-build asan-build
 
 fuzz:
 	./scripts/deps.sh fuzz
