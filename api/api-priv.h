@@ -67,10 +67,11 @@ struct json_object *api_network_encode(const char *json);
 int api_update_decode(const char *body, size_t len, struct sandbox_metadata *m, bool *clear,
 		      struct sbx_error *err);
 
-/* POST /v1/sandboxes/{id}/extend: {"timeout_minutes": integer
- * 1..cfg->max_lifetime_minutes}, required. Same errors. */
-int api_extend_decode(const char *body, size_t len, const struct sandbox_config *cfg,
-		      int *timeout_minutes, struct sbx_error *err);
+/* POST /v1/sandboxes/{id}/extend (required) and .../resume (optional:
+ * an empty body is *timeout_minutes = 0): {"timeout_minutes": integer
+ * 1..cfg->max_timeout_minutes}. Same errors. */
+int api_timeout_decode(const char *body, size_t len, const struct sandbox_config *cfg,
+		       bool required, int *timeout_minutes, struct sbx_error *err);
 
 /* POST /v1/api_keys: an empty body, {} or {"scopes": [string, ...]} (at
  * most 8 names of at most 32 bytes; [] = a key with no scope). With

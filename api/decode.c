@@ -50,6 +50,21 @@ int api_create_decode(const char *body, size_t len, const struct sandbox_config 
 			if (api_network_decode(val, cfg, out->network_buf, err) < 0)
 				goto out;
 			out->req.network = out->network_buf;
+		} else if (strcmp(key, "timeout_action") == 0) {
+			const char *s = NULL;
+			size_t n = 0;
+			if (api_json_get_string(val, "timeout_action", &s, &n, err) < 0)
+				goto out;
+			if (n == 6 && memcmp(s, "expire", 6) == 0) {
+				out->req.timeout_action = SANDBOX_ON_TIMEOUT_EXPIRE;
+			} else if (n == 5 && memcmp(s, "pause", 5) == 0) {
+				out->req.timeout_action = SANDBOX_ON_TIMEOUT_PAUSE;
+			} else {
+				sbx_error_set(err, SBX_E_INVALID_REQUEST, "timeout_action",
+					      "timeout_action must be 'expire' (the default: the "
+					      "sandbox ends at its expiry) or 'pause'");
+				goto out;
+			}
 		} else if (strcmp(key, "snapshot") == 0) {
 			const char *s = NULL;
 			size_t n = 0;
@@ -104,13 +119,17 @@ int api_network_body_decode(const char *body, size_t len, const struct sandbox_c
 	return rc;
 }
 
-int api_extend_decode(const char *body, size_t len, const struct sandbox_config *cfg,
-		      int *timeout_minutes, struct sbx_error *err)
+int api_timeout_decode(const char *body, size_t len, const struct sandbox_config *cfg,
+		       bool required, int *timeout_minutes, struct sbx_error *err)
 {
-	struct json_object *obj = api_json_parse_object(body, len, err);
+	struct json_object *obj;
 	bool seen = false;
 	int rc = -1;
 
+	*timeout_minutes = 0;
+	if (!required && len == 0)
+		return 0;
+	obj = api_json_parse_object(body, len, err);
 	if (!obj)
 		return -1;
 	json_object_object_foreach(obj, key, val)
@@ -127,7 +146,7 @@ int api_extend_decode(const char *body, size_t len, const struct sandbox_config 
 			goto out;
 		}
 	}
-	if (!seen) {
+	if (!seen && required) {
 		sbx_error_set(err, SBX_E_INVALID_REQUEST, "timeout_minutes",
 			      "'timeout_minutes' is required");
 		goto out;

@@ -350,7 +350,6 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 			    c, SBX_E_UNSUPPORTED_MEDIA_TYPE, NULL,
 			    "send the body as 'Content-Type: application/json'");
 	}
-	rt = api_route_get(r->route);
 	/* R_NONE, or a STREAM route that request_begin refused (its files
 	 * handler ran there): nothing to run */
 	if (!rt->handler || (rt->flags & API_ROUTE_STREAM))

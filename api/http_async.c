@@ -101,11 +101,16 @@ static int delete_work(struct req *r, struct sbx_error *err)
 static int pause_work(struct req *r, struct sbx_error *err)
 {
 	struct sandbox_view v;
-	int rc;
+	int rc, minutes = 0;
 
 	memset(&v, 0, sizeof(v));
-	rc = r->route == R_PAUSE ? sandbox_pause(r->srv->svc, r->account_id, r->id, &v, err)
-				 : sandbox_resume(r->srv->svc, r->account_id, r->id, &v, err);
+	if (r->route == R_PAUSE)
+		rc = sandbox_pause(r->srv->svc, r->account_id, r->id, &v, err);
+	else
+		rc = api_timeout_decode(r->body.data, r->body.len, r->srv->cfg, false, &minutes,
+					err) < 0
+			 ? -1
+			 : sandbox_resume(r->srv->svc, r->account_id, r->id, minutes, &v, err);
 	if (rc < 0)
 		return -1;
 	if (api_async_out_json(r, 200, api_sandbox_encode(&v)) < 0)

@@ -205,7 +205,7 @@ enum MHD_Result api_extend_handle(struct req *r)
 
 	sbx_error_clear(&err);
 	memset(&v, 0, sizeof(v));
-	if (api_extend_decode(r->body.data, r->body.len, r->srv->cfg, &minutes, &err) < 0)
+	if (api_timeout_decode(r->body.data, r->body.len, r->srv->cfg, true, &minutes, &err) < 0)
 		return api_reply_error(r->conn, &err);
 	if (sandbox_extend(r->srv->svc, r->account_id, r->id, minutes, &v, &err) < 0)
 		return api_reply_error(r->conn, &err);

@@ -295,6 +295,10 @@ struct json_object *api_sandbox_encode(const struct sandbox_view *v)
 	json_object_object_add(o, "net_bytes_out", json_object_new_int64(v->net_bytes_out));
 	json_object_object_add(o, "snapshot",
 			       v->snapshot[0] ? json_object_new_string(v->snapshot) : NULL);
+	json_object_object_add(o, "timeout_action",
+			       json_object_new_string(v->timeout_action == SANDBOX_ON_TIMEOUT_PAUSE
+							  ? "pause"
+							  : "expire"));
 	return o;
 }
 

@@ -62,7 +62,7 @@ static const struct api_route table[R_COUNT] = {
     [R_METRICS] = {"/v1/sandboxes/{id}/metrics", GET, AUTH, 0, api_sandbox_metrics_handle,
 		   "sandbox_metrics"},
     [R_PAUSE] = {"/v1/sandboxes/{id}/pause", POST, AUTH, 0, api_pause_handle, "pause"},
-    [R_RESUME] = {"/v1/sandboxes/{id}/resume", POST, AUTH, 0, api_pause_handle, "resume"},
+    [R_RESUME] = {"/v1/sandboxes/{id}/resume", POST, AUTH | BODY, 0, api_pause_handle, "resume"},
     [R_TERMINAL] = {"/v1/sandboxes/{id}/terminal", GET, AUTH, 0, api_terminal_handle, "terminal"},
     [R_NETWORK] = {"/v1/sandboxes/{id}/network", POST, AUTH | BODY, 0, api_network_handle,
 		   "network"},

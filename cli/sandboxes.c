@@ -97,7 +97,7 @@ static bool query_append(char *q, size_t n, const char *s)
 static const char create_help[] =
     "usage: sbx create [--size S] [--timeout MIN] [--label K=V]... [--idempotency-key K]\n"
     "                  [--network none|allow_list|open] [--allow RULE]... [--deny RULE]...\n"
-    "                  [--snapshot SNAP_ID] [--json]\n"
+    "                  [--snapshot SNAP_ID] [--timeout-action expire|pause] [--json]\n"
     "Create a sandbox and wait until it accepts commands; print its id (--json:\n"
     "the sandbox object). --timeout: minutes until it expires (the daemon's\n"
     "default when absent). --label: a metadata pair (repeatable; docs/api.md,\n"
@@ -105,7 +105,8 @@ static const char create_help[] =
     "sandbox instead of creating another. --network, --allow, --deny: its\n"
     "egress policy (docs/network.md; --allow alone means allow_list); without\n"
     "them, the daemon's default. --snapshot: its disk starts as that snapshot's\n"
-    "(sbx snapshot; a cold boot).\n";
+    "(sbx snapshot; a cold boot). --timeout-action pause: at its expiry it is\n"
+    "paused instead of ended (`sbx resume ID` gives it time again).\n";
 
 int cmd_create(struct cli *c, int argc, char **argv)
 {
@@ -117,6 +118,7 @@ int cmd_create(struct cli *c, int argc, char **argv)
 				 {.name = "allow", .arg = true, .multi = true},
 				 {.name = "deny", .arg = true, .multi = true},
 				 {.name = "snapshot", .arg = true},
+				 {.name = "timeout-action", .arg = true},
 				 {0}};
 	json_object *body, *labels, *net;
 	bool bad;
@@ -143,6 +145,9 @@ int cmd_create(struct cli *c, int argc, char **argv)
 		json_object_object_add(body, "size", json_object_new_string(opts[0].value));
 	if (opts[7].set)
 		json_object_object_add(body, "snapshot", json_object_new_string(opts[7].value));
+	if (opts[8].set)
+		json_object_object_add(body, "timeout_action",
+				       json_object_new_string(opts[8].value));
 	if (opts[1].set) {
 		if (!cli_parse_int(opts[1].value, 1, INT_MAX, &minutes)) {
 			json_object_put(body);
@@ -276,9 +281,11 @@ static const char pause_help[] =
     "its session clock stop; commands answer 409 until `sbx resume ID`.\n";
 
 static const char resume_help[] =
-    "usage: sbx resume ID [--json]\n"
+    "usage: sbx resume ID [--timeout MIN] [--json]\n"
     "Resume a paused sandbox: its files, processes and clock as they were;\n"
-    "its expiry moves out by the time it was paused.\n";
+    "its expiry moves out by the time it was paused. --timeout: run at least\n"
+    "MIN minutes from now (held like an extend); without it, a sandbox paused\n"
+    "at its expiry (--timeout-action pause) gets the daemon's default.\n";
 
 static const char rm_help[] =
     "usage: sbx rm ID... [--json]\n"
@@ -352,27 +359,40 @@ int cmd_extend(struct cli *c, int argc, char **argv)
 	return rc;
 }
 
-/* sbx pause ID | sbx resume ID */
-static int pause_resume(struct cli *c, int argc, char **argv, const char *suffix, const char *help)
+int cmd_pause(struct cli *c, int argc, char **argv)
 {
 	const char *pos[1];
 	int npos, rc;
 
-	if ((rc = cli_begin(c, argc, argv, NULL, pos, 1, &npos, NULL, NULL, help)) >= 0)
+	if ((rc = cli_begin(c, argc, argv, NULL, pos, 1, &npos, NULL, NULL, pause_help)) >= 0)
 		return rc;
 	if (npos != 1)
 		return cli_usage(c, "%s", "give one sandbox id");
-	return sandbox_call(c, "POST", pos[0], suffix, NULL, 'p');
-}
-
-int cmd_pause(struct cli *c, int argc, char **argv)
-{
-	return pause_resume(c, argc, argv, "/pause", pause_help);
+	return sandbox_call(c, "POST", pos[0], "/pause", NULL, 'p');
 }
 
 int cmd_resume(struct cli *c, int argc, char **argv)
 {
-	return pause_resume(c, argc, argv, "/resume", resume_help);
+	struct cli_opt opts[] = {{.name = "timeout", .arg = true}, {0}};
+	json_object *body = NULL;
+	const char *pos[1];
+	long long minutes;
+	int npos, rc;
+
+	if ((rc = cli_begin(c, argc, argv, opts, pos, 1, &npos, NULL, NULL, resume_help)) >= 0)
+		return rc;
+	if (npos != 1)
+		return cli_usage(c, "%s", "give one sandbox id");
+	if (opts[0].set) {
+		if (!cli_parse_int(opts[0].value, 1, INT_MAX, &minutes))
+			return cli_usage(c, "%s",
+					 "--timeout must be a whole number of minutes >= 1");
+		body = json_object_new_object();
+		json_object_object_add(body, "timeout_minutes", json_object_new_int64(minutes));
+	}
+	rc = sandbox_call(c, "POST", pos[0], "/resume", body, 'p');
+	json_object_put(body);
+	return rc;
 }
 
 static const char metrics_help[] =

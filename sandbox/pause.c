@@ -39,6 +39,8 @@
 #define TERMINAL_HANGUP_MS 3000
 /* What a save file may hold beyond the guest's memory (device state). */
 #define SAVE_MARGIN_BYTES (INT64_C(16) << 20)
+/* How often a pause at an expiry asks again for a busy host's slot. */
+#define HOST_JOB_WAIT_STEP_MS 500
 
 /* ------------------------------------------------------------ helpers */
 
@@ -227,9 +229,10 @@ static void pause_undo(struct sandbox_svc *svc, struct fleet_host *h,
 	}
 }
 
-/* With the host's save slot held. */
+/* With the host's save slot held. at_ms: when runtime billing stops, if
+ * earlier than the save's start (a pause at the expiry), else 0. */
 static int pause_saved(struct sandbox_svc *svc, struct fleet_host *h, struct store_sandbox *row,
-		       struct sbx_error *err)
+		       int64_t at_ms, struct sbx_error *err)
 {
 	const struct sandbox_config *cfg = &svc->cfg;
 	struct fleet_guest *g;
@@ -254,7 +257,7 @@ static int pause_saved(struct sandbox_svc *svc, struct fleet_host *h, struct sto
 	}
 	t1 = sbx_wall_ms();
 	sandbox_fault_hit(cfg, SANDBOX_FAULT_PAUSE_AFTER_SAVE);
-	rc = store_sandbox_pause(svc->store, row->id, t0, bytes,
+	rc = store_sandbox_pause(svc->store, row->id, at_ms && at_ms < t0 ? at_ms : t0, bytes,
 				 (int64_t)cfg->paused_storage_micro_per_gib_hour,
 				 storage_hold(cfg, bytes), row, err);
 	if (rc < 0) {
@@ -271,7 +274,25 @@ static int pause_saved(struct sandbox_svc *svc, struct fleet_host *h, struct sto
 	return 0;
 }
 
-static int pause_locked(struct sandbox_svc *svc, struct store_sandbox *row, struct sbx_error *err)
+/* A host slot for the pause at a sandbox's expiry: it waits for one, up
+ * to pause_timeout_ms (a busy host must not end it). 0 or -1 (429). */
+static int host_job_wait(struct sandbox_svc *svc, struct fleet_host *h, struct sbx_error *err)
+{
+	int64_t until = sbx_mono_ms() + svc->cfg.pause_timeout_ms;
+
+	while (sandbox_host_job_enter(svc, h, err) < 0) {
+		if (sbx_mono_ms() >= until)
+			return -1;
+		sbx_error_clear(err);
+		sbx_sleep_ms(HOST_JOB_WAIT_STEP_MS);
+	}
+	return 0;
+}
+
+/* at_ms: 0 for a pause asked for now; a sandbox's expiry for the pause
+ * its timeout_action asks for (it waits for a host slot). */
+static int pause_locked(struct sandbox_svc *svc, struct store_sandbox *row, int64_t at_ms,
+			struct sbx_error *err)
 {
 	struct fleet_host *h = fleet_host_find(svc->fleet, row->host);
 	int rc;
@@ -287,9 +308,9 @@ static int pause_locked(struct sandbox_svc *svc, struct store_sandbox *row, stru
 	struct sbx_error se;
 	if (sandbox_guest_sync(svc, row->id, &se) < 0)
 		sbx_warn(MOD, "sandbox %s: no sync before its pause: %s", row->id, se.message);
-	if (sandbox_host_job_enter(svc, h, err) < 0)
+	if ((at_ms ? host_job_wait(svc, h, err) : sandbox_host_job_enter(svc, h, err)) < 0)
 		return -1;
-	rc = pause_saved(svc, h, row, err);
+	rc = pause_saved(svc, h, row, at_ms, err);
 	sandbox_host_job_leave(svc, h);
 	return rc;
 }
@@ -309,7 +330,7 @@ int sandbox_pause(struct sandbox_svc *svc, const char *account_id, const char *i
 		if (row.status != STORE_PAUSED) {
 			rc = sandbox_running_row(svc, account_id, id, sbx_wall_ms(), &row, err);
 			if (rc == 0)
-				rc = pause_locked(svc, &row, err);
+				rc = pause_locked(svc, &row, 0, err);
 		}
 		sandbox_transit_leave(svc, id);
 		if (rc < 0)
@@ -317,6 +338,34 @@ int sandbox_pause(struct sandbox_svc *svc, const char *account_id, const char *i
 	}
 	sandbox_view_from_row(&row, sbx_wall_ms(), out);
 	return 0;
+}
+
+int sandbox_timeout_pause(struct sandbox_svc *svc, const char *id, int64_t expires_at_ms)
+{
+	struct store_sandbox row;
+	struct sbx_error err = {0}, e;
+	int rc;
+
+	if (!svc->fleet || store_sandbox_get(svc->store, NULL, id, &row, &err) < 0 ||
+	    row.timeout_action != STORE_ON_TIMEOUT_PAUSE)
+		return 0;
+	if (claim(svc, NULL, id, &row, &err) < 0)
+		return -1; /* a snapshot of it is under way: the next pass */
+	rc = 1;
+	if (row.status == STORE_RUNNING && pause_locked(svc, &row, expires_at_ms, &err) < 0) {
+		/* not paused (no credit for its storage, no save): it ends as
+		 * any sandbox at its expiry, inside the claim, so that no other
+		 * end of it tries the pause again meanwhile */
+		sbx_warn(MOD, "sandbox %s: not paused at its expiry (%s): it ends expired", id,
+			 err.message);
+		if (sandbox_end(svc, id, STORE_EXPIRED, expires_at_ms, "the sandbox expired", NULL,
+				&e) < 0)
+			sbx_err(MOD, "sandbox %s: settling failed: %s", id, e.message);
+	} else if (row.status == STORE_PAUSED) {
+		sbx_info(MOD, "sandbox %s: paused at its expiry (timeout_action pause)", id);
+	}
+	sandbox_transit_leave(svc, id);
+	return rc;
 }
 
 /* ------------------------------------------------------------ resume */
@@ -343,21 +392,67 @@ static struct vmm_vm *resume_restore(struct sandbox_svc *svc, struct fleet_host 
 	return vm;
 }
 
+/* The expiry a resume at at_ms gives the paused `row`: the time it had
+ * left, moved out by the pause (*exp = 0), or, when that is earlier, at
+ * least `minutes` from at_ms; with no minutes asked, the default timeout
+ * when it had no time left (it was paused at its expiry). *extra: the
+ * hold of the time added (as an extend). 400 past the lifetime, 402 when
+ * the account cannot hold it (nothing done). */
+static int resume_expiry(struct sandbox_svc *svc, const struct store_sandbox *row, int64_t at_ms,
+			 int minutes, int64_t *exp, int64_t *extra, struct sbx_error *err)
+{
+	const struct sandbox_config *cfg = &svc->cfg;
+	int64_t moved = row->expires_at_ms + (at_ms - row->paused_at_ms), want;
+	struct store_balance b;
+
+	*exp = *extra = 0;
+	if (!minutes && row->expires_at_ms <= row->paused_at_ms)
+		minutes = cfg->default_timeout_minutes;
+	want = at_ms + (int64_t)minutes * sandbox_minute_ms(cfg);
+	if (!minutes || want <= moved)
+		return 0;
+	if (sandbox_lifetime_check(cfg, row, at_ms, want, err) < 0)
+		return -1;
+	*exp = want;
+	*extra = billing_cost(want - moved, row->price_micro_per_hour);
+	if (store_balance_get(svc->store, row->account_id, &b, err) < 0)
+		return -1;
+	if (b.available_micro < *extra) {
+		char need[32], have[32];
+
+		billing_format_usd(*extra, need);
+		billing_format_usd(b.available_micro > 0 ? b.available_micro : 0, have);
+		return sbx_error_set(
+		    err, SBX_E_INSUFFICIENT_CREDIT, NULL,
+		    "insufficient credit: the %d minutes this resume grants need $%s "
+		    "reserved but $%s is available; add credit (it stays paused)",
+		    minutes, need, have);
+	}
+	return 0;
+}
+
 /* Restore, switch the row back to running and relink, on h (admitted). */
 static int resume_on(struct sandbox_svc *svc, struct fleet_host *h, struct store_sandbox *row,
-		     struct sbx_error *err)
+		     int minutes, struct sbx_error *err)
 {
 	struct vmm_vm *vm;
-	int64_t t0 = sbx_mono_ms(), t1, paused_at = row->paused_at_ms;
+	int64_t t0 = sbx_mono_ms(), t1, paused_at = row->paused_at_ms, exp, extra;
 	int rc;
 
+	/* the money first: a refused resume must not have cost a restore */
+	if (resume_expiry(svc, row, sbx_wall_ms(), minutes, &exp, &extra, err) < 0)
+		return -1;
 	vm = resume_restore(svc, h, row, err);
 	if (!vm)
 		return -1;
 	vmm_vm_free(vm); /* the reattach looks it up again */
 	t1 = sbx_wall_ms();
 	sandbox_fault_hit(&svc->cfg, SANDBOX_FAULT_RESUME_AFTER_RESTORE);
-	rc = store_sandbox_resume(svc->store, row->id, t1, billing_pause_cost, row, err);
+	/* the same rule at the moment the row switches */
+	rc = resume_expiry(svc, row, t1, minutes, &exp, &extra, err);
+	if (rc == 0)
+		rc = store_sandbox_resume(svc->store, row->id, t1, billing_pause_cost, exp, extra,
+					  row, err);
 	if (rc < 0) {
 		/* the row stays paused: so must the guest */
 		struct sbx_error e;
@@ -399,7 +494,8 @@ static int resume_on(struct sandbox_svc *svc, struct fleet_host *h, struct store
 /* Its memory was free while it was paused, and the host may have given
  * it away (a create, the pool): room first (fleet_host_admit), counted as
  * booting until the restore is relinked or has failed. */
-static int resume_locked(struct sandbox_svc *svc, struct store_sandbox *row, struct sbx_error *err)
+static int resume_locked(struct sandbox_svc *svc, struct store_sandbox *row, int minutes,
+			 struct sbx_error *err)
 {
 	const struct sandbox_size *size = sandbox_config_size(&svc->cfg, row->size);
 	struct fleet_host *h = fleet_host_find(svc->fleet, row->host);
@@ -425,17 +521,21 @@ static int resume_locked(struct sandbox_svc *svc, struct store_sandbox *row, str
 		err->retry_after_s = retry;
 		return -1;
 	}
-	rc = resume_on(svc, h, row, err);
+	rc = resume_on(svc, h, row, minutes, err);
 	fleet_guest_uncount(svc->fleet, h, size);
 	return rc;
 }
 
 int sandbox_resume(struct sandbox_svc *svc, const char *account_id, const char *id,
-		   struct sandbox_view *out, struct sbx_error *err)
+		   int timeout_minutes, struct sandbox_view *out, struct sbx_error *err)
 {
 	struct store_sandbox row;
 	int64_t ttl = (int64_t)svc->cfg.paused_ttl_minutes * sandbox_minute_ms(&svc->cfg);
 	int rc = 0;
+
+	if (timeout_minutes < 0 || timeout_minutes > svc->cfg.max_timeout_minutes)
+		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "timeout_minutes",
+				     "timeout_minutes must be 1..%d", svc->cfg.max_timeout_minutes);
 
 	if (sandbox_visible_row(svc, account_id, id, &row, err) < 0)
 		return -1;
@@ -461,7 +561,7 @@ int sandbox_resume(struct sandbox_svc *svc, const char *account_id, const char *
 					   "has expired",
 					   id);
 	} else if (row.status == STORE_PAUSED) {
-		rc = resume_locked(svc, &row, err);
+		rc = resume_locked(svc, &row, timeout_minutes, err);
 	} else if (row.status != STORE_RUNNING) {
 		rc = ended_meanwhile(&row, err);
 	}
@@ -545,8 +645,8 @@ void sandbox_reconcile_paused(struct sandbox_svc *svc, struct fleet_host *h,
 	if (row->status == STORE_PAUSED) {
 		if (domain_runs) {
 			/* cut between the restore and its row: resumed now */
-			if (store_sandbox_resume(svc->store, row->id, now, billing_pause_cost, &r,
-						 &e) < 0 ||
+			if (store_sandbox_resume(svc->store, row->id, now, billing_pause_cost, 0, 0,
+						 &r, &e) < 0 ||
 			    relink(svc, h, &r, &e) < 0) {
 				sbx_warn(MOD, "reconcile: %s cannot be resumed: %s", row->id,
 					 e.message);

@@ -36,6 +36,9 @@ void sandbox_view_from_row(const struct store_sandbox *row, int64_t now_ms, stru
 	v->net_bytes_in = row->net_bytes_in;
 	v->net_bytes_out = row->net_bytes_out;
 	snprintf(v->snapshot, sizeof(v->snapshot), "%s", row->snapshot_id);
+	v->timeout_action = row->timeout_action == STORE_ON_TIMEOUT_PAUSE
+				? SANDBOX_ON_TIMEOUT_PAUSE
+				: SANDBOX_ON_TIMEOUT_EXPIRE;
 }
 
 struct fleet_guest *sandbox_pin(struct sandbox_svc *svc, const char *id, struct sbx_error *err)

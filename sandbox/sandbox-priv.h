@@ -231,6 +231,22 @@ static inline int sandbox_acquire(struct sandbox_svc *svc, struct fleet_acquire 
 /* End a sandbox: tear its guest down (if this node runs it), settle the
  * row with `status` at ended_at_ms. Safe concurrently and repeatedly: the
  * store settles once. No lock held. */
+/* sandboxes.c: 0 when a sandbox's expiry may be want_ms at now_ms: at
+ * most max_lifetime_minutes of running from its creation (the time it
+ * spent paused is not counted); else 400 param timeout_minutes naming
+ * the latest expiry allowed. */
+int sandbox_lifetime_check(const struct sandbox_config *cfg, const struct store_sandbox *row,
+			   int64_t now_ms, int64_t want_ms, struct sbx_error *err);
+
+/* pause.c: the expiry of a sandbox made with timeout_action "pause" (an
+ * end job of supervise.c, on the blocking pool): it is paused, runtime
+ * billed to its expiry, instead of ended; a pause that cannot be made (no
+ * credit for its storage, the save failed) ends it expired by rule. 1
+ * when it was handled so (or is no longer running), 0 when it is not such
+ * a sandbox (the caller ends it), -1 when another pause, resume or
+ * snapshot of it is under way (the next pass tries again). */
+int sandbox_timeout_pause(struct sandbox_svc *svc, const char *id, int64_t expires_at_ms);
+
 int sandbox_end(struct sandbox_svc *svc, const char *id, enum store_status status,
 		int64_t ended_at_ms, const char *why, struct store_sandbox *out,
 		struct sbx_error *err);

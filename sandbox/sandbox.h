@@ -192,6 +192,12 @@ bool sandbox_metadata_lookup(const char *json, const char *key, char *value, siz
 
 /* ------------------------------------------------------------ sandboxes */
 
+/* What a sandbox's expiry does to it (docs/api.md "Sandboxes"). */
+enum sandbox_timeout_action {
+	SANDBOX_ON_TIMEOUT_EXPIRE = 0, /* it ends, expired (the default) */
+	SANDBOX_ON_TIMEOUT_PAUSE,      /* it is paused (docs/lifecycle.md) */
+};
+
 /* The API's sandbox object (API.md). Times are epoch ms, 0 = null. */
 struct sandbox_view {
 	char id[SANDBOX_ID_MAX];
@@ -210,6 +216,7 @@ struct sandbox_view {
 	char network[NET_POLICY_JSON_MAX];   /* its egress policy, canonical JSON */
 	int64_t net_bytes_in, net_bytes_out; /* relayed so far (docs/network.md) */
 	char snapshot[SANDBOX_ID_MAX];	     /* the snapshot its disk started from, "" */
+	enum sandbox_timeout_action timeout_action;
 };
 
 struct sandbox_create_req {
@@ -227,6 +234,7 @@ struct sandbox_create_req {
 	 * account's snapshots, whose disk the sandbox starts from; NULL =
 	 * the base image. */
 	const char *snapshot;
+	enum sandbox_timeout_action timeout_action;
 };
 
 /* Egress (docs/network.md). The policy of a create that names none: the
@@ -347,10 +355,13 @@ int sandbox_pause(struct sandbox_svc *svc, const char *account_id, const char *i
 		  struct sandbox_view *out, struct sbx_error *err);
 /* Resume a paused sandbox: its domain restored, its channel reattached
  * (the WELCOME sets the guest's clock), runtime billing restarts, the
- * paused time added to expires_at. A running one answers as it is (200).
+ * paused time added to expires_at. timeout_minutes (0 = none, else
+ * 1..max_timeout_minutes): it then runs at least that long, held as an
+ * extend in the resume's transaction; with none, a sandbox paused at its
+ * expiry gets the default timeout. A running one answers as it is (200).
  * Blocking: seconds. No lock held. */
 int sandbox_resume(struct sandbox_svc *svc, const char *account_id, const char *id,
-		   struct sandbox_view *out, struct sbx_error *err);
+		   int timeout_minutes, struct sandbox_view *out, struct sbx_error *err);
 
 int sandbox_extend(struct sandbox_svc *svc, const char *account_id, const char *id,
 		   int timeout_minutes, struct sandbox_view *out, struct sbx_error *err);

@@ -94,6 +94,9 @@ int sandbox_create(struct sandbox_svc *svc, const char *account_id,
 	snprintf(row.account_id, sizeof(row.account_id), "%s", account_id);
 	snprintf(row.size, sizeof(row.size), "%s", size->name);
 	row.timeout_minutes = minutes;
+	row.timeout_action = req->timeout_action == SANDBOX_ON_TIMEOUT_PAUSE
+				 ? STORE_ON_TIMEOUT_PAUSE
+				 : STORE_ON_TIMEOUT_EXPIRE;
 	row.price_micro_per_hour = size->price_micro_per_hour;
 	row.requested_at_ms = sbx_wall_ms();
 	if (req->metadata &&
@@ -277,13 +280,29 @@ int sandbox_destroy(struct sandbox_svc *svc, const char *account_id, const char 
 	return 0;
 }
 
+int sandbox_lifetime_check(const struct sandbox_config *cfg, const struct store_sandbox *row,
+			   int64_t now_ms, int64_t want_ms, struct sbx_error *err)
+{
+	int64_t paused = row->paused_ms + (row->paused_at_ms ? now_ms - row->paused_at_ms : 0);
+	int64_t latest = row->created_at_ms + paused +
+			 (int64_t)cfg->max_lifetime_minutes * sandbox_minute_ms(cfg);
+	char latest_s[32];
+
+	if (want_ms <= latest)
+		return 0;
+	sbx_rfc3339(latest, latest_s);
+	return sbx_error_set(err, SBX_E_INVALID_REQUEST, "timeout_minutes",
+			     "a sandbox runs at most %d minutes (its pauses not counted); the "
+			     "latest expiry allowed is %s",
+			     cfg->max_lifetime_minutes, latest_s);
+}
+
 int sandbox_extend(struct sandbox_svc *svc, const char *account_id, const char *id,
 		   int timeout_minutes, struct sandbox_view *out, struct sbx_error *err)
 {
 	const struct sandbox_config *cfg = &svc->cfg;
 	struct store_sandbox row;
-	int64_t now = sbx_wall_ms(), want, latest;
-	char latest_s[32];
+	int64_t now = sbx_wall_ms(), want;
 
 	if (timeout_minutes < 1 || timeout_minutes > cfg->max_timeout_minutes)
 		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "timeout_minutes",
@@ -291,14 +310,8 @@ int sandbox_extend(struct sandbox_svc *svc, const char *account_id, const char *
 	if (sandbox_running_row(svc, account_id, id, now, &row, err) < 0)
 		return -1;
 	want = now + (int64_t)timeout_minutes * sandbox_minute_ms(cfg);
-	latest = row.created_at_ms + (int64_t)cfg->max_lifetime_minutes * sandbox_minute_ms(cfg);
-	if (want > latest) {
-		sbx_rfc3339(latest, latest_s);
-		return sbx_error_set(err, SBX_E_INVALID_REQUEST, "timeout_minutes",
-				     "a sandbox lives at most %d minutes; the latest expiry "
-				     "allowed is %s",
-				     cfg->max_lifetime_minutes, latest_s);
-	}
+	if (sandbox_lifetime_check(cfg, &row, now, want, err) < 0)
+		return -1;
 	if (want > row.expires_at_ms) {
 		/* Hold for the added time at the price the sandbox was created
 		 * with. */

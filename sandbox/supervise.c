@@ -179,6 +179,25 @@ static void end_job_run(void *arg, bool cancelled)
 	const char *why = j->status == STORE_FAILED ? "the sandbox's guest stopped unexpectedly"
 						    : "the sandbox expired while the command ran";
 
+	if (j->status == STORE_EXPIRED) {
+		/* timeout_action "pause": paused at its expiry, not ended */
+		int rc = sandbox_timeout_pause(j->svc, j->id, j->at_ms);
+
+		if (rc < 0) {
+			/* another pause, resume or snapshot of it runs: the
+			 * next pass queues this end again */
+			struct fleet_guest *l = fleet_live_get(j->svc->fleet, j->id);
+
+			if (l) {
+				fleet_guest_end_unclaim(l);
+				fleet_guest_unref(l);
+			}
+		}
+		if (rc != 0) {
+			free(j);
+			return;
+		}
+	}
 	sbx_info(MOD, "sandbox %s: ending as %s", j->id, store_status_name(j->status));
 	if (sandbox_end(j->svc, j->id, j->status, j->at_ms, why, NULL, &err) < 0)
 		sbx_err(MOD, "sandbox %s: settling failed: %s", j->id, err.message);

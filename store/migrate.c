@@ -266,6 +266,10 @@ static const char *const store_migrations[] = {
     "  WHERE snapshot_id != '';"
     "ALTER TABLE ledger ADD COLUMN snapshot_id TEXT NULL;"
     "CREATE INDEX ledger_by_snapshot ON ledger(snapshot_id) WHERE snapshot_id IS NOT NULL;",
+    /* 15 (issue 29, timeout_action): what its expiry does to a sandbox,
+     * 0 = it ends (expired), 1 = it pauses (enum store_timeout_action). */
+    "ALTER TABLE sandboxes ADD COLUMN timeout_action INTEGER NOT NULL DEFAULT 0"
+    "  CHECK (timeout_action IN (0, 1));",
 };
 
 /* Work in C that a migration needs after its SQL, in the same transaction,

@@ -15,7 +15,7 @@
 	" ended_at_ms, last_seen_at_ms, hold_micro, charge_micro, startup_path, startup_ms,"       \
 	" host, metadata, paused_at_ms, paused_ms, paused_bytes, storage_price_micro,"             \
 	" storage_micro, network, net_bytes_in, net_bytes_out, net_price_micro_per_gb, "           \
-	"snapshot_id"
+	"snapshot_id, timeout_action"
 
 /* "12.345678" without going near floating point (store must not call billing). */
 static void store_usd(int64_t micro, char buf[static 32])
@@ -58,6 +58,9 @@ static void store_sandbox_from_stmt(sqlite3_stmt *q, struct store_sandbox *r)
 	r->net_bytes_out = sqlite3_column_int64(q, 25);
 	r->net_price_micro_per_gb = sqlite3_column_int64(q, 26);
 	store_copy_col(r->snapshot_id, sizeof r->snapshot_id, q, 27);
+	r->timeout_action = sqlite3_column_int(q, 28) == STORE_ON_TIMEOUT_PAUSE
+				? STORE_ON_TIMEOUT_PAUSE
+				: STORE_ON_TIMEOUT_EXPIRE;
 	if (r->status == STORE_RUNNING && r->paused_at_ms > 0)
 		r->status = STORE_PAUSED; /* stored as 'running' (store.h) */
 }
@@ -232,14 +235,16 @@ int store_sandbox_reserve(struct store *s, struct store_sandbox *row, int64_t ho
 		if (store_run(s, &q,
 			      "INSERT INTO sandboxes (id, account_id, size, domain, status,"
 			      " timeout_minutes, price_micro_per_hour, requested_at_ms,"
-			      " last_seen_at_ms, hold_micro, network, net_price_micro_per_gb)"
+			      " last_seen_at_ms, hold_micro, network, net_price_micro_per_gb,"
+			      " timeout_action)"
 			      " VALUES (?1, ?2, ?3, ?4, 'creating', ?5, ?6, ?7, ?7, ?8,"
-			      " COALESCE(NULLIF(?9, ''), '" STORE_NETWORK_NONE "'), ?10)",
+			      " COALESCE(NULLIF(?9, ''), '" STORE_NETWORK_NONE "'), ?10, ?11)",
 			      err, STORE_T(row->id), STORE_T(row->account_id), STORE_T(row->size),
 			      STORE_T(row->domain), STORE_I(row->timeout_minutes),
 			      STORE_I(row->price_micro_per_hour), STORE_I(row->requested_at_ms),
 			      STORE_I(hold_micro), STORE_T(row->network),
-			      STORE_I(row->net_price_micro_per_gb)) < 0)
+			      STORE_I(row->net_price_micro_per_gb),
+			      STORE_I(row->timeout_action == STORE_ON_TIMEOUT_PAUSE)) < 0)
 			goto err_rollback;
 	}
 	if (row->metadata[0] &&
@@ -507,11 +512,11 @@ err_rollback:
 }
 
 int store_sandbox_resume(struct store *s, const char *id, int64_t resumed_at_ms,
-			 store_pause_cost_fn cost_fn, struct store_sandbox *out,
-			 struct sbx_error *err)
+			 store_pause_cost_fn cost_fn, int64_t new_expires_at_ms,
+			 int64_t extra_hold_micro, struct store_sandbox *out, struct sbx_error *err)
 {
-	if (!cost_fn)
-		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "no cost function");
+	if (!cost_fn || extra_hold_micro < 0)
+		return sbx_error_set(err, SBX_E_INTERNAL, NULL, "bad resume figures");
 	STORE_LOCK(s);
 	if (store_tx_begin(s, err) < 0)
 		return -1;
@@ -530,24 +535,42 @@ int store_sandbox_resume(struct store *s, const char *id, int64_t resumed_at_ms,
 	int64_t cost = cost_fn(&row, resumed_at_ms);
 	if (cost < 0)
 		cost = 0;
+	/* the time it had left, or what the resume grants, held now */
+	int64_t expires = row.expires_at_ms + took, hold = 0;
+	if (new_expires_at_ms > expires) {
+		int64_t available;
+		if (store_available(s, row.account_id, &available, err) < 0)
+			goto err_rollback;
+		if (available < extra_hold_micro) {
+			store_insufficient(err, "the time this resume grants", extra_hold_micro,
+					   available);
+			goto err_rollback;
+		}
+		expires = new_expires_at_ms;
+		hold = extra_hold_micro;
+	}
 	{
 		_cleanup_reset_ sqlite3_stmt *q = NULL;
-		if (store_run(
-			s, &q,
-			"UPDATE sandboxes SET paused_at_ms = 0, paused_bytes = 0,"
-			" paused_ms = paused_ms + ?2, expires_at_ms = expires_at_ms + ?2,"
-			" storage_micro = storage_micro + ?3, last_seen_at_ms = ?4 WHERE id = ?1",
-			err, STORE_T(row.id), STORE_I(took), STORE_I(cost),
-			STORE_I(resumed_at_ms)) < 0)
+		if (store_run(s, &q,
+			      "UPDATE sandboxes SET paused_at_ms = 0, paused_bytes = 0,"
+			      " paused_ms = paused_ms + ?2, expires_at_ms = ?5,"
+			      " storage_micro = storage_micro + ?3, last_seen_at_ms = ?4,"
+			      " hold_micro = hold_micro + ?6 WHERE id = ?1",
+			      err, STORE_T(row.id), STORE_I(took), STORE_I(cost),
+			      STORE_I(resumed_at_ms), STORE_I(expires), STORE_I(hold)) < 0)
 			goto err_rollback;
 	}
+	if (hold > 0 &&
+	    store_ledger_insert(s, row.account_id, row.id, "hold", hold, resumed_at_ms, err) < 0)
+		goto err_rollback;
 	if (store_tx_commit(s, err) < 0)
 		goto err_rollback;
 	row.status = STORE_RUNNING;
 	row.paused_at_ms = 0;
 	row.paused_bytes = 0;
 	row.paused_ms += took;
-	row.expires_at_ms += took;
+	row.expires_at_ms = expires;
+	row.hold_micro += hold;
 	row.storage_micro += cost;
 	row.last_seen_at_ms = resumed_at_ms;
 	if (out)

@@ -203,11 +203,14 @@ int store_usage_rebuild_tx(struct store *s, struct sbx_error *err);
 	"ALTER TABLE accounts DROP COLUMN releases_micro;"                                         \
 	"ALTER TABLE accounts DROP COLUMN charges_micro;"                                          \
 	"DROP INDEX executions_stored; ALTER TABLE executions DROP COLUMN "                        \
-	"response_bytes;" STORE_PRIV_BACK_TO_SCHEMA_13_SNAPSHOTS                                   \
-	    STORE_PRIV_BACK_TO_SCHEMA_12_PREVIEWS STORE_PRIV_BACK_TO_SCHEMA_11_NETWORK             \
-		STORE_PRIV_BACK_TO_SCHEMA_10_PAUSE STORE_PRIV_BACK_TO_SCHEMA_9_LABELS              \
-		    STORE_PRIV_BACK_TO_SCHEMA_8_RECEIPTS STORE_PRIV_BACK_TO_SCHEMA_7_HOSTS         \
-	"PRAGMA user_version = 4;"
+	"response_bytes;" STORE_PRIV_BACK_TO_SCHEMA_14_TIMEOUT_ACTION                              \
+	    STORE_PRIV_BACK_TO_SCHEMA_13_SNAPSHOTS STORE_PRIV_BACK_TO_SCHEMA_12_PREVIEWS           \
+		STORE_PRIV_BACK_TO_SCHEMA_11_NETWORK STORE_PRIV_BACK_TO_SCHEMA_10_PAUSE            \
+		    STORE_PRIV_BACK_TO_SCHEMA_9_LABELS STORE_PRIV_BACK_TO_SCHEMA_8_RECEIPTS        \
+			STORE_PRIV_BACK_TO_SCHEMA_7_HOSTS "PRAGMA user_version = 4;"
+/* Tests only: undo migration 15 (timeout_action). */
+#define STORE_PRIV_BACK_TO_SCHEMA_14_TIMEOUT_ACTION                                                \
+	"ALTER TABLE sandboxes DROP COLUMN timeout_action;"
 /* Tests only: undo migration 14 (snapshots). */
 #define STORE_PRIV_BACK_TO_SCHEMA_13_SNAPSHOTS                                                     \
 	"DROP INDEX ledger_by_snapshot; ALTER TABLE ledger DROP COLUMN snapshot_id;"               \

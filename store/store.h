@@ -168,6 +168,12 @@ int store_status_parse(const char *name, enum store_status *st);
 /* A host name (config `hosts[].name`) and its terminating NUL. */
 #define STORE_HOST_MAX 32
 
+/* What a sandbox's expiry does to it (docs/api.md "timeout_action"). */
+enum store_timeout_action {
+	STORE_ON_TIMEOUT_EXPIRE = 0, /* it ends, expired */
+	STORE_ON_TIMEOUT_PAUSE = 1,  /* it is paused, billed as a pause */
+};
+
 struct store_sandbox {
 	char id[STORE_ID_MAX]; /* "sbx_" + 24 hex */
 	char account_id[STORE_ID_MAX];
@@ -207,6 +213,8 @@ struct store_sandbox {
 	/* The snapshot its disk started from (migration 14; "" for the base
 	 * image), set by store_sandbox_snapshot_set. */
 	char snapshot_id[STORE_ID_MAX];
+	/* What its expiry does (migration 15), set at reserve. */
+	enum store_timeout_action timeout_action;
 };
 
 /* Write a create's intent in one transaction: the row (status CREATING)
@@ -287,10 +295,15 @@ int store_sandbox_pause(struct store *s, const char *id, int64_t paused_at_ms, i
 typedef int64_t (*store_pause_cost_fn)(const struct store_sandbox *row, int64_t at_ms);
 /* Paused -> running at resumed_at_ms, one transaction: the paused time
  * is added to paused_ms and to expires_at (the session clock stopped),
- * cost_fn(row, resumed_at) to storage_micro. 1 when this call resumed
- * it, 0 when the row is not paused (nothing written). *out may be NULL. */
+ * cost_fn(row, resumed_at) to storage_micro. When new_expires_at_ms is
+ * later than that moved expiry, expires_at becomes it and
+ * extra_hold_micro is held with it (the time the resume grants, as an
+ * extend: SBX_E_INSUFFICIENT_CREDIT when the account cannot, nothing
+ * written). 1 when this call resumed it, 0 when the row is not paused
+ * (nothing written). *out may be NULL. */
 int store_sandbox_resume(struct store *s, const char *id, int64_t resumed_at_ms,
-			 store_pause_cost_fn cost_fn, struct store_sandbox *out,
+			 store_pause_cost_fn cost_fn, int64_t new_expires_at_ms,
+			 int64_t extra_hold_micro, struct store_sandbox *out,
 			 struct sbx_error *err);
 
 /* Add a hold for an extension and move expires_at, one transaction; only

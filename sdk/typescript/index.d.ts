@@ -49,6 +49,8 @@ export interface SandboxInfo {
   net_bytes_out: number;
   /** The snapshot its disk started from (docs/api.md, Snapshots); null for the image. */
   snapshot?: string | null;
+  /** What its expiry does (create's timeoutAction). */
+  timeout_action?: 'expire' | 'pause';
 }
 
 /** An egress policy (docs/network.md): rules are a domain, '*.domain', an
@@ -119,6 +121,8 @@ export interface CreateOptions extends ClientOptions, CallOptions {
   network?: NetworkPolicy;
   /** A snapshot's id: its disk starts as the snapshot's (docs/api.md, Snapshots). */
   snapshot?: string;
+  /** What its expiry does: 'expire' (default) ends it, 'pause' pauses it. */
+  timeoutAction?: 'expire' | 'pause';
   /** Default: a new random key per call (shared by its retries). */
   idempotencyKey?: string;
   /** Use this client instead of one made from the other options. */
@@ -193,7 +197,7 @@ export declare class Sandbox {
   snapshot(options?: CallOptions & { name?: string }): Promise<Snapshot>;
   extend(timeoutMinutes: number, options?: CallOptions): Promise<this>;
   pause(options?: CallOptions): Promise<this>;
-  resume(options?: CallOptions): Promise<this>;
+  resume(options?: CallOptions & { timeoutMinutes?: number }): Promise<this>;
   delete(options?: CallOptions): Promise<SandboxInfo>;
 }
 

@@ -41,7 +41,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	    strlen(cb.req.size) >= sizeof(cb.size_buf))
 		__builtin_trap();
 	sbx_error_clear(&err);
-	(void)api_extend_decode(body, size, &cfg, &minutes, &err);
+	(void)api_timeout_decode(body, size, &cfg, size & 1, &minutes, &err);
 
 	/* The same bytes as guest output, both encodings. */
 	struct agentless_exec_result r = {

@@ -846,6 +846,93 @@ static void paused_retention_ends_it(void **state)
 	assert_int_equal(daemon_ledger_check(&d, &err), 0);
 }
 
+/* ------------------------------------------------------------- 6. */
+
+/* The sandbox's expiry, read from its object. */
+static int64_t expires_of(struct http_reply *r)
+{
+	int64_t at = 0;
+
+	assert_int_equal(sbx_rfc3339_parse(jstr(r->json, "expires_at"), &at), 0);
+	return at;
+}
+
+/* timeout_action "pause": at its expiry the sandbox is paused, not ended
+ * (paused_at = expires_at: runtime billed to it), with its file; a resume
+ * with no body gives it the default timeout, one with timeout_minutes that
+ * long, each held; the ledger holds. A "minute" is 1 s here. */
+static void timeout_action_pauses_at_expiry(void **state)
+{
+	char st[32];
+	struct http_reply r;
+	struct sbx_error err;
+	int64_t t;
+	int i;
+
+	(void)state;
+	daemon_kill9(&d);
+	start_with("\"test_minute_ms\": 1000, \"default_timeout_minutes\": 20");
+	assert_int_equal(http_request(&d, "POST", "/v1/sandboxes", d.key, NULL,
+				      "{\"timeout_minutes\": 8, \"timeout_action\": \"nap\"}", 0,
+				      &r),
+			 0);
+	assert_int_equal(r.status, 400);
+	assert_string_equal(jerr(r.json, "param"), "timeout_action");
+	http_reply_free(&r);
+	assert_int_equal(http_request(&d, "POST", "/v1/sandboxes", d.key, NULL,
+				      "{\"timeout_minutes\": 8, \"timeout_action\": \"pause\"}", 0,
+				      &r),
+			 0);
+	assert_int_equal(r.status, 201);
+	assert_string_equal(jstr(r.json, "timeout_action"), "pause");
+	snprintf(sbx, sizeof(sbx), "%s", jstr(r.json, "id"));
+	http_reply_free(&r);
+	r = exec_ok("echo kept-past-expiry > /root/t");
+	http_reply_free(&r);
+	for (i = 0; i < 150; i++) {
+		assert_int_equal(daemon_sandbox_status(&d, sbx, st, sizeof(st)), 200);
+		if (strcmp(st, "running") != 0)
+			break;
+		usleep(200 * 1000);
+	}
+	assert_string_equal(st, "paused");
+	r = req(d.key, "GET", "", NULL);
+	assert_string_equal(jstr(r.json, "paused_at"), jstr(r.json, "expires_at"));
+	http_reply_free(&r);
+	assert_int_equal(daemon_ledger_check(&d, &err), 0);
+
+	/* a bad timeout: 400, still paused */
+	r = req(d.key, "POST", "/resume", "{\"timeout_minutes\": 0}");
+	assert_int_equal(r.status, 400);
+	http_reply_free(&r);
+	/* no body: the default timeout (20 "minutes") from the resume */
+	t = sbx_wall_ms();
+	r = pause_or_resume("/resume", NULL);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(jstr(r.json, "status"), "running");
+	print_message("resumed with %lld ms left\n", (long long)(expires_of(&r) - t));
+	assert_true(expires_of(&r) >= t + 19000 && expires_of(&r) <= sbx_wall_ms() + 21000);
+	http_reply_free(&r);
+	r = exec_ok("cat /root/t");
+	assert_string_equal(jstr(r.json, "stdout"), "kept-past-expiry\n");
+	http_reply_free(&r);
+
+	/* paused by hand, resumed with 40: it runs 40 from then */
+	r = pause_or_resume("/pause", NULL);
+	assert_int_equal(r.status, 200);
+	http_reply_free(&r);
+	t = sbx_wall_ms();
+	r = req(d.key, "POST", "/resume", "{\"timeout_minutes\": 40}");
+	assert_int_equal(r.status, 200);
+	assert_true(expires_of(&r) >= t + 39000 && expires_of(&r) <= sbx_wall_ms() + 41000);
+	http_reply_free(&r);
+	assert_int_equal(daemon_ledger_check(&d, &err), 0);
+	r = req(d.key, "DELETE", "", NULL);
+	assert_int_equal(r.status, 200);
+	http_reply_free(&r);
+	assert_int_equal(daemon_ledger_check(&d, &err), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -856,6 +943,7 @@ int main(void)
 	    cmocka_unit_test(refused_before_the_save_and_deadlines),
 	    cmocka_unit_test(delete_of_a_paused_sandbox_settles),
 	    cmocka_unit_test(paused_retention_ends_it),
+	    cmocka_unit_test(timeout_action_pauses_at_expiry),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

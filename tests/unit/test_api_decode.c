@@ -296,6 +296,17 @@ static void test_create_decode(void **state)
 	assert_string_equal(b.req.size, "medium");
 	assert_int_equal(b.req.timeout_minutes, 1440);
 	assert_null(b.req.network); /* the service's default */
+	assert_int_equal(b.req.timeout_action, SANDBOX_ON_TIMEOUT_EXPIRE);
+	assert_int_equal(api_create_decode(S("{\"timeout_action\":\"pause\"}"), &cfg, &b, &err), 0);
+	assert_int_equal(b.req.timeout_action, SANDBOX_ON_TIMEOUT_PAUSE);
+	assert_int_equal(api_create_decode(S("{\"timeout_action\":\"expire\"}"), &cfg, &b, &err),
+			 0);
+	assert_int_equal(b.req.timeout_action, SANDBOX_ON_TIMEOUT_EXPIRE);
+	assert_int_equal(api_create_decode(S("{\"timeout_action\":\"delete\"}"), &cfg, &b, &err),
+			 -1);
+	assert_string_equal(err.param, "timeout_action");
+	assert_int_equal(api_create_decode(S("{\"timeout_action\":1}"), &cfg, &b, &err), -1);
+	assert_string_equal(err.param, "timeout_action");
 	/* a network policy (docs/network.md), canonical */
 	assert_int_equal(api_create_decode(S("{\"network\":{\"egress\":\"allow_list\","
 					     "\"allow\":[\"Deb.Debian.org.\"]}}"),
@@ -343,13 +354,27 @@ static void test_extend_and_key_decode(void **state)
 	bool has = false;
 
 	sbx_error_clear(&err);
-	assert_int_equal(api_extend_decode(S("{\"timeout_minutes\": 30}"), &cfg, &m, &err), 0);
+	assert_int_equal(api_timeout_decode(S("{\"timeout_minutes\": 30}"), &cfg, true, &m, &err),
+			 0);
 	assert_int_equal(m, 30);
-	assert_int_equal(api_extend_decode(S("{}"), &cfg, &m, &err), -1);
+	assert_int_equal(api_timeout_decode(S("{}"), &cfg, true, &m, &err), -1);
 	assert_string_equal(err.param, "timeout_minutes");
 	assert_int_equal(
-	    api_extend_decode(S("{\"timeout_minutes\": 30, \"x\": 1}"), &cfg, &m, &err), -1);
+	    api_timeout_decode(S("{\"timeout_minutes\": 30, \"x\": 1}"), &cfg, true, &m, &err), -1);
 	assert_string_equal(err.param, "x");
+	/* resume: the body is optional, the field too; an extend needs it */
+	m = 7;
+	assert_int_equal(api_timeout_decode("", 0, &cfg, false, &m, &err), 0);
+	assert_int_equal(m, 0);
+	assert_int_equal(api_timeout_decode(S("{}"), &cfg, false, &m, &err), 0);
+	assert_int_equal(m, 0);
+	assert_int_equal(api_timeout_decode(S("{\"timeout_minutes\": 5}"), &cfg, false, &m, &err),
+			 0);
+	assert_int_equal(m, 5);
+	assert_int_equal(api_timeout_decode("", 0, &cfg, true, &m, &err), -1);
+	assert_int_equal(api_timeout_decode(S("{\"timeout_minutes\": 0}"), &cfg, false, &m, &err),
+			 -1);
+	assert_string_equal(err.param, "timeout_minutes");
 	assert_int_equal(api_key_create_decode(S(""), &sc, &has, &err), 0);
 	assert_false(has);
 	assert_int_equal(api_key_create_decode(S("{}"), &sc, &has, &err), 0);
@@ -498,24 +523,28 @@ static void test_sandbox_and_error_encode(void **state)
 	struct json_object *o = api_sandbox_encode(&v);
 	struct sbx_error err;
 
-	assert_string_equal(
-	    to_s(o), "{\"id\":\"sbx_0123456789abcdef\",\"object\":\"sandbox\","
-		     "\"status\":\"running\",\"size\":\"small\",\"created_at\":"
-		     "\"2026-08-22T14:31:00Z\",\"expires_at\":\"2026-08-22T14:46:00Z\","
-		     "\"ended_at\":null,\"cost_micro_usd\":7525,\"cost_usd\":"
-		     "\"0.007525\",\"startup_path\":null,\"startup_ms\":null,"
-		     "\"metadata\":{\"job\":\"4711\",\"team\":\"a \\\"b\\\"\"},"
-		     "\"paused_at\":null,\"paused_bytes\":null,\"paused_seconds\":0,"
-		     "\"network\":{\"egress\":\"allow_list\",\"allow\":[\"a.test:443\"],"
-		     "\"deny\":[]},\"net_bytes_in\":7,\"net_bytes_out\":3,\"snapshot\":null}");
+	assert_string_equal(to_s(o),
+			    "{\"id\":\"sbx_0123456789abcdef\",\"object\":\"sandbox\","
+			    "\"status\":\"running\",\"size\":\"small\",\"created_at\":"
+			    "\"2026-08-22T14:31:00Z\",\"expires_at\":\"2026-08-22T14:46:00Z\","
+			    "\"ended_at\":null,\"cost_micro_usd\":7525,\"cost_usd\":"
+			    "\"0.007525\",\"startup_path\":null,\"startup_ms\":null,"
+			    "\"metadata\":{\"job\":\"4711\",\"team\":\"a \\\"b\\\"\"},"
+			    "\"paused_at\":null,\"paused_bytes\":null,\"paused_seconds\":0,"
+			    "\"network\":{\"egress\":\"allow_list\",\"allow\":[\"a.test:443\"],"
+			    "\"deny\":[]},\"net_bytes_in\":7,\"net_bytes_out\":3,\"snapshot\":null,"
+			    "\"timeout_action\":\"expire\"}");
 	json_object_put(o);
 
 	/* made from a snapshot: it names it */
 	snprintf(v.snapshot, sizeof(v.snapshot), "snap_0123456789abcdef01234567");
+	v.timeout_action = SANDBOX_ON_TIMEOUT_PAUSE;
 	o = api_sandbox_encode(&v);
-	assert_non_null(strstr(to_s(o), "\"snapshot\":\"snap_0123456789abcdef01234567\"}"));
+	assert_non_null(strstr(to_s(o), "\"snapshot\":\"snap_0123456789abcdef01234567\","
+					"\"timeout_action\":\"pause\"}"));
 	json_object_put(o);
 	v.snapshot[0] = '\0';
+	v.timeout_action = SANDBOX_ON_TIMEOUT_EXPIRE;
 
 	/* paused: when, and what it keeps on the host */
 	snprintf(v.status, sizeof(v.status), "paused");

@@ -518,13 +518,13 @@ static void test_pause_resume_ledger(void **state)
 	assert_ledger_ok(f, t + 160000);
 	/* resumed at +160 s: 60 s paused, expiry moved, 60 µ$ of storage */
 	assert_int_equal(
-	    store_sandbox_resume(f->s, r.id, t + 160000, billing_pause_cost, &out, &err), 1);
+	    store_sandbox_resume(f->s, r.id, t + 160000, billing_pause_cost, 0, 0, &out, &err), 1);
 	assert_int_equal(out.status, STORE_RUNNING);
 	assert_int_equal(out.paused_ms, 60000);
 	assert_int_equal(out.storage_micro, 60);
 	assert_int_equal(out.expires_at_ms, t + 15 * 60000 + 60000);
 	assert_int_equal(
-	    store_sandbox_resume(f->s, r.id, t + 170000, billing_pause_cost, &out, &err), 0);
+	    store_sandbox_resume(f->s, r.id, t + 170000, billing_pause_cost, 0, 0, &out, &err), 0);
 	assert_int_equal(out.paused_ms, 60000);
 	assert_ledger_ok(f, t + 170000);
 	/* a storage hold the account cannot cover: 402, still running */
@@ -546,6 +546,54 @@ static void test_pause_resume_ledger(void **state)
 	assert_int_equal(b.consumed_micro, billing_cost(340200, SMALL) + 160);
 }
 
+/* timeout_action "pause": paused at its expiry, resumed 5 min later with
+ * 10 more minutes; the added time is held in the resume's transaction, a
+ * hold the account cannot make leaves it paused, and the one charge is
+ * 25 min of runtime plus the storage of the pause. */
+static void test_resume_grants_time(void **state)
+{
+	struct fx *f = *state;
+	struct sbx_error err = {0};
+	const int64_t t = 1700000000000, gib = INT64_C(1) << 30, min = 60000;
+	const int64_t exp = t + 15 * min, back = exp + 5 * min;
+	struct store_sandbox r, out;
+	struct store_balance b;
+
+	start(f, t, 15, &r);
+	assert_int_equal(store_sandbox_pause(f->s, r.id, exp, gib, 3600, 1000, &out, &err), 1);
+	/* more than the balance: refused, nothing written */
+	assert_int_equal(store_sandbox_resume(f->s, r.id, back, billing_pause_cost, back + 10 * min,
+					      INT64_C(1) << 50, &out, &err),
+			 -1);
+	assert_int_equal(err.code, SBX_E_INSUFFICIENT_CREDIT);
+	assert_int_equal(store_sandbox_get(f->s, f->a.id, r.id, &out, &err), 0);
+	assert_int_equal(out.status, STORE_PAUSED);
+	assert_int_equal(out.hold_micro, 22500 + 1000);
+	/* granted: expiry 10 min from the resume, its cost held */
+	assert_int_equal(store_sandbox_resume(f->s, r.id, back, billing_pause_cost, back + 10 * min,
+					      billing_cost(10 * min, SMALL), &out, &err),
+			 1);
+	assert_int_equal(out.status, STORE_RUNNING);
+	assert_int_equal(out.expires_at_ms, back + 10 * min);
+	assert_int_equal(out.paused_ms, 5 * min);
+	assert_int_equal(out.hold_micro, 22500 + 1000 + billing_cost(10 * min, SMALL));
+	assert_ledger_ok(f, back);
+	/* an expiry earlier than the time it has left changes nothing */
+	assert_int_equal(store_sandbox_pause(f->s, r.id, back + min, gib, 3600, 0, &out, &err), 1);
+	assert_int_equal(store_sandbox_resume(f->s, r.id, back + 2 * min, billing_pause_cost,
+					      back + 3 * min, 999, &out, &err),
+			 1);
+	assert_int_equal(out.expires_at_ms, back + 11 * min);
+	assert_int_equal(out.hold_micro, 22500 + 1000 + billing_cost(10 * min, SMALL));
+	/* expired at its new expiry: 15 + 1 + 9 min of runtime, 5 + 1 min stored */
+	assert_int_equal(billing_settle(f->s, r.id, STORE_EXPIRED, back + 11 * min, &out, &err), 1);
+	assert_int_equal(out.charge_micro,
+			 billing_cost(25 * min, SMALL) + billing_storage_cost(gib, 6 * min, 3600));
+	assert_ledger_ok(f, back + 11 * min);
+	assert_int_equal(billing_balance(f->s, f->a.id, back + 11 * min, &b, &err), 0);
+	assert_int_equal(b.reserved_micro, 0);
+}
+
 int main(void)
 {
 	sbx_log_set_level(SBX_LOG_ERROR);
@@ -563,6 +611,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_network_settle, fx_setup, fx_teardown),
 	    cmocka_unit_test(test_charge_with_pauses),
 	    cmocka_unit_test_setup_teardown(test_pause_resume_ledger, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_resume_grants_time, fx_setup, fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -381,7 +381,7 @@ static void test_migration_computes_totals(void **state)
 			  " SELECT id, 'credit', 777, 1 FROM accounts WHERE name = 'alice'");
 	f->s = store_open(f->path, &err);
 	assert_non_null(f->s);
-	assert_int_equal(q64(f->path, "PRAGMA user_version", NULL), 14);
+	assert_int_equal(q64(f->path, "PRAGMA user_version", NULL), 15);
 	assert_totals_match_ledger(f, f->a.id);
 	assert_totals_match_ledger(f, f->b.id);
 	assert_int_equal(q64(f->path,
@@ -546,13 +546,14 @@ static void test_migration_hosts(void **state)
 			 0);
 	store_close(f->s);
 	exec_sql(f->path,
-		 STORE_PRIV_BACK_TO_SCHEMA_13_SNAPSHOTS STORE_PRIV_BACK_TO_SCHEMA_12_PREVIEWS
-		     STORE_PRIV_BACK_TO_SCHEMA_11_NETWORK STORE_PRIV_BACK_TO_SCHEMA_10_PAUSE
-			 STORE_PRIV_BACK_TO_SCHEMA_9_LABELS STORE_PRIV_BACK_TO_SCHEMA_8_RECEIPTS
-			     STORE_PRIV_BACK_TO_SCHEMA_7_HOSTS "PRAGMA user_version = 7;");
+		 STORE_PRIV_BACK_TO_SCHEMA_14_TIMEOUT_ACTION STORE_PRIV_BACK_TO_SCHEMA_13_SNAPSHOTS
+		     STORE_PRIV_BACK_TO_SCHEMA_12_PREVIEWS STORE_PRIV_BACK_TO_SCHEMA_11_NETWORK
+			 STORE_PRIV_BACK_TO_SCHEMA_10_PAUSE STORE_PRIV_BACK_TO_SCHEMA_9_LABELS
+			     STORE_PRIV_BACK_TO_SCHEMA_8_RECEIPTS STORE_PRIV_BACK_TO_SCHEMA_7_HOSTS
+		 "PRAGMA user_version = 7;");
 	f->s = store_open(f->path, &err);
 	assert_non_null(f->s);
-	assert_int_equal(q64(f->path, "PRAGMA user_version", NULL), 14);
+	assert_int_equal(q64(f->path, "PRAGMA user_version", NULL), 15);
 	assert_int_equal(store_sandbox_get(f->s, f->a.id, r.id, &got, &err), 0);
 	assert_string_equal(got.host, "local");
 	assert_string_equal(got.domain, "d1");

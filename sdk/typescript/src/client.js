@@ -59,9 +59,10 @@ export class Sandboxd {
 export class Sandboxes {
   constructor(client) { this.client = client; }
 
-  /** Create a sandbox; {size, timeoutMinutes, metadata, network, snapshot, idempotencyKey, signal}
-   * (network: an egress policy, docs/network.md; snapshot: a snapshot's id,
-   * its disk starts as the snapshot's, docs/api.md Snapshots). */
+  /** Create a sandbox; {size, timeoutMinutes, metadata, network, snapshot, timeoutAction,
+   * idempotencyKey, signal} (network: an egress policy, docs/network.md;
+   * snapshot: a snapshot's id, its disk starts as the snapshot's, docs/api.md
+   * Snapshots; timeoutAction: 'pause' pauses it at its expiry, 'expire' ends it). */
   async create(o = {}) {
     const body = {};
     if (o.size !== undefined) body.size = o.size;
@@ -69,6 +70,7 @@ export class Sandboxes {
     if (o.metadata !== undefined) body.metadata = o.metadata;
     if (o.network !== undefined) body.network = o.network;
     if (o.snapshot !== undefined) body.snapshot = o.snapshot;
+    if (o.timeoutAction !== undefined) body.timeout_action = o.timeoutAction;
     const key = o.idempotencyKey ?? await newIdempotencyKey();
     const info = await this.client.http.call('POST', '/v1/sandboxes', {
       json: body, signal: o.signal, retry: 'create', headers: { 'Idempotency-Key': key },

@@ -206,9 +206,12 @@ export class Sandbox {
   }
 
   /** Resume a paused sandbox: files, processes and clock as they were,
-   * expires_at moved out by the pause. A running one is returned as it is. */
+   * expires_at moved out by the pause; {timeoutMinutes}: run at least that
+   * long from now (held as an extend; without it, a sandbox paused at its
+   * expiry gets the default timeout). A running one is returned as it is. */
   async resume(o = {}) {
-    this.info = await this._call('POST', '/v1/sandboxes/{id}/resume', { signal: o.signal, retry: 'rate' });
+    const json = o.timeoutMinutes == null ? undefined : { timeout_minutes: o.timeoutMinutes };
+    this.info = await this._call('POST', '/v1/sandboxes/{id}/resume', { json, signal: o.signal, retry: 'rate' });
     return this;
   }
 

@@ -72,10 +72,12 @@ class Client:
                        idempotency_key: Optional[str] = None,
                        metadata: Optional[Dict[str, str]] = None,
                        network: Optional[Dict[str, Any]] = None,
-                       snapshot: Optional[str] = None) -> Sandbox:
+                       snapshot: Optional[str] = None,
+                       timeout_action: Optional[str] = None) -> Sandbox:
         """Same as ``Sandbox.create(..., client=self)``."""
         return Sandbox.create(size, timeout_minutes, client=self, idempotency_key=idempotency_key,
-                              metadata=metadata, network=network, snapshot=snapshot)
+                              metadata=metadata, network=network, snapshot=snapshot,
+                              timeout_action=timeout_action)
 
     def sandbox(self, sandbox_id: str) -> Sandbox:
         """A handle on an existing sandbox (``GET /v1/sandboxes/{id}``)."""

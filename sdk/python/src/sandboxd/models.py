@@ -50,6 +50,7 @@ class SandboxInfo:
     net_bytes_in: int = 0  # relayed toward the guest (0 until egress is wired)
     net_bytes_out: int = 0  # relayed from the guest
     snapshot: Optional[str] = None  # the snapshot its disk started from (docs/api.md "Snapshots")
+    timeout_action: str = "expire"  # what its expiry does: "expire" or "pause"
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
 

@@ -96,6 +96,7 @@ class Sandbox:
         metadata: Optional[Dict[str, str]] = None,
         network: Optional[Dict[str, Any]] = None,
         snapshot: Optional[str] = None,
+        timeout_action: Optional[str] = None,
     ) -> "Sandbox":
         """``POST /v1/sandboxes``: returns once the guest accepts commands.
         ``metadata``: labels, string pairs (docs/api.md, Metadata).
@@ -103,6 +104,9 @@ class Sandbox:
         "allow": ["pypi.org", "*.pythonhosted.org:443"]}`` (docs/api.md,
         Network); without it, the service's default. ``snapshot``: a
         snapshot's id (:meth:`snapshot`): its disk starts as the snapshot's.
+        ``timeout_action``: ``"pause"`` pauses it at its expiry instead of
+        ending it (``"expire"``, the default); :meth:`resume` gives it time
+        again.
 
         One ``Idempotency-Key`` (given, or made here) is sent with every
         attempt, so the retries after a 429, 503, 409 or a lost connection
@@ -113,7 +117,8 @@ class Sandbox:
         client = client or Client()
         body = {k: v for k, v in (("size", size), ("timeout_minutes", timeout_minutes),
                                   ("metadata", metadata), ("network", network),
-                                  ("snapshot", snapshot)) if v is not None}
+                                  ("snapshot", snapshot), ("timeout_action", timeout_action))
+                if v is not None}
         key = idempotency_key or f"sdk-py-{uuid.uuid4().hex}"
         with client._request("POST", "/v1/sandboxes", json_body=body,
                              headers={"Idempotency-Key": key}, retry=CREATE) as r:
@@ -248,11 +253,15 @@ class Sandbox:
         self.info = from_json(SandboxInfo, self._req("POST", "/pause", retry=RATE).json())
         return self.info
 
-    def resume(self) -> SandboxInfo:
+    def resume(self, timeout_minutes: Optional[int] = None) -> SandboxInfo:
         """``POST /v1/sandboxes/{id}/resume``: bring a paused sandbox back
         with its files, processes and clock; ``expires_at`` moves out by the
-        pause. A running sandbox is returned as it is."""
-        self.info = from_json(SandboxInfo, self._req("POST", "/resume", retry=RATE).json())
+        pause. ``timeout_minutes``: run at least that long from now (held
+        as an extend); without it, a sandbox paused at its expiry gets the
+        default timeout. A running sandbox is returned as it is."""
+        body = {"timeout_minutes": timeout_minutes} if timeout_minutes is not None else None
+        self.info = from_json(SandboxInfo, self._req("POST", "/resume", json_body=body,
+                                                      retry=RATE).json())
         return self.info
 
     def exec(
