@@ -1,12 +1,14 @@
-/* bench/snapshot: how long a disk snapshot takes, how long a sandbox made
- * from one takes to be ready beside a cold create of the same size, and
- * how large the files are (docs/lifecycle.md "Snapshots and templates").
+/* bench/snapshot: how long a pause, a resume and a disk snapshot take, how
+ * long a sandbox made from a snapshot takes to be ready beside a cold
+ * create of the same size, and how large the files are, in one run
+ * (docs/lifecycle.md "Pause and resume", "Snapshots and templates").
  *
  * Full image only (SBX_TEST_FULL_IMAGE_DIR; the tiny image has no disk:
  * skipped when not built). One daemon as the integration tests start it
  * (harness.h), one source sandbox of 512 MiB and a 2 GiB disk that writes
  * SBX_BENCH_SNAPSHOT_MIB MiB (default 64) of random data and syncs; then
- * SBX_BENCH_SNAPSHOTS rounds (default 3) of: POST .../snapshots of the
+ * SBX_BENCH_SNAPSHOTS rounds (default 3) of: a pause and a resume of the
+ * source (client round trips; paused_bytes), POST .../snapshots of the
  * running source (client round trip; the snapshot's bytes and its file's
  * allocated size), a create from it and a cold create (each until the
  * guest accepts commands; the warm pool is off, so both boot), both
@@ -59,28 +61,52 @@ static int delete_at(struct daemon *d, const char *path)
 	return 0;
 }
 
-static int round_once(struct daemon *d, const char *src, int64_t *snap_ms, int64_t *from_ms,
-		      int64_t *cold_ms, int64_t *bytes, int64_t *file)
+/* One round's figures. */
+struct round {
+	int64_t pause_ms, resume_ms, paused_bytes, snap_ms, from_ms, cold_ms, bytes, file;
+};
+
+/* Pause the source and resume it: the times and what the pause kept. */
+static int pause_resume(struct daemon *d, const char *src, struct round *o)
+{
+	char path[700];
+	struct http_reply r;
+
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s/pause", src);
+	if (call(d, "POST", path, NULL, &r, &o->pause_ms) < 0)
+		return -1;
+	o->paused_bytes = jint(r.json, "paused_bytes");
+	http_reply_free(&r);
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s/resume", src);
+	if (call(d, "POST", path, NULL, &r, &o->resume_ms) < 0)
+		return -1;
+	http_reply_free(&r);
+	return 0;
+}
+
+static int round_once(struct daemon *d, const char *src, struct round *o)
 {
 	char path[700], snap[64], id[64], body[128];
 	struct http_reply r;
 	struct stat st;
 
+	if (pause_resume(d, src, o) < 0)
+		return -1;
 	snprintf(path, sizeof(path), "/v1/sandboxes/%s/snapshots", src);
-	if (call(d, "POST", path, NULL, &r, snap_ms) < 0)
+	if (call(d, "POST", path, NULL, &r, &o->snap_ms) < 0)
 		return -1;
 	snprintf(snap, sizeof(snap), "%s", jstr(r.json, "id") ? jstr(r.json, "id") : "");
-	*bytes = jint(r.json, "bytes");
+	o->bytes = jint(r.json, "bytes");
 	http_reply_free(&r);
 	snprintf(path, sizeof(path), "%s/run/%s.qcow2", d->state_dir, snap);
-	*file = stat(path, &st) == 0 ? (int64_t)st.st_blocks * 512 : -1;
+	o->file = stat(path, &st) == 0 ? (int64_t)st.st_blocks * 512 : -1;
 	snprintf(body, sizeof(body), "{\"snapshot\": \"%s\", \"timeout_minutes\": 5}", snap);
-	if (create(d, body, id, sizeof(id), from_ms) < 0)
+	if (create(d, body, id, sizeof(id), &o->from_ms) < 0)
 		return -1;
 	snprintf(path, sizeof(path), "/v1/sandboxes/%s", id);
 	if (delete_at(d, path) < 0)
 		return -1;
-	if (create(d, "{\"timeout_minutes\": 5}", id, sizeof(id), cold_ms) < 0)
+	if (create(d, "{\"timeout_minutes\": 5}", id, sizeof(id), &o->cold_ms) < 0)
 		return -1;
 	snprintf(path, sizeof(path), "/v1/sandboxes/%s", id);
 	if (delete_at(d, path) < 0)
@@ -101,7 +127,8 @@ int main(void)
 {
 	int mib = env_int_range("SBX_BENCH_SNAPSHOT_MIB", 64, 0, 1024);
 	int rounds = env_int_range("SBX_BENCH_SNAPSHOTS", 3, 1, 16);
-	int64_t snap_ms[16], from_ms[16], cold_ms[16], bytes[16], file[16], ms;
+	struct round o[16];
+	int64_t v[16], ms;
 	struct daemon d;
 	struct http_reply r;
 	char src[64], cmd[256];
@@ -125,16 +152,25 @@ int main(void)
 		goto out;
 	http_reply_free(&r);
 	for (n = 0; n < rounds; n++)
-		if (round_once(&d, src, &snap_ms[n], &from_ms[n], &cold_ms[n], &bytes[n],
-			       &file[n]) < 0)
+		if (round_once(&d, src, &o[n]) < 0)
 			goto out;
 	printf("full image, 512 MiB guest, 2 GiB disk, %d MiB written by the source, %d rounds:\n",
 	       mib, n);
-	line("snapshot of a running sandbox", snap_ms, n, 1, "ms");
-	line("create from the snapshot", from_ms, n, 1, "ms");
-	line("cold create, same size", cold_ms, n, 1, "ms");
-	line("snapshot bytes (the API's)", bytes, n, 1048576.0, "MiB");
-	line("snapshot file (allocated)", file, n, 1048576.0, "MiB");
+#define LINE(what, field, div, unit)                                                               \
+	do {                                                                                       \
+		for (int i = 0; i < n; i++)                                                        \
+			v[i] = o[i].field;                                                         \
+		line(what, v, n, div, unit);                                                       \
+	} while (0)
+	LINE("pause of the source", pause_ms, 1, "ms");
+	LINE("resume of the source", resume_ms, 1, "ms");
+	LINE("paused_bytes (save + overlay)", paused_bytes, 1048576.0, "MiB");
+	LINE("snapshot of a running sandbox", snap_ms, 1, "ms");
+	LINE("create from the snapshot", from_ms, 1, "ms");
+	LINE("cold create, same size", cold_ms, 1, "ms");
+	LINE("snapshot bytes (the API's)", bytes, 1048576.0, "MiB");
+	LINE("snapshot file (allocated)", file, 1048576.0, "MiB");
+#undef LINE
 	rc = 0;
 out:
 	daemon_down(&d);

@@ -461,6 +461,13 @@ void fleet_hosts_measure_disk(struct fleet *f);
  * on every local host's state dir and the database's filesystem (the
  * disk rule, adding no guest)? Measures first. No lock held. */
 bool fleet_disk_fits(struct fleet *f);
+/* Before a file of up to `bytes` is written in local host h's state dir
+ * (a pause's save file, a snapshot): does the disk rule still hold with
+ * it (min_free_disk_mib kept, and room for the disks of the guests h
+ * holds)? 0, or -1 with SBX_E_INSUFFICIENT_STORAGE (507). Remote hosts: 0.
+ * Measures first. No lock held. */
+int fleet_host_disk_room(struct fleet *f, struct fleet_host *h, int64_t bytes,
+			 struct sbx_error *err);
 /* The drained hosts, read now through the drains_read hook (before the
  * first placement). No lock held. */
 void fleet_hosts_read_drains(struct fleet *f);

@@ -164,15 +164,17 @@ void fleet_hosts_measure_disk(struct fleet *f)
 }
 
 /* The free-space rule (docs/configuration.md "Disk") on a local host's
- * state dir with `gib` GiB of guest disks placed there, and
+ * state dir with `gib` GiB of guest disks placed there and a file of
+ * file_mib about to be written there (a pause's save, a snapshot), and
  * min_free_disk_mib on the database's filesystem, from the figures
  * fleet_hosts_measure_disk() kept. Call with lock. */
-static bool disk_rule_locked(struct fleet_host *h, uint64_t gib)
+static bool disk_rule_file_locked(struct fleet_host *h, uint64_t gib, uint64_t file_mib)
 {
 	const struct sandbox_config *cfg = h->fleet->cfg;
 	uint64_t need_mib;
 
-	need_mib = cfg->min_free_disk_mib + (uint64_t)((double)gib * 1024.0 / cfg->disk_overcommit);
+	need_mib = cfg->min_free_disk_mib + file_mib +
+		   (uint64_t)((double)gib * 1024.0 / cfg->disk_overcommit);
 	if (h->disk_measured && h->disk_free_mib < need_mib) {
 		/* the pool asks on every tick: say it once a minute */
 		if (sbx_mono_ms() - h->disk_warned_mono >= 60000) {
@@ -195,6 +197,11 @@ static bool disk_rule_locked(struct fleet_host *h, uint64_t gib)
 		return false;
 	}
 	return true;
+}
+
+static bool disk_rule_locked(struct fleet_host *h, uint64_t gib)
+{
+	return disk_rule_file_locked(h, gib, 0);
 }
 
 /* What placement needs of host h for a guest of `size` (runtime: an
@@ -277,6 +284,29 @@ bool fleet_disk_fits(struct fleet *f)
 	ok = disk_fits_locked(f);
 	pthread_mutex_unlock(&f->lock);
 	return ok;
+}
+
+int fleet_host_disk_room(struct fleet *f, struct fleet_host *h, int64_t bytes,
+			 struct sbx_error *err)
+{
+	uint64_t mib = bytes > 0 ? ((uint64_t)bytes + (1u << 20) - 1) >> 20 : 0, gib, mem;
+	int guests;
+	bool ok;
+
+	if (!h->local)
+		return 0; /* its pool's own rules: libvirt refuses when full */
+	fleet_hosts_measure_disk(f);
+	pthread_mutex_lock(&f->lock);
+	host_used_locked(h, &guests, &mem, &gib);
+	ok = disk_rule_file_locked(h, h->cfg->base_image[0] ? gib : 0, mib);
+	pthread_mutex_unlock(&f->lock);
+	if (ok)
+		return 0;
+	return sbx_error_set(err, SBX_E_INSUFFICIENT_STORAGE, NULL,
+			     "host %s has no room on its disk for a file of up to %llu MiB (it "
+			     "keeps min_free_disk_mib free and room for its guests' disks); "
+			     "nothing was written",
+			     h->cfg->name, (unsigned long long)mib);
 }
 
 void fleet_host_booting_locked(struct fleet_host *h, const struct sandbox_size *size, int sign)

@@ -155,25 +155,32 @@ void sandbox_host_job_leave(struct sandbox_svc *svc, struct fleet_host *h)
 
 /* ------------------------------------------------------------- pause */
 
+/* The largest save this guest may make and keep: its whole memory,
+ * device state and its disk overlay now (no save file yet). */
+static int64_t pause_max_bytes(struct sandbox_svc *svc, struct fleet_host *h,
+			       const struct store_sandbox *row)
+{
+	const struct sandbox_size *size = sandbox_config_size(&svc->cfg, row->size);
+	int64_t bytes = vmm_saved_bytes(h->vmm, row->domain);
+
+	return (bytes > 0 ? bytes : 0) + SAVE_MARGIN_BYTES +
+	       (size ? (int64_t)size->memory_mib << 20 : 0);
+}
+
 /* Before the save: can the account hold the storage of the largest save
- * this guest may make (its whole memory, device state and its disk
- * overlay now) for the paused retention? 0, or -1 with 402 (it keeps
- * running, nothing was written). The hold itself is taken on what was
- * saved, in the pause's transaction. */
-static int pause_credit_check(struct sandbox_svc *svc, struct fleet_host *h,
-			      const struct store_sandbox *row, struct sbx_error *err)
+ * (pause_max_bytes) for the paused retention? 0, or -1 with 402 (it
+ * keeps running, nothing was written). The hold itself is taken on what
+ * was saved, in the pause's transaction. */
+static int pause_credit_check(struct sandbox_svc *svc, const struct store_sandbox *row,
+			      int64_t bytes, struct sbx_error *err)
 {
 	const struct sandbox_config *cfg = &svc->cfg;
-	const struct sandbox_size *size = sandbox_config_size(cfg, row->size);
 	struct store_balance b;
-	int64_t bytes, hold;
+	int64_t hold;
 	char need[32], have[32];
 
 	if (!cfg->paused_storage_micro_per_gib_hour)
 		return 0;
-	bytes = vmm_saved_bytes(h->vmm, row->domain); /* the overlay: no save file yet */
-	bytes = (bytes > 0 ? bytes : 0) + SAVE_MARGIN_BYTES +
-		(size ? (int64_t)size->memory_mib << 20 : 0);
 	hold = storage_hold(cfg, bytes);
 	if (store_balance_get(svc->store, row->account_id, &b, err) < 0)
 		return -1;
@@ -300,8 +307,11 @@ static int pause_locked(struct sandbox_svc *svc, struct store_sandbox *row, int6
 	if (!h || !h->vmm)
 		return sbx_error_set(err, SBX_E_SERVICE_UNAVAILABLE, NULL,
 				     "the host of sandbox '%s' does not answer; retry", row->id);
-	/* the money first: a refused pause must not have cost a save */
-	if (pause_credit_check(svc, h, row, err) < 0)
+	/* the money and the disk first: a refused pause must not have cost a
+	 * save, nor filled the disk the ledger writes to */
+	int64_t most = pause_max_bytes(svc, h, row);
+	if (pause_credit_check(svc, row, most, err) < 0 ||
+	    fleet_host_disk_room(svc->fleet, h, most, err) < 0)
 		return -1;
 	/* its disk as the guest sees it: what a snapshot of the paused
 	 * sandbox copies (best effort: the save keeps the page cache anyway) */

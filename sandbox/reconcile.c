@@ -9,7 +9,9 @@
  *   3. each creating row: its create is rolled back (its domain, if any,
  *      is an orphan for step 4);
  *      each running row on a host no longer configured or not answering:
- *      it ends (settle_lost);
+ *      it ends (settle_lost); a paused one stays paused on a host that
+ *      does not answer (its saved guest is on that host's disk) and ends
+ *      failed at its pause on a host no longer configured;
  *   4. each host that answers (reconcile_host, restart):
  *      a. list its domains of ours: one naming a running row here is kept,
  *         the rest are orphans and destroyed;
@@ -267,6 +269,21 @@ int sandbox_reconcile_all(struct sandbox_svc *svc, struct sbx_error *err)
 			/* its domain, if any, names a creating row: an orphan */
 			sbx_info(MOD, "reconcile: rolling back create of %s", row->id);
 			store_sandbox_abort(svc->store, row->id, NULL);
+		} else if (row->status == STORE_PAUSED && !h) {
+			/* its saved guest is out of reach for good: as a paused
+			 * row whose files are lost, at its pause */
+			sbx_warn(MOD,
+				 "reconcile: %s was paused on host %s, no longer configured; "
+				 "ending it failed at its pause",
+				 row->id, row->host);
+			sandbox_settle(svc, row->id, STORE_FAILED, row->paused_at_ms, NULL, NULL);
+		} else if (row->status == STORE_PAUSED && !h->vmm) {
+			/* its saved guest is on that host's disk: it stays
+			 * paused, its resume answers 503 until the host does */
+			sbx_warn(MOD,
+				 "reconcile: %s is paused on host %s, which does not answer: "
+				 "it stays paused (a resume answers 503 until the host answers)",
+				 row->id, row->host);
 		} else if (!h) {
 			settle_lost(svc, row, now, false, "ran on a host no longer configured");
 		} else if (!h->vmm) {

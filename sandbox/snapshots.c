@@ -107,6 +107,22 @@ static uint32_t snapshot_deadline_ms(const struct sandbox_config *cfg, bool runn
 	return (uint32_t)t;
 }
 
+/* The most the snapshot of `sb` can take on its host: its overlay (and a
+ * paused guest's save file, which is not copied: an overestimate) and the
+ * snapshot its disk started from, both flattened into the new file. */
+static int64_t snapshot_max_bytes(struct sandbox_svc *svc, struct fleet_host *h,
+				  const struct store_sandbox *sb)
+{
+	int64_t bytes = vmm_saved_bytes(h->vmm, sb->domain);
+	struct store_snapshot parent;
+
+	bytes = bytes > 0 ? bytes : 0;
+	if (sb->snapshot_id[0] &&
+	    store_snapshot_get(svc->store, NULL, sb->snapshot_id, &parent, NULL) == 0)
+		bytes += parent.bytes;
+	return bytes;
+}
+
 /* Steps 3 and 4 with the row CREATING: 0, or -1 (the row and file gone). */
 static int snapshot_write(struct sandbox_svc *svc, struct fleet_host *h,
 			  const struct store_sandbox *sb, struct store_snapshot *snap,
@@ -118,7 +134,10 @@ static int snapshot_write(struct sandbox_svc *svc, struct fleet_host *h,
 	int rc;
 
 	sandbox_fault_hit(cfg, SANDBOX_FAULT_SNAPSHOT_AFTER_INSERT);
-	rc = running ? sandbox_guest_sync(svc, sb->id, err) : 0;
+	/* the disk rule with the file written: 507, nothing synced or copied */
+	rc = fleet_host_disk_room(svc->fleet, h, snapshot_max_bytes(svc, h, sb), err);
+	if (rc == 0 && running)
+		rc = sandbox_guest_sync(svc, sb->id, err);
 	if (rc == 0 && (rc = sandbox_host_job_enter(svc, h, err)) == 0) {
 		rc = vmm_snapshot_take(h->vmm, sb->domain, running, snap->id,
 				       snapshot_deadline_ms(cfg, running), &bytes, err);
