@@ -116,6 +116,12 @@ int api_json_get_int(struct json_object *v, const char *name, int64_t min, int64
 		     int64_t *out, struct sbx_error *err);
 int api_json_get_string(struct json_object *v, const char *name, const char **s, size_t *len,
 			struct sbx_error *err);
+/* A body that may carry one field, `name`, and nothing else: an empty
+ * body (unless `required`) or {} gives *val = NULL; another field is 400
+ * (unknown), a missing one when required 400 naming it. 0 with *obj the
+ * parsed body to put (NULL for an empty one) and *val in it, or -1. */
+int api_json_one_field(const char *body, size_t len, const char *name, bool required,
+		       struct json_object **obj, struct json_object **val, struct sbx_error *err);
 /* Copy a field name for an error message, made printable and short. */
 void api_json_field_name(const char *key, char out[static 48]);
 /* usage's by_metadata array: {"value": string|null, "seconds",

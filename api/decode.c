@@ -122,37 +122,16 @@ int api_network_body_decode(const char *body, size_t len, const struct sandbox_c
 int api_timeout_decode(const char *body, size_t len, const struct sandbox_config *cfg,
 		       bool required, int *timeout_minutes, struct sbx_error *err)
 {
-	struct json_object *obj;
-	bool seen = false;
-	int rc = -1;
+	struct json_object *obj, *val;
+	int64_t x = 0;
+	int rc;
 
 	*timeout_minutes = 0;
-	if (!required && len == 0)
-		return 0;
-	obj = api_json_parse_object(body, len, err);
-	if (!obj)
+	if (api_json_one_field(body, len, "timeout_minutes", required, &obj, &val, err) < 0)
 		return -1;
-	json_object_object_foreach(obj, key, val)
-	{
-		if (strcmp(key, "timeout_minutes") == 0) {
-			int64_t x;
-			if (api_json_get_int(val, "timeout_minutes", 1, cfg->max_timeout_minutes,
-					     &x, err) < 0)
-				goto out;
-			*timeout_minutes = (int)x;
-			seen = true;
-		} else {
-			api_json_unknown_field(key, err);
-			goto out;
-		}
-	}
-	if (!seen && required) {
-		sbx_error_set(err, SBX_E_INVALID_REQUEST, "timeout_minutes",
-			      "'timeout_minutes' is required");
-		goto out;
-	}
-	rc = 0;
-out:
+	rc = val ? api_json_get_int(val, "timeout_minutes", 1, cfg->max_timeout_minutes, &x, err)
+		 : 0;
+	*timeout_minutes = rc == 0 ? (int)x : 0;
 	json_object_put(obj);
 	return rc;
 }

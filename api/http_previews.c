@@ -42,31 +42,22 @@ static struct json_object *preview_encode(const struct sandbox_preview *p, const
 static int create_decode(struct req *r, int *expires_in_s, struct sbx_error *err)
 {
 	const struct sandbox_config *cfg = r->srv->cfg;
-	struct json_object *obj;
+	struct json_object *obj, *val;
+	int64_t x;
 	int rc = 0;
 
 	*expires_in_s = 3600 < cfg->preview_max_ttl_seconds ? 3600 : cfg->preview_max_ttl_seconds;
-	if (r->body.len == 0)
-		return 0;
-	obj = api_json_parse_object(r->body.data, r->body.len, err);
-	if (!obj)
+	if (api_json_one_field(r->body.data, r->body.len, "expires_in_seconds", false, &obj, &val,
+			       err) < 0)
 		return -1;
-	json_object_object_foreach(obj, key, val)
-	{
-		int64_t x;
-
-		if (strcmp(key, "expires_in_seconds") != 0) {
-			rc = api_json_unknown_field(key, err);
-			break;
-		}
+	if (val) {
 		rc = api_json_get_int(val, "expires_in_seconds", 1, cfg->preview_max_ttl_seconds,
 				      &x, err);
-		if (rc < 0)
-			break;
-		*expires_in_s = (int)x;
+		if (rc == 0)
+			*expires_in_s = (int)x;
 	}
 	json_object_put(obj);
-	return rc < 0 ? -1 : 0;
+	return rc;
 }
 
 /* http://PORT-TOKEN.<preview_domain>[:port]/ as a browser reaches it:

@@ -30,37 +30,25 @@ struct json_object *api_snapshot_encode(const struct sandbox_snapshot *s)
  * name ("" for none). */
 static int take_decode(struct req *r, char *name_buf, size_t len, struct sbx_error *err)
 {
-	struct json_object *obj;
+	struct json_object *obj, *val;
+	const char *s = NULL;
+	size_t n = 0;
 	int rc = 0;
 
 	name_buf[0] = '\0';
-	if (r->body.len == 0)
-		return 0;
-	obj = api_json_parse_object(r->body.data, r->body.len, err);
-	if (!obj)
+	if (api_json_one_field(r->body.data, r->body.len, "name", false, &obj, &val, err) < 0)
 		return -1;
-	json_object_object_foreach(obj, key, val)
-	{
-		const char *s = NULL;
-		size_t n = 0;
-
-		if (strcmp(key, "name") != 0) {
-			rc = api_json_unknown_field(key, err);
-			break;
-		}
+	if (val) {
 		rc = api_json_get_string(val, "name", &s, &n, err);
-		if (rc < 0)
-			break;
-		if (n >= len || memchr(s, '\0', n)) {
+		if (rc == 0 && (n >= len || memchr(s, '\0', n)))
 			rc = sbx_error_set(err, SBX_E_INVALID_REQUEST, "name",
 					   "name must be at most %d printable ASCII characters",
 					   SANDBOX_SNAPSHOT_NAME_MAX);
-			break;
-		}
-		memcpy(name_buf, s, n + 1);
+		else if (rc == 0)
+			memcpy(name_buf, s, n + 1);
 	}
 	json_object_put(obj);
-	return rc < 0 ? -1 : 0;
+	return rc;
 }
 
 int api_snapshot_take_work(struct req *r, struct sbx_error *err)

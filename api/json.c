@@ -218,6 +218,35 @@ int api_json_unknown_field(const char *key, struct sbx_error *err)
 	return unknown_field(key, err);
 }
 
+int api_json_one_field(const char *body, size_t len, const char *name, bool required,
+		       struct json_object **obj, struct json_object **val, struct sbx_error *err)
+{
+	*obj = NULL;
+	*val = NULL;
+	if (len > 0) {
+		*obj = api_json_parse_object(body, len, err);
+		if (!*obj)
+			return -1;
+		json_object_object_foreach(*obj, key, v)
+		{
+			if (strcmp(key, name) != 0) {
+				unknown_field(key, err);
+				goto bad;
+			}
+			*val = v;
+		}
+	}
+	if (!*val && required) {
+		sbx_error_set(err, SBX_E_INVALID_REQUEST, name, "'%s' is required", name);
+		goto bad;
+	}
+	return 0;
+bad:
+	json_object_put(*obj);
+	*obj = NULL;
+	return -1;
+}
+
 /* An integer field in [min, max]. json-c stores big numbers saturated or as
  * uint64, so the range check covers overflow too. */
 int api_json_get_int(struct json_object *v, const char *name, int64_t min, int64_t max,

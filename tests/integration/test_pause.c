@@ -636,6 +636,38 @@ static void bloat(const char *id)
 	assert_true(i < 600);
 }
 
+/* The sandbox after a pause that did not happen: no save file, running
+ * and answering, its file there. */
+static void still_running_unsaved(void)
+{
+	struct http_reply r;
+	char st[32];
+
+	assert_false(save_file_of(sbx));
+	assert_int_equal(daemon_sandbox_status(&d, sbx, st, sizeof(st)), 200);
+	assert_string_equal(st, "running");
+	r = exec_ok("cat /root/pause-file");
+	assert_non_null(strstr(jstr(r.json, "stdout"), "kept-through-pause"));
+	http_reply_free(&r);
+}
+
+/* Restarted with `more` in its config, the daemon refuses a pause of the
+ * running sandbox before its save: `status` and `type`; no save file, and
+ * the sandbox still running and answering, its file there. */
+static void pause_refused_under(const char *more, int status, const char *type)
+{
+	struct http_reply r;
+
+	daemon_kill9(&d);
+	start_with(more);
+	r = req(d.key, "POST", "/pause", NULL);
+	print_message("pause refused: %d %s\n", r.status, r.body);
+	assert_int_equal(r.status, status);
+	assert_string_equal(jerr(r.json, "type"), type);
+	http_reply_free(&r);
+	still_running_unsaved();
+}
+
 /* The sandbox (running) is the one refused; `other` a second one, paused
  * normally first, whose resume meets the host cap and then the deadline. */
 static void refused_before_the_save_and_deadlines(void **state)
@@ -655,17 +687,9 @@ static void refused_before_the_save_and_deadlines(void **state)
 
 	/* storage the account ($10) cannot hold: 402 before any save (a save
 	 * would reach pause.after_save and kill the daemon: no answer) */
-	daemon_kill9(&d);
-	start_with("\"paused_storage_micro_per_gib_hour\": 1000000000, "
-		   "\"test_fault_point\": \"pause.after_save\"");
-	r = req(d.key, "POST", "/pause", NULL);
-	print_message("pause without the credit for its storage: %d %s\n", r.status, r.body);
-	assert_int_equal(r.status, 402);
-	assert_string_equal(jerr(r.json, "type"), "insufficient_credit");
-	http_reply_free(&r);
-	assert_false(save_file_of(sbx));
-	r = exec_ok("cat /root/pause-file");
-	http_reply_free(&r);
+	pause_refused_under("\"paused_storage_micro_per_gib_hour\": 1000000000, "
+			    "\"test_fault_point\": \"pause.after_save\"",
+			    402, "insufficient_credit");
 
 	/* one save or restore per host at a time, 300 ms each at most; the
 	 * first save waits 5 s before it starts (pause.before_save), its
@@ -696,12 +720,7 @@ static void refused_before_the_save_and_deadlines(void **state)
 	if (!late) {
 		/* aborted: still running, answering, nothing saved or billed */
 		assert_int_equal(b.status, 503);
-		assert_false(save_file_of(sbx));
-		assert_int_equal(daemon_sandbox_status(&d, sbx, st, sizeof(st)), 200);
-		assert_string_equal(st, "running");
-		r = exec_ok("cat /root/pause-file");
-		assert_non_null(strstr(jstr(r.json, "stdout"), "kept-through-pause"));
-		http_reply_free(&r);
+		still_running_unsaved();
 	} else {
 		/* libvirt finished the save although aborted (the abort came
 		 * outside QEMU's migration to the file: libvirt accepts it and
@@ -740,28 +759,15 @@ static void refused_before_the_save_and_deadlines(void **state)
 static void no_room_for_the_save_refuses_the_pause(void **state)
 {
 	struct statvfs sv;
-	char more[128], st[32];
-	struct http_reply r;
+	char more[128];
 	struct sbx_error err;
 
 	(void)state;
 	assert_int_equal(statvfs(d.state_dir, &sv), 0);
 	long long free_mib = (long long)((uint64_t)sv.f_bavail * sv.f_frsize >> 20);
 	assert_true(free_mib > 2048 + 100);
-	daemon_kill9(&d);
 	snprintf(more, sizeof(more), "\"min_free_disk_mib\": %lld", free_mib - 2048 - 100);
-	start_with(more);
-	r = req(d.key, "POST", "/pause", NULL);
-	print_message("pause with 100 MiB to spare: %d %s\n", r.status, r.body);
-	assert_int_equal(r.status, 507);
-	assert_string_equal(jerr(r.json, "type"), "insufficient_storage");
-	http_reply_free(&r);
-	assert_false(save_file_of(sbx));
-	assert_int_equal(daemon_sandbox_status(&d, sbx, st, sizeof(st)), 200);
-	assert_string_equal(st, "running");
-	r = exec_ok("cat /root/pause-file");
-	assert_non_null(strstr(jstr(r.json, "stdout"), "kept-through-pause"));
-	http_reply_free(&r);
+	pause_refused_under(more, 507, "insufficient_storage");
 	assert_int_equal(daemon_ledger_check(&d, &err), 0);
 	daemon_kill9(&d);
 	start_with_fault("");
