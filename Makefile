@@ -258,7 +258,7 @@ asan: asan-build
 # ThreadSanitizer: the unit tests, then the integration tests that drive
 # the daemon's threads hardest (TSAN_INTEG) against a TSan-built daemon.
 # Any report fails the run (halt_on_error). docs/lifecycle.md, "Threads".
-TSAN_INTEG ?= test_hostile test_exec test_lifecycle test_remote
+TSAN_INTEG ?= test_hostile test_exec test_lifecycle test_remote test_pause
 TSAN_OPTIONS_RUN := halt_on_error=1 second_deadlock_stack=1 report_mutex_bugs=0 suppressions=$(CURDIR)/tests/tsan.supp
 TSAN_FLAGS := -fsanitize=thread -fno-omit-frame-pointer
 tsan: tsan-build
