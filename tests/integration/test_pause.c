@@ -112,18 +112,10 @@ static struct http_reply exec_ok(const char *cmd)
 
 static int setup(void **state)
 {
-	struct daemon other;
-
 	(void)state;
 	memset(&d, 0, sizeof(d));
-	if (daemon_config_full(&d, BASE_CFG) < 0) {
-		print_message("the full image is not built (make image-full)\n");
-		return -1;
-	}
-	other = d;
-	daemon_create_account(&other, "10");
-	snprintf(other_key, sizeof(other_key), "%s", other.key);
-	if (daemon_up(&d) < 0)
+	if (daemon_up_full_second_account(&d, "test_pause", BASE_CFG, "other", "10", other_key,
+					  sizeof(other_key)) < 0)
 		return -1;
 	return daemon_create_sandbox(&d, sbx, sizeof(sbx));
 }
