@@ -8,7 +8,9 @@
  * (harness.h), one source sandbox of 512 MiB and a 2 GiB disk that writes
  * SBX_BENCH_SNAPSHOT_MIB MiB (default 64) of random data and syncs; then
  * SBX_BENCH_SNAPSHOTS rounds (default 3) of: a pause and a resume of the
- * source (client round trips; paused_bytes), POST .../snapshots of the
+ * source (client round trips; paused_bytes; its qemu's RSS before the
+ * pause and after the resume: what a restore holds against a boot), POST
+ * .../snapshots of the
  * running source (client round trip; the snapshot's bytes and its file's
  * allocated size), a create from it and a cold create (each until the
  * guest accepts commands; the warm pool is off, so both boot), both
@@ -64,7 +66,22 @@ static int delete_at(struct daemon *d, const char *path)
 /* One round's figures. */
 struct round {
 	int64_t pause_ms, resume_ms, paused_bytes, snap_ms, from_ms, cold_ms, bytes, file;
+	int64_t rss_before, rss_after; /* the source's qemu, KiB: booted, restored */
 };
+
+/* VmRSS (KiB) of the qemu of sandbox `id`; -1 unknown. */
+static int64_t qemu_rss_of(struct daemon *d, const char *id)
+{
+	char dom[64];
+	struct qemu_mem m;
+	int pid;
+
+	if (daemon_db_text(d, "SELECT domain FROM sandboxes WHERE id = ?1", id, dom, sizeof(dom)) <
+		0 ||
+	    (pid = qemu_pid(dom)) < 0 || qemu_mem_of(pid, 512, &m) < 0)
+		return -1;
+	return m.rss_kib;
+}
 
 /* Pause the source and resume it: the times and what the pause kept. */
 static int pause_resume(struct daemon *d, const char *src, struct round *o)
@@ -72,6 +89,7 @@ static int pause_resume(struct daemon *d, const char *src, struct round *o)
 	char path[700];
 	struct http_reply r;
 
+	o->rss_before = qemu_rss_of(d, src);
 	snprintf(path, sizeof(path), "/v1/sandboxes/%s/pause", src);
 	if (call(d, "POST", path, NULL, &r, &o->pause_ms) < 0)
 		return -1;
@@ -81,6 +99,7 @@ static int pause_resume(struct daemon *d, const char *src, struct round *o)
 	if (call(d, "POST", path, NULL, &r, &o->resume_ms) < 0)
 		return -1;
 	http_reply_free(&r);
+	o->rss_after = qemu_rss_of(d, src);
 	return 0;
 }
 
@@ -165,6 +184,8 @@ int main(void)
 	LINE("pause of the source", pause_ms, 1, "ms");
 	LINE("resume of the source", resume_ms, 1, "ms");
 	LINE("paused_bytes (save + overlay)", paused_bytes, 1048576.0, "MiB");
+	LINE("source qemu RSS before pause", rss_before, 1024.0, "MiB");
+	LINE("source qemu RSS after resume", rss_after, 1024.0, "MiB");
 	LINE("snapshot of a running sandbox", snap_ms, 1, "ms");
 	LINE("create from the snapshot", from_ms, 1, "ms");
 	LINE("cold create, same size", cold_ms, 1, "ms");
