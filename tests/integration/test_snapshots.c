@@ -2,9 +2,9 @@
  * image: one daemon, one source sandbox shared by the cases, in order.
  *
  *  1. a file written before a snapshot of the running source is in the
- *     snapshot; the source keeps running (a file written after is not in
- *     the snapshot); the snapshot's file is 0600 in the run dir, backed by
- *     the base image only;
+ *     snapshot, and so is a local wheel pip installed before it; the source keeps running (a file
+ * written after is not in the snapshot); the snapshot's file is 0600 in the run dir, backed by the
+ * base image only;
  *  2. two sandboxes created from it at once both have the file, neither
  *     has the later one, each has its own boot id (and neither is the
  *     source's); both are cold boots; a snapshot of one of them is backed
@@ -122,6 +122,31 @@ static void snap_path(const char *id, char *out, size_t n)
 	snprintf(out, n, "%s/run/%s.qcow2", d.state_dir, id);
 }
 
+/* A wheel made by hand in the guest (no network, no build tools: a wheel
+ * is a zip with its metadata and RECORD) and installed with pip, as a
+ * user installs a local package before making a template. */
+#define INSTALL_A_LOCAL_WHEEL                                                                      \
+	"set -e; cat > /tmp/mkwheel.py <<'EOF'\n"                                                  \
+	"import base64, hashlib, zipfile\n"                                                        \
+	"files = {'sbxwheel/__init__.py': 'answer = 42\\n',\n"                                     \
+	"         'sbxwheel-1.0.dist-info/METADATA': 'Metadata-Version: 2.1\\nName: "              \
+	"sbxwheel\\nVersion: 1.0\\n',\n"                                                           \
+	"         'sbxwheel-1.0.dist-info/WHEEL': 'Wheel-Version: 1.0\\nGenerator: "               \
+	"hand\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n'}\n"                                  \
+	"rec = []\n"                                                                               \
+	"with zipfile.ZipFile('/tmp/sbxwheel-1.0-py3-none-any.whl', 'w') as z:\n"                  \
+	"    for n, c in files.items():\n"                                                         \
+	"        z.writestr(n, c)\n"                                                               \
+	"        h = base64.urlsafe_b64encode(hashlib.sha256(c.encode()).digest())\n"              \
+	"        rec.append('%s,sha256=%s,%d' % (n, h.rstrip(b'=').decode(), len(c)))\n"           \
+	"    rec.append('sbxwheel-1.0.dist-info/RECORD,,')\n"                                      \
+	"    z.writestr('sbxwheel-1.0.dist-info/RECORD', '\\n'.join(rec) + '\\n')\n"               \
+	"EOF\n"                                                                                    \
+	"python3 /tmp/mkwheel.py\n"                                                                \
+	"python3 -m pip install -q --no-index --break-system-packages "                            \
+	"/tmp/sbxwheel-1.0-py3-none-any.whl\n"                                                     \
+	"python3 -c 'import sbxwheel; print(sbxwheel.answer)'\n"
+
 static void snapshot_of_a_running_sandbox(void **state)
 {
 	char out[256], path[512], cmd[700];
@@ -130,6 +155,8 @@ static void snapshot_of_a_running_sandbox(void **state)
 	int64_t t0;
 
 	(void)state;
+	run_in(src, INSTALL_A_LOCAL_WHEEL, out, sizeof(out));
+	assert_string_equal(out, "42\n");
 	run_in(src, "echo before-snapshot > /root/snap-file && sync", out, sizeof(out));
 	t0 = sbx_mono_ms();
 	r = take(d.key, src, "{\"name\": \"with the file\"}");
@@ -235,6 +262,10 @@ static void two_sandboxes_from_one_snapshot(void **state)
 		       "cat /root/snap-file; test -e /root/later-file || echo no-later-file", out,
 		       sizeof(out));
 		assert_string_equal(out, "before-snapshot\nno-later-file\n");
+		/* the wheel pip installed in the source before the snapshot */
+		run_in(made[i], "python3 -c 'import sbxwheel; print(sbxwheel.answer)'", out,
+		       sizeof(out));
+		assert_string_equal(out, "42\n");
 		run_in(made[i], "cat /proc/sys/kernel/random/boot_id", boot[i], sizeof(boot[i]));
 		assert_string_not_equal(boot[i], src_boot);
 		/* writes stay its own */
