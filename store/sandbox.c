@@ -192,6 +192,19 @@ static int store_insufficient(struct sbx_error *err, const char *what, int64_t n
 			     what, need_usd, avail_usd);
 }
 
+/* Inside the open write transaction: 0 when the account's available
+ * credit covers `micro` more held, else SBX_E_INSUFFICIENT_CREDIT naming
+ * `what` (-1). */
+static int store_can_hold(struct store *s, const char *account_id, int64_t micro, const char *what,
+			  struct sbx_error *err)
+{
+	int64_t available;
+
+	if (store_available(s, account_id, &available, err) < 0)
+		return -1;
+	return available < micro ? store_insufficient(err, what, micro, available) : 0;
+}
+
 int store_sandbox_reserve(struct store *s, struct store_sandbox *row, int64_t hold_micro,
 			  int max_live, struct sbx_error *err)
 {
@@ -223,13 +236,8 @@ int store_sandbox_reserve(struct store *s, struct store_sandbox *row, int64_t ho
 		err->retry_after_s = 5;
 		goto err_rollback;
 	}
-	int64_t available;
-	if (store_available(s, row->account_id, &available, err) < 0)
+	if (store_can_hold(s, row->account_id, hold_micro, "this sandbox", err) < 0)
 		goto err_rollback;
-	if (available < hold_micro) {
-		store_insufficient(err, "this sandbox", hold_micro, available);
-		goto err_rollback;
-	}
 	{
 		_cleanup_reset_ sqlite3_stmt *q = NULL;
 		if (store_run(s, &q,
@@ -424,13 +432,8 @@ int store_sandbox_extend(struct store *s, const char *account_id, const char *id
 			      store_status_name(row.status));
 		goto err_rollback;
 	}
-	int64_t available;
-	if (store_available(s, row.account_id, &available, err) < 0)
+	if (store_can_hold(s, row.account_id, extra_hold_micro, "this extension", err) < 0)
 		goto err_rollback;
-	if (available < extra_hold_micro) {
-		store_insufficient(err, "this extension", extra_hold_micro, available);
-		goto err_rollback;
-	}
 	{
 		_cleanup_reset_ sqlite3_stmt *q = NULL;
 		/* expires_at never moves earlier. */
@@ -471,16 +474,9 @@ int store_sandbox_pause(struct store *s, const char *id, int64_t paused_at_ms, i
 	}
 	if (paused_at_ms < row.created_at_ms)
 		paused_at_ms = row.created_at_ms;
-	if (storage_hold_micro > 0) {
-		int64_t available;
-		if (store_available(s, row.account_id, &available, err) < 0)
-			goto err_rollback;
-		if (available < storage_hold_micro) {
-			store_insufficient(err, "the storage of this pause", storage_hold_micro,
-					   available);
-			goto err_rollback;
-		}
-	}
+	if (storage_hold_micro > 0 && store_can_hold(s, row.account_id, storage_hold_micro,
+						     "the storage of this pause", err) < 0)
+		goto err_rollback;
 	{
 		_cleanup_reset_ sqlite3_stmt *q = NULL;
 		if (store_run(
@@ -538,14 +534,9 @@ int store_sandbox_resume(struct store *s, const char *id, int64_t resumed_at_ms,
 	/* the time it had left, or what the resume grants, held now */
 	int64_t expires = row.expires_at_ms + took, hold = 0;
 	if (new_expires_at_ms > expires) {
-		int64_t available;
-		if (store_available(s, row.account_id, &available, err) < 0)
+		if (store_can_hold(s, row.account_id, extra_hold_micro,
+				   "the time this resume grants", err) < 0)
 			goto err_rollback;
-		if (available < extra_hold_micro) {
-			store_insufficient(err, "the time this resume grants", extra_hold_micro,
-					   available);
-			goto err_rollback;
-		}
 		expires = new_expires_at_ms;
 		hold = extra_hold_micro;
 	}
