@@ -361,6 +361,12 @@ int sandbox_timeout_pause(struct sandbox_svc *svc, const char *id, int64_t expir
 		return 0;
 	if (claim(svc, NULL, id, &row, &err) < 0)
 		return -1; /* a snapshot of it is under way: the next pass */
+	if (row.status == STORE_RUNNING && row.expires_at_ms > sbx_wall_ms()) {
+		/* an extend landed after the pass found it expired: the next
+		 * pass reads its new expiry */
+		sandbox_transit_leave(svc, id);
+		return -1;
+	}
 	rc = 1;
 	if (row.status == STORE_RUNNING && pause_locked(svc, &row, expires_at_ms, &err) < 0) {
 		/* not paused (no credit for its storage, no save): it ends as

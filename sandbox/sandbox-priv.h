@@ -244,7 +244,8 @@ int sandbox_lifetime_check(const struct sandbox_config *cfg, const struct store_
  * credit for its storage, the save failed) ends it expired by rule. 1
  * when it was handled so (or is no longer running), 0 when it is not such
  * a sandbox (the caller ends it), -1 when another pause, resume or
- * snapshot of it is under way (the next pass tries again). */
+ * snapshot of it is under way, or an extend moved its expiry meanwhile
+ * (the next pass looks again). */
 int sandbox_timeout_pause(struct sandbox_svc *svc, const char *id, int64_t expires_at_ms);
 
 int sandbox_end(struct sandbox_svc *svc, const char *id, enum store_status status,
