@@ -60,7 +60,7 @@ RUN_IMAGE  ?= full
 .PHONY: install uninstall
 .PHONY: all deps image image-tiny image-full run test test-unit test-integration asan tsan fuzz format \
 	format-check lint bench clean libvirt-up vendor-web unit-bins tsan-build asan-build \
-	sanitize-build sanitize-unit tsan-unit tsan-integ
+	sanitize-build sanitize-unit tsan-unit tsan-integ test-images
 all: $(BIN)/sandboxd $(BIN)/sbx $(GUEST_INIT)
 
 deps:
@@ -232,10 +232,13 @@ test-integration: all image-tiny image-full $(INTEG_BINS) libvirt-up
 		SBX_TEST_IMAGE_DIR=$(CURDIR)/$(TINY_IMAGE) SBX_TEST_FULL_IMAGE_DIR=$(CURDIR)/$(FULL_IMAGE) \
 		SBX_BIN=$(CURDIR)/$(BIN)/sandboxd $(BUILD)/tests/test_hostile
 
+# The guest images are built (or found cached) while the unit tests run:
+# mostly downloads and disk, beside tests that need only CPU.
 test: deps
 	$(MAKE) all
-	$(MAKE) test-unit
+	$(MAKE) -j2 --output-sync=target test-unit test-images
 	$(MAKE) test-integration
+test-images: image-tiny image-full
 
 libvirt-up:
 	./scripts/libvirt-up.sh
