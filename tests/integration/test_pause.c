@@ -901,7 +901,8 @@ static int64_t expires_of(struct http_reply *r)
 /* timeout_action "pause": at its expiry the sandbox is paused, not ended
  * (paused_at = expires_at: runtime billed to it), with its file; a resume
  * with no body gives it the default timeout, one with timeout_minutes that
- * long, each held; the ledger holds. A "minute" is 1 s here. */
+ * long, each held; one whose storage the account cannot hold ends expired
+ * at its expiry; the ledger holds. A "minute" is 1 s here. */
 static void timeout_action_pauses_at_expiry(void **state)
 {
 	char st[32];
@@ -970,6 +971,29 @@ static void timeout_action_pauses_at_expiry(void **state)
 	assert_int_equal(daemon_ledger_check(&d, &err), 0);
 	r = req(d.key, "DELETE", "", NULL);
 	assert_int_equal(r.status, 200);
+	http_reply_free(&r);
+	assert_int_equal(daemon_ledger_check(&d, &err), 0);
+
+	/* storage the account cannot hold: not paused, it ends expired at its
+	 * expiry, by rule, as without timeout_action */
+	daemon_kill9(&d);
+	start_with("\"test_minute_ms\": 1000, \"paused_storage_micro_per_gib_hour\": 1000000000");
+	assert_int_equal(http_request(&d, "POST", "/v1/sandboxes", d.key, NULL,
+				      "{\"timeout_minutes\": 5, \"timeout_action\": \"pause\"}", 0,
+				      &r),
+			 0);
+	assert_int_equal(r.status, 201);
+	snprintf(sbx, sizeof(sbx), "%s", jstr(r.json, "id"));
+	http_reply_free(&r);
+	for (i = 0; i < 150; i++) {
+		assert_int_equal(daemon_sandbox_status(&d, sbx, st, sizeof(st)), 200);
+		if (strcmp(st, "running") != 0)
+			break;
+		usleep(200 * 1000);
+	}
+	assert_string_equal(st, "expired");
+	r = req(d.key, "GET", "", NULL);
+	assert_string_equal(jstr(r.json, "ended_at"), jstr(r.json, "expires_at"));
 	http_reply_free(&r);
 	assert_int_equal(daemon_ledger_check(&d, &err), 0);
 }
