@@ -898,6 +898,34 @@ static int64_t expires_of(struct http_reply *r)
 	return at;
 }
 
+/* Create sbx with timeout_action "pause" and `minutes` of timeout, run
+ * `cmd` in it (NULL: none), and wait until it is no longer running: its
+ * status into st. */
+static void create_pausing_at_expiry(int minutes, const char *cmd, char *st, size_t n)
+{
+	char body[128];
+	struct http_reply r;
+	int i;
+
+	snprintf(body, sizeof(body), "{\"timeout_minutes\": %d, \"timeout_action\": \"pause\"}",
+		 minutes);
+	assert_int_equal(http_request(&d, "POST", "/v1/sandboxes", d.key, NULL, body, 0, &r), 0);
+	assert_int_equal(r.status, 201);
+	assert_string_equal(jstr(r.json, "timeout_action"), "pause");
+	snprintf(sbx, sizeof(sbx), "%s", jstr(r.json, "id"));
+	http_reply_free(&r);
+	if (cmd) {
+		r = exec_ok(cmd);
+		http_reply_free(&r);
+	}
+	for (i = 0; i < 150; i++) {
+		assert_int_equal(daemon_sandbox_status(&d, sbx, st, n), 200);
+		if (strcmp(st, "running") != 0)
+			break;
+		usleep(200 * 1000);
+	}
+}
+
 /* timeout_action "pause": at its expiry the sandbox is paused, not ended
  * (paused_at = expires_at: runtime billed to it), with its file; a resume
  * with no body gives it the default timeout, one with timeout_minutes that
@@ -909,7 +937,6 @@ static void timeout_action_pauses_at_expiry(void **state)
 	struct http_reply r;
 	struct sbx_error err;
 	int64_t t;
-	int i;
 
 	(void)state;
 	daemon_kill9(&d);
@@ -921,22 +948,7 @@ static void timeout_action_pauses_at_expiry(void **state)
 	assert_int_equal(r.status, 400);
 	assert_string_equal(jerr(r.json, "param"), "timeout_action");
 	http_reply_free(&r);
-	assert_int_equal(http_request(&d, "POST", "/v1/sandboxes", d.key, NULL,
-				      "{\"timeout_minutes\": 8, \"timeout_action\": \"pause\"}", 0,
-				      &r),
-			 0);
-	assert_int_equal(r.status, 201);
-	assert_string_equal(jstr(r.json, "timeout_action"), "pause");
-	snprintf(sbx, sizeof(sbx), "%s", jstr(r.json, "id"));
-	http_reply_free(&r);
-	r = exec_ok("echo kept-past-expiry > /root/t");
-	http_reply_free(&r);
-	for (i = 0; i < 150; i++) {
-		assert_int_equal(daemon_sandbox_status(&d, sbx, st, sizeof(st)), 200);
-		if (strcmp(st, "running") != 0)
-			break;
-		usleep(200 * 1000);
-	}
+	create_pausing_at_expiry(8, "echo kept-past-expiry > /root/t", st, sizeof(st));
 	assert_string_equal(st, "paused");
 	r = req(d.key, "GET", "", NULL);
 	assert_string_equal(jstr(r.json, "paused_at"), jstr(r.json, "expires_at"));
@@ -978,19 +990,7 @@ static void timeout_action_pauses_at_expiry(void **state)
 	 * expiry, by rule, as without timeout_action */
 	daemon_kill9(&d);
 	start_with("\"test_minute_ms\": 1000, \"paused_storage_micro_per_gib_hour\": 1000000000");
-	assert_int_equal(http_request(&d, "POST", "/v1/sandboxes", d.key, NULL,
-				      "{\"timeout_minutes\": 5, \"timeout_action\": \"pause\"}", 0,
-				      &r),
-			 0);
-	assert_int_equal(r.status, 201);
-	snprintf(sbx, sizeof(sbx), "%s", jstr(r.json, "id"));
-	http_reply_free(&r);
-	for (i = 0; i < 150; i++) {
-		assert_int_equal(daemon_sandbox_status(&d, sbx, st, sizeof(st)), 200);
-		if (strcmp(st, "running") != 0)
-			break;
-		usleep(200 * 1000);
-	}
+	create_pausing_at_expiry(5, NULL, st, sizeof(st));
 	assert_string_equal(st, "expired");
 	r = req(d.key, "GET", "", NULL);
 	assert_string_equal(jstr(r.json, "ended_at"), jstr(r.json, "expires_at"));
